@@ -1,0 +1,96 @@
+# ds4 -- build.  `make` builds everything, `make test` runs all tests
+# (the command CI runs), `make bench` runs the benchmarks.
+#
+#   make                 optimized build for this machine (-O3 -march=native)
+#   make PORTABLE=1      no -march=native (SIMD kernels are still chosen at
+#                        run time from what the CPU supports)
+#   make DEBUG=1         -O0 -g with AddressSanitizer/UBSan
+#   make install PREFIX=/usr/local
+
+PREFIX ?= /usr/local
+CC ?= cc
+BUILD ?= build
+
+ifeq ($(DEBUG),1)
+  OPT = -O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer
+  LDOPT = -fsanitize=address,undefined
+else ifeq ($(PORTABLE),1)
+  OPT = -O3 -g
+else
+  OPT = -O3 -g -march=native
+endif
+
+CFLAGS ?= $(OPT)
+CFLAGS += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -MMD -MP -Isrc
+LDFLAGS += $(LDOPT) -pthread
+LIBS = -ljansson -lm
+
+LIB_SRCS  := $(wildcard src/*.c)
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+LIB       := $(BUILD)/libds4.a
+
+CLI_SRCS    := $(wildcard cli/*.c)
+SERVER_SRCS := $(wildcard server/*.c)
+TEST_SRCS   := $(wildcard tests/test_*.c)
+TEST_BINS   := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TOOL_SRCS   := $(wildcard tools/ds4_*.c)
+
+BINS := ds4
+ifneq ($(SERVER_SRCS),)
+  BINS += ds4-server
+endif
+ifneq ($(wildcard tools/ds4_synth.c),)
+  BINS += ds4-synth
+endif
+ifneq ($(wildcard tools/ds4_bench.c),)
+  BINS += ds4-bench
+endif
+ifneq ($(wildcard tools/ds4_kv.c),)
+  BINS += ds4-kv
+endif
+
+.PHONY: all test bench bench-kernels install clean fuzz tests
+all: $(BINS) tests
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+ds4: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -ledit
+
+ds4-server: $(SERVER_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lmicrohttpd
+
+ds4-synth: $(BUILD)/tools/ds4_synth.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+ds4-bench: $(BUILD)/tools/ds4_bench.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+ds4-kv: $(BUILD)/tools/ds4_kv.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+tests: $(TEST_BINS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+test: all
+	tests/run.sh
+
+bench: all
+	bench/run.sh
+
+install: $(BINS)
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+
+clean:
+	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

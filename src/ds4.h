@@ -1,0 +1,369 @@
+/*
+ * ds4.h -- the public engine API of ds4.
+ *
+ * ds4 is an inference engine for one model family: DeepSeek V4 Flash (and V4
+ * PRO, which shares the layout).  This header is everything a front end (the
+ * `ds4` CLI, `ds4-server`, the bench, the agent) may use.  Front ends never
+ * include the internal headers (gguf.h, quant.h, model.h, ...) and never touch
+ * tensors: they load a model, tokenize, render prompts, drive a session and
+ * sample.
+ *
+ * Conventions
+ *   - Functions that can fail return 0 on success and a negative DS4_E* code
+ *     on failure.  Where an `err` out-parameter is given, a malloc'd,
+ *     human-readable message (possibly several lines) is stored there on
+ *     failure; the caller frees it.  `err` may be NULL.
+ *   - Token ids are int32_t.  Text is UTF-8 bytes with an explicit length.
+ *   - Nothing here is thread-safe unless stated: one thread drives a session.
+ */
+#ifndef DS4_H
+#define DS4_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DS4_VERSION "0.1.0"
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    DS4_OK = 0,
+    DS4_EINVAL = -1,     /* bad argument / malformed input */
+    DS4_ENOMEM = -2,     /* allocation failed */
+    DS4_EIO = -3,        /* file or system error */
+    DS4_EFORMAT = -4,    /* malformed GGUF / snapshot / wrong model family */
+    DS4_ECTX = -5,       /* the context is full: nothing was evaluated */
+    DS4_ECANCEL = -6,    /* a progress/cancel callback asked to stop */
+    DS4_EUNSUP = -7,     /* valid but unsupported (e.g. a tensor type) */
+};
+
+const char *ds4_strerror(int code);
+
+/* ------------------------------------------------------------------------ */
+/* Growable buffers used across the API (no per-token allocation: callers    */
+/* reuse them; `n` is reset by the caller, functions append).                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} ds4_tokens;
+
+typedef struct {
+    char *p;           /* always NUL-terminated when cap > 0 */
+    size_t n, cap;
+} ds4_buf;
+
+int  ds4_tokens_push(ds4_tokens *t, int32_t id);
+int  ds4_tokens_reserve(ds4_tokens *t, size_t cap);
+void ds4_tokens_free(ds4_tokens *t);
+int  ds4_buf_append(ds4_buf *b, const void *data, size_t len);
+int  ds4_buf_puts(ds4_buf *b, const char *s);
+int  ds4_buf_printf(ds4_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void ds4_buf_free(ds4_buf *b);
+
+/* ------------------------------------------------------------------------ */
+/* Tokenizer (byte-level BPE with the DeepSeek V3/V4 pre-tokenizer).         */
+/* Implemented in tokenizer.c.                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ds4_tokenizer ds4_tokenizer;
+
+/* Ids of the tokens the chat format uses, looked up by their text; -1 when a
+ * vocabulary lacks one (BOS, EOS, User, Assistant, think, /think and DSML are
+ * required: loading fails without them). */
+typedef struct {
+    int32_t bos, eos, pad;
+    int32_t user, assistant;
+    int32_t think, think_end;
+    int32_t dsml;
+    int32_t latest_reminder;
+} ds4_special_ids;
+
+enum {
+    DS4_TOK_PLAIN = 0,    /* never produce added/control tokens (user text) */
+    DS4_TOK_SPECIAL = 1,  /* every added-token string becomes its id (rendered prompts) */
+};
+
+/* Load a tokenizer from any GGUF that carries tokenizer metadata (a full
+ * model or a vocab-only file). */
+ds4_tokenizer *ds4_tokenizer_load(const char *gguf_path, char **err);
+void ds4_tokenizer_free(ds4_tokenizer *tok);
+
+int32_t ds4_tok_n_vocab(const ds4_tokenizer *tok);
+const ds4_special_ids *ds4_tok_special(const ds4_tokenizer *tok);
+/* Id of a token given its exact text (added tokens by their UTF-8 text, BPE
+ * tokens by their byte string); -1 if absent. */
+int32_t ds4_tok_lookup(const ds4_tokenizer *tok, const char *text, size_t len);
+
+/* Append the ids of `text` to `out`.  `mode` is DS4_TOK_PLAIN or
+ * DS4_TOK_SPECIAL.  Invalid UTF-8 is replaced by U+FFFD (one per maximal
+ * invalid subsequence) before pre-tokenization.  Never fails on any input
+ * except out of memory. */
+int ds4_tokenize(const ds4_tokenizer *tok, const char *text, size_t len,
+                 int mode, ds4_tokens *out);
+
+/* The exact bytes of one token (not NUL-terminated); NULL/0 for an id out of
+ * range. */
+const char *ds4_token_bytes(const ds4_tokenizer *tok, int32_t id, size_t *len);
+/* Append the exact bytes of a token sequence. */
+int ds4_detokenize(const ds4_tokenizer *tok, const int32_t *ids, size_t n,
+                   ds4_buf *out);
+
+/* Incremental detokenization for streaming: bytes are released only once
+ * they form complete UTF-8 characters, so a multi-byte character split across
+ * tokens is never cut.  Bytes that can never become valid UTF-8 are released
+ * as they are (the caller decides how to present them). */
+typedef struct {
+    unsigned char pend[8];
+    int npend;
+} ds4_detok;
+
+void ds4_detok_init(ds4_detok *d);
+/* Append to `out` the bytes of token `id` that are complete now. */
+int  ds4_detok_push(ds4_detok *d, const ds4_tokenizer *tok, int32_t id,
+                    ds4_buf *out);
+/* Flush whatever is pending (end of stream). */
+int  ds4_detok_flush(ds4_detok *d, ds4_buf *out);
+
+/* ------------------------------------------------------------------------ */
+/* Chat prompt rendering (docs: PROMPT_FORMAT.md).  Implemented in render.c. */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    DS4_ROLE_SYSTEM,
+    DS4_ROLE_USER,
+    DS4_ROLE_ASSISTANT,
+    DS4_ROLE_TOOL,
+    DS4_ROLE_DEVELOPER,
+    DS4_ROLE_LATEST_REMINDER,
+} ds4_role;
+
+typedef enum {
+    DS4_THINK_NONE = 0,   /* chat mode: every assistant turn opens with </think> */
+    DS4_THINK_HIGH = 1,   /* thinking mode (the default) */
+    DS4_THINK_MAX = 2,    /* thinking + the max-effort paragraph after BOS */
+} ds4_think;
+
+/* The smallest context for which think-max is honoured (DeepSeek's
+ * recommendation, ds4's rule); below it think-max renders as high. */
+#define DS4_THINK_MAX_MIN_CTX 393216
+
+typedef struct {
+    const char *id;          /* tool call id (may be NULL) */
+    const char *name;
+    const char *arguments;   /* the arguments string as the client sent it:
+                              * normally a JSON object, anything else becomes
+                              * one string parameter named "arguments" */
+} ds4_tool_call;
+
+typedef struct {
+    ds4_role role;
+    const char *content;     size_t content_len;    /* NULL = empty */
+    const char *reasoning;   size_t reasoning_len;  /* assistant only, NULL = none */
+    const ds4_tool_call *tool_calls; int n_tool_calls;   /* assistant only */
+    /* Exact DSML block previously sampled for these tool calls (from
+     * "\n\n<｜DSML｜tool_calls>" to "</｜DSML｜tool_calls>"), replayed
+     * verbatim instead of the canonical rendering; NULL = canonical. */
+    const char *dsml_exact;
+    const char *tool_call_id;          /* tool results */
+    const char *tools_json;            /* system/developer: JSON array of
+                                        * {"type":"function","function":{..}} */
+    const char *response_format_json;  /* system/developer: JSON value */
+    int wo_eos;                        /* assistant prefix to be continued */
+} ds4_message;
+
+typedef struct {
+    ds4_think think;
+    int keep_all_reasoning;  /* 0 = DeepSeek default (drop_thinking) */
+} ds4_render_opts;
+
+/* Render a conversation to the prompt text (BOS included), appending to
+ * `out`.  Fails (DS4_EINVAL + message) only on malformed JSON in tools /
+ * response_format. */
+int ds4_render_chat(const ds4_message *msgs, int n_msgs,
+                    const ds4_render_opts *opts, ds4_buf *out, char **err);
+
+/* Canonical DSML text of one assistant tool-call block (what render emits
+ * when no exact text is known). */
+int ds4_render_tool_calls(const ds4_tool_call *calls, int n, ds4_buf *out,
+                          char **err);
+
+/* ------------------------------------------------------------------------ */
+/* DSML tool-call parser (streaming).  Implemented in dsml.c.                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ds4_dsml ds4_dsml;
+
+typedef enum {
+    DS4_DSML_TEXT,        /* visible content text (before the block) */
+    DS4_DSML_CALL_BEGIN,  /* an invoke header was recognised: name known */
+    DS4_DSML_ARGS_DELTA,  /* next fragment of the call's JSON arguments */
+    DS4_DSML_CALL_END,    /* the invoke closed; arguments are complete */
+    DS4_DSML_DONE,        /* </｜DSML｜tool_calls> seen */
+    DS4_DSML_ERROR,       /* malformed DSML; `text` holds the reason */
+} ds4_dsml_event_kind;
+
+typedef struct {
+    ds4_dsml_event_kind kind;
+    int call_index;           /* CALL_* and ARGS_DELTA */
+    const char *text;         /* TEXT / ARGS_DELTA bytes, CALL_BEGIN name, ERROR reason */
+    size_t len;
+} ds4_dsml_event;
+
+typedef void (*ds4_dsml_cb)(void *ud, const ds4_dsml_event *ev);
+
+ds4_dsml *ds4_dsml_new(ds4_dsml_cb cb, void *ud);
+void ds4_dsml_free(ds4_dsml *p);
+/* Feed generated content bytes (any split).  Events are delivered through
+ * the callback as soon as they are certain; text that might be the start of
+ * a DSML block is held back until it is decided. */
+int  ds4_dsml_feed(ds4_dsml *p, const char *text, size_t len);
+/* End of generation: flushes held-back text; an unterminated block is an
+ * error event. Returns DS4_OK or DS4_EFORMAT. */
+int  ds4_dsml_finish(ds4_dsml *p);
+/* 1 while the parser is inside a parameter value (payload), 0 while it is
+ * in DSML syntax or plain text.  The generation loop samples syntax greedily
+ * and payloads with the request's sampling. */
+int  ds4_dsml_in_payload(const ds4_dsml *p);
+/* 1 once a tool-call block has started. */
+int  ds4_dsml_in_block(const ds4_dsml *p);
+/* The exact bytes of the block seen so far (for exact replay). */
+const char *ds4_dsml_block_text(const ds4_dsml *p, size_t *len);
+
+/* ------------------------------------------------------------------------ */
+/* Model                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ds4_model ds4_model;
+
+typedef enum {
+    DS4_BACKEND_CPU = 0,
+    DS4_BACKEND_CUDA = 1,
+} ds4_backend;
+
+typedef struct {
+    ds4_backend backend;
+    int n_threads;            /* 0 = number of online cores */
+} ds4_model_params;
+
+void ds4_model_params_default(ds4_model_params *p);
+
+/* Open a DeepSeek V4 GGUF: mmap, parse, bind and validate every tensor and
+ * metadata value.  All problems are reported at once in *err. */
+ds4_model *ds4_model_load(const char *path, const ds4_model_params *p,
+                          char **err);
+void ds4_model_free(ds4_model *m);
+
+typedef struct {
+    const char *name;         /* general.name or the file name */
+    int n_layer, n_embd, n_vocab, n_head, head_dim, n_rot;
+    int n_expert, n_expert_used, n_ff_exp, n_hc, n_swa;
+    uint64_t file_bytes;      /* size of the GGUF */
+    uint64_t weight_bytes;    /* bytes of tensor data */
+    uint64_t active_bytes_per_token;  /* weights read per decoded token */
+} ds4_model_info;
+
+void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);
+const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m);
+/* A hash over the GGUF metadata and tensor directory (not the data):
+ * identifies "this exact model file layout and quantization". */
+void ds4_model_fingerprint(const ds4_model *m, uint8_t out[20]);
+
+/* `ds4 --inspect`: metadata summary, shapes, tensor type histogram, file and
+ * memory sizes.  Works on vocab-only files too. */
+int ds4_inspect(const char *path, FILE *out, char **err);
+
+/* ------------------------------------------------------------------------ */
+/* Session: the KV state of one token sequence.                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ds4_session ds4_session;
+
+typedef struct {
+    int ctx_size;             /* maximum number of tokens (positions) */
+    int prefill_chunk;        /* tokens per prefill batch (default 2048) */
+    int no_qat;               /* diagnostic: no FP8/FP4/f16 roundings and
+                               * float activations everywhere */
+} ds4_session_params;
+
+void ds4_session_params_default(ds4_session_params *p);
+
+/* Bytes of KV state a session of `ctx_size` tokens needs (plus scratch). */
+uint64_t ds4_session_memory_estimate(const ds4_model *m, int ctx_size);
+
+ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p,
+                             char **err);
+void ds4_session_free(ds4_session *s);
+
+/* Called during long evaluations: done/total tokens.  Return non-zero to
+ * cancel (the session is then left valid at a token boundary). */
+typedef int (*ds4_progress_fn)(void *ud, int done, int total);
+
+/* Make the session hold exactly `toks`: keep the longest common prefix with
+ * the current state, evaluate only the rest.  On DS4_ECTX nothing changes.
+ * *n_reused (optional) receives the number of tokens kept. */
+int ds4_session_sync(ds4_session *s, const int32_t *toks, int n,
+                     ds4_progress_fn progress, void *ud, int *n_reused);
+/* Append tokens (prefill when n > 1, decode when n == 1). */
+int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
+                     ds4_progress_fn progress, void *ud);
+void ds4_session_reset(ds4_session *s);
+
+int ds4_session_n_tokens(const ds4_session *s);
+const int32_t *ds4_session_tokens(const ds4_session *s);
+int ds4_session_ctx_size(const ds4_session *s);
+/* Next-token logits after the last evaluated token (n_vocab floats); NULL
+ * when the session is empty. */
+const float *ds4_session_logits(const ds4_session *s);
+
+/* Diagnostics.  When set, every evaluated position appends its logits row
+ * (n_vocab floats) / its HC states after each sublayer
+ * ([n_layer][2][n_hc][n_embd] floats) to these buffers. */
+void ds4_session_capture(ds4_session *s, ds4_buf *logits_rows,
+                         ds4_buf *hidden_rows);
+/* Force token-at-a-time evaluation (diagnostic --decode-only). */
+void ds4_session_set_decode_only(ds4_session *s, int on);
+
+/* Snapshot: the complete resumable state (tokens, logits, per-layer window
+ * rows, compressed rows, compressor and indexer frontiers). */
+uint64_t ds4_session_snapshot_size(const ds4_session *s);
+int ds4_session_snapshot(const ds4_session *s, ds4_buf *out);
+int ds4_session_restore(ds4_session *s, const void *data, size_t len,
+                        char **err);
+/* KV bytes currently held. */
+uint64_t ds4_session_kv_bytes(const ds4_session *s);
+
+/* ------------------------------------------------------------------------ */
+/* Sampler                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    float temperature;        /* 0 = greedy; default 1 */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* default 0.05 */
+    uint64_t seed;
+} ds4_sampler_params;
+
+typedef struct ds4_sampler ds4_sampler;
+
+void ds4_sampler_params_default(ds4_sampler_params *p);
+ds4_sampler *ds4_sampler_new(int n_vocab, const ds4_sampler_params *p);
+void ds4_sampler_free(ds4_sampler *s);
+void ds4_sampler_reseed(ds4_sampler *s, uint64_t seed);
+int32_t ds4_sample(ds4_sampler *s, const float *logits);
+int32_t ds4_sample_greedy(const float *logits, int n_vocab);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS4_H */

@@ -1,0 +1,148 @@
+/*
+ * gguf.h -- the GGUF v3 container: read-only mmap parsing and a streaming
+ * writer.
+ *
+ * Owns: the file mapping, the metadata table, the tensor directory, bounds
+ * checking of every count, length, offset and size against the file.
+ * Must not: interpret model semantics (that is model.c), copy tensor data,
+ * or allocate sizes taken from the file before checking them against the
+ * file size.
+ */
+#ifndef DS4_GGUF_H
+#define DS4_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Metadata value types (GGUF spec). */
+enum {
+    GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4,
+    GGUF_I32 = 5, GGUF_F32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8,
+    GGUF_ARRAY = 9, GGUF_U64 = 10, GGUF_I64 = 11, GGUF_F64 = 12,
+    GGUF_NTYPES
+};
+
+/* Tensor storage types used by ds4 files (ggml ids). */
+enum {
+    GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8, GGML_Q2_K = 10,
+    GGML_Q4_K = 12, GGML_Q8_K = 15, GGML_IQ2_XXS = 16, GGML_I8 = 24,
+    GGML_I16 = 25, GGML_I32 = 26, GGML_I64 = 27, GGML_F64 = 28,
+    GGML_BF16 = 30,
+};
+
+typedef struct {
+    const char *p;     /* points into the mapping: NOT NUL-terminated */
+    uint64_t len;
+} gguf_str;
+
+typedef struct {
+    char *key;                 /* NUL-terminated copy */
+    uint32_t type;             /* GGUF_* */
+    union {
+        uint64_t u;            /* U8..U64, BOOL */
+        int64_t i;             /* I8..I64 */
+        double f;              /* F32, F64 */
+        gguf_str s;            /* STRING */
+        struct {
+            uint32_t type;     /* element type (never ARRAY: nested arrays are rejected) */
+            uint64_t n;
+            const uint8_t *data;   /* first element in the mapping */
+            const uint64_t *str_off; /* STRING arrays: offset of each element's
+                                        u64 length field from `data`
+                                        (malloc'd index) */
+        } arr;
+    } v;
+} gguf_kv;
+
+#define GGUF_MAX_DIMS 4
+
+typedef struct {
+    char *name;                /* NUL-terminated copy */
+    uint32_t n_dims;
+    uint64_t ne[GGUF_MAX_DIMS];  /* unused dims are 1 */
+    uint32_t type;             /* GGML_* */
+    uint64_t offset;           /* relative to the data section */
+    uint64_t nbytes;
+    const void *data;          /* into the mapping */
+} gguf_tensor;
+
+typedef struct gguf_file {
+    char *path;
+    int fd;
+    const uint8_t *map;
+    uint64_t size;
+    uint32_t version;
+    uint64_t n_kv, n_tensors;
+    gguf_kv *kv;
+    gguf_tensor *tensors;
+    uint64_t alignment;
+    uint64_t data_offset;      /* start of the tensor data section */
+    uint64_t dir_end;          /* end of the tensor directory (before padding) */
+} gguf_file;
+
+/* Element size and block size of a ggml type; 0 for unknown types. */
+uint64_t ggml_type_size(uint32_t type);
+uint64_t ggml_block_size(uint32_t type);
+const char *ggml_type_name(uint32_t type);
+/* Bytes of one row of `ne0` elements; 0 if ne0 is not a multiple of the
+ * block size or the type is unknown. */
+uint64_t ggml_row_size(uint32_t type, uint64_t ne0);
+
+/* Open and fully validate the container (not the model semantics).  On
+ * error returns NULL and a message naming the file and the problem. */
+gguf_file *gguf_open(const char *path, char **err);
+void gguf_close(gguf_file *f);
+
+const gguf_kv *gguf_find(const gguf_file *f, const char *key);
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+
+/* Typed getters.  Return 0 on success, -1 if the key is missing, -2 if the
+ * type is incompatible or the value does not fit (e.g. negative into u32,
+ * NaN into a float that must be finite is NOT checked here). */
+int gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
+int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
+int gguf_get_f32(const gguf_file *f, const char *key, float *out);
+int gguf_get_bool(const gguf_file *f, const char *key, int *out);
+int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
+
+/* Array accessors on a kv of type ARRAY. */
+int gguf_arr_str(const gguf_kv *kv, uint64_t i, gguf_str *out);
+int gguf_arr_i64(const gguf_kv *kv, uint64_t i, int64_t *out); /* any int type */
+int gguf_arr_f64(const gguf_kv *kv, uint64_t i, double *out);  /* F32/F64/ints */
+
+/* Print a value (scalars; arrays abbreviated) for --inspect. */
+void gguf_print_value(FILE *out, const gguf_kv *kv, int max_items);
+
+/* ---------------------------------------------------------------------- */
+/* Writer: streams a GGUF to disk without holding tensor data in memory.   */
+/* Usage: add all kv and tensor infos, then gguf_writer_begin_data(), then */
+/* write each tensor's bytes in order (any number of chunks per tensor),   */
+/* then gguf_writer_close().                                               */
+/* ---------------------------------------------------------------------- */
+
+typedef struct gguf_writer gguf_writer;
+
+gguf_writer *gguf_writer_open(const char *path, char **err);
+int gguf_w_u32(gguf_writer *w, const char *key, uint32_t v);
+int gguf_w_i32(gguf_writer *w, const char *key, int32_t v);
+int gguf_w_u64(gguf_writer *w, const char *key, uint64_t v);
+int gguf_w_f32(gguf_writer *w, const char *key, float v);
+int gguf_w_bool(gguf_writer *w, const char *key, int v);
+int gguf_w_str(gguf_writer *w, const char *key, const char *s, size_t len);
+/* Arrays: elem_type is a GGUF_* scalar type; data holds n packed elements. */
+int gguf_w_arr(gguf_writer *w, const char *key, uint32_t elem_type,
+               const void *data, uint64_t n);
+int gguf_w_arr_str(gguf_writer *w, const char *key, const gguf_str *items,
+                   uint64_t n);
+/* Copy a kv verbatim from another file (used to copy tokenizer metadata). */
+int gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv);
+int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t n_dims,
+                  const uint64_t *ne, uint32_t type);
+int gguf_writer_begin_data(gguf_writer *w);
+int gguf_writer_write(gguf_writer *w, const void *data, size_t len);
+/* Pads, checks every tensor got exactly its bytes, fsyncs and closes. */
+int gguf_writer_close(gguf_writer *w, char **err);
+void gguf_writer_abort(gguf_writer *w);   /* closes and unlinks */
+
+#endif /* DS4_GGUF_H */

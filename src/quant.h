@@ -1,0 +1,96 @@
+/*
+ * quant.h -- quantization formats and their dot-product kernels.
+ *
+ * Owns: the block layouts of F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS and Q8_K,
+ * row dequantization, activation quantization (Q8_0 and Q8_K), and the dot
+ * products of every weight format with quantized and with float
+ * activations.  Every kernel has a portable scalar reference; SIMD versions
+ * (AVX2/FMA/F16C) sit beside it and are selected at start-up.  Tests compare
+ * the two on random data and both against ../shared/golden/quants.
+ * Must not: know about models, tensors names or threads.
+ */
+#ifndef DS4_QUANT_H
+#define DS4_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define QK8_0 32
+#define QK_K 256
+
+typedef struct { uint16_t d; int8_t qs[QK8_0]; } block_q8_0;            /* 34 B, ggml */
+/* ds4's activation variant of Q8_0: same integers, scale kept in float32
+ * (ARCHITECTURE.md §7) so the activation rounding matches the original
+ * engine.  Never stored in a GGUF. */
+typedef struct { float d; int8_t qs[QK8_0]; } block_q8_0a;              /* 36 B */
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4];
+                 uint16_t d, dmin; } block_q2_K;                        /* 84 B */
+typedef struct { uint16_t d, dmin; uint8_t scales[12];
+                 uint8_t qs[QK_K / 2]; } block_q4_K;                    /* 144 B */
+typedef struct { uint16_t d; uint16_t qs[QK_K / 8]; } block_iq2_xxs;    /* 66 B */
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K; /* 292 B */
+
+_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0");
+_Static_assert(sizeof(block_q2_K) == 84, "block_q2_K");
+_Static_assert(sizeof(block_q4_K) == 144, "block_q4_K");
+_Static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs");
+_Static_assert(sizeof(block_q8_K) == 292, "block_q8_K");
+
+/* IQ2_XXS tables (format data, identical to ggml's). */
+extern const uint64_t ds4_iq2xxs_grid[256];
+extern const uint8_t ds4_iq2xxs_signs[128];
+
+/* IEEE half / bfloat16 conversions (round to nearest even, subnormals kept,
+ * overflow to infinity). */
+float ds4_f16_to_f32(uint16_t h);
+uint16_t ds4_f32_to_f16(float f);
+float ds4_bf16_to_f32(uint16_t h);
+/* Round a float through half precision and back. */
+static inline float ds4_f16_round(float x) { return ds4_f16_to_f32(ds4_f32_to_f16(x)); }
+
+/* Dequantize n elements (n a multiple of the block size) of a ggml type
+ * (GGML_F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, Q8_K).  Bit-exact with
+ * ggml.  Returns 0, or -1 for an unsupported type. */
+int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* Activation quantizers.  n must be a multiple of the block size. */
+void ds4_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n);   /* ggml reference rule */
+void ds4_quantize_q8_0_even(const float *x, block_q8_0 *y, int64_t n);  /* ggml AVX2 rule */
+void ds4_quantize_q8_0a(const float *x, block_q8_0a *y, int64_t n);     /* ds4 engine rule */
+void ds4_quantize_q8_K(const float *x, block_q8_K *y, int64_t n);       /* bit-exact with ggml */
+
+/* Kernel table.  `n` is the row length in elements; `w` one weight row;
+ * `a` the quantized activation row (matching block type); `x` a float
+ * activation row.  All return the dot product as float. */
+typedef struct {
+    const char *name;                 /* "scalar", "avx2" */
+    float (*q8_0_q8_0)(int n, const void *w, const void *a);   /* a: block_q8_0 */
+    float (*q8_0_q8_0a)(int n, const void *w, const void *a);  /* a: block_q8_0a */
+    float (*q2_K_q8_K)(int n, const void *w, const void *a);
+    float (*q4_K_q8_K)(int n, const void *w, const void *a);
+    float (*iq2_xxs_q8_K)(int n, const void *w, const void *a);
+    /* float activations */
+    float (*f32_f32)(int n, const void *w, const float *x);
+    float (*f16_f32)(int n, const void *w, const float *x);
+    float (*bf16_f32)(int n, const void *w, const float *x);
+    float (*q8_0_f32)(int n, const void *w, const float *x);
+    float (*q2_K_f32)(int n, const void *w, const float *x);
+    float (*q4_K_f32)(int n, const void *w, const float *x);
+    float (*iq2_xxs_f32)(int n, const void *w, const float *x);
+    /* f16 row -> f32 row */
+    void (*f16_to_f32_row)(const uint16_t *src, float *dst, int n);
+} ds4_kernels;
+
+const ds4_kernels *ds4_kernels_scalar(void);
+/* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C. */
+const ds4_kernels *ds4_kernels_avx2(void);
+/* The best table for this CPU (the one the engine uses).  DS4_KERNELS=scalar
+ * in the environment forces the scalar reference. */
+const ds4_kernels *ds4_kernels_best(void);
+
+/* Float-activation dot for any supported weight type (dispatches through
+ * the table); returns 0 for unsupported types. */
+float ds4_dot_f32act(const ds4_kernels *k, uint32_t type, int n,
+                     const void *w, const float *x);
+
+#endif /* DS4_QUANT_H */
