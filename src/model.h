@@ -1,0 +1,98 @@
+/*
+ * model.h -- binding a GGUF to the DeepSeek V4 layout.
+ *
+ * Owns: reading every shape parameter from `deepseek4.*` metadata, checking
+ * them for internal consistency and sane bounds, and checking every tensor's
+ * presence, dims and type against the layout (ARCHITECTURE.md §1, §3, §4).
+ * All problems are collected and reported at once.
+ * Must not: compute anything, allocate per-tensor copies, or hard-code the
+ * Flash sizes (tiny test models use the same layout with small shapes).
+ */
+#ifndef DS4_MODEL_H
+#define DS4_MODEL_H
+
+#include <stdint.h>
+#include "gguf.h"
+
+/* A bound tensor: a view into the mapping.  For a 2-D weight, ne[0] is the
+ * input width (elements per row) and ne[1] the number of output rows; a 3-D
+ * expert tensor has ne[2] experts.  data == NULL means "absent" (optional
+ * tensors only). */
+typedef struct {
+    const char *name;
+    const uint8_t *data;
+    uint32_t type;             /* GGML_* */
+    uint64_t ne[4];
+    uint64_t row_bytes;        /* bytes of one ne[0]-element row */
+    uint64_t nbytes;
+} ds4_tensor;
+
+typedef struct {
+    int ratio;                 /* 0, 4 (overlapping + indexer) or 128 */
+    int coff;                  /* 2 for overlapping compressors, else 1 */
+    int has_indexer;
+    float swiglu_clamp;
+
+    ds4_tensor hc_attn_fn, hc_attn_scale, hc_attn_base;
+    ds4_tensor attn_norm;
+    ds4_tensor attn_q_a, attn_q_a_norm, attn_q_b;
+    ds4_tensor attn_kv, attn_kv_a_norm;
+    ds4_tensor attn_sinks;
+    ds4_tensor attn_output_a, attn_output_b;
+    /* ratio != 0 */
+    ds4_tensor comp_ape, comp_kv, comp_gate, comp_norm;
+    /* has_indexer */
+    ds4_tensor idx_q_b, idx_proj;
+    ds4_tensor idx_comp_ape, idx_comp_kv, idx_comp_gate, idx_comp_norm;
+
+    ds4_tensor hc_ffn_fn, hc_ffn_scale, hc_ffn_base;
+    ds4_tensor ffn_norm;
+    ds4_tensor ffn_gate_inp;
+    ds4_tensor exp_probs_b;    /* optional (learned-router layers) */
+    ds4_tensor tid2eid;        /* hash layers only: I32 [K, vocab] */
+    ds4_tensor ffn_gate_exps, ffn_up_exps, ffn_down_exps;
+    ds4_tensor ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+} ds4_layer_weights;
+
+typedef struct {
+    int n_layer, n_embd, n_vocab;
+    int n_head, n_head_kv, head_dim, n_rot;
+    int q_lora, o_lora, o_groups;
+    int n_expert, n_expert_used, n_expert_shared, n_ff_exp;
+    int n_hash;
+    int n_swa;
+    int idx_heads, idx_dim, idx_topk;
+    int n_hc, hc_iters;
+    float hc_eps, rms_eps;
+    float rope_base, compress_rope_base;
+    float rope_factor, beta_fast, beta_slow;
+    uint64_t rope_orig_ctx;
+    uint64_t ctx_train;        /* deepseek4.context_length (informational) */
+    float expert_scale;
+    int expert_norm;
+    int *compress_ratios;      /* [n_layer] */
+    float *swiglu_clamp;       /* [n_layer] */
+} ds4_config;
+
+typedef struct {
+    gguf_file *gf;
+    ds4_config cfg;
+    ds4_tensor token_embd;
+    ds4_tensor output_hc_fn, output_hc_base, output_hc_scale;
+    ds4_tensor output_norm, output;
+    ds4_layer_weights *layers;  /* [n_layer] */
+} ds4_weights;
+
+/* Bind and validate.  `gf` stays owned by the caller.  On failure returns a
+ * negative DS4_E* code and a message listing every problem, one per line,
+ * each prefixed with the file name, e.g.
+ * "model.gguf: tensor blk.3.attn_q_b.weight has dims [128, 2048], expected [128, 2304]". */
+int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err);
+void ds4_weights_free(ds4_weights *w);
+
+/* Bytes of weights read to decode one token (attention, shared expert,
+ * n_expert_used routed experts per layer, router, HC, head; the embedding
+ * row only). */
+uint64_t ds4_weights_active_bytes(const ds4_weights *w);
+
+#endif /* DS4_MODEL_H */

@@ -1,0 +1,102 @@
+/*
+ * util.c -- small shared helpers of the public API: status strings and the
+ * growable token / byte buffers (ds4_tokens, ds4_buf).
+ *
+ * Owns: nothing but these containers.  Growth is geometric so that appending
+ * in a loop is amortised O(1) and a reused buffer stops allocating.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+
+#include "ds4.h"
+
+const char *ds4_strerror(int code) {
+    switch (code) {
+    case DS4_OK: return "ok";
+    case DS4_EINVAL: return "invalid argument or input";
+    case DS4_ENOMEM: return "out of memory";
+    case DS4_EIO: return "I/O error";
+    case DS4_EFORMAT: return "malformed or incompatible data";
+    case DS4_ECTX: return "context is full";
+    case DS4_ECANCEL: return "cancelled";
+    case DS4_EUNSUP: return "unsupported";
+    }
+    return "unknown error";
+}
+
+int ds4_tokens_reserve(ds4_tokens *t, size_t cap) {
+    if (cap <= t->cap) return DS4_OK;
+    size_t nc = t->cap ? t->cap : 64;
+    while (nc < cap) {
+        if (nc > ((size_t)-1) / 2 / sizeof(int32_t)) return DS4_ENOMEM;
+        nc *= 2;
+    }
+    int32_t *v = realloc(t->v, nc * sizeof(int32_t));
+    if (!v) return DS4_ENOMEM;
+    t->v = v;
+    t->cap = nc;
+    return DS4_OK;
+}
+
+int ds4_tokens_push(ds4_tokens *t, int32_t id) {
+    if (t->n == t->cap && ds4_tokens_reserve(t, t->n + 1)) return DS4_ENOMEM;
+    t->v[t->n++] = id;
+    return DS4_OK;
+}
+
+void ds4_tokens_free(ds4_tokens *t) {
+    free(t->v);
+    t->v = NULL;
+    t->n = t->cap = 0;
+}
+
+static int buf_reserve(ds4_buf *b, size_t need) {
+    if (need < b->cap) return DS4_OK;   /* keep room for the NUL */
+    size_t nc = b->cap ? b->cap : 256;
+    while (nc <= need) {
+        if (nc > ((size_t)-1) / 2) return DS4_ENOMEM;
+        nc *= 2;
+    }
+    char *p = realloc(b->p, nc);
+    if (!p) return DS4_ENOMEM;
+    b->p = p;
+    b->cap = nc;
+    return DS4_OK;
+}
+
+int ds4_buf_append(ds4_buf *b, const void *data, size_t len) {
+    if (len > ((size_t)-1) - b->n - 1) return DS4_ENOMEM;
+    if (buf_reserve(b, b->n + len)) return DS4_ENOMEM;
+    if (len) memcpy(b->p + b->n, data, len);
+    b->n += len;
+    b->p[b->n] = 0;
+    return DS4_OK;
+}
+
+int ds4_buf_puts(ds4_buf *b, const char *s) {
+    return ds4_buf_append(b, s, strlen(s));
+}
+
+int ds4_buf_printf(ds4_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char tmp[256];
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0) return DS4_EINVAL;
+    if ((size_t)k < sizeof tmp) return ds4_buf_append(b, tmp, (size_t)k);
+    if (buf_reserve(b, b->n + (size_t)k)) return DS4_ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)k;
+    return DS4_OK;
+}
+
+void ds4_buf_free(ds4_buf *b) {
+    free(b->p);
+    b->p = NULL;
+    b->n = b->cap = 0;
+}
