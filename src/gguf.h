@@ -67,9 +67,11 @@ typedef struct {
     const void *data;          /* into the mapping */
 } gguf_tensor;
 
+struct gguf_index;             /* private lookup tables (gguf.c) */
+
 typedef struct gguf_file {
-    char *path;
-    int fd;
+    char *path;                /* as given to gguf_open (used in messages) */
+    int fd;                    /* -1 for gguf_open_mem */
     const uint8_t *map;
     uint64_t size;
     uint32_t version;
@@ -79,6 +81,8 @@ typedef struct gguf_file {
     uint64_t alignment;
     uint64_t data_offset;      /* start of the tensor data section */
     uint64_t dir_end;          /* end of the tensor directory (before padding) */
+    int owns_map;              /* 1: munmap at close (gguf_open) */
+    struct gguf_index *idx;
 } gguf_file;
 
 /* Element size and block size of a ggml type; 0 for unknown types. */
@@ -92,6 +96,10 @@ uint64_t ggml_row_size(uint32_t type, uint64_t ne0);
 /* Open and fully validate the container (not the model semantics).  On
  * error returns NULL and a message naming the file and the problem. */
 gguf_file *gguf_open(const char *path, char **err);
+/* Same checks on a caller-owned buffer that must outlive the gguf_file
+ * (fuzzing, tests).  `name` is used in messages. */
+gguf_file *gguf_open_mem(const void *data, size_t size, const char *name,
+                         char **err);
 void gguf_close(gguf_file *f);
 
 const gguf_kv *gguf_find(const gguf_file *f, const char *key);
@@ -101,15 +109,20 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
  * type is incompatible or the value does not fit (e.g. negative into u32,
  * NaN into a float that must be finite is NOT checked here). */
 int gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
+int gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
+int gguf_get_f64(const gguf_file *f, const char *key, double *out);  /* floats and ints */
 int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
-int gguf_get_f32(const gguf_file *f, const char *key, float *out);
-int gguf_get_bool(const gguf_file *f, const char *key, int *out);
+int gguf_get_f32(const gguf_file *f, const char *key, float *out);   /* floats and ints */
+int gguf_get_bool(const gguf_file *f, const char *key, int *out);    /* BOOL, or int 0/1 */
 int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 
 /* Array accessors on a kv of type ARRAY. */
 int gguf_arr_str(const gguf_kv *kv, uint64_t i, gguf_str *out);
 int gguf_arr_i64(const gguf_kv *kv, uint64_t i, int64_t *out); /* any int type */
 int gguf_arr_f64(const gguf_kv *kv, uint64_t i, double *out);  /* F32/F64/ints */
+
+/* Bytes of a kv's encoded value (after the key and type fields). */
+uint64_t gguf_kv_nbytes(const gguf_kv *kv);
 
 /* Print a value (scalars; arrays abbreviated) for --inspect. */
 void gguf_print_value(FILE *out, const gguf_kv *kv, int max_items);
@@ -141,7 +154,11 @@ int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t n_dims,
                   const uint64_t *ne, uint32_t type);
 int gguf_writer_begin_data(gguf_writer *w);
 int gguf_writer_write(gguf_writer *w, const void *data, size_t len);
-/* Pads, checks every tensor got exactly its bytes, fsyncs and closes. */
+/* The file is written to "<path>.tmp"; close pads, checks every tensor got
+ * exactly its bytes, fsyncs and renames it to `path`, so a partial file never
+ * appears under the final name.  Errors in any earlier call are sticky and
+ * reported (with the first message) by close, which then removes the
+ * temporary file.  gguf_w_u32("general.alignment", a) sets the alignment. */
 int gguf_writer_close(gguf_writer *w, char **err);
 void gguf_writer_abort(gguf_writer *w);   /* closes and unlinks */
 
