@@ -12,6 +12,7 @@
 #define DS4_MODEL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "gguf.h"
 
 /* A bound tensor: a view into the mapping.  For a 2-D weight, ne[0] is the
@@ -81,6 +82,8 @@ typedef struct {
     ds4_tensor output_hc_fn, output_hc_base, output_hc_scale;
     ds4_tensor output_norm, output;
     ds4_layer_weights *layers;  /* [n_layer] */
+    uint64_t n_bound;           /* tensors of the file bound by the layout
+                                   (the rest are ignored, e.g. MTP tensors) */
 } ds4_weights;
 
 /* Bind and validate.  `gf` stays owned by the caller.  On failure returns a
@@ -94,5 +97,9 @@ void ds4_weights_free(ds4_weights *w);
  * n_expert_used routed experts per layer, router, HC, head; the embedding
  * row only). */
 uint64_t ds4_weights_active_bytes(const ds4_weights *w);
+
+/* The body of ds4_inspect() (inspect.c) on an already opened file, for
+ * callers that hold one (the fuzzer, tests).  Same output and status. */
+int ds4_inspect_gguf(gguf_file *gf, FILE *out, char **err);
 
 #endif /* DS4_MODEL_H */

@@ -1,0 +1,572 @@
+/*
+ * model.c -- binds a parsed GGUF to the DeepSeek V4 layout (implements
+ * model.h): shape parameters from `deepseek4.*` metadata (ARCHITECTURE.md
+ * §3), their consistency and bounds, and every tensor's presence, dims and
+ * type (§4; the dims are those of `expect(...)` in oracle/ds4_ref.py
+ * Weights._validate, written here fastest-first as GGUF stores them).
+ *
+ * Owns: ds4_config / ds4_weights construction and the per-token active
+ * byte count.  Must not: compute, copy tensor data, or hard-code Flash
+ * sizes: tiny test models share the layout with small shapes.
+ * Every problem is collected and reported at once, one per line.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds4.h"
+#include "model.h"
+
+#define MAX_PROBLEMS 50
+
+/* Bounds: far above the real Flash and PRO sizes, low enough that derived
+ * products (n_head*head_dim, n_hc*n_embd, o_groups*o_lora, ...) fit in an
+ * int and a corrupt value cannot make anyone allocate terabytes. */
+#define MAX_EMBD 65536
+#define MAX_LAYER 1024
+#define MAX_VOCAB (1 << 24)
+#define MAX_EXPERT 4096
+#define MAX_HEAD 4096
+#define MAX_HEAD_DIM 4096
+#define MAX_RANK 65536
+#define MAX_FF 65536
+#define MAX_HC 64
+#define MAX_RATIO (1 << 20)
+
+typedef struct {
+    const char *path;
+    ds4_buf msg;
+    int n;                     /* problems found (may exceed those printed) */
+    int oom;
+} problems;
+
+static void prob(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void prob(problems *p, const char *fmt, ...) {
+    p->n++;
+    if (p->n > MAX_PROBLEMS) return;
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (ds4_buf_printf(&p->msg, "%s%s: %s", p->msg.n ? "\n" : "", p->path, tmp)) p->oom = 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Metadata                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static const char *vt_name(uint32_t t) {
+    static const char *n[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
+                              "bool", "string", "array", "u64", "i64", "f64"};
+    return t < GGUF_NTYPES ? n[t] : "?";
+}
+
+static int is_int_type(uint32_t t) {
+    return t == GGUF_U8 || t == GGUF_I8 || t == GGUF_U16 || t == GGUF_I16 || t == GGUF_U32 ||
+           t == GGUF_I32 || t == GGUF_U64 || t == GGUF_I64;
+}
+
+static void key_of(char *buf, size_t n, const char *suffix) {
+    snprintf(buf, n, "deepseek4.%s", suffix);
+}
+
+/* Reads an integer key into [lo, hi].  Returns 1 if a valid value was
+ * stored, 0 if absent (and not required), -1 on a reported problem. */
+static int meta_int(problems *p, const gguf_file *gf, const char *suffix, int required,
+                    int64_t lo, int64_t hi, int64_t *out) {
+    char key[128];
+    key_of(key, sizeof key, suffix);
+    const gguf_kv *kv = gguf_find(gf, key);
+    if (!kv) {
+        if (!required) return 0;
+        prob(p, "missing metadata %s", key);
+        return -1;
+    }
+    if (!is_int_type(kv->type)) {
+        prob(p, "metadata %s has type %s, expected an integer", key, vt_name(kv->type));
+        return -1;
+    }
+    int64_t v;
+    if (gguf_get_i64(gf, key, &v) || v < lo || v > hi) {
+        if (kv->type == GGUF_U64 || kv->type == GGUF_U32 || kv->type == GGUF_U16 || kv->type == GGUF_U8)
+            prob(p, "metadata %s = %" PRIu64 " is out of range [%" PRId64 ", %" PRId64 "]", key, kv->v.u, lo, hi);
+        else
+            prob(p, "metadata %s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", key, kv->v.i, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
+
+static int meta_int32(problems *p, const gguf_file *gf, const char *suffix, int required,
+                      int64_t lo, int64_t hi, int *out, int *bad) {
+    int64_t v = 0;
+    int r = meta_int(p, gf, suffix, required, lo, hi, &v);
+    if (r == 1) *out = (int)v;
+    if (r < 0) *bad = 1;
+    return r;
+}
+
+static int check_float(problems *p, const char *key, double v, double lo, double hi) {
+    if (isnan(v)) { prob(p, "metadata %s is NaN", key); return -1; }
+    if (isinf(v)) { prob(p, "metadata %s is infinite", key); return -1; }
+    if (v < lo || v > hi) {
+        prob(p, "metadata %s = %g is out of range [%g, %g]", key, v, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
+/* Float key (f32/f64; an integer value is accepted too). */
+static int meta_float(problems *p, const gguf_file *gf, const char *suffix, int required,
+                      double lo, double hi, float *out, int *bad) {
+    char key[128];
+    key_of(key, sizeof key, suffix);
+    const gguf_kv *kv = gguf_find(gf, key);
+    if (!kv) {
+        if (!required) return 0;
+        prob(p, "missing metadata %s", key);
+        *bad = 1;
+        return -1;
+    }
+    double v;
+    if (gguf_get_f64(gf, key, &v)) {
+        prob(p, "metadata %s has type %s, expected a float", key, vt_name(kv->type));
+        *bad = 1;
+        return -1;
+    }
+    if (check_float(p, key, v, lo, hi)) { *bad = 1; return -1; }
+    *out = (float)v;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum { T_F32ONLY, T_I32, T_EMBD, T_MATRIX };
+
+typedef struct {
+    problems *p;
+    const gguf_file *gf;
+    uint64_t n_bound;
+} binder;
+
+static int type_ok(int kind, uint32_t t) {
+    switch (kind) {
+    case T_F32ONLY: return t == GGML_F32;
+    case T_I32: return t == GGML_I32;
+    case T_EMBD: return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0;
+    case T_MATRIX:
+        return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q2_K ||
+               t == GGML_Q4_K || t == GGML_IQ2_XXS;
+    }
+    return 0;
+}
+
+static const char *kind_types(int kind) {
+    switch (kind) {
+    case T_F32ONLY: return "F32";
+    case T_I32: return "I32";
+    case T_EMBD: return "one of F32, F16, BF16, Q8_0";
+    }
+    return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS";
+}
+
+static void fmt_dims(char *buf, size_t n, uint32_t nd, const uint64_t *ne) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (uint32_t d = 0; d < nd && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%" PRIu64, d ? ", " : "", ne[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* Looks up `name`, checks dims (trailing 1s are insignificant: they do not
+ * change the storage) and type, and fills `dst`.  Returns 1 if bound. */
+static int bind_t(binder *b, ds4_tensor *dst, const char *name, int kind, uint32_t nd,
+                  uint64_t ne0, uint64_t ne1, uint64_t ne2, int optional) {
+    memset(dst, 0, sizeof *dst);
+    const gguf_tensor *t = gguf_find_tensor(b->gf, name);
+    if (!t) {
+        if (!optional) prob(b->p, "missing tensor %s", name);
+        return 0;
+    }
+    uint64_t want[4] = {ne0, nd > 1 ? ne1 : 1, nd > 2 ? ne2 : 1, 1};
+    int ok = 1;
+    for (int d = 0; d < 4; d++) ok &= t->ne[d] == want[d];
+    if (!ok) {
+        char g[128], w[128];
+        fmt_dims(g, sizeof g, t->n_dims, t->ne);
+        fmt_dims(w, sizeof w, nd, want);
+        prob(b->p, "tensor %s has dims %s, expected %s", name, g, w);
+    }
+    if (!type_ok(kind, t->type)) {
+        prob(b->p, "tensor %s has type %s, expected %s", name, ggml_type_name(t->type), kind_types(kind));
+        ok = 0;
+    }
+    dst->name = t->name;
+    dst->data = t->data;
+    dst->type = t->type;
+    for (int d = 0; d < 4; d++) dst->ne[d] = t->ne[d];
+    dst->row_bytes = ggml_row_size(t->type, t->ne[0]);
+    dst->nbytes = t->nbytes;
+    b->n_bound++;
+    return ok;
+}
+
+static int bind_l(binder *b, ds4_tensor *dst, int il, const char *suffix, int kind, uint32_t nd,
+                  uint64_t ne0, uint64_t ne1, uint64_t ne2, int optional) {
+    char name[160];
+    snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
+    return bind_t(b, dst, name, kind, nd, ne0, ne1, ne2, optional);
+}
+
+static int has_l(const gguf_file *gf, int il, const char *suffix) {
+    char name[160];
+    snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
+    return gguf_find_tensor(gf, name) != NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Config                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Reads every shape parameter.  *shape_bad is set when an integer shape
+ * value is unusable (then tensor checks would only produce noise). */
+static void read_config(problems *p, const gguf_file *gf, ds4_config *c, int *shape_bad,
+                        int *need_idx_meta) {
+    int bad = 0, fbad = 0;
+    int64_t v64;
+    meta_int32(p, gf, "block_count", 1, 1, MAX_LAYER, &c->n_layer, &bad);
+    meta_int32(p, gf, "embedding_length", 1, 1, MAX_EMBD, &c->n_embd, &bad);
+    meta_int32(p, gf, "vocab_size", 1, 1, MAX_VOCAB, &c->n_vocab, &bad);
+    meta_int32(p, gf, "attention.head_count", 1, 1, MAX_HEAD, &c->n_head, &bad);
+    meta_int32(p, gf, "attention.head_count_kv", 1, 1, 1, &c->n_head_kv, &bad);
+    meta_int32(p, gf, "attention.key_length", 1, 1, MAX_HEAD_DIM, &c->head_dim, &bad);
+    int vlen = 0;
+    if (meta_int32(p, gf, "attention.value_length", 1, 1, MAX_HEAD_DIM, &vlen, &bad) == 1 &&
+        c->head_dim && vlen != c->head_dim) {
+        prob(p, "metadata deepseek4.attention.value_length = %d must equal key_length = %d (K = V)",
+             vlen, c->head_dim);
+        bad = 1;
+    }
+    meta_int32(p, gf, "rope.dimension_count", 1, 0, MAX_HEAD_DIM, &c->n_rot, &bad);
+    meta_int32(p, gf, "attention.q_lora_rank", 1, 1, MAX_RANK, &c->q_lora, &bad);
+    meta_int32(p, gf, "attention.output_lora_rank", 1, 1, MAX_RANK, &c->o_lora, &bad);
+    meta_int32(p, gf, "attention.output_group_count", 1, 1, MAX_HEAD, &c->o_groups, &bad);
+    meta_int32(p, gf, "attention.sliding_window", 1, 1, 1 << 24, &c->n_swa, &bad);
+    meta_int32(p, gf, "expert_count", 1, 1, MAX_EXPERT, &c->n_expert, &bad);
+    meta_int32(p, gf, "expert_used_count", 1, 1, MAX_EXPERT, &c->n_expert_used, &bad);
+    meta_int32(p, gf, "expert_shared_count", 1, 1, 64, &c->n_expert_shared, &bad);
+    meta_int32(p, gf, "expert_feed_forward_length", 1, 1, MAX_FF, &c->n_ff_exp, &bad);
+    meta_int32(p, gf, "hash_layer_count", 1, 0, MAX_LAYER, &c->n_hash, &bad);
+    meta_int32(p, gf, "hyper_connection.count", 1, 1, MAX_HC, &c->n_hc, &bad);
+    meta_int32(p, gf, "hyper_connection.sinkhorn_iterations", 1, 1, 1000, &c->hc_iters, &fbad);
+    /* The indexer keys are needed only if an indexer layer exists (checked
+     * with the layer kinds); here they are read if present. */
+    int ib = 0;
+    int ih = meta_int32(p, gf, "attention.indexer.head_count", 0, 1, MAX_HEAD, &c->idx_heads, &ib);
+    int id = meta_int32(p, gf, "attention.indexer.key_length", 0, 1, MAX_HEAD_DIM, &c->idx_dim, &ib);
+    int it = meta_int32(p, gf, "attention.indexer.top_k", 0, 1, 1 << 24, &c->idx_topk, &ib);
+    if (ib) bad = 1;
+    *need_idx_meta = !(ih == 1 && id == 1 && it == 1);   /* 1 = not all present and valid */
+    if (id == 1 && (c->idx_dim & (c->idx_dim - 1))) {
+        prob(p, "metadata deepseek4.attention.indexer.key_length = %d is not a power of two "
+             "(the indexer applies a Hadamard rotation)", c->idx_dim);
+        bad = 1;
+    }
+    if (meta_int(p, gf, "rope.scaling.original_context_length", 1, 1, INT64_MAX, &v64) == 1)
+        c->rope_orig_ctx = (uint64_t)v64;
+    if (meta_int(p, gf, "context_length", 0, 1, INT64_MAX, &v64) == 1) c->ctx_train = (uint64_t)v64;
+    int64_t g = 0;
+    if (meta_int(p, gf, "expert_group_count", 0, 0, MAX_EXPERT, &g) == 1 && g > 1)
+        prob(p, "metadata deepseek4.expert_group_count = %" PRId64 ": group-limited routing is not supported", g);
+
+    meta_float(p, gf, "attention.layer_norm_rms_epsilon", 1, 0.0, 1.0, &c->rms_eps, &fbad);
+    meta_float(p, gf, "hyper_connection.epsilon", 1, 0.0, 1.0, &c->hc_eps, &fbad);
+    meta_float(p, gf, "rope.freq_base", 1, 1e-6, 1e30, &c->rope_base, &fbad);
+    meta_float(p, gf, "attention.compress_rope_freq_base", 1, 1e-6, 1e30, &c->compress_rope_base, &fbad);
+    meta_float(p, gf, "rope.scaling.factor", 1, 1e-6, 1e30, &c->rope_factor, &fbad);
+    meta_float(p, gf, "rope.scaling.yarn_beta_fast", 1, -1e30, 1e30, &c->beta_fast, &fbad);
+    meta_float(p, gf, "rope.scaling.yarn_beta_slow", 1, -1e30, 1e30, &c->beta_slow, &fbad);
+    meta_float(p, gf, "expert_weights_scale", 1, -1e30, 1e30, &c->expert_scale, &fbad);
+    {
+        int r = gguf_get_bool(gf, "deepseek4.expert_weights_norm", &c->expert_norm);
+        if (r == -1) prob(p, "missing metadata deepseek4.expert_weights_norm");
+        if (r == -2) prob(p, "metadata deepseek4.expert_weights_norm is not a bool");
+    }
+
+    /* Internal consistency of what was read. */
+    if (c->n_head && c->o_groups && c->n_head % c->o_groups) {
+        prob(p, "metadata deepseek4.attention.head_count = %d is not a multiple of output_group_count = %d",
+             c->n_head, c->o_groups);
+        bad = 1;
+    }
+    if (c->head_dim && (c->n_rot > c->head_dim || c->n_rot % 2)) {
+        prob(p, "metadata deepseek4.rope.dimension_count = %d must be even and <= key_length = %d",
+             c->n_rot, c->head_dim);
+        bad = 1;
+    }
+    if (c->n_expert && c->n_expert_used > c->n_expert) {
+        prob(p, "metadata deepseek4.expert_used_count = %d exceeds expert_count = %d",
+             c->n_expert_used, c->n_expert);
+        bad = 1;
+    }
+    if (c->n_layer && c->n_hash > c->n_layer) {
+        prob(p, "metadata deepseek4.hash_layer_count = %d exceeds block_count = %d", c->n_hash, c->n_layer);
+        bad = 1;
+    }
+
+    /* Per-layer arrays (need n_layer). */
+    if (c->n_layer > 0) {
+        c->compress_ratios = calloc((size_t)c->n_layer, sizeof *c->compress_ratios);
+        c->swiglu_clamp = calloc((size_t)c->n_layer, sizeof *c->swiglu_clamp);
+        if (!c->compress_ratios || !c->swiglu_clamp) { p->oom = 1; *shape_bad = 1; return; }
+        const char *rk = "deepseek4.attention.compress_ratios";
+        const gguf_kv *kv = gguf_find(gf, rk);
+        if (!kv) {
+            prob(p, "missing metadata %s", rk);
+            bad = 1;
+        } else if (kv->type != GGUF_ARRAY || !is_int_type(kv->v.arr.type)) {
+            prob(p, "metadata %s has type %s, expected an integer array", rk,
+                 kv->type == GGUF_ARRAY ? vt_name(kv->v.arr.type) : vt_name(kv->type));
+            bad = 1;
+        } else if (kv->v.arr.n < (uint64_t)c->n_layer) {
+            prob(p, "metadata %s has %" PRIu64 " entries, fewer than block_count = %d", rk, kv->v.arr.n,
+                 c->n_layer);
+            bad = 1;
+        } else {
+            for (int il = 0; il < c->n_layer; il++) {
+                int64_t r = -1;
+                if (gguf_arr_i64(kv, (uint64_t)il, &r) || r < 0 || r == 1 || r > MAX_RATIO) {
+                    prob(p, "metadata %s[%d] = %" PRId64 " is invalid (must be 0 or 2..%d)", rk, il, r,
+                         MAX_RATIO);
+                    bad = 1;
+                } else {
+                    c->compress_ratios[il] = (int)r;
+                }
+            }
+        }
+        const char *ck = "deepseek4.swiglu_clamp_exp";
+        kv = gguf_find(gf, ck);
+        if (!kv) {
+            prob(p, "missing metadata %s", ck);
+            fbad = 1;
+        } else if (kv->type != GGUF_ARRAY) {
+            double v;   /* a scalar applies to every layer */
+            if (gguf_get_f64(gf, ck, &v)) {
+                prob(p, "metadata %s has type %s, expected a float array", ck, vt_name(kv->type));
+                fbad = 1;
+            } else if (!check_float(p, ck, v, 0.0, 1e30)) {
+                for (int il = 0; il < c->n_layer; il++) c->swiglu_clamp[il] = (float)v;
+            }
+        } else if (kv->v.arr.type == GGUF_STRING || kv->v.arr.type == GGUF_BOOL) {
+            prob(p, "metadata %s has element type %s, expected a float array", ck, vt_name(kv->v.arr.type));
+            fbad = 1;
+        } else if (kv->v.arr.n < (uint64_t)c->n_layer) {
+            prob(p, "metadata %s has %" PRIu64 " entries, fewer than block_count = %d", ck, kv->v.arr.n,
+                 c->n_layer);
+            fbad = 1;
+        } else {
+            for (int il = 0; il < c->n_layer; il++) {
+                double v = 0;
+                char nm[96];
+                gguf_arr_f64(kv, (uint64_t)il, &v);
+                snprintf(nm, sizeof nm, "%s[%d]", ck, il);
+                if (check_float(p, nm, v, 0.0, 1e30)) fbad = 1;
+                else c->swiglu_clamp[il] = (float)v;
+            }
+        }
+    }
+    (void)fbad;   /* bad float values are reported but do not block the tensor checks */
+    *shape_bad = bad;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bind                                                                      */
+/* ------------------------------------------------------------------------ */
+
+void ds4_weights_free(ds4_weights *w) {
+    if (!w) return;
+    free(w->layers);
+    free(w->cfg.compress_ratios);
+    free(w->cfg.swiglu_clamp);
+    memset(w, 0, sizeof *w);
+}
+
+static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights *L, int *needs_idx) {
+    const gguf_file *gf = b->gf;
+    const uint64_t D = (uint64_t)c->n_embd, hd = (uint64_t)c->head_dim;
+    const uint64_t hc_dim = (uint64_t)c->n_hc * D, hc_mix = (uint64_t)(2 + c->n_hc) * (uint64_t)c->n_hc;
+    const uint64_t gdim = (uint64_t)c->n_head * hd / (uint64_t)c->o_groups;
+    const uint64_t olow = (uint64_t)c->o_groups * (uint64_t)c->o_lora;
+    const uint64_t E = (uint64_t)c->n_expert, F = (uint64_t)c->n_ff_exp;
+    const uint64_t sh = F * (uint64_t)c->n_expert_shared;
+
+    bind_l(b, &L->hc_attn_fn, il, "hc_attn_fn.weight", T_MATRIX, 2, hc_dim, hc_mix, 0, 0);
+    bind_l(b, &L->hc_attn_scale, il, "hc_attn_scale.weight", T_F32ONLY, 1, 3, 0, 0, 0);
+    bind_l(b, &L->hc_attn_base, il, "hc_attn_base.weight", T_F32ONLY, 1, hc_mix, 0, 0, 0);
+    bind_l(b, &L->hc_ffn_fn, il, "hc_ffn_fn.weight", T_MATRIX, 2, hc_dim, hc_mix, 0, 0);
+    bind_l(b, &L->hc_ffn_scale, il, "hc_ffn_scale.weight", T_F32ONLY, 1, 3, 0, 0, 0);
+    bind_l(b, &L->hc_ffn_base, il, "hc_ffn_base.weight", T_F32ONLY, 1, hc_mix, 0, 0, 0);
+    bind_l(b, &L->attn_norm, il, "attn_norm.weight", T_F32ONLY, 1, D, 0, 0, 0);
+    bind_l(b, &L->attn_q_a, il, "attn_q_a.weight", T_MATRIX, 2, D, (uint64_t)c->q_lora, 0, 0);
+    bind_l(b, &L->attn_q_a_norm, il, "attn_q_a_norm.weight", T_F32ONLY, 1, (uint64_t)c->q_lora, 0, 0, 0);
+    bind_l(b, &L->attn_q_b, il, "attn_q_b.weight", T_MATRIX, 2, (uint64_t)c->q_lora, (uint64_t)c->n_head * hd, 0, 0);
+    bind_l(b, &L->attn_kv, il, "attn_kv.weight", T_MATRIX, 2, D, hd, 0, 0);
+    bind_l(b, &L->attn_kv_a_norm, il, "attn_kv_a_norm.weight", T_F32ONLY, 1, hd, 0, 0, 0);
+    bind_l(b, &L->attn_sinks, il, "attn_sinks.weight", T_F32ONLY, 1, (uint64_t)c->n_head, 0, 0, 0);
+    bind_l(b, &L->attn_output_a, il, "attn_output_a.weight", T_MATRIX, 2, gdim, olow, 0, 0);
+    bind_l(b, &L->attn_output_b, il, "attn_output_b.weight", T_MATRIX, 2, olow, D, 0, 0);
+
+    int ratio = c->compress_ratios[il];
+    L->ratio = ratio;
+    L->swiglu_clamp = c->swiglu_clamp[il];
+    L->coff = 1;
+    L->has_indexer = 0;
+    if (ratio) {
+        /* Overlapping (two-lane) compressor + indexer is recognised by the
+         * indexer tensors, or by a compressor of width 2*head_dim
+         * (ARCHITECTURE.md §1); the literal ratio 4 is not used. */
+        int overlap = has_l(gf, il, "indexer.attn_q_b.weight");
+        if (!overlap) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "blk.%d.attn_compressor_kv.weight", il);
+            const gguf_tensor *t = gguf_find_tensor(gf, nm);
+            overlap = t && t->n_dims >= 2 && t->ne[1] == 2 * hd;
+        }
+        L->coff = overlap ? 2 : 1;
+        L->has_indexer = overlap;
+        uint64_t cw = (uint64_t)L->coff * hd, R = (uint64_t)ratio;
+        bind_l(b, &L->comp_ape, il, "attn_compressor_ape.weight", T_MATRIX, 2, cw, R, 0, 0);
+        bind_l(b, &L->comp_kv, il, "attn_compressor_kv.weight", T_MATRIX, 2, D, cw, 0, 0);
+        bind_l(b, &L->comp_gate, il, "attn_compressor_gate.weight", T_MATRIX, 2, D, cw, 0, 0);
+        bind_l(b, &L->comp_norm, il, "attn_compressor_norm.weight", T_F32ONLY, 1, hd, 0, 0, 0);
+        if (overlap) {
+            *needs_idx = 1;
+            const uint64_t IH = (uint64_t)c->idx_heads, ID = (uint64_t)c->idx_dim;
+            if (IH && ID) {
+                bind_l(b, &L->idx_q_b, il, "indexer.attn_q_b.weight", T_MATRIX, 2, (uint64_t)c->q_lora, IH * ID, 0, 0);
+                bind_l(b, &L->idx_proj, il, "indexer.proj.weight", T_MATRIX, 2, D, IH, 0, 0);
+                bind_l(b, &L->idx_comp_ape, il, "indexer_compressor_ape.weight", T_MATRIX, 2, 2 * ID, R, 0, 0);
+                bind_l(b, &L->idx_comp_kv, il, "indexer_compressor_kv.weight", T_MATRIX, 2, D, 2 * ID, 0, 0);
+                bind_l(b, &L->idx_comp_gate, il, "indexer_compressor_gate.weight", T_MATRIX, 2, D, 2 * ID, 0, 0);
+                bind_l(b, &L->idx_comp_norm, il, "indexer_compressor_norm.weight", T_F32ONLY, 1, ID, 0, 0, 0);
+            }
+        }
+    }
+
+    bind_l(b, &L->ffn_norm, il, "ffn_norm.weight", T_F32ONLY, 1, D, 0, 0, 0);
+    bind_l(b, &L->ffn_gate_inp, il, "ffn_gate_inp.weight", T_MATRIX, 2, D, E, 0, 0);
+    bind_l(b, &L->exp_probs_b, il, "exp_probs_b.bias", T_F32ONLY, 1, E, 0, 0, 1);
+    if (il < c->n_hash)
+        bind_l(b, &L->tid2eid, il, "ffn_gate_tid2eid.weight", T_I32, 2, (uint64_t)c->n_expert_used,
+               (uint64_t)c->n_vocab, 0, 0);
+    int g = bind_l(b, &L->ffn_gate_exps, il, "ffn_gate_exps.weight", T_MATRIX, 3, D, F, E, 0);
+    int u = bind_l(b, &L->ffn_up_exps, il, "ffn_up_exps.weight", T_MATRIX, 3, D, F, E, 0);
+    bind_l(b, &L->ffn_down_exps, il, "ffn_down_exps.weight", T_MATRIX, 3, F, D, E, 0);
+    if (g && u && L->ffn_gate_exps.type != L->ffn_up_exps.type)
+        prob(b->p, "tensor %s has type %s, expected the type of blk.%d.ffn_gate_exps.weight (%s)",
+             L->ffn_up_exps.name, ggml_type_name(L->ffn_up_exps.type), il,
+             ggml_type_name(L->ffn_gate_exps.type));
+    bind_l(b, &L->ffn_gate_shexp, il, "ffn_gate_shexp.weight", T_MATRIX, 2, D, sh, 0, 0);
+    bind_l(b, &L->ffn_up_shexp, il, "ffn_up_shexp.weight", T_MATRIX, 2, D, sh, 0, 0);
+    bind_l(b, &L->ffn_down_shexp, il, "ffn_down_shexp.weight", T_MATRIX, 2, sh, D, 0, 0);
+}
+
+int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
+    memset(w, 0, sizeof *w);
+    if (err) *err = NULL;
+    problems P = {.path = gf->path};
+    int rc = DS4_EFORMAT;
+
+    gguf_str arch;
+    int r = gguf_get_str(gf, "general.architecture", &arch);
+    if (r == -1) prob(&P, "missing metadata general.architecture (expected \"deepseek4\")");
+    else if (r == -2) prob(&P, "metadata general.architecture is not a string");
+    else if (arch.len != 9 || memcmp(arch.p, "deepseek4", 9)) {
+        int n = arch.len > 64 ? 64 : (int)arch.len;
+        prob(&P, "general.architecture is \"%.*s\"%s, expected \"deepseek4\"", n, arch.p,
+             arch.len > 64 ? "..." : "");
+    }
+    if (P.n) goto fail;   /* another family: every other check would be noise */
+
+    int shape_bad = 0, idx_meta_missing = 0;
+    read_config(&P, gf, &w->cfg, &shape_bad, &idx_meta_missing);
+    if (P.oom) { rc = DS4_ENOMEM; goto fail; }
+    if (shape_bad) {
+        prob(&P, "tensor checks skipped until the shape metadata above is fixed");
+        goto fail;
+    }
+    const ds4_config *c = &w->cfg;
+    w->gf = gf;
+    w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
+    if (!w->layers) { rc = DS4_ENOMEM; goto fail; }
+
+    binder B = {&P, gf, 0};
+    const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab;
+    const uint64_t N = (uint64_t)c->n_hc;
+    bind_t(&B, &w->token_embd, "token_embd.weight", T_EMBD, 2, D, V, 0, 0);
+    bind_t(&B, &w->output_hc_base, "output_hc_base.weight", T_F32ONLY, 1, N, 0, 0, 0);
+    bind_t(&B, &w->output_hc_fn, "output_hc_fn.weight", T_MATRIX, 2, N * D, N, 0, 0);
+    bind_t(&B, &w->output_hc_scale, "output_hc_scale.weight", T_F32ONLY, 1, 1, 0, 0, 0);
+    bind_t(&B, &w->output_norm, "output_norm.weight", T_F32ONLY, 1, D, 0, 0, 0);
+    bind_t(&B, &w->output, "output.weight", T_MATRIX, 2, D, V, 0, 0);
+    int needs_idx = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        int before = needs_idx;
+        bind_layer(&B, c, il, &w->layers[il], &needs_idx);
+        if (needs_idx && !before && idx_meta_missing)
+            prob(&P, "layer %d needs the indexer but deepseek4.attention.indexer.head_count/key_length/top_k "
+                 "are missing or invalid", il);
+    }
+    w->n_bound = B.n_bound;
+    if (P.oom) { rc = DS4_ENOMEM; goto fail; }
+    if (!P.n) return DS4_OK;
+
+fail:
+    if (P.n > MAX_PROBLEMS) ds4_buf_printf(&P.msg, "\n%s: ... and %d more problems", P.path, P.n - MAX_PROBLEMS);
+    if (rc == DS4_ENOMEM && !P.msg.n) ds4_buf_printf(&P.msg, "%s: out of memory", P.path);
+    if (err) *err = P.msg.p ? P.msg.p : strdup("model binding failed");
+    else ds4_buf_free(&P.msg);
+    ds4_weights_free(w);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bytes read per decoded token                                              */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t tb(const ds4_tensor *t) { return t->data ? t->nbytes : 0; }
+
+/* One expert's slice of a 3-D expert tensor. */
+static uint64_t expert_bytes(const ds4_tensor *t) { return t->data && t->ne[2] ? t->nbytes / t->ne[2] : 0; }
+
+uint64_t ds4_weights_active_bytes(const ds4_weights *w) {
+    if (!w->layers) return 0;
+    uint64_t s = 0;
+    s += w->token_embd.data ? w->token_embd.row_bytes : 0;      /* one embedding row */
+    s += tb(&w->output_hc_fn) + tb(&w->output_hc_base) + tb(&w->output_hc_scale);
+    s += tb(&w->output_norm) + tb(&w->output);
+    const uint64_t K = (uint64_t)w->cfg.n_expert_used;
+    for (int il = 0; il < w->cfg.n_layer; il++) {
+        const ds4_layer_weights *L = &w->layers[il];
+        const ds4_tensor *dense[] = {
+            &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, &L->attn_q_a,
+            &L->attn_q_a_norm, &L->attn_q_b, &L->attn_kv, &L->attn_kv_a_norm, &L->attn_sinks,
+            &L->attn_output_a, &L->attn_output_b, &L->comp_ape, &L->comp_kv, &L->comp_gate,
+            &L->comp_norm, &L->idx_q_b, &L->idx_proj, &L->idx_comp_ape, &L->idx_comp_kv,
+            &L->idx_comp_gate, &L->idx_comp_norm, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base,
+            &L->ffn_norm, &L->ffn_gate_inp, &L->exp_probs_b, &L->ffn_gate_shexp, &L->ffn_up_shexp,
+            &L->ffn_down_shexp,
+        };
+        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) s += tb(dense[i]);
+        s += L->tid2eid.data ? L->tid2eid.row_bytes : 0;          /* one token's expert ids */
+        s += K * (expert_bytes(&L->ffn_gate_exps) + expert_bytes(&L->ffn_up_exps) +
+                  expert_bytes(&L->ffn_down_exps));
+    }
+    return s;
+}
