@@ -283,7 +283,7 @@ static void run_case(const tcase *t) {
         /* Completed calls have arguments that parse as a JSON object. */
         if (ref.ended[i]) {
             json_error_t je;
-            json_t *v = json_loadb(ref.args[i].p, ref.args[i].n, JSON_DECODE_INT_AS_REAL, &je);
+            json_t *v = json_loadb(ref.args[i].p, ref.args[i].n, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &je);
             CHECK(json_is_object(v), "%s: call %d args not a JSON object: %s", t->name, i, je.text);
             json_decref(v);
         }
