@@ -1,0 +1,671 @@
+/*
+ * quant.c -- scalar reference of everything declared in quant.h.
+ *
+ * Owns: the IQ2_XXS format tables, f16/bf16 conversions, row
+ * dequantization (bit-exact with ggml), the activation quantizers (ggml's
+ * reference and AVX2 rules for Q8_0, ds4's float-scale Q8_0a, ggml's Q8_K)
+ * and the portable scalar dot-product kernels, plus the kernel-table
+ * selection (ds4_kernels_best) and the float-activation dispatcher.
+ * Must not: contain SIMD code (that is quant_avx2.c), know about models,
+ * tensors or threads, or allocate.  The integer kernels follow ggml's
+ * portable C operation order, so built without FP contraction (the default
+ * of -std=c11) they reproduce ggml's `generic_nofma` results bit for bit.
+ * Assumes a little-endian host (the GGUF data is mapped as is).
+ */
+#include "quant.h"
+#include "gguf.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* IQ2_XXS format data.                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The 256 grid points of IQ2_XXS: each u64 packs eight magnitudes (one per
+ * byte, element 0 in the least significant byte), every one 8, 25 or 43.
+ * This is format data, identical to ggml's iq2xxs_grid (the test checks the
+ * sha256 of its byte image against the golden table). */
+const uint64_t ds4_iq2xxs_grid[256] = {
+    0x0808080808080808ull, 0x080808080808082bull, 0x0808080808081919ull, 0x0808080808082b08ull,
+    0x0808080808082b2bull, 0x0808080808190819ull, 0x0808080808191908ull, 0x08080808082b0808ull,
+    0x08080808082b082bull, 0x08080808082b2b08ull, 0x08080808082b2b2bull, 0x0808080819080819ull,
+    0x0808080819081908ull, 0x0808080819190808ull, 0x0808080819192b08ull, 0x08080808192b0819ull,
+    0x08080808192b1908ull, 0x080808082b080808ull, 0x080808082b08082bull, 0x080808082b082b2bull,
+    0x080808082b2b082bull, 0x0808081908080819ull, 0x0808081908081908ull, 0x0808081908190808ull,
+    0x0808081908191919ull, 0x0808081919080808ull, 0x080808192b081908ull, 0x080808192b192b08ull,
+    0x0808082b08080808ull, 0x0808082b0808082bull, 0x0808082b082b082bull, 0x0808082b2b08082bull,
+    0x0808190808080819ull, 0x0808190808081908ull, 0x0808190808190808ull, 0x08081908082b0819ull,
+    0x08081908082b1908ull, 0x0808190819080808ull, 0x080819081908082bull, 0x0808190819082b08ull,
+    0x08081908192b0808ull, 0x080819082b080819ull, 0x080819082b081908ull, 0x080819082b190808ull,
+    0x080819082b2b1908ull, 0x0808191908080808ull, 0x080819190808082bull, 0x0808191908082b08ull,
+    0x08081919082b0808ull, 0x080819191908192bull, 0x08081919192b2b19ull, 0x080819192b080808ull,
+    0x080819192b190819ull, 0x0808192b08082b19ull, 0x0808192b08190808ull, 0x0808192b19080808ull,
+    0x0808192b2b081908ull, 0x0808192b2b2b1908ull, 0x08082b0808080808ull, 0x08082b0808081919ull,
+    0x08082b0808082b08ull, 0x08082b0808191908ull, 0x08082b08082b2b08ull, 0x08082b0819080819ull,
+    0x08082b0819081908ull, 0x08082b0819190808ull, 0x08082b081919082bull, 0x08082b082b082b08ull,
+    0x08082b1908081908ull, 0x08082b1919080808ull, 0x08082b2b0808082bull, 0x08082b2b08191908ull,
+    0x0819080808080819ull, 0x0819080808081908ull, 0x0819080808190808ull, 0x08190808082b0819ull,
+    0x0819080819080808ull, 0x08190808192b0808ull, 0x081908082b081908ull, 0x081908082b190808ull,
+    0x081908082b191919ull, 0x0819081908080808ull, 0x0819081908082b08ull, 0x08190819082b0808ull,
+    0x0819081919190808ull, 0x0819081919192b2bull, 0x081908192b080808ull, 0x0819082b082b1908ull,
+    0x0819082b19081919ull, 0x0819190808080808ull, 0x0819190808082b08ull, 0x08191908082b0808ull,
+    0x08191908082b1919ull, 0x0819190819082b19ull, 0x081919082b080808ull, 0x0819191908192b08ull,
+    0x08191919192b082bull, 0x0819192b08080808ull, 0x0819192b0819192bull, 0x08192b0808080819ull,
+    0x08192b0808081908ull, 0x08192b0808190808ull, 0x08192b0819080808ull, 0x08192b082b080819ull,
+    0x08192b1908080808ull, 0x08192b1908081919ull, 0x08192b192b2b0808ull, 0x08192b2b19190819ull,
+    0x082b080808080808ull, 0x082b08080808082bull, 0x082b080808082b2bull, 0x082b080819081908ull,
+    0x082b0808192b0819ull, 0x082b08082b080808ull, 0x082b08082b08082bull, 0x082b0819082b2b19ull,
+    0x082b081919082b08ull, 0x082b082b08080808ull, 0x082b082b0808082bull, 0x082b190808080819ull,
+    0x082b190808081908ull, 0x082b190808190808ull, 0x082b190819080808ull, 0x082b19081919192bull,
+    0x082b191908080808ull, 0x082b191919080819ull, 0x082b1919192b1908ull, 0x082b192b2b190808ull,
+    0x082b2b0808082b08ull, 0x082b2b08082b0808ull, 0x082b2b082b191908ull, 0x082b2b2b19081908ull,
+    0x1908080808080819ull, 0x1908080808081908ull, 0x1908080808190808ull, 0x1908080808192b08ull,
+    0x19080808082b0819ull, 0x19080808082b1908ull, 0x1908080819080808ull, 0x1908080819082b08ull,
+    0x190808081919192bull, 0x19080808192b0808ull, 0x190808082b080819ull, 0x190808082b081908ull,
+    0x190808082b190808ull, 0x1908081908080808ull, 0x19080819082b0808ull, 0x19080819192b0819ull,
+    0x190808192b080808ull, 0x190808192b081919ull, 0x1908082b08080819ull, 0x1908082b08190808ull,
+    0x1908082b19082b08ull, 0x1908082b1919192bull, 0x1908082b192b2b08ull, 0x1908190808080808ull,
+    0x1908190808082b08ull, 0x19081908082b0808ull, 0x190819082b080808ull, 0x190819082b192b19ull,
+    0x190819190819082bull, 0x19081919082b1908ull, 0x1908192b08080808ull, 0x19082b0808080819ull,
+    0x19082b0808081908ull, 0x19082b0808190808ull, 0x19082b0819080808ull, 0x19082b0819081919ull,
+    0x19082b1908080808ull, 0x19082b1919192b08ull, 0x19082b19192b0819ull, 0x19082b192b08082bull,
+    0x19082b2b19081919ull, 0x19082b2b2b190808ull, 0x1919080808080808ull, 0x1919080808082b08ull,
+    0x1919080808190819ull, 0x1919080808192b19ull, 0x19190808082b0808ull, 0x191908082b080808ull,
+    0x191908082b082b08ull, 0x1919081908081908ull, 0x191908191908082bull, 0x191908192b2b1908ull,
+    0x1919082b2b190819ull, 0x191919082b190808ull, 0x191919082b19082bull, 0x1919191908082b2bull,
+    0x1919192b08080819ull, 0x1919192b19191908ull, 0x19192b0808080808ull, 0x19192b0808190819ull,
+    0x19192b0808192b19ull, 0x19192b08192b1908ull, 0x19192b1919080808ull, 0x19192b2b08082b08ull,
+    0x192b080808081908ull, 0x192b080808190808ull, 0x192b080819080808ull, 0x192b0808192b2b08ull,
+    0x192b081908080808ull, 0x192b081919191919ull, 0x192b082b08192b08ull, 0x192b082b192b0808ull,
+    0x192b190808080808ull, 0x192b190808081919ull, 0x192b191908190808ull, 0x192b19190819082bull,
+    0x192b19192b081908ull, 0x192b2b081908082bull, 0x2b08080808080808ull, 0x2b0808080808082bull,
+    0x2b08080808082b2bull, 0x2b08080819080819ull, 0x2b0808082b08082bull, 0x2b08081908081908ull,
+    0x2b08081908192b08ull, 0x2b08081919080808ull, 0x2b08082b08190819ull, 0x2b08190808080819ull,
+    0x2b08190808081908ull, 0x2b08190808190808ull, 0x2b08190808191919ull, 0x2b08190819080808ull,
+    0x2b081908192b0808ull, 0x2b08191908080808ull, 0x2b0819191908192bull, 0x2b0819192b191908ull,
+    0x2b08192b08082b19ull, 0x2b08192b19080808ull, 0x2b08192b192b0808ull, 0x2b082b080808082bull,
+    0x2b082b1908081908ull, 0x2b082b2b08190819ull, 0x2b19080808081908ull, 0x2b19080808190808ull,
+    0x2b190808082b1908ull, 0x2b19080819080808ull, 0x2b1908082b2b0819ull, 0x2b1908190819192bull,
+    0x2b1908192b080808ull, 0x2b19082b19081919ull, 0x2b19190808080808ull, 0x2b191908082b082bull,
+    0x2b19190819081908ull, 0x2b19191919190819ull, 0x2b192b082b080819ull, 0x2b192b19082b0808ull,
+    0x2b2b08080808082bull, 0x2b2b080819190808ull, 0x2b2b08082b081919ull, 0x2b2b081908082b19ull,
+    0x2b2b082b08080808ull, 0x2b2b190808192b08ull, 0x2b2b2b0819190808ull, 0x2b2b2b1908081908ull,
+};
+
+/* signs[k] is k with bit 7 set to the parity of k: the eighth sign of each
+ * group of eight is implied, so that the number of minus signs is even.
+ * Format data, identical to ggml's ksigns_iq2xs. */
+const uint8_t ds4_iq2xxs_signs[128] = {
+    0x00, 0x81, 0x82, 0x03, 0x84, 0x05, 0x06, 0x87, 0x88, 0x09, 0x0a, 0x8b, 0x0c, 0x8d, 0x8e, 0x0f,
+    0x90, 0x11, 0x12, 0x93, 0x14, 0x95, 0x96, 0x17, 0x18, 0x99, 0x9a, 0x1b, 0x9c, 0x1d, 0x1e, 0x9f,
+    0xa0, 0x21, 0x22, 0xa3, 0x24, 0xa5, 0xa6, 0x27, 0x28, 0xa9, 0xaa, 0x2b, 0xac, 0x2d, 0x2e, 0xaf,
+    0x30, 0xb1, 0xb2, 0x33, 0xb4, 0x35, 0x36, 0xb7, 0xb8, 0x39, 0x3a, 0xbb, 0x3c, 0xbd, 0xbe, 0x3f,
+    0xc0, 0x41, 0x42, 0xc3, 0x44, 0xc5, 0xc6, 0x47, 0x48, 0xc9, 0xca, 0x4b, 0xcc, 0x4d, 0x4e, 0xcf,
+    0x50, 0xd1, 0xd2, 0x53, 0xd4, 0x55, 0x56, 0xd7, 0xd8, 0x59, 0x5a, 0xdb, 0x5c, 0xdd, 0xde, 0x5f,
+    0x60, 0xe1, 0xe2, 0x63, 0xe4, 0x65, 0x66, 0xe7, 0xe8, 0x69, 0x6a, 0xeb, 0x6c, 0xed, 0xee, 0x6f,
+    0xf0, 0x71, 0x72, 0xf3, 0x74, 0xf5, 0xf6, 0x77, 0x78, 0xf9, 0xfa, 0x7b, 0xfc, 0x7d, 0x7e, 0xff,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Half and bfloat16.                                                       */
+/* ------------------------------------------------------------------------ */
+
+static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* Pure integer conversions (no reliance on the FP environment).  NaNs keep
+ * their payload and come out quiet, which is what F16C's vcvtph2ps /
+ * vcvtps2ph do, so the scalar and SIMD paths agree on all 65536 halves. */
+float ds4_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1f)
+        return bits_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0));
+    if (exp == 0) {
+        if (man == 0)
+            return bits_f32(sign);
+        /* subnormal: normalise the mantissa (value = man * 2^-24) */
+        uint32_t e = 113;           /* biased f32 exponent of 2^-14 */
+        while (!(man & 0x400u)) { man <<= 1; e--; }
+        return bits_f32(sign | (e << 23) | ((man & 0x3ffu) << 13));
+    }
+    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t ds4_f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {                        /* inf or NaN */
+        if (ax == 0x7f800000u)
+            return sign | 0x7c00u;
+        return (uint16_t)(sign | 0x7e00u | ((ax & 0x7fffffu) >> 13));
+    }
+    uint32_t e = ax >> 23;                          /* biased f32 exponent */
+    if (e >= 143)                                   /* >= 2^16: overflow */
+        return sign | 0x7c00u;
+    if (e >= 113) {                                 /* normal half (maybe rounding up to inf) */
+        uint32_t h = ((e - 112) << 10) | ((ax & 0x7fffffu) >> 13);
+        uint32_t rem = ax & 0x1fffu;
+        if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+            h++;                                    /* a carry into the exponent is right */
+        return (uint16_t)(sign | h);
+    }
+    if (e < 102)                                    /* < 2^-25: rounds to zero */
+        return sign;
+    /* subnormal half: round(m * 2^(e-150) / 2^-24) = m >> (126 - e) */
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - e;                       /* 14..24 */
+    uint32_t h = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1)))
+        h++;                                        /* may become the smallest normal: right */
+    return (uint16_t)(sign | h);
+}
+
+float ds4_bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dequantization.  Every product below is exact in float (see the golden   */
+/* README), and the K-quants round once, at the final subtraction, so these */
+/* are bit-exact with ggml whatever the compiler does with contraction.     */
+/* ------------------------------------------------------------------------ */
+
+static void deq_q8_0_block(const block_q8_0 *b, float *y)
+{
+    float d = ds4_f16_to_f32(b->d);
+    for (int i = 0; i < QK8_0; i++)
+        y[i] = d * (float)b->qs[i];
+}
+
+static void deq_q2_K_block(const block_q2_K *b, float *y)
+{
+    float d = ds4_f16_to_f32(b->d), dmin = ds4_f16_to_f32(b->dmin);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                uint8_t s = b->scales[h * 8 + 2 * j + (l >> 4)];
+                int q = (b->qs[h * 32 + l] >> (2 * j)) & 3;
+                float dl = d * (float)(s & 15), ml = dmin * (float)(s >> 4);
+                y[h * 128 + j * 32 + l] = dl * (float)q - ml;
+            }
+}
+
+/* The eight 6-bit (scale, min) pairs of a Q4_K block. */
+static void q4_K_scales(const uint8_t *b, uint8_t *sc, uint8_t *m)
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = b[j] & 63;
+        m[j] = b[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (uint8_t)((b[j + 4] & 15) | ((b[j - 4] >> 6) << 4));
+        m[j] = (uint8_t)((b[j + 4] >> 4) | ((b[j] >> 6) << 4));
+    }
+}
+
+static void deq_q4_K_block(const block_q4_K *b, float *y)
+{
+    float d = ds4_f16_to_f32(b->d), dmin = ds4_f16_to_f32(b->dmin);
+    uint8_t sc[8], m[8];
+    q4_K_scales(b->scales, sc, m);
+    for (int c = 0; c < 4; c++) {
+        float d1 = d * (float)sc[2 * c], m1 = dmin * (float)m[2 * c];
+        float d2 = d * (float)sc[2 * c + 1], m2 = dmin * (float)m[2 * c + 1];
+        for (int l = 0; l < 32; l++) {
+            y[c * 64 + l] = d1 * (float)(b->qs[c * 32 + l] & 15) - m1;
+            y[c * 64 + 32 + l] = d2 * (float)(b->qs[c * 32 + l] >> 4) - m2;
+        }
+    }
+}
+
+static void deq_iq2_xxs_block(const block_iq2_xxs *b, float *y)
+{
+    float d = ds4_f16_to_f32(b->d);
+    for (int g = 0; g < 8; g++) {
+        uint32_t aux[2];
+        memcpy(aux, b->qs + 4 * g, 8);
+        float db = d * (0.5f + (float)(aux[1] >> 28)) * 0.25f;
+        for (int l = 0; l < 4; l++) {
+            const uint8_t *grid = (const uint8_t *)&ds4_iq2xxs_grid[(aux[0] >> (8 * l)) & 255];
+            uint8_t signs = ds4_iq2xxs_signs[(aux[1] >> (7 * l)) & 127];
+            for (int i = 0; i < 8; i++) {
+                float v = db * (float)grid[i];
+                y[g * 32 + l * 8 + i] = (signs >> i) & 1 ? -v : v;
+            }
+        }
+    }
+}
+
+int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
+{
+    switch (type) {
+    case GGML_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return 0;
+    case GGML_F16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = ds4_f16_to_f32(s[i]);
+        return 0;
+    }
+    case GGML_BF16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = ds4_bf16_to_f32(s[i]);
+        return 0;
+    }
+    case GGML_Q8_0: {
+        const block_q8_0 *b = src;
+        for (int64_t i = 0; i < n / QK8_0; i++) deq_q8_0_block(b + i, dst + i * QK8_0);
+        return 0;
+    }
+    case GGML_Q2_K: {
+        const block_q2_K *b = src;
+        for (int64_t i = 0; i < n / QK_K; i++) deq_q2_K_block(b + i, dst + i * QK_K);
+        return 0;
+    }
+    case GGML_Q4_K: {
+        const block_q4_K *b = src;
+        for (int64_t i = 0; i < n / QK_K; i++) deq_q4_K_block(b + i, dst + i * QK_K);
+        return 0;
+    }
+    case GGML_IQ2_XXS: {
+        const block_iq2_xxs *b = src;
+        for (int64_t i = 0; i < n / QK_K; i++) deq_iq2_xxs_block(b + i, dst + i * QK_K);
+        return 0;
+    }
+    case GGML_Q8_K: {
+        const block_q8_K *b = src;
+        for (int64_t i = 0; i < n / QK_K; i++)
+            for (int j = 0; j < QK_K; j++)
+                dst[i * QK_K + j] = b[i].d * (float)b[i].qs[j];
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Activation quantizers.                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Converts an already rounded value to int8 within [lo, 127].  For finite
+ * inputs of the normal range the clamp never acts (|x*scale| <= 127 up to
+ * an ulp), so the results equal ggml's; it only keeps tiny subnormal blocks
+ * (whose reciprocal scale is inexact or infinite), infinities and NaNs
+ * (mapped to 0) from causing an out-of-range conversion. */
+static inline int8_t clamp_i8(float v, int lo)
+{
+    if (v >= 127.0f) return 127;
+    if (v <= (float)lo) return (int8_t)lo;
+    if (v != v) return 0;
+    return (int8_t)(int)v;
+}
+
+static float block_amax(const float *x, int n)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) {
+        float ax = fabsf(x[j]);
+        if (ax > amax) amax = ax;
+    }
+    return amax;
+}
+
+/* ggml quantize_row_q8_0_ref: d = amax/127, multiplier 1/d from the
+ * unrounded d, roundf (halves away from zero), d stored as fp16. */
+void ds4_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float amax = block_amax(x, QK8_0);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = ds4_f32_to_f16(d);
+        for (int j = 0; j < QK8_0; j++)
+            y[i].qs[j] = clamp_i8(roundf(x[j] * id), -127);
+    }
+}
+
+/* ggml's AVX2 quantize_row_q8_0: multiplier 127/amax, halves to even. */
+void ds4_quantize_q8_0_even(const float *x, block_q8_0 *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float amax = block_amax(x, QK8_0);
+        float d = amax / 127.0f;
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[i].d = ds4_f32_to_f16(d);
+        for (int j = 0; j < QK8_0; j++)
+            y[i].qs[j] = clamp_i8(rintf(x[j] * id), -127);
+    }
+}
+
+/* ds4's rule (ARCHITECTURE.md section 7, oracle q8_0_act): d = amax/127
+ * kept in float32, q = clamp(rint(x * (1/d)), -128, 127), halves to even.
+ * -128 can only come out of blocks whose amax is a tiny subnormal. */
+void ds4_quantize_q8_0a(const float *x, block_q8_0a *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float amax = block_amax(x, QK8_0);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        for (int j = 0; j < QK8_0; j++)
+            y[i].qs[j] = clamp_i8(rintf(x[j] * id), -128);
+    }
+}
+
+/* ggml quantize_row_q8_K_ref.  The element of largest magnitude (the first
+ * one on ties) quantizes to -127; halves round to even.  Never produces
+ * -128 (the SIMD kernels rely on that).  An all-zero block gets d = 0,
+ * q = 0 and, unlike ggml (which leaves them unwritten), zero bsums. */
+void ds4_quantize_q8_K(const float *x, block_q8_K *y, int64_t n)
+{
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max = 0.0f, amax = 0.0f;
+        for (int j = 0; j < QK_K; j++) {
+            float ax = fabsf(x[j]);
+            if (ax > amax) { amax = ax; max = x[j]; }
+        }
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof(y[i]));
+            continue;
+        }
+        float iscale = -127.0f / max;
+        for (int j = 0; j < QK_K; j++)
+            y[i].qs[j] = clamp_i8(rintf(iscale * x[j]), -127);
+        for (int j = 0; j < QK_K / 16; j++) {
+            int sum = 0;
+            for (int k = 0; k < 16; k++) sum += y[i].qs[j * 16 + k];
+            y[i].bsums[j] = (int16_t)sum;
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scalar integer dot kernels (ggml's generic operation order).             */
+/* ------------------------------------------------------------------------ */
+
+static float s_q8_0_q8_0(int n, const void *vw, const void *va)
+{
+    const block_q8_0 *w = vw, *a = va;
+    float sumf = 0.0f;
+    for (int ib = 0; ib < n / QK8_0; ib++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; j++) sumi += w[ib].qs[j] * a[ib].qs[j];
+        sumf += (float)sumi * (ds4_f16_to_f32(w[ib].d) * ds4_f16_to_f32(a[ib].d));
+    }
+    return sumf;
+}
+
+static float s_q8_0_q8_0a(int n, const void *vw, const void *va)
+{
+    const block_q8_0 *w = vw;
+    const block_q8_0a *a = va;
+    float sumf = 0.0f;
+    for (int ib = 0; ib < n / QK8_0; ib++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; j++) sumi += w[ib].qs[j] * a[ib].qs[j];
+        sumf += (float)sumi * (ds4_f16_to_f32(w[ib].d) * a[ib].d);
+    }
+    return sumf;
+}
+
+static float s_q2_K_q8_K(int n, const void *vw, const void *va)
+{
+    const block_q2_K *w = vw;
+    const block_q8_K *a = va;
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        const uint8_t *q2 = w[i].qs, *sc = w[i].scales;
+        const int8_t *q8 = a[i].qs;
+        /* min term through the activation's 16-element sums */
+        int summs = 0;
+        for (int j = 0; j < 16; j++) summs += a[i].bsums[j] * (sc[j] >> 4);
+        float dall = a[i].d * ds4_f16_to_f32(w[i].d);
+        float dmin = a[i].d * ds4_f16_to_f32(w[i].dmin);
+        int isum = 0, is = 0;
+        for (int h = 0; h < 2; h++, q2 += 32) {
+            for (int shift = 0; shift < 8; shift += 2, q8 += 32) {
+                int s0 = 0, s1 = 0;
+                for (int l = 0; l < 16; l++) s0 += q8[l] * ((q2[l] >> shift) & 3);
+                for (int l = 16; l < 32; l++) s1 += q8[l] * ((q2[l] >> shift) & 3);
+                isum += (sc[is] & 15) * s0 + (sc[is + 1] & 15) * s1;
+                is += 2;
+            }
+        }
+        sumf += dall * (float)isum - dmin * (float)summs;
+    }
+    return sumf;
+}
+
+static float s_q4_K_q8_K(int n, const void *vw, const void *va)
+{
+    const block_q4_K *w = vw;
+    const block_q8_K *a = va;
+    /* ggml keeps eight float lanes (the lane of an element is its index mod
+     * 8) and subtracts the min terms from a separate sum. */
+    float sums[8] = { 0 };
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        q4_K_scales(w[i].scales, sc, m);
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) sumi += a[i].bsums[j] * m[j / 2];
+        int32_t lanes[8] = { 0 };
+        const int8_t *q8 = a[i].qs;
+        for (int c = 0; c < 4; c++) {
+            const uint8_t *q4 = w[i].qs + 32 * c;
+            for (int l = 0; l < 32; l++)
+                lanes[l & 7] += sc[2 * c] * (q8[64 * c + l] * (q4[l] & 15));
+            for (int l = 0; l < 32; l++)
+                lanes[l & 7] += sc[2 * c + 1] * (q8[64 * c + 32 + l] * (q4[l] >> 4));
+        }
+        float d = ds4_f16_to_f32(w[i].d) * a[i].d;
+        for (int l = 0; l < 8; l++) sums[l] += d * (float)lanes[l];
+        float dmin = ds4_f16_to_f32(w[i].dmin) * a[i].d;
+        sumf -= dmin * (float)sumi;
+    }
+    for (int l = 0; l < 8; l++) sumf += sums[l];
+    return sumf;
+}
+
+static float s_iq2_xxs_q8_K(int n, const void *vw, const void *va)
+{
+    const block_iq2_xxs *w = vw;
+    const block_q8_K *a = va;
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        float d = ds4_f16_to_f32(w[i].d) * a[i].d;
+        const int8_t *q8 = a[i].qs;
+        int32_t bsum = 0;
+        for (int g = 0; g < 8; g++) {
+            uint32_t aux[2];
+            memcpy(aux, w[i].qs + 4 * g, 8);
+            /* db = d * (0.5 + ls) / 4 = d * (2 ls + 1) / 8: the 1/8 is
+             * applied once at the end */
+            int32_t ls = 2 * (int32_t)(aux[1] >> 28) + 1;
+            int32_t sumi = 0;
+            for (int l = 0; l < 4; l++, q8 += 8) {
+                const uint8_t *grid = (const uint8_t *)&ds4_iq2xxs_grid[(aux[0] >> (8 * l)) & 255];
+                uint8_t signs = ds4_iq2xxs_signs[(aux[1] >> (7 * l)) & 127];
+                for (int j = 0; j < 8; j++)
+                    sumi += grid[j] * q8[j] * ((signs >> j) & 1 ? -1 : 1);
+            }
+            bsum += sumi * ls;
+        }
+        sumf += d * (float)bsum;
+    }
+    return 0.125f * sumf;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scalar float-activation kernels.  Weights are dequantized one block at a */
+/* time into a stack buffer (bit-exact values), then multiplied with x in   */
+/* chunks of 32: each chunk is summed on its own and chunk sums are added   */
+/* in order.  The rounding error is therefore at most about                 */
+/* (32 + n/32) * 2^-24 * sum|w_i x_i|, the bound the tests use.            */
+/* ------------------------------------------------------------------------ */
+
+static float dot_chunked(const float *w, const float *x, int n)
+{
+    float sum = 0.0f;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        float c = 0.0f;
+        for (int j = 0; j < 32; j++) c += w[i + j] * x[i + j];
+        sum += c;
+    }
+    float c = 0.0f;
+    for (; i < n; i++) c += w[i] * x[i];
+    return sum + c;
+}
+
+static float s_f32_f32(int n, const void *vw, const float *x)
+{
+    return dot_chunked(vw, x, n);
+}
+
+static float s_f16_f32(int n, const void *vw, const float *x)
+{
+    const uint16_t *w = vw;
+    float buf[32], sum = 0.0f;
+    for (int i = 0; i < n; i += 32) {
+        int m = n - i < 32 ? n - i : 32;
+        for (int j = 0; j < m; j++) buf[j] = ds4_f16_to_f32(w[i + j]);
+        sum += dot_chunked(buf, x + i, m);
+    }
+    return sum;
+}
+
+static float s_bf16_f32(int n, const void *vw, const float *x)
+{
+    const uint16_t *w = vw;
+    float buf[32], sum = 0.0f;
+    for (int i = 0; i < n; i += 32) {
+        int m = n - i < 32 ? n - i : 32;
+        for (int j = 0; j < m; j++) buf[j] = ds4_bf16_to_f32(w[i + j]);
+        sum += dot_chunked(buf, x + i, m);
+    }
+    return sum;
+}
+
+static float s_q8_0_f32(int n, const void *vw, const float *x)
+{
+    const block_q8_0 *w = vw;
+    float buf[QK8_0], sum = 0.0f;
+    for (int ib = 0; ib < n / QK8_0; ib++) {
+        deq_q8_0_block(w + ib, buf);
+        sum += dot_chunked(buf, x + ib * QK8_0, QK8_0);
+    }
+    return sum;
+}
+
+static float s_q2_K_f32(int n, const void *vw, const float *x)
+{
+    const block_q2_K *w = vw;
+    float buf[QK_K], sum = 0.0f;
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        deq_q2_K_block(w + ib, buf);
+        for (int c = 0; c < QK_K; c += 32)
+            sum += dot_chunked(buf + c, x + ib * QK_K + c, 32);
+    }
+    return sum;
+}
+
+static float s_q4_K_f32(int n, const void *vw, const float *x)
+{
+    const block_q4_K *w = vw;
+    float buf[QK_K], sum = 0.0f;
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        deq_q4_K_block(w + ib, buf);
+        for (int c = 0; c < QK_K; c += 32)
+            sum += dot_chunked(buf + c, x + ib * QK_K + c, 32);
+    }
+    return sum;
+}
+
+static float s_iq2_xxs_f32(int n, const void *vw, const float *x)
+{
+    const block_iq2_xxs *w = vw;
+    float buf[QK_K], sum = 0.0f;
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        deq_iq2_xxs_block(w + ib, buf);
+        for (int c = 0; c < QK_K; c += 32)
+            sum += dot_chunked(buf + c, x + ib * QK_K + c, 32);
+    }
+    return sum;
+}
+
+static void s_f16_to_f32_row(const uint16_t *src, float *dst, int n)
+{
+    for (int i = 0; i < n; i++) dst[i] = ds4_f16_to_f32(src[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tables and dispatch.                                                     */
+/* ------------------------------------------------------------------------ */
+
+static const ds4_kernels scalar_kernels = {
+    .name = "scalar",
+    .q8_0_q8_0 = s_q8_0_q8_0,
+    .q8_0_q8_0a = s_q8_0_q8_0a,
+    .q2_K_q8_K = s_q2_K_q8_K,
+    .q4_K_q8_K = s_q4_K_q8_K,
+    .iq2_xxs_q8_K = s_iq2_xxs_q8_K,
+    .f32_f32 = s_f32_f32,
+    .f16_f32 = s_f16_f32,
+    .bf16_f32 = s_bf16_f32,
+    .q8_0_f32 = s_q8_0_f32,
+    .q2_K_f32 = s_q2_K_f32,
+    .q4_K_f32 = s_q4_K_f32,
+    .iq2_xxs_f32 = s_iq2_xxs_f32,
+    .f16_to_f32_row = s_f16_to_f32_row,
+};
+
+const ds4_kernels *ds4_kernels_scalar(void)
+{
+    return &scalar_kernels;
+}
+
+const ds4_kernels *ds4_kernels_best(void)
+{
+    /* Cached after the first call; racing first calls compute the same
+     * answer, so a relaxed atomic is enough. */
+    static _Atomic(const ds4_kernels *) best;
+    const ds4_kernels *k = atomic_load_explicit(&best, memory_order_relaxed);
+    if (k)
+        return k;
+    const char *env = getenv("DS4_KERNELS");
+    if (!(env && strcmp(env, "scalar") == 0))
+        k = ds4_kernels_avx2();
+    if (!k)
+        k = &scalar_kernels;
+    atomic_store_explicit(&best, k, memory_order_relaxed);
+    return k;
+}
+
+float ds4_dot_f32act(const ds4_kernels *k, uint32_t type, int n,
+                     const void *w, const float *x)
+{
+    switch (type) {
+    case GGML_F32: return k->f32_f32(n, w, x);
+    case GGML_F16: return k->f16_f32(n, w, x);
+    case GGML_BF16: return k->bf16_f32(n, w, x);
+    case GGML_Q8_0: return k->q8_0_f32(n, w, x);
+    case GGML_Q2_K: return k->q2_K_f32(n, w, x);
+    case GGML_Q4_K: return k->q4_K_f32(n, w, x);
+    case GGML_IQ2_XXS: return k->iq2_xxs_f32(n, w, x);
+    default: return 0.0f;
+    }
+}
