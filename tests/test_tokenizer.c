@@ -716,9 +716,11 @@ static int write_vocab(const char *path, int bad) {
 }
 
 static void test_load_errors(void) {
-    char dir[] = "/tmp/ds4_tok_test_XXXXXX";
+    char dir[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/ds4_tok_test_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) { CHECK(0, "mkdtemp failed"); return; }
-    char path[256];
+    char path[600];
     snprintf(path, sizeof path, "%s/v.gguf", dir);
     static const struct { int bad; const char *needle; } cases[] = {
         { BAD_TOKENS_TYPE, "tokenizer.ggml.tokens" },
