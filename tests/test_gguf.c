@@ -115,7 +115,7 @@ static void rb_zeros(rb *b, size_t n) { for (size_t i = 0; i < n; i++) { uint8_t
 static char *open_err(const rb *b, const char *name) {
     char *e1 = NULL, *e2 = NULL;
     uint8_t *copy = malloc(b->n ? b->n : 1);
-    memcpy(copy, b->p, b->n);
+    if (b->n) memcpy(copy, b->p, b->n);
     gguf_file *f = gguf_open_mem(copy, b->n, name, &e1);
     gguf_close(f);
     free(copy);
