@@ -272,12 +272,10 @@ static void read_config(problems *p, const gguf_file *gf, ds4_config *c, int *sh
     int id = meta_int32(p, gf, "attention.indexer.key_length", 0, 1, MAX_HEAD_DIM, &c->idx_dim, &ib);
     int it = meta_int32(p, gf, "attention.indexer.top_k", 0, 1, 1 << 24, &c->idx_topk, &ib);
     if (ib) bad = 1;
-    *need_idx_meta = !(ih == 1 && id == 1 && it == 1);   /* 1 = not all present and valid */
-    if (id == 1 && (c->idx_dim & (c->idx_dim - 1))) {
-        prob(p, "metadata deepseek4.attention.indexer.key_length = %d is not a power of two "
-             "(the indexer applies a Hadamard rotation)", c->idx_dim);
-        bad = 1;
-    }
+    /* 1 = not all present and valid; the indexer applies a Hadamard
+     * rotation, so its head dim must also be a power of two (checked only
+     * if an indexer layer exists, in ds4_weights_bind). */
+    *need_idx_meta = !(ih == 1 && id == 1 && it == 1);
     if (meta_int(p, gf, "rope.scaling.original_context_length", 1, 1, INT64_MAX, &v64) == 1)
         c->rope_orig_ctx = (uint64_t)v64;
     if (meta_int(p, gf, "context_length", 0, 1, INT64_MAX, &v64) == 1) c->ctx_train = (uint64_t)v64;
@@ -522,6 +520,9 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
         if (needs_idx && !before && idx_meta_missing)
             prob(&P, "layer %d needs the indexer but deepseek4.attention.indexer.head_count/key_length/top_k "
                  "are missing or invalid", il);
+        if (needs_idx && !before && c->idx_dim & (c->idx_dim - 1))
+            prob(&P, "metadata deepseek4.attention.indexer.key_length = %d is not a power of two "
+                 "(the indexer of layer %d applies a Hadamard rotation)", c->idx_dim, il);
     }
     w->n_bound = B.n_bound;
     if (P.oom) { rc = DS4_ENOMEM; goto fail; }
