@@ -216,6 +216,21 @@ static char *rd_name(cursor *c, const char *what) {
     return r;
 }
 
+/* Grows p (elements of `esz` bytes, zero-filled) to hold at least `need`
+ * elements; returns the new array, or NULL (p still valid) on failure.  Arrays sized by counts from the file grow as entries are
+ * actually parsed, so a lying count in a huge file costs nothing. */
+static void *grow(void *p, uint64_t *cap, uint64_t need, size_t esz) {
+    if (need <= *cap) return p;
+    uint64_t nc = *cap ? *cap * 2 : 64;
+    if (nc < need) nc = need;
+    if (nc > SIZE_MAX / esz) return NULL;
+    char *q = realloc(p, (size_t)(nc * esz));
+    if (!q) return NULL;
+    memset(q + *cap * esz, 0, (size_t)((nc - *cap) * esz));
+    *cap = nc;
+    return q;
+}
+
 static void load_scalar(uint32_t type, const uint8_t *p, gguf_kv *kv) {
     switch (type) {
     case GGUF_U8: kv->v.u = p[0]; break;
@@ -285,15 +300,21 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
         return -1;
     }
     if (n == 0) return 0;
-    uint64_t *off = malloc(n * sizeof *off);
-    if (!off) { set_err(c->err, "%s: out of memory", c->path); return -1; }
-    kv->v.arr.str_off = off;
+    uint64_t *off = NULL, cap = 0;
     uint64_t start = c->pos;
     for (uint64_t i = 0; i < n; i++) {
         gguf_str s;
+        uint64_t *q = grow(off, &cap, i + 1, sizeof *off);
+        if (!q) {
+            set_err(c->err, "%s: out of memory", c->path);
+            kv->v.arr.str_off = off;
+            return -1;
+        }
+        off = q;
         off[i] = c->pos - start;
-        if (rd_str(c, &s, "array string element")) return -1;
+        if (rd_str(c, &s, "array string element")) { kv->v.arr.str_off = off; return -1; }
     }
+    kv->v.arr.str_off = off;
     return 0;
 }
 
@@ -426,8 +447,9 @@ static int parse(gguf_file *f, char **err) {
     rd_u64(&c, &f->n_kv, "metadata count");
     /* Minimal encodings: a kv is >= 8 (key len) + 1 (key) + 4 (type) + 1
      * (u8 value) = 14 bytes, a tensor entry >= 8 + 1 + 4 + 8 + 4 + 8 = 33.
-     * Bounding the counts by the file size keeps the arrays we allocate
-     * proportional to the file and also under the 2^32 index limit. */
+     * Bounding the counts by the file size rejects absurd headers at once
+     * and keeps indexes under 2^32; the arrays themselves grow only as
+     * entries are parsed. */
     if (f->n_kv > remaining(&c) / 14 || f->n_kv > UINT32_MAX - 1) {
         set_err(err, "%s: metadata count %" PRIu64 " is impossible for a %" PRIu64 "-byte file",
                 f->path, f->n_kv, f->size);
@@ -438,18 +460,23 @@ static int parse(gguf_file *f, char **err) {
                 f->path, f->n_tensors, f->size);
         return -1;
     }
-    f->kv = calloc(f->n_kv ? f->n_kv : 1, sizeof *f->kv);
-    f->tensors = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *f->tensors);
     f->idx = calloc(1, sizeof *f->idx);
-    if (!f->kv || !f->tensors || !f->idx) {
+    if (!f->idx) {
         set_err(err, "%s: out of memory", f->path);
         return -1;
     }
-    for (uint64_t i = 0; i < f->n_kv; i++) {
-        if (parse_kv(&c, &f->kv[i])) {
-            f->n_kv = i + 1;     /* free what was allocated so far */
+    /* n_kv / n_tensors count the entries parsed so far (what close frees). */
+    uint64_t want_kv = f->n_kv, want_t = f->n_tensors, cap = 0;
+    f->n_kv = f->n_tensors = 0;
+    for (uint64_t i = 0; i < want_kv; i++) {
+        gguf_kv *q = grow(f->kv, &cap, i + 1, sizeof *f->kv);
+        if (!q) {
+            set_err(err, "%s: out of memory", f->path);
             return -1;
         }
+        f->kv = q;
+        f->n_kv = i + 1;
+        if (parse_kv(&c, &f->kv[i])) return -1;
     }
     int64_t dup = build_index(f->n_kv, kv_name, f->kv, &f->idx->kv_slots, &f->idx->kv_mask);
     if (dup != -1) {
@@ -473,11 +500,16 @@ static int parse(gguf_file *f, char **err) {
         }
         f->alignment = a;
     }
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        if (parse_tensor(&c, &f->tensors[i])) {
-            f->n_tensors = i + 1;
+    cap = 0;
+    for (uint64_t i = 0; i < want_t; i++) {
+        gguf_tensor *q = grow(f->tensors, &cap, i + 1, sizeof *f->tensors);
+        if (!q) {
+            set_err(err, "%s: out of memory", f->path);
             return -1;
         }
+        f->tensors = q;
+        f->n_tensors = i + 1;
+        if (parse_tensor(&c, &f->tensors[i])) return -1;
     }
     dup = build_index(f->n_tensors, t_name, f->tensors, &f->idx->t_slots, &f->idx->t_mask);
     if (dup != -1) {

@@ -985,6 +985,25 @@ static void test_shared(void) {
     }
     free(man);
     free(model);
+
+    /* A vocab-only file (no tensors) also copies byte for byte. */
+    char vp[512];
+    snprintf(vp, sizeof vp, "%s/vocab/deepseek-v4-vocab.gguf", shared);
+    char *err = NULL;
+    gguf_file *v = gguf_open(vp, &err);
+    CHECK(v != NULL, "open %s: %s", vp, err ? err : "");
+    if (v) {
+        const char *cp = tpath("vocab_copy.gguf");
+        CHECK(copy_gguf(v, cp, NULL, 0) == 0, "copy vocab");
+        size_t na = 0, nb = 0;
+        uint8_t *a = read_all(vp, &na), *b = read_all(cp, &nb);
+        CHECK(a && b && na == nb && !memcmp(a, b, na), "vocab copy is not byte-identical");
+        free(a);
+        free(b);
+        unlink(cp);
+        gguf_close(v);
+    }
+    free(err);
     for (int i = 0; i < n_found; i++) free(found[i]);
 }
 
