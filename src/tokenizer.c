@@ -720,10 +720,14 @@ int ds4_pretokenize(const char *text, size_t len, ds4_pretok_cb cb, void *ud) {
 /* BPE and encoding                                                          */
 /* ------------------------------------------------------------------------ */
 
-typedef struct {
-    uint64_t key;       /* rank << 32 | left position: min-heap order */
-    int32_t left, right, result;
-} heap_ent;
+/* BPE candidates live in a min-heap of bare 64-bit keys, rank << 32 | left
+ * symbol position: lowest rank first, leftmost on ties (HF's order).  An
+ * entry is checked when popped: it is current iff the pair now at that
+ * position still has a merge of that rank (a rank names exactly one pair,
+ * and the pair at a position only ever grows, so an old rank never comes
+ * back).  Eight-byte entries in a 4-ary heap (the four children share a
+ * cache line) keep huge words (megabytes of one character) bearable. */
+typedef uint64_t heap_ent;
 
 typedef struct {
     uint64_t h;
@@ -760,42 +764,47 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     return 0;
 }
 
-static int heap_push(work *w, uint32_t rank, int32_t left, int32_t right, int32_t result) {
+static int heap_push(work *w, heap_ent e) {
     if (w->heap_n == w->heap_cap &&
         grow((void **)&w->heap, &w->heap_cap, w->heap_n + 1, sizeof(heap_ent)))
         return -1;
-    heap_ent e = { ((uint64_t)rank << 32) | (uint32_t)left, left, right, result };
     size_t i = w->heap_n++;
+    heap_ent *h = w->heap;
     while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (w->heap[p].key <= e.key) break;
-        w->heap[i] = w->heap[p];
+        size_t p = (i - 1) / 4;
+        if (h[p] <= e) break;
+        h[i] = h[p];
         i = p;
     }
-    w->heap[i] = e;
+    h[i] = e;
     return 0;
+}
+
+static void heap_sift_down(heap_ent *h, size_t n, size_t i, heap_ent e) {
+    for (;;) {
+        size_t c = 4 * i + 1;
+        if (c >= n) break;
+        size_t end = c + 4 < n ? c + 4 : n;
+        for (size_t k = c + 1; k < end; k++)
+            if (h[k] < h[c]) c = k;
+        if (e <= h[c]) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = e;
 }
 
 static heap_ent heap_pop(work *w) {
     heap_ent top = w->heap[0];
     heap_ent last = w->heap[--w->heap_n];
-    size_t n = w->heap_n, i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && w->heap[c + 1].key < w->heap[c].key) c++;
-        if (last.key <= w->heap[c].key) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (n) w->heap[i] = last;
+    if (w->heap_n) heap_sift_down(w->heap, w->heap_n, 0, last);
     return top;
 }
 
 static int try_pair(work *w, int32_t l, int32_t r) {
     const merge_ent *m = merge_find(w->tok, w->sym[l], w->sym[r]);
     if (!m) return 0;
-    return heap_push(w, (uint32_t)m->rank, l, r, m->result);
+    return heap_push(w, ((uint64_t)(uint32_t)m->rank << 32) | (uint32_t)l);
 }
 
 /* BPE of one pre-token of n >= 2 bytes; appends its ids to out. */
@@ -819,17 +828,24 @@ static int bpe_word(work *w, const unsigned char *b, size_t n) {
         prev[i] = (int32_t)i - 1;
         next[i] = (i + 1 < n) ? (int32_t)i + 1 : -1;
     }
-    w->heap_n = 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        if (try_pair(w, (int32_t)i, (int32_t)i + 1)) return -1;
+    /* Initial candidates, heapified bottom-up in O(n). */
+    if (grow((void **)&w->heap, &w->heap_cap, n, sizeof(heap_ent))) return -1;
+    size_t hn = 0;
+    for (size_t i = 0; i + 1 < n; i++) {
+        const merge_ent *m = merge_find(t, sym[i], sym[i + 1]);
+        if (m) w->heap[hn++] = ((uint64_t)(uint32_t)m->rank << 32) | (uint32_t)i;
+    }
+    w->heap_n = hn;
+    for (size_t i = hn / 4 + 1; i-- > 0;) heap_sift_down(w->heap, hn, i, w->heap[i]);
     while (w->heap_n) {
         heap_ent e = heap_pop(w);
-        int32_t l = e.left, r = e.right;
-        /* Stale entry: one side was merged away or changed since. */
-        if (sym[l] < 0 || next[l] != r || sym[r] < 0) continue;
+        int32_t l = (int32_t)(uint32_t)e, r;
+        /* Stale entry: the left symbol was merged away, or the pair at l
+         * is no longer the one this rank merges. */
+        if (sym[l] < 0 || (r = next[l]) < 0) continue;
         const merge_ent *m = merge_find(t, sym[l], sym[r]);
-        if (!m || m->result != e.result) continue;
-        sym[l] = e.result;
+        if (!m || (uint32_t)m->rank != (uint32_t)(e >> 32)) continue;
+        sym[l] = m->result;
         sym[r] = -1;
         next[l] = next[r];
         if (next[r] >= 0) prev[next[r]] = l;
