@@ -29,9 +29,11 @@ typedef struct {
 } ds4_tensor;
 
 typedef struct {
-    int ratio;                 /* 0, 4 (overlapping + indexer) or 128 */
+    int ratio;                 /* compression ratio; 0 = sliding window only */
     int coff;                  /* 2 for overlapping compressors, else 1 */
-    int has_indexer;
+    int has_indexer;           /* == (coff == 2): decided from the indexer
+                                  tensors / a 2*head_dim compressor, not
+                                  from the literal ratio 4 */
     float swiglu_clamp;
 
     ds4_tensor hc_attn_fn, hc_attn_scale, hc_attn_base;
@@ -91,6 +93,9 @@ typedef struct {
  * each prefixed with the file name, e.g.
  * "model.gguf: tensor blk.3.attn_q_b.weight has dims [128, 2048], expected [128, 2304]". */
 int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err);
+/* (On failure *w is left zeroed; ds4_weights_free on it is harmless.  At
+ * most 50 problems are listed, then "... and N more problems".  Tensors the
+ * layout does not name are ignored: w->n_bound < gf->n_tensors.) */
 void ds4_weights_free(ds4_weights *w);
 
 /* Bytes of weights read to decode one token (attention, shared expert,
