@@ -148,7 +148,11 @@ static int meta_float(problems *p, const gguf_file *gf, const char *suffix, int 
 /* Tensors                                                                   */
 /* ------------------------------------------------------------------------ */
 
-enum { T_F32ONLY, T_I32, T_EMBD, T_MATRIX };
+/* Type classes: F32-only vectors; the I32 hash table; the embedding (read
+ * one row at a time by dequantization); element-wise tables (compressor
+ * position biases, read one value at a time, so no block formats); and
+ * matrices (every format the kernels implement). */
+enum { T_F32ONLY, T_I32, T_EMBD, T_ELEM, T_MATRIX };
 
 typedef struct {
     problems *p;
@@ -161,6 +165,7 @@ static int type_ok(int kind, uint32_t t) {
     case T_F32ONLY: return t == GGML_F32;
     case T_I32: return t == GGML_I32;
     case T_EMBD: return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0;
+    case T_ELEM: return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16;
     case T_MATRIX:
         return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q2_K ||
                t == GGML_Q4_K || t == GGML_IQ2_XXS;
@@ -173,6 +178,7 @@ static const char *kind_types(int kind) {
     case T_F32ONLY: return "F32";
     case T_I32: return "I32";
     case T_EMBD: return "one of F32, F16, BF16, Q8_0";
+    case T_ELEM: return "one of F32, F16, BF16";
     }
     return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS";
 }
@@ -439,7 +445,7 @@ static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights
         L->coff = overlap ? 2 : 1;
         L->has_indexer = overlap;
         uint64_t cw = (uint64_t)L->coff * hd, R = (uint64_t)ratio;
-        bind_l(b, &L->comp_ape, il, "attn_compressor_ape.weight", T_MATRIX, 2, cw, R, 0, 0);
+        bind_l(b, &L->comp_ape, il, "attn_compressor_ape.weight", T_ELEM, 2, cw, R, 0, 0);
         bind_l(b, &L->comp_kv, il, "attn_compressor_kv.weight", T_MATRIX, 2, D, cw, 0, 0);
         bind_l(b, &L->comp_gate, il, "attn_compressor_gate.weight", T_MATRIX, 2, D, cw, 0, 0);
         bind_l(b, &L->comp_norm, il, "attn_compressor_norm.weight", T_F32ONLY, 1, hd, 0, 0, 0);
@@ -449,7 +455,7 @@ static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights
             if (IH && ID) {
                 bind_l(b, &L->idx_q_b, il, "indexer.attn_q_b.weight", T_MATRIX, 2, (uint64_t)c->q_lora, IH * ID, 0, 0);
                 bind_l(b, &L->idx_proj, il, "indexer.proj.weight", T_MATRIX, 2, D, IH, 0, 0);
-                bind_l(b, &L->idx_comp_ape, il, "indexer_compressor_ape.weight", T_MATRIX, 2, 2 * ID, R, 0, 0);
+                bind_l(b, &L->idx_comp_ape, il, "indexer_compressor_ape.weight", T_ELEM, 2, 2 * ID, R, 0, 0);
                 bind_l(b, &L->idx_comp_kv, il, "indexer_compressor_kv.weight", T_MATRIX, 2, D, 2 * ID, 0, 0);
                 bind_l(b, &L->idx_comp_gate, il, "indexer_compressor_gate.weight", T_MATRIX, 2, D, 2 * ID, 0, 0);
                 bind_l(b, &L->idx_comp_norm, il, "indexer_compressor_norm.weight", T_F32ONLY, 1, ID, 0, 0, 0);

@@ -637,6 +637,8 @@ static void test_tiny_model(void) {
     expect_bind_fail("embd type", &m, "token_embd.weight has type I32, expected one of F32, F16, BF16, Q8_0", NULL);
     m = M(); m.t_name = "blk.0.attn_kv.weight"; m.t_type = GGML_I32;
     expect_bind_fail("matrix type", &m, "blk.0.attn_kv.weight has type I32, expected one of", NULL);
+    m = M(); m.t_name = "blk.3.attn_compressor_ape.weight"; m.t_type = GGML_Q8_0;
+    expect_bind_fail("ape type", &m, "attn_compressor_ape.weight has type Q8_0, expected one of F32, F16, BF16", NULL);
     m = M(); m.t_name = "blk.2.ffn_up_exps.weight"; m.t_type = GGML_F16;
     expect_bind_fail("gate/up type", &m, "expected the type of blk.2.ffn_gate_exps.weight (Q8_0)", NULL);
     m = M(); m.kv_key = "deepseek4.rope.freq_base"; m.kv_kind = 'f'; m.f = NAN;
