@@ -1,0 +1,1413 @@
+/*
+ * ds4_synth.c -- ds4-synth: writes random-weight GGUF files with the exact
+ * DeepSeek V4 Flash layout (ARCHITECTURE.md §1, §3, §4, §8): same tensor
+ * names, order, dims, types, metadata keys and alignment as the real model,
+ * at the tiny test shape, the real per-layer shape with few layers, or the
+ * full 43-layer model.
+ *
+ * Owns: the presets, `--set` overrides and their consistency checks, the
+ * tensor layout and recipe (which family gets which type), the weight
+ * scales, the deterministic generators for every storage type, and the
+ * streaming write (through gguf_writer, bounded buffers, progress).
+ * Does not own: the GGUF container (gguf.c) or the loader's validation
+ * (model.c) -- the files it writes must pass the latter unchanged.
+ *
+ * Determinism: every tensor has a key = hash(seed, tensor name); the
+ * tensor is cut into fixed "units" (one quant block, 256 float elements,
+ * or one tid2eid row) and unit u draws from a splitmix64 stream seeded by
+ * hash(key, u).  The bytes therefore depend only on (seed, name, shape,
+ * type), never on buffer sizes or write order.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "quant.h"
+
+#define CHUNK_BYTES (8u << 20)   /* one generation buffer: (threads + 2) of them in flight */
+#define MAX_THREADS 64
+#define ALIGNMENT 32
+
+/* Loader bounds (model.c): a file outside them would be rejected anyway,
+ * and they keep every derived product far from overflow. */
+#define MAX_EMBD 65536
+#define MAX_LAYER 1024
+#define MAX_EXPERT 4096
+#define MAX_HEAD 4096
+#define MAX_HEAD_DIM 4096
+#define MAX_RANK 65536
+#define MAX_FF 65536
+#define MAX_HC 64
+#define MAX_RATIO (1 << 20)
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ds4-synth: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static void usage(FILE *o) {
+    fputs(
+"usage: ds4-synth --preset tiny|medium|flash --recipe f16|q2|q4 --vocab VOCAB.gguf\n"
+"                 -o OUT.gguf [--layers N] [--seed S] [--set key=value ...]\n"
+"                 [--threads N] [--dry-run [--list]]\n"
+"\n"
+"Writes a random-weight GGUF with the exact DeepSeek V4 Flash layout (tensor\n"
+"names, order, dims, types, metadata keys, 32-byte alignment).  Weights are\n"
+"random but well scaled, so the forward pass is finite and non-degenerate.\n"
+"The file is streamed to OUT.tmp in bounded chunks and renamed to OUT only\n"
+"when complete; nothing is left behind on error or interrupt.\n"
+"\n"
+"  --preset P      tiny   = the golden tiny-a shape (n_embd 256, 6 layers,\n"
+"                           8 heads x 256, 8 experts x 256, context 4096)\n"
+"                  medium = the real Flash per-layer shape (n_embd 4096,\n"
+"                           64 heads x 512, 256 experts x 2048), 4 layers\n"
+"                  flash  = the real Flash model, 43 layers\n"
+"  --recipe R      f16 = every matrix F16;\n"
+"                  q2  = routed gate/up IQ2_XXS, routed down Q2_K,\n"
+"                        attention projections, shared expert and output Q8_0;\n"
+"                  q4  = as q2 with every routed expert Q4_K.\n"
+"                  In all recipes the token embedding, HC, compressor,\n"
+"                  indexer and router matrices are F16, 1-D tensors F32 and\n"
+"                  ffn_gate_tid2eid I32 (ARCHITECTURE.md §4, §8).\n"
+"  --vocab FILE    GGUF whose tokenizer.* keys are copied; vocab_size is the\n"
+"                  number of its tokens (e.g. ../shared/vocab/mini-vocab.gguf\n"
+"                  or ../shared/vocab/deepseek-v4-vocab.gguf).  Required.\n"
+"  -o, --output F  output file (required unless --dry-run).\n"
+"  --layers N      block_count (default: tiny 6, medium 4, flash 43).  The\n"
+"                  compression ratios follow the Flash rule (layers 0,1: 0;\n"
+"                  then even layers 4, odd layers 128) and hash_layer_count\n"
+"                  is min(3, N), unless set explicitly with --set.\n"
+"  --seed S        64-bit seed (default 1).  Same seed and options give a\n"
+"                  byte-identical file (whatever --threads is).\n"
+"  --threads N     generator threads (default: online CPUs, at most 8); the\n"
+"                  calling thread writes.  Memory: (N + 2) x 8 MiB buffers.\n"
+"  --set K=V       override a deepseek4.* key (the prefix is optional),\n"
+"                  applied after the preset and --layers, before the layout\n"
+"                  is derived; repeatable.  Integer keys: block_count,\n"
+"                  context_length, embedding_length, attention.head_count,\n"
+"                  attention.head_count_kv, attention.key_length,\n"
+"                  attention.value_length, attention.q_lora_rank,\n"
+"                  attention.output_lora_rank, attention.output_group_count,\n"
+"                  attention.sliding_window, attention.indexer.head_count,\n"
+"                  attention.indexer.key_length, attention.indexer.top_k,\n"
+"                  rope.dimension_count, rope.scaling.original_context_length,\n"
+"                  expert_count, expert_used_count, expert_shared_count,\n"
+"                  expert_feed_forward_length, hash_layer_count,\n"
+"                  hyper_connection.count, hyper_connection.sinkhorn_iterations.\n"
+"                  Float keys: rope.freq_base, attention.compress_rope_freq_base,\n"
+"                  attention.layer_norm_rms_epsilon, rope.scaling.factor,\n"
+"                  rope.scaling.yarn_beta_fast, rope.scaling.yarn_beta_slow,\n"
+"                  expert_weights_scale, hyper_connection.epsilon.\n"
+"                  Bool: expert_weights_norm (true/false).  Lists (comma\n"
+"                  separated, >= block_count entries): attention.compress_ratios\n"
+"                  (ratio-4 layers get the overlapping compressor + indexer),\n"
+"                  swiglu_clamp_exp (also a single value for every layer).\n"
+"                  vocab_size comes from --vocab and cannot be set.\n"
+"  --dry-run       print the tensor summary, the file size and the bytes read\n"
+"                  per decoded token; write nothing.\n"
+"  --list          with --dry-run: also list every tensor.\n"
+"  -h, --help      this text.\n"
+"\n"
+"Progress (MB written, MB/s) goes to stderr when it is a terminal; a summary\n"
+"line is always printed.  Exit status: 0 ok, 1 error, 2 bad usage.\n",
+        o);
+}
+
+static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ds4-synth: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n(run ds4-synth --help for the options)\n", stderr);
+    exit(2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Configuration: presets and --set                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t ctx, n_layer, n_embd, n_head, n_head_kv, key_len, val_len;
+    int64_t q_lora, o_lora, o_groups, n_swa, idx_heads, idx_dim, idx_topk;
+    int64_t n_rot, rope_orig_ctx, n_expert, n_used, n_shared, n_ff, n_hash;
+    int64_t n_hc, hc_iters;
+    double compress_base, rms_eps, rope_base, rope_factor, beta_fast, beta_slow;
+    double expert_scale, hc_eps;
+    int expert_norm;
+    /* Lists; n == 0 means "derive from block_count". */
+    int64_t *ratios; int n_ratios;
+    double *clamp; int n_clamp;
+    int hash_set;
+    int64_t n_vocab;
+} config;
+
+enum { K_INT, K_FLOAT, K_BOOL, K_RATIOS, K_CLAMP, K_VOCAB };
+
+typedef struct { const char *key; int kind; size_t off; } keydef;
+
+#define KI(k, f) {k, K_INT, offsetof(config, f)}
+#define KF(k, f) {k, K_FLOAT, offsetof(config, f)}
+static const keydef KEYS[] = {
+    KI("context_length", ctx),
+    KI("block_count", n_layer),
+    KI("embedding_length", n_embd),
+    {"vocab_size", K_VOCAB, 0},
+    KI("attention.head_count", n_head),
+    KI("attention.head_count_kv", n_head_kv),
+    KI("attention.key_length", key_len),
+    KI("attention.value_length", val_len),
+    KI("attention.q_lora_rank", q_lora),
+    KI("attention.output_lora_rank", o_lora),
+    KI("attention.output_group_count", o_groups),
+    KI("attention.sliding_window", n_swa),
+    KI("attention.indexer.head_count", idx_heads),
+    KI("attention.indexer.key_length", idx_dim),
+    KI("attention.indexer.top_k", idx_topk),
+    {"attention.compress_ratios", K_RATIOS, 0},
+    KF("attention.compress_rope_freq_base", compress_base),
+    KF("attention.layer_norm_rms_epsilon", rms_eps),
+    KI("rope.dimension_count", n_rot),
+    KF("rope.freq_base", rope_base),
+    KF("rope.scaling.factor", rope_factor),
+    KI("rope.scaling.original_context_length", rope_orig_ctx),
+    KF("rope.scaling.yarn_beta_fast", beta_fast),
+    KF("rope.scaling.yarn_beta_slow", beta_slow),
+    KI("expert_count", n_expert),
+    KI("expert_used_count", n_used),
+    KI("expert_shared_count", n_shared),
+    KI("expert_feed_forward_length", n_ff),
+    KF("expert_weights_scale", expert_scale),
+    {"expert_weights_norm", K_BOOL, offsetof(config, expert_norm)},
+    KI("hash_layer_count", n_hash),
+    {"swiglu_clamp_exp", K_CLAMP, 0},
+    KI("hyper_connection.count", n_hc),
+    KI("hyper_connection.sinkhorn_iterations", hc_iters),
+    KF("hyper_connection.epsilon", hc_eps),
+};
+#define N_KEYS (sizeof KEYS / sizeof KEYS[0])
+
+/* The real model's fixed hyper-parameters (ARCHITECTURE.md §1). */
+static void fixed_hparams(config *c) {
+    c->ctx = 1048576;
+    c->n_head_kv = 1;
+    c->n_rot = 64;
+    c->compress_base = 160000.0;
+    c->rms_eps = 1e-6;
+    c->rope_base = 10000.0;
+    c->rope_factor = 16.0;
+    c->rope_orig_ctx = 65536;
+    c->beta_fast = 32.0;
+    c->beta_slow = 1.0;
+    c->expert_scale = 1.5;
+    c->expert_norm = 1;
+    c->n_hc = 4;
+    c->hc_iters = 20;
+    c->hc_eps = 1e-6;
+}
+
+static int set_preset(config *c, const char *p) {
+    fixed_hparams(c);
+    if (!strcmp(p, "tiny")) {
+        /* ../shared/golden/tiny-a-f16/manifest.json "metadata" */
+        c->ctx = 4096;
+        c->n_layer = 6; c->n_embd = 256; c->n_head = 8; c->key_len = c->val_len = 256;
+        c->q_lora = 128; c->o_lora = 128; c->o_groups = 4; c->n_swa = 32;
+        c->idx_heads = 4; c->idx_dim = 128; c->idx_topk = 8;
+        c->n_expert = 8; c->n_used = 3; c->n_shared = 1; c->n_ff = 256;
+        return 0;
+    }
+    if (!strcmp(p, "medium") || !strcmp(p, "flash")) {
+        c->n_layer = !strcmp(p, "flash") ? 43 : 4;
+        c->n_embd = 4096; c->n_head = 64; c->key_len = c->val_len = 512;
+        c->q_lora = 1024; c->o_lora = 1024; c->o_groups = 8; c->n_swa = 128;
+        c->idx_heads = 64; c->idx_dim = 128; c->idx_topk = 512;
+        c->n_expert = 256; c->n_used = 6; c->n_shared = 1; c->n_ff = 2048;
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!*s) return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_f64(const char *s, double *out) {
+    if (!*s) return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Comma-separated list; returns the count or -1. */
+static int parse_list(const char *s, int is_float, void **out) {
+    int n = 1;
+    for (const char *p = s; *p; p++) n += *p == ',';
+    if (n > MAX_LAYER + 1) return -1;
+    void *arr = calloc((size_t)n, 8);
+    char *dup = strdup(s);
+    if (!arr || !dup) die("out of memory");
+    int i = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save), i++) {
+        int bad = is_float ? parse_f64(tok, (double *)arr + i)
+                           : parse_i64(tok, 0, MAX_RATIO, (int64_t *)arr + i);
+        if (bad) { free(arr); free(dup); return -1; }
+    }
+    free(dup);
+    if (i != n) { free(arr); return -1; }   /* empty element */
+    *out = arr;
+    return n;
+}
+
+static void apply_set(config *c, const char *kv) {
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv) usage_error("--set expects key=value, got \"%s\"", kv);
+    size_t kl = (size_t)(eq - kv);
+    const char *key = kv;
+    if (kl > 10 && !strncmp(key, "deepseek4.", 10)) { key += 10; kl -= 10; }
+    const char *val = eq + 1;
+    const keydef *d = NULL;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strlen(KEYS[i].key) == kl && !strncmp(KEYS[i].key, key, kl)) d = &KEYS[i];
+    if (!d)
+        usage_error("--set: unknown key \"%.*s\" (the overridable deepseek4.* keys are listed "
+                    "in --help)", (int)(eq - kv), kv);
+    switch (d->kind) {
+    case K_VOCAB:
+        usage_error("--set: vocab_size is the token count of the --vocab file and cannot be set");
+    case K_INT: {
+        int64_t v;
+        if (parse_i64(val, 0, UINT32_MAX, &v))
+            usage_error("--set %s: \"%s\" is not an integer in [0, %u]", d->key, val, UINT32_MAX);
+        *(int64_t *)((char *)c + d->off) = v;
+        if (!strcmp(d->key, "hash_layer_count")) c->hash_set = 1;
+        break;
+    }
+    case K_FLOAT: {
+        double v;
+        if (parse_f64(val, &v)) usage_error("--set %s: \"%s\" is not a finite number", d->key, val);
+        *(double *)((char *)c + d->off) = v;
+        break;
+    }
+    case K_BOOL:
+        if (!strcmp(val, "true") || !strcmp(val, "1")) c->expert_norm = 1;
+        else if (!strcmp(val, "false") || !strcmp(val, "0")) c->expert_norm = 0;
+        else usage_error("--set %s: \"%s\" is not true/false", d->key, val);
+        break;
+    case K_RATIOS: {
+        void *a;
+        int n = parse_list(val, 0, &a);
+        if (n < 0)
+            usage_error("--set %s: \"%s\" is not a comma-separated list of integers in [0, %d]",
+                        d->key, val, MAX_RATIO);
+        free(c->ratios);
+        c->ratios = a;
+        c->n_ratios = n;
+        break;
+    }
+    case K_CLAMP: {
+        void *a;
+        int n = parse_list(val, 1, &a);
+        if (n < 0) usage_error("--set %s: \"%s\" is not a comma-separated list of numbers", d->key, val);
+        free(c->clamp);
+        c->clamp = a;
+        c->n_clamp = n;
+        break;
+    }
+    }
+}
+
+/* Fills the derived lists and checks everything the loader (model.c), the
+ * reference (ds4_ref.py) and the storage formats require.  Every problem
+ * is reported, then the program exits. */
+static void finalize_config(config *c, int quantized, const char *recipe) {
+    int np = 0;
+#define PROB(...) do { fprintf(stderr, "ds4-synth: " __VA_ARGS__); fputc('\n', stderr); np++; } while (0)
+#define RANGE(f, name, lo, hi) \
+    do { if (c->f < (lo) || c->f > (hi)) \
+        PROB("%s = %" PRId64 " is out of range [%lld, %lld]", name, c->f, (long long)(lo), (long long)(hi)); } while (0)
+    RANGE(n_layer, "block_count", 1, MAX_LAYER);
+    RANGE(n_embd, "embedding_length", 1, MAX_EMBD);
+    RANGE(n_head, "attention.head_count", 1, MAX_HEAD);
+    RANGE(n_head_kv, "attention.head_count_kv", 1, 1);
+    RANGE(key_len, "attention.key_length", 1, MAX_HEAD_DIM);
+    RANGE(val_len, "attention.value_length", 1, MAX_HEAD_DIM);
+    RANGE(q_lora, "attention.q_lora_rank", 1, MAX_RANK);
+    RANGE(o_lora, "attention.output_lora_rank", 1, MAX_RANK);
+    RANGE(o_groups, "attention.output_group_count", 1, MAX_HEAD);
+    RANGE(n_swa, "attention.sliding_window", 1, 1 << 24);
+    RANGE(idx_heads, "attention.indexer.head_count", 1, MAX_HEAD);
+    RANGE(idx_dim, "attention.indexer.key_length", 1, MAX_HEAD_DIM);
+    RANGE(idx_topk, "attention.indexer.top_k", 1, 1 << 24);
+    RANGE(n_rot, "rope.dimension_count", 0, MAX_HEAD_DIM);
+    RANGE(rope_orig_ctx, "rope.scaling.original_context_length", 1, UINT32_MAX);
+    RANGE(ctx, "context_length", 1, UINT32_MAX);
+    RANGE(n_expert, "expert_count", 1, MAX_EXPERT);
+    RANGE(n_used, "expert_used_count", 1, MAX_EXPERT);
+    RANGE(n_shared, "expert_shared_count", 1, 64);
+    RANGE(n_ff, "expert_feed_forward_length", 1, MAX_FF);
+    RANGE(n_hc, "hyper_connection.count", 1, MAX_HC);
+    RANGE(hc_iters, "hyper_connection.sinkhorn_iterations", 1, 1000);
+    if (np) exit(2);   /* the checks below assume sane ranges */
+
+    if (!c->hash_set) c->n_hash = c->n_layer < 3 ? c->n_layer : 3;
+    if (!c->n_ratios) {
+        c->n_ratios = (int)c->n_layer;
+        c->ratios = calloc((size_t)c->n_layer, sizeof *c->ratios);
+        if (!c->ratios) die("out of memory");
+        /* ds4's rule: two dense layers, then alternating CSA (4) / HCA (128). */
+        for (int il = 0; il < c->n_layer; il++) c->ratios[il] = il < 2 ? 0 : il % 2 ? 128 : 4;
+    }
+    if (!c->n_clamp) {
+        c->n_clamp = (int)c->n_layer;
+        c->clamp = calloc((size_t)c->n_layer, sizeof *c->clamp);
+        if (!c->clamp) die("out of memory");
+        for (int il = 0; il < c->n_layer; il++) c->clamp[il] = 10.0;
+    } else if (c->n_clamp == 1 && c->n_layer > 1) {
+        double v = c->clamp[0];
+        free(c->clamp);
+        c->clamp = malloc((size_t)c->n_layer * sizeof *c->clamp);
+        if (!c->clamp) die("out of memory");
+        for (int il = 0; il < c->n_layer; il++) c->clamp[il] = v;
+        c->n_clamp = (int)c->n_layer;
+    }
+
+    if (c->val_len != c->key_len)
+        PROB("attention.value_length = %" PRId64 " must equal key_length = %" PRId64 " (K = V)",
+             c->val_len, c->key_len);
+    if (c->n_rot % 2 || c->n_rot > c->key_len)
+        PROB("rope.dimension_count = %" PRId64 " must be even and <= key_length = %" PRId64,
+             c->n_rot, c->key_len);
+    if (c->n_head % c->o_groups)
+        PROB("attention.head_count = %" PRId64 " is not a multiple of output_group_count = %" PRId64,
+             c->n_head, c->o_groups);
+    if (c->n_used > c->n_expert)
+        PROB("expert_used_count = %" PRId64 " exceeds expert_count = %" PRId64, c->n_used, c->n_expert);
+    if (c->n_hash > c->n_layer)
+        PROB("hash_layer_count = %" PRId64 " exceeds block_count = %" PRId64, c->n_hash, c->n_layer);
+    if (c->n_ratios < c->n_layer)
+        PROB("attention.compress_ratios has %d entries, fewer than block_count = %" PRId64,
+             c->n_ratios, c->n_layer);
+    if (c->n_clamp < c->n_layer)
+        PROB("swiglu_clamp_exp has %d entries, fewer than block_count = %" PRId64, c->n_clamp, c->n_layer);
+    int has_idx = 0;
+    for (int il = 0; il < c->n_ratios; il++) {
+        if (c->ratios[il] == 1)
+            PROB("attention.compress_ratios[%d] = 1 is invalid (must be 0 or >= 2)", il);
+        if (il < c->n_layer && c->ratios[il] == 4) has_idx = 1;
+    }
+    for (int il = 0; il < c->n_clamp; il++)
+        if (c->clamp[il] < 0) PROB("swiglu_clamp_exp[%d] = %g is negative", il, c->clamp[il]);
+    if (has_idx) {
+        if (c->idx_dim & (c->idx_dim - 1))
+            PROB("attention.indexer.key_length = %" PRId64 " is not a power of two (Hadamard rotation)",
+                 c->idx_dim);
+        if (c->n_rot > c->idx_dim)
+            PROB("rope.dimension_count = %" PRId64 " exceeds attention.indexer.key_length = %" PRId64
+                 " (the indexer ropes the tail of each head)", c->n_rot, c->idx_dim);
+    }
+    if (!(c->rms_eps > 0 && c->rms_eps < 1)) PROB("attention.layer_norm_rms_epsilon = %g must be in (0, 1)", c->rms_eps);
+    if (!(c->hc_eps > 0 && c->hc_eps < 1)) PROB("hyper_connection.epsilon = %g must be in (0, 1)", c->hc_eps);
+    if (!(c->rope_base > 0)) PROB("rope.freq_base = %g must be positive", c->rope_base);
+    if (!(c->compress_base > 0)) PROB("attention.compress_rope_freq_base = %g must be positive", c->compress_base);
+    if (!(c->rope_factor > 0)) PROB("rope.scaling.factor = %g must be positive", c->rope_factor);
+
+    /* Block alignment of the quantized recipes (ARCHITECTURE.md §4.2):
+     * expert rows (D for gate/up, F for down) are whole 256-blocks, every
+     * Q8_0 row a whole number of 32-blocks. */
+    if (quantized) {
+        const int64_t gdim = c->o_groups ? c->n_head * c->key_len / c->o_groups : 0;
+        struct { const char *what; int64_t n, blk; } al[] = {
+            {"embedding_length (routed gate/up rows, Q8_0 rows)", c->n_embd, 256},
+            {"expert_feed_forward_length (routed down rows)", c->n_ff, 256},
+            {"attention.q_lora_rank (attn_q_b rows)", c->q_lora, 32},
+            {"head_count*key_length/output_group_count (attn_output_a rows)", gdim, 32},
+            {"output_group_count*output_lora_rank (attn_output_b rows)", c->o_groups * c->o_lora, 32},
+            {"expert_feed_forward_length*expert_shared_count (ffn_down_shexp rows)", c->n_ff * c->n_shared, 32},
+        };
+        for (size_t i = 0; i < sizeof al / sizeof al[0]; i++)
+            if (al[i].n % al[i].blk)
+                PROB("recipe %s: %s = %" PRId64 " is not a multiple of %" PRId64 " (quantization block)",
+                     recipe, al[i].what, al[i].n, al[i].blk);
+    }
+    if (np) exit(2);
+#undef RANGE
+#undef PROB
+}
+
+/* ------------------------------------------------------------------------ */
+/* Layout                                                                    */
+/* ------------------------------------------------------------------------ */
+
+enum { D_NORMAL, D_UNIFORM, D_TID2EID };
+/* What a decoded token reads of a tensor (mirrors ds4_weights_active_bytes). */
+enum { A_ALL, A_ROW, A_EXPERTS };
+
+typedef struct {
+    char name[64];
+    uint32_t nd;
+    uint64_t ne[3];
+    uint32_t type;
+    int dist;
+    float a, b;          /* D_NORMAL: mean, std; D_UNIFORM: [a, b) */
+    int boost;           /* experts: a quarter of them get 4x the std */
+    int layer;
+    int active;
+    uint32_t n_choices;  /* tid2eid: expert_count */
+    uint64_t nbytes;
+    uint64_t units, unit_elems;
+} tspec;
+
+typedef struct { tspec *t; size_t n, cap; } layout;
+
+static tspec *add(layout *L, int layer, const char *suffix, uint32_t type, uint32_t nd,
+                  uint64_t ne0, uint64_t ne1, uint64_t ne2) {
+    if (L->n == L->cap) {
+        L->cap = L->cap ? 2 * L->cap : 256;
+        L->t = realloc(L->t, L->cap * sizeof *L->t);
+        if (!L->t) die("out of memory");
+    }
+    tspec *t = &L->t[L->n++];
+    memset(t, 0, sizeof *t);
+    if (layer >= 0) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
+    else snprintf(t->name, sizeof t->name, "%s", suffix);
+    t->nd = nd;
+    t->ne[0] = ne0; t->ne[1] = nd > 1 ? ne1 : 1; t->ne[2] = nd > 2 ? ne2 : 1;
+    t->type = type;
+    t->layer = layer;
+    t->dist = D_NORMAL;
+    t->active = A_ALL;
+    uint64_t rows = t->ne[1] * t->ne[2];
+    t->nbytes = ggml_row_size(type, ne0) * rows;
+    if (!t->nbytes) die("internal: tensor %s: bad row size", t->name);
+    return t;
+}
+
+static tspec *normal(tspec *t, float mean, float std) { t->dist = D_NORMAL; t->a = mean; t->b = std; return t; }
+static tspec *uniform(tspec *t, float lo, float hi) { t->dist = D_UNIFORM; t->a = lo; t->b = hi; return t; }
+/* The usual projection scale: unit-RMS inputs give outputs of RMS ~gain. */
+static tspec *proj(tspec *t, float gain) { return normal(t, 0.0f, gain / sqrtf((float)t->ne[0])); }
+
+/*
+ * Scales.  Modelled on the statistics of ../shared/golden/models/
+ * tiny-a-f16.gguf (whose forward pass is known to be healthy), expressed
+ * relative to the input width so that they carry over to the real shape:
+ *   projections RMS 1/sqrt(n_in) (outputs ~ unit RMS for RMS-normed inputs);
+ *   compressor / indexer-compressor gates and shared-expert gate/up
+ *   1.5/sqrt(n_in) (sharper pooling softmax, livelier SwiGLU);
+ *   router 2/sqrt(D) (sqrt(softplus) scores that actually differ);
+ *   output head 3/sqrt(D) (logits with std ~3: peaked but not one-hot);
+ *   routed gate/up 1/sqrt(D) with a quarter of the experts at 4x, so the
+ *   SwiGLU clamp (10) is reached for some tokens; routed down 1/sqrt(F);
+ *   token embedding N(0, 1); HC fn 1/sqrt(N*D); HC scale U[0.3, 1);
+ *   HC base N(0, 0.5); attention sinks N(0, 1); router bias N(0, 0.3);
+ *   compressor APE N(0, 0.5) (small beside the gate scores);
+ *   RMSNorm weights 1 + N(0, 0.15), except the KV / compressor norms
+ *   U[1, 2.5] and the indexer-compressor norm U[1, 2], as in the golden
+ *   model (wider KV rows exercise the FP8 round trip).
+ */
+static void build_layout(const config *c, const char *recipe, layout *L) {
+    const int q = strcmp(recipe, "f16") != 0;
+    const uint32_t T_PROJ = q ? GGML_Q8_0 : GGML_F16;           /* attention, shared, output */
+    const uint32_t T_GU = !q ? GGML_F16 : !strcmp(recipe, "q2") ? GGML_IQ2_XXS : GGML_Q4_K;
+    const uint32_t T_DN = !q ? GGML_F16 : !strcmp(recipe, "q2") ? GGML_Q2_K : GGML_Q4_K;
+    const uint32_t F16 = GGML_F16, F32 = GGML_F32;
+    const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab, N = (uint64_t)c->n_hc;
+    const uint64_t hd = (uint64_t)c->key_len, H = (uint64_t)c->n_head;
+    const uint64_t hc_dim = N * D, hc_mix = (2 + N) * N;
+    const uint64_t gdim = H * hd / (uint64_t)c->o_groups, olow = (uint64_t)(c->o_groups * c->o_lora);
+    const uint64_t QL = (uint64_t)c->q_lora, E = (uint64_t)c->n_expert, F = (uint64_t)c->n_ff;
+    const uint64_t SH = F * (uint64_t)c->n_shared, K = (uint64_t)c->n_used;
+    const uint64_t IH = (uint64_t)c->idx_heads, ID = (uint64_t)c->idx_dim;
+
+    add(L, -1, "token_embd.weight", F16, 2, D, V, 0)->active = A_ROW;
+    normal(&L->t[L->n - 1], 0.0f, 1.0f);
+    for (int il = 0; il < c->n_layer; il++) {
+        static const char *hc[2] = {"attn", "ffn"};
+        for (int s = 0; s < 2; s++) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "hc_%s_fn.weight", hc[s]);
+            proj(add(L, il, nm, F16, 2, hc_dim, hc_mix, 0), 1.0f);
+            snprintf(nm, sizeof nm, "hc_%s_scale.weight", hc[s]);
+            uniform(add(L, il, nm, F32, 1, 3, 0, 0), 0.3f, 1.0f);
+            snprintf(nm, sizeof nm, "hc_%s_base.weight", hc[s]);
+            normal(add(L, il, nm, F32, 1, hc_mix, 0, 0), 0.0f, 0.5f);
+        }
+        normal(add(L, il, "attn_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
+        proj(add(L, il, "attn_q_a.weight", T_PROJ, 2, D, QL, 0), 1.0f);
+        normal(add(L, il, "attn_q_a_norm.weight", F32, 1, QL, 0, 0), 1.0f, 0.15f);
+        proj(add(L, il, "attn_q_b.weight", T_PROJ, 2, QL, H * hd, 0), 1.0f);
+        proj(add(L, il, "attn_kv.weight", T_PROJ, 2, D, hd, 0), 1.0f);
+        uniform(add(L, il, "attn_kv_a_norm.weight", F32, 1, hd, 0, 0), 1.0f, 2.5f);
+        normal(add(L, il, "attn_sinks.weight", F32, 1, H, 0, 0), 0.0f, 1.0f);
+        proj(add(L, il, "attn_output_a.weight", T_PROJ, 2, gdim, olow, 0), 1.0f);
+        proj(add(L, il, "attn_output_b.weight", T_PROJ, 2, olow, D, 0), 1.0f);
+        const uint64_t R = (uint64_t)c->ratios[il];
+        if (R) {
+            const int csa = R == 4;   /* overlapping compressor + indexer (ds4 rule) */
+            const uint64_t cw = (csa ? 2 : 1) * hd;
+            normal(add(L, il, "attn_compressor_ape.weight", F16, 2, cw, R, 0), 0.0f, 0.5f);
+            proj(add(L, il, "attn_compressor_kv.weight", F16, 2, D, cw, 0), 1.0f);
+            proj(add(L, il, "attn_compressor_gate.weight", F16, 2, D, cw, 0), 1.5f);
+            uniform(add(L, il, "attn_compressor_norm.weight", F32, 1, hd, 0, 0), 1.0f, 2.5f);
+            if (csa) {
+                proj(add(L, il, "indexer.attn_q_b.weight", F16, 2, QL, IH * ID, 0), 1.0f);
+                proj(add(L, il, "indexer.proj.weight", F16, 2, D, IH, 0), 1.0f);
+                normal(add(L, il, "indexer_compressor_ape.weight", F16, 2, 2 * ID, R, 0), 0.0f, 0.5f);
+                proj(add(L, il, "indexer_compressor_kv.weight", F16, 2, D, 2 * ID, 0), 1.0f);
+                proj(add(L, il, "indexer_compressor_gate.weight", F16, 2, D, 2 * ID, 0), 1.5f);
+                uniform(add(L, il, "indexer_compressor_norm.weight", F32, 1, ID, 0, 0), 1.0f, 2.0f);
+            }
+        }
+        normal(add(L, il, "ffn_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
+        proj(add(L, il, "ffn_gate_inp.weight", F16, 2, D, E, 0), 2.0f);
+        const int hash = il < c->n_hash;
+        /* ARCHITECTURE.md §9: the router bias exists only on learned-router layers. */
+        if (!hash) normal(add(L, il, "exp_probs_b.bias", F32, 1, E, 0, 0), 0.0f, 0.3f);
+        tspec *t;
+        t = proj(add(L, il, "ffn_gate_exps.weight", T_GU, 3, D, F, E), 1.0f);
+        t->boost = 1; t->active = A_EXPERTS;
+        t = proj(add(L, il, "ffn_up_exps.weight", T_GU, 3, D, F, E), 1.0f);
+        t->boost = 1; t->active = A_EXPERTS;
+        t = proj(add(L, il, "ffn_down_exps.weight", T_DN, 3, F, D, E), 1.0f);
+        t->active = A_EXPERTS;
+        proj(add(L, il, "ffn_gate_shexp.weight", T_PROJ, 2, D, SH, 0), 1.5f);
+        proj(add(L, il, "ffn_up_shexp.weight", T_PROJ, 2, D, SH, 0), 1.5f);
+        proj(add(L, il, "ffn_down_shexp.weight", T_PROJ, 2, SH, D, 0), 1.0f);
+        if (hash) {
+            t = add(L, il, "ffn_gate_tid2eid.weight", GGML_I32, 2, K, V, 0);
+            t->dist = D_TID2EID;
+            t->active = A_ROW;
+            t->n_choices = (uint32_t)E;
+        }
+    }
+    normal(add(L, -1, "output_hc_base.weight", F32, 1, N, 0, 0), 0.0f, 0.5f);
+    proj(add(L, -1, "output_hc_fn.weight", F16, 2, hc_dim, N, 0), 1.0f);
+    uniform(add(L, -1, "output_hc_scale.weight", F32, 1, 1, 0, 0), 0.3f, 1.0f);
+    normal(add(L, -1, "output_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
+    proj(add(L, -1, "output.weight", T_PROJ, 2, D, V, 0), 3.0f);
+
+    /* Units: the PRNG stream restarts (from hash(key, unit)) at every unit. */
+    for (size_t i = 0; i < L->n; i++) {
+        tspec *t = &L->t[i];
+        uint64_t nel = t->ne[0] * t->ne[1] * t->ne[2];
+        if (t->dist == D_TID2EID) t->unit_elems = t->ne[0];
+        else if (t->type == GGML_F16 || t->type == GGML_F32) t->unit_elems = 256;
+        else t->unit_elems = ggml_block_size(t->type);
+        t->units = (nel + t->unit_elems - 1) / t->unit_elems;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers                                                            */
+/* ------------------------------------------------------------------------ */
+
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct { uint64_t s; } rng;
+
+static inline uint64_t next64(rng *g) { return mix64(g->s += 0x9E3779B97F4A7C15ull); }
+
+static inline rng unit_rng(uint64_t key, uint64_t u) {
+    rng g = {mix64(key ^ mix64(u + 0xD1B54A32D192ED03ull))};
+    return g;
+}
+
+static uint64_t name_key(uint64_t seed, const char *name) {
+    uint64_t h = 0xCBF29CE484222325ull;   /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001B3ull;
+    return mix64(mix64(seed) ^ h);
+}
+
+/* Approximately standard normal from one draw: Irwin-Hall sum of four
+ * 16-bit uniforms (exact mean 0 and variance 1, tails cut at +-3.46). */
+static inline float nrm16x4(uint64_t r) {
+    int32_t s = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) + (int32_t)((r >> 32) & 0xffff) +
+                (int32_t)(r >> 48) - 131070;
+    return (float)s * 2.6429e-05f;   /* sqrt(3 / (65536^2 - 1)) */
+}
+
+static inline float unif(uint64_t r) { return (float)(r >> 40) * (1.0f / 16777216.0f); }
+
+/* ------------------------------------------------------------------------ */
+/* Quantized blocks                                                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Blocks are drawn directly in the quantized domain (no float
+ * quantization): random codes plus f16 scales chosen so that the
+ * dequantized weights have mean ~0 and exactly the requested RMS in
+ * expectation.  Each block's scale also gets a factor U[0.75, 1.25) so that
+ * blocks differ as in real files; its mean square is folded into the
+ * normalisation (JIT2).
+ */
+#define JIT2 1.0208333333333333   /* E[(0.75 + 0.5u)^2] = 0.5625 + 0.375 + 1/12 */
+
+static inline float jitter(uint64_t r) { return 0.75f + 0.5f * unif(r); }
+
+static int8_t q8_lut[1021];        /* sum of four random bytes -> int8, near-normal */
+static double q8_ms;               /* E[q^2] under that distribution */
+static double iq2_grid_ms;         /* E[grid byte^2] over the IQ2_XXS grid */
+static double iq2_scale_ms;        /* E[(0.5 + s)^2], s uniform in 7..15 */
+static double q4k_sc_ms;           /* E[sc^2], sc uniform in 32..63 */
+#define Q2K_SC_MS 137.5            /* E[sc^2], sc uniform in 8..15 */
+
+static void init_tables(void) {
+    /* Distribution of the sum of four uniform bytes (0..1020). */
+    static double p[1021], t[1021];
+    memset(p, 0, sizeof p);
+    for (int i = 0; i < 256; i++) p[i] = 1.0 / 256;
+    for (int k = 1; k < 4; k++) {
+        memset(t, 0, sizeof t);
+        for (int s = 0; s <= 255 * k; s++)
+            for (int b = 0; b < 256; b++) t[s + b] += p[s] / 256;
+        memcpy(p, t, sizeof p);
+    }
+    q8_ms = 0;
+    for (int s = 0; s <= 1020; s++) {
+        int v = (int)lrint((s - 510) * 127.0 / 510.0);
+        q8_lut[s] = (int8_t)v;
+        q8_ms += p[s] * v * v;
+    }
+    double g = 0;
+    for (int i = 0; i < 256; i++)
+        for (int j = 0; j < 8; j++) {
+            double b = (double)((ds4_iq2xxs_grid[i] >> (8 * j)) & 0xff);
+            g += b * b;
+        }
+    iq2_grid_ms = g / 2048.0;
+    double s2 = 0;
+    for (int s = 7; s <= 15; s++) s2 += (0.5 + s) * (0.5 + s);
+    iq2_scale_ms = s2 / 9.0;
+    double k2 = 0;
+    for (int s = 32; s <= 63; s++) k2 += (double)s * s;
+    q4k_sc_ms = k2 / 32.0;
+}
+
+static void gen_q8_0(block_q8_0 *b, rng *g, float std) {
+    const float d0 = (float)(std / sqrt(q8_ms * JIT2));
+    b->d = ds4_f32_to_f16(d0 * jitter(next64(g)));
+    uint64_t r[QK8_0 / 2];
+    const uint64_t s0 = g->s;   /* the next 16 draws, vectorizable */
+    for (int k = 0; k < QK8_0 / 2; k++) r[k] = mix64(s0 + (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull);
+    g->s = s0 + (uint64_t)(QK8_0 / 2) * 0x9E3779B97F4A7C15ull;
+    for (int k = 0; k < QK8_0 / 2; k++) {
+        /* SWAR: the two 4-byte sums of one draw. */
+        uint64_t t = (r[k] & 0x00ff00ff00ff00ffull) + ((r[k] >> 8) & 0x00ff00ff00ff00ffull);
+        t = (t & 0x0000ffff0000ffffull) + ((t >> 16) & 0x0000ffff0000ffffull);
+        b->qs[2 * k] = q8_lut[t & 0xffffffffu];
+        b->qs[2 * k + 1] = q8_lut[t >> 32];
+    }
+}
+
+/* Q2_K: x = d*sc*v - dmin*m with v in 0..3.  m = sc and dmin = 1.5 d make
+ * every 16-group zero-mean: x = d*sc*(v - 1.5), E[(v-1.5)^2] = 1.25. */
+static void gen_q2_K(block_q2_K *b, rng *g, float std) {
+    const float d0 = (float)(std / sqrt(1.25 * Q2K_SC_MS * JIT2));
+    uint64_t r = next64(g);
+    for (int i = 0; i < 16; i++) {
+        unsigned sc = 8 + ((r >> (3 * i)) & 7);
+        b->scales[i] = (uint8_t)(sc | sc << 4);
+    }
+    uint16_t dh = ds4_f32_to_f16(d0 * jitter(next64(g)));
+    b->d = dh;
+    b->dmin = ds4_f32_to_f16(1.5f * ds4_f16_to_f32(dh));
+    for (int i = 0; i < 64; i += 8) {
+        uint64_t x = next64(g);
+        memcpy(b->qs + i, &x, 8);
+    }
+}
+
+/* Q4_K: x = d*sc*q - dmin*m with q in 0..15.  m = sc and dmin = 7.5 d make
+ * every 32-group zero-mean: x = d*sc*(q - 7.5), E[(q-7.5)^2] = 21.25. */
+static void gen_q4_K(block_q4_K *b, rng *g, float std) {
+    const float d0 = (float)(std / sqrt(21.25 * q4k_sc_ms * JIT2));
+    uint64_t r = next64(g);
+    uint8_t sc[8];
+    for (int j = 0; j < 8; j++) sc[j] = (uint8_t)(32 + ((r >> (5 * j)) & 31));
+    const uint8_t *m = sc;
+    for (int j = 0; j < 4; j++) {
+        b->scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        b->scales[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        b->scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+    uint16_t dh = ds4_f32_to_f16(d0 * jitter(r));   /* bits 40..63: unused by the scales */
+    b->d = dh;
+    b->dmin = ds4_f32_to_f16(7.5f * ds4_f16_to_f32(dh));
+    for (int i = 0; i < QK_K / 2; i += 8) {
+        uint64_t x = next64(g);
+        memcpy(b->qs + i, &x, 8);
+    }
+}
+
+/* IQ2_XXS: every bit pattern is a valid block (4 grid indices and 4 7-bit
+ * sign indices per 32-group; the 8th sign is implied by parity, so the
+ * signs are balanced).  Only the 4-bit group scale s (top of a1) is drawn
+ * from 7..15, as a quantizer fitting similar-magnitude groups would give. */
+static void gen_iq2_xxs(block_iq2_xxs *b, rng *g, float std) {
+    const float d0 = (float)(std / sqrt(0.0625 * iq2_scale_ms * iq2_grid_ms * JIT2));
+    uint64_t rs = next64(g);
+    b->d = ds4_f32_to_f16(d0 * jitter(next64(g)));
+    for (int k = 0; k < 8; k++) {
+        uint64_t r = next64(g);
+        uint32_t a0 = (uint32_t)r;
+        uint32_t s = 7 + (uint32_t)(((rs >> (8 * k)) & 0xff) % 9);
+        uint32_t a1 = (uint32_t)(r >> 32) & 0x0fffffffu;
+        a1 |= s << 28;
+        memcpy(&b->qs[4 * k], &a0, 4);
+        memcpy(&b->qs[4 * k + 2], &a1, 4);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tensor generation                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Expert boost: gate and up of the same experts are 4x larger for exactly
+ * every fourth expert, starting at an offset drawn from (seed, layer), so
+ * the boosted set is keyed by seed and layer, not by tensor name. */
+static int boosted(uint64_t seed, int layer, uint64_t e) {
+    uint64_t off = mix64(mix64(seed ^ 0xB0057ull) + (uint64_t)layer * 0x9E3779B97F4A7C15ull) & 3;
+    return (e & 3) == off;
+}
+
+typedef struct {
+    uint64_t seed;
+    uint32_t *perm;      /* tid2eid scratch: identity permutation [n_expert] */
+    uint32_t *swaps;     /* tid2eid scratch [expert_used_count] */
+} genctx;
+
+static float unit_std(const genctx *G, const tspec *t, uint64_t first_elem) {
+    if (!t->boost) return t->b;
+    uint64_t e = first_elem / (t->ne[0] * t->ne[1]);
+    return boosted(G->seed, t->layer, e) ? 4.0f * t->b : t->b;
+}
+
+/* f32 -> f16, round to nearest even.  F16C when the CPU has it (same
+ * results as ds4_f32_to_f16, several times faster); the portable
+ * conversion otherwise. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+__attribute__((target("f16c,avx"))) static void f32_to_f16_f16c(const float *x, uint16_t *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = ds4_f32_to_f16(x[i]);
+}
+static int have_f16c(void) {
+    static int h = -1;
+    if (h < 0) { __builtin_cpu_init(); h = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+    return h;
+}
+#else
+static void f32_to_f16_f16c(const float *x, uint16_t *y, int n) { (void)x; (void)y; (void)n; }
+static int have_f16c(void) { return 0; }
+#endif
+
+static void f32_to_f16_row(const float *x, uint16_t *y, int n) {
+    if (have_f16c()) { f32_to_f16_f16c(x, y, n); return; }
+    for (int i = 0; i < n; i++) y[i] = ds4_f32_to_f16(x[i]);
+}
+
+/* Writes units [u0, u0+n) of tensor t to out; returns the bytes written. */
+static size_t gen_units(const genctx *G, const tspec *t, uint64_t key, uint64_t u0, uint64_t n,
+                        uint8_t *out) {
+    const uint64_t nel = t->ne[0] * t->ne[1] * t->ne[2];
+    const uint64_t per_exp = t->ne[0] * t->ne[1];
+    uint8_t *o = out;
+    for (uint64_t u = u0; u < u0 + n; u++) {
+        rng g = unit_rng(key, u);
+        const uint64_t e0 = u * t->unit_elems;
+        uint64_t e1 = e0 + t->unit_elems;
+        if (e1 > nel) e1 = nel;
+        switch (t->type) {
+        case GGML_F32:
+        case GGML_F16: {
+            /* Same draws as successive next64() calls, written so the
+             * compiler can vectorize them. */
+            float v[256];
+            const int n_el = (int)(e1 - e0);
+            const uint64_t s0 = g.s;
+            if (t->dist == D_UNIFORM) {
+                const float lo = t->a, w = t->b - t->a;
+                for (int k = 0; k < n_el; k++)
+                    v[k] = lo + w * unif(mix64(s0 + (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull));
+            } else {
+                const float mean = t->a, std = unit_std(G, t, e0);
+                for (int k = 0; k < n_el; k++)
+                    v[k] = mean + std * nrm16x4(mix64(s0 + (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull));
+                /* A float unit may straddle two experts (per-expert size not
+                 * a multiple of 256): rescale the tail past the boundary. */
+                uint64_t b = t->boost ? (e0 / per_exp + 1) * per_exp : UINT64_MAX;
+                for (; b < e1; b += per_exp) {
+                    const float s2 = unit_std(G, t, b) / std;
+                    const uint64_t end = b + per_exp < e1 ? b + per_exp : e1;
+                    for (uint64_t k = b - e0; k < end - e0; k++) v[k] = mean + (v[k] - mean) * s2;
+                }
+            }
+            if (t->type == GGML_F32) { memcpy(o, v, 4 * (size_t)n_el); o += 4 * n_el; }
+            else { f32_to_f16_row(v, (uint16_t *)(void *)o, n_el); o += 2 * n_el; }
+            break;
+        }
+        case GGML_Q8_0: gen_q8_0((block_q8_0 *)o, &g, unit_std(G, t, e0)); o += sizeof(block_q8_0); break;
+        case GGML_Q2_K: gen_q2_K((block_q2_K *)o, &g, unit_std(G, t, e0)); o += sizeof(block_q2_K); break;
+        case GGML_Q4_K: gen_q4_K((block_q4_K *)o, &g, unit_std(G, t, e0)); o += sizeof(block_q4_K); break;
+        case GGML_IQ2_XXS: gen_iq2_xxs((block_iq2_xxs *)o, &g, unit_std(G, t, e0)); o += sizeof(block_iq2_xxs); break;
+        case GGML_I32: {
+            /* One token's row: K distinct expert ids, the prefix of a random
+             * permutation (partial Fisher-Yates, undone afterwards so the
+             * scratch stays the identity). */
+            const uint32_t E = t->n_choices, K = (uint32_t)t->ne[0];
+            uint32_t *p = G->perm, *js = G->swaps;
+            for (uint32_t i = 0; i < K; i++) {
+                uint32_t j = i + (uint32_t)(((next64(&g) >> 32) * (uint64_t)(E - i)) >> 32);
+                uint32_t x = p[i]; p[i] = p[j]; p[j] = x;
+                js[i] = j;
+                int32_t id = (int32_t)p[i];
+                memcpy(o, &id, 4);
+                o += 4;
+            }
+            for (uint32_t i = K; i-- > 0;) {
+                uint32_t x = p[i]; p[i] = p[js[i]]; p[js[i]] = x;
+            }
+            break;
+        }
+        default:
+            die("internal: no generator for type %s", ggml_type_name(t->type));
+        }
+    }
+    return (size_t)(o - out);
+}
+
+/* Bytes of one unit as generated (the last unit of a tensor may be short). */
+static uint64_t unit_bytes(const tspec *t) {
+    switch (t->type) {
+    case GGML_F32: case GGML_I32: return 4 * t->unit_elems;
+    case GGML_F16: return 2 * t->unit_elems;
+    default: return ggml_type_size(t->type);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Metadata (written and/or measured)                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Every entry is both handed to the writer (when there is one) and counted,
+ * so --dry-run reports the exact file size and a real run can check it. */
+typedef struct {
+    gguf_writer *w;            /* NULL: count only */
+    uint64_t bytes, n;
+} meta;
+
+static void m_count(meta *m, const char *key, uint64_t vbytes) {
+    m->bytes += 8 + strlen(key) + 4 + vbytes;
+    m->n++;
+}
+static void m_u32(meta *m, const char *key, uint64_t v) {
+    m_count(m, key, 4);
+    if (m->w) gguf_w_u32(m->w, key, (uint32_t)v);
+}
+static void m_f32(meta *m, const char *key, double v) {
+    m_count(m, key, 4);
+    if (m->w) gguf_w_f32(m->w, key, (float)v);
+}
+static void m_bool(meta *m, const char *key, int v) {
+    m_count(m, key, 1);
+    if (m->w) gguf_w_bool(m->w, key, v);
+}
+static void m_str(meta *m, const char *key, const char *s) {
+    m_count(m, key, 8 + strlen(s));
+    if (m->w) gguf_w_str(m->w, key, s, strlen(s));
+}
+static void m_arr(meta *m, const char *key, uint32_t et, const void *data, uint64_t n) {
+    m_count(m, key, 12 + 4 * n);   /* u32 / f32 elements only */
+    if (m->w) gguf_w_arr(m->w, key, et, data, n);
+}
+static void m_copy(meta *m, const gguf_kv *kv) {
+    m_count(m, kv->key, gguf_kv_nbytes(kv));
+    if (m->w) gguf_w_copy_kv(m->w, kv);
+}
+
+static void write_meta(meta *m, const config *c, const gguf_file *vocab, const char *preset,
+                       const char *recipe, uint64_t seed) {
+    char buf[256];
+    m_str(m, "general.architecture", "deepseek4");
+    snprintf(buf, sizeof buf, "ds4-synth-%s-%s", preset, recipe);
+    m_str(m, "general.name", buf);
+    m_u32(m, "general.alignment", ALIGNMENT);
+    snprintf(buf, sizeof buf, "random-weight synthetic model (ds4-synth --preset %s --recipe %s "
+             "--seed %" PRIu64 ", %" PRId64 " layers); not a trained model", preset, recipe, seed,
+             c->n_layer);
+    m_str(m, "general.description", buf);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const keydef *d = &KEYS[i];
+        char key[96];
+        snprintf(key, sizeof key, "deepseek4.%s", d->key);
+        switch (d->kind) {
+        case K_INT: m_u32(m, key, (uint64_t) * (const int64_t *)((const char *)c + d->off)); break;
+        case K_FLOAT: m_f32(m, key, *(const double *)((const char *)c + d->off)); break;
+        case K_BOOL: m_bool(m, key, c->expert_norm); break;
+        case K_VOCAB: m_u32(m, key, (uint64_t)c->n_vocab); break;
+        case K_RATIOS: {
+            uint32_t *a = malloc((size_t)c->n_ratios * 4);
+            if (!a) die("out of memory");
+            for (int j = 0; j < c->n_ratios; j++) a[j] = (uint32_t)c->ratios[j];
+            m_arr(m, key, GGUF_U32, a, (uint64_t)c->n_ratios);
+            free(a);
+            break;
+        }
+        case K_CLAMP: {
+            float *a = malloc((size_t)c->n_clamp * 4);
+            if (!a) die("out of memory");
+            for (int j = 0; j < c->n_clamp; j++) a[j] = (float)c->clamp[j];
+            m_arr(m, key, GGUF_F32, a, (uint64_t)c->n_clamp);
+            free(a);
+            break;
+        }
+        }
+        /* Written by converters (not read by ds4); same place as in the golden files. */
+        if (!strcmp(d->key, "rope.freq_base")) m_str(m, "deepseek4.rope.scaling.type", "yarn");
+    }
+    m_str(m, "general.quantization_source", "ds4-synth");
+    for (uint64_t i = 0; i < vocab->n_kv; i++)
+        if (!strncmp(vocab->kv[i].key, "tokenizer.", 10)) m_copy(m, &vocab->kv[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sizes and the --dry-run report                                            */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t align_up(uint64_t x) { return (x + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT; }
+
+static uint64_t file_size(const layout *L, uint64_t meta_bytes) {
+    uint64_t hdr = 24 + meta_bytes;
+    for (size_t i = 0; i < L->n; i++) hdr += 8 + strlen(L->t[i].name) + 4 + 8 * L->t[i].nd + 4 + 8;
+    uint64_t s = align_up(hdr);
+    for (size_t i = 0; i < L->n; i++) s += align_up(L->t[i].nbytes);
+    return s;
+}
+
+/* Bytes a decoded token reads (same accounting as ds4_weights_active_bytes). */
+static uint64_t active_bytes(const layout *L, const config *c) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < L->n; i++) {
+        const tspec *t = &L->t[i];
+        if (t->active == A_ALL) s += t->nbytes;
+        else if (t->active == A_ROW) s += ggml_row_size(t->type, t->ne[0]);
+        else s += (uint64_t)c->n_used * (t->nbytes / t->ne[2]);
+    }
+    return s;
+}
+
+static const char *human(uint64_t b, char *buf, size_t n) {
+    if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+    else if (b >= (1ull << 20)) snprintf(buf, n, "%.2f MiB", b / 1048576.0);
+    else if (b >= 1024) snprintf(buf, n, "%.2f KiB", b / 1024.0);
+    else snprintf(buf, n, "%" PRIu64 " B", b);
+    return buf;
+}
+
+static const char *dims(const tspec *t, char *buf, size_t n) {
+    if (t->nd == 1) snprintf(buf, n, "[%" PRIu64 "]", t->ne[0]);
+    else if (t->nd == 2) snprintf(buf, n, "[%" PRIu64 ", %" PRIu64 "]", t->ne[0], t->ne[1]);
+    else snprintf(buf, n, "[%" PRIu64 ", %" PRIu64 ", %" PRIu64 "]", t->ne[0], t->ne[1], t->ne[2]);
+    return buf;
+}
+
+static const char *family(const char *name) {
+    if (strncmp(name, "blk.", 4)) return name;
+    const char *p = strchr(name + 4, '.');
+    return p ? p + 1 : name;
+}
+
+static void report(FILE *o, const layout *L, const config *c, uint64_t total, int list) {
+    char b1[64], b2[64];
+    if (list) {
+        fprintf(o, "%-40s %-9s %-22s %16s\n", "tensor", "type", "dims", "bytes");
+        for (size_t i = 0; i < L->n; i++)
+            fprintf(o, "%-40s %-9s %-22s %16" PRIu64 "\n", L->t[i].name, ggml_type_name(L->t[i].type),
+                    dims(&L->t[i], b1, sizeof b1), L->t[i].nbytes);
+        fputc('\n', o);
+    }
+    /* Families in order of first appearance (a few dozen: quadratic is fine). */
+    fprintf(o, "%-34s %5s %-9s %-22s %12s\n", "tensor family", "count", "type", "dims (first)", "total");
+    for (size_t i = 0; i < L->n; i++) {
+        const char *f = family(L->t[i].name);
+        size_t j;
+        for (j = 0; j < i; j++)
+            if (!strcmp(family(L->t[j].name), f) && L->t[j].type == L->t[i].type) break;
+        if (j < i) continue;
+        uint64_t cnt = 0, bytes = 0;
+        for (j = i; j < L->n; j++)
+            if (!strcmp(family(L->t[j].name), f) && L->t[j].type == L->t[i].type) {
+                cnt++;
+                bytes += L->t[j].nbytes;
+            }
+        fprintf(o, "%-34s %5" PRIu64 " %-9s %-22s %12s\n", f, cnt, ggml_type_name(L->t[i].type),
+                dims(&L->t[i], b1, sizeof b1), human(bytes, b2, sizeof b2));
+    }
+    static const uint32_t types[] = {GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q2_K, GGML_Q4_K,
+                                     GGML_IQ2_XXS, GGML_I32};
+    fprintf(o, "\nby type:");
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        uint64_t cnt = 0, bytes = 0;
+        for (size_t i = 0; i < L->n; i++)
+            if (L->t[i].type == types[k]) { cnt++; bytes += L->t[i].nbytes; }
+        if (cnt) fprintf(o, "  %s %" PRIu64 " (%s)", ggml_type_name(types[k]), cnt, human(bytes, b1, sizeof b1));
+    }
+    fprintf(o, "\ntensors: %zu\n", L->n);
+    fprintf(o, "file size: %" PRIu64 " bytes (%s)\n", total, human(total, b1, sizeof b1));
+    uint64_t ab = active_bytes(L, c);
+    fprintf(o, "bytes read per decoded token: %" PRIu64 " (%s)\n", ab, human(ab, b1, sizeof b1));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) { g_stop = sig; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void check_space(const char *out, uint64_t need) {
+    char *dir = strdup(out);
+    if (!dir) die("out of memory");
+    char *slash = strrchr(dir, '/');
+    if (!slash) { free(dir); dir = strdup("."); }
+    else if (slash == dir) slash[1] = 0;
+    else *slash = 0;
+    struct statvfs sv;
+    if (dir && !statvfs(dir, &sv)) {
+        uint64_t avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+        if (avail < need) {
+            char b1[64], b2[64];
+            die("%s needs %s but only %s is free in %s (use --dry-run to plan)", out,
+                human(need, b1, sizeof b1), human(avail, b2, sizeof b2), dir);
+        }
+    }
+    free(dir);
+}
+
+typedef struct { uint32_t tensor; uint64_t u0, n; } job;
+typedef struct { uint8_t *buf; size_t bytes; uint64_t job; int ready; } slot;
+typedef struct {
+    const layout *L;
+    const config *c;
+    uint64_t seed;
+    job *jobs;
+    uint64_t njobs, capjobs, next_job;
+    slot *slots;
+    int nslots;
+    int abort, oom;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} pipeline;
+
+static void *worker(void *arg) {
+    pipeline *P = arg;
+    genctx G = {P->seed, calloc((size_t)P->c->n_expert, 4), calloc((size_t)P->c->n_used, 4)};
+    pthread_mutex_lock(&P->mu);
+    if (!G.perm || !G.swaps) {
+        P->oom = 1;
+        pthread_cond_broadcast(&P->cv);
+    } else {
+        for (uint32_t e = 0; e < (uint32_t)P->c->n_expert; e++) G.perm[e] = e;
+    }
+    while (!P->abort && !P->oom && P->next_job < P->njobs) {
+        const uint64_t j = P->next_job++;
+        slot *sl = &P->slots[j % (uint64_t)P->nslots];
+        while (!P->abort && sl->job != j) pthread_cond_wait(&P->cv, &P->mu);
+        if (P->abort) break;
+        pthread_mutex_unlock(&P->mu);
+        const job *jb = &P->jobs[j];
+        const tspec *t = &P->L->t[jb->tensor];
+        size_t nb = gen_units(&G, t, name_key(P->seed, t->name), jb->u0, jb->n, sl->buf);
+        pthread_mutex_lock(&P->mu);
+        sl->bytes = nb;
+        sl->ready = 1;
+        pthread_cond_broadcast(&P->cv);
+    }
+    pthread_mutex_unlock(&P->mu);
+    free(G.perm);
+    free(G.swaps);
+    return NULL;
+}
+
+static void write_model(const char *out, const layout *L, const config *c, const gguf_file *vocab,
+                        const char *preset, const char *recipe, uint64_t seed, uint64_t total,
+                        int nthreads) {
+    char *err = NULL;
+    gguf_writer *w = gguf_writer_open(out, &err);
+    if (!w) die("%s", err ? err : "cannot open the output");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+
+    meta m = {w, 0, 0};
+    write_meta(&m, c, vocab, preset, recipe, seed);
+    for (size_t i = 0; i < L->n; i++) gguf_w_tensor(w, L->t[i].name, L->t[i].nd, L->t[i].ne, L->t[i].type);
+    gguf_writer_begin_data(w);
+
+    /* Pipeline: worker threads generate chunks (jobs) into a ring of
+     * buffers, this thread writes them in order.  Generation of job j
+     * waits until the writer has consumed job j - nslots from its slot. */
+    pipeline P;
+    memset(&P, 0, sizeof P);
+    P.L = L;
+    P.c = c;
+    P.seed = seed;
+    for (size_t i = 0; i < L->n; i++) {
+        const tspec *t = &L->t[i];
+        const uint64_t per = CHUNK_BYTES / unit_bytes(t);
+        for (uint64_t u = 0; u < t->units; u += per) {
+            if (P.njobs == P.capjobs) {
+                P.capjobs = P.capjobs ? 2 * P.capjobs : 1024;
+                P.jobs = realloc(P.jobs, P.capjobs * sizeof *P.jobs);
+                if (!P.jobs) { gguf_writer_abort(w); die("out of memory"); }
+            }
+            P.jobs[P.njobs++] = (job){(uint32_t)i, u, t->units - u < per ? t->units - u : per};
+        }
+    }
+    P.nslots = nthreads + 2;
+    P.slots = calloc((size_t)P.nslots, sizeof *P.slots);
+    if (!P.slots) { gguf_writer_abort(w); die("out of memory"); }
+    for (int i = 0; i < P.nslots; i++) {
+        P.slots[i].buf = malloc(CHUNK_BYTES);
+        P.slots[i].job = (uint64_t)i;
+        if (!P.slots[i].buf) { gguf_writer_abort(w); die("out of memory"); }
+    }
+    pthread_mutex_init(&P.mu, NULL);
+    pthread_cond_init(&P.cv, NULL);
+    pthread_t *th = calloc((size_t)nthreads, sizeof *th);
+    if (!th) { gguf_writer_abort(w); die("out of memory"); }
+    /* Signals go to this thread (the workers block them). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int started = 0;
+    for (; started < nthreads; started++)
+        if (pthread_create(&th[started], NULL, worker, &P)) break;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!started) { gguf_writer_abort(w); die("cannot start a generator thread"); }
+
+    const int tty = isatty(STDERR_FILENO);
+    const double t0 = now_s();
+    double last = t0;
+    uint64_t done = 0;
+    int failed = 0;
+    for (uint64_t j = 0; j < P.njobs && !g_stop && !failed; j++) {
+        slot *sl = &P.slots[j % (uint64_t)P.nslots];
+        pthread_mutex_lock(&P.mu);
+        while (!(sl->job == j && sl->ready) && !g_stop && !P.oom) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100000000;
+            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+            pthread_cond_timedwait(&P.cv, &P.mu, &ts);
+        }
+        int ok = sl->job == j && sl->ready;
+        pthread_mutex_unlock(&P.mu);
+        if (!ok) break;
+        if (gguf_writer_write(w, sl->buf, sl->bytes)) failed = 1;
+        done += sl->bytes;
+        pthread_mutex_lock(&P.mu);
+        sl->ready = 0;
+        sl->job = j + (uint64_t)P.nslots;
+        pthread_cond_broadcast(&P.cv);
+        pthread_mutex_unlock(&P.mu);
+        double tn = now_s();
+        if (tty && tn - last >= 0.25) {
+            last = tn;
+            double mbs = done / 1e6 / (tn - t0);
+            fprintf(stderr, "\rds4-synth: %.0f / %.0f MB (%.1f%%), %.0f MB/s, ETA %.0f s   ",
+                    done / 1e6, total / 1e6, 100.0 * done / total, mbs,
+                    mbs > 0 ? (total - done) / 1e6 / mbs : 0.0);
+        }
+    }
+    pthread_mutex_lock(&P.mu);
+    P.abort = 1;
+    pthread_cond_broadcast(&P.cv);
+    pthread_mutex_unlock(&P.mu);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    free(th);
+    for (int i = 0; i < P.nslots; i++) free(P.slots[i].buf);
+    free(P.slots);
+    free(P.jobs);
+    pthread_mutex_destroy(&P.mu);
+    pthread_cond_destroy(&P.cv);
+    if (tty) fputs("\r\033[K", stderr);
+    if (g_stop) {
+        gguf_writer_abort(w);
+        die("interrupted (signal %d); %s was not written", (int)g_stop, out);
+    }
+    if (P.oom) { gguf_writer_abort(w); die("out of memory"); }
+    if (failed) {
+        gguf_writer_close(w, &err);   /* reports the sticky error, removes OUT.tmp */
+        die("%s", err ? err : "write failed");
+    }
+    if (tty) fputs("ds4-synth: syncing to disk...", stderr);
+    int rc = gguf_writer_close(w, &err);
+    if (tty) fputs("\r\033[K", stderr);
+    if (rc) die("%s", err ? err : "write failed");
+    double dt = now_s() - t0;
+    struct stat st;
+    if (stat(out, &st) || (uint64_t)st.st_size != total)
+        die("internal: %s has %lld bytes, expected %" PRIu64, out, (long long)st.st_size, total);
+    char b1[64];
+    fprintf(stderr, "ds4-synth: wrote %s: %s %s, %" PRId64 " layers, %zu tensors, %" PRIu64
+            " bytes (%s), seed %" PRIu64 ", %.1f s, %.0f MB/s\n",
+            out, preset, recipe, c->n_layer, L->n, total, human(total, b1, sizeof b1), seed, dt,
+            dt > 0 ? total / 1e6 / dt : 0.0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* main                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* "--opt value" or "--opt=value". */
+static const char *opt_val(int argc, char **argv, int *i, const char *name) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n)) return NULL;
+    if (a[n] == '=') return a + n + 1;
+    if (a[n]) return NULL;
+    if (*i + 1 >= argc) usage_error("%s needs a value", name);
+    return argv[++*i];
+}
+
+int main(int argc, char **argv) {
+    const char *preset = NULL, *recipe = NULL, *vocab_path = NULL, *out = NULL, *v;
+    int64_t layers = -1, threads = 0;
+    uint64_t seed = 1;
+    int dry = 0, list = 0;
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    int n_sets = 0;
+    if (!sets) die("out of memory");
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--dry-run")) dry = 1;
+        else if (!strcmp(a, "--list")) list = 1;
+        else if ((v = opt_val(argc, argv, &i, "--preset"))) preset = v;
+        else if ((v = opt_val(argc, argv, &i, "--recipe"))) recipe = v;
+        else if ((v = opt_val(argc, argv, &i, "--vocab"))) vocab_path = v;
+        else if ((v = opt_val(argc, argv, &i, "--output")) || (v = opt_val(argc, argv, &i, "-o"))) out = v;
+        else if ((v = opt_val(argc, argv, &i, "--layers"))) {
+            if (parse_i64(v, 1, MAX_LAYER, &layers))
+                usage_error("--layers: \"%s\" is not an integer in [1, %d]", v, MAX_LAYER);
+        } else if ((v = opt_val(argc, argv, &i, "--seed"))) {
+            char *end;
+            errno = 0;
+            seed = strtoull(v, &end, 0);
+            if (!*v || *end || errno || *v == '-')
+                usage_error("--seed: \"%s\" is not an unsigned 64-bit integer", v);
+        } else if ((v = opt_val(argc, argv, &i, "--threads"))) {
+            if (parse_i64(v, 1, MAX_THREADS, &threads))
+                usage_error("--threads: \"%s\" is not an integer in [1, %d]", v, MAX_THREADS);
+        } else if ((v = opt_val(argc, argv, &i, "--set"))) sets[n_sets++] = v;
+        else usage_error("unknown argument \"%s\"", a);
+    }
+    if (!preset) usage_error("--preset is required (tiny, medium or flash)");
+    if (!recipe) usage_error("--recipe is required (f16, q2 or q4)");
+    if (strcmp(recipe, "f16") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
+        usage_error("--recipe \"%s\" is unknown (f16, q2 or q4)", recipe);
+    if (!vocab_path) usage_error("--vocab is required (e.g. ../shared/vocab/mini-vocab.gguf)");
+    if (!out && !dry) usage_error("-o OUT.gguf is required (or --dry-run)");
+    if (list && !dry) usage_error("--list only applies to --dry-run");
+
+    config c;
+    memset(&c, 0, sizeof c);
+    if (set_preset(&c, preset)) usage_error("--preset \"%s\" is unknown (tiny, medium or flash)", preset);
+    if (layers > 0) c.n_layer = layers;
+    for (int i = 0; i < n_sets; i++) apply_set(&c, sets[i]);
+    free(sets);
+
+    char *err = NULL;
+    gguf_file *vocab = gguf_open(vocab_path, &err);
+    if (!vocab) die("--vocab: %s", err ? err : vocab_path);
+    const gguf_kv *tok = gguf_find(vocab, "tokenizer.ggml.tokens");
+    if (!tok || tok->type != GGUF_ARRAY || tok->v.arr.type != GGUF_STRING || !tok->v.arr.n)
+        die("--vocab %s: no tokenizer.ggml.tokens string array (not a vocabulary GGUF)", vocab_path);
+    if (tok->v.arr.n > (1u << 24)) die("--vocab %s: %" PRIu64 " tokens is too many", vocab_path, tok->v.arr.n);
+    c.n_vocab = (int64_t)tok->v.arr.n;
+    uint64_t vs;
+    if (!gguf_get_u64(vocab, "deepseek4.vocab_size", &vs) && vs != (uint64_t)c.n_vocab)
+        die("--vocab %s: deepseek4.vocab_size = %" PRIu64 " but it has %" PRId64 " tokens", vocab_path, vs,
+            c.n_vocab);
+    if (out) {
+        struct stat so, sv;
+        if (!stat(out, &so) && !stat(vocab_path, &sv) && so.st_dev == sv.st_dev && so.st_ino == sv.st_ino)
+            usage_error("-o %s is the --vocab file", out);
+    }
+
+    if (!threads) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = nc < 1 ? 1 : nc > 8 ? 8 : nc;
+    }
+    const int quantized = strcmp(recipe, "f16") != 0;
+    finalize_config(&c, quantized, recipe);
+    init_tables();
+    layout L = {0};
+    build_layout(&c, recipe, &L);
+    meta m = {NULL, 0, 0};
+    write_meta(&m, &c, vocab, preset, recipe, seed);
+    const uint64_t total = file_size(&L, m.bytes);
+
+    if (dry) {
+        printf("ds4-synth: preset %s, recipe %s, %" PRId64 " layers, ratios", preset, recipe, c.n_layer);
+        for (int il = 0; il < c.n_layer && il < 8; il++) printf("%s%" PRId64, il ? "," : " ", c.ratios[il]);
+        printf("%s, vocab %" PRId64 " (%s), seed %" PRIu64 "\n", c.n_layer > 8 ? ",..." : "", c.n_vocab,
+               vocab_path, seed);
+        report(stdout, &L, &c, total, list);
+        printf("dry run: nothing written\n");
+    } else {
+        check_space(out, total);
+        write_model(out, &L, &c, vocab, preset, recipe, seed, total, (int)threads);
+    }
+    gguf_close(vocab);
+    free(L.t);
+    free(c.ratios);
+    free(c.clamp);
+    return 0;
+}
