@@ -1173,15 +1173,16 @@ static void *worker(void *arg) {
 static void write_model(const char *out, const layout *L, const config *c, const gguf_file *vocab,
                         const char *preset, const char *recipe, uint64_t seed, uint64_t total,
                         int nthreads) {
-    char *err = NULL;
-    gguf_writer *w = gguf_writer_open(out, &err);
-    if (!w) die("%s", err ? err : "cannot open the output");
+    /* Handlers first: an interrupt from here on removes OUT.tmp. */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    char *err = NULL;
+    gguf_writer *w = gguf_writer_open(out, &err);
+    if (!w) die("%s", err ? err : "cannot open the output");
 
     meta m = {w, 0, 0};
     write_meta(&m, c, vocab, preset, recipe, seed);
