@@ -72,7 +72,8 @@ static void usage(FILE *o) {
 "names, order, dims, types, metadata keys, 32-byte alignment).  Weights are\n"
 "random but well scaled, so the forward pass is finite and non-degenerate.\n"
 "The file is streamed to OUT.tmp in bounded chunks and renamed to OUT only\n"
-"when complete; nothing is left behind on error or interrupt.\n"
+"when complete; nothing is left behind on an error or an interrupt (SIGINT,\n"
+"SIGTERM, SIGHUP).\n"
 "\n"
 "  --preset P      tiny   = the golden tiny-a shape (n_embd 256, 6 layers,\n"
 "                           8 heads x 256, 8 experts x 256, context 4096)\n"
@@ -119,14 +120,22 @@ static void usage(FILE *o) {
 "                  separated, >= block_count entries): attention.compress_ratios\n"
 "                  (ratio-4 layers get the overlapping compressor + indexer),\n"
 "                  swiglu_clamp_exp (also a single value for every layer).\n"
-"                  vocab_size comes from --vocab and cannot be set.\n"
+"                  vocab_size comes from --vocab and cannot be set.\n",
+        o);
+    fputs(
 "  --dry-run       print the tensor summary, the file size and the bytes read\n"
 "                  per decoded token; write nothing.\n"
 "  --list          with --dry-run: also list every tensor.\n"
 "  -h, --help      this text.\n"
 "\n"
+"Weights: projections have RMS ~1/sqrt(n_in) (unit-RMS outputs), RMSNorm\n"
+"weights ~1, a quarter of the routed experts have 4x larger gate/up weights\n"
+"(so the SwiGLU clamp is reached); quantized blocks are drawn directly in\n"
+"their format with scales giving the same RMS.  Details: tools/ds4_synth.c.\n"
+"\n"
 "Progress (MB written, MB/s) goes to stderr when it is a terminal; a summary\n"
-"line is always printed.  Exit status: 0 ok, 1 error, 2 bad usage.\n",
+"line is always printed.  Exit status: 0 ok, 1 error or interrupt, 2 bad\n"
+"usage or inconsistent shape.\n",
         o);
 }
 
@@ -661,6 +670,32 @@ static inline float nrm16x4(uint64_t r) {
 
 static inline float unif(uint64_t r) { return (float)(r >> 40) * (1.0f / 16777216.0f); }
 
+/* f32 -> f16, round to nearest even.  F16C when the CPU has it (same
+ * results as ds4_f32_to_f16, several times faster); the portable
+ * conversion otherwise. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+__attribute__((target("f16c,avx"))) static void f32_to_f16_f16c(const float *x, uint16_t *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = ds4_f32_to_f16(x[i]);
+}
+static int have_f16c(void) {
+    static int h = -1;
+    if (h < 0) { __builtin_cpu_init(); h = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+    return h;
+}
+#else
+static void f32_to_f16_f16c(const float *x, uint16_t *y, int n) { (void)x; (void)y; (void)n; }
+static int have_f16c(void) { return 0; }
+#endif
+
+static void f32_to_f16_row(const float *x, uint16_t *y, int n) {
+    if (have_f16c()) { f32_to_f16_f16c(x, y, n); return; }
+    for (int i = 0; i < n; i++) y[i] = ds4_f32_to_f16(x[i]);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Quantized blocks                                                          */
 /* ------------------------------------------------------------------------ */
@@ -714,6 +749,7 @@ static void init_tables(void) {
     double k2 = 0;
     for (int s = 32; s <= 63; s++) k2 += (double)s * s;
     q4k_sc_ms = k2 / 32.0;
+    (void)have_f16c();   /* probe once, before any generator thread runs */
 }
 
 static void gen_q8_0(block_q8_0 *b, rng *g, float std) {
@@ -813,32 +849,6 @@ static float unit_std(const genctx *G, const tspec *t, uint64_t first_elem) {
     if (!t->boost) return t->b;
     uint64_t e = first_elem / (t->ne[0] * t->ne[1]);
     return boosted(G->seed, t->layer, e) ? 4.0f * t->b : t->b;
-}
-
-/* f32 -> f16, round to nearest even.  F16C when the CPU has it (same
- * results as ds4_f32_to_f16, several times faster); the portable
- * conversion otherwise. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-__attribute__((target("f16c,avx"))) static void f32_to_f16_f16c(const float *x, uint16_t *y, int n) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) y[i] = ds4_f32_to_f16(x[i]);
-}
-static int have_f16c(void) {
-    static int h = -1;
-    if (h < 0) { __builtin_cpu_init(); h = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
-    return h;
-}
-#else
-static void f32_to_f16_f16c(const float *x, uint16_t *y, int n) { (void)x; (void)y; (void)n; }
-static int have_f16c(void) { return 0; }
-#endif
-
-static void f32_to_f16_row(const float *x, uint16_t *y, int n) {
-    if (have_f16c()) { f32_to_f16_f16c(x, y, n); return; }
-    for (int i = 0; i < n; i++) y[i] = ds4_f32_to_f16(x[i]);
 }
 
 /* Writes units [u0, u0+n) of tensor t to out; returns the bytes written. */
