@@ -254,8 +254,10 @@ TGT static float v_q4_K_q8_K(int n, const void *vw, const void *va)
  *  - signs: for all 8 groups of a block at once, the 4 x 7 sign bits of each
  *    group are spread to 4 bytes and the implied eighth bit (parity) is
  *    computed with shifts and xors; per group one vpshufb replicates each
- *    sign byte over its 8 elements and a bit-select/compare turns it into
- *    a byte mask; the sign is applied to the activation with vpsignb;
+ *    sign byte over its 8 elements, `and` with the lane's bit leaves 0 or
+ *    that bit, and adding 127 (wrapping) maps 0 -> +127 and any set bit
+ *    (1..128) -> a negative byte: exactly the operand vpsignb needs to
+ *    negate the activation where the sign bit is set (2 uops, no compare);
  *  - scales: (2*ls+1) for all 8 groups is computed once per block; per group
  *    one vpshufb broadcasts it for vpmaddwd.
  * Products grid (u8) x signed activation go through vpmaddubsw (pair sums
@@ -287,7 +289,7 @@ TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
     const block_q8_K *a = va;
     const int nb = n / QK_K;
     const __m256i bitsel = _mm256_set1_epi64x(0x8040201008040201LL);
-    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i c127 = _mm256_set1_epi8(127);
     const __m256i ones32 = _mm256_set1_epi32(1);
     const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     const __m256i rep[4] = { SIGN_REP(0), SIGN_REP(1), SIGN_REP(2), SIGN_REP(3) };
@@ -328,9 +330,8 @@ TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
 #define IQ2_GROUP(g, SB, SC, SUM) do { \
             const __m256i gr = iq2_grid4(qs + 8 * (g)); \
             __m256i sg = _mm256_shuffle_epi8((SB), rep[(g) & 3]); \
-            sg = _mm256_cmpeq_epi8(_mm256_and_si256(sg, bitsel), bitsel); \
-            const __m256i q = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q8 + 32 * (g))), \
-                                               _mm256_or_si256(sg, ones8)); \
+            sg = _mm256_add_epi8(_mm256_and_si256(sg, bitsel), c127); \
+            const __m256i q = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q8 + 32 * (g))), sg); \
             const __m256i p16 = _mm256_maddubs_epi16(gr, q); \
             SUM = _mm256_add_epi32(SUM, _mm256_madd_epi16(p16, _mm256_shuffle_epi8((SC), bc[(g) & 3]))); \
         } while (0)
