@@ -21,6 +21,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
@@ -570,11 +571,21 @@ static const ds4_kernels avx2_kernels = {
     .f16_to_f32_row = v_f16_to_f32_row,
 };
 
+/* F16C from CPUID leaf 1 (ECX bit 29): not every compiler accepts "f16c"
+ * in __builtin_cpu_supports.  AVX2 being reported implies the OS saves the
+ * YMM state, which F16C needs too. */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    return (c >> 29) & 1;
+}
+
 const ds4_kernels *ds4_kernels_avx2(void)
 {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
         return &avx2_kernels;
     return NULL;
 }
