@@ -53,7 +53,16 @@ static inline float ds4_f16_round(float x) { return ds4_f16_to_f32(ds4_f32_to_f1
  * ggml.  Returns 0, or -1 for an unsupported type. */
 int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
-/* Activation quantizers.  n must be a multiple of the block size. */
+/* Activation quantizers.  n must be a multiple of the block size.
+ * q8_0_ref: d = amax/127, q = roundf(x * (1/d)) (halves away from zero),
+ *           fp16 d -- bit-exact with ggml's quantize_row_q8_0_ref.
+ * q8_0_even: q = rint(x * (127/amax)) (halves to even), fp16 d -- ggml's
+ *           AVX2 activation quantizer.
+ * q8_0a:    d = amax/127 kept in float32, q = clamp(rint(x * (1/d)),
+ *           -128, 127) -- ds4's rule (ARCHITECTURE.md section 7).
+ * q8_K:     bit-exact with ggml incl. bsums; an all-zero block gets d = 0,
+ *           q = 0 and bsums = 0.  Never produces -128.
+ * NaN/inf inputs give unspecified (but in-range) codes. */
 void ds4_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n);   /* ggml reference rule */
 void ds4_quantize_q8_0_even(const float *x, block_q8_0 *y, int64_t n);  /* ggml AVX2 rule */
 void ds4_quantize_q8_0a(const float *x, block_q8_0a *y, int64_t n);     /* ds4 engine rule */
@@ -61,7 +70,14 @@ void ds4_quantize_q8_K(const float *x, block_q8_K *y, int64_t n);       /* bit-e
 
 /* Kernel table.  `n` is the row length in elements; `w` one weight row;
  * `a` the quantized activation row (matching block type); `x` a float
- * activation row.  All return the dot product as float. */
+ * activation row.  All return the dot product as float.
+ * Integer kernels sum each block exactly in integers, then scale in float
+ * (K-quant mins through the activation's bsums), as ggml does; results of
+ * the scalar and SIMD tables agree within 2e-6 of sum|terms|.  Q8_K
+ * activations must not contain -128 (none of the quantizers above makes
+ * it); Q8_0 activations may.  The float-activation kernels use the exact
+ * dequantized weights and err by at most (n/32 + 40) * 2^-24 * sum|w_i x_i|.
+ * n: multiple of 32 (Q8_0), of 256 (K-quants, IQ2_XXS), any for F32/F16/BF16. */
 typedef struct {
     const char *name;                 /* "scalar", "avx2" */
     float (*q8_0_q8_0)(int n, const void *w, const void *a);   /* a: block_q8_0 */
@@ -85,7 +101,8 @@ const ds4_kernels *ds4_kernels_scalar(void);
 /* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C. */
 const ds4_kernels *ds4_kernels_avx2(void);
 /* The best table for this CPU (the one the engine uses).  DS4_KERNELS=scalar
- * in the environment forces the scalar reference. */
+ * in the environment forces the scalar reference.  Decided on the first call
+ * and cached. */
 const ds4_kernels *ds4_kernels_best(void);
 
 /* Float-activation dot for any supported weight type (dispatches through
