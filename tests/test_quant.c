@@ -343,6 +343,40 @@ static void test_act_quant(void)
               "Q8_0a ties: %d %d %d %d", ya[0].qs[0], ya[0].qs[1], ya[0].qs[2], ya[0].qs[3]);
         free(ya);
     }
+
+    /* Blocks whose amax is subnormal: 1/d is inexact (or infinite), codes
+     * must still follow the formula and stay in range, for every rule. */
+    int saw_m128 = 0;
+    for (int rep = 0; rep < 2000; rep++) {
+        float x[256];
+        uint32_t top = 1u + (uint32_t)(rep % 0x7fffff);
+        for (int j = 0; j < 256; j++) {
+            uint32_t u = (uint32_t)((j * 2654435761u + (uint32_t)rep * 40503u) % (top + 1)) |
+                         ((uint32_t)(j & 1) << 31);
+            memcpy(&x[j], &u, 4);
+        }
+        block_q8_0a ya[8];
+        block_q8_0 y0[8];
+        block_q8_K yk;
+        ds4_quantize_q8_0a(x, ya, 256);
+        ds4_quantize_q8_0_ref(x, y0, 256);
+        ds4_quantize_q8_0_even(x, y0, 256);
+        ds4_quantize_q8_K(x, &yk, 256);
+        for (int b = 0; b < 8; b++) {
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * b + j]));
+            float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            for (int j = 0; j < 32; j++) {
+                float p = x[32 * b + j] * id;
+                double v = p != p ? 0 : nearbyint((double)p);
+                v = v > 127 ? 127 : v < -128 ? -128 : v;
+                CHECK(ya[b].qs[j] == (int8_t)v, "subnormal Q8_0a rep %d", rep);
+                saw_m128 |= ya[b].qs[j] == -128;
+            }
+        }
+        for (int j = 0; j < 256; j++) CHECK(yk.qs[j] != -128, "Q8_K produced -128");
+    }
+    printf("info: subnormal blocks: Q8_0a produced -128: %s\n", saw_m128 ? "yes" : "no");
 }
 
 /* Scale of a float activation row quantized the way a kernel pairs it. */
