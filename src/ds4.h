@@ -65,6 +65,8 @@ int  ds4_tokens_push(ds4_tokens *t, int32_t id);
 int  ds4_tokens_reserve(ds4_tokens *t, size_t cap);
 void ds4_tokens_free(ds4_tokens *t);
 int  ds4_buf_append(ds4_buf *b, const void *data, size_t len);
+/* Make room for `extra` more bytes beyond n (contents undefined). */
+int  ds4_buf_reserve(ds4_buf *b, size_t extra);
 int  ds4_buf_puts(ds4_buf *b, const char *s);
 int  ds4_buf_printf(ds4_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

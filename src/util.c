@@ -75,6 +75,11 @@ int ds4_buf_append(ds4_buf *b, const void *data, size_t len) {
     return DS4_OK;
 }
 
+int ds4_buf_reserve(ds4_buf *b, size_t extra) {
+    if (extra > ((size_t)-1) - b->n - 1) return DS4_ENOMEM;
+    return buf_reserve(b, b->n + extra);
+}
+
 int ds4_buf_puts(ds4_buf *b, const char *s) {
     return ds4_buf_append(b, s, strlen(s));
 }

@@ -1,0 +1,396 @@
+/*
+ * chat.c -- see chat.h.
+ *
+ * Turn handling: the first turn is rendered by the prompt renderer (BOS,
+ * optional max-effort paragraph, system text, user turn, assistant opening).
+ * Later turns are *appended* to the live session: the previous answer is
+ * closed with EOS and `<｜User｜>text<｜Assistant｜><think>` follows.  That
+ * keeps earlier reasoning in the context (unlike the stateless re-rendering
+ * an API server does, which drops it) but never re-evaluates a token.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <editline/readline.h>
+
+#include "chat.h"
+
+#define DIM "\033[2m"
+#define RESET "\033[0m"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    chat_app *a;
+    double t0;
+    int shown;
+} progress_ud;
+
+/* Progress bar on a terminal for prefills longer than one chunk; also the
+ * place where Ctrl+C cancels a long prefill. */
+static int on_progress(void *ud, int done, int total) {
+    progress_ud *p = ud;
+    chat_app *a = p->a;
+    if (*a->o.interrupt) return 1;
+    if (!a->tty_err || a->o.quiet || total <= a->o.chunk) return 0;
+    double el = now_s() - p->t0;
+    int w = 30, f = total ? (int)((long)w * done / total) : w;
+    fprintf(stderr, "\rprefill %d/%d [", done, total);
+    for (int i = 0; i < w; i++) fputc(i < f ? '#' : '.', stderr);
+    fprintf(stderr, "] %3d%% %.0f tok/s ", total ? 100 * done / total : 100,
+            el > 0 ? done / el : 0.0);
+    p->shown = 1;
+    if (done == total) fputc('\n', stderr);
+    fflush(stderr);
+    return 0;
+}
+
+int chat_open(chat_app *a, const chat_opts *o) {
+    memset(a, 0, sizeof *a);
+    a->o = *o;
+    a->tty_out = isatty(1);
+    a->tty_err = isatty(2);
+    ds4_model_params mp;
+    ds4_model_params_default(&mp);
+    mp.n_threads = o->threads;
+    char *err = NULL;
+    double t0 = now_s();
+    a->m = ds4_model_load(o->model, &mp, &err);
+    if (!a->m) {
+        fprintf(stderr, "ds4: %s\n", err ? err : "cannot load model");
+        free(err);
+        return -1;
+    }
+    a->tok = ds4_model_tokenizer(a->m);
+    a->sp = ds4_tok_special(a->tok);
+    ds4_model_info info;
+    ds4_model_get_info(a->m, &info);
+    if (!o->quiet) {
+        fprintf(stderr, "ds4: %s: %d layers, %d embd, %d experts (%d used), vocab %d, "
+                "%.2f GiB, loaded in %.2f s\n", info.name, info.n_layer, info.n_embd,
+                info.n_expert, info.n_expert_used, info.n_vocab,
+                info.file_bytes / 1073741824.0, now_s() - t0);
+        if (strstr(info.name, "RANDOM") || strstr(info.name, "random"))
+            fprintf(stderr, "ds4: NOTE: this model has random weights (a synthetic demo): "
+                    "its output is meaningless text.\n");
+    }
+    ds4_session_params sp;
+    ds4_session_params_default(&sp);
+    sp.ctx_size = o->ctx;
+    sp.prefill_chunk = o->chunk;
+    sp.no_qat = o->no_qat;
+    a->s = ds4_session_new(a->m, &sp, &err);
+    if (!a->s) {
+        fprintf(stderr, "ds4: %s\n", err ? err : "cannot create session");
+        free(err);
+        return -1;
+    }
+    ds4_session_set_decode_only(a->s, o->decode_only);
+    a->smp = ds4_sampler_new(info.n_vocab, &o->sp);
+    return a->smp ? 0 : -1;
+}
+
+void chat_close(chat_app *a) {
+    ds4_sampler_free(a->smp);
+    ds4_session_free(a->s);
+    ds4_model_free(a->m);
+}
+
+static ds4_think effective_think(chat_app *a) {
+    if (a->o.think == DS4_THINK_MAX && ds4_session_ctx_size(a->s) < DS4_THINK_MAX_MIN_CTX)
+        return DS4_THINK_HIGH;
+    return a->o.think;
+}
+
+typedef struct {
+    int prefill_tokens;
+    double prefill_s;
+    int gen_tokens;
+    double gen_s;
+} turn_stats;
+
+static void print_stats(chat_app *a, const turn_stats *st) {
+    if (a->o.quiet) return;
+    fprintf(stderr, "\n[prefill %d tokens, %.2f s, %.1f tok/s | generated %d tokens, %.2f s, "
+            "%.2f tok/s | context %d/%d]\n",
+            st->prefill_tokens, st->prefill_s,
+            st->prefill_s > 0 ? st->prefill_tokens / st->prefill_s : 0.0,
+            st->gen_tokens, st->gen_s, st->gen_s > 0 ? st->gen_tokens / st->gen_s : 0.0,
+            ds4_session_n_tokens(a->s), ds4_session_ctx_size(a->s));
+}
+
+static void out_bytes(const char *p, size_t n) {
+    fwrite(p, 1, n, stdout);
+    fflush(stdout);
+}
+
+/* Sample and print up to n_max tokens.  `reasoning` says whether the output
+ * starts inside the reasoning channel (thinking mode).  raw = print every
+ * token's bytes with no channel handling (diagnostics). */
+static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *st) {
+    ds4_detok dt;
+    ds4_detok_init(&dt);
+    ds4_buf b = { 0 };
+    int in_think = reasoning;
+    double t0 = now_s();
+    int rc = 0;
+    if (in_think && !raw) {
+        if (a->tty_out) out_bytes(DIM, strlen(DIM));
+        else out_bytes("<think>\n", 8);
+    }
+    for (int n = 0; n < n_max; n++) {
+        if (*a->o.interrupt) {
+            if (!a->o.quiet) fprintf(stderr, "\n[interrupted]");
+            break;
+        }
+        const float *lg = ds4_session_logits(a->s);
+        if (!lg) break;
+        int32_t t = ds4_sample(a->smp, lg);
+        if (t == a->sp->eos && !raw) break;
+        b.n = 0;
+        if (!raw && t == a->sp->think_end && in_think) {
+            ds4_detok_flush(&dt, &b);
+            out_bytes(b.p, b.n);
+            in_think = 0;
+            if (a->tty_out) out_bytes(RESET "\n", strlen(RESET) + 1);
+            else out_bytes("\n</think>\n", 10);
+        } else {
+            ds4_detok_push(&dt, a->tok, t, &b);
+            if (b.n) out_bytes(b.p, b.n);
+        }
+        int e = ds4_session_eval(a->s, &t, 1, NULL, NULL);
+        st->gen_tokens++;
+        if (e == DS4_ECTX) {
+            if (!a->o.quiet) fprintf(stderr, "\n[context full: %d tokens]", ds4_session_ctx_size(a->s));
+            break;
+        }
+        if (e) { fprintf(stderr, "\nds4: %s\n", ds4_strerror(e)); rc = -1; break; }
+    }
+    b.n = 0;
+    ds4_detok_flush(&dt, &b);
+    if (b.n) out_bytes(b.p, b.n);
+    if (in_think && !raw) {
+        if (a->tty_out) out_bytes(RESET, strlen(RESET));
+        else out_bytes("\n</think>\n", 10);
+    }
+    out_bytes("\n", 1);
+    st->gen_s = now_s() - t0;
+    ds4_buf_free(&b);
+    return rc;
+}
+
+static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_stats *st) {
+    progress_ud pu = { a, now_s(), 0 };
+    int before = ds4_session_n_tokens(a->s), reused = 0, rc;
+    if (append) {
+        rc = ds4_session_eval(a->s, ids, n, on_progress, &pu);
+        reused = before;
+    } else {
+        rc = ds4_session_sync(a->s, ids, n, on_progress, &pu, &reused);
+    }
+    st->prefill_s = now_s() - pu.t0;
+    st->prefill_tokens = ds4_session_n_tokens(a->s) - reused;
+    if (pu.shown && rc) fputc('\n', stderr);
+    if (rc == DS4_ECTX) {
+        fprintf(stderr, "ds4: the prompt (%d tokens) does not fit the context (%d tokens); "
+                "use --ctx or /ctx\n", append ? before + n : n, ds4_session_ctx_size(a->s));
+        return -1;
+    }
+    if (rc == DS4_ECANCEL) {
+        fprintf(stderr, "ds4: prefill interrupted\n");
+        return -1;
+    }
+    if (rc) { fprintf(stderr, "ds4: %s\n", ds4_strerror(rc)); return -1; }
+    return 0;
+}
+
+int chat_turn(chat_app *a, const char *text, size_t len) {
+    ds4_think think = effective_think(a);
+    if (a->o.think == DS4_THINK_MAX && think != DS4_THINK_MAX && a->turns == 0 && !a->o.quiet)
+        fprintf(stderr, "ds4: --think-max needs a context of at least %d tokens; using --think\n",
+                DS4_THINK_MAX_MIN_CTX);
+    ds4_buf prompt = { 0 };
+    int append = a->turns > 0 && ds4_session_n_tokens(a->s) > 0;
+    if (!append) {
+        ds4_message msgs[2];
+        int nm = 0;
+        memset(msgs, 0, sizeof msgs);
+        if (a->o.sys) {
+            msgs[nm].role = DS4_ROLE_SYSTEM;
+            msgs[nm].content = a->o.sys;
+            msgs[nm].content_len = strlen(a->o.sys);
+            nm++;
+        }
+        msgs[nm].role = DS4_ROLE_USER;
+        msgs[nm].content = text;
+        msgs[nm].content_len = len;
+        nm++;
+        ds4_render_opts ro = { think, 0 };
+        char *err = NULL;
+        if (ds4_render_chat(msgs, nm, &ro, &prompt, &err)) {
+            fprintf(stderr, "ds4: %s\n", err ? err : "cannot render the prompt");
+            free(err);
+            return -1;
+        }
+    } else {
+        /* close the previous answer, then a new user turn */
+        size_t n;
+        const char *eos = ds4_token_bytes(a->tok, a->sp->eos, &n);
+        ds4_buf_append(&prompt, eos, n);
+        ds4_buf_puts(&prompt, "<｜User｜>");
+        ds4_buf_append(&prompt, text, len);
+        ds4_buf_puts(&prompt, "<｜Assistant｜>");
+        ds4_buf_puts(&prompt, think == DS4_THINK_NONE ? "</think>" : "<think>");
+    }
+    ds4_tokens ids = { 0 };
+    ds4_tokenize(a->tok, prompt.p, prompt.n, DS4_TOK_SPECIAL, &ids);
+    ds4_buf_free(&prompt);
+    turn_stats st = { 0 };
+    int rc = eval_prompt(a, ids.v, (int)ids.n, append, &st);
+    ds4_tokens_free(&ids);
+    if (rc) return rc;
+    *a->o.interrupt = 0;
+    rc = generate(a, a->o.n_predict, think != DS4_THINK_NONE, 0, &st);
+    a->turns++;
+    print_stats(a, &st);
+    return rc;
+}
+
+int chat_run_tokens(chat_app *a, const int32_t *ids, int n, int split, int n_gen,
+                    ds4_buf *logits, ds4_buf *hidden) {
+    ds4_session_capture(a->s, logits, hidden);
+    turn_stats st = { 0 };
+    int rc;
+    if (split >= 0) {
+        if (split > n) split = n;
+        rc = eval_prompt(a, ids, split, 1, &st);
+        ds4_session_set_decode_only(a->s, 1);
+        if (!rc) rc = eval_prompt(a, ids + split, n - split, 1, &st);
+        ds4_session_set_decode_only(a->s, a->o.decode_only);
+        st.prefill_tokens = n;
+    } else {
+        rc = eval_prompt(a, ids, n, 1, &st);
+    }
+    ds4_session_capture(a->s, NULL, NULL);
+    if (rc) return rc;
+    if (n_gen > 0) rc = generate(a, n_gen, 0, 1, &st);
+    print_stats(a, &st);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+
+static void chat_help(void) {
+    printf("commands:\n"
+           "  /help          this help\n"
+           "  /think         thinking mode, effort high (default)\n"
+           "  /think-max     maximum effort (needs a context >= %d; new conversations)\n"
+           "  /nothink       answer without reasoning\n"
+           "  /ctx N         resize the context (keeps the conversation if it fits)\n"
+           "  /read FILE     send the file's content (plus any text after the name)\n"
+           "  /clear         start a new conversation\n"
+           "  /quit          exit (also Ctrl+D)\n"
+           "Ctrl+C stops the current generation.\n", DS4_THINK_MAX_MIN_CTX);
+}
+
+static int resize_ctx(chat_app *a, int ctx) {
+    ds4_session_params sp;
+    ds4_session_params_default(&sp);
+    sp.ctx_size = ctx;
+    sp.prefill_chunk = a->o.chunk;
+    sp.no_qat = a->o.no_qat;
+    char *err = NULL;
+    ds4_session *ns = ds4_session_new(a->m, &sp, &err);
+    if (!ns) {
+        fprintf(stderr, "ds4: %s\n", err ? err : "cannot create session");
+        free(err);
+        return -1;
+    }
+    ds4_session_set_decode_only(ns, a->o.decode_only);
+    int n = ds4_session_n_tokens(a->s);
+    if (n > 0 && n <= ctx) {
+        /* move the state over through a snapshot: no re-evaluation */
+        ds4_buf snap = { 0 };
+        if (ds4_session_snapshot(a->s, &snap) || ds4_session_restore(ns, snap.p, snap.n, &err)) {
+            fprintf(stderr, "ds4: %s; starting a new conversation\n", err ? err : "snapshot failed");
+            free(err);
+            a->turns = 0;
+        }
+        ds4_buf_free(&snap);
+    } else if (n > 0) {
+        fprintf(stderr, "ds4: the conversation (%d tokens) does not fit %d; starting a new one\n", n, ctx);
+        a->turns = 0;
+    }
+    ds4_session_free(a->s);
+    a->s = ns;
+    a->o.ctx = ctx;
+    return 0;
+}
+
+int chat_interactive(chat_app *a) {
+    if (!a->o.quiet)
+        fprintf(stderr, "ds4: interactive chat (%s). /help for commands, Ctrl+D to quit.\n",
+                a->o.think == DS4_THINK_NONE ? "no thinking" :
+                a->o.think == DS4_THINK_MAX ? "thinking, max effort" : "thinking");
+    using_history();
+    for (;;) {
+        *a->o.interrupt = 0;
+        char *line = readline(a->tty_out ? "> " : "");
+        if (!line) {
+            if (*a->o.interrupt) { putchar('\n'); continue; }
+            break;   /* EOF */
+        }
+        if (!*line) { free(line); continue; }
+        add_history(line);
+        if (line[0] == '/') {
+            char *arg = strchr(line, ' ');
+            if (arg) { *arg++ = 0; while (*arg == ' ') arg++; }
+            if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) { free(line); break; }
+            else if (!strcmp(line, "/help")) chat_help();
+            else if (!strcmp(line, "/think")) { a->o.think = DS4_THINK_HIGH; printf("thinking: high\n"); }
+            else if (!strcmp(line, "/nothink")) { a->o.think = DS4_THINK_NONE; printf("thinking: off\n"); }
+            else if (!strcmp(line, "/think-max")) {
+                a->o.think = DS4_THINK_MAX;
+                if (ds4_session_ctx_size(a->s) < DS4_THINK_MAX_MIN_CTX)
+                    printf("thinking: max needs /ctx %d or more; using high until then\n", DS4_THINK_MAX_MIN_CTX);
+                else printf("thinking: max (applies from the next new conversation: /clear)\n");
+            }
+            else if (!strcmp(line, "/clear")) { ds4_session_reset(a->s); a->turns = 0; printf("new conversation\n"); }
+            else if (!strcmp(line, "/ctx")) {
+                char *end = NULL;
+                long v = arg ? strtol(arg, &end, 10) : 0;
+                if (!arg || *end || v < 16 || v > (1 << 24)) printf("usage: /ctx N (16 .. 16777216)\n");
+                else if (resize_ctx(a, (int)v) == 0) printf("context: %ld tokens\n", v);
+            }
+            else if (!strcmp(line, "/read")) {
+                if (!arg || !*arg) { printf("usage: /read FILE [text]\n"); free(line); continue; }
+                char *rest = strchr(arg, ' ');
+                if (rest) { *rest++ = 0; }
+                FILE *f = fopen(arg, "rb");
+                if (!f) { printf("cannot read %s: %s\n", arg, strerror(errno)); free(line); continue; }
+                ds4_buf msg = { 0 };
+                char tmp[65536];
+                size_t k;
+                while ((k = fread(tmp, 1, sizeof tmp, f)) > 0) ds4_buf_append(&msg, tmp, k);
+                fclose(f);
+                if (rest && *rest) { ds4_buf_puts(&msg, "\n\n"); ds4_buf_puts(&msg, rest); }
+                chat_turn(a, msg.p ? msg.p : "", msg.n);
+                ds4_buf_free(&msg);
+            }
+            else printf("unknown command %s (/help)\n", line);
+            free(line);
+            continue;
+        }
+        chat_turn(a, line, strlen(line));
+        free(line);
+    }
+    return 0;
+}

@@ -1,0 +1,43 @@
+/*
+ * chat.h -- the conversation driver behind the `ds4` CLI: one model, one
+ * live session, turns appended to the session so earlier turns are never
+ * evaluated twice.
+ */
+#ifndef DS4_CLI_CHAT_H
+#define DS4_CLI_CHAT_H
+
+#include <signal.h>
+#include "ds4.h"
+
+typedef struct {
+    const char *model;
+    int threads, ctx, chunk;
+    int no_qat, decode_only, quiet;
+    ds4_sampler_params sp;
+    ds4_think think;
+    const char *sys;
+    int n_predict;
+    volatile sig_atomic_t *interrupt;
+} chat_opts;
+
+typedef struct {
+    chat_opts o;
+    ds4_model *m;
+    const ds4_tokenizer *tok;
+    const ds4_special_ids *sp;
+    ds4_session *s;
+    ds4_sampler *smp;
+    int turns;              /* completed turns in the live session */
+    int tty_out, tty_err;
+} chat_app;
+
+int chat_open(chat_app *a, const chat_opts *o);
+void chat_close(chat_app *a);
+/* One user turn: render/append, prefill, generate and print the answer. */
+int chat_turn(chat_app *a, const char *text, size_t len);
+/* Raw ids (diagnostics): optional split point, captures, then n_gen tokens. */
+int chat_run_tokens(chat_app *a, const int32_t *ids, int n, int split, int n_gen,
+                    ds4_buf *logits, ds4_buf *hidden);
+int chat_interactive(chat_app *a);
+
+#endif

@@ -1,0 +1,334 @@
+/*
+ * cpu_ops.c -- see cpu_ops.h.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "gguf.h"
+
+mat_t mat_of(const ds4_tensor *t) {
+    mat_t m = { t->data, t->type, (int)t->ne[0], (int)t->ne[1], t->row_bytes };
+    return m;
+}
+
+mat_t mat_expert(const ds4_tensor *t, int e) {
+    mat_t m = mat_of(t);
+    m.w += (size_t)e * (size_t)t->ne[1] * t->row_bytes;
+    return m;
+}
+
+mat_t mat_rows(mat_t m, int r0, int n) {
+    m.w += (size_t)r0 * m.row_bytes;
+    m.n_out = n;
+    return m;
+}
+
+act_kind act_kind_for(uint32_t wtype, int no_qat) {
+    if (no_qat) return ACT_F32;
+    switch (wtype) {
+    case GGML_Q8_0: return ACT_Q8_0A;
+    case GGML_Q2_K: case GGML_Q4_K: case GGML_IQ2_XXS: return ACT_Q8_K;
+    default: return ACT_F32;
+    }
+}
+
+size_t act_row_bytes(act_kind k, int n) {
+    switch (k) {
+    case ACT_Q8_0A: return (size_t)(n / QK8_0) * sizeof(block_q8_0a);
+    case ACT_Q8_K: return (size_t)(n / QK_K) * sizeof(block_q8_K);
+    default: return (size_t)n * sizeof(float);
+    }
+}
+
+void act_quantize_row(act_kind k, const float *x, int n, void *out) {
+    switch (k) {
+    case ACT_Q8_0A: ds4_quantize_q8_0a(x, out, n); break;
+    case ACT_Q8_K: ds4_quantize_q8_K(x, out, n); break;
+    default: memcpy(out, x, (size_t)n * sizeof(float)); break;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Grouped matmul                                                          */
+/* ---------------------------------------------------------------------- */
+
+typedef float (*dotq_fn)(int n, const void *w, const void *a);
+typedef float (*dotf_fn)(int n, const void *w, const float *x);
+
+static dotq_fn pick_q(const ds4_kernels *k, uint32_t type, act_kind kind) {
+    if (kind == ACT_Q8_0A && type == GGML_Q8_0) return k->q8_0_q8_0a;
+    if (kind == ACT_Q8_K) {
+        if (type == GGML_Q2_K) return k->q2_K_q8_K;
+        if (type == GGML_Q4_K) return k->q4_K_q8_K;
+        if (type == GGML_IQ2_XXS) return k->iq2_xxs_q8_K;
+    }
+    return NULL;
+}
+
+static dotf_fn pick_f(const ds4_kernels *k, uint32_t type) {
+    switch (type) {
+    case GGML_F32: return k->f32_f32;
+    case GGML_F16: return k->f16_f32;
+    case GGML_BF16: return k->bf16_f32;
+    case GGML_Q8_0: return k->q8_0_f32;
+    case GGML_Q2_K: return k->q2_K_f32;
+    case GGML_Q4_K: return k->q4_K_f32;
+    case GGML_IQ2_XXS: return k->iq2_xxs_f32;
+    }
+    return NULL;
+}
+
+typedef struct {
+    const cpu_ctx *c;
+    const mm_group *g;
+    int ng;
+    double total;
+    double start[257];   /* cost prefix for small group counts */
+    const double *startp;
+} mm_job;
+
+/* Rows of one group in [o0, o1): a tile of output rows stays in cache
+ * while every activation row of the group streams past it. */
+#define ROW_TILE 8
+
+static void mm_group_rows(const cpu_ctx *c, const mm_group *g, int o0, int o1) {
+    const int n = g->W.n_in;
+    dotq_fn fq = NULL;
+    dotf_fn ff = NULL;
+    if (g->kind == ACT_F32) ff = pick_f(c->k, g->W.type);
+    else fq = pick_q(c->k, g->W.type, g->kind);
+    for (int r0 = o0; r0 < o1; r0 += ROW_TILE) {
+        int r1 = r0 + ROW_TILE < o1 ? r0 + ROW_TILE : o1;
+        for (int j = 0; j < g->n_rows; j++) {
+            int row = g->rows ? g->rows[j] : j;
+            const uint8_t *a = g->act + (size_t)row * g->act_stride;
+            float *y = g->out + (size_t)j * g->out_stride;
+            for (int r = r0; r < r1; r++) {
+                const uint8_t *w = g->W.w + (size_t)r * g->W.row_bytes;
+                y[r] = ff ? ff(n, w, (const float *)a) : fq(n, w, a);
+            }
+        }
+    }
+}
+
+static void mm_task(void *ctx, int ith, int nth) {
+    mm_job *jb = ctx;
+    /* thread ith owns the cost range [c0, c1) */
+    double c0 = jb->total * ith / nth, c1 = jb->total * (ith + 1) / nth;
+    for (int gi = 0; gi < jb->ng; gi++) {
+        const mm_group *g = &jb->g[gi];
+        double s = jb->startp[gi];
+        double k = g->n_rows > 0 ? g->n_rows : 0;
+        if (k == 0 || g->W.n_out == 0) continue;
+        double e = s + k * g->W.n_out;
+        if (e <= c0 || s >= c1) continue;
+        /* row o starts at s + o*k; take rows whose start is in [c0, c1) */
+        long o0 = (long)ceil((c0 - s) / k), o1 = (long)ceil((c1 - s) / k);
+        if (ith == nth - 1) o1 = g->W.n_out;
+        if (o0 < 0) o0 = 0;
+        if (o1 > g->W.n_out) o1 = g->W.n_out;
+        if (o0 < o1) mm_group_rows(jb->c, g, (int)o0, (int)o1);
+    }
+}
+
+void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
+    mm_job jb = { .c = c, .g = g, .ng = ng };
+    double tmp_start[1024];
+    double *start = ng <= 256 ? jb.start : (ng <= 1024 ? tmp_start : NULL);
+    if (!start) {   /* very many groups: run them in slices */
+        for (int i = 0; i < ng; i += 1024)
+            cpu_matmul_groups(c, g + i, ng - i < 1024 ? ng - i : 1024);
+        return;
+    }
+    double t = 0;
+    for (int i = 0; i < ng; i++) {
+        start[i] = t;
+        t += (double)g[i].n_rows * g[i].W.n_out;
+    }
+    jb.total = t;
+    jb.startp = start;
+    if (t == 0) return;
+    /* tiny products are not worth waking the pool */
+    if (t < 2048 || ds4_pool_size(c->pool) == 1) mm_task(&jb, 0, 1);
+    else ds4_pool_run(c->pool, mm_task, &jb);
+}
+
+size_t cpu_matmul_scratch(int n_in, int T) {
+    size_t a = act_row_bytes(ACT_Q8_0A, n_in), b = act_row_bytes(ACT_Q8_K, n_in);
+    return (a > b ? a : b) * (size_t)T + 64;
+}
+
+void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
+                size_t xs, int T, float *y, size_t ys, void *scratch) {
+    act_kind kind = act_kind_for(W.type, no_qat);
+    mm_group g = { .W = W, .kind = kind, .n_rows = T, .out = y, .out_stride = ys };
+    if (kind == ACT_F32) {
+        g.act = (const uint8_t *)x;
+        g.act_stride = xs * sizeof(float);
+    } else {
+        size_t rb = act_row_bytes(kind, W.n_in);
+        for (int t = 0; t < T; t++)
+            act_quantize_row(kind, x + (size_t)t * xs, W.n_in, (uint8_t *)scratch + (size_t)t * rb);
+        g.act = scratch;
+        g.act_stride = rb;
+    }
+    cpu_matmul_groups(c, &g, 1);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Norms                                                                   */
+/* ---------------------------------------------------------------------- */
+
+/* Sum of squares in double, scale in float: the original engine's rule
+ * (ARCHITECTURE.md conventions). */
+float rms_scale(const float *x, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    return 1.0f / sqrtf((float)(ss / n) + eps);
+}
+
+void rms_norm(const float *x, const float *w, int n, float eps, float *out) {
+    float s = rms_scale(x, n, eps);
+    if (w) for (int i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+    else for (int i = 0; i < n; i++) out[i] = x[i] * s;
+}
+
+/* ---------------------------------------------------------------------- */
+/* RoPE                                                                    */
+/* ---------------------------------------------------------------------- */
+
+/* Angles follow the original engine: the extrapolated angle of pair k is
+ * built by repeated float32 multiplication, theta_e(k+1) = theta_e(k) *
+ * base^(-2/r) with the step from powf (correctly rounded in glibc), and
+ * YaRN blends it per pair: theta = theta_e * ((1 - ramp)/factor + ramp)
+ * (ARCHITECTURE.md §5.6).  Matching this float32 recurrence bit for bit
+ * keeps the FP8/Q8 rounding decisions identical to the golden engine's far
+ * more often: a step one ulp off already doubles the flips (NOTES.md). */
+void rope_init(rope_t *r, int n_rot, float base, int yarn, float factor,
+               uint64_t orig_ctx, float beta_fast, float beta_slow) {
+    r->n_rot = n_rot;
+    int np = n_rot / 2;
+    r->step = powf(base, -2.0f / (float)n_rot);
+    double lo = 0, hi = 0;
+    if (yarn) {
+        double lb = log((double)base);
+        double cf = n_rot * log((double)orig_ctx / (beta_fast * 2.0 * M_PI)) / (2.0 * lb);
+        double cs = n_rot * log((double)orig_ctx / (beta_slow * 2.0 * M_PI)) / (2.0 * lb);
+        lo = floor(cf); if (lo < 0) lo = 0;
+        hi = ceil(cs); if (hi > n_rot - 1) hi = n_rot - 1;
+    }
+    for (int k = 0; k < np && k < 128; k++) {
+        double m = 1.0;
+        if (yarn) {
+            double y = (k - lo) / fmax(0.001, hi - lo);
+            double ramp = 1.0 - fmin(fmax(y, 0.0), 1.0);
+            m = (1.0 - ramp) / factor + ramp;
+        }
+        r->mul[k] = m;
+    }
+}
+
+void rope_angles(const rope_t *r, int64_t pos, float *cs, float *sn) {
+    float th_e = (float)pos;
+    for (int k = 0; k < r->n_rot / 2; k++) {
+        double th = (double)th_e * r->mul[k];
+        cs[k] = (float)cos(th);
+        sn[k] = (float)sin(th);
+        th_e *= r->step;
+    }
+}
+
+void rope_apply(float *x, int dim, int n_rot, const float *cs,
+                const float *sn, int inverse) {
+    float *t = x + dim - n_rot;
+    for (int k = 0; k < n_rot / 2; k++) {
+        float c = cs[k], s = inverse ? -sn[k] : sn[k];
+        float x0 = t[2 * k], x1 = t[2 * k + 1];
+        t[2 * k] = x0 * c - x1 * s;
+        t[2 * k + 1] = x0 * s + x1 * c;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Storage roundings                                                       */
+/* ---------------------------------------------------------------------- */
+
+/* 2^ceil(log2(r)) for r > 0, exact. */
+static float pow2_ceil(float r) {
+    int e;
+    float m = frexpf(r, &e);       /* r = m * 2^e, m in [0.5, 1) */
+    return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
+}
+
+/* Nearest FP8 E4M3FN value (ties to even), |v| <= 448. */
+float e4m3_round(float v) {
+    float a = fabsf(v);
+    if (a == 0.0f) return 0.0f;
+    int e;
+    frexpf(a, &e);                 /* a in [2^(e-1), 2^e) */
+    int ex = e - 1 < -6 ? -6 : e - 1;   /* subnormals share 2^-6 */
+    float quantum = ldexpf(1.0f, ex - 3);
+    float q = rintf(a / quantum) * quantum;
+    if (q > 448.0f) q = 448.0f;
+    return copysignf(q, v);
+}
+
+/* Nearest E2M1 value {0,.5,1,1.5,2,3,4,6}, ties to the even code. */
+float e2m1_round(float v) {
+    float a = fabsf(v), q;
+    if (a <= 0.25f) q = 0.0f;
+    else if (a < 0.75f) q = 0.5f;
+    else if (a <= 1.25f) q = 1.0f;
+    else if (a < 1.75f) q = 1.5f;
+    else if (a <= 2.5f) q = 2.0f;
+    else if (a < 3.5f) q = 3.0f;
+    else if (a <= 5.0f) q = 4.0f;
+    else q = 6.0f;
+    if (q == 0.0f) return 0.0f;
+    return copysignf(q, v);
+}
+
+void fp8_kv_round(float *x, int n_nope) {
+    for (int off = 0; off < n_nope; off += 64) {
+        int end = off + 64 < n_nope ? off + 64 : n_nope;
+        float amax = 0;
+        for (int i = off; i < end; i++) amax = fmaxf(amax, fabsf(x[i]));
+        amax = fmaxf(amax, 1.0e-4f);
+        float scale = pow2_ceil(amax / 448.0f);
+        for (int i = off; i < end; i++) {
+            float v = x[i] / scale;
+            v = fminf(fmaxf(v, -448.0f), 448.0f);
+            x[i] = e4m3_round(v) * scale;
+        }
+    }
+}
+
+void indexer_qat(float *x, int n) {
+    /* normalised Sylvester-Hadamard rotation by butterflies */
+    for (int h = 1; h < n; h <<= 1)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    float s = (float)(1.0 / sqrt((double)n));
+    for (int i = 0; i < n; i++) x[i] *= s;
+    for (int off = 0; off < n; off += 32) {
+        int end = off + 32 < n ? off + 32 : n;
+        float amax = 0;
+        for (int i = off; i < end; i++) amax = fmaxf(amax, fabsf(x[i]));
+        amax = fmaxf(amax, 7.052966104933725e-38f);
+        float scale = pow2_ceil(amax / 6.0f);
+        for (int i = off; i < end; i++) {
+            float v = x[i] / scale;
+            v = fminf(fmaxf(v, -6.0f), 6.0f);
+            x[i] = e2m1_round(v) * scale;
+        }
+    }
+}
+
+void f16_round_row(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = ds4_f16_round(x[i]);
+}

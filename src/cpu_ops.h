@@ -1,0 +1,96 @@
+/*
+ * cpu_ops.h -- CPU building blocks of the DeepSeek V4 graph: matrix
+ * products over quantized weights (single and grouped, multithreaded),
+ * norms, RoPE/YaRN tables, and the storage roundings of the KV cache
+ * (FP8 E4M3, Hadamard + FP4 E2M1, f16).
+ *
+ * Owns: how a weight matrix meets its activations (which activation
+ * quantization, which kernel, how rows are split across threads).
+ * Must not: know the layer graph (forward_cpu.c) or session state.
+ */
+#ifndef DS4_CPU_OPS_H
+#define DS4_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "quant.h"
+#include "threadpool.h"
+
+typedef enum { ACT_F32 = 0, ACT_Q8_0A = 1, ACT_Q8_K = 2 } act_kind;
+
+/* A 2-D weight view (one expert of a 3-D tensor, or a row slice). */
+typedef struct {
+    const uint8_t *w;
+    uint32_t type;
+    int n_in, n_out;
+    size_t row_bytes;
+} mat_t;
+
+mat_t mat_of(const ds4_tensor *t);
+mat_t mat_expert(const ds4_tensor *t, int e);
+mat_t mat_rows(mat_t m, int r0, int n);
+
+/* Activation kind a weight type gets: Q8_0 weights see Q8_0 activations,
+ * 2/4-bit K and IQ weights see Q8_K, float weights (and everything in the
+ * --no-qat diagnostic) see float activations (ARCHITECTURE.md §7). */
+act_kind act_kind_for(uint32_t wtype, int no_qat);
+size_t act_row_bytes(act_kind k, int n);
+void act_quantize_row(act_kind k, const float *x, int n, void *out);
+
+/* One group of a grouped matmul: out[j][o] = W[o] . act[rows[j]] for
+ * j < n_rows, o < W.n_out.  rows == NULL means rows 0..n_rows-1. */
+typedef struct {
+    mat_t W;
+    act_kind kind;
+    const uint8_t *act;
+    size_t act_stride;          /* bytes between activation rows */
+    const int *rows;
+    int n_rows;
+    float *out;
+    size_t out_stride;          /* floats between output rows */
+} mm_group;
+
+typedef struct {
+    ds4_pool *pool;
+    const ds4_kernels *k;
+} cpu_ctx;
+
+/* Runs every group; work is split across threads by cost (rows x tokens),
+ * and each output element is always computed by the same row-dot kernel,
+ * so a batch gives bit-identical results to one token at a time. */
+void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng);
+
+/* Convenience: quantize T float rows (stride xs floats) into `scratch` as
+ * the weight needs, then Y[t] = W x[t]. */
+void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
+                size_t xs, int T, float *y, size_t ys, void *scratch);
+/* Bytes of scratch cpu_matmul needs for T rows of n_in. */
+size_t cpu_matmul_scratch(int n_in, int T);
+
+/* Row helpers. */
+void rms_norm(const float *x, const float *w, int n, float eps, float *out);
+float rms_scale(const float *x, int n, float eps);
+
+/* RoPE on the tail n_rot dims of one row, interleaved pairs. */
+typedef struct {
+    int n_rot;
+    float step;                /* base^(-2/n_rot) in float32 */
+    double mul[128];           /* per pair: YaRN blend factor (1 without YaRN) */
+} rope_t;
+void rope_init(rope_t *r, int n_rot, float base, int yarn, float factor,
+               uint64_t orig_ctx, float beta_fast, float beta_slow);
+/* cs/sn: n_rot/2 floats each for position `pos`. */
+void rope_angles(const rope_t *r, int64_t pos, float *cs, float *sn);
+void rope_apply(float *x, int dim, int n_rot, const float *cs,
+                const float *sn, int inverse);
+
+/* KV storage roundings (ARCHITECTURE.md §5.7). */
+void fp8_kv_round(float *x, int n_nope);
+void indexer_qat(float *x, int n);   /* Hadamard + FP4, n a power of two */
+void f16_round_row(float *x, int n);
+float e4m3_round(float v);
+float e2m1_round(float v);
+
+#endif

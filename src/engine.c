@@ -1,0 +1,140 @@
+/*
+ * engine.c -- the ds4_model handle: open a GGUF, bind and validate it,
+ * load its tokenizer, pick the kernels and start the thread pool.
+ *
+ * Owns: model life cycle and the checks that need both the weights and the
+ * tokenizer (vocabulary sizes agree, hash-routing tables only name existing
+ * experts), done once at load so the forward pass can trust the file.
+ * Must not: compute (forward_cpu.c) or hold per-sequence state (session.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "hash.h"
+
+void ds4_model_params_default(ds4_model_params *p) {
+    memset(p, 0, sizeof *p);
+    p->backend = DS4_BACKEND_CPU;
+    p->n_threads = 0;
+}
+
+static char *fmt_err(const char *path, const char *msg) {
+    size_t n = strlen(path) + strlen(msg) + 8;
+    char *e = malloc(n);
+    if (e) snprintf(e, n, "%s: %s", path, msg);
+    return e;
+}
+
+/* Checks the forward pass relies on that the layout validation cannot see:
+ * the hash table's expert ids are data, not shape. */
+static int check_data(ds4_model *m, char **err) {
+    const ds4_config *c = &m->w.cfg;
+    for (int il = 0; il < c->n_hash && il < c->n_layer; il++) {
+        const ds4_tensor *t = &m->w.layers[il].tid2eid;
+        const int32_t *v = (const int32_t *)t->data;
+        size_t n = (size_t)t->ne[0] * t->ne[1];
+        for (size_t i = 0; i < n; i++) {
+            if (v[i] < 0 || v[i] >= c->n_expert) {
+                char msg[256];
+                snprintf(msg, sizeof msg,
+                         "tensor blk.%d.ffn_gate_tid2eid.weight holds expert id %d at token %zu, "
+                         "outside [0, %d)", il, v[i], i / (size_t)t->ne[0], c->n_expert);
+                if (err) *err = fmt_err(m->path, msg);
+                return DS4_EFORMAT;
+            }
+        }
+    }
+    int nv = ds4_tok_n_vocab(m->tok);
+    if (nv != c->n_vocab) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "tokenizer has %d tokens but the model's vocab_size is %d",
+                 nv, c->n_vocab);
+        if (err) *err = fmt_err(m->path, msg);
+        return DS4_EFORMAT;
+    }
+    return DS4_OK;
+}
+
+ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **err) {
+    ds4_model_params def;
+    if (!p) { ds4_model_params_default(&def); p = &def; }
+    if (err) *err = NULL;
+    if (p->backend != DS4_BACKEND_CPU) {
+        if (err) *err = fmt_err(path, "this build has only the CPU backend");
+        return NULL;
+    }
+    ds4_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->path = strdup(path);
+    m->backend = p->backend;
+    m->gf = gguf_open(path, err);
+    if (!m->gf) goto fail;
+    if (ds4_weights_bind(m->gf, &m->w, err) != DS4_OK) goto fail;
+    m->tok = ds4_tokenizer_load(path, err);
+    if (!m->tok) goto fail;
+    if (check_data(m, err) != DS4_OK) goto fail;
+
+    m->kern = ds4_kernels_best();
+    int nth = p->n_threads > 0 ? p->n_threads : ds4_ncpu();
+    m->pool = ds4_pool_new(nth);
+    if (!m->pool) goto fail;
+
+    const ds4_config *c = &m->w.cfg;
+    rope_init(&m->rope_dense, c->n_rot, c->rope_base, 0, 1.0f, c->rope_orig_ctx,
+              c->beta_fast, c->beta_slow);
+    float cbase = c->compress_rope_base > 0 ? c->compress_rope_base : c->rope_base;
+    rope_init(&m->rope_comp, c->n_rot, cbase, c->rope_factor > 1.0f, c->rope_factor,
+              c->rope_orig_ctx, c->beta_fast, c->beta_slow);
+    ds4_gguf_fingerprint(m->gf, m->fingerprint);
+    gguf_str name;
+    if (gguf_get_str(m->gf, "general.name", &name) == 0 && name.len < 4096)
+        m->name = strndup(name.p, name.len);
+    else {
+        const char *b = strrchr(path, '/');
+        m->name = strdup(b ? b + 1 : path);
+    }
+    return m;
+fail:
+    ds4_model_free(m);
+    return NULL;
+}
+
+void ds4_model_free(ds4_model *m) {
+    if (!m) return;
+    ds4_pool_free(m->pool);
+    if (m->tok) ds4_tokenizer_free(m->tok);
+    if (m->gf) {
+        ds4_weights_free(&m->w);
+        gguf_close(m->gf);
+    }
+    free(m->name);
+    free(m->path);
+    free(m);
+}
+
+void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
+    const ds4_config *c = &m->w.cfg;
+    memset(info, 0, sizeof *info);
+    info->name = m->name;
+    info->n_layer = c->n_layer;
+    info->n_embd = c->n_embd;
+    info->n_vocab = c->n_vocab;
+    info->n_head = c->n_head;
+    info->head_dim = c->head_dim;
+    info->n_rot = c->n_rot;
+    info->n_expert = c->n_expert;
+    info->n_expert_used = c->n_expert_used;
+    info->n_ff_exp = c->n_ff_exp;
+    info->n_hc = c->n_hc;
+    info->n_swa = c->n_swa;
+    info->file_bytes = m->gf->size;
+    info->weight_bytes = m->gf->size - m->gf->data_offset;
+    info->active_bytes_per_token = ds4_weights_active_bytes(&m->w);
+}
+
+const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m) { return m->tok; }
+
+void ds4_model_fingerprint(const ds4_model *m, uint8_t out[20]) {
+    memcpy(out, m->fingerprint, 20);
+}

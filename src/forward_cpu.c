@@ -1,0 +1,895 @@
+/*
+ * forward_cpu.c -- the DeepSeek V4 graph on the CPU (ARCHITECTURE.md §5).
+ *
+ * Owns: evaluating a chunk of T consecutive tokens through every layer and
+ * the head, updating the per-layer KV state.  Decode is simply T = 1: the
+ * same code, the same kernels and the same summation order, so prefill and
+ * token-by-token decode give bit-identical logits.  The work is layer-major
+ * (all T tokens through layer il, then il+1) so each weight matrix is
+ * streamed once per chunk; the compressor and indexer frontiers are advanced
+ * token by token with the decode functions, which is what makes a chunk
+ * boundary invisible.
+ *
+ * Must not: allocate (every buffer lives in the session scratch), or touch
+ * the session's token list (session.c owns it).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+#define MOE_T 256   /* tokens per MoE sub-batch (bounds routed scratch) */
+
+typedef struct {
+    ds4_session *s;
+    const ds4_config *c;
+    const ds4_weights *w;
+    cpu_ctx cc;
+    int T;            /* tokens in this chunk */
+    int64_t p0;       /* position of the first */
+    int qat;          /* storage roundings on */
+    int no_qat;
+} fwd;
+
+/* ---------------------------------------------------------------------- */
+/* helpers                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static const float *f32_of(const ds4_tensor *t) { return (const float *)t->data; }
+
+/* Read a small float tensor (norm weights, HC scale/base, sinks) as float:
+ * they are F32 in every ds4 file, but accept F16/BF16 too. */
+static float tval(const ds4_tensor *t, int i) {
+    switch (t->type) {
+    case GGML_F32: return ((const float *)t->data)[i];
+    case GGML_F16: return ds4_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case GGML_BF16: return ds4_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    }
+    return 0.0f;
+}
+
+static void mm(fwd *f, const ds4_tensor *t, const float *x, size_t xs,
+               float *y, size_t ys) {
+    cpu_matmul(&f->cc, mat_of(t), f->no_qat, x, xs, f->T, y, ys, f->s->sc.qscratch);
+}
+
+typedef void (*tok_fn)(fwd *f, int t, void *ud);
+typedef struct { fwd *f; tok_fn fn; void *ud; int T; } tok_job;
+
+static void tok_task(void *ctx, int ith, int nth) {
+    tok_job *j = ctx;
+    long lo, hi;
+    ds4_split(j->T, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) j->fn(j->f, (int)t, j->ud);
+}
+
+/* Run fn for every token of the chunk, in parallel when worth it. */
+static void for_tokens(fwd *f, tok_fn fn, void *ud) {
+    tok_job j = { f, fn, ud, f->T };
+    if (f->T == 1) fn(f, 0, ud);
+    else ds4_pool_run(f->cc.pool, tok_task, &j);
+}
+
+static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
+static inline float siluf(float z) { return z / (1.0f + expf(-z)); }
+
+static float dotf(const float *a, const float *b, int n) {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++) s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Hyper-connections (§5.2, §5.3)                                          */
+/* ---------------------------------------------------------------------- */
+
+typedef struct { const ds4_tensor *fn, *scale, *base; } hc_w;
+
+static void hc_flat_task(fwd *f, int t, void *ud) {
+    (void)ud;
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    int n = c->n_hc * c->n_embd;
+    rms_norm(sc->X + (size_t)t * n, NULL, n, c->rms_eps, sc->flat + (size_t)t * n);
+}
+
+static void sinkhorn(float *C, int N, int iters, float eps) {
+    for (int a = 0; a < N; a++) {
+        float *row = C + a * N, mx = -INFINITY, sum = 0;
+        for (int b = 0; b < N; b++) mx = fmaxf(mx, row[b]);
+        for (int b = 0; b < N; b++) { row[b] = expf(row[b] - mx); sum += row[b]; }
+        for (int b = 0; b < N; b++) row[b] = row[b] / sum + eps;
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            for (int a = 0; a < N; a++) {
+                float s = 0;
+                for (int b = 0; b < N; b++) s += C[a * N + b];
+                for (int b = 0; b < N; b++) C[a * N + b] /= (s + eps);
+            }
+        }
+        for (int b = 0; b < N; b++) {
+            float s = 0;
+            for (int a = 0; a < N; a++) s += C[a * N + b];
+            for (int a = 0; a < N; a++) C[a * N + b] /= (s + eps);
+        }
+    }
+}
+
+static void hc_mix_task(fwd *f, int t, void *ud) {
+    const hc_w *h = ud;
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    const int N = c->n_hc, D = c->n_embd, M = (2 + N) * N;
+    const float *m = sc->mix + (size_t)t * M;
+    float pre[64];
+    float s0 = tval(h->scale, 0), s1 = tval(h->scale, 1), s2 = tval(h->scale, 2);
+    for (int i = 0; i < N; i++) {
+        pre[i] = sigmoidf(m[i] * s0 + tval(h->base, i)) + c->hc_eps;
+        sc->post[(size_t)t * N + i] = 2.0f * sigmoidf(m[N + i] * s1 + tval(h->base, N + i));
+    }
+    float *C = sc->comb + (size_t)t * N * N;
+    for (int i = 0; i < N * N; i++) C[i] = m[2 * N + i] * s2 + tval(h->base, 2 * N + i);
+    sinkhorn(C, N, c->hc_iters, c->hc_eps);
+    const float *X = sc->X + (size_t)t * N * D;
+    float *x = sc->cur + (size_t)t * D;
+    for (int k = 0; k < D; k++) {
+        float acc = 0;
+        for (int s = 0; s < N; s++) acc += pre[s] * X[(size_t)s * D + k];
+        x[k] = acc;
+    }
+}
+
+/* X -> cur (sublayer input), post, comb */
+static void hc_pre(fwd *f, const hc_w *h) {
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    const int ND = c->n_hc * c->n_embd, M = (2 + c->n_hc) * c->n_hc;
+    for_tokens(f, hc_flat_task, NULL);
+    mm(f, h->fn, sc->flat, ND, sc->mix, M);
+    for_tokens(f, hc_mix_task, (void *)h);
+}
+
+static void hc_post_task(fwd *f, int t, void *ud) {
+    (void)ud;
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    const int N = c->n_hc, D = c->n_embd;
+    const float *X = sc->X + (size_t)t * N * D;
+    float *Xn = sc->X2 + (size_t)t * N * D;
+    const float *y = sc->y + (size_t)t * D;
+    const float *post = sc->post + (size_t)t * N;
+    const float *C = sc->comb + (size_t)t * N * N;
+    for (int b = 0; b < N; b++) {
+        float *o = Xn + (size_t)b * D;
+        for (int k = 0; k < D; k++) {
+            float acc = post[b] * y[k];
+            for (int a = 0; a < N; a++) acc += C[a * N + b] * X[(size_t)a * D + k];
+            o[k] = acc;
+        }
+    }
+}
+
+/* X' = post (x) y + C^T X, then swap buffers; optionally captured. */
+static void hc_post(fwd *f, int il, int which) {
+    cpu_scratch *sc = &f->s->sc;
+    for_tokens(f, hc_post_task, NULL);
+    float *t = sc->X; sc->X = sc->X2; sc->X2 = t;
+    if (f->s->cap_hidden) {
+        const ds4_config *c = f->c;
+        size_t nd = (size_t)c->n_hc * c->n_embd;
+        size_t per_tok = (size_t)c->n_layer * 2 * nd;
+        ds4_buf *b = f->s->cap_hidden;
+        /* the chunk's rows were reserved by the caller: b->n marks their start */
+        float *base = (float *)(b->p + b->n);
+        for (int i = 0; i < f->T; i++)
+            memcpy(base + (size_t)i * per_tok + ((size_t)il * 2 + which) * nd,
+                   sc->X + (size_t)i * nd, nd * sizeof(float));
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Attention (§5.5 - §5.9)                                                 */
+/* ---------------------------------------------------------------------- */
+
+static void norm_rows_task(fwd *f, int t, void *ud) {
+    const ds4_tensor *w = ud;
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    int D = c->n_embd;
+    /* weights are F32 by validation */
+    rms_norm(sc->cur + (size_t)t * D, f32_of(w), D, c->rms_eps, sc->a + (size_t)t * D);
+}
+
+typedef struct { int il; const rope_t *rope; } layer_ud;
+
+static void rope_tables_task(fwd *f, int t, void *ud) {
+    const layer_ud *L = ud;
+    cpu_scratch *sc = &f->s->sc;
+    int hr = f->c->n_rot / 2;
+    rope_angles(L->rope, f->p0 + t, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr);
+}
+
+static void q_post_task(fwd *f, int t, void *ud) {
+    const layer_ud *L = ud;
+    const ds4_config *c = f->c;
+    const ds4_layer_weights *lw = &f->w->layers[L->il];
+    cpu_scratch *sc = &f->s->sc;
+    const int d = c->head_dim, hr = c->n_rot / 2;
+    const float *cs = sc->cs + (size_t)t * hr, *sn = sc->sn + (size_t)t * hr;
+    /* queries: per-head RMSNorm without weight, then RoPE on the tail */
+    float *q = sc->q + (size_t)t * c->n_head * d;
+    for (int h = 0; h < c->n_head; h++) {
+        float *qh = q + (size_t)h * d;
+        rms_norm(qh, NULL, d, c->rms_eps, qh);
+        rope_apply(qh, d, c->n_rot, cs, sn, 0);
+    }
+    /* the single KV head: norm, rope, FP8 on the nope dims, f16 storage */
+    float *kv = sc->kv + (size_t)t * d;
+    rms_norm(kv, f32_of(&lw->attn_kv_a_norm), d, c->rms_eps, kv);
+    rope_apply(kv, d, c->n_rot, cs, sn, 0);
+    if (f->qat) {
+        fp8_kv_round(kv, d - c->n_rot);
+        f16_round_row(kv, d);
+    }
+}
+
+static void qr_norm_task(fwd *f, int t, void *ud) {
+    const layer_ud *L = ud;
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    rms_norm(sc->qa + (size_t)t * c->q_lora, f32_of(&f->w->layers[L->il].attn_q_a_norm),
+             c->q_lora, c->rms_eps, sc->qr + (size_t)t * c->q_lora);
+}
+
+/* Push one token's projected (kv, score) rows into a compressor frontier;
+ * when its window closes, pool the window into `out` and return 1. */
+static int comp_push(float *st_kv, float *st_sc, int R, int coff, int w,
+                     const float *kv, const float *score, int64_t pos, float *out) {
+    int cw = coff * w;
+    int row = coff == 2 ? R + (int)(pos % R) : (int)(pos % R);
+    memcpy(st_kv + (size_t)row * cw, kv, (size_t)cw * sizeof(float));
+    memcpy(st_sc + (size_t)row * cw, score, (size_t)cw * sizeof(float));
+    if ((pos + 1) % R != 0) return 0;
+    for (int j = 0; j < w; j++) {
+        /* coff 2: first half of the previous window + second half of this one */
+        float mx = -INFINITY;
+        if (coff == 2) {
+            for (int r = 0; r < R; r++) mx = fmaxf(mx, st_sc[(size_t)r * cw + j]);
+            for (int r = R; r < 2 * R; r++) mx = fmaxf(mx, st_sc[(size_t)r * cw + w + j]);
+        } else {
+            for (int r = 0; r < R; r++) mx = fmaxf(mx, st_sc[(size_t)r * cw + j]);
+        }
+        float num = 0, den = 0;
+        if (coff == 2) {
+            for (int r = 0; r < R; r++) {
+                float e = expf(st_sc[(size_t)r * cw + j] - mx);
+                num += e * st_kv[(size_t)r * cw + j];
+                den += e;
+            }
+            for (int r = R; r < 2 * R; r++) {
+                float e = expf(st_sc[(size_t)r * cw + w + j] - mx);
+                num += e * st_kv[(size_t)r * cw + w + j];
+                den += e;
+            }
+        } else {
+            for (int r = 0; r < R; r++) {
+                float e = expf(st_sc[(size_t)r * cw + j] - mx);
+                num += e * st_kv[(size_t)r * cw + j];
+                den += e;
+            }
+        }
+        out[j] = num / den;
+    }
+    /* roll the window: the closed one becomes "previous" (coff 2); the
+     * current rows are reset so the state does not depend on history */
+    int first = 0;
+    if (coff == 2) {
+        memcpy(st_kv, st_kv + (size_t)R * cw, (size_t)R * cw * sizeof(float));
+        memcpy(st_sc, st_sc + (size_t)R * cw, (size_t)R * cw * sizeof(float));
+        first = R;
+    }
+    for (int r = first; r < first + R; r++)
+        for (int j = 0; j < cw; j++) {
+            st_kv[(size_t)r * cw + j] = 0.0f;
+            st_sc[(size_t)r * cw + j] = -INFINITY;
+        }
+    return 1;
+}
+
+/* Finish a pooled compressed row: norm, RoPE at the window's first
+ * position, storage rounding. */
+static void comp_finish(fwd *f, float *row, int w, const ds4_tensor *norm,
+                        int64_t pos, int is_indexer) {
+    const ds4_config *c = f->c;
+    rms_norm(row, f32_of(norm), w, c->rms_eps, row);
+    float cs[64], sn[64];
+    rope_angles(&f->s->m->rope_comp, pos, cs, sn);
+    rope_apply(row, w, c->n_rot, cs, sn, 0);
+    if (f->qat) {
+        if (is_indexer) indexer_qat(row, w);
+        else fp8_kv_round(row, w - c->n_rot);
+        f16_round_row(row, w);
+    }
+}
+
+/* score += ape[pos mod R] for T rows of width cw */
+static void add_ape(fwd *f, const ds4_tensor *ape, float *score) {
+    int cw = (int)ape->ne[0], R = (int)ape->ne[1];
+    for (int t = 0; t < f->T; t++) {
+        int p = (int)((f->p0 + t) % R);
+        float *s = score + (size_t)t * cw;
+        if (ape->type == GGML_F16) {
+            const uint16_t *a = (const uint16_t *)ape->data + (size_t)p * cw;
+            for (int j = 0; j < cw; j++) s[j] += ds4_f16_to_f32(a[j]);
+        } else {
+            for (int j = 0; j < cw; j++) s[j] += tval(ape, p * cw + j);
+        }
+    }
+}
+
+/* Indexer score of compressed row r for token t (§5.9). */
+static float idx_score(fwd *f, int t, const float *ik) {
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    const float *iq = sc->iq + (size_t)t * c->idx_heads * c->idx_dim;
+    const float *iw = sc->iw + (size_t)t * c->idx_heads;
+    float s = 0;
+    for (int h = 0; h < c->idx_heads; h++) {
+        float d = dotf(iq + (size_t)h * c->idx_dim, ik, c->idx_dim);
+        if (d > 0) s += iw[h] * d;
+    }
+    return s;
+}
+
+/* Select the top_k highest scores among scores[0..n) (ties: lower index),
+ * output sorted by index. */
+static int select_topk(const float *scores, int n, int k, int *out) {
+    /* binary min-heap of (score, -index): the root is the weakest kept */
+    int hn = 0;
+#define WEAKER(i, j) (scores[i] < scores[j] || (scores[i] == scores[j] && (i) > (j)))
+    for (int i = 0; i < n; i++) {
+        if (hn < k) {
+            int p = hn++;
+            out[p] = i;
+            while (p > 0) {
+                int q = (p - 1) / 2;
+                if (WEAKER(out[p], out[q])) { int tmp = out[p]; out[p] = out[q]; out[q] = tmp; p = q; }
+                else break;
+            }
+        } else if (WEAKER(out[0], i)) {
+            out[0] = i;
+            int p = 0;
+            for (;;) {
+                int l = 2 * p + 1, r = l + 1, m = p;
+                if (l < hn && WEAKER(out[l], out[m])) m = l;
+                if (r < hn && WEAKER(out[r], out[m])) m = r;
+                if (m == p) break;
+                int tmp = out[p]; out[p] = out[m]; out[m] = tmp; p = m;
+            }
+        }
+    }
+#undef WEAKER
+    /* sort kept indices ascending (insertion sort is fine for k ~ 512
+     * only when nearly sorted; use a simple heap-free sort) */
+    for (int i = 1; i < hn; i++) {
+        int v = out[i], j = i - 1;
+        while (j >= 0 && out[j] > v) { out[j + 1] = out[j]; j--; }
+        out[j + 1] = v;
+    }
+    return hn;
+}
+
+typedef struct {
+    fwd *f;
+    layer_state *st;
+    int t;
+    int n_vis;
+    float *scores;
+} idx_rows_job;
+
+static void idx_rows_task(void *ctx, int ith, int nth) {
+    idx_rows_job *j = ctx;
+    const ds4_config *c = j->f->c;
+    long lo, hi;
+    ds4_split(j->n_vis, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++)
+        j->scores[r] = idx_score(j->f, j->t, j->st->icomp + (size_t)r * c->idx_dim);
+}
+
+static void idx_select(fwd *f, int il, layer_state *st) {
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    int R = f->w->layers[il].ratio;
+    for (int t = 0; t < f->T; t++) {
+        int n_vis = (int)((f->p0 + t + 1) / R);
+        if (n_vis <= c->idx_topk) { sc->ntopk[t] = -1; continue; }
+        idx_rows_job j = { f, st, t, n_vis, sc->scores };
+        if (n_vis < 256) idx_rows_task(&j, 0, 1);
+        else ds4_pool_run(f->cc.pool, idx_rows_task, &j);
+        sc->ntopk[t] = select_topk(sc->scores, n_vis, c->idx_topk,
+                                   sc->topk + (size_t)t * c->idx_topk);
+    }
+}
+
+/* Attention for every (token, head). */
+typedef struct {
+    fwd *f;
+    int il;
+    layer_state *st;
+    int raw_base_pos;  /* absolute position of st->raw row raw_start */
+} attn_job;
+
+static void attn_task(void *ctx, int ith, int nth) {
+    attn_job *j = ctx;
+    fwd *f = j->f;
+    const ds4_config *c = f->c;
+    const ds4_layer_weights *lw = &f->w->layers[j->il];
+    cpu_scratch *sc = &f->s->sc;
+    layer_state *st = j->st;
+    const int d = c->head_dim, H = c->n_head, R = lw->ratio;
+    const float scale = 1.0f / sqrtf((float)d);
+    float *wbuf = sc->attn_w + (size_t)ith * (c->n_swa + st->comp_cap + 1);
+    long lo, hi;
+    ds4_split((long)f->T * H, ith, nth, &lo, &hi);
+    for (long th = lo; th < hi; th++) {
+        int t = (int)(th / H), h = (int)(th % H);
+        int64_t pos = f->p0 + t;
+        const float *q = sc->q + ((size_t)t * H + h) * d;
+        float *o = sc->heads + ((size_t)t * H + h) * d;
+        /* raw rows of positions (pos - n_swa, pos] */
+        int64_t first = pos - c->n_swa + 1;
+        if (first < 0) first = 0;
+        int nraw = (int)(pos - first + 1);
+        const float *raw0 = st->raw + ((size_t)st->raw_start + (size_t)(first - j->raw_base_pos)) * d;
+        int ncomp = 0;
+        const int *sel = NULL;
+        if (R) {
+            int n_vis = (int)((pos + 1) / R);
+            if (lw->has_indexer && sc->ntopk[t] >= 0) {
+                ncomp = sc->ntopk[t];
+                sel = sc->topk + (size_t)t * c->idx_topk;
+            } else {
+                ncomp = n_vis;
+            }
+        }
+        float sink = tval(&lw->attn_sinks, h);
+        float mx = sink;
+        for (int r = 0; r < nraw; r++) {
+            float s = dotf(q, raw0 + (size_t)r * d, d) * scale;
+            wbuf[r] = s;
+            mx = fmaxf(mx, s);
+        }
+        for (int r = 0; r < ncomp; r++) {
+            int row = sel ? sel[r] : r;
+            float s = dotf(q, st->comp + (size_t)row * d, d) * scale;
+            wbuf[nraw + r] = s;
+            mx = fmaxf(mx, s);
+        }
+        float den = expf(sink - mx);
+        for (int r = 0; r < nraw + ncomp; r++) {
+            wbuf[r] = expf(wbuf[r] - mx);
+            den += wbuf[r];
+        }
+        memset(o, 0, (size_t)d * sizeof(float));
+        for (int r = 0; r < nraw; r++) {
+            const float *k = raw0 + (size_t)r * d;
+            float e = wbuf[r];
+            for (int i = 0; i < d; i++) o[i] += e * k[i];
+        }
+        for (int r = 0; r < ncomp; r++) {
+            int row = sel ? sel[r] : r;
+            const float *k = st->comp + (size_t)row * d;
+            float e = wbuf[nraw + r];
+            for (int i = 0; i < d; i++) o[i] += e * k[i];
+        }
+        /* scale by the reciprocal, as the original engine does */
+        float inv = 1.0f / den;
+        for (int i = 0; i < d; i++) o[i] *= inv;
+        /* de-rotate at the query position before the output projection */
+        const int hr = c->n_rot / 2;
+        rope_apply(o, d, c->n_rot, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr, 1);
+    }
+}
+
+static void idx_q_task(fwd *f, int t, void *ud) {
+    (void)ud;
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    const int hr = c->n_rot / 2;
+    float cs[64], sn[64];
+    (void)hr;
+    rope_angles(&f->s->m->rope_comp, f->p0 + t, cs, sn);
+    float *iq = sc->iq + (size_t)t * c->idx_heads * c->idx_dim;
+    for (int h = 0; h < c->idx_heads; h++) {
+        float *qh = iq + (size_t)h * c->idx_dim;
+        rope_apply(qh, c->idx_dim, c->n_rot, cs, sn, 0);
+        if (f->qat) indexer_qat(qh, c->idx_dim);
+    }
+    float s = 1.0f / sqrtf((float)(c->idx_dim * c->idx_heads));
+    float *iw = sc->iw + (size_t)t * c->idx_heads;
+    for (int h = 0; h < c->idx_heads; h++) iw[h] *= s;
+}
+
+/* Make room for T more raw rows, keeping the last n_swa. */
+static void raw_reserve(layer_state *st, int d, int n_swa, int T) {
+    if (st->raw_start + st->raw_len + T <= st->raw_cap) return;
+    int keep = st->raw_len < n_swa ? st->raw_len : n_swa;
+    memmove(st->raw, st->raw + (size_t)(st->raw_start + st->raw_len - keep) * d,
+            (size_t)keep * d * sizeof(float));
+    st->raw_start = 0;
+    st->raw_len = keep;
+}
+
+static void attention(fwd *f, int il) {
+    const ds4_config *c = f->c;
+    const ds4_layer_weights *lw = &f->w->layers[il];
+    layer_state *st = &f->s->ls[il];
+    cpu_scratch *sc = &f->s->sc;
+    const int T = f->T, D = c->n_embd, d = c->head_dim;
+    layer_ud L = { il, lw->ratio ? &f->s->m->rope_comp : &f->s->m->rope_dense };
+
+    hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
+    hc_pre(f, &h);
+    for_tokens(f, norm_rows_task, (void *)&lw->attn_norm);
+    for_tokens(f, rope_tables_task, &L);
+
+    /* queries through the low-rank path; qr also feeds the indexer */
+    mm(f, &lw->attn_q_a, sc->a, D, sc->qa, c->q_lora);
+    for_tokens(f, qr_norm_task, &L);
+    mm(f, &lw->attn_q_b, sc->qr, c->q_lora, sc->q, (size_t)c->n_head * d);
+    mm(f, &lw->attn_kv, sc->a, D, sc->kv, d);
+    for_tokens(f, q_post_task, &L);
+
+    /* append the new raw rows */
+    raw_reserve(st, d, c->n_swa, T);
+    int64_t raw_base_pos = f->p0 - st->raw_len;   /* position of row raw_start */
+    memcpy(st->raw + (size_t)(st->raw_start + st->raw_len) * d, sc->kv,
+           (size_t)T * d * sizeof(float));
+    st->raw_len += T;
+
+    if (lw->ratio) {
+        const int R = lw->ratio, cw = lw->coff * d;
+        mm(f, &lw->comp_kv, sc->a, D, sc->ckv, cw);
+        mm(f, &lw->comp_gate, sc->a, D, sc->csc, cw);
+        add_ape(f, &lw->comp_ape, sc->csc);
+        if (lw->has_indexer) {
+            const int iw2 = 2 * c->idx_dim;
+            mm(f, &lw->idx_comp_kv, sc->a, D, sc->ikv, iw2);
+            mm(f, &lw->idx_comp_gate, sc->a, D, sc->isc, iw2);
+            add_ape(f, &lw->idx_comp_ape, sc->isc);
+        }
+        /* advance the frontiers token by token (the decode functions) */
+        for (int t = 0; t < T; t++) {
+            int64_t pos = f->p0 + t;
+            float *row = st->comp + (size_t)st->n_comp * d;
+            if (comp_push(st->st_kv, st->st_sc, R, lw->coff, d, sc->ckv + (size_t)t * cw,
+                          sc->csc + (size_t)t * cw, pos, row)) {
+                comp_finish(f, row, d, &lw->comp_norm, pos + 1 - R, 0);
+                st->n_comp++;
+            }
+            if (lw->has_indexer) {
+                const int iw2 = 2 * c->idx_dim;
+                float *irow = st->icomp + (size_t)st->n_icomp * c->idx_dim;
+                if (comp_push(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, sc->ikv + (size_t)t * iw2,
+                              sc->isc + (size_t)t * iw2, pos, irow)) {
+                    comp_finish(f, irow, c->idx_dim, &lw->idx_comp_norm, pos + 1 - R, 1);
+                    st->n_icomp++;
+                }
+            }
+        }
+        if (lw->has_indexer) {
+            /* only tokens that see more rows than top_k need the indexer */
+            int64_t last = f->p0 + T;
+            if (last / R > c->idx_topk) {
+                mm(f, &lw->idx_q_b, sc->qr, c->q_lora, sc->iq, (size_t)c->idx_heads * c->idx_dim);
+                mm(f, &lw->idx_proj, sc->a, D, sc->iw, c->idx_heads);
+                for_tokens(f, idx_q_task, NULL);
+                idx_select(f, il, st);
+            } else {
+                for (int t = 0; t < T; t++) sc->ntopk[t] = -1;
+            }
+        }
+    }
+
+    attn_job j = { f, il, st, (int)raw_base_pos };
+    ds4_pool_run(f->cc.pool, attn_task, &j);
+
+    /* grouped low-rank output: group g maps its heads through rows
+     * [g*o_lora, (g+1)*o_lora) of attn_output_a */
+    const int G = c->o_groups, gdim = (c->n_head / G) * d;
+    for (int g = 0; g < G; g++) {
+        mat_t Wg = mat_rows(mat_of(&lw->attn_output_a), g * c->o_lora, c->o_lora);
+        cpu_matmul(&f->cc, Wg, f->no_qat, sc->heads + (size_t)g * gdim, (size_t)c->n_head * d,
+                   T, sc->low + (size_t)g * c->o_lora, (size_t)G * c->o_lora, sc->qscratch);
+    }
+    mm(f, &lw->attn_output_b, sc->low, (size_t)G * c->o_lora, sc->y, D);
+    hc_post(f, il, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* MoE FFN (§5.10)                                                         */
+/* ---------------------------------------------------------------------- */
+
+static void ffn_norm_task(fwd *f, int t, void *ud) {
+    const ds4_tensor *w = ud;
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    rms_norm(sc->cur + (size_t)t * c->n_embd, f32_of(w), c->n_embd, c->rms_eps,
+             sc->a + (size_t)t * c->n_embd);
+}
+
+static float softplus_stable(float x) {
+    if (x > 20.0f) return x;
+    if (x < -20.0f) return expf(x);
+    return log1pf(expf(x));
+}
+
+typedef struct { int il; const int32_t *toks; } route_ud;
+
+static void route_task(fwd *f, int t, void *ud) {
+    const route_ud *r = ud;
+    const ds4_config *c = f->c;
+    const ds4_layer_weights *lw = &f->w->layers[r->il];
+    cpu_scratch *sc = &f->s->sc;
+    const int E = c->n_expert, K = c->n_expert_used;
+    float *lg = sc->rlog + (size_t)t * E;
+    for (int e = 0; e < E; e++) lg[e] = sqrtf(softplus_stable(lg[e]));   /* p_e */
+    int *sel = sc->sel + (size_t)t * K;
+    if (r->il < c->n_hash) {
+        const int32_t *row = (const int32_t *)lw->tid2eid.data + (size_t)r->toks[t] * K;
+        for (int k = 0; k < K; k++) sel[k] = row[k];
+    } else {
+        const float *bias = lw->exp_probs_b.data ? f32_of(&lw->exp_probs_b) : NULL;
+        /* top-K of p + bias, ties to the lower expert index */
+        for (int k = 0; k < K; k++) sel[k] = -1;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            float bv = -INFINITY;
+            for (int e = 0; e < E; e++) {
+                int used = 0;
+                for (int q = 0; q < k; q++) used |= sel[q] == e;
+                if (used) continue;
+                float v = lg[e] + (bias ? bias[e] : 0.0f);
+                if (best < 0 || v > bv) { best = e; bv = v; }
+            }
+            sel[k] = best;
+        }
+    }
+    float *w = sc->wts + (size_t)t * K, sum = 0;
+    for (int k = 0; k < K; k++) { w[k] = lg[sel[k]]; sum += w[k]; }
+    if (c->expert_norm) {
+        float den = fmaxf(sum, 6.103515625e-5f);
+        for (int k = 0; k < K; k++) w[k] /= den;
+    }
+    for (int k = 0; k < K; k++) w[k] *= c->expert_scale;
+}
+
+typedef struct {
+    fwd *f;
+    float clamp;
+    float *g, *u;
+    int n, F;
+    const float *wrow;   /* per-row weight or NULL */
+} swiglu_job;
+
+static void swiglu_task(void *ctx, int ith, int nth) {
+    swiglu_job *j = ctx;
+    long lo, hi;
+    ds4_split(j->n, ith, nth, &lo, &hi);
+    float c = j->clamp;
+    for (long r = lo; r < hi; r++) {
+        float *g = j->g + (size_t)r * j->F, *u = j->u + (size_t)r * j->F;
+        float wt = j->wrow ? j->wrow[r] : 1.0f;
+        for (int i = 0; i < j->F; i++) {
+            float gv = g[i], uv = u[i];
+            if (c > 1e-6f) {
+                gv = fminf(gv, c);
+                uv = fminf(fmaxf(uv, -c), c);
+            }
+            float m = siluf(gv) * uv;
+            g[i] = j->wrow ? m * wt : m;
+        }
+    }
+}
+
+static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const float *wrow) {
+    swiglu_job j = { f, clamp, g, u, n, F, wrow };
+    if ((long)n * F < 65536) swiglu_task(&j, 0, 1);
+    else ds4_pool_run(f->cc.pool, swiglu_task, &j);
+}
+
+static void moe(fwd *f, int il, const int32_t *toks) {
+    const ds4_config *c = f->c;
+    const ds4_layer_weights *lw = &f->w->layers[il];
+    cpu_scratch *sc = &f->s->sc;
+    const int T = f->T, D = c->n_embd, E = c->n_expert, K = c->n_expert_used, F = c->n_ff_exp;
+
+    hc_w h = { &lw->hc_ffn_fn, &lw->hc_ffn_scale, &lw->hc_ffn_base };
+    hc_pre(f, &h);
+    for_tokens(f, ffn_norm_task, (void *)&lw->ffn_norm);
+
+    mm(f, &lw->ffn_gate_inp, sc->a, D, sc->rlog, E);
+    route_ud r = { il, toks };
+    for_tokens(f, route_task, &r);
+
+    /* routed experts in sub-batches of MOE_T tokens, grouped by expert */
+    memset(sc->moe, 0, (size_t)T * D * sizeof(float));
+    act_kind kin = act_kind_for(lw->ffn_gate_exps.type, f->no_qat);
+    act_kind kdn = act_kind_for(lw->ffn_down_exps.type, f->no_qat);
+    size_t rb_in = act_row_bytes(kin, D), rb_dn = act_row_bytes(kdn, F);
+    mm_group *grp = (mm_group *)sc->qscratch2;   /* 2*E groups fit (sized at init) */
+    for (int t0 = 0; t0 < T; t0 += MOE_T) {
+        int nt = T - t0 < MOE_T ? T - t0 : MOE_T;
+        /* quantize this sub-batch's inputs once for gate and up */
+        uint8_t *ain = sc->qscratch;
+        for (int t = 0; t < nt; t++)
+            act_quantize_row(kin, sc->a + (size_t)(t0 + t) * D, D, ain + (size_t)t * rb_in);
+        /* bucket (token, slot) pairs by expert, tokens ascending */
+        memset(sc->ecount, 0, (size_t)E * sizeof(int));
+        for (int t = 0; t < nt; t++)
+            for (int k = 0; k < K; k++) sc->ecount[sc->sel[(size_t)(t0 + t) * K + k]]++;
+        int acc = 0;
+        for (int e = 0; e < E; e++) { sc->eoff[e] = acc; acc += sc->ecount[e]; sc->ecount[e] = 0; }
+        float *wrow = sc->wts + (size_t)T * K;   /* spare space after wts: [MOE_T*K] */
+        for (int t = 0; t < nt; t++)
+            for (int k = 0; k < K; k++) {
+                int e = sc->sel[(size_t)(t0 + t) * K + k];
+                int i = sc->eoff[e] + sc->ecount[e]++;
+                sc->erows[i] = t;
+                sc->eslot[i] = k;
+                wrow[i] = sc->wts[(size_t)(t0 + t) * K + k];
+            }
+        int ng = 0;
+        for (int e = 0; e < E; e++) {
+            if (!sc->ecount[e]) continue;
+            mm_group gg = { .W = mat_expert(&lw->ffn_gate_exps, e), .kind = kin, .act = ain,
+                            .act_stride = rb_in, .rows = sc->erows + sc->eoff[e],
+                            .n_rows = sc->ecount[e], .out = sc->g + (size_t)sc->eoff[e] * F,
+                            .out_stride = F };
+            grp[ng++] = gg;
+            gg.W = mat_expert(&lw->ffn_up_exps, e);
+            gg.out = sc->u + (size_t)sc->eoff[e] * F;
+            grp[ng++] = gg;
+        }
+        cpu_matmul_groups(&f->cc, grp, ng);
+        int npairs = nt * K;
+        /* the routed weight multiplies the hidden vector before `down` */
+        swiglu(f, sc->g, sc->u, npairs, F, lw->swiglu_clamp, wrow);
+        uint8_t *amid = sc->qscratch;
+        for (int i = 0; i < npairs; i++)
+            act_quantize_row(kdn, sc->g + (size_t)i * F, F, amid + (size_t)i * rb_dn);
+        ng = 0;
+        for (int e = 0; e < E; e++) {
+            if (!sc->ecount[e]) continue;
+            mm_group gd = { .W = mat_expert(&lw->ffn_down_exps, e), .kind = kdn,
+                            .act = amid + (size_t)sc->eoff[e] * rb_dn, .act_stride = rb_dn,
+                            .rows = NULL, .n_rows = sc->ecount[e],
+                            .out = sc->dn + (size_t)sc->eoff[e] * D, .out_stride = D };
+            grp[ng++] = gd;
+        }
+        cpu_matmul_groups(&f->cc, grp, ng);
+        /* per token, experts are added in ascending expert order whatever
+         * the batch, so decode and prefill sum identically */
+        for (int i = 0; i < npairs; i++) {
+            float *o = sc->moe + (size_t)(t0 + sc->erows[i]) * D;
+            const float *dv = sc->dn + (size_t)i * D;
+            for (int k = 0; k < D; k++) o[k] += dv[k];
+        }
+    }
+
+    /* shared expert: same SwiGLU and clamp, no routing weight */
+    int FS = (int)lw->ffn_gate_shexp.ne[1];
+    mm(f, &lw->ffn_gate_shexp, sc->a, D, sc->g, FS);
+    mm(f, &lw->ffn_up_shexp, sc->a, D, sc->u, FS);
+    swiglu(f, sc->g, sc->u, T, FS, lw->swiglu_clamp, NULL);
+    mm(f, &lw->ffn_down_shexp, sc->g, FS, sc->shared, D);
+    for (size_t i = 0; i < (size_t)T * D; i++) sc->y[i] = sc->moe[i] + sc->shared[i];
+    hc_post(f, il, 1);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Embedding and head (§5.1, §5.11)                                        */
+/* ---------------------------------------------------------------------- */
+
+static void embed(fwd *f, const int32_t *toks) {
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    const ds4_tensor *E = &f->w->token_embd;
+    const int D = c->n_embd, N = c->n_hc;
+    for (int t = 0; t < f->T; t++) {
+        float *X = sc->X + (size_t)t * N * D;
+        ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, X, D);
+        for (int s = 1; s < N; s++) memcpy(X + (size_t)s * D, X, (size_t)D * sizeof(float));
+    }
+}
+
+typedef struct { int first; } head_ud;
+
+static void head_mix_task(fwd *f, int t, void *ud) {
+    const head_ud *h = ud;
+    const ds4_config *c = f->c;
+    const ds4_weights *w = f->w;
+    cpu_scratch *sc = &f->s->sc;
+    const int N = c->n_hc, D = c->n_embd;
+    int tt = h->first + t;
+    const float *m = sc->mix + (size_t)t * N;
+    const float *X = sc->X + (size_t)tt * N * D;
+    float wgt[64];
+    float s0 = tval(&w->output_hc_scale, 0);
+    for (int s = 0; s < N; s++)
+        wgt[s] = sigmoidf(m[s] * s0 + tval(&w->output_hc_base, s)) + c->hc_eps;
+    float *y = sc->cur + (size_t)t * D;
+    for (int k = 0; k < D; k++) {
+        float acc = 0;
+        for (int s = 0; s < N; s++) acc += wgt[s] * X[(size_t)s * D + k];
+        y[k] = acc;
+    }
+    rms_norm(y, f32_of(&w->output_norm), D, c->rms_eps, sc->ylast + (size_t)t * D);
+}
+
+static void head_flat_task(fwd *f, int t, void *ud) {
+    const head_ud *h = ud;
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    int n = c->n_hc * c->n_embd;
+    rms_norm(sc->X + (size_t)(h->first + t) * n, NULL, n, c->rms_eps, sc->flat + (size_t)t * n);
+}
+
+/* Logits for tokens [first, T) of the chunk into sc->logits rows. */
+static void head(fwd *f, int first) {
+    const ds4_config *c = f->c;
+    const ds4_weights *w = f->w;
+    cpu_scratch *sc = &f->s->sc;
+    int T = f->T;
+    head_ud h = { first };
+    f->T = T - first;
+    for_tokens(f, head_flat_task, &h);
+    mm(f, &w->output_hc_fn, sc->flat, (size_t)c->n_hc * c->n_embd, sc->mix, c->n_hc);
+    for_tokens(f, head_mix_task, &h);
+    mm(f, &w->output, sc->ylast, c->n_embd, sc->logits, c->n_vocab);
+    f->T = T;
+}
+
+int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
+    ds4_model *m = s->m;
+    fwd f = { .s = s, .c = &m->w.cfg, .w = &m->w, .T = n, .p0 = s->toks.n,
+              .qat = !s->no_qat, .no_qat = s->no_qat };
+    f.cc.pool = m->pool;
+    f.cc.k = m->kern;
+    cpu_scratch *sc = &s->sc;
+    const ds4_config *c = f.c;
+
+    if (s->cap_hidden) {
+        /* hc_post writes this chunk's rows past the end of the buffer */
+        size_t per_tok = (size_t)c->n_layer * 2 * c->n_hc * c->n_embd * sizeof(float);
+        if (ds4_buf_reserve(s->cap_hidden, per_tok * (size_t)n)) return DS4_ENOMEM;
+    }
+
+    embed(&f, toks);
+    for (int il = 0; il < c->n_layer; il++) {
+        attention(&f, il);
+        moe(&f, il, toks);
+    }
+    int want_all = s->cap_logits != NULL;
+    head(&f, want_all ? 0 : n - 1);
+    int nl = want_all ? n : 1;
+    memcpy(s->logits, sc->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
+    s->has_logits = 1;
+    if (want_all) {
+        int rc = ds4_buf_append(s->cap_logits, sc->logits, (size_t)n * c->n_vocab * sizeof(float));
+        if (rc) return rc;
+    }
+    if (s->cap_hidden)
+        s->cap_hidden->n += (size_t)c->n_layer * 2 * c->n_hc * c->n_embd * sizeof(float) * n;
+    return DS4_OK;
+}
