@@ -78,7 +78,7 @@ int chat_open(chat_app *a, const chat_opts *o) {
                 "%.2f GiB, loaded in %.2f s\n", info.name, info.n_layer, info.n_embd,
                 info.n_expert, info.n_expert_used, info.n_vocab,
                 info.file_bytes / 1073741824.0, now_s() - t0);
-        if (strstr(info.name, "RANDOM") || strstr(info.name, "random"))
+        if (info.random_weights)
             fprintf(stderr, "ds4: NOTE: this model has random weights (a synthetic demo): "
                     "its output is meaningless text.\n");
     }

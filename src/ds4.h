@@ -272,6 +272,7 @@ typedef struct {
     uint64_t file_bytes;      /* size of the GGUF */
     uint64_t weight_bytes;    /* bytes of tensor data */
     uint64_t active_bytes_per_token;  /* weights read per decoded token */
+    int random_weights;       /* a synthetic model (ds4-synth): text is noise */
 } ds4_model_info;
 
 void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);

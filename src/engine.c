@@ -94,6 +94,11 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         const char *b = strrchr(path, '/');
         m->name = strdup(b ? b + 1 : path);
     }
+    /* ds4-synth marks its files; say so wherever the model is named */
+    gguf_str desc;
+    m->random_weights = strncmp(m->name, "ds4-synth", 9) == 0 ||
+        (gguf_get_str(m->gf, "general.description", &desc) == 0 &&
+         memmem(desc.p, desc.len, "random-weight", 13) != NULL);
     return m;
 fail:
     ds4_model_free(m);
@@ -131,6 +136,7 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
     info->file_bytes = m->gf->size;
     info->weight_bytes = m->gf->size - m->gf->data_offset;
     info->active_bytes_per_token = ds4_weights_active_bytes(&m->w);
+    info->random_weights = m->random_weights;
 }
 
 const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m) { return m->tok; }

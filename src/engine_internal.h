@@ -18,6 +18,7 @@
 struct ds4_model {
     char *path;
     char *name;
+    int random_weights;
     gguf_file *gf;
     ds4_weights w;
     ds4_tokenizer *tok;

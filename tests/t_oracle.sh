@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Forward-pass oracles (../shared/oracle/README.md, ../shared/golden/README.md):
+#  (1) --no-qat free-running logits vs ref-noqat, both models, every sequence,
+#      in prefill, --decode-only and prefill-then-decode at several splits;
+#  (2) QAT on, f16 model, first 40 positions vs the original engine (ds4/);
+#  (3) QAT on, long sequences, statistical, both models;
+#  (4) teacher-forced per-sublayer check, QAT on and off, both models;
+#  plus: decode == prefill == any chunking, bit for bit; wrong-family and
+#  broken files refused before any compute.
+set -u
+cd "$(dirname "$0")/.."
+S="${DS4_SHARED:-../shared}"
+G="$S/golden"
+PY=/usr/bin/python3
+CMP="$PY $S/oracle/compare_logits.py"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+
+run() {   # run MODEL SEQ OUT [ds4 flags...]
+    local m=$1 s=$2 o=$3; shift 3
+    ./ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/$s.ids.txt" \
+        --dump-logits "$o" -n 0 "$@" > "$T/run.log" 2>&1 || { cat "$T/run.log"; return 1; }
+}
+
+check() {  # check MODEL SOURCE SEQ FILE CHECK LABEL
+    if $CMP "$G/tiny-a-$1" "$2" "$3" "$4" --check "$5" > "$T/cmp.log" 2>&1; then
+        ok "$6"
+    else
+        bad "$6"; sed 's/^/    /' "$T/cmp.log"
+    fi
+}
+
+seqs="seq_001 seq_007 seq_040 seq_300 seq_600a"
+
+# (1) QAT off, tight, every sequence and evaluation mode
+for m in f16 q2; do
+    for s in $seqs; do
+        n=$(wc -w < "$G/sequences/$s.ids.txt")
+        run $m $s "$T/p.f32" --no-qat || { bad "$m $s no-qat run"; continue; }
+        check $m ref-noqat $s "$T/p.f32" noqat "(1) noqat $m $s prefill"
+        run $m $s "$T/d.f32" --no-qat --decode-only && check $m ref-noqat $s "$T/d.f32" noqat "(1) noqat $m $s decode-only"
+        cmp -s "$T/p.f32" "$T/d.f32" && ok "$m $s no-qat decode == prefill (bitwise)" || bad "$m $s no-qat decode != prefill"
+        for sp in 1 37 128 300; do
+            [ "$sp" -lt "$n" ] || continue
+            run $m $s "$T/x.f32" --no-qat --split $sp && check $m ref-noqat $s "$T/x.f32" noqat "(1) noqat $m $s split $sp"
+        done
+    done
+done
+
+# bitwise agreement of every schedule with QAT on
+for m in f16 q2; do
+    run $m seq_600a "$T/p.f32" -t 2 || bad "$m qat run"
+    for args in "--decode-only" "--chunk 7" "--chunk 100 --split 257" "-t 1" "--chunk 33 -t 3"; do
+        run $m seq_600a "$T/x.f32" $args && cmp -s "$T/p.f32" "$T/x.f32" \
+            && ok "$m seq_600a QAT: '$args' == prefill (bitwise)" || bad "$m seq_600a QAT: '$args' differs from prefill"
+    done
+done
+
+# (2) QAT on, f16 model, first 40 positions vs the original engine
+for s in seq_007 seq_040 seq_300 seq_600a; do
+    run f16 $s "$T/q.f32" && check f16 ds4 $s "$T/q.f32" qat-short "(2) qat-short f16 $s"
+done
+
+# (3) QAT on, statistical
+for m in f16 q2; do
+    for s in seq_300 seq_600a; do
+        run $m $s "$T/q.f32" && check $m ds4 $s "$T/q.f32" qat-stat "(3) qat-stat $m $s"
+    done
+done
+
+# (4) teacher-forced sublayers (300 tokens).  q2 with QAT on quantizes
+# activations like the original engine, so the oracle runs --emulate-ds4
+# (through tests/oracle/teacher.py, which corrects one float32 constant of
+# that emulation: see the file).
+teach() {  # teach MODEL LABEL [ds4 flags] -- [oracle flags]
+    local m=$1 label=$2; shift 2
+    local dflags=() oflags=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do dflags+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    oflags=("$@")
+    ./ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/seq_300.ids.txt" -n 0 \
+        --dump-logits "$T/tl.f32" --dump-hidden "$T/th.f32" "${dflags[@]}" > "$T/run.log" 2>&1 \
+        || { bad "$label run"; cat "$T/run.log"; return; }
+    if $PY tests/oracle/teacher.py "$S/oracle" "$G/models/tiny-a-$m.gguf" \
+        --tokens-file "$G/sequences/seq_300.ids.txt" --teacher "$T/th.f32" \
+        --compare "$T/tl.f32" --teacher-max-median 2e-5 "${oflags[@]}" > "$T/teach.log" 2>&1; then
+        ok "$label ($(grep -o 'worst per-sublayer median relative error: [0-9.e+-]*' "$T/teach.log"))"
+    else
+        bad "$label"; sed 's/^/    /' "$T/teach.log"
+    fi
+}
+teach f16 "(4) teacher f16 QAT on"
+teach f16 "(4) teacher f16 --no-qat" --no-qat -- --no-qat
+teach q2 "(4) teacher q2 QAT on (emulate-ds4)" -- --emulate-ds4
+teach q2 "(4) teacher q2 --no-qat" --no-qat -- --no-qat
+
+# Refusals before any compute: wrong family, broken tensor directory.
+$PY - "$G/models/tiny-a-f16.gguf" "$T" <<'PYEOF'
+import struct, sys
+src, out = sys.argv[1], sys.argv[2]
+b = bytearray(open(src, "rb").read())
+pat = struct.pack("<Q", 9) + b"deepseek4"
+i = b.index(pat)
+w = bytearray(b); w[i + 8:i + 17] = b"llama4xyz"
+open(out + "/family.gguf", "wb").write(w)
+name = b"blk.3.attn_q_b.weight"
+j = b.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+nd = struct.unpack_from("<I", b, j)[0]
+d0 = struct.unpack_from("<Q", b, j + 4)[0]
+w = bytearray(b); struct.pack_into("<Q", w, j + 4, d0 * 2)
+open(out + "/dims.gguf", "wb").write(w)
+open(out + "/trunc.gguf", "wb").write(b[: len(b) // 2])
+PYEOF
+refuse() {  # refuse FILE EXPECTED-FRAGMENT LABEL
+    if ./ds4 -q -m "$1" --tokens 0,1,2 -n 0 > "$T/r.log" 2>&1; then
+        bad "$3: accepted"
+    elif grep -qF -- "$2" "$T/r.log"; then ok "$3"
+    else bad "$3: unexpected message"; sed 's/^/    /' "$T/r.log"; fi
+}
+refuse "$T/family.gguf" 'expected "deepseek4"' "wrong model family refused"
+refuse "$T/dims.gguf" "blk.3.attn_q_b.weight has dims" "misshaped tensor refused"
+refuse "$T/trunc.gguf" "trunc.gguf" "truncated file refused"
+
+echo "t_oracle: $fail failure(s)"
+[ "$fail" -eq 0 ]
