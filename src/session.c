@@ -339,13 +339,19 @@ int ds4_session_sync(ds4_session *s, const int32_t *toks, int n,
     return ds4_session_eval(s, toks, n, progress, ud);
 }
 
+/* The buffer may hold more than the window between compactions; only the
+ * last n_swa rows are state. */
+static int raw_live(const layer_state *st, const ds4_config *c) {
+    return st->raw_len < c->n_swa ? st->raw_len : c->n_swa;
+}
+
 uint64_t ds4_session_kv_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
     uint64_t b = 0;
     for (int il = 0; il < c->n_layer; il++) {
         const layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
-        b += (uint64_t)st->raw_len * c->head_dim * 4;
+        b += (uint64_t)raw_live(st, c) * c->head_dim * 4;
         b += (uint64_t)st->n_comp * c->head_dim * 4 + 2 * z.st * 4;
         b += (uint64_t)st->n_icomp * c->idx_dim * 4 + 2 * z.ist * 4;
     }
@@ -375,7 +381,7 @@ uint64_t ds4_session_snapshot_size(const ds4_session *s) {
     for (int il = 0; il < c->n_layer; il++) {
         const layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
-        b += 16 + (uint64_t)st->raw_len * c->head_dim * 4;
+        b += 16 + (uint64_t)raw_live(st, c) * c->head_dim * 4;
         b += (uint64_t)st->n_comp * c->head_dim * 4 + 2 * z.st * 4;
         b += (uint64_t)st->n_icomp * c->idx_dim * 4 + 2 * z.ist * 4;
     }
@@ -404,11 +410,12 @@ int ds4_session_snapshot(const ds4_session *s, ds4_buf *out) {
         const layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
         put_u32(out, (uint32_t)s->m->w.layers[il].ratio);
-        put_u32(out, (uint32_t)st->raw_len);
+        int live = raw_live(st, c);
+        put_u32(out, (uint32_t)live);
         put_u32(out, (uint32_t)st->n_comp);
         put_u32(out, (uint32_t)st->n_icomp);
-        ds4_buf_append(out, st->raw + (size_t)st->raw_start * c->head_dim,
-                       (size_t)st->raw_len * c->head_dim * 4);
+        ds4_buf_append(out, st->raw + (size_t)(st->raw_start + st->raw_len - live) * c->head_dim,
+                       (size_t)live * c->head_dim * 4);
         if (z.comp) {
             ds4_buf_append(out, st->comp, (size_t)st->n_comp * c->head_dim * 4);
             ds4_buf_append(out, st->st_kv, z.st * 4);

@@ -1,0 +1,282 @@
+/*
+ * test_session.c -- the session and sampler contracts of ds4.h, on the tiny
+ * golden models:
+ *   - snapshot at many positions, restore into a fresh session, continue:
+ *     logits identical (bitwise) to an uninterrupted run;
+ *   - corrupt / truncated / foreign snapshots are refused and leave the
+ *     session untouched;
+ *   - sync reuses the longest common prefix and only evaluates the suffix,
+ *     rebuilds on divergence, and gives the same logits either way;
+ *   - a full context is DS4_ECTX (state unchanged), bad ids DS4_EINVAL;
+ *   - cancellation through the progress callback;
+ *   - memory estimate and KV byte counts are consistent;
+ *   - sampler: greedy, seeded reproducibility, top-k/top-p/min-p filters.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds4.h"
+
+static int failures, checks;
+#define CHECK(c, ...) do { checks++; if (!(c)) { failures++; \
+    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
+    fputc('\n', stderr); } } while (0)
+
+static const char *shared(void) {
+    const char *s = getenv("DS4_SHARED");
+    return s ? s : "../shared";
+}
+
+static int read_ids(const char *path, ds4_tokens *t) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int v;
+    while (fscanf(f, "%d", &v) == 1) ds4_tokens_push(t, v);
+    fclose(f);
+    return 0;
+}
+
+static ds4_session *new_session(ds4_model *m, int ctx, int chunk) {
+    ds4_session_params p;
+    ds4_session_params_default(&p);
+    p.ctx_size = ctx;
+    p.prefill_chunk = chunk;
+    char *err = NULL;
+    ds4_session *s = ds4_session_new(m, &p, &err);
+    if (!s) { fprintf(stderr, "session: %s\n", err ? err : "?"); exit(1); }
+    return s;
+}
+
+static int cancel_after;
+static int progress_cancel(void *ud, int done, int total) {
+    (void)ud; (void)total;
+    return done >= cancel_after;
+}
+
+static void test_model(const char *name) {
+    char path[512], seq[512];
+    snprintf(path, sizeof path, "%s/golden/models/%s", shared(), name);
+    snprintf(seq, sizeof seq, "%s/golden/sequences/seq_600a.ids.txt", shared());
+    char *err = NULL;
+    ds4_model_params mp;
+    ds4_model_params_default(&mp);
+    mp.n_threads = 2;
+    ds4_model *m = ds4_model_load(path, &mp, &err);
+    if (!m) { fprintf(stderr, "load %s: %s\n", path, err); exit(1); }
+    ds4_model_info info;
+    ds4_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    ds4_tokens ids = { 0 };
+    CHECK(read_ids(seq, &ids) == 0 && ids.n == 600, "read %s", seq);
+    const int N = 300;
+
+    /* reference: uninterrupted run, all logits */
+    ds4_session *ref = new_session(m, 1024, 64);
+    ds4_buf all = { 0 };
+    ds4_session_capture(ref, &all, NULL);
+    CHECK(ds4_session_eval(ref, ids.v, N, NULL, NULL) == DS4_OK, "eval");
+    ds4_session_capture(ref, NULL, NULL);
+    CHECK(all.n == (size_t)N * V * 4, "captured %zu bytes", all.n);
+    const float *L = (const float *)all.p;
+    CHECK(memcmp(ds4_session_logits(ref), L + (size_t)(N - 1) * V, (size_t)V * 4) == 0,
+          "last logits match capture");
+
+    /* snapshot at many positions (window edges, compression frontiers) */
+    int cuts[] = { 1, 2, 3, 4, 5, 31, 32, 33, 35, 36, 127, 128, 129, 200, 255, 256, 299 };
+    for (size_t ci = 0; ci < sizeof cuts / sizeof cuts[0]; ci++) {
+        int k = cuts[ci];
+        ds4_session *a = new_session(m, 1024, 64);
+        CHECK(ds4_session_eval(a, ids.v, k, NULL, NULL) == DS4_OK, "eval %d", k);
+        ds4_buf snap = { 0 };
+        CHECK(ds4_session_snapshot(a, &snap) == DS4_OK, "snapshot");
+        CHECK(snap.n == ds4_session_snapshot_size(a), "snapshot size %zu vs %llu", snap.n,
+              (unsigned long long)ds4_session_snapshot_size(a));
+        ds4_session *b = new_session(m, 1024, 17);   /* other chunking too */
+        CHECK(ds4_session_restore(b, snap.p, snap.n, &err) == DS4_OK, "restore at %d: %s", k, err ? err : "");
+        CHECK(ds4_session_n_tokens(b) == k, "restored n_tokens");
+        CHECK(memcmp(ds4_session_logits(b), L + (size_t)(k - 1) * V, (size_t)V * 4) == 0,
+              "restored logits at %d", k);
+        ds4_buf cont = { 0 };
+        ds4_session_capture(b, &cont, NULL);
+        /* continue: first one token (decode), then a prefill of the rest */
+        CHECK(ds4_session_eval(b, ids.v + k, 1, NULL, NULL) == DS4_OK, "decode after restore");
+        CHECK(ds4_session_eval(b, ids.v + k + 1, N - k - 1, NULL, NULL) == DS4_OK, "prefill after restore");
+        CHECK(cont.n == (size_t)(N - k) * V * 4 &&
+              memcmp(cont.p, L + (size_t)k * V, cont.n) == 0,
+              "%s: snapshot at %d then continue == uninterrupted", name, k);
+        ds4_buf_free(&cont);
+
+        /* damaged snapshots are refused and leave `b` as it was */
+        int before = ds4_session_n_tokens(b);
+        CHECK(ds4_session_restore(b, snap.p, snap.n - 1, &err) != DS4_OK, "truncated accepted");
+        free(err); err = NULL;
+        CHECK(ds4_session_restore(b, snap.p, 20, &err) != DS4_OK, "header-only accepted");
+        free(err); err = NULL;
+        ds4_buf bad = { 0 };
+        ds4_buf_append(&bad, snap.p, snap.n);
+        bad.p[0] ^= 1;
+        CHECK(ds4_session_restore(b, bad.p, bad.n, &err) != DS4_OK, "bad magic accepted");
+        free(err); err = NULL;
+        memcpy(bad.p, snap.p, snap.n);
+        ((uint32_t *)bad.p)[8] += 1;    /* token count no longer matches the layers */
+        CHECK(ds4_session_restore(b, bad.p, bad.n, &err) != DS4_OK, "inconsistent count accepted");
+        free(err); err = NULL;
+        ds4_buf_append(&bad, "x", 1);
+        memcpy(bad.p, snap.p, snap.n);
+        CHECK(ds4_session_restore(b, bad.p, snap.n + 1, &err) != DS4_OK, "trailing bytes accepted");
+        free(err); err = NULL;
+        CHECK(ds4_session_n_tokens(b) == before, "failed restore changed the session");
+        ds4_buf_free(&bad);
+        ds4_buf_free(&snap);
+        ds4_session_free(a);
+        ds4_session_free(b);
+    }
+
+    /* sync: prefix reuse, divergence rebuild, identical logits */
+    {
+        ds4_session *s = new_session(m, 1024, 64);
+        int reused = -1;
+        CHECK(ds4_session_sync(s, ids.v, 100, NULL, NULL, &reused) == DS4_OK && reused == 0, "sync 100");
+        CHECK(ds4_session_sync(s, ids.v, 250, NULL, NULL, &reused) == DS4_OK && reused == 100,
+              "sync extends: reused %d", reused);
+        CHECK(memcmp(ds4_session_logits(s), L + (size_t)249 * V, (size_t)V * 4) == 0, "sync logits");
+        CHECK(ds4_session_sync(s, ids.v, 250, NULL, NULL, &reused) == DS4_OK && reused == 250,
+              "same sequence: nothing evaluated");
+        /* divergence: same first 200, then different ids */
+        ds4_tokens alt = { 0 };
+        for (int i = 0; i < 260; i++) ds4_tokens_push(&alt, i < 200 ? ids.v[i] : ids.v[i + 300]);
+        CHECK(ds4_session_sync(s, alt.v, 260, NULL, NULL, &reused) == DS4_OK, "divergent sync");
+        ds4_session *fresh = new_session(m, 1024, 64);
+        ds4_session_eval(fresh, alt.v, 260, NULL, NULL);
+        CHECK(memcmp(ds4_session_logits(s), ds4_session_logits(fresh), (size_t)V * 4) == 0,
+              "divergent sync == fresh evaluation");
+        /* a shorter prefix (rewind) also gives exact logits */
+        CHECK(ds4_session_sync(s, ids.v, 50, NULL, NULL, &reused) == DS4_OK, "rewind");
+        CHECK(memcmp(ds4_session_logits(s), L + (size_t)49 * V, (size_t)V * 4) == 0, "rewind logits");
+        ds4_tokens_free(&alt);
+        ds4_session_free(fresh);
+        ds4_session_free(s);
+    }
+
+    /* full context, bad ids, cancellation */
+    {
+        ds4_session *s = new_session(m, 64, 16);
+        CHECK(ds4_session_eval(s, ids.v, 60, NULL, NULL) == DS4_OK, "eval 60");
+        CHECK(ds4_session_eval(s, ids.v, 5, NULL, NULL) == DS4_ECTX, "ctx full is DS4_ECTX");
+        CHECK(ds4_session_n_tokens(s) == 60, "ECTX left the session unchanged");
+        CHECK(ds4_session_sync(s, ids.v, 65, NULL, NULL, NULL) == DS4_ECTX, "sync beyond ctx");
+        CHECK(ds4_session_n_tokens(s) == 60, "sync ECTX left the session unchanged");
+        int32_t badtok = V;
+        CHECK(ds4_session_eval(s, &badtok, 1, NULL, NULL) == DS4_EINVAL, "id out of range");
+        badtok = -1;
+        CHECK(ds4_session_eval(s, &badtok, 1, NULL, NULL) == DS4_EINVAL, "negative id");
+        CHECK(ds4_session_n_tokens(s) == 60, "bad id left the session unchanged");
+        ds4_session_free(s);
+
+        s = new_session(m, 1024, 32);
+        cancel_after = 64;
+        int rc = ds4_session_eval(s, ids.v, 200, progress_cancel, NULL);
+        CHECK(rc == DS4_ECANCEL && ds4_session_n_tokens(s) == 64, "cancel at a chunk boundary: rc %d n %d",
+              rc, ds4_session_n_tokens(s));
+        CHECK(memcmp(ds4_session_logits(s), L + (size_t)63 * V, (size_t)V * 4) == 0,
+              "cancelled session is valid");
+        ds4_session_free(s);
+    }
+
+    /* memory accounting */
+    {
+        uint64_t e1 = ds4_session_memory_estimate(m, 1024), e2 = ds4_session_memory_estimate(m, 8192);
+        CHECK(e1 > 0 && e2 > e1, "estimate grows with ctx");
+        ds4_session *s = new_session(m, 1024, 64);
+        uint64_t k0 = ds4_session_kv_bytes(s);
+        ds4_session_eval(s, ids.v, 300, NULL, NULL);
+        uint64_t k1 = ds4_session_kv_bytes(s);
+        CHECK(k1 > k0, "kv bytes grow");
+        ds4_session_free(s);
+    }
+
+    ds4_buf_free(&all);
+    ds4_session_free(ref);
+    ds4_tokens_free(&ids);
+    ds4_model_free(m);
+}
+
+static void test_sampler(void) {
+    enum { V = 1000 };
+    float lg[V];
+    for (int i = 0; i < V; i++) lg[i] = -0.01f * i;
+    lg[123] = 5.0f;
+    CHECK(ds4_sample_greedy(lg, V) == 123, "greedy");
+    ds4_sampler_params p;
+    ds4_sampler_params_default(&p);
+    CHECK(p.temperature == 1.0f && p.top_p == 1.0f && p.min_p == 0.05f, "spec defaults");
+    p.temperature = 0;
+    ds4_sampler *s = ds4_sampler_new(V, &p);
+    CHECK(ds4_sample(s, lg) == 123, "temperature 0 is greedy");
+    ds4_sampler_free(s);
+
+    /* reproducible with a seed, and different seeds differ somewhere */
+    for (int i = 0; i < V; i++) lg[i] = 0.0f;
+    p.temperature = 1.0f; p.min_p = 0.0f; p.seed = 42;
+    ds4_sampler *a = ds4_sampler_new(V, &p), *b = ds4_sampler_new(V, &p);
+    p.seed = 43;
+    ds4_sampler *c = ds4_sampler_new(V, &p);
+    int same = 1, diff = 0;
+    for (int i = 0; i < 200; i++) {
+        int x = ds4_sample(a, lg), y = ds4_sample(b, lg), z = ds4_sample(c, lg);
+        same &= x == y;
+        diff |= x != z;
+    }
+    CHECK(same, "same seed, same draws");
+    CHECK(diff, "other seed, other draws");
+    ds4_sampler_reseed(a, 42);
+    ds4_sampler_reseed(b, 42);
+    CHECK(ds4_sample(a, lg) == ds4_sample(b, lg), "reseed");
+    ds4_sampler_free(a); ds4_sampler_free(b); ds4_sampler_free(c);
+
+    /* top-k: only the k best appear */
+    for (int i = 0; i < V; i++) lg[i] = (float)(i % 97) * 0.01f;   /* best: ids with i%97==96 */
+    p.top_k = 3; p.seed = 7;
+    s = ds4_sampler_new(V, &p);
+    for (int i = 0; i < 500; i++) {
+        int t = ds4_sample(s, lg);
+        CHECK(t % 97 == 96, "top-k drew %d", t);
+    }
+    ds4_sampler_free(s);
+
+    /* min-p: p_i >= min_p * p_max */
+    for (int i = 0; i < V; i++) lg[i] = -10.0f;
+    lg[1] = 0.0f; lg[2] = -1.0f; lg[3] = -4.0f;   /* exp(-4) = 0.018 < 0.05 */
+    p.top_k = 0; p.min_p = 0.05f;
+    s = ds4_sampler_new(V, &p);
+    int seen2 = 0;
+    for (int i = 0; i < 2000; i++) {
+        int t = ds4_sample(s, lg);
+        CHECK(t == 1 || t == 2, "min-p drew %d", t);
+        seen2 += t == 2;
+    }
+    /* p(2)/ (p1+p2) = e^-1/(1+e^-1) = 0.269 */
+    CHECK(seen2 > 2000 * 0.22 && seen2 < 2000 * 0.32, "min-p proportions: %d/2000", seen2);
+    ds4_sampler_free(s);
+
+    /* top-p: keep the smallest prefix with mass >= top_p */
+    for (int i = 0; i < V; i++) lg[i] = -30.0f;
+    lg[10] = logf(0.5f); lg[11] = logf(0.3f); lg[12] = logf(0.2f);
+    p.min_p = 0.0f; p.top_p = 0.75f;
+    s = ds4_sampler_new(V, &p);
+    for (int i = 0; i < 1000; i++) {
+        int t = ds4_sample(s, lg);
+        CHECK(t == 10 || t == 11, "top-p drew %d", t);
+    }
+    ds4_sampler_free(s);
+}
+
+int main(void) {
+    test_sampler();
+    test_model("tiny-a-q2.gguf");
+    test_model("tiny-a-f16.gguf");
+    printf("test_session: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}
