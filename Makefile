@@ -49,7 +49,7 @@ ifneq ($(wildcard tools/ds4_kv.c),)
   BINS += ds4-kv
 endif
 
-.PHONY: all test bench bench-kernels install clean fuzz tests
+.PHONY: all test bench bench-kernels install clean fuzz tests run
 all: $(BINS) tests
 
 $(BUILD)/%.o: %.c
@@ -86,11 +86,26 @@ test: all
 bench: all
 	bench/run.sh
 
+# kernel throughput vs STREAM and int8/fp32 peaks; BENCH_ARGS="--csv" etc.
+bench-kernels: $(BUILD)/bench/bench_kernels
+	$(BUILD)/bench/bench_kernels $(BENCH_ARGS)
+
+$(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# the main job: chat with ./ds4flash.gguf, or with a generated demo model
+run: all
+	tools/run_main.sh
+
+# libFuzzer targets (clang); FUZZ_SECONDS per target (default 60)
+fuzz:
+	fuzz/run.sh
+
 install: $(BINS)
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
 
 clean:
-	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv
+	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv demo/*.gguf
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# `make fuzz`: builds the libFuzzer targets with clang (ASan + UBSan) and runs
+# each for FUZZ_SECONDS (default 60).  Corpora live under build/fuzz/ and
+# grow across runs.  A crash leaves its input in build/fuzz/ and fails.
+set -u
+cd "$(dirname "$0")/.."
+secs="${FUZZ_SECONDS:-60}"
+S="$(cd "${DS4_SHARED:-../shared}" && pwd)"
+B=build/fuzz
+mkdir -p "$B"
+CF="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc"
+command -v clang >/dev/null || { echo "fuzz: clang is needed (apt-get install clang)"; exit 1; }
+set -e   # a target that does not build is a failure
+
+clang $CF fuzz/fuzz_gguf.c src/gguf.c src/model.c src/inspect.c src/hash.c src/util.c -lm -o $B/fuzz_gguf
+cc -std=c11 -D_GNU_SOURCE -DDS4_FUZZ_SEEDGEN -Isrc fuzz/fuzz_gguf.c src/gguf.c src/model.c src/util.c -lm -o $B/fuzz_gguf_seeds
+clang $CF fuzz/fuzz_tokenizer.c src/tokenizer.c src/unicode.c src/gguf.c src/hash.c src/util.c -lm -o $B/fuzz_tokenizer
+clang $CF fuzz/fuzz_dsml.c src/dsml.c src/json_py.c src/util.c -ljansson -lm -o $B/fuzz_dsml
+
+mkdir -p $B/corpus-gguf $B/corpus-tok $B/corpus-dsml
+$B/fuzz_gguf_seeds $B/corpus-gguf
+# tokenizer seeds: the golden texts; DSML seeds: the canonical tool-call blocks
+if [ -f "$S/golden/tokenizer/encode.jsonl" ] && [ -z "$(ls -A $B/corpus-tok)" ]; then
+    /usr/bin/python3 - "$S/golden/tokenizer/encode.jsonl" $B/corpus-tok <<'PY'
+import json, sys
+for i, l in enumerate(open(sys.argv[1], encoding="utf-8")):
+    t = json.loads(l)["text"].encode("utf-8", "surrogatepass")
+    open("%s/seed%03d" % (sys.argv[2], i), "wb").write(t[:4096])
+PY
+fi
+if [ -z "$(ls -A $B/corpus-dsml)" ]; then
+    printf '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">x</｜DSML｜parameter>\n<｜DSML｜parameter name="b" string="false">{"k": [1, 2.5]}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>' > $B/corpus-dsml/seed0
+fi
+
+set +e   # from here each target reports its own status
+export DS4_SHARED="$S"
+status=0
+for t in gguf:corpus-gguf:65536 tokenizer:corpus-tok:4096 dsml:corpus-dsml:4096; do
+    IFS=: read -r name corpus maxlen <<< "$t"
+    echo "== fuzz_$name for ${secs}s"
+    (cd $B && ./fuzz_$name -max_total_time="$secs" -max_len="$maxlen" -print_final_stats=1 \
+        $corpus > fuzz_$name.log 2>&1)
+    rc=$?
+    grep -E "^(Done|stat::number|stat::new|==[0-9]+==ERROR|SUMMARY)" $B/fuzz_$name.log || true
+    if [ $rc -ne 0 ]; then echo "fuzz_$name FAILED (exit $rc): see $B/fuzz_$name.log"; status=1; fi
+done
+exit $status
