@@ -1,0 +1,779 @@
+/*
+ * bench_kernels.c -- `make bench-kernels`: throughput of the matmul kernels
+ * and of their scheduling (cpu_matmul_groups) at the DeepSeek V4 Flash
+ * shapes, against the machine's own memory bandwidth and int8/fp32 peaks.
+ *
+ * Owns: nothing outside this program.
+ *
+ * What it measures, all through the engine's real entry point
+ * cpu_matmul_groups() on a ds4_pool of 1 and N threads:
+ *   - decode (T = 1): a matvec per matrix.  Matrices are views into a pool
+ *     of at least 1 GiB filled with valid random blocks of the format; every
+ *     measurement walks the pool round-robin (continuing where the previous
+ *     one stopped) until it has streamed --min-mb of weights, so the weights
+ *     always come from DRAM, never from the 260 MB L3 of this machine kind.
+ *     Reported as GB/s of weights streamed and as a fraction of the STREAM
+ *     read bandwidth measured in the same run.
+ *   - prefill (T = 32 and 256 token rows): GFLOP/s (2 * n_in * n_out * T)
+ *     against the measured int8 peak (integer formats) or fp32 FMA peak
+ *     (F16, F32).  Large matrices are cut to their first rows so that one
+ *     measurement does about --prefill-gflop of work.
+ *   - STREAM-style read (sum of a 1 GiB array) and triad (a = b + s*c,
+ *     counted as 12 bytes per float element, the STREAM convention).
+ *   - peaks: vpdpbusd zmm (AVX512-VNNI), vpdpbusd ymm (AVX-VNNI), AVX2
+ *     vpmaddubsw+vpmaddwd+vpaddd, fp32 FMA (ymm and zmm), from register-only
+ *     loops with enough independent accumulators to cover the latencies.
+ * Every figure is the median of --reps repetitions; the machine is shared,
+ * so compare variants inside one run (--kernels a,b runs several tables
+ * side by side, interleaved per configuration).
+ *
+ *   build/bench/bench_kernels [--threads N] [--reps R] [--min-mb MB]
+ *       [--prefill-gflop G] [--formats iq2_xxs,q2_k,q4_k,q8_0,f16,f32]
+ *       [--shapes expert_up,expert_down,q_b,kv,out_a_grp,head]
+ *       [--tokens 1,32,256] [--kernels best,avx2,scalar,...] [--csv]
+ *       [--no-peaks] [--no-stream]
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "cpu_ops.h"
+#include "gguf.h"
+#include "quant.h"
+#include "threadpool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ---------------------------------------------------------------------- */
+/* small utilities                                                         */
+/* ---------------------------------------------------------------------- */
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float frand(void) { return (float)((double)(rnd() >> 11) * 0x1p-53) * 2.0f - 1.0f; }
+
+static void *big_alloc(size_t n) {
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) { perror("mmap"); exit(1); }
+    return p;
+}
+
+/* ---------------------------------------------------------------------- */
+/* formats and shapes                                                      */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    uint32_t type;
+    int blk;          /* elements per block */
+    int bytes;        /* bytes per block */
+    int is_int;       /* quantized activations (int8 peak applies) */
+} fmt_t;
+
+static const fmt_t FMTS[] = {
+    { "iq2_xxs", GGML_IQ2_XXS, 256, 66, 1 },
+    { "q2_k", GGML_Q2_K, 256, 84, 1 },
+    { "q4_k", GGML_Q4_K, 256, 144, 1 },
+    { "q8_0", GGML_Q8_0, 32, 34, 1 },
+    { "f16", GGML_F16, 1, 2, 0 },
+    { "f32", GGML_F32, 1, 4, 0 },
+};
+#define NFMT (int)(sizeof FMTS / sizeof FMTS[0])
+
+typedef struct {
+    const char *name;
+    int n_in, n_out, groups;   /* groups: independent inputs, n_out rows each */
+} shape_t;
+
+static const shape_t SHAPES[] = {
+    { "expert_up", 4096, 2048, 1 },     /* routed/shared gate and up */
+    { "expert_down", 2048, 4096, 1 },   /* routed/shared down */
+    { "q_b", 1024, 32768, 1 },          /* attn_q_b */
+    { "kv", 4096, 512, 1 },             /* attn_kv */
+    { "out_a_grp", 4096, 1024, 8 },     /* attn_output_a, 8 groups */
+    { "head", 4096, 129280, 1 },        /* output */
+};
+#define NSHAPE (int)(sizeof SHAPES / sizeof SHAPES[0])
+
+static size_t row_bytes_of(const fmt_t *f, int n) { return (size_t)(n / f->blk) * (size_t)f->bytes; }
+
+/* A pattern of valid random blocks: scales in the range real weights use,
+ * random codes.  Denormal or NaN scales would make the float parts take
+ * microcode assists and measure something else. */
+static void fill_pattern(const fmt_t *f, uint8_t *p, size_t nblk) {
+    for (size_t b = 0; b < nblk; b++) {
+        uint8_t *q = p + b * (size_t)f->bytes;
+        switch (f->type) {
+        case GGML_F32: { float v = frand(); memcpy(q, &v, 4); break; }
+        case GGML_F16: { uint16_t h = ds4_f32_to_f16(frand()); memcpy(q, &h, 2); break; }
+        case GGML_Q8_0: {
+            block_q8_0 *x = (block_q8_0 *)q;
+            x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
+            for (int i = 0; i < 32; i++) x->qs[i] = (int8_t)rnd();
+            break;
+        }
+        case GGML_Q2_K: {
+            block_q2_K *x = (block_q2_K *)q;
+            for (int i = 0; i < 16; i++) x->scales[i] = (uint8_t)rnd();
+            for (int i = 0; i < 64; i++) x->qs[i] = (uint8_t)rnd();
+            x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
+            x->dmin = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
+            break;
+        }
+        case GGML_Q4_K: {
+            block_q4_K *x = (block_q4_K *)q;
+            for (int i = 0; i < 12; i++) x->scales[i] = (uint8_t)rnd();
+            for (int i = 0; i < 128; i++) x->qs[i] = (uint8_t)rnd();
+            x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
+            x->dmin = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
+            break;
+        }
+        case GGML_IQ2_XXS: {
+            block_iq2_xxs *x = (block_iq2_xxs *)q;
+            x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
+            for (int i = 0; i < 32; i++) x->qs[i] = (uint16_t)rnd();
+            break;
+        }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* options                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static struct {
+    int threads;
+    int reps;
+    double min_mb;
+    double prefill_gflop;
+    int csv;
+    int peaks, stream;
+    int fmt_on[NFMT], shape_on[NSHAPE];
+    int tokens[8], ntokens;
+    const ds4_kernels *kern[4];
+    int nkern;
+} opt;
+
+static int in_list(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        p += len + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+static const ds4_kernels *kernels_named(const char *name) {
+    if (!strcmp(name, "best")) return ds4_kernels_best();
+    if (!strcmp(name, "scalar")) return ds4_kernels_scalar();
+    if (!strcmp(name, "avx2")) return ds4_kernels_avx2();
+#ifdef DS4_HAVE_KERNELS_BY_NAME
+    return ds4_kernels_by_name(name);
+#else
+    return NULL;
+#endif
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: bench_kernels [--threads N] [--reps R] [--min-mb MB] [--prefill-gflop G]\n"
+            "       [--formats LIST] [--shapes LIST] [--tokens LIST] [--kernels LIST]\n"
+            "       [--csv] [--no-peaks] [--no-stream]\n");
+    exit(2);
+}
+
+/* ---------------------------------------------------------------------- */
+/* STREAM-style bandwidth                                                  */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    float *a, *b, *c;
+    size_t n;
+    double sink[64];
+} stream_job;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma")))
+static void read_task(void *ctx, int ith, int nth) {
+    stream_job *j = ctx;
+    long lo, hi;
+    ds4_split((long)(j->n / 64), ith, nth, &lo, &hi);
+    const float *p = j->a;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+    for (long i = lo * 64; i < hi * 64; i += 64) {
+        s0 = _mm256_add_ps(s0, _mm256_load_ps(p + i));
+        s1 = _mm256_add_ps(s1, _mm256_load_ps(p + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_load_ps(p + i + 16));
+        s3 = _mm256_add_ps(s3, _mm256_load_ps(p + i + 24));
+        s4 = _mm256_add_ps(s4, _mm256_load_ps(p + i + 32));
+        s5 = _mm256_add_ps(s5, _mm256_load_ps(p + i + 40));
+        s6 = _mm256_add_ps(s6, _mm256_load_ps(p + i + 48));
+        s7 = _mm256_add_ps(s7, _mm256_load_ps(p + i + 56));
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)),
+                             _mm256_add_ps(_mm256_add_ps(s4, s5), _mm256_add_ps(s6, s7)));
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    j->sink[ith] = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+#else
+static void read_task(void *ctx, int ith, int nth) {
+    stream_job *j = ctx;
+    long lo, hi;
+    ds4_split((long)j->n, ith, nth, &lo, &hi);
+    float s = 0;
+    for (long i = lo; i < hi; i++) s += j->a[i];
+    j->sink[ith] = s;
+}
+#endif
+
+static void triad_task(void *ctx, int ith, int nth) {
+    stream_job *j = ctx;
+    long lo, hi;
+    ds4_split((long)j->n, ith, nth, &lo, &hi);
+    float *a = j->a;
+    const float *b = j->b, *c = j->c;
+    const float s = 3.0f;
+    for (long i = lo; i < hi; i++) a[i] = b[i] + s * c[i];
+}
+
+typedef struct { double read[2], triad[2]; } stream_res;   /* [1 thread, N threads] */
+
+static void run_stream(uint8_t *pool, size_t pool_bytes, ds4_pool *pools[2], stream_res *r) {
+    stream_job j = { 0 };
+    /* read: 1 GiB (or the whole pool if smaller) */
+    j.a = (float *)pool;
+    j.n = (pool_bytes < (1ull << 30) ? pool_bytes : (1ull << 30)) / sizeof(float) / 64 * 64;
+    for (size_t i = 0; i < j.n; i += 1024) j.a[i] = 1.0f;
+    for (int k = 0; k < 2; k++) {
+        double t[16];
+        ds4_pool_run(pools[k], read_task, &j);   /* warm-up */
+        for (int rep = 0; rep < opt.reps; rep++) {
+            double t0 = now();
+            ds4_pool_run(pools[k], read_task, &j);
+            t[rep] = now() - t0;
+        }
+        r->read[k] = (double)j.n * sizeof(float) / median(t, opt.reps) * 1e-9;
+    }
+    /* triad: three arrays of 1/3 GiB each */
+    size_t each = (pool_bytes < (1ull << 30) ? pool_bytes : (1ull << 30)) / 3 / 64 * 64;
+    j.n = each / sizeof(float);
+    j.a = (float *)pool;
+    j.b = (float *)(pool + each);
+    j.c = (float *)(pool + 2 * each);
+    for (size_t i = 0; i < j.n; i++) { j.b[i] = 1.0f; j.c[i] = 2.0f; }
+    for (int k = 0; k < 2; k++) {
+        double t[16];
+        ds4_pool_run(pools[k], triad_task, &j);
+        for (int rep = 0; rep < opt.reps; rep++) {
+            double t0 = now();
+            ds4_pool_run(pools[k], triad_task, &j);
+            t[rep] = now() - t0;
+        }
+        r->triad[k] = 3.0 * (double)j.n * sizeof(float) / median(t, opt.reps) * 1e-9;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* compute peaks                                                           */
+/* ---------------------------------------------------------------------- */
+
+#define PEAK_ITERS 200000
+
+typedef struct {
+    int kind;
+    double ops;        /* per thread */
+    double sink[64];
+} peak_job;
+
+enum { PK_VNNI512, PK_VNNI256, PK_AVX2_I8, PK_FMA512, PK_FMA256, PK_N };
+static const char *PK_NAMES[PK_N] = {
+    "int8 vpdpbusd zmm (avx512vnni)", "int8 vpdpbusd ymm (avx-vnni)",
+    "int8 vpmaddubsw+vpmaddwd+vpaddd ymm (avx2)", "fp32 fma zmm (avx512f)", "fp32 fma ymm (avx2)"
+};
+
+#if defined(__x86_64__)
+/* Twelve independent accumulators: more than latency x ports for each of
+ * these instructions, so the loops run at the issue limit. */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static double peak_vnni512(void) {
+    __m512i acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_epi32(i);
+    __m512i a = _mm512_set1_epi32(0x01020304), b = _mm512_set1_epi32(0x05060708);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+        __asm__ volatile("" : "+v"(a), "+v"(b));
+    }
+    __m512i s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, acc[i]);
+    return (double)_mm512_reduce_add_epi32(s);
+}
+
+__attribute__((target("avx2,avxvnni")))
+static double peak_vnni256(void) {
+    __m256i acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_epi32(i);
+    __m256i a = _mm256_set1_epi32(0x01020304), b = _mm256_set1_epi32(0x05060708);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_dpbusd_avx_epi32(acc[i], a, b);
+        __asm__ volatile("" : "+x"(a), "+x"(b));
+    }
+    __m256i s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_epi32(s, acc[i]);
+    int t[8];
+    _mm256_storeu_si256((__m256i *)t, s);
+    return (double)(t[0] + t[7]);
+}
+
+/* Six accumulators, each with its own unsigned operand: with a shared one
+ * the compiler would compute the product once per iteration. */
+__attribute__((target("avx2")))
+static double peak_avx2_i8(void) {
+    __m256i acc[6], a[6];
+    for (int i = 0; i < 6; i++) {
+        acc[i] = _mm256_set1_epi32(i);
+        a[i] = _mm256_set1_epi32(0x01020304 + i);
+    }
+    __m256i b = _mm256_set1_epi32(0x05060708);
+    const __m256i one = _mm256_set1_epi16(1);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 6; i++)
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a[i], b), one));
+        __asm__ volatile("" : "+x"(a[0]), "+x"(a[1]), "+x"(a[2]), "+x"(a[3]), "+x"(a[4]), "+x"(a[5]), "+x"(b));
+    }
+    __m256i s = acc[0];
+    for (int i = 1; i < 6; i++) s = _mm256_add_epi32(s, acc[i]);
+    int t[8];
+    _mm256_storeu_si256((__m256i *)t, s);
+    return (double)(t[0] + t[7]);
+}
+
+__attribute__((target("avx512f")))
+static double peak_fma512(void) {
+    __m512 acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+    __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+        __asm__ volatile("" : "+v"(a), "+v"(b));
+    }
+    __m512 s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, acc[i]);
+    return (double)_mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma")))
+static double peak_fma256(void) {
+    __m256 acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+    __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+        __asm__ volatile("" : "+x"(a), "+x"(b));
+    }
+    __m256 s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, acc[i]);
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    return (double)(t[0] + t[7]);
+}
+
+static int peak_supported(int kind) {
+    __builtin_cpu_init();
+    switch (kind) {
+    case PK_VNNI512: return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+    case PK_VNNI256: {
+        unsigned a, b, c, d;   /* CPUID.(7,1):EAX bit 4 = AVX-VNNI */
+        __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+        return __builtin_cpu_supports("avx2") && ((a >> 4) & 1);
+    }
+    case PK_AVX2_I8: return __builtin_cpu_supports("avx2");
+    case PK_FMA512: return __builtin_cpu_supports("avx512f");
+    case PK_FMA256: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return 0;
+}
+
+/* operations (2 per multiply-add) of one call */
+static double peak_ops(int kind) {
+    switch (kind) {
+    case PK_VNNI512: return 2.0 * 64 * 12 * PEAK_ITERS;
+    case PK_VNNI256: return 2.0 * 32 * 12 * PEAK_ITERS;
+    case PK_AVX2_I8: return 2.0 * 32 * 6 * PEAK_ITERS;
+    case PK_FMA512: return 2.0 * 16 * 12 * PEAK_ITERS;
+    case PK_FMA256: return 2.0 * 8 * 12 * PEAK_ITERS;
+    }
+    return 0;
+}
+
+static void peak_task(void *ctx, int ith, int nth) {
+    (void)nth;
+    peak_job *j = ctx;
+    double s = 0;
+    switch (j->kind) {
+    case PK_VNNI512: s = peak_vnni512(); break;
+    case PK_VNNI256: s = peak_vnni256(); break;
+    case PK_AVX2_I8: s = peak_avx2_i8(); break;
+    case PK_FMA512: s = peak_fma512(); break;
+    case PK_FMA256: s = peak_fma256(); break;
+    }
+    j->sink[ith] = s;
+}
+#else
+static int peak_supported(int kind) { (void)kind; return 0; }
+static double peak_ops(int kind) { (void)kind; return 0; }
+static void peak_task(void *ctx, int ith, int nth) { (void)ctx; (void)ith; (void)nth; }
+#endif
+
+/* GOPS per configuration: [kind][1 thread, N threads] (0 = unsupported) */
+static double peaks[PK_N][2];
+
+static void run_peaks(ds4_pool *pools[2]) {
+    for (int kind = 0; kind < PK_N; kind++) {
+        if (!peak_supported(kind)) continue;
+        for (int k = 0; k < 2; k++) {
+            peak_job j = { .kind = kind };
+            double t[16];
+            ds4_pool_run(pools[k], peak_task, &j);
+            for (int rep = 0; rep < opt.reps; rep++) {
+                double t0 = now();
+                ds4_pool_run(pools[k], peak_task, &j);
+                t[rep] = now() - t0;
+            }
+            peaks[kind][k] = peak_ops(kind) * ds4_pool_size(pools[k]) / median(t, opt.reps) * 1e-9;
+        }
+    }
+}
+
+static double int8_peak(int k) {
+    double p = 0;
+    for (int kind = PK_VNNI512; kind <= PK_AVX2_I8; kind++) if (peaks[kind][k] > p) p = peaks[kind][k];
+    return p;
+}
+
+static double fp32_peak(int k) {
+    return peaks[PK_FMA512][k] > peaks[PK_FMA256][k] ? peaks[PK_FMA512][k] : peaks[PK_FMA256][k];
+}
+
+/* ---------------------------------------------------------------------- */
+/* matmul measurements                                                     */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    const fmt_t *f;
+    const shape_t *s;
+    int T, thr_idx;      /* thr_idx: 0 = 1 thread, 1 = N threads */
+    double ms, gbps, gflops;
+    const char *kname;
+} result;
+
+static result *results;
+static int nresults, capresults;
+
+static void add_result(result r) {
+    if (nresults == capresults) {
+        capresults = capresults ? 2 * capresults : 256;
+        results = realloc(results, (size_t)capresults * sizeof *results);
+        if (!results) { perror("realloc"); exit(1); }
+    }
+    results[nresults++] = r;
+}
+
+/* One configuration: `rows` rows of every group (the full shape for decode,
+ * a cut for large prefills), matrices taken round-robin from the pool. */
+typedef struct {
+    const fmt_t *f;
+    const shape_t *s;
+    uint8_t *pool;
+    size_t fill;            /* bytes of the pool holding valid blocks */
+    size_t mat_bytes;       /* one slot: groups * n_out rows */
+    size_t nslots, slot;
+    uint8_t *act;           /* quantized activations: [group][T] rows */
+    size_t act_rb;
+    act_kind kind;
+    float *out;
+} mm_cfg;
+
+static void run_one(mm_cfg *c, const cpu_ctx *cc, int T, int rows) {
+    mm_group g[8];
+    const shape_t *s = c->s;
+    const uint8_t *base = c->pool + c->slot * c->mat_bytes;
+    c->slot = (c->slot + 1) % c->nslots;
+    size_t rb = row_bytes_of(c->f, s->n_in);
+    for (int gi = 0; gi < s->groups; gi++) {
+        mat_t W = { base + (size_t)gi * s->n_out * rb, c->f->type, s->n_in, rows, rb };
+        mm_group x = { .W = W, .kind = c->kind, .act = c->act + (size_t)gi * T * c->act_rb,
+                       .act_stride = c->act_rb, .rows = NULL, .n_rows = T,
+                       .out = c->out + (size_t)gi * rows, .out_stride = (size_t)s->groups * rows };
+        g[gi] = x;
+    }
+    cpu_matmul_groups(cc, g, s->groups);
+}
+
+static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char *kname) {
+    const shape_t *s = c->s;
+    int rows = s->n_out;
+    double flop_per_row = 2.0 * s->n_in * (double)T * s->groups;
+    if (T > 1) {
+        /* cut to about --prefill-gflop of work, a multiple of 64 rows */
+        double want = opt.prefill_gflop * 1e9 / flop_per_row;
+        if (want < rows) rows = want < 64 ? 64 : ((int)want + 63) / 64 * 64;
+        if (rows > s->n_out) rows = s->n_out;
+    }
+    size_t bytes_per_call = (size_t)s->groups * rows * row_bytes_of(c->f, s->n_in);
+    /* decode: enough calls to stream --min-mb; prefill: one call */
+    int calls = 1;
+    if (T == 1) {
+        double want = opt.min_mb * 1048576.0 / (double)bytes_per_call;
+        calls = want < 1 ? 1 : (int)ceil(want);
+    }
+    double t[32];
+    run_one(c, cc, T, rows);   /* warm-up (code, pool threads, page tables) */
+    for (int rep = 0; rep < opt.reps; rep++) {
+        double t0 = now();
+        for (int k = 0; k < calls; k++) run_one(c, cc, T, rows);
+        t[rep] = (now() - t0) / calls;
+    }
+    double tm = median(t, opt.reps);
+    result r = { c->f, s, T, thr_idx, tm * 1e3, (double)bytes_per_call / tm * 1e-9,
+                 flop_per_row * rows / tm * 1e-9, kname };
+    add_result(r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* report                                                                  */
+/* ---------------------------------------------------------------------- */
+
+static void cpu_name(char *buf, size_t n) {
+    snprintf(buf, n, "unknown cpu");
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    if (!fp) return;
+    char line[512];
+    while (fgets(line, sizeof line, fp)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p += 2;
+                p[strcspn(p, "\n")] = 0;
+                snprintf(buf, n, "%s", p);
+            }
+            break;
+        }
+    }
+    fclose(fp);
+}
+
+int main(int argc, char **argv) {
+    opt.threads = ds4_ncpu();
+    opt.reps = 5;
+    opt.min_mb = 512;
+    opt.prefill_gflop = 1.0;
+    opt.peaks = opt.stream = 1;
+    for (int i = 0; i < NFMT; i++) opt.fmt_on[i] = 1;
+    for (int i = 0; i < NSHAPE; i++) opt.shape_on[i] = 1;
+    opt.tokens[0] = 1; opt.tokens[1] = 32; opt.tokens[2] = 256; opt.ntokens = 3;
+    const char *kernels = "best";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--csv")) opt.csv = 1;
+        else if (!strcmp(a, "--no-peaks")) opt.peaks = 0;
+        else if (!strcmp(a, "--no-stream")) opt.stream = 0;
+        else if (!v) usage();
+        else if (!strcmp(a, "--threads")) { opt.threads = atoi(v); i++; }
+        else if (!strcmp(a, "--reps")) { opt.reps = atoi(v); i++; }
+        else if (!strcmp(a, "--min-mb")) { opt.min_mb = atof(v); i++; }
+        else if (!strcmp(a, "--prefill-gflop")) { opt.prefill_gflop = atof(v); i++; }
+        else if (!strcmp(a, "--kernels")) { kernels = v; i++; }
+        else if (!strcmp(a, "--formats")) {
+            for (int k = 0; k < NFMT; k++) opt.fmt_on[k] = in_list(v, FMTS[k].name);
+            i++;
+        } else if (!strcmp(a, "--shapes")) {
+            for (int k = 0; k < NSHAPE; k++) opt.shape_on[k] = in_list(v, SHAPES[k].name);
+            i++;
+        } else if (!strcmp(a, "--tokens")) {
+            opt.ntokens = 0;
+            for (const char *p = v; *p && opt.ntokens < 8;) {
+                opt.tokens[opt.ntokens++] = atoi(p);
+                const char *e = strchr(p, ',');
+                if (!e) break;
+                p = e + 1;
+            }
+            i++;
+        } else usage();
+    }
+    if (opt.threads < 1 || opt.reps < 1 || opt.reps > 15 || opt.ntokens < 1) usage();
+    for (int k = 0; k < opt.ntokens; k++)
+        if (opt.tokens[k] < 1 || opt.tokens[k] > 256) usage();
+    /* kernel tables, side by side */
+    {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", kernels);
+        for (char *p = strtok(buf, ","); p && opt.nkern < 4; p = strtok(NULL, ",")) {
+            const ds4_kernels *k = kernels_named(p);
+            if (!k) { fprintf(stderr, "bench_kernels: kernel table '%s' not available\n", p); return 2; }
+            opt.kern[opt.nkern++] = k;
+        }
+    }
+
+    ds4_pool *pools[2] = { ds4_pool_new(1), ds4_pool_new(opt.threads) };
+    int nthr[2] = { 1, ds4_pool_size(pools[1]) };
+
+    /* the pool: 1 GiB, or more when one matrix is larger */
+    size_t pool_bytes = 1ull << 30;
+    for (int f = 0; f < NFMT; f++)
+        for (int s = 0; s < NSHAPE; s++) {
+            if (!opt.fmt_on[f] || !opt.shape_on[s]) continue;
+            size_t m = (size_t)SHAPES[s].groups * SHAPES[s].n_out * row_bytes_of(&FMTS[f], SHAPES[s].n_in);
+            if (m > pool_bytes) pool_bytes = m;
+        }
+    uint8_t *pool = big_alloc(pool_bytes + 4096);
+
+    char cpu[256];
+    cpu_name(cpu, sizeof cpu);
+    time_t tt = time(NULL);
+    char date[64];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M", localtime(&tt));
+
+    stream_res sr = { { 0, 0 }, { 0, 0 } };
+    if (opt.stream) run_stream(pool, pool_bytes, pools, &sr);
+    if (opt.peaks) run_peaks(pools);
+
+    if (!opt.csv) {
+        printf("bench_kernels: %s, %d threads, %s; medians of %d; decode streams >= %.0f MiB per "
+               "measurement from a %.2f GiB pool\n",
+               cpu, nthr[1], date, opt.reps, opt.min_mb, pool_bytes / 1073741824.0);
+        if (opt.stream)
+            printf("STREAM  read %.1f / %.1f GB/s   triad %.1f / %.1f GB/s   (1 / %d threads)\n",
+                   sr.read[0], sr.read[1], sr.triad[0], sr.triad[1], nthr[1]);
+        if (opt.peaks)
+            for (int kind = 0; kind < PK_N; kind++)
+                if (peaks[kind][0] > 0)
+                    printf("peak    %-44s %7.1f / %7.1f GOP/s\n", PK_NAMES[kind], peaks[kind][0], peaks[kind][1]);
+        printf("\n");
+    }
+
+    /* activations: up to 8 groups x 256 tokens of the widest input */
+    int maxT = 1;
+    for (int k = 0; k < opt.ntokens; k++) if (opt.tokens[k] > maxT) maxT = opt.tokens[k];
+    size_t act_bytes = (size_t)8 * maxT * 4096 * sizeof(float) + 4096;
+    float *xf = malloc(act_bytes);
+    uint8_t *act = malloc(act_bytes);
+    for (size_t i = 0; i < act_bytes / sizeof(float); i++) xf[i] = frand();
+    size_t out_floats = 0;
+    for (int s = 0; s < NSHAPE; s++) {
+        size_t o = (size_t)SHAPES[s].groups * SHAPES[s].n_out * (size_t)maxT;
+        if (o > out_floats) out_floats = o;
+    }
+    float *out = malloc(out_floats * sizeof(float));
+    if (!xf || !act || !out) { perror("malloc"); return 1; }
+
+    for (int fi = 0; fi < NFMT; fi++) {
+        if (!opt.fmt_on[fi]) continue;
+        const fmt_t *f = &FMTS[fi];
+        /* fill the pool with this format (pattern of ~1 MiB of blocks) */
+        size_t pat_blk = (1u << 20) / (size_t)f->bytes;
+        uint8_t *pat = malloc(pat_blk * (size_t)f->bytes);
+        fill_pattern(f, pat, pat_blk);
+        size_t need = 0;
+        for (int s = 0; s < NSHAPE; s++) {
+            if (!opt.shape_on[s]) continue;
+            size_t m = (size_t)SHAPES[s].groups * SHAPES[s].n_out * row_bytes_of(f, SHAPES[s].n_in);
+            if (m > need) need = m;
+        }
+        size_t fill = need > (1ull << 30) ? need : (1ull << 30);
+        if (fill > pool_bytes) fill = pool_bytes;
+        for (size_t off = 0; off < fill; off += pat_blk * (size_t)f->bytes) {
+            size_t n = pat_blk * (size_t)f->bytes;
+            if (off + n > fill) n = fill - off;
+            memcpy(pool + off, pat, n);
+        }
+        free(pat);
+        act_kind kind = act_kind_for(f->type, 0);
+        for (int si = 0; si < NSHAPE; si++) {
+            if (!opt.shape_on[si]) continue;
+            const shape_t *s = &SHAPES[si];
+            mm_cfg c = { .f = f, .s = s, .pool = pool, .fill = fill, .kind = kind, .out = out };
+            c.mat_bytes = (size_t)s->groups * s->n_out * row_bytes_of(f, s->n_in);
+            c.nslots = fill / c.mat_bytes;
+            if (c.nslots < 1) c.nslots = 1;
+            c.act_rb = act_row_bytes(kind, s->n_in);
+            c.act = act;
+            for (int r = 0; r < s->groups * maxT; r++)
+                act_quantize_row(kind, xf + (size_t)r * s->n_in, s->n_in, act + (size_t)r * c.act_rb);
+            for (int ti = 0; ti < opt.ntokens; ti++)
+                for (int k = 0; k < 2; k++)
+                    for (int ki = 0; ki < opt.nkern; ki++) {
+                        cpu_ctx cc = { pools[k], opt.kern[ki] };
+                        measure(&c, &cc, opt.tokens[ti], k, opt.kern[ki]->name);
+                    }
+        }
+    }
+
+    /* report */
+    if (opt.csv)
+        printf("cpu,date,kernels,format,shape,n_in,n_out,groups,tokens,threads,ms,gbps,gflops,"
+               "stream_read_gbps,stream_triad_gbps,frac_read,frac_triad,peak_gops,frac_peak\n");
+    else
+        printf("%-8s %-8s %-11s %4s %3s %9s %8s %9s %7s %7s %7s\n", "kernels", "format", "shape", "T",
+               "thr", "ms", "GB/s", "GFLOP/s", "%read", "%triad", "%peak");
+    for (int i = 0; i < nresults; i++) {
+        result *r = &results[i];
+        int k = r->thr_idx;
+        double rd = sr.read[k], tr = sr.triad[k];
+        double pk = r->f->is_int ? int8_peak(k) : fp32_peak(k);
+        if (opt.csv) {
+            printf("\"%s\",%s,%s,%s,%s,%d,%d,%d,%d,%d,%.4f,%.3f,%.3f,%.2f,%.2f,%.4f,%.4f,%.1f,%.4f\n",
+                   cpu, date, r->kname, r->f->name, r->s->name, r->s->n_in, r->s->n_out, r->s->groups,
+                   r->T, nthr[k], r->ms, r->gbps, r->gflops, rd, tr, rd > 0 ? r->gbps / rd : 0,
+                   tr > 0 ? r->gbps / tr : 0, pk, pk > 0 ? r->gflops / pk : 0);
+        } else {
+            char pr[16] = "", pt[16] = "", pp[16] = "";
+            if (r->T == 1) {
+                if (rd > 0) snprintf(pr, sizeof pr, "%.0f%%", 100 * r->gbps / rd);
+                if (tr > 0) snprintf(pt, sizeof pt, "%.0f%%", 100 * r->gbps / tr);
+            } else if (pk > 0) {
+                snprintf(pp, sizeof pp, "%.1f%%", 100 * r->gflops / pk);
+            }
+            printf("%-8s %-8s %-11s %4d %3d %9.3f %8.2f %9.1f %7s %7s %7s\n", r->kname, r->f->name,
+                   r->s->name, r->T, nthr[k], r->ms, r->gbps, r->gflops, pr, pt, pp);
+        }
+    }
+    if (!opt.csv)
+        printf("\n%%read/%%triad: decode GB/s over the STREAM figure at the same thread count;"
+               " %%peak: prefill GFLOP/s over the int8 peak (integer formats) or fp32 FMA peak"
+               " (f16, f32) at the same thread count.\n");
+    ds4_pool_free(pools[0]);
+    ds4_pool_free(pools[1]);
+    return 0;
+}
