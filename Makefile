@@ -93,13 +93,6 @@ bench-kernels: $(BUILD)/bench/bench_kernels
 $(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-# kernel throughput vs STREAM and int8/fp32 peaks; BENCH_ARGS="--csv" etc.
-bench-kernels: $(BUILD)/bench/bench_kernels
-	$(BUILD)/bench/bench_kernels $(BENCH_ARGS)
-
-$(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
-
 # the main job: chat with ./ds4flash.gguf, or with a generated demo model
 run: all
 	tools/run_main.sh
