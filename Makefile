@@ -8,6 +8,8 @@
 #   make install PREFIX=/usr/local
 
 PREFIX ?= /usr/local
+# build in parallel by default (tests still run one after another)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 CC ?= cc
 BUILD ?= build
 
@@ -94,7 +96,7 @@ $(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # the main job: chat with ./ds4flash.gguf, or with a generated demo model
-run: all
+run: ds4 ds4-synth
 	tools/run_main.sh
 
 # libFuzzer targets (clang); FUZZ_SECONDS per target (default 60)
