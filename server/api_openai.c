@@ -1,0 +1,255 @@
+/*
+ * api_openai.c -- OpenAI /v1/chat/completions and /v1/completions response
+ * shapes: the chat.completion / text_completion bodies and their
+ * chat.completion.chunk / text_completion SSE streams (usage chunk with
+ * stream_options.include_usage, then "data: [DONE]").
+ *
+ * Reasoning is DeepSeek's `reasoning_content` (message field and delta
+ * field).  Tool calls stream as tool_calls[].function.arguments deltas from
+ * the moment the DSML invoke header names the tool.  Runs on the worker
+ * thread (see server.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+typedef struct {
+    int started;
+} chat_state;
+
+static chat_state *state_of(job *j) {
+    if (!j->api_state) j->api_state = calloc(1, sizeof(chat_state));
+    return j->api_state;
+}
+
+static const char *finish_name(finish_kind f) {
+    switch (f) {
+    case FIN_LENGTH: return "length";
+    case FIN_TOOLS: return "tool_calls";
+    default: return "stop";
+    }
+}
+
+static json_t *usage_json(const gen_result *r) {
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(r->prompt_tokens));
+    json_object_set_new(u, "completion_tokens", json_integer(r->completion_tokens));
+    json_object_set_new(u, "total_tokens", json_integer(r->prompt_tokens + r->completion_tokens));
+    json_t *pd = json_object();
+    json_object_set_new(pd, "cached_tokens", json_integer(r->cached_tokens));
+    json_object_set_new(u, "prompt_tokens_details", pd);
+    json_t *cd = json_object();
+    json_object_set_new(cd, "reasoning_tokens", json_integer(r->reasoning_tokens));
+    json_object_set_new(u, "completion_tokens_details", cd);
+    return u;
+}
+
+static json_t *envelope(job *j, const char *object) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(j->resp_id));
+    json_object_set_new(o, "object", json_string(object));
+    json_object_set_new(o, "created", json_integer(j->created));
+    json_object_set_new(o, "model", jcstr(j->rq->model));
+    json_object_set_new(o, "system_fingerprint", json_string("ds4-" DS4_VERSION));
+    return o;
+}
+
+static void emit_chunk(job *j, json_t *delta, const char *finish) {
+    json_t *o = envelope(j, "chat.completion.chunk");
+    json_t *ch = json_object();
+    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "delta", delta);
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason", jcstr(finish));
+    json_t *arr = json_array();
+    json_array_append_new(arr, ch);
+    json_object_set_new(o, "choices", arr);
+    if (j->rq->include_usage) json_object_set_new(o, "usage", json_null());
+    job_emit_data(j, o);
+}
+
+/* Errors: a body with the status, or in a stream an error object in a data
+ * line (what the SDKs raise as APIError), then the end marker. */
+static void finish_error(job *j) {
+    char *body = api_error_body(0, &j->res.err);
+    if (j->rq->stream) {
+        ds4_buf b = { 0 };
+        ds4_buf_printf(&b, "data: %s\n\ndata: [DONE]\n\n", body);
+        job_emit(j, b.p, b.n);
+        ds4_buf_free(&b);
+        free(body);
+        job_finish_stream(j);
+    } else {
+        job_set_body(j, j->res.err.status, body);
+    }
+}
+
+static json_t *tool_calls_json(const gen_result *r) {
+    json_t *a = json_array();
+    for (int i = 0; i < r->n_calls; i++) {
+        const gen_call *c = &r->calls[i];
+        json_t *t = json_object(), *fn = json_object();
+        json_object_set_new(t, "id", json_string(c->id));
+        json_object_set_new(t, "type", json_string("function"));
+        json_object_set_new(fn, "name", jcstr(c->name));
+        json_object_set_new(fn, "arguments", jstr(c->args.p ? c->args.p : "{}", c->args.p ? c->args.n : 2));
+        json_object_set_new(t, "function", fn);
+        json_array_append_new(a, t);
+    }
+    return a;
+}
+
+void openai_chat_event(job *j, ev_kind k, int index, const char *s, size_t n) {
+    chat_state *st = state_of(j);
+    gen_result *r = &j->res;
+    if (k == EV_FINISH) {
+        if (r->finish == FIN_ERROR) { finish_error(j); return; }
+        if (r->finish == FIN_CANCEL) {
+            if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
+            return;
+        }
+        if (j->rq->stream) {
+            emit_chunk(j, json_object(), finish_name(r->finish));
+            if (j->rq->include_usage) {
+                json_t *o = envelope(j, "chat.completion.chunk");
+                json_object_set_new(o, "choices", json_array());
+                json_object_set_new(o, "usage", usage_json(r));
+                job_emit_data(j, o);
+            }
+            job_emit(j, "data: [DONE]\n\n", 14);
+            job_finish_stream(j);
+            return;
+        }
+        json_t *o = envelope(j, "chat.completion");
+        json_t *msg = json_object();
+        json_object_set_new(msg, "role", json_string("assistant"));
+        if (r->content.n || !r->n_calls)
+            json_object_set_new(msg, "content", jstr(r->content.p, r->content.n));
+        else
+            json_object_set_new(msg, "content", json_null());
+        if (r->reasoning.n)
+            json_object_set_new(msg, "reasoning_content", jstr(r->reasoning.p, r->reasoning.n));
+        if (r->n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(r));
+        json_t *ch = json_object();
+        json_object_set_new(ch, "index", json_integer(0));
+        json_object_set_new(ch, "message", msg);
+        json_object_set_new(ch, "logprobs", json_null());
+        json_object_set_new(ch, "finish_reason", json_string(finish_name(r->finish)));
+        json_t *arr = json_array();
+        json_array_append_new(arr, ch);
+        json_object_set_new(o, "choices", arr);
+        json_object_set_new(o, "usage", usage_json(r));
+        job_set_body(j, 200, jdump(o));
+        json_decref(o);
+        return;
+    }
+    if (!j->rq->stream) return;
+    json_t *d = json_object();
+    switch (k) {
+    case EV_START:
+        st->started = 1;
+        json_object_set_new(d, "role", json_string("assistant"));
+        json_object_set_new(d, "content", json_string(""));
+        break;
+    case EV_REASONING:
+        json_object_set_new(d, "reasoning_content", jstr(s, n));
+        break;
+    case EV_TEXT:
+        json_object_set_new(d, "content", jstr(s, n));
+        break;
+    case EV_TOOL_BEGIN: {
+        const gen_call *c = &r->calls[index];
+        json_t *t = json_object(), *fn = json_object();
+        json_object_set_new(t, "index", json_integer(index));
+        json_object_set_new(t, "id", json_string(c->id));
+        json_object_set_new(t, "type", json_string("function"));
+        json_object_set_new(fn, "name", jcstr(c->name));
+        json_object_set_new(fn, "arguments", json_string(""));
+        json_object_set_new(t, "function", fn);
+        json_t *a = json_array();
+        json_array_append_new(a, t);
+        json_object_set_new(d, "tool_calls", a);
+        break;
+    }
+    case EV_TOOL_ARGS: {
+        json_t *t = json_object(), *fn = json_object();
+        json_object_set_new(t, "index", json_integer(index));
+        json_object_set_new(fn, "arguments", jstr(s, n));
+        json_object_set_new(t, "function", fn);
+        json_t *a = json_array();
+        json_array_append_new(a, t);
+        json_object_set_new(d, "tool_calls", a);
+        break;
+    }
+    default:
+        json_decref(d);
+        return;
+    }
+    emit_chunk(j, d, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* /v1/completions                                                           */
+/* ------------------------------------------------------------------------ */
+
+static void emit_text_chunk(job *j, const char *s, size_t n, const char *finish) {
+    json_t *o = envelope(j, "text_completion");
+    json_object_del(o, "system_fingerprint");
+    json_t *ch = json_object();
+    json_object_set_new(ch, "text", jstr(s, n));
+    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason", jcstr(finish));
+    json_t *arr = json_array();
+    json_array_append_new(arr, ch);
+    json_object_set_new(o, "choices", arr);
+    if (j->rq->include_usage) json_object_set_new(o, "usage", json_null());
+    job_emit_data(j, o);
+}
+
+static json_t *usage_plain(const gen_result *r) {
+    json_t *u = usage_json(r);
+    json_object_del(u, "completion_tokens_details");
+    return u;
+}
+
+void openai_completions_event(job *j, ev_kind k, int index, const char *s, size_t n) {
+    (void)index;
+    gen_result *r = &j->res;
+    if (k == EV_FINISH) {
+        if (r->finish == FIN_ERROR) { finish_error(j); return; }
+        if (r->finish == FIN_CANCEL) {
+            if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
+            return;
+        }
+        if (j->rq->stream) {
+            emit_text_chunk(j, "", 0, finish_name(r->finish));
+            if (j->rq->include_usage) {
+                json_t *o = envelope(j, "text_completion");
+                json_object_del(o, "system_fingerprint");
+                json_object_set_new(o, "choices", json_array());
+                json_object_set_new(o, "usage", usage_plain(r));
+                job_emit_data(j, o);
+            }
+            job_emit(j, "data: [DONE]\n\n", 14);
+            job_finish_stream(j);
+            return;
+        }
+        json_t *o = envelope(j, "text_completion");
+        json_object_del(o, "system_fingerprint");
+        json_t *ch = json_object();
+        json_object_set_new(ch, "text", jstr(r->content.p, r->content.n));
+        json_object_set_new(ch, "index", json_integer(0));
+        json_object_set_new(ch, "logprobs", json_null());
+        json_object_set_new(ch, "finish_reason", json_string(finish_name(r->finish)));
+        json_t *arr = json_array();
+        json_array_append_new(arr, ch);
+        json_object_set_new(o, "choices", arr);
+        json_object_set_new(o, "usage", usage_plain(r));
+        job_set_body(j, 200, jdump(o));
+        json_decref(o);
+        return;
+    }
+    if (j->rq->stream && k == EV_TEXT) emit_text_chunk(j, s, n, NULL);
+}

@@ -1,0 +1,1134 @@
+/*
+ * conv.c -- request JSON of the three API families -> request (conv.h).
+ *
+ * Owns: validation of every field the server honours (wrong types and
+ * out-of-range values are 400s naming the parameter), the mapping of each
+ * family's messages / content blocks / items onto ds4_message (OpenAI chat
+ * messages; Anthropic text, thinking, tool_use and tool_result blocks;
+ * Responses message, reasoning, function_call and function_call_output
+ * items), tools onto DeepSeek's {"type":"function","function":{...}} form,
+ * thinking controls, tool_choice, sampling, stop sequences, and the exact
+ * DSML replay from the tool memory.  Unknown fields are ignored, as the
+ * DeepSeek and vLLM servers do (clients send vendor extras freely).
+ * Must not: touch the session or produce responses.
+ *
+ * tool_choice is honoured by forcing text, not by asking: "required" /
+ * Anthropic "any" force the opening of a DSML tool-call block (the model then
+ * picks the tool, greedily), a named tool forces the block and the invoke
+ * header with that name, "none" leaves the tools out of the prompt.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv.h"
+#include "json_py.h"
+#include "toolmem.h"
+#include "metrics.h"
+
+#define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
+#define S_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+
+/* ------------------------------------------------------------------------ */
+/* request lifetime                                                          */
+/* ------------------------------------------------------------------------ */
+
+request *request_new(api_kind api) {
+    request *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->api = api;
+    r->ro.think = DS4_THINK_HIGH;
+    r->parallel_tool_calls = 1;
+    return r;
+}
+
+void request_free(request *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
+    free(r->owned);
+    free(r->msgs);
+    json_decref(r->tools);
+    json_decref(r->tools_orig);
+    json_decref(r->tool_choice);
+    ds4_buf_free(&r->prompt);
+    ds4_tokens_free(&r->tokens);
+    free(r->stop);
+    free(r->test_output);
+    free(r);
+}
+
+char *request_own(request *r, char *s) {
+    if (!s) return NULL;
+    if (r->n_owned == r->cap_owned) {
+        int nc = r->cap_owned ? r->cap_owned * 2 : 32;
+        char **o = realloc(r->owned, (size_t)nc * sizeof *o);
+        if (!o) { free(s); return NULL; }
+        r->owned = o;
+        r->cap_owned = nc;
+    }
+    r->owned[r->n_owned++] = s;
+    return s;
+}
+
+char *request_strdup(request *r, const char *s, size_t n) {
+    char *p = malloc(n + 1);
+    if (!p) return NULL;
+    if (n) memcpy(p, s, n);
+    p[n] = 0;
+    return request_own(r, p);
+}
+
+static ds4_message *add_msg(request *r, ds4_role role) {
+    if (r->n_msgs == r->cap_msgs) {
+        int nc = r->cap_msgs ? r->cap_msgs * 2 : 16;
+        ds4_message *m = realloc(r->msgs, (size_t)nc * sizeof *m);
+        if (!m) return NULL;
+        r->msgs = m;
+        r->cap_msgs = nc;
+    }
+    ds4_message *m = &r->msgs[r->n_msgs++];
+    memset(m, 0, sizeof *m);
+    m->role = role;
+    return m;
+}
+
+static void set_content(request *r, ds4_message *m, const char *s, size_t n) {
+    m->content = request_strdup(r, s, n);
+    m->content_len = m->content ? n : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* field helpers: absent and null both mean "not given"                      */
+/* ------------------------------------------------------------------------ */
+
+static json_t *field(json_t *o, const char *k) {
+    json_t *v = json_object_get(o, k);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static int get_str(json_t *o, const char *k, const char **out, api_error *e) {
+    json_t *v = field(o, k);
+    if (!v) return 0;
+    if (!json_is_string(v)) return api_bad(e, k, "'%s' must be a string", k);
+    *out = json_string_value(v);
+    return 1;
+}
+
+static int get_num(json_t *o, const char *k, double lo, double hi, double *out, api_error *e) {
+    json_t *v = field(o, k);
+    if (!v) return 0;
+    if (!json_is_number(v)) return api_bad(e, k, "'%s' must be a number", k);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return api_bad(e, k, "'%s' must be between %g and %g, got %g", k, lo, hi, d);
+    *out = d;
+    return 1;
+}
+
+static int get_int(json_t *o, const char *k, long long lo, long long hi, long long *out,
+                   api_error *e) {
+    json_t *v = field(o, k);
+    if (!v) return 0;
+    /* 5.0 is accepted as 5 (JavaScript clients cannot tell them apart) */
+    if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v)) {
+        long long x = (long long)json_real_value(v);
+        if (x < lo || x > hi)
+            return api_bad(e, k, "'%s' must be between %lld and %lld, got %lld", k, lo, hi, x);
+        *out = x;
+        return 1;
+    }
+    if (!json_is_integer(v)) return api_bad(e, k, "'%s' must be an integer", k);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return api_bad(e, k, "'%s' must be between %lld and %lld, got %lld", k, lo, hi, x);
+    *out = x;
+    return 1;
+}
+
+static int get_bool(json_t *o, const char *k, int *out, api_error *e) {
+    json_t *v = field(o, k);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return api_bad(e, k, "'%s' must be a boolean", k);
+    *out = json_is_true(v);
+    return 1;
+}
+
+#define TRY(x) do { if ((x) < 0) return -1; } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* common parameters                                                         */
+/* ------------------------------------------------------------------------ */
+
+static int parse_sampling(request *r, json_t *b, double max_temp, api_error *e) {
+    server_config *c = &g_srv->cfg;
+    r->sp = c->sp;
+    double d = 0;
+    long long x = 0;
+    int rc;
+    TRY(rc = get_num(b, "temperature", 0, max_temp, &d, e));
+    if (rc) r->sp.temperature = (float)d;
+    TRY(rc = get_num(b, "top_p", 0, 1, &d, e));
+    if (rc) r->sp.top_p = d <= 0 ? 1e-6f : (float)d;
+    TRY(rc = get_int(b, "top_k", 0, 1 << 30, &x, e));
+    if (rc) r->sp.top_k = (int)x;
+    TRY(rc = get_num(b, "min_p", 0, 1, &d, e));
+    if (rc) r->sp.min_p = (float)d;
+    TRY(rc = get_int(b, "seed", -(1LL << 62), 1LL << 62, &x, e));
+    if (rc) r->sp.seed = (uint64_t)x;
+    else if (c->sp.seed == 0) util_random_bytes(&r->sp.seed, sizeof r->sp.seed);
+    r->temperature_echo = r->sp.temperature;
+    r->top_p_echo = r->sp.top_p;
+    /* OpenAI fields the engine has no equivalent for: accepted and ignored
+     * when they would change nothing, refused when they would */
+    TRY(rc = get_int(b, "n", 1, 1 << 20, &x, e));
+    if (rc && x != 1) return api_bad(e, "n", "only n=1 is supported");
+    json_t *lp = field(b, "logprobs");
+    if (lp && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
+        return api_bad(e, "logprobs", "logprobs are not supported");
+    return 0;
+}
+
+static int parse_max_tokens(request *r, json_t *b, const char *const *names, int required,
+                            api_error *e) {
+    long long x = 0;
+    for (int i = 0; names[i]; i++) {
+        int rc;
+        TRY(rc = get_int(b, names[i], 1, 1LL << 40, &x, e));
+        if (!rc) continue;
+        if (x > g_srv->ctx)
+            return api_bad(e, names[i], "%s is too large: %lld. This model's context is %d "
+                           "tokens (prompt included)", names[i], x, g_srv->ctx);
+        r->max_tokens = (int)x;
+        return 0;
+    }
+    if (required) return api_bad(e, names[0], "%s: field required", names[0]);
+    r->max_tokens = g_srv->cfg.default_max_tokens;
+    return 0;
+}
+
+static int parse_stop(request *r, json_t *b, const char *k, api_error *e) {
+    json_t *v = field(b, k);
+    if (!v) return 0;
+    json_t *one = NULL;
+    size_t n;
+    if (json_is_string(v)) { one = v; n = 1; }
+    else if (json_is_array(v)) n = json_array_size(v);
+    else return api_bad(e, k, "'%s' must be a string or an array of strings", k);
+    if (n > 16) return api_bad(e, k, "'%s' may hold at most 16 sequences", k);
+    r->stop = calloc(n + 1, sizeof(char *));
+    if (!r->stop) return api_bad(e, k, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = one ? one : json_array_get(v, i);
+        if (!json_is_string(s)) return api_bad(e, k, "'%s' must contain only strings", k);
+        if (json_string_length(s) == 0) continue;   /* an empty stop would stop at once */
+        r->stop[r->n_stop++] = request_strdup(r, json_string_value(s), json_string_length(s));
+    }
+    return 0;
+}
+
+static int parse_stream(request *r, json_t *b, api_error *e) {
+    TRY(get_bool(b, "stream", &r->stream, e));
+    json_t *so = field(b, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) return api_bad(e, "stream_options", "'stream_options' must be an object");
+        TRY(get_bool(so, "include_usage", &r->include_usage, e));
+    }
+    return 0;
+}
+
+/* Thinking: the server default, the model alias, then the request's own
+ * controls, in that order of precedence (later wins). */
+static int effort_to_think(const char *s, ds4_think *t) {
+    if (!strcmp(s, "none") || !strcmp(s, "minimal") || !strcmp(s, "disabled")) *t = DS4_THINK_NONE;
+    else if (!strcmp(s, "low") || !strcmp(s, "medium") || !strcmp(s, "high")) *t = DS4_THINK_HIGH;
+    else if (!strcmp(s, "xhigh") || !strcmp(s, "max")) *t = DS4_THINK_MAX;
+    else return -1;
+    return 0;
+}
+
+static int parse_thinking(request *r, json_t *b, api_error *e) {
+    ds4_think t = g_srv->cfg.default_think;
+    if (r->model && !strcmp(r->model, "deepseek-chat")) t = DS4_THINK_NONE;
+    if (r->model && !strcmp(r->model, "deepseek-reasoner")) t = DS4_THINK_HIGH;
+
+    json_t *th = field(b, "thinking");
+    if (th) {
+        if (json_is_boolean(th)) t = json_is_true(th) ? DS4_THINK_HIGH : DS4_THINK_NONE;
+        else if (!json_is_object(th)) return api_bad(e, "thinking", "'thinking' must be an object");
+        else {
+            const char *ty = NULL;
+            TRY(get_str(th, "type", &ty, e));
+            if (!ty) return api_bad(e, "thinking.type", "thinking.type: field required");
+            if (!strcmp(ty, "disabled")) t = DS4_THINK_NONE;
+            else if (!strcmp(ty, "enabled") || !strcmp(ty, "adaptive")) {
+                if (t == DS4_THINK_NONE) t = DS4_THINK_HIGH;
+                long long bt = 0;
+                int rc;
+                TRY(rc = get_int(th, "budget_tokens", 1, 1LL << 40, &bt, e));
+                if (rc) r->think_budget = bt > g_srv->ctx ? g_srv->ctx : (int)bt;
+            } else {
+                return api_bad(e, "thinking.type", "thinking.type must be 'enabled', 'disabled' "
+                               "or 'adaptive', got '%s'", ty);
+            }
+        }
+    }
+    int on = 0;
+    int rc;
+    TRY(rc = get_bool(b, "think", &on, e));             /* Ollama style */
+    if (rc) t = on ? (t == DS4_THINK_NONE ? DS4_THINK_HIGH : t) : DS4_THINK_NONE;
+    TRY(rc = get_bool(b, "enable_thinking", &on, e));   /* Qwen/vLLM style */
+    if (rc) t = on ? (t == DS4_THINK_NONE ? DS4_THINK_HIGH : t) : DS4_THINK_NONE;
+    json_t *ctk = field(b, "chat_template_kwargs");
+    if (ctk && json_is_object(ctk)) {
+        TRY(rc = get_bool(ctk, "thinking", &on, e));
+        if (rc) t = on ? (t == DS4_THINK_NONE ? DS4_THINK_HIGH : t) : DS4_THINK_NONE;
+        TRY(rc = get_bool(ctk, "enable_thinking", &on, e));
+        if (rc) t = on ? (t == DS4_THINK_NONE ? DS4_THINK_HIGH : t) : DS4_THINK_NONE;
+    }
+    const char *eff = NULL;
+    TRY(get_str(b, "reasoning_effort", &eff, e));
+    if (eff && effort_to_think(eff, &t))
+        return api_bad(e, "reasoning_effort", "reasoning_effort must be one of none, minimal, "
+                       "low, medium, high, xhigh, max; got '%s'", eff);
+    json_t *re = field(b, "reasoning");
+    if (re) {
+        if (!json_is_object(re)) return api_bad(e, "reasoning", "'reasoning' must be an object");
+        const char *ef = NULL;
+        TRY(get_str(re, "effort", &ef, e));
+        if (ef && effort_to_think(ef, &t))
+            return api_bad(e, "reasoning.effort", "reasoning.effort must be one of none, minimal, "
+                           "low, medium, high, xhigh, max; got '%s'", ef);
+        if (ef) eff = ef;
+        int en = 1;
+        TRY(rc = get_bool(re, "enabled", &en, e));      /* OpenRouter style */
+        if (rc && !en) t = DS4_THINK_NONE;
+    }
+    if (eff) r->effort = request_strdup(r, eff, strlen(eff));
+    /* think-max only where the context allows it (PROMPT_FORMAT.md 4) */
+    if (t == DS4_THINK_MAX && g_srv->ctx < DS4_THINK_MAX_MIN_CTX) t = DS4_THINK_HIGH;
+    r->ro.think = t;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tools                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Append {"type":"function","function":fn} where fn is built from `src`
+ * without its "type" key (Responses tools are flat). */
+static int add_tool(request *r, json_t *fn, const char *param, api_error *e) {
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    if (!name || !*name) return api_bad(e, param, "%s: every tool needs a non-empty 'name'", param);
+    json_t *p = json_object_get(fn, "parameters");
+    if (p && !json_is_object(p) && !json_is_null(p))
+        return api_bad(e, param, "%s: tool '%s': 'parameters' must be an object", param, name);
+    json_t *d = json_object_get(fn, "description");
+    if (d && !json_is_string(d) && !json_is_null(d))
+        return api_bad(e, param, "%s: tool '%s': 'description' must be a string", param, name);
+    if (!r->tools) r->tools = json_array();
+    json_t *t = json_object();
+    json_object_set_new(t, "type", json_string("function"));
+    json_object_set(t, "function", fn);
+    json_array_append_new(r->tools, t);
+    return 0;
+}
+
+static int tool_exists(request *r, const char *name) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(r->tools, i, t) {
+        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (n && !strcmp(n, name)) return 1;
+    }
+    return 0;
+}
+
+static int parse_tools(request *r, json_t *b, api_error *e) {
+    json_t *tools = field(b, "tools");
+    if (!tools) return 0;
+    if (!json_is_array(tools)) return api_bad(e, "tools", "'tools' must be an array");
+    r->tools_orig = json_incref(tools);
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (!json_is_object(t)) return api_bad(e, "tools", "tools[%zu] must be an object", i);
+        const char *ty = json_string_value(json_object_get(t, "type"));
+        if (r->api == API_CHAT) {
+            if (ty && strcmp(ty, "function"))
+                return api_bad(e, "tools", "tools[%zu]: unsupported tool type '%s'", i, ty);
+            json_t *fn = json_object_get(t, "function");
+            if (!json_is_object(fn))
+                return api_bad(e, "tools", "tools[%zu].function must be an object", i);
+            TRY(add_tool(r, fn, "tools", e));
+        } else if (r->api == API_RESPONSES) {
+            if (!ty || strcmp(ty, "function")) {
+                /* hosted tools (web_search, file_search, ...) do not exist here */
+                if (g_srv->cfg.verbose)
+                    log_msg("responses: ignoring tool of type '%s'", ty ? ty : "?");
+                continue;
+            }
+            json_t *fn = json_object();
+            const char *k;
+            json_t *v;
+            json_object_foreach(t, k, v)
+                if (strcmp(k, "type")) json_object_set(fn, k, v);
+            int rc = add_tool(r, fn, "tools", e);
+            json_decref(fn);
+            TRY(rc);
+        } else {   /* Anthropic: {name, description, input_schema} */
+            if (ty && strcmp(ty, "custom")) {
+                if (g_srv->cfg.verbose)
+                    log_msg("messages: ignoring server tool of type '%s'", ty);
+                continue;
+            }
+            json_t *fn = json_object();
+            json_t *v;
+            if ((v = json_object_get(t, "name"))) json_object_set(fn, "name", v);
+            if ((v = json_object_get(t, "description"))) json_object_set(fn, "description", v);
+            v = json_object_get(t, "input_schema");
+            if (v && !json_is_object(v)) {
+                json_decref(fn);
+                return api_bad(e, "tools", "tools[%zu].input_schema must be an object", i);
+            }
+            if (v) json_object_set(fn, "parameters", v);
+            int rc = add_tool(r, fn, "tools", e);
+            json_decref(fn);
+            TRY(rc);
+        }
+    }
+    return 0;
+}
+
+static int parse_tool_choice(request *r, json_t *b, api_error *e) {
+    int par = 1;
+    int rc;
+    TRY(rc = get_bool(b, "parallel_tool_calls", &par, e));
+    if (rc) r->parallel_tool_calls = par;
+    json_t *tc = field(b, "tool_choice");
+    if (tc) r->tool_choice = json_incref(tc);
+    const char *mode = "auto", *name = NULL;
+    if (tc) {
+        if (json_is_string(tc)) {
+            mode = json_string_value(tc);
+        } else if (json_is_object(tc)) {
+            const char *ty = json_string_value(json_object_get(tc, "type"));
+            if (!ty) return api_bad(e, "tool_choice", "tool_choice.type: field required");
+            if (r->api == API_MESSAGES) {
+                int dis = 0;
+                TRY(rc = get_bool(tc, "disable_parallel_tool_use", &dis, e));
+                if (rc && dis) r->parallel_tool_calls = 0;
+                if (!strcmp(ty, "auto") || !strcmp(ty, "none")) mode = ty;
+                else if (!strcmp(ty, "any")) mode = "required";
+                else if (!strcmp(ty, "tool")) {
+                    mode = "named";
+                    name = json_string_value(json_object_get(tc, "name"));
+                } else return api_bad(e, "tool_choice.type", "unknown tool_choice.type '%s'", ty);
+            } else if (!strcmp(ty, "function")) {
+                mode = "named";
+                json_t *fn = json_object_get(tc, "function");
+                name = json_string_value(json_object_get(fn ? fn : tc, "name"));
+            } else if (!strcmp(ty, "allowed_tools")) {
+                const char *m = json_string_value(json_object_get(tc, "mode"));
+                mode = m && !strcmp(m, "required") ? "required" : "auto";
+            } else {
+                return api_bad(e, "tool_choice", "unsupported tool_choice type '%s'", ty);
+            }
+            if (!strcmp(mode, "named") && !name)
+                return api_bad(e, "tool_choice", "tool_choice names no tool");
+        } else {
+            return api_bad(e, "tool_choice", "'tool_choice' must be a string or an object");
+        }
+    }
+    if (strcmp(mode, "auto") && strcmp(mode, "none") && strcmp(mode, "required") &&
+        strcmp(mode, "named"))
+        return api_bad(e, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or a "
+                       "named function, got '%s'", mode);
+    int n_tools = r->tools ? (int)json_array_size(r->tools) : 0;
+    if (!strcmp(mode, "none") || n_tools == 0) {
+        if (!strcmp(mode, "named") || (!strcmp(mode, "required") && r->api != API_RESPONSES))
+            if (n_tools == 0)
+                return api_bad(e, "tool_choice", "tool_choice requires tools, but none were given");
+        r->has_tools = 0;
+        return 0;
+    }
+    r->has_tools = 1;
+    r->parse_tools = 1;
+    r->single_call = !r->parallel_tool_calls;
+    if (!strcmp(mode, "required")) {
+        r->forced_prefix = request_strdup(r, "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"",
+                                          strlen("\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\""));
+    } else if (!strcmp(mode, "named")) {
+        if (!tool_exists(r, name))
+            return api_bad(e, "tool_choice", "tool_choice names '%s', which is not in tools", name);
+        ds4_buf f = { 0 };
+        ds4_buf_printf(&f, "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"%s\">\n", name);
+        r->forced_prefix = request_own(r, f.p);
+    }
+    return 0;
+}
+
+/* Attach the tools to the first system/developer message, or to an empty
+ * system message inserted first (PROMPT_FORMAT.md 6). */
+static int attach_tools(request *r, api_error *e) {
+    if (!r->has_tools) return 0;
+    ds4_buf js = { 0 };
+    if (ds4_json_py_dump(r->tools, DS4_JSON_PY_DEFAULT, &js)) {
+        ds4_buf_free(&js);
+        return api_bad(e, "tools", "tools cannot be serialized");
+    }
+    char *s = request_own(r, js.p);
+    if (!s) return api_bad(e, "tools", "out of memory");
+    if (r->n_msgs > 0 && (r->msgs[0].role == DS4_ROLE_SYSTEM || r->msgs[0].role == DS4_ROLE_DEVELOPER)) {
+        r->msgs[0].tools_json = s;
+        return 0;
+    }
+    if (!add_msg(r, DS4_ROLE_SYSTEM)) return api_bad(e, NULL, "out of memory");
+    memmove(r->msgs + 1, r->msgs, (size_t)(r->n_msgs - 1) * sizeof *r->msgs);
+    memset(&r->msgs[0], 0, sizeof r->msgs[0]);
+    r->msgs[0].role = DS4_ROLE_SYSTEM;
+    r->msgs[0].tools_json = s;
+    return 0;
+}
+
+static int attach_response_format(request *r, json_t *rf, api_error *e) {
+    if (!rf) return 0;
+    if (!json_is_object(rf)) return api_bad(e, "response_format", "'response_format' must be an object");
+    const char *ty = json_string_value(json_object_get(rf, "type"));
+    if (!ty) return api_bad(e, "response_format", "response_format.type: field required");
+    if (!strcmp(ty, "text")) return 0;
+    if (strcmp(ty, "json_object") && strcmp(ty, "json_schema"))
+        return api_bad(e, "response_format", "unsupported response_format type '%s'", ty);
+    ds4_buf js = { 0 };
+    if (ds4_json_py_dump(rf, DS4_JSON_PY_DEFAULT, &js)) {
+        ds4_buf_free(&js);
+        return api_bad(e, "response_format", "response_format cannot be serialized");
+    }
+    char *s = request_own(r, js.p);
+    if (r->n_msgs > 0 && (r->msgs[0].role == DS4_ROLE_SYSTEM || r->msgs[0].role == DS4_ROLE_DEVELOPER)) {
+        r->msgs[0].response_format_json = s;
+        return 0;
+    }
+    if (!add_msg(r, DS4_ROLE_SYSTEM)) return api_bad(e, NULL, "out of memory");
+    memmove(r->msgs + 1, r->msgs, (size_t)(r->n_msgs - 1) * sizeof *r->msgs);
+    memset(&r->msgs[0], 0, sizeof r->msgs[0]);
+    r->msgs[0].role = DS4_ROLE_SYSTEM;
+    r->msgs[0].response_format_json = s;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* content                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Text of a content value: a string, or an array of text parts joined by a
+ * blank line (each part is a paragraph of its own).  `kinds` lists the text
+ * part types accepted; images and files are refused (the model is text
+ * only); other part types are refused as unknown. */
+static int content_text(json_t *c, const char *param, const char *const *kinds, ds4_buf *out,
+                        api_error *e) {
+    if (!c || json_is_null(c)) return 0;
+    if (json_is_string(c)) return ds4_buf_append(out, json_string_value(c), json_string_length(c));
+    if (!json_is_array(c)) return api_bad(e, param, "%s must be a string or an array of content parts", param);
+    size_t i;
+    json_t *p;
+    int first = 1;
+    json_array_foreach(c, i, p) {
+        if (json_is_string(p)) {   /* lenient: a bare string part */
+            if (!first) ds4_buf_puts(out, "\n\n");
+            ds4_buf_append(out, json_string_value(p), json_string_length(p));
+            first = 0;
+            continue;
+        }
+        if (!json_is_object(p)) return api_bad(e, param, "%s[%zu] must be an object", param, i);
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        if (!ty) return api_bad(e, param, "%s[%zu].type: field required", param, i);
+        int ok = 0;
+        for (int k = 0; kinds[k]; k++) if (!strcmp(ty, kinds[k])) ok = 1;
+        if (!ok) {
+            if (strstr(ty, "image") || strstr(ty, "file") || strstr(ty, "audio") ||
+                !strcmp(ty, "document"))
+                return api_bad(e, param, "%s[%zu]: content of type '%s' is not supported "
+                               "(the model is text only)", param, i, ty);
+            if (!strcmp(ty, "refusal")) continue;
+            return api_bad(e, param, "%s[%zu]: unknown content type '%s'", param, i, ty);
+        }
+        json_t *t = json_object_get(p, "text");
+        if (!json_is_string(t)) return api_bad(e, param, "%s[%zu].text must be a string", param, i);
+        if (!first) ds4_buf_puts(out, "\n\n");
+        ds4_buf_append(out, json_string_value(t), json_string_length(t));
+        first = 0;
+    }
+    return 0;
+}
+
+static const char *const OPENAI_TEXT_KINDS[] = { "text", "input_text", "output_text", NULL };
+static const char *const ANTHROPIC_TEXT_KINDS[] = { "text", NULL };
+
+static int set_content_json(request *r, ds4_message *m, json_t *c, const char *param,
+                            const char *const *kinds, api_error *e) {
+    ds4_buf b = { 0 };
+    if (content_text(c, param, kinds, &b, e) < 0) { ds4_buf_free(&b); return -1; }
+    if (b.n) {
+        m->content = request_own(r, b.p);
+        m->content_len = b.n;
+    } else {
+        ds4_buf_free(&b);
+    }
+    return 0;
+}
+
+/* Tool calls of an assistant message, from any family (filled by caller). */
+static ds4_tool_call *alloc_calls(request *r, int n) {
+    ds4_tool_call *c = calloc((size_t)n, sizeof *c);
+    if (!c) return NULL;
+    request_own(r, (char *)c);
+    return c;
+}
+
+static const char *args_string(request *r, json_t *a) {
+    if (!a || json_is_null(a)) return request_strdup(r, "{}", 2);
+    if (json_is_string(a)) return request_strdup(r, json_string_value(a), json_string_length(a));
+    ds4_buf b = { 0 };
+    ds4_json_py_dump(a, DS4_JSON_PY_DEFAULT, &b);
+    return request_own(r, b.p ? b.p : strdup("{}"));
+}
+
+/* ------------------------------------------------------------------------ */
+/* OpenAI chat                                                               */
+/* ------------------------------------------------------------------------ */
+
+static int chat_messages(request *r, json_t *b, api_error *e) {
+    json_t *ms = json_object_get(b, "messages");
+    if (!ms || json_is_null(ms)) return api_bad(e, "messages", "'messages' is required");
+    if (!json_is_array(ms)) return api_bad(e, "messages", "'messages' must be an array");
+    if (json_array_size(ms) == 0) return api_bad(e, "messages", "'messages' must not be empty");
+    size_t i;
+    json_t *m;
+    char param[64];
+    json_array_foreach(ms, i, m) {
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(m)) return api_bad(e, "messages", "%s must be an object", param);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role) return api_bad(e, "messages", "%s.role: field required (a string)", param);
+        ds4_role ro;
+        if (!strcmp(role, "system")) ro = DS4_ROLE_SYSTEM;
+        else if (!strcmp(role, "developer")) ro = DS4_ROLE_DEVELOPER;
+        else if (!strcmp(role, "user")) ro = DS4_ROLE_USER;
+        else if (!strcmp(role, "assistant")) ro = DS4_ROLE_ASSISTANT;
+        else if (!strcmp(role, "tool") || !strcmp(role, "function")) ro = DS4_ROLE_TOOL;
+        else if (!strcmp(role, "latest_reminder")) ro = DS4_ROLE_LATEST_REMINDER;
+        else return api_bad(e, "messages", "%s: unknown role '%s'", param, role);
+        ds4_message *x = add_msg(r, ro);
+        if (!x) return api_bad(e, NULL, "out of memory");
+        TRY(set_content_json(r, x, json_object_get(m, "content"), param, OPENAI_TEXT_KINDS, e));
+        if (ro == DS4_ROLE_TOOL) {
+            const char *id = json_string_value(json_object_get(m, "tool_call_id"));
+            if (id) x->tool_call_id = request_strdup(r, id, strlen(id));
+        }
+        if (ro == DS4_ROLE_ASSISTANT) {
+            json_t *rc = field(m, "reasoning_content");
+            if (!rc) rc = field(m, "reasoning");
+            if (rc && json_is_string(rc) && json_string_length(rc)) {
+                x->reasoning = request_strdup(r, json_string_value(rc), json_string_length(rc));
+                x->reasoning_len = json_string_length(rc);
+            }
+            json_t *tcs = field(m, "tool_calls");
+            if (tcs) {
+                if (!json_is_array(tcs)) return api_bad(e, "messages", "%s.tool_calls must be an array", param);
+                int n = (int)json_array_size(tcs);
+                ds4_tool_call *calls = n ? alloc_calls(r, n) : NULL;
+                if (n && !calls) return api_bad(e, NULL, "out of memory");
+                for (int k = 0; k < n; k++) {
+                    json_t *tc = json_array_get(tcs, (size_t)k);
+                    json_t *fn = json_object_get(tc, "function");
+                    const char *name = json_string_value(json_object_get(fn, "name"));
+                    if (!json_is_object(tc) || !json_is_object(fn) || !name)
+                        return api_bad(e, "messages", "%s.tool_calls[%d] needs function.name", param, k);
+                    const char *id = json_string_value(json_object_get(tc, "id"));
+                    calls[k].id = id ? request_strdup(r, id, strlen(id)) : NULL;
+                    calls[k].name = request_strdup(r, name, strlen(name));
+                    calls[k].arguments = args_string(r, json_object_get(fn, "arguments"));
+                }
+                x->tool_calls = calls;
+                x->n_tool_calls = n;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Anthropic messages                                                        */
+/* ------------------------------------------------------------------------ */
+
+static int anthropic_system(request *r, json_t *b, api_error *e) {
+    json_t *s = field(b, "system");
+    if (!s) return 0;
+    ds4_message *m = add_msg(r, DS4_ROLE_SYSTEM);
+    if (!m) return api_bad(e, NULL, "out of memory");
+    return set_content_json(r, m, s, "system", ANTHROPIC_TEXT_KINDS, e);
+}
+
+static int anthropic_messages(request *r, json_t *b, api_error *e) {
+    json_t *ms = json_object_get(b, "messages");
+    if (!ms || json_is_null(ms)) return api_bad(e, "messages", "messages: field required");
+    if (!json_is_array(ms)) return api_bad(e, "messages", "messages: must be an array");
+    if (json_array_size(ms) == 0) return api_bad(e, "messages", "messages: at least one message is required");
+    size_t i;
+    json_t *m;
+    char param[64];
+    json_array_foreach(ms, i, m) {
+        snprintf(param, sizeof param, "messages.%zu", i);
+        if (!json_is_object(m)) return api_bad(e, "messages", "%s: must be an object", param);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role) return api_bad(e, "messages", "%s.role: field required", param);
+        int user = !strcmp(role, "user");
+        if (!user && strcmp(role, "assistant"))
+            return api_bad(e, "messages", "%s.role: unexpected role '%s' (user or assistant)", param, role);
+        json_t *c = json_object_get(m, "content");
+        if (!c || json_is_null(c)) return api_bad(e, "messages", "%s.content: field required", param);
+        if (json_is_string(c)) {
+            ds4_message *x = add_msg(r, user ? DS4_ROLE_USER : DS4_ROLE_ASSISTANT);
+            if (!x) return api_bad(e, NULL, "out of memory");
+            set_content(r, x, json_string_value(c), json_string_length(c));
+            continue;
+        }
+        if (!json_is_array(c)) return api_bad(e, "messages", "%s.content: must be a string or an array", param);
+        ds4_buf text = { 0 }, reasoning = { 0 };
+        int ntext = 0, ncalls = 0;
+        size_t nb = json_array_size(c);
+        ds4_tool_call *calls = NULL;
+        if (!user) {
+            calls = nb ? alloc_calls(r, (int)nb) : NULL;
+        }
+        int rc = 0;
+        for (size_t k = 0; k < nb && rc == 0; k++) {
+            json_t *bl = json_array_get(c, k);
+            const char *ty = json_is_object(bl) ? json_string_value(json_object_get(bl, "type")) : NULL;
+            if (!ty) { rc = api_bad(e, "messages", "%s.content.%zu.type: field required", param, k); break; }
+            if (!strcmp(ty, "text")) {
+                json_t *t = json_object_get(bl, "text");
+                if (!json_is_string(t)) { rc = api_bad(e, "messages", "%s.content.%zu.text: must be a string", param, k); break; }
+                if (ntext++) ds4_buf_puts(&text, "\n\n");
+                ds4_buf_append(&text, json_string_value(t), json_string_length(t));
+            } else if (user && !strcmp(ty, "tool_result")) {
+                /* text gathered so far is a user message before the result */
+                if (ntext) {
+                    ds4_message *x = add_msg(r, DS4_ROLE_USER);
+                    if (!x) { rc = api_bad(e, NULL, "out of memory"); break; }
+                    set_content(r, x, text.p, text.n);
+                    text.n = 0;
+                    ntext = 0;
+                }
+                const char *id = json_string_value(json_object_get(bl, "tool_use_id"));
+                if (!id) { rc = api_bad(e, "messages", "%s.content.%zu.tool_use_id: field required", param, k); break; }
+                ds4_message *x = add_msg(r, DS4_ROLE_TOOL);
+                if (!x) { rc = api_bad(e, NULL, "out of memory"); break; }
+                x->tool_call_id = request_strdup(r, id, strlen(id));
+                ds4_buf rb = { 0 };
+                json_t *is_err = json_object_get(bl, "is_error");
+                if (json_is_true(is_err)) ds4_buf_puts(&rb, "Error: ");
+                rc = content_text(json_object_get(bl, "content"), "tool_result.content",
+                                  ANTHROPIC_TEXT_KINDS, &rb, e);
+                if (rc == 0) { set_content(r, x, rb.p ? rb.p : "", rb.n); }
+                ds4_buf_free(&rb);
+            } else if (!user && !strcmp(ty, "thinking")) {
+                json_t *t = json_object_get(bl, "thinking");
+                if (json_is_string(t)) ds4_buf_append(&reasoning, json_string_value(t), json_string_length(t));
+            } else if (!user && !strcmp(ty, "redacted_thinking")) {
+                continue;
+            } else if (!user && !strcmp(ty, "tool_use")) {
+                const char *id = json_string_value(json_object_get(bl, "id"));
+                const char *name = json_string_value(json_object_get(bl, "name"));
+                if (!name) { rc = api_bad(e, "messages", "%s.content.%zu.name: field required", param, k); break; }
+                json_t *in = json_object_get(bl, "input");
+                if (in && !json_is_object(in) && !json_is_null(in)) {
+                    rc = api_bad(e, "messages", "%s.content.%zu.input: must be an object", param, k);
+                    break;
+                }
+                calls[ncalls].id = id ? request_strdup(r, id, strlen(id)) : NULL;
+                calls[ncalls].name = request_strdup(r, name, strlen(name));
+                calls[ncalls].arguments = args_string(r, in);
+                ncalls++;
+            } else if (!strcmp(ty, "image") || !strcmp(ty, "document")) {
+                rc = api_bad(e, "messages", "%s.content.%zu: '%s' blocks are not supported (the "
+                             "model is text only)", param, k, ty);
+            } else {
+                rc = api_bad(e, "messages", "%s.content.%zu: unexpected block type '%s' in a %s "
+                             "message", param, k, ty, role);
+            }
+        }
+        if (rc == 0 && (ntext || (!user && (ncalls || reasoning.n)) || (user && nb == 0))) {
+            ds4_message *x = add_msg(r, user ? DS4_ROLE_USER : DS4_ROLE_ASSISTANT);
+            if (!x) rc = api_bad(e, NULL, "out of memory");
+            else {
+                if (text.n) set_content(r, x, text.p, text.n);
+                if (reasoning.n) {
+                    x->reasoning = request_strdup(r, reasoning.p, reasoning.n);
+                    x->reasoning_len = reasoning.n;
+                }
+                x->tool_calls = ncalls ? calls : NULL;
+                x->n_tool_calls = ncalls;
+            }
+        }
+        ds4_buf_free(&text);
+        ds4_buf_free(&reasoning);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Responses                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    ds4_buf text, reasoning;
+    ds4_tool_call *calls;
+    int n, cap;
+    int open;
+} pending_assistant;
+
+static int flush_assistant(request *r, pending_assistant *pa, api_error *e) {
+    if (!pa->open) return 0;
+    ds4_message *x = add_msg(r, DS4_ROLE_ASSISTANT);
+    if (!x) return api_bad(e, NULL, "out of memory");
+    if (pa->text.n) set_content(r, x, pa->text.p, pa->text.n);
+    if (pa->reasoning.n) {
+        x->reasoning = request_strdup(r, pa->reasoning.p, pa->reasoning.n);
+        x->reasoning_len = pa->reasoning.n;
+    }
+    if (pa->n) {
+        x->tool_calls = pa->calls;
+        x->n_tool_calls = pa->n;
+        request_own(r, (char *)pa->calls);
+    } else {
+        free(pa->calls);
+    }
+    pa->calls = NULL;
+    pa->n = pa->cap = 0;
+    pa->text.n = pa->reasoning.n = 0;
+    pa->open = 0;
+    return 0;
+}
+
+static int responses_input(request *r, json_t *b, api_error *e) {
+    const char *ins = NULL;
+    TRY(get_str(b, "instructions", &ins, e));
+    if (ins) {
+        r->instructions = request_strdup(r, ins, strlen(ins));
+        ds4_message *m = add_msg(r, DS4_ROLE_SYSTEM);
+        if (!m) return api_bad(e, NULL, "out of memory");
+        set_content(r, m, ins, strlen(ins));
+    }
+    json_t *in = json_object_get(b, "input");
+    if (!in || json_is_null(in)) return api_bad(e, "input", "'input' is required");
+    if (json_is_string(in)) {
+        ds4_message *m = add_msg(r, DS4_ROLE_USER);
+        if (!m) return api_bad(e, NULL, "out of memory");
+        set_content(r, m, json_string_value(in), json_string_length(in));
+        return 0;
+    }
+    if (!json_is_array(in)) return api_bad(e, "input", "'input' must be a string or an array of items");
+    if (json_array_size(in) == 0) return api_bad(e, "input", "'input' must not be empty");
+    pending_assistant pa = { 0 };
+    size_t i;
+    json_t *it;
+    char param[64];
+    int rc = 0;
+    json_array_foreach(in, i, it) {
+        snprintf(param, sizeof param, "input[%zu]", i);
+        if (!json_is_object(it)) { rc = api_bad(e, "input", "%s must be an object", param); break; }
+        const char *ty = json_string_value(json_object_get(it, "type"));
+        const char *role = json_string_value(json_object_get(it, "role"));
+        if (!ty && role) ty = "message";
+        if (!ty) { rc = api_bad(e, "input", "%s.type: field required", param); break; }
+        if (!strcmp(ty, "message")) {
+            if (!role) { rc = api_bad(e, "input", "%s.role: field required", param); break; }
+            ds4_role ro;
+            if (!strcmp(role, "user")) ro = DS4_ROLE_USER;
+            else if (!strcmp(role, "assistant")) ro = DS4_ROLE_ASSISTANT;
+            else if (!strcmp(role, "system")) ro = DS4_ROLE_SYSTEM;
+            else if (!strcmp(role, "developer")) ro = DS4_ROLE_DEVELOPER;
+            else { rc = api_bad(e, "input", "%s: unknown role '%s'", param, role); break; }
+            if (ro == DS4_ROLE_ASSISTANT) {
+                pa.open = 1;
+                if (pa.text.n) ds4_buf_puts(&pa.text, "\n\n");
+                if ((rc = content_text(json_object_get(it, "content"), param, OPENAI_TEXT_KINDS,
+                                       &pa.text, e)) < 0) break;
+                continue;
+            }
+            if ((rc = flush_assistant(r, &pa, e)) < 0) break;
+            ds4_message *m = add_msg(r, ro);
+            if (!m) { rc = api_bad(e, NULL, "out of memory"); break; }
+            if ((rc = set_content_json(r, m, json_object_get(it, "content"), param,
+                                       OPENAI_TEXT_KINDS, e)) < 0) break;
+        } else if (!strcmp(ty, "reasoning")) {
+            pa.open = 1;
+            json_t *c = json_object_get(it, "content");
+            size_t k;
+            json_t *p;
+            if (json_is_array(c)) json_array_foreach(c, k, p) {
+                json_t *t = json_object_get(p, "text");
+                if (json_is_string(t)) ds4_buf_append(&pa.reasoning, json_string_value(t), json_string_length(t));
+            }
+        } else if (!strcmp(ty, "function_call")) {
+            const char *name = json_string_value(json_object_get(it, "name"));
+            const char *cid = json_string_value(json_object_get(it, "call_id"));
+            if (!name || !cid) { rc = api_bad(e, "input", "%s: function_call needs name and call_id", param); break; }
+            if (pa.n == pa.cap) {
+                int nc = pa.cap ? pa.cap * 2 : 4;
+                ds4_tool_call *c = realloc(pa.calls, (size_t)nc * sizeof *c);
+                if (!c) { rc = api_bad(e, NULL, "out of memory"); break; }
+                pa.calls = c;
+                pa.cap = nc;
+            }
+            pa.open = 1;
+            ds4_tool_call *c = &pa.calls[pa.n++];
+            memset(c, 0, sizeof *c);
+            c->id = request_strdup(r, cid, strlen(cid));
+            c->name = request_strdup(r, name, strlen(name));
+            c->arguments = args_string(r, json_object_get(it, "arguments"));
+        } else if (!strcmp(ty, "function_call_output")) {
+            if ((rc = flush_assistant(r, &pa, e)) < 0) break;
+            const char *cid = json_string_value(json_object_get(it, "call_id"));
+            if (!cid) { rc = api_bad(e, "input", "%s.call_id: field required", param); break; }
+            ds4_message *m = add_msg(r, DS4_ROLE_TOOL);
+            if (!m) { rc = api_bad(e, NULL, "out of memory"); break; }
+            m->tool_call_id = request_strdup(r, cid, strlen(cid));
+            if ((rc = set_content_json(r, m, json_object_get(it, "output"), param,
+                                       OPENAI_TEXT_KINDS, e)) < 0) break;
+        } else if (!strcmp(ty, "item_reference")) {
+            rc = api_bad(e, "input", "%s: item_reference is not supported (responses are not "
+                         "stored; send the items themselves)", param);
+            break;
+        } else {
+            rc = api_bad(e, "input", "%s: unsupported input item type '%s'", param, ty);
+            break;
+        }
+    }
+    if (rc == 0) rc = flush_assistant(r, &pa, e);
+    free(pa.calls);
+    ds4_buf_free(&pa.text);
+    ds4_buf_free(&pa.reasoning);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Completions                                                               */
+/* ------------------------------------------------------------------------ */
+
+static int completions_prompt(request *r, json_t *b, api_error *e) {
+    json_t *p = json_object_get(b, "prompt");
+    if (!p || json_is_null(p)) return api_bad(e, "prompt", "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        if (strncmp(json_string_value(p), S_BOS, strlen(S_BOS)))
+            ds4_buf_puts(&r->prompt, S_BOS);
+        ds4_buf_append(&r->prompt, json_string_value(p), json_string_length(p));
+        return 0;
+    }
+    if (json_is_array(p) && json_array_size(p) > 0) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(p, i, v) {
+            if (!json_is_integer(v))
+                return api_bad(e, "prompt", "'prompt' must be a string, or one array of token ids"
+                               " (several prompts are not supported)");
+            long long id = json_integer_value(v);
+            if (id < 0 || id >= g_srv->n_vocab)
+                return api_bad(e, "prompt", "prompt[%zu]: token id %lld is out of range", i, id);
+            if (i == 0 && id != g_srv->sp->bos) ds4_tokens_push(&r->tokens, g_srv->sp->bos);
+            ds4_tokens_push(&r->tokens, (int32_t)id);
+        }
+        r->raw_ids = 1;
+        return 0;
+    }
+    return api_bad(e, "prompt", "'prompt' must be a string or an array of token ids");
+}
+
+/* ------------------------------------------------------------------------ */
+/* entry points                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* The exact sampled DSML of assistant tool calls the memory still knows. */
+static void replay_tool_calls(request *r) {
+    for (int i = 0; i < r->n_msgs; i++) {
+        ds4_message *m = &r->msgs[i];
+        if (m->role != DS4_ROLE_ASSISTANT || m->n_tool_calls <= 0) continue;
+        char *block = NULL, *reasoning = NULL;
+        if (toolmem_match(g_srv->tm, m->tool_calls, m->n_tool_calls, &block, &reasoning)) {
+            m->dsml_exact = request_own(r, block);
+            /* a client that dropped the reasoning gets the one the model wrote */
+            if (reasoning && !m->reasoning_len) {
+                m->reasoning = request_own(r, reasoning);
+                m->reasoning_len = m->reasoning ? strlen(reasoning) : 0;
+            } else {
+                free(reasoning);
+            }
+            r->replay_exact++;
+        } else {
+            r->replay_canonical++;
+        }
+    }
+}
+
+request *conv_parse(api_kind api, json_t *b, api_error *e) {
+    if (!json_is_object(b)) {
+        api_bad(e, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    request *r = request_new(api);
+    if (!r) { api_err_set(e, 500, "server_error", NULL, NULL, "out of memory"); return NULL; }
+    const char *model = NULL;
+    if (get_str(b, "model", &model, e) < 0) goto fail;
+    if (model) r->model = request_strdup(r, model, strlen(model));
+    else r->model = request_strdup(r, g_srv->model_id, strlen(g_srv->model_id));
+    if (parse_stream(r, b, e) < 0) goto fail;
+    if (parse_sampling(r, b, api == API_MESSAGES ? 1.0 : 2.0, e) < 0) goto fail;
+
+    switch (api) {
+    case API_CHAT: {
+        static const char *const mt[] = { "max_completion_tokens", "max_tokens", NULL };
+        if (parse_max_tokens(r, b, mt, 0, e) < 0) goto fail;
+        if (parse_stop(r, b, "stop", e) < 0) goto fail;
+        if (parse_thinking(r, b, e) < 0) goto fail;
+        if (parse_tools(r, b, e) < 0) goto fail;
+        if (parse_tool_choice(r, b, e) < 0) goto fail;
+        if (chat_messages(r, b, e) < 0) goto fail;
+        if (attach_response_format(r, field(b, "response_format"), e) < 0) goto fail;
+        break;
+    }
+    case API_MESSAGES: {
+        static const char *const mt[] = { "max_tokens", NULL };
+        if (parse_max_tokens(r, b, mt, 1, e) < 0) goto fail;
+        if (parse_stop(r, b, "stop_sequences", e) < 0) goto fail;
+        if (parse_thinking(r, b, e) < 0) goto fail;
+        json_t *oc = field(b, "output_config");
+        const char *eff = NULL;
+        if (oc && json_is_object(oc) && get_str(oc, "effort", &eff, e) < 0) goto fail;
+        if (eff && r->ro.think != DS4_THINK_NONE && !strcmp(eff, "max") &&
+            g_srv->ctx >= DS4_THINK_MAX_MIN_CTX)
+            r->ro.think = DS4_THINK_MAX;
+        if (parse_tools(r, b, e) < 0) goto fail;
+        if (parse_tool_choice(r, b, e) < 0) goto fail;
+        if (anthropic_system(r, b, e) < 0) goto fail;
+        if (anthropic_messages(r, b, e) < 0) goto fail;
+        break;
+    }
+    case API_RESPONSES: {
+        static const char *const mt[] = { "max_output_tokens", NULL };
+        if (parse_max_tokens(r, b, mt, 0, e) < 0) goto fail;
+        if (field(b, "previous_response_id")) {
+            api_bad(e, "previous_response_id", "previous_response_id is not supported: this "
+                    "server does not store responses (send the whole input)");
+            goto fail;
+        }
+        if (parse_thinking(r, b, e) < 0) goto fail;
+        if (parse_tools(r, b, e) < 0) goto fail;
+        if (parse_tool_choice(r, b, e) < 0) goto fail;
+        if (responses_input(r, b, e) < 0) goto fail;
+        json_t *tx = field(b, "text");
+        if (tx && json_is_object(tx)) {
+            json_t *f = field(tx, "format");
+            if (f && json_is_object(f)) {
+                const char *ty = json_string_value(json_object_get(f, "type"));
+                json_t *rf = NULL;
+                if (ty && !strcmp(ty, "json_schema")) {
+                    /* the chat form: {"type":"json_schema","json_schema":{name,schema,...}} */
+                    rf = json_object();
+                    json_t *js = json_object();
+                    const char *k;
+                    json_t *v;
+                    json_object_foreach(f, k, v) if (strcmp(k, "type")) json_object_set(js, k, v);
+                    json_object_set_new(rf, "type", json_string("json_schema"));
+                    json_object_set_new(rf, "json_schema", js);
+                } else if (f) {
+                    rf = json_incref(f);
+                }
+                int rc = attach_response_format(r, rf, e);
+                json_decref(rf);
+                if (rc < 0) goto fail;
+            }
+        }
+        break;
+    }
+    case API_COMPLETIONS: {
+        static const char *const mt[] = { "max_tokens", NULL };
+        if (parse_max_tokens(r, b, mt, 0, e) < 0) goto fail;
+        if (!field(b, "max_tokens")) r->max_tokens = 16;   /* the API's default */
+        if (parse_stop(r, b, "stop", e) < 0) goto fail;
+        int echo = 0;
+        if (get_bool(b, "echo", &echo, e) < 0) goto fail;
+        if (echo) { api_bad(e, "echo", "echo is not supported"); goto fail; }
+        long long bo = 1;
+        int rc = get_int(b, "best_of", 1, 1 << 20, &bo, e);
+        if (rc < 0) goto fail;
+        if (rc && bo != 1) { api_bad(e, "best_of", "only best_of=1 is supported"); goto fail; }
+        if (field(b, "suffix")) { api_bad(e, "suffix", "suffix is not supported"); goto fail; }
+        if (completions_prompt(r, b, e) < 0) goto fail;
+        r->ro.think = DS4_THINK_NONE;
+        return r;
+    }
+    }
+
+    if (r->n_msgs == 0) { api_bad(e, "messages", "the conversation is empty"); goto fail; }
+    if (attach_tools(r, e) < 0) goto fail;
+    replay_tool_calls(r);
+    metrics_tool_replay(g_srv->m, r->replay_exact, r->replay_canonical);
+    /* A trailing assistant message is a prefix to continue (Anthropic's
+     * prefill; DeepSeek's "prefix": true): no EOS, and the continuation is
+     * content, since the renderer closed the reasoning before it. */
+    ds4_message *last = &r->msgs[r->n_msgs - 1];
+    if (last->role == DS4_ROLE_ASSISTANT) {
+        last->wo_eos = 1;
+        if (last->n_tool_calls > 0) {
+            api_bad(e, "messages", "the last message is an assistant tool call: send the tool "
+                    "results after it");
+            goto fail;
+        }
+        r->starts_in_reasoning = 0;
+    } else {
+        r->starts_in_reasoning = r->ro.think != DS4_THINK_NONE;
+    }
+    return r;
+fail:
+    request_free(r);
+    return NULL;
+}
+
+int conv_prepare(request *r, api_error *e) {
+    if (r->api != API_COMPLETIONS) {
+        char *err = NULL;
+        int rc = ds4_render_chat(r->msgs, r->n_msgs, &r->ro, &r->prompt, &err);
+        if (rc) {
+            api_bad(e, NULL, "cannot render the conversation: %s", err ? err : ds4_strerror(rc));
+            free(err);
+            return -1;
+        }
+    }
+    if (!r->raw_ids && ds4_tokenize(g_srv->tok, r->prompt.p ? r->prompt.p : "", r->prompt.n,
+                                    DS4_TOK_SPECIAL, &r->tokens)) {
+        api_err_set(e, 500, "server_error", NULL, NULL, "out of memory tokenizing the prompt");
+        return -1;
+    }
+    int n = (int)r->tokens.n, ctx = g_srv->ctx;
+    /* at least one token of room to generate */
+    if (n >= ctx) {
+        if (r->api == API_MESSAGES)
+            api_err_set(e, 400, "invalid_request_error", NULL, NULL,
+                        "prompt is too long: %d tokens > %d maximum", n, ctx - 1);
+        else
+            api_err_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                        r->api == API_RESPONSES ? "input" :
+                        r->api == API_COMPLETIONS ? "prompt" : "messages",
+                        "This model's maximum context length is %d tokens. However, your %s "
+                        "resulted in %d tokens. Please reduce the length of the %s.", ctx,
+                        r->api == API_COMPLETIONS ? "prompt" : "messages", n,
+                        r->api == API_COMPLETIONS ? "prompt" : "messages");
+        return -1;
+    }
+    return 0;
+}

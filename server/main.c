@@ -1,0 +1,308 @@
+/*
+ * main.c -- ds4-server: command line, startup, signals, shutdown.
+ *
+ * Owns: the flags (every one is listed by --help), the refusal to listen on
+ * a non-loopback address without an API key, loading the model, starting
+ * the worker (which creates the session) and the HTTP front, and the clean
+ * shutdown on SIGINT/SIGTERM: stop accepting, cancel the running generation
+ * (its client gets an error), fail the queued ones with 503, close the
+ * connections, free everything.  A second signal during shutdown kills the
+ * process at once.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server.h"
+#include "http.h"
+#include "metrics.h"
+#include "toolmem.h"
+#include "worker.h"
+
+server_ctx *g_srv;
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: ds4-server [options]\n"
+"\n"
+"OpenAI- and Anthropic-compatible HTTP API for DeepSeek V4 Flash:\n"
+"  GET  /v1/models, /v1/models/{id}, /health, /metrics\n"
+"  POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages,\n"
+"       /v1/messages/count_tokens\n"
+"\n"
+"model and runtime:\n"
+"  -m, --model FILE          GGUF model (default ./ds4flash.gguf)\n"
+"  -c, --ctx N               context size in tokens (default 32768)\n"
+"  -t, --threads N           worker threads (default: all cores)\n"
+"      --chunk N             prefill chunk size in tokens (default 2048)\n"
+"      --model-name NAME     model id reported by /v1/models (default: the\n"
+"                            file name without .gguf); the aliases\n"
+"                            deepseek-chat (thinking off) and deepseek-reasoner\n"
+"                            (thinking on) are always accepted\n"
+"\n"
+"network and safety:\n"
+"      --host ADDR           listen address (default 127.0.0.1)\n"
+"      --port N              port (default 8000; 0 = any free port, printed)\n"
+"      --api-key KEY         require 'Authorization: Bearer KEY' or\n"
+"                            'x-api-key: KEY' (default: env DS4_API_KEY)\n"
+"      --insecure-no-auth    allow a non-loopback --host without an API key\n"
+"      --cors                send Access-Control-* headers, answer OPTIONS\n"
+"      --max-body-bytes N    largest request body (default 33554432 = 32 MiB)\n"
+"      --max-header-bytes N  room for the request line and headers\n"
+"                            (default 65536)\n"
+"      --idle-timeout S      close idle keep-alive connections (default 120)\n"
+"      --request-timeout S   cut off a request still being received after S\n"
+"                            seconds (default 300)\n"
+"      --keepalive S         SSE comment after S silent seconds (default 10)\n"
+"      --max-connections N   simultaneous connections (default 256)\n"
+"      --max-queue N         requests waiting for the model (default 64;\n"
+"                            more get 429, Anthropic 529)\n"
+"\n"
+"generation defaults (a request's own fields win):\n"
+"      --temp F              temperature (default 1.0; 0 = greedy)\n"
+"      --top-k N             top-k (default 0 = off)\n"
+"      --top-p F             nucleus sampling (default 1.0 = off)\n"
+"      --min-p F             min-p (default 0.05)\n"
+"      --seed N              sampler seed (default 0 = random per request)\n"
+"      --max-tokens N        generation limit when a request sets none\n"
+"                            (default 0 = the rest of the context)\n"
+"      --think               thinking on, effort high (default)\n"
+"      --think-max           thinking, max effort (needs --ctx >= %d;\n"
+"                            below that it is high)\n"
+"      --nothink             thinking off by default\n"
+"      --tool-memory-max-ids N  tool-call ids whose exact sampled DSML is\n"
+"                            remembered for replay (default 100000)\n"
+"\n"
+"testing and diagnostics:\n"
+"      --test-mode           TEST ONLY: honour the X-DS4-Test-Output header\n"
+"                            (base64 text emitted instead of sampling)\n"
+"  -v, --verbose             log HTTP-level problems and ignored fields\n"
+"  -h, --help                this help\n",
+            DS4_THINK_MAX_MIN_CTX);
+}
+
+static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
+    char *end = NULL;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "ds4-server: %s needs an integer in [%ld, %ld]\n", flag, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *v, double lo, double hi, double *out) {
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || !*v || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "ds4-server: %s needs a number in [%g, %g]\n", flag, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Every address the host name resolves to must be a loopback address. */
+static int host_is_loopback(const char *host) {
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    if (getaddrinfo(host, "0", &hints, &ai)) return 0;
+    int all = 1;
+    for (struct addrinfo *p = ai; p; p = p->ai_next) {
+        if (p->ai_family == AF_INET) {
+            const struct sockaddr_in *a = (const struct sockaddr_in *)p->ai_addr;
+            if ((ntohl(a->sin_addr.s_addr) >> 24) != 127) all = 0;
+        } else if (p->ai_family == AF_INET6) {
+            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)p->ai_addr;
+            const unsigned char *b = a->sin6_addr.s6_addr;
+            int lo = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr) ||
+                     (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) && b[12] == 127);
+            if (!lo) all = 0;
+        } else {
+            all = 0;
+        }
+    }
+    freeaddrinfo(ai);
+    return all;
+}
+
+static void derive_model_id(server_ctx *s) {
+    if (s->cfg.model_name && *s->cfg.model_name) {
+        snprintf(s->model_id, sizeof s->model_id, "%s", s->cfg.model_name);
+        return;
+    }
+    const char *b = strrchr(s->cfg.model_path, '/');
+    b = b ? b + 1 : s->cfg.model_path;
+    snprintf(s->model_id, sizeof s->model_id, "%s", b);
+    size_t n = strlen(s->model_id);
+    if (n > 5 && !strcmp(s->model_id + n - 5, ".gguf")) s->model_id[n - 5] = 0;
+}
+
+int main(int argc, char **argv) {
+    server_ctx srv;
+    memset(&srv, 0, sizeof srv);
+    server_config *c = &srv.cfg;
+    c->model_path = "./ds4flash.gguf";
+    c->host = "127.0.0.1";
+    c->port = 8000;
+    c->ctx = 32768;
+    c->chunk = 0;
+    c->max_body_bytes = 32u << 20;
+    c->max_header_bytes = 64u << 10;
+    c->idle_timeout_s = 120;
+    c->request_timeout_s = 300;
+    c->keepalive_s = 10;
+    c->max_queue = 64;
+    c->max_connections = 256;
+    c->tool_memory_max_ids = 100000;
+    c->default_think = DS4_THINK_HIGH;
+    ds4_sampler_params_default(&c->sp);
+    const char *env_key = getenv("DS4_API_KEY");
+    if (env_key && *env_key) c->api_key = env_key;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long x;
+        double d;
+#define ARG(s) (!strcmp(a, s))
+#define NEXT() (i++, v)
+        if (ARG("-h") || ARG("--help")) { usage(stdout); return 0; }
+        else if (ARG("-m") || ARG("--model")) { if (!v) goto missing; c->model_path = NEXT(); }
+        else if (ARG("--host")) { if (!v) goto missing; c->host = NEXT(); }
+        else if (ARG("--port")) { if (parse_long(a, NEXT(), 0, 65535, &x)) return 2; c->port = (int)x; }
+        else if (ARG("-c") || ARG("--ctx")) { if (parse_long(a, NEXT(), 16, 1 << 24, &x)) return 2; c->ctx = (int)x; }
+        else if (ARG("-t") || ARG("--threads")) { if (parse_long(a, NEXT(), 0, 4096, &x)) return 2; c->threads = (int)x; }
+        else if (ARG("--chunk")) { if (parse_long(a, NEXT(), 1, 1 << 20, &x)) return 2; c->chunk = (int)x; }
+        else if (ARG("--model-name")) { if (!v) goto missing; c->model_name = NEXT(); }
+        else if (ARG("--api-key")) { if (!v) goto missing; c->api_key = NEXT(); }
+        else if (ARG("--insecure-no-auth")) c->insecure_no_auth = 1;
+        else if (ARG("--cors")) c->cors = 1;
+        else if (ARG("--max-body-bytes")) { if (parse_long(a, NEXT(), 1024, LONG_MAX / 2, &x)) return 2; c->max_body_bytes = (size_t)x; }
+        else if (ARG("--max-header-bytes")) { if (parse_long(a, NEXT(), 4096, 1 << 26, &x)) return 2; c->max_header_bytes = (size_t)x; }
+        else if (ARG("--idle-timeout")) { if (parse_long(a, NEXT(), 1, 86400, &x)) return 2; c->idle_timeout_s = (int)x; }
+        else if (ARG("--request-timeout")) { if (parse_long(a, NEXT(), 1, 86400, &x)) return 2; c->request_timeout_s = (int)x; }
+        else if (ARG("--keepalive")) { if (parse_long(a, NEXT(), 1, 3600, &x)) return 2; c->keepalive_s = (int)x; }
+        else if (ARG("--max-connections")) { if (parse_long(a, NEXT(), 1, 100000, &x)) return 2; c->max_connections = (int)x; }
+        else if (ARG("--max-queue")) { if (parse_long(a, NEXT(), 0, 1000000, &x)) return 2; c->max_queue = (int)x; }
+        else if (ARG("--tool-memory-max-ids")) { if (parse_long(a, NEXT(), 0, 1L << 40, &x)) return 2; c->tool_memory_max_ids = (size_t)x; }
+        else if (ARG("--temp")) { if (parse_float(a, NEXT(), 0, 100, &d)) return 2; c->sp.temperature = (float)d; }
+        else if (ARG("--top-k")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->sp.top_k = (int)x; }
+        else if (ARG("--top-p")) { if (parse_float(a, NEXT(), 0, 1, &d)) return 2; c->sp.top_p = (float)d; }
+        else if (ARG("--min-p")) { if (parse_float(a, NEXT(), 0, 1, &d)) return 2; c->sp.min_p = (float)d; }
+        else if (ARG("--seed")) { if (parse_long(a, NEXT(), 0, LONG_MAX, &x)) return 2; c->sp.seed = (uint64_t)x; }
+        else if (ARG("--max-tokens")) { if (parse_long(a, NEXT(), 0, 1 << 24, &x)) return 2; c->default_max_tokens = (int)x; }
+        else if (ARG("--think")) c->default_think = DS4_THINK_HIGH;
+        else if (ARG("--think-max")) c->default_think = DS4_THINK_MAX;
+        else if (ARG("--nothink")) c->default_think = DS4_THINK_NONE;
+        else if (ARG("--test-mode")) c->test_mode = 1;
+        else if (ARG("-v") || ARG("--verbose")) c->verbose = 1;
+        else {
+            fprintf(stderr, "ds4-server: unknown option %s (see --help)\n", a);
+            return 2;
+        }
+        continue;
+missing:
+        fprintf(stderr, "ds4-server: %s needs a value\n", a);
+        return 2;
+    }
+
+    if (!host_is_loopback(c->host) && !(c->api_key && *c->api_key) && !c->insecure_no_auth) {
+        fprintf(stderr, "ds4-server: refusing to listen on %s (not a loopback address) without "
+                "an API key: set --api-key / DS4_API_KEY, or pass --insecure-no-auth\n", c->host);
+        return 2;
+    }
+    if (util_random_init()) {
+        fprintf(stderr, "ds4-server: cannot open /dev/urandom\n");
+        return 1;
+    }
+
+    /* Signals: blocked in every thread (inherited), taken by sigwait below. */
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+    ds4_model_params mp;
+    ds4_model_params_default(&mp);
+    mp.n_threads = c->threads;
+    char *err = NULL;
+    srv.model = ds4_model_load(c->model_path, &mp, &err);
+    if (!srv.model) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the model");
+        free(err);
+        return 1;
+    }
+    srv.tok = ds4_model_tokenizer(srv.model);
+    srv.sp = ds4_tok_special(srv.tok);
+    ds4_model_info info;
+    ds4_model_get_info(srv.model, &info);
+    srv.n_vocab = info.n_vocab;
+    srv.started = util_unix_time();
+    derive_model_id(&srv);
+    srv.ctx = c->ctx;
+    g_srv = &srv;
+
+    int rc = 1;
+    http_server *h = NULL;
+    srv.m = metrics_new();
+    srv.tm = toolmem_new(c->tool_memory_max_ids);
+    if (!srv.m || !srv.tm) { fprintf(stderr, "ds4-server: out of memory\n"); goto out; }
+    srv.w = worker_start(&srv, &err);
+    if (!srv.w) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start the worker");
+        free(err);
+        goto out;
+    }
+    int port = 0;
+    h = http_start(&srv, &port, &err);
+    if (!h) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start HTTP");
+        free(err);
+        goto out;
+    }
+    log_msg("%s: %d layers, vocab %d, context %d tokens%s%s", srv.model_id, info.n_layer,
+            info.n_vocab, srv.ctx, c->test_mode ? ", TEST MODE (X-DS4-Test-Output honoured)" : "",
+            c->api_key ? ", API key required" : "");
+    if (strstr(info.name, "RANDOM") || strstr(info.name, "random") || strstr(info.name, "tiny"))
+        log_msg("note: %s looks like a synthetic random-weight model: its output is noise",
+                info.name);
+    fprintf(stderr, "ds4-server: listening on http://%s%s%s:%d\n",
+            strchr(c->host, ':') ? "[" : "", c->host, strchr(c->host, ':') ? "]" : "", port);
+    fflush(stderr);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    /* a second signal ends the process immediately */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+    log_msg("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_quiesce(h);
+    worker_stop(srv.w);
+    http_stop(h);
+    h = NULL;
+    rc = 0;
+out:
+    http_stop(h);
+    worker_free(srv.w);
+    toolmem_free(srv.tm);
+    metrics_free(srv.m);
+    ds4_model_free(srv.model);
+    g_srv = NULL;
+    if (rc == 0) log_msg("stopped");
+    return rc;
+}

@@ -1,0 +1,165 @@
+/*
+ * metrics.c -- see metrics.h.  Prometheus text format 0.0.4: HELP/TYPE lines,
+ * counters end in _total, labels in {endpoint="...",status="..."}.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "toolmem.h"
+
+#define MAX_STATUS 16
+
+typedef struct {
+    int status;
+    unsigned long long n;
+} status_count;
+
+struct metrics {
+    pthread_mutex_t mu;
+    status_count req[EP__N][MAX_STATUS];
+    unsigned long long prompt_tokens, cached_tokens, evaluated_tokens, generated_tokens;
+    double prefill_s, decode_s;
+    double last_prefill_tps, last_decode_tps;
+    unsigned long long jobs, reuse_hits, reuse_misses, text_reuse, retokenized;
+    unsigned long long cancelled_client, cancelled_shutdown;
+    unsigned long long tool_calls, replay_exact, replay_canonical;
+    int queue_depth, queue_peak, busy, session_tokens;
+};
+
+metrics *metrics_new(void) {
+    metrics *m = calloc(1, sizeof *m);
+    if (m) pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+void metrics_free(metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void metrics_request(metrics *m, endpoint ep, int status) {
+    if ((unsigned)ep >= EP__N) ep = EP_OTHER;
+    pthread_mutex_lock(&m->mu);
+    status_count *r = m->req[ep];
+    for (int i = 0; i < MAX_STATUS; i++) {
+        if (r[i].status == status || r[i].status == 0) {
+            r[i].status = status;
+            r[i].n++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_queue(metrics *m, int depth) {
+    pthread_mutex_lock(&m->mu);
+    m->queue_depth = depth;
+    if (depth > m->queue_peak) m->queue_peak = depth;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_busy(metrics *m, int busy) {
+    pthread_mutex_lock(&m->mu);
+    m->busy = busy;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_job_done(metrics *m, const metrics_job *j) {
+    pthread_mutex_lock(&m->mu);
+    m->jobs++;
+    m->prompt_tokens += (unsigned long long)j->prompt_tokens;
+    m->cached_tokens += (unsigned long long)j->cached_tokens;
+    m->evaluated_tokens += (unsigned long long)j->evaluated_tokens;
+    m->generated_tokens += (unsigned long long)j->generated_tokens;
+    m->prefill_s += j->prefill_s;
+    m->decode_s += j->decode_s;
+    if (j->evaluated_tokens > 0 && j->prefill_s > 0)
+        m->last_prefill_tps = j->evaluated_tokens / j->prefill_s;
+    if (j->generated_tokens > 1 && j->decode_s > 0)
+        m->last_decode_tps = j->generated_tokens / j->decode_s;
+    if (j->reuse_hit) m->reuse_hits++; else m->reuse_misses++;
+    if (j->text_reuse) m->text_reuse++;
+    if (j->retokenized) m->retokenized++;
+    m->tool_calls += (unsigned long long)j->tool_calls;
+    if (j->cancelled == CANCEL_CLIENT) m->cancelled_client++;
+    if (j->cancelled == CANCEL_SHUTDOWN) m->cancelled_shutdown++;
+    m->session_tokens = j->session_tokens;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_tool_replay(metrics *m, int exact, int canonical) {
+    if (!exact && !canonical) return;
+    pthread_mutex_lock(&m->mu);
+    m->replay_exact += (unsigned long long)exact;
+    m->replay_canonical += (unsigned long long)canonical;
+    pthread_mutex_unlock(&m->mu);
+}
+
+#define COUNTER(name, help, val) \
+    ds4_buf_printf(&b, "# HELP " name " " help "\n# TYPE " name " counter\n" name " %llu\n", \
+                   (unsigned long long)(val))
+#define GAUGE(name, help, fmt, val) \
+    ds4_buf_printf(&b, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " " fmt "\n", val)
+
+char *metrics_render(metrics *m) {
+    ds4_buf b = { 0 };
+    size_t tool_ids = g_srv && g_srv->tm ? toolmem_count(g_srv->tm) : 0;
+    pthread_mutex_lock(&m->mu);
+    ds4_buf_puts(&b, "# HELP ds4_requests_total HTTP requests answered, by endpoint and status.\n"
+                     "# TYPE ds4_requests_total counter\n");
+    for (int e = 0; e < EP__N; e++)
+        for (int i = 0; i < MAX_STATUS && m->req[e][i].status; i++)
+            ds4_buf_printf(&b, "ds4_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                           endpoint_label((endpoint)e), m->req[e][i].status, m->req[e][i].n);
+    COUNTER("ds4_jobs_total", "Generations run by the inference worker.", m->jobs);
+    COUNTER("ds4_prompt_tokens_total", "Prompt tokens of finished generations.", m->prompt_tokens);
+    COUNTER("ds4_prompt_tokens_cached_total", "Prompt tokens reused from the live session.",
+            m->cached_tokens);
+    COUNTER("ds4_prompt_tokens_evaluated_total", "Prompt tokens evaluated (prefill work).",
+            m->evaluated_tokens);
+    COUNTER("ds4_generated_tokens_total", "Tokens generated (reasoning included).",
+            m->generated_tokens);
+    ds4_buf_printf(&b, "# HELP ds4_prefill_seconds_total Time spent in prefill.\n"
+                   "# TYPE ds4_prefill_seconds_total counter\nds4_prefill_seconds_total %.6f\n",
+                   m->prefill_s);
+    ds4_buf_printf(&b, "# HELP ds4_decode_seconds_total Time spent generating.\n"
+                   "# TYPE ds4_decode_seconds_total counter\nds4_decode_seconds_total %.6f\n",
+                   m->decode_s);
+    GAUGE("ds4_prefill_tokens_per_second", "Prefill speed of the last generation with a prefill.",
+          "%.3f", m->last_prefill_tps);
+    GAUGE("ds4_decode_tokens_per_second", "Decode speed of the last generation.", "%.3f",
+          m->last_decode_tps);
+    COUNTER("ds4_session_reuse_hits_total", "Generations that kept a prefix of the live session.",
+            m->reuse_hits);
+    COUNTER("ds4_session_reuse_misses_total", "Generations that evaluated the prompt from scratch.",
+            m->reuse_misses);
+    COUNTER("ds4_session_reuse_text_total",
+            "Reuse decided by comparing rendered text (only the suffix was tokenized).",
+            m->text_reuse);
+    COUNTER("ds4_session_reuse_retokenized_total",
+            "Text reuse hits where a fresh tokenization would have split the kept text differently.",
+            m->retokenized);
+    GAUGE("ds4_session_tokens", "Tokens held by the live session.", "%d", m->session_tokens);
+    GAUGE("ds4_queue_depth", "Requests waiting for the inference worker.", "%d", m->queue_depth);
+    GAUGE("ds4_queue_depth_peak", "Largest queue depth seen.", "%d", m->queue_peak);
+    GAUGE("ds4_worker_busy", "1 while the worker runs a generation.", "%d", m->busy);
+    ds4_buf_printf(&b, "# HELP ds4_cancelled_total Generations cancelled, by reason.\n"
+                   "# TYPE ds4_cancelled_total counter\n"
+                   "ds4_cancelled_total{reason=\"client_disconnect\"} %llu\n"
+                   "ds4_cancelled_total{reason=\"shutdown\"} %llu\n",
+                   m->cancelled_client, m->cancelled_shutdown);
+    COUNTER("ds4_tool_calls_total", "Tool calls generated.", m->tool_calls);
+    COUNTER("ds4_tool_replay_exact_total",
+            "Assistant tool-call turns rendered from the remembered sampled DSML.", m->replay_exact);
+    COUNTER("ds4_tool_replay_canonical_total",
+            "Assistant tool-call turns rendered canonically (id unknown or changed).",
+            m->replay_canonical);
+    GAUGE("ds4_tool_memory_ids", "Tool-call ids held by the DSML memory.", "%zu", tool_ids);
+    GAUGE("ds4_context_size", "Context size of the session in tokens.", "%d",
+          g_srv ? g_srv->ctx : 0);
+    pthread_mutex_unlock(&m->mu);
+    return b.p ? b.p : strdup("");
+}

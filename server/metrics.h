@@ -1,0 +1,33 @@
+/*
+ * metrics.h -- counters of ds4-server and their Prometheus text rendering
+ * (metrics.c).  Updated from any thread; every update takes one mutex (a few
+ * per request, one per job for the token counts: never per token).
+ */
+#ifndef DS4_SERVER_METRICS_H
+#define DS4_SERVER_METRICS_H
+
+#include "server.h"
+
+typedef struct metrics metrics;
+
+metrics *metrics_new(void);
+void metrics_free(metrics *m);
+
+void metrics_request(metrics *m, endpoint ep, int status);
+void metrics_queue(metrics *m, int depth);          /* after every change */
+void metrics_busy(metrics *m, int busy);
+/* One finished job. */
+typedef struct {
+    int prompt_tokens, cached_tokens, evaluated_tokens, generated_tokens;
+    double prefill_s, decode_s;
+    int reuse_hit, text_reuse, retokenized;
+    int tool_calls;
+    int cancelled;             /* CANCEL_* */
+    int session_tokens;
+} metrics_job;
+void metrics_job_done(metrics *m, const metrics_job *j);
+void metrics_tool_replay(metrics *m, int exact, int canonical);
+/* Render the Prometheus text exposition (malloc'd). */
+char *metrics_render(metrics *m);
+
+#endif

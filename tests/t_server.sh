@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# ds4-server end to end: starts ./ds4-server on the tiny random-weight model
+# with --test-mode on a free port, waits for /health, runs the Node tests in
+# tests/server (official openai and @anthropic-ai/sdk clients), and always
+# stops the server.  Run from the repository root (tests/run.sh does).
+# Needs node + npm; installs tests/server/node_modules with `npm ci` when
+# missing.
+set -u
+cd "$(dirname "$0")/.."
+SHARED="${DS4_SHARED:-../shared}"
+MODEL="$SHARED/golden/models/tiny-a-q2.gguf"
+[ -x ./ds4-server ] || { echo "t_server: ./ds4-server not built" >&2; exit 1; }
+[ -f "$MODEL" ] || { echo "t_server: $MODEL missing" >&2; exit 1; }
+command -v node >/dev/null || { echo "t_server: node not found" >&2; exit 1; }
+
+if [ ! -d tests/server/node_modules ]; then
+    (cd tests/server && npm ci --no-audit --no-fund) || { echo "t_server: npm ci failed" >&2; exit 1; }
+fi
+
+LOG=$(mktemp "${TMPDIR:-/tmp}/ds4-server-test.XXXXXX")
+# --chunk 64: prefill checks for cancellation every 64 tokens (the
+# cancellation test aborts in the middle of a long prefill)
+./ds4-server -m "$MODEL" --port 0 --ctx 4096 --chunk 64 -t 1 --test-mode \
+    --max-body-bytes 1048576 --max-queue 32 --keepalive 1 ${DS4_SERVER_ARGS:-} 2> "$LOG" &
+PID=$!
+cleanup() {
+    kill "$PID" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$PID" 2>/dev/null
+    wait "$PID" 2>/dev/null
+}
+trap 'cleanup; rm -f "$LOG"' EXIT
+
+URL=""
+for _ in $(seq 300); do
+    URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$LOG" | head -n1)
+    [ -n "$URL" ] && break
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$URL" ]; then
+    echo "t_server: the server did not start" >&2
+    cat "$LOG" >&2
+    exit 1
+fi
+for _ in $(seq 100); do
+    curl -sf "$URL/health" >/dev/null 2>&1 && break
+    node -e "fetch('$URL/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))" 2>/dev/null && break
+    sleep 0.1
+done
+
+export DS4_URL="$URL" DS4_SERVER="$PWD/ds4-server" DS4_MODEL="$PWD/$MODEL"
+cd tests/server
+node --test --test-concurrency=1 --test-reporter=spec ${DS4_TEST_FILES:-*.test.mjs}
+rc=$?
+cd ../..
+if [ $rc -ne 0 ]; then
+    echo "--- server log (tail) ---"
+    tail -n 40 "$LOG"
+fi
+exit $rc
