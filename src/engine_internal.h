@@ -76,6 +76,7 @@ typedef struct {
     float *moe;               /* [T][D] routed sum */
     float *shared;            /* [T][D] */
     float *g, *u;             /* [T*K][F] (routed, by expert) */
+    float *shared_g, *shared_u; /* [T][F_shared] */
     float *dn;                /* [T*K][D] */
     int *erows;               /* [T*K] token lists by expert */
     int *eslot;               /* [T*K] */

@@ -55,6 +55,52 @@ static void mm(fwd *f, const ds4_tensor *t, const float *x, size_t xs,
     cpu_matmul(&f->cc, mat_of(t), f->no_qat, x, xs, f->T, y, ys, f->s->sc.qscratch);
 }
 
+/* Several weights applied to the same input rows in one parallel section:
+ * fewer synchronisations per token and better balance than one section per
+ * matrix.  Each weight reads columns [col0, col0 + n_in) of the rows; the
+ * rows are quantized once per activation kind (blocks never straddle col0
+ * because col0 is a multiple of every block size in use). */
+typedef struct {
+    mat_t W;
+    int col0;
+    float *out;
+    size_t ostride;
+} mm_spec;
+
+static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
+    mm_spec sp = { mat_of(t), 0, out, ostride };
+    return sp;
+}
+
+static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *sp, int n) {
+    cpu_scratch *sc = &f->s->sc;
+    mm_group g[16];
+    uint8_t *area[3] = { NULL, NULL, NULL };
+    size_t rb[3] = { 0, 0, 0 };
+    uint8_t *q = sc->qscratch;
+    for (int i = 0; i < n && i < 16; i++) {
+        act_kind k = act_kind_for(sp[i].W.type, f->no_qat);
+        if (k != ACT_F32 && !area[k]) {
+            rb[k] = act_row_bytes(k, nx);
+            area[k] = q;
+            for (int t = 0; t < f->T; t++)
+                act_quantize_row(k, x + (size_t)t * xs, nx, q + (size_t)t * rb[k]);
+            q += (size_t)f->T * rb[k];
+        }
+        mm_group gg = { .W = sp[i].W, .kind = k, .n_rows = f->T, .out = sp[i].out,
+                        .out_stride = sp[i].ostride };
+        if (k == ACT_F32) {
+            gg.act = (const uint8_t *)(x + sp[i].col0);
+            gg.act_stride = xs * sizeof(float);
+        } else {
+            gg.act = area[k] + act_row_bytes(k, sp[i].col0);
+            gg.act_stride = rb[k];
+        }
+        g[i] = gg;
+    }
+    cpu_matmul_groups(&f->cc, g, n < 16 ? n : 16);
+}
+
 typedef void (*tok_fn)(fwd *f, int t, void *ud);
 typedef struct { fwd *f; tok_fn fn; void *ud; int T; } tok_job;
 
@@ -543,11 +589,31 @@ static void attention(fwd *f, int il) {
     for_tokens(f, norm_rows_task, (void *)&lw->attn_norm);
     for_tokens(f, rope_tables_task, &L);
 
-    /* queries through the low-rank path; qr also feeds the indexer */
-    mm(f, &lw->attn_q_a, sc->a, D, sc->qa, c->q_lora);
+    /* every projection of the normed input in one section: queries'
+     * low-rank path, the KV head, the compressors */
+    mm_spec sp[8];
+    int ns = 0;
+    const int cwid = lw->coff * d, iw2 = 2 * c->idx_dim;
+    sp[ns++] = spec(&lw->attn_q_a, sc->qa, c->q_lora);
+    sp[ns++] = spec(&lw->attn_kv, sc->kv, d);
+    if (lw->ratio) {
+        sp[ns++] = spec(&lw->comp_kv, sc->ckv, cwid);
+        sp[ns++] = spec(&lw->comp_gate, sc->csc, cwid);
+        if (lw->has_indexer) {
+            sp[ns++] = spec(&lw->idx_comp_kv, sc->ikv, iw2);
+            sp[ns++] = spec(&lw->idx_comp_gate, sc->isc, iw2);
+        }
+    }
+    mm_multi(f, sc->a, D, D, sp, ns);
     for_tokens(f, qr_norm_task, &L);
-    mm(f, &lw->attn_q_b, sc->qr, c->q_lora, sc->q, (size_t)c->n_head * d);
-    mm(f, &lw->attn_kv, sc->a, D, sc->kv, d);
+    /* the indexer's queries (a 16 MB matrix in Flash) only when some token
+     * of the chunk sees more compressed rows than top_k */
+    int need_idx = lw->has_indexer && (f->p0 + T) / lw->ratio > c->idx_topk;
+    ns = 0;
+    sp[ns++] = spec(&lw->attn_q_b, sc->q, (size_t)c->n_head * d);
+    if (need_idx) sp[ns++] = spec(&lw->idx_q_b, sc->iq, (size_t)c->idx_heads * c->idx_dim);
+    mm_multi(f, sc->qr, c->q_lora, c->q_lora, sp, ns);
+    if (need_idx) mm(f, &lw->idx_proj, sc->a, D, sc->iw, c->idx_heads);
     for_tokens(f, q_post_task, &L);
 
     /* append the new raw rows */
@@ -558,16 +624,9 @@ static void attention(fwd *f, int il) {
     st->raw_len += T;
 
     if (lw->ratio) {
-        const int R = lw->ratio, cw = lw->coff * d;
-        mm(f, &lw->comp_kv, sc->a, D, sc->ckv, cw);
-        mm(f, &lw->comp_gate, sc->a, D, sc->csc, cw);
+        const int R = lw->ratio, cw = cwid;
         add_ape(f, &lw->comp_ape, sc->csc);
-        if (lw->has_indexer) {
-            const int iw2 = 2 * c->idx_dim;
-            mm(f, &lw->idx_comp_kv, sc->a, D, sc->ikv, iw2);
-            mm(f, &lw->idx_comp_gate, sc->a, D, sc->isc, iw2);
-            add_ape(f, &lw->idx_comp_ape, sc->isc);
-        }
+        if (lw->has_indexer) add_ape(f, &lw->idx_comp_ape, sc->isc);
         /* advance the frontiers token by token (the decode functions) */
         for (int t = 0; t < T; t++) {
             int64_t pos = f->p0 + t;
@@ -578,7 +637,6 @@ static void attention(fwd *f, int il) {
                 st->n_comp++;
             }
             if (lw->has_indexer) {
-                const int iw2 = 2 * c->idx_dim;
                 float *irow = st->icomp + (size_t)st->n_icomp * c->idx_dim;
                 if (comp_push(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, sc->ikv + (size_t)t * iw2,
                               sc->isc + (size_t)t * iw2, pos, irow)) {
@@ -588,11 +646,7 @@ static void attention(fwd *f, int il) {
             }
         }
         if (lw->has_indexer) {
-            /* only tokens that see more rows than top_k need the indexer */
-            int64_t last = f->p0 + T;
-            if (last / R > c->idx_topk) {
-                mm(f, &lw->idx_q_b, sc->qr, c->q_lora, sc->iq, (size_t)c->idx_heads * c->idx_dim);
-                mm(f, &lw->idx_proj, sc->a, D, sc->iw, c->idx_heads);
+            if (need_idx) {
                 for_tokens(f, idx_q_task, NULL);
                 idx_select(f, il, st);
             } else {
@@ -607,11 +661,15 @@ static void attention(fwd *f, int il) {
     /* grouped low-rank output: group g maps its heads through rows
      * [g*o_lora, (g+1)*o_lora) of attn_output_a */
     const int G = c->o_groups, gdim = (c->n_head / G) * d;
-    for (int g = 0; g < G; g++) {
-        mat_t Wg = mat_rows(mat_of(&lw->attn_output_a), g * c->o_lora, c->o_lora);
-        cpu_matmul(&f->cc, Wg, f->no_qat, sc->heads + (size_t)g * gdim, (size_t)c->n_head * d,
-                   T, sc->low + (size_t)g * c->o_lora, (size_t)G * c->o_lora, sc->qscratch);
+    mm_spec og[16];
+    for (int g = 0; g < G && g < 16; g++) {
+        og[g].W = mat_rows(mat_of(&lw->attn_output_a), g * c->o_lora, c->o_lora);
+        og[g].W.n_in = gdim;
+        og[g].col0 = g * gdim;
+        og[g].out = sc->low + (size_t)g * c->o_lora;
+        og[g].ostride = (size_t)G * c->o_lora;
     }
+    mm_multi(f, sc->heads, (size_t)c->n_head * d, c->n_head * d, og, G);
     mm(f, &lw->attn_output_b, sc->low, (size_t)G * c->o_lora, sc->y, D);
     hc_post(f, il, 0);
 }
@@ -718,7 +776,12 @@ static void moe(fwd *f, int il, const int32_t *toks) {
     hc_pre(f, &h);
     for_tokens(f, ffn_norm_task, (void *)&lw->ffn_norm);
 
-    mm(f, &lw->ffn_gate_inp, sc->a, D, sc->rlog, E);
+    /* router and the shared expert's gate/up read the same input */
+    int FS = (int)lw->ffn_gate_shexp.ne[1];
+    mm_spec sp[3] = { spec(&lw->ffn_gate_inp, sc->rlog, E),
+                      spec(&lw->ffn_gate_shexp, sc->shared_g, FS),
+                      spec(&lw->ffn_up_shexp, sc->shared_u, FS) };
+    mm_multi(f, sc->a, D, D, sp, 3);
     route_ud r = { il, toks };
     for_tokens(f, route_task, &r);
 
@@ -788,11 +851,8 @@ static void moe(fwd *f, int il, const int32_t *toks) {
     }
 
     /* shared expert: same SwiGLU and clamp, no routing weight */
-    int FS = (int)lw->ffn_gate_shexp.ne[1];
-    mm(f, &lw->ffn_gate_shexp, sc->a, D, sc->g, FS);
-    mm(f, &lw->ffn_up_shexp, sc->a, D, sc->u, FS);
-    swiglu(f, sc->g, sc->u, T, FS, lw->swiglu_clamp, NULL);
-    mm(f, &lw->ffn_down_shexp, sc->g, FS, sc->shared, D);
+    swiglu(f, sc->shared_g, sc->shared_u, T, FS, lw->swiglu_clamp, NULL);
+    mm(f, &lw->ffn_down_shexp, sc->shared_g, FS, sc->shared, D);
     for (size_t i = 0; i < (size_t)T * D; i++) sc->y[i] = sc->moe[i] + sc->shared[i];
     hc_post(f, il, 1);
 }

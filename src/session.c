@@ -118,6 +118,8 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->shared, T * D * 4);
     ITEM(sc->g, gu * 4);
     ITEM(sc->u, gu * 4);
+    ITEM(sc->shared_g, (size_t)T * FS * 4);
+    ITEM(sc->shared_u, (size_t)T * FS * 4);
     ITEM(sc->dn, moe_pairs * D * 4);
     ITEM(sc->erows, moe_pairs * 4);
     ITEM(sc->eslot, moe_pairs * 4);
@@ -127,7 +129,7 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->ntopk, T * 4);
     ITEM(sc->scores, (comp_max + 1) * 4);
     ITEM(sc->attn_w, (size_t)nth * (c->n_swa + comp_max + 1) * 4);
-    ITEM(sc->qscratch, qbytes);
+    ITEM(sc->qscratch, 2 * qbytes);   /* two activation kinds at once (mm_multi) */
     ITEM(sc->qscratch2, 2 * E * sizeof(mm_group));
     ITEM(sc->ylast, T * D * 4);
     ITEM(sc->logits, (size_t)c->n_vocab * 4);
