@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# t_bench.sh -- tests of ds4-bench (tools/ds4_bench.c), run from the repo
+# root by tests/run.sh.  On a tiny synthesized model: the CSV header and
+# rows, positive numbers, growing kv_bytes, the SVG plot, that the tokens
+# generated after snapshot/restore and incremental prefill equal those of
+# other frontier schedules, chunk sizes and an uninterrupted prefill, the
+# context_length warning, Ctrl+C (partial rows, plot, exit 130) and bad
+# arguments.  One worker thread (the machine is shared), well under 30 s.
+set -u
+cd "$(dirname "$0")/.."
+SHARED="${DS4_SHARED:-../shared}"
+VOCAB="$SHARED/vocab/mini-vocab.gguf"
+TEXT=bench/data/italian_sample.txt
+HEADER="ctx,prefill_tokens,prefill_tps,decode_tokens,decode_tps,kv_bytes,weight_bytes_per_token"
+fail=0
+ok()  { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+for b in ds4-bench ds4-synth; do
+    [ -x ./$b ] || make -s $b >/dev/null || { echo "FAIL cannot build $b"; exit 1; }
+done
+T=$(mktemp -d "${TMPDIR:-/tmp}/t_bench.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+M="$T/m.gguf"
+./ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" -o "$M" > "$T/synth.txt" 2>&1 ||
+    { cat "$T/synth.txt"; echo "FAIL cannot synthesize the tiny model"; exit 1; }
+B=(./ds4-bench -m "$M" --prompt-file "$TEXT" -t 1 --no-warmup)
+
+# gen_ids ERRFILE CTX -> the ids generated at frontier CTX (from --verbose)
+gen_ids() { sed -n "s/^ds4-bench: gen ctx=$2: //p" "$1"; }
+
+# check_csv FILE LABEL N_ROWS "ctx list" "prefill_tokens list" GEN
+check_csv() {
+    local f=$1 label=$2 n=$3 ctxs=$4 pts=$5 gen=$6
+    if [ "$(head -n 1 "$f")" = "$HEADER" ]; then ok "$label: CSV header"
+    else bad "$label: CSV header is '$(head -n 1 "$f")'"; fi
+    local rows=$(($(wc -l < "$f") - 1))
+    if [ "$rows" -eq "$n" ]; then ok "$label: $n rows"; else bad "$label: $rows rows, expected $n"; fi
+    if awk -F, -v ctxs="$ctxs" -v pts="$pts" -v gen="$gen" '
+        NR == 1 { split(ctxs, C, " "); split(pts, P, " "); next }
+        {
+            i = NR - 1
+            if (NF != 7) { print "row " i ": " NF " fields"; bad = 1 }
+            for (k = 1; k <= 7; k++)
+                if ($k !~ /^[0-9]+(\.[0-9]+)?$/ || $k + 0 <= 0) { print "row " i " field " k " not positive: " $k; bad = 1 }
+            if ($1 != C[i]) { print "row " i ": ctx " $1 ", expected " C[i]; bad = 1 }
+            if ($2 != P[i]) { print "row " i ": prefill_tokens " $2 ", expected " P[i]; bad = 1 }
+            if ($4 != gen) { print "row " i ": decode_tokens " $4 ", expected " gen; bad = 1 }
+            if (i > 1 && $6 + 0 <= kv) { print "row " i ": kv_bytes " $6 " does not grow (" kv ")"; bad = 1 }
+            if (i > 1 && $7 != wb) { print "row " i ": weight_bytes_per_token changes"; bad = 1 }
+            kv = $6 + 0; wb = $7
+        }
+        END { exit bad }' "$f" > "$T/awk.txt"; then ok "$label: values positive, ctx/prefill/decode counts right, kv_bytes grows"
+    else bad "$label: values:"; sed 's/^/     /' "$T/awk.txt"; fi
+}
+
+check_svg() {   # check_svg FILE LABEL
+    local f=$1 label=$2
+    if [ ! -s "$f" ]; then bad "$label: no plot"; return; fi
+    if command -v xmllint >/dev/null 2>&1; then
+        if xmllint --noout "$f" 2> "$T/xml.txt"; then ok "$label: plot is well-formed XML (xmllint)"
+        else bad "$label: plot is not well-formed:"; head -5 "$T/xml.txt"; fi
+    fi
+    if head -c 300 "$f" | grep -q '<svg ' && tail -n 1 "$f" | grep -q '</svg>' &&
+       [ "$(grep -c '<polyline' "$f")" -eq 2 ] && grep -q 'ds4-synth-tiny-q2' "$f" &&
+       grep -q 'prefill tokens/s' "$f" && grep -q 'decode tokens/s' "$f"; then
+        ok "$label: plot has <svg>..</svg>, two series, title and labels"
+    else bad "$label: plot content"; fi
+}
+
+# --- A: 64..512 x2 --------------------------------------------------------
+if "${B[@]}" --ctx-start 64 --ctx-max 512 --step-mul 2 --gen-tokens 4 --verbose \
+        --plot "$T/a.svg" > "$T/a.csv" 2> "$T/a.err"; then ok "A: 64..512 x2 ran"
+else bad "A: exit $?:"; tail -5 "$T/a.err"; fi
+check_csv "$T/a.csv" A 4 "64 128 256 512" "64 64 128 256" 4
+check_svg "$T/a.svg" A
+if [ "$(grep -c 'snapshot .* MB: save [0-9]* MB/s, restore [0-9]* MB/s' "$T/a.err")" -eq 4 ]; then
+    ok "A: snapshot save/restore MB/s on stderr for every frontier"
+else bad "A: snapshot speeds missing on stderr"; fi
+if ! grep -q 'MB/s' "$T/a.csv"; then ok "A: stdout is pure CSV"; else bad "A: extra text on stdout"; fi
+
+# --- B: 64..512 +64, chunk 40: the same tokens at the common frontiers ----
+if "${B[@]}" --ctx-start 64 --ctx-max 512 --step-incr 64 --gen-tokens 4 --chunk 40 --verbose \
+        --plot "$T/b.svg" > "$T/b.csv" 2> "$T/b.err"; then ok "B: 64..512 +64 chunk 40 ran"
+else bad "B: exit $?:"; tail -5 "$T/b.err"; fi
+check_csv "$T/b.csv" B 8 "64 128 192 256 320 384 448 512" "64 64 64 64 64 64 64 64" 4
+check_svg "$T/b.svg" B
+same=1
+for c in 64 128 256 512; do
+    a=$(gen_ids "$T/a.err" $c); b=$(gen_ids "$T/b.err" $c)
+    if [ -z "$a" ] || [ "$a" != "$b" ]; then same=0; echo "     ctx $c: A [$a] B [$b]"; fi
+done
+if [ $same = 1 ]; then ok "A = B: generated tokens independent of frontier schedule and chunk size"
+else bad "A != B: generated tokens differ between schedules"; fi
+
+# --- C: one frontier at 512: uninterrupted prefill ------------------------
+if "${B[@]}" --ctx-start 512 --ctx-max 512 --gen-tokens 4 --chunk 100 --verbose \
+        > "$T/c.csv" 2> "$T/c.err"; then ok "C: single frontier 512 ran"
+else bad "C: exit $?:"; tail -5 "$T/c.err"; fi
+check_csv "$T/c.csv" C 1 "512" "512" 4
+a=$(gen_ids "$T/a.err" 512); c=$(gen_ids "$T/c.err" 512)
+if [ -n "$a" ] && [ "$a" = "$c" ]; then ok "A = C: restore-then-continue equals an uninterrupted prefill ($c)"
+else bad "A != C at 512: [$a] vs [$c]"; fi
+
+# --- context_length warning ----------------------------------------------
+M2="$T/m128.gguf"
+./ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" --set context_length=128 -o "$M2" > /dev/null 2>&1
+if ./ds4-bench -m "$M2" --prompt-file "$TEXT" -t 1 --no-warmup --ctx-start 64 --ctx-max 128 \
+        --gen-tokens 2 > "$T/w.csv" 2> "$T/w.err" && grep -q "WARNING.*context_length (128)" "$T/w.err"; then
+    ok "frontier beyond context_length: warning, run completes"
+else bad "context_length warning:"; tail -5 "$T/w.err"; fi
+
+# --- Ctrl+C: partial rows, the plot, exit 130 -----------------------------
+"${B[@]}" --ctx-start 64 --ctx-max 4000 --step-incr 64 --gen-tokens 2 --plot "$T/i.svg" \
+    > "$T/i.csv" 2> "$T/i.err" &
+pid=$!
+for _ in $(seq 100); do
+    [ "$(wc -l < "$T/i.csv")" -ge 3 ] && break
+    sleep 0.1
+done
+kill -INT $pid 2>/dev/null
+wait $pid; rc=$?
+rows=$(($(wc -l < "$T/i.csv") - 1))
+if [ $rc -eq 130 ] && [ $rows -ge 2 ] && [ $rows -lt 62 ] && grep -q interrupted "$T/i.err"; then
+    ok "SIGINT: exit 130 after $rows rows"
+else bad "SIGINT: exit $rc, $rows rows"; tail -3 "$T/i.err"; fi
+check_svg "$T/i.svg" "SIGINT"
+
+# --- bad arguments ----------------------------------------------------------
+expect_fail() {   # expect_fail CODE "PATTERN" LABEL ARGS...
+    local code=$1 pat=$2 label=$3; shift 3
+    "$@" > "$T/bad.out" 2> "$T/bad.err"
+    local rc=$?
+    if [ $rc -eq "$code" ] && grep -qi -- "$pat" "$T/bad.err" && [ ! -s "$T/bad.out" ]; then
+        ok "bad args: $label -> exit $rc"
+    else bad "bad args: $label -> exit $rc (want $code), stderr: $(head -2 "$T/bad.err")"; fi
+}
+P=(--prompt-file "$TEXT")
+expect_fail 2 "prompt-file" "no --prompt-file" ./ds4-bench -m "$M"
+expect_fail 2 "exclusive" "--step-incr with --step-mul" ./ds4-bench -m "$M" "${P[@]}" --step-incr 4 --step-mul 2
+expect_fail 2 "ctx-max" "--ctx-max < --ctx-start" ./ds4-bench -m "$M" "${P[@]}" --ctx-start 128 --ctx-max 64
+expect_fail 2 "ctx-start" "--ctx-start 0" ./ds4-bench -m "$M" "${P[@]}" --ctx-start 0
+expect_fail 2 "gen-tokens" "--gen-tokens 0" ./ds4-bench -m "$M" "${P[@]}" --gen-tokens 0
+expect_fail 2 "step-mul" "--step-mul 1" ./ds4-bench -m "$M" "${P[@]}" --step-mul 1
+expect_fail 2 "step-incr" "--step-incr 0" ./ds4-bench -m "$M" "${P[@]}" --step-incr 0
+expect_fail 2 "integer" "--ctx-max abc" ./ds4-bench -m "$M" "${P[@]}" --ctx-max abc
+expect_fail 2 "needs a value" "--chunk without value" ./ds4-bench -m "$M" "${P[@]}" --chunk
+expect_fail 2 "unknown option" "unknown option" ./ds4-bench -m "$M" "${P[@]}" --frobnicate
+expect_fail 2 "cannot open the model" "missing model" ./ds4-bench -m "$T/nope.gguf" "${P[@]}"
+expect_fail 2 "cannot read the prompt file" "missing text" ./ds4-bench -m "$M" --prompt-file "$T/nope.txt"
+: > "$T/empty.txt"
+expect_fail 2 "empty" "empty text" ./ds4-bench -m "$M" --prompt-file "$T/empty.txt"
+expect_fail 2 "cannot write the plot" "unwritable plot" ./ds4-bench -m "$M" "${P[@]}" --plot "$T/no/dir/p.svg"
+expect_fail 1 "ds4-bench: " "not a GGUF" ./ds4-bench -m "$TEXT" "${P[@]}"
+
+if ./ds4-bench --help > "$T/help.txt" 2>&1; then
+    missing=""
+    for o in -m --prompt-file --ctx-start --ctx-max --step-incr --step-mul --gen-tokens --threads \
+             --chunk --plot --no-qat --no-warmup --verbose "$HEADER"; do
+        grep -q -- "$o" "$T/help.txt" || missing="$missing $o"
+    done
+    if [ -z "$missing" ]; then ok "--help documents every option and the CSV header"
+    else bad "--help lacks:$missing"; fi
+else bad "--help exit status"; fi
+
+[ $fail = 0 ] && echo "t_bench: all ok" || echo "t_bench: FAILED"
+exit $fail

@@ -1,0 +1,837 @@
+/*
+ * ds4_bench.c -- `ds4-bench`: prefill and decode speed of ds4 as the context
+ * grows.
+ *
+ * Loads a model once, tokenizes a text file (plain mode, BOS first, the
+ * token sequence repeated until it is long enough) and walks it to a list of
+ * context frontiers.  At each frontier only the newly added tokens are
+ * evaluated (incremental prefill, timed), the session is snapshotted, a few
+ * greedy tokens are generated (timed decode), and the snapshot is restored
+ * so the next frontier continues from exactly the prefilled text.  Writes
+ * one CSV row per frontier on stdout, details on stderr, and optionally an
+ * SVG plot (written by hand, no dependencies).
+ *
+ * Uses only the public API (ds4.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ds4.h"
+
+#define CSV_HEADER "ctx,prefill_tokens,prefill_tps,decode_tokens,decode_tps,kv_bytes,weight_bytes_per_token"
+
+static volatile sig_atomic_t g_stop = 0;
+/* First Ctrl+C: stop after the current prefill chunk or decode step, keep
+ * the rows and write the plot.  Second: leave at once. */
+static void on_signal(int sig) {
+    (void)sig;
+    if (g_stop) _exit(130);
+    g_stop = 1;
+}
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void vmsg(const char *fmt, va_list ap) {
+    fprintf(stderr, "ds4-bench: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+/* Bad command line: exit 2. */
+static void die_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "(ds4-bench --help for usage)\n");
+    exit(2);
+}
+
+/* Anything else that stops the run: exit 1. */
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+    exit(1);
+}
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: ds4-bench -m MODEL --prompt-file TEXT [--ctx-start N] [--ctx-max N]\n"
+"                 [--step-incr N | --step-mul F] [--gen-tokens N] [--threads N]\n"
+"                 [--chunk N] [--plot OUT.svg] [--no-qat] [--no-warmup]\n"
+"                 [--verbose]\n"
+"\n"
+"Measures prefill and decode speed as the context grows.  The model is\n"
+"loaded once; TEXT is tokenized in plain mode (control-token text stays\n"
+"text), BOS is put first, and the token sequence is repeated as many times\n"
+"as needed to reach the largest frontier.  The frontiers are ctx-start,\n"
+"then each previous one plus --step-incr (or times --step-mul, rounded\n"
+"down, at least +1), as long as they do not exceed ctx-max.  At each\n"
+"frontier the bench\n"
+"  1. prefills only the tokens added since the previous frontier (timed),\n"
+"  2. snapshots the session (ds4_session_snapshot, timed),\n"
+"  3. generates --gen-tokens greedy tokens one at a time (timed decode),\n"
+"  4. restores the snapshot (ds4_session_restore, timed), so the next\n"
+"     frontier continues from the text alone.\n"
+"The session is created once with room for the last frontier plus the\n"
+"generated tokens.\n"
+"\n"
+"options:\n"
+"  -m, --model FILE     GGUF model (default ./ds4flash.gguf)\n"
+"  --prompt-file FILE   UTF-8 text to prefill (required; e.g.\n"
+"                       bench/data/italian_sample.txt)\n"
+"  --ctx-start N        first frontier in tokens (default 2048)\n"
+"  --ctx-max N          largest allowed frontier (default 32768)\n"
+"  --step-incr N        next frontier = previous + N\n"
+"  --step-mul F         next frontier = previous x F, F > 1 (the default,\n"
+"                       with F = 2, when neither is given)\n"
+"  --gen-tokens N       greedy tokens decoded at each frontier (default 16)\n"
+"  -t, --threads N      worker threads (default: all online cores)\n"
+"  --chunk N            prefill chunk size in tokens (default 2048)\n"
+"  --plot FILE          also write an SVG plot of prefill and decode\n"
+"                       tokens/s against context (created before the run,\n"
+"                       filled in at the end, also after Ctrl+C)\n"
+"  --no-qat             no FP8/FP4/f16 cache roundings, float activations\n"
+"                       (the same diagnostic mode as ds4 --no-qat)\n"
+"  --no-warmup          do not read the model file once before timing (the\n"
+"                       warm-up pulls the weights into the page cache so the\n"
+"                       first frontier does not time disk reads; it is\n"
+"                       skipped anyway when the file is larger than RAM)\n"
+"  -v, --verbose        print the generated token ids of every frontier on\n"
+"                       stderr (\"ds4-bench: gen ctx=N: id id ...\"); they do\n"
+"                       not depend on the frontier schedule or chunk size\n"
+"  -h, --help           this text\n"
+"\n"
+"output:\n"
+"  stdout: CSV, one row per frontier, with this header:\n"
+"    " CSV_HEADER "\n"
+"    ctx                     the frontier (tokens in the context)\n"
+"    prefill_tokens          tokens evaluated to reach it from the previous\n"
+"                            frontier (the first: all of them)\n"
+"    prefill_tps             prefill_tokens / prefill seconds\n"
+"    decode_tokens           greedy tokens generated (= --gen-tokens)\n"
+"    decode_tps              decode_tokens / decode seconds (sampling\n"
+"                            included; it is an argmax)\n"
+"    kv_bytes                ds4_session_kv_bytes at the frontier\n"
+"    weight_bytes_per_token  weight bytes read per decoded token\n"
+"                            (ds4_model_info.active_bytes_per_token)\n"
+"  stderr: the setup (model, threads, text, frontiers, memory estimate),\n"
+"    then per frontier the timings above plus the snapshot size and the\n"
+"    snapshot save and restore speeds in MB/s (10^6 bytes/s).\n"
+"\n"
+"checks: before loading anything the arguments and files are checked; once\n"
+"the model is loaded the session memory estimate (plus a snapshot buffer)\n"
+"is compared with MemAvailable and the weights with MemTotal, and a warning\n"
+"is printed when they do not fit (a session larger than MemTotal is an\n"
+"error); a frontier beyond the model's context_length gives a warning.\n"
+"\n"
+"Ctrl+C (or SIGTERM) stops the run at the next prefill chunk or decode\n"
+"step: the rows so far are kept, the plot is written, the exit status is\n"
+"130.  A second Ctrl+C exits at once (no plot).\n"
+"\n"
+"exit status: 0 ok, 1 error (model, memory, evaluation), 2 bad usage or\n"
+"unreadable/unwritable files, 130 interrupted.\n");
+}
+
+/* ---------------------------------------------------------------------- */
+/* arguments                                                               */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    const char *model, *text, *plot;
+    int ctx_start, ctx_max, step_incr, gen, threads, chunk;
+    double step_mul;
+    int have_incr, have_mul;
+    int no_qat, no_warmup, verbose;
+} opts;
+
+static int parse_int(const char *s, const char *flag) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*s == 0 || *end || errno || v < -2147483647L || v > 2147483647L)
+        die_usage("%s expects an integer, got '%s'", flag, s);
+    return (int)v;
+}
+
+static double parse_num(const char *s, const char *flag) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*s == 0 || *end || errno || !isfinite(v))
+        die_usage("%s expects a number, got '%s'", flag, s);
+    return v;
+}
+
+static void parse_args(int argc, char **argv, opts *o) {
+    memset(o, 0, sizeof *o);
+    o->model = "./ds4flash.gguf";
+    o->ctx_start = 2048;
+    o->ctx_max = 32768;
+    o->step_mul = 2.0;
+    o->gen = 16;
+    o->chunk = 2048;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+#define NEXT() (i + 1 < argc ? argv[++i] : (die_usage("%s needs a value", a), (char *)0))
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = NEXT();
+        else if (!strcmp(a, "--prompt-file")) o->text = NEXT();
+        else if (!strcmp(a, "--ctx-start")) o->ctx_start = parse_int(NEXT(), a);
+        else if (!strcmp(a, "--ctx-max")) o->ctx_max = parse_int(NEXT(), a);
+        else if (!strcmp(a, "--step-incr")) { o->step_incr = parse_int(NEXT(), a); o->have_incr = 1; }
+        else if (!strcmp(a, "--step-mul")) { o->step_mul = parse_num(NEXT(), a); o->have_mul = 1; }
+        else if (!strcmp(a, "--gen-tokens")) o->gen = parse_int(NEXT(), a);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o->threads = parse_int(NEXT(), a);
+        else if (!strcmp(a, "--chunk")) o->chunk = parse_int(NEXT(), a);
+        else if (!strcmp(a, "--plot")) o->plot = NEXT();
+        else if (!strcmp(a, "--no-qat")) o->no_qat = 1;
+        else if (!strcmp(a, "--no-warmup")) o->no_warmup = 1;
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = 1;
+        else die_usage("unknown option '%s'", a);
+#undef NEXT
+    }
+    if (!o->text) die_usage("--prompt-file FILE is required (the text to prefill)");
+    if (o->have_incr && o->have_mul) die_usage("--step-incr and --step-mul are exclusive: give one");
+    if (o->ctx_start < 1) die_usage("--ctx-start must be >= 1 (got %d)", o->ctx_start);
+    if (o->ctx_max < o->ctx_start)
+        die_usage("--ctx-max (%d) must be >= --ctx-start (%d)", o->ctx_max, o->ctx_start);
+    if (o->have_incr && o->step_incr < 1) die_usage("--step-incr must be >= 1 (got %d)", o->step_incr);
+    if (o->step_mul <= 1.0) die_usage("--step-mul must be > 1 (got %g)", o->step_mul);
+    if (o->gen < 1) die_usage("--gen-tokens must be >= 1 (got %d)", o->gen);
+    if (o->threads < 0) die_usage("--threads must be >= 0 (0 = all cores)");
+    if (o->chunk < 1) die_usage("--chunk must be >= 1 (got %d)", o->chunk);
+    if ((int64_t)o->ctx_max + o->gen > (1 << 24))
+        die_usage("--ctx-max + --gen-tokens must not exceed 16777216 tokens");
+}
+
+/* The frontier list (at least ctx_start). */
+static int *make_frontiers(const opts *o, int *n_out) {
+    int n = 0, cap = 16;
+    int *f = malloc(cap * sizeof *f);
+    if (!f) die("out of memory");
+    int64_t x = o->ctx_start;
+    while (x <= o->ctx_max) {
+        if (n == cap) {
+            cap *= 2;
+            int *g = realloc(f, cap * sizeof *f);
+            if (!g) die("out of memory");
+            f = g;
+        }
+        f[n++] = (int)x;
+        int64_t next = o->have_incr ? x + o->step_incr : (int64_t)floor((double)x * o->step_mul);
+        if (next <= x) next = x + 1;
+        x = next;
+    }
+    *n_out = n;
+    return f;
+}
+
+/* ---------------------------------------------------------------------- */
+/* system facts                                                            */
+/* ---------------------------------------------------------------------- */
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    ds4_buf b = { 0 };
+    char tmp[65536];
+    size_t k;
+    while ((k = fread(tmp, 1, sizeof tmp, f)) > 0)
+        if (ds4_buf_append(&b, tmp, k)) { fclose(f); ds4_buf_free(&b); errno = ENOMEM; return NULL; }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { ds4_buf_free(&b); errno = EIO; return NULL; }
+    if (!b.p) ds4_buf_append(&b, "", 0);
+    *len = b.n;
+    return b.p;
+}
+
+/* A /proc/meminfo field in bytes; 0 when unknown. */
+static uint64_t meminfo(const char *key) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t v = 0;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, key, kl) && line[kl] == ':') {
+            v = strtoull(line + kl + 1, NULL, 10) * 1024;
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+static void cpu_model(char *out, size_t n) {
+    snprintf(out, n, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    const char *keys[] = { "model name", "Model", "Hardware", "cpu model", "uarch" };
+    int best = 99;
+    while (fgets(line, sizeof line, f)) {
+        for (int k = 0; k < (int)(sizeof keys / sizeof keys[0]) && k < best; k++) {
+            size_t kl = strlen(keys[k]);
+            if (strncmp(line, keys[k], kl)) continue;
+            char *p = line + kl;
+            while (*p == ' ' || *p == '\t') p++;
+            if (*p != ':') continue;
+            p++;
+            while (*p == ' ' || *p == '\t') p++;
+            size_t l = strcspn(p, "\n");
+            while (l && (p[l - 1] == ' ' || p[l - 1] == '\t')) l--;
+            if (!l) continue;
+            snprintf(out, n, "%.*s", (int)l, p);
+            best = k;
+        }
+    }
+    fclose(f);
+}
+
+/* deepseek4.context_length from the model's metadata, through the
+ * `ds4 --inspect` text (the public API has no field for it); 0 = unknown. */
+static long model_context_length(const char *path) {
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    if (!mf) return 0;
+    char *err = NULL;
+    int rc = ds4_inspect(path, mf, &err);
+    fclose(mf);
+    free(err);
+    long v = 0;
+    if (rc == DS4_OK && txt) {
+        const char *p = strstr(txt, ".context_length");
+        if (p) {
+            p += strlen(".context_length");
+            while (*p == ' ' || *p == '\t') p++;
+            v = strtol(p, NULL, 10);
+        }
+    }
+    free(txt);
+    return v > 0 ? v : 0;
+}
+
+/* Read the file once so its pages are cached before anything is timed. */
+static void warm_up(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    size_t bs = 8u << 20;
+    char *buf = malloc(bs);
+    if (!buf) { close(fd); return; }
+    double t0 = now_s();
+    uint64_t got = 0;
+    ssize_t k;
+    while (!g_stop && (k = read(fd, buf, bs)) > 0) got += (uint64_t)k;
+    free(buf);
+    close(fd);
+    double dt = now_s() - t0;
+    note("warm-up: read the model file (%.2f GB) in %.2f s (%.0f MB/s)",
+         got / 1e9, dt, dt > 0 ? got / 1e6 / dt : 0.0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* SVG plot                                                                */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    int ctx, prefill_tokens, decode_tokens;
+    double prefill_tps, decode_tps;
+    uint64_t kv_bytes;
+    double save_mbs, restore_mbs;
+    uint64_t snap_bytes;
+} row;
+
+/* Write s as XML text: escapes markup, drops control characters and
+ * replaces bytes that are not valid UTF-8 with '?'. */
+static void xml_text(FILE *f, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p;
+        if (c < 0x20) { fputc(' ', f); p++; continue; }
+        if (c < 0x80) {
+            switch (c) {
+            case '&': fputs("&amp;", f); break;
+            case '<': fputs("&lt;", f); break;
+            case '>': fputs("&gt;", f); break;
+            case '"': fputs("&quot;", f); break;
+            case '\'': fputs("&apos;", f); break;
+            default: fputc((int)c, f);
+            }
+            p++;
+            continue;
+        }
+        int n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+        int ok = n > 0;
+        for (int i = 1; ok && i < n; i++) ok = (p[i] & 0xc0) == 0x80;
+        if (ok && n == 3 && c == 0xe0 && p[1] < 0xa0) ok = 0;   /* overlong */
+        if (ok && n == 3 && c == 0xed && p[1] >= 0xa0) ok = 0;  /* surrogate */
+        if (ok && n == 4 && c == 0xf0 && p[1] < 0x90) ok = 0;   /* overlong */
+        if (ok && n == 4 && c == 0xf4 && p[1] >= 0x90) ok = 0;  /* > U+10FFFF */
+        if (ok) { fwrite(p, 1, (size_t)n, f); p += n; }
+        else { fputc('?', f); p++; }
+    }
+}
+
+/* A "nice" tick step (1, 2, 5 x 10^k) giving about `want` intervals. */
+static double nice_step(double range, int want) {
+    if (!(range > 0)) return 1;
+    double raw = range / want;
+    double e = pow(10, floor(log10(raw)));
+    double m = raw / e;
+    double s = m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10;
+    return s * e;
+}
+
+static void fmt_num(char *out, size_t n, double v, double step) {
+    int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+    if (dec > 6) dec = 6;
+    snprintf(out, n, "%.*f", dec, v);
+}
+
+typedef struct {
+    double x0, x1;      /* plot area in pixels */
+    double y0, y1;      /* y0 = bottom */
+    double lo, hi;      /* x domain (log2 units when logx) */
+    int logx;
+} xmap;
+
+static double map_x(const xmap *m, double ctx) {
+    double v = m->logx ? log2(ctx) : ctx;
+    if (m->hi <= m->lo) return (m->x0 + m->x1) / 2;
+    return m->x0 + (v - m->lo) / (m->hi - m->lo) * (m->x1 - m->x0);
+}
+
+static void plot_series(FILE *f, const xmap *xm, const row *r, int n, int decode,
+                        double ymax, const char *color) {
+    fprintf(f, "  <polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\" points=\"", color);
+    for (int i = 0; i < n; i++) {
+        double v = decode ? r[i].decode_tps : r[i].prefill_tps;
+        double y = xm->y0 - v / ymax * (xm->y0 - xm->y1);
+        fprintf(f, "%s%.1f,%.1f", i ? " " : "", map_x(xm, r[i].ctx), y);
+    }
+    fprintf(f, "\"/>\n");
+    for (int i = 0; i < n; i++) {
+        double v = decode ? r[i].decode_tps : r[i].prefill_tps;
+        double y = xm->y0 - v / ymax * (xm->y0 - xm->y1);
+        fprintf(f, "  <circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"><title>ctx %d: %s %.2f tokens/s</title></circle>\n",
+                map_x(xm, r[i].ctx), y, color, r[i].ctx, decode ? "decode" : "prefill", v);
+    }
+}
+
+static int write_svg(FILE *f, const row *r, int n, const char *model_name,
+                     const char *host, const char *cpu, int threads, int gen,
+                     int logx, const char *date) {
+    const double W = 960, H = 560;
+    xmap xm = { 90, W - 100, H - 80, 95, 0, 0, logx };
+    const char *cp = "#1f5fbf", *cd = "#d9480f";
+    double pmax = 0, dmax = 0;
+    int cmin = n ? r[0].ctx : 1, cmax = n ? r[n - 1].ctx : 1;
+    for (int i = 0; i < n; i++) {
+        if (r[i].prefill_tps > pmax) pmax = r[i].prefill_tps;
+        if (r[i].decode_tps > dmax) dmax = r[i].decode_tps;
+    }
+    double pstep = nice_step(pmax > 0 ? pmax * 1.08 : 1, 5);
+    double dstep = nice_step(dmax > 0 ? dmax * 1.08 : 1, 5);
+    double ptop = pstep * ceil((pmax > 0 ? pmax * 1.08 : 1) / pstep);
+    double dtop = dstep * ceil((dmax > 0 ? dmax * 1.08 : 1) / dstep);
+
+    /* x domain and ticks */
+    double xticks[64];
+    int nxt = 0;
+    double xstep = 0;
+    if (logx) {
+        xm.lo = log2(cmin);
+        xm.hi = log2(cmax);
+        double pad = (xm.hi - xm.lo) * 0.04;
+        if (pad <= 0) pad = 0.5;
+        xm.lo -= pad;
+        xm.hi += pad;
+        int every = (n + 11) / 12;
+        for (int i = 0; i < n && nxt < 64; i += every) xticks[nxt++] = r[i].ctx;
+    } else {
+        xstep = nice_step(cmax - cmin, 8);
+        xm.lo = xstep * floor(cmin / xstep);
+        xm.hi = xstep * ceil(cmax / xstep);
+        if (xm.hi <= xm.lo) { xm.lo -= xstep; xm.hi += xstep; }
+        for (double v = xm.lo; v <= xm.hi + xstep * 1e-6 && nxt < 64; v += xstep) xticks[nxt++] = v;
+    }
+
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+               "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"13\">\n",
+            W, H, W, H);
+    fprintf(f, "  <rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W, H);
+    /* title */
+    fprintf(f, "  <text x=\"%.0f\" y=\"30\" text-anchor=\"middle\" font-size=\"18\" font-weight=\"bold\">ds4-bench: ", W / 2);
+    xml_text(f, model_name);
+    fprintf(f, "</text>\n");
+    fprintf(f, "  <text x=\"%.0f\" y=\"52\" text-anchor=\"middle\" font-size=\"13\" fill=\"#444444\">", W / 2);
+    xml_text(f, host);
+    fputs(" \xc2\xb7 ", f);
+    xml_text(f, cpu);
+    fprintf(f, " \xc2\xb7 %d thread%s \xc2\xb7 %d greedy tokens per frontier \xc2\xb7 ", threads, threads == 1 ? "" : "s", gen);
+    xml_text(f, date);
+    fprintf(f, "</text>\n");
+
+    /* grid and left axis (prefill) */
+    for (double v = 0; v <= ptop + pstep * 1e-6; v += pstep) {
+        double y = xm.y0 - v / ptop * (xm.y0 - xm.y1);
+        char lab[64];
+        fmt_num(lab, sizeof lab, v, pstep);
+        fprintf(f, "  <line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>\n",
+                xm.x0, y, xm.x1, y);
+        fprintf(f, "  <line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n",
+                xm.x0 - 5, y, xm.x0, y, cp);
+        fprintf(f, "  <text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"%s\">%s</text>\n",
+                xm.x0 - 8, y + 4, cp, lab);
+    }
+    /* right axis (decode) */
+    for (double v = 0; v <= dtop + dstep * 1e-6; v += dstep) {
+        double y = xm.y0 - v / dtop * (xm.y0 - xm.y1);
+        char lab[64];
+        fmt_num(lab, sizeof lab, v, dstep);
+        fprintf(f, "  <line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n",
+                xm.x1, y, xm.x1 + 5, y, cd);
+        fprintf(f, "  <text x=\"%.1f\" y=\"%.1f\" text-anchor=\"start\" fill=\"%s\">%s</text>\n",
+                xm.x1 + 8, y + 4, cd, lab);
+    }
+    /* x ticks */
+    for (int i = 0; i < nxt; i++) {
+        double x = map_x(&xm, xticks[i]);
+        char lab[64];
+        fmt_num(lab, sizeof lab, xticks[i], logx ? 1 : xstep);
+        fprintf(f, "  <line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#f0f0f0\"/>\n",
+                x, xm.y1, x, xm.y0);
+        fprintf(f, "  <line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333333\"/>\n",
+                x, xm.y0, x, xm.y0 + 5);
+        fprintf(f, "  <text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", x, xm.y0 + 20, lab);
+    }
+    /* frame */
+    fprintf(f, "  <rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333333\"/>\n",
+            xm.x0, xm.y1, xm.x1 - xm.x0, xm.y0 - xm.y1);
+    /* axis labels */
+    fprintf(f, "  <text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"14\">context (tokens%s)</text>\n",
+            (xm.x0 + xm.x1) / 2, H - 35, logx ? ", log scale" : "");
+    fprintf(f, "  <text transform=\"translate(28 %.1f) rotate(-90)\" text-anchor=\"middle\" font-size=\"14\" fill=\"%s\">prefill tokens/s</text>\n",
+            (xm.y0 + xm.y1) / 2, cp);
+    fprintf(f, "  <text transform=\"translate(%.1f %.1f) rotate(90)\" text-anchor=\"middle\" font-size=\"14\" fill=\"%s\">decode tokens/s</text>\n",
+            W - 28, (xm.y0 + xm.y1) / 2, cd);
+
+    plot_series(f, &xm, r, n, 0, ptop, cp);
+    plot_series(f, &xm, r, n, 1, dtop, cd);
+
+    /* legend: one line between the subtitle and the plot, centred */
+    double lx = W / 2 - 230, ly = 74;
+    fprintf(f, "  <line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"/>\n",
+            lx, ly - 4, lx + 30, ly - 4, cp);
+    fprintf(f, "  <circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", lx + 15, ly - 4, cp);
+    fprintf(f, "  <text x=\"%.1f\" y=\"%.1f\">prefill tokens/s (left axis)</text>\n", lx + 38, ly);
+    lx += 240;
+    fprintf(f, "  <line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"/>\n",
+            lx, ly - 4, lx + 30, ly - 4, cd);
+    fprintf(f, "  <circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", lx + 15, ly - 4, cd);
+    fprintf(f, "  <text x=\"%.1f\" y=\"%.1f\">decode tokens/s (right axis)</text>\n", lx + 38, ly);
+    if (n == 0)
+        fprintf(f, "  <text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#999999\">no frontier completed</text>\n",
+                (xm.x0 + xm.x1) / 2, (xm.y0 + xm.y1) / 2);
+    fprintf(f, "</svg>\n");
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the run                                                                 */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    double t0;
+    int ctx;
+    int tty;
+    int shown;
+} prog_ud;
+
+static int on_progress(void *ud, int done, int total) {
+    prog_ud *p = ud;
+    if (g_stop) return 1;
+    if (!p->tty || total < 64) return 0;
+    double el = now_s() - p->t0;
+    if (done < total || p->shown) {
+        fprintf(stderr, "\r  prefill to %d: %d/%d tokens, %.1f tok/s   ", p->ctx, done, total,
+                el > 0 ? done / el : 0.0);
+        p->shown = 1;
+        if (done == total) fprintf(stderr, "\r%*s\r", 70, "");
+        fflush(stderr);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    parse_args(argc, argv, &o);
+
+    /* Files first: everything that can be checked before the long part. */
+    size_t text_len = 0;
+    char *text = read_file(o.text, &text_len);
+    if (!text) die_usage("cannot read the prompt file %s: %s", o.text, strerror(errno));
+    if (text_len == 0) die_usage("the prompt file %s is empty", o.text);
+    struct stat mst;
+    if (stat(o.model, &mst) != 0)
+        die_usage("cannot open the model %s: %s", o.model, strerror(errno));
+    if (S_ISDIR(mst.st_mode)) die_usage("the model %s is a directory", o.model);
+    if (access(o.model, R_OK) != 0)
+        die_usage("cannot read the model %s: %s", o.model, strerror(errno));
+    FILE *plot = NULL;
+    if (o.plot) {
+        plot = fopen(o.plot, "w");
+        if (!plot) die_usage("cannot write the plot %s: %s", o.plot, strerror(errno));
+    }
+
+    int n_front = 0;
+    int *front = make_frontiers(&o, &n_front);
+    int last = front[n_front - 1];
+    int ctx_size = last + o.gen;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    /* Model. */
+    ds4_model_params mp;
+    ds4_model_params_default(&mp);
+    mp.n_threads = o.threads;
+    char *err = NULL;
+    double t0 = now_s();
+    ds4_model *m = ds4_model_load(o.model, &mp, &err);
+    if (!m) die("%s", err ? err : "cannot load the model");
+    double t_load = now_s() - t0;
+    ds4_model_info info;
+    ds4_model_get_info(m, &info);
+    int threads = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    note("model %s: %s, %d layers, n_embd %d, %d experts (%d used), vocab %d, %.2f GB, "
+         "%.1f MB of weights per decoded token, loaded in %.2f s",
+         o.model, info.name, info.n_layer, info.n_embd, info.n_expert, info.n_expert_used,
+         info.n_vocab, info.file_bytes / 1e9, info.active_bytes_per_token / 1e6, t_load);
+
+    char host[256] = "unknown host", cpu[256];
+    struct utsname un;
+    if (uname(&un) == 0) snprintf(host, sizeof host, "%s", un.nodename);
+    cpu_model(cpu, sizeof cpu);
+    note("machine %s: %s, %ld online cores, %d threads", host, cpu,
+         sysconf(_SC_NPROCESSORS_ONLN), threads);
+
+    /* Memory and context checks (warnings: the run may still work). */
+    uint64_t est = ds4_session_memory_estimate(m, ctx_size);
+    uint64_t avail = meminfo("MemAvailable"), total = meminfo("MemTotal");
+    note("session of %d tokens (last frontier %d + %d generated): ~%.1f MB, plus a snapshot "
+         "buffer of at most about as much; MemAvailable %.1f GB, MemTotal %.1f GB",
+         ctx_size, last, o.gen, est / 1e6, avail / 1e9, total / 1e9);
+    if (total && est > total)
+        die("a session of %d tokens needs ~%.1f GB but this machine has %.1f GB of RAM: "
+            "lower --ctx-max", ctx_size, est / 1e9, total / 1e9);
+    if (avail && 2 * est > avail)
+        note("WARNING: the session (~%.1f GB) and its snapshot may not fit in the available "
+             "memory (%.1f GB): lower --ctx-max", 2 * est / 1e9, avail / 1e9);
+    int weights_fit = !total || info.file_bytes + 2 * est <= total;
+    if (!weights_fit)
+        note("WARNING: the weights (%.1f GB) and the session do not fit in RAM (%.1f GB): "
+             "weights will be re-read from disk and the speeds measure the disk",
+             info.file_bytes / 1e9, total / 1e9);
+    long model_ctx = model_context_length(o.model);
+    if (model_ctx && ctx_size > model_ctx)
+        note("WARNING: %d tokens exceed the model's context_length (%ld): positions beyond it "
+             "are outside what the model was made for (speeds are still measured)",
+             ctx_size, model_ctx);
+
+    /* Text -> tokens (BOS, then the text repeated). */
+    const ds4_tokenizer *tok = ds4_model_tokenizer(m);
+    ds4_tokens piece = { 0 }, seq = { 0 };
+    if (ds4_tokenize(tok, text, text_len, DS4_TOK_PLAIN, &piece)) die("out of memory tokenizing");
+    if (piece.n == 0) die_usage("the prompt file %s gives no tokens", o.text);
+    if (ds4_tokens_reserve(&seq, (size_t)last + 1)) die("out of memory");
+    int bos = ds4_tok_special(tok)->bos;
+    if (bos >= 0) ds4_tokens_push(&seq, bos);
+    int copies = 0;
+    while (seq.n < (size_t)last) {
+        size_t k = piece.n;
+        if (k > (size_t)last - seq.n) k = (size_t)last - seq.n;
+        memcpy(seq.v + seq.n, piece.v, k * sizeof(int32_t));
+        seq.n += k;
+        copies++;
+    }
+    note("text %s: %zu bytes, %zu tokens; %s%d cop%s used to reach %d tokens",
+         o.text, text_len, piece.n, bos >= 0 ? "BOS + " : "", copies,
+         copies == 1 ? "y (possibly partial)" : "ies (the last possibly partial)", last);
+    free(text);
+    ds4_tokens_free(&piece);
+
+    fprintf(stderr, "ds4-bench: frontiers (%d):", n_front);
+    for (int i = 0; i < n_front; i++) fprintf(stderr, " %d", front[i]);
+    fprintf(stderr, "; %d greedy tokens at each; prefill chunk %d%s\n", o.gen, o.chunk,
+            o.no_qat ? "; --no-qat" : "");
+    if (front[n_front - 1] < o.ctx_max)
+        note("(ctx-max %d is not on the schedule: the last frontier is %d)", o.ctx_max, last);
+
+    if (!o.no_warmup) {
+        if (weights_fit) warm_up(o.model);
+        else note("warm-up skipped: the model file is larger than RAM");
+    }
+
+    /* Session. */
+    ds4_session_params sp;
+    ds4_session_params_default(&sp);
+    sp.ctx_size = ctx_size;
+    sp.prefill_chunk = o.chunk;
+    sp.no_qat = o.no_qat;
+    ds4_session *s = ds4_session_new(m, &sp, &err);
+    if (!s) die("%s", err ? err : "cannot create the session");
+
+    printf("%s\n", CSV_HEADER);
+    fflush(stdout);
+
+    row *rows = calloc((size_t)n_front, sizeof *rows);
+    int32_t *gen_ids = malloc((size_t)o.gen * sizeof *gen_ids);
+    if (!rows || !gen_ids) die("out of memory");
+    ds4_buf snap = { 0 };
+    int n_rows = 0, rc = 0, pos = 0;
+    int tty = isatty(2);
+    double t_all = now_s();
+
+    for (int fi = 0; fi < n_front && !g_stop; fi++) {
+        int target = front[fi];
+        row *r = &rows[fi];
+        r->ctx = target;
+        r->prefill_tokens = target - pos;
+
+        /* 1. incremental prefill */
+        prog_ud pu = { now_s(), target, tty, 0 };
+        double ta = now_s();
+        int e = ds4_session_eval(s, seq.v + pos, target - pos, on_progress, &pu);
+        double tp = now_s() - ta;
+        if (e == DS4_ECANCEL) break;
+        if (e) { note("prefill to %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
+        pos = target;
+        r->prefill_tps = tp > 0 ? r->prefill_tokens / tp : 0;
+        r->kv_bytes = ds4_session_kv_bytes(s);
+
+        /* 2. snapshot (the buffer is grown and touched before timing) */
+        uint64_t need = ds4_session_snapshot_size(s);
+        snap.n = 0;
+        if (snap.cap <= need) {
+            size_t old = snap.cap;
+            if (ds4_buf_reserve(&snap, need)) { note("out of memory for a %.1f MB snapshot", need / 1e6); rc = 1; break; }
+            if (snap.cap > old) memset(snap.p, 0, snap.cap);
+        }
+        ta = now_s();
+        e = ds4_session_snapshot(s, &snap);
+        double ts = now_s() - ta;
+        if (e) { note("snapshot at %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
+        r->snap_bytes = snap.n;
+        r->save_mbs = ts > 0 ? snap.n / 1e6 / ts : 0;
+
+        /* 3. greedy decode */
+        int ng = 0;
+        ta = now_s();
+        for (; ng < o.gen && !g_stop; ng++) {
+            const float *lg = ds4_session_logits(s);
+            if (!lg) { e = DS4_EINVAL; break; }
+            int32_t t = ds4_sample_greedy(lg, info.n_vocab);
+            gen_ids[ng] = t;
+            e = ds4_session_eval(s, &t, 1, NULL, NULL);
+            if (e) break;
+        }
+        double td = now_s() - ta;
+        if (e) { note("decode at %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
+        if (ng < o.gen) break;   /* interrupted */
+        r->decode_tokens = ng;
+        r->decode_tps = td > 0 ? ng / td : 0;
+
+        /* 4. restore */
+        ta = now_s();
+        e = ds4_session_restore(s, snap.p, snap.n, &err);
+        double tr = now_s() - ta;
+        if (e) { note("restore at %d failed: %s", target, err ? err : ds4_strerror(e)); rc = 1; break; }
+        if (ds4_session_n_tokens(s) != target) {
+            note("restore at %d left %d tokens", target, ds4_session_n_tokens(s));
+            rc = 1;
+            break;
+        }
+        r->restore_mbs = tr > 0 ? snap.n / 1e6 / tr : 0;
+
+        printf("%d,%d,%.2f,%d,%.3f,%llu,%llu\n", r->ctx, r->prefill_tokens, r->prefill_tps,
+               r->decode_tokens, r->decode_tps, (unsigned long long)r->kv_bytes,
+               (unsigned long long)info.active_bytes_per_token);
+        fflush(stdout);
+        note("ctx %d: prefill %d tokens in %.2f s (%.2f tok/s) | decode %d tokens in %.2f s "
+             "(%.3f tok/s) | kv %.2f MB | snapshot %.2f MB: save %.0f MB/s, restore %.0f MB/s",
+             r->ctx, r->prefill_tokens, tp, r->prefill_tps, ng, td, r->decode_tps,
+             r->kv_bytes / 1e6, r->snap_bytes / 1e6, r->save_mbs, r->restore_mbs);
+        if (o.verbose) {
+            fprintf(stderr, "ds4-bench: gen ctx=%d:", target);
+            for (int i = 0; i < ng; i++) fprintf(stderr, " %d", gen_ids[i]);
+            fputc('\n', stderr);
+        }
+        n_rows++;
+    }
+    if (g_stop) note("interrupted: %d of %d frontiers done", n_rows, n_front);
+    else if (!rc) note("done: %d frontiers in %.1f s", n_rows, now_s() - t_all);
+
+    if (plot) {
+        char date[64];
+        time_t now = time(NULL);
+        struct tm tmv;
+        localtime_r(&now, &tmv);
+        strftime(date, sizeof date, "%Y-%m-%d %H:%M", &tmv);
+        int logx = !o.have_incr;
+        if (write_svg(plot, rows, n_rows, info.name ? info.name : o.model, host, cpu, threads,
+                      o.gen, logx, date) || fclose(plot)) {
+            note("cannot write the plot %s: %s", o.plot, strerror(errno));
+            rc = 1;
+        } else {
+            note("plot written to %s", o.plot);
+        }
+    }
+
+    ds4_buf_free(&snap);
+    free(rows);
+    free(gen_ids);
+    free(front);
+    free(err);
+    ds4_tokens_free(&seq);
+    ds4_session_free(s);
+    ds4_model_free(m);
+    if (g_stop) return 130;
+    return rc;
+}
