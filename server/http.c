@@ -339,6 +339,9 @@ static enum MHD_Result do_post(http_server *h, struct MHD_Connection *c, req_ctx
                    rc->ep == EP_RESPONSES ? API_RESPONSES : API_MESSAGES;
     api_error e;
     memset(&e, 0, sizeof e);
+    /* count_tokens takes a messages request without max_tokens */
+    if (rc->ep == EP_COUNT_TOKENS && json_is_object(body) && !json_object_get(body, "max_tokens"))
+        json_object_set_new(body, "max_tokens", json_integer(1));
     request *rq = conv_parse(api, body, &e);
     json_decref(body);
     if (!rq) return send_error(h, c, rc, &e);

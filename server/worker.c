@@ -570,13 +570,8 @@ static void run_job(worker *w, job *j) {
         api_err_set(&res->err, 503, "server_error", NULL, NULL, "the server is shutting down");
     }
     res->finish = fin;
-    api_event(j, EV_FINISH, 0, NULL, 0);
-    job_finish_stream(j);
-
-    /* KV CACHE HOOK (generation frontier): the session now holds prompt +
-     * answer, the prefix of the client's next turn; a snapshot here serves a
-     * client that comes back after another conversation used the session. */
-
+    /* metrics before the answer is released: a client that reads /metrics
+     * right after its response must see this job */
     metrics_job m = {
         .prompt_tokens = res->prompt_tokens, .cached_tokens = res->cached_tokens,
         .evaluated_tokens = evaluated, .generated_tokens = res->completion_tokens,
@@ -588,6 +583,13 @@ static void run_job(worker *w, job *j) {
         .session_tokens = ds4_session_n_tokens(s),
     };
     metrics_job_done(srv->m, &m);
+    api_event(j, EV_FINISH, 0, NULL, 0);
+    job_finish_stream(j);
+
+    /* KV CACHE HOOK (generation frontier): the session now holds prompt +
+     * answer, the prefix of the client's next turn; a snapshot here serves a
+     * client that comes back after another conversation used the session. */
+
     static const char *const fname[] = { "none", "stop", "length", "stop_sequence", "tool_calls",
                                          "cancelled", "error" };
     log_msg("job %llu %s: prompt %d (cached %d, evaluated %d, %.0f tok/s), generated %d "

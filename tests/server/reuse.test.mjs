@@ -1,0 +1,138 @@
+// Live-session reuse and exact DSML replay across turns.  The first turn's
+// tool call is sent back by id; the server must render the exact DSML the
+// model produced (here deliberately non-canonical: compact JSON that the
+// canonical renderer would space out), so the live session is a prefix of
+// the new prompt and only the new suffix is evaluated -- checked through
+// usage (cached tokens) and /metrics (evaluated tokens, replay counters).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { openai, anthropic, out, dsmlBlock, metrics } from './helpers.mjs';
+
+const client = openai();
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'run_shell', description: 'Run a command',
+    parameters: { type: 'object', properties: { cmd: { type: 'string' }, env: { type: 'object' } }, required: ['cmd'] },
+  },
+}];
+// {"LANG":"C"} is what the model "sampled"; canonical rendering would give {"LANG": "C"}
+const CALL = 'Listing.</think>' + dsmlBlock([{ name: 'run_shell', params: [['cmd', 'ls -la', true], ['env', '{"LANG":"C"}', false]] }]);
+
+const delta = (a, b, k) => b[k] - a[k];
+
+async function turn1(stream) {
+  const messages = [{ role: 'system', content: 'You run commands.' }, { role: 'user', content: 'list files' }];
+  if (!stream) {
+    const r = await client.chat.completions.create({ model: 'ds4', messages, tools }, { headers: out(CALL) });
+    return { messages, msg: r.choices[0].message, usage: r.usage };
+  }
+  const s = await client.chat.completions.create(
+    { model: 'ds4', messages, tools, stream: true, stream_options: { include_usage: true } }, { headers: out(CALL) });
+  const msg = { role: 'assistant', content: null, tool_calls: [] };
+  let usage = null;
+  for await (const ch of s) {
+    if (ch.usage) usage = ch.usage;
+    for (const t of ch.choices[0]?.delta?.tool_calls || []) {
+      if (t.id) msg.tool_calls[t.index] = { id: t.id, type: 'function', function: { name: t.function.name, arguments: '' } };
+      if (t.function?.arguments) msg.tool_calls[t.index].function.arguments += t.function.arguments;
+    }
+  }
+  return { messages, msg, usage };
+}
+
+for (const stream of [false, true]) {
+  test(`chat: exact DSML replay by id, only the suffix is evaluated (${stream ? 'streaming' : 'non-streaming'})`, async () => {
+    const t1 = await turn1(stream);
+    const call = t1.msg.tool_calls[0];
+    assert.deepEqual(JSON.parse(call.function.arguments), { cmd: 'ls -la', env: { LANG: 'C' } });
+    const m0 = await metrics();
+    // the client drops reasoning_content (most do): the server restores it
+    const assistant = { role: 'assistant', content: null, tool_calls: t1.msg.tool_calls };
+    const messages = [...t1.messages, assistant, { role: 'tool', tool_call_id: call.id, content: 'a.txt b.txt' }];
+    const r = await client.chat.completions.create({ model: 'ds4', messages, tools }, { headers: out('Two files.</think>There are two files.') });
+    const m1 = await metrics();
+    const u = r.usage;
+    // everything of turn 1 but its last token (never evaluated: the turn ended there)
+    assert.equal(u.prompt_tokens_details.cached_tokens, t1.usage.prompt_tokens + t1.usage.completion_tokens - 1);
+    assert.equal(delta(m0, m1, 'ds4_prompt_tokens_evaluated_total'), u.prompt_tokens - u.prompt_tokens_details.cached_tokens);
+    assert.ok(u.prompt_tokens - u.prompt_tokens_details.cached_tokens < 40, 'only the new suffix');
+    assert.equal(delta(m0, m1, 'ds4_tool_replay_exact_total'), 1);
+    assert.equal(delta(m0, m1, 'ds4_session_reuse_hits_total'), 1);
+    assert.equal(delta(m0, m1, 'ds4_prompt_tokens_cached_total'), u.prompt_tokens_details.cached_tokens);
+    assert.equal(r.choices[0].message.content, 'There are two files.');
+  });
+}
+
+test('chat: an unknown tool-call id falls back to canonical rendering (no reuse)', async () => {
+  const t1 = await turn1(false);
+  const forged = t1.msg.tool_calls.map((c) => ({ ...c, id: 'call_000000000000000000000000' }));
+  const m0 = await metrics();
+  const messages = [...t1.messages, { role: 'assistant', content: null, reasoning_content: 'Listing.', tool_calls: forged },
+    { role: 'tool', tool_call_id: forged[0].id, content: 'x' }];
+  const r = await client.chat.completions.create({ model: 'ds4', messages, tools }, { headers: out('ok') });
+  const m1 = await metrics();
+  assert.equal(delta(m0, m1, 'ds4_tool_replay_canonical_total'), 1);
+  assert.equal(delta(m0, m1, 'ds4_tool_replay_exact_total'), 0);
+  // the canonical {"LANG": "C"} differs from the sampled bytes: the session
+  // diverges inside turn 1 and is rebuilt
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
+  // a changed argument with the right id is not replayed either
+  const t2 = await turn1(false);
+  const changed = t2.msg.tool_calls.map((c) => ({ ...c, function: { ...c.function, arguments: '{"cmd": "rm -rf /"}' } }));
+  const m2 = await metrics();
+  await client.chat.completions.create({ model: 'ds4', tools, messages: [...t2.messages,
+    { role: 'assistant', content: null, tool_calls: changed }, { role: 'tool', tool_call_id: changed[0].id, content: 'x' }] },
+  { headers: out('ok') });
+  const m3 = await metrics();
+  assert.equal(delta(m2, m3, 'ds4_tool_replay_canonical_total'), 1);
+});
+
+test('a different BPE split of the same text still hits the live session', async () => {
+  // \x01 forces token boundaries in the test output: "cats" comes out as
+  // c|a|t|s, which a fresh tokenization of the next prompt would not choose
+  const messages = [{ role: 'user', content: 'Tell me about cats' }];
+  const r1 = await client.chat.completions.create({ model: 'deepseek-chat', messages },
+    { headers: out('c\x01a\x01t\x01s are\x01 nice an\x01im\x01als') });
+  assert.equal(r1.choices[0].message.content, 'cats are nice animals');
+  const m0 = await metrics();
+  const r2 = await client.chat.completions.create({ model: 'deepseek-chat', messages: [...messages,
+    { role: 'assistant', content: 'cats are nice animals' }, { role: 'user', content: 'more' }] }, { headers: out('ok') });
+  const m1 = await metrics();
+  // all of turn 1 (it ended with EOS, so every emitted token was evaluated)
+  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, r1.usage.prompt_tokens + r1.usage.completion_tokens);
+  assert.equal(delta(m0, m1, 'ds4_session_reuse_retokenized_total'), 1, 'the split really differed');
+  assert.equal(delta(m0, m1, 'ds4_session_reuse_text_total'), 1);
+  assert.equal(delta(m0, m1, 'ds4_prompt_tokens_evaluated_total'), r2.usage.prompt_tokens - r2.usage.prompt_tokens_details.cached_tokens);
+});
+
+test('anthropic: tool_use id sent back replays the exact DSML', async () => {
+  const ac = anthropic();
+  const atools = [{ name: 'run_shell', input_schema: tools[0].function.parameters }];
+  const messages = [{ role: 'user', content: 'list files' }];
+  const first = await ac.messages.create({ model: 'x', max_tokens: 300, tools: atools, messages }, { headers: out(CALL) });
+  const tu = first.content.find((b) => b.type === 'tool_use');
+  assert.deepEqual(tu.input, { cmd: 'ls -la', env: { LANG: 'C' } });
+  const m0 = await metrics();
+  // drop the thinking block, like a client that does not keep it
+  const m = await ac.messages.create({ model: 'x', max_tokens: 50, tools: atools, messages: [...messages,
+    { role: 'assistant', content: [tu] },
+    { role: 'user', content: [{ type: 'tool_result', tool_use_id: tu.id, content: 'a.txt' }] }] }, { headers: out('ok') });
+  const m1 = await metrics();
+  assert.equal(delta(m0, m1, 'ds4_tool_replay_exact_total'), 1);
+  assert.equal(m.usage.cache_read_input_tokens, first.usage.input_tokens + first.usage.cache_read_input_tokens + first.usage.output_tokens - 1);
+  assert.ok(m.usage.input_tokens < 40);
+});
+
+test('responses: function_call sent back by call_id replays the exact DSML', async () => {
+  const rtools = [{ type: 'function', ...tools[0].function }];
+  const r = await client.responses.create({ model: 'ds4', input: 'list files', tools: rtools }, { headers: out(CALL) });
+  const fc = r.output.find((i) => i.type === 'function_call');
+  const m0 = await metrics();
+  // only the function_call item (no reasoning item) comes back
+  const r2 = await client.responses.create({ model: 'ds4', tools: rtools, input: [{ role: 'user', content: 'list files' },
+    fc, { type: 'function_call_output', call_id: fc.call_id, output: 'a.txt' }] }, { headers: out('ok') });
+  const m1 = await metrics();
+  assert.equal(delta(m0, m1, 'ds4_tool_replay_exact_total'), 1);
+  assert.equal(r2.usage.input_tokens_details.cached_tokens, r.usage.input_tokens + r.usage.output_tokens - 1);
+});
