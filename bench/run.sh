@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# bench/run.sh -- what `make bench` runs (after `make` has built everything).
+#
+#   1. picks the model: $BENCH_MODEL, else ./ds4flash.gguf, else the
+#      synthetic bench/models/medium-q2.gguf (the real Flash per-layer shape,
+#      4 layers, q2 recipe, the real vocabulary, RANDOM weights, ~9.5 GB),
+#      created once by ds4-synth after a free-space check;
+#   2. runs `make bench-kernels` (kernel throughput vs the machine's peaks);
+#   3. runs ds4-bench on bench/data/italian_sample.txt (repeated as needed)
+#      at contexts 2048, 4096, ... 32768 with 16 greedy tokens at each;
+#   4. writes bench/results/bench-DATE.{csv,svg,log} (and kernels-DATE.txt).
+#
+# Settings (environment, or `make bench BENCH_CTX_MAX=8192 ...`):
+#   BENCH_MODEL       model file (default: see 1.)
+#   BENCH_TEXT        text to prefill (default bench/data/italian_sample.txt)
+#   BENCH_CTX_START   first context frontier (default 2048)
+#   BENCH_CTX_MAX     largest frontier (default 32768)
+#   BENCH_STEP_MUL    frontier multiplier (default 2)
+#   BENCH_STEP_INCR   if set: frontier increment instead of the multiplier
+#   BENCH_GEN         greedy tokens per frontier (default 16)
+#   BENCH_THREADS     worker threads (default 0 = all cores)
+#   BENCH_KERNELS     0 = skip `make bench-kernels` (default 1)
+#   BENCH_OUT         results directory (default bench/results)
+#   DS4_SHARED        shared data (default ../shared): vocabulary fallback
+#
+# Time: ds4-bench prefills every token once (32768 by default) and decodes
+# BENCH_GEN tokens per frontier; on a 2-core machine with the synthetic
+# medium model that is roughly 20-40 minutes (prefill ~15-30 tokens/s).
+# Lower BENCH_CTX_MAX for a quicker look.
+set -eu
+cd "$(dirname "$0")/.."
+
+CTX_START=${BENCH_CTX_START:-2048}
+CTX_MAX=${BENCH_CTX_MAX:-32768}
+STEP_MUL=${BENCH_STEP_MUL:-2}
+STEP_INCR=${BENCH_STEP_INCR:-}
+GEN=${BENCH_GEN:-16}
+THREADS=${BENCH_THREADS:-0}
+TEXT=${BENCH_TEXT:-bench/data/italian_sample.txt}
+KERNELS=${BENCH_KERNELS:-1}
+OUT=${BENCH_OUT:-bench/results}
+SHARED=${DS4_SHARED:-../shared}
+
+say() { echo "bench: $*"; }
+die() { echo "bench: error: $*" >&2; exit 1; }
+
+for b in ds4-bench ds4-synth; do
+    [ -x "./$b" ] || die "./$b is missing: run \`make\` first (or \`make bench\`, which builds it)"
+done
+[ -r "$TEXT" ] || die "cannot read the text $TEXT"
+
+# --- 1. the model ------------------------------------------------------------
+if [ -n "${BENCH_MODEL:-}" ]; then
+    MODEL=$BENCH_MODEL
+    [ -r "$MODEL" ] || die "BENCH_MODEL=$MODEL is not a readable file"
+    say "model: $MODEL (BENCH_MODEL)"
+elif [ -f ./ds4flash.gguf ]; then
+    MODEL=./ds4flash.gguf
+    say "model: $MODEL"
+else
+    MODEL=bench/models/medium-q2.gguf
+    VOCAB=vocab/deepseek-v4-vocab.gguf
+    [ -f "$VOCAB" ] || VOCAB=$SHARED/vocab/deepseek-v4-vocab.gguf
+    [ -r "$VOCAB" ] || die "no vocabulary: neither vocab/deepseek-v4-vocab.gguf nor $SHARED/vocab/deepseek-v4-vocab.gguf"
+    SYNTH=(./ds4-synth --preset medium --recipe q2 --layers 4 --vocab "$VOCAB")
+    # the exact size the current ds4-synth writes (a stale file is remade)
+    want=$("${SYNTH[@]}" --dry-run | sed -n 's/^file size: \([0-9]*\) bytes.*/\1/p')
+    [ -n "$want" ] || die "ds4-synth --dry-run did not report the file size"
+    have=$(stat -c %s "$MODEL" 2>/dev/null || echo 0)
+    if [ "$have" = "$want" ]; then
+        say "model: $MODEL (synthetic, made earlier by ds4-synth: random weights)"
+    else
+        say "./ds4flash.gguf not found: the bench uses a synthetic model instead,"
+        say "  $MODEL: the real DeepSeek V4 Flash per-layer shape (n_embd 4096,"
+        say "  64 heads x 512, 256 experts x 2048), 4 layers, q2 recipe, the real"
+        say "  vocabulary ($VOCAB), RANDOM weights: its speed is representative"
+        say "  per layer, its text is noise."
+        [ "$have" = 0 ] || say "  (the existing $MODEL has $have bytes, ds4-synth now writes $want: remaking it)"
+        mkdir -p bench/models
+        avail=$(df -B1 --output=avail bench/models | tail -n 1 | tr -d ' ')
+        need=$((want + (1 << 30)))
+        if [ "$avail" -lt "$need" ]; then
+            die "$(awk -v a="$avail" -v w="$want" 'BEGIN { printf "not enough disk space in bench/models: %.1f GB free, the model needs %.1f GB (+1 GB margin)", a / 1e9, w / 1e9 }')
+  free some space, or put a real model at ./ds4flash.gguf, or set BENCH_MODEL=FILE"
+        fi
+        say "$(awk -v a="$avail" -v w="$want" 'BEGIN { printf "writing %.1f GB (%.1f GB free on that disk); this takes a minute or two...", w / 1e9, a / 1e9 }')"
+        rm -f "$MODEL"
+        "${SYNTH[@]}" -o "$MODEL"
+    fi
+fi
+
+mkdir -p "$OUT"
+stamp=$(date +%Y%m%d-%H%M%S)
+csv=$OUT/bench-$stamp.csv
+svg=$OUT/bench-$stamp.svg
+log=$OUT/bench-$stamp.log
+
+# --- 2. kernel benchmarks -------------------------------------------------------
+if [ "$KERNELS" != 0 ] && make -n bench-kernels >/dev/null 2>&1; then
+    ktxt=$OUT/kernels-$stamp.txt
+    say "running make bench-kernels (output also in $ktxt)"
+    make -s bench-kernels 2>&1 | tee "$ktxt"
+    [ "${PIPESTATUS[0]}" = 0 ] || die "make bench-kernels failed (see $ktxt)"
+elif [ "$KERNELS" != 0 ]; then
+    say "no bench-kernels target in the Makefile: skipping the kernel benchmarks"
+fi
+
+# --- 3. ds4-bench ---------------------------------------------------------------
+if [ -n "$STEP_INCR" ]; then STEP=(--step-incr "$STEP_INCR"); else STEP=(--step-mul "$STEP_MUL"); fi
+ARGS=(-m "$MODEL" --prompt-file "$TEXT" --ctx-start "$CTX_START" --ctx-max "$CTX_MAX"
+      "${STEP[@]}" --gen-tokens "$GEN" --threads "$THREADS" --plot "$svg")
+say "running ./ds4-bench ${ARGS[*]}"
+say "(one line per frontier as it completes; the log is $log)"
+t0=$(date +%s)
+set +e
+./ds4-bench "${ARGS[@]}" 2>&1 > "$csv" | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+[ "$rc" = 0 ] || die "ds4-bench failed with exit status $rc (partial results: $csv, $log)"
+
+# --- 4. where things went -----------------------------------------------------
+echo
+column -t -s, "$csv" 2>/dev/null || cat "$csv"
+echo
+say "done in $(( $(date +%s) - t0 )) s; results:"
+say "  CSV   $csv"
+say "  plot  $svg"
+say "  log   $log (setup, snapshot save/restore MB/s per frontier)"
+[ -n "${ktxt:-}" ] && say "  kernels $ktxt"
+exit 0
