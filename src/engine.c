@@ -76,6 +76,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     if (check_data(m, err) != DS4_OK) goto fail;
 
     m->kern = ds4_kernels_best();
+    m->vk = vec_kernels_best();
     int nth = p->n_threads > 0 ? p->n_threads : ds4_ncpu();
     m->pool = ds4_pool_new(nth);
     if (!m->pool) goto fail;

@@ -14,6 +14,7 @@
 #include "quant.h"
 #include "threadpool.h"
 #include "cpu_ops.h"
+#include "vec_ops.h"
 
 struct ds4_model {
     char *path;
@@ -24,6 +25,7 @@ struct ds4_model {
     ds4_tokenizer *tok;
     ds4_pool *pool;
     const ds4_kernels *kern;
+    const vec_kernels *vk;
     ds4_backend backend;
     rope_t rope_dense, rope_comp;
     uint8_t fingerprint[20];

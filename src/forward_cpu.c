@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "vec_ops.h"
 
 #define MOE_T 256   /* tokens per MoE sub-batch (bounds routed scratch) */
 
@@ -120,19 +121,6 @@ static void for_tokens(fwd *f, tok_fn fn, void *ud) {
 
 static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 static inline float siluf(float z) { return z / (1.0f + expf(-z)); }
-
-static float dotf(const float *a, const float *b, int n) {
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += a[i] * b[i];
-        s1 += a[i + 1] * b[i + 1];
-        s2 += a[i + 2] * b[i + 2];
-        s3 += a[i + 3] * b[i + 3];
-    }
-    for (; i < n; i++) s0 += a[i] * b[i];
-    return (s0 + s1) + (s2 + s3);
-}
 
 /* ---------------------------------------------------------------------- */
 /* Hyper-connections (§5.2, §5.3)                                          */
@@ -383,15 +371,25 @@ static void add_ape(fwd *f, const ds4_tensor *ape, float *score) {
     }
 }
 
-/* Indexer score of compressed row r for token t (§5.9). */
+/* Indexer score of one compressed row for token t (§5.9):
+ * sum_h w_h * relu(q_h . k), heads in blocks sharing the key read. */
 static float idx_score(fwd *f, int t, const float *ik) {
     const ds4_config *c = f->c;
+    const vec_kernels *vk = f->s->m->vk;
     cpu_scratch *sc = &f->s->sc;
-    const float *iq = sc->iq + (size_t)t * c->idx_heads * c->idx_dim;
-    const float *iw = sc->iw + (size_t)t * c->idx_heads;
+    const int IH = c->idx_heads, ID = c->idx_dim;
+    const float *iq = sc->iq + (size_t)t * IH * ID;
+    const float *iw = sc->iw + (size_t)t * IH;
     float s = 0;
-    for (int h = 0; h < c->idx_heads; h++) {
-        float d = dotf(iq + (size_t)h * c->idx_dim, ik, c->idx_dim);
+    int h = 0;
+    for (; h + VEC_HB <= IH; h += VEC_HB) {
+        float d4[VEC_HB];
+        vk->dot4(iq + (size_t)h * ID, ID, ik, ID, d4);
+        for (int k = 0; k < VEC_HB; k++)
+            if (d4[k] > 0) s += iw[h + k] * d4[k];
+    }
+    for (; h < IH; h++) {
+        float d = vk->dot(iq + (size_t)h * ID, ik, ID);
         if (d > 0) s += iw[h] * d;
     }
     return s;
@@ -480,19 +478,24 @@ static void attn_task(void *ctx, int ith, int nth) {
     fwd *f = j->f;
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = &f->w->layers[j->il];
+    const vec_kernels *vk = f->s->m->vk;
     cpu_scratch *sc = &f->s->sc;
     layer_state *st = j->st;
-    const int d = c->head_dim, H = c->n_head, R = lw->ratio;
+    const int d = c->head_dim, H = c->n_head, R = lw->ratio, hr = c->n_rot / 2;
+    const int nblk = (H + VEC_HB - 1) / VEC_HB;
     const float scale = 1.0f / sqrtf((float)d);
-    float *wbuf = sc->attn_w + (size_t)ith * (c->n_swa + st->comp_cap + 1);
+    const size_t wcap = (size_t)c->n_swa + st->comp_cap + 1;
+    float *wbuf = sc->attn_w + (size_t)ith * VEC_HB * wcap;
     long lo, hi;
-    ds4_split((long)f->T * H, ith, nth, &lo, &hi);
-    for (long th = lo; th < hi; th++) {
-        int t = (int)(th / H), h = (int)(th % H);
+    ds4_split((long)f->T * nblk, ith, nth, &lo, &hi);
+    for (long tb = lo; tb < hi; tb++) {
+        int t = (int)(tb / nblk), h0 = (int)(tb % nblk) * VEC_HB;
+        int nh = H - h0 < VEC_HB ? H - h0 : VEC_HB;
         int64_t pos = f->p0 + t;
-        const float *q = sc->q + ((size_t)t * H + h) * d;
-        float *o = sc->heads + ((size_t)t * H + h) * d;
-        /* raw rows of positions (pos - n_swa, pos] */
+        const float *q = sc->q + ((size_t)t * H + h0) * d;
+        float *o = sc->heads + ((size_t)t * H + h0) * d;
+        /* keys: raw rows of positions (pos - n_swa, pos], then the visible
+         * (or indexer-selected) compressed rows; values are the keys */
         int64_t first = pos - c->n_swa + 1;
         if (first < 0) first = 0;
         int nraw = (int)(pos - first + 1);
@@ -500,50 +503,55 @@ static void attn_task(void *ctx, int ith, int nth) {
         int ncomp = 0;
         const int *sel = NULL;
         if (R) {
-            int n_vis = (int)((pos + 1) / R);
             if (lw->has_indexer && sc->ntopk[t] >= 0) {
                 ncomp = sc->ntopk[t];
                 sel = sc->topk + (size_t)t * c->idx_topk;
             } else {
-                ncomp = n_vis;
+                ncomp = (int)((pos + 1) / R);
             }
         }
-        float sink = tval(&lw->attn_sinks, h);
-        float mx = sink;
-        for (int r = 0; r < nraw; r++) {
-            float s = dotf(q, raw0 + (size_t)r * d, d) * scale;
-            wbuf[r] = s;
-            mx = fmaxf(mx, s);
+        const int nk = nraw + ncomp;
+#define KEY(r) ((r) < nraw ? raw0 + (size_t)(r) * d \
+                           : st->comp + (size_t)(sel ? sel[(r) - nraw] : (r) - nraw) * d)
+        /* scores, one block of heads per key read */
+        for (int r = 0; r < nk; r++) {
+            const float *k = KEY(r);
+            float s4[VEC_HB];
+            if (nh == VEC_HB) vk->dot4(q, d, k, d, s4);
+            else for (int h = 0; h < nh; h++) s4[h] = vk->dot(q + (size_t)h * d, k, d);
+            for (int h = 0; h < nh; h++) wbuf[(size_t)h * wcap + r] = s4[h] * scale;
         }
-        for (int r = 0; r < ncomp; r++) {
-            int row = sel ? sel[r] : r;
-            float s = dotf(q, st->comp + (size_t)row * d, d) * scale;
-            wbuf[nraw + r] = s;
-            mx = fmaxf(mx, s);
+        /* softmax with the sink as an extra logit that carries no value */
+        float inv[VEC_HB];
+        for (int h = 0; h < nh; h++) {
+            float *w = wbuf + (size_t)h * wcap;
+            float sink = tval(&lw->attn_sinks, h0 + h), mx = sink;
+            for (int r = 0; r < nk; r++) mx = fmaxf(mx, w[r]);
+            float den = expf(sink - mx);
+            for (int r = 0; r < nk; r++) { w[r] = expf(w[r] - mx); den += w[r]; }
+            inv[h] = 1.0f / den;   /* reciprocal, as the original engine */
+            memset(o + (size_t)h * d, 0, (size_t)d * sizeof(float));
         }
-        float den = expf(sink - mx);
-        for (int r = 0; r < nraw + ncomp; r++) {
-            wbuf[r] = expf(wbuf[r] - mx);
-            den += wbuf[r];
+        for (int r = 0; r < nk; r++) {
+            const float *k = KEY(r);
+            if (nh == VEC_HB) {
+                float e4[VEC_HB];
+                for (int h = 0; h < VEC_HB; h++) e4[h] = wbuf[(size_t)h * wcap + r];
+                vk->axpy4(o, d, e4, k, d);
+            } else {
+                for (int h = 0; h < nh; h++) {
+                    float e = wbuf[(size_t)h * wcap + r], *oh = o + (size_t)h * d;
+                    for (int i = 0; i < d; i++) oh[i] += e * k[i];
+                }
+            }
         }
-        memset(o, 0, (size_t)d * sizeof(float));
-        for (int r = 0; r < nraw; r++) {
-            const float *k = raw0 + (size_t)r * d;
-            float e = wbuf[r];
-            for (int i = 0; i < d; i++) o[i] += e * k[i];
+#undef KEY
+        for (int h = 0; h < nh; h++) {
+            float *oh = o + (size_t)h * d;
+            for (int i = 0; i < d; i++) oh[i] *= inv[h];
+            /* de-rotate at the query position before the output projection */
+            rope_apply(oh, d, c->n_rot, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr, 1);
         }
-        for (int r = 0; r < ncomp; r++) {
-            int row = sel ? sel[r] : r;
-            const float *k = st->comp + (size_t)row * d;
-            float e = wbuf[nraw + r];
-            for (int i = 0; i < d; i++) o[i] += e * k[i];
-        }
-        /* scale by the reciprocal, as the original engine does */
-        float inv = 1.0f / den;
-        for (int i = 0; i < d; i++) o[i] *= inv;
-        /* de-rotate at the query position before the output projection */
-        const int hr = c->n_rot / 2;
-        rope_apply(o, d, c->n_rot, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr, 1);
     }
 }
 

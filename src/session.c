@@ -128,7 +128,7 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->topk, T * (c->idx_topk ? c->idx_topk : 1) * 4);
     ITEM(sc->ntopk, T * 4);
     ITEM(sc->scores, (comp_max + 1) * 4);
-    ITEM(sc->attn_w, (size_t)nth * (c->n_swa + comp_max + 1) * 4);
+    ITEM(sc->attn_w, (size_t)nth * VEC_HB * (c->n_swa + comp_max + 1) * 4);
     ITEM(sc->qscratch, 2 * qbytes);   /* two activation kinds at once (mm_multi) */
     ITEM(sc->qscratch2, 2 * E * sizeof(mm_group));
     ITEM(sc->ylast, T * D * 4);

@@ -1,0 +1,116 @@
+/*
+ * vec_ops.c -- see vec_ops.h.
+ *
+ * The scalar reference and the AVX2/FMA version use different summation
+ * orders (8 lanes x 2 accumulators, then a fixed reduction), so they agree
+ * to float rounding, not bitwise; within one build the chosen kernel is
+ * used everywhere.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "vec_ops.h"
+
+static void s_dot4(const float *q, size_t qs, const float *k, int n, float *out) {
+    for (int h = 0; h < VEC_HB; h++) {
+        const float *a = q + (size_t)h * qs;
+        float s = 0;
+        for (int i = 0; i < n; i++) s += a[i] * k[i];
+        out[h] = s;
+    }
+}
+
+static void s_axpy4(float *o, size_t os, const float *e, const float *k, int n) {
+    for (int h = 0; h < VEC_HB; h++) {
+        float *y = o + (size_t)h * os;
+        for (int i = 0; i < n; i++) y[i] += e[h] * k[i];
+    }
+}
+
+static float s_dot(const float *a, const float *b, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static const vec_kernels k_scalar = { "scalar", s_dot4, s_axpy4, s_dot };
+
+const vec_kernels *vec_kernels_scalar(void) { return &k_scalar; }
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 static inline float hsum8(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+/* Tails (n not a multiple of 8) fall back to scalar steps at the end, in
+ * a fixed order. */
+AVX2 static void v_dot4(const float *q, size_t qs, const float *k, int n, float *out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 kv = _mm256_loadu_ps(k + i);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + qs + i), kv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 2 * qs + i), kv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 3 * qs + i), kv, a3);
+    }
+    float r[4] = { hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3) };
+    for (; i < n; i++)
+        for (int h = 0; h < 4; h++) r[h] += q[h * qs + i] * k[i];
+    memcpy(out, r, sizeof r);
+}
+
+AVX2 static void v_axpy4(float *o, size_t os, const float *e, const float *k, int n) {
+    __m256 e0 = _mm256_set1_ps(e[0]), e1 = _mm256_set1_ps(e[1]);
+    __m256 e2 = _mm256_set1_ps(e[2]), e3 = _mm256_set1_ps(e[3]);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 kv = _mm256_loadu_ps(k + i);
+        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(e0, kv, _mm256_loadu_ps(o + i)));
+        _mm256_storeu_ps(o + os + i, _mm256_fmadd_ps(e1, kv, _mm256_loadu_ps(o + os + i)));
+        _mm256_storeu_ps(o + 2 * os + i, _mm256_fmadd_ps(e2, kv, _mm256_loadu_ps(o + 2 * os + i)));
+        _mm256_storeu_ps(o + 3 * os + i, _mm256_fmadd_ps(e3, kv, _mm256_loadu_ps(o + 3 * os + i)));
+    }
+    for (; i < n; i++)
+        for (int h = 0; h < 4; h++) o[h * os + i] += e[h] * k[i];
+}
+
+AVX2 static float v_dot(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static const vec_kernels k_avx2 = { "avx2", v_dot4, v_axpy4, v_dot };
+
+const vec_kernels *vec_kernels_avx2(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &k_avx2;
+    return NULL;
+}
+#else
+const vec_kernels *vec_kernels_avx2(void) { return NULL; }
+#endif
+
+const vec_kernels *vec_kernels_best(void) {
+    const char *e = getenv("DS4_KERNELS");
+    if (e && !strcmp(e, "scalar")) return &k_scalar;
+    const vec_kernels *k = vec_kernels_avx2();
+    return k ? k : &k_scalar;
+}

@@ -1,0 +1,32 @@
+/*
+ * vec_ops.h -- float vector kernels of the attention and indexer inner
+ * loops: dot products of several query heads against one shared key (the
+ * model has a single KV head, so every key row is read once for a block of
+ * heads) and the matching weighted accumulation.
+ *
+ * Owns: these kernels, a scalar reference beside each SIMD version, and the
+ * run-time choice between them.  Every output element is computed in a
+ * fixed order whatever the caller's batching, so results are reproducible
+ * (decode == prefill).
+ */
+#ifndef DS4_VEC_OPS_H
+#define DS4_VEC_OPS_H
+
+#include <stddef.h>
+
+#define VEC_HB 4   /* heads per block */
+
+typedef struct {
+    const char *name;
+    /* out[h] = q[h*qs .. +n] . k[0..n] for h < VEC_HB */
+    void (*dot4)(const float *q, size_t qs, const float *k, int n, float *out);
+    /* o[h*os + i] += e[h] * k[i] for h < VEC_HB, i < n */
+    void (*axpy4)(float *o, size_t os, const float *e, const float *k, int n);
+    float (*dot)(const float *a, const float *b, int n);
+} vec_kernels;
+
+const vec_kernels *vec_kernels_scalar(void);
+const vec_kernels *vec_kernels_avx2(void);   /* NULL when unsupported */
+const vec_kernels *vec_kernels_best(void);   /* honours DS4_KERNELS=scalar */
+
+#endif

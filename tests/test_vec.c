@@ -1,0 +1,66 @@
+/*
+ * test_vec.c -- vec_ops kernels: SIMD vs scalar reference on random data
+ * (every length 1..1100 for the tails, the model's 128 and 512), within
+ * float rounding bounds relative to the sum of |terms|.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "vec_ops.h"
+
+static unsigned long long rs = 88172645463325252ull;
+static float frand(void) {
+    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+    return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+int main(void) {
+    const vec_kernels *s = vec_kernels_scalar(), *v = vec_kernels_avx2();
+    int fails = 0, checks = 0;
+    if (!v) { printf("test_vec: no AVX2 on this CPU; scalar only\n"); v = s; }
+    enum { N = 1100 };
+    static float q[4 * N], k[N], o1[4 * N], o2[4 * N];
+    int lens[] = { 1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 127, 128, 129, 256, 511, 512, 1100 };
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int n = lens[li];
+        for (int rep = 0; rep < 20; rep++) {
+            float scale = powf(10.0f, (float)(rep % 7) - 3.0f);
+            for (int i = 0; i < 4 * N; i++) q[i] = frand() * scale;
+            for (int i = 0; i < N; i++) k[i] = frand();
+            float a[4], b[4];
+            s->dot4(q, N, k, n, a);
+            v->dot4(q, N, k, n, b);
+            for (int h = 0; h < 4; h++) {
+                double mag = 0;
+                for (int i = 0; i < n; i++) mag += fabs((double)q[h * N + i] * k[i]);
+                checks++;
+                if (fabs((double)a[h] - b[h]) > 2e-6 * mag + 1e-30) {
+                    fails++;
+                    printf("dot4 n=%d h=%d: %g vs %g\n", n, h, a[h], b[h]);
+                }
+            }
+            float d1 = s->dot(q, k, n), d2 = v->dot(q, k, n);
+            double mag = 0;
+            for (int i = 0; i < n; i++) mag += fabs((double)q[i] * k[i]);
+            checks++;
+            if (fabs((double)d1 - d2) > 2e-6 * mag + 1e-30) { fails++; printf("dot n=%d: %g vs %g\n", n, d1, d2); }
+            float e[4] = { frand(), frand(), frand(), frand() };
+            for (int i = 0; i < 4 * N; i++) o1[i] = o2[i] = frand();
+            s->axpy4(o1, N, e, k, n);
+            v->axpy4(o2, N, e, k, n);
+            for (int h = 0; h < 4; h++)
+                for (int i = 0; i < n; i++) {
+                    checks++;
+                    /* one rounding (fma) vs two: within 1 ulp of the terms */
+                    double tol = 2.4e-7 * (fabs(o1[h * N + i]) + fabs(e[h] * k[i])) + 1e-30;
+                    if (fabs((double)o1[h * N + i] - o2[h * N + i]) > tol) {
+                        fails++;
+                        if (fails < 10) printf("axpy4 n=%d: %g vs %g\n", n, o1[h * N + i], o2[h * N + i]);
+                    }
+                }
+        }
+    }
+    printf("test_vec (%s vs scalar): %d checks, %d failures\n", v->name, checks, fails);
+    return fails != 0;
+}
