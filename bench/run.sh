@@ -23,10 +23,15 @@
 #   BENCH_OUT         results directory (default bench/results)
 #   DS4_SHARED        shared data (default ../shared): vocabulary fallback
 #
+#   BENCH_ARGS        arguments of the kernel benchmark (see the Makefile)
+#
 # Time: ds4-bench prefills every token once (32768 by default) and decodes
-# BENCH_GEN tokens per frontier; on a 2-core machine with the synthetic
-# medium model that is roughly 20-40 minutes (prefill ~15-30 tokens/s).
-# Lower BENCH_CTX_MAX for a quicker look.
+# BENCH_GEN tokens per frontier.  On the 2-core development VM with the
+# synthetic medium model, 2048..8192 took 6 minutes (prefill 32 -> 20
+# tokens/s, decode ~2.4 tokens/s, 1.36 GB of weights per token); the full
+# 2048..32768 is expected to take roughly 40-60 minutes there (prefill slows
+# as the context grows).  Making the model takes ~1 minute, once.  Lower
+# BENCH_CTX_MAX for a quicker look, e.g. `make bench BENCH_CTX_MAX=8192`.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -99,7 +104,9 @@ log=$OUT/bench-$stamp.log
 if [ "$KERNELS" != 0 ] && make -n bench-kernels >/dev/null 2>&1; then
     ktxt=$OUT/kernels-$stamp.txt
     say "running make bench-kernels (output also in $ktxt)"
-    make -s bench-kernels 2>&1 | tee "$ktxt"
+    # a fresh make (not a sub-make of `make bench`: no jobserver to inherit);
+    # BENCH_ARGS, if given, reaches it through the environment
+    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s bench-kernels 2>&1 | tee "$ktxt"
     [ "${PIPESTATUS[0]}" = 0 ] || die "make bench-kernels failed (see $ktxt)"
 elif [ "$KERNELS" != 0 ]; then
     say "no bench-kernels target in the Makefile: skipping the kernel benchmarks"

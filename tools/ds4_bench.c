@@ -649,8 +649,18 @@ int main(int argc, char **argv) {
     struct utsname un;
     if (uname(&un) == 0) snprintf(host, sizeof host, "%s", un.nodename);
     cpu_model(cpu, sizeof cpu);
-    note("machine %s: %s, %ld online cores, %d threads", host, cpu,
-         sysconf(_SC_NPROCESSORS_ONLN), threads);
+    char load[64] = "?";
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (!fgets(load, sizeof load, lf)) snprintf(load, sizeof load, "?");
+        fclose(lf);
+        char *sp3 = load;
+        for (int k = 0; k < 3 && sp3; k++) sp3 = strchr(sp3 + 1, ' ');
+        if (sp3) *sp3 = 0;   /* keep the 1, 5 and 15 minute averages */
+    }
+    note("machine %s: %s, %ld online cores, %d thread%s, load average %s%s", host, cpu,
+         sysconf(_SC_NPROCESSORS_ONLN), threads, threads == 1 ? "" : "s", load,
+         atof(load) >= 0.5 ? " (other work is running: it skews the timings)" : "");
 
     /* Memory and context checks (warnings: the run may still work). */
     uint64_t est = ds4_session_memory_estimate(m, ctx_size);
