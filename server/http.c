@@ -45,6 +45,7 @@
 struct http_server {
     server_ctx *srv;
     struct MHD_Daemon *d;
+    atomic_int inflight;     /* requests between their first call and completion */
 };
 
 typedef struct {
@@ -52,6 +53,7 @@ typedef struct {
     int anthropic;        /* error shape */
     int allowed_post;     /* the endpoint's method */
     ds4_buf body;
+    http_server *h;
     int too_big;
     size_t drained;       /* bytes discarded after too_big */
     double t0;
@@ -445,8 +447,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rc = calloc(1, sizeof *rc);
         if (!rc) return MHD_NO;
         rc->t0 = util_now();
+        rc->h = h;
         route(rc, url);
         *con_cls = rc;
+        atomic_fetch_add(&h->inflight, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl) {
             char *end = NULL;
@@ -525,6 +529,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)cls; (void)c; (void)toe;
     req_ctx *rc = *con_cls;
     if (!rc) return;
+    atomic_fetch_sub(&rc->h->inflight, 1);
     ds4_buf_free(&rc->body);
     free(rc);
     *con_cls = NULL;
@@ -597,6 +602,13 @@ void http_quiesce(http_server *h) {
 
 void http_stop(http_server *h) {
     if (!h) return;
+    /* Let answers that are complete on the worker side (the cancelled
+     * stream's error event, the 503s of the queue) reach their clients
+     * before the sockets are shut: MHD_stop_daemon does not wait for them. */
+    for (int i = 0; i < 300 && atomic_load(&h->inflight) > 0; i++) {
+        struct timespec ts = { 0, 10 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
     if (h->d) MHD_stop_daemon(h->d);
     free(h);
 }

@@ -4,12 +4,14 @@
 # tests/server (official openai and @anthropic-ai/sdk clients), and always
 # stops the server.  Run from the repository root (tests/run.sh does).
 # Needs node + npm; installs tests/server/node_modules with `npm ci` when
-# missing.
+# missing.  DS4_SERVER_BIN runs another build of the server (e.g. an ASan
+# one); DS4_TEST_FILES picks test files; DS4_SERVER_ARGS adds flags.
 set -u
 cd "$(dirname "$0")/.."
 SHARED="${DS4_SHARED:-../shared}"
 MODEL="$SHARED/golden/models/tiny-a-q2.gguf"
-[ -x ./ds4-server ] || { echo "t_server: ./ds4-server not built" >&2; exit 1; }
+BIN="${DS4_SERVER_BIN:-./ds4-server}"
+[ -x "$BIN" ] || { echo "t_server: $BIN not built" >&2; exit 1; }
 [ -f "$MODEL" ] || { echo "t_server: $MODEL missing" >&2; exit 1; }
 command -v node >/dev/null || { echo "t_server: node not found" >&2; exit 1; }
 
@@ -20,7 +22,7 @@ fi
 LOG=$(mktemp "${TMPDIR:-/tmp}/ds4-server-test.XXXXXX")
 # --chunk 64: prefill checks for cancellation every 64 tokens (the
 # cancellation test aborts in the middle of a long prefill)
-./ds4-server -m "$MODEL" --port 0 --ctx 4096 --chunk 64 -t 1 --test-mode \
+"$BIN" -m "$MODEL" --port 0 --ctx 4096 --chunk 64 -t 1 --test-mode \
     --max-body-bytes 1048576 --max-queue 32 --keepalive 1 ${DS4_SERVER_ARGS:-} 2> "$LOG" &
 PID=$!
 cleanup() {
@@ -49,13 +51,31 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 
-export DS4_URL="$URL" DS4_SERVER="$PWD/ds4-server" DS4_MODEL="$PWD/$MODEL"
+case "$BIN" in /*) ABS="$BIN" ;; *) ABS="$PWD/$BIN" ;; esac
+export DS4_URL="$URL" DS4_SERVER="$ABS" DS4_MODEL="$PWD/$MODEL"
 cd tests/server
 node --test --test-concurrency=1 --test-reporter=spec ${DS4_TEST_FILES:-*.test.mjs}
 rc=$?
 cd ../..
+
+# a clean shutdown is part of the test: SIGTERM -> exit status 0, and no
+# sanitizer report in the log (when DS4_SERVER_BIN is an ASan build)
+kill -TERM "$PID" 2>/dev/null
+status=124
+for _ in $(seq 100); do
+    if ! kill -0 "$PID" 2>/dev/null; then wait "$PID"; status=$?; break; fi
+    sleep 0.1
+done
+if [ "$status" -ne 0 ]; then
+    echo "t_server: the server did not shut down cleanly (status $status)"
+    rc=1
+fi
+if grep -qE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "$LOG"; then
+    echo "t_server: sanitizer report in the server log"
+    rc=1
+fi
 if [ $rc -ne 0 ]; then
     echo "--- server log (tail) ---"
-    tail -n 40 "$LOG"
+    tail -n 60 "$LOG"
 fi
 exit $rc
