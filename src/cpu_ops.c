@@ -79,52 +79,93 @@ static dotf_fn pick_f(const ds4_kernels *k, uint32_t type) {
     return NULL;
 }
 
+static ds4_tile_fn pick_tile(const ds4_kernels *k, uint32_t type, act_kind kind) {
+    if (kind == ACT_Q8_0A && type == GGML_Q8_0) return k->q8_0_q8_0a_tile;
+    if (kind == ACT_Q8_K) {
+        if (type == GGML_Q2_K) return k->q2_K_q8_K_tile;
+        if (type == GGML_Q4_K) return k->q4_K_q8_K_tile;
+        if (type == GGML_IQ2_XXS) return k->iq2_xxs_q8_K_tile;
+    }
+    if (kind == ACT_F32) {
+        if (type == GGML_F32) return k->f32_f32_tile;
+        if (type == GGML_F16) return k->f16_f32_tile;
+    }
+    return NULL;
+}
+
+/* Work is split in strips of STRIP rows: the packed integer tiles work on
+ * 16 rows at a time, so a strip boundary never splits one of their blocks
+ * between threads, and each thread streams its own contiguous rows. */
+#define STRIP 16
+/* Cost of a row: its tokens plus the weight streaming / packing that every
+ * row pays once whatever the batch (about four tokens' worth of work). */
+#define ROW_FIXED 4.0
+/* Fewer multiply-adds than this run on the calling thread alone. */
+#define MIN_PARALLEL_MACS (1 << 20)
+#define AP_MAX 256
+
 typedef struct {
     const cpu_ctx *c;
     const mm_group *g;
     int ng;
     double total;
-    double start[257];   /* cost prefix for small group counts */
-    const double *startp;
+    const double *start;   /* cost prefix per group */
 } mm_job;
 
-/* Rows of one group in [o0, o1): a tile of output rows stays in cache
- * while every activation row of the group streams past it. */
-#define ROW_TILE 8
-
+/* Output rows [o0, o1) of one group, every token. */
 static void mm_group_rows(const cpu_ctx *c, const mm_group *g, int o0, int o1) {
     const int n = g->W.n_in;
+    const size_t rb = g->W.row_bytes;
+    ds4_tile_fn tile = pick_tile(c->k, g->W.type, g->kind);
+    if (tile) {
+        const void *ap[AP_MAX];
+        for (int j0 = 0; j0 < g->n_rows; j0 += AP_MAX) {
+            int nt = g->n_rows - j0 < AP_MAX ? g->n_rows - j0 : AP_MAX;
+            for (int j = 0; j < nt; j++) {
+                int row = g->rows ? g->rows[j0 + j] : j0 + j;
+                ap[j] = g->act + (size_t)row * g->act_stride;
+            }
+            tile(n, g->W.w + (size_t)o0 * rb, rb, o1 - o0, ap, nt,
+                 g->out + (size_t)j0 * g->out_stride + o0, g->out_stride);
+        }
+        return;
+    }
+    /* formats without a tile (float activations on quantized weights, the
+     * --no-qat diagnostic; BF16): the single-row kernels */
     dotq_fn fq = NULL;
     dotf_fn ff = NULL;
     if (g->kind == ACT_F32) ff = pick_f(c->k, g->W.type);
     else fq = pick_q(c->k, g->W.type, g->kind);
-    for (int r0 = o0; r0 < o1; r0 += ROW_TILE) {
-        int r1 = r0 + ROW_TILE < o1 ? r0 + ROW_TILE : o1;
+    for (int r0 = o0; r0 < o1; r0 += STRIP) {
+        int r1 = r0 + STRIP < o1 ? r0 + STRIP : o1;
         for (int j = 0; j < g->n_rows; j++) {
             int row = g->rows ? g->rows[j] : j;
             const uint8_t *a = g->act + (size_t)row * g->act_stride;
             float *y = g->out + (size_t)j * g->out_stride;
             for (int r = r0; r < r1; r++) {
-                const uint8_t *w = g->W.w + (size_t)r * g->W.row_bytes;
+                const uint8_t *w = g->W.w + (size_t)r * rb;
                 y[r] = ff ? ff(n, w, (const float *)a) : fq(n, w, a);
             }
         }
     }
 }
 
+static inline double row_cost(const mm_group *g) {
+    return (double)g->n_rows + ROW_FIXED;
+}
+
 static void mm_task(void *ctx, int ith, int nth) {
     mm_job *jb = ctx;
-    /* thread ith owns the cost range [c0, c1) */
+    /* thread ith owns the strips whose first row's cost lies in [c0, c1);
+     * neighbours compute their shared boundary from the same expression */
     double c0 = jb->total * ith / nth, c1 = jb->total * (ith + 1) / nth;
     for (int gi = 0; gi < jb->ng; gi++) {
         const mm_group *g = &jb->g[gi];
-        double s = jb->startp[gi];
-        double k = g->n_rows > 0 ? g->n_rows : 0;
-        if (k == 0 || g->W.n_out == 0) continue;
-        double e = s + k * g->W.n_out;
+        if (g->n_rows <= 0 || g->W.n_out <= 0) continue;
+        double s = jb->start[gi], k = row_cost(g) * STRIP;
+        double e = s + row_cost(g) * g->W.n_out;
         if (e <= c0 || s >= c1) continue;
-        /* row o starts at s + o*k; take rows whose start is in [c0, c1) */
-        long o0 = (long)ceil((c0 - s) / k), o1 = (long)ceil((c1 - s) / k);
+        long o0 = (long)ceil((c0 - s) / k) * STRIP, o1 = (long)ceil((c1 - s) / k) * STRIP;
         if (ith == nth - 1) o1 = g->W.n_out;
         if (o0 < 0) o0 = 0;
         if (o1 > g->W.n_out) o1 = g->W.n_out;
@@ -133,24 +174,23 @@ static void mm_task(void *ctx, int ith, int nth) {
 }
 
 void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
-    mm_job jb = { .c = c, .g = g, .ng = ng };
-    double tmp_start[1024];
-    double *start = ng <= 256 ? jb.start : (ng <= 1024 ? tmp_start : NULL);
-    if (!start) {   /* very many groups: run them in slices */
-        for (int i = 0; i < ng; i += 1024)
-            cpu_matmul_groups(c, g + i, ng - i < 1024 ? ng - i : 1024);
+    enum { MAXG = 1024 };
+    double start[MAXG];
+    if (ng > MAXG) {   /* very many groups: run them in slices */
+        for (int i = 0; i < ng; i += MAXG)
+            cpu_matmul_groups(c, g + i, ng - i < MAXG ? ng - i : MAXG);
         return;
     }
-    double t = 0;
+    double t = 0, macs = 0;
     for (int i = 0; i < ng; i++) {
         start[i] = t;
-        t += (double)g[i].n_rows * g[i].W.n_out;
+        if (g[i].n_rows <= 0) continue;
+        t += row_cost(&g[i]) * g[i].W.n_out;
+        macs += ((double)g[i].n_rows + ROW_FIXED) * g[i].W.n_out * g[i].W.n_in;
     }
-    jb.total = t;
-    jb.startp = start;
     if (t == 0) return;
-    /* tiny products are not worth waking the pool */
-    if (t < 2048 || ds4_pool_size(c->pool) == 1) mm_task(&jb, 0, 1);
+    mm_job jb = { .c = c, .g = g, .ng = ng, .total = t, .start = start };
+    if (macs < MIN_PARALLEL_MACS || ds4_pool_size(c->pool) == 1) mm_task(&jb, 0, 1);
     else ds4_pool_run(c->pool, mm_task, &jb);
 }
 

@@ -616,6 +616,59 @@ static void s_f16_to_f32_row(const uint16_t *src, float *dst, int n)
     for (int i = 0; i < n; i++) dst[i] = ds4_f16_to_f32(src[i]);
 }
 
+/* Q4_K x Q8_K, blockwise order: the integer sums of a 256-block first
+ * (scales times 32-element sums, mins times activation sums), one float
+ * term per block.  This is the order the avx512 tiles can keep at every
+ * tile shape (ggml's 8 float lanes above would need 8 accumulators per
+ * output); it is the reference the tests hold them to bit for bit. */
+float ds4_q4_K_q8_K_blockwise(int n, const void *vw, const void *va)
+{
+    const block_q4_K *w = vw;
+    const block_q8_K *a = va;
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        q4_K_scales(w[i].scales, sc, m);
+        const int8_t *q8 = a[i].qs;
+        int32_t isum = 0, summ = 0;
+        for (int c = 0; c < 4; c++) {
+            const uint8_t *q4 = w[i].qs + 32 * c;
+            int32_t s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += (q4[l] & 15) * q8[64 * c + l];
+                s1 += (q4[l] >> 4) * q8[64 * c + 32 + l];
+            }
+            isum += sc[2 * c] * s0 + sc[2 * c + 1] * s1;
+        }
+        for (int j = 0; j < 8; j++)
+            summ += m[j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        float d = ds4_f16_to_f32(w[i].d) * a[i].d;
+        float dmin = ds4_f16_to_f32(w[i].dmin) * a[i].d;
+        sumf += d * (float)isum - dmin * (float)summ;
+    }
+    return sumf;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scalar tiles: the single-row kernels, one (row, token) at a time.        */
+/* ------------------------------------------------------------------------ */
+
+#define SCALAR_TILE(name, dot)                                                  \
+    static void name(int n, const void *w, size_t ws, int nrows,               \
+                     const void *const *a, int ntok, float *y, size_t ys)      \
+    {                                                                           \
+        for (int j = 0; j < ntok; j++)                                          \
+            for (int r = 0; r < nrows; r++)                                     \
+                y[(size_t)j * ys + r] = dot(n, (const uint8_t *)w + (size_t)r * ws, a[j]); \
+    }
+
+SCALAR_TILE(s_q8_0_q8_0a_tile, s_q8_0_q8_0a)
+SCALAR_TILE(s_q2_K_q8_K_tile, s_q2_K_q8_K)
+SCALAR_TILE(s_q4_K_q8_K_tile, s_q4_K_q8_K)
+SCALAR_TILE(s_iq2_xxs_q8_K_tile, s_iq2_xxs_q8_K)
+SCALAR_TILE(s_f32_f32_tile, s_f32_f32)
+SCALAR_TILE(s_f16_f32_tile, s_f16_f32)
+
 /* ------------------------------------------------------------------------ */
 /* Tables and dispatch.                                                     */
 /* ------------------------------------------------------------------------ */
@@ -635,11 +688,27 @@ static const ds4_kernels scalar_kernels = {
     .q4_K_f32 = s_q4_K_f32,
     .iq2_xxs_f32 = s_iq2_xxs_f32,
     .f16_to_f32_row = s_f16_to_f32_row,
+    .q8_0_q8_0a_tile = s_q8_0_q8_0a_tile,
+    .q2_K_q8_K_tile = s_q2_K_q8_K_tile,
+    .q4_K_q8_K_tile = s_q4_K_q8_K_tile,
+    .iq2_xxs_q8_K_tile = s_iq2_xxs_q8_K_tile,
+    .f32_f32_tile = s_f32_f32_tile,
+    .f16_f32_tile = s_f16_f32_tile,
 };
 
 const ds4_kernels *ds4_kernels_scalar(void)
 {
     return &scalar_kernels;
+}
+
+const ds4_kernels *ds4_kernels_by_name(const char *name)
+{
+    if (!name) return NULL;
+    if (strcmp(name, "scalar") == 0) return &scalar_kernels;
+    if (strcmp(name, "avx2") == 0) return ds4_kernels_avx2();
+    if (strcmp(name, "avx512") == 0) return ds4_kernels_avx512();
+    if (strcmp(name, "best") == 0) return ds4_kernels_best();
+    return NULL;
 }
 
 const ds4_kernels *ds4_kernels_best(void)
@@ -651,7 +720,11 @@ const ds4_kernels *ds4_kernels_best(void)
     if (k)
         return k;
     const char *env = getenv("DS4_KERNELS");
-    if (!(env && strcmp(env, "scalar") == 0))
+    if (env && (strcmp(env, "scalar") == 0 || strcmp(env, "avx2") == 0 || strcmp(env, "avx512") == 0))
+        k = ds4_kernels_by_name(env);
+    if (!k)
+        k = ds4_kernels_avx512();
+    if (!k)
         k = ds4_kernels_avx2();
     if (!k)
         k = &scalar_kernels;

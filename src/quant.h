@@ -78,8 +78,40 @@ void ds4_quantize_q8_K(const float *x, block_q8_K *y, int64_t n);       /* bit-e
  * it); Q8_0 activations may.  The float-activation kernels use the exact
  * dequantized weights and err by at most (n/32 + 40) * 2^-24 * sum|w_i x_i|.
  * n: multiple of 32 (Q8_0), of 256 (K-quants, IQ2_XXS), any for F32/F16/BF16. */
+/* Tile kernel: for r < nrows and j < ntok,
+ *     y[j * y_stride + r] = dot(n, w + r * w_stride, a[j])
+ * with the activation row of token j at a[j] (a block_q8_0a / block_q8_K
+ * row, or a float row for the float kernels).  HARD RULE: every y equals,
+ * bit for bit, the single-row kernel of the same table on the same (row,
+ * activation) -- whatever nrows, ntok, the tile shapes used inside, or how
+ * a caller splits rows and tokens -- because prefill (many tokens) and
+ * decode (one token) must give identical logits.  The SIMD kernels keep
+ * that by summing every dot in one fixed order (below), independent of the
+ * register blocking.  ntok and nrows may be anything >= 0; rows of a tile
+ * need not be aligned.  y rows may not overlap the weights or activations. */
+typedef void (*ds4_tile_fn)(int n, const void *w, size_t w_stride, int nrows,
+                            const void *const *a, int ntok, float *y, size_t y_stride);
+
+/* Summation orders of the SIMD tables (tests/test_kernels.c checks tiles
+ * against single rows bit for bit, and both against the scalar table
+ * within the tolerances above):
+ *  - Q8_0 x Q8_0a/Q8_0, Q2_K, IQ2_XXS x Q8_K: exactly the scalar order
+ *    (every block's integer sum exact, then the float block terms added in
+ *    block order, products and sums rounded separately), so these agree
+ *    with the scalar table bit for bit as well;
+ *  - Q4_K x Q8_K (avx512 table): per 256-block, isum = sum_j sc_j * S_j and
+ *    summ = sum_j m_j * (bsum_2j + bsum_2j+1) in integers, then
+ *    sumf += d*(float)isum - dmin*(float)summ with d, dmin = f16(w) * a.d,
+ *    in block order (ds4_q4_K_q8_K_blockwise); the scalar and avx2 tables
+ *    keep ggml's 8-lane order;
+ *  - F32/F16 x float: 32 lanes (element i in lane i mod 32) accumulated
+ *    with FMA in element order, leftover groups of 8 into lanes 0..7, the
+ *    lanes reduced as ((l0..7 + l8..15) + (l16..23 + l24..31)) then the
+ *    8-lane tree ((0+4)+(2+6))+((1+5)+(3+7)), leftover elements added last
+ *    one by one. */
+
 typedef struct {
-    const char *name;                 /* "scalar", "avx2" */
+    const char *name;                 /* "scalar", "avx2", "avx512" */
     float (*q8_0_q8_0)(int n, const void *w, const void *a);   /* a: block_q8_0 */
     float (*q8_0_q8_0a)(int n, const void *w, const void *a);  /* a: block_q8_0a */
     float (*q2_K_q8_K)(int n, const void *w, const void *a);
@@ -95,15 +127,34 @@ typedef struct {
     float (*iq2_xxs_f32)(int n, const void *w, const float *x);
     /* f16 row -> f32 row */
     void (*f16_to_f32_row)(const uint16_t *src, float *dst, int n);
+    /* tiles (see ds4_tile_fn); NULL entries are run row by row by callers */
+    ds4_tile_fn q8_0_q8_0a_tile;
+    ds4_tile_fn q2_K_q8_K_tile;
+    ds4_tile_fn q4_K_q8_K_tile;
+    ds4_tile_fn iq2_xxs_q8_K_tile;
+    ds4_tile_fn f32_f32_tile;
+    ds4_tile_fn f16_f32_tile;
 } ds4_kernels;
 
 const ds4_kernels *ds4_kernels_scalar(void);
 /* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C. */
 const ds4_kernels *ds4_kernels_avx2(void);
-/* The best table for this CPU (the one the engine uses).  DS4_KERNELS=scalar
- * in the environment forces the scalar reference.  Decided on the first call
- * and cached. */
+/* AVX-512 (F, BW, VL, DQ, VNNI, VBMI, BITALG) + F16C/FMA table: packed
+ * int8 tiles on vpdpbusd, IQ2_XXS grid expansion with vpermb/vpmultishiftqb.
+ * NULL when not compiled in or the CPU/OS lacks any of those. */
+const ds4_kernels *ds4_kernels_avx512(void);
+/* "scalar", "avx2", "avx512" or "best"; NULL when unavailable here. */
+const ds4_kernels *ds4_kernels_by_name(const char *name);
+#define DS4_HAVE_KERNELS_BY_NAME 1
+/* The best table for this CPU (the one the engine uses): avx512, else avx2,
+ * else scalar.  DS4_KERNELS=scalar|avx2|avx512 in the environment picks one
+ * (falling back to the best available).  Decided on the first call and
+ * cached. */
 const ds4_kernels *ds4_kernels_best(void);
+
+/* Q4_K x Q8_K in the blockwise order of the avx512 table (see above);
+ * the portable reference of that order. */
+float ds4_q4_K_q8_K_blockwise(int n, const void *w, const void *a);
 
 /* Float-activation dot for any supported weight type (dispatches through
  * the table); returns 0 for unsupported types. */

@@ -554,6 +554,24 @@ TGT static void v_f16_to_f32_row(const uint16_t *src, float *dst, int n)
         dst[i] = h2f(src[i]);
 }
 
+/* Tiles: the single-row kernels one (row, token) at a time (bit-identical
+ * to them by construction). */
+#define ROW_TILE(name, dot)                                                     \
+    TGT static void name(int n, const void *w, size_t ws, int nrows,           \
+                         const void *const *a, int ntok, float *y, size_t ys)  \
+    {                                                                           \
+        for (int r = 0; r < nrows; r++)                                         \
+            for (int j = 0; j < ntok; j++)                                      \
+                y[(size_t)j * ys + r] = dot(n, (const uint8_t *)w + (size_t)r * ws, a[j]); \
+    }
+
+ROW_TILE(v_q8_0_q8_0a_tile, v_q8_0_q8_0a)
+ROW_TILE(v_q2_K_q8_K_tile, v_q2_K_q8_K)
+ROW_TILE(v_q4_K_q8_K_tile, v_q4_K_q8_K)
+ROW_TILE(v_iq2_xxs_q8_K_tile, v_iq2_xxs_q8_K)
+ROW_TILE(v_f32_f32_tile, v_f32_f32)
+ROW_TILE(v_f16_f32_tile, v_f16_f32)
+
 static const ds4_kernels avx2_kernels = {
     .name = "avx2",
     .q8_0_q8_0 = v_q8_0_q8_0,
@@ -569,6 +587,12 @@ static const ds4_kernels avx2_kernels = {
     .q4_K_f32 = v_q4_K_f32,
     .iq2_xxs_f32 = v_iq2_xxs_f32,
     .f16_to_f32_row = v_f16_to_f32_row,
+    .q8_0_q8_0a_tile = v_q8_0_q8_0a_tile,
+    .q2_K_q8_K_tile = v_q2_K_q8_K_tile,
+    .q4_K_q8_K_tile = v_q4_K_q8_K_tile,
+    .iq2_xxs_q8_K_tile = v_iq2_xxs_q8_K_tile,
+    .f32_f32_tile = v_f32_f32_tile,
+    .f16_f32_tile = v_f16_f32_tile,
 };
 
 /* F16C from CPUID leaf 1 (ECX bit 29): not every compiler accepts "f16c"

@@ -1,0 +1,843 @@
+/*
+ * quant_vnni.c -- the "avx512" kernel table: AVX-512 F/BW/VL/DQ + VNNI +
+ * VBMI + BITALG tiles for the four integer formats and the float formats.
+ *
+ * Owns: packed int8 tiles on vpdpbusd, the IQ2_XXS grid expansion, the
+ * AVX-512 float tiles, and the run-time check for all of it.  Entries it
+ * does not specialise (the float-activation kernels of quantized weights,
+ * bf16) are the avx2 table's.
+ * Must not: change results against the single-row kernels of this table
+ * (every tile is bit-identical to them, see quant.h), know about models or
+ * threads, or allocate.
+ *
+ * Integer design.  A matmul y = W a over int8 codes is an "NT" product:
+ * both operands have the reduction axis contiguous.  Summing each dot in
+ * SIMD lanes along that axis would force a horizontal reduction per
+ * 32-element block per (row, token) (the block scales are floats), which
+ * costs more than the products.  Instead 16 weight rows are packed
+ * transposed: packed vector s of a 32-element unit holds, in lane r, the
+ * four codes (elements 4s..4s+3) of row r, biased to unsigned where
+ * needed.  One vpdpbusd of such a vector with the broadcast four
+ * activation bytes (an embedded-broadcast memory operand) adds 4 products
+ * to each of 16 rows; eight of them finish the unit's exact integer sum
+ * for 16 rows at once, with no reduction at all.  The float work per unit
+ * and token is then 16 lanes wide too.  Packing (transposes, code
+ * extraction, IQ2 grid expansion) is done once per 16 rows x 256 elements
+ * into a 6 KB L1 buffer and reused by every token of the call.
+ *
+ * Per unit (16 rows x 32 elements x 1 token) the compute loop issues 8
+ * vpdpbusd plus 3-4 other vector ops, i.e. about 43 of the 64 MACs a
+ * vpdpbusd could do per uop: the ceiling of this scheme is ~2/3 of the
+ * machine's int8 peak.  It keeps exactly the scalar operation order (the
+ * block integer sums are exact, the float terms are added per block in
+ * block order), which is what makes tiles, decode and the scalar table
+ * agree bit for bit (Q4_K: ds4_q4_K_q8_K_blockwise).
+ */
+#include "quant.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <pthread.h>
+
+#define VT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,gfni,avx2,fma,f16c,bmi,bmi2")))
+#define VTI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,gfni,avx2,fma,f16c,bmi,bmi2"), always_inline)) inline
+
+/* ------------------------------------------------------------------------ */
+/* Packed 16-row x 256-element chunk                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    __m512i w[64];    /* w[8u + s]: lane r = codes 4s..4s+3 of unit u (elements 32u..32u+31) of row r */
+    __m512i sc[16];   /* K: dword lane = scale of 16-element half k (low word); IQ2: ls of group k < 8 */
+    __m512i m[8];     /* K: words (min of bsum 2p, min of bsum 2p+1); IQ2: -128*ls_p twice */
+    __m512 d[8];      /* Q8_0: weight scale per block; K: d[0] = d, d[1] = dmin; IQ2: d[0] = d */
+} pack_t;
+
+static inline int32_t ld_i32(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static inline float ld_f32(const void *p) { float v; memcpy(&v, p, 4); return v; }
+
+/* 16 rows x 32 bytes (p[r]) -> t[s] = dword s of every row (lane r).
+ * Rows are paired (r, r+4) and (r+8, r+12) in 256-bit halves so that the
+ * last 128-bit shuffle lands them in natural lane order. */
+VTI static void tr16x8(const uint8_t *const *p, __m512i *t)
+{
+    __m512i z[8];
+    for (int i = 0; i < 4; i++) {
+        z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p[i])),
+                                  _mm256_loadu_si256((const __m256i *)p[i + 4]), 1);
+        z[i + 4] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p[i + 8])),
+                                      _mm256_loadu_si256((const __m256i *)p[i + 12]), 1);
+    }
+    __m512i u[4], v[4];
+    {
+        const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+        const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+        u[0] = _mm512_unpacklo_epi64(a0, a2); u[1] = _mm512_unpackhi_epi64(a0, a2);
+        u[2] = _mm512_unpacklo_epi64(a1, a3); u[3] = _mm512_unpackhi_epi64(a1, a3);
+    }
+    {
+        const __m512i a0 = _mm512_unpacklo_epi32(z[4], z[5]), a1 = _mm512_unpackhi_epi32(z[4], z[5]);
+        const __m512i a2 = _mm512_unpacklo_epi32(z[6], z[7]), a3 = _mm512_unpackhi_epi32(z[6], z[7]);
+        v[0] = _mm512_unpacklo_epi64(a0, a2); v[1] = _mm512_unpackhi_epi64(a0, a2);
+        v[2] = _mm512_unpacklo_epi64(a1, a3); v[3] = _mm512_unpackhi_epi64(a1, a3);
+    }
+    for (int s = 0; s < 4; s++) {
+        t[s] = _mm512_shuffle_i32x4(u[s], v[s], _MM_SHUFFLE(2, 0, 2, 0));
+        t[s + 4] = _mm512_shuffle_i32x4(u[s], v[s], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* 16 rows x 16 bytes (p[r]) -> t[q] = dword q of every row. */
+VTI static void tr16x4(const uint8_t *const *p, __m512i *t)
+{
+    __m512i z[4];
+    for (int i = 0; i < 4; i++) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p[i]));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p[i + 4]), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p[i + 8]), 2);
+        z[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p[i + 12]), 3);
+    }
+    const __m512i a = _mm512_unpacklo_epi32(z[0], z[1]), b = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i c = _mm512_unpacklo_epi32(z[2], z[3]), e = _mm512_unpackhi_epi32(z[2], z[3]);
+    t[0] = _mm512_unpacklo_epi64(a, c);
+    t[1] = _mm512_unpackhi_epi64(a, c);
+    t[2] = _mm512_unpacklo_epi64(b, e);
+    t[3] = _mm512_unpackhi_epi64(b, e);
+}
+
+/* 16 vectors of 16 dwords (r[i] = row i) -> t[d] = dword d of every row. */
+VTI static void tr16x16(const __m512i *r, __m512i *t)
+{
+    __m512i a[8], b[8];
+    for (int i = 0; i < 8; i++) {
+        a[i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        b[i] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    __m512i x[4][4];   /* x[q][k]: rows 4k..4k+3, dword 4L+q in 128-bit lane L */
+    for (int k = 0; k < 4; k++) {
+        x[0][k] = _mm512_unpacklo_epi64(a[2 * k], a[2 * k + 1]);
+        x[1][k] = _mm512_unpackhi_epi64(a[2 * k], a[2 * k + 1]);
+        x[2][k] = _mm512_unpacklo_epi64(b[2 * k], b[2 * k + 1]);
+        x[3][k] = _mm512_unpackhi_epi64(b[2 * k], b[2 * k + 1]);
+    }
+    for (int q = 0; q < 4; q++) {
+        const __m512i p01 = _mm512_shuffle_i32x4(x[q][0], x[q][1], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i p23 = _mm512_shuffle_i32x4(x[q][2], x[q][3], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i q01 = _mm512_shuffle_i32x4(x[q][0], x[q][1], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i q23 = _mm512_shuffle_i32x4(x[q][2], x[q][3], _MM_SHUFFLE(3, 2, 3, 2));
+        t[q] = _mm512_shuffle_i32x4(p01, p23, _MM_SHUFFLE(2, 0, 2, 0));
+        t[4 + q] = _mm512_shuffle_i32x4(p01, p23, _MM_SHUFFLE(3, 1, 3, 1));
+        t[8 + q] = _mm512_shuffle_i32x4(q01, q23, _MM_SHUFFLE(2, 0, 2, 0));
+        t[12 + q] = _mm512_shuffle_i32x4(q01, q23, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* Row pointers of a strip: rows past nr repeat the last one (their lanes
+ * are computed and never stored), so no read goes past the matrix. */
+static inline void strip_rows(const uint8_t *w, size_t ws, int nr, const uint8_t **rows)
+{
+    for (int r = 0; r < 16; r++) rows[r] = w + (size_t)(r < nr ? r : nr - 1) * ws;
+}
+
+/* Lane offsets of the strip rows from row 0, for gathers. */
+VTI static __m512i strip_offsets(size_t ws, int nr)
+{
+    int32_t o[16];
+    for (int r = 0; r < 16; r++) o[r] = (int32_t)((size_t)(r < nr ? r : nr - 1) * ws);
+    return _mm512_loadu_si512(o);
+}
+
+/* f16 at byte offset `off` of every strip row (4 bytes read there). */
+VTI static __m512 gather_f16(const uint8_t *row0, __m512i offs, size_t off, int shift16)
+{
+    __m512i v = _mm512_i32gather_epi32(offs, row0 + off, 1);
+    if (shift16) v = _mm512_srli_epi32(v, 16);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Packing                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Q8_0: weights biased to unsigned (w + 128 = w ^ 0x80); the activation
+ * side subtracts 128 * sum(a) per block (pre-computed per token). */
+VT static void pack_q8_0(const uint8_t *w, size_t ws, int nr, int b0, int nbk, pack_t *pk)
+{
+    const uint8_t *rows[16], *p[16];
+    strip_rows(w, ws, nr, rows);
+    const __m512i offs = strip_offsets(ws, nr);
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    for (int b = 0; b < nbk; b++) {
+        const size_t off = (size_t)(b0 + b) * sizeof(block_q8_0);
+        for (int r = 0; r < 16; r++) p[r] = rows[r] + off + 2;
+        __m512i t[8];
+        tr16x8(p, t);
+        for (int s = 0; s < 8; s++) pk->w[8 * b + s] = _mm512_xor_si512(t[s], x80);
+        pk->d[b] = gather_f16(w, offs, off, 0);
+    }
+}
+
+/* Q2_K: codes 0..3 already unsigned; scales of the 16 halves as dwords,
+ * mins as word pairs for vpdpwssd against the activation's bsums. */
+VT static void pack_q2_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk)
+{
+    const uint8_t *rows[16], *p[16];
+    strip_rows(w, ws, nr, rows);
+    const size_t off = (size_t)kb * sizeof(block_q2_K);
+    /* element h*128 + j*32 + l is bits 2j..2j+1 of qs[h*32 + l]; one
+     * gf2p8affineqb (port 0) moves them to bits 0..1 and clears the rest:
+     * byte 7-k of the matrix selects the input bits of output bit k */
+    __m512i sel[4];
+    for (int j = 0; j < 4; j++)
+        sel[j] = _mm512_set1_epi64((long long)(((uint64_t)1 << (2 * j)) << 56 | ((uint64_t)2 << (2 * j)) << 48));
+    for (int h = 0; h < 2; h++) {
+        for (int r = 0; r < 16; r++) p[r] = rows[r] + off + 16 + 32 * h;
+        __m512i t[8];
+        tr16x8(p, t);
+        for (int j = 0; j < 4; j++)
+            for (int s = 0; s < 8; s++)
+                pk->w[8 * (4 * h + j) + s] = _mm512_gf2p8affine_epi64_epi8(t[s], sel[j], 0);
+    }
+    for (int r = 0; r < 16; r++) p[r] = rows[r] + off;
+    __m512i sr[4];   /* sr[q]: scale bytes 4q..4q+3 */
+    tr16x4(p, sr);
+    const __m512i lo4 = _mm512_set1_epi32(0x0f);
+    for (int q = 0; q < 4; q++) {
+        for (int i = 0; i < 4; i++)
+            pk->sc[4 * q + i] = _mm512_and_si512(_mm512_srli_epi32(sr[q], 8 * i), lo4);
+        /* words (byte i >> 4, byte i+1 >> 4) for i = 0, 2 (vpshufb indexes
+         * within 128-bit lanes: dword p of a lane starts at byte 4p) */
+        for (int i = 0; i < 4; i += 2) {
+            const __m512i ctl = _mm512_set4_epi32(
+                (int)(0x80008000u | (uint32_t)(12 + i) | ((uint32_t)(13 + i) << 16)),
+                (int)(0x80008000u | (uint32_t)(8 + i) | ((uint32_t)(9 + i) << 16)),
+                (int)(0x80008000u | (uint32_t)(4 + i) | ((uint32_t)(5 + i) << 16)),
+                (int)(0x80008000u | (uint32_t)i | ((uint32_t)(1 + i) << 16)));
+            pk->m[2 * q + i / 2] = _mm512_srli_epi16(_mm512_shuffle_epi8(sr[q], ctl), 4);
+        }
+    }
+    const __m512i offs = strip_offsets(ws, nr);
+    pk->d[0] = gather_f16(w, offs, off + 80, 0);
+    pk->d[1] = gather_f16(w, offs, off + 80, 1);
+}
+
+/* Q4_K: codes 0..15; 6-bit scales/mins unpacked with the same bit moves as
+ * the scalar q4_K_scales, sixteen lanes at a time. */
+VT static void pack_q4_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk)
+{
+    const uint8_t *rows[16], *p[16];
+    strip_rows(w, ws, nr, rows);
+    const size_t off = (size_t)kb * sizeof(block_q4_K);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    /* output bit k = input bit k + 4 (the high nibble, shifted down) */
+    const __m512i hi4 = _mm512_set1_epi64(0x1020408000000000ll);
+    for (int c = 0; c < 4; c++) {
+        for (int r = 0; r < 16; r++) p[r] = rows[r] + off + 16 + 32 * c;
+        __m512i t[8];
+        tr16x8(p, t);
+        for (int s = 0; s < 8; s++) {
+            pk->w[8 * (2 * c) + s] = _mm512_and_si512(t[s], m4);
+            pk->w[8 * (2 * c + 1) + s] = _mm512_gf2p8affine_epi64_epi8(t[s], hi4, 0);
+        }
+    }
+    for (int r = 0; r < 16; r++) p[r] = rows[r] + off;
+    __m512i hd[4];   /* (d, dmin), scales 0..3, 4..7, 8..11 */
+    tr16x4(p, hd);
+    const __m512i u0 = hd[1], u1 = hd[2], u2 = hd[3];
+    const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i k03 = _mm512_set1_epi32(0x03030303);
+    const __m512i sc03 = _mm512_and_si512(u0, k3f);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
+    const __m512i mn03 = _mm512_and_si512(u1, k3f);
+    const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+    const __m512i lo8 = _mm512_set1_epi32(0xff);
+    for (int j = 0; j < 8; j++) {
+        const __m512i src = j < 4 ? sc03 : sc47;
+        const __m512i s = _mm512_and_si512(_mm512_srli_epi32(src, 8 * (j & 3)), lo8);
+        pk->sc[2 * j] = s;
+        pk->sc[2 * j + 1] = s;
+        /* bsums 2j and 2j+1 both belong to sub-block j: words (m_j, m_j) */
+        const __m512i ms = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? mn03 : mn47, 8 * (j & 3)), lo8);
+        pk->m[j] = _mm512_or_si512(ms, _mm512_slli_epi32(ms, 16));
+    }
+    pk->d[0] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd[0]));
+    pk->d[1] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd[0], 16)));
+}
+
+/* IQ2_XXS tables: every grid magnitude is 8, 25 or 43, so a grid row is 8
+ * two-bit codes; iq2_clo/chi[e] hold the codes of elements 0..3 / 4..7 of
+ * entry e (256 bytes each = 4 zmm, looked up with vpermi2b). */
+static uint8_t iq2_clo[256] __attribute__((aligned(64)));
+static uint8_t iq2_chi[256] __attribute__((aligned(64)));
+
+static void iq2_tables_init(void)
+{
+    for (int e = 0; e < 256; e++) {
+        unsigned code = 0;
+        for (int i = 0; i < 8; i++) {
+            unsigned v = (unsigned)(ds4_iq2xxs_grid[e] >> (8 * i)) & 0xff;
+            unsigned c = v == 8 ? 0 : v == 25 ? 1 : 2;
+            code |= c << (2 * i);
+        }
+        iq2_clo[e] = (uint8_t)code;
+        iq2_chi[e] = (uint8_t)(code >> 8);
+    }
+}
+
+/* IQ2_XXS.  The packed vector s (0..7) of group g holds, in lane r, element
+ * s of each of the group's four grid entries (elements 8k + s, k = 0..3),
+ * not four consecutive elements: then the four bytes of a lane come from
+ * the same two code bits of four different code bytes, at the same byte
+ * positions as those code bytes, and a single gf2p8affineqb both extracts
+ * the two bits and maps them to the weight (no byte shuffles at all).  The
+ * activations are permuted the same way once per token (iq2_perm_act), so
+ * each vpdpbusd still meets matching elements.
+ *   layout: the raw 64 bytes of 16 rows are transposed first (dword 2g of
+ *           lane r = the four grid indices of group g, dword 2g+1 = its
+ *           signs and scale), so all the work below is 16 rows wide;
+ *   codes:  every grid magnitude is 8, 25 or 43: iq2_clo/chi[e] hold the
+ *           2-bit codes of elements 0..3 / 4..7 of entry e, looked up with
+ *           vpermi2b (two 128-entry halves + blend);
+ *   values: gf2p8affineqb (port 0) maps code c to 128 + {8, 25, 43} (the
+ *           affine map 0x88 ^ c0*0x11 ^ c1*0x23 over GF(2)), the +128 bias
+ *           making the code unsigned for vpdpbusd;
+ *   signs:  the 7 stored bits + parity (vpopcntb) per entry, bit-transposed
+ *           per qword by one gf2p8affineqb with the data as the matrix, so
+ *           byte s collects bit s of eight entries: gathered (vpermb) into
+ *           eight 64-bit masks, one per packed vector; a masked negate then
+ *           turns 128 + g into -(128 + g) = 128 - g (mod 256).
+ * The bias is removed per group through the activation's bsums (m[]). */
+VT static void pack_iq2_xxs(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk)
+{
+    const uint8_t *rows[16], *p[16];
+    strip_rows(w, ws, nr, rows);
+    const size_t off = (size_t)kb * sizeof(block_iq2_xxs);
+    __m512i t[16];
+    for (int q = 0; q < 4; q++) {
+        for (int r = 0; r < 16; r++) p[r] = rows[r] + off + 2 + 16 * q;
+        tr16x4(p, t + 4 * q);
+    }
+    const __m512i clo0 = _mm512_load_si512(iq2_clo), clo1 = _mm512_load_si512(iq2_clo + 64);
+    const __m512i clo2 = _mm512_load_si512(iq2_clo + 128), clo3 = _mm512_load_si512(iq2_clo + 192);
+    const __m512i chi0 = _mm512_load_si512(iq2_chi), chi1 = _mm512_load_si512(iq2_chi + 64);
+    const __m512i chi2 = _mm512_load_si512(iq2_chi + 128), chi3 = _mm512_load_si512(iq2_chi + 192);
+    /* value maps for code bits (2i, 2i+1): out bit 0 = c0^c1, bit 1 = c1,
+     * bit 4 = c0, bit 5 = c1 (row of out bit k = matrix byte 7-k) */
+    __m512i vmap[4];
+    for (int i = 0; i < 4; i++)
+        vmap[i] = _mm512_set1_epi64((long long)((uint64_t)(3u << (2 * i)) << 56 | (uint64_t)(2u << (2 * i)) << 48 |
+                                                (uint64_t)(1u << (2 * i)) << 24 | (uint64_t)(2u << (2 * i)) << 16));
+    /* sign fields (7 bits at 7k of the a1 word), bytes in reversed order
+     * within each qword: byte 7 - (4h + k) = field k of lane 2q + h */
+    uint64_t shs = 0;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++) shs |= (uint64_t)(32 * h + 7 * k) << (8 * (7 - (4 * h + k)));
+    const __m512i sh_s7 = _mm512_set1_epi64((long long)shs);
+    const __m512i bitsel = _mm512_set1_epi64(0x8040201008040201ll);
+    /* qword s of the masks = byte s of each transposed qword */
+    uint8_t gi[64];
+    for (int i = 0; i < 64; i++) gi[i] = (uint8_t)(8 * (i & 7) + (i >> 3));
+    const __m512i gidx = _mm512_loadu_si512(gi);
+    const __m512i k7f = _mm512_set1_epi8(0x7f), k80 = _mm512_set1_epi8((char)0x80);
+    const __m512i zero = _mm512_setzero_si512();
+    /* all sign masks first: a 64-bit mask load right after the 64-byte
+     * store that wrote it would stall on store forwarding */
+    __mmask64 msk[8][8] __attribute__((aligned(64)));
+    for (int g = 0; g < 8; g++) {
+        const __m512i s1 = t[2 * g + 1];
+        /* sign bytes: 7 stored bits | parity << 7 */
+        const __m512i s7 = _mm512_and_si512(_mm512_multishift_epi64_epi8(sh_s7, s1), k7f);
+        const __m512i par = _mm512_slli_epi16(_mm512_popcnt_epi8(s7), 7);
+        const __m512i sg = _mm512_ternarylogic_epi32(s7, par, k80, 0xf8);   /* s7 | (par & 0x80) */
+        /* byte j of each qword <- bit j of its 8 bytes (8x8 bit transpose) */
+        const __m512i tb = _mm512_gf2p8affine_epi64_epi8(bitsel, sg, 0);
+        _mm512_store_si512(msk[g], _mm512_permutexvar_epi8(gidx, tb));
+    }
+    for (int g = 0; g < 8; g++) {
+        const __m512i idx = t[2 * g], s1 = t[2 * g + 1];
+        const __mmask64 hi = _mm512_movepi8_mask(idx);
+        const __m512i clo = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(clo0, idx, clo1),
+                                                   _mm512_permutex2var_epi8(clo2, idx, clo3));
+        const __m512i chi = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(chi0, idx, chi1),
+                                                   _mm512_permutex2var_epi8(chi2, idx, chi3));
+        for (int sv = 0; sv < 8; sv++) {
+            const __m512i v = _mm512_gf2p8affine_epi64_epi8(sv < 4 ? clo : chi, vmap[sv & 3], 0x88);
+            pk->w[8 * g + sv] = _mm512_mask_sub_epi8(v, _load_mask64(&msk[g][sv]), zero, v);
+        }
+        /* ls = 2 * (a1 >> 28) + 1 */
+        const __m512i ls = _mm512_or_si512(_mm512_slli_epi32(_mm512_srli_epi32(s1, 28), 1), _mm512_set1_epi32(1));
+        pk->sc[g] = ls;
+        const __m512i c = _mm512_and_si512(_mm512_sub_epi32(zero, _mm512_slli_epi32(ls, 7)), _mm512_set1_epi32(0xffff));
+        pk->m[g] = _mm512_or_si512(c, _mm512_slli_epi32(c, 16));
+    }
+    pk->d[0] = gather_f16(w, strip_offsets(ws, nr), off, 0);
+}
+
+/* The 256 activation codes of a block_q8_K in the IQ2_XXS packed order:
+ * within each 32-element group, byte 4s + k = element 8k + s. */
+VTI static void iq2_perm_act(const uint8_t *blk, uint8_t *out)
+{
+    uint8_t pi[64];
+    for (int h = 0; h < 2; h++)
+        for (int sv = 0; sv < 8; sv++)
+            for (int k = 0; k < 4; k++) pi[32 * h + 4 * sv + k] = (uint8_t)(32 * h + 8 * k + sv);
+    const __m512i pidx = _mm512_loadu_si512(pi);
+    for (int q = 0; q < 4; q++)
+        _mm512_storeu_si512(out + 64 * q, _mm512_permutexvar_epi8(pidx, _mm512_loadu_si512(blk + 4 + 64 * q)));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Compute on a packed chunk for C tokens (C a compile-time constant at     */
+/* every call site, so facc[] lives in registers).                          */
+/* ------------------------------------------------------------------------ */
+
+#define BCAST32(p) _mm512_set1_epi32(ld_i32(p))
+#define TOK_TILE 8          /* tokens per register tile */
+
+/* Q8_0 x Q8_0a: ab[j] -> token j's first block of the chunk; corr[j*8+b]
+ * = -128 * sum of the activation codes of block b.  The loops run stage by
+ * stage across the C tokens, so consecutive vpdpbusd are independent (one
+ * token's eight form a 40-cycle dependency chain). */
+VTI static void comp_q8_0(const pack_t *pk, int nbk, const uint8_t *const *ab, const int32_t *corr,
+                          __m512 *facc, int C)
+{
+    for (int b = 0; b < nbk; b++) {
+        const size_t ob = (size_t)b * sizeof(block_q8_0a);
+        __m512i acc[TOK_TILE];
+        for (int j = 0; j < C; j++) acc[j] = _mm512_set1_epi32(corr[8 * j + b]);
+        for (int s = 0; s < 8; s++) {
+            const __m512i ws = pk->w[8 * b + s];
+            for (int j = 0; j < C; j++)
+                acc[j] = _mm512_dpbusd_epi32(acc[j], ws, BCAST32(ab[j] + ob + 4 + 4 * s));
+        }
+        const __m512 dw = pk->d[b];
+        for (int j = 0; j < C; j++) {
+            /* scalar order: sumf += (float)sumi * (dw * da) */
+            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(ab[j] + ob)));
+            facc[j] = _mm512_add_ps(facc[j], _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j]), sc));
+        }
+    }
+}
+
+/* Q2_K / Q4_K x Q8_K, one 256-block: ab[j] -> token j's block_q8_K. */
+VTI static void comp_k(const pack_t *pk, const uint8_t *const *ab, __m512 *facc, int C)
+{
+    __m512i isum[TOK_TILE];
+    for (int j = 0; j < C; j++) isum[j] = _mm512_setzero_si512();
+    for (int k = 0; k < 16; k++) {
+        __m512i acc[TOK_TILE];
+        for (int j = 0; j < C; j++) acc[j] = _mm512_setzero_si512();
+        for (int s = 0; s < 4; s++) {
+            const __m512i ws = pk->w[4 * k + s];
+            for (int j = 0; j < C; j++)
+                acc[j] = _mm512_dpbusd_epi32(acc[j], ws, BCAST32(ab[j] + 4 + 16 * k + 4 * s));
+        }
+        /* |acc| <= 16*15*127 fits a word: the high word (its sign) meets a
+         * zero scale word, so this adds acc * scale exactly */
+        const __m512i sc = pk->sc[k];
+        for (int j = 0; j < C; j++) isum[j] = _mm512_dpwssd_epi32(isum[j], acc[j], sc);
+    }
+    const __m512i m0 = pk->m[0], m1 = pk->m[1], m2 = pk->m[2], m3 = pk->m[3];
+    const __m512i m4 = pk->m[4], m5 = pk->m[5], m6 = pk->m[6], m7 = pk->m[7];
+    const __m512 dv = pk->d[0], dmv = pk->d[1];
+    for (int j = 0; j < C; j++) {
+        const uint8_t *bs = ab[j] + 4 + QK_K;
+        __m512i summ = _mm512_dpwssd_epi32(_mm512_setzero_si512(), m0, BCAST32(bs));
+        summ = _mm512_dpwssd_epi32(summ, m1, BCAST32(bs + 4));
+        summ = _mm512_dpwssd_epi32(summ, m2, BCAST32(bs + 8));
+        summ = _mm512_dpwssd_epi32(summ, m3, BCAST32(bs + 12));
+        summ = _mm512_dpwssd_epi32(summ, m4, BCAST32(bs + 16));
+        summ = _mm512_dpwssd_epi32(summ, m5, BCAST32(bs + 20));
+        summ = _mm512_dpwssd_epi32(summ, m6, BCAST32(bs + 24));
+        summ = _mm512_dpwssd_epi32(summ, m7, BCAST32(bs + 28));
+        /* scalar order: sumf += dall*(float)isum - dmin*(float)summs */
+        const __m512 ad = _mm512_set1_ps(ld_f32(ab[j]));
+        const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(ad, dv), _mm512_cvtepi32_ps(isum[j]));
+        const __m512 t2 = _mm512_mul_ps(_mm512_mul_ps(ad, dmv), _mm512_cvtepi32_ps(summ));
+        facc[j] = _mm512_add_ps(facc[j], _mm512_sub_ps(t1, t2));
+    }
+}
+
+/* IQ2_XXS x Q8_K, one 256-block: aq[j] -> token j's codes in the packed
+ * order (iq2_perm_act), ab[j] -> its block_q8_K (scale, bsums). */
+VTI static void comp_iq2(const pack_t *pk, const uint8_t *const *ab, const uint8_t *const *aq, __m512 *facc, int C)
+{
+    __m512i bsum[TOK_TILE];
+    for (int j = 0; j < C; j++) bsum[j] = _mm512_setzero_si512();
+    for (int g = 0; g < 8; g++) {
+        __m512i acc[TOK_TILE];
+        for (int j = 0; j < C; j++) acc[j] = _mm512_setzero_si512();
+        for (int s = 0; s < 8; s++) {
+            const __m512i ws = pk->w[8 * g + s];
+            for (int j = 0; j < C; j++)
+                acc[j] = _mm512_dpbusd_epi32(acc[j], ws, BCAST32(aq[j] + 32 * g + 4 * s));
+        }
+        const __m512i ls = pk->sc[g];
+        for (int j = 0; j < C; j++) bsum[j] = _mm512_add_epi32(bsum[j], _mm512_mullo_epi32(acc[j], ls));
+    }
+    const __m512i m0 = pk->m[0], m1 = pk->m[1], m2 = pk->m[2], m3 = pk->m[3];
+    const __m512i m4 = pk->m[4], m5 = pk->m[5], m6 = pk->m[6], m7 = pk->m[7];
+    const __m512 dv = pk->d[0];
+    for (int j = 0; j < C; j++) {
+        /* remove the +128 bias: - sum_g ls_g * 128 * (bsum_2g + bsum_2g+1) */
+        const uint8_t *bs = ab[j] + 4 + QK_K;
+        __m512i s = bsum[j];
+        s = _mm512_dpwssd_epi32(s, m0, BCAST32(bs));
+        s = _mm512_dpwssd_epi32(s, m1, BCAST32(bs + 4));
+        s = _mm512_dpwssd_epi32(s, m2, BCAST32(bs + 8));
+        s = _mm512_dpwssd_epi32(s, m3, BCAST32(bs + 12));
+        s = _mm512_dpwssd_epi32(s, m4, BCAST32(bs + 16));
+        s = _mm512_dpwssd_epi32(s, m5, BCAST32(bs + 20));
+        s = _mm512_dpwssd_epi32(s, m6, BCAST32(bs + 24));
+        s = _mm512_dpwssd_epi32(s, m7, BCAST32(bs + 28));
+        /* scalar order: sumf += (f16(w.d) * a.d) * (float)bsum */
+        const __m512 d = _mm512_mul_ps(dv, _mm512_set1_ps(ld_f32(ab[j])));
+        facc[j] = _mm512_add_ps(facc[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(s)));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tile driver for the integer formats                                      */
+/* ------------------------------------------------------------------------ */
+
+enum { VF_Q8_0, VF_Q2_K, VF_Q4_K, VF_IQ2 };
+
+#define TOK_SUPER 128       /* tokens per pass over the weights (bounds corr[], perm[]: 36 KB of stack) */
+#define PANEL 128           /* rows whose outputs stay in L2 across chunks */
+
+/* -128 * sum of the 32 codes of a Q8_0a block */
+VTI static int32_t q8_0a_corr(const uint8_t *blk)
+{
+    const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 4)), _mm256_set1_epi8((char)0x80));
+    const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+    return -128 * (_mm_cvtsi128_si32(t) - 32 * 128);
+}
+
+static inline size_t act_chunk_bytes(int f)
+{
+    return f == VF_Q8_0 ? 8 * sizeof(block_q8_0a) : sizeof(block_q8_K);
+}
+
+VTI static void pack_any(int f, const uint8_t *w, size_t ws, int nr, int kc, int nbk, pack_t *pk)
+{
+    switch (f) {
+    case VF_Q8_0: pack_q8_0(w, ws, nr, 8 * kc, nbk, pk); break;
+    case VF_Q2_K: pack_q2_K(w, ws, nr, kc, pk); break;
+    case VF_Q4_K: pack_q4_K(w, ws, nr, kc, pk); break;
+    default: pack_iq2_xxs(w, ws, nr, kc, pk); break;
+    }
+}
+
+/* One register tile of C tokens over one packed chunk. */
+VTI static void comp_any(int f, const pack_t *pk, int nbk, const uint8_t *const *ab, const uint8_t *const *aq,
+                         const int32_t *corr, __m512 *facc, int C)
+{
+    switch (f) {
+    case VF_Q8_0: comp_q8_0(pk, nbk, ab, corr, facc, C); break;
+    case VF_Q2_K: case VF_Q4_K: comp_k(pk, ab, facc, C); break;
+    default: comp_iq2(pk, ab, aq, facc, C); break;
+    }
+}
+
+/* Stores the 16 (or nr) lanes of each token's accumulator; the last chunk
+ * of IQ2_XXS applies the final 1/8 (exact, as in the scalar kernel). */
+VTI static void store_y(int f, int last, const __m512 *facc, int C, float *y, size_t ys, int nr)
+{
+    const __mmask16 km = (__mmask16)((1u << nr) - 1);
+    for (int j = 0; j < C; j++) {
+        __m512 v = facc[j];
+        if (last && f == VF_IQ2) v = _mm512_mul_ps(_mm512_set1_ps(0.125f), v);
+        _mm512_mask_storeu_ps(y + (size_t)j * ys, km, v);
+    }
+}
+
+/* C tokens j0.. of a packed chunk, accumulators loaded from / stored to y
+ * between chunks (float32 both ways: the running sums are unchanged). */
+#define TILE_CASE(CC)                                                                   \
+    case CC: {                                                                          \
+        __m512 facc[CC];                                                                \
+        for (int j = 0; j < CC; j++)                                                    \
+            facc[j] = first ? _mm512_setzero_ps()                                       \
+                            : _mm512_maskz_loadu_ps(km, y + (size_t)j * ys);             \
+        comp_any(f, pk, nbk, ab, aq, corr, facc, CC);                                   \
+        store_y(f, last, facc, CC, y, ys, nr);                                          \
+        break;                                                                          \
+    }
+
+VTI static void run_tile(int f, const pack_t *pk, int nbk, const uint8_t *const *ab, const uint8_t *const *aq,
+                         const int32_t *corr, int C, int first, int last, float *y, size_t ys, int nr)
+{
+    const __mmask16 km = (__mmask16)((1u << nr) - 1);
+    switch (C) {
+        TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4)
+        TILE_CASE(5) TILE_CASE(6) TILE_CASE(7) TILE_CASE(8)
+    }
+}
+
+/* Per-chunk activation side of token j: Q8_0 block corrections, IQ2_XXS
+ * permuted codes. */
+VTI static void act_prep(int f, const uint8_t *abj, int nbk, int32_t *corr, uint8_t *perm)
+{
+    if (f == VF_Q8_0)
+        for (int b = 0; b < nbk; b++) corr[b] = q8_0a_corr(abj + (size_t)b * sizeof(block_q8_0a));
+    else if (f == VF_IQ2)
+        iq2_perm_act(abj, perm);
+}
+
+VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
+                        float *y, size_t ys)
+{
+    const uint8_t *w = vw;
+    const int nchunk = f == VF_Q8_0 ? (n / QK8_0 + 7) / 8 : n / QK_K;
+    const int nb = n / QK8_0;
+    const size_t acb = act_chunk_bytes(f);
+    pack_t pk __attribute__((aligned(64)));
+    int32_t corr[TOK_SUPER * 8];
+    uint8_t perm[TOK_SUPER * QK_K] __attribute__((aligned(64)));
+    const uint8_t *ab[TOK_SUPER], *aq[TOK_SUPER];
+    if (nrows <= 0 || ntok <= 0) return;
+
+    if (ntok <= TOK_TILE) {
+        /* few tokens (decode): strip by strip, all chunks; 16 weight rows
+         * stream side by side */
+        for (int j = 0; j < ntok; j++) aq[j] = f == VF_IQ2 ? perm + (size_t)j * QK_K : NULL;
+        for (int r0 = 0; r0 < nrows; r0 += 16) {
+            const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+            for (int kc = 0; kc < nchunk; kc++) {
+                const int nbk = f == VF_Q8_0 ? (nb - 8 * kc < 8 ? nb - 8 * kc : 8) : 1;
+                pack_any(f, w + (size_t)r0 * ws, ws, nr, kc, nbk, &pk);
+                for (int j = 0; j < ntok; j++) {
+                    ab[j] = (const uint8_t *)a[j] + (size_t)kc * acb;
+                    act_prep(f, ab[j], nbk, corr + 8 * j, perm + (size_t)j * QK_K);
+                }
+                run_tile(f, &pk, nbk, ab, aq, corr, ntok, kc == 0, kc == nchunk - 1, y + r0, ys, nr);
+            }
+        }
+        return;
+    }
+
+    for (int t0 = 0; t0 < ntok; t0 += TOK_SUPER) {
+        const int nt = ntok - t0 < TOK_SUPER ? ntok - t0 : TOK_SUPER;
+        for (int j = 0; j < nt; j++) aq[j] = f == VF_IQ2 ? perm + (size_t)j * QK_K : NULL;
+        for (int p0 = 0; p0 < nrows; p0 += PANEL) {
+            const int np = nrows - p0 < PANEL ? nrows - p0 : PANEL;
+            for (int kc = 0; kc < nchunk; kc++) {
+                const int nbk = f == VF_Q8_0 ? (nb - 8 * kc < 8 ? nb - 8 * kc : 8) : 1;
+                for (int j = 0; j < nt; j++) {
+                    ab[j] = (const uint8_t *)a[t0 + j] + (size_t)kc * acb;
+                    act_prep(f, ab[j], nbk, corr + 8 * j, perm + (size_t)j * QK_K);
+                }
+                for (int r0 = p0; r0 < p0 + np; r0 += 16) {
+                    const int nr = p0 + np - r0 < 16 ? p0 + np - r0 : 16;
+                    pack_any(f, w + (size_t)r0 * ws, ws, nr, kc, nbk, &pk);
+                    for (int j0 = 0; j0 < nt; j0 += TOK_TILE) {
+                        const int C = nt - j0 < TOK_TILE ? nt - j0 : TOK_TILE;
+                        run_tile(f, &pk, nbk, ab + j0, aq + j0, corr + 8 * j0, C, kc == 0, kc == nchunk - 1,
+                                 y + (size_t)(t0 + j0) * ys + r0, ys, nr);
+                    }
+                }
+            }
+        }
+    }
+}
+
+VT static void v_q8_0_q8_0a_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    tile_int(VF_Q8_0, n, w, ws, nrows, a, ntok, y, ys);
+}
+VT static void v_q2_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                float *y, size_t ys)
+{
+    tile_int(VF_Q2_K, n, w, ws, nrows, a, ntok, y, ys);
+}
+VT static void v_q4_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                float *y, size_t ys)
+{
+    tile_int(VF_Q4_K, n, w, ws, nrows, a, ntok, y, ys);
+}
+VT static void v_iq2_xxs_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                   float *y, size_t ys)
+{
+    tile_int(VF_IQ2, n, w, ws, nrows, a, ntok, y, ys);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Float tiles: the avx2 table's 32-lane order (quant.h), in zmm pairs.     */
+/* ------------------------------------------------------------------------ */
+
+VTI static __m512 ldw16(const void *w, int f16, int i)
+{
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)))
+               : _mm512_loadu_ps((const float *)w + i);
+}
+
+VTI static __m512 ldw8(const void *w, int f16, int i)
+{
+    return f16 ? _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i))))
+               : _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)w + i));
+}
+
+static inline float wval(const void *w, int f16, int i)
+{
+    return f16 ? _cvtsh_ss(((const uint16_t *)w)[i]) : ((const float *)w)[i];
+}
+
+/* ((a0+a1)+(a2+a3)) of the avx2 kernel's four ymm accumulators, then its
+ * hsum8: ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)). */
+VTI static float reduce32(__m512 z0, __m512 z1)
+{
+    const __m256 u = _mm256_add_ps(_mm512_castps512_ps256(z0), _mm512_extractf32x8_ps(z0, 1));
+    const __m256 v = _mm256_add_ps(_mm512_castps512_ps256(z1), _mm512_extractf32x8_ps(z1, 1));
+    const __m256 t = _mm256_add_ps(u, v);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* R rows x C tokens, full row length.  pf: byte distance to prefetch the
+ * weights at (the next row group, for decode), 0 = none. */
+VTI static void ftile(int n, const uint8_t *w, size_t ws, int f16, const float *const *x, float *y, size_t ys,
+                      int R, int C, size_t pf)
+{
+    __m512 acc[4][3][2];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < C; j++) acc[r][j][0] = acc[r][j][1] = _mm512_setzero_ps();
+    const uint8_t *wr[4];
+    for (int r = 0; r < R; r++) wr[r] = w + (size_t)r * ws;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 x0[3], x1[3];
+        for (int j = 0; j < C; j++) {
+            x0[j] = _mm512_loadu_ps(x[j] + i);
+            x1[j] = _mm512_loadu_ps(x[j] + i + 16);
+        }
+        for (int r = 0; r < R; r++) {
+            if (pf) {
+                /* one line (f16) or two (f32) per row per step */
+                const char *pp = (const char *)wr[r] + pf + (size_t)i * (f16 ? 2 : 4);
+                _mm_prefetch(pp, _MM_HINT_T0);
+                if (!f16) _mm_prefetch(pp + 64, _MM_HINT_T0);
+            }
+            const __m512 w0 = ldw16(wr[r], f16, i), w1 = ldw16(wr[r], f16, i + 16);
+            for (int j = 0; j < C; j++) {
+                acc[r][j][0] = _mm512_fmadd_ps(w0, x0[j], acc[r][j][0]);
+                acc[r][j][1] = _mm512_fmadd_ps(w1, x1[j], acc[r][j][1]);
+            }
+        }
+    }
+    /* leftover groups of 8 go to lanes 0..7 (the avx2 kernel's a0) */
+    for (; i + 8 <= n; i += 8)
+        for (int r = 0; r < R; r++) {
+            const __m512 w0 = ldw8(wr[r], f16, i);
+            for (int j = 0; j < C; j++)
+                acc[r][j][0] = _mm512_mask3_fmadd_ps(w0, _mm512_zextps256_ps512(_mm256_loadu_ps(x[j] + i)),
+                                                     acc[r][j][0], 0x00ff);
+        }
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < C; j++) {
+            float s = reduce32(acc[r][j][0], acc[r][j][1]);
+            for (int k = i; k < n; k++) s += wval(wr[r], f16, k) * x[j][k];
+            y[(size_t)j * ys + r] = s;
+        }
+}
+
+#define FT_ROWS 4
+#define FT_TOKS 3
+
+VT static void ftile_drive(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
+                           float *y, size_t ys, int f16)
+{
+    const uint8_t *w = vw;
+    const float *const *x = (const float *const *)a;
+    for (int r0 = 0; r0 < nrows; r0 += FT_ROWS) {
+        const int R = nrows - r0 < FT_ROWS ? nrows - r0 : FT_ROWS;
+        const uint8_t *wr = w + (size_t)r0 * ws;
+        /* decode streams each row once: fetch the next row group while
+         * this one computes (the hardware prefetcher stops at 4 KiB pages
+         * and needs a few misses to start on each new row) */
+        const size_t pf = ntok <= 2 && r0 + 2 * FT_ROWS <= nrows ? FT_ROWS * ws : 0;
+        for (int j0 = 0; j0 < ntok; j0 += FT_TOKS) {
+            const int C = ntok - j0 < FT_TOKS ? ntok - j0 : FT_TOKS;
+            float *yy = y + (size_t)j0 * ys + r0;
+            const float *const *xx = x + j0;
+            /* constant R, C for the common shapes so the accumulators stay in registers */
+            if (R == 4 && C == 3) ftile(n, wr, ws, f16, xx, yy, ys, 4, 3, 0);
+            else if (R == 4 && C == 1) ftile(n, wr, ws, f16, xx, yy, ys, 4, 1, pf);
+            else if (R == 4 && C == 2) ftile(n, wr, ws, f16, xx, yy, ys, 4, 2, pf);
+            else
+                for (int r = 0; r < R; r++)
+                    for (int j = 0; j < C; j++)
+                        ftile(n, wr + (size_t)r * ws, ws, f16, xx + j, yy + (size_t)j * ys + r, ys, 1, 1, 0);
+        }
+    }
+}
+
+VT static void v_f32_f32_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                              float *y, size_t ys)
+{
+    ftile_drive(n, w, ws, nrows, a, ntok, y, ys, 0);
+}
+
+VT static void v_f16_f32_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                              float *y, size_t ys)
+{
+    ftile_drive(n, w, ws, nrows, a, ntok, y, ys, 1);
+}
+
+/* Single-row entries: the scalar kernels already sum in this table's order
+ * (Q4_K: the blockwise reference), and the avx2 float kernels in its float
+ * order; they are what the tiles are tested against. */
+
+static ds4_kernels avx512_kernels;
+static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
+
+static void avx512_init(void)
+{
+    const ds4_kernels *v = ds4_kernels_avx2(), *s = ds4_kernels_scalar();
+    avx512_kernels = *v;
+    avx512_kernels.name = "avx512";
+    avx512_kernels.q8_0_q8_0 = s->q8_0_q8_0;
+    avx512_kernels.q8_0_q8_0a = s->q8_0_q8_0a;
+    avx512_kernels.q2_K_q8_K = s->q2_K_q8_K;
+    avx512_kernels.q4_K_q8_K = ds4_q4_K_q8_K_blockwise;
+    avx512_kernels.iq2_xxs_q8_K = s->iq2_xxs_q8_K;
+    avx512_kernels.q8_0_q8_0a_tile = v_q8_0_q8_0a_tile;
+    avx512_kernels.q2_K_q8_K_tile = v_q2_K_q8_K_tile;
+    avx512_kernels.q4_K_q8_K_tile = v_q4_K_q8_K_tile;
+    avx512_kernels.iq2_xxs_q8_K_tile = v_iq2_xxs_q8_K_tile;
+    avx512_kernels.f32_f32_tile = v_f32_f32_tile;
+    avx512_kernels.f16_f32_tile = v_f16_f32_tile;
+    iq2_tables_init();
+}
+
+const ds4_kernels *ds4_kernels_avx512(void)
+{
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
+          __builtin_cpu_supports("avx512bitalg") && __builtin_cpu_supports("gfni")))
+        return NULL;
+    if (!ds4_kernels_avx2())
+        return NULL;
+    pthread_once(&avx512_once, avx512_init);
+    return &avx512_kernels;
+}
+
+#else  /* not x86 */
+
+const ds4_kernels *ds4_kernels_avx512(void)
+{
+    return NULL;
+}
+
+#endif

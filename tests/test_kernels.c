@@ -1,0 +1,458 @@
+/*
+ * test_kernels.c -- tile kernels and the matmul driver.
+ *
+ * For every kernel table this CPU can run (scalar, avx2, avx512) and every
+ * format with a tile (Q8_0 x Q8_0a, Q2_K / Q4_K / IQ2_XXS x Q8_K, F32 / F16
+ * x float), on random data:
+ *   1. the tile over a whole (rows x tokens) block, and the same block cut
+ *      into random sub-tiles, equal the table's single-row kernel BIT FOR
+ *      BIT (the engine's prefill == decode rule), with odd row strides,
+ *      scattered and repeated activation rows, tails of every length;
+ *   2. the tiles stay within the tolerances of test_quant against the
+ *      exact float64 dot of the dequantized values (2e-6 of sum|terms| for
+ *      integer formats, (n/32 + 40) 2^-24 sum|terms| for float ones), and
+ *      where quant.h promises it (Q8_0, Q2_K, IQ2_XXS) equal the scalar
+ *      table exactly;
+ *   3. nothing outside the tile's outputs is written;
+ *   4. cpu_matmul_groups on pools of 1..3 threads, with grouped inputs,
+ *      row index lists and sizes that do not divide the strip, gives the
+ *      single-row values bit for bit.
+ * DS4_TEST_SEED varies the random data.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "gguf.h"
+#include "quant.h"
+#include "threadpool.h"
+
+static int failures, checks;
+#define CHECK(cond, ...)                                                      \
+    do {                                                                      \
+        checks++;                                                             \
+        if (!(cond)) {                                                        \
+            failures++;                                                       \
+            if (failures <= 30) {                                             \
+                printf("FAIL %s:%d: ", __FILE__, __LINE__);                   \
+                printf(__VA_ARGS__);                                          \
+                printf("\n");                                                 \
+            }                                                                 \
+        }                                                                     \
+    } while (0)
+
+/* ---------------------------------------------------------------------- */
+/* random data                                                             */
+/* ---------------------------------------------------------------------- */
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+static uint64_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static double urand(void) { return (double)(rnd() >> 11) * 0x1p-53; }
+static double nrand(void) {
+    double u = urand() + 1e-300, v = urand();
+    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+static int irand(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+
+/* wild: scales from every regime (zero, subnormal, huge) for the
+ * bit-exactness checks; otherwise typical scales for the tolerance ones */
+static uint16_t rand_scale(int wild) {
+    if (wild) {
+        switch (rnd() % 8) {
+        case 0: return 0;
+        case 1: return (uint16_t)(1 + rnd() % 0x3ff);
+        case 2: return 0x7bff;
+        case 3: return (uint16_t)((rnd() % 0x7c00) | (rnd() & 0x8000));
+        default: break;
+        }
+    }
+    return ds4_f32_to_f16((float)(0.001 + 0.05 * urand()));
+}
+
+static void rand_bytes(void *p, size_t n) {
+    uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)rnd();
+}
+
+static void rand_row(uint32_t t, uint8_t *w, int n, int wild) {
+    switch (t) {
+    case GGML_Q8_0: {
+        block_q8_0 *b = (block_q8_0 *)w;
+        for (int i = 0; i < n / 32; i++) {
+            b[i].d = rand_scale(wild);
+            rand_bytes(b[i].qs, 32);
+            if (rnd() % 16 == 0) memset(b[i].qs, 0x80, 32);   /* all -128 */
+            if (rnd() % 16 == 0) memset(b[i].qs, 0x7f, 32);
+        }
+        break;
+    }
+    case GGML_Q2_K: {
+        block_q2_K *b = (block_q2_K *)w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].scales, 16);
+            rand_bytes(b[i].qs, 64);
+            if (rnd() % 8 == 0) memset(b[i].qs, 0xff, 64);
+            if (rnd() % 8 == 0) memset(b[i].scales, 0xff, 16);
+            b[i].d = rand_scale(wild);
+            b[i].dmin = rand_scale(wild);
+        }
+        break;
+    }
+    case GGML_Q4_K: {
+        block_q4_K *b = (block_q4_K *)w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].scales, 12);
+            rand_bytes(b[i].qs, 128);
+            if (rnd() % 8 == 0) memset(b[i].qs, 0xff, 128);
+            if (rnd() % 8 == 0) memset(b[i].scales, 0xff, 12);
+            b[i].d = rand_scale(wild);
+            b[i].dmin = rand_scale(wild);
+        }
+        break;
+    }
+    case GGML_IQ2_XXS: {
+        block_iq2_xxs *b = (block_iq2_xxs *)w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].qs, 64);
+            if (rnd() % 8 == 0)   /* largest grid values, largest scales */
+                for (int g = 0; g < 8; g++) { b[i].qs[4 * g + 3] |= 0xf000; }
+            b[i].d = rand_scale(wild);
+        }
+        break;
+    }
+    case GGML_F32: {
+        float *f = (float *)w;
+        for (int i = 0; i < n; i++) f[i] = (float)(nrand() * (wild ? pow(10, irand(-30, 30)) : 1.0));
+        break;
+    }
+    case GGML_F16: {
+        uint16_t *h = (uint16_t *)w;
+        for (int i = 0; i < n; i++) h[i] = wild && rnd() % 4 == 0 ? (uint16_t)(rnd() % 0x7c00)
+                                                                  : ds4_f32_to_f16((float)nrand());
+        break;
+    }
+    }
+}
+
+/* Activations with blocks of very different magnitude: zero blocks, ties,
+ * outliers, and subnormal blocks (where Q8_0a may produce -128). */
+static void rand_act(float *x, int n, int wild) {
+    for (int b = 0; b < n; b += 32) {
+        int kind = (int)(rnd() % 10);
+        double scale = wild ? pow(10.0, -20.0 + 24.0 * urand()) : 1.0;
+        for (int j = 0; j < 32 && b + j < n; j++) {
+            double v = nrand() * scale;
+            if (kind == 0) v = 0;
+            if (kind == 1) v = j == 0 ? 127.0 / 64 : (j - 16.5) / 64;
+            if (kind == 2 && rnd() % 20 == 0) v *= 100;
+            if (kind == 3 && wild) v = (j == 5 ? -1.0 : nrand() * 0.9) * 1e-41;   /* subnormal */
+            x[b + j] = (float)v;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* formats                                                                 */
+/* ---------------------------------------------------------------------- */
+
+enum { A_Q8_0A, A_Q8_K, A_F32 };
+
+typedef struct {
+    const char *name;
+    uint32_t type;
+    int act, blk, bytes;
+    int exact_scalar;          /* SIMD tables equal the scalar one bit for bit */
+} fmt;
+
+static const fmt FMTS[] = {
+    { "q8_0", GGML_Q8_0, A_Q8_0A, 32, 34, 1 },
+    { "q2_K", GGML_Q2_K, A_Q8_K, 256, 84, 1 },
+    { "q4_K", GGML_Q4_K, A_Q8_K, 256, 144, 0 },
+    { "iq2_xxs", GGML_IQ2_XXS, A_Q8_K, 256, 66, 1 },
+    { "f32", GGML_F32, A_F32, 1, 4, 0 },
+    { "f16", GGML_F16, A_F32, 1, 2, 0 },
+};
+#define NFMT 6
+
+static size_t rb_of(const fmt *f, int n) { return (size_t)(n / f->blk) * (size_t)f->bytes; }
+
+static size_t act_bytes(const fmt *f, int n) {
+    if (f->act == A_Q8_0A) return (size_t)(n / 32) * sizeof(block_q8_0a);
+    if (f->act == A_Q8_K) return (size_t)(n / 256) * sizeof(block_q8_K);
+    return (size_t)n * sizeof(float);
+}
+
+static void quantize(const fmt *f, const float *x, int n, void *out) {
+    if (f->act == A_Q8_0A) ds4_quantize_q8_0a(x, out, n);
+    else if (f->act == A_Q8_K) ds4_quantize_q8_K(x, out, n);
+    else memcpy(out, x, (size_t)n * sizeof(float));
+}
+
+typedef float (*row_fn)(int n, const void *w, const void *a);
+
+static row_fn row_of(const ds4_kernels *k, const fmt *f) {
+    switch (f->type) {
+    case GGML_Q8_0: return k->q8_0_q8_0a;
+    case GGML_Q2_K: return k->q2_K_q8_K;
+    case GGML_Q4_K: return k->q4_K_q8_K;
+    case GGML_IQ2_XXS: return k->iq2_xxs_q8_K;
+    case GGML_F32: return (row_fn)(void (*)(void))k->f32_f32;
+    default: return (row_fn)(void (*)(void))k->f16_f32;
+    }
+}
+
+static float row_dot(const ds4_kernels *k, const fmt *f, int n, const void *w, const void *a) {
+    if (f->act == A_F32) return ds4_dot_f32act(k, f->type, n, w, a);
+    return row_of(k, f)(n, w, a);
+}
+
+static ds4_tile_fn tile_of(const ds4_kernels *k, const fmt *f) {
+    switch (f->type) {
+    case GGML_Q8_0: return k->q8_0_q8_0a_tile;
+    case GGML_Q2_K: return k->q2_K_q8_K_tile;
+    case GGML_Q4_K: return k->q4_K_q8_K_tile;
+    case GGML_IQ2_XXS: return k->iq2_xxs_q8_K_tile;
+    case GGML_F32: return k->f32_f32_tile;
+    default: return k->f16_f32_tile;
+    }
+}
+
+/* value of activation element i */
+static double act_val(const fmt *f, const void *a, int i) {
+    if (f->act == A_Q8_0A) { const block_q8_0a *q = a; return (double)q[i / 32].d * q[i / 32].qs[i % 32]; }
+    if (f->act == A_Q8_K) { const block_q8_K *q = a; return (double)q[i / 256].d * q[i / 256].qs[i % 256]; }
+    return ((const float *)a)[i];
+}
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* Tables that keep the scalar order for the exact_scalar formats (the avx2
+ * table keeps ggml's AVX2 lane order instead). */
+static int scalar_order(const ds4_kernels *k) { return strcmp(k->name, "avx2") != 0; }
+
+/* ---------------------------------------------------------------------- */
+/* one random case                                                         */
+/* ---------------------------------------------------------------------- */
+
+static double worst_ratio[8][NFMT];   /* [table][format]: error / tolerance */
+
+static void one_case(int ti, const ds4_kernels *k, const fmt *f, int n, int nrows, int ntok, int wild) {
+    const ds4_kernels *sk = ds4_kernels_scalar();
+    ds4_tile_fn tile = tile_of(k, f);
+    CHECK(tile != NULL, "%s %s: no tile", k->name, f->name);
+    if (!tile) return;
+    const size_t rb = rb_of(f, n);
+    const size_t ws = rb + (size_t)f->bytes * (size_t)irand(0, 2) + (f->act == A_F32 ? (size_t)irand(0, 3) * f->bytes : 0);
+    uint8_t *W = malloc(ws * (size_t)nrows + 64);
+    for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * ws, n, wild);
+    /* a few distinct activation rows, referenced in scattered, repeated order */
+    const int nact = ntok < 7 ? ntok : 7;
+    const size_t ab = act_bytes(f, n);
+    uint8_t *A = malloc(ab * (size_t)nact + 64);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int i = 0; i < nact; i++) {
+        rand_act(x, n, wild);
+        quantize(f, x, n, A + (size_t)i * ab);
+    }
+    const void **ap = malloc(sizeof(void *) * (size_t)ntok);
+    for (int j = 0; j < ntok; j++) ap[j] = A + (size_t)(j < nact ? j : irand(0, nact - 1)) * ab;
+
+    /* single-row reference of this table */
+    float *ref = malloc(sizeof(float) * (size_t)nrows * ntok);
+    for (int j = 0; j < ntok; j++)
+        for (int r = 0; r < nrows; r++) ref[(size_t)j * nrows + r] = row_dot(k, f, n, W + (size_t)r * ws, ap[j]);
+
+    /* whole tile, output rows strided with guard cells */
+    const size_t ys = (size_t)nrows + (size_t)irand(0, 5);
+    const size_t ny = ys * (size_t)ntok + 8;
+    float *Y = malloc(sizeof(float) * ny);
+    const uint32_t guard = 0x7fc0dead;
+    for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
+    tile(n, W, ws, nrows, ap, ntok, Y, ys);
+    long bad = 0, badg = 0;
+    for (int j = 0; j < ntok; j++)
+        for (size_t r = 0; r < ys; r++) {
+            float v = Y[(size_t)j * ys + r];
+            if (r < (size_t)nrows) bad += !same_bits(v, ref[(size_t)j * nrows + r]);
+            else badg += memcmp(&v, &guard, 4) != 0;
+        }
+    for (size_t i = ys * (size_t)ntok; i < ny; i++) badg += memcmp(&Y[i], &guard, 4) != 0;
+    CHECK(bad == 0, "%s %s n=%d rows=%d tok=%d%s: %ld tile outputs differ from the single-row kernel",
+          k->name, f->name, n, nrows, ntok, wild ? " wild" : "", bad);
+    CHECK(badg == 0, "%s %s n=%d rows=%d tok=%d: %ld writes outside the tile", k->name, f->name, n, nrows,
+          ntok, badg);
+
+    /* the same block as random sub-tiles */
+    for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
+    for (int r0 = 0; r0 < nrows;) {
+        int nr = irand(1, nrows - r0 < 40 ? nrows - r0 : 40);
+        for (int j0 = 0; j0 < ntok;) {
+            int nt = irand(1, ntok - j0);
+            tile(n, W + (size_t)r0 * ws, ws, nr, ap + j0, nt, Y + (size_t)j0 * ys + r0, ys);
+            j0 += nt;
+        }
+        r0 += nr;
+    }
+    bad = 0;
+    for (int j = 0; j < ntok; j++)
+        for (int r = 0; r < nrows; r++) bad += !same_bits(Y[(size_t)j * ys + r], ref[(size_t)j * nrows + r]);
+    CHECK(bad == 0, "%s %s n=%d rows=%d tok=%d%s: %ld sub-tile outputs differ", k->name, f->name, n, nrows,
+          ntok, wild ? " wild" : "", bad);
+
+    /* against the scalar table and the exact value */
+    if (!wild) {
+        float *wd = malloc(sizeof(float) * (size_t)n);
+        long badt = 0, bads = 0;
+        for (int r = 0; r < nrows; r++) {
+            const uint8_t *wr = W + (size_t)r * ws;
+            ds4_dequantize_row(f->type, wr, wd, n);
+            for (int j = 0; j < nact && j < ntok; j++) {
+                double ex = 0, abs_ = 0;
+                for (int i = 0; i < n; i++) {
+                    double t = (double)wd[i] * act_val(f, ap[j], i);
+                    ex += t;
+                    abs_ += fabs(t);
+                }
+                double tol = f->act == A_F32 ? ((double)n / 32 + 40) * 0x1p-24 * abs_ : 2e-6 * abs_;
+                float y = ref[(size_t)j * nrows + r];
+                double err = fabs((double)y - ex);
+                if (abs_ == 0) badt += y != 0.0f;
+                else {
+                    badt += !(err <= tol);
+                    if (err / tol > worst_ratio[ti][f - FMTS]) worst_ratio[ti][f - FMTS] = err / tol;
+                }
+                if (f->exact_scalar && scalar_order(k)) bads += !same_bits(y, row_dot(sk, f, n, wr, ap[j]));
+            }
+        }
+        CHECK(badt == 0, "%s %s n=%d: %ld dots outside the tolerance", k->name, f->name, n, badt);
+        CHECK(bads == 0, "%s %s n=%d: %ld dots differ from the scalar table", k->name, f->name, n, bads);
+        free(wd);
+    }
+    free(W); free(A); free(x); free(ap); free(ref); free(Y);
+}
+
+static void test_tables(void) {
+    const ds4_kernels *tabs[3] = { ds4_kernels_scalar(), ds4_kernels_avx2(), ds4_kernels_avx512() };
+    for (int ti = 0; ti < 3; ti++) {
+        const ds4_kernels *k = tabs[ti];
+        if (!k) { printf("info: table %d not available on this CPU\n", ti); continue; }
+        int ncase = 0;
+        for (int fi = 0; fi < NFMT; fi++) {
+            const fmt *f = &FMTS[fi];
+            static const int n_int8[] = { 32, 64, 224, 256, 288, 1024, 4096 };
+            static const int n_k[] = { 256, 512, 2048 };
+            static const int n_f[] = { 1, 7, 8, 31, 32, 40, 64, 100, 256, 1027, 4096 };
+            const int *ns = f->blk == 32 ? n_int8 : f->blk == 256 ? n_k : n_f;
+            int nn = f->blk == 32 ? 7 : f->blk == 256 ? 3 : 11;
+            for (int ni = 0; ni < nn; ni++) {
+                for (int trial = 0; trial < 4; trial++) {
+                    int nrows = trial == 0 ? 16 : trial == 1 ? irand(1, 15) : irand(17, 70);
+                    static const int toks[] = { 1, 2, 3, 5, 8, 9, 17, 33 };
+                    int ntok = toks[rnd() % 8];
+                    if (ti > 0 && trial == 3 && ns[ni] <= 1024 && rnd() % 3 == 0) ntok = irand(257, 300);
+                    one_case(ti, k, f, ns[ni], nrows, ntok, trial & 1);
+                    ncase++;
+                }
+            }
+        }
+        printf("info: %-6s %d random cases; worst error/tolerance:", k->name, ncase);
+        for (int fi = 0; fi < NFMT; fi++) printf(" %s %.3f", FMTS[fi].name, worst_ratio[ti][fi]);
+        printf("\n");
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* the driver                                                              */
+/* ---------------------------------------------------------------------- */
+
+static void test_driver(void) {
+    const ds4_kernels *k = ds4_kernels_best();
+    for (int nth = 1; nth <= 3; nth++) {
+        ds4_pool *pool = ds4_pool_new(nth);
+        cpu_ctx cc = { pool, k };
+        for (int fi = 0; fi < NFMT; fi++) {
+            const fmt *f = &FMTS[fi];
+            for (int trial = 0; trial < 3; trial++) {
+                const int n = f->blk == 256 ? 512 : 256;
+                const int ng = irand(1, 5);
+                const int nact = irand(1, 12);
+                const size_t ab = act_bytes(f, n), rb = rb_of(f, n);
+                uint8_t *A = malloc(ab * (size_t)nact);
+                float *x = malloc(sizeof(float) * (size_t)n);
+                for (int i = 0; i < nact; i++) {
+                    rand_act(x, n, 0);
+                    quantize(f, x, n, A + (size_t)i * ab);
+                }
+                mm_group g[5];
+                uint8_t *Ws[5];
+                float *Ys[5];
+                int *rows[5];
+                for (int gi = 0; gi < ng; gi++) {
+                    int n_out = trial == 0 ? irand(1, 40) : irand(100, 700);
+                    int nr = irand(1, 9);
+                    Ws[gi] = malloc(rb * (size_t)n_out);
+                    for (int r = 0; r < n_out; r++) rand_row(f->type, Ws[gi] + (size_t)r * rb, n, 0);
+                    rows[gi] = malloc(sizeof(int) * (size_t)nr);
+                    for (int j = 0; j < nr; j++) rows[gi][j] = irand(0, nact - 1);
+                    Ys[gi] = calloc((size_t)nr * n_out, sizeof(float));
+                    mat_t W = { Ws[gi], f->type, n, n_out, rb };
+                    mm_group x1 = { .W = W, .kind = f->act == A_Q8_0A ? ACT_Q8_0A : f->act == A_Q8_K ? ACT_Q8_K : ACT_F32,
+                                    .act = A, .act_stride = ab, .rows = (gi & 1) ? rows[gi] : NULL,
+                                    .n_rows = (gi & 1) ? nr : (nr < nact ? nr : nact), .out = Ys[gi],
+                                    .out_stride = (size_t)n_out };
+                    g[gi] = x1;
+                }
+                cpu_matmul_groups(&cc, g, ng);
+                long bad = 0;
+                for (int gi = 0; gi < ng; gi++)
+                    for (int j = 0; j < g[gi].n_rows; j++) {
+                        const uint8_t *a = A + (size_t)(g[gi].rows ? g[gi].rows[j] : j) * ab;
+                        for (int r = 0; r < g[gi].W.n_out; r++)
+                            bad += !same_bits(Ys[gi][(size_t)j * g[gi].W.n_out + r],
+                                              row_dot(k, f, n, Ws[gi] + (size_t)r * rb, a));
+                    }
+                CHECK(bad == 0, "driver %s %s threads=%d groups=%d: %ld outputs differ", k->name, f->name, nth, ng, bad);
+                for (int gi = 0; gi < ng; gi++) { free(Ws[gi]); free(Ys[gi]); free(rows[gi]); }
+                free(A); free(x);
+            }
+        }
+        ds4_pool_free(pool);
+    }
+    /* --no-qat: float activations on quantized weights (row kernels) */
+    ds4_pool *pool = ds4_pool_new(2);
+    cpu_ctx cc = { pool, k };
+    const fmt *q = &FMTS[0];
+    const int n = 256, n_out = 300, T = 5;
+    uint8_t *W = malloc(rb_of(q, n) * n_out);
+    for (int r = 0; r < n_out; r++) rand_row(q->type, W + (size_t)r * rb_of(q, n), n, 0);
+    float *X = malloc(sizeof(float) * n * T), *Y = malloc(sizeof(float) * n_out * T);
+    for (int j = 0; j < T; j++) rand_act(X + (size_t)j * n, n, 0);
+    mat_t M = { W, q->type, n, n_out, rb_of(q, n) };
+    cpu_matmul(&cc, M, 1, X, n, T, Y, n_out, NULL);
+    long bad = 0;
+    for (int j = 0; j < T; j++)
+        for (int r = 0; r < n_out; r++)
+            bad += !same_bits(Y[(size_t)j * n_out + r], ds4_dot_f32act(k, q->type, n, W + (size_t)r * rb_of(q, n), X + (size_t)j * n));
+    CHECK(bad == 0, "driver no-qat: %ld outputs differ", bad);
+    free(W); free(X); free(Y);
+    ds4_pool_free(pool);
+}
+
+int main(void) {
+    const char *seed = getenv("DS4_TEST_SEED");
+    if (seed && *seed) rng ^= strtoull(seed, NULL, 0) * 0xbf58476d1ce4e5b9ull;
+    if (!rng) rng = 1;
+    printf("info: best table: %s\n", ds4_kernels_best()->name);
+    test_tables();
+    test_driver();
+    printf("test_kernels: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}
