@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
         else if (ARG("--request-timeout")) { if (parse_long(a, NEXT(), 1, 86400, &x)) return 2; c->request_timeout_s = (int)x; }
         else if (ARG("--keepalive")) { if (parse_long(a, NEXT(), 1, 3600, &x)) return 2; c->keepalive_s = (int)x; }
         else if (ARG("--max-connections")) { if (parse_long(a, NEXT(), 1, 100000, &x)) return 2; c->max_connections = (int)x; }
-        else if (ARG("--max-queue")) { if (parse_long(a, NEXT(), 0, 1000000, &x)) return 2; c->max_queue = (int)x; }
+        else if (ARG("--max-queue")) { if (parse_long(a, NEXT(), 1, 1000000, &x)) return 2; c->max_queue = (int)x; }
         else if (ARG("--tool-memory-max-ids")) { if (parse_long(a, NEXT(), 0, 1L << 40, &x)) return 2; c->tool_memory_max_ids = (size_t)x; }
         else if (ARG("--temp")) { if (parse_float(a, NEXT(), 0, 100, &d)) return 2; c->sp.temperature = (float)d; }
         else if (ARG("--top-k")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->sp.top_k = (int)x; }

@@ -54,7 +54,10 @@ done
 case "$BIN" in /*) ABS="$BIN" ;; *) ABS="$PWD/$BIN" ;; esac
 export DS4_URL="$URL" DS4_SERVER="$ABS" DS4_MODEL="$PWD/$MODEL"
 cd tests/server
-node --test --test-concurrency=1 --test-reporter=spec ${DS4_TEST_FILES:-*.test.mjs}
+# one file at a time: the tests share the server (and its live session)
+conc=""
+node --help 2>/dev/null | grep -q -- --test-concurrency && conc="--test-concurrency=1"
+node --test $conc --test-reporter=spec ${DS4_TEST_FILES:-*.test.mjs}
 rc=$?
 cd ../..
 

@@ -6,7 +6,7 @@
 // usage (cached tokens) and /metrics (evaluated tokens, replay counters).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { openai, anthropic, out, dsmlBlock, metrics } from './helpers.mjs';
+import { openai, anthropic, out, dsmlBlock, metrics, startServer } from './helpers.mjs';
 
 const client = openai();
 const tools = [{
@@ -135,4 +135,27 @@ test('responses: function_call sent back by call_id replays the exact DSML', asy
   const m1 = await metrics();
   assert.equal(delta(m0, m1, 'ds4_tool_replay_exact_total'), 1);
   assert.equal(r2.usage.input_tokens_details.cached_tokens, r.usage.input_tokens + r.usage.output_tokens - 1);
+});
+
+test('the tool memory is bounded (--tool-memory-max-ids): the oldest id is evicted', async () => {
+  const srv = await startServer(['--tool-memory-max-ids', '1', '--test-mode']);
+  try {
+    const c = openai({ baseURL: `${srv.url}/v1` });
+    const ask = (q) => c.chat.completions.create({ model: 'ds4', tools, messages: [{ role: 'user', content: q }] }, { headers: out(CALL) });
+    const back = (q, r) => c.chat.completions.create({ model: 'ds4', tools, messages: [{ role: 'user', content: q },
+      { role: 'assistant', content: null, tool_calls: r.choices[0].message.tool_calls },
+      { role: 'tool', tool_call_id: r.choices[0].message.tool_calls[0].id, content: 'x' }] }, { headers: out('ok') });
+    const a = await ask('first');
+    const b = await ask('second');
+    let m = await metrics(srv.url);
+    assert.equal(m.ds4_tool_memory_ids, 1);
+    await back('first', a);
+    m = await metrics(srv.url);
+    assert.equal(m.ds4_tool_replay_canonical_total, 1, 'the first id was evicted');
+    await back('second', b);
+    m = await metrics(srv.url);
+    assert.equal(m.ds4_tool_replay_exact_total, 1, 'the newest id is still known');
+  } finally {
+    await srv.stop();
+  }
 });
