@@ -60,7 +60,8 @@ static void usage(FILE *f) {
 "      --idle-timeout S      close idle keep-alive connections (default 120)\n"
 "      --request-timeout S   cut off a request still being received after S\n"
 "                            seconds (default 300)\n"
-"      --keepalive S         SSE comment after S silent seconds (default 10)\n"
+"      --keepalive S         SSE comment after S silent seconds (default 10;\n"
+"                            at most half of --idle-timeout)\n"
 "      --max-connections N   simultaneous connections (default 256)\n"
 "      --max-queue N         requests waiting for the model (default 64;\n"
 "                            more get 429, Anthropic 529)\n"
@@ -217,6 +218,11 @@ missing:
         fprintf(stderr, "ds4-server: %s needs a value\n", a);
         return 2;
     }
+
+    /* libmicrohttpd counts a stream that sends nothing as idle: keep-alive
+     * comments must come more often than the idle timeout */
+    if (c->keepalive_s * 2 > c->idle_timeout_s)
+        c->keepalive_s = c->idle_timeout_s / 2 > 0 ? c->idle_timeout_s / 2 : 1;
 
     if (!host_is_loopback(c->host) && !(c->api_key && *c->api_key) && !c->insecure_no_auth) {
         fprintf(stderr, "ds4-server: refusing to listen on %s (not a loopback address) without "

@@ -139,3 +139,16 @@ test('messages: errors in the Anthropic shape', async () => {
   await assert.rejects(client.messages.create({ model: 'x', max_tokens: 5, temperature: 3, messages: [{ role: 'user', content: 'q' }] }),
     (e) => e.status === 400 && e.error?.error?.type === 'invalid_request_error');
 });
+
+test('messages: thinking.budget_tokens closes the reasoning after that many tokens', async () => {
+  const m = await client.messages.create({
+    model: 'x', max_tokens: 12, temperature: 0, thinking: { type: 'enabled', budget_tokens: 2 },
+    messages: [{ role: 'user', content: 'think briefly' }],
+  });
+  assert.equal(m.content[0].type, 'thinking');
+  if (m.stop_reason === 'max_tokens') {
+    // 2 reasoning tokens + the forced </think>, then the answer
+    assert.equal(m.content.at(-1).type, 'text');
+    assert.equal(m.usage.output_tokens, 12);
+  }
+});
