@@ -60,6 +60,15 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU time of the whole process: against wall time x threads it shows
+ * how much of the machine this run actually had (other users' jobs steal
+ * cores from a shared machine and halve a 2-thread figure). */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -495,6 +504,7 @@ typedef struct {
     int T, thr_idx;      /* thr_idx: 0 = 1 thread, 1 = N threads */
     double ms, gbps, gflops;
     const char *kname;
+    double share;        /* process CPU time / (wall time x threads) */
 } result;
 
 static result *results;
@@ -557,16 +567,18 @@ static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char
         double want = opt.min_mb * 1048576.0 / (double)bytes_per_call;
         calls = want < 1 ? 1 : (int)ceil(want);
     }
-    double t[32];
+    double t[32], sh[32];
     run_one(c, cc, T, rows);   /* warm-up (code, pool threads, page tables) */
     for (int rep = 0; rep < opt.reps; rep++) {
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         for (int k = 0; k < calls; k++) run_one(c, cc, T, rows);
-        t[rep] = (now() - t0) / calls;
+        double dt = now() - t0;
+        t[rep] = dt / calls;
+        sh[rep] = (cpu_now() - c0) / (dt * ds4_pool_size(cc->pool));
     }
     double tm = median(t, opt.reps);
     result r = { c->f, s, T, thr_idx, tm * 1e3, (double)bytes_per_call / tm * 1e-9,
-                 flop_per_row * rows / tm * 1e-9, kname };
+                 flop_per_row * rows / tm * 1e-9, kname, median(sh, opt.reps) };
     add_result(r);
 }
 
@@ -670,9 +682,12 @@ int main(int argc, char **argv) {
     if (opt.peaks) run_peaks(pools);
 
     if (!opt.csv) {
+        double la[3] = { 0, 0, 0 };
+        FILE *lf = fopen("/proc/loadavg", "r");
+        if (lf) { if (fscanf(lf, "%lf %lf %lf", &la[0], &la[1], &la[2]) != 3) la[0] = -1; fclose(lf); }
         printf("bench_kernels: %s, %d threads, %s; medians of %d; decode streams >= %.0f MiB per "
-               "measurement from a %.2f GiB pool\n",
-               cpu, nthr[1], date, opt.reps, opt.min_mb, pool_bytes / 1073741824.0);
+               "measurement from a %.2f GiB pool; load average at start %.2f\n",
+               cpu, nthr[1], date, opt.reps, opt.min_mb, pool_bytes / 1073741824.0, la[0]);
         if (opt.stream)
             printf("STREAM  read %.1f / %.1f GB/s   triad %.1f / %.1f GB/s   (1 / %d threads)\n",
                    sr.read[0], sr.read[1], sr.triad[0], sr.triad[1], nthr[1]);
@@ -743,20 +758,20 @@ int main(int argc, char **argv) {
     /* report */
     if (opt.csv)
         printf("cpu,date,kernels,format,shape,n_in,n_out,groups,tokens,threads,ms,gbps,gflops,"
-               "stream_read_gbps,stream_triad_gbps,frac_read,frac_triad,peak_gops,frac_peak\n");
+               "stream_read_gbps,stream_triad_gbps,frac_read,frac_triad,peak_gops,frac_peak,cpu_share\n");
     else
-        printf("%-8s %-8s %-11s %4s %3s %9s %8s %9s %7s %7s %7s\n", "kernels", "format", "shape", "T",
-               "thr", "ms", "GB/s", "GFLOP/s", "%read", "%triad", "%peak");
+        printf("%-8s %-8s %-11s %4s %3s %9s %8s %9s %7s %7s %7s %5s\n", "kernels", "format", "shape", "T",
+               "thr", "ms", "GB/s", "GFLOP/s", "%read", "%triad", "%peak", "cpu");
     for (int i = 0; i < nresults; i++) {
         result *r = &results[i];
         int k = r->thr_idx;
         double rd = sr.read[k], tr = sr.triad[k];
         double pk = r->f->is_int ? int8_peak(k) : fp32_peak(k);
         if (opt.csv) {
-            printf("\"%s\",%s,%s,%s,%s,%d,%d,%d,%d,%d,%.4f,%.3f,%.3f,%.2f,%.2f,%.4f,%.4f,%.1f,%.4f\n",
+            printf("\"%s\",%s,%s,%s,%s,%d,%d,%d,%d,%d,%.4f,%.3f,%.3f,%.2f,%.2f,%.4f,%.4f,%.1f,%.4f,%.3f\n",
                    cpu, date, r->kname, r->f->name, r->s->name, r->s->n_in, r->s->n_out, r->s->groups,
                    r->T, nthr[k], r->ms, r->gbps, r->gflops, rd, tr, rd > 0 ? r->gbps / rd : 0,
-                   tr > 0 ? r->gbps / tr : 0, pk, pk > 0 ? r->gflops / pk : 0);
+                   tr > 0 ? r->gbps / tr : 0, pk, pk > 0 ? r->gflops / pk : 0, r->share);
         } else {
             char pr[16] = "", pt[16] = "", pp[16] = "";
             if (r->T == 1) {
@@ -765,14 +780,16 @@ int main(int argc, char **argv) {
             } else if (pk > 0) {
                 snprintf(pp, sizeof pp, "%.1f%%", 100 * r->gflops / pk);
             }
-            printf("%-8s %-8s %-11s %4d %3d %9.3f %8.2f %9.1f %7s %7s %7s\n", r->kname, r->f->name,
-                   r->s->name, r->T, nthr[k], r->ms, r->gbps, r->gflops, pr, pt, pp);
+            printf("%-8s %-8s %-11s %4d %3d %9.3f %8.2f %9.1f %7s %7s %7s %4.0f%%%s\n", r->kname, r->f->name,
+                   r->s->name, r->T, nthr[k], r->ms, r->gbps, r->gflops, pr, pt, pp, 100 * r->share,
+                   r->share < 0.9 ? " !" : "");
         }
     }
     if (!opt.csv)
         printf("\n%%read/%%triad: decode GB/s over the STREAM figure at the same thread count;"
                " %%peak: prefill GFLOP/s over the int8 peak (integer formats) or fp32 FMA peak"
-               " (f16, f32) at the same thread count.\n");
+               " (f16, f32) at the same thread count; cpu: CPU time the run got over wall time x"
+               " threads (\"!\" below 90%%: other jobs took cores, the figure is low).\n");
     ds4_pool_free(pools[0]);
     ds4_pool_free(pools[1]);
     return 0;

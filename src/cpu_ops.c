@@ -2,6 +2,7 @@
  * cpu_ops.c -- see cpu_ops.h.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cpu_ops.h"
@@ -110,6 +111,9 @@ typedef struct {
     int ng;
     double total;
     const double *start;   /* cost prefix per group */
+    double chunk;          /* cost of one work chunk */
+    long nchunk;
+    _Atomic long next;     /* next chunk to take */
 } mm_job;
 
 /* Output rows [o0, o1) of one group, every token. */
@@ -154,24 +158,46 @@ static inline double row_cost(const mm_group *g) {
     return (double)g->n_rows + ROW_FIXED;
 }
 
-static void mm_task(void *ctx, int ith, int nth) {
-    mm_job *jb = ctx;
-    /* thread ith owns the strips whose first row's cost lies in [c0, c1);
-     * neighbours compute their shared boundary from the same expression */
-    double c0 = jb->total * ith / nth, c1 = jb->total * (ith + 1) / nth;
+/* Chunk ci owns the strips whose first row's cost lies in [c0, c1);
+ * neighbouring chunks compute their shared boundary from the same
+ * expression, and the last one takes everything up to the end, so every
+ * strip is computed exactly once. */
+static void mm_chunk(mm_job *jb, long ci) {
+    const int last = ci == jb->nchunk - 1;
+    const double c0 = jb->chunk * (double)ci, c1 = jb->chunk * (double)(ci + 1);
     for (int gi = 0; gi < jb->ng; gi++) {
         const mm_group *g = &jb->g[gi];
         if (g->n_rows <= 0 || g->W.n_out <= 0) continue;
         double s = jb->start[gi], k = row_cost(g) * STRIP;
         double e = s + row_cost(g) * g->W.n_out;
-        if (e <= c0 || s >= c1) continue;
-        long o0 = (long)ceil((c0 - s) / k) * STRIP, o1 = (long)ceil((c1 - s) / k) * STRIP;
-        if (ith == nth - 1) o1 = g->W.n_out;
-        if (o0 < 0) o0 = 0;
+        if (e <= c0 || (!last && s >= c1)) continue;
+        long o0 = c0 <= s ? 0 : (long)ceil((c0 - s) / k) * STRIP;
+        long o1 = last ? g->W.n_out : (long)ceil((c1 - s) / k) * STRIP;
         if (o1 > g->W.n_out) o1 = g->W.n_out;
         if (o0 < o1) mm_group_rows(jb->c, g, (int)o0, (int)o1);
     }
 }
+
+/* Threads take chunks from a shared counter: a thread that runs slower
+ * (another process on its core, a busier memory channel) simply takes
+ * fewer, instead of the whole section waiting for its fixed share. */
+static void mm_task(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    mm_job *jb = ctx;
+    for (;;) {
+        long ci = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);
+        if (ci >= jb->nchunk) break;
+        mm_chunk(jb, ci);
+    }
+}
+
+/* Chunks per thread when the work allows it, and the smallest chunk: 2
+ * strips for matvecs (enough to stream), 8 strips (128 rows) with many
+ * tokens so the packed tiles amortise their per-panel activation work. */
+#define CHUNKS_PER_THREAD 6
+#define MIN_CHUNK_STRIPS_DECODE 2
+#define MIN_CHUNK_STRIPS_BATCH 8
 
 void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
     enum { MAXG = 1024 };
@@ -182,16 +208,32 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
         return;
     }
     double t = 0, macs = 0;
+    int maxtok = 0;
     for (int i = 0; i < ng; i++) {
         start[i] = t;
         if (g[i].n_rows <= 0) continue;
         t += row_cost(&g[i]) * g[i].W.n_out;
         macs += ((double)g[i].n_rows + ROW_FIXED) * g[i].W.n_out * g[i].W.n_in;
+        if (g[i].n_rows > maxtok) maxtok = g[i].n_rows;
     }
     if (t == 0) return;
     mm_job jb = { .c = c, .g = g, .ng = ng, .total = t, .start = start };
-    if (macs < MIN_PARALLEL_MACS || ds4_pool_size(c->pool) == 1) mm_task(&jb, 0, 1);
-    else ds4_pool_run(c->pool, mm_task, &jb);
+    const int nth = ds4_pool_size(c->pool);
+    if (macs < MIN_PARALLEL_MACS || nth == 1) {
+        jb.chunk = t;
+        jb.nchunk = 1;
+        mm_chunk(&jb, 0);
+        return;
+    }
+    double minc = (maxtok > 8 ? MIN_CHUNK_STRIPS_BATCH : MIN_CHUNK_STRIPS_DECODE) * STRIP *
+                  ((double)maxtok + ROW_FIXED);
+    long n = (long)nth * CHUNKS_PER_THREAD;
+    if (t / n < minc) n = (long)(t / minc);
+    if (n < nth) n = nth;
+    jb.chunk = t / (double)n;
+    jb.nchunk = n;
+    atomic_init(&jb.next, 0);
+    ds4_pool_run(c->pool, mm_task, &jb);
 }
 
 size_t cpu_matmul_scratch(int n_in, int T) {

@@ -2,19 +2,34 @@
  * threadpool.c -- see threadpool.h.
  *
  * Dispatch protocol: the caller publishes (fn, ctx), bumps `gen`, runs its
- * own share, then waits until `done` reaches nth-1.  Workers watch `gen`:
- * spinning with a pause instruction for a bounded number of iterations
- * before falling back to the condition variable, so back-to-back sections
- * cost well under a microsecond while an idle engine uses no CPU.
+ * own share, then waits until `done` reaches nth-1.  Workers watch `gen`.
+ *
+ * Waiting is in three stages, by elapsed time rather than by iteration
+ * count (a `pause` costs anywhere from 10 to 140 cycles depending on the
+ * core):
+ *   1. spin with `pause` for SPIN_NS: back-to-back sections (decode issues
+ *      thousands per token, microseconds apart) then cost well under a
+ *      microsecond to hand over;
+ *   2. spin with sched_yield() until YIELD_NS: if the machine is
+ *      oversubscribed (other processes, more threads than free cores), the
+ *      thread we wait for may be runnable but not running -- yielding gives
+ *      it this core instead of burning the time slice it needs;
+ *   3. workers then sleep on the condition variable, so an idle engine uses
+ *      no CPU.  The caller never sleeps: a section is short.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "threadpool.h"
 
-#define SPIN_ITERS 200000
+#define SPIN_NS 50000        /* 50 us of pause-spinning */
+#define YIELD_NS 2000000     /* then yield until 2 ms, then sleep (workers) */
+#define CHECK_EVERY 64       /* pause iterations between clock reads */
 
 typedef struct {
     ds4_pool *pool;
@@ -41,23 +56,51 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spin/yield waiter state: call wait_step() in a loop while the condition
+ * is false; it returns 0 once the wait has passed `limit_ns` (-1: never). */
+typedef struct {
+    int64_t t0;
+    unsigned n;
+} waiter;
+
+static inline int wait_step(waiter *w, int64_t limit_ns) {
+    if (++w->n % CHECK_EVERY) {
+        cpu_relax();
+        return 1;
+    }
+    int64_t t = now_ns();
+    if (w->t0 == 0) { w->t0 = t; return 1; }
+    int64_t el = t - w->t0;
+    if (el < SPIN_NS) { cpu_relax(); return 1; }
+    if (limit_ns >= 0 && el >= limit_ns) return 0;
+    sched_yield();
+    return 1;
+}
+
 static void *worker_main(void *arg) {
     worker *w = arg;
     ds4_pool *p = w->pool;
     unsigned seen = 0;
     for (;;) {
         unsigned g;
-        int spins = 0;
+        waiter wt = { 0, 0 };
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
             if (atomic_load_explicit(&p->quit, memory_order_relaxed)) return NULL;
-            if (++spins < SPIN_ITERS) { cpu_relax(); continue; }
+            if (wait_step(&wt, YIELD_NS)) continue;
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
             while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit))
                 pthread_cond_wait(&p->cv, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
-            spins = 0;
+            wt.t0 = 0;
+            wt.n = 0;
         }
         if (atomic_load(&p->quit)) return NULL;
         seen = g;
@@ -106,8 +149,9 @@ void ds4_pool_run(ds4_pool *p, ds4_task_fn fn, void *ctx) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(ctx, 0, p->nth);
+    waiter wt = { 0, 0 };
     while (atomic_load_explicit(&p->done, memory_order_acquire) != p->nth - 1)
-        cpu_relax();
+        wait_step(&wt, -1);
 }
 
 void ds4_pool_free(ds4_pool *p) {
