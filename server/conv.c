@@ -522,8 +522,17 @@ static int attach_response_format(request *r, json_t *rf, api_error *e) {
 
 /* Text of a content value: a string, or an array of text parts joined by a
  * blank line (each part is a paragraph of its own).  `kinds` lists the text
- * part types accepted; images and files are refused (the model is text
- * only); other part types are refused as unknown. */
+ * part types accepted.  Images, files, audio and documents (valid in the
+ * APIs, invisible to this text-only model) become a placeholder line: an
+ * agent's history keeps them for the rest of the session, and refusing them
+ * would end the session; the placeholder lets the model say what it cannot
+ * see.  Other part types are refused as unknown. */
+static void omitted(ds4_buf *out, int *first, const char *ty) {
+    if (!*first) ds4_buf_puts(out, "\n\n");
+    ds4_buf_printf(out, "[%s omitted: this model reads text only]", ty);
+    *first = 0;
+}
+
 static int content_text(json_t *c, const char *param, const char *const *kinds, ds4_buf *out,
                         api_error *e) {
     if (!c || json_is_null(c)) return 0;
@@ -546,9 +555,10 @@ static int content_text(json_t *c, const char *param, const char *const *kinds, 
         for (int k = 0; kinds[k]; k++) if (!strcmp(ty, kinds[k])) ok = 1;
         if (!ok) {
             if (strstr(ty, "image") || strstr(ty, "file") || strstr(ty, "audio") ||
-                !strcmp(ty, "document"))
-                return api_bad(e, param, "%s[%zu]: content of type '%s' is not supported "
-                               "(the model is text only)", param, i, ty);
+                !strcmp(ty, "document")) {
+                omitted(out, &first, ty);
+                continue;
+            }
             if (!strcmp(ty, "refusal")) continue;
             return api_bad(e, param, "%s[%zu]: unknown content type '%s'", param, i, ty);
         }
@@ -751,8 +761,9 @@ static int anthropic_messages(request *r, json_t *b, api_error *e) {
                 calls[ncalls].arguments = args_string(r, in);
                 ncalls++;
             } else if (!strcmp(ty, "image") || !strcmp(ty, "document")) {
-                rc = api_bad(e, "messages", "%s.content.%zu: '%s' blocks are not supported (the "
-                             "model is text only)", param, k, ty);
+                int first = ntext == 0;
+                omitted(&text, &first, ty);
+                ntext++;
             } else {
                 rc = api_bad(e, "messages", "%s.content.%zu: unexpected block type '%s' in a %s "
                              "message", param, k, ty, role);

@@ -133,11 +133,21 @@ test('messages: errors in the Anthropic shape', async () => {
   r = await post('/v1/messages', { model: 'x', max_tokens: 5, messages: [{ role: 'system', content: 'q' }] });
   assert.equal(r.status, 400);
   assert.equal(r.json.error.type, 'invalid_request_error');
-  r = await post('/v1/messages', { model: 'x', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] });
+  r = await post('/v1/messages', { model: 'x', max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'hologram' }] }] });
   assert.equal(r.status, 400);
-  assert.match(r.json.error.message, /not supported/);
+  assert.match(r.json.error.message, /hologram/);
   await assert.rejects(client.messages.create({ model: 'x', max_tokens: 5, temperature: 3, messages: [{ role: 'user', content: 'q' }] }),
     (e) => e.status === 400 && e.error?.error?.type === 'invalid_request_error');
+});
+
+test('messages: images become a placeholder (text-only model), the request succeeds', async () => {
+  const withImage = await client.messages.countTokens({ model: 'x', messages: [{ role: 'user', content: [
+    { type: 'text', text: 'What is this?' }, { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }] }] });
+  const without = await client.messages.countTokens({ model: 'x', messages: [{ role: 'user', content: 'What is this?' }] });
+  assert.ok(withImage.input_tokens > without.input_tokens + 3, 'the placeholder is in the prompt');
+  const m = await client.messages.create({ model: 'x', max_tokens: 10, messages: [{ role: 'user', content: [
+    { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }] }] }, { headers: out('no.</think>I cannot see images.') });
+  assert.equal(m.content.at(-1).text, 'I cannot see images.');
 });
 
 test('messages: thinking.budget_tokens closes the reasoning after that many tokens', async () => {

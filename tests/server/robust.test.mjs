@@ -32,7 +32,7 @@ const cases = [
   ['stop of a wrong type', '/v1/chat/completions', { messages: msgs, stop: 5 }, {}, 400, 'openai', 'stop'],
   ['tools not an array', '/v1/chat/completions', { messages: msgs, tools: {} }, {}, 400, 'openai', 'tools'],
   ['tool without a name', '/v1/chat/completions', { messages: msgs, tools: [{ type: 'function', function: {} }] }, {}, 400, 'openai', 'tools'],
-  ['image content', '/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, {}, 400, 'openai'],
+  ['unknown content part type', '/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'hologram' }] }] }, {}, 400, 'openai'],
   ['prompt longer than the context', '/v1/chat/completions', { messages: [{ role: 'user', content: long }] }, {}, 400, 'openai', 'messages', 'context_length_exceeded'],
   ['bad content-type', '/v1/chat/completions', JSON.stringify({ messages: msgs }), { 'content-type': 'text/plain' }, 415, 'openai'],
   ['bad test-output base64', '/v1/chat/completions', { messages: msgs }, { 'X-DS4-Test-Output': '!!!' }, 400, 'openai'],
