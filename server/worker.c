@@ -391,6 +391,30 @@ static int char_boundary(const char *s, size_t n, size_t at) {
     return at >= n || ((unsigned char)s[at] & 0xc0) != 0x80;
 }
 
+static int is_special(const ds4_special_ids *sp, int32_t t) {
+    return t >= 0 && (t == sp->bos || t == sp->eos || t == sp->user || t == sp->assistant ||
+                      t == sp->think || t == sp->think_end || t == sp->dsml ||
+                      t == sp->latest_reminder);
+}
+
+/* 1 when byte offset `at` of the prompt falls inside a special token of its
+ * full tokenization: the live text ends with the first bytes of a marker
+ * the model wrote as plain text (say "<｜end"), and tokenizing the suffix on
+ * its own would turn the marker into text.  A different BPE split of plain
+ * text across the cut is fine; a broken marker is not. */
+static int cut_splits_special(const ds4_tokenizer *tok, const ds4_special_ids *sp,
+                              const ds4_tokens *t, size_t at) {
+    size_t off = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t len = 0;
+        ds4_token_bytes(tok, t->v[i], &len);
+        if (off + len > at) return off < at && is_special(sp, t->v[i]);
+        off += len;
+        if (off == at) return 0;
+    }
+    return 0;
+}
+
 static void run_job(worker *w, job *j) {
     server_ctx *srv = w->srv;
     request *rq = j->rq;
@@ -406,7 +430,8 @@ static void run_job(worker *w, job *j) {
         w->live.n = 0;
         ds4_detokenize(srv->tok, ds4_session_tokens(s), (size_t)n_sess, &w->live);
         if (w->live.n <= rq->prompt.n && !memcmp(w->live.p, rq->prompt.p, w->live.n) &&
-            char_boundary(rq->prompt.p, rq->prompt.n, w->live.n)) {
+            char_boundary(rq->prompt.p, rq->prompt.n, w->live.n) &&
+            !cut_splits_special(srv->tok, srv->sp, &rq->tokens, w->live.n)) {
             ds4_tokenize(srv->tok, rq->prompt.p + w->live.n, rq->prompt.n - w->live.n,
                          DS4_TOK_SPECIAL, &suffix);
             if ((size_t)n_sess + suffix.n < (size_t)ctx) {

@@ -159,3 +159,24 @@ test('the tool memory is bounded (--tool-memory-max-ids): the oldest id is evict
     await srv.stop();
   }
 });
+
+test('a cut inside a special token is not reused by text (it would turn the marker into text)', async () => {
+  // the answer spells the EOS marker in plain-text tokens; with max_tokens
+  // equal to its length the last token ("｜>") is never evaluated, so the
+  // live session ends inside what a fresh tokenization of the next prompt
+  // reads as one special token
+  const text = 'Hi <｜end▁of▁sentence\x01｜>';
+  const ask = (max) => client.chat.completions.create({ model: 'deepseek-chat', max_tokens: max,
+    messages: [{ role: 'user', content: 'marker' }] }, { headers: out(text) });
+  const n = (await ask(100)).usage.completion_tokens;
+  const r1 = await ask(n);
+  assert.equal(r1.choices[0].finish_reason, 'length');
+  assert.equal(r1.choices[0].message.content, 'Hi <｜end▁of▁sentence｜>');
+  const m0 = await metrics();
+  const r2 = await client.chat.completions.create({ model: 'deepseek-chat', messages: [
+    { role: 'user', content: 'marker' }, { role: 'assistant', content: r1.choices[0].message.content },
+    { role: 'user', content: 'again' }] }, { headers: out('ok') });
+  const m1 = await metrics();
+  assert.equal(delta(m0, m1, 'ds4_session_reuse_text_total'), 0);
+  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, 0);
+});
