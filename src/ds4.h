@@ -280,6 +280,10 @@ const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m);
 /* A hash over the GGUF metadata and tensor directory (not the data):
  * identifies "this exact model file layout and quantization". */
 void ds4_model_fingerprint(const ds4_model *m, uint8_t out[20]);
+/* The same model in any routed-expert quantization (2-bit / 4-bit files of
+ * one checkpoint share it): metadata, tensor names and dims, and the types
+ * of every tensor but the routed experts. */
+void ds4_model_family_fingerprint(const ds4_model *m, uint8_t out[20]);
 
 /* `ds4 --inspect`: metadata summary, shapes, tensor type histogram, file and
  * memory sizes.  Works on vocab-only files too. */
@@ -340,10 +344,95 @@ void ds4_session_set_decode_only(ds4_session *s, int on);
  * rows, compressed rows, compressor and indexer frontiers). */
 uint64_t ds4_session_snapshot_size(const ds4_session *s);
 int ds4_session_snapshot(const ds4_session *s, ds4_buf *out);
+/* The same bytes streamed through a writer (returns 0 or a DS4_E* code). */
+typedef int (*ds4_write_fn)(void *ud, const void *data, size_t len);
+int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud);
 int ds4_session_restore(ds4_session *s, const void *data, size_t len,
                         char **err);
 /* KV bytes currently held. */
 uint64_t ds4_session_kv_bytes(const ds4_session *s);
+
+/* ------------------------------------------------------------------------ */
+/* Disk KV cache: session states stored as files named by the SHA-1 of the  */
+/* rendered text they correspond to.  Implemented in kvstore.c; the file     */
+/* format is documented in the README ("Disk KV cache").                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ds4_kvstore ds4_kvstore;
+
+typedef enum {
+    DS4_KV_COLD = 1,       /* after a long first prompt (trimmed, aligned) */
+    DS4_KV_CONTINUED = 2,  /* prefill or generation crossed an aligned frontier */
+    DS4_KV_EVICT = 3,      /* the live session is about to be replaced */
+    DS4_KV_SHUTDOWN = 4,   /* clean exit */
+    DS4_KV_MANUAL = 5,
+} ds4_kv_reason;
+
+const char *ds4_kv_reason_name(uint32_t reason);
+
+typedef struct {
+    const char *dir;
+    uint64_t space_bytes;        /* LRU cap by last use (default 4096 MiB) */
+    int allow_quant_variants;    /* restore states saved by the same model in
+                                  * another routed-expert quantization */
+    FILE *log;                   /* warnings, one line each (default stderr) */
+} ds4_kvstore_params;
+
+typedef struct {
+    const char *id;              /* tool-call id */
+    const char *dsml;            /* the exact DSML block sampled for it */
+    size_t dsml_len;
+} ds4_kv_tool;
+
+typedef struct {
+    uint64_t hits, misses, saves, save_bytes, load_bytes;
+    uint64_t evictions, rejected, write_errors;
+    uint64_t files, bytes;
+    double save_seconds, load_seconds;
+} ds4_kvstore_stats;
+
+void ds4_kvstore_params_default(ds4_kvstore_params *p);
+/* Creates the directory if needed, removes temp files left by dead
+ * writers, and indexes the files (headers only). */
+ds4_kvstore *ds4_kvstore_open(const ds4_model *m, const ds4_kvstore_params *p,
+                              char **err);
+void ds4_kvstore_close(ds4_kvstore *kv);
+
+/* Save the session's state under the text its tokens spell.  Atomic: a
+ * temporary file is written, fsync'ed and renamed; on any error (full disk)
+ * nothing changes and an error is returned.  An identical state already on
+ * disk is only touched.  `tools` are stored with it for exact replay. */
+int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason,
+                     const ds4_kv_tool *tools, int n_tools, char **err);
+
+/* Restore the longest cached state whose text is a prefix of `text` and
+ * holds at least `min_tokens` tokens (and more than the session already
+ * has in common with the text, *if* `better_than` > 0).  Returns the
+ * number of tokens restored (0 = no hit; the session is then untouched)
+ * and stores the text bytes covered in *text_used.  Damaged files are
+ * moved aside with one warning line and never restored. */
+int ds4_kvstore_restore(ds4_kvstore *kv, ds4_session *s, const char *text,
+                        size_t len, int min_tokens, int better_than,
+                        size_t *text_used);
+/* The most recently used state saved for `reason` (0 = any); returns its
+ * token count or 0. */
+int ds4_kvstore_restore_latest(ds4_kvstore *kv, ds4_session *s, uint32_t reason);
+/* Exact DSML remembered for a tool-call id by any file: 1 found, 0 not. */
+int ds4_kvstore_tool_dsml(ds4_kvstore *kv, const char *id, ds4_buf *out);
+void ds4_kvstore_get_stats(ds4_kvstore *kv, ds4_kvstore_stats *st);
+
+/* Model-free inspection of one cache file (ds4-kv). */
+typedef struct {
+    uint32_t version, reason, n_tokens, ctx_size, hits, flags, n_tools;
+    uint64_t created, last_used, file_bytes, text_len, payload_len, tools_len;
+    uint8_t fingerprint[20], family[20];
+    char prefix[121];            /* first bytes of the text, escaped */
+} ds4_kv_file_info;
+
+/* Reads the header (and with `verify`, checks sizes and the checksum).
+ * Returns 0 or DS4_EFORMAT with a reason in *err. */
+int ds4_kv_file_info_read(const char *path, int verify, ds4_kv_file_info *info,
+                          char **err);
 
 /* ------------------------------------------------------------------------ */
 /* Sampler                                                                   */

@@ -26,6 +26,43 @@ static char *fmt_err(const char *path, const char *msg) {
     return e;
 }
 
+/* Identifies "the same model in any routed-expert quantization": the
+ * deepseek4.* and tokenizer metadata and every tensor's name and dims, and
+ * every type except the routed experts'.  Data offsets are left out (they
+ * move when the expert types change).  The disk KV cache may reuse states
+ * across such files only when the user opts in. */
+static void family_fingerprint(const gguf_file *f, uint8_t out[20]) {
+    ds4_sha1_ctx h;
+    ds4_sha1_init(&h);
+    ds4_sha1_update(&h, "ds4-family-v1", 13);
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const gguf_kv *kv = &f->kv[i];
+        if (strncmp(kv->key, "deepseek4.", 10) && strncmp(kv->key, "tokenizer.", 10)) continue;
+        ds4_sha1_update(&h, kv->key, strlen(kv->key) + 1);
+        ds4_sha1_update(&h, &kv->type, 4);
+        if (kv->type == GGUF_STRING) {
+            ds4_sha1_update(&h, &kv->v.s.len, 8);
+            ds4_sha1_update(&h, kv->v.s.p, kv->v.s.len);
+        } else if (kv->type == GGUF_ARRAY) {
+            uint64_t nb = gguf_kv_nbytes(kv);
+            ds4_sha1_update(&h, &kv->v.arr.type, 4);
+            ds4_sha1_update(&h, &kv->v.arr.n, 8);
+            if (nb >= 12) ds4_sha1_update(&h, kv->v.arr.data, nb - 12);
+        } else {
+            ds4_sha1_update(&h, &kv->v.u, 8);
+        }
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        ds4_sha1_update(&h, t->name, strlen(t->name) + 1);
+        ds4_sha1_update(&h, &t->n_dims, 4);
+        ds4_sha1_update(&h, t->ne, sizeof t->ne);
+        int expert = strstr(t->name, "_exps.") != NULL;
+        if (!expert) ds4_sha1_update(&h, &t->type, 4);
+    }
+    ds4_sha1_final(&h, out);
+}
+
 /* Checks the forward pass relies on that the layout validation cannot see:
  * the hash table's expert ids are data, not shape. */
 static int check_data(ds4_model *m, char **err) {
@@ -88,6 +125,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     rope_init(&m->rope_comp, c->n_rot, cbase, c->rope_factor > 1.0f, c->rope_factor,
               c->rope_orig_ctx, c->beta_fast, c->beta_slow);
     ds4_gguf_fingerprint(m->gf, m->fingerprint);
+    family_fingerprint(m->gf, m->family_fp);
     gguf_str name;
     if (gguf_get_str(m->gf, "general.name", &name) == 0 && name.len < 4096)
         m->name = strndup(name.p, name.len);
@@ -144,4 +182,8 @@ const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m) { return m->tok; }
 
 void ds4_model_fingerprint(const ds4_model *m, uint8_t out[20]) {
     memcpy(out, m->fingerprint, 20);
+}
+
+void ds4_model_family_fingerprint(const ds4_model *m, uint8_t out[20]) {
+    memcpy(out, m->family_fp, 20);
 }

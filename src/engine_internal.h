@@ -29,6 +29,7 @@ struct ds4_model {
     ds4_backend backend;
     rope_t rope_dense, rope_comp;
     uint8_t fingerprint[20];
+    uint8_t family_fp[20];
 };
 
 /* Per-layer decode state (ARCHITECTURE.md §6.1).  Rows are float32: with

@@ -390,46 +390,57 @@ uint64_t ds4_session_snapshot_size(const ds4_session *s) {
     return b;
 }
 
-static int put_u32(ds4_buf *b, uint32_t v) { return ds4_buf_append(b, &v, 4); }
-
-int ds4_session_snapshot(const ds4_session *s, ds4_buf *out) {
+/* Streams the snapshot through `w` (a file writer, a buffer): nothing of
+ * snapshot size is allocated. */
+int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     const ds4_config *c = &s->m->w.cfg;
-    uint64_t need = ds4_session_snapshot_size(s);
-    if (ds4_buf_reserve(out, need)) return DS4_ENOMEM;
     uint32_t hdr[10] = { SNAP_MAGIC, SNAP_VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_embd,
                          (uint32_t)c->head_dim, (uint32_t)c->idx_dim, (uint32_t)c->n_vocab,
                          (uint32_t)c->n_swa, (uint32_t)s->toks.n, s->no_qat ? 1u : 0u };
-    ds4_buf_append(out, hdr, sizeof hdr);
-    ds4_buf_append(out, s->toks.v, s->toks.n * 4);
-    if (s->has_logits) ds4_buf_append(out, s->logits, (size_t)c->n_vocab * 4);
-    else {
-        size_t at = out->n;
-        ds4_buf_append(out, NULL, 0);
-        memset(out->p + at, 0, (size_t)c->n_vocab * 4);
-        out->n += (size_t)c->n_vocab * 4;
+#define PUT(p, n) do { int rc_ = w(ud, (p), (n)); if (rc_) return rc_; } while (0)
+    PUT(hdr, sizeof hdr);
+    PUT(s->toks.v, s->toks.n * 4);
+    if (s->has_logits) {
+        PUT(s->logits, (size_t)c->n_vocab * 4);
+    } else {
+        static const float zeros[256];
+        for (size_t left = (size_t)c->n_vocab * 4; left > 0;) {
+            size_t k = left < sizeof zeros ? left : sizeof zeros;
+            PUT(zeros, k);
+            left -= k;
+        }
     }
     for (int il = 0; il < c->n_layer; il++) {
         const layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
-        put_u32(out, (uint32_t)s->m->w.layers[il].ratio);
         int live = raw_live(st, c);
-        put_u32(out, (uint32_t)live);
-        put_u32(out, (uint32_t)st->n_comp);
-        put_u32(out, (uint32_t)st->n_icomp);
-        ds4_buf_append(out, st->raw + (size_t)(st->raw_start + st->raw_len - live) * c->head_dim,
-                       (size_t)live * c->head_dim * 4);
+        uint32_t lh[4] = { (uint32_t)s->m->w.layers[il].ratio, (uint32_t)live,
+                           (uint32_t)st->n_comp, (uint32_t)st->n_icomp };
+        PUT(lh, sizeof lh);
+        PUT(st->raw + (size_t)(st->raw_start + st->raw_len - live) * c->head_dim,
+            (size_t)live * c->head_dim * 4);
         if (z.comp) {
-            ds4_buf_append(out, st->comp, (size_t)st->n_comp * c->head_dim * 4);
-            ds4_buf_append(out, st->st_kv, z.st * 4);
-            ds4_buf_append(out, st->st_sc, z.st * 4);
+            PUT(st->comp, (size_t)st->n_comp * c->head_dim * 4);
+            PUT(st->st_kv, z.st * 4);
+            PUT(st->st_sc, z.st * 4);
         }
         if (z.icomp) {
-            ds4_buf_append(out, st->icomp, (size_t)st->n_icomp * c->idx_dim * 4);
-            ds4_buf_append(out, st->ist_kv, z.ist * 4);
-            ds4_buf_append(out, st->ist_sc, z.ist * 4);
+            PUT(st->icomp, (size_t)st->n_icomp * c->idx_dim * 4);
+            PUT(st->ist_kv, z.ist * 4);
+            PUT(st->ist_sc, z.ist * 4);
         }
     }
+#undef PUT
     return DS4_OK;
+}
+
+static int buf_writer(void *ud, const void *p, size_t n) {
+    return ds4_buf_append(ud, p, n);
+}
+
+int ds4_session_snapshot(const ds4_session *s, ds4_buf *out) {
+    if (ds4_buf_reserve(out, ds4_session_snapshot_size(s))) return DS4_ENOMEM;
+    return ds4_session_snapshot_write(s, buf_writer, out);
 }
 
 typedef struct { const uint8_t *p; size_t n, at; } rd;
