@@ -125,7 +125,7 @@ test('16 concurrent clients are all answered, in arrival order', async () => {
     reqs.push(openai().chat.completions.create(
       { model: 'deepseek-chat', messages: [{ role: 'user', content: `client ${i}` }] },
       { headers: out(`answer number ${i} ` + 'x '.repeat(6)) }).then((r) => { finished.push(i); return r; }));
-    await sleep(15);
+    await sleep(30);
   }
   const res = await Promise.all(reqs);
   res.forEach((r, i) => assert.equal(r.choices[0].message.content, `answer number ${i} ` + 'x '.repeat(6)));
