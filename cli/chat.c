@@ -53,6 +53,22 @@ static int on_progress(void *ud, int done, int total) {
     return 0;
 }
 
+static int eval_ckpt(chat_app *a, const int32_t *ids, int n, ds4_progress_fn pf, void *ud);
+
+/* Save the live session to the disk cache (failures are reported and
+ * otherwise ignored: the chat goes on). */
+static void kv_save(chat_app *a, ds4_kv_reason why) {
+    int n = ds4_session_n_tokens(a->s);
+    if (!a->kv || n < a->o.kv_policy.min_tokens) return;
+    char *err = NULL;
+    if (ds4_kvstore_save(a->kv, a->s, why, NULL, 0, &err) != DS4_OK)
+        fprintf(stderr, "ds4: %s\n", err ? err : "kv cache save failed");
+    else if (!a->o.quiet && why != DS4_KV_SHUTDOWN && why != DS4_KV_MANUAL)
+        fprintf(stderr, "ds4: disk KV cache: saved %d tokens (%s)\n", n, ds4_kv_reason_name(why));
+    free(err);
+    a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, n);
+}
+
 int chat_open(chat_app *a, const chat_opts *o) {
     memset(a, 0, sizeof *a);
     a->o = *o;
@@ -94,11 +110,27 @@ int chat_open(chat_app *a, const chat_opts *o) {
         return -1;
     }
     ds4_session_set_decode_only(a->s, o->decode_only);
+    if (o->kv_dir) {
+        ds4_kvstore_params kp;
+        ds4_kvstore_params_default(&kp);
+        kp.dir = o->kv_dir;
+        if (o->kv_space_mb) kp.space_bytes = o->kv_space_mb << 20;
+        kp.allow_quant_variants = o->kv_allow_variants;
+        a->kv = ds4_kvstore_open(a->m, &kp, &err);
+        if (!a->kv) {
+            fprintf(stderr, "ds4: %s\n", err ? err : "cannot open the KV cache");
+            free(err);
+            return -1;
+        }
+    }
     a->smp = ds4_sampler_new(info.n_vocab, &o->sp);
     return a->smp ? 0 : -1;
 }
 
 void chat_close(chat_app *a) {
+    /* clean exit: keep the conversation for the next run */
+    if (a->kv && a->s) kv_save(a, DS4_KV_SHUTDOWN);
+    ds4_kvstore_close(a->kv);
     ds4_sampler_free(a->smp);
     ds4_session_free(a->s);
     ds4_model_free(a->m);
@@ -166,7 +198,7 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
             ds4_detok_push(&dt, a->tok, t, &b);
             if (b.n) out_bytes(b.p, b.n);
         }
-        int e = ds4_session_eval(a->s, &t, 1, NULL, NULL);
+        int e = eval_ckpt(a, &t, 1, NULL, NULL);
         st->gen_tokens++;
         if (e == DS4_ECTX) {
             if (!a->o.quiet) fprintf(stderr, "\n[context full: %d tokens]", ds4_session_ctx_size(a->s));
@@ -187,14 +219,46 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
     return rc;
 }
 
+/* Append tokens, stopping exactly at every continued-checkpoint frontier
+ * of the disk cache to save the state there. */
+static int eval_ckpt(chat_app *a, const int32_t *ids, int n, ds4_progress_fn pf, void *ud) {
+    while (n > 0) {
+        int cur = ds4_session_n_tokens(a->s), k = n;
+        if (a->kv && a->frontier > cur && a->frontier - cur < n) k = a->frontier - cur;
+        int rc = ds4_session_eval(a->s, ids, k, pf, ud);
+        if (rc) return rc;
+        ids += k;
+        n -= k;
+        if (a->kv && ds4_session_n_tokens(a->s) == a->frontier) kv_save(a, DS4_KV_CONTINUED);
+    }
+    return DS4_OK;
+}
+
 static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_stats *st) {
     progress_ud pu = { a, now_s(), 0 };
     int before = ds4_session_n_tokens(a->s), reused = 0, rc;
     if (append) {
-        rc = ds4_session_eval(a->s, ids, n, on_progress, &pu);
+        rc = eval_ckpt(a, ids, n, on_progress, &pu);
         reused = before;
-    } else {
+    } else if (!a->kv) {
         rc = ds4_session_sync(a->s, ids, n, on_progress, &pu, &reused);
+    } else {
+        /* keep what the live session shares, else start over; a cold
+         * prompt is checkpointed at its trimmed, aligned point */
+        int lcp = 0;
+        const int32_t *have = ds4_session_tokens(a->s);
+        while (lcp < before && lcp < n && have[lcp] == ids[lcp]) lcp++;
+        if (lcp < before) { ds4_session_reset(a->s); lcp = 0; }
+        reused = lcp;
+        a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, lcp);
+        int cold = lcp == 0 ? ds4_kv_policy_cold_point(&a->o.kv_policy, n) : 0;
+        rc = DS4_OK;
+        if (cold > 0) {
+            rc = eval_ckpt(a, ids, cold, on_progress, &pu);
+            if (!rc) kv_save(a, DS4_KV_COLD);
+            lcp = cold;
+        }
+        if (!rc) rc = eval_ckpt(a, ids + lcp, n - lcp, on_progress, &pu);
     }
     st->prefill_s = now_s() - pu.t0;
     st->prefill_tokens = ds4_session_n_tokens(a->s) - reused;
@@ -210,6 +274,25 @@ static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_
     }
     if (rc) { fprintf(stderr, "ds4: %s\n", ds4_strerror(rc)); return -1; }
     return 0;
+}
+
+/* Tokens of `text` after the longest prefix restored from the disk cache
+ * (if any): the restored state covers text[0..used), the rest is tokenized
+ * on its own. */
+static void tokens_after_disk(chat_app *a, const char *text, size_t len, ds4_tokens *ids,
+                              int *restored) {
+    size_t used = 0;
+    *restored = 0;
+    if (a->kv) {
+        *restored = ds4_kvstore_restore(a->kv, a->s, text, len, a->o.kv_policy.min_tokens, 0, &used);
+        if (*restored > 0) {
+            a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, *restored);
+            if (!a->o.quiet)
+                fprintf(stderr, "ds4: disk KV cache: restored %d tokens (%zu bytes of the prompt)\n",
+                        *restored, used);
+        }
+    }
+    ds4_tokenize(a->tok, text + used, len - used, DS4_TOK_SPECIAL, ids);
 }
 
 int chat_turn(chat_app *a, const char *text, size_t len) {
@@ -251,10 +334,16 @@ int chat_turn(chat_app *a, const char *text, size_t len) {
         ds4_buf_puts(&prompt, think == DS4_THINK_NONE ? "</think>" : "<think>");
     }
     ds4_tokens ids = { 0 };
-    ds4_tokenize(a->tok, prompt.p, prompt.n, DS4_TOK_SPECIAL, &ids);
+    int restored = 0;
+    if (!append && a->kv) {
+        ds4_session_reset(a->s);
+        tokens_after_disk(a, prompt.p, prompt.n, &ids, &restored);
+    } else {
+        ds4_tokenize(a->tok, prompt.p, prompt.n, DS4_TOK_SPECIAL, &ids);
+    }
     ds4_buf_free(&prompt);
     turn_stats st = { 0 };
-    int rc = eval_prompt(a, ids.v, (int)ids.n, append, &st);
+    int rc = eval_prompt(a, ids.v, (int)ids.n, append || restored > 0, &st);
     ds4_tokens_free(&ids);
     if (rc) return rc;
     *a->o.interrupt = 0;
@@ -266,9 +355,28 @@ int chat_turn(chat_app *a, const char *text, size_t len) {
 
 int chat_run_tokens(chat_app *a, const int32_t *ids, int n, int split, int n_gen,
                     ds4_buf *logits, ds4_buf *hidden) {
-    ds4_session_capture(a->s, logits, hidden);
     turn_stats st = { 0 };
     int rc;
+    if (a->kv) {
+        /* the raw ids' text: restore its longest cached prefix, evaluate
+         * (and dump) only the rest, save the whole at the end */
+        ds4_buf text = { 0 };
+        ds4_detokenize(a->tok, ids, (size_t)n, &text);
+        size_t used = 0;
+        int got = ds4_kvstore_restore(a->kv, a->s, text.p, text.n, 1, 0, &used);
+        ds4_buf_free(&text);
+        const int32_t *have = ds4_session_tokens(a->s);
+        if (got > 0 && got <= n && !memcmp(have, ids, (size_t)got * sizeof *ids)) {
+            if (!a->o.quiet) fprintf(stderr, "ds4: disk KV cache: restored %d tokens\n", got);
+            ids += got;
+            n -= got;
+            split = split >= 0 ? (split > got ? split - got : 0) : split;
+        } else if (got > 0) {
+            ds4_session_reset(a->s);   /* different split of the same text */
+        }
+        a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, ds4_session_n_tokens(a->s));
+    }
+    ds4_session_capture(a->s, logits, hidden);
     if (split >= 0) {
         if (split > n) split = n;
         rc = eval_prompt(a, ids, split, 1, &st);
@@ -281,6 +389,7 @@ int chat_run_tokens(chat_app *a, const int32_t *ids, int n, int split, int n_gen
     }
     ds4_session_capture(a->s, NULL, NULL);
     if (rc) return rc;
+    if (a->kv) kv_save(a, DS4_KV_MANUAL);
     if (n_gen > 0) rc = generate(a, n_gen, 0, 1, &st);
     print_stats(a, &st);
     return rc;
@@ -341,10 +450,26 @@ int chat_interactive(chat_app *a) {
                 a->o.think == DS4_THINK_NONE ? "no thinking" :
                 a->o.think == DS4_THINK_MAX ? "thinking, max effort" : "thinking");
     using_history();
+    if (a->kv) {
+        /* resume the conversation the last run left (saved at its exit) */
+        int n = ds4_kvstore_restore_latest(a->kv, a->s, DS4_KV_SHUTDOWN);
+        if (n > 0) {
+            a->turns = 1;
+            a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, n);
+            ds4_buf t = { 0 };
+            int from = n > 48 ? n - 48 : 0;
+            ds4_detokenize(a->tok, ds4_session_tokens(a->s) + from, (size_t)(n - from), &t);
+            fprintf(stderr, "ds4: resumed a conversation of %d tokens from %s (/clear starts a new one)\n"
+                    "ds4: ...%.*s\n", n, a->o.kv_dir, (int)t.n, t.p ? t.p : "");
+            ds4_buf_free(&t);
+        }
+    }
     for (;;) {
         *a->o.interrupt = 0;
+        if (a->o.terminate && *a->o.terminate) break;
         char *line = readline(a->tty_out ? "> " : "");
         if (!line) {
+            if (a->o.terminate && *a->o.terminate) break;
             if (*a->o.interrupt) { putchar('\n'); continue; }
             break;   /* EOF */
         }
@@ -363,7 +488,12 @@ int chat_interactive(chat_app *a) {
                     printf("thinking: max needs /ctx %d or more; using high until then\n", DS4_THINK_MAX_MIN_CTX);
                 else printf("thinking: max (applies from the next new conversation: /clear)\n");
             }
-            else if (!strcmp(line, "/clear")) { ds4_session_reset(a->s); a->turns = 0; printf("new conversation\n"); }
+            else if (!strcmp(line, "/clear")) {
+                if (a->kv) kv_save(a, DS4_KV_EVICT);
+                ds4_session_reset(a->s);
+                a->turns = 0;
+                printf("new conversation\n");
+            }
             else if (!strcmp(line, "/ctx")) {
                 char *end = NULL;
                 long v = arg ? strtol(arg, &end, 10) : 0;

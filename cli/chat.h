@@ -18,6 +18,12 @@ typedef struct {
     const char *sys;
     int n_predict;
     volatile sig_atomic_t *interrupt;
+    volatile sig_atomic_t *terminate;   /* SIGTERM: save and leave */
+    /* disk KV cache (kv_dir NULL = off) */
+    const char *kv_dir;
+    uint64_t kv_space_mb;
+    int kv_allow_variants;
+    ds4_kv_policy kv_policy;
 } chat_opts;
 
 typedef struct {
@@ -28,6 +34,8 @@ typedef struct {
     ds4_session *s;
     ds4_sampler *smp;
     int turns;              /* completed turns in the live session */
+    ds4_kvstore *kv;
+    int frontier;           /* next continued-checkpoint token count */
     int tty_out, tty_err;
 } chat_app;
 

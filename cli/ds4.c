@@ -21,11 +21,19 @@
 #include "ds4.h"
 #include "chat.h"
 
-static volatile sig_atomic_t g_interrupt = 0;
+static volatile sig_atomic_t g_interrupt = 0, g_terminate = 0;
 
 static void on_sigint(int sig) {
     (void)sig;
     g_interrupt = 1;
+}
+
+/* SIGTERM: stop what is running and leave through the normal exit path
+ * (which saves the conversation when a disk KV cache is in use). */
+static void on_sigterm(int sig) {
+    (void)sig;
+    g_interrupt = 1;
+    g_terminate = 1;
 }
 
 static void die(const char *fmt, ...) {
@@ -84,6 +92,23 @@ static void usage(FILE *f) {
 "                          the rest one at a time\n"
 "      --no-qat            no FP8/FP4/f16 cache roundings and float\n"
 "                          activations in every matmul (smooth numerics)\n"
+"\n"
+"disk KV cache (conversations that survive restarts):\n"
+"      --kv-disk-dir DIR   keep session states in DIR: a prompt whose rendered\n"
+"                          text starts with a saved one resumes from it; the\n"
+"                          chat resumes the last conversation\n"
+"      --kv-disk-space-mb N          space cap, LRU by last use (default 4096)\n"
+"      --kv-cache-min-tokens N       never save fewer tokens (default 512)\n"
+"      --kv-cache-cold-max-tokens N  checkpoint a first prompt up to N\n"
+"                                    tokens (default 30000; 0 = off)\n"
+"      --kv-cache-continued-interval-tokens N  checkpoint every N tokens\n"
+"                                    of growth (default 10000; 0 = off)\n"
+"      --kv-cache-boundary-trim-tokens N   tail left out of a cold\n"
+"                                    checkpoint (default 32)\n"
+"      --kv-cache-boundary-align-tokens N  checkpoints on multiples of N\n"
+"                                    (default 2048)\n"
+"      --kv-cache-allow-quant-variants     also resume states saved by the\n"
+"                                    same model in another expert quantization\n"
 "  -q, --quiet             no banner or statistics on stderr\n"
 "  -h, --help              this help\n"
 "\n"
@@ -107,6 +132,10 @@ typedef struct {
     const char *dump_logits, *dump_hidden;
     int decode_only, no_qat, split;
     int quiet;
+    const char *kv_dir;
+    uint64_t kv_space_mb;
+    int kv_variants;
+    ds4_kv_policy kv_policy;
 } opts;
 
 static char *read_file(const char *path, size_t *len) {
@@ -167,6 +196,7 @@ static void parse_args(int argc, char **argv, opts *o) {
     o->think = DS4_THINK_HIGH;
     o->split = -1;
     ds4_sampler_params_default(&o->sp);
+    ds4_kv_policy_default(&o->kv_policy);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
 #define NEXT() (i + 1 < argc ? argv[++i] : (die("%s needs a value", a), (char *)0))
@@ -202,6 +232,14 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--split")) o->split = parse_int(NEXT(), a);
         else if (!strcmp(a, "--no-qat")) o->no_qat = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = 1;
+        else if (!strcmp(a, "--kv-disk-dir")) o->kv_dir = NEXT();
+        else if (!strcmp(a, "--kv-disk-space-mb")) o->kv_space_mb = (uint64_t)parse_int(NEXT(), a);
+        else if (!strcmp(a, "--kv-cache-min-tokens")) o->kv_policy.min_tokens = parse_int(NEXT(), a);
+        else if (!strcmp(a, "--kv-cache-cold-max-tokens")) o->kv_policy.cold_max_tokens = parse_int(NEXT(), a);
+        else if (!strcmp(a, "--kv-cache-continued-interval-tokens")) o->kv_policy.continued_interval = parse_int(NEXT(), a);
+        else if (!strcmp(a, "--kv-cache-boundary-trim-tokens")) o->kv_policy.trim_tokens = parse_int(NEXT(), a);
+        else if (!strcmp(a, "--kv-cache-boundary-align-tokens")) o->kv_policy.align_tokens = parse_int(NEXT(), a);
+        else if (!strcmp(a, "--kv-cache-allow-quant-variants")) o->kv_variants = 1;
         else { fprintf(stderr, "ds4: unknown option '%s'\n\n", a); usage(stderr); exit(2); }
 #undef NEXT
     }
@@ -212,6 +250,10 @@ static void parse_args(int argc, char **argv, opts *o) {
     if (o->sp.top_p <= 0 || o->sp.top_p > 1) die("--top-p must be in (0, 1]");
     if (o->sp.min_p < 0 || o->sp.min_p > 1) die("--min-p must be in [0, 1]");
     if (o->sp.top_k < 0) die("--top-k must be >= 0");
+    if (o->kv_policy.min_tokens < 1 || o->kv_policy.cold_max_tokens < 0 ||
+        o->kv_policy.continued_interval < 0 || o->kv_policy.trim_tokens < 0 ||
+        o->kv_policy.align_tokens < 1)
+        die("--kv-cache-* values must be positive (min and align >= 1)");
     if (!o->seed_set) o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
@@ -291,13 +333,17 @@ int main(int argc, char **argv) {
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_sigterm;
+    sigaction(SIGTERM, &sa, NULL);
 
     chat_app app;
     chat_opts co = {
         .model = o.model, .threads = o.threads, .ctx = o.ctx, .chunk = o.chunk,
         .no_qat = o.no_qat, .decode_only = o.decode_only, .quiet = o.quiet,
         .sp = o.sp, .think = o.think, .sys = o.sys, .n_predict = o.n_predict,
-        .interrupt = &g_interrupt,
+        .interrupt = &g_interrupt, .terminate = &g_terminate,
+        .kv_dir = o.kv_dir, .kv_space_mb = o.kv_space_mb, .kv_allow_variants = o.kv_variants,
+        .kv_policy = o.kv_policy,
     };
     if (chat_open(&app, &co) != 0) return 1;
 

@@ -421,6 +421,26 @@ int ds4_kvstore_restore_latest(ds4_kvstore *kv, ds4_session *s, uint32_t reason)
 int ds4_kvstore_tool_dsml(ds4_kvstore *kv, const char *id, ds4_buf *out);
 void ds4_kvstore_get_stats(ds4_kvstore *kv, ds4_kvstore_stats *st);
 
+/* When to save (shared by the server and the CLI).  Defaults: min 512,
+ * cold max 30000, continued interval 10000, trim 32, align 2048. */
+typedef struct {
+    int min_tokens;          /* never save fewer tokens */
+    int cold_max_tokens;     /* first-prompt checkpoint at most this long; 0 = off */
+    int continued_interval;  /* checkpoint every N tokens of growth; 0 = off */
+    int trim_tokens;         /* tail tokens a cold checkpoint leaves out */
+    int align_tokens;        /* checkpoints sit on multiples of this */
+} ds4_kv_policy;
+
+void ds4_kv_policy_default(ds4_kv_policy *p);
+/* Token count at which a cold (first, uncached) prompt of n tokens is
+ * checkpointed: the prompt minus the trimmed tail, capped, aligned down, so
+ * that the next turn -- which re-renders the tail differently -- still
+ * matches the saved text.  0 = no checkpoint. */
+int ds4_kv_policy_cold_point(const ds4_kv_policy *p, int n);
+/* The next continued-checkpoint frontier strictly above `n` tokens: a
+ * multiple of the interval rounded up to the alignment; 0 = off. */
+int ds4_kv_policy_next_frontier(const ds4_kv_policy *p, int n);
+
 /* Model-free inspection of one cache file (ds4-kv). */
 typedef struct {
     uint32_t version, reason, n_tokens, ctx_size, hits, flags, n_tools;

@@ -94,6 +94,31 @@ const char *ds4_kv_reason_name(uint32_t r) {
     return "?";
 }
 
+void ds4_kv_policy_default(ds4_kv_policy *p) {
+    p->min_tokens = 512;
+    p->cold_max_tokens = 30000;
+    p->continued_interval = 10000;
+    p->trim_tokens = 32;
+    p->align_tokens = 2048;
+}
+
+int ds4_kv_policy_cold_point(const ds4_kv_policy *p, int n) {
+    if (p->cold_max_tokens <= 0) return 0;
+    long c = (long)n - (p->trim_tokens > 0 ? p->trim_tokens : 0);
+    if (c > p->cold_max_tokens) c = p->cold_max_tokens;
+    if (p->align_tokens > 1) c -= c % p->align_tokens;
+    return c >= p->min_tokens && c > 0 ? (int)c : 0;
+}
+
+int ds4_kv_policy_next_frontier(const ds4_kv_policy *p, int n) {
+    if (p->continued_interval <= 0) return 0;
+    long step = p->continued_interval, a = p->align_tokens > 1 ? p->align_tokens : 1;
+    step = (step + a - 1) / a * a;
+    long f = ((long)n / step + 1) * step;
+    if (f < p->min_tokens) f = ((long)p->min_tokens + step - 1) / step * step;
+    return f > 0x7fffffffL ? 0 : (int)f;
+}
+
 void ds4_kvstore_params_default(ds4_kvstore_params *p) {
     memset(p, 0, sizeof *p);
     p->space_bytes = 4096ull << 20;
@@ -474,6 +499,7 @@ typedef struct {
     ds4_xxh64_ctx h;
     int err;                  /* errno of the first failure */
     uint64_t fail_after;      /* test-only fault injection (DS4_KV_FAULT) */
+    int slow;                 /* test-only: widen the write window */
 } fwriter;
 
 static int fw_flush(fwriter *w) {
@@ -490,6 +516,7 @@ static int fw_flush(fwriter *w) {
     }
     w->written += w->n;
     w->n = 0;
+    if (w->slow) usleep(3000);
     return 0;
 }
 
@@ -606,8 +633,11 @@ int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason
     w = calloc(1, sizeof *w);
     if (!w) { rc = DS4_ENOMEM; goto out; }
     w->fd = fd;
-    const char *fault = getenv("DS4_KV_FAULT");   /* test-only: fail mid-write */
+    /* test-only fault injection: "write" fails mid-file with ENOSPC,
+     * "slow" stretches the write so a test can kill the writer inside it */
+    const char *fault = getenv("DS4_KV_FAULT");
     if (fault && !strncmp(fault, "write", 5)) w->fail_after = 4096;
+    if (fault && !strncmp(fault, "slow", 4)) w->slow = 1;
     ds4_xxh64_init(&w->h, 0);
     uint8_t h[KV_HDR];
     memset(h, 0, sizeof h);
