@@ -606,12 +606,22 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
 
     if (ntok <= TOK_TILE) {
         /* few tokens (decode): strip by strip, all chunks; 16 weight rows
-         * stream side by side */
+         * stream side by side.  The 16 rows of a strip are one contiguous
+         * region; while a strip is packed chunk by chunk, the next strip's
+         * region is prefetched in as many slices (a distance of one strip,
+         * 16-70 KB: microseconds ahead at DRAM speed).  The hardware
+         * prefetcher alone does poorly here: each row is a short stream
+         * (1-4 KB) and it stops at every 4 KiB page. */
         for (int j = 0; j < ntok; j++) aq[j] = f == VF_IQ2 ? perm + (size_t)j * QK_K : NULL;
+        const size_t pf_slice = ((16 * ws + (size_t)nchunk - 1) / (size_t)nchunk + 63) & ~(size_t)63;
+        const uint8_t *w_end = w + (size_t)nrows * ws;
         for (int r0 = 0; r0 < nrows; r0 += 16) {
             const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
-            for (int kc = 0; kc < nchunk; kc++) {
+            const uint8_t *pf = w + (size_t)(r0 + 16) * ws;
+            for (int kc = 0; kc < nchunk; kc++, pf += pf_slice) {
                 const int nbk = f == VF_Q8_0 ? (nb - 8 * kc < 8 ? nb - 8 * kc : 8) : 1;
+                for (size_t o = 0; o < pf_slice && pf + o < w_end; o += 64)
+                    _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
                 pack_any(f, w + (size_t)r0 * ws, ws, nr, kc, nbk, &pk);
                 for (int j = 0; j < ntok; j++) {
                     ab[j] = (const uint8_t *)a[j] + (size_t)kc * acb;
@@ -753,12 +763,100 @@ VTI static void ftile(int n, const uint8_t *w, size_t ws, int f16, const float *
 #define FT_ROWS 4
 #define FT_TOKS 3
 
+/* Batched float tiles.  The 32-lane order (quant.h) means two zmm
+ * accumulators per (row, token); a register tile of them is at most 4 rows
+ * x 3 tokens, and at that size every 24 FMAs need 6 activation vectors
+ * from L2 (32 B/cycle): the simple loop above reaches a third of the FMA
+ * peak.  But lanes 0..15 (elements 32k..32k+15) and 16..31 never mix until
+ * the final reduction, so they are computed in two separate passes with
+ * one accumulator per pair each: 8 rows x 3 tokens per register tile, 8
+ * weight and 3 activation loads per 24 FMAs.  The reduction axis is cut in
+ * FKC-element slices; the 8 weight rows of a slice are converted to f32
+ * once into an L1 buffer and reused by every token; accumulators wait in a
+ * stash between slices (float32 stored and reloaded: every lane sees the
+ * same operations in the same order as in one pass, so the results are the
+ * single-row kernel's bit for bit). */
+#define FKC 512
+#define FR 8                /* rows per batched tile */
+#define FC 3                /* tokens per batched tile */
+#define FTB 36              /* tokens per stash (36 x 8 x 2 x 64 B = 36 KB of stack) */
+
+/* one pass (half h: lanes 16h..16h+15) of C tokens over a slice */
+VTI static void fbatch_kernel(const float *wb, const float *const *x, int k0, int kl, int h, __m512 *st, int C)
+{
+    __m512 acc[FR][FC];
+    for (int r = 0; r < FR; r++)
+        for (int j = 0; j < C; j++) acc[r][j] = st[(j * FR + r) * 2 + h];
+    for (int i = 16 * h; i < kl; i += 32) {
+        __m512 xv[FC];
+        for (int j = 0; j < C; j++) xv[j] = _mm512_loadu_ps(x[j] + k0 + i);
+        for (int r = 0; r < FR; r++) {
+            __m512 wv = _mm512_load_ps(wb + r * FKC + i);
+            /* one load per weight vector, not one per FMA: as a memory
+             * operand of each FMA it would cost 24 loads per 24 FMAs, at
+             * the limit of the two load ports */
+            __asm__("" : "+v"(wv));
+            for (int j = 0; j < C; j++) acc[r][j] = _mm512_fmadd_ps(wv, xv[j], acc[r][j]);
+        }
+    }
+    for (int r = 0; r < FR; r++)
+        for (int j = 0; j < C; j++) st[(j * FR + r) * 2 + h] = acc[r][j];
+}
+
+/* rows in groups of FR (nrows a multiple of FR); any ntok */
+VT static void fbatch(int n, const uint8_t *w, size_t ws, int nrows, const float *const *x, int ntok,
+                      float *y, size_t ys, int f16)
+{
+    float wb[FR * FKC] __attribute__((aligned(64)));
+    __m512 st[FTB * FR * 2];
+    const int n32 = n & ~31;
+    for (int t0 = 0; t0 < ntok; t0 += FTB) {
+        const int nt = ntok - t0 < FTB ? ntok - t0 : FTB;
+        const float *const *xt = x + t0;
+        for (int r0 = 0; r0 + FR <= nrows; r0 += FR) {
+            const uint8_t *wr = w + (size_t)r0 * ws;
+            for (int i = 0; i < nt * FR * 2; i++) st[i] = _mm512_setzero_ps();
+            for (int k0 = 0; k0 < n32; k0 += FKC) {
+                const int kl = n32 - k0 < FKC ? n32 - k0 : FKC;
+                for (int r = 0; r < FR; r++)
+                    for (int i = 0; i < kl; i += 16)
+                        _mm512_store_ps(wb + r * FKC + i, ldw16(wr + (size_t)r * ws, f16, k0 + i));
+                int j0 = 0;
+                for (; j0 + FC <= nt; j0 += FC)
+                    for (int h = 0; h < 2; h++) fbatch_kernel(wb, xt + j0, k0, kl, h, st + j0 * FR * 2, FC);
+                for (int h = 0; h < 2; h++) {
+                    if (nt - j0 == 2) fbatch_kernel(wb, xt + j0, k0, kl, h, st + j0 * FR * 2, 2);
+                    else if (nt - j0 == 1) fbatch_kernel(wb, xt + j0, k0, kl, h, st + j0 * FR * 2, 1);
+                }
+            }
+            /* leftover groups of 8 into lanes 0..7, reduction, tail */
+            for (int j = 0; j < nt; j++)
+                for (int r = 0; r < FR; r++) {
+                    __m512 z0 = st[(j * FR + r) * 2], z1 = st[(j * FR + r) * 2 + 1];
+                    const uint8_t *wrr = wr + (size_t)r * ws;
+                    int i = n32;
+                    for (; i + 8 <= n; i += 8)
+                        z0 = _mm512_mask3_fmadd_ps(ldw8(wrr, f16, i), _mm512_zextps256_ps512(_mm256_loadu_ps(xt[j] + i)),
+                                                   z0, 0x00ff);
+                    float sum = reduce32(z0, z1);
+                    for (; i < n; i++) sum += wval(wrr, f16, i) * xt[j][i];
+                    y[(size_t)(t0 + j) * ys + r0 + r] = sum;
+                }
+        }
+    }
+}
+
 VT static void ftile_drive(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                            float *y, size_t ys, int f16)
 {
     const uint8_t *w = vw;
     const float *const *x = (const float *const *)a;
-    for (int r0 = 0; r0 < nrows; r0 += FT_ROWS) {
+    int rdone = 0;
+    if (ntok >= 4 && n >= 64) {
+        rdone = nrows / FR * FR;
+        fbatch(n, w, ws, rdone, x, ntok, y, ys, f16);
+    }
+    for (int r0 = rdone; r0 < nrows; r0 += FT_ROWS) {
         const int R = nrows - r0 < FT_ROWS ? nrows - r0 : FT_ROWS;
         const uint8_t *wr = w + (size_t)r0 * ws;
         /* decode streams each row once: fetch the next row group while
