@@ -242,3 +242,13 @@ test('completions: raw prompt, non-streaming and streaming', async () => {
   assert.equal(ids.status, 200);
   assert.equal(ids.json.usage.prompt_tokens, 4, 'BOS added');
 });
+
+test('chat: unknown and unsupported-but-harmless fields are ignored', async () => {
+  const r = await post('/v1/chat/completions', {
+    model: 'x', messages: [{ role: 'user', content: 'q', name: 'bob' }], max_tokens: 3,
+    frobnicate: { deeply: [1, 2, 3] }, user: 'u1', metadata: { a: 'b' }, store: false,
+    presence_penalty: 0.5, frequency_penalty: 0.1, logit_bias: {}, service_tier: 'auto', logprobs: false,
+  }, out('fine'));
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.choices[0].message.reasoning_content, 'fine');
+});
