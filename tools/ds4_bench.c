@@ -87,6 +87,7 @@ static void usage(FILE *f) {
 "usage: ds4-bench -m MODEL --prompt-file TEXT [--ctx-start N] [--ctx-max N]\n"
 "                 [--step-incr N | --step-mul F] [--gen-tokens N] [--threads N]\n"
 "                 [--chunk N] [--plot OUT.svg] [--no-qat] [--no-warmup]\n"
+"                 [--kv-disk-dir DIR]\n"
 "                 [--verbose]\n"
 "\n"
 "Measures prefill and decode speed as the context grows.  The model is\n"
@@ -121,6 +122,8 @@ static void usage(FILE *f) {
 "                       filled in at the end, also after Ctrl+C)\n"
 "  --no-qat             no FP8/FP4/f16 cache roundings, float activations\n"
 "                       (the same diagnostic mode as ds4 --no-qat)\n"
+"  --kv-disk-dir DIR    also time saving each frontier's state to a disk KV\n"
+"                       cache in DIR and restoring it by its text (stderr)\n"
 "  --no-warmup          do not read the model file once before timing (the\n"
 "                       warm-up pulls the weights into the page cache so the\n"
 "                       first frontier does not time disk reads; it is\n"
@@ -173,6 +176,7 @@ typedef struct {
     double step_mul;
     int have_incr, have_mul;
     int no_qat, no_warmup, verbose;
+    const char *kv_dir;      /* also time disk KV cache save/restore */
 } opts;
 
 static int parse_int(const char *s, const char *flag) {
@@ -217,6 +221,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--plot")) o->plot = NEXT();
         else if (!strcmp(a, "--no-qat")) o->no_qat = 1;
         else if (!strcmp(a, "--no-warmup")) o->no_warmup = 1;
+        else if (!strcmp(a, "--kv-disk-dir")) o->kv_dir = NEXT();
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = 1;
         else die_usage("unknown option '%s'", a);
 #undef NEXT
@@ -729,6 +734,15 @@ int main(int argc, char **argv) {
     sp.no_qat = o.no_qat;
     ds4_session *s = ds4_session_new(m, &sp, &err);
     if (!s) die("%s", err ? err : "cannot create the session");
+    ds4_kvstore *kv = NULL;
+    if (o.kv_dir) {
+        ds4_kvstore_params kp;
+        ds4_kvstore_params_default(&kp);
+        kp.dir = o.kv_dir;
+        kp.space_bytes = 1ull << 40;   /* the bench measures, it does not evict */
+        kv = ds4_kvstore_open(m, &kp, &err);
+        if (!kv) { note("%s", err ? err : "cannot open the KV cache directory"); return 1; }
+    }
 
     printf("%s\n", CSV_HEADER);
     fflush(stdout);
@@ -801,6 +815,29 @@ int main(int argc, char **argv) {
             break;
         }
         r->restore_mbs = tr > 0 ? snap.n / 1e6 / tr : 0;
+
+        /* 5. disk KV cache: save the state, then restore it by its text */
+        if (kv) {
+            char *kerr = NULL;
+            ta = now_s();
+            e = ds4_kvstore_save(kv, s, DS4_KV_MANUAL, NULL, 0, &kerr);
+            double tks = now_s() - ta;
+            if (e) { note("disk save at %d failed: %s", target, kerr ? kerr : ds4_strerror(e)); free(kerr); rc = 1; break; }
+            ds4_buf text = { 0 };
+            ds4_detokenize(ds4_model_tokenizer(m), seq.v, (size_t)target, &text);
+            ds4_session_reset(s);
+            size_t used = 0;
+            ta = now_s();
+            int got = ds4_kvstore_restore(kv, s, text.p, text.n, 1, 0, &used);
+            double tkr = now_s() - ta;
+            ds4_buf_free(&text);
+            if (got != target) { note("disk restore at %d gave %d tokens", target, got); rc = 1; break; }
+            ds4_kvstore_stats ks;
+            ds4_kvstore_get_stats(kv, &ks);
+            double fb = ks.saves ? (double)ks.save_bytes / ks.saves : 0;
+            note("ctx %d: disk KV cache file %.2f MB: save %.0f MB/s (%.3f s), restore %.0f MB/s (%.3f s)",
+                 target, fb / 1e6, tks > 0 ? fb / 1e6 / tks : 0, tks, tkr > 0 ? fb / 1e6 / tkr : 0, tkr);
+        }
 
         printf("%d,%d,%.2f,%d,%.3f,%llu,%llu\n", r->ctx, r->prefill_tokens, r->prefill_tps,
                r->decode_tokens, r->decode_tps, (unsigned long long)r->kv_bytes,
