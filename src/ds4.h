@@ -14,7 +14,12 @@
  *     human-readable message (possibly several lines) is stored there on
  *     failure; the caller frees it.  `err` may be NULL.
  *   - Token ids are int32_t.  Text is UTF-8 bytes with an explicit length.
- *   - Nothing here is thread-safe unless stated: one thread drives a session.
+ *   - Threads: a model, a session, a sampler, a DSML parser and a KV store
+ *     are each driven by one thread at a time (a model's sessions share its
+ *     thread pool, so evaluate on one model from one thread at a time).  A
+ *     loaded tokenizer is read-only and may be used by many threads at once;
+ *     ds4_render_chat, ds4_render_tool_calls and the ds4_buf/ds4_tokens
+ *     helpers are pure functions of their arguments and are thread-safe.
  */
 #ifndef DS4_H
 #define DS4_H
@@ -472,6 +477,8 @@ void ds4_sampler_params_default(ds4_sampler_params *p);
 ds4_sampler *ds4_sampler_new(int n_vocab, const ds4_sampler_params *p);
 void ds4_sampler_free(ds4_sampler *s);
 void ds4_sampler_reseed(ds4_sampler *s, uint64_t seed);
+/* New parameters for the next draws (and a reseed with p->seed). */
+void ds4_sampler_set_params(ds4_sampler *s, const ds4_sampler_params *p);
 int32_t ds4_sample(ds4_sampler *s, const float *logits);
 int32_t ds4_sample_greedy(const float *logits, int n_vocab);
 

@@ -55,6 +55,11 @@ void ds4_sampler_reseed(ds4_sampler *s, uint64_t seed) {
     for (int i = 0; i < 4; i++) s->s[i] = splitmix64(&x);
 }
 
+void ds4_sampler_set_params(ds4_sampler *s, const ds4_sampler_params *p) {
+    s->p = *p;
+    ds4_sampler_reseed(s, p->seed);
+}
+
 ds4_sampler *ds4_sampler_new(int n_vocab, const ds4_sampler_params *p) {
     ds4_sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;
