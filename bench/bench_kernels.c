@@ -561,14 +561,21 @@ static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char
         if (rows > s->n_out) rows = s->n_out;
     }
     size_t bytes_per_call = (size_t)s->groups * rows * row_bytes_of(c->f, s->n_in);
-    /* decode: enough calls to stream --min-mb; prefill: one call */
+    /* decode: enough calls to stream --min-mb; prefill: enough calls for
+     * about 20 ms (one call of a few ms is dominated by wake-up and cache
+     * warm-up effects) */
     int calls = 1;
+    double tw = now();
+    run_one(c, cc, T, rows);   /* warm-up (code, pool threads, page tables) */
+    tw = now() - tw;
     if (T == 1) {
         double want = opt.min_mb * 1048576.0 / (double)bytes_per_call;
         calls = want < 1 ? 1 : (int)ceil(want);
+    } else if (tw < 0.02) {
+        calls = (int)ceil(0.02 / (tw > 1e-5 ? tw : 1e-5));
+        if (calls > 50) calls = 50;
     }
     double t[32], sh[32];
-    run_one(c, cc, T, rows);   /* warm-up (code, pool threads, page tables) */
     for (int rep = 0; rep < opt.reps; rep++) {
         double t0 = now(), c0 = cpu_now();
         for (int k = 0; k < calls; k++) run_one(c, cc, T, rows);

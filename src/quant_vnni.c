@@ -638,6 +638,9 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
         return;
     }
 
+    /* weight bytes of one row per chunk */
+    const size_t cb = f == VF_Q8_0 ? 8 * sizeof(block_q8_0) : f == VF_Q2_K ? sizeof(block_q2_K)
+                    : f == VF_Q4_K ? sizeof(block_q4_K) : sizeof(block_iq2_xxs);
     for (int t0 = 0; t0 < ntok; t0 += TOK_SUPER) {
         const int nt = ntok - t0 < TOK_SUPER ? ntok - t0 : TOK_SUPER;
         for (int j = 0; j < nt; j++) aq[j] = f == VF_IQ2 ? perm + (size_t)j * QK_K : NULL;
@@ -651,6 +654,20 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
                 }
                 for (int r0 = p0; r0 < p0 + np; r0 += 16) {
                     const int nr = p0 + np - r0 < 16 ? p0 + np - r0 : 16;
+                    /* the chunk packed next (next strip, or the panel's
+                     * first strip at the next chunk): 16 scattered row
+                     * pieces the hardware prefetcher cannot guess, read
+                     * from DRAM while this one computes */
+                    {
+                        int pr = r0 + 16, pk_kc = kc;
+                        if (pr >= p0 + np) { pr = p0; pk_kc = kc + 1; }
+                        if (pk_kc < nchunk) {
+                            const int pn = nrows - pr < 16 ? nrows - pr : 16;
+                            const uint8_t *q = w + (size_t)pr * ws + (size_t)pk_kc * cb;
+                            for (int r = 0; r < pn; r++, q += ws)
+                                for (size_t o = 0; o < cb; o += 64) _mm_prefetch((const char *)q + o, _MM_HINT_T1);
+                        }
+                    }
                     pack_any(f, w + (size_t)r0 * ws, ws, nr, kc, nbk, &pk);
                     for (int j0 = 0; j0 < nt; j0 += TOK_TILE) {
                         const int C = nt - j0 < TOK_TILE ? nt - j0 : TOK_TILE;
