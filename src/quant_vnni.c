@@ -619,6 +619,10 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
         for (int j = 0; j < ntok; j++) aq[j] = f == VF_IQ2 ? perm + (size_t)j * QK_K : NULL;
         const size_t pf_slice = ((16 * ws + (size_t)nchunk - 1) / (size_t)nchunk + 63) & ~(size_t)63;
         const uint8_t *w_end = w + (size_t)nrows * ws;
+        /* the first strip has nobody ahead of it: ask for all of it at once
+         * (a call starts cold; the driver hands each thread several) */
+        if (f != VF_Q8_0)
+            for (const uint8_t *q = w; q < w + 16 * ws && q < w_end; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T1);
         for (int r0 = 0; r0 < nrows; r0 += 16) {
             const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
             const uint8_t *pf = w + (size_t)(r0 + 16) * ws;
