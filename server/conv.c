@@ -982,6 +982,9 @@ static void replay_tool_calls(request *r) {
             r->replay_exact++;
         } else {
             r->replay_canonical++;
+            int ids = 1;
+            for (int k = 0; k < m->n_tool_calls; k++) ids = ids && m->tool_calls[k].id;
+            if (ids) r->tool_misses++;
         }
     }
 }
@@ -1088,7 +1091,10 @@ request *conv_parse(api_kind api, json_t *b, api_error *e) {
     if (r->n_msgs == 0) { api_bad(e, "messages", "the conversation is empty"); goto fail; }
     if (attach_tools(r, e) < 0) goto fail;
     replay_tool_calls(r);
-    metrics_tool_replay(g_srv->m, r->replay_exact, r->replay_canonical);
+    /* with the disk KV cache the worker may still find the exact DSML of a
+     * miss (after a restart): it counts the replays once it has looked */
+    if (!(g_srv->cfg.kv_dir && r->tool_misses > 0))
+        metrics_tool_replay(g_srv->m, r->replay_exact, r->replay_canonical);
     /* A trailing assistant message is a prefix to continue (Anthropic's
      * prefill; DeepSeek's "prefix": true): no EOS, and the continuation is
      * content, since the renderer closed the reasoning before it. */

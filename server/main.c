@@ -81,6 +81,26 @@ static void usage(FILE *f) {
 "      --tool-memory-max-ids N  tool-call ids whose exact sampled DSML is\n"
 "                            remembered for replay (default 100000)\n"
 "\n"
+"disk KV cache (README \"Disk KV cache\"; off without --kv-disk-dir):\n"
+"      --kv-disk-dir DIR     keep session states in DIR (created if missing):\n"
+"                            a prompt that starts with a saved state's text\n"
+"                            resumes from it, across conversations and restarts\n"
+"      --kv-disk-space-mb N  space cap; least recently used files go first\n"
+"                            (default 4096)\n"
+"      --kv-cache-min-tokens N  never save or restore fewer tokens (default 512)\n"
+"      --kv-cache-cold-max-tokens N  checkpoint a prompt evaluated from scratch\n"
+"                            at up to N tokens (default 30000; 0 = off)\n"
+"      --kv-cache-continued-interval-tokens N  checkpoint every N tokens of\n"
+"                            growth, prefill or generation (default 10000;\n"
+"                            0 = off)\n"
+"      --kv-cache-boundary-trim-tokens N  tail tokens a cold checkpoint leaves\n"
+"                            out (default 32)\n"
+"      --kv-cache-boundary-align-tokens N  checkpoints sit on multiples of N\n"
+"                            tokens (default 2048)\n"
+"      --kv-cache-allow-quant-variants  also resume states saved by the same\n"
+"                            model in another routed-expert quantization\n"
+"                            (2-bit <-> 4-bit)\n"
+"\n"
 "testing and diagnostics:\n"
 "      --test-mode           TEST ONLY: honour the X-DS4-Test-Output header\n"
 "                            (base64 text emitted instead of sampling)\n"
@@ -169,6 +189,9 @@ int main(int argc, char **argv) {
     c->tool_memory_max_ids = 100000;
     c->default_think = DS4_THINK_HIGH;
     ds4_sampler_params_default(&c->sp);
+    c->kv_space_mb = 4096;
+    ds4_kv_policy_default(&c->kv_policy);
+    int kv_flags = 0;
     const char *env_key = getenv("DS4_API_KEY");
     if (env_key && *env_key) c->api_key = env_key;
 
@@ -207,6 +230,14 @@ int main(int argc, char **argv) {
         else if (ARG("--think")) c->default_think = DS4_THINK_HIGH;
         else if (ARG("--think-max")) c->default_think = DS4_THINK_MAX;
         else if (ARG("--nothink")) c->default_think = DS4_THINK_NONE;
+        else if (ARG("--kv-disk-dir")) { if (!v || !*v) goto missing; c->kv_dir = NEXT(); }
+        else if (ARG("--kv-disk-space-mb")) { if (parse_long(a, NEXT(), 1, 1L << 30, &x)) return 2; c->kv_space_mb = (uint64_t)x; kv_flags = 1; }
+        else if (ARG("--kv-cache-min-tokens")) { if (parse_long(a, NEXT(), 1, 1 << 30, &x)) return 2; c->kv_policy.min_tokens = (int)x; kv_flags = 1; }
+        else if (ARG("--kv-cache-cold-max-tokens")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->kv_policy.cold_max_tokens = (int)x; kv_flags = 1; }
+        else if (ARG("--kv-cache-continued-interval-tokens")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->kv_policy.continued_interval = (int)x; kv_flags = 1; }
+        else if (ARG("--kv-cache-boundary-trim-tokens")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->kv_policy.trim_tokens = (int)x; kv_flags = 1; }
+        else if (ARG("--kv-cache-boundary-align-tokens")) { if (parse_long(a, NEXT(), 1, 1 << 30, &x)) return 2; c->kv_policy.align_tokens = (int)x; kv_flags = 1; }
+        else if (ARG("--kv-cache-allow-quant-variants")) { c->kv_allow_variants = 1; kv_flags = 1; }
         else if (ARG("--test-mode")) c->test_mode = 1;
         else if (ARG("-v") || ARG("--verbose")) c->verbose = 1;
         else {
@@ -218,6 +249,9 @@ missing:
         fprintf(stderr, "ds4-server: %s needs a value\n", a);
         return 2;
     }
+
+    if (kv_flags && !c->kv_dir)
+        fprintf(stderr, "ds4-server: note: the --kv-* options do nothing without --kv-disk-dir\n");
 
     /* libmicrohttpd counts a stream that sends nothing as idle: keep-alive
      * comments must come more often than the idle timeout */

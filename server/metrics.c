@@ -26,6 +26,10 @@ struct metrics {
     unsigned long long cancelled_client, cancelled_shutdown;
     unsigned long long tool_calls, replay_exact, replay_canonical;
     int queue_depth, queue_peak, busy, session_tokens;
+    unsigned long long disk_tokens, disk_retokenized;
+    int kv_on;
+    ds4_kvstore_stats kv;
+    uint64_t kv_saves[6];
 };
 
 metrics *metrics_new(void) {
@@ -72,6 +76,8 @@ void metrics_job_done(metrics *m, const metrics_job *j) {
     m->jobs++;
     m->prompt_tokens += (unsigned long long)j->prompt_tokens;
     m->cached_tokens += (unsigned long long)j->cached_tokens;
+    m->disk_tokens += (unsigned long long)j->disk_tokens;
+    if (j->disk_retokenized) m->disk_retokenized++;
     m->evaluated_tokens += (unsigned long long)j->evaluated_tokens;
     m->generated_tokens += (unsigned long long)j->generated_tokens;
     m->prefill_s += j->prefill_s;
@@ -98,6 +104,14 @@ void metrics_tool_replay(metrics *m, int exact, int canonical) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_kv(metrics *m, const ds4_kvstore_stats *st, const uint64_t saves_by_reason[6]) {
+    pthread_mutex_lock(&m->mu);
+    m->kv_on = 1;
+    m->kv = *st;
+    memcpy(m->kv_saves, saves_by_reason, sizeof m->kv_saves);
+    pthread_mutex_unlock(&m->mu);
+}
+
 #define COUNTER(name, help, val) \
     ds4_buf_printf(&b, "# HELP " name " " help "\n# TYPE " name " counter\n" name " %llu\n", \
                    (unsigned long long)(val))
@@ -116,8 +130,15 @@ char *metrics_render(metrics *m) {
                            endpoint_label((endpoint)e), m->req[e][i].status, m->req[e][i].n);
     COUNTER("ds4_jobs_total", "Generations run by the inference worker.", m->jobs);
     COUNTER("ds4_prompt_tokens_total", "Prompt tokens of finished generations.", m->prompt_tokens);
-    COUNTER("ds4_prompt_tokens_cached_total", "Prompt tokens reused from the live session.",
+    COUNTER("ds4_prompt_tokens_cached_total",
+            "Prompt tokens reused (from the live session or the disk KV cache).",
             m->cached_tokens);
+    ds4_buf_printf(&b, "# HELP ds4_prompt_tokens_cached_by_source_total Prompt tokens reused, by "
+                   "where the state came from.\n"
+                   "# TYPE ds4_prompt_tokens_cached_by_source_total counter\n"
+                   "ds4_prompt_tokens_cached_by_source_total{source=\"live\"} %llu\n"
+                   "ds4_prompt_tokens_cached_by_source_total{source=\"disk\"} %llu\n",
+                   m->cached_tokens - m->disk_tokens, m->disk_tokens);
     COUNTER("ds4_prompt_tokens_evaluated_total", "Prompt tokens evaluated (prefill work).",
             m->evaluated_tokens);
     COUNTER("ds4_generated_tokens_total", "Tokens generated (reasoning included).",
@@ -160,6 +181,39 @@ char *metrics_render(metrics *m) {
     GAUGE("ds4_tool_memory_ids", "Tool-call ids held by the DSML memory.", "%zu", tool_ids);
     GAUGE("ds4_context_size", "Context size of the session in tokens.", "%d",
           g_srv ? g_srv->ctx : 0);
+    if (m->kv_on) {
+        const ds4_kvstore_stats *k = &m->kv;
+        COUNTER("ds4_kv_disk_hits_total", "Lookups that restored a state from the disk KV cache.",
+                k->hits);
+        COUNTER("ds4_kv_disk_retokenized_total",
+                "Disk hits whose saved tokens split the text differently from the prompt's "
+                "tokenization (only the rest of the text was tokenized).", m->disk_retokenized);
+        COUNTER("ds4_kv_disk_misses_total", "Lookups of the disk KV cache that found nothing usable.",
+                k->misses);
+        ds4_buf_puts(&b, "# HELP ds4_kv_disk_saves_total States written to the disk KV cache, by "
+                         "reason.\n# TYPE ds4_kv_disk_saves_total counter\n");
+        for (int r = DS4_KV_COLD; r <= DS4_KV_SHUTDOWN; r++)
+            ds4_buf_printf(&b, "ds4_kv_disk_saves_total{reason=\"%s\"} %llu\n",
+                           ds4_kv_reason_name((uint32_t)r), (unsigned long long)m->kv_saves[r]);
+        COUNTER("ds4_kv_disk_save_bytes_total", "Bytes written to the disk KV cache.", k->save_bytes);
+        COUNTER("ds4_kv_disk_load_bytes_total", "Bytes of cache files restored.", k->load_bytes);
+        COUNTER("ds4_kv_disk_evictions_total", "Cache files removed to respect the space cap.",
+                k->evictions);
+        COUNTER("ds4_kv_disk_rejected_total",
+                "Damaged cache files moved aside (never restored).", k->rejected);
+        COUNTER("ds4_kv_disk_write_errors_total", "Saves that failed (nothing was changed on disk).",
+                k->write_errors);
+        ds4_buf_printf(&b, "# HELP ds4_kv_disk_save_seconds_total Time spent saving states.\n"
+                       "# TYPE ds4_kv_disk_save_seconds_total counter\n"
+                       "ds4_kv_disk_save_seconds_total %.6f\n", k->save_seconds);
+        ds4_buf_printf(&b, "# HELP ds4_kv_disk_load_seconds_total Time spent restoring states.\n"
+                       "# TYPE ds4_kv_disk_load_seconds_total counter\n"
+                       "ds4_kv_disk_load_seconds_total %.6f\n", k->load_seconds);
+        GAUGE("ds4_kv_disk_files", "Cache files in the directory (at the last scan).", "%llu",
+              (unsigned long long)k->files);
+        GAUGE("ds4_kv_disk_bytes", "Bytes of cache files in the directory (at the last scan).",
+              "%llu", (unsigned long long)k->bytes);
+    }
     pthread_mutex_unlock(&m->mu);
     return b.p ? b.p : strdup("");
 }

@@ -19,6 +19,8 @@ void metrics_busy(metrics *m, int busy);
 /* One finished job. */
 typedef struct {
     int prompt_tokens, cached_tokens, evaluated_tokens, generated_tokens;
+    int disk_tokens;           /* of cached_tokens: restored from the disk KV cache */
+    int disk_retokenized;      /* the disk state's tokens split the text differently */
     double prefill_s, decode_s;
     int reuse_hit, text_reuse, retokenized;
     int tool_calls;
@@ -27,6 +29,9 @@ typedef struct {
 } metrics_job;
 void metrics_job_done(metrics *m, const metrics_job *j);
 void metrics_tool_replay(metrics *m, int exact, int canonical);
+/* The disk KV cache's counters (a copy: the store belongs to the worker)
+ * and the saves by reason (indexed by ds4_kv_reason). */
+void metrics_kv(metrics *m, const ds4_kvstore_stats *st, const uint64_t saves_by_reason[6]);
 /* Render the Prometheus text exposition (malloc'd). */
 char *metrics_render(metrics *m);
 

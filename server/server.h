@@ -51,6 +51,12 @@ typedef struct {
     ds4_sampler_params sp;        /* default sampling */
     int default_max_tokens;       /* 0 = up to the context */
     ds4_think default_think;
+
+    /* disk KV cache (off without kv_dir) */
+    const char *kv_dir;
+    uint64_t kv_space_mb;         /* LRU cap of the directory */
+    int kv_allow_variants;        /* reuse states of other routed-expert quantizations */
+    ds4_kv_policy kv_policy;      /* when to save (shared with the CLI) */
 } server_config;
 
 /* ------------------------------------------------------------------------ */
@@ -140,6 +146,10 @@ typedef struct {
 
     /* stats of the conversion */
     int replay_exact, replay_canonical;
+    /* assistant tool-call turns the tool memory did not know (all their ids
+     * present): the worker asks the disk KV cache for their exact DSML and
+     * renders again; replay metrics are then counted by the worker */
+    int tool_misses;
 } request;
 
 request *request_new(api_kind api);

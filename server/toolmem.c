@@ -181,7 +181,7 @@ int toolmem_put(toolmem *t, const char *const *ids, const char *const *names,
 /* Arguments as the client sent them vs. as we returned them: equal as JSON
  * values (clients re-serialize: Anthropic sends an object back, SDKs may
  * change spacing), or byte-equal when either is not JSON. */
-static int args_equal(const char *a, const char *b) {
+int toolmem_args_equal(const char *a, const char *b) {
     if (!strcmp(a, b)) return 1;
     json_t *x = ds4_json_parse(a, strlen(a), NULL);
     json_t *y = x ? ds4_json_parse(b, strlen(b), NULL) : NULL;
@@ -207,7 +207,7 @@ int toolmem_match(toolmem *t, const ds4_tool_call *calls, int n, char **text,
     for (int i = 0; ok && i < n; i++) {
         ok = calls[i].id && !strcmp(calls[i].id, b->ids[i]) &&
              calls[i].name && !strcmp(calls[i].name, b->names[i]) &&
-             args_equal(calls[i].arguments ? calls[i].arguments : "", b->args[i]);
+             toolmem_args_equal(calls[i].arguments ? calls[i].arguments : "", b->args[i]);
     }
     if (ok) {
         *text = dupn(b->text, b->text_len);

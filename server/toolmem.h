@@ -41,4 +41,8 @@ int toolmem_match(toolmem *t, const ds4_tool_call *calls, int n, char **block,
 
 size_t toolmem_count(toolmem *t);
 
+/* Tool-call arguments equal as JSON values (clients re-serialize), or
+ * byte-equal when either is not JSON. */
+int toolmem_args_equal(const char *a, const char *b);
+
 #endif

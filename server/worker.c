@@ -18,14 +18,25 @@
  * is synced, which keeps a token-level prefix if there is one; the session
  * cannot rewind, so any divergence re-evaluates from the start.
  *
- * Disk KV cache hooks (not implemented yet; each marked "KV CACHE HOOK"):
- *   - before sync: look up the longest cached prefix of the new tokens and
- *     restore it (ds4_session_restore) when it beats the live session;
- *   - after the prefill and at generation frontiers: save snapshots
- *     (ds4_session_snapshot) of prompts worth keeping;
- *   - before the live session is discarded by a divergent prompt (eviction)
- *     and on shutdown: save the live state.
- * Usage already reports the tokens reused from the live session as cached.
+ * Disk KV cache (--kv-disk-dir; kvstore.c keeps the files, this file
+ * decides when to use them, with the CLI's ds4_kv_policy arithmetic):
+ *   - lookup: when the live session does not already cover more of the new
+ *     prompt, the longest saved state whose text is a prefix of the
+ *     rendered prompt is restored (the store leaves the session alone on a
+ *     miss); when its tokens are a prefix of the prompt's own tokenization
+ *     the rest of those tokens is evaluated (exactly what a fresh server
+ *     evaluates), otherwise -- a different BPE split of earlier assistant
+ *     text -- only the remaining text is tokenized;
+ *   - saves: cold (a prompt evaluated from scratch is split at its cold
+ *     point), continued (prefill and generation stop exactly at each
+ *     frontier), evict (before a request that does not continue the live
+ *     session replaces it), shutdown (after the last job).  Each file gets
+ *     the tool-call ids whose exact DSML its text holds, so a client that
+ *     comes back after a restart still replays them exactly;
+ *   - tool ids the in-memory tool memory does not know are looked up in the
+ *     files before the prompt is rendered again (conv.c marks them).
+ * A failed save (full disk) is logged once per run of failures and counted;
+ * the request goes on.  The store is driven by this thread only.
  *
  * Cancellation: connection threads set job->cancel when their client goes
  * away; the prefill checks it between chunks through the progress
@@ -36,10 +47,26 @@
 #include <string.h>
 
 #include "worker.h"
+#include "conv.h"
 #include "metrics.h"
 #include "toolmem.h"
 
 #define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
+
+/* The tool section of a cache file maps an id to its exact DSML; the
+ * reasoning before a block is stored as one more entry under the id plus
+ * this suffix (our ids are base62, so it cannot clash), so that a client
+ * that drops reasoning_content gets the prompt the model saw after a
+ * restart too, as it does from the tool memory. */
+#define KV_REASONING_SUFFIX "/reasoning"
+
+typedef struct {
+    char *id;
+    char *dsml;
+    size_t dsml_len;
+    char *reasoning;          /* NULL = none */
+    size_t reasoning_len;
+} live_tool;
 
 struct worker {
     server_ctx *srv;
@@ -54,7 +81,74 @@ struct worker {
     job *current;
     uint64_t seq;
     ds4_buf live;        /* scratch: the text of the live session */
+
+    /* disk KV cache (kv == NULL: off) */
+    ds4_kvstore *kv;
+    ds4_kv_policy pol;
+    int frontier;        /* next continued checkpoint (a token count) */
+    int saved_n;         /* length of the live session when last saved or
+                          * restored: the same state is not written twice */
+    int sess_bad;        /* an evaluation failed: the state is not trusted */
+    int save_failing;    /* the last save failed (logged once per run) */
+    uint64_t saves[6];   /* by ds4_kv_reason */
+    live_tool *tools;    /* tool calls whose exact DSML the live session
+                          * (or the prompt being evaluated) holds */
+    int n_tools, cap_tools;
 };
+
+/* ------------------------------------------------------------------------ */
+/* the tool calls of the live session (for the disk KV cache)                */
+/* ------------------------------------------------------------------------ */
+
+static void tools_clear(worker *w) {
+    for (int i = 0; i < w->n_tools; i++) {
+        free(w->tools[i].id);
+        free(w->tools[i].dsml);
+        free(w->tools[i].reasoning);
+    }
+    w->n_tools = 0;
+}
+
+static void tools_add(worker *w, const char *id, const char *dsml, size_t dsml_len,
+                      const char *reasoning, size_t reasoning_len) {
+    if (!w->kv || !id || !dsml) return;
+    for (int i = 0; i < w->n_tools; i++)
+        if (!strcmp(w->tools[i].id, id)) return;
+    if (w->n_tools == w->cap_tools) {
+        int nc = w->cap_tools ? 2 * w->cap_tools : 16;
+        live_tool *t = realloc(w->tools, (size_t)nc * sizeof *t);
+        if (!t) return;
+        w->tools = t;
+        w->cap_tools = nc;
+    }
+    live_tool *t = &w->tools[w->n_tools];
+    memset(t, 0, sizeof *t);
+    t->id = strdup(id);
+    t->dsml = strndup(dsml, dsml_len);
+    t->dsml_len = dsml_len;
+    if (reasoning && reasoning_len) {
+        t->reasoning = strndup(reasoning, reasoning_len);
+        t->reasoning_len = reasoning_len;
+    }
+    if (!t->id || !t->dsml) {
+        free(t->id); free(t->dsml); free(t->reasoning);
+        return;
+    }
+    w->n_tools++;
+}
+
+/* The exactly replayed tool calls of a request's history: its prompt holds
+ * their DSML, and so will every state saved while it is evaluated. */
+static void tools_from_request(worker *w, const request *rq) {
+    tools_clear(w);
+    for (int i = 0; i < rq->n_msgs; i++) {
+        const ds4_message *m = &rq->msgs[i];
+        if (m->role != DS4_ROLE_ASSISTANT || !m->dsml_exact) continue;
+        for (int k = 0; k < m->n_tool_calls; k++)
+            tools_add(w, m->tool_calls[k].id, m->dsml_exact, strlen(m->dsml_exact),
+                      m->reasoning, m->reasoning ? m->reasoning_len : 0);
+    }
+}
 
 /* ------------------------------------------------------------------------ */
 /* jobs                                                                      */
@@ -278,6 +372,8 @@ static void remember_block(gen *g) {
         size_t bl;
         const char *bt = ds4_dsml_block_text(g->dsml, &bl);
         toolmem_put(g->w->srv->tm, ids, names, args, n, bt, bl, r->reasoning.p, r->reasoning.n);
+        /* the live session now holds this block: later saves carry it */
+        for (int i = 0; i < n; i++) tools_add(g->w, ids[i], bt, bl, r->reasoning.p, r->reasoning.n);
     }
     free(ids); free(names); free(args);
 }
@@ -415,12 +511,307 @@ static int cut_splits_special(const ds4_tokenizer *tok, const ds4_special_ids *s
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* disk KV cache                                                             */
+/* ------------------------------------------------------------------------ */
+
+static void kv_publish(worker *w) {
+    ds4_kvstore_stats st;
+    ds4_kvstore_get_stats(w->kv, &st);
+    metrics_kv(w->srv->m, &st, w->saves);
+}
+
+/* 1 when a state's text holds a tool-call block: all of it, or the text
+ * ends inside it -- a generated block's last token is never evaluated (the
+ * turn ends there), yet the next prompt replays the whole block after that
+ * state, so its id belongs with it.  Half the block at least, so that an
+ * unrelated text ending in "\n\n" does not claim every block. */
+static int holds_block(const char *text, size_t n, const char *blk, size_t len) {
+    if (!text || !len) return 0;
+    if (memmem(text, n, blk, len)) return 1;
+    for (size_t k = len - 1 < n ? len - 1 : n; k >= len / 2 && k > 0; k--)
+        if (!memcmp(text + n - k, blk, k)) return 1;
+    return 0;
+}
+
+/* Save the live session for `why` (the policy's minimum and a state that
+ * is already on disk are skipped).  Failures are logged once per run of
+ * failures and otherwise ignored: the request is served without the cache. */
+static void kv_save(worker *w, ds4_kv_reason why) {
+    if (!w->kv) return;
+    int n = ds4_session_n_tokens(w->s);
+    w->frontier = ds4_kv_policy_next_frontier(&w->pol, n);
+    if (n < w->pol.min_tokens || n == w->saved_n || w->sess_bad) return;
+    /* the tool entries whose DSML this state's text holds */
+    w->live.n = 0;
+    ds4_detokenize(w->srv->tok, ds4_session_tokens(w->s), (size_t)n, &w->live);
+    ds4_kv_tool *kt = calloc((size_t)(2 * w->n_tools + 1), sizeof *kt);
+    char **rid = calloc((size_t)(w->n_tools + 1), sizeof *rid);
+    int nk = 0, nr = 0;
+    for (int i = 0; kt && rid && i < w->n_tools; i++) {
+        const live_tool *t = &w->tools[i];
+        if (!holds_block(w->live.p, w->live.n, t->dsml, t->dsml_len)) continue;
+        kt[nk++] = (ds4_kv_tool){ t->id, t->dsml, t->dsml_len };
+        if (t->reasoning && (rid[nr] = malloc(strlen(t->id) + sizeof KV_REASONING_SUFFIX))) {
+            strcpy(rid[nr], t->id);
+            strcat(rid[nr], KV_REASONING_SUFFIX);
+            kt[nk++] = (ds4_kv_tool){ rid[nr], t->reasoning, t->reasoning_len };
+            nr++;
+        }
+    }
+    ds4_kvstore_stats before;
+    ds4_kvstore_get_stats(w->kv, &before);
+    double t0 = util_now();
+    char *err = NULL;
+    int rc = ds4_kvstore_save(w->kv, w->s, why, kt, nk, &err);
+    if (rc != DS4_OK) {
+        if (!w->save_failing)
+            log_msg("disk KV cache: %s (%s state of %d tokens); requests are served without "
+                    "saving until a save succeeds (ds4_kv_disk_write_errors_total counts them)",
+                    err ? err : ds4_strerror(rc), ds4_kv_reason_name(why), n);
+        w->save_failing = 1;
+    } else {
+        if (w->save_failing) log_msg("disk KV cache: saving works again");
+        w->save_failing = 0;
+        w->saved_n = n;
+        ds4_kvstore_stats after;
+        ds4_kvstore_get_stats(w->kv, &after);
+        if (after.saves > before.saves) {
+            w->saves[why]++;
+            char te[48] = "";
+            if (nk) snprintf(te, sizeof te, ", %d tool entr%s", nk, nk == 1 ? "y" : "ies");
+            log_msg("disk KV cache: saved %d tokens (%s%s), %.1f MiB in %.0f ms", n,
+                    ds4_kv_reason_name(why), te,
+                    (after.save_bytes - before.save_bytes) / 1048576.0, (util_now() - t0) * 1e3);
+        }
+    }
+    free(err);
+    for (int i = 0; i < nr; i++) free(rid[i]);
+    free(rid);
+    free(kt);
+    kv_publish(w);
+}
+
+/* Append n tokens, stopping exactly at every continued-checkpoint frontier
+ * to save the state there (same arithmetic as the CLI). */
+static int eval_ckpt(worker *w, const int32_t *t, int n, ds4_progress_fn pf, void *ud) {
+    while (n > 0) {
+        int cur = ds4_session_n_tokens(w->s), k = n;
+        if (w->kv && w->frontier > cur && w->frontier - cur < n) k = w->frontier - cur;
+        int rc = ds4_session_eval(w->s, t, k, pf, ud);
+        if (rc) {
+            /* ECTX changes nothing and ECANCEL stops at a token boundary;
+             * anything else may leave a half-written state */
+            if (rc != DS4_ECTX && rc != DS4_ECANCEL) w->sess_bad = 1;
+            return rc;
+        }
+        t += k;
+        n -= k;
+        if (w->kv && ds4_session_n_tokens(w->s) == w->frontier) kv_save(w, DS4_KV_CONTINUED);
+    }
+    return DS4_OK;
+}
+
+/* The calls of a DSML block as the parser reads them (what the client got). */
+typedef struct {
+    const ds4_tool_call *calls;
+    int n, at, ok;
+    ds4_buf args;
+} dsml_check;
+
+static void dsml_check_cb(void *ud, const ds4_dsml_event *ev) {
+    dsml_check *c = ud;
+    switch (ev->kind) {
+    case DS4_DSML_CALL_BEGIN:
+        if (c->at >= c->n || !c->calls[c->at].name || strlen(c->calls[c->at].name) != ev->len ||
+            memcmp(c->calls[c->at].name, ev->text, ev->len))
+            c->ok = 0;
+        c->args.n = 0;
+        break;
+    case DS4_DSML_ARGS_DELTA:
+        ds4_buf_append(&c->args, ev->text, ev->len);
+        break;
+    case DS4_DSML_CALL_END:
+        if (c->ok && c->at < c->n) {
+            const char *got = c->args.n ? c->args.p : "{}";
+            const char *sent = c->calls[c->at].arguments ? c->calls[c->at].arguments : "";
+            if (!toolmem_args_equal(sent, got)) c->ok = 0;
+        }
+        c->at++;
+        break;
+    case DS4_DSML_ERROR:
+        c->ok = 0;
+        break;
+    default:
+        break;
+    }
+}
+
+/* 1 when the block holds exactly these calls: same count, names in order,
+ * JSON-equal arguments.  A client that changed a call but kept its id must
+ * get the canonical rendering, never stale bytes. */
+static int dsml_matches(const char *blk, size_t len, const ds4_tool_call *calls, int n) {
+    dsml_check c = { calls, n, 0, 1, { 0 } };
+    ds4_dsml *p = ds4_dsml_new(dsml_check_cb, &c);
+    if (!p) return 0;
+    ds4_dsml_feed(p, blk, len);
+    if (ds4_dsml_finish(p) != DS4_OK) c.ok = 0;
+    ds4_dsml_free(p);
+    ds4_buf_free(&c.args);
+    return c.ok && c.at == n;
+}
+
+/* Assistant tool-call turns the tool memory did not know (a restart, or
+ * its LRU cap): the files may hold their exact DSML (and the reasoning
+ * before it).  Every id of the turn must give the same block, and the
+ * block must hold the calls the client sent.  When any turn is found the
+ * prompt is rendered and tokenized again.  Returns -1 (with *e) when the
+ * new prompt no longer fits. */
+static int kv_resolve_tools(worker *w, request *rq, api_error *e) {
+    int found = 0;
+    ds4_buf b = { 0 }, o = { 0 };
+    for (int i = 0; i < rq->n_msgs; i++) {
+        ds4_message *m = &rq->msgs[i];
+        if (m->role != DS4_ROLE_ASSISTANT || m->n_tool_calls <= 0 || m->dsml_exact) continue;
+        int ok = 1;
+        for (int k = 0; k < m->n_tool_calls; k++) ok = ok && m->tool_calls[k].id;
+        b.n = 0;
+        if (!ok || !ds4_kvstore_tool_dsml(w->kv, m->tool_calls[0].id, &b) || !b.n) continue;
+        for (int k = 1; ok && k < m->n_tool_calls; k++) {
+            o.n = 0;
+            ok = ds4_kvstore_tool_dsml(w->kv, m->tool_calls[k].id, &o) && o.n == b.n &&
+                 !memcmp(o.p, b.p, b.n);
+        }
+        if (!ok || !dsml_matches(b.p, b.n, m->tool_calls, m->n_tool_calls)) continue;
+        m->dsml_exact = request_strdup(rq, b.p, b.n);
+        if (!m->dsml_exact) continue;
+        if (!m->reasoning_len) {
+            size_t il = strlen(m->tool_calls[0].id);
+            char *rid = malloc(il + sizeof KV_REASONING_SUFFIX);
+            o.n = 0;
+            if (rid) {
+                memcpy(rid, m->tool_calls[0].id, il);
+                memcpy(rid + il, KV_REASONING_SUFFIX, sizeof KV_REASONING_SUFFIX);
+                if (ds4_kvstore_tool_dsml(w->kv, rid, &o) && o.n) {
+                    m->reasoning = request_strdup(rq, o.p, o.n);
+                    m->reasoning_len = m->reasoning ? o.n : 0;
+                }
+                free(rid);
+            }
+        }
+        /* later turns find it in memory */
+        const char **ids = calloc((size_t)m->n_tool_calls, sizeof *ids);
+        const char **names = calloc((size_t)m->n_tool_calls, sizeof *names);
+        const char **args = calloc((size_t)m->n_tool_calls, sizeof *args);
+        if (ids && names && args) {
+            for (int k = 0; k < m->n_tool_calls; k++) {
+                ids[k] = m->tool_calls[k].id;
+                names[k] = m->tool_calls[k].name;
+                args[k] = m->tool_calls[k].arguments;
+            }
+            toolmem_put(w->srv->tm, ids, names, args, m->n_tool_calls, b.p, b.n,
+                        m->reasoning, m->reasoning ? m->reasoning_len : 0);
+        }
+        free(ids); free(names); free(args);
+        found++;
+    }
+    ds4_buf_free(&b);
+    ds4_buf_free(&o);
+    rq->replay_exact += found;
+    rq->replay_canonical -= found;
+    metrics_tool_replay(w->srv->m, rq->replay_exact, rq->replay_canonical);
+    if (!found) return 0;
+    log_msg("disk KV cache: exact DSML of %d tool-call turn%s found in the cache files", found,
+            found == 1 ? "" : "s");
+    rq->prompt.n = 0;
+    rq->tokens.n = 0;
+    return conv_prepare(rq, e) ? -1 : 0;
+}
+
+/* Restore the longest saved state whose text starts the prompt and holds
+ * more than `better_than` tokens.  On a hit, `todo` receives the tokens
+ * still to evaluate and the restored count is returned; 0 = miss (the
+ * session is then as it was, or empty when a hit could not be used). */
+static int kv_lookup(worker *w, request *rq, int better_than, ds4_tokens *todo, int *retok) {
+    server_ctx *srv = w->srv;
+    ds4_session *s = w->s;
+    ds4_buf ids_text = { 0 };
+    const char *text = rq->prompt.p;
+    size_t len = rq->prompt.n;
+    if (rq->raw_ids) {
+        /* token ids: their text finds the file; the tokens must then match */
+        ds4_detokenize(srv->tok, rq->tokens.v, rq->tokens.n, &ids_text);
+        text = ids_text.p;
+        len = ids_text.n;
+    }
+    size_t used = 0;
+    *retok = 0;
+    double t0 = util_now();
+    int got = text && len ? ds4_kvstore_restore(w->kv, s, text, len, w->pol.min_tokens,
+                                                better_than, &used) : 0;
+    kv_publish(w);
+    if (got <= 0) { ds4_buf_free(&ids_text); return 0; }
+    double dt = util_now() - t0;
+    w->saved_n = got;
+    w->sess_bad = 0;
+    todo->n = 0;
+    const int32_t *st = ds4_session_tokens(s);
+    int ok = 1;
+    if (rq->tokens.n >= (size_t)got && !memcmp(st, rq->tokens.v, (size_t)got * sizeof *st)) {
+        /* the prompt's own tokenization continues the state: evaluate the
+         * same tokens a server without the cache would */
+        ds4_tokens_reserve(todo, rq->tokens.n - (size_t)got + 1);
+        for (size_t i = (size_t)got; i < rq->tokens.n; i++) ds4_tokens_push(todo, rq->tokens.v[i]);
+    } else if (rq->raw_ids || !char_boundary(text, len, used) ||
+               cut_splits_special(srv->tok, srv->sp, &rq->tokens, used)) {
+        /* the same text, but continuing it would give the model other tokens
+         * than the request's (ids sent as ids, a marker cut in two) */
+        ok = 0;
+    } else {
+        /* a different BPE split of earlier text: keep the state, tokenize
+         * only the rest of the prompt */
+        *retok = 1;
+        ds4_tokenize(srv->tok, text + used, len - used, DS4_TOK_SPECIAL, todo);
+        if ((size_t)got + todo->n >= (size_t)srv->ctx) ok = 0;
+    }
+    ds4_buf_free(&ids_text);
+    if (!ok) {
+        log_msg("disk KV cache: a %d-token state matched the text but cannot be continued by "
+                "this prompt's tokens; evaluating from the start", got);
+        ds4_session_reset(s);
+        w->saved_n = 0;
+        todo->n = 0;
+        return 0;
+    }
+    log_msg("disk KV cache: restored %d tokens (%zu bytes of the prompt) in %.0f ms", got, used,
+            dt * 1e3);
+    return got;
+}
+
 static void run_job(worker *w, job *j) {
     server_ctx *srv = w->srv;
     request *rq = j->rq;
     gen_result *res = &j->res;
     ds4_session *s = w->s;
     const int ctx = srv->ctx;
+
+    /* 0. Tool-call turns the tool memory did not know: the disk cache may
+     * hold their exact DSML (then the prompt is rendered again). */
+    if (w->kv && rq->tool_misses > 0 && kv_resolve_tools(w, rq, &res->err) < 0) {
+        res->finish = FIN_ERROR;
+        api_event(j, EV_FINISH, 0, NULL, 0);
+        job_finish_stream(j);
+        metrics_job m0 = { .session_tokens = ds4_session_n_tokens(s) };
+        metrics_job_done(srv->m, &m0);
+        log_msg("job %llu: %s", (unsigned long long)j->seq, res->err.message);
+        return;
+    }
+    if (w->sess_bad) {
+        /* a failed evaluation left a state nobody should continue */
+        ds4_session_reset(s);
+        w->sess_bad = 0;
+        w->saved_n = 0;
+    }
     const int n_sess = ds4_session_n_tokens(s);
 
     /* 1. Reuse decision (see the header comment). */
@@ -432,55 +823,96 @@ static void run_job(worker *w, job *j) {
         if (w->live.n <= rq->prompt.n && !memcmp(w->live.p, rq->prompt.p, w->live.n) &&
             char_boundary(rq->prompt.p, rq->prompt.n, w->live.n) &&
             !cut_splits_special(srv->tok, srv->sp, &rq->tokens, w->live.n)) {
-            ds4_tokenize(srv->tok, rq->prompt.p + w->live.n, rq->prompt.n - w->live.n,
-                         DS4_TOK_SPECIAL, &suffix);
-            if ((size_t)n_sess + suffix.n < (size_t)ctx) {
-                text_hit = 1;
-                const int32_t *st = ds4_session_tokens(s);
-                retok = rq->tokens.n < (size_t)n_sess ||
-                        memcmp(st, rq->tokens.v, (size_t)n_sess * sizeof(int32_t)) != 0;
+            const int32_t *st = ds4_session_tokens(s);
+            retok = rq->tokens.n < (size_t)n_sess ||
+                    memcmp(st, rq->tokens.v, (size_t)n_sess * sizeof(int32_t)) != 0;
+            if (retok) {
+                ds4_tokenize(srv->tok, rq->prompt.p + w->live.n, rq->prompt.n - w->live.n,
+                             DS4_TOK_SPECIAL, &suffix);
+            } else {
+                /* the prompt's own tokens continue the session: evaluate
+                 * those, as a server that never saw the earlier turn would */
+                for (size_t i = (size_t)n_sess; i < rq->tokens.n; i++)
+                    ds4_tokens_push(&suffix, rq->tokens.v[i]);
             }
+            if ((size_t)n_sess + suffix.n < (size_t)ctx) text_hit = 1;
+            else suffix.n = 0;
         }
     }
     int expect_reuse = 0;
     if (text_hit) {
-        res->prompt_tokens = n_sess + (int)suffix.n;
         expect_reuse = n_sess;
-    } else {
-        res->prompt_tokens = (int)rq->tokens.n;
-        /* what ds4_session_sync will keep: all of the session or nothing */
-        if (n_sess > 0 && rq->tokens.n >= (size_t)n_sess &&
-            !memcmp(ds4_session_tokens(s), rq->tokens.v, (size_t)n_sess * sizeof(int32_t)) &&
-            (rq->tokens.n > (size_t)n_sess || ds4_session_logits(s)))
-            expect_reuse = n_sess;
+    } else if (n_sess > 0 && rq->tokens.n >= (size_t)n_sess &&
+               !memcmp(ds4_session_tokens(s), rq->tokens.v, (size_t)n_sess * sizeof(int32_t)) &&
+               (rq->tokens.n > (size_t)n_sess || ds4_session_logits(s))) {
+        /* the session is a token prefix of the prompt */
+        expect_reuse = n_sess;
+        for (size_t i = (size_t)n_sess; i < rq->tokens.n; i++)
+            ds4_tokens_push(&suffix, rq->tokens.v[i]);
     }
+
+    /* 2. Disk KV cache: a request that does not continue the live session
+     * replaces it, so the live state is saved first (evict); then the
+     * longest saved prefix of the prompt is restored when it beats what
+     * the live session keeps. */
+    int disk = 0, disk_retok = 0;
+    if (w->kv) {
+        if (expect_reuse == 0 && n_sess > 0) kv_save(w, DS4_KV_EVICT);
+        ds4_tokens todo = { 0 };
+        disk = kv_lookup(w, rq, expect_reuse, &todo, &disk_retok);
+        if (disk > 0) {
+            ds4_tokens_free(&suffix);
+            suffix = todo;
+            text_hit = 0;
+            expect_reuse = disk;
+        } else {
+            ds4_tokens_free(&todo);
+        }
+    }
+    /* nothing kept: the whole prompt is evaluated from an empty session */
+    const int scratch = expect_reuse == 0;
+    if (scratch) {
+        suffix.n = 0;
+        for (size_t i = 0; i < rq->tokens.n; i++) ds4_tokens_push(&suffix, rq->tokens.v[i]);
+    }
+    res->prompt_tokens = expect_reuse + (int)suffix.n;
     res->cached_tokens = expect_reuse;
     int room = ctx - res->prompt_tokens;
     int max_gen = rq->max_tokens > 0 && rq->max_tokens < room ? rq->max_tokens : room;
-
-    /* KV CACHE HOOK (before sync): look up a cached prefix of the new prompt
-     * on disk; restore it when it is longer than expect_reuse. */
+    if (w->kv) {
+        w->frontier = ds4_kv_policy_next_frontier(&w->pol, expect_reuse);
+        /* from here on the live session is this request's */
+        tools_from_request(w, rq);
+    }
 
     api_event(j, EV_START, 0, NULL, 0);
 
-    /* 2. Prefill. */
+    /* 3. Prefill. */
     double t0 = util_now();
     progress_ud pu = { j };
-    int reused = 0, rc;
-    if (text_hit) {
-        rc = ds4_session_eval(s, suffix.v, (int)suffix.n, on_progress, &pu);
-        reused = n_sess;
-    } else {
-        rc = ds4_session_sync(s, rq->tokens.v, (int)rq->tokens.n, on_progress, &pu, &reused);
+    int reused = expect_reuse, rc = DS4_OK;
+    const int32_t *tv = suffix.v;
+    int tn = (int)suffix.n;
+    if (scratch) {
+        ds4_session_reset(s);
+        w->saved_n = 0;
+        /* cold checkpoint: a prompt evaluated from scratch is saved at its
+         * trimmed, aligned point, which the next turn (re-rendering the
+         * tail differently) still starts with */
+        int cold = w->kv ? ds4_kv_policy_cold_point(&w->pol, tn) : 0;
+        if (cold > 0 && cold <= tn) {
+            rc = eval_ckpt(w, tv, cold, on_progress, &pu);
+            if (rc == DS4_OK) kv_save(w, DS4_KV_COLD);
+            tv += cold;
+            tn -= cold;
+        }
     }
+    if (rc == DS4_OK && tn > 0) rc = eval_ckpt(w, tv, tn, on_progress, &pu);
     ds4_tokens_free(&suffix);
     res->cached_tokens = reused;
     res->prefill_s = util_now() - t0;
     int evaluated = ds4_session_n_tokens(s) - reused;
     if (evaluated < 0) evaluated = 0;
-
-    /* KV CACHE HOOK (after prefill): the prompt frontier is a good snapshot
-     * point; save it when the prompt is long enough to be worth it. */
 
     gen g = { 0 };
     g.w = w;
@@ -550,7 +982,7 @@ static void run_job(worker *w, job *j) {
         /* the last token is not evaluated: nothing would read its logits,
          * and the next request's prompt suffix covers it */
         if (n_gen >= max_gen) { fin = FIN_LENGTH; break; }
-        int e = ds4_session_eval(s, &t, 1, NULL, NULL);
+        int e = eval_ckpt(w, &t, 1, NULL, NULL);
         if (e == DS4_ECTX) { fin = FIN_LENGTH; break; }
         if (e) {
             fin = FIN_ERROR;
@@ -599,6 +1031,8 @@ static void run_job(worker *w, job *j) {
      * right after its response must see this job */
     metrics_job m = {
         .prompt_tokens = res->prompt_tokens, .cached_tokens = res->cached_tokens,
+        .disk_tokens = disk > 0 ? res->cached_tokens : 0,
+        .disk_retokenized = disk > 0 && disk_retok,
         .evaluated_tokens = evaluated, .generated_tokens = res->completion_tokens,
         .prefill_s = res->prefill_s, .decode_s = res->decode_s,
         .reuse_hit = res->cached_tokens > 0, .text_reuse = text_hit && res->cached_tokens > 0,
@@ -611,17 +1045,13 @@ static void run_job(worker *w, job *j) {
     api_event(j, EV_FINISH, 0, NULL, 0);
     job_finish_stream(j);
 
-    /* KV CACHE HOOK (generation frontier): the session now holds prompt +
-     * answer, the prefix of the client's next turn; a snapshot here serves a
-     * client that comes back after another conversation used the session. */
-
     static const char *const fname[] = { "none", "stop", "length", "stop_sequence", "tool_calls",
                                          "cancelled", "error" };
-    log_msg("job %llu %s: prompt %d (cached %d, evaluated %d, %.0f tok/s), generated %d "
+    log_msg("job %llu %s: prompt %d (cached %d%s, evaluated %d, %.0f tok/s), generated %d "
             "(%.1f tok/s), %s%s%s", (unsigned long long)j->seq,
             endpoint_label(rq->api == API_CHAT ? EP_CHAT : rq->api == API_COMPLETIONS ?
                            EP_COMPLETIONS : rq->api == API_RESPONSES ? EP_RESPONSES : EP_MESSAGES),
-            res->prompt_tokens, res->cached_tokens, evaluated,
+            res->prompt_tokens, res->cached_tokens, disk > 0 ? " from disk" : "", evaluated,
             res->prefill_s > 0 ? evaluated / res->prefill_s : 0.0, res->completion_tokens,
             res->decode_s > 0 ? res->completion_tokens / res->decode_s : 0.0, fname[fin],
             fin == FIN_ERROR ? ": " : "", fin == FIN_ERROR ? res->err.message : "");
@@ -673,7 +1103,8 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         job_unref(j);
     }
-    /* KV CACHE HOOK (shutdown): save the live session before it is freed. */
+    /* clean exit: keep the live conversation for the next start */
+    if (w->kv) kv_save(w, DS4_KV_SHUTDOWN);
     return NULL;
 }
 
@@ -690,6 +1121,27 @@ worker *worker_start(server_ctx *srv, char **err) {
     w->s = ds4_session_new(srv->model, &sp, err);
     if (!w->s) { worker_free(w); return NULL; }
     srv->ctx = ds4_session_ctx_size(w->s);
+    w->saved_n = -1;
+    if (srv->cfg.kv_dir) {
+        /* opened here, driven only by the worker thread from now on */
+        ds4_kvstore_params kp;
+        ds4_kvstore_params_default(&kp);
+        kp.dir = srv->cfg.kv_dir;
+        kp.space_bytes = srv->cfg.kv_space_mb << 20;
+        kp.allow_quant_variants = srv->cfg.kv_allow_variants;
+        w->kv = ds4_kvstore_open(srv->model, &kp, err);
+        if (!w->kv) { worker_free(w); return NULL; }
+        w->pol = srv->cfg.kv_policy;
+        kv_publish(w);
+        ds4_kvstore_stats st;
+        ds4_kvstore_get_stats(w->kv, &st);
+        log_msg("disk KV cache: %s: %llu files, %.1f MiB (cap %llu MiB); saves: min %d tokens, "
+                "cold up to %d, every %d, trim %d, align %d%s", srv->cfg.kv_dir,
+                (unsigned long long)st.files, st.bytes / 1048576.0,
+                (unsigned long long)srv->cfg.kv_space_mb, w->pol.min_tokens,
+                w->pol.cold_max_tokens, w->pol.continued_interval, w->pol.trim_tokens,
+                w->pol.align_tokens, srv->cfg.kv_allow_variants ? "; quantization variants allowed" : "");
+    }
     if (pthread_create(&w->th, NULL, worker_main, w)) {
         if (err) *err = strdup("cannot start the inference thread");
         worker_free(w);
@@ -745,8 +1197,11 @@ void worker_stop(worker *w) {
 void worker_free(worker *w) {
     if (!w) return;
     worker_stop(w);
+    ds4_kvstore_close(w->kv);
     ds4_session_free(w->s);
     ds4_buf_free(&w->live);
+    tools_clear(w);
+    free(w->tools);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);
