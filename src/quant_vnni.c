@@ -581,6 +581,119 @@ VTI static void run_tile(int f, const pack_t *pk, int nbk, const uint8_t *const 
     }
 }
 
+/* Fused single-token K-quant block: the packing above and comp_k in one
+ * pass, the packed vectors consumed from registers as they are made.  For
+ * one token every packed vector is used once, so storing the 5.6 KB pack
+ * and reading it back is pure overhead (the decode matvec is then bound by
+ * packing work).  Same integer sums, same float operations: bit-identical
+ * to pack_q2_K/pack_q4_K + comp_k. */
+VT static __m512 dec_k(int f, const uint8_t *w, size_t ws, int nr, int kb, const uint8_t *ab, __m512 facc)
+{
+    const uint8_t *rows[16], *p[16];
+    strip_rows(w, ws, nr, rows);
+    const __m512i offs = strip_offsets(ws, nr);
+    const uint8_t *q = ab + 4;     /* activation codes */
+    __m512i isum = _mm512_setzero_si512(), isum2 = _mm512_setzero_si512();
+    __m512i m[8];
+    __m512 dv, dmv;
+#define DEC_UNIT(U, C0, C1, C2, C3, C4, C5, C6, C7, SCLO, SCHI) do {                                 \
+        __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), C0, BCAST32(q + 32 * (U)));           \
+        __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), C4, BCAST32(q + 32 * (U) + 16));      \
+        lo = _mm512_dpbusd_epi32(lo, C1, BCAST32(q + 32 * (U) + 4));                                    \
+        hi = _mm512_dpbusd_epi32(hi, C5, BCAST32(q + 32 * (U) + 20));                                   \
+        lo = _mm512_dpbusd_epi32(lo, C2, BCAST32(q + 32 * (U) + 8));                                    \
+        hi = _mm512_dpbusd_epi32(hi, C6, BCAST32(q + 32 * (U) + 24));                                   \
+        lo = _mm512_dpbusd_epi32(lo, C3, BCAST32(q + 32 * (U) + 12));                                   \
+        hi = _mm512_dpbusd_epi32(hi, C7, BCAST32(q + 32 * (U) + 28));                                   \
+        isum = _mm512_dpwssd_epi32(isum, lo, SCLO);                                                     \
+        isum2 = _mm512_dpwssd_epi32(isum2, hi, SCHI);                                                   \
+    } while (0)
+    if (f == VF_Q2_K) {
+        const size_t off = (size_t)kb * sizeof(block_q2_K);
+        for (int r = 0; r < 16; r++) p[r] = rows[r] + off;
+        __m512i sr[4];
+        tr16x4(p, sr);
+        const __m512i lo4 = _mm512_set1_epi32(0x0f);
+        for (int h = 0; h < 2; h++) {
+            for (int r = 0; r < 16; r++) p[r] = rows[r] + off + 16 + 32 * h;
+            __m512i t[8];
+            tr16x8(p, t);
+            for (int j = 0; j < 4; j++) {
+                const __m512i sel = _mm512_set1_epi64((long long)(((uint64_t)1 << (2 * j)) << 56 | ((uint64_t)2 << (2 * j)) << 48));
+                __m512i c[8];
+                for (int sv = 0; sv < 8; sv++) c[sv] = _mm512_gf2p8affine_epi64_epi8(t[sv], sel, 0);
+                const int u = 4 * h + j, k = 2 * u;
+                const __m512i sclo = _mm512_and_si512(_mm512_srli_epi32(sr[k >> 2], 8 * (k & 3)), lo4);
+                const __m512i schi = _mm512_and_si512(_mm512_srli_epi32(sr[(k + 1) >> 2], 8 * ((k + 1) & 3)), lo4);
+                DEC_UNIT(u, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], sclo, schi);
+            }
+        }
+        for (int qq = 0; qq < 4; qq++)
+            for (int i = 0; i < 4; i += 2) {
+                const __m512i ctl = _mm512_set4_epi32(
+                    (int)(0x80008000u | (uint32_t)(12 + i) | ((uint32_t)(13 + i) << 16)),
+                    (int)(0x80008000u | (uint32_t)(8 + i) | ((uint32_t)(9 + i) << 16)),
+                    (int)(0x80008000u | (uint32_t)(4 + i) | ((uint32_t)(5 + i) << 16)),
+                    (int)(0x80008000u | (uint32_t)i | ((uint32_t)(1 + i) << 16)));
+                m[2 * qq + i / 2] = _mm512_srli_epi16(_mm512_shuffle_epi8(sr[qq], ctl), 4);
+            }
+        dv = gather_f16(w, offs, off + 80, 0);
+        dmv = gather_f16(w, offs, off + 80, 1);
+    } else {
+        const size_t off = (size_t)kb * sizeof(block_q4_K);
+        for (int r = 0; r < 16; r++) p[r] = rows[r] + off;
+        __m512i hd[4];
+        tr16x4(p, hd);
+        const __m512i u0 = hd[1], u1 = hd[2], u2 = hd[3];
+        const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
+        const __m512i k03 = _mm512_set1_epi32(0x03030303);
+        const __m512i sc03 = _mm512_and_si512(u0, k3f);
+        const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k0f),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
+        const __m512i mn03 = _mm512_and_si512(u1, k3f);
+        const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+        const __m512i lo8 = _mm512_set1_epi32(0xff);
+        const __m512i m4 = _mm512_set1_epi8(15);
+        const __m512i hi4 = _mm512_set1_epi64(0x1020408000000000ll);
+        for (int c = 0; c < 4; c++) {
+            for (int r = 0; r < 16; r++) p[r] = rows[r] + off + 16 + 32 * c;
+            __m512i t[8], cl[8], ch[8];
+            tr16x8(p, t);
+            for (int sv = 0; sv < 8; sv++) {
+                cl[sv] = _mm512_and_si512(t[sv], m4);
+                ch[sv] = _mm512_gf2p8affine_epi64_epi8(t[sv], hi4, 0);
+            }
+            const int j0 = 2 * c, j1 = 2 * c + 1;
+            const __m512i s0 = _mm512_and_si512(_mm512_srli_epi32(j0 < 4 ? sc03 : sc47, 8 * (j0 & 3)), lo8);
+            const __m512i s1 = _mm512_and_si512(_mm512_srli_epi32(j1 < 4 ? sc03 : sc47, 8 * (j1 & 3)), lo8);
+            DEC_UNIT(j0, cl[0], cl[1], cl[2], cl[3], cl[4], cl[5], cl[6], cl[7], s0, s0);
+            DEC_UNIT(j1, ch[0], ch[1], ch[2], ch[3], ch[4], ch[5], ch[6], ch[7], s1, s1);
+        }
+        for (int j = 0; j < 8; j++) {
+            const __m512i ms = _mm512_and_si512(_mm512_srli_epi32(j < 4 ? mn03 : mn47, 8 * (j & 3)), lo8);
+            m[j] = _mm512_or_si512(ms, _mm512_slli_epi32(ms, 16));
+        }
+        dv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd[0]));
+        dmv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd[0], 16)));
+    }
+#undef DEC_UNIT
+    isum = _mm512_add_epi32(isum, isum2);
+    const uint8_t *bs = ab + 4 + QK_K;
+    __m512i summ = _mm512_dpwssd_epi32(_mm512_setzero_si512(), m[0], BCAST32(bs));
+    __m512i sum2 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), m[1], BCAST32(bs + 4));
+    for (int pp = 2; pp < 8; pp += 2) {
+        summ = _mm512_dpwssd_epi32(summ, m[pp], BCAST32(bs + 4 * pp));
+        sum2 = _mm512_dpwssd_epi32(sum2, m[pp + 1], BCAST32(bs + 4 * pp + 4));
+    }
+    summ = _mm512_add_epi32(summ, sum2);
+    /* scalar order: sumf += dall*(float)isum - dmin*(float)summs */
+    const __m512 ad = _mm512_set1_ps(ld_f32(ab));
+    const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(ad, dv), _mm512_cvtepi32_ps(isum));
+    const __m512 t2 = _mm512_mul_ps(_mm512_mul_ps(ad, dmv), _mm512_cvtepi32_ps(summ));
+    return _mm512_add_ps(facc, _mm512_sub_ps(t1, t2));
+}
+
 /* Per-chunk activation side of token j: Q8_0 block corrections, IQ2_XXS
  * permuted codes. */
 VTI static void act_prep(int f, const uint8_t *abj, int nbk, int32_t *corr, uint8_t *perm)
@@ -623,6 +736,7 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
          * (a call starts cold; the driver hands each thread several) */
         if (f != VF_Q8_0)
             for (const uint8_t *q = w; q < w + 16 * ws && q < w_end; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T1);
+        __m512 fa1 = _mm512_setzero_ps();
         for (int r0 = 0; r0 < nrows; r0 += 16) {
             const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
             const uint8_t *pf = w + (size_t)(r0 + 16) * ws;
@@ -631,6 +745,13 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
                 if (f != VF_Q8_0)   /* Q8_0 rows are long: the hardware streams them well */
                     for (size_t o = 0; o < pf_slice && pf + o < w_end; o += 64)
                         _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+                if (ntok == 1 && (f == VF_Q2_K || f == VF_Q4_K)) {
+                    /* one token: fused, accumulator in a register */
+                    const uint8_t *a0 = (const uint8_t *)a[0] + (size_t)kc * acb;
+                    fa1 = dec_k(f, w + (size_t)r0 * ws, ws, nr, kc, a0, kc == 0 ? _mm512_setzero_ps() : fa1);
+                    if (kc == nchunk - 1) _mm512_mask_storeu_ps(y + r0, (__mmask16)((1u << nr) - 1), fa1);
+                    continue;
+                }
                 pack_any(f, w + (size_t)r0 * ws, ws, nr, kc, nbk, &pk);
                 for (int j = 0; j < ntok; j++) {
                     ab[j] = (const uint8_t *)a[j] + (size_t)kc * acb;
