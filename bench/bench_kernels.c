@@ -288,7 +288,7 @@ static void run_stream(uint8_t *pool, size_t pool_bytes, ds4_pool *pools[2], str
     j.n = (pool_bytes < (1ull << 30) ? pool_bytes : (1ull << 30)) / sizeof(float) / 64 * 64;
     for (size_t i = 0; i < j.n; i += 1024) j.a[i] = 1.0f;
     for (int k = 0; k < 2; k++) {
-        double t[16];
+        double t[16] = { 0 };
         ds4_pool_run(pools[k], read_task, &j);   /* warm-up */
         for (int rep = 0; rep < opt.reps; rep++) {
             double t0 = now();
@@ -308,7 +308,7 @@ static void run_stream(uint8_t *pool, size_t pool_bytes, ds4_pool *pools[2], str
     j.c = (float *)(pool + 2 * each);
     for (size_t i = 0; i < j.n; i++) { j.b[i] = 1.0f; j.c[i] = 2.0f; }
     for (int k = 0; k < 2; k++) {
-        double t[16];
+        double t[16] = { 0 };
         ds4_pool_run(pools[k], triad_task, &j);
         for (int rep = 0; rep < opt.reps; rep++) {
             double t0 = now();
@@ -480,7 +480,7 @@ static void run_peaks(ds4_pool *pools[2]) {
         if (!peak_supported(kind)) continue;
         for (int k = 0; k < 2; k++) {
             peak_job j = { .kind = kind };
-            double t[16];
+            double t[16] = { 0 };
             ds4_pool_run(pools[k], peak_task, &j);
             for (int rep = 0; rep < opt.reps; rep++) {
                 double t0 = now();
