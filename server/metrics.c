@@ -86,7 +86,9 @@ void metrics_job_done(metrics *m, const metrics_job *j) {
         m->last_prefill_tps = j->evaluated_tokens / j->prefill_s;
     if (j->generated_tokens > 1 && j->decode_s > 0)
         m->last_decode_tps = j->generated_tokens / j->decode_s;
-    if (j->reuse_hit) m->reuse_hits++; else m->reuse_misses++;
+    /* a disk hit is neither (ds4_kv_disk_hits_total counts it) */
+    if (j->reuse_hit) m->reuse_hits++;
+    else if (!j->disk_tokens) m->reuse_misses++;
     if (j->text_reuse) m->text_reuse++;
     if (j->retokenized) m->retokenized++;
     m->tool_calls += (unsigned long long)j->tool_calls;
@@ -155,7 +157,7 @@ char *metrics_render(metrics *m) {
           m->last_decode_tps);
     COUNTER("ds4_session_reuse_hits_total", "Generations that kept a prefix of the live session.",
             m->reuse_hits);
-    COUNTER("ds4_session_reuse_misses_total", "Generations that evaluated the prompt from scratch.",
+    COUNTER("ds4_session_reuse_misses_total", "Generations that evaluated the prompt from scratch (no live or disk prefix).",
             m->reuse_misses);
     COUNTER("ds4_session_reuse_text_total",
             "Reuse decided by comparing rendered text (only the suffix was tokenized).",

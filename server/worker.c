@@ -511,6 +511,39 @@ static int cut_splits_special(const ds4_tokenizer *tok, const ds4_special_ids *s
     return 0;
 }
 
+/* 1 when the kept tokens `a` and the prompt's tokens covering its first
+ * `used` bytes hold the same special tokens at the same byte offsets.  A
+ * kept state whose text spells a marker in plain-text tokens (the model
+ * wrote "<｜end▁of▁sentence｜>" as text) matches the prompt byte for byte,
+ * but the prompt's own tokens have the real marker there: the model would
+ * continue a history that differs from the one the request describes.
+ * Other differences of BPE split are harmless and allowed. */
+static int same_specials(const ds4_tokenizer *tok, const ds4_special_ids *sp,
+                         const int32_t *a, size_t na, const ds4_tokens *b, size_t used) {
+    size_t ia = 0, ib = 0, oa = 0, ob = 0, l;
+    for (;;) {
+        while (ia < na && !is_special(sp, a[ia])) {
+            l = 0;
+            ds4_token_bytes(tok, a[ia++], &l);
+            oa += l;
+        }
+        while (ib < b->n && ob < used && !is_special(sp, b->v[ib])) {
+            l = 0;
+            ds4_token_bytes(tok, b->v[ib++], &l);
+            ob += l;
+        }
+        int ha = ia < na, hb = ib < b->n && ob < used;
+        if (!ha || !hb) return ha == hb;
+        if (a[ia] != b->v[ib] || oa != ob) return 0;
+        l = 0;
+        ds4_token_bytes(tok, a[ia], &l);
+        oa += l;
+        ob += l;
+        ia++;
+        ib++;
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* disk KV cache                                                             */
 /* ------------------------------------------------------------------------ */
@@ -544,7 +577,7 @@ static void kv_save(worker *w, ds4_kv_reason why) {
     if (n < w->pol.min_tokens || n == w->saved_n || w->sess_bad) return;
     /* the tool entries whose DSML this state's text holds */
     w->live.n = 0;
-    ds4_detokenize(w->srv->tok, ds4_session_tokens(w->s), (size_t)n, &w->live);
+    if (w->n_tools) ds4_detokenize(w->srv->tok, ds4_session_tokens(w->s), (size_t)n, &w->live);
     ds4_kv_tool *kt = calloc((size_t)(2 * w->n_tools + 1), sizeof *kt);
     char **rid = calloc((size_t)(w->n_tools + 1), sizeof *rid);
     int nk = 0, nr = 0;
@@ -731,7 +764,8 @@ static int kv_resolve_tools(worker *w, request *rq, api_error *e) {
 /* Restore the longest saved state whose text starts the prompt and holds
  * more than `better_than` tokens.  On a hit, `todo` receives the tokens
  * still to evaluate and the restored count is returned; 0 = miss (the
- * session is then as it was, or empty when a hit could not be used). */
+ * session is as it was); -1 = a state was restored but cannot be
+ * continued by this prompt, and the session is now empty. */
 static int kv_lookup(worker *w, request *rq, int better_than, ds4_tokens *todo, int *retok) {
     server_ctx *srv = w->srv;
     ds4_session *s = w->s;
@@ -763,9 +797,11 @@ static int kv_lookup(worker *w, request *rq, int better_than, ds4_tokens *todo, 
         ds4_tokens_reserve(todo, rq->tokens.n - (size_t)got + 1);
         for (size_t i = (size_t)got; i < rq->tokens.n; i++) ds4_tokens_push(todo, rq->tokens.v[i]);
     } else if (rq->raw_ids || !char_boundary(text, len, used) ||
-               cut_splits_special(srv->tok, srv->sp, &rq->tokens, used)) {
+               cut_splits_special(srv->tok, srv->sp, &rq->tokens, used) ||
+               !same_specials(srv->tok, srv->sp, st, (size_t)got, &rq->tokens, used)) {
         /* the same text, but continuing it would give the model other tokens
-         * than the request's (ids sent as ids, a marker cut in two) */
+         * than the request's (ids sent as ids, a marker cut in two or
+         * spelled as plain text) */
         ok = 0;
     } else {
         /* a different BPE split of earlier text: keep the state, tokenize
@@ -781,7 +817,8 @@ static int kv_lookup(worker *w, request *rq, int better_than, ds4_tokens *todo, 
         ds4_session_reset(s);
         w->saved_n = 0;
         todo->n = 0;
-        return 0;
+        *retok = 0;
+        return -1;
     }
     log_msg("disk KV cache: restored %d tokens (%zu bytes of the prompt) in %.0f ms", got, used,
             dt * 1e3);
@@ -826,7 +863,11 @@ static void run_job(worker *w, job *j) {
             const int32_t *st = ds4_session_tokens(s);
             retok = rq->tokens.n < (size_t)n_sess ||
                     memcmp(st, rq->tokens.v, (size_t)n_sess * sizeof(int32_t)) != 0;
-            if (retok) {
+            int usable = 1;
+            if (retok && !same_specials(srv->tok, srv->sp, st, (size_t)n_sess, &rq->tokens,
+                                        w->live.n)) {
+                usable = 0;    /* a marker spelled as text: not the prompt's history */
+            } else if (retok) {
                 ds4_tokenize(srv->tok, rq->prompt.p + w->live.n, rq->prompt.n - w->live.n,
                              DS4_TOK_SPECIAL, &suffix);
             } else {
@@ -835,8 +876,9 @@ static void run_job(worker *w, job *j) {
                 for (size_t i = (size_t)n_sess; i < rq->tokens.n; i++)
                     ds4_tokens_push(&suffix, rq->tokens.v[i]);
             }
-            if ((size_t)n_sess + suffix.n < (size_t)ctx) text_hit = 1;
+            if (usable && (size_t)n_sess + suffix.n < (size_t)ctx) text_hit = 1;
             else suffix.n = 0;
+            if (!text_hit) retok = 0;
         }
     }
     int expect_reuse = 0;
@@ -867,6 +909,12 @@ static void run_job(worker *w, job *j) {
             expect_reuse = disk;
         } else {
             ds4_tokens_free(&todo);
+            if (disk < 0) {
+                /* the live session is gone: start from scratch */
+                text_hit = 0;
+                expect_reuse = 0;
+                disk = 0;
+            }
         }
     }
     /* nothing kept: the whole prompt is evaluated from an empty session */
@@ -1035,7 +1083,7 @@ static void run_job(worker *w, job *j) {
         .disk_retokenized = disk > 0 && disk_retok,
         .evaluated_tokens = evaluated, .generated_tokens = res->completion_tokens,
         .prefill_s = res->prefill_s, .decode_s = res->decode_s,
-        .reuse_hit = res->cached_tokens > 0, .text_reuse = text_hit && res->cached_tokens > 0,
+        .reuse_hit = res->cached_tokens > 0 && disk == 0, .text_reuse = text_hit && res->cached_tokens > 0,
         .retokenized = text_hit && retok, .tool_calls = res->n_calls,
         .cancelled = fin == FIN_CANCEL ? CANCEL_CLIENT :
                      atomic_load(&j->cancel) == CANCEL_SHUTDOWN ? CANCEL_SHUTDOWN : 0,

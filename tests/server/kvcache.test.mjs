@@ -201,6 +201,46 @@ test('a longer conversation resent with a different BPE split of the earlier ans
   }
 });
 
+test('a saved state that spells a marker as plain text is never continued (the answer of an uncached server)', async () => {
+  // The model "writes" the EOS marker as two plain-text pieces; when the
+  // client sends the answer back, the prompt's own tokens hold the real
+  // marker there.  The saved state matches the prompt byte for byte, but
+  // the model would continue another history: it must not be used -- not
+  // even when the live session (a shorter prefix) has already been given
+  // up for it.
+  const U = [{ role: 'user', content: `marker ${text(351, 60)}` }];
+  const final = { model: 'deepseek-chat', temperature: 0, max_tokens: 8,
+    messages: [...U, { role: 'assistant', content: 'Hi <｜end▁of▁sentence｜>' }, { role: 'user', content: 'again' }] };
+  const plain = await startServer(['--ctx', '4096']);
+  let ref;
+  try {
+    ref = (await openai({ baseURL: `${plain.url}/v1` }).chat.completions.create(final)).choices[0].message.content;
+  } finally {
+    await stop(plain);
+  }
+  const s = await kvServer(tmpdir());
+  try {
+    const c = openai({ baseURL: `${s.url}/v1` });
+    const a = await c.chat.completions.create({ model: 'deepseek-chat', messages: U },
+      { headers: out('Hi <｜end▁of▁sentence\x01｜>') });
+    assert.equal(a.choices[0].message.content, 'Hi <｜end▁of▁sentence｜>');
+    // another conversation evicts that state to disk
+    await c.chat.completions.create({ model: 'deepseek-chat', messages: [{ role: 'user', content: text(352, 60) }] },
+      { headers: out('B.') });
+    // the live session becomes U's prompt alone (the one answer token is never evaluated)
+    await c.chat.completions.create({ model: 'deepseek-chat', messages: U, max_tokens: 1 }, { headers: out('Hi') });
+    const m0 = await metrics(s.url);
+    const r = await c.chat.completions.create(final);
+    const m1 = await metrics(s.url);
+    assert.equal(r.choices[0].message.content, ref, 'the answer of an uncached server');
+    assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.equal(delta(m0, m1, DISK), 0);
+    assert.match(s.log, /matched the text but cannot be continued/);
+  } finally {
+    await stop(s);
+  }
+});
+
 test('tool-call ids after a restart: the exact DSML (and reasoning) come from the cache files', async () => {
   const dir = tmpdir();
   const tools = [{ type: 'function', function: { name: 'run_shell', description: 'Run a command',
