@@ -82,30 +82,65 @@ TGT static float v_q8_0_q8_0(int n, const void *vw, const void *va)
     return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
-TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
+/* Several tokens against one weight row (the tiles): every per-token
+ * operation is exactly the single-row kernel's, in the same order, so each
+ * result is bit-identical to it; what is shared is the weight side (loads,
+ * |w|, unpacking, scale shuffles), done once for up to C tokens.  The
+ * single-row kernels are these with C = 1. */
+#define TGTI __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+TGTI static void q8_0a_tok(int n, const void *vw, const void *const *va, float *out, int C)
 {
     const block_q8_0 *w = vw;
-    const block_q8_0a *a = va;
     const int nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256i bad = _mm256_setzero_si256();
+    __m256 acc0[3], acc1[3];
+    __m256i bad[3];
+    for (int j = 0; j < C; j++) {
+        acc0[j] = acc1[j] = _mm256_setzero_ps();
+        bad[j] = _mm256_setzero_si256();
+    }
+    const __m256i ones = _mm256_set1_epi16(1), m128 = _mm256_set1_epi8(-128);
     int i = 0;
     for (; i + 1 < nb; i += 2) {
-        const __m256i s0 = q8_block_dot(w[i].qs, a[i].qs, &bad);
-        const __m256i s1 = q8_block_dot(w[i + 1].qs, a[i + 1].qs, &bad);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * a[i].d),
-                               _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i + 1].d) * a[i + 1].d),
-                               _mm256_cvtepi32_ps(s1), acc1);
+        const __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
+        const __m256i qw1 = _mm256_loadu_si256((const __m256i *)w[i + 1].qs);
+        const __m256i aw0 = _mm256_sign_epi8(qw0, qw0), aw1 = _mm256_sign_epi8(qw1, qw1);
+        const float dw0 = h2f(w[i].d), dw1 = h2f(w[i + 1].d);
+        for (int j = 0; j < C; j++) {
+            const block_q8_0a *a = va[j];
+            const __m256i qa0 = _mm256_loadu_si256((const __m256i *)a[i].qs);
+            const __m256i qa1 = _mm256_loadu_si256((const __m256i *)a[i + 1].qs);
+            bad[j] = _mm256_or_si256(bad[j], _mm256_or_si256(_mm256_cmpeq_epi8(qa0, m128), _mm256_cmpeq_epi8(qa1, m128)));
+            const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw0, _mm256_sign_epi8(qa0, qw0)), ones);
+            const __m256i s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw1, _mm256_sign_epi8(qa1, qw1)), ones);
+            acc0[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * a[i].d), _mm256_cvtepi32_ps(s0), acc0[j]);
+            acc1[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * a[i + 1].d), _mm256_cvtepi32_ps(s1), acc1[j]);
+        }
     }
     for (; i < nb; i++) {
-        const __m256i s0 = q8_block_dot(w[i].qs, a[i].qs, &bad);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * a[i].d),
-                               _mm256_cvtepi32_ps(s0), acc0);
+        const __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
+        const __m256i aw0 = _mm256_sign_epi8(qw0, qw0);
+        const float dw0 = h2f(w[i].d);
+        for (int j = 0; j < C; j++) {
+            const block_q8_0a *a = va[j];
+            const __m256i qa0 = _mm256_loadu_si256((const __m256i *)a[i].qs);
+            bad[j] = _mm256_or_si256(bad[j], _mm256_cmpeq_epi8(qa0, m128));
+            const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw0, _mm256_sign_epi8(qa0, qw0)), ones);
+            acc0[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * a[i].d), _mm256_cvtepi32_ps(s0), acc0[j]);
+        }
     }
-    if (!_mm256_testz_si256(bad, bad))
-        return ds4_kernels_scalar()->q8_0_q8_0a(n, vw, va);
-    return hsum8(_mm256_add_ps(acc0, acc1));
+    /* a -128 activation breaks the sign trick: that token's dot is the
+     * scalar kernel's (the same decision the single-row kernel makes) */
+    for (int j = 0; j < C; j++)
+        out[j] = _mm256_testz_si256(bad[j], bad[j]) ? hsum8(_mm256_add_ps(acc0[j], acc1[j]))
+                                                     : ds4_kernels_scalar()->q8_0_q8_0a(n, vw, va[j]);
+}
+
+TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
+{
+    float y;
+    q8_0a_tok(n, vw, &va, &y, 1);
+    return y;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -121,58 +156,67 @@ TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
     4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, \
     4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3)
 
-TGT static float v_q2_K_q8_K(int n, const void *vw, const void *va)
+TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *out, int C)
 {
     const block_q2_K *w = vw;
-    const block_q8_K *a = va;
     const int nb = n / QK_K;
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0f);
     const __m256i shuf0 = SC_PAIR(0), shuf1 = SC_PAIR(1), shuf2 = SC_PAIR(2), shuf3 = SC_PAIR(3);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc[4], accm[4];
+    for (int j = 0; j < C; j++) acc[j] = accm[j] = _mm256_setzero_ps();
 
     for (int i = 0; i < nb; i++) {
-        const float d = a[i].d * h2f(w[i].d);
-        const float dmin = -a[i].d * h2f(w[i].dmin);
-        const int8_t *q8 = a[i].qs;
-
+        const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
         /* min term: sum_j (scales[j] >> 4) * bsums[j] */
         const __m128i raw = _mm_loadu_si128((const __m128i *)w[i].scales);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
-        const __m256i pm = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)a[i].bsums));
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(pm), accm);
-
         /* scales of sub-blocks 0..7 (first 128 elements) and 8..15, each
          * copied into both 128-bit lanes */
         const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m4));
-        const __m256i sc_h[2] = {
-            _mm256_permute2x128_si256(sc16, sc16, 0x00),
-            _mm256_permute2x128_si256(sc16, sc16, 0x11),
-        };
-
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i sumi[4];
+        for (int j = 0; j < C; j++) {
+            const block_q8_K *a = va[j];
+            const __m256i pm = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)a[i].bsums));
+            accm[j] = _mm256_fmadd_ps(_mm256_set1_ps(-a[i].d * wdmin), _mm256_cvtepi32_ps(pm), accm[j]);
+            sumi[j] = _mm256_setzero_si256();
+        }
         for (int h = 0; h < 2; h++) {
+            const __m256i sc = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
-            const __m256i sc = sc_h[h];
             const __m256i c0 = _mm256_and_si256(bits, m3);
             const __m256i c1 = _mm256_and_si256(_mm256_srli_epi16(bits, 2), m3);
             const __m256i c2 = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m3);
             const __m256i c3 = _mm256_and_si256(_mm256_srli_epi16(bits, 6), m3);
-            __m256i p0 = _mm256_maddubs_epi16(c0, _mm256_loadu_si256((const __m256i *)(q8 + 0)));
-            __m256i p1 = _mm256_maddubs_epi16(c1, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            __m256i p2 = _mm256_maddubs_epi16(c2, _mm256_loadu_si256((const __m256i *)(q8 + 64)));
-            __m256i p3 = _mm256_maddubs_epi16(c3, _mm256_loadu_si256((const __m256i *)(q8 + 96)));
-            q8 += 128;
-            p0 = _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, shuf0));
-            p1 = _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, shuf1));
-            p2 = _mm256_madd_epi16(p2, _mm256_shuffle_epi8(sc, shuf2));
-            p3 = _mm256_madd_epi16(p3, _mm256_shuffle_epi8(sc, shuf3));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1),
-                                                           _mm256_add_epi32(p2, p3)));
+            const __m256i s0 = _mm256_shuffle_epi8(sc, shuf0), s1 = _mm256_shuffle_epi8(sc, shuf1);
+            const __m256i s2 = _mm256_shuffle_epi8(sc, shuf2), s3 = _mm256_shuffle_epi8(sc, shuf3);
+            for (int j = 0; j < C; j++) {
+                const int8_t *q8 = ((const block_q8_K *)va[j])[i].qs + 128 * h;
+                __m256i p0 = _mm256_maddubs_epi16(c0, _mm256_loadu_si256((const __m256i *)(q8 + 0)));
+                __m256i p1 = _mm256_maddubs_epi16(c1, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+                __m256i p2 = _mm256_maddubs_epi16(c2, _mm256_loadu_si256((const __m256i *)(q8 + 64)));
+                __m256i p3 = _mm256_maddubs_epi16(c3, _mm256_loadu_si256((const __m256i *)(q8 + 96)));
+                p0 = _mm256_madd_epi16(p0, s0);
+                p1 = _mm256_madd_epi16(p1, s1);
+                p2 = _mm256_madd_epi16(p2, s2);
+                p3 = _mm256_madd_epi16(p3, s3);
+                sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(_mm256_add_epi32(p0, p1),
+                                                                     _mm256_add_epi32(p2, p3)));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for (int j = 0; j < C; j++) {
+            const block_q8_K *a = va[j];
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+        }
     }
-    return hsum8(_mm256_add_ps(acc, accm));
+    for (int j = 0; j < C; j++) out[j] = hsum8(_mm256_add_ps(acc[j], accm[j]));
+}
+
+TGT static float v_q2_K_q8_K(int n, const void *vw, const void *va)
+{
+    float y;
+    q2_K_tok(n, vw, &va, &y, 1);
+    return y;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -186,21 +230,22 @@ TGT static float v_q2_K_q8_K(int n, const void *vw, const void *va)
     2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, \
     2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1)
 
-TGT static float v_q4_K_q8_K(int n, const void *vw, const void *va)
+TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *out, int C)
 {
     const block_q4_K *w = vw;
-    const block_q8_K *a = va;
     const int nb = n / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i sh[8] = { SC_ONE(0), SC_ONE(1), SC_ONE(2), SC_ONE(3),
                             SC_ONE(4), SC_ONE(5), SC_ONE(6), SC_ONE(7) };
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    __m256 acc[4];
+    __m128 accm[4];
+    for (int j = 0; j < C; j++) {
+        acc[j] = _mm256_setzero_ps();
+        accm[j] = _mm_setzero_ps();
+    }
 
     for (int i = 0; i < nb; i++) {
-        const float d = a[i].d * h2f(w[i].d);
-        const float dmin = -a[i].d * h2f(w[i].dmin);
-        const int8_t *q8 = a[i].qs;
+        const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
 
         /* unpack the 12 packed bytes into 8 scales (u[0..1]) and 8 mins
          * (u[2..3]), one byte each */
@@ -212,33 +257,54 @@ TGT static float v_q4_K_q8_K(int n, const void *vw, const void *va)
         u[2] = mins_lo;
         u[0] &= 0x3f3f3f3fu;
         const __m256i ms = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+        const __m128i mhi = _mm256_extracti128_si256(ms, 1);
 
         /* min term: mins[j] times the sum of the 32 activations of
          * sub-block j (pairs of bsums) */
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);
-        const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i pm = _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), bs32);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(pm), accm);
+        __m256i sumi[4];
+        for (int j = 0; j < C; j++) {
+            const block_q8_K *a = va[j];
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);
+            const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            const __m128i pm = _mm_madd_epi16(mhi, bs32);
+            accm[j] = _mm_fmadd_ps(_mm_set1_ps(-a[i].d * wdmin), _mm_cvtepi32_ps(pm), accm[j]);
+            sumi[j] = _mm256_setzero_si256();
+        }
 
         const __m128i sc128 = _mm256_castsi256_si128(ms);
         const __m256i sc = _mm256_set_m128i(sc128, sc128);
-        __m256i sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
             const __m256i lo = _mm256_and_si256(bits, m4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c)));
-            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c + 32)));
-            pl = _mm256_madd_epi16(pl, _mm256_shuffle_epi8(sc, sh[2 * c]));
-            ph = _mm256_madd_epi16(ph, _mm256_shuffle_epi8(sc, sh[2 * c + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            const __m256i sl = _mm256_shuffle_epi8(sc, sh[2 * c]), shh = _mm256_shuffle_epi8(sc, sh[2 * c + 1]);
+            for (int j = 0; j < C; j++) {
+                const int8_t *q8 = ((const block_q8_K *)va[j])[i].qs;
+                __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c)));
+                __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c + 32)));
+                pl = _mm256_madd_epi16(pl, sl);
+                ph = _mm256_madd_epi16(ph, shh);
+                sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(pl, ph));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for (int j = 0; j < C; j++) {
+            const block_q8_K *a = va[j];
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+        }
     }
-    __m128 s = _mm_add_ps(accm, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    for (int j = 0; j < C; j++) {
+        __m128 t = _mm_add_ps(accm[j], _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1)));
+        t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+        t = _mm_add_ss(t, _mm_movehdup_ps(t));
+        out[j] = _mm_cvtss_f32(t);
+    }
+}
+
+TGT static float v_q4_K_q8_K(int n, const void *vw, const void *va)
+{
+    float y;
+    q4_K_tok(n, vw, &va, &y, 1);
+    return y;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -284,10 +350,9 @@ TGT static inline __m256i iq2_grid4(const uint8_t *idx)
                               _mm256_blend_epi32(g2, g3, 0xc0), 0xf0);
 }
 
-TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
+TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float *out, int C)
 {
     const block_iq2_xxs *w = vw;
-    const block_q8_K *a = va;
     const int nb = n / QK_K;
     const __m256i bitsel = _mm256_set1_epi64x(0x8040201008040201LL);
     const __m256i c127 = _mm256_set1_epi8(127);
@@ -296,11 +361,11 @@ TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
     const __m256i rep[4] = { SIGN_REP(0), SIGN_REP(1), SIGN_REP(2), SIGN_REP(3) };
     const __m256i bc[4] = { _mm256_set1_epi32(0x03020100), _mm256_set1_epi32(0x07060504),
                             _mm256_set1_epi32(0x0b0a0908), _mm256_set1_epi32(0x0f0e0d0c) };
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+    for (int j = 0; j < C; j++) acc[j] = _mm256_setzero_ps();
 
     for (int i = 0; i < nb; i++) {
         const uint8_t *qs = (const uint8_t *)w[i].qs;   /* 8 groups x (a0, a1) */
-        const int8_t *q8 = a[i].qs;
 
         /* the a1 word (signs + scale) of the 8 groups, in group order */
         const __m256i v0 = _mm256_loadu_si256((const __m256i *)qs);
@@ -327,14 +392,19 @@ TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
         const __m256i b_lo = _mm256_permute4x64_epi64(b, 0x44), b_hi = _mm256_permute4x64_epi64(b, 0xee);
         const __m256i sc_lo = _mm256_permute4x64_epi64(sc, 0x44), sc_hi = _mm256_permute4x64_epi64(sc, 0xee);
 
-        __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
+        __m256i sumi0[4], sumi1[4];
+        for (int j = 0; j < C; j++) sumi0[j] = sumi1[j] = _mm256_setzero_si256();
 #define IQ2_GROUP(g, SB, SC, SUM) do { \
             const __m256i gr = iq2_grid4(qs + 8 * (g)); \
             __m256i sg = _mm256_shuffle_epi8((SB), rep[(g) & 3]); \
             sg = _mm256_add_epi8(_mm256_and_si256(sg, bitsel), c127); \
-            const __m256i q = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q8 + 32 * (g))), sg); \
-            const __m256i p16 = _mm256_maddubs_epi16(gr, q); \
-            SUM = _mm256_add_epi32(SUM, _mm256_madd_epi16(p16, _mm256_shuffle_epi8((SC), bc[(g) & 3]))); \
+            const __m256i scg = _mm256_shuffle_epi8((SC), bc[(g) & 3]); \
+            for (int j = 0; j < C; j++) { \
+                const int8_t *q8 = ((const block_q8_K *)va[j])[i].qs; \
+                const __m256i q = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q8 + 32 * (g))), sg); \
+                const __m256i p16 = _mm256_maddubs_epi16(gr, q); \
+                SUM[j] = _mm256_add_epi32(SUM[j], _mm256_madd_epi16(p16, scg)); \
+            } \
         } while (0)
         IQ2_GROUP(0, b_lo, sc_lo, sumi0);
         IQ2_GROUP(1, b_lo, sc_lo, sumi1);
@@ -345,10 +415,20 @@ TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
         IQ2_GROUP(6, b_hi, sc_hi, sumi0);
         IQ2_GROUP(7, b_hi, sc_hi, sumi1);
 #undef IQ2_GROUP
-        const float d = h2f(w[i].d) * a[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0, sumi1)), acc);
+        const float wd = h2f(w[i].d);
+        for (int j = 0; j < C; j++) {
+            const block_q8_K *a = va[j];
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(wd * a[i].d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0[j], sumi1[j])), acc[j]);
+        }
     }
-    return 0.125f * hsum8(acc);
+    for (int j = 0; j < C; j++) out[j] = 0.125f * hsum8(acc[j]);
+}
+
+TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
+{
+    float y;
+    iq2_xxs_tok(n, vw, &va, &y, 1);
+    return y;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -364,22 +444,46 @@ TGT static inline float finish4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
     return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
-TGT static float v_f32_f32(int n, const void *vw, const float *x)
+TGTI static __m256 ldw_f(const void *w, int f16, int i)
 {
-    const float *w = vw;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)))
+               : _mm256_loadu_ps((const float *)w + i);
+}
+
+/* F32/F16 x float for C tokens: four 8-lane accumulators per token (the
+ * 32-lane order of quant.h), weights converted once for all C. */
+TGTI static void f_tok(int n, const void *vw, int f16, const float *const *x, float *out, int C)
+{
+    __m256 a0[3], a1[3], a2[3], a3[3];
+    for (int j = 0; j < C; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm256_setzero_ps();
     int i = 0;
     for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+        const __m256 w0 = ldw_f(vw, f16, i), w1 = ldw_f(vw, f16, i + 8);
+        const __m256 w2 = ldw_f(vw, f16, i + 16), w3 = ldw_f(vw, f16, i + 24);
+        for (int j = 0; j < C; j++) {
+            a0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[j] + i), a0[j]);
+            a1[j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[j] + i + 8), a1[j]);
+            a2[j] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x[j] + i + 16), a2[j]);
+            a3[j] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x[j] + i + 24), a3[j]);
+        }
     }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    float s = finish4(a0, a1, a2, a3);
-    for (; i < n; i++) s += w[i] * x[i];
-    return s;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 w0 = ldw_f(vw, f16, i);
+        for (int j = 0; j < C; j++) a0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[j] + i), a0[j]);
+    }
+    for (int j = 0; j < C; j++) {
+        float s = finish4(a0[j], a1[j], a2[j], a3[j]);
+        for (int k = i; k < n; k++)
+            s += (f16 ? h2f(((const uint16_t *)vw)[k]) : ((const float *)vw)[k]) * x[j][k];
+        out[j] = s;
+    }
+}
+
+TGT static float v_f32_f32(int n, const void *vw, const float *x)
+{
+    float y;
+    f_tok(n, vw, 0, &x, &y, 1);
+    return y;
 }
 
 TGT static inline __m256 ld_f16(const uint16_t *p)
@@ -389,20 +493,9 @@ TGT static inline __m256 ld_f16(const uint16_t *p)
 
 TGT static float v_f16_f32(int n, const void *vw, const float *x)
 {
-    const uint16_t *w = vw;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(ld_f16(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(ld_f16(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(ld_f16(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(ld_f16(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(ld_f16(w + i), _mm256_loadu_ps(x + i), a0);
-    float s = finish4(a0, a1, a2, a3);
-    for (; i < n; i++) s += h2f(w[i]) * x[i];
-    return s;
+    float y;
+    f_tok(n, vw, 1, &x, &y, 1);
+    return y;
 }
 
 TGT static inline __m256 ld_bf16(const uint16_t *p)
@@ -554,23 +647,46 @@ TGT static void v_f16_to_f32_row(const uint16_t *src, float *dst, int n)
         dst[i] = h2f(src[i]);
 }
 
-/* Tiles: the single-row kernels one (row, token) at a time (bit-identical
- * to them by construction). */
-#define ROW_TILE(name, dot)                                                     \
-    TGT static void name(int n, const void *w, size_t ws, int nrows,           \
-                         const void *const *a, int ntok, float *y, size_t ys)  \
-    {                                                                           \
-        for (int r = 0; r < nrows; r++)                                         \
-            for (int j = 0; j < ntok; j++)                                      \
-                y[(size_t)j * ys + r] = dot(n, (const uint8_t *)w + (size_t)r * ws, a[j]); \
+/* Tiles: each weight row meets the tokens in groups of up to 4 (3 where
+ * a token needs 3-4 accumulators): the weight-side work of a row (loads,
+ * unpacking, grid expansion, scale shuffles) is done once per group instead
+ * of once per token, and each result is the single-row kernel's bit for
+ * bit (same per-token operations, see q8_0a_tok). */
+#define TOK_TILE(name, tok, CMAX)                                                           \
+    TGT static void name(int n, const void *w, size_t ws, int nrows,                       \
+                         const void *const *a, int ntok, float *y, size_t ys)              \
+    {                                                                                       \
+        float out[4] = { 0, 0, 0, 0 };                                                      \
+        for (int r = 0; r < nrows; r++) {                                                   \
+            const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;                        \
+            int j0 = 0;                                                                     \
+            for (; j0 + CMAX <= ntok; j0 += CMAX) {                                         \
+                tok(n, wr, a + j0, out, CMAX);                                              \
+                for (int j = 0; j < CMAX; j++) y[(size_t)(j0 + j) * ys + r] = out[j];       \
+            }                                                                               \
+            const int rest = ntok - j0;                                                     \
+            if (rest == 1) tok(n, wr, a + j0, out, 1);                                      \
+            else if (rest == 2) tok(n, wr, a + j0, out, 2);                                 \
+            else if (rest == 3) tok(n, wr, a + j0, out, 3);                                 \
+            for (int j = 0; j < rest; j++) y[(size_t)(j0 + j) * ys + r] = out[j];           \
+        }                                                                                   \
     }
 
-ROW_TILE(v_q8_0_q8_0a_tile, v_q8_0_q8_0a)
-ROW_TILE(v_q2_K_q8_K_tile, v_q2_K_q8_K)
-ROW_TILE(v_q4_K_q8_K_tile, v_q4_K_q8_K)
-ROW_TILE(v_iq2_xxs_q8_K_tile, v_iq2_xxs_q8_K)
-ROW_TILE(v_f32_f32_tile, v_f32_f32)
-ROW_TILE(v_f16_f32_tile, v_f16_f32)
+TOK_TILE(v_q8_0_q8_0a_tile, q8_0a_tok, 3)
+TOK_TILE(v_q2_K_q8_K_tile, q2_K_tok, 4)
+TOK_TILE(v_q4_K_q8_K_tile, q4_K_tok, 4)
+TOK_TILE(v_iq2_xxs_q8_K_tile, iq2_xxs_tok, 4)
+
+TGTI static void f32_tok(int n, const void *w, const void *const *a, float *out, int C)
+{
+    f_tok(n, w, 0, (const float *const *)a, out, C);
+}
+TGTI static void f16_tok(int n, const void *w, const void *const *a, float *out, int C)
+{
+    f_tok(n, w, 1, (const float *const *)a, out, C);
+}
+TOK_TILE(v_f32_f32_tile, f32_tok, 3)
+TOK_TILE(v_f16_f32_tile, f16_tok, 3)
 
 static const ds4_kernels avx2_kernels = {
     .name = "avx2",
