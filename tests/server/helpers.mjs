@@ -104,7 +104,8 @@ export function startServer(args = [], env = {}) {
         proc.started = true;
         clearTimeout(timer);
         const url = m[1];
-        const exited = new Promise((res) => proc.on('exit', (code, sig) => res({ code, sig })));
+        // 'close' (not 'exit'): stderr is complete, a sanitizer report at exit included
+        const exited = new Promise((res) => proc.on('close', (code, sig) => res({ code, sig })));
         resolve({
           url, proc, exited,
           get log() { return log; },
