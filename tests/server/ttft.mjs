@@ -60,7 +60,7 @@ async function ttft(url, p) {
 
 const median = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 const rows = { none: [], miss: [], hit: [] };
-let info = null;
+let info = null, saveLine = '', loadLine = '';
 for (let rep = 0; rep < REPS; rep++) {
   const p = prompt(1000 + rep);
   const plain = await startServer(['--ctx', '8192', ...EXTRA]);
@@ -70,14 +70,17 @@ for (let rep = 0; rep < REPS; rep++) {
   const a = await startServer(['--ctx', '8192', '--kv-disk-dir', dir, ...KV, ...EXTRA]);
   rows.miss.push((await ttft(a.url, p)).s);
   await a.stop();
+  saveLine = (a.log.match(/saved \d+ tokens \(cold\).*/) || [''])[0];
   const b = await startServer(['--ctx', '8192', '--kv-disk-dir', dir, ...KV, ...EXTRA]);
   const h = await ttft(b.url, p);
   rows.hit.push(h.s);
   info = h;
   await b.stop();
+  loadLine = (b.log.match(/restored \d+ tokens.*/) || [''])[0];
   fs.rmSync(dir, { recursive: true, force: true });
 }
 console.log(`prompt ${info.prompt} tokens; disk hit restores ${info.cached} (median of ${REPS})`);
+console.log(`last run: ${saveLine}; ${loadLine}`);
 console.log(`TTFT no cache            ${(median(rows.none) * 1000).toFixed(0)} ms`);
 console.log(`TTFT miss (+cold save)   ${(median(rows.miss) * 1000).toFixed(0)} ms`);
 console.log(`TTFT disk hit (restart)  ${(median(rows.hit) * 1000).toFixed(0)} ms`);
