@@ -5,9 +5,10 @@
  * a non-loopback address without an API key, loading the model, starting
  * the worker (which creates the session) and the HTTP front, and the clean
  * shutdown on SIGINT/SIGTERM: stop accepting, cancel the running generation
- * (its client gets an error), fail the queued ones with 503, close the
- * connections, free everything.  A second signal during shutdown kills the
- * process at once.
+ * (its client gets an error), fail the queued ones with 503, save the live
+ * session to the disk KV cache (--kv-disk-dir; done by the worker thread as
+ * it stops), close the connections, free everything.  A second signal
+ * during shutdown kills the process at once.
  */
 #include <arpa/inet.h>
 #include <errno.h>

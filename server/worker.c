@@ -3,20 +3,25 @@
  * reuse, and the generation loop (stop sequences, cancellation, DSML
  * tool-call parsing with greedy syntax, forced text, the test output).
  *
- * Owns: the ds4_session (only this thread touches it), the FIFO of jobs,
- * and the tool-call ids it hands out.  Must not: parse requests (conv.c) or
- * shape responses (api_*.c: called through api_event on this thread).
+ * Owns: the ds4_session and the disk KV cache handle (only this thread
+ * touches them), the FIFO of jobs, and the tool-call ids it hands out.
+ * Must not: parse requests (conv.c) or shape responses (api_*.c: called
+ * through api_event on this thread).
  *
  * Session reuse.  The session holds the tokens of the last prompt plus what
  * was generated after it.  Their detokenized bytes are exactly the text the
  * tokens stand for (special tokens included), so that text is "what the
  * live session holds".  A new rendered prompt that starts with it keeps all
- * those tokens and only its suffix is tokenized and evaluated, even when a
- * fresh tokenization of the whole prompt would split the kept part
- * differently (the model's own sampled tokens rarely match BPE's choice).
- * Otherwise the prompt's full tokenization (made by the connection thread)
- * is synced, which keeps a token-level prefix if there is one; the session
- * cannot rewind, so any divergence re-evaluates from the start.
+ * those tokens; when they are also a prefix of the prompt's own
+ * tokenization (made by the connection thread) the rest of those tokens is
+ * evaluated, otherwise only the rest of the text is tokenized -- a fresh
+ * tokenization of the whole prompt would split the kept part differently
+ * (the model's own sampled tokens rarely match BPE's choice), which is
+ * fine, unless the cut falls inside a special token or the kept tokens
+ * spell a marker as plain text where the prompt has the real one.
+ * Otherwise the session is kept if it is a token prefix of the prompt; the
+ * session cannot rewind, so any divergence re-evaluates from the start (or
+ * from a saved state on disk).
  *
  * Disk KV cache (--kv-disk-dir; kvstore.c keeps the files, this file
  * decides when to use them, with the CLI's ds4_kv_policy arithmetic):
@@ -554,16 +559,22 @@ static void kv_publish(worker *w) {
     metrics_kv(w->srv->m, &st, w->saves);
 }
 
-/* 1 when a state's text holds a tool-call block: all of it, or the text
- * ends inside it -- a generated block's last token is never evaluated (the
- * turn ends there), yet the next prompt replays the whole block after that
- * state, so its id belongs with it.  Half the block at least, so that an
- * unrelated text ending in "\n\n" does not claim every block. */
-static int holds_block(const char *text, size_t n, const char *blk, size_t len) {
-    if (!text || !len) return 0;
-    if (memmem(text, n, blk, len)) return 1;
-    for (size_t k = len - 1 < n ? len - 1 : n; k >= len / 2 && k > 0; k--)
-        if (!memcmp(text + n - k, blk, k)) return 1;
+/* Where a state's text holds a tool-call block: 1 = all of it, at or after
+ * byte `from` (*end = where it ends); 2 = the text ends inside it -- a
+ * generated block's last token is never evaluated (the turn ends there),
+ * yet the next prompt replays the whole block after that state, so its id
+ * belongs with it (half the block at least, so that a text ending in
+ * "\n\n" does not claim every block); 0 = not held. */
+static int holds_block(const char *text, size_t n, size_t from, const char *blk, size_t len,
+                       size_t *end) {
+    if (!text || !len || from > n) return 0;
+    const char *hit = memmem(text + from, n - from, blk, len);
+    if (hit) {
+        *end = (size_t)(hit - text) + len;
+        return 1;
+    }
+    for (size_t k = len - 1 < n - from ? len - 1 : n - from; k >= len / 2 && k > 0; k--)
+        if (!memcmp(text + n - k, blk, k)) return 2;
     return 0;
 }
 
@@ -581,9 +592,19 @@ static void kv_save(worker *w, ds4_kv_reason why) {
     ds4_kv_tool *kt = calloc((size_t)(2 * w->n_tools + 1), sizeof *kt);
     char **rid = calloc((size_t)(w->n_tools + 1), sizeof *rid);
     int nk = 0, nr = 0;
+    /* the entries are in conversation order, so each block is searched
+     * after the previous one: one pass over the text in all; the ids of
+     * one block share its text and its answer */
+    size_t from = 0;
+    int held = 0;
     for (int i = 0; kt && rid && i < w->n_tools; i++) {
         const live_tool *t = &w->tools[i];
-        if (!holds_block(w->live.p, w->live.n, t->dsml, t->dsml_len)) continue;
+        const live_tool *p = i ? &w->tools[i - 1] : NULL;
+        if (!p || p->dsml_len != t->dsml_len || memcmp(p->dsml, t->dsml, t->dsml_len)) {
+            if (held == 2) break;      /* the text ended inside the previous block */
+            held = holds_block(w->live.p, w->live.n, from, t->dsml, t->dsml_len, &from);
+        }
+        if (!held) break;
         kt[nk++] = (ds4_kv_tool){ t->id, t->dsml, t->dsml_len };
         if (t->reasoning && (rid[nr] = malloc(strlen(t->id) + sizeof KV_REASONING_SUFFIX))) {
             strcpy(rid[nr], t->id);

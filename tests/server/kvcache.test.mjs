@@ -247,7 +247,8 @@ test('tool-call ids after a restart: the exact DSML (and reasoning) come from th
     parameters: { type: 'object', properties: { cmd: { type: 'string' }, env: { type: 'object' } }, required: ['cmd'] } } }];
   // compact JSON the canonical renderer would space out: only the exact
   // bytes keep the saved state a prefix of the next prompt
-  const CALL = 'Listing.</think>' + dsmlBlock([{ name: 'run_shell', params: [['cmd', 'ls -la', true], ['env', '{"LANG":"C"}', false]] }]);
+  const CALL = 'Listing.</think>' + dsmlBlock([{ name: 'run_shell', params: [['cmd', 'ls -la', true], ['env', '{"LANG":"C"}', false]] },
+    { name: 'run_shell', params: [['cmd', 'pwd', true]] }]);
   const msgs = [{ role: 'system', content: `You run commands. ${text(401, 30)}` }, { role: 'user', content: 'list files' }];
   const a = await kvServer(dir);
   let t1;
@@ -257,9 +258,10 @@ test('tool-call ids after a restart: the exact DSML (and reasoning) come from th
   } finally {
     await stop(a, 'SIGINT');
   }
-  // the id and the reasoning before the block are stored with the state
-  assert.match(a.log, /saved \d+ tokens \(shutdown, 2 tool entries\)/);
+  // both ids and the reasoning before the block are stored with the state
+  assert.match(a.log, /saved \d+ tokens \(shutdown, 4 tool entries\)/);
   const calls = t1.choices[0].message.tool_calls;
+  assert.equal(calls.length, 2);
 
   const b = await kvServer(dir);
   try {
@@ -268,7 +270,8 @@ test('tool-call ids after a restart: the exact DSML (and reasoning) come from th
     // the client drops reasoning_content, as most do
     const r = await c.chat.completions.create({ model: 'ds4', tools, messages: [...msgs,
       { role: 'assistant', content: null, tool_calls: calls },
-      { role: 'tool', tool_call_id: calls[0].id, content: 'a.txt b.txt' }] },
+      { role: 'tool', tool_call_id: calls[0].id, content: 'a.txt b.txt' },
+      { role: 'tool', tool_call_id: calls[1].id, content: '/home' }] },
     { headers: out('Two files.</think>There are two files.') });
     const m1 = await metrics(b.url);
     assert.equal(delta(m0, m1, 'ds4_tool_replay_exact_total'), 1);
@@ -279,11 +282,12 @@ test('tool-call ids after a restart: the exact DSML (and reasoning) come from th
     assert.equal(r.choices[0].message.content, 'There are two files.');
     assert.match(b.log, /exact DSML of 1 tool-call turn found in the cache files/);
     // the same id with changed arguments never gets the stale bytes
-    const changed = calls.map((x) => ({ ...x, id: x.id, function: { ...x.function, arguments: '{"cmd": "rm -rf /"}' } }));
+    const changed = calls.map((x, i) => (i ? x : { ...x, function: { ...x.function, arguments: '{"cmd": "rm -rf /"}' } }));
     const m2 = await metrics(b.url);
     await c.chat.completions.create({ model: 'ds4', tools, messages: [...msgs,
       { role: 'assistant', content: null, tool_calls: changed },
-      { role: 'tool', tool_call_id: changed[0].id, content: 'x' }] }, { headers: out('ok') });
+      { role: 'tool', tool_call_id: changed[0].id, content: 'x' },
+      { role: 'tool', tool_call_id: changed[1].id, content: 'y' }] }, { headers: out('ok') });
     const m3 = await metrics(b.url);
     assert.equal(delta(m2, m3, 'ds4_tool_replay_canonical_total'), 1);
     assert.equal(delta(m2, m3, 'ds4_tool_replay_exact_total'), 0);
