@@ -20,6 +20,8 @@ const KNOBS = ['--ctx', '4096', '--test-mode', '--kv-cache-min-tokens', '32',
   '--kv-cache-boundary-align-tokens', '32', '--kv-cache-boundary-trim-tokens', '8',
   '--kv-cache-continued-interval-tokens', '64'];
 const KV_TOOL = process.env.DS4_KV_TOOL || '../../ds4-kv';
+const SYNTH = process.env.DS4_SYNTH || '../../ds4-synth';
+const VOCAB = process.env.DS4_VOCAB || '../../../shared/vocab/mini-vocab.gguf';
 const BOS = '<｜begin▁of▁sentence｜>';
 
 const dirs = [];
@@ -135,8 +137,20 @@ test('restart: cold and shutdown saves are restored by a new server, for every A
       assert.equal(r.prompt, ref[f].prompt);
       cached += r.cached;
     }
+    // streaming: Anthropic announces the cached tokens in message_start,
+    // before the prefill (the chat prompt renders the same text)
+    const st = await anthropic({ baseURL: b.url }).messages.create({ model: 'ds4', temperature: 0, max_tokens: 4,
+      stream: true, messages: [{ role: 'user', content: prompts.chat }] });
+    let start = null, end = null;
+    for await (const ev of st) {
+      if (ev.type === 'message_start') start = ev.message.usage;
+      if (ev.type === 'message_delta') end = ev.usage;
+    }
+    assert.ok(start.cache_read_input_tokens > 0);
+    assert.equal(end.cache_read_input_tokens, start.cache_read_input_tokens);
+    cached += start.cache_read_input_tokens;
     const m = await metrics(b.url);
-    assert.equal(m.ds4_kv_disk_hits_total, 4);
+    assert.equal(m.ds4_kv_disk_hits_total, 5);
     assert.equal(m[DISK], cached, 'cached tokens counted by source');
     assert.equal(m[LIVE], 0);
     assert.equal(m.ds4_prompt_tokens_cached_total, cached);
@@ -428,3 +442,28 @@ test('two servers sharing one directory: same answers, and ds4-kv verify passes 
     await stop(z);
   }
 });
+
+test('another quantization of the same model: ignored with a warning, reused with --kv-cache-allow-quant-variants',
+  { skip: !(fs.existsSync(SYNTH) && fs.existsSync(VOCAB)) && 'ds4-synth or the vocabulary is missing' }, async () => {
+    const dir = tmpdir(), models = tmpdir();
+    // the same random checkpoint (seed 1) with 2-bit and 4-bit routed experts
+    for (const q of ['q2', 'q4']) {
+      const r = spawnSync(SYNTH, ['--preset', 'tiny', '--recipe', q, '--vocab', VOCAB, '-o', path.join(models, `${q}.gguf`)],
+        { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+    }
+    const p = text(1001, 120);
+    const a = await kvServer(dir, ['-m', path.join(models, 'q2.gguf')]);
+    try { await ask(a.url, p); } finally { await stop(a); }
+    const b = await kvServer(dir, ['-m', path.join(models, 'q4.gguf')]);
+    try {
+      assert.equal((await ask(b.url, p)).cached, 0);
+    } finally { await stop(b); }
+    assert.match(b.log, /saved by another model or quantization; ignored/);
+    const c = await kvServer(dir, ['-m', path.join(models, 'q4.gguf'), '--kv-cache-allow-quant-variants']);
+    try {
+      const r = await ask(c.url, p);
+      assert.ok(r.cached > 0);
+      assert.equal((await metrics(c.url)).ds4_kv_disk_hits_total, 1);
+    } finally { await stop(c); }
+  });
