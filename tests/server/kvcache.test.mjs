@@ -160,6 +160,32 @@ test('restart: cold and shutdown saves are restored by a new server, for every A
   }
 });
 
+test('SIGTERM in the middle of a long prefill: the partial state is saved and resumed by the next server', async () => {
+  const dir = tmpdir();
+  const p = text(151, 1400);    // ~3600 tokens: about two seconds of prefill here
+  const plain = await startServer(['--ctx', '4096']);
+  let ref;
+  try { ref = await ask(plain.url, p); } finally { await stop(plain); }
+  // no cold or continued checkpoints: only the shutdown save can hold it
+  const knobs = ['--chunk', '64', '--kv-cache-continued-interval-tokens', '0', '--kv-cache-cold-max-tokens', '0'];
+  const a = await kvServer(dir, knobs);
+  const pending = ask(a.url, p).then(() => null, (e) => e);
+  for (let i = 0; i < 200 && !(await metrics(a.url)).ds4_worker_busy; i++) await new Promise((r) => setTimeout(r, 10));
+  await new Promise((r) => setTimeout(r, 150));
+  await stop(a);
+  assert.ok(await pending, 'the interrupted request got an error');
+  const saved = Number((a.log.match(/saved (\d+) tokens \(shutdown\)/) || [])[1]);
+  assert.ok(saved > 32 && saved < ref.prompt, `a partial prefill was saved (${saved} of ${ref.prompt})`);
+  const b = await kvServer(dir, knobs);
+  try {
+    const r = await ask(b.url, p);
+    assert.equal(r.cached, saved);
+    assert.equal(r.text, ref.text, 'the answer of an uncached server');
+  } finally {
+    await stop(b);
+  }
+});
+
 test('a client switch: conversation A, unrelated B (A is evicted to disk), A continued hits the disk', async () => {
   const dir = tmpdir();
   const s = await kvServer(dir);
