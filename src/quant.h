@@ -139,9 +139,10 @@ typedef struct {
 const ds4_kernels *ds4_kernels_scalar(void);
 /* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C. */
 const ds4_kernels *ds4_kernels_avx2(void);
-/* AVX-512 (F, BW, VL, DQ, VNNI, VBMI, BITALG) + F16C/FMA table: packed
- * int8 tiles on vpdpbusd, IQ2_XXS grid expansion with vpermb/vpmultishiftqb.
- * NULL when not compiled in or the CPU/OS lacks any of those. */
+/* AVX-512 (F, BW, VL, DQ, VNNI, VBMI, BITALG) + GFNI + F16C/FMA table:
+ * packed int8 tiles on vpdpbusd, IQ2_XXS grid expansion with vpermi2b and
+ * gf2p8affineqb (quant_vnni.c).  NULL when not compiled in or the CPU/OS
+ * lacks any of those. */
 const ds4_kernels *ds4_kernels_avx512(void);
 /* "scalar", "avx2", "avx512" or "best"; NULL when unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);

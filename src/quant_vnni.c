@@ -1,6 +1,7 @@
 /*
  * quant_vnni.c -- the "avx512" kernel table: AVX-512 F/BW/VL/DQ + VNNI +
- * VBMI + BITALG tiles for the four integer formats and the float formats.
+ * VBMI + BITALG + GFNI tiles for the four integer formats and the float
+ * formats.
  *
  * Owns: packed int8 tiles on vpdpbusd, the IQ2_XXS grid expansion, the
  * AVX-512 float tiles, and the run-time check for all of it.  Entries it
@@ -32,6 +33,19 @@
  * block integer sums are exact, the float terms are added per block in
  * block order), which is what makes tiles, decode and the scalar table
  * agree bit for bit (Q4_K: ds4_q4_K_q8_K_blockwise).
+ *
+ * Loop structure (tile_int).  Up to TOK_TILE tokens (decode): strip by
+ * strip (16 rows), every 256-element chunk packed and used at once, the
+ * next strip prefetched into L2; one token of Q2_K/Q4_K skips the pack
+ * buffer altogether (dec_k).  More tokens (prefill): token super-tiles of
+ * TOK_SUPER, 128-row panels, and for each chunk: the activation side once
+ * (Q8_0 corrections, IQ2_XXS permuted codes), then per strip one pack and
+ * register tiles of 8 tokens; the running float sums wait in y between
+ * chunks (stored and reloaded as float32, so unchanged).
+ *
+ * Float design (F32/F16 x float): the avx2 kernels' 32-lane order in zmm
+ * pairs; decode 4 rows x 1 token with prefetch, batches in two 16-lane
+ * passes over L1-resident f32 weight slices (fbatch).
  */
 #include "quant.h"
 
