@@ -782,11 +782,48 @@ static int kv_resolve_tools(worker *w, request *rq, api_error *e) {
     return conv_prepare(rq, e) ? -1 : 0;
 }
 
-/* Restore the longest saved state whose text starts the prompt and holds
- * more than `better_than` tokens.  On a hit, `todo` receives the tokens
- * still to evaluate and the restored count is returned; 0 = miss (the
- * session is as it was); -1 = a state was restored but cannot be
- * continued by this prompt, and the session is now empty. */
+/* Which candidate states the prompt can continue (the veto the kvstore
+ * asks before touching the session): the prompt's own tokens continue the
+ * state, or -- for the same text split into other tokens -- the cut falls
+ * on a character boundary, outside any special token, every marker is a
+ * real marker on both sides, ids were not sent as ids, and the rest still
+ * fits the context.  The second case tokenizes the rest into `todo`. */
+typedef struct {
+    worker *w;
+    request *rq;
+    const char *text;
+    size_t len;
+    ds4_tokens *todo;
+    int mode;                /* 1: prompt tokens continue it; 2: re-tokenized rest */
+} kv_accept_ud;
+
+static int kv_accept(void *ud, const int32_t *tok, int n, size_t used) {
+    kv_accept_ud *a = ud;
+    server_ctx *srv = a->w->srv;
+    request *rq = a->rq;
+    a->mode = 0;
+    if (rq->tokens.n >= (size_t)n && !memcmp(tok, rq->tokens.v, (size_t)n * sizeof *tok)) {
+        a->mode = 1;
+        return 1;
+    }
+    if (rq->raw_ids || !char_boundary(a->text, a->len, used) ||
+        cut_splits_special(srv->tok, srv->sp, &rq->tokens, used) ||
+        !same_specials(srv->tok, srv->sp, tok, (size_t)n, &rq->tokens, used)) {
+        log_msg("disk KV cache: a %d-token state matches the text but this prompt's tokens "
+                "cannot continue it (a marker cut or spelled as text); skipped", n);
+        return 0;
+    }
+    a->todo->n = 0;
+    ds4_tokenize(srv->tok, a->text + used, a->len - used, DS4_TOK_SPECIAL, a->todo);
+    if ((size_t)n + a->todo->n >= (size_t)srv->ctx) return 0;
+    a->mode = 2;
+    return 1;
+}
+
+/* Restore the longest saved state whose text starts the prompt, holds
+ * more than `better_than` tokens and that the prompt can continue.  On a
+ * hit, `todo` receives the tokens still to evaluate and the restored count
+ * is returned; 0 = miss (the session is as it was). */
 static int kv_lookup(worker *w, request *rq, int better_than, ds4_tokens *todo, int *retok) {
     server_ctx *srv = w->srv;
     ds4_session *s = w->s;
@@ -801,45 +838,26 @@ static int kv_lookup(worker *w, request *rq, int better_than, ds4_tokens *todo, 
     }
     size_t used = 0;
     *retok = 0;
+    todo->n = 0;
     double t0 = util_now();
-    int got = text && len ? ds4_kvstore_restore(w->kv, s, text, len, w->pol.min_tokens,
-                                                better_than, &used) : 0;
+    kv_accept_ud acc = { w, rq, text, len, todo, 0 };
+    int got = text && len ? ds4_kvstore_restore_if(w->kv, s, text, len, w->pol.min_tokens,
+                                                   better_than, kv_accept, &acc, &used) : 0;
     kv_publish(w);
-    if (got <= 0) { ds4_buf_free(&ids_text); return 0; }
+    ds4_buf_free(&ids_text);
+    if (got <= 0) { todo->n = 0; return 0; }
     double dt = util_now() - t0;
     w->saved_n = got;
     w->sess_bad = 0;
-    todo->n = 0;
-    const int32_t *st = ds4_session_tokens(s);
-    int ok = 1;
-    if (rq->tokens.n >= (size_t)got && !memcmp(st, rq->tokens.v, (size_t)got * sizeof *st)) {
+    if (acc.mode == 1) {
         /* the prompt's own tokenization continues the state: evaluate the
          * same tokens a server without the cache would */
+        todo->n = 0;
         ds4_tokens_reserve(todo, rq->tokens.n - (size_t)got + 1);
         for (size_t i = (size_t)got; i < rq->tokens.n; i++) ds4_tokens_push(todo, rq->tokens.v[i]);
-    } else if (rq->raw_ids || !char_boundary(text, len, used) ||
-               cut_splits_special(srv->tok, srv->sp, &rq->tokens, used) ||
-               !same_specials(srv->tok, srv->sp, st, (size_t)got, &rq->tokens, used)) {
-        /* the same text, but continuing it would give the model other tokens
-         * than the request's (ids sent as ids, a marker cut in two or
-         * spelled as plain text) */
-        ok = 0;
     } else {
-        /* a different BPE split of earlier text: keep the state, tokenize
-         * only the rest of the prompt */
+        /* a different BPE split of earlier text: only the rest was tokenized */
         *retok = 1;
-        ds4_tokenize(srv->tok, text + used, len - used, DS4_TOK_SPECIAL, todo);
-        if ((size_t)got + todo->n >= (size_t)srv->ctx) ok = 0;
-    }
-    ds4_buf_free(&ids_text);
-    if (!ok) {
-        log_msg("disk KV cache: a %d-token state matched the text but cannot be continued by "
-                "this prompt's tokens; evaluating from the start", got);
-        ds4_session_reset(s);
-        w->saved_n = 0;
-        todo->n = 0;
-        *retok = 0;
-        return -1;
     }
     log_msg("disk KV cache: restored %d tokens (%zu bytes of the prompt) in %.0f ms", got, used,
             dt * 1e3);
@@ -930,12 +948,6 @@ static void run_job(worker *w, job *j) {
             expect_reuse = disk;
         } else {
             ds4_tokens_free(&todo);
-            if (disk < 0) {
-                /* the live session is gone: start from scratch */
-                text_hit = 0;
-                expect_reuse = 0;
-                disk = 0;
-            }
         }
     }
     /* nothing kept: the whole prompt is evaluated from an empty session */

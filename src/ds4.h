@@ -419,6 +419,14 @@ int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason
 int ds4_kvstore_restore(ds4_kvstore *kv, ds4_session *s, const char *text,
                         size_t len, int min_tokens, int better_than,
                         size_t *text_used);
+/* The same, with a veto: `accept` sees each candidate's tokens and the text
+ * bytes it covers after the file passed every check and before the session
+ * is touched; returning 0 skips it (the file stays, shorter candidates are
+ * tried).  A NULL `accept` accepts everything. */
+typedef int (*ds4_kv_accept_fn)(void *ud, const int32_t *tokens, int n, size_t text_used);
+int ds4_kvstore_restore_if(ds4_kvstore *kv, ds4_session *s, const char *text,
+                           size_t len, int min_tokens, int better_than,
+                           ds4_kv_accept_fn accept, void *ud, size_t *text_used);
 /* The most recently used state saved for `reason` (0 = any); returns its
  * token count or 0. */
 int ds4_kvstore_restore_latest(ds4_kvstore *kv, ds4_session *s, uint32_t reason);

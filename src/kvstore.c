@@ -56,7 +56,11 @@
 
 typedef struct {
     char name[41];            /* sha1 hex of the text */
-    uint64_t text_len, file_bytes, last_used;
+    uint64_t text_len, file_bytes;
+    uint64_t last_used;       /* ns: the header's second, refined by the
+                               * file's mtime (every use rewrites the header
+                               * in place), so LRU order is exact even
+                               * within one second */
     uint32_t reason, n_tokens;
     int usable;               /* fingerprint accepted for this model */
 } kv_entry;
@@ -397,7 +401,8 @@ static int rescan(ds4_kvstore *kv) {
         memcpy(e->name, name, 41);
         e->text_len = in.text_len;
         e->file_bytes = (uint64_t)fs.st_size;
-        e->last_used = in.last_used;
+        uint64_t mt = (uint64_t)fs.st_mtim.tv_sec * 1000000000ull + (uint64_t)fs.st_mtim.tv_nsec;
+        e->last_used = in.last_used * 1000000000ull > mt ? in.last_used * 1000000000ull : mt;
         e->reason = in.reason;
         e->n_tokens = in.n_tokens;
         e->usable = fp_ok(kv, in.fingerprint, in.family);
@@ -588,7 +593,11 @@ static void touch(ds4_kvstore *kv, const char *name, int hit) {
     }
     close(fd);
     for (int i = 0; i < kv->ne; i++)
-        if (!strcmp(kv->e[i].name, name)) kv->e[i].last_used = (uint64_t)time(NULL);
+        if (!strcmp(kv->e[i].name, name)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            kv->e[i].last_used = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        }
 }
 
 int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason,
@@ -709,10 +718,23 @@ out:
 /* Restore                                                                 */
 /* ---------------------------------------------------------------------- */
 
+/* Hand a candidate's token list (snapshot header: 10 u32, then the ids) to
+ * the caller's veto, copied so it is aligned whatever the text length. */
+static int accept_tokens(const uint8_t *payload, uint64_t plen, uint32_t n, size_t tlen,
+                         ds4_kv_accept_fn accept, void *ud) {
+    if (plen < 40 + 4ull * n || rd32(payload + 32) != n) return 0;
+    int32_t *t = malloc(n ? 4ull * n : 4);
+    if (!t) return 0;
+    memcpy(t, payload + 40, 4ull * n);
+    int ok = accept(ud, t, (int)n, tlen);
+    free(t);
+    return ok;
+}
+
 /* Validate and restore one file whose text must equal text[0..tlen).
  * Returns tokens restored, 0 when rejected. */
 static int try_restore(ds4_kvstore *kv, ds4_session *s, const char *name,
-                       const char *text, uint64_t tlen) {
+                       const char *text, uint64_t tlen, ds4_kv_accept_fn accept, void *ud) {
     char fn[64];
     snprintf(fn, sizeof fn, "%s%s", name, KV_EXT);
     double t0 = now_s();
@@ -738,6 +760,10 @@ static int try_restore(ds4_kvstore *kv, ds4_session *s, const char *name,
         quarantine(kv, name, "text does not match its name");
     } else if (in.n_tokens > (uint32_t)ds4_session_ctx_size(s)) {
         /* valid, but larger than this session: leave it for others */
+    } else if (accept && !accept_tokens(p + KV_HDR + in.text_len, in.payload_len, in.n_tokens,
+                                        (size_t)tlen, accept, ud)) {
+        /* vetoed by the caller (or its token list is not where the
+         * snapshot layout puts it, which the restore would reject too) */
     } else {
         char *err = NULL;
         if (ds4_session_restore(s, p + KV_HDR + in.text_len, in.payload_len, &err) == DS4_OK) {
@@ -767,6 +793,12 @@ static int cand_cmp(const void *a, const void *b) {
 
 int ds4_kvstore_restore(ds4_kvstore *kv, ds4_session *s, const char *text, size_t len,
                         int min_tokens, int better_than, size_t *text_used) {
+    return ds4_kvstore_restore_if(kv, s, text, len, min_tokens, better_than, NULL, NULL, text_used);
+}
+
+int ds4_kvstore_restore_if(ds4_kvstore *kv, ds4_session *s, const char *text, size_t len,
+                           int min_tokens, int better_than, ds4_kv_accept_fn accept, void *ud,
+                           size_t *text_used) {
     if (text_used) *text_used = 0;
     maybe_rescan(kv);
     cand *c = malloc((size_t)(kv->ne ? kv->ne : 1) * sizeof *c);
@@ -799,7 +831,7 @@ int ds4_kvstore_restore(ds4_kvstore *kv, ds4_session *s, const char *text, size_
     int got = 0;
     for (int i = nc - 1; i >= 0 && hx && !got; i--) {
         if (strcmp(c[i].name, hx[i])) continue;
-        got = try_restore(kv, s, c[i].name, text, c[i].len);
+        got = try_restore(kv, s, c[i].name, text, c[i].len, accept, ud);
         if (got > 0 && text_used) *text_used = (size_t)c[i].len;
     }
     if (got > 0) kv->st.hits++;
@@ -836,7 +868,7 @@ int ds4_kvstore_restore_latest(ds4_kvstore *kv, ds4_session *s, uint32_t reason)
             char hx[41];
             ds4_sha1(t, tl, sha);
             hex40(sha, hx);
-            if (!strcmp(hx, name)) n = try_restore(kv, s, name, t, tl);
+            if (!strcmp(hx, name)) n = try_restore(kv, s, name, t, tl, NULL, NULL);
             else quarantine(kv, name, "text does not match its name");
         }
         free(t);

@@ -245,9 +245,8 @@ test('a saved state that spells a marker as plain text is never continued (the a
   // The model "writes" the EOS marker as two plain-text pieces; when the
   // client sends the answer back, the prompt's own tokens hold the real
   // marker there.  The saved state matches the prompt byte for byte, but
-  // the model would continue another history: it must not be used -- not
-  // even when the live session (a shorter prefix) has already been given
-  // up for it.
+  // the model would continue another history: it must not be used, and
+  // the live session (a shorter prefix) must not be given up for it.
   const U = [{ role: 'user', content: `marker ${text(351, 60)}` }];
   const final = { model: 'deepseek-chat', temperature: 0, max_tokens: 8,
     messages: [...U, { role: 'assistant', content: 'Hi <｜end▁of▁sentence｜>' }, { role: 'user', content: 'again' }] };
@@ -268,14 +267,17 @@ test('a saved state that spells a marker as plain text is never continued (the a
     await c.chat.completions.create({ model: 'deepseek-chat', messages: [{ role: 'user', content: text(352, 60) }] },
       { headers: out('B.') });
     // the live session becomes U's prompt alone (the one answer token is never evaluated)
-    await c.chat.completions.create({ model: 'deepseek-chat', messages: U, max_tokens: 1 }, { headers: out('Hi') });
+    const live = await c.chat.completions.create({ model: 'deepseek-chat', messages: U, max_tokens: 1 },
+      { headers: out('Hi') });
     const m0 = await metrics(s.url);
     const r = await c.chat.completions.create(final);
     const m1 = await metrics(s.url);
     assert.equal(r.choices[0].message.content, ref, 'the answer of an uncached server');
-    assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
+    // the vetoed disk state is skipped before the session is touched, so
+    // the live prefix (U's prompt) is still reused
+    assert.equal(r.usage.prompt_tokens_details.cached_tokens, live.usage.prompt_tokens);
     assert.equal(delta(m0, m1, DISK), 0);
-    assert.match(s.log, /matched the text but cannot be continued/);
+    assert.match(s.log, /cannot continue it \(a marker cut or spelled as text\); skipped/);
   } finally {
     await stop(s);
   }
