@@ -746,9 +746,12 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
         for (int j = 0; j < ntok; j++) aq[j] = f == VF_IQ2 ? perm + (size_t)j * QK_K : NULL;
         const size_t pf_slice = ((16 * ws + (size_t)nchunk - 1) / (size_t)nchunk + 63) & ~(size_t)63;
         const uint8_t *w_end = w + (size_t)nrows * ws;
+        /* Q8_0 rows stream well enough without help: prefetching them
+         * measured the same (2 KB rows) or slower (4 KB rows) */
+        const int pf_on = f != VF_Q8_0;
         /* the first strip has nobody ahead of it: ask for all of it at once
          * (a call starts cold; the driver hands each thread several) */
-        if (f != VF_Q8_0)
+        if (pf_on)
             for (const uint8_t *q = w; q < w + 16 * ws && q < w_end; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T1);
         __m512 fa1 = _mm512_setzero_ps();
         for (int r0 = 0; r0 < nrows; r0 += 16) {
@@ -756,7 +759,7 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
             const uint8_t *pf = w + (size_t)(r0 + 16) * ws;
             for (int kc = 0; kc < nchunk; kc++, pf += pf_slice) {
                 const int nbk = f == VF_Q8_0 ? (nb - 8 * kc < 8 ? nb - 8 * kc : 8) : 1;
-                if (f != VF_Q8_0)   /* Q8_0 rows are long: the hardware streams them well */
+                if (pf_on)
                     for (size_t o = 0; o < pf_slice && pf + o < w_end; o += 64)
                         _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
                 if (ntok == 1 && (f == VF_Q2_K || f == VF_Q4_K)) {
