@@ -627,7 +627,7 @@ int main(int argc, char **argv) {
     opt.threads = ds4_ncpu();
     opt.reps = 5;
     opt.min_mb = 512;
-    opt.prefill_gflop = 1.0;
+    opt.prefill_gflop = 4.0;
     opt.peaks = opt.stream = 1;
     for (int i = 0; i < NFMT; i++) opt.fmt_on[i] = 1;
     for (int i = 0; i < NSHAPE; i++) opt.shape_on[i] = 1;
