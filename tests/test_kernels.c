@@ -13,7 +13,9 @@
  *      integer formats, (n/32 + 40) 2^-24 sum|terms| for float ones), and
  *      where quant.h promises it (Q8_0, Q2_K, IQ2_XXS) equal the scalar
  *      table exactly;
- *   3. nothing outside the tile's outputs is written;
+ *   3. nothing outside the tile's outputs is written, and nothing past the
+ *      weights or activations is read (exact-size buffers: run under ASan,
+ *      as `make DEBUG=1` does, to check);
  *   4. cpu_matmul_groups on pools of 1..3 threads, with grouped inputs,
  *      row index lists and sizes that do not divide the strip, gives the
  *      single-row values bit for bit.
@@ -251,12 +253,12 @@ static void one_case(int ti, const ds4_kernels *k, const fmt *f, int n, int nrow
     if (!tile) return;
     const size_t rb = rb_of(f, n);
     const size_t ws = rb + (size_t)f->bytes * (size_t)irand(0, 2) + (f->act == A_F32 ? (size_t)irand(0, 3) * f->bytes : 0);
-    uint8_t *W = malloc(ws * (size_t)nrows + 64);
+    uint8_t *W = malloc(ws * (size_t)nrows);
     for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * ws, n, wild);
     /* a few distinct activation rows, referenced in scattered, repeated order */
     const int nact = ntok < 7 ? ntok : 7;
     const size_t ab = act_bytes(f, n);
-    uint8_t *A = malloc(ab * (size_t)nact + 64);
+    uint8_t *A = malloc(ab * (size_t)nact);
     float *x = malloc(sizeof(float) * (size_t)n);
     for (int i = 0; i < nact; i++) {
         rand_act(x, n, wild);
