@@ -32,11 +32,13 @@ else bad "logits after restore differ"; fi
 
 # 2. cold checkpoint of a long prompt, hit by the next prompt sharing it
 SYS="$(head -c 3000 bench/data/italian_sample.txt)"
+i=0
 for q in "Prima domanda?" "Seconda domanda, diversa."; do
+    i=$((i+1))
     ./ds4 -m "$M" -sys "$SYS" -p "$q" -n 3 --nothink --kv-disk-dir "$T/kc" --kv-cache-min-tokens 64 \
-        --kv-cache-boundary-align-tokens 64 --kv-cache-boundary-trim-tokens 32 > "$T/o_$RANDOM" 2>&1 || bad "cold run"
+        --kv-cache-boundary-align-tokens 64 --kv-cache-boundary-trim-tokens 32 > "$T/o_$i" 2>&1 || bad "cold run"
 done
-cat "$T"/o_* > "$T/cold.log"
+cat "$T/o_1" "$T/o_2" > "$T/cold.log"
 grep -q "saved .* tokens (cold)" "$T/cold.log" && ok "cold checkpoint saved" || bad "no cold save"
 grep -q "disk KV cache: restored" "$T/cold.log" && ok "second prompt restores the cold checkpoint" || { bad "no cold hit"; cat "$T/cold.log"; }
 pre=$(grep -o 'prefill [0-9]* tokens' "$T/cold.log" | tail -1 | grep -o '[0-9]*')

@@ -876,7 +876,10 @@ static char *inspect_text(const char *path, int *rc, char **err) {
 }
 
 static void test_shared(void) {
-    nftw(shared, collect, 16, FTW_PHYS);
+    /* ../shared may itself be a symlink: resolve it, then walk without
+     * following links below it */
+    char real[4096];
+    nftw(realpath(shared, real) ? real : shared, collect, 16, FTW_PHYS);
     int n_models = 0, n_vocab = 0;
     for (int i = 0; i < n_found; i++) {
         char *err = NULL;
