@@ -16,6 +16,11 @@
 #include "cpu_ops.h"
 #include "vec_ops.h"
 
+/* Tokens per MoE sub-batch of a prefill: each routed expert sees about
+ * MOE_T * n_expert_used / n_expert tokens per weight pass (24 for Flash),
+ * while the routed scratch stays ~200 MB at the Flash shape. */
+#define MOE_T 1024
+
 struct ds4_model {
     char *path;
     char *name;

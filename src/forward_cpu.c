@@ -21,7 +21,6 @@
 #include "engine_internal.h"
 #include "vec_ops.h"
 
-#define MOE_T 256   /* tokens per MoE sub-batch (bounds routed scratch) */
 
 typedef struct {
     ds4_session *s;
@@ -68,6 +67,33 @@ typedef struct {
     size_t ostride;
 } mm_spec;
 
+typedef struct {
+    act_kind k;
+    const float *x;
+    size_t xs, rb;
+    int n;
+    uint8_t *q;
+    int T;
+} qrows_job;
+
+static void qrows_task(void *ctx, int ith, int nth) {
+    qrows_job *j = ctx;
+    long lo, hi;
+    ds4_split(j->T, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++)
+        act_quantize_row(j->k, j->x + (size_t)t * j->xs, j->n, j->q + (size_t)t * j->rb);
+}
+
+/* Quantize T activation rows; a prefill's rows are split across threads
+ * (each row is quantized by one thread, so the bytes do not depend on the
+ * split). */
+static void quantize_rows(fwd *f, act_kind k, const float *x, size_t xs, int n, uint8_t *q,
+                          size_t rb, int T) {
+    qrows_job j = { k, x, xs, rb, n, q, T };
+    if (T < 8) qrows_task(&j, 0, 1);
+    else ds4_pool_run(f->cc.pool, qrows_task, &j);
+}
+
 static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
     mm_spec sp = { mat_of(t), 0, out, ostride };
     return sp;
@@ -84,8 +110,7 @@ static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *s
         if (k != ACT_F32 && !area[k]) {
             rb[k] = act_row_bytes(k, nx);
             area[k] = q;
-            for (int t = 0; t < f->T; t++)
-                act_quantize_row(k, x + (size_t)t * xs, nx, q + (size_t)t * rb[k]);
+            quantize_rows(f, k, x, xs, nx, q, rb[k], f->T);
             q += (size_t)f->T * rb[k];
         }
         mm_group gg = { .W = sp[i].W, .kind = k, .n_rows = f->T, .out = sp[i].out,
@@ -803,8 +828,7 @@ static void moe(fwd *f, int il, const int32_t *toks) {
         int nt = T - t0 < MOE_T ? T - t0 : MOE_T;
         /* quantize this sub-batch's inputs once for gate and up */
         uint8_t *ain = sc->qscratch;
-        for (int t = 0; t < nt; t++)
-            act_quantize_row(kin, sc->a + (size_t)(t0 + t) * D, D, ain + (size_t)t * rb_in);
+        quantize_rows(f, kin, sc->a + (size_t)t0 * D, D, D, ain, rb_in, nt);
         /* bucket (token, slot) pairs by expert, tokens ascending */
         memset(sc->ecount, 0, (size_t)E * sizeof(int));
         for (int t = 0; t < nt; t++)
@@ -837,8 +861,7 @@ static void moe(fwd *f, int il, const int32_t *toks) {
         /* the routed weight multiplies the hidden vector before `down` */
         swiglu(f, sc->g, sc->u, npairs, F, lw->swiglu_clamp, wrow);
         uint8_t *amid = sc->qscratch;
-        for (int i = 0; i < npairs; i++)
-            act_quantize_row(kdn, sc->g + (size_t)i * F, F, amid + (size_t)i * rb_dn);
+        quantize_rows(f, kdn, sc->g, F, F, amid, rb_dn, npairs);
         ng = 0;
         for (int e = 0; e < E; e++) {
             if (!sc->ecount[e]) continue;

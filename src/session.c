@@ -13,7 +13,6 @@
 
 #include "engine_internal.h"
 
-#define MOE_T 256   /* must match forward_cpu.c */
 
 void ds4_session_params_default(ds4_session_params *p) {
     memset(p, 0, sizeof *p);
