@@ -92,7 +92,8 @@ typedef struct {
     int *topk;                /* [T][topk] selected compressed rows */
     int *ntopk;               /* [T] (-1 = all visible) */
     float *scores;            /* [nth][comp_cap] indexer scores */
-    float *attn_w;            /* [nth][n_swa + comp_cap] attention weights */
+    float *attn_w;            /* [nth][VEC_HB][n_swa + comp_cap] attention weights */
+    const float **attn_kp;    /* [nth][n_swa + comp_cap] key row pointers */
     void *qscratch;           /* quantized activations */
     size_t qscratch_bytes;
     void *qscratch2;

@@ -538,12 +538,14 @@ static void attn_task(void *ctx, int ith, int nth) {
         const int nk = nraw + ncomp;
 #define KEY(r) ((r) < nraw ? raw0 + (size_t)(r) * d \
                            : st->comp + (size_t)(sel ? sel[(r) - nraw] : (r) - nraw) * d)
+        /* the key rows, gathered once for scores and values */
+        const float **kp = sc->attn_kp + (size_t)ith * wcap;
+        for (int r = 0; r < nk; r++) kp[r] = KEY(r);
         /* scores, one block of heads per key read */
         for (int r = 0; r < nk; r++) {
-            const float *k = KEY(r);
             float s4[VEC_HB];
-            if (nh == VEC_HB) vk->dot4(q, d, k, d, s4);
-            else for (int h = 0; h < nh; h++) s4[h] = vk->dot(q + (size_t)h * d, k, d);
+            if (nh == VEC_HB) vk->dot4(q, d, kp[r], d, s4);
+            else for (int h = 0; h < nh; h++) s4[h] = vk->dot(q + (size_t)h * d, kp[r], d);
             for (int h = 0; h < nh; h++) wbuf[(size_t)h * wcap + r] = s4[h] * scale;
         }
         /* softmax with the sink as an extra logit that carries no value */
@@ -555,18 +557,17 @@ static void attn_task(void *ctx, int ith, int nth) {
             float den = expf(sink - mx);
             for (int r = 0; r < nk; r++) { w[r] = expf(w[r] - mx); den += w[r]; }
             inv[h] = 1.0f / den;   /* reciprocal, as the original engine */
-            memset(o + (size_t)h * d, 0, (size_t)d * sizeof(float));
         }
-        for (int r = 0; r < nk; r++) {
-            const float *k = KEY(r);
-            if (nh == VEC_HB) {
-                float e4[VEC_HB];
-                for (int h = 0; h < VEC_HB; h++) e4[h] = wbuf[(size_t)h * wcap + r];
-                vk->axpy4(o, d, e4, k, d);
-            } else {
-                for (int h = 0; h < nh; h++) {
-                    float e = wbuf[(size_t)h * wcap + r], *oh = o + (size_t)h * d;
-                    for (int i = 0; i < d; i++) oh[i] += e * k[i];
+        /* values are the keys: weighted sums in key order */
+        if (nh == VEC_HB) {
+            vk->wsum4(o, d, kp, wbuf, wcap, nk, d);
+        } else {
+            for (int h = 0; h < nh; h++) {
+                float *oh = o + (size_t)h * d;
+                memset(oh, 0, (size_t)d * sizeof(float));
+                for (int r = 0; r < nk; r++) {
+                    float e = wbuf[(size_t)h * wcap + r];
+                    for (int i = 0; i < d; i++) oh[i] += e * kp[r][i];
                 }
             }
         }

@@ -49,6 +49,7 @@ static layer_sizes sizes_of(const ds4_model *m, int il, int ctx, int chunk) {
 }
 
 /* Scratch layout: one table drives both the estimate and the allocation. */
+#define SCR_MAX 64
 typedef struct { void **ptr; size_t bytes; } scr_item;
 
 static size_t act_bound(int n) { return (size_t)n * 37 / 32 + 300; }
@@ -86,7 +87,8 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     if (fin > qbytes) qbytes = fin;
     if (fmid > qbytes) qbytes = fmid;
     int k = 0;
-#define ITEM(p, n) do { it[k].ptr = (void **)&(p); it[k].bytes = (n); k++; } while (0)
+#define ITEM(p, n) do { if (k >= SCR_MAX) abort(); /* table too small: a bug */ \
+    it[k].ptr = (void **)&(p); it[k].bytes = (n); k++; } while (0)
     ITEM(sc->X, T * N * D * 4);
     ITEM(sc->X2, T * N * D * 4);
     ITEM(sc->cur, T * D * 4);
@@ -128,6 +130,7 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->ntopk, T * 4);
     ITEM(sc->scores, (comp_max + 1) * 4);
     ITEM(sc->attn_w, (size_t)nth * VEC_HB * (c->n_swa + comp_max + 1) * 4);
+    ITEM(sc->attn_kp, (size_t)nth * (c->n_swa + comp_max + 1) * sizeof(float *));
     ITEM(sc->qscratch, 2 * qbytes);   /* two activation kinds at once (mm_multi) */
     ITEM(sc->qscratch2, 2 * E * sizeof(mm_group));
     ITEM(sc->ylast, T * D * 4);
@@ -141,7 +144,7 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
 
 static size_t scratch_bytes(const ds4_model *m, int T, int ctx) {
     cpu_scratch tmp;
-    scr_item it[64];
+    scr_item it[SCR_MAX] = { 0 };
     int n = 0;
     scratch_plan(m, &tmp, T, ctx, ds4_pool_size(m->pool), it, &n);
     size_t b = 0;
@@ -150,7 +153,7 @@ static size_t scratch_bytes(const ds4_model *m, int T, int ctx) {
 }
 
 int ds4_cpu_scratch_init(ds4_session *s) {
-    scr_item it[64];
+    scr_item it[SCR_MAX] = { 0 };
     int n = 0;
     scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), it, &n);
     for (int i = 0; i < n; i++) {
@@ -161,7 +164,7 @@ int ds4_cpu_scratch_init(ds4_session *s) {
 }
 
 void ds4_cpu_scratch_free(ds4_session *s) {
-    scr_item it[64];
+    scr_item it[SCR_MAX] = { 0 };
     int n = 0;
     /* the plan only records where each pointer lives; free what is there */
     scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), it, &n);

@@ -33,7 +33,19 @@ static float s_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-static const vec_kernels k_scalar = { "scalar", s_dot4, s_axpy4, s_dot };
+static void s_wsum4(float *o, size_t os, const float *const *keys, const float *e,
+                    size_t es, int nk, int n) {
+    for (int h = 0; h < VEC_HB; h++) {
+        float *y = o + (size_t)h * os;
+        memset(y, 0, (size_t)n * sizeof(float));
+        for (int r = 0; r < nk; r++) {
+            float w = e[(size_t)h * es + r];
+            for (int i = 0; i < n; i++) y[i] += w * keys[r][i];
+        }
+    }
+}
+
+static const vec_kernels k_scalar = { "scalar", s_dot4, s_axpy4, s_dot, s_wsum4 };
 
 const vec_kernels *vec_kernels_scalar(void) { return &k_scalar; }
 
@@ -97,7 +109,55 @@ AVX2 static float v_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-static const vec_kernels k_avx2 = { "avx2", v_dot4, v_axpy4, v_dot };
+/* 16 output floats per head per pass: 8 accumulators stay in registers
+ * while every key streams past once. */
+AVX2 static void v_wsum4(float *o, size_t os, const float *const *keys, const float *e,
+                         size_t es, int nk, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
+        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+        for (int r = 0; r < nk; r++) {
+            const float *k = keys[r] + i;
+            __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
+            __m256 w = _mm256_broadcast_ss(e + r);
+            a00 = _mm256_fmadd_ps(w, k0, a00); a01 = _mm256_fmadd_ps(w, k1, a01);
+            w = _mm256_broadcast_ss(e + es + r);
+            a10 = _mm256_fmadd_ps(w, k0, a10); a11 = _mm256_fmadd_ps(w, k1, a11);
+            w = _mm256_broadcast_ss(e + 2 * es + r);
+            a20 = _mm256_fmadd_ps(w, k0, a20); a21 = _mm256_fmadd_ps(w, k1, a21);
+            w = _mm256_broadcast_ss(e + 3 * es + r);
+            a30 = _mm256_fmadd_ps(w, k0, a30); a31 = _mm256_fmadd_ps(w, k1, a31);
+        }
+        _mm256_storeu_ps(o + i, a00); _mm256_storeu_ps(o + i + 8, a01);
+        _mm256_storeu_ps(o + os + i, a10); _mm256_storeu_ps(o + os + i + 8, a11);
+        _mm256_storeu_ps(o + 2 * os + i, a20); _mm256_storeu_ps(o + 2 * os + i + 8, a21);
+        _mm256_storeu_ps(o + 3 * os + i, a30); _mm256_storeu_ps(o + 3 * os + i + 8, a31);
+    }
+    /* the same steps as axpy4's: 8-wide FMA, then unfused scalar */
+    for (; i + 8 <= n; i += 8) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int r = 0; r < nk; r++) {
+            __m256 k0 = _mm256_loadu_ps(keys[r] + i);
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(e + r), k0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(e + es + r), k0, a1);
+            a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(e + 2 * es + r), k0, a2);
+            a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(e + 3 * es + r), k0, a3);
+        }
+        _mm256_storeu_ps(o + i, a0);
+        _mm256_storeu_ps(o + os + i, a1);
+        _mm256_storeu_ps(o + 2 * os + i, a2);
+        _mm256_storeu_ps(o + 3 * os + i, a3);
+    }
+    for (; i < n; i++)
+        for (int h = 0; h < 4; h++) {
+            float acc = 0;
+            for (int r = 0; r < nk; r++) acc += e[h * es + r] * keys[r][i];
+            o[h * os + i] = acc;
+        }
+}
+
+static const vec_kernels k_avx2 = { "avx2", v_dot4, v_axpy4, v_dot, v_wsum4 };
 
 const vec_kernels *vec_kernels_avx2(void) {
     __builtin_cpu_init();

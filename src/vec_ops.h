@@ -23,6 +23,12 @@ typedef struct {
     /* o[h*os + i] += e[h] * k[i] for h < VEC_HB, i < n */
     void (*axpy4)(float *o, size_t os, const float *e, const float *k, int n);
     float (*dot)(const float *a, const float *b, int n);
+    /* o[h*os + i] = sum_r e[h*es + r] * keys[r][i] for h < VEC_HB, i < n,
+     * summed in key order r = 0, 1, ... (the same per-element arithmetic as
+     * axpy4 applied key by key to a zeroed o), with the outputs kept in
+     * registers across the keys. */
+    void (*wsum4)(float *o, size_t os, const float *const *keys, const float *e,
+                  size_t es, int nk, int n);
 } vec_kernels;
 
 const vec_kernels *vec_kernels_scalar(void);

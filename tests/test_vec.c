@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "vec_ops.h"
 
@@ -45,6 +46,39 @@ int main(void) {
             for (int i = 0; i < n; i++) mag += fabs((double)q[i] * k[i]);
             checks++;
             if (fabs((double)d1 - d2) > 2e-6 * mag + 1e-30) { fails++; printf("dot n=%d: %g vs %g\n", n, d1, d2); }
+            /* wsum4 over up to 40 keys vs the scalar reference, and bit
+             * for bit vs axpy4 of the same table applied key by key */
+            {
+                int nk = 1 + rep * 2;
+                static float ks[40][N], ew[4 * 40], w1[4 * N], w2[4 * N], w3[4 * N];
+                const float *kp[40];
+                for (int r = 0; r < nk; r++) {
+                    for (int i = 0; i < n; i++) ks[r][i] = frand();
+                    kp[r] = ks[r];
+                }
+                for (int i = 0; i < 4 * 40; i++) ew[i] = frand() * 0.5f + 0.5f;
+                s->wsum4(w1, N, kp, ew, 40, nk, n);
+                v->wsum4(w2, N, kp, ew, 40, nk, n);
+                memset(w3, 0, sizeof w3);
+                for (int r = 0; r < nk; r++) {
+                    float e4[4] = { ew[r], ew[40 + r], ew[80 + r], ew[120 + r] };
+                    v->axpy4(w3, N, e4, kp[r], n);
+                }
+                for (int h = 0; h < 4; h++)
+                    for (int i = 0; i < n; i++) {
+                        double mag = 0;
+                        for (int r = 0; r < nk; r++) mag += fabs((double)ew[h * 40 + r] * ks[r][i]);
+                        checks += 2;
+                        if (fabs((double)w1[h * N + i] - w2[h * N + i]) > 2e-6 * mag + 1e-30) {
+                            fails++;
+                            if (fails < 10) printf("wsum4 n=%d nk=%d: %g vs %g\n", n, nk, w1[h * N + i], w2[h * N + i]);
+                        }
+                        if (w2[h * N + i] != w3[h * N + i]) {
+                            fails++;
+                            if (fails < 10) printf("wsum4 != axpy4 chain n=%d nk=%d\n", n, nk);
+                        }
+                    }
+            }
             float e[4] = { frand(), frand(), frand(), frand() };
             for (int i = 0; i < 4 * N; i++) o1[i] = o2[i] = frand();
             s->axpy4(o1, N, e, k, n);

@@ -735,6 +735,7 @@ int main(int argc, char **argv) {
     ds4_session *s = ds4_session_new(m, &sp, &err);
     if (!s) die("%s", err ? err : "cannot create the session");
     ds4_kvstore *kv = NULL;
+    uint64_t kv_bytes_before = 0;
     if (o.kv_dir) {
         ds4_kvstore_params kp;
         ds4_kvstore_params_default(&kp);
@@ -834,7 +835,8 @@ int main(int argc, char **argv) {
             if (got != target) { note("disk restore at %d gave %d tokens", target, got); rc = 1; break; }
             ds4_kvstore_stats ks;
             ds4_kvstore_get_stats(kv, &ks);
-            double fb = ks.saves ? (double)ks.save_bytes / ks.saves : 0;
+            double fb = (double)(ks.save_bytes - kv_bytes_before);   /* this frontier's file */
+            kv_bytes_before = ks.save_bytes;
             note("ctx %d: disk KV cache file %.2f MB: save %.0f MB/s (%.3f s), restore %.0f MB/s (%.3f s)",
                  target, fb / 1e6, tks > 0 ? fb / 1e6 / tks : 0, tks, tkr > 0 ? fb / 1e6 / tkr : 0, tkr);
         }
