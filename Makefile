@@ -51,7 +51,7 @@ ifneq ($(wildcard tools/ds4_kv.c),)
   BINS += ds4-kv
 endif
 
-.PHONY: all test bench bench-kernels install clean fuzz tests run
+.PHONY: all test bench bench-kernels bench-tokenizer install clean fuzz tests run
 all: $(BINS) tests
 
 $(BUILD)/%.o: %.c
@@ -91,6 +91,12 @@ bench: all
 # kernel throughput vs STREAM and int8/fp32 peaks; BENCH_ARGS="--csv" etc.
 bench-kernels: $(BUILD)/bench/bench_kernels
 	$(BUILD)/bench/bench_kernels $(BENCH_ARGS)
+
+bench-tokenizer: $(BUILD)/bench/bench_tokenizer
+	$(BUILD)/bench/bench_tokenizer $(BENCH_TOK_ARGS)
+
+$(BUILD)/bench/bench_tokenizer: $(BUILD)/bench/bench_tokenizer.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)

@@ -112,6 +112,12 @@ elif [ "$KERNELS" != 0 ]; then
     say "no bench-kernels target in the Makefile: skipping the kernel benchmarks"
 fi
 
+# tokenizer throughput on the Italian sample (real vocabulary)
+ttxt=$OUT/tokenizer-$stamp.txt
+say "running make bench-tokenizer (output also in $ttxt)"
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s bench-tokenizer \
+    BENCH_TOK_ARGS="-m vocab/deepseek-v4-vocab.gguf $TEXT" 2>&1 | tee "$ttxt" || say "bench-tokenizer failed (see $ttxt)"
+
 # --- 3. ds4-bench ---------------------------------------------------------------
 if [ -n "$STEP_INCR" ]; then STEP=(--step-incr "$STEP_INCR"); else STEP=(--step-mul "$STEP_MUL"); fi
 ARGS=(-m "$MODEL" --prompt-file "$TEXT" --ctx-start "$CTX_START" --ctx-max "$CTX_MAX"
