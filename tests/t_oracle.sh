@@ -59,6 +59,17 @@ for m in f16 q2; do
     done
 done
 
+# every kernel table end to end (the default is the best the CPU has)
+for kt in scalar avx2; do
+    for m in f16 q2; do
+        DS4_KERNELS=$kt run $m seq_300 "$T/k.f32" --no-qat && \
+            check $m ref-noqat seq_300 "$T/k.f32" noqat "(1) noqat $m seq_300 with DS4_KERNELS=$kt"
+        DS4_KERNELS=$kt run $m seq_300 "$T/kp.f32" && DS4_KERNELS=$kt run $m seq_300 "$T/kd.f32" --decode-only && \
+            cmp -s "$T/kp.f32" "$T/kd.f32" && ok "$m DS4_KERNELS=$kt: decode == prefill (bitwise)" \
+            || bad "$m DS4_KERNELS=$kt: decode differs from prefill"
+    done
+done
+
 # (2) QAT on, f16 model, first 40 positions vs the original engine
 for s in seq_007 seq_040 seq_300 seq_600a; do
     run f16 $s "$T/q.f32" && check f16 ds4 $s "$T/q.f32" qat-short "(2) qat-short f16 $s"
