@@ -116,4 +116,7 @@ install: $(BINS)
 clean:
 	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv demo/*.gguf
 
+# keep the objects of tests and benches (intermediate files of a chain)
+.SECONDARY:
+
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
