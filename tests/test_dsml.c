@@ -17,18 +17,7 @@
 #include "ds4.h"
 #include "json_py.h"
 
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        checks++;                                                           \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fputc('\n', stderr);                                            \
-        }                                                                   \
-    } while (0)
+#include "testutil.h"
 
 #define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
 #define TC_OPEN "\n\n<" DSML "tool_calls>\n"

@@ -32,19 +32,7 @@
 #include "quant.h"
 #include "threadpool.h"
 
-static int failures, checks;
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        checks++;                                                             \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            if (failures <= 30) {                                             \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                   \
-                printf(__VA_ARGS__);                                          \
-                printf("\n");                                                 \
-            }                                                                 \
-        }                                                                     \
-    } while (0)
+#include "testutil.h"
 
 /* ---------------------------------------------------------------------- */
 /* random data                                                             */

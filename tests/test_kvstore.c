@@ -22,10 +22,7 @@
 
 #include "ds4.h"
 
-static int failures, checks;
-#define CHECK(c, ...) do { checks++; if (!(c)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fputc('\n', stderr); } } while (0)
+#include "testutil.h"
 
 static ds4_model *M;
 static int V;

@@ -32,18 +32,7 @@
 #pragma weak ds4_tokenize
 #endif
 
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        checks++;                                                           \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fputc('\n', stderr);                                            \
-        }                                                                   \
-    } while (0)
+#include "testutil.h"
 
 /* Print where two byte strings first differ. */
 static void show_diff(const char *what, const char *got, size_t gn,

@@ -19,15 +19,7 @@
 
 #include "ds4.h"
 
-static int failures, checks;
-#define CHECK(c, ...) do { checks++; if (!(c)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fputc('\n', stderr); } } while (0)
-
-static const char *shared(void) {
-    const char *s = getenv("DS4_SHARED");
-    return s ? s : "../shared";
-}
+#include "testutil.h"
 
 static int read_ids(const char *path, ds4_tokens *t) {
     FILE *f = fopen(path, "r");
@@ -57,8 +49,8 @@ static int progress_cancel(void *ud, int done, int total) {
 
 static void test_model(const char *name) {
     char path[512], seq[512];
-    snprintf(path, sizeof path, "%s/golden/models/%s", shared(), name);
-    snprintf(seq, sizeof seq, "%s/golden/sequences/seq_600a.ids.txt", shared());
+    snprintf(path, sizeof path, "%s/golden/models/%s", test_shared(), name);
+    snprintf(seq, sizeof seq, "%s/golden/sequences/seq_600a.ids.txt", test_shared());
     char *err = NULL;
     ds4_model_params mp;
     ds4_model_params_default(&mp);
