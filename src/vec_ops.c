@@ -164,13 +164,137 @@ const vec_kernels *vec_kernels_avx2(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &k_avx2;
     return NULL;
 }
+
+/* ---- AVX-512F: 16 lanes; two accumulators per head hide FMA latency ---- */
+
+#define AVX512 __attribute__((target("avx512f")))
+
+AVX512 static void z_dot4(const float *q, size_t qs, const float *k, int n, float *out) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 k0 = _mm512_loadu_ps(k + i), k1 = _mm512_loadu_ps(k + i + 16);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), k0, a0);
+        b0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), k1, b0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + qs + i), k0, a1);
+        b1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + qs + i + 16), k1, b1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 2 * qs + i), k0, a2);
+        b2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 2 * qs + i + 16), k1, b2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 3 * qs + i), k0, a3);
+        b3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 3 * qs + i + 16), k1, b3);
+    }
+    for (; i + 16 <= n; i += 16) {
+        __m512 k0 = _mm512_loadu_ps(k + i);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), k0, a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + qs + i), k0, a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 2 * qs + i), k0, a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 3 * qs + i), k0, a3);
+    }
+    float r[4] = { _mm512_reduce_add_ps(_mm512_add_ps(a0, b0)),
+                   _mm512_reduce_add_ps(_mm512_add_ps(a1, b1)),
+                   _mm512_reduce_add_ps(_mm512_add_ps(a2, b2)),
+                   _mm512_reduce_add_ps(_mm512_add_ps(a3, b3)) };
+    for (; i < n; i++)
+        for (int h = 0; h < 4; h++) r[h] += q[h * qs + i] * k[i];
+    memcpy(out, r, sizeof r);
+}
+
+AVX512 static float z_dot(const float *a, const float *b, int n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i + 16 <= n; i += 16)
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Per element: o = fma(e_r, k_r, o) in key order, 16-wide, unfused scalar
+ * tail -- the same arithmetic as z_wsum4 below. */
+AVX512 static void z_axpy4(float *o, size_t os, const float *e, const float *k, int n) {
+    __m512 e0 = _mm512_set1_ps(e[0]), e1 = _mm512_set1_ps(e[1]);
+    __m512 e2 = _mm512_set1_ps(e[2]), e3 = _mm512_set1_ps(e[3]);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 kv = _mm512_loadu_ps(k + i);
+        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(e0, kv, _mm512_loadu_ps(o + i)));
+        _mm512_storeu_ps(o + os + i, _mm512_fmadd_ps(e1, kv, _mm512_loadu_ps(o + os + i)));
+        _mm512_storeu_ps(o + 2 * os + i, _mm512_fmadd_ps(e2, kv, _mm512_loadu_ps(o + 2 * os + i)));
+        _mm512_storeu_ps(o + 3 * os + i, _mm512_fmadd_ps(e3, kv, _mm512_loadu_ps(o + 3 * os + i)));
+    }
+    for (; i < n; i++)
+        for (int h = 0; h < 4; h++) o[h * os + i] += e[h] * k[i];
+}
+
+/* 64 output floats per head per pass: 16 accumulators in registers while
+ * the keys stream past (8 passes over the keys for d = 512). */
+AVX512 static void z_wsum4(float *o, size_t os, const float *const *keys, const float *e,
+                           size_t es, int nk, int n) {
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 a[4][4];
+        for (int h = 0; h < 4; h++)
+            for (int c = 0; c < 4; c++) a[h][c] = _mm512_setzero_ps();
+        for (int r = 0; r < nk; r++) {
+            const float *k = keys[r] + i;
+            __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
+            __m512 k2 = _mm512_loadu_ps(k + 32), k3 = _mm512_loadu_ps(k + 48);
+            for (int h = 0; h < 4; h++) {
+                __m512 w = _mm512_set1_ps(e[(size_t)h * es + r]);
+                a[h][0] = _mm512_fmadd_ps(w, k0, a[h][0]);
+                a[h][1] = _mm512_fmadd_ps(w, k1, a[h][1]);
+                a[h][2] = _mm512_fmadd_ps(w, k2, a[h][2]);
+                a[h][3] = _mm512_fmadd_ps(w, k3, a[h][3]);
+            }
+        }
+        for (int h = 0; h < 4; h++)
+            for (int c = 0; c < 4; c++) _mm512_storeu_ps(o + (size_t)h * os + i + 16 * c, a[h][c]);
+    }
+    for (; i + 16 <= n; i += 16) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int r = 0; r < nk; r++) {
+            __m512 k0 = _mm512_loadu_ps(keys[r] + i);
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(e[r]), k0, a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(e[es + r]), k0, a1);
+            a2 = _mm512_fmadd_ps(_mm512_set1_ps(e[2 * es + r]), k0, a2);
+            a3 = _mm512_fmadd_ps(_mm512_set1_ps(e[3 * es + r]), k0, a3);
+        }
+        _mm512_storeu_ps(o + i, a0);
+        _mm512_storeu_ps(o + os + i, a1);
+        _mm512_storeu_ps(o + 2 * os + i, a2);
+        _mm512_storeu_ps(o + 3 * os + i, a3);
+    }
+    for (; i < n; i++)
+        for (int h = 0; h < 4; h++) {
+            float acc = 0;
+            for (int r = 0; r < nk; r++) acc += e[h * es + r] * keys[r][i];
+            o[h * os + i] = acc;
+        }
+}
+
+static const vec_kernels k_avx512 = { "avx512", z_dot4, z_axpy4, z_dot, z_wsum4 };
+
+const vec_kernels *vec_kernels_avx512(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return &k_avx512;
+    return NULL;
+}
 #else
 const vec_kernels *vec_kernels_avx2(void) { return NULL; }
+const vec_kernels *vec_kernels_avx512(void) { return NULL; }
 #endif
 
+/* DS4_KERNELS=scalar|avx2|avx512 forces a table (as for the matmuls). */
 const vec_kernels *vec_kernels_best(void) {
     const char *e = getenv("DS4_KERNELS");
     if (e && !strcmp(e, "scalar")) return &k_scalar;
-    const vec_kernels *k = vec_kernels_avx2();
+    const vec_kernels *k = NULL;
+    if (!(e && !strcmp(e, "avx2"))) k = vec_kernels_avx512();
+    if (!k) k = vec_kernels_avx2();
     return k ? k : &k_scalar;
 }

@@ -33,6 +33,7 @@ typedef struct {
 
 const vec_kernels *vec_kernels_scalar(void);
 const vec_kernels *vec_kernels_avx2(void);   /* NULL when unsupported */
-const vec_kernels *vec_kernels_best(void);   /* honours DS4_KERNELS=scalar */
+const vec_kernels *vec_kernels_avx512(void); /* NULL when unsupported */
+const vec_kernels *vec_kernels_best(void);   /* honours DS4_KERNELS */
 
 #endif

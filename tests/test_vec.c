@@ -16,10 +16,8 @@ static float frand(void) {
     return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-int main(void) {
-    const vec_kernels *s = vec_kernels_scalar(), *v = vec_kernels_avx2();
+static int test_table(const vec_kernels *s, const vec_kernels *v) {
     int fails = 0, checks = 0;
-    if (!v) { printf("test_vec: no AVX2 on this CPU; scalar only\n"); v = s; }
     enum { N = 1100 };
     static float q[4 * N], k[N], o1[4 * N], o2[4 * N];
     int lens[] = { 1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 127, 128, 129, 256, 511, 512, 1100 };
@@ -96,5 +94,17 @@ int main(void) {
         }
     }
     printf("test_vec (%s vs scalar): %d checks, %d failures\n", v->name, checks, fails);
+    return fails;
+}
+
+int main(void) {
+    const vec_kernels *s = vec_kernels_scalar();
+    const vec_kernels *t[2] = { vec_kernels_avx2(), vec_kernels_avx512() };
+    int fails = 0, tested = 0;
+    for (int i = 0; i < 2; i++)
+        if (t[i]) { fails += test_table(s, t[i]); tested++; }
+    if (!tested) { printf("test_vec: no SIMD table on this CPU; scalar only\n"); fails += test_table(s, s); }
+    printf("test_vec: %s (%d SIMD table(s), best: %s)\n", fails ? "FAIL" : "ok", tested,
+           vec_kernels_best()->name);
     return fails != 0;
 }
