@@ -420,6 +420,34 @@ static float idx_score(fwd *f, int t, const float *ik) {
     return s;
 }
 
+/* The scores of four consecutive compressed rows: heads in blocks against
+ * the four rows at once (dot4x4).  Per row the head order of the weighted
+ * sum is the same as idx_score's. */
+static void idx_score4(fwd *f, int t, const float *ik0, float *out) {
+    const ds4_config *c = f->c;
+    const vec_kernels *vk = f->s->m->vk;
+    cpu_scratch *sc = &f->s->sc;
+    const int IH = c->idx_heads, ID = c->idx_dim;
+    const float *iq = sc->iq + (size_t)t * IH * ID;
+    const float *iw = sc->iw + (size_t)t * IH;
+    const float *rows[4] = { ik0, ik0 + ID, ik0 + 2 * ID, ik0 + 3 * ID };
+    float s[4] = { 0, 0, 0, 0 };
+    int h = 0;
+    for (; h + VEC_HB <= IH; h += VEC_HB) {
+        float d16[16];
+        vk->dot4x4(iq + (size_t)h * ID, ID, rows, ID, d16);
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < VEC_HB; k++)
+                if (d16[k * 4 + j] > 0) s[j] += iw[h + k] * d16[k * 4 + j];
+    }
+    for (; h < IH; h++)
+        for (int j = 0; j < 4; j++) {
+            float d = vk->dot(iq + (size_t)h * ID, rows[j], ID);
+            if (d > 0) s[j] += iw[h] * d;
+        }
+    memcpy(out, s, sizeof s);
+}
+
 /* Select the top_k highest scores among scores[0..n) (ties: lower index),
  * output sorted by index. */
 static int select_topk(const float *scores, int n, int k, int *out) {
@@ -469,10 +497,19 @@ typedef struct {
 static void idx_rows_task(void *ctx, int ith, int nth) {
     idx_rows_job *j = ctx;
     const ds4_config *c = j->f->c;
+    /* rows go in aligned groups of four (the grouping, hence every score,
+     * is the same whatever the thread count) */
     long lo, hi;
-    ds4_split(j->n_vis, ith, nth, &lo, &hi);
-    for (long r = lo; r < hi; r++)
-        j->scores[r] = idx_score(j->f, j->t, j->st->icomp + (size_t)r * c->idx_dim);
+    ds4_split((j->n_vis + 3) / 4, ith, nth, &lo, &hi);
+    for (long g = lo; g < hi; g++) {
+        long r = 4 * g;
+        if (r + 4 <= j->n_vis) {
+            idx_score4(j->f, j->t, j->st->icomp + (size_t)r * c->idx_dim, j->scores + r);
+        } else {
+            for (; r < j->n_vis; r++)
+                j->scores[r] = idx_score(j->f, j->t, j->st->icomp + (size_t)r * c->idx_dim);
+        }
+    }
 }
 
 static void idx_select(fwd *f, int il, layer_state *st) {
@@ -541,8 +578,18 @@ static void attn_task(void *ctx, int ith, int nth) {
         /* the key rows, gathered once for scores and values */
         const float **kp = sc->attn_kp + (size_t)ith * wcap;
         for (int r = 0; r < nk; r++) kp[r] = KEY(r);
-        /* scores, one block of heads per key read */
-        for (int r = 0; r < nk; r++) {
+        /* scores: a block of heads against four keys per pass, then the
+         * remaining keys one by one (the grouping depends only on the
+         * token's key count, so decode and prefill compute alike) */
+        int r = 0;
+        if (nh == VEC_HB)
+            for (; r + 4 <= nk; r += 4) {
+                float s16[16];
+                vk->dot4x4(q, d, kp + r, d, s16);
+                for (int h = 0; h < VEC_HB; h++)
+                    for (int jj = 0; jj < 4; jj++) wbuf[(size_t)h * wcap + r + jj] = s16[h * 4 + jj] * scale;
+            }
+        for (; r < nk; r++) {
             float s4[VEC_HB];
             if (nh == VEC_HB) vk->dot4(q, d, kp[r], d, s4);
             else for (int h = 0; h < nh; h++) s4[h] = vk->dot(q + (size_t)h * d, kp[r], d);

@@ -23,6 +23,9 @@ typedef struct {
     /* o[h*os + i] += e[h] * k[i] for h < VEC_HB, i < n */
     void (*axpy4)(float *o, size_t os, const float *e, const float *k, int n);
     float (*dot)(const float *a, const float *b, int n);
+    /* out[h*4 + j] = q[h*qs ..] . keys[j][..] for h, j < 4: four keys per
+     * pass so every query load serves four products */
+    void (*dot4x4)(const float *q, size_t qs, const float *const *keys, int n, float *out);
     /* o[h*os + i] = sum_r e[h*es + r] * keys[r][i] for h < VEC_HB, i < n,
      * summed in key order r = 0, 1, ... (the same per-element arithmetic as
      * axpy4 applied key by key to a zeroed o), with the outputs kept in

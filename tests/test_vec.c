@@ -39,6 +39,28 @@ static int test_table(const vec_kernels *s, const vec_kernels *v) {
                     printf("dot4 n=%d h=%d: %g vs %g\n", n, h, a[h], b[h]);
                 }
             }
+            {
+                /* four keys per pass: the same products as dot4 per key */
+                static float kk[4][N];
+                const float *kp[4];
+                for (int j = 0; j < 4; j++) {
+                    for (int i = 0; i < n; i++) kk[j][i] = frand();
+                    kp[j] = kk[j];
+                }
+                float x1[16], x2[16];
+                s->dot4x4(q, N, kp, n, x1);
+                v->dot4x4(q, N, kp, n, x2);
+                for (int h = 0; h < 4; h++)
+                    for (int j = 0; j < 4; j++) {
+                        double mag = 0;
+                        for (int i = 0; i < n; i++) mag += fabs((double)q[h * N + i] * kk[j][i]);
+                        checks++;
+                        if (fabs((double)x1[h * 4 + j] - x2[h * 4 + j]) > 2e-6 * mag + 1e-30) {
+                            fails++;
+                            printf("dot4x4 n=%d: %g vs %g\n", n, x1[h * 4 + j], x2[h * 4 + j]);
+                        }
+                    }
+            }
             float d1 = s->dot(q, k, n), d2 = v->dot(q, k, n);
             double mag = 0;
             for (int i = 0; i < n; i++) mag += fabs((double)q[i] * k[i]);
