@@ -105,6 +105,14 @@ static ds4_tile_fn pick_tile(const ds4_kernels *k, uint32_t type, act_kind kind)
 #define MIN_PARALLEL_MACS (1 << 20)
 #define AP_MAX 256
 
+/* A thread's range of chunks: front (low 32 bits) and back (high 32). */
+typedef struct {
+    _Atomic long long fb;
+    char pad[64 - sizeof(long long)];
+} mm_range;
+
+#define MM_MAXRANGE 64
+
 typedef struct {
     const cpu_ctx *c;
     const mm_group *g;
@@ -113,7 +121,9 @@ typedef struct {
     const double *start;   /* cost prefix per group */
     double chunk;          /* cost of one work chunk */
     long nchunk;
-    _Atomic long next;     /* next chunk to take */
+    _Atomic long next;     /* next chunk to take (shared counter) */
+    int nrange;            /* > 0: per-thread ranges instead */
+    mm_range *range;
 } mm_job;
 
 /* Output rows [o0, o1) of one group, every token. */
@@ -178,13 +188,41 @@ static void mm_chunk(mm_job *jb, long ci) {
     }
 }
 
-/* Threads take chunks from a shared counter: a thread that runs slower
- * (another process on its core, a busier memory channel) simply takes
- * fewer, instead of the whole section waiting for its fixed share. */
+/* Next chunk of a range, from its front (the owner) or its back (a thief);
+ * -1 when empty. */
+static long range_take(mm_range *r, int back) {
+    long long v = atomic_load_explicit(&r->fb, memory_order_relaxed);
+    for (;;) {
+        long f = (long)(v & 0xffffffffll), b = (long)(v >> 32);
+        if (f >= b) return -1;
+        long long nv = back ? ((long long)(b - 1) << 32) | f : ((long long)b << 32) | (f + 1);
+        if (atomic_compare_exchange_weak_explicit(&r->fb, &v, nv, memory_order_relaxed, memory_order_relaxed))
+            return back ? b - 1 : f;
+    }
+}
+
+/* Threads take chunks dynamically: a thread that runs slower (another
+ * process on its core, a busier memory channel) simply takes fewer,
+ * instead of the whole section waiting for its fixed share.
+ *   batches: from a shared counter;
+ *   matvecs: each thread owns a contiguous range of chunks and takes them
+ *     in order, so its weight stream stays one sequential read (the
+ *     kernels prefetch past the end of a chunk into the next); when its
+ *     range is done it takes chunks from the back of the others'. */
 static void mm_task(void *ctx, int ith, int nth) {
-    (void)ith;
     (void)nth;
     mm_job *jb = ctx;
+    if (jb->nrange > 0) {
+        for (;;) {
+            long ci = range_take(&jb->range[ith], 0);
+            if (ci < 0) {
+                for (int k = 1; k < jb->nrange && ci < 0; k++) ci = range_take(&jb->range[(ith + k) % jb->nrange], 1);
+                if (ci < 0) break;
+            }
+            mm_chunk(jb, ci);
+        }
+        return;
+    }
     for (;;) {
         long ci = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);
         if (ci >= jb->nchunk) break;
@@ -239,6 +277,16 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
     jb.chunk = t / (double)n;
     jb.nchunk = n;
     atomic_init(&jb.next, 0);
+    mm_range rng[MM_MAXRANGE];
+    if (!batch && nth <= MM_MAXRANGE) {
+        jb.nrange = nth;
+        jb.range = rng;
+        for (int i = 0; i < nth; i++) {
+            long lo, hi;
+            ds4_split(n, i, nth, &lo, &hi);
+            atomic_init(&rng[i].fb, ((long long)hi << 32) | lo);
+        }
+    }
     ds4_pool_run(c->pool, mm_task, &jb);
 }
 

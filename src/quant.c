@@ -707,6 +707,7 @@ const ds4_kernels *ds4_kernels_by_name(const char *name)
     if (strcmp(name, "scalar") == 0) return &scalar_kernels;
     if (strcmp(name, "avx2") == 0) return ds4_kernels_avx2();
     if (strcmp(name, "avx512") == 0) return ds4_kernels_avx512();
+    if (strcmp(name, "avx512-packed") == 0) return ds4_kernels_avx512_packed();
     if (strcmp(name, "best") == 0) return ds4_kernels_best();
     return NULL;
 }

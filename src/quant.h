@@ -144,7 +144,12 @@ const ds4_kernels *ds4_kernels_avx2(void);
  * gf2p8affineqb (quant_vnni.c).  NULL when not compiled in or the CPU/OS
  * lacks any of those. */
 const ds4_kernels *ds4_kernels_avx512(void);
-/* "scalar", "avx2", "avx512" or "best"; NULL when unavailable here. */
+/* The avx512 table with the previous single-token (decode) formulation:
+ * 16 rows packed transposed as for batches, instead of the reduction-axis
+ * kernels.  Same results bit for bit; kept for measurements and tests. */
+const ds4_kernels *ds4_kernels_avx512_packed(void);
+/* "scalar", "avx2", "avx512", "avx512-packed" or "best"; NULL when
+ * unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);
 #define DS4_HAVE_KERNELS_BY_NAME 1
 /* The best table for this CPU (the one the engine uses): avx512, else avx2,

@@ -288,6 +288,9 @@ VT static void pack_q4_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk
  * entry e (256 bytes each = 4 zmm, looked up with vpermi2b). */
 static uint8_t iq2_clo[256] __attribute__((aligned(64)));
 static uint8_t iq2_chi[256] __attribute__((aligned(64)));
+/* d1_iq2_perm[s] byte 32h + 4g + l = 32g + 8l + s (the single-token path's
+ * activation order, see d1_prep_iq2) */
+static uint8_t d1_iq2_perm[8][64] __attribute__((aligned(64)));
 
 static void iq2_tables_init(void)
 {
@@ -301,6 +304,10 @@ static void iq2_tables_init(void)
         iq2_clo[e] = (uint8_t)code;
         iq2_chi[e] = (uint8_t)(code >> 8);
     }
+    for (int sv = 0; sv < 8; sv++)
+        for (int h = 0; h < 2; h++)
+            for (int g = 0; g < 8; g++)
+                for (int l = 0; l < 4; l++) d1_iq2_perm[sv][32 * h + 4 * g + l] = (uint8_t)(32 * g + 8 * l + sv);
 }
 
 /* IQ2_XXS.  The packed vector s (0..7) of group g holds, in lane r, element
@@ -708,6 +715,606 @@ VT static __m512 dec_k(int f, const uint8_t *w, size_t ws, int nr, int kb, const
     return _mm512_add_ps(facc, _mm512_sub_ps(t1, t2));
 }
 
+/* ------------------------------------------------------------------------ */
+/* Single-token decode along the reduction axis (d1_*)                      */
+/* ------------------------------------------------------------------------ */
+
+/* For one token the packed tiles above have nothing to amortise their
+ * transposition over: for Q2_K it costs as much as the products.  Here each
+ * weight row is dotted along its own reduction axis instead: raw 64-byte
+ * loads of its codes meet, in vpdpbusd, activation codes permuted once per
+ * call into the weights' byte order; the 4-byte partial sums of two rows
+ * (A, B) for the same code field are packed to words side by side, so one
+ * vpdpwssd applies both rows' per-group scales (vpermb'd from their scale
+ * bytes) and sums adjacent words: per 128-bit lane (A, A, B, B) partials.
+ * The 16 rows of a strip are then reduced horizontally together per block
+ * (21 shuffle/add ops per 16 rows), leaving in lane r the exact integer
+ * block sum of row r; the min terms, d and dmin, and the float work are 16
+ * lanes wide, on the strip's block headers transposed (tr16x4).  Same
+ * integer sums, same float operations in the same order as the packed
+ * tiles: bit-identical to them.  Loads: the 16 rows of a strip walk their
+ * blocks side by side (16 short streams), the next strip prefetched into
+ * L2 as the packed path does. */
+
+/* activation side of one 256-block */
+typedef struct {
+    __m512i a[4];       /* a[v]: codes in the byte order of weight vector v (per format) */
+    int8_t bl[16];      /* min-term sums s (Q2_K: bsum_g; Q4_K: bsum_2j + bsum_2j+1): s & 127 */
+    int8_t bh[16];      /* s >> 7 (arithmetic): s = 128 bh + bl, both bytes for vpdpbusd */
+    float d;
+    int32_t pad[7];
+} d1act_t;
+_Static_assert(sizeof(d1act_t) == 320, "d1act_t");
+
+#define D1_MAXB 32      /* blocks per row the decode path takes (n <= 8192) */
+
+
+VTI static void d1_split_bsums(__m128i s16x8lo, __m128i s16x8hi, d1act_t *p)
+{
+    const __m256i s = _mm256_inserti128_si256(_mm256_castsi128_si256(s16x8lo), s16x8hi, 1);
+    _mm_storeu_si128((__m128i *)p->bl, _mm256_cvtepi16_epi8(_mm256_and_si256(s, _mm256_set1_epi16(127))));
+    _mm_storeu_si128((__m128i *)p->bh, _mm256_cvtepi16_epi8(_mm256_srai_epi16(s, 7)));
+}
+
+VTI static __m512i cat256(const uint8_t *lo, const uint8_t *hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+                              _mm256_loadu_si256((const __m256i *)hi), 1);
+}
+
+/* Q2_K: 2-bit field j of weight byte 32h + l holds element 128h + 32j + l:
+ * a[j] byte 32h + l = that element's code.  Min sums: the 16 bsums. */
+VTI static void d1_prep_q2_K(const uint8_t *blk, d1act_t *p)
+{
+    const uint8_t *q = blk + 4;
+    for (int j = 0; j < 4; j++) p->a[j] = cat256(q + 32 * j, q + 128 + 32 * j);
+    const uint8_t *bs = q + QK_K;
+    d1_split_bsums(_mm_loadu_si128((const __m128i *)bs), _mm_loadu_si128((const __m128i *)(bs + 16)), p);
+    p->d = ld_f32(blk);
+}
+
+/* Q4_K: vector 2c + hh of a row holds the low (hh = 0) / high nibbles of
+ * qs[64c .. 64c + 63], i.e. elements 128c + 32hh + l (l < 32) and
+ * 128c + 64 + 32hh + l.  Min sums: bsum_2j + bsum_2j+1. */
+VTI static void d1_prep_q4_K(const uint8_t *blk, d1act_t *p)
+{
+    const uint8_t *q = blk + 4;
+    for (int c = 0; c < 2; c++)
+        for (int hh = 0; hh < 2; hh++) p->a[2 * c + hh] = cat256(q + 128 * c + 32 * hh, q + 128 * c + 64 + 32 * hh);
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)(q + QK_K));
+    const __m256i pr = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));   /* 8 dwords: bsum_2j + bsum_2j+1 */
+    const __m128i p16 = _mm256_cvtepi32_epi16(pr);
+    d1_split_bsums(p16, _mm_setzero_si128(), p);
+    p->d = ld_f32(blk);
+}
+
+/* transpose-add steps: (a, b) -> per 128-bit lane (a0+a2, b0+b2, a1+a3, b1+b3) */
+VTI static __m512i hadd_l1(__m512i a, __m512i b)
+{
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+/* (a, b) -> per 128-bit lane (a.q0 + a.q1, b.q0 + b.q1) as dword pairs */
+VTI static __m512i hadd_l2(__m512i a, __m512i b)
+{
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+/* (A A B B) and (C C D D) per 128-bit lane -> (A B C D) */
+VTI static __m512i hadd_p2(__m512i x, __m512i y)
+{
+    const __m512 a = _mm512_castsi512_ps(x), b = _mm512_castsi512_ps(y);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+                            _mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+/* 128-bit lanes (0+1, 2+3) of a, then of b */
+VTI static __m512i hadd_l3(__m512i a, __m512i b)
+{
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* vpdpwssd step of a row pair: v += (partials of A | of B, as words) x scales */
+VTI static __m512i d1_step(__m512i v, __m512i pa, __m512i pb, __m512i sc, __m512i idx)
+{
+    return _mm512_dpwssd_epi32(v, _mm512_packs_epi32(pa, pb),
+                               _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, idx, sc));
+}
+
+/* Q2_K row pair (A, B) of a block.  Field j of byte 32h + l is in group
+ * 8h + 2j + (l >= 16): one group per 128-bit lane of a vpdpbusd result.
+ * sc: the scale bytes of 4 rows (low nibbles), idx[j] picks the pair's. */
+VTI static __m512i d1_pair_q2_K(const uint8_t *ba, const uint8_t *bb, const d1act_t *p, __m512i sc,
+                                const __m512i *idx)
+{
+    const __m512i qa = _mm512_loadu_si512(ba + 16), qb = _mm512_loadu_si512(bb + 16);
+    const __m512i z = _mm512_setzero_si512(), k3 = _mm512_set1_epi8(3);
+    /* gf2p8affineqb: output bit k <- input bit 2j + k (matrix byte 7 - k) */
+    const __m512i s1 = _mm512_set1_epi64(0x0408000000000000ll), s2 = _mm512_set1_epi64(0x1020000000000000ll);
+    const __m512i s3 = _mm512_set1_epi64(0x4080000000000000ll);
+    __m512i v = d1_step(z, _mm512_dpbusd_epi32(z, _mm512_and_si512(qa, k3), p->a[0]),
+                        _mm512_dpbusd_epi32(z, _mm512_and_si512(qb, k3), p->a[0]), sc, idx[0]);
+    v = d1_step(v, _mm512_dpbusd_epi32(z, _mm512_gf2p8affine_epi64_epi8(qa, s1, 0), p->a[1]),
+                _mm512_dpbusd_epi32(z, _mm512_gf2p8affine_epi64_epi8(qb, s1, 0), p->a[1]), sc, idx[1]);
+    v = d1_step(v, _mm512_dpbusd_epi32(z, _mm512_gf2p8affine_epi64_epi8(qa, s2, 0), p->a[2]),
+                _mm512_dpbusd_epi32(z, _mm512_gf2p8affine_epi64_epi8(qb, s2, 0), p->a[2]), sc, idx[2]);
+    return d1_step(v, _mm512_dpbusd_epi32(z, _mm512_gf2p8affine_epi64_epi8(qa, s3, 0), p->a[3]),
+                   _mm512_dpbusd_epi32(z, _mm512_gf2p8affine_epi64_epi8(qb, s3, 0), p->a[3]), sc, idx[3]);
+}
+
+/* Q4_K row pair: vector 2c + hh (low / high nibbles of qs[64c..64c+63]) is
+ * in group 4c + hh + 2 (l >= 32): one group per 256-bit half.  sc: the
+ * unpacked scales of 4 rows (d1_q4_K_scales), idx[v] picks the pair's. */
+VTI static __m512i d1_pair_q4_K(const uint8_t *ba, const uint8_t *bb, const d1act_t *p, __m512i sc,
+                                const __m512i *idx)
+{
+    const __m512i z = _mm512_setzero_si512(), k15 = _mm512_set1_epi8(15);
+    const __m512i hi4 = _mm512_set1_epi64(0x1020408000000000ll);   /* output bit k <- input bit k + 4 */
+    __m512i v = z;
+    for (int c = 0; c < 2; c++) {
+        const __m512i qa = _mm512_loadu_si512(ba + 16 + 64 * c), qb = _mm512_loadu_si512(bb + 16 + 64 * c);
+        v = d1_step(v, _mm512_dpbusd_epi32(z, _mm512_and_si512(qa, k15), p->a[2 * c]),
+                    _mm512_dpbusd_epi32(z, _mm512_and_si512(qb, k15), p->a[2 * c]), sc, idx[2 * c]);
+        v = d1_step(v, _mm512_dpbusd_epi32(z, _mm512_gf2p8affine_epi64_epi8(qa, hi4, 0), p->a[2 * c + 1]),
+                    _mm512_dpbusd_epi32(z, _mm512_gf2p8affine_epi64_epi8(qb, hi4, 0), p->a[2 * c + 1]), sc,
+                    idx[2 * c + 1]);
+    }
+    return v;
+}
+
+/* Q4_K scales of the 4 rows of h (one block header per 128-bit lane):
+ * bytes 4..7 = sc0..3 (low 6 bits of scales[0..3]), bytes 12..15 = sc4..7
+ * ((scales[8..11] & 15) | (scales[0..3] >> 6) << 4); other bytes junk. */
+VTI static __m512i d1_q4_K_scales(__m512i h)
+{
+    /* bits 6,7 -> 4,5 of each byte, then moved from dword 1 to dword 3 */
+    const __m512i g = _mm512_bslli_epi128(_mm512_gf2p8affine_epi64_epi8(h, _mm512_set1_epi64(0x0000000040800000ll), 0), 8);
+    const __m512i m = _mm512_set4_epi32(0x0f0f0f0f, 0, 0x3f3f3f3f, 0);
+    return _mm512_ternarylogic_epi32(h, m, g, 0xea);   /* (h & m) | g */
+}
+
+/* vpermb controls of d1_step, [Q2_K, Q4_K][weight vector v]: byte 2w of
+ * 128-bit lane L = the scale of the group of that lane for vector v, of
+ * row A (w < 4; its 16 header bytes at 0..15 of the scale vector) or row B
+ * (w >= 4; at 16..31); odd bytes are zeroed by the mask (set up with the
+ * tables) */
+static uint8_t d1_idx_tab[2][4][64] __attribute__((aligned(64)));
+
+static void d1_idx_init(void)
+{
+    for (int fk = 0; fk < 2; fk++)
+        for (int v = 0; v < 4; v++)
+            for (int L = 0; L < 4; L++)
+                for (int w = 0; w < 8; w++) {
+                    int pos;
+                    if (fk == 0) {
+                        pos = 8 * (L >> 1) + (L & 1) + 2 * v;                  /* scale byte g */
+                    } else {
+                        const int g = 4 * (v >> 1) + (v & 1) + 2 * (L >> 1);
+                        pos = g < 4 ? 4 + g : 8 + g;                           /* see d1_q4_K_scales */
+                    }
+                    d1_idx_tab[fk][v][16 * L + 2 * w] = (uint8_t)((w >= 4 ? 16 : 0) + pos);
+                    d1_idx_tab[fk][v][16 * L + 2 * w + 1] = 0;
+                }
+}
+
+/* One strip of 16 rows (nr valid; rows past nr repeat the last) x nb
+ * blocks, one token: lane r of the result = the dot product of row r.
+ *   phase 1: the row pairs (2p, 2p + 1) walk all their blocks in turn, so
+ *     the strip is read almost sequentially (two adjacent rows side by
+ *     side): their partial vectors wait in vb; the 16-byte block headers
+ *     (Q2_K: scales; Q4_K: d, dmin, scales) and Q2_K's (d, dmin) are
+ *     copied, dword by dword, transposed into hb (lane = row) -- plain
+ *     loads and stores, no shuffles;
+ *   phase 2, per block: the horizontal reduction of vb (lane r = exact
+ *     integer sum of row r), the min terms and the float work, 16 lanes
+ *     wide on hb.
+ * Prefetch: the bytes pfd ahead of the reads, into L2, at the pace of
+ * phase 1 (one pair-block of bytes per pair-block). */
+VTI static __m512 d1_strip(int f, const uint8_t *w, size_t ws, int nr, int nb, const d1act_t *act,
+                           uintptr_t pfa)
+{
+    const uint8_t *rows[16];
+    strip_rows(w, ws, nr, rows);
+    const size_t bb = f == VF_Q2_K ? sizeof(block_q2_K) : sizeof(block_q4_K);
+    __m512i idx[4];
+    for (int v = 0; v < 4; v++) idx[v] = _mm512_load_si512(d1_idx_tab[f == VF_Q2_K ? 0 : 1][v]);
+    __m512i vb[D1_MAXB * 8];
+    /* hb[5 * kb + q] lane r: header dword q of row r (q = 4: Q2_K d, dmin) */
+    uint32_t hb[D1_MAXB * 5][16] __attribute__((aligned(64)));
+    for (int pr = 0; pr < 8; pr++) {
+        const uint8_t *ra = rows[2 * pr], *rb = rows[2 * pr + 1];
+        for (int kb = 0; kb < nb; kb++) {
+            for (size_t o = 0; o < 2 * bb; o += 64) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T1);
+            pfa += 2 * bb;
+            const size_t off = (size_t)kb * bb;
+            for (int q = 0; q < 4; q++) {
+                memcpy(&hb[5 * kb + q][2 * pr], ra + off + 4 * q, 4);
+                memcpy(&hb[5 * kb + q][2 * pr + 1], rb + off + 4 * q, 4);
+            }
+            if (f == VF_Q2_K) {
+                memcpy(&hb[5 * kb + 4][2 * pr], ra + off + 80, 4);
+                memcpy(&hb[5 * kb + 4][2 * pr + 1], rb + off + 80, 4);
+            }
+            const __m512i h = _mm512_castsi256_si512(_mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(ra + off))),
+                _mm_loadu_si128((const __m128i *)(rb + off)), 1));
+            if (f == VF_Q2_K)
+                vb[8 * kb + pr] = d1_pair_q2_K(ra + off, rb + off, act + kb, _mm512_and_si512(h, _mm512_set1_epi8(15)), idx);
+            else
+                vb[8 * kb + pr] = d1_pair_q4_K(ra + off, rb + off, act + kb, d1_q4_K_scales(h), idx);
+        }
+    }
+    __m512 facc = _mm512_setzero_ps();
+    for (int kb = 0; kb < nb; kb++) {
+        const d1act_t *p = act + kb;
+        const __m512i *v = vb + 8 * kb;
+        /* pairs (A A B B per 128-bit lane) -> rows 4i..4i+3 per lane -> lane r = row r */
+        const __m512i isum = hadd_l3(hadd_l3(hadd_p2(v[0], v[1]), hadd_p2(v[2], v[3])),
+                                     hadd_l3(hadd_p2(v[4], v[5]), hadd_p2(v[6], v[7])));
+        /* min terms: summ = sum m * s with s = 128 bh + bl, bytes for vpdpbusd */
+        __m512i sl = _mm512_setzero_si512(), sh = _mm512_setzero_si512();
+        __m512i dd;
+        if (f == VF_Q2_K) {
+            const __m512i hi4 = _mm512_set1_epi64(0x1020408000000000ll);   /* bits 4..7 -> 0..3 */
+            for (int q = 0; q < 4; q++) {
+                const __m512i mn = _mm512_gf2p8affine_epi64_epi8(_mm512_load_si512(hb[5 * kb + q]), hi4, 0);
+                sl = _mm512_dpbusd_epi32(sl, mn, BCAST32(p->bl + 4 * q));
+                sh = _mm512_dpbusd_epi32(sh, mn, BCAST32(p->bh + 4 * q));
+            }
+            dd = _mm512_load_si512(hb[5 * kb + 4]);
+        } else {
+            const __m512i u1 = _mm512_load_si512(hb[5 * kb + 2]), u2 = _mm512_load_si512(hb[5 * kb + 3]);
+            const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
+            const __m512i k03 = _mm512_set1_epi32(0x03030303);
+            const __m512i mn03 = _mm512_and_si512(u1, k3f);
+            const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
+                                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+            sl = _mm512_dpbusd_epi32(sl, mn03, BCAST32(p->bl));
+            sh = _mm512_dpbusd_epi32(sh, mn03, BCAST32(p->bh));
+            sl = _mm512_dpbusd_epi32(sl, mn47, BCAST32(p->bl + 4));
+            sh = _mm512_dpbusd_epi32(sh, mn47, BCAST32(p->bh + 4));
+            dd = _mm512_load_si512(hb[5 * kb]);
+        }
+        const __m512 dv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        const __m512 dmv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+        const __m512i summ = _mm512_add_epi32(sl, _mm512_slli_epi32(sh, 7));
+        /* scalar order: sumf += dall*(float)isum - dmin*(float)summs */
+        const __m512 ad = _mm512_set1_ps(p->d);
+        const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(ad, dv), _mm512_cvtepi32_ps(isum));
+        const __m512 t2 = _mm512_mul_ps(_mm512_mul_ps(ad, dmv), _mm512_cvtepi32_ps(summ));
+        facc = _mm512_add_ps(facc, _mm512_sub_ps(t1, t2));
+    }
+    return facc;
+}
+
+VT static __m512 d1_strip_q2_K(const uint8_t *w, size_t ws, int nr, int nb, const d1act_t *act,
+                               uintptr_t pfa)
+{
+    return d1_strip(VF_Q2_K, w, ws, nr, nb, act, pfa);
+}
+
+VT static __m512 d1_strip_q4_K(const uint8_t *w, size_t ws, int nr, int nb, const d1act_t *act,
+                               uintptr_t pfa)
+{
+    return d1_strip(VF_Q4_K, w, ws, nr, nb, act, pfa);
+}
+
+#define D1_PF_DIST 8192     /* prefetch distance, bytes */
+
+/* Q8_0, one token, one strip (nr valid): the scheme of d1_strip.  A row
+ * pair (2p, 2p + 1) takes the 32 codes of a block of both rows in one zmm
+ * (biased to unsigned; the activation side removes 128 * sum(a) per block)
+ * against the block's activation codes twice: one vpdpbusd per pair-block,
+ * lanes 0..7 row A, 8..15 row B.  A row has n / 32 blocks, so the partials
+ * of whole rows take room: rows of up to D1Q8_PAIRB blocks (n <= 2048) are
+ * walked by pairs, their partials kept per pair (32 KB); longer ones by
+ * two groups of 8 rows (4 pairs side by side, 8 streams), whose pair
+ * partials are reduced to one vector per group and block on the fly. */
+#define D1Q8_PAIRB 64
+#define D1Q8_MAXB 256    /* n <= 8192 */
+#define D1Q8_PF 1024     /* long rows: prefetch distance per row stream */
+
+typedef struct {
+    __m512i a2[D1Q8_MAXB];      /* block codes, twice */
+    int32_t corr[D1Q8_MAXB];    /* -128 * sum of the block's codes */
+    float d[D1Q8_MAXB];
+} d1q8act_t;
+
+VTI static void d1_prep_q8_0(const uint8_t *a, int nb, d1q8act_t *p)
+{
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = a + (size_t)b * sizeof(block_q8_0a);
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 4));
+        p->a2[b] = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+        p->corr[b] = q8_0a_corr(blk);
+        p->d[b] = ld_f32(blk);
+    }
+}
+
+/* per block: lane r of the network output is row unperm[r]; then the
+ * float work (scalar order: sumf += (float)sumi * (dw * da)) */
+VTI static __m512 d1_q8_0_tail(__m512i net, const uint16_t *hd, const d1q8act_t *act, int kb, __m512 facc)
+{
+    /* network output lane 4L + k holds row 2k (L = 0), 2k + 1 (L = 1),
+     * 8 + 2k (L = 2), 9 + 2k (L = 3) */
+    const __m512i unperm = _mm512_set_epi32(15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
+    const __m512i sumi = _mm512_add_epi32(_mm512_permutexvar_epi32(unperm, net), _mm512_set1_epi32(act->corr[kb]));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hd));
+    const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(act->d[kb]));
+    return _mm512_add_ps(facc, _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), sc));
+}
+
+VT static __m512 d1_strip_q8_0_long(const uint8_t *w, size_t ws, int nr, int nb, const d1q8act_t *act)
+{
+    const uint8_t *rows[16];
+    strip_rows(w, ws, nr, rows);
+    const size_t bb = sizeof(block_q8_0), rl = (size_t)nb * bb;
+    __m512i vb[2 * D1Q8_MAXB];
+    uint16_t hd[D1Q8_MAXB][16] __attribute__((aligned(64)));
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    for (int gr = 0; gr < 2; gr++) {
+        const uint8_t *const *r8 = rows + 8 * gr;
+        for (int kb = 0; kb < nb; kb++) {
+            const size_t off = (size_t)kb * bb;
+            /* each row D1Q8_PF bytes ahead, into the next group of 8 rows
+             * (then the next strip) past its end: a line per row per
+             * two blocks */
+            if (!(kb & 1)) {
+                size_t po = off + D1Q8_PF;
+                const size_t skip = po >= rl ? 8 * ws : 0;
+                if (po >= rl) po -= rl;
+                for (int r = 0; r < 8; r++) _mm_prefetch((const char *)((uintptr_t)r8[r] + skip + po), _MM_HINT_T1);
+            }
+            __m512i pv[4];
+            for (int pr = 0; pr < 4; pr++) {
+                const uint8_t *ra = r8[2 * pr], *rb = r8[2 * pr + 1];
+                memcpy(&hd[kb][8 * gr + 2 * pr], ra + off, 2);
+                memcpy(&hd[kb][8 * gr + 2 * pr + 1], rb + off, 2);
+                const __m512i u = _mm512_xor_si512(cat256(ra + off + 2, rb + off + 2), x80);
+                pv[pr] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, act->a2[kb]);
+            }
+            vb[2 * kb + gr] = hadd_l2(hadd_l1(pv[0], pv[1]), hadd_l1(pv[2], pv[3]));
+        }
+    }
+    __m512 facc = _mm512_setzero_ps();
+    for (int kb = 0; kb < nb; kb++) facc = d1_q8_0_tail(hadd_l3(vb[2 * kb], vb[2 * kb + 1]), hd[kb], act, kb, facc);
+    return facc;
+}
+
+VT static __m512 d1_strip_q8_0(const uint8_t *w, size_t ws, int nr, int nb, const d1q8act_t *act, uintptr_t pfa)
+{
+    const uint8_t *rows[16];
+    strip_rows(w, ws, nr, rows);
+    const size_t bb = sizeof(block_q8_0);
+    __m512i vb[D1Q8_PAIRB * 8];
+    uint16_t hd[D1Q8_PAIRB][16] __attribute__((aligned(64)));
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    for (int pr = 0; pr < 8; pr++) {
+        const uint8_t *ra = rows[2 * pr], *rb = rows[2 * pr + 1];
+        for (int kb = 0; kb < nb; kb++) {
+            for (size_t o = 0; o < 2 * bb; o += 64) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T1);
+            pfa += 2 * bb;
+            const size_t off = (size_t)kb * bb;
+            memcpy(&hd[kb][2 * pr], ra + off, 2);
+            memcpy(&hd[kb][2 * pr + 1], rb + off, 2);
+            const __m512i u = _mm512_xor_si512(cat256(ra + off + 2, rb + off + 2), x80);
+            vb[8 * kb + pr] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, act->a2[kb]);
+        }
+    }
+    __m512 facc = _mm512_setzero_ps();
+    for (int kb = 0; kb < nb; kb++) {
+        const __m512i *v = vb + 8 * kb;
+        facc = d1_q8_0_tail(hadd_l3(hadd_l2(hadd_l1(v[0], v[1]), hadd_l1(v[2], v[3])),
+                                    hadd_l2(hadd_l1(v[4], v[5]), hadd_l1(v[6], v[7]))), hd[kb], act, kb, facc);
+    }
+    return facc;
+}
+
+/* IQ2_XXS, one token, one strip (nr valid): the scheme of d1_strip.  A row
+ * pair's two 64-byte blocks give, by one vpermt2d each, the 64 grid
+ * indices (row A bytes 0..31, B 32..63; byte 4g + l = entry l of group g)
+ * and the 16 sign/scale words (dword g: group g of A, 8 + g: of B).  The
+ * grid expansion is the packed tiles' one, on the pair instead of on 16
+ * transposed rows: indices -> 2-bit codes (iq2_clo/chi, vpermi2b), codes of
+ * element s of every entry -> 128 + magnitude (gf2p8affineqb), sign bytes
+ * (7 stored bits + parity) -> per-element masks -> 128 - magnitude.  Then
+ * vector s (element s of each entry) meets the activation codes of those
+ * elements: every vpdpbusd lands a group's products in that group's dword,
+ * so the eight vectors accumulate into one: lanes 0..7 the biased group
+ * sums of row A, 8..15 of row B.  Bias out (the activation's bsums), the
+ * group scales in (vpmulld), and the horizontal reduction as for Q8_0. */
+typedef struct {
+    __m512i a[8];       /* a[s] byte 4g + l (and 32 + 4g + l): code of element 32g + 8l + s */
+    __m512i corr;       /* lane g and 8 + g: 128 * (bsum_2g + bsum_2g+1) */
+    float d;
+    int32_t pad[15];
+} d1iq2act_t;
+
+VTI static void d1_prep_iq2(const uint8_t *blk, d1iq2act_t *p)
+{
+    for (int s = 0; s < 8; s++) {
+        /* 256 codes: two 128-byte halves for vpermi2b by index bit 7 */
+        const __m512i ix = _mm512_load_si512(d1_iq2_perm[s]);
+        const __m512i lo = _mm512_permutex2var_epi8(_mm512_loadu_si512(blk + 4), ix, _mm512_loadu_si512(blk + 68));
+        const __m512i hi = _mm512_permutex2var_epi8(_mm512_loadu_si512(blk + 132), ix, _mm512_loadu_si512(blk + 196));
+        p->a[s] = _mm512_mask_blend_epi8(_mm512_movepi8_mask(ix), lo, hi);
+    }
+    const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 4 + QK_K)));
+    /* dword g = bsum_2g + bsum_2g+1, twice */
+    const __m512i pr = _mm512_add_epi32(_mm512_permutexvar_epi32(_mm512_set_epi32(14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0), bs),
+                                        _mm512_permutexvar_epi32(_mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1), bs));
+    p->corr = _mm512_slli_epi32(pr, 7);
+    p->d = ld_f32(blk);
+}
+
+typedef struct {
+    __m512i clo[4], chi[4];     /* iq2_clo / iq2_chi, 4 zmm each */
+    __m512i vmap[4];            /* code bits (2i, 2i+1) -> 128 + magnitude, xor 0x88 */
+    __m512i sh_s7;              /* sign fields, byte 7 - m of a qword <- entry m */
+    __m512i bitsel, gidx;
+    __m512i even, odd;          /* vpermt2d: index dwords, sign dwords of two rows */
+} d1iq2k_t;
+
+VTI static void d1_iq2_consts(d1iq2k_t *k)
+{
+    for (int i = 0; i < 4; i++) {
+        k->clo[i] = _mm512_load_si512(iq2_clo + 64 * i);
+        k->chi[i] = _mm512_load_si512(iq2_chi + 64 * i);
+        k->vmap[i] = _mm512_set1_epi64((long long)((uint64_t)(3u << (2 * i)) << 56 | (uint64_t)(2u << (2 * i)) << 48 |
+                                                   (uint64_t)(1u << (2 * i)) << 24 | (uint64_t)(2u << (2 * i)) << 16));
+    }
+    uint64_t shs = 0;
+    for (int m = 0; m < 8; m++) shs |= (uint64_t)(32 * (m >> 2) + 7 * (m & 3)) << (8 * (7 - m));
+    k->sh_s7 = _mm512_set1_epi64((long long)shs);
+    k->bitsel = _mm512_set1_epi64(0x8040201008040201ll);
+    uint8_t gi[64];
+    for (int i = 0; i < 64; i++) gi[i] = (uint8_t)(8 * (i & 7) + (i >> 3));
+    k->gidx = _mm512_loadu_si512(gi);
+    k->even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    k->odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+}
+
+/* sign masks of a row pair's block: qword s = bit s of the 64 entries'
+ * sign bytes (stored, then read as mask registers) */
+VTI static __m512i d1_iq2_masks(__m512i sg, const d1iq2k_t *k)
+{
+    const __m512i s7 = _mm512_and_si512(_mm512_multishift_epi64_epi8(k->sh_s7, sg), _mm512_set1_epi8(0x7f));
+    const __m512i par = _mm512_slli_epi16(_mm512_popcnt_epi8(s7), 7);
+    const __m512i sb = _mm512_ternarylogic_epi32(s7, par, _mm512_set1_epi8((char)0x80), 0xf8);   /* s7 | (par & 0x80) */
+    return _mm512_permutexvar_epi8(k->gidx, _mm512_gf2p8affine_epi64_epi8(k->bitsel, sb, 0));
+}
+
+/* one row pair, one block: lane g = ls_g * (group sum) of row A, 8 + g of B */
+VTI static __m512i d1_pair_iq2(__m512i idx, __m512i sg, const __mmask64 *msk, const d1iq2act_t *p, const d1iq2k_t *k)
+{
+    const __mmask64 hi = _mm512_movepi8_mask(idx);
+    const __m512i clo = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(k->clo[0], idx, k->clo[1]),
+                                               _mm512_permutex2var_epi8(k->clo[2], idx, k->clo[3]));
+    const __m512i chi = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(k->chi[0], idx, k->chi[1]),
+                                               _mm512_permutex2var_epi8(k->chi[2], idx, k->chi[3]));
+    const __m512i z = _mm512_setzero_si512();
+    __m512i acc0 = z, acc1 = z;
+    for (int s = 0; s < 8; s += 2) {
+        const __m512i v0 = _mm512_gf2p8affine_epi64_epi8(s < 4 ? clo : chi, k->vmap[s & 3], 0x88);
+        const __m512i v1 = _mm512_gf2p8affine_epi64_epi8(s < 4 ? clo : chi, k->vmap[(s + 1) & 3], 0x88);
+        acc0 = _mm512_dpbusd_epi32(acc0, _mm512_mask_sub_epi8(v0, msk[s], z, v0), p->a[s]);
+        acc1 = _mm512_dpbusd_epi32(acc1, _mm512_mask_sub_epi8(v1, msk[s + 1], z, v1), p->a[s + 1]);
+    }
+    /* ls = 2 * (aux1 >> 28) + 1 */
+    const __m512i ls = _mm512_ternarylogic_epi32(_mm512_srli_epi32(sg, 27), _mm512_set1_epi32(0x1e), _mm512_set1_epi32(1), 0xea);   /* (a & b) | c */
+    return _mm512_mullo_epi32(_mm512_sub_epi32(_mm512_add_epi32(acc0, acc1), p->corr), ls);
+}
+
+VT static __m512 d1_strip_iq2(const uint8_t *w, size_t ws, int nr, int nb, const d1iq2act_t *act,
+                              const d1iq2k_t *k, uintptr_t pfa)
+{
+    const uint8_t *rows[16];
+    strip_rows(w, ws, nr, rows);
+    const size_t bb = sizeof(block_iq2_xxs);
+    __m512i vb[D1_MAXB * 8];
+    uint16_t hd[D1_MAXB][16] __attribute__((aligned(64)));
+    /* masks of block kb + 1 are made while block kb computes: a 64-bit mask
+     * load right after the 64-byte store that wrote it would stall */
+    __mmask64 msk[2][8] __attribute__((aligned(64)));
+    for (int pr = 0; pr < 8; pr++) {
+        const uint8_t *ra = rows[2 * pr], *rb = rows[2 * pr + 1];
+        __m512i la = _mm512_loadu_si512(ra + 2), lb = _mm512_loadu_si512(rb + 2);
+        __m512i idx = _mm512_permutex2var_epi32(la, k->even, lb), sg = _mm512_permutex2var_epi32(la, k->odd, lb);
+        _mm512_store_si512(msk[0], d1_iq2_masks(sg, k));
+        for (int kb = 0; kb < nb; kb++) {
+            for (size_t o = 0; o < 2 * bb; o += 64) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T1);
+            pfa += 2 * bb;
+            const size_t off = (size_t)kb * bb;
+            memcpy(&hd[kb][2 * pr], ra + off, 2);
+            memcpy(&hd[kb][2 * pr + 1], rb + off, 2);
+            __m512i idx1 = idx, sg1 = sg;
+            if (kb + 1 < nb) {
+                la = _mm512_loadu_si512(ra + off + bb + 2);
+                lb = _mm512_loadu_si512(rb + off + bb + 2);
+                idx1 = _mm512_permutex2var_epi32(la, k->even, lb);
+                sg1 = _mm512_permutex2var_epi32(la, k->odd, lb);
+                _mm512_store_si512(msk[(kb + 1) & 1], d1_iq2_masks(sg1, k));
+            }
+            vb[8 * kb + pr] = d1_pair_iq2(idx, sg, msk[kb & 1], act + kb, k);
+            idx = idx1;
+            sg = sg1;
+        }
+    }
+    const __m512i unperm = _mm512_set_epi32(15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
+    __m512 facc = _mm512_setzero_ps();
+    for (int kb = 0; kb < nb; kb++) {
+        const __m512i *v = vb + 8 * kb;
+        const __m512i s = _mm512_permutexvar_epi32(unperm,
+            hadd_l3(hadd_l2(hadd_l1(v[0], v[1]), hadd_l1(v[2], v[3])),
+                    hadd_l2(hadd_l1(v[4], v[5]), hadd_l1(v[6], v[7]))));
+        /* scalar order: sumf += (f16(w.d) * a.d) * (float)bsum */
+        const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hd[kb])),
+                                       _mm512_set1_ps(act[kb].d));
+        facc = _mm512_add_ps(facc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(s)));
+    }
+    return _mm512_mul_ps(_mm512_set1_ps(0.125f), facc);
+}
+
+/* One token through the reduction-axis kernels: returns 0 (nothing done)
+ * for the formats and sizes they do not take. */
+__attribute__((noinline)) VT static int d1_matvec(int f, int n, const uint8_t *w, size_t ws, int nrows,
+                                                  const void *a, float *y)
+{
+    if (f == VF_Q8_0) {
+        const int nb8 = n / QK8_0;
+        if (nb8 > D1Q8_MAXB) return 0;
+        d1q8act_t act8 __attribute__((aligned(64)));
+        d1_prep_q8_0(a, nb8, &act8);
+        const uint8_t *w_end = w + (size_t)nrows * ws;
+        if (nb8 <= D1Q8_PAIRB)
+            for (const uint8_t *q = w; q < w + D1_PF_DIST && q < w_end; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T1);
+        else
+            for (int r = 0; r < 8 && r < nrows; r++)
+                for (size_t o = 0; o < D1Q8_PF; o += 64) _mm_prefetch((const char *)w + (size_t)r * ws + o, _MM_HINT_T1);
+        for (int r0 = 0; r0 < nrows; r0 += 16) {
+            const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+            const uint8_t *ws0 = w + (size_t)r0 * ws;
+            const __m512 v = nb8 <= D1Q8_PAIRB ? d1_strip_q8_0(ws0, ws, nr, nb8, &act8, (uintptr_t)ws0 + D1_PF_DIST)
+                                               : d1_strip_q8_0_long(ws0, ws, nr, nb8, &act8);
+            _mm512_mask_storeu_ps(y + r0, (__mmask16)((1u << nr) - 1), v);
+        }
+        return 1;
+    }
+    const int nb = n / QK_K;
+    if (nb > D1_MAXB) return 0;
+    if (f == VF_IQ2) {
+        d1iq2act_t act2[D1_MAXB];
+        for (int kb = 0; kb < nb; kb++) d1_prep_iq2((const uint8_t *)a + (size_t)kb * sizeof(block_q8_K), &act2[kb]);
+        d1iq2k_t k;
+        d1_iq2_consts(&k);
+        const uint8_t *w_end = w + (size_t)nrows * ws;
+        for (const uint8_t *q = w; q < w + D1_PF_DIST && q < w_end; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T1);
+        for (int r0 = 0; r0 < nrows; r0 += 16) {
+            const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+            const uint8_t *ws0 = w + (size_t)r0 * ws;
+            const __m512 v = d1_strip_iq2(ws0, ws, nr, nb, act2, &k, (uintptr_t)ws0 + D1_PF_DIST);
+            _mm512_mask_storeu_ps(y + r0, (__mmask16)((1u << nr) - 1), v);
+        }
+        return 1;
+    }
+    d1act_t act[D1_MAXB];
+    for (int kb = 0; kb < nb; kb++) {
+        const uint8_t *ak = (const uint8_t *)a + (size_t)kb * sizeof(block_q8_K);
+        if (f == VF_Q2_K) d1_prep_q2_K(ak, &act[kb]);
+        else d1_prep_q4_K(ak, &act[kb]);
+    }
+    const uint8_t *w_end = w + (size_t)nrows * ws;
+    /* the reads start cold: the first D1_PF_DIST bytes at once */
+    for (const uint8_t *q = w; q < w + D1_PF_DIST && q < w_end; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T1);
+    for (int r0 = 0; r0 < nrows; r0 += 16) {
+        const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+        const uint8_t *ws0 = w + (size_t)r0 * ws;
+        const __m512 v = f == VF_Q2_K ? d1_strip_q2_K(ws0, ws, nr, nb, act, (uintptr_t)ws0 + D1_PF_DIST)
+                                      : d1_strip_q4_K(ws0, ws, nr, nb, act, (uintptr_t)ws0 + D1_PF_DIST);
+        _mm512_mask_storeu_ps(y + r0, (__mmask16)((1u << nr) - 1), v);
+    }
+    return 1;
+}
+
 /* Per-chunk activation side of token j: Q8_0 block corrections, IQ2_XXS
  * permuted codes. */
 VTI static void act_prep(int f, const uint8_t *abj, int nbk, int32_t *corr, uint8_t *perm)
@@ -718,8 +1325,10 @@ VTI static void act_prep(int f, const uint8_t *abj, int nbk, int32_t *corr, uint
         iq2_perm_act(abj, perm);
 }
 
+/* dec1: one token takes the reduction-axis path (d1_*); 0 keeps the packed
+ * path (dec_k, pack + comp), as the "avx512-packed" table does */
 VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
-                        float *y, size_t ys)
+                        float *y, size_t ys, int dec1)
 {
     const uint8_t *w = vw;
     const int nchunk = f == VF_Q8_0 ? (n / QK8_0 + 7) / 8 : n / QK_K;
@@ -730,6 +1339,7 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
     uint8_t perm[TOK_SUPER * QK_K] __attribute__((aligned(64)));
     const uint8_t *ab[TOK_SUPER], *aq[TOK_SUPER];
     if (nrows <= 0 || ntok <= 0) return;
+    if (ntok == 1 && dec1 && d1_matvec(f, n, w, ws, nrows, a[0], y)) return;
 
     if (ntok <= TOK_TILE) {
         /* few tokens (decode): strip by strip, all chunks; 16 weight rows
@@ -825,22 +1435,42 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
 VT static void v_q8_0_q8_0a_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
                                  float *y, size_t ys)
 {
-    tile_int(VF_Q8_0, n, w, ws, nrows, a, ntok, y, ys);
+    tile_int(VF_Q8_0, n, w, ws, nrows, a, ntok, y, ys, 1);
+}
+VT static void v_q8_0_q8_0a_tile_packed(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    tile_int(VF_Q8_0, n, w, ws, nrows, a, ntok, y, ys, 0);
 }
 VT static void v_q2_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
                                 float *y, size_t ys)
 {
-    tile_int(VF_Q2_K, n, w, ws, nrows, a, ntok, y, ys);
+    tile_int(VF_Q2_K, n, w, ws, nrows, a, ntok, y, ys, 1);
+}
+VT static void v_q2_K_q8_K_tile_packed(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                float *y, size_t ys)
+{
+    tile_int(VF_Q2_K, n, w, ws, nrows, a, ntok, y, ys, 0);
 }
 VT static void v_q4_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
                                 float *y, size_t ys)
 {
-    tile_int(VF_Q4_K, n, w, ws, nrows, a, ntok, y, ys);
+    tile_int(VF_Q4_K, n, w, ws, nrows, a, ntok, y, ys, 1);
+}
+VT static void v_q4_K_q8_K_tile_packed(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                float *y, size_t ys)
+{
+    tile_int(VF_Q4_K, n, w, ws, nrows, a, ntok, y, ys, 0);
 }
 VT static void v_iq2_xxs_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
                                    float *y, size_t ys)
 {
-    tile_int(VF_IQ2, n, w, ws, nrows, a, ntok, y, ys);
+    tile_int(VF_IQ2, n, w, ws, nrows, a, ntok, y, ys, 1);
+}
+VT static void v_iq2_xxs_q8_K_tile_packed(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                   float *y, size_t ys)
+{
+    tile_int(VF_IQ2, n, w, ws, nrows, a, ntok, y, ys, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -859,7 +1489,7 @@ VTI static __m512 ldw8(const void *w, int f16, int i)
                : _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)w + i));
 }
 
-static inline float wval(const void *w, int f16, int i)
+VTI static float wval(const void *w, int f16, int i)
 {
     return f16 ? _cvtsh_ss(((const uint16_t *)w)[i]) : ((const float *)w)[i];
 }
@@ -1059,7 +1689,7 @@ VT static void v_f16_f32_tile(int n, const void *w, size_t ws, int nrows, const 
  * (Q4_K: the blockwise reference), and the avx2 float kernels in its float
  * order; they are what the tiles are tested against. */
 
-static ds4_kernels avx512_kernels;
+static ds4_kernels avx512_kernels, avx512_packed_kernels;
 static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
 
 static void avx512_init(void)
@@ -1078,6 +1708,13 @@ static void avx512_init(void)
     avx512_kernels.iq2_xxs_q8_K_tile = v_iq2_xxs_q8_K_tile;
     avx512_kernels.f32_f32_tile = v_f32_f32_tile;
     avx512_kernels.f16_f32_tile = v_f16_f32_tile;
+    d1_idx_init();
+    avx512_packed_kernels = avx512_kernels;
+    avx512_packed_kernels.name = "avx512-packed";
+    avx512_packed_kernels.q8_0_q8_0a_tile = v_q8_0_q8_0a_tile_packed;
+    avx512_packed_kernels.q2_K_q8_K_tile = v_q2_K_q8_K_tile_packed;
+    avx512_packed_kernels.q4_K_q8_K_tile = v_q4_K_q8_K_tile_packed;
+    avx512_packed_kernels.iq2_xxs_q8_K_tile = v_iq2_xxs_q8_K_tile_packed;
     iq2_tables_init();
 }
 
@@ -1095,9 +1732,21 @@ const ds4_kernels *ds4_kernels_avx512(void)
     return &avx512_kernels;
 }
 
+const ds4_kernels *ds4_kernels_avx512_packed(void)
+{
+    if (!ds4_kernels_avx512())
+        return NULL;
+    return &avx512_packed_kernels;
+}
+
 #else  /* not x86 */
 
 const ds4_kernels *ds4_kernels_avx512(void)
+{
+    return NULL;
+}
+
+const ds4_kernels *ds4_kernels_avx512_packed(void)
 {
     return NULL;
 }

@@ -330,8 +330,9 @@ static void one_case(int ti, const ds4_kernels *k, const fmt *f, int n, int nrow
 }
 
 static void test_tables(void) {
-    const ds4_kernels *tabs[3] = { ds4_kernels_scalar(), ds4_kernels_avx2(), ds4_kernels_avx512() };
-    for (int ti = 0; ti < 3; ti++) {
+    const ds4_kernels *tabs[4] = { ds4_kernels_scalar(), ds4_kernels_avx2(), ds4_kernels_avx512(),
+                                   ds4_kernels_avx512_packed() };
+    for (int ti = 0; ti < 4; ti++) {
         const ds4_kernels *k = tabs[ti];
         if (!k) { printf("info: table %d not available on this CPU\n", ti); continue; }
         int ncase = 0;
@@ -351,6 +352,22 @@ static void test_tables(void) {
                     one_case(ti, k, f, ns[ni], nrows, ntok, trial & 1);
                     ncase++;
                 }
+            }
+            /* one token (decode: the avx512 table's reduction-axis
+             * kernels) at the Flash row lengths and around the limits of
+             * those kernels (Q8_0: 64 blocks; K-quants, IQ2_XXS: 32), whole
+             * and partial 16-row strips */
+            if (f->act != A_F32) {
+                static const int d_int8[] = { 32, 224, 1024, 2048, 2080, 4096 };
+                static const int d_k[] = { 256, 1024, 2048, 4096, 8192, 8448 };
+                const int *ds = f->blk == 32 ? d_int8 : d_k;
+                for (int ni = 0; ni < 6; ni++)
+                    for (int trial = 0; trial < 4; trial++) {
+                        static const int rws[] = { 1, 15, 16, 17, 32, 47 };
+                        int nrows = trial < 2 ? rws[rnd() % 6] : irand(48, 90);
+                        one_case(ti, k, f, ds[ni], nrows, 1, trial & 1);
+                        ncase++;
+                    }
             }
         }
         printf("info: %-6s %d random cases; worst error/tolerance:", k->name, ncase);
