@@ -71,7 +71,7 @@ ds4-server: $(SERVER_SRCS:%.c=$(BUILD)/%.o) $(LIB)
 ds4-synth: $(BUILD)/tools/ds4_synth.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-ds4-bench: $(BUILD)/tools/ds4_bench.o $(LIB)
+ds4-bench: $(BUILD)/tools/ds4_bench.o $(BUILD)/tools/probe.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 ds4-kv: $(BUILD)/tools/ds4_kv.o $(LIB)
@@ -98,7 +98,7 @@ bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 $(BUILD)/bench/bench_tokenizer: $(BUILD)/bench/bench_tokenizer.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(LIB)
+$(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/tools/probe.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # the main job: chat with ./ds4flash.gguf, or with a generated demo model

@@ -48,10 +48,8 @@
 #include "gguf.h"
 #include "quant.h"
 #include "threadpool.h"
+#include "../tools/probe.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 /* ---------------------------------------------------------------------- */
 /* small utilities                                                         */
@@ -225,284 +223,35 @@ static void usage(void) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* STREAM-style bandwidth                                                  */
+/* machine figures (tools/probe.c)                                         */
 /* ---------------------------------------------------------------------- */
-
-typedef struct {
-    float *a, *b, *c;
-    size_t n;
-    double sink[64];
-} stream_job;
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma")))
-static void read_task(void *ctx, int ith, int nth) {
-    stream_job *j = ctx;
-    long lo, hi;
-    ds4_split((long)(j->n / 64), ith, nth, &lo, &hi);
-    const float *p = j->a;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
-    for (long i = lo * 64; i < hi * 64; i += 64) {
-        s0 = _mm256_add_ps(s0, _mm256_load_ps(p + i));
-        s1 = _mm256_add_ps(s1, _mm256_load_ps(p + i + 8));
-        s2 = _mm256_add_ps(s2, _mm256_load_ps(p + i + 16));
-        s3 = _mm256_add_ps(s3, _mm256_load_ps(p + i + 24));
-        s4 = _mm256_add_ps(s4, _mm256_load_ps(p + i + 32));
-        s5 = _mm256_add_ps(s5, _mm256_load_ps(p + i + 40));
-        s6 = _mm256_add_ps(s6, _mm256_load_ps(p + i + 48));
-        s7 = _mm256_add_ps(s7, _mm256_load_ps(p + i + 56));
-    }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)),
-                             _mm256_add_ps(_mm256_add_ps(s4, s5), _mm256_add_ps(s6, s7)));
-    float t[8];
-    _mm256_storeu_ps(t, s);
-    j->sink[ith] = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-#else
-static void read_task(void *ctx, int ith, int nth) {
-    stream_job *j = ctx;
-    long lo, hi;
-    ds4_split((long)j->n, ith, nth, &lo, &hi);
-    float s = 0;
-    for (long i = lo; i < hi; i++) s += j->a[i];
-    j->sink[ith] = s;
-}
-#endif
-
-static void triad_task(void *ctx, int ith, int nth) {
-    stream_job *j = ctx;
-    long lo, hi;
-    ds4_split((long)j->n, ith, nth, &lo, &hi);
-    float *a = j->a;
-    const float *b = j->b, *c = j->c;
-    const float s = 3.0f;
-    for (long i = lo; i < hi; i++) a[i] = b[i] + s * c[i];
-}
 
 typedef struct { double read[2], triad[2]; } stream_res;   /* [1 thread, N threads] */
 
-static void run_stream(uint8_t *pool, size_t pool_bytes, ds4_pool *pools[2], stream_res *r) {
-    stream_job j = { 0 };
-    /* read: 1 GiB (or the whole pool if smaller) */
-    j.a = (float *)pool;
-    j.n = (pool_bytes < (1ull << 30) ? pool_bytes : (1ull << 30)) / sizeof(float) / 64 * 64;
-    for (size_t i = 0; i < j.n; i += 1024) j.a[i] = 1.0f;
+static void run_stream(ds4_pool *pools[2], stream_res *r) {
     for (int k = 0; k < 2; k++) {
-        double t[16] = { 0 };
-        ds4_pool_run(pools[k], read_task, &j);   /* warm-up */
-        for (int rep = 0; rep < opt.reps; rep++) {
-            double t0 = now();
-            ds4_pool_run(pools[k], read_task, &j);
-            t[rep] = now() - t0;
-        }
-        /* best repetition, as STREAM reports */
-        double best = t[0];
-        for (int rep = 1; rep < opt.reps; rep++) if (t[rep] < best) best = t[rep];
-        r->read[k] = (double)j.n * sizeof(float) / best * 1e-9;
-    }
-    /* triad: three arrays of 1/3 GiB each */
-    size_t each = (pool_bytes < (1ull << 30) ? pool_bytes : (1ull << 30)) / 3 / 64 * 64;
-    j.n = each / sizeof(float);
-    j.a = (float *)pool;
-    j.b = (float *)(pool + each);
-    j.c = (float *)(pool + 2 * each);
-    for (size_t i = 0; i < j.n; i++) { j.b[i] = 1.0f; j.c[i] = 2.0f; }
-    for (int k = 0; k < 2; k++) {
-        double t[16] = { 0 };
-        ds4_pool_run(pools[k], triad_task, &j);
-        for (int rep = 0; rep < opt.reps; rep++) {
-            double t0 = now();
-            ds4_pool_run(pools[k], triad_task, &j);
-            t[rep] = now() - t0;
-        }
-        double best = t[0];
-        for (int rep = 1; rep < opt.reps; rep++) if (t[rep] < best) best = t[rep];
-        r->triad[k] = 3.0 * (double)j.n * sizeof(float) / best * 1e-9;
+        probe_stream_res s = probe_stream(1ull << 30, ds4_pool_size(pools[k]), opt.reps);
+        r->read[k] = s.read_gbs;
+        r->triad[k] = s.triad_gbs;
     }
 }
-
-/* ---------------------------------------------------------------------- */
-/* compute peaks                                                           */
-/* ---------------------------------------------------------------------- */
-
-#define PEAK_ITERS 1000000
-
-typedef struct {
-    int kind;
-    double ops;        /* per thread */
-    double sink[64];
-} peak_job;
-
-enum { PK_VNNI512, PK_VNNI256, PK_AVX2_I8, PK_FMA512, PK_FMA256, PK_N };
-static const char *PK_NAMES[PK_N] = {
-    "int8 vpdpbusd zmm (avx512vnni)", "int8 vpdpbusd ymm (avx-vnni)",
-    "int8 vpmaddubsw+vpmaddwd+vpaddd ymm (avx2)", "fp32 fma zmm (avx512f)", "fp32 fma ymm (avx2)"
-};
-
-#if defined(__x86_64__)
-/* Twelve independent accumulators: more than latency x ports for each of
- * these instructions, so the loops run at the issue limit. */
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static double peak_vnni512(void) {
-    __m512i acc[12];
-    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_epi32(i);
-    __m512i a = _mm512_set1_epi32(0x01020304), b = _mm512_set1_epi32(0x05060708);
-    for (long it = 0; it < PEAK_ITERS; it++) {
-        for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-        __asm__ volatile("" : "+v"(a), "+v"(b));
-    }
-    __m512i s = acc[0];
-    for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, acc[i]);
-    return (double)_mm512_reduce_add_epi32(s);
-}
-
-__attribute__((target("avx2,avxvnni")))
-static double peak_vnni256(void) {
-    __m256i acc[12];
-    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_epi32(i);
-    __m256i a = _mm256_set1_epi32(0x01020304), b = _mm256_set1_epi32(0x05060708);
-    for (long it = 0; it < PEAK_ITERS; it++) {
-        for (int i = 0; i < 12; i++) acc[i] = _mm256_dpbusd_avx_epi32(acc[i], a, b);
-        __asm__ volatile("" : "+x"(a), "+x"(b));
-    }
-    __m256i s = acc[0];
-    for (int i = 1; i < 12; i++) s = _mm256_add_epi32(s, acc[i]);
-    int t[8];
-    _mm256_storeu_si256((__m256i *)t, s);
-    return (double)(t[0] + t[7]);
-}
-
-/* Six accumulators, each with its own unsigned operand: with a shared one
- * the compiler would compute the product once per iteration. */
-__attribute__((target("avx2")))
-static double peak_avx2_i8(void) {
-    __m256i acc[6], a[6];
-    for (int i = 0; i < 6; i++) {
-        acc[i] = _mm256_set1_epi32(i);
-        a[i] = _mm256_set1_epi32(0x01020304 + i);
-    }
-    __m256i b = _mm256_set1_epi32(0x05060708);
-    const __m256i one = _mm256_set1_epi16(1);
-    for (long it = 0; it < PEAK_ITERS; it++) {
-        for (int i = 0; i < 6; i++)
-            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a[i], b), one));
-        __asm__ volatile("" : "+x"(a[0]), "+x"(a[1]), "+x"(a[2]), "+x"(a[3]), "+x"(a[4]), "+x"(a[5]), "+x"(b));
-    }
-    __m256i s = acc[0];
-    for (int i = 1; i < 6; i++) s = _mm256_add_epi32(s, acc[i]);
-    int t[8];
-    _mm256_storeu_si256((__m256i *)t, s);
-    return (double)(t[0] + t[7]);
-}
-
-__attribute__((target("avx512f")))
-static double peak_fma512(void) {
-    __m512 acc[12];
-    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
-    __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-    for (long it = 0; it < PEAK_ITERS; it++) {
-        for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-        __asm__ volatile("" : "+v"(a), "+v"(b));
-    }
-    __m512 s = acc[0];
-    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, acc[i]);
-    return (double)_mm512_reduce_add_ps(s);
-}
-
-__attribute__((target("avx2,fma")))
-static double peak_fma256(void) {
-    __m256 acc[12];
-    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
-    __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
-    for (long it = 0; it < PEAK_ITERS; it++) {
-        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-        __asm__ volatile("" : "+x"(a), "+x"(b));
-    }
-    __m256 s = acc[0];
-    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, acc[i]);
-    float t[8];
-    _mm256_storeu_ps(t, s);
-    return (double)(t[0] + t[7]);
-}
-
-static int peak_supported(int kind) {
-    __builtin_cpu_init();
-    switch (kind) {
-    case PK_VNNI512: return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
-    case PK_VNNI256: {
-        unsigned a, b, c, d;   /* CPUID.(7,1):EAX bit 4 = AVX-VNNI */
-        __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
-        return __builtin_cpu_supports("avx2") && ((a >> 4) & 1);
-    }
-    case PK_AVX2_I8: return __builtin_cpu_supports("avx2");
-    case PK_FMA512: return __builtin_cpu_supports("avx512f");
-    case PK_FMA256: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return 0;
-}
-
-/* operations (2 per multiply-add) of one call */
-static double peak_ops(int kind) {
-    switch (kind) {
-    case PK_VNNI512: return 2.0 * 64 * 12 * PEAK_ITERS;
-    case PK_VNNI256: return 2.0 * 32 * 12 * PEAK_ITERS;
-    case PK_AVX2_I8: return 2.0 * 32 * 6 * PEAK_ITERS;
-    case PK_FMA512: return 2.0 * 16 * 12 * PEAK_ITERS;
-    case PK_FMA256: return 2.0 * 8 * 12 * PEAK_ITERS;
-    }
-    return 0;
-}
-
-static void peak_task(void *ctx, int ith, int nth) {
-    (void)nth;
-    peak_job *j = ctx;
-    double s = 0;
-    switch (j->kind) {
-    case PK_VNNI512: s = peak_vnni512(); break;
-    case PK_VNNI256: s = peak_vnni256(); break;
-    case PK_AVX2_I8: s = peak_avx2_i8(); break;
-    case PK_FMA512: s = peak_fma512(); break;
-    case PK_FMA256: s = peak_fma256(); break;
-    }
-    j->sink[ith] = s;
-}
-#else
-static int peak_supported(int kind) { (void)kind; return 0; }
-static double peak_ops(int kind) { (void)kind; return 0; }
-static void peak_task(void *ctx, int ith, int nth) { (void)ctx; (void)ith; (void)nth; }
-#endif
 
 /* GOPS per configuration: [kind][1 thread, N threads] (0 = unsupported) */
-static double peaks[PK_N][2];
+static double peaks[PROBE_NKIND][2];
 
 static void run_peaks(ds4_pool *pools[2]) {
-    for (int kind = 0; kind < PK_N; kind++) {
-        if (!peak_supported(kind)) continue;
-        for (int k = 0; k < 2; k++) {
-            peak_job j = { .kind = kind };
-            double t[16] = { 0 };
-            ds4_pool_run(pools[k], peak_task, &j);
-            for (int rep = 0; rep < opt.reps; rep++) {
-                double t0 = now();
-                ds4_pool_run(pools[k], peak_task, &j);
-                t[rep] = now() - t0;
-            }
-            /* the best repetition: a peak is what the machine can do */
-            double best = t[0];
-            for (int rep = 1; rep < opt.reps; rep++) if (t[rep] < best) best = t[rep];
-            peaks[kind][k] = peak_ops(kind) * ds4_pool_size(pools[k]) / best * 1e-9;
-        }
-    }
+    for (int kind = 0; kind < PROBE_NKIND; kind++)
+        for (int k = 0; k < 2; k++) peaks[kind][k] = probe_peak(kind, ds4_pool_size(pools[k]), opt.reps);
 }
 
 static double int8_peak(int k) {
     double p = 0;
-    for (int kind = PK_VNNI512; kind <= PK_AVX2_I8; kind++) if (peaks[kind][k] > p) p = peaks[kind][k];
+    for (int kind = PROBE_VNNI512; kind <= PROBE_AVX2_I8; kind++) if (peaks[kind][k] > p) p = peaks[kind][k];
     return p;
 }
 
 static double fp32_peak(int k) {
-    return peaks[PK_FMA512][k] > peaks[PK_FMA256][k] ? peaks[PK_FMA512][k] : peaks[PK_FMA256][k];
+    return peaks[PROBE_FMA512][k] > peaks[PROBE_FMA256][k] ? peaks[PROBE_FMA512][k] : peaks[PROBE_FMA256][k];
 }
 
 /* ---------------------------------------------------------------------- */
@@ -696,7 +445,7 @@ int main(int argc, char **argv) {
     strftime(date, sizeof date, "%Y-%m-%d %H:%M", localtime(&tt));
 
     stream_res sr = { { 0, 0 }, { 0, 0 } };
-    if (opt.stream) run_stream(pool, pool_bytes, pools, &sr);
+    if (opt.stream) run_stream(pools, &sr);
     if (opt.peaks) run_peaks(pools);
 
     if (!opt.csv) {
@@ -710,9 +459,9 @@ int main(int argc, char **argv) {
             printf("STREAM  read %.1f / %.1f GB/s   triad %.1f / %.1f GB/s   (1 / %d threads)\n",
                    sr.read[0], sr.read[1], sr.triad[0], sr.triad[1], nthr[1]);
         if (opt.peaks)
-            for (int kind = 0; kind < PK_N; kind++)
+            for (int kind = 0; kind < PROBE_NKIND; kind++)
                 if (peaks[kind][0] > 0)
-                    printf("peak    %-44s %7.1f / %7.1f GOP/s\n", PK_NAMES[kind], peaks[kind][0], peaks[kind][1]);
+                    printf("peak    %-44s %7.1f / %7.1f GOP/s\n", probe_kind_name(kind), peaks[kind][0], peaks[kind][1]);
         printf("\n");
     }
 
@@ -754,10 +503,7 @@ int main(int argc, char **argv) {
         free(pat);
         /* read the pool once: the fill left up to 1 GiB of dirty lines whose
          * write-backs would otherwise compete with the first measurements */
-        {
-            stream_job sj = { .a = (float *)pool, .n = fill / sizeof(float) / 64 * 64 };
-            ds4_pool_run(pools[1], read_task, &sj);
-        }
+        probe_read_buffer(pool, fill, ds4_pool_size(pools[1]));
         act_kind kind = act_kind_for(f->type, 0);
         for (int si = 0; si < NSHAPE; si++) {
             if (!opt.shape_on[si]) continue;

@@ -277,6 +277,9 @@ typedef struct {
     uint64_t file_bytes;      /* size of the GGUF */
     uint64_t weight_bytes;    /* bytes of tensor data */
     uint64_t active_bytes_per_token;  /* weights read per decoded token */
+    uint64_t layer_macs_per_token;    /* multiply-adds of the layer matmuls
+                                         per token (prefill work; the head
+                                         and attention products excluded) */
     int random_weights;       /* a synthetic model (ds4-synth): text is noise */
 } ds4_model_info;
 

@@ -175,6 +175,7 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
     info->file_bytes = m->gf->size;
     info->weight_bytes = m->gf->size - m->gf->data_offset;
     info->active_bytes_per_token = ds4_weights_active_bytes(&m->w);
+    info->layer_macs_per_token = ds4_weights_layer_macs(&m->w);
     info->random_weights = m->random_weights;
 }
 

@@ -577,3 +577,28 @@ uint64_t ds4_weights_active_bytes(const ds4_weights *w) {
     }
     return s;
 }
+
+/* Multiply-adds of the layer matmuls per token: every weight matrix a token
+ * goes through once (projections, compressor and indexer projections, HC
+ * mixing, router, shared expert, the K routed experts).  The output head
+ * is left out (prefill computes it for the last token only), and so are the
+ * attention products, which grow with the context. */
+static uint64_t macs(const ds4_tensor *t) { return t->data ? t->ne[0] * t->ne[1] : 0; }
+
+uint64_t ds4_weights_layer_macs(const ds4_weights *w) {
+    if (!w->layers) return 0;
+    uint64_t s = 0;
+    const uint64_t K = (uint64_t)w->cfg.n_expert_used;
+    for (int il = 0; il < w->cfg.n_layer; il++) {
+        const ds4_layer_weights *L = &w->layers[il];
+        const ds4_tensor *mat[] = {
+            &L->hc_attn_fn, &L->attn_q_a, &L->attn_q_b, &L->attn_kv, &L->attn_output_a,
+            &L->attn_output_b, &L->comp_kv, &L->comp_gate, &L->idx_q_b, &L->idx_proj,
+            &L->idx_comp_kv, &L->idx_comp_gate, &L->hc_ffn_fn, &L->ffn_gate_inp,
+            &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp,
+        };
+        for (size_t i = 0; i < sizeof mat / sizeof mat[0]; i++) s += macs(mat[i]);
+        s += K * (macs(&L->ffn_gate_exps) + macs(&L->ffn_up_exps) + macs(&L->ffn_down_exps));
+    }
+    return s;
+}

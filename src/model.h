@@ -102,6 +102,8 @@ void ds4_weights_free(ds4_weights *w);
  * n_expert_used routed experts per layer, router, HC, head; the embedding
  * row only). */
 uint64_t ds4_weights_active_bytes(const ds4_weights *w);
+/* multiply-adds of the layer matmuls per token (head and attention excluded) */
+uint64_t ds4_weights_layer_macs(const ds4_weights *w);
 
 /* The body of ds4_inspect() (inspect.c) on an already opened file, for
  * callers that hold one (the fuzzer, tests).  Same output and status. */

@@ -25,7 +25,8 @@ trap 'rm -rf "$T"' EXIT
 M="$T/m.gguf"
 ./ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" -o "$M" > "$T/synth.txt" 2>&1 ||
     { cat "$T/synth.txt"; echo "FAIL cannot synthesize the tiny model"; exit 1; }
-B=(./ds4-bench -m "$M" --prompt-file "$TEXT" -t 1 --no-warmup)
+B0=(./ds4-bench -m "$M" --prompt-file "$TEXT" -t 1 --no-warmup)
+B=("${B0[@]}" --no-probe)   # machine figures: measured in run A only
 
 # gen_ids ERRFILE CTX -> the ids generated at frontier CTX (from --verbose)
 gen_ids() { sed -n "s/^ds4-bench: gen ctx=$2: //p" "$1"; }
@@ -70,7 +71,7 @@ check_svg() {   # check_svg FILE LABEL
 }
 
 # --- A: 64..512 x2 --------------------------------------------------------
-if "${B[@]}" --ctx-start 64 --ctx-max 512 --step-mul 2 --gen-tokens 4 --verbose \
+if "${B0[@]}" --ctx-start 64 --ctx-max 512 --step-mul 2 --gen-tokens 4 --verbose \
         --plot "$T/a.svg" > "$T/a.csv" 2> "$T/a.err"; then ok "A: 64..512 x2 ran"
 else bad "A: exit $?:"; tail -5 "$T/a.err"; fi
 check_csv "$T/a.csv" A 4 "64 128 256 512" "64 64 128 256" 4
@@ -78,12 +79,21 @@ check_svg "$T/a.svg" A
 if [ "$(grep -c 'snapshot .* MB: save [0-9]* MB/s, restore [0-9]* MB/s' "$T/a.err")" -eq 4 ]; then
     ok "A: snapshot save/restore MB/s on stderr for every frontier"
 else bad "A: snapshot speeds missing on stderr"; fi
+# machine figures before/after, per-frontier ratios, the summary
+if grep -q '^ds4-bench: machine figures (1 thread, before): STREAM read [0-9.]* GB/s, triad [0-9.]* GB/s; .* peak [0-9]* GOP/s; decode roofline [0-9.]* tok/s' "$T/a.err" &&
+   grep -q '^ds4-bench: machine figures (after): STREAM read [0-9.]* GB/s' "$T/a.err" &&
+   [ "$(grep -c '^ds4-bench: ctx [0-9]*: prefill [0-9]* GFLOP/s of layer matmuls = [0-9]* % of the int8 peak | decode [0-9.]* GB/s of weights = [0-9]* % of STREAM read' "$T/a.err")" -eq 4 ] &&
+   grep -q '^ds4-bench: summary (medians over 4 frontiers.*prefill [0-9]* GFLOP/s = [0-9]* % of the int8 peak; decode [0-9.]* GB/s = [0-9]* % of the roofline' "$T/a.err"; then
+    ok "A: machine figures, per-frontier peak/roofline ratios and the summary on stderr"
+else bad "A: machine figures or ratios missing:"; grep -E 'machine|GFLOP|summary' "$T/a.err" | head -8; fi
 if ! grep -q 'MB/s' "$T/a.csv"; then ok "A: stdout is pure CSV"; else bad "A: extra text on stdout"; fi
 
 # --- B: 64..512 +64, chunk 40: the same tokens at the common frontiers ----
 if "${B[@]}" --ctx-start 64 --ctx-max 512 --step-incr 64 --gen-tokens 4 --chunk 40 --verbose \
         --plot "$T/b.svg" > "$T/b.csv" 2> "$T/b.err"; then ok "B: 64..512 +64 chunk 40 ran"
 else bad "B: exit $?:"; tail -5 "$T/b.err"; fi
+if [ -s "$T/b.err" ] && ! grep -q 'machine figures\|GFLOP' "$T/b.err"; then ok "B (--no-probe): no machine figures"
+else bad "B (--no-probe): machine figures measured anyway"; fi
 check_csv "$T/b.csv" B 8 "64 128 192 256 320 384 448 512" "64 64 64 64 64 64 64 64" 4
 check_svg "$T/b.svg" B
 same=1

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "ds4.h"
+#include "probe.h"
 
 #define CSV_HEADER "ctx,prefill_tokens,prefill_tps,decode_tokens,decode_tps,kv_bytes,weight_bytes_per_token"
 
@@ -129,6 +130,9 @@ static void usage(FILE *f) {
 "                       first frontier does not time disk reads; it is\n"
 "                       skipped anyway when the weights and the session\n"
 "                       do not fit in RAM together)\n"
+"  --no-probe           do not measure the machine (STREAM bandwidth and int8\n"
+"                       peak, ~2 s before and after the frontiers), so no\n"
+"                       roofline and peak ratios are printed\n"
 "  -v, --verbose        print the generated token ids of every frontier on\n"
 "                       stderr (\"ds4-bench: gen ctx=N: id id ...\"); they do\n"
 "                       not depend on the frontier schedule or chunk size\n"
@@ -150,7 +154,15 @@ static void usage(FILE *f) {
 "  stderr: the setup (model, machine, threads, load average, text,\n"
 "    frontiers, memory estimate),\n"
 "    then per frontier the timings above plus the snapshot size and the\n"
-"    snapshot save and restore speeds in MB/s (10^6 bytes/s).\n"
+"    snapshot save and restore speeds in MB/s (10^6 bytes/s);\n"
+"    the machine's STREAM read/triad bandwidth and int8 dot-product peak,\n"
+"    measured before and after the frontiers on the same threads, and\n"
+"    against them per frontier: prefill GFLOP/s of the layer matmuls\n"
+"    (2 x ds4_model_info.layer_macs_per_token per token; the attention\n"
+"    products and the head are not counted, so it is a lower bound) as a\n"
+"    fraction of the int8 peak, and decode GB/s of weights read as a\n"
+"    fraction of STREAM read (the decode roofline); a summary line gives\n"
+"    their medians over the frontiers.\n"
 "\n"
 "checks: before loading anything the arguments and files are checked; once\n"
 "the model is loaded the session memory estimate (plus a snapshot buffer)\n"
@@ -175,7 +187,7 @@ typedef struct {
     int ctx_start, ctx_max, step_incr, gen, threads, chunk;
     double step_mul;
     int have_incr, have_mul;
-    int no_qat, no_warmup, verbose;
+    int no_qat, no_warmup, verbose, no_probe;
     const char *kv_dir;      /* also time disk KV cache save/restore */
 } opts;
 
@@ -221,6 +233,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--plot")) o->plot = NEXT();
         else if (!strcmp(a, "--no-qat")) o->no_qat = 1;
         else if (!strcmp(a, "--no-warmup")) o->no_warmup = 1;
+        else if (!strcmp(a, "--no-probe")) o->no_probe = 1;
         else if (!strcmp(a, "--kv-disk-dir")) o->kv_dir = NEXT();
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = 1;
         else die_usage("unknown option '%s'", a);
@@ -368,6 +381,33 @@ static void warm_up(const char *path) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* machine figures (tools/probe.c)                                         */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    double read, triad, int8;   /* GB/s, GB/s, GOP/s */
+    int kind;                   /* which int8 instruction gave the peak */
+} machine_fig;
+
+/* 1 GiB of STREAM (best of 3) and the int8 peak (best of 3): about 2 s. */
+static void measure_machine(int threads, machine_fig *f) {
+    probe_stream_res sr = probe_stream(1ull << 30, threads, 3);
+    f->read = sr.read_gbs;
+    f->triad = sr.triad_gbs;
+    f->int8 = probe_int8_peak(threads, 3, &f->kind);
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---------------------------------------------------------------------- */
 /* SVG plot                                                                */
 /* ---------------------------------------------------------------------- */
 
@@ -377,6 +417,7 @@ typedef struct {
     uint64_t kv_bytes;
     double save_mbs, restore_mbs;
     uint64_t snap_bytes;
+    double prefill_gflops, decode_gbs;   /* against the machine figures */
 } row;
 
 /* Write s as XML text: escapes markup, drops control characters and
@@ -726,6 +767,18 @@ int main(int argc, char **argv) {
         else note("warm-up skipped: the model file is larger than RAM");
     }
 
+    /* Machine figures, before the run (and again after it). */
+    machine_fig mf0 = { 0 }, mf1 = { 0 };
+    int probing = !o.no_probe && (!avail || avail > est + (2ull << 30));
+    if (!o.no_probe && !probing) note("machine figures skipped: not enough free memory for the bandwidth run");
+    if (probing) {
+        measure_machine(threads, &mf0);
+        note("machine figures (%d thread%s, before): STREAM read %.1f GB/s, triad %.1f GB/s; %s peak %.0f GOP/s; "
+             "decode roofline %.2f tok/s (read / weights per token)",
+             threads, threads == 1 ? "" : "s", mf0.read, mf0.triad, mf0.kind >= 0 ? probe_kind_name(mf0.kind) : "int8",
+             mf0.int8, mf0.read * 1e9 / (double)info.active_bytes_per_token);
+    }
+
     /* Session. */
     ds4_session_params sp;
     ds4_session_params_default(&sp);
@@ -849,6 +902,12 @@ int main(int argc, char **argv) {
              "(%.3f tok/s) | kv %.2f MB | snapshot %.2f MB: save %.0f MB/s, restore %.0f MB/s",
              r->ctx, r->prefill_tokens, tp, r->prefill_tps, ng, td, r->decode_tps,
              r->kv_bytes / 1e6, r->snap_bytes / 1e6, r->save_mbs, r->restore_mbs);
+        r->prefill_gflops = r->prefill_tps * 2.0 * (double)info.layer_macs_per_token * 1e-9;
+        r->decode_gbs = r->decode_tps * (double)info.active_bytes_per_token * 1e-9;
+        if (probing && mf0.read > 0 && mf0.int8 > 0)
+            note("ctx %d: prefill %.0f GFLOP/s of layer matmuls = %.0f %% of the int8 peak | decode %.1f GB/s "
+                 "of weights = %.0f %% of STREAM read", r->ctx, r->prefill_gflops, 100 * r->prefill_gflops / mf0.int8,
+                 r->decode_gbs, 100 * r->decode_gbs / mf0.read);
         if (o.verbose) {
             fprintf(stderr, "ds4-bench: gen ctx=%d:", target);
             for (int i = 0; i < ng; i++) fprintf(stderr, " %d", gen_ids[i]);
@@ -858,6 +917,27 @@ int main(int argc, char **argv) {
     }
     if (g_stop) note("interrupted: %d of %d frontiers done", n_rows, n_front);
     else if (!rc) note("done: %d frontiers in %.1f s", n_rows, now_s() - t_all);
+    if (probing && n_rows > 0 && !g_stop) {
+        measure_machine(threads, &mf1);
+        /* the machine is shared: ratios against the mean of the two probes */
+        double rd = 0.5 * (mf0.read + mf1.read), pk = 0.5 * (mf0.int8 + mf1.int8);
+        note("machine figures (after): STREAM read %.1f GB/s, triad %.1f GB/s; int8 peak %.0f GOP/s",
+             mf1.read, mf1.triad, mf1.int8);
+        double pf[n_rows], dc[n_rows];
+        for (int i = 0; i < n_rows; i++) {
+            pf[i] = rows[i].prefill_gflops;
+            dc[i] = rows[i].decode_gbs;
+        }
+        double mp = median(pf, n_rows), md = median(dc, n_rows);
+        if (rd > 0 && pk > 0)
+            note("summary (medians over %d frontiers, against the mean of both machine probes: read %.1f GB/s, "
+                 "int8 peak %.0f GOP/s): prefill %.0f GFLOP/s = %.0f %% of the int8 peak; decode %.1f GB/s = "
+                 "%.0f %% of the roofline (%.2f of %.2f tok/s); decode at ctx %d is %.0f %% of ctx %d",
+                 n_rows, rd, pk, mp, 100 * mp / pk, md, 100 * md / rd,
+                 md * 1e9 / (double)info.active_bytes_per_token, rd * 1e9 / (double)info.active_bytes_per_token,
+                 rows[n_rows - 1].ctx, rows[0].decode_tps > 0 ? 100 * rows[n_rows - 1].decode_tps / rows[0].decode_tps : 0,
+                 rows[0].ctx);
+    }
 
     if (plot) {
         char date[64];

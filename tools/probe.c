@@ -1,0 +1,370 @@
+/*
+ * probe.c -- STREAM-style bandwidth and compute peaks of this machine (see
+ * probe.h).  Each measurement runs the same loop on N threads started
+ * together (a barrier), times the slowest, and keeps the best of the
+ * repetitions: a bandwidth or a peak is what the machine can do, so the
+ * ratios the benchmarks derive from them are conservative.
+ */
+#include "probe.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define MAXTHR 256
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------------- */
+/* running one function on N threads at once                              */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    void (*fn)(void *ctx, int ith, int nth);
+    void *ctx;
+    int nth;
+    _Atomic int state;   /* 0 wait, 1 go, 2 abort */
+} team;
+
+typedef struct { team *t; int ith; } member;
+
+static void *member_main(void *p) {
+    member *m = p;
+    int s;
+    while ((s = atomic_load(&m->t->state)) == 0) sched_yield();
+    if (s == 1) m->t->fn(m->t->ctx, m->ith, m->t->nth);
+    return NULL;
+}
+
+/* Wall time of fn on nth threads (the caller is thread 0); -1 when the
+ * threads cannot be started. */
+static double run_team(void (*fn)(void *, int, int), void *ctx, int nth) {
+    if (nth < 1) nth = 1;
+    if (nth > MAXTHR) nth = MAXTHR;
+    team t = { fn, ctx, nth, 0 };
+    pthread_t th[MAXTHR];
+    member mb[MAXTHR];
+    int started = 1;
+    for (int i = 1; i < nth; i++) {
+        mb[i] = (member){ &t, i };
+        if (pthread_create(&th[i], NULL, member_main, &mb[i])) break;
+        started++;
+    }
+    atomic_store(&t.state, started == nth ? 1 : 2);
+    double t0 = now();
+    if (started == nth) fn(ctx, 0, nth);
+    for (int i = 1; i < started; i++) pthread_join(th[i], NULL);
+    return started == nth ? now() - t0 : -1;
+}
+
+static void split(long n, int ith, int nth, long *lo, long *hi) {
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+/* best of reps after one warm-up; <= 0 when threads could not start */
+static double best_time(void (*fn)(void *, int, int), void *ctx, int nth, int reps) {
+    if (run_team(fn, ctx, nth) < 0) return -1;
+    double best = 0;
+    for (int r = 0; r < (reps < 1 ? 1 : reps); r++) {
+        double t = run_team(fn, ctx, nth);
+        if (t > 0 && (best == 0 || t < best)) best = t;
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------------- */
+/* STREAM-style bandwidth                                                  */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    float *a, *b, *c;
+    size_t n;
+    volatile double sink[MAXTHR];
+} stream_job;
+
+#if defined(__x86_64__)
+/* eight independent sums of 32-byte loads: enough to keep the load ports
+ * busy, so the figure is the memory system's */
+__attribute__((target("avx2,fma")))
+static void read_task(void *ctx, int ith, int nth) {
+    stream_job *j = ctx;
+    long lo, hi;
+    split((long)(j->n / 64), ith, nth, &lo, &hi);
+    const float *p = j->a;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+    for (long i = lo * 64; i < hi * 64; i += 64) {
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(p + i));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(p + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(p + i + 16));
+        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(p + i + 24));
+        s4 = _mm256_add_ps(s4, _mm256_loadu_ps(p + i + 32));
+        s5 = _mm256_add_ps(s5, _mm256_loadu_ps(p + i + 40));
+        s6 = _mm256_add_ps(s6, _mm256_loadu_ps(p + i + 48));
+        s7 = _mm256_add_ps(s7, _mm256_loadu_ps(p + i + 56));
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)),
+                             _mm256_add_ps(_mm256_add_ps(s4, s5), _mm256_add_ps(s6, s7)));
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    j->sink[ith] = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+#else
+static void read_task(void *ctx, int ith, int nth) {
+    stream_job *j = ctx;
+    long lo, hi;
+    split((long)j->n, ith, nth, &lo, &hi);
+    float s = 0;
+    for (long i = lo; i < hi; i++) s += j->a[i];
+    j->sink[ith] = s;
+}
+#endif
+
+static void triad_task(void *ctx, int ith, int nth) {
+    stream_job *j = ctx;
+    long lo, hi;
+    split((long)j->n, ith, nth, &lo, &hi);
+    float *a = j->a;
+    const float *b = j->b, *c = j->c;
+    const float s = 3.0f;
+    for (long i = lo; i < hi; i++) a[i] = b[i] + s * c[i];
+}
+
+double probe_read_buffer(const void *p, size_t bytes, int nthreads) {
+    stream_job *j = calloc(1, sizeof *j);
+    if (!j) return 0;
+    j->a = (float *)p;
+    j->n = bytes / sizeof(float) / 64 * 64;
+    double t = run_team(read_task, j, nthreads);
+    double gbs = t > 0 ? (double)j->n * sizeof(float) / t * 1e-9 : 0;
+    free(j);
+    return gbs;
+}
+
+probe_stream_res probe_stream(size_t bytes, int nthreads, int reps) {
+    probe_stream_res r = { 0, 0 };
+    bytes = bytes / 4096 * 4096;
+    if (bytes < (1u << 20)) return r;
+    void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return r;
+    stream_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        munmap(mem, bytes);
+        return r;
+    }
+    /* read: the whole array */
+    j->a = mem;
+    j->n = bytes / sizeof(float) / 64 * 64;
+    for (size_t i = 0; i < j->n; i += 1024) j->a[i] = 1.0f;
+    double t = best_time(read_task, j, nthreads, reps);
+    if (t > 0) r.read_gbs = (double)j->n * sizeof(float) / t * 1e-9;
+    /* triad: three arrays of a third each */
+    size_t each = bytes / 3 / 64 * 64;
+    j->n = each / sizeof(float);
+    j->a = mem;
+    j->b = (float *)((char *)mem + each);
+    j->c = (float *)((char *)mem + 2 * each);
+    for (size_t i = 0; i < j->n; i++) {
+        j->b[i] = 1.0f;
+        j->c[i] = 2.0f;
+    }
+    t = best_time(triad_task, j, nthreads, reps);
+    if (t > 0) r.triad_gbs = 3.0 * (double)j->n * sizeof(float) / t * 1e-9;
+    free(j);
+    munmap(mem, bytes);
+    return r;
+}
+
+/* ---------------------------------------------------------------------- */
+/* compute peaks                                                           */
+/* ---------------------------------------------------------------------- */
+
+#define PEAK_ITERS 1000000
+
+typedef struct {
+    int kind;
+    volatile double sink[MAXTHR];
+} peak_job;
+
+static const char *KIND_NAMES[PROBE_NKIND] = {
+    "int8 vpdpbusd zmm (avx512vnni)", "int8 vpdpbusd ymm (avx-vnni)",
+    "int8 vpmaddubsw+vpmaddwd+vpaddd ymm (avx2)", "fp32 fma zmm (avx512f)", "fp32 fma ymm (avx2)"
+};
+
+const char *probe_kind_name(int kind) {
+    return kind >= 0 && kind < PROBE_NKIND ? KIND_NAMES[kind] : "?";
+}
+
+#if defined(__x86_64__)
+/* Twelve independent accumulators: more than latency x ports for each of
+ * these instructions, so the loops run at the issue limit.  The empty asm
+ * keeps the compiler from hoisting the products out of the loop. */
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static double peak_vnni512(void) {
+    __m512i acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_epi32(i);
+    __m512i a = _mm512_set1_epi32(0x01020304), b = _mm512_set1_epi32(0x05060708);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+        __asm__ volatile("" : "+v"(a), "+v"(b));
+    }
+    __m512i s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, acc[i]);
+    return (double)_mm512_reduce_add_epi32(s);
+}
+
+__attribute__((target("avx2,avxvnni")))
+static double peak_vnni256(void) {
+    __m256i acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_epi32(i);
+    __m256i a = _mm256_set1_epi32(0x01020304), b = _mm256_set1_epi32(0x05060708);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_dpbusd_avx_epi32(acc[i], a, b);
+        __asm__ volatile("" : "+x"(a), "+x"(b));
+    }
+    __m256i s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_epi32(s, acc[i]);
+    int t[8];
+    _mm256_storeu_si256((__m256i *)t, s);
+    return (double)(t[0] + t[7]);
+}
+
+/* Six accumulators, each with its own unsigned operand: with a shared one
+ * the compiler would compute the product once per iteration. */
+__attribute__((target("avx2")))
+static double peak_avx2_i8(void) {
+    __m256i acc[6], a[6];
+    for (int i = 0; i < 6; i++) {
+        acc[i] = _mm256_set1_epi32(i);
+        a[i] = _mm256_set1_epi32(0x01020304 + i);
+    }
+    __m256i b = _mm256_set1_epi32(0x05060708);
+    const __m256i one = _mm256_set1_epi16(1);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 6; i++)
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a[i], b), one));
+        __asm__ volatile("" : "+x"(a[0]), "+x"(a[1]), "+x"(a[2]), "+x"(a[3]), "+x"(a[4]), "+x"(a[5]), "+x"(b));
+    }
+    __m256i s = acc[0];
+    for (int i = 1; i < 6; i++) s = _mm256_add_epi32(s, acc[i]);
+    int t[8];
+    _mm256_storeu_si256((__m256i *)t, s);
+    return (double)(t[0] + t[7]);
+}
+
+__attribute__((target("avx512f")))
+static double peak_fma512(void) {
+    __m512 acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_ps((float)i);
+    __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+        __asm__ volatile("" : "+v"(a), "+v"(b));
+    }
+    __m512 s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, acc[i]);
+    return (double)_mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma")))
+static double peak_fma256(void) {
+    __m256 acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+    __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+    for (long it = 0; it < PEAK_ITERS; it++) {
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+        __asm__ volatile("" : "+x"(a), "+x"(b));
+    }
+    __m256 s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, acc[i]);
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    return (double)(t[0] + t[7]);
+}
+
+int probe_kind_supported(int kind) {
+    __builtin_cpu_init();
+    switch (kind) {
+    case PROBE_VNNI512: return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+    case PROBE_VNNI256: {
+        unsigned a, b, c, d;   /* CPUID.(7,1):EAX bit 4 = AVX-VNNI */
+        __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+        return __builtin_cpu_supports("avx2") && ((a >> 4) & 1);
+    }
+    case PROBE_AVX2_I8: return __builtin_cpu_supports("avx2");
+    case PROBE_FMA512: return __builtin_cpu_supports("avx512f");
+    case PROBE_FMA256: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return 0;
+}
+
+/* operations (2 per multiply-add) of one call on one thread */
+static double kind_ops(int kind) {
+    switch (kind) {
+    case PROBE_VNNI512: return 2.0 * 64 * 12 * PEAK_ITERS;
+    case PROBE_VNNI256: return 2.0 * 32 * 12 * PEAK_ITERS;
+    case PROBE_AVX2_I8: return 2.0 * 32 * 6 * PEAK_ITERS;
+    case PROBE_FMA512: return 2.0 * 16 * 12 * PEAK_ITERS;
+    case PROBE_FMA256: return 2.0 * 8 * 12 * PEAK_ITERS;
+    }
+    return 0;
+}
+
+static void peak_task(void *ctx, int ith, int nth) {
+    (void)nth;
+    peak_job *j = ctx;
+    double s = 0;
+    switch (j->kind) {
+    case PROBE_VNNI512: s = peak_vnni512(); break;
+    case PROBE_VNNI256: s = peak_vnni256(); break;
+    case PROBE_AVX2_I8: s = peak_avx2_i8(); break;
+    case PROBE_FMA512: s = peak_fma512(); break;
+    case PROBE_FMA256: s = peak_fma256(); break;
+    }
+    j->sink[ith] = s;
+}
+#else
+int probe_kind_supported(int kind) { (void)kind; return 0; }
+static double kind_ops(int kind) { (void)kind; return 0; }
+static void peak_task(void *ctx, int ith, int nth) { (void)ctx; (void)ith; (void)nth; }
+#endif
+
+double probe_peak(int kind, int nthreads, int reps) {
+    if (!probe_kind_supported(kind)) return 0;
+    if (nthreads < 1) nthreads = 1;
+    if (nthreads > MAXTHR) nthreads = MAXTHR;
+    peak_job *j = calloc(1, sizeof *j);
+    if (!j) return 0;
+    j->kind = kind;
+    double t = best_time(peak_task, j, nthreads, reps);
+    free(j);
+    return t > 0 ? kind_ops(kind) * nthreads / t * 1e-9 : 0;
+}
+
+double probe_int8_peak(int nthreads, int reps, int *kind) {
+    double best = 0;
+    int bk = -1;
+    for (int k = PROBE_VNNI512; k <= PROBE_AVX2_I8; k++) {
+        if (!probe_kind_supported(k)) continue;
+        double p = probe_peak(k, nthreads, reps);
+        if (p > best) {
+            best = p;
+            bk = k;
+        }
+    }
+    if (kind) *kind = bk;
+    return best;
+}
