@@ -52,7 +52,7 @@ for _ in $(seq 100); do
 done
 
 case "$BIN" in /*) ABS="$BIN" ;; *) ABS="$PWD/$BIN" ;; esac
-export DS4_URL="$URL" DS4_SERVER="$ABS" DS4_MODEL="$PWD/$MODEL"
+export DS4_URL="$URL" DS4_SERVER="$ABS" DS4_MODEL="$(realpath "$MODEL")"
 cd tests/server
 # one file at a time: the tests share the server (and its live session)
 conc=""

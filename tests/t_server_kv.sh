@@ -20,7 +20,7 @@ if [ ! -d tests/server/node_modules ]; then
     (cd tests/server && npm ci --no-audit --no-fund) || { echo "t_server_kv: npm ci failed" >&2; exit 1; }
 fi
 case "$BIN" in /*) ABS="$BIN" ;; *) ABS="$PWD/$BIN" ;; esac
-export DS4_SERVER="$ABS" DS4_MODEL="$PWD/$MODEL" DS4_KV_TOOL="$PWD/ds4-kv" \
+export DS4_SERVER="$ABS" DS4_MODEL="$(realpath "$MODEL")" DS4_KV_TOOL="$PWD/ds4-kv" \
     DS4_SYNTH="$PWD/ds4-synth" DS4_VOCAB="$PWD/$SHARED/vocab/mini-vocab.gguf"
 cd tests/server
 conc=""
