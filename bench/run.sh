@@ -27,11 +27,11 @@
 #
 # Time: ds4-bench prefills every token once (32768 by default) and decodes
 # BENCH_GEN tokens per frontier.  On the 2-core development VM with the
-# synthetic medium model, 2048..8192 took 6 minutes (prefill 32 -> 20
-# tokens/s, decode ~2.4 tokens/s, 1.36 GB of weights per token); the full
-# 2048..32768 is expected to take roughly 40-60 minutes there (prefill slows
-# as the context grows).  Making the model takes ~1 minute, once.  Lower
-# BENCH_CTX_MAX for a quicker look, e.g. `make bench BENCH_CTX_MAX=8192`.
+# synthetic medium model (1.36 GB of weights per token) the whole
+# 2048..32768 run takes about 7 minutes (prefill ~100-130 tokens/s, decode
+# ~11-15 tokens/s), the kernel benchmark about 3 more.  Making the model
+# takes ~1 minute, once.  Lower BENCH_CTX_MAX for a quicker look, e.g.
+# `make bench BENCH_CTX_MAX=8192`.
 set -eu
 cd "$(dirname "$0")/.."
 
