@@ -27,21 +27,29 @@
  * into a 6 KB L1 buffer and reused by every token of the call.
  *
  * Per unit (16 rows x 32 elements x 1 token) the compute loop issues 8
- * vpdpbusd plus 3-4 other vector ops, i.e. about 43 of the 64 MACs a
- * vpdpbusd could do per uop: the ceiling of this scheme is ~2/3 of the
- * machine's int8 peak.  It keeps exactly the scalar operation order (the
- * block integer sums are exact, the float terms are added per block in
- * block order), which is what makes tiles, decode and the scalar table
- * agree bit for bit (Q4_K: ds4_q4_K_q8_K_blockwise).
+ * vpdpbusd plus other vector ops: Q8_0 4 (the float work of its block),
+ * Q4_K 4, IQ2_XXS 3.5 (vpmulld by the group scale: 2 uops), Q2_K 2
+ * (its 16-element scales are folded into the packed codes, see
+ * pack_q2_K); the ceiling of this scheme is 2/3 to 4/5 of the machine's
+ * int8 peak.  Each register tile runs two units at a time where it can
+ * (2 x 8 independent accumulator chains: a vpdpbusd waits 5 cycles for its
+ * accumulator and two issue per cycle).  The activation side of IQ2_XXS
+ * is biased to unsigned instead of the weights, so that the bias costs a
+ * per-row constant made at packing, not work per token.  It keeps exactly
+ * the scalar operation order (the block integer sums are exact, the float
+ * terms are added per block in block order), which is what makes tiles,
+ * decode and the scalar table agree bit for bit (Q4_K:
+ * ds4_q4_K_q8_K_blockwise).
  *
  * Loop structure (tile_int).  Up to TOK_TILE tokens (decode): strip by
  * strip (16 rows), every 256-element chunk packed and used at once, the
  * next strip prefetched into L2; one token of Q2_K/Q4_K skips the pack
  * buffer altogether (dec_k).  More tokens (prefill): token super-tiles of
- * TOK_SUPER, 128-row panels, and for each chunk: the activation side once
+ * TOK_SUPER, 256-row panels, and for each chunk: the activation side once
  * (Q8_0 corrections, IQ2_XXS permuted codes), then per strip one pack and
- * register tiles of 8 tokens; the running float sums wait in y between
- * chunks (stored and reloaded as float32, so unchanged).
+ * register tiles of up to 8 tokens, split evenly; the running float sums
+ * wait in y between chunks (stored and reloaded as float32, so
+ * unchanged).
  *
  * Float design (F32/F16 x float): the avx2 kernels' 32-lane order in zmm
  * pairs; decode 4 rows x 1 token with prefetch, batches in two 16-lane
@@ -64,9 +72,10 @@
 /* ------------------------------------------------------------------------ */
 
 typedef struct {
-    __m512i w[64];    /* w[8u + s]: lane r = codes 4s..4s+3 of unit u (elements 32u..32u+31) of row r */
-    __m512i sc[16];   /* K: dword lane = scale of 16-element half k (low word); IQ2: ls of group k < 8 */
-    __m512i m[8];     /* K: words (min of bsum 2p, min of bsum 2p+1); IQ2: -128*ls_p twice */
+    __m512i w[64];    /* w[8u + s]: lane r = codes 4s..4s+3 of unit u (elements 32u..32u+31) of row r
+                         (Q2_K: times their 16-element scale) */
+    __m512i sc[16];   /* Q4_K: dword lane = scale of 16-element half k (low word); IQ2: ls of group k < 8 */
+    __m512i m[8];     /* K: words (min of bsum 2p, min of bsum 2p+1); IQ2: m[0] = the bias constant */
     __m512 d[8];      /* Q8_0: weight scale per block; K: d[0] = d, d[1] = dmin; IQ2: d[0] = d */
 } pack_t;
 
@@ -194,8 +203,8 @@ VT static void pack_q8_0(const uint8_t *w, size_t ws, int nr, int b0, int nbk, p
     }
 }
 
-/* Q2_K: codes 0..3 already unsigned; scales of the 16 halves as dwords,
- * mins as word pairs for vpdpwssd against the activation's bsums. */
+/* Q2_K: codes 0..3 already unsigned, multiplied by their 16-element scale
+ * (below); mins as word pairs for vpdpwssd against the activation's bsums. */
 VT static void pack_q2_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk)
 {
     const uint8_t *rows[16], *p[16];
@@ -207,21 +216,34 @@ VT static void pack_q2_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk
     __m512i sel[4];
     for (int j = 0; j < 4; j++)
         sel[j] = _mm512_set1_epi64((long long)(((uint64_t)1 << (2 * j)) << 56 | ((uint64_t)2 << (2 * j)) << 48));
+    for (int r = 0; r < 16; r++) p[r] = rows[r] + off;
+    __m512i sr[4];   /* sr[q]: scale bytes 4q..4q+3 */
+    tr16x4(p, sr);
+    /* scale k (low nibble of byte k) in both words of each dword lane:
+     * vpshufb copies byte i of every dword to bytes 0 and 2 (vpshufb
+     * indexes within 128-bit lanes: dword p of a lane starts at byte 4p) */
+    const __m512i lo4w = _mm512_set1_epi32(0x000f000f);
+    __m512i scw[16];
+    for (int i = 0; i < 4; i++) {
+        const uint32_t c = (uint32_t)i | (uint32_t)i << 16;
+        const __m512i ctl = _mm512_set4_epi32((int)(c + 0x0c000c), (int)(c + 0x080008), (int)(c + 0x040004), (int)c);
+        for (int q = 0; q < 4; q++) scw[4 * q + i] = _mm512_and_si512(_mm512_shuffle_epi8(sr[q], ctl), lo4w);
+    }
+    /* codes times their scale (0..45, still a byte): vpmullw of two code
+     * bytes by the scale word gives both byte products with no carry
+     * between them.  Then a whole 256-block is one exact integer sum
+     * sum_k sc_k * sum(q*a) (comp_q2_K), with no per-16 scale step. */
     for (int h = 0; h < 2; h++) {
         for (int r = 0; r < 16; r++) p[r] = rows[r] + off + 16 + 32 * h;
         __m512i t[8];
         tr16x8(p, t);
         for (int j = 0; j < 4; j++)
-            for (int s = 0; s < 8; s++)
-                pk->w[8 * (4 * h + j) + s] = _mm512_gf2p8affine_epi64_epi8(t[s], sel[j], 0);
+            for (int s = 0; s < 8; s++) {
+                const int v = 8 * (4 * h + j) + s;
+                pk->w[v] = _mm512_mullo_epi16(_mm512_gf2p8affine_epi64_epi8(t[s], sel[j], 0), scw[v >> 2]);
+            }
     }
-    for (int r = 0; r < 16; r++) p[r] = rows[r] + off;
-    __m512i sr[4];   /* sr[q]: scale bytes 4q..4q+3 */
-    tr16x4(p, sr);
-    const __m512i lo4 = _mm512_set1_epi32(0x0f);
     for (int q = 0; q < 4; q++) {
-        for (int i = 0; i < 4; i++)
-            pk->sc[4 * q + i] = _mm512_and_si512(_mm512_srli_epi32(sr[q], 8 * i), lo4);
         /* words (byte i >> 4, byte i+1 >> 4) for i = 0, 2 (vpshufb indexes
          * within 128-bit lanes: dword p of a lane starts at byte 4p) */
         for (int i = 0; i < 4; i += 2) {
@@ -324,15 +346,19 @@ static void iq2_tables_init(void)
  *   codes:  every grid magnitude is 8, 25 or 43: iq2_clo/chi[e] hold the
  *           2-bit codes of elements 0..3 / 4..7 of entry e, looked up with
  *           vpermi2b (two 128-entry halves + blend);
- *   values: gf2p8affineqb (port 0) maps code c to 128 + {8, 25, 43} (the
- *           affine map 0x88 ^ c0*0x11 ^ c1*0x23 over GF(2)), the +128 bias
- *           making the code unsigned for vpdpbusd;
+ *   values: gf2p8affineqb (port 0) maps code c to {8, 25, 43} (the affine
+ *           map 0x08 ^ c0*0x11 ^ c1*0x23 over GF(2));
  *   signs:  the 7 stored bits + parity (vpopcntb) per entry, bit-transposed
  *           per qword by one gf2p8affineqb with the data as the matrix, so
  *           byte s collects bit s of eight entries: gathered (vpermb) into
  *           eight 64-bit masks, one per packed vector; a masked negate then
- *           turns 128 + g into -(128 + g) = 128 - g (mod 256).
- * The bias is removed per group through the activation's bsums (m[]). */
+ *           turns g into -g.
+ * The weights are the signed operand of vpdpbusd and the activations the
+ * unsigned one, biased by +128 (iq2_perm_act): the bias then costs a
+ * constant per row and block, -128 * sum_g ls_g * (sum of group g's
+ * weights), made here once (m[0], 64 vpdpbusd of the scales against the
+ * weights) and used as the start of every token's sum, instead of 8
+ * vpdpwssd of the mins against each token's bsums. */
 VT static void pack_iq2_xxs(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk)
 {
     const uint8_t *rows[16], *p[16];
@@ -379,6 +405,9 @@ VT static void pack_iq2_xxs(const uint8_t *w, size_t ws, int nr, int kb, pack_t 
         const __m512i tb = _mm512_gf2p8affine_epi64_epi8(bitsel, sg, 0);
         _mm512_store_si512(msk[g], _mm512_permutexvar_epi8(gidx, tb));
     }
+    /* ls_g in all four bytes of each dword (vpshufb: byte 0 of each dword) */
+    const __m512i rep4 = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0x00000000);
+    __m512i bias0 = zero, bias1 = zero;   /* sum_g ls_g * sum(w), two chains */
     for (int g = 0; g < 8; g++) {
         const __m512i idx = t[2 * g], s1 = t[2 * g + 1];
         const __mmask64 hi = _mm512_movepi8_mask(idx);
@@ -386,21 +415,26 @@ VT static void pack_iq2_xxs(const uint8_t *w, size_t ws, int nr, int kb, pack_t 
                                                    _mm512_permutex2var_epi8(clo2, idx, clo3));
         const __m512i chi = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(chi0, idx, chi1),
                                                    _mm512_permutex2var_epi8(chi2, idx, chi3));
-        for (int sv = 0; sv < 8; sv++) {
-            const __m512i v = _mm512_gf2p8affine_epi64_epi8(sv < 4 ? clo : chi, vmap[sv & 3], 0x88);
-            pk->w[8 * g + sv] = _mm512_mask_sub_epi8(v, _load_mask64(&msk[g][sv]), zero, v);
-        }
         /* ls = 2 * (a1 >> 28) + 1 */
         const __m512i ls = _mm512_or_si512(_mm512_slli_epi32(_mm512_srli_epi32(s1, 28), 1), _mm512_set1_epi32(1));
         pk->sc[g] = ls;
-        const __m512i c = _mm512_and_si512(_mm512_sub_epi32(zero, _mm512_slli_epi32(ls, 7)), _mm512_set1_epi32(0xffff));
-        pk->m[g] = _mm512_or_si512(c, _mm512_slli_epi32(c, 16));
+        const __m512i lsb = _mm512_shuffle_epi8(ls, rep4);
+        for (int sv = 0; sv < 8; sv++) {
+            const __m512i v = _mm512_gf2p8affine_epi64_epi8(sv < 4 ? clo : chi, vmap[sv & 3], 0x08);
+            const __m512i sw = _mm512_mask_sub_epi8(v, _load_mask64(&msk[g][sv]), zero, v);
+            pk->w[8 * g + sv] = sw;
+            if (sv & 1) bias1 = _mm512_dpbusd_epi32(bias1, lsb, sw);
+            else bias0 = _mm512_dpbusd_epi32(bias0, lsb, sw);
+        }
     }
+    /* |bias| <= 128 * 8 * 31 * 32 * 43: fits */
+    pk->m[0] = _mm512_sub_epi32(zero, _mm512_slli_epi32(_mm512_add_epi32(bias0, bias1), 7));
     pk->d[0] = gather_f16(w, strip_offsets(ws, nr), off, 0);
 }
 
 /* The 256 activation codes of a block_q8_K in the IQ2_XXS packed order:
- * within each 32-element group, byte 4s + k = element 8k + s. */
+ * within each 32-element group, byte 4s + k = element 8k + s; biased by
+ * +128 to unsigned (a ^ 0x80), see pack_iq2_xxs. */
 VTI static void iq2_perm_act(const uint8_t *blk, uint8_t *out)
 {
     uint8_t pi[64];
@@ -409,7 +443,8 @@ VTI static void iq2_perm_act(const uint8_t *blk, uint8_t *out)
             for (int k = 0; k < 4; k++) pi[32 * h + 4 * sv + k] = (uint8_t)(32 * h + 8 * k + sv);
     const __m512i pidx = _mm512_loadu_si512(pi);
     for (int q = 0; q < 4; q++)
-        _mm512_storeu_si512(out + 64 * q, _mm512_permutexvar_epi8(pidx, _mm512_loadu_si512(blk + 4 + 64 * q)));
+        _mm512_storeu_si512(out + 64 * q, _mm512_xor_si512(_mm512_permutexvar_epi8(pidx, _mm512_loadu_si512(blk + 4 + 64 * q)),
+                                                           _mm512_set1_epi8((char)0x80)));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -419,6 +454,9 @@ VTI static void iq2_perm_act(const uint8_t *blk, uint8_t *out)
 
 #define BCAST32(p) _mm512_set1_epi32(ld_i32(p))
 #define TOK_TILE 8          /* tokens per register tile */
+/* The "#pragma GCC unroll" below: left rolled, GCC 12 copied every
+ * accumulator of the s loop through a temporary register and back on each
+ * iteration (two extra moves per vpdpbusd, measured slower). */
 
 /* Q8_0 x Q8_0a: ab[j] -> token j's first block of the chunk; corr[j*8+b]
  * = -128 * sum of the activation codes of block b.  The loops run stage by
@@ -427,10 +465,39 @@ VTI static void iq2_perm_act(const uint8_t *blk, uint8_t *out)
 VTI static void comp_q8_0(const pack_t *pk, int nbk, const uint8_t *const *ab, const int32_t *corr,
                           __m512 *facc, int C)
 {
-    for (int b = 0; b < nbk; b++) {
+    int b = 0;
+    /* two blocks at a time: 2C independent vpdpbusd chains instead of C
+     * (a vpdpbusd waits 5 cycles for its accumulator, two issue per
+     * cycle); each block's float terms are still added in block order */
+    for (; b + 2 <= nbk; b += 2) {
+        const size_t ob = (size_t)b * sizeof(block_q8_0a);
+        __m512i a0[TOK_TILE], a1[TOK_TILE];
+        for (int j = 0; j < C; j++) {
+            a0[j] = _mm512_set1_epi32(corr[8 * j + b]);
+            a1[j] = _mm512_set1_epi32(corr[8 * j + b + 1]);
+        }
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            const __m512i w0 = pk->w[8 * b + s], w1 = pk->w[8 * b + 8 + s];
+            for (int j = 0; j < C; j++) {
+                a0[j] = _mm512_dpbusd_epi32(a0[j], w0, BCAST32(ab[j] + ob + 4 + 4 * s));
+                a1[j] = _mm512_dpbusd_epi32(a1[j], w1, BCAST32(ab[j] + ob + sizeof(block_q8_0a) + 4 + 4 * s));
+            }
+        }
+        const __m512 dw0 = pk->d[b], dw1 = pk->d[b + 1];
+        for (int j = 0; j < C; j++) {
+            /* scalar order: sumf += (float)sumi * (dw * da), block by block */
+            const __m512 sc0 = _mm512_mul_ps(dw0, _mm512_set1_ps(ld_f32(ab[j] + ob)));
+            const __m512 sc1 = _mm512_mul_ps(dw1, _mm512_set1_ps(ld_f32(ab[j] + ob + sizeof(block_q8_0a))));
+            facc[j] = _mm512_add_ps(facc[j], _mm512_mul_ps(_mm512_cvtepi32_ps(a0[j]), sc0));
+            facc[j] = _mm512_add_ps(facc[j], _mm512_mul_ps(_mm512_cvtepi32_ps(a1[j]), sc1));
+        }
+    }
+    for (; b < nbk; b++) {
         const size_t ob = (size_t)b * sizeof(block_q8_0a);
         __m512i acc[TOK_TILE];
         for (int j = 0; j < C; j++) acc[j] = _mm512_set1_epi32(corr[8 * j + b]);
+#pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
             const __m512i ws = pk->w[8 * b + s];
             for (int j = 0; j < C; j++)
@@ -438,31 +505,16 @@ VTI static void comp_q8_0(const pack_t *pk, int nbk, const uint8_t *const *ab, c
         }
         const __m512 dw = pk->d[b];
         for (int j = 0; j < C; j++) {
-            /* scalar order: sumf += (float)sumi * (dw * da) */
             const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(ab[j] + ob)));
             facc[j] = _mm512_add_ps(facc[j], _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j]), sc));
         }
     }
 }
 
-/* Q2_K / Q4_K x Q8_K, one 256-block: ab[j] -> token j's block_q8_K. */
-VTI static void comp_k(const pack_t *pk, const uint8_t *const *ab, __m512 *facc, int C)
+/* The min term and the float work of a K-quant block for C tokens:
+ * isum[j] is token j's exact sum_k sc_k * sum(q*a). */
+VTI static void k_finish(const pack_t *pk, const uint8_t *const *ab, const __m512i *isum, __m512 *facc, int C)
 {
-    __m512i isum[TOK_TILE];
-    for (int j = 0; j < C; j++) isum[j] = _mm512_setzero_si512();
-    for (int k = 0; k < 16; k++) {
-        __m512i acc[TOK_TILE];
-        for (int j = 0; j < C; j++) acc[j] = _mm512_setzero_si512();
-        for (int s = 0; s < 4; s++) {
-            const __m512i ws = pk->w[4 * k + s];
-            for (int j = 0; j < C; j++)
-                acc[j] = _mm512_dpbusd_epi32(acc[j], ws, BCAST32(ab[j] + 4 + 16 * k + 4 * s));
-        }
-        /* |acc| <= 16*15*127 fits a word: the high word (its sign) meets a
-         * zero scale word, so this adds acc * scale exactly */
-        const __m512i sc = pk->sc[k];
-        for (int j = 0; j < C; j++) isum[j] = _mm512_dpwssd_epi32(isum[j], acc[j], sc);
-    }
     const __m512i m0 = pk->m[0], m1 = pk->m[1], m2 = pk->m[2], m3 = pk->m[3];
     const __m512i m4 = pk->m[4], m5 = pk->m[5], m6 = pk->m[6], m7 = pk->m[7];
     const __m512 dv = pk->d[0], dmv = pk->d[1];
@@ -484,41 +536,79 @@ VTI static void comp_k(const pack_t *pk, const uint8_t *const *ab, __m512 *facc,
     }
 }
 
-/* IQ2_XXS x Q8_K, one 256-block: aq[j] -> token j's codes in the packed
- * order (iq2_perm_act), ab[j] -> its block_q8_K (scale, bsums). */
-VTI static void comp_iq2(const pack_t *pk, const uint8_t *const *ab, const uint8_t *const *aq, __m512 *facc, int C)
+/* Q2_K x Q8_K, one 256-block (codes pre-multiplied by their scales, see
+ * pack_q2_K): 64 vpdpbusd per token and nothing else per unit.  Two
+ * accumulators per token (even / odd 32-element units), so that 2C
+ * independent chains keep both vpdpbusd ports busy; |sum| <= 256*45*128
+ * fits easily, and integer addition is exact in any order. */
+VTI static void comp_q2_K(const pack_t *pk, const uint8_t *const *ab, __m512 *facc, int C)
 {
-    __m512i bsum[TOK_TILE];
-    for (int j = 0; j < C; j++) bsum[j] = _mm512_setzero_si512();
-    for (int g = 0; g < 8; g++) {
+    __m512i a0[TOK_TILE], a1[TOK_TILE];
+    for (int j = 0; j < C; j++) a0[j] = a1[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int u = 0; u < 8; u += 2)
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            const __m512i w0 = pk->w[8 * u + s], w1 = pk->w[8 * u + 8 + s];
+            for (int j = 0; j < C; j++) {
+                a0[j] = _mm512_dpbusd_epi32(a0[j], w0, BCAST32(ab[j] + 4 + 32 * u + 4 * s));
+                a1[j] = _mm512_dpbusd_epi32(a1[j], w1, BCAST32(ab[j] + 4 + 32 * u + 32 + 4 * s));
+            }
+        }
+    for (int j = 0; j < C; j++) a0[j] = _mm512_add_epi32(a0[j], a1[j]);
+    k_finish(pk, ab, a0, facc, C);
+}
+
+/* Q4_K x Q8_K, one 256-block: ab[j] -> token j's block_q8_K. */
+VTI static void comp_k(const pack_t *pk, const uint8_t *const *ab, __m512 *facc, int C)
+{
+    __m512i isum[TOK_TILE];
+    for (int j = 0; j < C; j++) isum[j] = _mm512_setzero_si512();
+    for (int k = 0; k < 16; k++) {
         __m512i acc[TOK_TILE];
         for (int j = 0; j < C; j++) acc[j] = _mm512_setzero_si512();
-        for (int s = 0; s < 8; s++) {
-            const __m512i ws = pk->w[8 * g + s];
+        for (int s = 0; s < 4; s++) {
+            const __m512i ws = pk->w[4 * k + s];
             for (int j = 0; j < C; j++)
-                acc[j] = _mm512_dpbusd_epi32(acc[j], ws, BCAST32(aq[j] + 32 * g + 4 * s));
+                acc[j] = _mm512_dpbusd_epi32(acc[j], ws, BCAST32(ab[j] + 4 + 16 * k + 4 * s));
         }
-        const __m512i ls = pk->sc[g];
-        for (int j = 0; j < C; j++) bsum[j] = _mm512_add_epi32(bsum[j], _mm512_mullo_epi32(acc[j], ls));
+        /* |acc| <= 16*15*127 fits a word: the high word (its sign) meets a
+         * zero scale word, so this adds acc * scale exactly */
+        const __m512i sc = pk->sc[k];
+        for (int j = 0; j < C; j++) isum[j] = _mm512_dpwssd_epi32(isum[j], acc[j], sc);
     }
-    const __m512i m0 = pk->m[0], m1 = pk->m[1], m2 = pk->m[2], m3 = pk->m[3];
-    const __m512i m4 = pk->m[4], m5 = pk->m[5], m6 = pk->m[6], m7 = pk->m[7];
+    k_finish(pk, ab, isum, facc, C);
+}
+
+/* IQ2_XXS x Q8_K, one 256-block: aq[j] -> token j's codes in the packed
+ * order, biased to unsigned (iq2_perm_act), ab[j] -> its block_q8_K (scale). */
+VTI static void comp_iq2(const pack_t *pk, const uint8_t *const *ab, const uint8_t *const *aq, __m512 *facc, int C)
+{
+    /* each token's sum starts at the bias constant (see pack_iq2_xxs) */
+    __m512i bsum[TOK_TILE];
+    for (int j = 0; j < C; j++) bsum[j] = pk->m[0];
+    /* two groups at a time: 2C independent vpdpbusd chains (see comp_q8_0) */
+    for (int g = 0; g < 8; g += 2) {
+        __m512i a0[TOK_TILE], a1[TOK_TILE];
+        for (int j = 0; j < C; j++) a0[j] = a1[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            const __m512i w0 = pk->w[8 * g + s], w1 = pk->w[8 * g + 8 + s];
+            for (int j = 0; j < C; j++) {
+                a0[j] = _mm512_dpbusd_epi32(a0[j], BCAST32(aq[j] + 32 * g + 4 * s), w0);
+                a1[j] = _mm512_dpbusd_epi32(a1[j], BCAST32(aq[j] + 32 * g + 32 + 4 * s), w1);
+            }
+        }
+        const __m512i ls0 = pk->sc[g], ls1 = pk->sc[g + 1];
+        for (int j = 0; j < C; j++)
+            bsum[j] = _mm512_add_epi32(bsum[j], _mm512_add_epi32(_mm512_mullo_epi32(a0[j], ls0),
+                                                                 _mm512_mullo_epi32(a1[j], ls1)));
+    }
     const __m512 dv = pk->d[0];
     for (int j = 0; j < C; j++) {
-        /* remove the +128 bias: - sum_g ls_g * 128 * (bsum_2g + bsum_2g+1) */
-        const uint8_t *bs = ab[j] + 4 + QK_K;
-        __m512i s = bsum[j];
-        s = _mm512_dpwssd_epi32(s, m0, BCAST32(bs));
-        s = _mm512_dpwssd_epi32(s, m1, BCAST32(bs + 4));
-        s = _mm512_dpwssd_epi32(s, m2, BCAST32(bs + 8));
-        s = _mm512_dpwssd_epi32(s, m3, BCAST32(bs + 12));
-        s = _mm512_dpwssd_epi32(s, m4, BCAST32(bs + 16));
-        s = _mm512_dpwssd_epi32(s, m5, BCAST32(bs + 20));
-        s = _mm512_dpwssd_epi32(s, m6, BCAST32(bs + 24));
-        s = _mm512_dpwssd_epi32(s, m7, BCAST32(bs + 28));
         /* scalar order: sumf += (f16(w.d) * a.d) * (float)bsum */
         const __m512 d = _mm512_mul_ps(dv, _mm512_set1_ps(ld_f32(ab[j])));
-        facc[j] = _mm512_add_ps(facc[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(s)));
+        facc[j] = _mm512_add_ps(facc[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(bsum[j])));
     }
 }
 
@@ -529,7 +619,7 @@ VTI static void comp_iq2(const pack_t *pk, const uint8_t *const *ab, const uint8
 enum { VF_Q8_0, VF_Q2_K, VF_Q4_K, VF_IQ2 };
 
 #define TOK_SUPER 128       /* tokens per pass over the weights (bounds corr[], perm[]: 36 KB of stack) */
-#define PANEL 128           /* rows whose outputs stay in L2 across chunks */
+#define PANEL 256           /* rows whose outputs stay in L2 across chunks (256 x TOK_SUPER floats = 128 KB) */
 
 /* -128 * sum of the 32 codes of a Q8_0a block */
 VTI static int32_t q8_0a_corr(const uint8_t *blk)
@@ -562,7 +652,8 @@ VTI static void comp_any(int f, const pack_t *pk, int nbk, const uint8_t *const 
 {
     switch (f) {
     case VF_Q8_0: comp_q8_0(pk, nbk, ab, corr, facc, C); break;
-    case VF_Q2_K: case VF_Q4_K: comp_k(pk, ab, facc, C); break;
+    case VF_Q2_K: comp_q2_K(pk, ab, facc, C); break;
+    case VF_Q4_K: comp_k(pk, ab, facc, C); break;
     default: comp_iq2(pk, ab, aq, facc, C); break;
     }
 }
@@ -607,7 +698,8 @@ VTI static void run_tile(int f, const pack_t *pk, int nbk, const uint8_t *const 
  * one token every packed vector is used once, so storing the 5.6 KB pack
  * and reading it back is pure overhead (the decode matvec is then bound by
  * packing work).  Same integer sums, same float operations: bit-identical
- * to pack_q2_K/pack_q4_K + comp_k. */
+ * to pack_q2_K + comp_q2_K and pack_q4_K + comp_k (the same exact integer
+ * sums). */
 VT static __m512 dec_k(int f, const uint8_t *w, size_t ws, int nr, int kb, const uint8_t *ab, __m512 facc)
 {
     const uint8_t *rows[16], *p[16];
@@ -1421,8 +1513,12 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
                         }
                     }
                     pack_any(f, w + (size_t)r0 * ws, ws, nr, kc, nbk, &pk);
-                    for (int j0 = 0; j0 < nt; j0 += TOK_TILE) {
-                        const int C = nt - j0 < TOK_TILE ? nt - j0 : TOK_TILE;
+                    /* tiles as even as the count allows (50 tokens: 8 + 6 x 7,
+                     * not 6 x 8 + 2): a tile of few tokens has few
+                     * independent vpdpbusd chains and runs well below peak */
+                    for (int j0 = 0, C; j0 < nt; j0 += C) {
+                        const int ntile = (nt - j0 + TOK_TILE - 1) / TOK_TILE;
+                        C = (nt - j0 + ntile - 1) / ntile;
                         run_tile(f, &pk, nbk, ab + j0, aq + j0, corr + 8 * j0, C, kc == 0, kc == nchunk - 1,
                                  y + (size_t)(t0 + j0) * ys + r0, ys, nr);
                     }
