@@ -260,6 +260,25 @@ VT static void pack_q2_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk
     pk->d[1] = gather_f16(w, offs, off + 80, 1);
 }
 
+/* The 16-byte headers of 16 Q4_K blocks (p[r]), transposed: hd[0] lane r =
+ * (d, dmin) of row r; the 6-bit scales and mins of sub-blocks 0..3 and
+ * 4..7 unpacked with the same bit moves as the scalar q4_K_scales, one
+ * byte per sub-block in each lane. */
+VTI static void q4_K_headers(const uint8_t *const *p, __m512i *hd, __m512i *sc03, __m512i *sc47,
+                             __m512i *mn03, __m512i *mn47)
+{
+    tr16x4(p, hd);
+    const __m512i u0 = hd[1], u1 = hd[2], u2 = hd[3];
+    const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i k03 = _mm512_set1_epi32(0x03030303);
+    *sc03 = _mm512_and_si512(u0, k3f);
+    *sc47 = _mm512_or_si512(_mm512_and_si512(u2, k0f),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
+    *mn03 = _mm512_and_si512(u1, k3f);
+    *mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+}
+
 /* Q4_K: codes 0..15; 6-bit scales/mins unpacked with the same bit moves as
  * the scalar q4_K_scales, sixteen lanes at a time. */
 VT static void pack_q4_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk)
@@ -280,17 +299,8 @@ VT static void pack_q4_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk
         }
     }
     for (int r = 0; r < 16; r++) p[r] = rows[r] + off;
-    __m512i hd[4];   /* (d, dmin), scales 0..3, 4..7, 8..11 */
-    tr16x4(p, hd);
-    const __m512i u0 = hd[1], u1 = hd[2], u2 = hd[3];
-    const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
-    const __m512i k03 = _mm512_set1_epi32(0x03030303);
-    const __m512i sc03 = _mm512_and_si512(u0, k3f);
-    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k0f),
-                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
-    const __m512i mn03 = _mm512_and_si512(u1, k3f);
-    const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
-                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+    __m512i hd[4], sc03, sc47, mn03, mn47;
+    q4_K_headers(p, hd, &sc03, &sc47, &mn03, &mn47);
     const __m512i lo8 = _mm512_set1_epi32(0xff);
     for (int j = 0; j < 8; j++) {
         const __m512i src = j < 4 ? sc03 : sc47;
@@ -755,17 +765,8 @@ VT static __m512 dec_k(int f, const uint8_t *w, size_t ws, int nr, int kb, const
     } else {
         const size_t off = (size_t)kb * sizeof(block_q4_K);
         for (int r = 0; r < 16; r++) p[r] = rows[r] + off;
-        __m512i hd[4];
-        tr16x4(p, hd);
-        const __m512i u0 = hd[1], u1 = hd[2], u2 = hd[3];
-        const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
-        const __m512i k03 = _mm512_set1_epi32(0x03030303);
-        const __m512i sc03 = _mm512_and_si512(u0, k3f);
-        const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k0f),
-                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k03), 4));
-        const __m512i mn03 = _mm512_and_si512(u1, k3f);
-        const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k0f),
-                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k03), 4));
+        __m512i hd[4], sc03, sc47, mn03, mn47;
+        q4_K_headers(p, hd, &sc03, &sc47, &mn03, &mn47);
         const __m512i lo8 = _mm512_set1_epi32(0xff);
         const __m512i m4 = _mm512_set1_epi8(15);
         const __m512i hi4 = _mm512_set1_epi64(0x1020408000000000ll);
