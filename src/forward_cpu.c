@@ -15,6 +15,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -533,6 +534,8 @@ typedef struct {
     int il;
     layer_state *st;
     int raw_base_pos;  /* absolute position of st->raw row raw_start */
+    _Atomic long next; /* next (token, head block) item to take */
+    long grab;         /* items taken at once */
 } attn_job;
 
 static void attn_task(void *ctx, int ith, int nth) {
@@ -548,9 +551,19 @@ static void attn_task(void *ctx, int ith, int nth) {
     const float scale = 1.0f / sqrtf((float)d);
     const size_t wcap = (size_t)c->n_swa + st->comp_cap + 1;
     float *wbuf = sc->attn_w + (size_t)ith * VEC_HB * wcap;
-    long lo, hi;
-    ds4_split((long)f->T * nblk, ith, nth, &lo, &hi);
-    for (long tb = lo; tb < hi; tb++) {
+    /* Items are taken from a shared counter, not split statically: a
+     * token's key count grows with its position (compressed rows, the
+     * indexer's top-k filling up), so in a first chunk the later tokens
+     * cost several times the early ones.  Which thread computes an item
+     * does not change its result. */
+    (void)nth;
+    const long nitem = (long)f->T * nblk;
+    for (long tb = 0, hi = 0;; tb++) {
+        if (tb >= hi) {
+            tb = atomic_fetch_add_explicit(&j->next, j->grab, memory_order_relaxed);
+            if (tb >= nitem) break;
+            hi = tb + j->grab < nitem ? tb + j->grab : nitem;
+        }
         int t = (int)(tb / nblk), h0 = (int)(tb % nblk) * VEC_HB;
         int nh = H - h0 < VEC_HB ? H - h0 : VEC_HB;
         int64_t pos = f->p0 + t;
@@ -736,7 +749,14 @@ static void attention(fwd *f, int il) {
         }
     }
 
-    attn_job j = { f, il, st, (int)raw_base_pos };
+    attn_job j = { .f = f, .il = il, .st = st, .raw_base_pos = (int)raw_base_pos };
+    {
+        /* a few items per grab; one at a time when there are few (decode) */
+        long nitem = (long)T * ((c->n_head + VEC_HB - 1) / VEC_HB);
+        long g = nitem / (8L * ds4_pool_size(f->cc.pool));
+        j.grab = g < 1 ? 1 : g > 4 ? 4 : g;
+        atomic_init(&j.next, 0);
+    }
     ds4_pool_run(f->cc.pool, attn_task, &j);
 
     /* grouped low-rank output: group g maps its heads through rows
