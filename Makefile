@@ -27,7 +27,9 @@ CFLAGS += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -MMD -MP -Isrc
 LDFLAGS += $(LDOPT) -pthread
 LIBS = -ljansson -lm
 
-LIB_SRCS  := $(wildcard src/*.c)
+# src/ is grouped by concern (one folder a wing); ds4.h, the public API,
+# stays at the top.  Wings include each other as "wing/file.h".
+LIB_SRCS  := $(wildcard src/*.c src/*/*.c)
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libds4.a
 

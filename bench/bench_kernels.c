@@ -44,10 +44,10 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "cpu_ops.h"
-#include "gguf.h"
-#include "quant.h"
-#include "threadpool.h"
+#include "engine/cpu_ops.h"
+#include "gguf/gguf.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
 #include "../tools/probe.h"
 
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "server.h"
-#include "json_py.h"
+#include "text/json_py.h"
 
 enum { BLK_NONE, BLK_THINKING, BLK_TEXT, BLK_TOOL };
 

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "conv.h"
-#include "json_py.h"
+#include "text/json_py.h"
 #include "toolmem.h"
 #include "metrics.h"
 

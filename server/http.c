@@ -36,7 +36,7 @@
 
 #include "http.h"
 #include "conv.h"
-#include "json_py.h"
+#include "text/json_py.h"
 #include "metrics.h"
 #include "worker.h"
 

@@ -24,9 +24,9 @@
 #include <unistd.h>
 
 #include "ds4.h"
-#include "gguf.h"
-#include "hash.h"
-#include "model.h"
+#include "gguf/gguf.h"
+#include "store/hash.h"
+#include "gguf/model.h"
 
 static int n_fail, n_pass;
 static char tmpdir[256];

@@ -27,10 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_ops.h"
-#include "gguf.h"
-#include "quant.h"
-#include "threadpool.h"
+#include "engine/cpu_ops.h"
+#include "gguf/gguf.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
 
 #include "testutil.h"
 

@@ -11,8 +11,8 @@
  * Must not: depend on other modules of the engine (only quant.c/h and the
  * type ids of gguf.h), or write anything.
  */
-#include "quant.h"
-#include "gguf.h"
+#include "kernels/quant.h"
+#include "gguf/gguf.h"
 
 #include <math.h>
 #include <stdint.h>

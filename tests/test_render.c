@@ -16,13 +16,13 @@
 #include <jansson.h>
 
 #include "ds4.h"
-#include "json_py.h"
+#include "text/json_py.h"
 
 /* The tokenizer is written separately; the id check runs when its source is
  * in the tree at build time.  Otherwise the calls are weak references (the
  * test still links) and the check reports itself skipped. */
 #if defined(__has_include)
-#if __has_include("../src/tokenizer.c")
+#if __has_include("../src/text/tokenizer.c")
 #define HAVE_TOKENIZER 1
 #endif
 #endif
@@ -712,7 +712,7 @@ int main(void) {
 #ifdef HAVE_TOKENIZER
         CHECK(0, "tokenizer present but the vocabulary could not be loaded");
 #else
-        printf("token ids: SKIPPED (no src/tokenizer.c when this test was built)\n");
+        printf("token ids: SKIPPED (no src/text/tokenizer.c when this test was built)\n");
 #endif
     if (tok) ds4_tokenizer_free(tok);
     printf("test_render: %d checks, %d failures\n", checks, failures);

@@ -20,10 +20,10 @@
 #include <jansson.h>
 
 #include "ds4.h"
-#include "gguf.h"
-#include "hash.h"
-#include "tokenizer_internal.h"
-#include "unicode.h"
+#include "gguf/gguf.h"
+#include "store/hash.h"
+#include "text/tokenizer_internal.h"
+#include "text/unicode.h"
 
 #include "testutil.h"
 

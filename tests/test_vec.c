@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vec_ops.h"
+#include "kernels/vec_ops.h"
 
 static unsigned long long rs = 88172645463325252ull;
 static float frand(void) {

@@ -32,8 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "quant.h"
+#include "gguf/gguf.h"
+#include "kernels/quant.h"
 
 #define CHUNK_BYTES (8u << 20)   /* one generation buffer: (threads + 2) of them in flight */
 #define MAX_THREADS 64

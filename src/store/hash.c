@@ -7,8 +7,8 @@
  */
 #include <string.h>
 
-#include "gguf.h"
-#include "hash.h"
+#include "gguf/gguf.h"
+#include "store/hash.h"
 
 static inline uint32_t rol32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
 static inline uint32_t ror32(uint32_t x, int r) { return (x >> r) | (x << (32 - r)); }

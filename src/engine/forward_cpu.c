@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
-#include "vec_ops.h"
+#include "engine/engine_internal.h"
+#include "kernels/vec_ops.h"
 
 
 typedef struct {

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "ds4.h"
-#include "hash.h"
-#include "model.h"
+#include "store/hash.h"
+#include "gguf/model.h"
 
 static void human(char *buf, size_t n, uint64_t b) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vec_ops.h"
+#include "kernels/vec_ops.h"
 
 static void s_dot4(const float *q, size_t qs, const float *k, int n, float *out) {
     for (int h = 0; h < VEC_HB; h++) {

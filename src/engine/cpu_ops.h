@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
-#include "quant.h"
-#include "threadpool.h"
+#include "gguf/model.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
 
 typedef enum { ACT_F32 = 0, ACT_Q8_0A = 1, ACT_Q8_K = 2 } act_kind;
 

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "ds4.h"
-#include "model.h"
+#include "gguf/model.h"
 
 #define MAX_PROBLEMS 50
 

@@ -5,8 +5,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "cpu_ops.h"
-#include "gguf.h"
+#include "engine/cpu_ops.h"
+#include "gguf/gguf.h"
 
 mat_t mat_of(const ds4_tensor *t) {
     mat_t m = { t->data, t->type, (int)t->ne[0], (int)t->ne[1], t->row_bytes };

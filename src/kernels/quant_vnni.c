@@ -55,7 +55,7 @@
  * pairs; decode 4 rows x 1 token with prefetch, batches in two 16-lane
  * passes over L1-resident f32 weight slices (fbatch).
  */
-#include "quant.h"
+#include "kernels/quant.h"
 
 #include <string.h>
 

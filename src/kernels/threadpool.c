@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "threadpool.h"
+#include "kernels/threadpool.h"
 
 #define SPIN_NS 50000        /* 50 us of pause-spinning */
 #define YIELD_NS 2000000     /* then yield until 2 ms, then sleep (workers) */

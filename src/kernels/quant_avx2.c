@@ -15,7 +15,7 @@
  * (ds4's rule allows -128 for subnormal blocks); the Q8_0 kernels detect it
  * and fall back to the scalar kernel for that row.
  */
-#include "quant.h"
+#include "kernels/quant.h"
 
 #include <string.h>
 

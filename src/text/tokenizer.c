@@ -41,9 +41,9 @@
 #include <string.h>
 
 #include "ds4.h"
-#include "gguf.h"
-#include "tokenizer_internal.h"
-#include "unicode.h"
+#include "gguf/gguf.h"
+#include "text/tokenizer_internal.h"
+#include "text/unicode.h"
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 /* A bound tensor: a view into the mapping.  For a 2-D weight, ne[0] is the
  * input width (elements per row) and ne[1] the number of output rows; a 3-D

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
-#include "hash.h"
+#include "engine/engine_internal.h"
+#include "store/hash.h"
 
 void ds4_model_params_default(ds4_model_params *p) {
     memset(p, 0, sizeof *p);

@@ -9,12 +9,12 @@
 #define DS4_ENGINE_INTERNAL_H
 
 #include "ds4.h"
-#include "gguf.h"
-#include "model.h"
-#include "quant.h"
-#include "threadpool.h"
-#include "cpu_ops.h"
-#include "vec_ops.h"
+#include "gguf/gguf.h"
+#include "gguf/model.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
+#include "engine/cpu_ops.h"
+#include "kernels/vec_ops.h"
 
 /* Tokens per MoE sub-batch of a prefill: each routed expert sees about
  * MOE_T * n_expert_used / n_expert tokens per weight pass (48 for Flash),

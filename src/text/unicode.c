@@ -6,8 +6,8 @@
  * allocate.  The table comes from unicode_tables.h; regenerate it with
  * tools/gen_unicode.py rather than editing it.
  */
-#include "unicode.h"
-#include "unicode_tables.h"
+#include "text/unicode.h"
+#include "text/unicode_tables.h"
 
 unsigned ds4_uc_class(uint32_t cp) {
     if (cp >= 0x110000) return DS4_UC_OTHER;

@@ -46,8 +46,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine_internal.h"
-#include "hash.h"
+#include "engine/engine_internal.h"
+#include "store/hash.h"
 
 #define KV_MAGIC "DS4KVC\r\n"
 #define KV_VERSION 1u

@@ -12,8 +12,8 @@
  * of -std=c11) they reproduce ggml's `generic_nofma` results bit for bit.
  * Assumes a little-endian host (the GGUF data is mapped as is).
  */
-#include "quant.h"
-#include "gguf.h"
+#include "kernels/quant.h"
+#include "gguf/gguf.h"
 
 #include <math.h>
 #include <stdatomic.h>
