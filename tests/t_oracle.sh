@@ -163,6 +163,14 @@ d0 = struct.unpack_from("<Q", b, j + 4)[0]
 w = bytearray(b); struct.pack_into("<Q", w, j + 4, d0 * 2)
 open(out + "/dims.gguf", "wb").write(w)
 open(out + "/trunc.gguf", "wb").write(b[: len(b) // 2])
+# MXFP4 is accepted for the routed experts only: an attention matrix of
+# that type (the data still fits: 17 bytes per 32 values < Q8_0's 34)
+m = bytearray(open(src.replace("tiny-a-f16", "tiny-a-mxfp4"), "rb").read())
+name = b"blk.0.attn_q_a.weight"
+j = m.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+nd = struct.unpack_from("<I", m, j)[0]
+struct.pack_into("<I", m, j + 4 + 8 * nd, 39)
+open(out + "/mxattn.gguf", "wb").write(m)
 PYEOF
 refuse() {  # refuse FILE EXPECTED-FRAGMENT LABEL
     if ./ds4 -q -m "$1" --tokens 0,1,2 -n 0 > "$T/r.log" 2>&1; then
@@ -173,6 +181,7 @@ refuse() {  # refuse FILE EXPECTED-FRAGMENT LABEL
 refuse "$T/family.gguf" 'expected "deepseek4"' "wrong model family refused"
 refuse "$T/dims.gguf" "blk.3.attn_q_b.weight has dims" "misshaped tensor refused"
 refuse "$T/trunc.gguf" "trunc.gguf" "truncated file refused"
+refuse "$T/mxattn.gguf" "blk.0.attn_q_a.weight has type MXFP4, expected one of" "MXFP4 outside the routed experts refused"
 
 echo "t_oracle: $fail failure(s)"
 [ "$fail" -eq 0 ]
