@@ -385,8 +385,10 @@ static void q4_K_ref(const float *x, block_q4_K *y)
     finish_q4_K(x, ls, lm, ds4_f32_to_f16(max_scale / 63.0f), ds4_f32_to_f16(max_min / 63.0f), L, y);
 }
 
-/* quantize_row_q4_K_impl with quant weights (qw != NULL) or without (then
- * av_x + |x| with the block's sigma, unlike q4_K_ref). */
+/* quantize_row_q4_K_impl with quant weights: squared error weighted by
+ * qw * sqrt(sigma2 + x^2), scale and min codes by fit_scale_pos.  (ggml's
+ * impl also has a no-weights branch, but quantize_q4_K never takes it: it
+ * calls the reference quantizer then.) */
 static void q4_K_imat(const float *x, const float *qw, block_q4_K *y)
 {
     uint8_t L[QK_K], Laux[32], Ls[8], Lm[8];
@@ -394,12 +396,8 @@ static void q4_K_imat(const float *x, const float *qw, block_q4_K *y)
     float sum_x2 = 0;
     for (int l = 0; l < QK_K; l++) sum_x2 += x[l] * x[l];
     float sigma2 = 2 * sum_x2 / QK_K;
-    float av_x = sqrtf(sigma2);
     for (int j = 0; j < 8; j++) {
-        if (qw)
-            for (int l = 0; l < 32; l++) w[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
-        else
-            for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+        for (int l = 0; l < 32; l++) w[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
         float sumw = 0;
         for (int l = 0; l < 32; l++) sumw += w[l];
         sw[j] = sumw;
