@@ -164,7 +164,7 @@ typedef struct {
      * keeps exactly the scalar order for both -- per 32-block the exact
      * integer sum, then sumf += (float)sumi * (2^(e-128) * a.d) in block
      * order; float activations in the dot_lanes order of quant.c -- so all
-     * tables agree bit for bit (tests/test_kernels.c, test_quant.c). */
+     * tables agree bit for bit (tests/test_kernels.c, test_mxfp4). */
     float (*mxfp4_q8_0a)(int n, const void *w, const void *a);
     float (*mxfp4_f32)(int n, const void *w, const float *x);
     ds4_tile_fn mxfp4_q8_0a_tile;
