@@ -5,6 +5,8 @@
 #  (2) QAT on, f16 model, first 40 positions vs the original engine (ds4/);
 #  (3) QAT on, long sequences, statistical, both models;
 #  (4) teacher-forced per-sublayer check, QAT on and off, both models;
+#  MXFP4 experts (tiny-a-mxfp4): (1), decode == prefill and (4), against
+#      the oracle run here (no golden directory for that model);
 #  plus: decode == prefill == any chunking, bit for bit; wrong-family and
 #  broken files refused before any compute.
 set -u
@@ -108,6 +110,43 @@ teach f16 "(4) teacher f16 --no-qat" --no-qat -- --no-qat
 teach q2 "(4) teacher q2 QAT on (emulate-ds4)" -- --emulate-ds4
 teach q2 "(4) teacher q2 --no-qat" --no-qat -- --no-qat
 
+# MXFP4 routed experts (tiny-a-mxfp4.gguf has no golden directory: the
+# oracle computes the reference here).  (1) --no-qat against ds4_ref.py
+# --no-qat --dtype float64 with the thresholds of check (1): full-row rel.
+# L2 <= 5e-5 at every position, top-1 agreement >= 99 %; decode == prefill
+# bitwise for every kernel table; (4) teacher-forced, QAT on (MXFP4 meets
+# Q8_0a activations, as --emulate-ds4 assumes) and off.
+mx_noqat() {  # mx_noqat SEQ LABEL [ds4 flags]
+    local s=$1 label=$2; shift 2
+    [ -f "$T/mxref_$s.f32" ] || $PY "$S/oracle/ds4_ref.py" "$G/models/tiny-a-mxfp4.gguf" \
+        --tokens-file "$G/sequences/$s.ids.txt" --no-qat --dtype float64 --out "$T/mxref_$s.f32" \
+        > "$T/ref.log" 2>&1 || { bad "$label: reference run"; cat "$T/ref.log"; return; }
+    run mxfp4 $s "$T/mx.f32" --no-qat "$@" || { bad "$label run"; return; }
+    if $PY - "$T/mxref_$s.f32" "$T/mx.f32" > "$T/cmp.log" 2>&1 <<'PYEOF'
+import sys, numpy as np
+r = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, 4096).astype(np.float64)
+e = np.fromfile(sys.argv[2], dtype=np.float32).reshape(-1, 4096).astype(np.float64)
+assert r.shape == e.shape, (r.shape, e.shape)
+rel = np.linalg.norm(e - r, axis=1) / np.linalg.norm(r, axis=1)
+top1 = np.mean(np.argmax(e, axis=1) == np.argmax(r, axis=1))
+print("max rel_l2 %.3g  median %.3g  top-1 %.1f %%" % (rel.max(), np.median(rel), 100 * top1))
+sys.exit(0 if rel.max() <= 5e-5 and top1 >= 0.99 else 1)
+PYEOF
+    then ok "$label ($(cat "$T/cmp.log"))"; else bad "$label"; sed 's/^/    /' "$T/cmp.log"; fi
+}
+mx_noqat seq_040 "(1) noqat mxfp4 seq_040 prefill"
+mx_noqat seq_300 "(1) noqat mxfp4 seq_300 prefill"
+mx_noqat seq_300 "(1) noqat mxfp4 seq_300 decode-only" --decode-only
+mx_noqat seq_300 "(1) noqat mxfp4 seq_300 split 37" --split 37
+for kt in scalar avx2 avx512; do
+    DS4_KERNELS=$kt mx_noqat seq_300 "(1) noqat mxfp4 seq_300 with DS4_KERNELS=$kt"
+    DS4_KERNELS=$kt run mxfp4 seq_300 "$T/kp.f32" && DS4_KERNELS=$kt run mxfp4 seq_300 "$T/kd.f32" --decode-only && \
+        cmp -s "$T/kp.f32" "$T/kd.f32" && ok "mxfp4 DS4_KERNELS=$kt: decode == prefill (bitwise)" \
+        || bad "mxfp4 DS4_KERNELS=$kt: decode differs from prefill"
+done
+teach mxfp4 "(4) teacher mxfp4 QAT on (emulate-ds4)" -- --emulate-ds4
+teach mxfp4 "(4) teacher mxfp4 --no-qat" --no-qat -- --no-qat
+
 # Refusals before any compute: wrong family, broken tensor directory.
 $PY - "$G/models/tiny-a-f16.gguf" "$T" <<'PYEOF'
 import struct, sys
@@ -124,6 +163,14 @@ d0 = struct.unpack_from("<Q", b, j + 4)[0]
 w = bytearray(b); struct.pack_into("<Q", w, j + 4, d0 * 2)
 open(out + "/dims.gguf", "wb").write(w)
 open(out + "/trunc.gguf", "wb").write(b[: len(b) // 2])
+# MXFP4 is accepted for the routed experts only: an attention matrix of
+# that type (the data still fits: 17 bytes per 32 values < Q8_0's 34)
+m = bytearray(open(src.replace("tiny-a-f16", "tiny-a-mxfp4"), "rb").read())
+name = b"blk.0.attn_q_a.weight"
+j = m.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+nd = struct.unpack_from("<I", m, j)[0]
+struct.pack_into("<I", m, j + 4 + 8 * nd, 39)
+open(out + "/mxattn.gguf", "wb").write(m)
 PYEOF
 refuse() {  # refuse FILE EXPECTED-FRAGMENT LABEL
     if ./ds4 -q -m "$1" --tokens 0,1,2 -n 0 > "$T/r.log" 2>&1; then
@@ -134,6 +181,7 @@ refuse() {  # refuse FILE EXPECTED-FRAGMENT LABEL
 refuse "$T/family.gguf" 'expected "deepseek4"' "wrong model family refused"
 refuse "$T/dims.gguf" "blk.3.attn_q_b.weight has dims" "misshaped tensor refused"
 refuse "$T/trunc.gguf" "trunc.gguf" "truncated file refused"
+refuse "$T/mxattn.gguf" "blk.0.attn_q_a.weight has type MXFP4, expected one of" "MXFP4 outside the routed experts refused"
 
 echo "t_oracle: $fail failure(s)"
 [ "$fail" -eq 0 ]

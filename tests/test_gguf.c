@@ -931,7 +931,7 @@ static void test_shared(void) {
         free(txt);
         free(err);
     }
-    CHECK(n_models == 2 && n_vocab == 2, "expected 2 models and 2 vocab files under %s, got %d and %d", shared,
+    CHECK(n_models == 3 && n_vocab == 2, "expected 3 models (f16, q2, mxfp4) and 2 vocab files under %s, got %d and %d", shared,
           n_models, n_vocab);
 
     /* Whole-file SHA-256 equals the published one (exercises SHA-256 on

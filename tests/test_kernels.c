@@ -3,7 +3,7 @@
  *
  * For every kernel table this CPU can run (scalar, avx2, avx512) and every
  * format with a tile (Q8_0 x Q8_0a, Q2_K / Q4_K / IQ2_XXS x Q8_K, F32 / F16
- * x float), on random data:
+ * x float, MXFP4 x Q8_0a), on random data:
  *   1. the tile over a whole (rows x tokens) block, and the same block cut
  *      into random sub-tiles, equal the table's single-row kernel BIT FOR
  *      BIT (the engine's prefill == decode rule), with odd row strides,
@@ -11,8 +11,8 @@
  *   2. the tiles stay within the tolerances of test_quant against the
  *      exact float64 dot of the dequantized values (2e-6 of sum|terms| for
  *      integer formats, (n/32 + 40) 2^-24 sum|terms| for float ones), and
- *      where quant.h promises it (Q8_0, Q2_K, IQ2_XXS) equal the scalar
- *      table exactly;
+ *      where quant.h promises it (Q8_0, Q2_K, IQ2_XXS; MXFP4 in every
+ *      table) equal the scalar table exactly;
  *   3. nothing outside the tile's outputs is written, and nothing past the
  *      weights or activations is read (exact-size buffers: run under ASan,
  *      as `make DEBUG=1` does, to check);
@@ -118,6 +118,19 @@ static void rand_row(uint32_t t, uint8_t *w, int n, int wild) {
         }
         break;
     }
+    case GGML_MXFP4: {
+        /* wild: every scale byte, the subnormal (0, 1) and largest ones
+         * included; otherwise weight-like scales around 2^-5 */
+        block_mxfp4 *b = (block_mxfp4 *)w;
+        for (int i = 0; i < n / 32; i++) {
+            static const uint8_t edge[4] = { 0, 1, 2, 254 };
+            b[i].e = (uint8_t)(!wild ? irand(118, 124) : rnd() % 4 == 0 ? edge[rnd() % 4] : (int)(rnd() % 255));
+            rand_bytes(b[i].qs, 16);
+            if (rnd() % 16 == 0) memset(b[i].qs, 0x77, 16);   /* all +12 */
+            if (rnd() % 16 == 0) memset(b[i].qs, 0xff, 16);   /* all -12 */
+        }
+        break;
+    }
     case GGML_F32: {
         float *f = (float *)w;
         for (int i = 0; i < n; i++) f[i] = (float)(nrand() * (wild ? pow(10, irand(-30, 30)) : 1.0));
@@ -159,7 +172,8 @@ typedef struct {
     const char *name;
     uint32_t type;
     int act, blk, bytes;
-    int exact_scalar;          /* SIMD tables equal the scalar one bit for bit */
+    int exact_scalar;          /* SIMD tables equal the scalar one bit for bit
+                                  (1: those keeping the scalar order; 2: every table) */
 } fmt;
 
 static const fmt FMTS[] = {
@@ -169,8 +183,9 @@ static const fmt FMTS[] = {
     { "iq2_xxs", GGML_IQ2_XXS, A_Q8_K, 256, 66, 1 },
     { "f32", GGML_F32, A_F32, 1, 4, 0 },
     { "f16", GGML_F16, A_F32, 1, 2, 0 },
+    { "mxfp4", GGML_MXFP4, A_Q8_0A, 32, 17, 2 },
 };
-#define NFMT 6
+#define NFMT 7
 
 static size_t rb_of(const fmt *f, int n) { return (size_t)(n / f->blk) * (size_t)f->bytes; }
 
@@ -194,6 +209,7 @@ static row_fn row_of(const ds4_kernels *k, const fmt *f) {
     case GGML_Q2_K: return k->q2_K_q8_K;
     case GGML_Q4_K: return k->q4_K_q8_K;
     case GGML_IQ2_XXS: return k->iq2_xxs_q8_K;
+    case GGML_MXFP4: return k->mxfp4_q8_0a;
     case GGML_F32: return (row_fn)(void (*)(void))k->f32_f32;
     default: return (row_fn)(void (*)(void))k->f16_f32;
     }
@@ -210,6 +226,7 @@ static ds4_tile_fn tile_of(const ds4_kernels *k, const fmt *f) {
     case GGML_Q2_K: return k->q2_K_q8_K_tile;
     case GGML_Q4_K: return k->q4_K_q8_K_tile;
     case GGML_IQ2_XXS: return k->iq2_xxs_q8_K_tile;
+    case GGML_MXFP4: return k->mxfp4_q8_0a_tile;
     case GGML_F32: return k->f32_f32_tile;
     default: return k->f16_f32_tile;
     }
@@ -319,7 +336,7 @@ static void one_case(int ti, const ds4_kernels *k, const fmt *f, int n, int nrow
                     badt += !(err <= tol);
                     if (err / tol > worst_ratio[ti][f - FMTS]) worst_ratio[ti][f - FMTS] = err / tol;
                 }
-                if (f->exact_scalar && scalar_order(k)) bads += !same_bits(y, row_dot(sk, f, n, wr, ap[j]));
+                if (f->exact_scalar == 2 || (f->exact_scalar && scalar_order(k))) bads += !same_bits(y, row_dot(sk, f, n, wr, ap[j]));
             }
         }
         CHECK(badt == 0, "%s %s n=%d: %ld dots outside the tolerance", k->name, f->name, n, badt);
@@ -374,6 +391,104 @@ static void test_tables(void) {
         for (int fi = 0; fi < NFMT; fi++) printf(" %s %.3f", FMTS[fi].name, worst_ratio[ti][fi]);
         printf("\n");
     }
+}
+
+/* ---------------------------------------------------------------------- */
+/* MXFP4: every table equals the scalar one bit for bit, whatever the      */
+/* scale bytes (subnormal 2^-128 .. 2^126) and activations (-128, zero,    */
+/* subnormal blocks), for integer and float activations; the float kernel */
+/* equals dequantize-then-dot (the scalar F32 kernel on ds4_dequantize_row */
+/* output) bit for bit, the integer one a float64 recomputation from the  */
+/* dequantized values and the activation codes.                           */
+/* ---------------------------------------------------------------------- */
+
+static void test_mxfp4(void) {
+    const ds4_kernels *sk = ds4_kernels_scalar();
+    const ds4_kernels *tabs[4] = { sk, ds4_kernels_avx2(), ds4_kernels_avx512(), ds4_kernels_avx512_packed() };
+    const fmt *f = &FMTS[NFMT - 1];
+    long bad_tab = 0, bad_deq = 0, bad_int = 0, cases = 0;
+    for (int rep = 0; rep < 300; rep++) {
+        const int n = 32 * irand(1, rep < 200 ? 40 : 200), wild = rep & 1;
+        const int nrows = irand(1, 20), ntok = irand(1, 10);
+        const size_t rb = rb_of(f, n), ab = act_bytes(f, n);
+        uint8_t *W = malloc(rb * (size_t)nrows), *A = malloc(ab * (size_t)ntok);
+        float *X = malloc(sizeof(float) * (size_t)n * ntok), *wd = malloc(sizeof(float) * (size_t)n);
+        const void **ap = malloc(sizeof(void *) * (size_t)ntok);
+        for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * rb, n, wild);
+        for (int j = 0; j < ntok; j++) {
+            rand_act(X + (size_t)j * n, n, wild);
+            ds4_quantize_q8_0a(X + (size_t)j * n, (block_q8_0a *)(A + (size_t)j * ab), n);
+            if (rnd() % 4 == 0) {   /* raw codes, -128 included */
+                block_q8_0a *q = (block_q8_0a *)(A + (size_t)j * ab);
+                for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
+            }
+            ap[j] = A + (size_t)j * ab;
+        }
+        float *Y = malloc(sizeof(float) * (size_t)nrows * ntok);
+        for (int r = 0; r < nrows; r++) {
+            const uint8_t *wr = W + (size_t)r * rb;
+            ds4_dequantize_row(GGML_MXFP4, wr, wd, n);
+            for (int j = 0; j < ntok; j++) {
+                const float *x = X + (size_t)j * n;
+                const float ys = sk->mxfp4_q8_0a(n, wr, ap[j]), yf = sk->mxfp4_f32(n, wr, x);
+                /* float activations: dequantize, then the scalar F32 dot */
+                bad_deq += !same_bits(yf, sk->f32_f32(n, wd, x));
+                /* integer: per block the exact sum of the codes times the
+                 * activation codes, the codes read back by dequantizing
+                 * the block with its scale byte set to 128 (2^0: values
+                 * = codes, and no overflow as with e = 254), then the
+                 * float step */
+                const block_q8_0a *q = ap[j];
+                const block_mxfp4 *bw = (const block_mxfp4 *)wr;
+                float sumf = 0.0f;
+                for (int b = 0; b < n / 32; b++) {
+                    block_mxfp4 unit = bw[b];
+                    unit.e = 128;
+                    float code[32];
+                    ds4_dequantize_row(GGML_MXFP4, &unit, code, 32);
+                    int si = 0;
+                    for (int i = 0; i < 32; i++) si += (int)code[i] * q[b].qs[i];
+                    sumf += (float)si * (ds4_e8m0_to_f32_half(bw[b].e) * q[b].d);
+                }
+                bad_int += !same_bits(ys, sumf);
+                for (int t = 1; t < 4; t++) {
+                    const ds4_kernels *k = tabs[t];
+                    if (!k) continue;
+                    bad_tab += !same_bits(k->mxfp4_q8_0a(n, wr, ap[j]), ys);
+                    bad_tab += !same_bits(k->mxfp4_f32(n, wr, x), yf);
+                    bad_tab += !same_bits(ds4_dot_f32act(k, GGML_MXFP4, n, wr, x), yf);
+                }
+                cases++;
+            }
+        }
+        for (int t = 1; t < 4; t++) {
+            const ds4_kernels *k = tabs[t];
+            if (!k) continue;
+            k->mxfp4_q8_0a_tile(n, W, rb, nrows, ap, ntok, Y, (size_t)nrows);
+            for (int j = 0; j < ntok; j++)
+                for (int r = 0; r < nrows; r++)
+                    bad_tab += !same_bits(Y[(size_t)j * nrows + r], sk->mxfp4_q8_0a(n, W + (size_t)r * rb, ap[j]));
+        }
+        free(W); free(A); free(X); free(wd); free(ap); free(Y);
+    }
+    CHECK(bad_tab == 0, "mxfp4: %ld results of a SIMD table differ from the scalar table", bad_tab);
+    CHECK(bad_deq == 0, "mxfp4: %ld float-activation dots differ from dequantize-then-dot", bad_deq);
+    CHECK(bad_int == 0, "mxfp4: %ld integer dots differ from the recomputation", bad_int);
+    /* the kernels see ggml's values: byte j holds value j (low nibble) and
+     * j + 16 (high); kvalues doubled, scale 2^(e-128) */
+    block_mxfp4 b;
+    b.e = 127;
+    for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | (15 - j) << 4);
+    float v[32];
+    ds4_dequantize_row(GGML_MXFP4, &b, v, 32);
+    static const float e2m1[16] = { 0, .5f, 1, 1.5f, 2, 3, 4, 6, 0, -.5f, -1, -1.5f, -2, -3, -4, -6 };
+    int okv = 1;
+    for (int j = 0; j < 16; j++) okv &= v[j] == e2m1[j] && v[j + 16] == e2m1[15 - j];
+    CHECK(okv, "mxfp4 dequantization layout");
+    CHECK(ds4_e8m0_to_f32_half(0) == 0x1p-128f && ds4_e8m0_to_f32_half(1) == 0x1p-127f &&
+          ds4_e8m0_to_f32_half(2) == 0x1p-126f && ds4_e8m0_to_f32_half(254) == 0x1p126f &&
+          ds4_e8m0_to_f32_half(255) == 0x1p127f, "e8m0 half scale");
+    printf("info: mxfp4 %ld (row, token) cases: every table equals the scalar one\n", cases);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -459,6 +574,7 @@ int main(void) {
     if (!rng) rng = 1;
     printf("info: best table: %s\n", ds4_kernels_best()->name);
     test_tables();
+    test_mxfp4();
     test_driver();
     printf("test_kernels: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

@@ -6,12 +6,17 @@
  * overrides ../shared): IQ2_XXS tables and their sha256, bit-exact
  * dequantization of every `deq` array, bit-exact activation quantizers,
  * dot products within tolerance of the float64 exact values; (2) SIMD
- * against scalar on random data.  Prints one summary line; exits non-zero
- * on any failure.
- * Must not: depend on other modules of the engine (only quant.c/h and the
- * type ids of gguf.h), or write anything.
+ * against scalar on random data; (3) the weight quantizers of quantize.h
+ * byte for byte against every golden `q` array (Q8_0, Q2_K, Q4_K, IQ2_XXS,
+ * with and without importance matrix), and MXFP4's against the blocks of
+ * ../shared/golden/models/tiny-a-mxfp4.gguf (ggml-made) requantized from
+ * their own values.  Prints one summary line; exits non-zero on any failure.
+ * Must not: depend on other modules of the engine (only quant.c/h,
+ * quantize.c/h, and gguf.h for type ids and to map the MXFP4 model), or
+ * write anything.
  */
 #include "kernels/quant.h"
+#include "kernels/quantize.h"
 #include "gguf/gguf.h"
 
 #include <math.h>
@@ -917,6 +922,142 @@ static void test_dispatch(void)
     CHECK(ds4_dot_f32act(s, GGML_I32, 32, x, x) == 0.0f, "unsupported f32act type");
 }
 
+/* ------------------------------------------------------------------------ */
+/* (3) weight quantizers                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int n_quant_arrays;
+
+static void test_quantizers(void)
+{
+    long long rows_total = 0, rows_bad = 0;
+    for (int i = 0; i < n_entries; i++) {
+        const entry *e = &entries[i];
+        char fmt[32], variant[32], cas[64], name[256];
+        size_t len = strlen(e->name);
+        if (strncmp(e->name, "dot/", 4) == 0 || len < 2 || strcmp(e->name + len - 2, "/q") != 0) continue;
+        if (sscanf(e->name, "%31[^/]/%31[^/]/%63[^/]", fmt, variant, cas) != 3 || strncmp(cas, "act_", 4) == 0)
+            continue;
+        uint32_t t = type_of(fmt);
+        if (t == GGML_Q8_K) continue;   /* an activation format (quant.h) */
+        const entry *ex, *eim = NULL;
+        snprintf(name, sizeof name, "x/%s", cas);
+        const float *x = get(name, &ex);
+        const float *imat = NULL;
+        if (!strcmp(variant, "imat")) {
+            snprintf(name, sizeof name, "imatrix/%s", cas);
+            imat = get(name, &eim);
+        }
+        const uint8_t *q = data_of(e);
+        CHECK(x && q && (strcmp(variant, "imat") || imat), "inputs of %s", e->name);
+        if (!x || !q || (!strcmp(variant, "imat") && !imat)) continue;
+        const int R = ex->rows, K = ex->cols;
+        const long long rb = e->nbytes / e->rows;
+        CHECK(e->rows == R && (long long)ggml_row_size(t, (uint64_t)K) == rb, "%s shape", e->name);
+        uint8_t *out = malloc((size_t)(rb * R));
+        const char *err = NULL;
+        size_t got = ds4_quantize(t, x, out, R, K, imat, &err);
+        CHECK(got == (size_t)(rb * R), "%s: ds4_quantize returned %zu (%s)", e->name, got, err ? err : "");
+        long long bad = 0;
+        for (int r = 0; got && r < R; r++) bad += memcmp(out + r * rb, q + r * rb, (size_t)rb) != 0;
+        CHECK(bad == 0, "%s: %lld of %d rows differ from ggml's bytes", e->name, bad, R);
+        rows_total += R;
+        rows_bad += bad;
+        n_quant_arrays++;
+        /* ds4's fallback importance (sum of squares over the case's rows)
+         * is what the normal / uniform / heavy cases were made with */
+        if (imat && (strstr(cas, "normal") || strstr(cas, "uniform") || strstr(cas, "heavy"))) {
+            float *im = malloc(sizeof(float) * (size_t)K);
+            ds4_quantize_default_imatrix(x, R, K, im);
+            CHECK(memcmp(im, imat, sizeof(float) * (size_t)K) == 0, "default imatrix of %s differs", cas);
+            free(im);
+        }
+        free(out);
+    }
+    CHECK(n_quant_arrays == 66, "%d golden q arrays of Q8_0/Q2_K/Q4_K/IQ2_XXS found, expected 66", n_quant_arrays);
+    printf("info: quantizers: %lld of %lld golden rows byte-identical over %d arrays\n", rows_total - rows_bad,
+           rows_total, n_quant_arrays);
+
+    /* bad input: a clear refusal, nothing written */
+    float x[256] = { 0 }, im[256];
+    uint8_t out[300];
+    const char *err = NULL;
+    for (int i = 0; i < 256; i++) im[i] = 1.0f;
+    memset(out, 0xa5, sizeof out);
+    CHECK(ds4_quantize(GGML_IQ2_XXS, x, out, 1, 256, NULL, &err) == 0 && err && out[0] == 0xa5,
+          "IQ2_XXS without imatrix must be refused");
+    CHECK(ds4_quantize(GGML_Q4_K, x, out, 1, 96, NULL, &err) == 0 && err, "row length 96 for Q4_K");
+    CHECK(ds4_quantize(GGML_F16, x, out, 1, 256, NULL, &err) == 0 && err, "unsupported type");
+    x[7] = NAN;
+    CHECK(ds4_quantize(GGML_Q2_K, x, out, 1, 256, NULL, &err) == 0 && err && out[0] == 0xa5, "NaN input");
+    x[7] = 0.0f;
+    im[3] = -1.0f;
+    CHECK(ds4_quantize(GGML_Q2_K, x, out, 1, 256, im, &err) == 0 && err, "negative importance");
+    im[3] = 1.0f;
+    /* all zeros: every format gives zero blocks (IQ2_XXS: d = 0) */
+    static const uint32_t ts[5] = { GGML_Q8_0, GGML_Q2_K, GGML_Q4_K, GGML_IQ2_XXS, GGML_MXFP4 };
+    for (int k = 0; k < 5; k++) {
+        size_t n = ds4_quantize(ts[k], x, out, 1, 256, im, &err);
+        float back[256];
+        CHECK(n == ggml_row_size(ts[k], 256) && ds4_dequantize_row(ts[k], out, back, 256) == 0, "zeros type %u", ts[k]);
+        int nz = 0;
+        for (int i = 0; i < 256; i++) nz += back[i] != 0.0f;
+        CHECK(nz == 0, "zeros type %u: %d nonzero values back", ts[k], nz);
+    }
+}
+
+/* MXFP4: no golden quant vectors; ggml's own quantizer made the routed
+ * experts of tiny-a-mxfp4.gguf.  Requantizing a block's dequantized
+ * values must give back its bytes (amax = (max code) * 2^(e-128) gives
+ * the same e, every value sits exactly on a table point, and code 8 (-0)
+ * never occurs: ggml picks 0 first).  Plus ggml's rounding rules on chosen
+ * values: midpoints go to the first (smaller-index) code. */
+static void test_mxfp4_quantizer(const char *shared)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/golden/models/tiny-a-mxfp4.gguf", shared);
+    char *err = NULL;
+    gguf_file *f = gguf_open(path, &err);
+    CHECK(f != NULL, "open %s: %s", path, err ? err : "");
+    free(err);
+    long long blocks = 0, bad = 0, tensors = 0;
+    for (uint64_t ti = 0; f && ti < f->n_tensors; ti++) {
+        const gguf_tensor *t = &f->tensors[ti];
+        if (t->type != GGML_MXFP4) continue;
+        tensors++;
+        const uint64_t n = t->nbytes / sizeof(block_mxfp4) * QK_MXFP4;
+        float *v = malloc(sizeof(float) * n);
+        uint8_t *back = malloc(t->nbytes);
+        ds4_dequantize_row(GGML_MXFP4, t->data, v, (int64_t)n);
+        const char *qerr = NULL;
+        size_t got = ds4_quantize(GGML_MXFP4, v, back, (int64_t)(n / t->ne[0]), (int64_t)t->ne[0], NULL, &qerr);
+        CHECK(got == t->nbytes, "%s: requantize (%s)", t->name, qerr ? qerr : "");
+        for (uint64_t b = 0; got && b < t->nbytes / sizeof(block_mxfp4); b++)
+            bad += memcmp(back + b * 17, (const uint8_t *)t->data + b * 17, 17) != 0;
+        blocks += (long long)(t->nbytes / sizeof(block_mxfp4));
+        free(v);
+        free(back);
+    }
+    CHECK(tensors == 18 && bad == 0, "MXFP4: %lld of %lld blocks of %lld tensors differ after requantization", bad,
+          blocks, tensors);
+    if (f) gguf_close(f);
+
+    /* amax 6 -> e = floor(log2 6) - 2 + 127 = 127, d = 0.5: doubled codes
+     * 0..12 are 0..6; midpoints go to the first code: 0.25 (0 | 0.5) -> 0,
+     * -0.25 (0 | -0.5) -> 0, 2.5 (2 | 3) -> 4, -5 (-4 | -6) -> 14; signed
+     * tiny values -> 0, never 8 (-0) */
+    float x[32] = { 6.0f, 0.25f, -0.25f, 2.5f, -5.0f, 1e-30f, -1e-30f, 0.75f };
+    block_mxfp4 b;
+    CHECK(ds4_quantize(GGML_MXFP4, x, &b, 1, 32, NULL, NULL) == 17, "mxfp4 quantize");
+    int codes[8];
+    for (int j = 0; j < 8; j++) codes[j] = b.qs[j] & 15;
+    CHECK(b.e == 127 && codes[0] == 7 && codes[1] == 0 && codes[2] == 0 && codes[3] == 4 && codes[4] == 14 &&
+          codes[5] == 0 && codes[6] == 0 && codes[7] == 1 && (b.qs[0] >> 4) == 0,
+          "mxfp4 rounding: e %d codes %d %d %d %d %d %d %d %d", b.e, codes[0], codes[1], codes[2], codes[3],
+          codes[4], codes[5], codes[6], codes[7]);
+    printf("info: mxfp4 quantizer: %lld model blocks requantized identically\n", blocks - bad);
+}
+
 int main(void)
 {
     const char *shared = getenv("DS4_SHARED");
@@ -942,6 +1083,8 @@ int main(void)
     test_golden_dots(tabs, ntabs);
     test_f16(v);
     if (v) test_random(v);
+    test_quantizers();
+    test_mxfp4_quantizer(shared);
 
     for (int f = 0; f < 4; f++)
         printf("info: %-7s golden max |y-exact|/abs: int %.3g (tol 2e-6), f32act %.3g (%.2f of tol)%s\n",

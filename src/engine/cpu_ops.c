@@ -28,7 +28,7 @@ mat_t mat_rows(mat_t m, int r0, int n) {
 act_kind act_kind_for(uint32_t wtype, int no_qat) {
     if (no_qat) return ACT_F32;
     switch (wtype) {
-    case GGML_Q8_0: return ACT_Q8_0A;
+    case GGML_Q8_0: case GGML_MXFP4: return ACT_Q8_0A;   /* ggml pairs MXFP4 with Q8_0 */
     case GGML_Q2_K: case GGML_Q4_K: case GGML_IQ2_XXS: return ACT_Q8_K;
     default: return ACT_F32;
     }
@@ -59,6 +59,7 @@ typedef float (*dotf_fn)(int n, const void *w, const float *x);
 
 static dotq_fn pick_q(const ds4_kernels *k, uint32_t type, act_kind kind) {
     if (kind == ACT_Q8_0A && type == GGML_Q8_0) return k->q8_0_q8_0a;
+    if (kind == ACT_Q8_0A && type == GGML_MXFP4) return k->mxfp4_q8_0a;
     if (kind == ACT_Q8_K) {
         if (type == GGML_Q2_K) return k->q2_K_q8_K;
         if (type == GGML_Q4_K) return k->q4_K_q8_K;
@@ -76,12 +77,14 @@ static dotf_fn pick_f(const ds4_kernels *k, uint32_t type) {
     case GGML_Q2_K: return k->q2_K_f32;
     case GGML_Q4_K: return k->q4_K_f32;
     case GGML_IQ2_XXS: return k->iq2_xxs_f32;
+    case GGML_MXFP4: return k->mxfp4_f32;
     }
     return NULL;
 }
 
 static ds4_tile_fn pick_tile(const ds4_kernels *k, uint32_t type, act_kind kind) {
     if (kind == ACT_Q8_0A && type == GGML_Q8_0) return k->q8_0_q8_0a_tile;
+    if (kind == ACT_Q8_0A && type == GGML_MXFP4) return k->mxfp4_q8_0a_tile;
     if (kind == ACT_Q8_K) {
         if (type == GGML_Q2_K) return k->q2_K_q8_K_tile;
         if (type == GGML_Q4_K) return k->q4_K_q8_K_tile;

@@ -151,8 +151,9 @@ static int meta_float(problems *p, const gguf_file *gf, const char *suffix, int 
 /* Type classes: F32-only vectors; the I32 hash table; the embedding (read
  * one row at a time by dequantization); element-wise tables (compressor
  * position biases, read one value at a time, so no block formats); and
- * matrices (every format the kernels implement). */
-enum { T_F32ONLY, T_I32, T_EMBD, T_ELEM, T_MATRIX };
+ * matrices (every format the kernels implement); routed-expert matrices,
+ * which may also be MXFP4 (the only place GGUF producers put it). */
+enum { T_F32ONLY, T_I32, T_EMBD, T_ELEM, T_MATRIX, T_EXPERT };
 
 typedef struct {
     problems *p;
@@ -169,6 +170,8 @@ static int type_ok(int kind, uint32_t t) {
     case T_MATRIX:
         return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q2_K ||
                t == GGML_Q4_K || t == GGML_IQ2_XXS;
+    case T_EXPERT:
+        return type_ok(T_MATRIX, t) || t == GGML_MXFP4;
     }
     return 0;
 }
@@ -179,6 +182,7 @@ static const char *kind_types(int kind) {
     case T_I32: return "I32";
     case T_EMBD: return "one of F32, F16, BF16, Q8_0";
     case T_ELEM: return "one of F32, F16, BF16";
+    case T_EXPERT: return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, MXFP4";
     }
     return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS";
 }
@@ -469,9 +473,9 @@ static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights
     if (il < c->n_hash)
         bind_l(b, &L->tid2eid, il, "ffn_gate_tid2eid.weight", T_I32, 2, (uint64_t)c->n_expert_used,
                (uint64_t)c->n_vocab, 0, 0);
-    int g = bind_l(b, &L->ffn_gate_exps, il, "ffn_gate_exps.weight", T_MATRIX, 3, D, F, E, 0);
-    int u = bind_l(b, &L->ffn_up_exps, il, "ffn_up_exps.weight", T_MATRIX, 3, D, F, E, 0);
-    bind_l(b, &L->ffn_down_exps, il, "ffn_down_exps.weight", T_MATRIX, 3, F, D, E, 0);
+    int g = bind_l(b, &L->ffn_gate_exps, il, "ffn_gate_exps.weight", T_EXPERT, 3, D, F, E, 0);
+    int u = bind_l(b, &L->ffn_up_exps, il, "ffn_up_exps.weight", T_EXPERT, 3, D, F, E, 0);
+    bind_l(b, &L->ffn_down_exps, il, "ffn_down_exps.weight", T_EXPERT, 3, F, D, E, 0);
     if (g && u && L->ffn_gate_exps.type != L->ffn_up_exps.type)
         prob(b->p, "tensor %s has type %s, expected the type of blk.%d.ffn_gate_exps.weight (%s)",
              L->ffn_up_exps.name, ggml_type_name(L->ffn_up_exps.type), il,

@@ -1,7 +1,7 @@
 /*
  * quant.c -- scalar reference of everything declared in quant.h.
  *
- * Owns: the IQ2_XXS format tables, f16/bf16 conversions, row
+ * Owns: the IQ2_XXS and MXFP4 format tables, f16/bf16 conversions, row
  * dequantization (bit-exact with ggml), the activation quantizers (ggml's
  * reference and AVX2 rules for Q8_0, ds4's float-scale Q8_0a, ggml's Q8_K)
  * and the portable scalar dot-product kernels, plus the kernel-table
@@ -245,6 +245,20 @@ static void deq_iq2_xxs_block(const block_iq2_xxs *b, float *y)
     }
 }
 
+/* MXFP4: value j and j + 16 share byte j; kvalues[code] * 2^(e-128) is
+ * exact (a small integer times a power of two) unless it falls below the
+ * normal range, where the float product rounds exactly as ggml's does. */
+const int8_t ds4_kvalues_mxfp4[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+static void deq_mxfp4_block(const block_mxfp4 *b, float *y)
+{
+    const float d = ds4_e8m0_to_f32_half(b->e);
+    for (int j = 0; j < QK_MXFP4 / 2; j++) {
+        y[j] = (float)ds4_kvalues_mxfp4[b->qs[j] & 15] * d;
+        y[j + QK_MXFP4 / 2] = (float)ds4_kvalues_mxfp4[b->qs[j] >> 4] * d;
+    }
+}
+
 int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 {
     switch (type) {
@@ -279,6 +293,11 @@ int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
     case GGML_IQ2_XXS: {
         const block_iq2_xxs *b = src;
         for (int64_t i = 0; i < n / QK_K; i++) deq_iq2_xxs_block(b + i, dst + i * QK_K);
+        return 0;
+    }
+    case GGML_MXFP4: {
+        const block_mxfp4 *b = src;
+        for (int64_t i = 0; i < n / QK_MXFP4; i++) deq_mxfp4_block(b + i, dst + i * QK_MXFP4);
         return 0;
     }
     case GGML_Q8_K: {
@@ -650,6 +669,39 @@ float ds4_q4_K_q8_K_blockwise(int n, const void *vw, const void *va)
 }
 
 /* ------------------------------------------------------------------------ */
+/* MXFP4 (ggml's vec_dot_mxfp4_q8_0 order, Q8_0a activations).  The block   */
+/* sum |sumi| <= 32 * 12 * 128 is exact in int; d = 2^(e-128) * a.d rounds  */
+/* only when it leaves the normal range.  The SIMD tables reproduce exactly */
+/* these float operations.                                                  */
+/* ------------------------------------------------------------------------ */
+
+static float s_mxfp4_q8_0a(int n, const void *vw, const void *va)
+{
+    const block_mxfp4 *w = vw;
+    const block_q8_0a *a = va;
+    float sumf = 0.0f;
+    for (int ib = 0; ib < n / QK_MXFP4; ib++) {
+        int sumi = 0;
+        for (int j = 0; j < QK_MXFP4 / 2; j++)
+            sumi += a[ib].qs[j] * ds4_kvalues_mxfp4[w[ib].qs[j] & 15] +
+                    a[ib].qs[j + 16] * ds4_kvalues_mxfp4[w[ib].qs[j] >> 4];
+        sumf += (float)sumi * (ds4_e8m0_to_f32_half(w[ib].e) * a[ib].d);
+    }
+    return sumf;
+}
+
+static float s_mxfp4_f32(int n, const void *vw, const float *x)
+{
+    const block_mxfp4 *w = vw;
+    float buf[QK_MXFP4], sum = 0.0f;
+    for (int ib = 0; ib < n / QK_MXFP4; ib++) {
+        deq_mxfp4_block(w + ib, buf);
+        sum += dot_lanes(buf, x + ib * QK_MXFP4, QK_MXFP4);
+    }
+    return sum;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Scalar tiles: the single-row kernels, one (row, token) at a time.        */
 /* ------------------------------------------------------------------------ */
 
@@ -668,6 +720,7 @@ SCALAR_TILE(s_q4_K_q8_K_tile, s_q4_K_q8_K)
 SCALAR_TILE(s_iq2_xxs_q8_K_tile, s_iq2_xxs_q8_K)
 SCALAR_TILE(s_f32_f32_tile, s_f32_f32)
 SCALAR_TILE(s_f16_f32_tile, s_f16_f32)
+SCALAR_TILE(s_mxfp4_q8_0a_tile, s_mxfp4_q8_0a)
 
 /* ------------------------------------------------------------------------ */
 /* Tables and dispatch.                                                     */
@@ -694,6 +747,9 @@ static const ds4_kernels scalar_kernels = {
     .iq2_xxs_q8_K_tile = s_iq2_xxs_q8_K_tile,
     .f32_f32_tile = s_f32_f32_tile,
     .f16_f32_tile = s_f16_f32_tile,
+    .mxfp4_q8_0a = s_mxfp4_q8_0a,
+    .mxfp4_f32 = s_mxfp4_f32,
+    .mxfp4_q8_0a_tile = s_mxfp4_q8_0a_tile,
 };
 
 const ds4_kernels *ds4_kernels_scalar(void)
@@ -744,6 +800,7 @@ float ds4_dot_f32act(const ds4_kernels *k, uint32_t type, int n,
     case GGML_Q2_K: return k->q2_K_f32(n, w, x);
     case GGML_Q4_K: return k->q4_K_f32(n, w, x);
     case GGML_IQ2_XXS: return k->iq2_xxs_f32(n, w, x);
+    case GGML_MXFP4: return k->mxfp4_f32(n, w, x);
     default: return 0.0f;
     }
 }

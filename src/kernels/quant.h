@@ -1,7 +1,7 @@
 /*
  * quant.h -- quantization formats and their dot-product kernels.
  *
- * Owns: the block layouts of F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS and Q8_K,
+ * Owns: the block layouts of F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, MXFP4 and Q8_K,
  * row dequantization, activation quantization (Q8_0 and Q8_K), and the dot
  * products of every weight format with quantized and with float
  * activations.  Every kernel has a portable scalar reference; SIMD versions
@@ -30,6 +30,15 @@ typedef struct { uint16_t d, dmin; uint8_t scales[12];
 typedef struct { uint16_t d; uint16_t qs[QK_K / 8]; } block_iq2_xxs;    /* 66 B */
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K; /* 292 B */
 
+/* MXFP4 (OCP microscaling FP4, ggml type 39): 32 values = one E8M0 scale
+ * byte, then 16 bytes of E2M1 codes; byte j holds value j in its low
+ * nibble and value j + 16 in its high nibble.  Value = kvalues[code] *
+ * 2^(e - 128): ggml keeps the E2M1 table doubled (integers, below) and the
+ * scale halved (ds4_e8m0_to_f32_half), so the integer dot kernels pair it
+ * with Q8_0 activations exactly as with Q8_0 weights. */
+#define QK_MXFP4 32
+typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;  /* 17 B */
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0");
 _Static_assert(sizeof(block_q2_K) == 84, "block_q2_K");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K");
@@ -40,6 +49,22 @@ _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K");
 extern const uint64_t ds4_iq2xxs_grid[256];
 extern const uint8_t ds4_iq2xxs_signs[128];
 
+/* E2M1 values doubled: 0, .5, 1, 1.5, 2, 3, 4, 6 (times 2) and their
+ * negatives (code 8 is -0, stored as 0).  Format data, as ggml's
+ * kvalues_mxfp4. */
+extern const int8_t ds4_kvalues_mxfp4[16];
+
+/* 2^(e - 128) as a float, i.e. half the E8M0 scale 2^(e - 127): e = 0 and
+ * 1 give the subnormals 2^-128 and 2^-127, e = 255 gives 2^127 (ggml's
+ * converter does not treat 255 as NaN either; its quantizer never writes
+ * it, and ds4 does not scan expert data at load).  Exact. */
+static inline float ds4_e8m0_to_f32_half(uint8_t e)
+{
+    union { uint32_t u; float f; } v;
+    v.u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return v.f;
+}
+
 /* IEEE half / bfloat16 conversions (round to nearest even, subnormals kept,
  * overflow to infinity). */
 float ds4_f16_to_f32(uint16_t h);
@@ -49,7 +74,7 @@ float ds4_bf16_to_f32(uint16_t h);
 static inline float ds4_f16_round(float x) { return ds4_f16_to_f32(ds4_f32_to_f16(x)); }
 
 /* Dequantize n elements (n a multiple of the block size) of a ggml type
- * (GGML_F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, Q8_K).  Bit-exact with
+ * (GGML_F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, MXFP4, Q8_K).  Bit-exact with
  * ggml.  Returns 0, or -1 for an unsupported type. */
 int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
@@ -134,6 +159,15 @@ typedef struct {
     ds4_tile_fn iq2_xxs_q8_K_tile;
     ds4_tile_fn f32_f32_tile;
     ds4_tile_fn f16_f32_tile;
+    /* MXFP4 weights (routed experts): with Q8_0a activations as ggml pairs
+     * them with Q8_0, and with float activations (--no-qat).  Every table
+     * keeps exactly the scalar order for both -- per 32-block the exact
+     * integer sum, then sumf += (float)sumi * (2^(e-128) * a.d) in block
+     * order; float activations in the dot_lanes order of quant.c -- so all
+     * tables agree bit for bit (tests/test_kernels.c, test_mxfp4). */
+    float (*mxfp4_q8_0a)(int n, const void *w, const void *a);
+    float (*mxfp4_f32)(int n, const void *w, const float *x);
+    ds4_tile_fn mxfp4_q8_0a_tile;
 } ds4_kernels;
 
 const ds4_kernels *ds4_kernels_scalar(void);

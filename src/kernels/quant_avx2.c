@@ -688,6 +688,126 @@ TGTI static void f16_tok(int n, const void *w, const void *const *a, float *out,
 TOK_TILE(v_f32_f32_tile, f32_tok, 3)
 TOK_TILE(v_f16_f32_tile, f16_tok, 3)
 
+/* ------------------------------------------------------------------------ */
+/* MXFP4: exactly the scalar operation order (quant.h), so this table and   */
+/* the scalar one agree bit for bit.  Eight weight rows sit in the eight    */
+/* lanes: each row's block codes are expanded once per token group (pshufb */
+/* on the doubled E2M1 table), the 8 rows' exact block sums are reduced     */
+/* into one vector (hadd tree), and the per-block float work -- (float)sumi */
+/* * (2^(e-128) * a.d), added in block order -- is then 8 rows wide.       */
+/* maddubs takes |a| as the unsigned side and w with a's sign as the signed */
+/* side: |w| <= 12 never overflows, and a = -128 (|a| = 128 as u8) is      */
+/* exact too, so no fallback is needed.                                     */
+/* ------------------------------------------------------------------------ */
+
+#define MX_ROWS 8
+#define MX_TOK 4
+
+/* the 32 signed codes of a block: low nibbles (values 0..15), then high */
+TGT static inline __m256i mx_expand(const uint8_t *qs, __m256i lut)
+{
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m4 = _mm_set1_epi8(15);
+    const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+    return _mm256_shuffle_epi8(lut, idx);
+}
+
+/* rows r of MX_ROWS (lane r) x tokens a[0..C) over the whole row length */
+TGTI static void mx_strip(int n, const uint8_t *const *rows, const void *const *a, __m256 *facc, int C)
+{
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ds4_kvalues_mxfp4));
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int j = 0; j < C; j++) facc[j] = _mm256_setzero_ps();
+    for (int ib = 0; ib < n / QK_MXFP4; ib++) {
+        __m256i wq[MX_ROWS];
+        float dw[MX_ROWS];
+        for (int r = 0; r < MX_ROWS; r++) {
+            const block_mxfp4 *b = (const block_mxfp4 *)rows[r] + ib;
+            wq[r] = mx_expand(b->qs, lut);
+            dw[r] = ds4_e8m0_to_f32_half(b->e);
+        }
+        const __m256 dwv = _mm256_loadu_ps(dw);
+        for (int j = 0; j < C; j++) {
+            const block_q8_0a *ab = (const block_q8_0a *)a[j] + ib;
+            const __m256i qa = _mm256_loadu_si256((const __m256i *)ab->qs);
+            const __m256i ua = _mm256_abs_epi8(qa);
+            __m256i p[MX_ROWS];
+            for (int r = 0; r < MX_ROWS; r++)
+                p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(wq[r], qa)), ones);
+            /* lane r <- the 8 partial sums of row r (integer: any order) */
+            const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+            const __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                                  _mm256_permute2x128_si256(h0, h1, 0x31));
+            /* scalar order: sumf += (float)sumi * (dw * a.d) */
+            const __m256 sc = _mm256_mul_ps(dwv, _mm256_set1_ps(ab->d));
+            facc[j] = _mm256_add_ps(facc[j], _mm256_mul_ps(_mm256_cvtepi32_ps(isum), sc));
+        }
+    }
+}
+
+TGT static void v_mxfp4_q8_0a_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                   float *y, size_t ys)
+{
+    for (int r0 = 0; r0 < nrows; r0 += MX_ROWS) {
+        const int nr = nrows - r0 < MX_ROWS ? nrows - r0 : MX_ROWS;
+        const uint8_t *rows[MX_ROWS];
+        /* rows past nr repeat the last one (computed, never stored) */
+        for (int r = 0; r < MX_ROWS; r++)
+            rows[r] = (const uint8_t *)w + (size_t)(r0 + (r < nr ? r : nr - 1)) * ws;
+        for (int j0 = 0; j0 < ntok; j0 += MX_TOK) {
+            const int C = ntok - j0 < MX_TOK ? ntok - j0 : MX_TOK;
+            __m256 facc[MX_TOK];
+            float out[MX_ROWS];
+            switch (C) {   /* C a constant in each call: facc[] in registers */
+            case 1: mx_strip(n, rows, a + j0, facc, 1); break;
+            case 2: mx_strip(n, rows, a + j0, facc, 2); break;
+            case 3: mx_strip(n, rows, a + j0, facc, 3); break;
+            default: mx_strip(n, rows, a + j0, facc, 4); break;
+            }
+            for (int j = 0; j < C; j++) {
+                _mm256_storeu_ps(out, facc[j]);
+                memcpy(y + (size_t)(j0 + j) * ys + r0, out, sizeof(float) * (size_t)nr);
+            }
+        }
+    }
+}
+
+TGT static float v_mxfp4_q8_0a(int n, const void *vw, const void *va)
+{
+    float y;
+    v_mxfp4_q8_0a_tile(n, vw, 0, 1, &va, 1, &y, 1);
+    return y;
+}
+
+/* float activations in quant.c's dot_lanes order: per 32-block, 8 lanes
+ * of 4 products each (multiplies and adds rounded separately), the lanes
+ * reduced as ((0+4)+(1+5))+((2+6)+(3+7)), block sums added in order.  The
+ * dequantized values are the exact ones (int8 times a power of two). */
+TGT static float v_mxfp4_f32(int n, const void *vw, const float *x)
+{
+    const block_mxfp4 *w = vw;
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ds4_kvalues_mxfp4));
+    float sum = 0.0f;
+    for (int ib = 0; ib < n / QK_MXFP4; ib++, x += QK_MXFP4) {
+        const __m256i q = mx_expand(w[ib].qs, lut);
+        const __m256 d = _mm256_set1_ps(ds4_e8m0_to_f32_half(w[ib].e));
+        const __m128i qlo = _mm256_castsi256_si128(q), qhi = _mm256_extracti128_si256(q, 1);
+        const __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(qlo)), d);
+        const __m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(qlo, 8))), d);
+        const __m256 w2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(qhi)), d);
+        const __m256 w3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(qhi, 8))), d);
+        __m256 acc = _mm256_add_ps(_mm256_setzero_ps(), _mm256_mul_ps(w0, _mm256_loadu_ps(x)));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(w1, _mm256_loadu_ps(x + 8)));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(w2, _mm256_loadu_ps(x + 16)));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(w3, _mm256_loadu_ps(x + 24)));
+        const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        const __m128 s2 = _mm_hadd_ps(s4, s4);   /* (l0+l4)+(l1+l5), (l2+l6)+(l3+l7) */
+        sum += _mm_cvtss_f32(_mm_hadd_ps(s2, s2));
+    }
+    return sum;
+}
+
 static const ds4_kernels avx2_kernels = {
     .name = "avx2",
     .q8_0_q8_0 = v_q8_0_q8_0,
@@ -709,6 +829,9 @@ static const ds4_kernels avx2_kernels = {
     .iq2_xxs_q8_K_tile = v_iq2_xxs_q8_K_tile,
     .f32_f32_tile = v_f32_f32_tile,
     .f16_f32_tile = v_f16_f32_tile,
+    .mxfp4_q8_0a = v_mxfp4_q8_0a,
+    .mxfp4_f32 = v_mxfp4_f32,
+    .mxfp4_q8_0a_tile = v_mxfp4_q8_0a_tile,
 };
 
 /* F16C from CPUID leaf 1 (ECX bit 29): not every compiler accepts "f16c"

@@ -1786,6 +1786,131 @@ VT static void v_f16_f32_tile(int n, const void *w, size_t ws, int nrows, const 
  * (Q4_K: the blockwise reference), and the avx2 float kernels in its float
  * order; they are what the tiles are tested against. */
 
+/* ------------------------------------------------------------------------ */
+/* MXFP4 x Q8_0a tiles.  The packed scheme of Q8_0: 16 rows transposed in   */
+/* the lanes, codes looked up (vpshufb) in the doubled E2M1 table biased by */
+/* 128 to unsigned, vpdpbusd against the broadcast activation bytes, the    */
+/* bias removed by -128 * sum(a) per block; then exactly the scalar float   */
+/* order, sumf += (float)sumi * (2^(e-128) * a.d) block by block, so every  */
+/* output equals the scalar table's bit for bit.  Self-contained (own pack  */
+/* and loop) so that the other formats' driver is untouched.                */
+/* ------------------------------------------------------------------------ */
+
+/* w[8b + s] lane r = codes 4s..4s+3 of block b0 + b of row r, plus 128;
+ * d[b] lane r = 2^(e-128) of that block. */
+VT static void pack_mxfp4(const uint8_t *w, size_t ws, int nr, int b0, int nbk, pack_t *pk)
+{
+    const uint8_t *rows[16], *p[16];
+    strip_rows(w, ws, nr, rows);
+    const __m512i offs = strip_offsets(ws, nr);
+    int8_t lut8[16];
+    for (int i = 0; i < 16; i++) lut8[i] = (int8_t)(ds4_kvalues_mxfp4[i] + 128);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut8));
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int b = 0; b < nbk; b++) {
+        const size_t off = (size_t)(b0 + b) * sizeof(block_mxfp4);
+        for (int r = 0; r < 16; r++) p[r] = rows[r] + off + 1;
+        __m512i t[4];
+        tr16x4(p, t);
+        for (int s = 0; s < 4; s++) {
+            pk->w[8 * b + s] = _mm512_shuffle_epi8(lut, _mm512_and_si512(t[s], m4));
+            pk->w[8 * b + 4 + s] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(t[s], 4), m4));
+        }
+        /* e (byte 0 of the block) -> float bits of 2^(e-128), as ds4_e8m0_to_f32_half */
+        const __m512i e = _mm512_and_si512(_mm512_i32gather_epi32(offs, w + off, 1), _mm512_set1_epi32(0xff));
+        const __m512i nrm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+        pk->d[b] = _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, nrm, sub));
+    }
+}
+
+/* -128 * (sum of the 32 codes of a Q8_0a block) */
+VTI static int32_t mx_corr(const uint8_t *blk)
+{
+    const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 4)), _mm256_set1_epi8((char)0x80));
+    const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+    return -128 * (_mm_cvtsi128_si32(t) - 32 * 128);
+}
+
+/* C tokens over nbk packed blocks; running sums in y between chunks
+ * (float32 both ways: unchanged). */
+VTI static void mx_comp(const pack_t *pk, int nbk, const uint8_t *const *ab, const int32_t *corr, int C,
+                        int first, float *y, size_t ys, int nr)
+{
+    const __mmask16 km = (__mmask16)((1u << nr) - 1);
+    __m512 facc[TOK_TILE];
+    for (int j = 0; j < C; j++) facc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(km, y + (size_t)j * ys);
+    for (int b = 0; b < nbk; b++) {
+        const size_t ob = (size_t)b * sizeof(block_q8_0a);
+        __m512i acc[TOK_TILE];
+        for (int j = 0; j < C; j++) acc[j] = _mm512_set1_epi32(corr[8 * j + b]);
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            const __m512i wv = pk->w[8 * b + s];
+            for (int j = 0; j < C; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], wv, BCAST32(ab[j] + ob + 4 + 4 * s));
+        }
+        for (int j = 0; j < C; j++) {
+            const __m512 sc = _mm512_mul_ps(pk->d[b], _mm512_set1_ps(ld_f32(ab[j] + ob)));
+            facc[j] = _mm512_add_ps(facc[j], _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j]), sc));
+        }
+    }
+    for (int j = 0; j < C; j++) _mm512_mask_storeu_ps(y + (size_t)j * ys, km, facc[j]);
+}
+
+VT static void mx_tile(const pack_t *pk, int nbk, const uint8_t *const *ab, const int32_t *corr, int C,
+                       int first, float *y, size_t ys, int nr)
+{
+    switch (C) {   /* C a constant in each call: facc[] and acc[] in registers */
+    case 1: mx_comp(pk, nbk, ab, corr, 1, first, y, ys, nr); break;
+    case 2: mx_comp(pk, nbk, ab, corr, 2, first, y, ys, nr); break;
+    case 3: mx_comp(pk, nbk, ab, corr, 3, first, y, ys, nr); break;
+    case 4: mx_comp(pk, nbk, ab, corr, 4, first, y, ys, nr); break;
+    case 5: mx_comp(pk, nbk, ab, corr, 5, first, y, ys, nr); break;
+    case 6: mx_comp(pk, nbk, ab, corr, 6, first, y, ys, nr); break;
+    case 7: mx_comp(pk, nbk, ab, corr, 7, first, y, ys, nr); break;
+    default: mx_comp(pk, nbk, ab, corr, 8, first, y, ys, nr); break;
+    }
+}
+
+/* Token super-tiles, 256-row panels, chunks of 8 blocks: the activation
+ * corrections once per (chunk, token), each (strip, chunk) packed once and
+ * used by every token of the super-tile. */
+VT static void v_mxfp4_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
+                                  float *y, size_t ys)
+{
+    const uint8_t *w = vw;
+    const int nb = n / QK_MXFP4, nchunk = (nb + 7) / 8;
+    pack_t pk __attribute__((aligned(64)));
+    int32_t corr[TOK_SUPER * 8];
+    const uint8_t *ab[TOK_SUPER];
+    if (nrows <= 0 || ntok <= 0) return;
+    for (int t0 = 0; t0 < ntok; t0 += TOK_SUPER) {
+        const int nt = ntok - t0 < TOK_SUPER ? ntok - t0 : TOK_SUPER;
+        for (int p0 = 0; p0 < nrows; p0 += PANEL) {
+            const int np = nrows - p0 < PANEL ? nrows - p0 : PANEL;
+            for (int kc = 0; kc < nchunk; kc++) {
+                const int nbk = nb - 8 * kc < 8 ? nb - 8 * kc : 8;
+                for (int j = 0; j < nt; j++) {
+                    ab[j] = (const uint8_t *)a[t0 + j] + (size_t)kc * 8 * sizeof(block_q8_0a);
+                    for (int b = 0; b < nbk; b++) corr[8 * j + b] = mx_corr(ab[j] + (size_t)b * sizeof(block_q8_0a));
+                }
+                for (int r0 = p0; r0 < p0 + np; r0 += 16) {
+                    const int nr = p0 + np - r0 < 16 ? p0 + np - r0 : 16;
+                    pack_mxfp4(w + (size_t)r0 * ws, ws, nr, 8 * kc, nbk, &pk);
+                    for (int j0 = 0, C; j0 < nt; j0 += C) {
+                        const int ntile = (nt - j0 + TOK_TILE - 1) / TOK_TILE;
+                        C = (nt - j0 + ntile - 1) / ntile;
+                        mx_tile(&pk, nbk, ab + j0, corr + 8 * j0, C, kc == 0, y + (size_t)(t0 + j0) * ys + r0, ys, nr);
+                    }
+                }
+            }
+        }
+    }
+}
+
 static ds4_kernels avx512_kernels, avx512_packed_kernels;
 static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
 
@@ -1805,6 +1930,8 @@ static void avx512_init(void)
     avx512_kernels.iq2_xxs_q8_K_tile = v_iq2_xxs_q8_K_tile;
     avx512_kernels.f32_f32_tile = v_f32_f32_tile;
     avx512_kernels.f16_f32_tile = v_f16_f32_tile;
+    avx512_kernels.mxfp4_q8_0a = s->mxfp4_q8_0a;
+    avx512_kernels.mxfp4_q8_0a_tile = v_mxfp4_q8_0a_tile;
     d1_idx_init();
     avx512_packed_kernels = avx512_kernels;
     avx512_packed_kernels.name = "avx512-packed";
