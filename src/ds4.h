@@ -32,7 +32,10 @@
 extern "C" {
 #endif
 
+/* The release number; ds4_version() is what binaries print (--version):
+ * this number plus the `git describe` of the build when it has one. */
 #define DS4_VERSION "0.1.0"
+const char *ds4_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -281,6 +284,10 @@ typedef struct {
                                          per token (prefill work; the head
                                          and attention products excluded) */
     int random_weights;       /* a synthetic model (ds4-synth): text is noise */
+    uint64_t ctx_train;       /* deepseek4.context_length: the context the
+                                 model was trained for (0 = not stated);
+                                 a longer --ctx runs but is out of
+                                 distribution */
 } ds4_model_info;
 
 void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);
