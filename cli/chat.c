@@ -15,9 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <editline/readline.h>
-
 #include "chat.h"
+#include "input.h"
 
 #define DS4_STR_(x) #x
 #define DS4_STR(x) DS4_STR_(x)
@@ -529,7 +528,6 @@ int chat_interactive(chat_app *a) {
         fprintf(stderr, "ds4: interactive chat (%s). /help for commands, Ctrl+D to quit.\n",
                 a->o.think == DS4_THINK_NONE ? "no thinking" :
                 a->o.think == DS4_THINK_MAX ? "thinking, max effort" : "thinking");
-    using_history();
     if (a->kv) {
         /* resume the conversation the last run left (saved at its exit) */
         int n = ds4_kvstore_restore_latest(a->kv, a->s, DS4_KV_SHUTDOWN);
@@ -544,21 +542,23 @@ int chat_interactive(chat_app *a) {
             ds4_buf_free(&t);
         }
     }
+    chat_input *in = input_open(a->o.interrupt);
+    if (!in) { fprintf(stderr, "ds4: out of memory\n"); return -1; }
+    ds4_buf msg = { 0 };
     for (;;) {
         *a->o.interrupt = 0;
         if (a->o.terminate && *a->o.terminate) break;
-        char *line = readline(a->tty_out ? "> " : "");
-        if (!line) {
-            if (a->o.terminate && *a->o.terminate) break;
-            if (*a->o.interrupt) { putchar('\n'); continue; }
-            break;   /* EOF */
-        }
-        if (!*line) { free(line); continue; }
-        add_history(line);
-        if (line[0] == '/') {
+        int single = 0;
+        int r = input_read(in, &msg, &single);
+        if (a->o.terminate && *a->o.terminate) break;
+        if (r == INPUT_INTERRUPTED) { putchar('\n'); continue; }
+        if (r == INPUT_EOF) { if (a->tty_out) putchar('\n'); break; }
+        if (msg.n == 0) continue;
+        char *line = msg.p;
+        if (single && line[0] == '/') {
             char *arg = strchr(line, ' ');
             if (arg) { *arg++ = 0; while (*arg == ' ') arg++; }
-            if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) { free(line); break; }
+            if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
             else if (!strcmp(line, "/help")) chat_print_commands(stdout);
             else if (!strcmp(line, "/think")) { a->o.think = DS4_THINK_HIGH; printf("thinking: high\n"); }
             else if (!strcmp(line, "/nothink")) { a->o.think = DS4_THINK_NONE; printf("thinking: off\n"); }
@@ -581,26 +581,31 @@ int chat_interactive(chat_app *a) {
                 else if (resize_ctx(a, (int)v) == 0) printf("context: %ld tokens\n", v);
             }
             else if (!strcmp(line, "/read")) {
-                if (!arg || !*arg) { printf("usage: /read FILE [text]\n"); free(line); continue; }
+                if (!arg || !*arg) { printf("usage: /read FILE [text]\n"); continue; }
                 char *rest = strchr(arg, ' ');
                 if (rest) { *rest++ = 0; }
                 FILE *f = fopen(arg, "rb");
-                if (!f) { printf("cannot read %s: %s\n", arg, strerror(errno)); free(line); continue; }
-                ds4_buf msg = { 0 };
+                if (!f) { printf("cannot read %s: %s\n", arg, strerror(errno)); continue; }
+                ds4_buf file = { 0 };
                 char tmp[65536];
                 size_t k;
-                while ((k = fread(tmp, 1, sizeof tmp, f)) > 0) ds4_buf_append(&msg, tmp, k);
+                while ((k = fread(tmp, 1, sizeof tmp, f)) > 0) ds4_buf_append(&file, tmp, k);
                 fclose(f);
-                if (rest && *rest) { ds4_buf_puts(&msg, "\n\n"); ds4_buf_puts(&msg, rest); }
-                chat_turn(a, msg.p ? msg.p : "", msg.n);
-                ds4_buf_free(&msg);
+                if (rest && *rest) { ds4_buf_puts(&file, "\n\n"); ds4_buf_puts(&file, rest); }
+                input_busy_begin(in);
+                chat_turn(a, file.p ? file.p : "", file.n);
+                input_busy_end(in);
+                ds4_buf_free(&file);
             }
             else printf("unknown command %s (/help)\n", line);
-            free(line);
+            fflush(stdout);
             continue;
         }
-        chat_turn(a, line, strlen(line));
-        free(line);
+        input_busy_begin(in);
+        chat_turn(a, msg.p, msg.n);
+        input_busy_end(in);
     }
+    ds4_buf_free(&msg);
+    input_close(in);
     return 0;
 }
