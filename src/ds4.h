@@ -469,7 +469,10 @@ typedef struct {
     uint32_t version, reason, n_tokens, ctx_size, hits, flags, n_tools;
     uint64_t created, last_used, file_bytes, text_len, payload_len, tools_len;
     uint8_t fingerprint[20], family[20];
-    char prefix[121];            /* first bytes of the text, escaped */
+    char prefix[121];            /* first bytes of the text, escaped (whole
+                                    UTF-8 characters only) */
+    char suffix[121];            /* last bytes of the text, likewise: what
+                                    tells apart files that share a start */
 } ds4_kv_file_info;
 
 /* Reads the header (and with `verify`, checks sizes and the checksum).
