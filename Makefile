@@ -126,6 +126,8 @@ fuzz:
 install: $(BINS)
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/ds4/vocab
+	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
 	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv demo/*.gguf
