@@ -249,6 +249,7 @@ void input_busy_begin(chat_input *in) {
     if (tcgetattr(0, &in->cooked)) return;
     t = in->cooked;
     t.c_lflag &= (tcflag_t)~(ICANON | ECHO);
+    t.c_lflag |= NOFLSH;   /* Ctrl+C stops the answer, not what was typed */
     t.c_cc[VMIN] = 0;      /* reads return at once: we only drain */
     t.c_cc[VTIME] = 0;
     if (tcsetattr(0, TCSANOW, &t) == 0) in->busy = 1;
