@@ -461,7 +461,7 @@ static const struct { const char *name, *args, *help; } k_commands[] = {
     { "/help", "", "this help" },
     { "/think", "", "thinking mode, effort high (default)" },
     { "/think-max", "", "maximum effort (needs a context >= " DS4_STR(DS4_THINK_MAX_MIN_CTX)
-                        "; new conversations)" },
+                        "; new chats)" },
     { "/nothink", "", "answer without reasoning" },
     { "/ctx", "N", "resize the context (keeps the conversation if it fits)" },
     { "/read", "FILE [text]", "send the file's content (plus any text after the name)" },

@@ -115,9 +115,9 @@ static void usage(FILE *f) {
 "  -h, --help              this help\n"
 "      --version           print the version and exit\n"
 "\n"
-"Values: --flag VALUE or --flag=VALUE; sizes take a unit (512MB, 8GB;\n"
-"powers of 1024).  A --ctx above the model's trained context\n"
-"(deepseek4.context_length) is allowed, with a warning.\n"
+"Values follow the option or are attached with = (--ctx=65536); sizes\n"
+"take a unit (512MB, 8GB; powers of 1024).  A --ctx above the model's\n"
+"trained context (deepseek4.context_length) works, with a warning.\n"
 "\n",
             DS4_THINK_MAX_MIN_CTX);
     chat_print_commands(f);

@@ -140,7 +140,7 @@ static void usage(FILE *f) {
 "                       not depend on the frontier schedule or chunk size\n"
 "  -h, --help           this text\n"
 "  --version            print the version and exit\n"
-"Values: --flag VALUE or --flag=VALUE.\n"
+"Values follow the option or are attached with = (--ctx-max=8192).\n"
 "\n"
 "output:\n"
 "  stdout: CSV, one row per frontier, with this header:\n"

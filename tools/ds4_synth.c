@@ -134,7 +134,7 @@ static void usage(FILE *o) {
 "  --list          with --dry-run: also list every tensor.\n"
 "  -h, --help      this text.\n"
 "  --version       print the version and exit.\n"
-"Values: --opt VALUE or --opt=VALUE.\n"
+"Values follow the option or are attached with = (--seed=7).\n"
 "\n"
 "Weights: projections have RMS ~1/sqrt(n_in) (unit-RMS outputs), RMSNorm\n"
 "weights ~1, a quarter of the routed experts have 4x larger gate/up weights\n"
