@@ -38,6 +38,9 @@ static void test_u64(void) {
     uint64_t v = 0;
     CHECK(ds4_parse_u64("18446744073709551615", &v, why, sizeof why) == 0 && v == UINT64_MAX, "max");
     CHECK(ds4_parse_u64("0x10", &v, why, sizeof why) == 0 && v == 16, "hex");
+    CHECK(ds4_parse_u64("010", &v, why, sizeof why) == 0 && v == 10, "decimal, not octal");
+    CHECK(ds4_parse_u64("0x", &v, why, sizeof why) == -1, "0x alone");
+    CHECK(ds4_parse_u64("0x-1", &v, why, sizeof why) == -1, "0x-1");
     CHECK(ds4_parse_u64("-1", &v, why, sizeof why) == -1, "-1 must not wrap");
     CHECK(ds4_parse_u64("+1", &v, why, sizeof why) == -1, "sign");
     CHECK(ds4_parse_u64("18446744073709551616", &v, why, sizeof why) == -1, "overflow");

@@ -44,7 +44,10 @@ int ds4_parse_u64(const char *s, uint64_t *out, char *why, size_t why_n) {
     /* strtoull accepts "-1" (and wraps it): refuse any sign */
     if (!s || !*s || *s == '-' || *s == '+' || isspace((unsigned char)*s))
         return fail(why, why_n, "expected an unsigned 64-bit integer");
-    unsigned long long v = strtoull(s, &end, 0);
+    /* decimal, or hex with 0x; never octal (a seed "010" is ten) */
+    int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+    unsigned long long v = strtoull(hex ? s + 2 : s, &end, hex ? 16 : 10);
+    if (hex && !isxdigit((unsigned char)s[2])) return fail(why, why_n, "expected an unsigned 64-bit integer");
     if (*end || errno) return fail(why, why_n, "expected an unsigned 64-bit integer");
     *out = v;
     return 0;
