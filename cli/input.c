@@ -15,6 +15,7 @@
 #include "input.h"
 
 #include <errno.h>
+#include <wchar.h>
 #include <histedit.h>
 #include <langinfo.h>
 #include <locale.h>
@@ -217,7 +218,9 @@ chat_input *input_open(volatile sig_atomic_t *interrupt) {
     el_set(in->el, EL_CLIENTDATA, in);
     el_set(in->el, EL_PROMPT, prompt_fn);
     el_set(in->el, EL_HIST, history, in->hist);
-    el_set(in->el, EL_ADDFN, "ds4-paste", "bracketed paste", paste_fn);
+    /* the wide form: libedit's narrow EL_ADDFN copies the name and help
+     * and never frees the copies */
+    el_wset(in->el, EL_ADDFN, L"ds4-paste", L"bracketed paste", paste_fn);
     el_source(in->el, NULL);        /* the user's ~/.editrc, if any */
     el_set(in->el, EL_BIND, "\\e[200~", "ds4-paste", NULL);
     tcgetattr(0, &in->cooked);

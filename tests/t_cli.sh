@@ -250,11 +250,12 @@ fi
 
 # (d) one progress bar per prefill, even when disk-cache checkpoints split
 # it into several engine calls
-head -c 6000 bench/data/italian_sample.txt > "$T/long.txt"
+# (~900 tokens: 64-token chunks, a checkpoint every 256 tokens)
+head -c 2000 bench/data/italian_sample.txt > "$T/long.txt"
 if start -n 1 --chunk 64 --kv-disk-dir "$T/kvp" --kv-cache-min-tokens 64 \
-        --kv-cache-boundary-align-tokens 64 --kv-cache-continued-interval-tokens 512; then
+        --kv-cache-boundary-align-tokens 64 --kv-cache-continued-interval-tokens 256; then
     keys "/read $T/long.txt" Enter
-    if wait_for '\[prefill [0-9]+ tokens' 120; then
+    if wait_for '\[prefill [0-9]+ tokens' 240; then
         bars=$(count '^prefill [0-9]+/[0-9]+ \[')
         saves=$(count 'disk KV cache: saved [0-9]+ tokens \((cold|continued)\)')
         if [ "$bars" -eq 1 ] && [ "$saves" -ge 2 ] && screen | grep -aqE '^prefill ([0-9]+)/\1 \[#+\] 100%'; then

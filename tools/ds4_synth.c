@@ -1330,8 +1330,9 @@ static void write_model(const char *out, const layout *L, const config *c, const
  * install), then relative to the current directory.  Exits with the list
  * of places tried when none has it. */
 static const char *default_vocab(const char *argv0) {
-    static char found[4096];
-    char dir[4096] = "", tried[3][4096];
+    /* room for the directory plus the longest suffix below */
+    static char found[4096 + 64];
+    char dir[4096] = "", tried[3][4096 + 64];
     ssize_t k = readlink("/proc/self/exe", dir, sizeof dir - 1);
     if (k > 0) dir[k] = 0;
     else if (strchr(argv0, '/')) snprintf(dir, sizeof dir, "%s", argv0);
