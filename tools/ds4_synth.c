@@ -19,6 +19,7 @@
  * type), never on buffer sizes or write order.
  */
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -263,24 +264,14 @@ static int set_preset(config *c, const char *p) {
     return -1;
 }
 
+/* --set values and list items, through the shared parsers (the caller
+ * words the message: it knows the key). */
 static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    if (!*s) return -1;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
+    return ds4_parse_i64(s, lo, hi, out, NULL, 0);
 }
 
 static int parse_f64(const char *s, double *out) {
-    if (!*s) return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
+    return ds4_parse_double(s, -DBL_MAX, DBL_MAX, out, NULL, 0);
 }
 
 /* Comma-separated list; returns the count or -1. */
