@@ -37,6 +37,7 @@ typedef struct {
 
 struct chat_input {
     int edit;               /* stdin and stdout are terminals: libedit */
+    int tty_in;             /* stdin is a terminal (quiet during turns) */
     EditLine *el;
     History *hist;
     HistEvent ev;
@@ -55,8 +56,9 @@ static chat_input *g_in;    /* for the atexit restore */
 
 static void restore_terminal(void) {
     chat_input *in = g_in;
-    if (!in || !in->edit) return;
+    if (!in) return;
     if (in->busy) { tcsetattr(0, TCSANOW, &in->cooked); in->busy = 0; }
+    if (!in->edit) return;
     fputs("\033[?2004l", stdout);   /* bracketed paste off */
     fflush(stdout);
 }
@@ -200,7 +202,14 @@ chat_input *input_open(volatile sig_atomic_t *interrupt) {
     chat_input *in = calloc(1, sizeof *in);
     if (!in) return NULL;
     in->interrupt = interrupt;
-    in->edit = isatty(0) && isatty(1);
+    in->tty_in = isatty(0);
+    in->edit = in->tty_in && isatty(1);
+    if (in->tty_in) {
+        static int registered;
+        tcgetattr(0, &in->cooked);
+        g_in = in;
+        if (!registered++) atexit(restore_terminal);
+    }
     if (!in->edit) return in;
     utf8_locale();
     in->el = el_init("ds4", stdin, stdout, stderr);
@@ -223,9 +232,6 @@ chat_input *input_open(volatile sig_atomic_t *interrupt) {
     el_wset(in->el, EL_ADDFN, L"ds4-paste", L"bracketed paste", paste_fn);
     el_source(in->el, NULL);        /* the user's ~/.editrc, if any */
     el_set(in->el, EL_BIND, "\\e[200~", "ds4-paste", NULL);
-    tcgetattr(0, &in->cooked);
-    g_in = in;
-    atexit(restore_terminal);
     fputs("\033[?2004h", stdout);   /* bracketed paste on */
     fflush(stdout);
     return in;
@@ -247,7 +253,7 @@ void input_close(chat_input *in) {
 /* ---- the quiet terminal during a turn -------------------------------- */
 
 void input_busy_begin(chat_input *in) {
-    if (!in || !in->edit || in->busy) return;
+    if (!in || !in->tty_in || in->busy) return;
     struct termios t;
     if (tcgetattr(0, &in->cooked)) return;
     t = in->cooked;
@@ -322,7 +328,9 @@ void input_busy_end(chat_input *in) {
     }
     tcsetattr(0, TCSANOW, &in->cooked);
     in->busy = 0;
-    if (got.n) filter_typeahead(in, (const unsigned char *)got.p, got.n);
+    /* without line editing there is no way to put the text back in
+     * front of the user: it is dropped, like the control keys */
+    if (got.n && in->edit) filter_typeahead(in, (const unsigned char *)got.p, got.n);
     ds4_buf_free(&got);
 }
 

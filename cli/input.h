@@ -5,10 +5,12 @@
  *   - On a terminal: line editing and history (libedit), bracketed paste
  *     (a multi-line paste is one message: it is shown as a placeholder
  *     "[paste #N: L lines]" in the edited line and replaced by the pasted
- *     text when the line is sent), and a quiet terminal while the model
- *     works (keys typed then are not echoed over the answer; printable
- *     ones are kept for the next prompt, control keys such as Ctrl+D are
- *     dropped so they never reach the next line).
+ *     text when the line is sent).
+ *   - When stdin is a terminal: a quiet terminal while the model works
+ *     (keys typed then are not echoed over the answer; with line editing
+ *     printable ones are kept for the next prompt; control keys such as
+ *     Ctrl+D are always dropped, so they never reach the next line or end
+ *     the chat).
  *   - Anywhere (terminal or pipe): a line ending in a backslash continues
  *     on the next line, and "/multi" starts a block that a line "/end"
  *     sends.

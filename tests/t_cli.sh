@@ -51,7 +51,7 @@ for b in "${BINS[@]}"; do
 done
 if [ "$(printf '%s' "$vers" | sort -u | wc -l)" -eq 1 ]; then
     ok "--version: one line, one version string on all ${#BINS[@]} binaries ($(printf '%s' "$vers" | head -1))"
-else bad "--version strings differ: $vers"; fi
+else bad "--version strings differ (binaries from different builds? run make): $vers"; fi
 
 # ---- 2. --help lists what the parser accepts ------------------------------
 # Options the parsers match (ds4_args_is calls; ARG() in the server; -h,
@@ -272,6 +272,26 @@ if start -n 1; then
     for c in $cmds; do screen | grep -aq -- "^  $c" || missing="$missing $c"; done
     [ -z "$missing" ] && ok "tmux: /help lists every command" || bad "tmux: /help lacks:$missing"
 fi
+
+# (f) stdin a terminal, stdout a file (no line editing): Ctrl+D during an
+# answer is dropped too, the chat goes on and quits on Ctrl+D at the prompt
+"${TM[@]}" kill-server 2>/dev/null
+NS=$((NS + 1))
+TM=(tmux -L "ds4t$$-$NS" -f /dev/null)
+"${TM[@]}" new-session -d -s chat -x 200 -y 60 \
+    "./ds4 -m $M --nothink --temp 0 -n 300 > $T/f.out; echo __EXIT \$?; sleep 120"
+if wait_for 'Ctrl\+D to quit' 20; then
+    keys "Hello" Enter
+    sleep 0.3
+    keys C-d
+    wait_for 'generated 300 tokens' 60
+    keys "/help" Enter
+    for i in $(seq 50); do grep -q '^  /multi ' "$T/f.out" && break; sleep 0.2; done
+    keys C-d
+    if wait_for '__EXIT 0' 10 && grep -q '^  /multi ' "$T/f.out"; then
+        ok "tmux, stdout a file: Ctrl+D during an answer is dropped; /help runs; Ctrl+D quits"
+    else bad "tmux, stdout a file:"; screen | tail -6; fi
+else bad "tmux: the chat (stdout a file) did not start"; fi
 
 echo "t_cli: $fail failure(s)"
 [ "$fail" -eq 0 ]
