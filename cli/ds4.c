@@ -57,7 +57,8 @@ static void usage(FILE *f) {
 "model and runtime:\n"
 "  -m, --model FILE        GGUF model (default ./ds4flash.gguf)\n"
 "  -t, --threads N         worker threads (default: all cores)\n"
-"  -c, --ctx N             context size in tokens (default 32768)\n"
+"  -c, --ctx N             context size in tokens (16 .. 16777216,\n"
+"                          default 32768)\n"
 "      --chunk N           prefill chunk size in tokens (default 2048)\n"
 "\n"
 "prompt and generation:\n"
@@ -116,8 +117,8 @@ static void usage(FILE *f) {
 "      --version           print the version and exit\n"
 "\n"
 "Values follow the option or are attached with = (--ctx=65536); sizes\n"
-"take a unit (512MB, 8GB; powers of 1024).  A --ctx above the model's\n"
-"trained context (deepseek4.context_length) works, with a warning.\n"
+"take a unit (512MB, 8GB; powers of 1024).  A --ctx (or /ctx) above the\n"
+"model's trained context (deepseek4.context_length) works, with a warning.\n"
 "\n",
             DS4_THINK_MAX_MIN_CTX);
     chat_print_commands(f);
