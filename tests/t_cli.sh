@@ -128,6 +128,9 @@ if [ -n "$ctx_train" ] && grep -q "warning: a context of $((ctx_train * 2)) toke
    ! grep -q "warning" "$T/w2"; then
     ok "--ctx $((ctx_train * 2)) > context_length $ctx_train warns; --ctx $ctx_train does not"
 else bad "ctx warning: $(cat "$T/w1" "$T/w2" | grep -i warn)"; fi
+printf '/ctx %s\n' $((ctx_train + 1)) | ./ds4 -m "$M" > /dev/null 2> "$T/w3"
+grep -q "warning: a context of $((ctx_train + 1)) tokens exceeds" "$T/w3" &&
+    ok "/ctx $((ctx_train + 1)) warns too" || bad "/ctx: no warning: $(cat "$T/w3")"
 
 # ---- 5. multi-line messages from a pipe ----------------------------------
 want=$(oneshot_prefill "$(printf 'first line\nsecond line\nthird')")
