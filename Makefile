@@ -53,8 +53,20 @@ ifneq ($(wildcard tools/ds4_kv.c),)
   BINS += ds4-kv
 endif
 
-.PHONY: all test bench bench-kernels bench-tokenizer install clean fuzz tests run
+.PHONY: all test bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
 all: $(BINS) tests
+
+# The version every binary prints (--version): DS4_VERSION from ds4.h plus
+# `git describe` of the checkout, kept in a header that is rewritten only
+# when the description changes (so a rebuild does not relink everything).
+# Outside a git checkout the description is empty: the plain DS4_VERSION.
+GIT_DESCRIBE := $(shell git describe --tags --always --dirty 2>/dev/null)
+$(BUILD)/gen/ds4_git.h: FORCE
+	@mkdir -p $(dir $@)
+	@printf '#define DS4_GIT_DESCRIBE "%s"\n' '$(subst ','',$(GIT_DESCRIBE))' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/src/common/version.o: $(BUILD)/gen/ds4_git.h
+$(BUILD)/src/common/version.o: CFLAGS += -I$(BUILD)/gen
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -114,6 +126,8 @@ fuzz:
 install: $(BINS)
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/ds4/vocab
+	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
 	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv demo/*.gguf

@@ -15,10 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <editline/readline.h>
-
 #include "chat.h"
+#include "input.h"
 
+#define DS4_STR_(x) #x
+#define DS4_STR(x) DS4_STR_(x)
 #define DIM "\033[2m"
 #define RESET "\033[0m"
 
@@ -28,11 +29,45 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-typedef struct {
+/* One progress bar per prefill.  A prefill may be several engine calls
+ * (the disk cache stops at every checkpoint frontier to save there), and
+ * each call reports its own done/total from 0: the bar adds them up, so it
+ * only moves forward and is finished (newline) once, by progress_end.
+ * `total` is the whole prefill when the caller knows it (0 = learn it from
+ * the calls). */
+typedef struct progress_ud {
     chat_app *a;
     double t0;
-    int shown;
+    int shown;              /* the bar's line is on screen, unfinished */
+    int total;              /* tokens of the whole prefill (0 = unknown) */
+    int base;               /* tokens done by earlier calls of this prefill */
+    int seg_done, seg_total;   /* the current call's last report */
 } progress_ud;
+
+static void progress_begin(progress_ud *p, chat_app *a, int total) {
+    memset(p, 0, sizeof *p);
+    p->a = a;
+    p->t0 = now_s();
+    p->total = total;
+    a->progress = p;
+}
+
+/* Finish the bar's line (if one was drawn). */
+static void progress_end(progress_ud *p) {
+    if (p->shown) fputc('\n', stderr);
+    p->shown = 0;
+    p->a->progress = NULL;
+}
+
+/* Another line is about to be printed on stderr mid-prefill: clear the
+ * bar's line first; the next report redraws it below that line. */
+static void progress_clear(chat_app *a) {
+    progress_ud *p = a->progress;
+    if (p && p->shown) {
+        fputs("\r\033[K", stderr);
+        p->shown = 0;
+    }
+}
 
 /* Progress bar on a terminal for prefills longer than one chunk; also the
  * place where Ctrl+C cancels a long prefill. */
@@ -40,15 +75,24 @@ static int on_progress(void *ud, int done, int total) {
     progress_ud *p = ud;
     chat_app *a = p->a;
     if (*a->o.interrupt) return 1;
-    if (!a->tty_err || a->o.quiet || total <= a->o.chunk) return 0;
+    /* a new engine call starts over from 0 (or the last one finished) */
+    if ((p->seg_total > 0 && p->seg_done == p->seg_total) || done < p->seg_done ||
+        total != p->seg_total) {
+        p->base += p->seg_done;
+        p->seg_done = 0;
+    }
+    p->seg_done = done;
+    p->seg_total = total;
+    int all = p->base + total > p->total ? p->base + total : p->total;
+    int now = p->base + done;
+    if (!a->tty_err || a->o.quiet || all <= a->o.chunk) return 0;
     double el = now_s() - p->t0;
-    int w = 30, f = total ? (int)((long)w * done / total) : w;
-    fprintf(stderr, "\rprefill %d/%d [", done, total);
+    int w = 30, f = all ? (int)((long)w * now / all) : w;
+    fprintf(stderr, "\rprefill %d/%d [", now, all);
     for (int i = 0; i < w; i++) fputc(i < f ? '#' : '.', stderr);
-    fprintf(stderr, "] %3d%% %.0f tok/s ", total ? 100 * done / total : 100,
-            el > 0 ? done / el : 0.0);
+    fprintf(stderr, "] %3d%% %.0f tok/s \033[K", all ? (int)(100L * now / all) : 100,
+            el > 0 ? now / el : 0.0);
     p->shown = 1;
-    if (done == total) fputc('\n', stderr);
     fflush(stderr);
     return 0;
 }
@@ -61,12 +105,22 @@ static void kv_save(chat_app *a, ds4_kv_reason why) {
     int n = ds4_session_n_tokens(a->s);
     if (!a->kv || n < a->o.kv_policy.min_tokens) return;
     char *err = NULL;
+    progress_clear(a);
     if (ds4_kvstore_save(a->kv, a->s, why, NULL, 0, &err) != DS4_OK)
         fprintf(stderr, "ds4: %s\n", err ? err : "kv cache save failed");
     else if (!a->o.quiet && why != DS4_KV_SHUTDOWN && why != DS4_KV_MANUAL)
         fprintf(stderr, "ds4: disk KV cache: saved %d tokens (%s)\n", n, ds4_kv_reason_name(why));
     free(err);
     a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, n);
+}
+
+/* A context beyond the trained one works (positions are just larger) but
+ * the model has never seen them: say so once, where it was asked for. */
+static void ctx_warn(chat_app *a, int ctx) {
+    if (a->ctx_train > 0 && (uint64_t)ctx > a->ctx_train)
+        fprintf(stderr, "ds4: warning: a context of %d tokens exceeds the %llu the model was "
+                "trained for (deepseek4.context_length); text beyond that is out of distribution\n",
+                ctx, (unsigned long long)a->ctx_train);
 }
 
 int chat_open(chat_app *a, const chat_opts *o) {
@@ -98,6 +152,8 @@ int chat_open(chat_app *a, const chat_opts *o) {
             fprintf(stderr, "ds4: NOTE: this model has random weights (a synthetic demo): "
                     "its output is meaningless text.\n");
     }
+    a->ctx_train = info.ctx_train;
+    if (o->ctx_explicit) ctx_warn(a, o->ctx);
     ds4_session_params sp;
     ds4_session_params_default(&sp);
     sp.ctx_size = o->ctx;
@@ -235,7 +291,8 @@ static int eval_ckpt(chat_app *a, const int32_t *ids, int n, ds4_progress_fn pf,
 }
 
 static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_stats *st) {
-    progress_ud pu = { a, now_s(), 0 };
+    progress_ud pu;
+    progress_begin(&pu, a, append ? n : 0);
     int before = ds4_session_n_tokens(a->s), reused = 0, rc;
     if (append) {
         rc = eval_ckpt(a, ids, n, on_progress, &pu);
@@ -250,6 +307,7 @@ static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_
         while (lcp < before && lcp < n && have[lcp] == ids[lcp]) lcp++;
         if (lcp < before) { ds4_session_reset(a->s); lcp = 0; }
         reused = lcp;
+        pu.total = n - lcp;
         a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, lcp);
         int cold = lcp == 0 ? ds4_kv_policy_cold_point(&a->o.kv_policy, n) : 0;
         rc = DS4_OK;
@@ -262,7 +320,7 @@ static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_
     }
     st->prefill_s = now_s() - pu.t0;
     st->prefill_tokens = ds4_session_n_tokens(a->s) - reused;
-    if (pu.shown && rc) fputc('\n', stderr);
+    progress_end(&pu);
     if (rc == DS4_ECTX) {
         fprintf(stderr, "ds4: the prompt (%d tokens) does not fit the context (%d tokens); "
                 "use --ctx or /ctx\n", append ? before + n : n, ds4_session_ctx_size(a->s));
@@ -397,17 +455,37 @@ int chat_run_tokens(chat_app *a, const int32_t *ids, int n, int split, int n_gen
 
 /* ------------------------------------------------------------------ */
 
-static void chat_help(void) {
-    printf("commands:\n"
-           "  /help          this help\n"
-           "  /think         thinking mode, effort high (default)\n"
-           "  /think-max     maximum effort (needs a context >= %d; new conversations)\n"
-           "  /nothink       answer without reasoning\n"
-           "  /ctx N         resize the context (keeps the conversation if it fits)\n"
-           "  /read FILE     send the file's content (plus any text after the name)\n"
-           "  /clear         start a new conversation\n"
-           "  /quit          exit (also Ctrl+D)\n"
-           "Ctrl+C stops the current generation.\n", DS4_THINK_MAX_MIN_CTX);
+/* The one list of interactive commands: /help prints it, and so does
+ * `ds4 --help` (chat_print_commands), so the two never disagree. */
+static const struct { const char *name, *args, *help; } k_commands[] = {
+    { "/help", "", "this help" },
+    { "/think", "", "thinking mode, effort high (default)" },
+    { "/think-max", "", "maximum effort (needs a context >= " DS4_STR(DS4_THINK_MAX_MIN_CTX)
+                        "; new chats)" },
+    { "/nothink", "", "answer without reasoning" },
+    { "/ctx", "N", "resize the context (keeps the conversation if it fits)" },
+    { "/read", "FILE [text]", "send the file's content (plus any text after the name)" },
+    { "/multi", "", "type a multi-line message; a line /end sends it" },
+    { "/clear", "", "start a new conversation" },
+    { "/quit", "", "exit (also /exit, or Ctrl+D on an empty line)" },
+};
+
+void chat_print_commands(FILE *f) {
+    fprintf(f, "interactive commands:\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof *k_commands; i++) {
+        char head[40];
+        snprintf(head, sizeof head, "%s%s%s", k_commands[i].name, *k_commands[i].args ? " " : "",
+                 k_commands[i].args);
+        fprintf(f, "  %-18s %s\n", head, k_commands[i].help);
+    }
+    fprintf(f,
+"input:\n"
+"  Enter sends the message; a line ending in \\ continues on the next line.\n"
+"  A multi-line paste is one message (terminals with bracketed paste): it\n"
+"  shows as [paste #N: L lines] and is sent with what you type around it.\n"
+"  Ctrl+C stops the current answer (at the prompt: drops the line);\n"
+"  Ctrl+D on an empty line quits; keys typed during an answer are kept for\n"
+"  the next prompt (control keys such as Ctrl+D are dropped).\n");
 }
 
 static int resize_ctx(chat_app *a, int ctx) {
@@ -441,6 +519,7 @@ static int resize_ctx(chat_app *a, int ctx) {
     ds4_session_free(a->s);
     a->s = ns;
     a->o.ctx = ctx;
+    ctx_warn(a, ctx);
     return 0;
 }
 
@@ -449,7 +528,6 @@ int chat_interactive(chat_app *a) {
         fprintf(stderr, "ds4: interactive chat (%s). /help for commands, Ctrl+D to quit.\n",
                 a->o.think == DS4_THINK_NONE ? "no thinking" :
                 a->o.think == DS4_THINK_MAX ? "thinking, max effort" : "thinking");
-    using_history();
     if (a->kv) {
         /* resume the conversation the last run left (saved at its exit) */
         int n = ds4_kvstore_restore_latest(a->kv, a->s, DS4_KV_SHUTDOWN);
@@ -464,22 +542,24 @@ int chat_interactive(chat_app *a) {
             ds4_buf_free(&t);
         }
     }
+    chat_input *in = input_open(a->o.interrupt);
+    if (!in) { fprintf(stderr, "ds4: out of memory\n"); return -1; }
+    ds4_buf msg = { 0 };
     for (;;) {
         *a->o.interrupt = 0;
         if (a->o.terminate && *a->o.terminate) break;
-        char *line = readline(a->tty_out ? "> " : "");
-        if (!line) {
-            if (a->o.terminate && *a->o.terminate) break;
-            if (*a->o.interrupt) { putchar('\n'); continue; }
-            break;   /* EOF */
-        }
-        if (!*line) { free(line); continue; }
-        add_history(line);
-        if (line[0] == '/') {
+        int single = 0;
+        int r = input_read(in, &msg, &single);
+        if (a->o.terminate && *a->o.terminate) break;
+        if (r == INPUT_INTERRUPTED) { putchar('\n'); continue; }
+        if (r == INPUT_EOF) { if (a->tty_out) putchar('\n'); break; }
+        if (msg.n == 0) continue;
+        char *line = msg.p;
+        if (single && line[0] == '/') {
             char *arg = strchr(line, ' ');
             if (arg) { *arg++ = 0; while (*arg == ' ') arg++; }
-            if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) { free(line); break; }
-            else if (!strcmp(line, "/help")) chat_help();
+            if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
+            else if (!strcmp(line, "/help")) chat_print_commands(stdout);
             else if (!strcmp(line, "/think")) { a->o.think = DS4_THINK_HIGH; printf("thinking: high\n"); }
             else if (!strcmp(line, "/nothink")) { a->o.think = DS4_THINK_NONE; printf("thinking: off\n"); }
             else if (!strcmp(line, "/think-max")) {
@@ -501,26 +581,31 @@ int chat_interactive(chat_app *a) {
                 else if (resize_ctx(a, (int)v) == 0) printf("context: %ld tokens\n", v);
             }
             else if (!strcmp(line, "/read")) {
-                if (!arg || !*arg) { printf("usage: /read FILE [text]\n"); free(line); continue; }
+                if (!arg || !*arg) { printf("usage: /read FILE [text]\n"); continue; }
                 char *rest = strchr(arg, ' ');
                 if (rest) { *rest++ = 0; }
                 FILE *f = fopen(arg, "rb");
-                if (!f) { printf("cannot read %s: %s\n", arg, strerror(errno)); free(line); continue; }
-                ds4_buf msg = { 0 };
+                if (!f) { printf("cannot read %s: %s\n", arg, strerror(errno)); continue; }
+                ds4_buf file = { 0 };
                 char tmp[65536];
                 size_t k;
-                while ((k = fread(tmp, 1, sizeof tmp, f)) > 0) ds4_buf_append(&msg, tmp, k);
+                while ((k = fread(tmp, 1, sizeof tmp, f)) > 0) ds4_buf_append(&file, tmp, k);
                 fclose(f);
-                if (rest && *rest) { ds4_buf_puts(&msg, "\n\n"); ds4_buf_puts(&msg, rest); }
-                chat_turn(a, msg.p ? msg.p : "", msg.n);
-                ds4_buf_free(&msg);
+                if (rest && *rest) { ds4_buf_puts(&file, "\n\n"); ds4_buf_puts(&file, rest); }
+                input_busy_begin(in);
+                chat_turn(a, file.p ? file.p : "", file.n);
+                input_busy_end(in);
+                ds4_buf_free(&file);
             }
             else printf("unknown command %s (/help)\n", line);
-            free(line);
+            fflush(stdout);
             continue;
         }
-        chat_turn(a, line, strlen(line));
-        free(line);
+        input_busy_begin(in);
+        chat_turn(a, msg.p, msg.n);
+        input_busy_end(in);
     }
+    ds4_buf_free(&msg);
+    input_close(in);
     return 0;
 }

@@ -12,6 +12,7 @@
 typedef struct {
     const char *model;
     int threads, ctx, chunk;
+    int ctx_explicit;       /* --ctx was given: warn if above the trained one */
     int no_qat, decode_only, quiet;
     ds4_sampler_params sp;
     ds4_think think;
@@ -37,6 +38,8 @@ typedef struct {
     ds4_kvstore *kv;
     int frontier;           /* next continued-checkpoint token count */
     int tty_out, tty_err;
+    uint64_t ctx_train;     /* the model's trained context (0 = unknown) */
+    struct progress_ud *progress;   /* the prefill bar on screen, if any */
 } chat_app;
 
 int chat_open(chat_app *a, const chat_opts *o);
@@ -47,5 +50,7 @@ int chat_turn(chat_app *a, const char *text, size_t len);
 int chat_run_tokens(chat_app *a, const int32_t *ids, int n, int split, int n_gen,
                     ds4_buf *logits, ds4_buf *hidden);
 int chat_interactive(chat_app *a);
+/* The interactive commands and input keys (shared by /help and --help). */
+void chat_print_commands(FILE *f);
 
 #endif

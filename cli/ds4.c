@@ -20,6 +20,7 @@
 
 #include "ds4.h"
 #include "chat.h"
+#include "common/args.h"
 
 static volatile sig_atomic_t g_interrupt = 0, g_terminate = 0;
 
@@ -56,7 +57,8 @@ static void usage(FILE *f) {
 "model and runtime:\n"
 "  -m, --model FILE        GGUF model (default ./ds4flash.gguf)\n"
 "  -t, --threads N         worker threads (default: all cores)\n"
-"  -c, --ctx N             context size in tokens (default 32768)\n"
+"  -c, --ctx N             context size in tokens (16 .. 16777216,\n"
+"                          default 32768)\n"
 "      --chunk N           prefill chunk size in tokens (default 2048)\n"
 "\n"
 "prompt and generation:\n"
@@ -97,7 +99,8 @@ static void usage(FILE *f) {
 "      --kv-disk-dir DIR   keep session states in DIR: a prompt whose rendered\n"
 "                          text starts with a saved one resumes from it; the\n"
 "                          chat resumes the last conversation\n"
-"      --kv-disk-space-mb N          space cap, LRU by last use (default 4096)\n"
+"      --kv-disk-space SIZE          space cap, LRU by last use (default 4GB)\n"
+"      --kv-disk-space-mb N          the same in MiB (default 4096)\n"
 "      --kv-cache-min-tokens N       never save fewer tokens (default 512)\n"
 "      --kv-cache-cold-max-tokens N  checkpoint a first prompt up to N\n"
 "                                    tokens (default 30000; 0 = off)\n"
@@ -111,10 +114,14 @@ static void usage(FILE *f) {
 "                                    same model in another expert quantization\n"
 "  -q, --quiet             no banner or statistics on stderr\n"
 "  -h, --help              this help\n"
+"      --version           print the version and exit\n"
 "\n"
-"Interactive commands: /help /think /think-max /nothink /ctx N /read FILE\n"
-"/quit.  Ctrl+C stops the current generation; Ctrl+D quits.\n",
+"Values follow the option or are attached with = (--ctx=65536); sizes\n"
+"take a unit (512MB, 8GB; powers of 1024).  A --ctx (or /ctx) above the\n"
+"model's trained context (deepseek4.context_length) works, with a warning.\n"
+"\n",
             DS4_THINK_MAX_MIN_CTX);
+    chat_print_commands(f);
 }
 
 typedef struct {
@@ -131,7 +138,7 @@ typedef struct {
     const char *tokens, *tokens_file;
     const char *dump_logits, *dump_hidden;
     int decode_only, no_qat, split;
-    int quiet;
+    int quiet, ctx_set;
     const char *kv_dir;
     uint64_t kv_space_mb;
     int kv_variants;
@@ -170,23 +177,6 @@ static int parse_ids(const char *s, ds4_tokens *out) {
     return 0;
 }
 
-static int parse_int(const char *s, const char *flag) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end || errno || v < -2147483647L || v > 2147483647L)
-        die("%s expects an integer, got '%s'", flag, s);
-    return (int)v;
-}
-
-static float parse_float(const char *s, const char *flag) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (*s == 0 || *end || errno || v != v) die("%s expects a number, got '%s'", flag, s);
-    return v;
-}
-
 static void parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->model = "./ds4flash.gguf";
@@ -197,63 +187,53 @@ static void parse_args(int argc, char **argv, opts *o) {
     o->split = -1;
     ds4_sampler_params_default(&o->sp);
     ds4_kv_policy_default(&o->kv_policy);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-#define NEXT() (i + 1 < argc ? argv[++i] : (die("%s needs a value", a), (char *)0))
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = NEXT();
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o->threads = parse_int(NEXT(), a);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) o->ctx = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--chunk")) o->chunk = parse_int(NEXT(), a);
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = NEXT();
-        else if (!strcmp(a, "--prompt-file")) o->prompt_file = NEXT();
-        else if (!strcmp(a, "-sys") || !strcmp(a, "--system")) o->sys = NEXT();
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { o->n_predict = parse_int(NEXT(), a); o->n_predict_set = 1; }
-        else if (!strcmp(a, "--think")) o->think = DS4_THINK_HIGH;
-        else if (!strcmp(a, "--think-max")) o->think = DS4_THINK_MAX;
-        else if (!strcmp(a, "--nothink")) o->think = DS4_THINK_NONE;
-        else if (!strcmp(a, "--temp")) o->sp.temperature = parse_float(NEXT(), a);
-        else if (!strcmp(a, "--top-k")) o->sp.top_k = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--top-p")) o->sp.top_p = parse_float(NEXT(), a);
-        else if (!strcmp(a, "--min-p")) o->sp.min_p = parse_float(NEXT(), a);
-        else if (!strcmp(a, "--seed")) { o->sp.seed = strtoull(NEXT(), NULL, 10); o->seed_set = 1; }
-        else if (!strcmp(a, "--inspect")) o->inspect = 1;
-        else if (!strcmp(a, "--tokenize")) {
-            o->tokenize = 1;
-            if (i + 1 < argc && argv[i + 1][0] != '-') o->tokenize_text = argv[++i];
+    ds4_args a;
+    ds4_args_init(&a, "ds4", argc, argv, usage);
+    while (ds4_args_next(&a)) {
+        if (ds4_args_is(&a, "-m", "--model")) o->model = ds4_args_value(&a);
+        else if (ds4_args_is(&a, "-t", "--threads")) o->threads = ds4_args_int(&a, 0, 4096);
+        else if (ds4_args_is(&a, "-c", "--ctx")) { o->ctx = ds4_args_int(&a, 16, 1 << 24); o->ctx_set = 1; }
+        else if (ds4_args_is(&a, NULL, "--chunk")) o->chunk = ds4_args_int(&a, 1, 1 << 20);
+        else if (ds4_args_is(&a, "-p", "--prompt")) o->prompt = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--prompt-file")) o->prompt_file = ds4_args_value(&a);
+        else if (ds4_args_is(&a, "-sys", "--system")) o->sys = ds4_args_value(&a);
+        else if (ds4_args_is(&a, "-n", "--n-predict")) { o->n_predict = ds4_args_int(&a, 0, 1 << 30); o->n_predict_set = 1; }
+        else if (ds4_args_is(&a, NULL, "--think")) o->think = DS4_THINK_HIGH;
+        else if (ds4_args_is(&a, NULL, "--think-max")) o->think = DS4_THINK_MAX;
+        else if (ds4_args_is(&a, NULL, "--nothink")) o->think = DS4_THINK_NONE;
+        else if (ds4_args_is(&a, NULL, "--temp")) o->sp.temperature = (float)ds4_args_double(&a, 0, 100);
+        else if (ds4_args_is(&a, NULL, "--top-k")) o->sp.top_k = ds4_args_int(&a, 0, 1 << 30);
+        else if (ds4_args_is(&a, NULL, "--top-p")) {
+            const char *v = a.inline_val ? a.inline_val : (a.i + 1 < argc ? argv[a.i + 1] : "");
+            o->sp.top_p = (float)ds4_args_double(&a, 0, 1);
+            if (o->sp.top_p <= 0) ds4_args_fail("ds4", "--top-p: bad value '%s' (expected a number in (0, 1])", v);
         }
-        else if (!strcmp(a, "--special")) o->special = 1;
-        else if (!strcmp(a, "--detokenize")) o->detok = NEXT();
-        else if (!strcmp(a, "--tokens")) o->tokens = NEXT();
-        else if (!strcmp(a, "--tokens-file")) o->tokens_file = NEXT();
-        else if (!strcmp(a, "--dump-logits")) o->dump_logits = NEXT();
-        else if (!strcmp(a, "--dump-hidden")) o->dump_hidden = NEXT();
-        else if (!strcmp(a, "--decode-only")) o->decode_only = 1;
-        else if (!strcmp(a, "--split")) o->split = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--no-qat")) o->no_qat = 1;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = 1;
-        else if (!strcmp(a, "--kv-disk-dir")) o->kv_dir = NEXT();
-        else if (!strcmp(a, "--kv-disk-space-mb")) o->kv_space_mb = (uint64_t)parse_int(NEXT(), a);
-        else if (!strcmp(a, "--kv-cache-min-tokens")) o->kv_policy.min_tokens = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--kv-cache-cold-max-tokens")) o->kv_policy.cold_max_tokens = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--kv-cache-continued-interval-tokens")) o->kv_policy.continued_interval = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--kv-cache-boundary-trim-tokens")) o->kv_policy.trim_tokens = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--kv-cache-boundary-align-tokens")) o->kv_policy.align_tokens = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--kv-cache-allow-quant-variants")) o->kv_variants = 1;
-        else { fprintf(stderr, "ds4: unknown option '%s'\n\n", a); usage(stderr); exit(2); }
-#undef NEXT
+        else if (ds4_args_is(&a, NULL, "--min-p")) o->sp.min_p = (float)ds4_args_double(&a, 0, 1);
+        else if (ds4_args_is(&a, NULL, "--seed")) { o->sp.seed = ds4_args_u64(&a); o->seed_set = 1; }
+        else if (ds4_args_is(&a, NULL, "--inspect")) o->inspect = 1;
+        else if (ds4_args_is(&a, NULL, "--tokenize")) { o->tokenize = 1; o->tokenize_text = ds4_args_optional(&a); }
+        else if (ds4_args_is(&a, NULL, "--special")) o->special = 1;
+        else if (ds4_args_is(&a, NULL, "--detokenize")) o->detok = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--tokens")) o->tokens = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--tokens-file")) o->tokens_file = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--dump-logits")) o->dump_logits = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--dump-hidden")) o->dump_hidden = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--decode-only")) o->decode_only = 1;
+        else if (ds4_args_is(&a, NULL, "--split")) o->split = ds4_args_int(&a, 0, 1 << 24);
+        else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
+        else if (ds4_args_is(&a, "-q", "--quiet")) o->quiet = 1;
+        else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--kv-disk-space-mb")) o->kv_space_mb = (uint64_t)ds4_args_i64(&a, 1, (int64_t)1 << 30);
+        else if (ds4_args_is(&a, NULL, "--kv-disk-space"))
+            o->kv_space_mb = ds4_args_size(&a, 1ull << 20, 1ull << 20, 1ull << 50) >> 20;
+        else if (ds4_args_is(&a, NULL, "--kv-cache-min-tokens")) o->kv_policy.min_tokens = ds4_args_int(&a, 1, 1 << 30);
+        else if (ds4_args_is(&a, NULL, "--kv-cache-cold-max-tokens")) o->kv_policy.cold_max_tokens = ds4_args_int(&a, 0, 1 << 30);
+        else if (ds4_args_is(&a, NULL, "--kv-cache-continued-interval-tokens")) o->kv_policy.continued_interval = ds4_args_int(&a, 0, 1 << 30);
+        else if (ds4_args_is(&a, NULL, "--kv-cache-boundary-trim-tokens")) o->kv_policy.trim_tokens = ds4_args_int(&a, 0, 1 << 30);
+        else if (ds4_args_is(&a, NULL, "--kv-cache-boundary-align-tokens")) o->kv_policy.align_tokens = ds4_args_int(&a, 1, 1 << 30);
+        else if (ds4_args_is(&a, NULL, "--kv-cache-allow-quant-variants")) o->kv_variants = 1;
+        else ds4_args_unknown(&a);
     }
-    if (o->ctx < 1) die("--ctx must be positive");
-    if (o->chunk < 1) die("--chunk must be positive");
-    if (o->n_predict < 0) die("-n must be >= 0");
-    if (o->sp.temperature < 0) die("--temp must be >= 0");
-    if (o->sp.top_p <= 0 || o->sp.top_p > 1) die("--top-p must be in (0, 1]");
-    if (o->sp.min_p < 0 || o->sp.min_p > 1) die("--min-p must be in [0, 1]");
-    if (o->sp.top_k < 0) die("--top-k must be >= 0");
-    if (o->kv_policy.min_tokens < 1 || o->kv_policy.cold_max_tokens < 0 ||
-        o->kv_policy.continued_interval < 0 || o->kv_policy.trim_tokens < 0 ||
-        o->kv_policy.align_tokens < 1)
-        die("--kv-cache-* values must be positive (min and align >= 1)");
     if (!o->seed_set) o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
@@ -338,7 +318,7 @@ int main(int argc, char **argv) {
 
     chat_app app;
     chat_opts co = {
-        .model = o.model, .threads = o.threads, .ctx = o.ctx, .chunk = o.chunk,
+        .model = o.model, .threads = o.threads, .ctx = o.ctx, .ctx_explicit = o.ctx_set, .chunk = o.chunk,
         .no_qat = o.no_qat, .decode_only = o.decode_only, .quiet = o.quiet,
         .sp = o.sp, .think = o.think, .sys = o.sys, .n_predict = o.n_predict,
         .interrupt = &g_interrupt, .terminate = &g_terminate,

@@ -106,7 +106,8 @@ static void usage(FILE *f) {
 "      --test-mode           TEST ONLY: honour the X-DS4-Test-Output header\n"
 "                            (base64 text emitted instead of sampling)\n"
 "  -v, --verbose             log HTTP-level problems and ignored fields\n"
-"  -h, --help                this help\n",
+"  -h, --help                this help\n"
+"      --version             print the version and exit\n",
             DS4_THINK_MAX_MIN_CTX);
 }
 
@@ -204,6 +205,7 @@ int main(int argc, char **argv) {
 #define ARG(s) (!strcmp(a, s))
 #define NEXT() (i++, v)
         if (ARG("-h") || ARG("--help")) { usage(stdout); return 0; }
+        else if (ARG("--version")) { printf("ds4-server %s\n", ds4_version()); return 0; }
         else if (ARG("-m") || ARG("--model")) { if (!v) goto missing; c->model_path = NEXT(); }
         else if (ARG("--host")) { if (!v) goto missing; c->host = NEXT(); }
         else if (ARG("--port")) { if (parse_long(a, NEXT(), 0, 65535, &x)) return 2; c->port = (int)x; }

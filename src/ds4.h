@@ -32,7 +32,10 @@
 extern "C" {
 #endif
 
+/* The release number; ds4_version() is what binaries print (--version):
+ * this number plus the `git describe` of the build when it has one. */
 #define DS4_VERSION "0.1.0"
+const char *ds4_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -281,6 +284,10 @@ typedef struct {
                                          per token (prefill work; the head
                                          and attention products excluded) */
     int random_weights;       /* a synthetic model (ds4-synth): text is noise */
+    uint64_t ctx_train;       /* deepseek4.context_length: the context the
+                                 model was trained for (0 = not stated);
+                                 a longer --ctx runs but is out of
+                                 distribution */
 } ds4_model_info;
 
 void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);
@@ -462,7 +469,10 @@ typedef struct {
     uint32_t version, reason, n_tokens, ctx_size, hits, flags, n_tools;
     uint64_t created, last_used, file_bytes, text_len, payload_len, tools_len;
     uint8_t fingerprint[20], family[20];
-    char prefix[121];            /* first bytes of the text, escaped */
+    char prefix[121];            /* first bytes of the text, escaped (whole
+                                    UTF-8 characters only) */
+    char suffix[121];            /* last bytes of the text, likewise: what
+                                    tells apart files that share a start */
 } ds4_kv_file_info;
 
 /* Reads the header (and with `verify`, checks sizes and the checksum).

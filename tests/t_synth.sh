@@ -168,11 +168,24 @@ badarg 'not an integer'               --preset tiny --recipe q2 "${B[@]}" --set 
 badarg 'fewer than block_count'       --preset tiny --recipe q2 "${B[@]}" --set attention.compress_ratios=0,0,4
 badarg 'preset "huge" is unknown'     --preset huge --recipe q2 "${B[@]}"
 badarg 'recipe "q3" is unknown'       --preset tiny --recipe q3 "${B[@]}"
-badarg '--vocab is required'          --preset tiny --recipe q2 -o "$T/bad.gguf"
 badarg 'is required'                  --preset tiny --recipe q2 --vocab "$VOCAB"
 badarg 'not a GGUF'                   --preset tiny --recipe q2 --vocab tests/t_synth.sh -o "$T/bad.gguf"
-badarg 'unknown argument'             --preset tiny --recipe q2 "${B[@]}" --frobnicate
+badarg 'unknown option'               --preset tiny --recipe q2 "${B[@]}" --frobnicate
 badarg '--layers'                     --preset tiny --recipe q2 "${B[@]}" --layers 0
+
+# --vocab defaults to the repository's vocabulary, found next to the binary
+# or in the current directory; a clear error (status 2) when it is absent
+if ./ds4-synth --preset tiny --recipe q2 --dry-run > "$T/dv.txt" 2>&1 &&
+   grep -q "vocab 129280 (.*vocab/deepseek-v4-vocab.gguf)" "$T/dv.txt"; then
+    ok "--vocab defaults to vocab/deepseek-v4-vocab.gguf"
+else bad "default vocabulary: $(head -2 "$T/dv.txt")"; fi
+mkdir -p "$T/lone"
+cp ds4-synth "$T/lone/"
+(cd "$T/lone" && ./ds4-synth --preset tiny --recipe q2 -o bad.gguf > /dev/null 2> err.txt); rc=$?
+if [ $rc -eq 2 ] && grep -q "default vocabulary vocab/deepseek-v4-vocab.gguf was not found" "$T/lone/err.txt" &&
+   grep -q -- "pass --vocab FILE" "$T/lone/err.txt" && [ ! -e "$T/lone/bad.gguf" ]; then
+    ok "no default vocabulary: clear error, exit 2, nothing written"
+else bad "missing default vocabulary (rc $rc): $(cat "$T/lone/err.txt")"; fi
 
 # --- interruption leaves neither OUT nor OUT.tmp ------------------------
 ./ds4-synth --preset medium --layers 1 --recipe q2 --vocab "$VOCAB" -o "$T/int.gguf" 2>/dev/null &

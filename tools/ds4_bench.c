@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "ds4.h"
+#include "common/args.h"
 #include "probe.h"
 
 #define CSV_HEADER "ctx,prefill_tokens,prefill_tps,decode_tokens,decode_tps,kv_bytes,weight_bytes_per_token"
@@ -89,7 +90,8 @@ static void usage(FILE *f) {
 "                 [--step-incr N | --step-mul F] [--gen-tokens N] [--threads N]\n"
 "                 [--chunk N] [--plot OUT.svg] [--no-qat] [--no-warmup]\n"
 "                 [--kv-disk-dir DIR]\n"
-"                 [--verbose]\n"
+"                 [--no-probe] [--verbose]\n"
+"       ds4-bench --help | --version\n"
 "\n"
 "Measures prefill and decode speed as the context grows.  The model is\n"
 "loaded once; TEXT is tokenized in plain mode (control-token text stays\n"
@@ -137,6 +139,8 @@ static void usage(FILE *f) {
 "                       stderr (\"ds4-bench: gen ctx=N: id id ...\"); they do\n"
 "                       not depend on the frontier schedule or chunk size\n"
 "  -h, --help           this text\n"
+"  --version            print the version and exit\n"
+"Values follow the option or are attached with = (--ctx-max=8192).\n"
 "\n"
 "output:\n"
 "  stdout: CSV, one row per frontier, with this header:\n"
@@ -192,24 +196,6 @@ typedef struct {
     const char *kv_dir;      /* also time disk KV cache save/restore */
 } opts;
 
-static int parse_int(const char *s, const char *flag) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end || errno || v < -2147483647L || v > 2147483647L)
-        die_usage("%s expects an integer, got '%s'", flag, s);
-    return (int)v;
-}
-
-static double parse_num(const char *s, const char *flag) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*s == 0 || *end || errno || !isfinite(v))
-        die_usage("%s expects a number, got '%s'", flag, s);
-    return v;
-}
-
 static void parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->model = "./ds4flash.gguf";
@@ -218,38 +204,31 @@ static void parse_args(int argc, char **argv, opts *o) {
     o->step_mul = 2.0;
     o->gen = 16;
     o->chunk = 2048;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-#define NEXT() (i + 1 < argc ? argv[++i] : (die_usage("%s needs a value", a), (char *)0))
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = NEXT();
-        else if (!strcmp(a, "--prompt-file")) o->text = NEXT();
-        else if (!strcmp(a, "--ctx-start")) o->ctx_start = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--ctx-max")) o->ctx_max = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--step-incr")) { o->step_incr = parse_int(NEXT(), a); o->have_incr = 1; }
-        else if (!strcmp(a, "--step-mul")) { o->step_mul = parse_num(NEXT(), a); o->have_mul = 1; }
-        else if (!strcmp(a, "--gen-tokens")) o->gen = parse_int(NEXT(), a);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o->threads = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--chunk")) o->chunk = parse_int(NEXT(), a);
-        else if (!strcmp(a, "--plot")) o->plot = NEXT();
-        else if (!strcmp(a, "--no-qat")) o->no_qat = 1;
-        else if (!strcmp(a, "--no-warmup")) o->no_warmup = 1;
-        else if (!strcmp(a, "--no-probe")) o->no_probe = 1;
-        else if (!strcmp(a, "--kv-disk-dir")) o->kv_dir = NEXT();
-        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = 1;
-        else die_usage("unknown option '%s'", a);
-#undef NEXT
+    ds4_args a;
+    ds4_args_init(&a, "ds4-bench", argc, argv, usage);
+    while (ds4_args_next(&a)) {
+        if (ds4_args_is(&a, "-m", "--model")) o->model = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--prompt-file")) o->text = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--ctx-start")) o->ctx_start = ds4_args_int(&a, 1, 1 << 24);
+        else if (ds4_args_is(&a, NULL, "--ctx-max")) o->ctx_max = ds4_args_int(&a, 1, 1 << 24);
+        else if (ds4_args_is(&a, NULL, "--step-incr")) { o->step_incr = ds4_args_int(&a, 1, 1 << 24); o->have_incr = 1; }
+        else if (ds4_args_is(&a, NULL, "--step-mul")) { o->step_mul = ds4_args_double(&a, -1e9, 1e9); o->have_mul = 1; }
+        else if (ds4_args_is(&a, NULL, "--gen-tokens")) o->gen = ds4_args_int(&a, 1, 1 << 24);
+        else if (ds4_args_is(&a, "-t", "--threads")) o->threads = ds4_args_int(&a, 0, 4096);
+        else if (ds4_args_is(&a, NULL, "--chunk")) o->chunk = ds4_args_int(&a, 1, 1 << 20);
+        else if (ds4_args_is(&a, NULL, "--plot")) o->plot = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
+        else if (ds4_args_is(&a, NULL, "--no-warmup")) o->no_warmup = 1;
+        else if (ds4_args_is(&a, NULL, "--no-probe")) o->no_probe = 1;
+        else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
+        else if (ds4_args_is(&a, "-v", "--verbose")) o->verbose = 1;
+        else ds4_args_unknown(&a);
     }
     if (!o->text) die_usage("--prompt-file FILE is required (the text to prefill)");
     if (o->have_incr && o->have_mul) die_usage("--step-incr and --step-mul are exclusive: give one");
-    if (o->ctx_start < 1) die_usage("--ctx-start must be >= 1 (got %d)", o->ctx_start);
     if (o->ctx_max < o->ctx_start)
         die_usage("--ctx-max (%d) must be >= --ctx-start (%d)", o->ctx_max, o->ctx_start);
-    if (o->have_incr && o->step_incr < 1) die_usage("--step-incr must be >= 1 (got %d)", o->step_incr);
     if (o->step_mul <= 1.0) die_usage("--step-mul must be > 1 (got %g)", o->step_mul);
-    if (o->gen < 1) die_usage("--gen-tokens must be >= 1 (got %d)", o->gen);
-    if (o->threads < 0) die_usage("--threads must be >= 0 (0 = all cores)");
-    if (o->chunk < 1) die_usage("--chunk must be >= 1 (got %d)", o->chunk);
     if ((int64_t)o->ctx_max + o->gen > (1 << 24))
         die_usage("--ctx-max + --gen-tokens must not exceed 16777216 tokens");
 }

@@ -15,19 +15,28 @@
 #include <unistd.h>
 
 #include "ds4.h"
+#include "common/args.h"
 
 static void usage(FILE *f) {
     fprintf(f,
 "usage: ds4-kv list DIR              list cache files (tokens, size, reason,\n"
-"                                    age, last use, hits, text prefix)\n"
+"                                    age, last use, hits, and the end of the\n"
+"                                    text each holds: what tells them apart)\n"
 "       ds4-kv verify DIR [-m MODEL] check sizes and checksums of every file;\n"
-"                                    with -m also that each file was saved by\n"
-"                                    that model (exit status 1 if any fails)\n"
-"       ds4-kv rm DIR NAME...        remove files (NAME: full or unique prefix)\n"
+"                                    with -m (--model) also that each file was\n"
+"                                    saved by that model (exit status 1 if\n"
+"                                    any fails)\n"
+"       ds4-kv rm DIR NAME...        remove files (NAME: full name or a prefix\n"
+"                                    that names one file)\n"
 "       ds4-kv rm DIR --all | --bad | --older-than DAYS\n"
+"                                    every file / the damaged ones / those\n"
+"                                    not used for DAYS days (fractions allowed)\n"
+"       ds4-kv -h | --help | --version\n"
 "\n"
 "Files are <sha1 of the rendered text>.ds4kv; damaged files found by the\n"
-"server are renamed *.ds4kv.bad.  The format is in the README.\n");
+"server are renamed *.ds4kv.bad.  The format is in the README.\n"
+"Exit status: 0 ok, 1 a file failed (verify) or could not be removed,\n"
+"2 bad usage or an unreadable directory.\n");
 }
 
 typedef struct {
@@ -70,12 +79,44 @@ static void age(uint64_t t, char *buf, size_t n) {
     else snprintf(buf, n, "%ldd", d / 86400);
 }
 
+/* Code points of UTF-8 text (continuation bytes not counted). */
+static size_t n_chars(const char *s) {
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+/* Pointer to the start of the last `keep` code points of s. */
+static const char *last_chars(const char *s, size_t keep) {
+    size_t n = n_chars(s);
+    while (n > keep && *s) {
+        s++;
+        while (((unsigned char)*s & 0xc0) == 0x80) s++;
+        n--;
+    }
+    return s;
+}
+
+/* The text column: the *end* of the text, because files of one
+ * conversation share its start (BOS, system prompt) and differ at the end;
+ * a short text is shown whole. */
+#define TEXT_COLS 60
+static void put_text(const ds4_kv_file_info *in) {
+    if (in->text_len < sizeof in->prefix - 1 && !strcmp(in->prefix, in->suffix) &&
+        n_chars(in->prefix) <= TEXT_COLS) {
+        fputs(in->prefix, stdout);
+        return;
+    }
+    fputs("...", stdout);
+    fputs(last_chars(in->suffix, TEXT_COLS - 3), stdout);
+}
+
 static int cmd_list(const char *dir) {
     names_t nm = { 0 };
-    if (collect(dir, &nm, 1)) return 1;
+    if (collect(dir, &nm, 1)) return 2;
     qsort(nm.names, (size_t)nm.n, sizeof *nm.names, cmpstr);
     printf("%-14s %8s %10s %-9s %6s %6s %5s  %s\n", "file", "tokens", "MiB", "reason", "age",
-           "used", "hits", "text");
+           "used", "hits", "end of the text");
     uint64_t total = 0;
     for (int i = 0; i < nm.n; i++) {
         char path[4096], *err = NULL;
@@ -92,8 +133,10 @@ static int cmd_list(const char *dir) {
         char a[32], u[32];
         age(in.created, a, sizeof a);
         age(in.last_used, u, sizeof u);
-        printf("%-14.12s %8u %10.2f %-9s %6s %6s %5u  %.60s\n", nm.names[i], in.n_tokens,
-               in.file_bytes / 1048576.0, ds4_kv_reason_name(in.reason), a, u, in.hits, in.prefix);
+        printf("%-14.12s %8u %10.2f %-9s %6s %6s %5u  ", nm.names[i], in.n_tokens,
+               in.file_bytes / 1048576.0, ds4_kv_reason_name(in.reason), a, u, in.hits);
+        put_text(&in);
+        putchar('\n');
     }
     printf("%d file(s), %.2f MiB\n", nm.n, total / 1048576.0);
     return 0;
@@ -135,16 +178,21 @@ static int cmd_verify(const char *dir, const char *model) {
     return bad ? 1 : 0;
 }
 
-static int cmd_rm(const char *dir, int argc, char **argv) {
+static int cmd_rm(const char *dir, char **names, int n_names, int all, int bad, double days) {
     names_t nm = { 0 };
-    if (collect(dir, &nm, 1)) return 1;
-    int all = 0, bad = 0, removed = 0, rc = 0;
-    double days = -1;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--all")) all = 1;
-        else if (!strcmp(argv[i], "--bad")) bad = 1;
-        else if (!strcmp(argv[i], "--older-than") && i + 1 < argc) days = atof(argv[++i]);
+    if (collect(dir, &nm, 1)) return 2;
+    /* a NAME must pick exactly one file: a prefix shared by several is a
+     * mistake, and nothing is removed */
+    for (int i = 0; i < n_names; i++) {
+        int hits = 0;
+        for (int k = 0; k < nm.n; k++) hits += !strncmp(nm.names[k], names[i], strlen(names[i]));
+        if (hits != 1) {
+            fprintf(stderr, "ds4-kv: '%s' %s\n", names[i],
+                    hits ? "matches several files: give more of the name" : "matches no file");
+            return 1;
+        }
     }
+    int removed = 0, rc = 0;
     for (int k = 0; k < nm.n; k++) {
         const char *f = nm.names[k];
         int isbad = strstr(f, ".bad") != NULL, hit = all || (bad && isbad);
@@ -157,8 +205,8 @@ static int cmd_rm(const char *dir, int argc, char **argv) {
                 hit = (double)((long)time(NULL) - (long)in.last_used) > days * 86400.0;
             free(err);
         }
-        for (int i = 0; i < argc && !hit; i++)
-            if (argv[i][0] != '-' && !strncmp(f, argv[i], strlen(argv[i]))) hit = 1;
+        for (int i = 0; i < n_names && !hit; i++)
+            if (!strncmp(f, names[i], strlen(names[i]))) hit = 1;
         if (!hit) continue;
         if (unlink(path)) { fprintf(stderr, "ds4-kv: %s: %s\n", path, strerror(errno)); rc = 1; }
         else removed++;
@@ -168,25 +216,36 @@ static int cmd_rm(const char *dir, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    ds4_args a;
+    ds4_args_init(&a, "ds4-kv", argc, argv, usage);
+    const char *cmd = NULL, *dir = NULL, *model = NULL;
+    char **names = calloc((size_t)argc + 1, sizeof *names);
+    int n_names = 0, all = 0, bad = 0;
+    double days = -1;
+    if (!names) { fprintf(stderr, "ds4-kv: out of memory\n"); return 1; }
+    while (ds4_args_next(&a)) {
+        if (ds4_args_is(&a, "-m", "--model")) model = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--all")) all = 1;
+        else if (ds4_args_is(&a, NULL, "--bad")) bad = 1;
+        else if (ds4_args_is(&a, NULL, "--older-than")) days = ds4_args_double(&a, 0, 1e6);
+        else if (ds4_args_positional(&a)) {
+            if (!cmd) cmd = a.cur;
+            else if (!dir) dir = a.cur;
+            else names[n_names++] = a.argv[a.i];
+        }
+        else ds4_args_unknown(&a);
     }
-    if (argc < 3) { usage(stderr); return 2; }
-    const char *cmd = argv[1], *dir = argv[2];
-    if (!strcmp(cmd, "list")) return cmd_list(dir);
-    if (!strcmp(cmd, "verify")) {
-        const char *model = NULL;
-        for (int i = 3; i < argc; i++)
-            if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
-            else { usage(stderr); return 2; }
-        return cmd_verify(dir, model);
-    }
-    if (!strcmp(cmd, "rm")) {
-        if (argc < 4) { usage(stderr); return 2; }
-        return cmd_rm(dir, argc - 3, argv + 3);
-    }
-    fprintf(stderr, "ds4-kv: unknown command '%s'\n", cmd);
-    usage(stderr);
-    return 2;
+    if (!cmd) { usage(stderr); free(names); return 2; }
+    int is_list = !strcmp(cmd, "list"), is_verify = !strcmp(cmd, "verify"), is_rm = !strcmp(cmd, "rm");
+    if (!is_list && !is_verify && !is_rm) ds4_args_fail("ds4-kv", "unknown command '%s' (list, verify or rm)", cmd);
+    if (!dir) ds4_args_fail("ds4-kv", "%s needs the cache directory", cmd);
+    if (!is_verify && model) ds4_args_fail("ds4-kv", "-m applies to verify only");
+    if (!is_rm && (all || bad || days >= 0)) ds4_args_fail("ds4-kv", "--all, --bad and --older-than apply to rm only");
+    if (!is_rm && n_names) ds4_args_fail("ds4-kv", "unexpected argument '%s'", names[0]);
+    if (is_rm && !n_names && !all && !bad && days < 0)
+        ds4_args_fail("ds4-kv", "rm needs file names, --all, --bad or --older-than DAYS");
+    int rc = is_list ? cmd_list(dir) : is_verify ? cmd_verify(dir, model)
+                                                 : cmd_rm(dir, names, n_names, all, bad, days);
+    free(names);
+    return rc;
 }

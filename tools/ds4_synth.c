@@ -19,6 +19,7 @@
  * type), never on buffer sizes or write order.
  */
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -32,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ds4.h"
+#include "common/args.h"
 #include "gguf/gguf.h"
 #include "kernels/quant.h"
 
@@ -64,9 +67,10 @@ static void die(const char *fmt, ...) {
 
 static void usage(FILE *o) {
     fputs(
-"usage: ds4-synth --preset tiny|medium|flash --recipe f16|q2|q4 --vocab VOCAB.gguf\n"
-"                 -o OUT.gguf [--layers N] [--seed S] [--set key=value ...]\n"
-"                 [--threads N] [--dry-run [--list]]\n"
+"usage: ds4-synth --preset tiny|medium|flash --recipe f16|q2|q4 -o OUT.gguf\n"
+"                 [--vocab VOCAB.gguf] [--layers N] [--seed S]\n"
+"                 [--set key=value ...] [--threads N] [--dry-run [--list]]\n"
+"       ds4-synth --help | --version\n"
 "\n"
 "Writes a random-weight GGUF with the exact DeepSeek V4 Flash layout (tensor\n"
 "names, order, dims, types, metadata keys, 32-byte alignment).  Weights are\n"
@@ -88,8 +92,11 @@ static void usage(FILE *o) {
 "                  indexer and router matrices are F16, 1-D tensors F32 and\n"
 "                  ffn_gate_tid2eid I32 (ARCHITECTURE.md §4, §8).\n"
 "  --vocab FILE    GGUF whose tokenizer.* keys are copied; vocab_size is the\n"
-"                  number of its tokens (e.g. ../shared/vocab/mini-vocab.gguf\n"
-"                  or ../shared/vocab/deepseek-v4-vocab.gguf).  Required.\n"
+"                  number of its tokens.  Default: the repository's own\n"
+"                  vocab/deepseek-v4-vocab.gguf (the real DeepSeek V4\n"
+"                  vocabulary), looked for next to the ds4-synth binary,\n"
+"                  in PREFIX/share/ds4/vocab after `make install`, then in\n"
+"                  the current directory.\n"
 "  -o, --output F  output file (required unless --dry-run).\n"
 "  --layers N      block_count (default: tiny 6, medium 4, flash 43).  The\n"
 "                  compression ratios follow the Flash rule (layers 0,1: 0;\n"
@@ -127,6 +134,8 @@ static void usage(FILE *o) {
 "                  per decoded token; write nothing.\n"
 "  --list          with --dry-run: also list every tensor.\n"
 "  -h, --help      this text.\n"
+"  --version       print the version and exit.\n"
+"Values follow the option or are attached with = (--seed=7).\n"
 "\n"
 "Weights: projections have RMS ~1/sqrt(n_in) (unit-RMS outputs), RMSNorm\n"
 "weights ~1, a quarter of the routed experts have 4x larger gate/up weights\n"
@@ -255,24 +264,14 @@ static int set_preset(config *c, const char *p) {
     return -1;
 }
 
+/* --set values and list items, through the shared parsers (the caller
+ * words the message: it knows the key). */
 static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    if (!*s) return -1;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
+    return ds4_parse_i64(s, lo, hi, out, NULL, 0);
 }
 
 static int parse_f64(const char *s, double *out) {
-    if (!*s) return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
+    return ds4_parse_double(s, -DBL_MAX, DBL_MAX, out, NULL, 0);
 }
 
 /* Comma-separated list; returns the count or -1. */
@@ -1315,19 +1314,40 @@ static void write_model(const char *out, const layout *L, const config *c, const
 /* main                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* "--opt value" or "--opt=value". */
-static const char *opt_val(int argc, char **argv, int *i, const char *name) {
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n)) return NULL;
-    if (a[n] == '=') return a + n + 1;
-    if (a[n]) return NULL;
-    if (*i + 1 >= argc) usage_error("%s needs a value", name);
-    return argv[++*i];
+#define DEFAULT_VOCAB "vocab/deepseek-v4-vocab.gguf"
+
+/* The repository's vocabulary when --vocab is not given: next to the
+ * binary (a build in the checkout), in ../share/ds4 beside it (make
+ * install), then relative to the current directory.  Exits with the list
+ * of places tried when none has it. */
+static const char *default_vocab(const char *argv0) {
+    /* room for the directory plus the longest suffix below */
+    static char found[4096 + 64];
+    char dir[4096] = "", tried[3][4096 + 64];
+    ssize_t k = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    if (k > 0) dir[k] = 0;
+    else if (strchr(argv0, '/')) snprintf(dir, sizeof dir, "%s", argv0);
+    char *slash = strrchr(dir, '/');
+    int n = 0;
+    if (slash) {
+        *slash = 0;
+        snprintf(tried[n++], sizeof tried[0], "%s/%s", dir, DEFAULT_VOCAB);
+        snprintf(tried[n++], sizeof tried[0], "%s/../share/ds4/%s", dir, DEFAULT_VOCAB);
+    }
+    snprintf(tried[n++], sizeof tried[0], "%s", DEFAULT_VOCAB);
+    for (int i = 0; i < n; i++)
+        if (access(tried[i], R_OK) == 0) {
+            return strcpy(found, tried[i]);   /* same size: fits */
+        }
+    fprintf(stderr, "ds4-synth: no --vocab given and the default vocabulary %s was not found;\n"
+            "looked in:\n", DEFAULT_VOCAB);
+    for (int i = 0; i < n; i++) fprintf(stderr, "  %s\n", tried[i]);
+    fprintf(stderr, "pass --vocab FILE (a GGUF with tokenizer.* keys)\n");
+    exit(2);
 }
 
 int main(int argc, char **argv) {
-    const char *preset = NULL, *recipe = NULL, *vocab_path = NULL, *out = NULL, *v;
+    const char *preset = NULL, *recipe = NULL, *vocab_path = NULL, *out = NULL;
     int64_t layers = -1, threads = 0;
     uint64_t seed = 1;
     int dry = 0, list = 0;
@@ -1335,37 +1355,28 @@ int main(int argc, char **argv) {
     int n_sets = 0;
     if (!sets) die("out of memory");
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--dry-run")) dry = 1;
-        else if (!strcmp(a, "--list")) list = 1;
-        else if ((v = opt_val(argc, argv, &i, "--preset"))) preset = v;
-        else if ((v = opt_val(argc, argv, &i, "--recipe"))) recipe = v;
-        else if ((v = opt_val(argc, argv, &i, "--vocab"))) vocab_path = v;
-        else if ((v = opt_val(argc, argv, &i, "--output")) || (v = opt_val(argc, argv, &i, "-o"))) out = v;
-        else if ((v = opt_val(argc, argv, &i, "--layers"))) {
-            if (parse_i64(v, 1, MAX_LAYER, &layers))
-                usage_error("--layers: \"%s\" is not an integer in [1, %d]", v, MAX_LAYER);
-        } else if ((v = opt_val(argc, argv, &i, "--seed"))) {
-            char *end;
-            errno = 0;
-            seed = strtoull(v, &end, 0);
-            if (!*v || *end || errno || *v == '-')
-                usage_error("--seed: \"%s\" is not an unsigned 64-bit integer", v);
-        } else if ((v = opt_val(argc, argv, &i, "--threads"))) {
-            if (parse_i64(v, 1, MAX_THREADS, &threads))
-                usage_error("--threads: \"%s\" is not an integer in [1, %d]", v, MAX_THREADS);
-        } else if ((v = opt_val(argc, argv, &i, "--set"))) sets[n_sets++] = v;
-        else usage_error("unknown argument \"%s\"", a);
+    ds4_args a;
+    ds4_args_init(&a, "ds4-synth", argc, argv, usage);
+    while (ds4_args_next(&a)) {
+        if (ds4_args_is(&a, NULL, "--dry-run")) dry = 1;
+        else if (ds4_args_is(&a, NULL, "--list")) list = 1;
+        else if (ds4_args_is(&a, NULL, "--preset")) preset = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--recipe")) recipe = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--vocab")) vocab_path = ds4_args_value(&a);
+        else if (ds4_args_is(&a, "-o", "--output")) out = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--layers")) layers = ds4_args_i64(&a, 1, MAX_LAYER);
+        else if (ds4_args_is(&a, NULL, "--seed")) seed = ds4_args_u64(&a);
+        else if (ds4_args_is(&a, NULL, "--threads")) threads = ds4_args_i64(&a, 1, MAX_THREADS);
+        else if (ds4_args_is(&a, NULL, "--set")) sets[n_sets++] = ds4_args_value(&a);
+        else ds4_args_unknown(&a);
     }
     if (!preset) usage_error("--preset is required (tiny, medium or flash)");
     if (!recipe) usage_error("--recipe is required (f16, q2 or q4)");
     if (strcmp(recipe, "f16") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
         usage_error("--recipe \"%s\" is unknown (f16, q2 or q4)", recipe);
-    if (!vocab_path) usage_error("--vocab is required (e.g. ../shared/vocab/mini-vocab.gguf)");
     if (!out && !dry) usage_error("-o OUT.gguf is required (or --dry-run)");
     if (list && !dry) usage_error("--list only applies to --dry-run");
+    if (!vocab_path) vocab_path = default_vocab(argv[0]);
 
     config c;
     memset(&c, 0, sizeof c);

@@ -177,6 +177,7 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
     info->active_bytes_per_token = ds4_weights_active_bytes(&m->w);
     info->layer_macs_per_token = ds4_weights_layer_macs(&m->w);
     info->random_weights = m->random_weights;
+    info->ctx_train = c->ctx_train;
 }
 
 const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m) { return m->tok; }

@@ -229,13 +229,42 @@ static int walk_tools(const uint8_t *p, uint64_t n,
     return at == n ? 0 : -1;
 }
 
-static void escape_prefix(const uint8_t *t, uint64_t n, char *out, size_t cap) {
+/* Length of the UTF-8 sequence a lead byte starts (1 for anything that
+ * is not a valid lead: it is then shown as an escape of its own). */
+static size_t utf8_len(uint8_t c) {
+    return c >= 0xc2 && c <= 0xdf ? 2 : (c & 0xf0) == 0xe0 ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 1;
+}
+
+/* Printable excerpt of text bytes for ds4-kv: control bytes escaped, and
+ * only whole UTF-8 characters (an excerpt cut from a larger text may
+ * begin or end inside one; those partial bytes are left out, never
+ * printed as garbage or split further by the escaping). */
+static void escape_text(const uint8_t *t, uint64_t n, char *out, size_t cap) {
     size_t o = 0;
-    for (uint64_t i = 0; i < n && o + 5 < cap; i++) {
-        unsigned char ch = t[i];
-        if (ch == '\n') { out[o++] = '\\'; out[o++] = 'n'; }
-        else if (ch < 32 || ch == 127) o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
-        else out[o++] = (char)ch;
+    uint64_t i = 0;
+    while (i < n && (t[i] & 0xc0) == 0x80) i++;      /* a tail of a character */
+    while (i < n) {
+        uint8_t ch = t[i];
+        size_t k = utf8_len(ch);
+        int whole = k > 1 && i + k <= n;
+        for (size_t j = 1; whole && j < k; j++) whole = (t[i + j] & 0xc0) == 0x80;
+        if (k > 1 && !whole && i + k > n) break;       /* cut at the end */
+        if (whole) {
+            if (o + k >= cap) break;
+            memcpy(out + o, t + i, k);
+            o += k;
+            i += k;
+            continue;
+        }
+        char e[8];
+        int el;
+        if (ch == '\n') el = snprintf(e, sizeof e, "\\n");
+        else if (ch < 32 || ch >= 127) el = snprintf(e, sizeof e, "\\x%02x", ch);
+        else el = snprintf(e, sizeof e, "%c", ch);
+        if (o + (size_t)el >= cap) break;
+        memcpy(out + o, e, (size_t)el);
+        o += (size_t)el;
+        i++;
     }
     out[o] = 0;
 }
@@ -259,7 +288,12 @@ int ds4_kv_file_info_read(const char *path, int verify, ds4_kv_file_info *info, 
     } else {
         uint8_t pre[120];
         ssize_t k = pread(fd, pre, info->text_len < sizeof pre ? info->text_len : sizeof pre, KV_HDR);
-        escape_prefix(pre, k > 0 ? (uint64_t)k : 0, info->prefix, sizeof info->prefix);
+        escape_text(pre, k > 0 ? (uint64_t)k : 0, info->prefix, sizeof info->prefix);
+        /* the end of the text: files of one conversation share its start
+         * (system prompt), they differ at the end */
+        uint64_t tl = info->text_len < sizeof pre ? info->text_len : sizeof pre;
+        k = pread(fd, pre, tl, (off_t)(KV_HDR + info->text_len - tl));
+        escape_text(pre, k > 0 ? (uint64_t)k : 0, info->suffix, sizeof info->suffix);
         if (verify) {
             void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
             if (map == MAP_FAILED) { why = "cannot map"; rc = DS4_EIO; }
