@@ -290,11 +290,6 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
     ds4_pool_run(c->pool, mm_task, &jb);
 }
 
-size_t cpu_matmul_scratch(int n_in, int T) {
-    size_t a = act_row_bytes(ACT_Q8_0A, n_in), b = act_row_bytes(ACT_Q8_K, n_in);
-    return (a > b ? a : b) * (size_t)T + 64;
-}
-
 void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
                 size_t xs, int T, float *y, size_t ys, void *scratch) {
     act_kind kind = act_kind_for(W.type, no_qat);

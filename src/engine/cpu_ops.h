@@ -66,8 +66,6 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng);
  * the weight needs, then Y[t] = W x[t]. */
 void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
                 size_t xs, int T, float *y, size_t ys, void *scratch);
-/* Bytes of scratch cpu_matmul needs for T rows of n_in. */
-size_t cpu_matmul_scratch(int n_in, int T);
 
 /* Row helpers. */
 void rms_norm(const float *x, const float *w, int n, float eps, float *out);

@@ -33,7 +33,6 @@ struct ds4_model {
     ds4_pool *pool;
     const ds4_kernels *kern;
     const vec_kernels *vk;
-    ds4_backend backend;
     rope_t rope_dense, rope_comp;
     uint8_t fingerprint[20];
     uint8_t family_fp[20];
@@ -93,13 +92,13 @@ typedef struct {
     int *ecount, *eoff;       /* [E] */
     int *topk;                /* [T][topk] selected compressed rows */
     int *ntopk;               /* [T] (-1 = all visible) */
-    float *scores;            /* [nth][comp_cap] indexer scores */
+    float *scores;            /* [comp_cap + 1] indexer scores of one token
+                                 (tokens are scored one after another) */
     float *attn_w;            /* [nth][VEC_HB][n_swa + comp_cap] attention weights */
     const float **attn_kp;    /* [nth][n_swa + comp_cap] key row pointers */
     void *qscratch;           /* quantized activations */
     size_t qscratch_bytes;
     void *qscratch2;
-    float *hidden;            /* [n_layer][2][N][D] capture for one token */
     float *ylast;             /* [T][D] head input */
     float *logits;            /* [T][vocab] when capturing, else [1][vocab] */
 } cpu_scratch;

@@ -645,9 +645,7 @@ static void idx_q_task(fwd *f, int t, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = &f->s->sc;
-    const int hr = c->n_rot / 2;
     float cs[64], sn[64];
-    (void)hr;
     rope_angles(&f->s->m->rope_comp, f->p0 + t, cs, sn);
     float *iq = sc->iq + (size_t)t * c->idx_heads * c->idx_dim;
     for (int h = 0; h < c->idx_heads; h++) {

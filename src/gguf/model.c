@@ -492,8 +492,8 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
     if (r == -1) prob(&P, "missing metadata general.architecture (expected \"deepseek4\")");
     else if (r == -2) prob(&P, "metadata general.architecture is not a string");
     else if (arch.len != 9 || memcmp(arch.p, "deepseek4", 9)) {
-        int n = arch.len > 64 ? 64 : (int)arch.len;
-        prob(&P, "general.architecture is \"%.*s\"%s, expected \"deepseek4\"", n, arch.p,
+        size_t n = arch.len > 64 ? 64 : (size_t)arch.len;
+        prob(&P, "general.architecture is \"%s\"%s, expected \"deepseek4\"", gguf_esc(arch.p, n).s,
              arch.len > 64 ? "..." : "");
     }
     if (P.n) goto fail;   /* another family: every other check would be noise */

@@ -720,8 +720,11 @@ const ds4_kernels *ds4_kernels_best(void)
     const ds4_kernels *k = atomic_load_explicit(&best, memory_order_relaxed);
     if (k)
         return k;
+    /* DS4_KERNELS names any table of ds4_kernels_by_name; the engine
+     * refuses a name that is unknown or unavailable here before calling
+     * this (engine.c), so the fallback below only serves other callers. */
     const char *env = getenv("DS4_KERNELS");
-    if (env && (strcmp(env, "scalar") == 0 || strcmp(env, "avx2") == 0 || strcmp(env, "avx512") == 0))
+    if (env && *env && strcmp(env, "best") != 0)
         k = ds4_kernels_by_name(env);
     if (!k)
         k = ds4_kernels_avx512();

@@ -149,13 +149,13 @@ const ds4_kernels *ds4_kernels_avx512(void);
  * kernels.  Same results bit for bit; kept for measurements and tests. */
 const ds4_kernels *ds4_kernels_avx512_packed(void);
 /* "scalar", "avx2", "avx512", "avx512-packed" or "best"; NULL when
- * unavailable here. */
+ * unknown or unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);
-#define DS4_HAVE_KERNELS_BY_NAME 1
 /* The best table for this CPU (the one the engine uses): avx512, else avx2,
- * else scalar.  DS4_KERNELS=scalar|avx2|avx512 in the environment picks one
- * (falling back to the best available).  Decided on the first call and
- * cached. */
+ * else scalar.  DS4_KERNELS=scalar|avx2|avx512|avx512-packed in the
+ * environment picks one (ds4_model_load refuses a name that is unknown or
+ * unavailable here; other callers get the best table then).  Decided on
+ * the first call and cached. */
 const ds4_kernels *ds4_kernels_best(void);
 
 /* Q4_K x Q8_K in the blockwise order of the avx512 table (see above);

@@ -229,15 +229,10 @@ static int walk_tools(const uint8_t *p, uint64_t n,
     return at == n ? 0 : -1;
 }
 
+/* The file's text is untrusted (a damaged or planted file): shown only
+ * through ds4_escape. */
 static void escape_prefix(const uint8_t *t, uint64_t n, char *out, size_t cap) {
-    size_t o = 0;
-    for (uint64_t i = 0; i < n && o + 5 < cap; i++) {
-        unsigned char ch = t[i];
-        if (ch == '\n') { out[o++] = '\\'; out[o++] = 'n'; }
-        else if (ch < 32 || ch == 127) o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
-        else out[o++] = (char)ch;
-    }
-    out[o] = 0;
+    ds4_escape(out, cap, (const char *)t, (size_t)n);
 }
 
 int ds4_kv_file_info_read(const char *path, int verify, ds4_kv_file_info *info, char **err) {
