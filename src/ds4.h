@@ -3,9 +3,9 @@
  *
  * ds4 is an inference engine for one model family: DeepSeek V4 Flash (and V4
  * PRO, which shares the layout).  This header is everything a front end (the
- * `ds4` CLI, `ds4-server`, the bench, the agent) may use.  Front ends never
+ * `ds4` CLI, `ds4-server`, `ds4-bench`, `ds4-kv`) may use.  Front ends never
  * include the internal headers (gguf.h, quant.h, model.h, ...) and never touch
- * tensors: they load a model, tokenize, render prompts, drive a session and
+ * tensors (ds4-synth, a file generator, and the kernel benches do): they load a model, tokenize, render prompts, drive a session and
  * sample.
  *
  * Conventions

@@ -477,8 +477,8 @@ static int select_topk(const float *scores, int n, int k, int *out) {
         }
     }
 #undef WEAKER
-    /* sort kept indices ascending (insertion sort is fine for k ~ 512
-     * only when nearly sorted; use a simple heap-free sort) */
+    /* the kept indices in ascending order (insertion sort: at most top_k
+     * of them) */
     for (int i = 1; i < hn; i++) {
         int v = out[i], j = i - 1;
         while (j >= 0 && out[j] > v) { out[j + 1] = out[j]; j--; }
