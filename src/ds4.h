@@ -142,7 +142,7 @@ int  ds4_detok_push(ds4_detok *d, const ds4_tokenizer *tok, int32_t id,
 int  ds4_detok_flush(ds4_detok *d, ds4_buf *out);
 
 /* ------------------------------------------------------------------------ */
-/* Chat prompt rendering (docs: PROMPT_FORMAT.md).  Implemented in render.c. */
+/* Chat prompt rendering (docs/PROMPT_FORMAT.md).  Implemented in render.c.  */
 /* ------------------------------------------------------------------------ */
 
 typedef enum {

@@ -7,7 +7,8 @@
  * rendered and compared byte for byte with the golden string, and
  * tokenized with DS4_TOK_SPECIAL and the real vocabulary and compared with
  * the golden ids.  Then hand-written cases
- * pin each rule of PROMPT_FORMAT.md on its own.
+ * pin each rule of docs/PROMPT_FORMAT.md on its own (the § numbers below are
+ * its sections).
  */
 #include <math.h>
 #include <stdio.h>

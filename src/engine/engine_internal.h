@@ -3,7 +3,7 @@
  * ds4_session handles, shared by engine.c, session.c and the backends.
  *
  * Owns: the layout of a loaded model and of a session's KV state
- * (ARCHITECTURE.md §6.1).  Front ends never include this file.
+ * (docs/MODEL.md §8.1).  Front ends never include this file.
  */
 #ifndef DS4_ENGINE_INTERNAL_H
 #define DS4_ENGINE_INTERNAL_H
@@ -38,7 +38,7 @@ struct ds4_model {
     uint8_t family_fp[20];
 };
 
-/* Per-layer decode state (ARCHITECTURE.md §6.1).  Rows are float32: with
+/* Per-layer decode state (docs/MODEL.md §8.1).  Rows are float32: with
  * the roundings on they hold f16-exact values; in --no-qat they do not. */
 typedef struct {
     /* raw window: rows [raw_start, raw_start + raw_len) of `raw` are the

@@ -1,5 +1,5 @@
 /*
- * session.c -- a token sequence and its KV state (ARCHITECTURE.md §6).
+ * session.c -- a token sequence and its KV state (docs/MODEL.md §8).
  *
  * Owns: the token list, the per-layer state buffers (allocated once for the
  * context size), prefix reuse (sync), chunking of evaluations, snapshots and

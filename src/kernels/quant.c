@@ -347,7 +347,7 @@ void ds4_quantize_q8_0_even(const float *x, block_q8_0 *y, int64_t n)
     }
 }
 
-/* ds4's rule (ARCHITECTURE.md section 7, oracle q8_0_act): d = amax/127
+/* ds4's rule (docs/MODEL.md §7.1, oracle q8_0_act): d = amax/127
  * kept in float32, q = clamp(rint(x * (1/d)), -128, 127), halves to even.
  * -128 can only come out of blocks whose amax is a tiny subnormal. */
 void ds4_quantize_q8_0a(const float *x, block_q8_0a *y, int64_t n)

@@ -20,7 +20,7 @@
 
 typedef struct { uint16_t d; int8_t qs[QK8_0]; } block_q8_0;            /* 34 B, ggml */
 /* ds4's activation variant of Q8_0: same integers, scale kept in float32
- * (ARCHITECTURE.md §7) so the activation rounding matches the original
+ * (docs/MODEL.md §7.1) so the activation rounding matches the original
  * engine.  Never stored in a GGUF. */
 typedef struct { float d; int8_t qs[QK8_0]; } block_q8_0a;              /* 36 B */
 typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4];
@@ -59,7 +59,7 @@ int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
  * q8_0_even: q = rint(x * (127/amax)) (halves to even), fp16 d -- ggml's
  *           AVX2 activation quantizer.
  * q8_0a:    d = amax/127 kept in float32, q = clamp(rint(x * (1/d)),
- *           -128, 127) -- ds4's rule (ARCHITECTURE.md section 7).
+ *           -128, 127) -- ds4's rule (docs/MODEL.md §7.1).
  * q8_K:     bit-exact with ggml incl. bsums; an all-zero block gets d = 0,
  *           q = 0 and bsums = 0.  Never produces -128.
  * NaN/inf inputs give unspecified (but in-range) codes. */

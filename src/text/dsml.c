@@ -1,6 +1,6 @@
 /*
  * dsml.c -- streaming parser of the DSML tool-call block the model emits
- * (ds4_dsml_*, docs PROMPT_FORMAT.md section 7).
+ * (ds4_dsml_*, docs/PROMPT_FORMAT.md §7.2).
  *
  * Owns: turning generated content bytes, fed in any split, into events:
  * visible TEXT, then per invoke CALL_BEGIN / ARGS_DELTA... / CALL_END, then
