@@ -60,7 +60,6 @@ typedef struct {
 /* Scratch sized for the largest chunk at session creation: nothing is
  * allocated per token. */
 typedef struct {
-    int T;                    /* capacity in tokens */
     float *X;                 /* [T][N][D] HC state */
     float *X2;                /* [T][N][D] */
     float *cur;               /* [T][D] */
@@ -88,7 +87,6 @@ typedef struct {
     float *shared_g, *shared_u; /* [T][F_shared] */
     float *dn;                /* [T*K][D] */
     int *erows;               /* [T*K] token lists by expert */
-    int *eslot;               /* [T*K] */
     int *ecount, *eoff;       /* [E] */
     int *topk;                /* [T][topk] selected compressed rows */
     int *ntopk;               /* [T] (-1 = all visible) */
@@ -97,7 +95,6 @@ typedef struct {
     float *attn_w;            /* [nth][VEC_HB][n_swa + comp_cap] attention weights */
     const float **attn_kp;    /* [nth][n_swa + comp_cap] key row pointers */
     void *qscratch;           /* quantized activations */
-    size_t qscratch_bytes;
     void *qscratch2;
     float *ylast;             /* [T][D] head input */
     float *logits;            /* [T][vocab] when capturing, else [1][vocab] */

@@ -907,7 +907,6 @@ static void moe(fwd *f, int il, const int32_t *toks) {
                 int e = sc->sel[(size_t)(t0 + t) * K + k];
                 int i = sc->eoff[e] + sc->ecount[e]++;
                 sc->erows[i] = t;
-                sc->eslot[i] = k;
                 wrow[i] = sc->wts[(size_t)(t0 + t) * K + k];
             }
         int ng = 0;
