@@ -204,14 +204,7 @@ static int in_list(const char *list, const char *name) {
 }
 
 static const ds4_kernels *kernels_named(const char *name) {
-    if (!strcmp(name, "best")) return ds4_kernels_best();
-    if (!strcmp(name, "scalar")) return ds4_kernels_scalar();
-    if (!strcmp(name, "avx2")) return ds4_kernels_avx2();
-#ifdef DS4_HAVE_KERNELS_BY_NAME
     return ds4_kernels_by_name(name);
-#else
-    return NULL;
-#endif
 }
 
 static void usage(void) {

@@ -3,9 +3,9 @@
  *
  * ds4 is an inference engine for one model family: DeepSeek V4 Flash (and V4
  * PRO, which shares the layout).  This header is everything a front end (the
- * `ds4` CLI, `ds4-server`, the bench, the agent) may use.  Front ends never
+ * `ds4` CLI, `ds4-server`, `ds4-bench`, `ds4-kv`) may use.  Front ends never
  * include the internal headers (gguf.h, quant.h, model.h, ...) and never touch
- * tensors: they load a model, tokenize, render prompts, drive a session and
+ * tensors (ds4-synth, a file generator, and the kernel benches do): they load a model, tokenize, render prompts, drive a session and
  * sample.
  *
  * Conventions
@@ -145,7 +145,7 @@ int  ds4_detok_push(ds4_detok *d, const ds4_tokenizer *tok, int32_t id,
 int  ds4_detok_flush(ds4_detok *d, ds4_buf *out);
 
 /* ------------------------------------------------------------------------ */
-/* Chat prompt rendering (docs: PROMPT_FORMAT.md).  Implemented in render.c. */
+/* Chat prompt rendering (docs/PROMPT_FORMAT.md).  Implemented in render.c.  */
 /* ------------------------------------------------------------------------ */
 
 typedef enum {
@@ -255,13 +255,7 @@ const char *ds4_dsml_block_text(const ds4_dsml *p, size_t *len);
 
 typedef struct ds4_model ds4_model;
 
-typedef enum {
-    DS4_BACKEND_CPU = 0,
-    DS4_BACKEND_CUDA = 1,
-} ds4_backend;
-
 typedef struct {
-    ds4_backend backend;
     int n_threads;            /* 0 = number of online cores */
 } ds4_model_params;
 
@@ -303,6 +297,17 @@ void ds4_model_family_fingerprint(const ds4_model *m, uint8_t out[20]);
 /* `ds4 --inspect`: metadata summary, shapes, tensor type histogram, file and
  * memory sizes.  Works on vocab-only files too. */
 int ds4_inspect(const char *path, FILE *out, char **err);
+
+/* Printable form of untrusted bytes (GGUF keys, names and strings, text from
+ * a disk KV file) for a terminal or a log line: valid UTF-8 is kept, control
+ * characters (C0, DEL, C1), line separators, bidi controls and invalid bytes
+ * become escapes (\n, \t, \xNN, \u{XXXX}; backslash and double quote are
+ * escaped too).  ds4_escape writes at most cap bytes, NUL included, ending
+ * in "..." when the input did not fit, and returns buf (usable as a printf
+ * argument).  ds4_fput_escaped writes the form of at most max_in input bytes
+ * (never cutting a character) and returns the input bytes written. */
+const char *ds4_escape(char *buf, size_t cap, const char *s, size_t n);
+size_t ds4_fput_escaped(FILE *out, const char *s, size_t n, size_t max_in);
 
 /* ------------------------------------------------------------------------ */
 /* Session: the KV state of one token sequence.                              */

@@ -73,6 +73,12 @@ ls -a "$T/kk" | grep -q '^\.tmp-' && bad "stale temp files not swept" || ok "sta
 f=$(ls "$T/kv" | grep ds4kv | head -1)
 printf 'x' | dd of="$T/kv/$f" bs=1 seek=200 conv=notrunc 2>/dev/null
 ./ds4-kv verify "$T/kv" > "$T/v2" && bad "verify missed a damaged file" || ok "ds4-kv verify finds a damaged file"
+# a planted file whose name carries an ESC sequence is named escaped
+printf 'junk' > "$T/kv/$(printf 'x\033[2J\033]0;t\007').ds4kv"
+./ds4-kv list "$T/kv" > "$T/l3"; ./ds4-kv verify "$T/kv" > "$T/v3"
+if grep -q "$(printf '[\033\007]')" "$T/l3" "$T/v3"; then bad "ds4-kv prints control bytes of a file name"
+elif grep -qF 'x\x1b[2J' "$T/v3"; then ok "ds4-kv names files escaped"
+else bad "ds4-kv escaped name missing"; cat "$T/v3"; fi
 ./ds4-kv rm "$T/kv" --all > /dev/null && [ -z "$(ls "$T/kv" | grep ds4kv)" ] && ok "ds4-kv rm --all" || bad "ds4-kv rm"
 ./ds4-kv bogus "$T/kv" > /dev/null 2>&1 && bad "bad command accepted" || ok "bad command refused"
 

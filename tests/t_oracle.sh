@@ -7,8 +7,9 @@
 #  (4) teacher-forced per-sublayer check, QAT on and off, both models;
 #  MXFP4 experts (tiny-a-mxfp4): (1), decode == prefill and (4), against
 #      the oracle run here (no golden directory for that model);
-#  plus: decode == prefill == any chunking, bit for bit; wrong-family and
-#  broken files refused before any compute.
+#  plus: decode == prefill == any chunking, bit for bit; every kernel table
+#  (DS4_KERNELS) end to end; wrong-family and broken files refused before
+#  any compute.
 set -u
 cd "$(dirname "$0")/.."
 S="${DS4_SHARED:-../shared}"
@@ -61,16 +62,40 @@ for m in f16 q2; do
     done
 done
 
-# every kernel table end to end (the default is the best the CPU has)
-for kt in scalar avx2; do
+# every kernel table end to end (the default, used above, is the best the
+# CPU has); a table this CPU lacks is refused by ds4 and skipped here
+for kt in scalar avx2 avx512 avx512-packed; do
+    if ! DS4_KERNELS=$kt ./ds4 -q -m "$G/models/tiny-a-q2.gguf" --tokens 0 -n 0 > "$T/kt.log" 2>&1; then
+        if grep -q "DS4_KERNELS=$kt: no such kernel table" "$T/kt.log"; then
+            echo "skip DS4_KERNELS=$kt: not available on this CPU"
+        else
+            bad "DS4_KERNELS=$kt probe run"; sed 's/^/    /' "$T/kt.log"
+        fi
+        continue
+    fi
+    # float activations (--no-qat): the table's float kernels on F16 and
+    # quantized weights, tight against the reference
     for m in f16 q2; do
         DS4_KERNELS=$kt run $m seq_300 "$T/k.f32" --no-qat && \
             check $m ref-noqat seq_300 "$T/k.f32" noqat "(1) noqat $m seq_300 with DS4_KERNELS=$kt"
-        DS4_KERNELS=$kt run $m seq_300 "$T/kp.f32" && DS4_KERNELS=$kt run $m seq_300 "$T/kd.f32" --decode-only && \
-            cmp -s "$T/kp.f32" "$T/kd.f32" && ok "$m DS4_KERNELS=$kt: decode == prefill (bitwise)" \
-            || bad "$m DS4_KERNELS=$kt: decode differs from prefill"
     done
+    # QAT on, q2 (the int8 tiles for the prefill, the single-token kernels
+    # for decode): against the original engine, and decode == prefill.  The
+    # f16 model's QAT path uses the same float kernels as above.
+    DS4_KERNELS=$kt run q2 seq_300 "$T/kp.f32" && \
+        check q2 ds4 seq_300 "$T/kp.f32" qat-stat "(3) qat-stat q2 seq_300 with DS4_KERNELS=$kt"
+    DS4_KERNELS=$kt run q2 seq_300 "$T/kd.f32" --decode-only && \
+        cmp -s "$T/kp.f32" "$T/kd.f32" && ok "q2 DS4_KERNELS=$kt: decode == prefill (bitwise)" \
+        || bad "q2 DS4_KERNELS=$kt: decode differs from prefill"
 done
+
+if DS4_KERNELS=no-such-table ./ds4 -q -m "$G/models/tiny-a-q2.gguf" --tokens 0 -n 0 > "$T/kt.log" 2>&1; then
+    bad "DS4_KERNELS=no-such-table accepted"
+elif grep -q "DS4_KERNELS=no-such-table: no such kernel table" "$T/kt.log"; then
+    ok "DS4_KERNELS naming no table is refused"
+else
+    bad "DS4_KERNELS=no-such-table: unexpected message"; sed 's/^/    /' "$T/kt.log"
+fi
 
 # (2) QAT on, f16 model, first 40 positions vs the original engine
 for s in seq_007 seq_040 seq_300 seq_600a; do

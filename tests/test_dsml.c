@@ -172,7 +172,8 @@ static const tcase CASES[] = {
     { "near-miss marker is text", "x\n\n<" DSML "tool_cal>\n\n<b>", "x\n\n<" DSML "tool_cal>\n\n<b>", 0, {{0}}, 0, NULL },
     { "single newline before tag is text", "x\n<" DSML "tool_calls>\n", "x\n<" DSML "tool_calls>\n", 0, {{0}}, 0, NULL },
 
-    /* PROMPT_FORMAT §11: two parallel calls, thinking-mode answer. */
+    /* golden tools-think-pending (../shared/docs/PROMPT_FORMAT.md §11): two
+     * parallel calls, thinking-mode answer. */
     { "prompt-format parallel calls",
       TC_OPEN INV("get_weather") PAR("city", "true", "Milano") PAR("days", "false", "2") INV_END
       INV("run_shell") PAR("cmd", "true", "ls -la /tmp && echo 'done' > /dev/null")
@@ -181,7 +182,7 @@ static const tcase CASES[] = {
       { { "get_weather", "{\"city\": \"Milano\", \"days\": 2}" },
         { "run_shell", "{\"cmd\": \"ls -la /tmp && echo 'done' > /dev/null\", \"timeout_s\": 2.5, "
                        "\"env\": {\"LANG\": \"C\"}}" } }, 1, NULL },
-    /* PROMPT_FORMAT §11: non-JSON arguments rendered as one string. */
+    /* docs/PROMPT_FORMAT.md §11: non-JSON arguments rendered as one string. */
     { "prompt-format arguments string",
       "Let me run it." TC_OPEN INV("run_shell") PAR("arguments", "true", "not json") INV_END TC_CLOSE,
       "Let me run it.", 1, { { "run_shell", "{\"arguments\": \"not json\"}" } }, 1, NULL },

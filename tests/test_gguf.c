@@ -875,6 +875,82 @@ static char *inspect_text(const char *path, int *rc, char **err) {
     return buf;
 }
 
+/* No byte of `s` may drive a terminal: C0 controls, DEL, C1 controls
+ * (as UTF-8 or raw), ESC above all. */
+static int terminal_safe(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n; i++) {
+        if ((p[i] < 0x20 && p[i] != '\n') || p[i] == 0x7f) return 0;
+        if (p[i] == 0xc2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f) return 0;
+    }
+    return 1;
+}
+
+/* Control bytes and ESC sequences from a GGUF reach the screen only
+ * escaped: ds4_escape itself, --inspect, and open/bind error messages. */
+static void test_escaping(void) {
+    char buf[64];
+    CHECK(!strcmp(ds4_escape(buf, sizeof buf, "a\x1b[31mb\n\"q\\", 11), "a\\x1b[31mb\\n\\\"q\\\\"),
+          "escape C0/quote/backslash: %s", buf);
+    CHECK(!strcmp(ds4_escape(buf, sizeof buf, "\xc2\x9b" "2J\xe2\x80\xae" "x\xff\xe2\x82", 11),
+                  "\\u{009b}2J\\u{202e}x\\xff\\xe2\\x82"), "escape C1/bidi/invalid: %s", buf);
+    CHECK(!strcmp(ds4_escape(buf, sizeof buf, "caf\xc3\xa9 \xe2\x96\x81", 9), "caf\xc3\xa9 \xe2\x96\x81"),
+          "valid UTF-8 kept: %s", buf);
+    /* cut with "...", never inside an escape or a character */
+    CHECK(!strcmp(ds4_escape(buf, 10, "abcdef\x1bxyz", 10), "abcdef..."), "cut: %s", buf);
+    CHECK(!strcmp(ds4_escape(buf, 10, "abcdef\xc3\xa9zz", 10), "abcdef..."), "cut before a character: %s", buf);
+    CHECK(!strcmp(ds4_escape(buf, 6, "abcde", 5), "abcde"), "exact fit: %s", buf);
+
+    /* a file whose key, name, string value and tensor name carry escapes */
+    const char *key = "evil\x1b]0;pwned\x07.key";
+    const char *name = "\x1b[2J\x1b[31mred\xc2\x9b" "1;1H\nforged line";
+    const char *tname = "t\x1b[5m";
+    rb b = {0};
+    rb_hdr(&b, 3, 1, 3);
+    rb_kv_u32(&b, key, 7);
+    rb_str(&b, "general.name"); rb_u32(&b, GGUF_STRING); rb_str(&b, name);
+    rb_str(&b, "general.architecture"); rb_u32(&b, GGUF_STRING); rb_str(&b, "llama\x1b[0m");
+    uint64_t ne[1] = {8};
+    rb_tensor(&b, tname, 1, ne, GGML_F32, 0);
+    rb_pad(&b, 32);
+    rb_zeros(&b, 32);
+    char *path = tpath("escapes.gguf");
+    write_all(path, b.p, b.n);
+    int rc = 0;
+    char *err = NULL;
+    char *txt = inspect_text(path, &rc, &err);
+    CHECK(rc != 0 && err, "inspect of a non-deepseek4 file fails");
+    CHECK(txt && terminal_safe(txt, strlen(txt)), "inspect output carries raw control bytes");
+    CHECK(txt && strstr(txt, "evil\\x1b]0;pwned\\x07.key"), "inspect shows the key escaped");
+    CHECK(txt && strstr(txt, "\\x1b[2J\\x1b[31mred\\u{009b}1;1H\\nforged line"), "inspect shows the name escaped");
+    CHECK(txt && strstr(txt, "\"llama\\x1b[0m\", expected"), "the validator names the architecture escaped");
+    CHECK(err && terminal_safe(err, strlen(err)), "inspect error carries raw control bytes");
+    free(txt);
+    free(err);
+    err = NULL;
+
+    /* a rejected tensor named with an ESC sequence */
+    rb_hdr(&b, 3, 1, 0);
+    uint64_t bad[1] = {0};
+    rb_tensor(&b, tname, 1, bad, GGML_F32, 0);
+    rb_pad(&b, 32);
+    char *e = open_err(&b, "escapes2.gguf");
+    CHECK(e && strstr(e, "tensor t\\x1b[5m has invalid dim"), "open error names the tensor escaped: %s",
+          e ? "(has raw bytes)" : "(accepted)");
+    CHECK(e && terminal_safe(e, strlen(e)), "open error carries raw control bytes");
+    free(e);
+
+    /* duplicate keys with control bytes */
+    rb_hdr(&b, 3, 0, 2);
+    rb_kv_u32(&b, key, 1);
+    rb_kv_u32(&b, key, 2);
+    e = open_err(&b, "escapes3.gguf");
+    CHECK(e && strstr(e, "duplicate metadata key evil\\x1b") && terminal_safe(e, strlen(e)),
+          "duplicate key message escaped");
+    free(e);
+    free(b.p);
+}
+
 static void test_shared(void) {
     /* ../shared may itself be a symlink: resolve it, then walk without
      * following links below it */
@@ -1185,6 +1261,7 @@ int main(void) {
     test_writer();
     test_tiny_model();
     test_truncation();
+    test_escaping();
     test_shared();
     nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     printf("test_gguf: %d checks passed, %d failed (%.2fs)\n", n_pass, n_fail, now() - t0);

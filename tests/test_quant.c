@@ -902,21 +902,26 @@ static void test_dispatch(void)
     const ds4_kernels *v = ds4_kernels_avx2();
     CHECK(!v || !strcmp(v->name, "avx2"), "avx2 table name");
     /* best() caches its answer, so each setting is checked in a child */
-    for (int mode = 0; mode < 2; mode++) {
+    static const char *env[] = { NULL, "scalar", "avx512-packed" };
+    for (int mode = 0; mode < 3; mode++) {
         pid_t pid = fork();
         if (pid == 0) {
-            if (mode) setenv("DS4_KERNELS", "scalar", 1);
+            if (env[mode]) setenv("DS4_KERNELS", env[mode], 1);
             else unsetenv("DS4_KERNELS");
             const ds4_kernels *b = ds4_kernels_best();
             const ds4_kernels *x = ds4_kernels_avx512();   /* preferred when present */
-            int ok = mode ? b == s : b == (x ? x : v ? v : s);
-            _exit(ok ? 0 : 1);
+            const ds4_kernels *best = x ? x : v ? v : s;
+            const ds4_kernels *want = mode == 0 ? best : mode == 1 ? s
+                                    : ds4_kernels_avx512_packed() ? ds4_kernels_avx512_packed() : best;
+            _exit(b == want ? 0 : 1);
         }
         int st = 0;
         waitpid(pid, &st, 0);
-        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ds4_kernels_best with DS4_KERNELS %s",
-              mode ? "=scalar" : "unset");
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ds4_kernels_best with DS4_KERNELS=%s",
+              env[mode] ? env[mode] : "(unset)");
     }
+    CHECK(ds4_kernels_by_name("avx512-packed") == ds4_kernels_avx512_packed(), "by name: avx512-packed");
+    CHECK(ds4_kernels_by_name("no-such-table") == NULL, "by name: unknown table");
     CHECK(ds4_dequantize_row(GGML_I32, "", NULL, 0) == -1, "unsupported type must fail");
     float x[32] = { 0 };
     CHECK(ds4_dot_f32act(s, GGML_I32, 32, x, x) == 0.0f, "unsupported f32act type");

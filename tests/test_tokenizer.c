@@ -653,6 +653,7 @@ static size_t gpt2_spell(const unsigned char *b, size_t n, char *out) {
 enum {
     BAD_NONE, BAD_TOKENS_TYPE, BAD_MERGE_UNKNOWN, BAD_MERGE_RESULT, BAD_MERGE_FORMAT,
     BAD_NO_THINK, BAD_TYPES_LEN, BAD_MODEL, BAD_NO_BYTE, BAD_SPELLING, BAD_NO_MERGES,
+    BAD_MODEL_ESC, BAD_MERGE_ESC,
 };
 
 /* 256 byte tokens + "ab" (merge "a b") + the chat added tokens. */
@@ -688,15 +689,15 @@ static int write_vocab(const char *path, int bad) {
     gguf_writer *w = gguf_writer_open(path, &err);
     if (!w) { free(err); return -1; }
     gguf_w_str(w, "general.architecture", "deepseek4", 9);
-    gguf_w_str(w, "tokenizer.ggml.model", bad == BAD_MODEL ? "llama" : "gpt2",
-               bad == BAD_MODEL ? 5 : 4);
+    const char *model = bad == BAD_MODEL ? "llama" : bad == BAD_MODEL_ESC ? "\x1b]0;x\x07\x1b[31m" : "gpt2";
+    gguf_w_str(w, "tokenizer.ggml.model", model, strlen(model));
     if (bad == BAD_TOKENS_TYPE) gguf_w_arr(w, "tokenizer.ggml.tokens", GGUF_I32, types, nt);
     else gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, nt);
     gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types,
                bad == BAD_TYPES_LEN ? nt - 1 : nt);
     gguf_str merges[1];
     merges[0].p = bad == BAD_MERGE_UNKNOWN ? "a xy" : bad == BAD_MERGE_RESULT ? "b a"
-                : bad == BAD_MERGE_FORMAT ? "ab" : "a b";
+                : bad == BAD_MERGE_FORMAT ? "ab" : bad == BAD_MERGE_ESC ? "a \x1b[2J" : "a b";
     merges[0].len = strlen(merges[0].p);
     if (bad != BAD_NO_MERGES) gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 1);
     int rc = gguf_writer_close(w, &err);
@@ -722,6 +723,9 @@ static void test_load_errors(void) {
         { BAD_NO_BYTE, "byte 0x71" },
         { BAD_SPELLING, "alphabet" },
         { BAD_NO_MERGES, "merges" },
+        /* text from the file is named escaped (ds4_escape), never raw */
+        { BAD_MODEL_ESC, "'\\x1b]0;x\\x07\\x1b[31m'" },
+        { BAD_MERGE_ESC, "('a \\x1b[2J')" },
     };
     /* The good file first. */
     CHECK(write_vocab(path, BAD_NONE) == 0, "cannot write the test vocab");
@@ -744,7 +748,8 @@ static void test_load_errors(void) {
         if (write_vocab(path, cases[i].bad)) { CHECK(0, "cannot write bad vocab %zu", i); continue; }
         err = NULL;
         t = ds4_tokenizer_load(path, &err);
-        int ok = t == NULL && err && strstr(err, cases[i].needle);
+        int ok = t == NULL && err && strstr(err, cases[i].needle) && !strchr(err, 0x1b) &&
+                 !strchr(err, 0x07);
         pass += ok;
         CHECK(ok, "malformed vocab %d: loaded=%d, error '%s' (want '%s' in it)", cases[i].bad,
               t != NULL, err ? err : "(none)", cases[i].needle);

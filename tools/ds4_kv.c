@@ -66,6 +66,11 @@ static int collect(const char *dir, names_t *out, int include_bad) {
     return 0;
 }
 
+/* Directory entries and file contents are untrusted: printed escaped. */
+static const char *esc(const char *s, char *buf, size_t cap) {
+    return ds4_escape(buf, cap, s, strlen(s));
+}
+
 static int cmpstr(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -119,21 +124,21 @@ static int cmd_list(const char *dir) {
            "used", "hits", "end of the text");
     uint64_t total = 0;
     for (int i = 0; i < nm.n; i++) {
-        char path[4096], *err = NULL;
+        char path[4096], eb[512], *err = NULL;
         snprintf(path, sizeof path, "%s/%s", dir, nm.names[i]);
         ds4_kv_file_info in;
         int rc = ds4_kv_file_info_read(path, 0, &in, &err);
         struct stat sb;
         if (!stat(path, &sb)) total += (uint64_t)sb.st_size;
         if (rc) {
-            printf("%-14.12s %s (%s)\n", nm.names[i], "INVALID", err ? err : "?");
+            printf("%-14.12s %s (%s)\n", esc(nm.names[i], eb, sizeof eb), "INVALID", err ? err : "?");
             free(err);
             continue;
         }
         char a[32], u[32];
         age(in.created, a, sizeof a);
         age(in.last_used, u, sizeof u);
-        printf("%-14.12s %8u %10.2f %-9s %6s %6s %5u  ", nm.names[i], in.n_tokens,
+        printf("%-14.12s %8u %10.2f %-9s %6s %6s %5u  ", esc(nm.names[i], eb, sizeof eb), in.n_tokens,
                in.file_bytes / 1048576.0, ds4_kv_reason_name(in.reason), a, u, in.hits);
         put_text(&in);
         putchar('\n');
@@ -157,19 +162,19 @@ static int cmd_verify(const char *dir, const char *model) {
     qsort(nm.names, (size_t)nm.n, sizeof *nm.names, cmpstr);
     int bad = 0;
     for (int i = 0; i < nm.n; i++) {
-        char path[4096], *err = NULL;
+        char path[4096], eb[512], *err = NULL;
         snprintf(path, sizeof path, "%s/%s", dir, nm.names[i]);
         ds4_kv_file_info in;
         if (ds4_kv_file_info_read(path, 1, &in, &err)) {
-            printf("BAD  %s: %s\n", nm.names[i], err ? err : "?");
+            printf("BAD  %s: %s\n", esc(nm.names[i], eb, sizeof eb), err ? err : "?");
             bad++;
         } else if (m && memcmp(in.fingerprint, fp, 20)) {
             printf("%s  %s: saved by %s\n", memcmp(in.family, fam, 20) ? "FOREIGN" : "VARIANT",
-                   nm.names[i], memcmp(in.family, fam, 20) ? "another model" :
+                   esc(nm.names[i], eb, sizeof eb), memcmp(in.family, fam, 20) ? "another model" :
                    "the same model in another quantization");
             if (memcmp(in.family, fam, 20)) bad++;
         } else {
-            printf("ok   %s: %u tokens, %u tool ids\n", nm.names[i], in.n_tokens, in.n_tools);
+            printf("ok   %s: %u tokens, %u tool ids\n", esc(nm.names[i], eb, sizeof eb), in.n_tokens, in.n_tools);
         }
         free(err);
     }
@@ -208,7 +213,11 @@ static int cmd_rm(const char *dir, char **names, int n_names, int all, int bad, 
         for (int i = 0; i < n_names && !hit; i++)
             if (!strncmp(f, names[i], strlen(names[i]))) hit = 1;
         if (!hit) continue;
-        if (unlink(path)) { fprintf(stderr, "ds4-kv: %s: %s\n", path, strerror(errno)); rc = 1; }
+        if (unlink(path)) {
+            char eb[512];
+            fprintf(stderr, "ds4-kv: %s/%s: %s\n", dir, esc(f, eb, sizeof eb), strerror(errno));
+            rc = 1;
+        }
         else removed++;
     }
     printf("removed %d file(s)\n", removed);

@@ -1,6 +1,6 @@
 /*
  * ds4_synth.c -- ds4-synth: writes random-weight GGUF files with the exact
- * DeepSeek V4 Flash layout (ARCHITECTURE.md §1, §3, §4, §8): same tensor
+ * DeepSeek V4 Flash layout (docs/GGUF.md §3, §4, §5): same tensor
  * names, order, dims, types, metadata keys and alignment as the real model,
  * at the tiny test shape, the real per-layer shape with few layers, or the
  * full 43-layer model.
@@ -90,7 +90,7 @@ static void usage(FILE *o) {
 "                  q4  = as q2 with every routed expert Q4_K.\n"
 "                  In all recipes the token embedding, HC, compressor,\n"
 "                  indexer and router matrices are F16, 1-D tensors F32 and\n"
-"                  ffn_gate_tid2eid I32 (ARCHITECTURE.md §4, §8).\n"
+"                  ffn_gate_tid2eid I32 (docs/GGUF.md section 5).\n"
 "  --vocab FILE    GGUF whose tokenizer.* keys are copied; vocab_size is the\n"
 "                  number of its tokens.  Default: the repository's own\n"
 "                  vocab/deepseek-v4-vocab.gguf (the real DeepSeek V4\n"
@@ -223,7 +223,7 @@ static const keydef KEYS[] = {
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
-/* The real model's fixed hyper-parameters (ARCHITECTURE.md §1). */
+/* The real model's fixed hyper-parameters (docs/GGUF.md §3, Flash column). */
 static void fixed_hparams(config *c) {
     c->ctx = 1048576;
     c->n_head_kv = 1;
@@ -448,7 +448,7 @@ static void finalize_config(config *c, int quantized, const char *recipe) {
     if (!(c->compress_base > 0)) PROB("attention.compress_rope_freq_base = %g must be positive", c->compress_base);
     if (!(c->rope_factor > 0)) PROB("rope.scaling.factor = %g must be positive", c->rope_factor);
 
-    /* Block alignment of the quantized recipes (ARCHITECTURE.md §4.2):
+    /* Block alignment of the quantized recipes (docs/GGUF.md §4.2):
      * expert rows (D for gate/up, F for down) are whole 256-blocks, every
      * Q8_0 row a whole number of 32-blocks. */
     if (quantized) {
@@ -598,7 +598,7 @@ static void build_layout(const config *c, const char *recipe, layout *L) {
         normal(add(L, il, "ffn_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
         proj(add(L, il, "ffn_gate_inp.weight", F16, 2, D, E, 0), 2.0f);
         const int hash = il < c->n_hash;
-        /* ARCHITECTURE.md §9: the router bias exists only on learned-router layers. */
+        /* the router bias exists only on learned-router layers (docs/GGUF.md §4.2) */
         if (!hash) normal(add(L, il, "exp_probs_b.bias", F32, 1, E, 0, 0), 0.0f, 0.3f);
         tspec *t;
         t = proj(add(L, il, "ffn_gate_exps.weight", T_GU, 3, D, F, E), 1.0f);

@@ -293,11 +293,6 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
     ds4_pool_run(c->pool, mm_task, &jb);
 }
 
-size_t cpu_matmul_scratch(int n_in, int T) {
-    size_t a = act_row_bytes(ACT_Q8_0A, n_in), b = act_row_bytes(ACT_Q8_K, n_in);
-    return (a > b ? a : b) * (size_t)T + 64;
-}
-
 void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
                 size_t xs, int T, float *y, size_t ys, void *scratch) {
     act_kind kind = act_kind_for(W.type, no_qat);
@@ -320,7 +315,7 @@ void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
 /* ---------------------------------------------------------------------- */
 
 /* Sum of squares in double, scale in float: the original engine's rule
- * (ARCHITECTURE.md conventions). */
+ * (docs/MODEL.md §1). */
 float rms_scale(const float *x, int n, float eps) {
     double ss = 0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
@@ -341,7 +336,7 @@ void rms_norm(const float *x, const float *w, int n, float eps, float *out) {
  * built by repeated float32 multiplication, theta_e(k+1) = theta_e(k) *
  * base^(-2/r) with the step from powf (correctly rounded in glibc), and
  * YaRN blends it per pair: theta = theta_e * ((1 - ramp)/factor + ramp)
- * (ARCHITECTURE.md §5.6).  Matching this float32 recurrence bit for bit
+ * (docs/MODEL.md §4.2).  Matching this float32 recurrence bit for bit
  * keeps the FP8/Q8 rounding decisions identical to the golden engine's far
  * more often: a step one ulp off already doubles the flips (NOTES.md). */
 void rope_init(rope_t *r, int n_rot, float base, int yarn, float factor,

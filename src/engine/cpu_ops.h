@@ -34,7 +34,7 @@ mat_t mat_rows(mat_t m, int r0, int n);
 
 /* Activation kind a weight type gets: Q8_0 weights see Q8_0 activations,
  * 2/4-bit K and IQ weights see Q8_K, float weights (and everything in the
- * --no-qat diagnostic) see float activations (ARCHITECTURE.md §7). */
+ * --no-qat diagnostic) see float activations (docs/MODEL.md §7.1). */
 act_kind act_kind_for(uint32_t wtype, int no_qat);
 size_t act_row_bytes(act_kind k, int n);
 void act_quantize_row(act_kind k, const float *x, int n, void *out);
@@ -66,8 +66,6 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng);
  * the weight needs, then Y[t] = W x[t]. */
 void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
                 size_t xs, int T, float *y, size_t ys, void *scratch);
-/* Bytes of scratch cpu_matmul needs for T rows of n_in. */
-size_t cpu_matmul_scratch(int n_in, int T);
 
 /* Row helpers. */
 void rms_norm(const float *x, const float *w, int n, float eps, float *out);
@@ -86,7 +84,7 @@ void rope_angles(const rope_t *r, int64_t pos, float *cs, float *sn);
 void rope_apply(float *x, int dim, int n_rot, const float *cs,
                 const float *sn, int inverse);
 
-/* KV storage roundings (ARCHITECTURE.md §5.7). */
+/* KV storage roundings (docs/MODEL.md §4.3). */
 void fp8_kv_round(float *x, int n_nope);
 void indexer_qat(float *x, int n);   /* Hadamard + FP4, n a power of two */
 void f16_round_row(float *x, int n);

@@ -15,7 +15,6 @@
 
 void ds4_model_params_default(ds4_model_params *p) {
     memset(p, 0, sizeof *p);
-    p->backend = DS4_BACKEND_CPU;
     p->n_threads = 0;
 }
 
@@ -97,14 +96,23 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     ds4_model_params def;
     if (!p) { ds4_model_params_default(&def); p = &def; }
     if (err) *err = NULL;
-    if (p->backend != DS4_BACKEND_CPU) {
-        if (err) *err = fmt_err(path, "this build has only the CPU backend");
+    /* A forced kernel table that does not exist here is an error, not a
+     * silent fallback: tests and measurements that name one must run it. */
+    const char *kn = getenv("DS4_KERNELS");
+    if (kn && *kn && !ds4_kernels_by_name(kn)) {
+        if (err) {
+            char msg[256];
+            char e[64];
+            snprintf(msg, sizeof msg, "DS4_KERNELS=%s: no such kernel table on this CPU "
+                     "(scalar, avx2, avx512, avx512-packed or best)",
+                     ds4_escape(e, sizeof e, kn, strlen(kn)));
+            *err = strdup(msg);
+        }
         return NULL;
     }
     ds4_model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->path = strdup(path);
-    m->backend = p->backend;
     m->gf = gguf_open(path, err);
     if (!m->gf) goto fail;
     if (ds4_weights_bind(m->gf, &m->w, err) != DS4_OK) goto fail;
@@ -127,12 +135,17 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     ds4_gguf_fingerprint(m->gf, m->fingerprint);
     family_fingerprint(m->gf, m->family_fp);
     gguf_str name;
-    if (gguf_get_str(m->gf, "general.name", &name) == 0 && name.len < 4096)
-        m->name = strndup(name.p, name.len);
-    else {
+    if (gguf_get_str(m->gf, "general.name", &name) == 0 && name.len < 4096) {
+        /* front ends print the name (banner, model id): escaped once here,
+         * so control bytes in the file never reach a terminal */
+        size_t cap = 4 * (size_t)name.len + 1;   /* an escape is <= 4 chars a byte */
+        m->name = malloc(cap);
+        if (m->name) ds4_escape(m->name, cap, name.p, (size_t)name.len);
+    } else {
         const char *b = strrchr(path, '/');
         m->name = strdup(b ? b + 1 : path);
     }
+    if (!m->name) goto fail;
     /* ds4-synth marks its files; say so wherever the model is named */
     gguf_str desc;
     m->random_weights = strncmp(m->name, "ds4-synth", 9) == 0 ||

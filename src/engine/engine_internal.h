@@ -3,7 +3,7 @@
  * ds4_session handles, shared by engine.c, session.c and the backends.
  *
  * Owns: the layout of a loaded model and of a session's KV state
- * (ARCHITECTURE.md §6.1).  Front ends never include this file.
+ * (docs/MODEL.md §8.1).  Front ends never include this file.
  */
 #ifndef DS4_ENGINE_INTERNAL_H
 #define DS4_ENGINE_INTERNAL_H
@@ -33,13 +33,12 @@ struct ds4_model {
     ds4_pool *pool;
     const ds4_kernels *kern;
     const vec_kernels *vk;
-    ds4_backend backend;
     rope_t rope_dense, rope_comp;
     uint8_t fingerprint[20];
     uint8_t family_fp[20];
 };
 
-/* Per-layer decode state (ARCHITECTURE.md §6.1).  Rows are float32: with
+/* Per-layer decode state (docs/MODEL.md §8.1).  Rows are float32: with
  * the roundings on they hold f16-exact values; in --no-qat they do not. */
 typedef struct {
     /* raw window: rows [raw_start, raw_start + raw_len) of `raw` are the
@@ -61,7 +60,6 @@ typedef struct {
 /* Scratch sized for the largest chunk at session creation: nothing is
  * allocated per token. */
 typedef struct {
-    int T;                    /* capacity in tokens */
     float *X;                 /* [T][N][D] HC state */
     float *X2;                /* [T][N][D] */
     float *cur;               /* [T][D] */
@@ -89,17 +87,15 @@ typedef struct {
     float *shared_g, *shared_u; /* [T][F_shared] */
     float *dn;                /* [T*K][D] */
     int *erows;               /* [T*K] token lists by expert */
-    int *eslot;               /* [T*K] */
     int *ecount, *eoff;       /* [E] */
     int *topk;                /* [T][topk] selected compressed rows */
     int *ntopk;               /* [T] (-1 = all visible) */
-    float *scores;            /* [nth][comp_cap] indexer scores */
+    float *scores;            /* [comp_cap + 1] indexer scores of one token
+                                 (tokens are scored one after another) */
     float *attn_w;            /* [nth][VEC_HB][n_swa + comp_cap] attention weights */
     const float **attn_kp;    /* [nth][n_swa + comp_cap] key row pointers */
     void *qscratch;           /* quantized activations */
-    size_t qscratch_bytes;
     void *qscratch2;
-    float *hidden;            /* [n_layer][2][N][D] capture for one token */
     float *ylast;             /* [T][D] head input */
     float *logits;            /* [T][vocab] when capturing, else [1][vocab] */
 } cpu_scratch;

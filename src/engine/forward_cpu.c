@@ -1,5 +1,5 @@
 /*
- * forward_cpu.c -- the DeepSeek V4 graph on the CPU (ARCHITECTURE.md §5).
+ * forward_cpu.c -- the DeepSeek V4 graph on the CPU (docs/MODEL.md §2-§6).
  *
  * Owns: evaluating a chunk of T consecutive tokens through every layer and
  * the head, updating the per-layer KV state.  Decode is simply T = 1: the
@@ -149,7 +149,7 @@ static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 static inline float siluf(float z) { return z / (1.0f + expf(-z)); }
 
 /* ---------------------------------------------------------------------- */
-/* Hyper-connections (§5.2, §5.3)                                          */
+/* Hyper-connections (docs/MODEL.md §3)                                    */
 /* ---------------------------------------------------------------------- */
 
 typedef struct { const ds4_tensor *fn, *scale, *base; } hc_w;
@@ -258,7 +258,7 @@ static void hc_post(fwd *f, int il, int which) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* Attention (§5.5 - §5.9)                                                 */
+/* Attention (docs/MODEL.md §4)                                            */
 /* ---------------------------------------------------------------------- */
 
 static void norm_rows_task(fwd *f, int t, void *ud) {
@@ -397,7 +397,7 @@ static void add_ape(fwd *f, const ds4_tensor *ape, float *score) {
     }
 }
 
-/* Indexer score of one compressed row for token t (§5.9):
+/* Indexer score of one compressed row for token t (MODEL.md §4.5):
  * sum_h w_h * relu(q_h . k), heads in blocks sharing the key read. */
 static float idx_score(fwd *f, int t, const float *ik) {
     const ds4_config *c = f->c;
@@ -477,8 +477,8 @@ static int select_topk(const float *scores, int n, int k, int *out) {
         }
     }
 #undef WEAKER
-    /* sort kept indices ascending (insertion sort is fine for k ~ 512
-     * only when nearly sorted; use a simple heap-free sort) */
+    /* the kept indices in ascending order (insertion sort: at most top_k
+     * of them) */
     for (int i = 1; i < hn; i++) {
         int v = out[i], j = i - 1;
         while (j >= 0 && out[j] > v) { out[j + 1] = out[j]; j--; }
@@ -645,9 +645,7 @@ static void idx_q_task(fwd *f, int t, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = &f->s->sc;
-    const int hr = c->n_rot / 2;
     float cs[64], sn[64];
-    (void)hr;
     rope_angles(&f->s->m->rope_comp, f->p0 + t, cs, sn);
     float *iq = sc->iq + (size_t)t * c->idx_heads * c->idx_dim;
     for (int h = 0; h < c->idx_heads; h++) {
@@ -776,7 +774,7 @@ static void attention(fwd *f, int il) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* MoE FFN (§5.10)                                                         */
+/* MoE FFN (docs/MODEL.md §5)                                             */
 /* ---------------------------------------------------------------------- */
 
 static void ffn_norm_task(fwd *f, int t, void *ud) {
@@ -909,7 +907,6 @@ static void moe(fwd *f, int il, const int32_t *toks) {
                 int e = sc->sel[(size_t)(t0 + t) * K + k];
                 int i = sc->eoff[e] + sc->ecount[e]++;
                 sc->erows[i] = t;
-                sc->eslot[i] = k;
                 wrow[i] = sc->wts[(size_t)(t0 + t) * K + k];
             }
         int ng = 0;
@@ -957,7 +954,7 @@ static void moe(fwd *f, int il, const int32_t *toks) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* Embedding and head (§5.1, §5.11)                                        */
+/* Embedding and head (docs/MODEL.md §2, §6)                               */
 /* ---------------------------------------------------------------------- */
 
 static void embed(fwd *f, const int32_t *toks) {

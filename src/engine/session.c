@@ -1,5 +1,5 @@
 /*
- * session.c -- a token sequence and its KV state (ARCHITECTURE.md §6).
+ * session.c -- a token sequence and its KV state (docs/MODEL.md §8).
  *
  * Owns: the token list, the per-layer state buffers (allocated once for the
  * context size), prefix reuse (sync), chunking of evaluations, snapshots and
@@ -123,7 +123,6 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->shared_u, (size_t)T * FS * 4);
     ITEM(sc->dn, moe_pairs * D * 4);
     ITEM(sc->erows, moe_pairs * 4);
-    ITEM(sc->eslot, moe_pairs * 4);
     ITEM(sc->ecount, E * 4);
     ITEM(sc->eoff, E * 4);
     ITEM(sc->topk, T * (c->idx_topk ? c->idx_topk : 1) * 4);
@@ -137,8 +136,6 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->logits, (size_t)c->n_vocab * 4);
 #undef ITEM
     *n_it = k;
-    sc->T = T;
-    sc->qscratch_bytes = qbytes;
     return DS4_OK;
 }
 

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ds4.h"
 #include "gguf/gguf.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -253,7 +254,7 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
     if (rd_u32(c, &kv->type, "metadata value type")) return -1;
     if (kv->type >= GGUF_NTYPES) {
         set_err(c->err, "%s: metadata key %s has unknown value type %u",
-                c->path, kv->key, kv->type);
+                c->path, GGUF_ESC(kv->key), kv->type);
         return -1;
     }
     if (kv->type == GGUF_STRING) return rd_str(c, &kv->v.s, "string value");
@@ -269,12 +270,12 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
     if (rd_u32(c, &et, "array element type")) return -1;
     if (et == GGUF_ARRAY) {
         set_err(c->err, "%s: metadata key %s is a nested array (not supported by GGUF v3 readers)",
-                c->path, kv->key);
+                c->path, GGUF_ESC(kv->key));
         return -1;
     }
     if (et >= GGUF_NTYPES) {
         set_err(c->err, "%s: metadata key %s: array has unknown element type %u",
-                c->path, kv->key, et);
+                c->path, GGUF_ESC(kv->key), et);
         return -1;
     }
     if (rd_u64(c, &n, "array length")) return -1;
@@ -286,7 +287,7 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
         uint64_t bytes;
         if (__builtin_mul_overflow(n, value_size(et), &bytes) || bytes > remaining(c)) {
             set_err(c->err, "%s: metadata key %s: array of %" PRIu64 " %s elements does not fit in the %" PRIu64
-                    " bytes left in the file", c->path, kv->key, n, value_type_name(et), remaining(c));
+                    " bytes left in the file", c->path, GGUF_ESC(kv->key), n, value_type_name(et), remaining(c));
             return -1;
         }
         c->pos += bytes;
@@ -296,7 +297,7 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
      * keeps the index allocation below the file size. */
     if (n > remaining(c) / 8) {
         set_err(c->err, "%s: metadata key %s: string array of %" PRIu64 " elements does not fit in the %"
-                PRIu64 " bytes left in the file", c->path, kv->key, n, remaining(c));
+                PRIu64 " bytes left in the file", c->path, GGUF_ESC(kv->key), n, remaining(c));
         return -1;
     }
     if (n == 0) return 0;
@@ -323,7 +324,7 @@ static int parse_tensor(cursor *c, gguf_tensor *t) {
     if (!t->name) return -1;
     if (rd_u32(c, &t->n_dims, "tensor n_dims")) return -1;
     if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS) {
-        set_err(c->err, "%s: tensor %s has %u dims (must be 1..%d)", c->path, t->name,
+        set_err(c->err, "%s: tensor %s has %u dims (must be 1..%d)", c->path, GGUF_ESC(t->name),
                 t->n_dims, GGUF_MAX_DIMS);
         return -1;
     }
@@ -331,7 +332,7 @@ static int parse_tensor(cursor *c, gguf_tensor *t) {
     for (uint32_t d = 0; d < t->n_dims; d++) {
         if (rd_u64(c, &t->ne[d], "tensor dim")) return -1;
         if (t->ne[d] == 0 || t->ne[d] > (uint64_t)INT64_MAX) {
-            set_err(c->err, "%s: tensor %s has invalid dim %u = %" PRIu64, c->path, t->name, d, t->ne[d]);
+            set_err(c->err, "%s: tensor %s has invalid dim %u = %" PRIu64, c->path, GGUF_ESC(t->name), d, t->ne[d]);
             return -1;
         }
     }
@@ -339,12 +340,12 @@ static int parse_tensor(cursor *c, gguf_tensor *t) {
     if (rd_u64(c, &t->offset, "tensor offset")) return -1;
     const type_info *ti = tinfo(t->type);
     if (!ti) {
-        set_err(c->err, "%s: tensor %s has unknown type %u", c->path, t->name, t->type);
+        set_err(c->err, "%s: tensor %s has unknown type %u", c->path, GGUF_ESC(t->name), t->type);
         return -1;
     }
     if (t->ne[0] % ti->block) {
         set_err(c->err, "%s: tensor %s: row length %" PRIu64 " is not a multiple of the %s block size %u",
-                c->path, t->name, t->ne[0], ti->name, ti->block);
+                c->path, GGUF_ESC(t->name), t->ne[0], ti->name, ti->block);
         return -1;
     }
     uint64_t nel = 1, rows = 1, nb;
@@ -353,7 +354,7 @@ static int parse_tensor(cursor *c, gguf_tensor *t) {
     for (int d = 1; d < GGUF_MAX_DIMS; d++) ovf |= __builtin_mul_overflow(rows, t->ne[d], &rows);
     ovf |= __builtin_mul_overflow(rows, ggml_row_size(t->type, t->ne[0]), &nb);
     if (ovf || nel > (uint64_t)INT64_MAX) {
-        set_err(c->err, "%s: tensor %s: element count overflows", c->path, t->name);
+        set_err(c->err, "%s: tensor %s: element count overflows", c->path, GGUF_ESC(t->name));
         return -1;
     }
     t->nbytes = nb;
@@ -481,7 +482,7 @@ static int parse(gguf_file *f, char **err) {
     int64_t dup = build_index(f->n_kv, kv_name, f->kv, &f->idx->kv_slots, &f->idx->kv_mask);
     if (dup != -1) {
         if (dup == -2) set_err(err, "%s: out of memory", f->path);
-        else set_err(err, "%s: duplicate metadata key %s", f->path, f->kv[dup].key);
+        else set_err(err, "%s: duplicate metadata key %s", f->path, GGUF_ESC(f->kv[dup].key));
         return -1;
     }
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -514,7 +515,7 @@ static int parse(gguf_file *f, char **err) {
     dup = build_index(f->n_tensors, t_name, f->tensors, &f->idx->t_slots, &f->idx->t_mask);
     if (dup != -1) {
         if (dup == -2) set_err(err, "%s: out of memory", f->path);
-        else set_err(err, "%s: duplicate tensor name %s", f->path, f->tensors[dup].name);
+        else set_err(err, "%s: duplicate tensor name %s", f->path, GGUF_ESC(f->tensors[dup].name));
         return -1;
     }
     f->dir_end = c.pos;
@@ -530,13 +531,13 @@ static int parse(gguf_file *f, char **err) {
         uint64_t end;
         if (t->offset % f->alignment) {
             set_err(err, "%s: tensor %s: offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
-                    f->path, t->name, t->offset, f->alignment);
+                    f->path, GGUF_ESC(t->name), t->offset, f->alignment);
             return -1;
         }
         if (__builtin_add_overflow(f->data_offset, t->offset, &end) ||
             __builtin_add_overflow(end, t->nbytes, &end) || end > f->size) {
             set_err(err, "%s: tensor %s: data [offset %" PRIu64 ", %" PRIu64 " bytes] extends past the end of the file"
-                    " (data section %" PRIu64 " bytes)", f->path, t->name, t->offset, t->nbytes,
+                    " (data section %" PRIu64 " bytes)", f->path, GGUF_ESC(t->name), t->offset, t->nbytes,
                     f->size - f->data_offset);
             return -1;
         }
@@ -746,17 +747,15 @@ uint64_t gguf_kv_nbytes(const gguf_kv *kv) {
  * backslashes escaped; valid UTF-8 is passed through. */
 static void print_str(FILE *out, const char *p, uint64_t len, uint64_t max) {
     fputc('"', out);
-    uint64_t n = len < max ? len : max;
-    for (uint64_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)p[i];
-        if (ch == '"' || ch == '\\') fprintf(out, "\\%c", ch);
-        else if (ch == '\n') fputs("\\n", out);
-        else if (ch == '\t') fputs("\\t", out);
-        else if (ch < 0x20 || ch == 0x7f) fprintf(out, "\\x%02x", ch);
-        else fputc(ch, out);
-    }
+    size_t n = ds4_fput_escaped(out, p, (size_t)len, (size_t)(len < max ? len : max));
     fputc('"', out);
     if (n < len) fprintf(out, "... (%" PRIu64 " bytes)", len);
+}
+
+gguf_esc_t gguf_esc(const char *p, size_t n) {
+    gguf_esc_t e;
+    ds4_escape(e.s, sizeof e.s, p, n);
+    return e;
 }
 
 static void print_scalar(FILE *out, uint32_t type, const gguf_kv *v) {
@@ -889,7 +888,7 @@ static int name_insert(gguf_writer *w, char ***arr, size_t *n, size_t *cap, cons
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
         int c = strcmp((*arr)[mid], name);
-        if (!c) { w_fail(w, "duplicate %s %s", what, name); return -1; }
+        if (!c) { w_fail(w, "duplicate %s %s", what, GGUF_ESC(name)); return -1; }
         if (c < 0) lo = mid + 1; else hi = mid;
     }
     if (*n == *cap) {
@@ -909,7 +908,7 @@ static int name_insert(gguf_writer *w, char ***arr, size_t *n, size_t *cap, cons
 
 static int kv_begin(gguf_writer *w, const char *key, uint32_t type) {
     if (w->err) return -1;
-    if (w->data_started) { w_fail(w, "metadata %s added after tensor data started", key); return -1; }
+    if (w->data_started) { w_fail(w, "metadata %s added after tensor data started", GGUF_ESC(key)); return -1; }
     size_t len = strlen(key);
     if (!len || len > GGUF_MAX_NAME) { w_fail(w, "invalid metadata key"); return -1; }
     if (name_insert(w, &w->keys, &w->n_keys, &w->cap_keys, key, "metadata key")) return -1;

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Metadata value types (GGUF spec). */
 enum {
@@ -124,8 +125,18 @@ int gguf_arr_f64(const gguf_kv *kv, uint64_t i, double *out);  /* F32/F64/ints *
 /* Bytes of a kv's encoded value (after the key and type fields). */
 uint64_t gguf_kv_nbytes(const gguf_kv *kv);
 
-/* Print a value (scalars; arrays abbreviated) for --inspect. */
+/* Print a value (scalars; arrays abbreviated) for --inspect; strings are
+ * quoted and escaped (ds4_escape). */
 void gguf_print_value(FILE *out, const gguf_kv *kv, int max_items);
+
+/* Keys, tensor names and string values come from the file: anything that
+ * prints them goes through ds4_escape (ds4.h) so control bytes and ESC
+ * sequences cannot reach a terminal or forge a line.  gguf_esc(p, n).s is
+ * that form (cut with "..." past ~250 bytes) in a temporary that lives
+ * until the end of the enclosing full expression: a printf argument. */
+typedef struct { char s[256]; } gguf_esc_t;
+gguf_esc_t gguf_esc(const char *p, size_t n);
+#define GGUF_ESC(cstr) (gguf_esc((cstr), strlen(cstr)).s)
 
 /* ---------------------------------------------------------------------- */
 /* Writer: streams a GGUF to disk without holding tensor data in memory.   */

@@ -5,7 +5,10 @@
  * Owns: the report format only: metadata summary, tokenizer summary, shape
  * table, per-layer kinds, tensor type histogram, sizes and the memory
  * estimate.  Must not: validate on its own (gguf.c and model.c do) or touch
- * tensor data.  Works on vocab-only files (no tensors).
+ * tensor data.  Works on vocab-only files (no tensors).  Every key, name and
+ * string taken from the file is printed through ds4_escape (GGUF_ESC,
+ * gguf_print_value): the file is untrusted and the report goes to a
+ * terminal.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -91,7 +94,7 @@ static void print_tokenizer(FILE *out, const gguf_file *gf) {
         int skip = 0;
         for (size_t k = 0; k < sizeof done / sizeof done[0]; k++) skip |= !strcmp(kv->key, done[k]);
         if (skip) continue;
-        fprintf(out, "  %-22s ", kv->key + 10);
+        fprintf(out, "  %-22s ", GGUF_ESC(kv->key + 10));
         gguf_print_value(out, kv, 8);
         fputc('\n', out);
     }
@@ -103,7 +106,7 @@ static void print_metadata(FILE *out, const gguf_file *gf) {
         const gguf_kv *kv = &gf->kv[i];
         /* The tokenizer arrays are summarised separately. */
         if (!strncmp(kv->key, "tokenizer.", 10)) continue;
-        fprintf(out, "  %-50s ", kv->key);
+        fprintf(out, "  %-50s ", GGUF_ESC(kv->key));
         gguf_print_value(out, kv, 16);
         fputc('\n', out);
     }

@@ -1,9 +1,10 @@
 /*
  * model.c -- binds a parsed GGUF to the DeepSeek V4 layout (implements
- * model.h): shape parameters from `deepseek4.*` metadata (ARCHITECTURE.md
- * §3), their consistency and bounds, and every tensor's presence, dims and
- * type (§4; the dims are those of `expect(...)` in oracle/ds4_ref.py
- * Weights._validate, written here fastest-first as GGUF stores them).
+ * model.h): shape parameters from `deepseek4.*` metadata (docs/GGUF.md §3),
+ * their consistency and bounds, and every tensor's presence, dims and type
+ * (docs/GGUF.md §4; the dims agree with `expect(...)` in the oracle's
+ * ds4_ref.py Weights._validate, written here fastest-first as GGUF stores
+ * them).  docs/GGUF.md §6 lists every check; keep it in step.
  *
  * Owns: ds4_config / ds4_weights construction and the per-token active
  * byte count.  Must not: compute, copy tensor data, or hard-code Flash
@@ -438,7 +439,7 @@ static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights
     if (ratio) {
         /* Overlapping (two-lane) compressor + indexer is recognised by the
          * indexer tensors, or by a compressor of width 2*head_dim
-         * (ARCHITECTURE.md §1); the literal ratio 4 is not used. */
+         * (docs/GGUF.md §4.2); the literal ratio 4 is not used. */
         int overlap = has_l(gf, il, "indexer.attn_q_b.weight");
         if (!overlap) {
             char nm[96];
@@ -496,8 +497,8 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
     if (r == -1) prob(&P, "missing metadata general.architecture (expected \"deepseek4\")");
     else if (r == -2) prob(&P, "metadata general.architecture is not a string");
     else if (arch.len != 9 || memcmp(arch.p, "deepseek4", 9)) {
-        int n = arch.len > 64 ? 64 : (int)arch.len;
-        prob(&P, "general.architecture is \"%.*s\"%s, expected \"deepseek4\"", n, arch.p,
+        size_t n = arch.len > 64 ? 64 : (size_t)arch.len;
+        prob(&P, "general.architecture is \"%s\"%s, expected \"deepseek4\"", gguf_esc(arch.p, n).s,
              arch.len > 64 ? "..." : "");
     }
     if (P.n) goto fail;   /* another family: every other check would be noise */

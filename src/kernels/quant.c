@@ -366,7 +366,7 @@ void ds4_quantize_q8_0_even(const float *x, block_q8_0 *y, int64_t n)
     }
 }
 
-/* ds4's rule (ARCHITECTURE.md section 7, oracle q8_0_act): d = amax/127
+/* ds4's rule (docs/MODEL.md §7.1, oracle q8_0_act): d = amax/127
  * kept in float32, q = clamp(rint(x * (1/d)), -128, 127), halves to even.
  * -128 can only come out of blocks whose amax is a tiny subnormal. */
 void ds4_quantize_q8_0a(const float *x, block_q8_0a *y, int64_t n)
@@ -776,8 +776,11 @@ const ds4_kernels *ds4_kernels_best(void)
     const ds4_kernels *k = atomic_load_explicit(&best, memory_order_relaxed);
     if (k)
         return k;
+    /* DS4_KERNELS names any table of ds4_kernels_by_name; the engine
+     * refuses a name that is unknown or unavailable here before calling
+     * this (engine.c), so the fallback below only serves other callers. */
     const char *env = getenv("DS4_KERNELS");
-    if (env && (strcmp(env, "scalar") == 0 || strcmp(env, "avx2") == 0 || strcmp(env, "avx512") == 0))
+    if (env && *env && strcmp(env, "best") != 0)
         k = ds4_kernels_by_name(env);
     if (!k)
         k = ds4_kernels_avx512();

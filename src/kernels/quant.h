@@ -20,7 +20,7 @@
 
 typedef struct { uint16_t d; int8_t qs[QK8_0]; } block_q8_0;            /* 34 B, ggml */
 /* ds4's activation variant of Q8_0: same integers, scale kept in float32
- * (ARCHITECTURE.md §7) so the activation rounding matches the original
+ * (docs/MODEL.md §7.1) so the activation rounding matches the original
  * engine.  Never stored in a GGUF. */
 typedef struct { float d; int8_t qs[QK8_0]; } block_q8_0a;              /* 36 B */
 typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4];
@@ -84,7 +84,7 @@ int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
  * q8_0_even: q = rint(x * (127/amax)) (halves to even), fp16 d -- ggml's
  *           AVX2 activation quantizer.
  * q8_0a:    d = amax/127 kept in float32, q = clamp(rint(x * (1/d)),
- *           -128, 127) -- ds4's rule (ARCHITECTURE.md section 7).
+ *           -128, 127) -- ds4's rule (docs/MODEL.md §7.1).
  * q8_K:     bit-exact with ggml incl. bsums; an all-zero block gets d = 0,
  *           q = 0 and bsums = 0.  Never produces -128.
  * NaN/inf inputs give unspecified (but in-range) codes. */
@@ -183,13 +183,13 @@ const ds4_kernels *ds4_kernels_avx512(void);
  * kernels.  Same results bit for bit; kept for measurements and tests. */
 const ds4_kernels *ds4_kernels_avx512_packed(void);
 /* "scalar", "avx2", "avx512", "avx512-packed" or "best"; NULL when
- * unavailable here. */
+ * unknown or unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);
-#define DS4_HAVE_KERNELS_BY_NAME 1
 /* The best table for this CPU (the one the engine uses): avx512, else avx2,
- * else scalar.  DS4_KERNELS=scalar|avx2|avx512 in the environment picks one
- * (falling back to the best available).  Decided on the first call and
- * cached. */
+ * else scalar.  DS4_KERNELS=scalar|avx2|avx512|avx512-packed in the
+ * environment picks one (ds4_model_load refuses a name that is unknown or
+ * unavailable here; other callers get the best table then).  Decided on
+ * the first call and cached. */
 const ds4_kernels *ds4_kernels_best(void);
 
 /* Q4_K x Q8_K in the blockwise order of the avx512 table (see above);

@@ -329,7 +329,9 @@ const vec_kernels *vec_kernels_avx2(void) { return NULL; }
 const vec_kernels *vec_kernels_avx512(void) { return NULL; }
 #endif
 
-/* DS4_KERNELS=scalar|avx2|avx512 forces a table (as for the matmuls). */
+/* DS4_KERNELS forces a table as for the matmuls: scalar, avx2, or the
+ * avx512 one for avx512 and avx512-packed (the two matmul tables differ only
+ * in their int8 tiles). */
 const vec_kernels *vec_kernels_best(void) {
     const char *e = getenv("DS4_KERNELS");
     if (e && !strcmp(e, "scalar")) return &k_scalar;

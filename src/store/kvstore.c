@@ -229,44 +229,23 @@ static int walk_tools(const uint8_t *p, uint64_t n,
     return at == n ? 0 : -1;
 }
 
-/* Length of the UTF-8 sequence a lead byte starts (1 for anything that
- * is not a valid lead: it is then shown as an escape of its own). */
-static size_t utf8_len(uint8_t c) {
-    return c >= 0xc2 && c <= 0xdf ? 2 : (c & 0xf0) == 0xe0 ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 1;
-}
-
-/* Printable excerpt of text bytes for ds4-kv: control bytes escaped, and
- * only whole UTF-8 characters (an excerpt cut from a larger text may
- * begin or end inside one; those partial bytes are left out, never
- * printed as garbage or split further by the escaping). */
+/* Printable excerpt of a file's text for ds4-kv.  The text is untrusted
+ * (a damaged or planted file), so it is shown only through ds4_escape; and
+ * an excerpt cut from a larger text may begin or end inside a UTF-8
+ * character: those partial bytes are left out rather than shown as
+ * escapes of half a character. */
 static void escape_text(const uint8_t *t, uint64_t n, char *out, size_t cap) {
-    size_t o = 0;
     uint64_t i = 0;
-    while (i < n && (t[i] & 0xc0) == 0x80) i++;      /* a tail of a character */
-    while (i < n) {
-        uint8_t ch = t[i];
-        size_t k = utf8_len(ch);
-        int whole = k > 1 && i + k <= n;
-        for (size_t j = 1; whole && j < k; j++) whole = (t[i + j] & 0xc0) == 0x80;
-        if (k > 1 && !whole && i + k > n) break;       /* cut at the end */
-        if (whole) {
-            if (o + k >= cap) break;
-            memcpy(out + o, t + i, k);
-            o += k;
-            i += k;
-            continue;
-        }
-        char e[8];
-        int el;
-        if (ch == '\n') el = snprintf(e, sizeof e, "\\n");
-        else if (ch < 32 || ch >= 127) el = snprintf(e, sizeof e, "\\x%02x", ch);
-        else el = snprintf(e, sizeof e, "%c", ch);
-        if (o + (size_t)el >= cap) break;
-        memcpy(out + o, e, (size_t)el);
-        o += (size_t)el;
-        i++;
+    while (i < n && i < 3 && (t[i] & 0xc0) == 0x80) i++;     /* tail of a character */
+    uint64_t end = n;
+    for (uint64_t back = 1; back <= 3 && back <= n - i; back++) {
+        uint8_t c = t[n - back];
+        if ((c & 0xc0) == 0x80) continue;                   /* continuation: look further */
+        size_t k = c >= 0xc2 && c <= 0xdf ? 2 : (c & 0xf0) == 0xe0 ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 1;
+        if (k > back) end = n - back;                       /* lead byte of a cut sequence */
+        break;
     }
-    out[o] = 0;
+    ds4_escape(out, cap, (const char *)t + i, (size_t)(end - i));
 }
 
 int ds4_kv_file_info_read(const char *path, int verify, ds4_kv_file_info *info, char **err) {

@@ -3,8 +3,8 @@
  * writes it, from jansson values; plus a strict-enough JSON parse helper.
  *
  * Owns: serialization/parsing helpers only.  Shared by the renderer (tool
- * schemas, tool-call argument values, response_format), the DSML parser, the
- * server and the agent.  Must not know about chat roles or DSML.
+ * schemas, tool-call argument values, response_format), the DSML parser and
+ * the server.  Must not know about chat roles or DSML.
  *
  * Why Python's format: the model was trained on prompts produced by
  * DeepSeek's Python encoder, so tool schemas and argument values must be

@@ -2,7 +2,7 @@
  * render.c -- chat conversation -> DeepSeek V4 prompt text (ds4_render_chat)
  * and the canonical DSML text of tool calls (ds4_render_tool_calls).
  *
- * Owns: the prompt format of docs PROMPT_FORMAT.md sections 2-8.  Must not
+ * Owns: the prompt format of docs/PROMPT_FORMAT.md §2-§8.  Must not
  * touch: tokenization (tokenizer.c), DSML parsing (dsml.c), JSON byte format
  * (json_py.c).
  *

@@ -314,9 +314,9 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         }
         const gguf_str *m = &kmodel->v.s;
         if (!(m->len == 4 && memcmp(m->p, "gpt2", 4) == 0)) {
-            set_err(err, "%s: tokenizer.ggml.model is '%.*s'; only 'gpt2' "
+            set_err(err, "%s: tokenizer.ggml.model is '%s'; only 'gpt2' "
                     "(byte-level BPE) is supported", path,
-                    (int)(m->len > 64 ? 64 : m->len), m->p);
+                    gguf_esc(m->p, m->len > 64 ? 64 : m->len).s);
             return NULL;
         }
     }
@@ -392,9 +392,9 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         } else {
             long k = gpt2_decode(inv, (const unsigned char *)s.p, s.len, t->arena + pos);
             if (k < 0) {
-                set_err(err, "%s: token %llu ('%.*s') is not spelled in the byte-level "
+                set_err(err, "%s: token %llu ('%s') is not spelled in the byte-level "
                         "(GPT-2) alphabet", path, (unsigned long long)i,
-                        (int)(s.len > 64 ? 64 : s.len), s.p);
+                        gguf_esc(s.p, s.len > 64 ? 64 : s.len).s);
                 goto fail;
             }
             pos += (uint32_t)k;
@@ -452,8 +452,8 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         const char *sp = s.len > 1 ? memchr(s.p + 1, ' ', s.len - 1) : NULL;
         int shown = (int)(s.len > 64 ? 64 : s.len);
         if (!sp || sp + 1 >= s.p + s.len || s.len > 2 * 1024) {
-            set_err(err, "%s: merge %llu ('%.*s') is not 'left right'", path,
-                    (unsigned long long)r, shown, s.p);
+            set_err(err, "%s: merge %llu ('%s') is not 'left right'", path,
+                    (unsigned long long)r, gguf_esc(s.p, (size_t)shown).s);
             free(tmp);
             goto fail;
         }
@@ -463,15 +463,15 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         int32_t lid = lb < 0 ? -1 : map_find(t, t->vmap, t->vmap_mask, tmp, (size_t)lb);
         int32_t rid = rb < 0 ? -1 : map_find(t, t->vmap, t->vmap_mask, tmp + lb, (size_t)rb);
         if (lid < 0 || rid < 0) {
-            set_err(err, "%s: merge %llu ('%.*s') references a token that is not "
-                    "in the vocabulary", path, (unsigned long long)r, shown, s.p);
+            set_err(err, "%s: merge %llu ('%s') references a token that is not "
+                    "in the vocabulary", path, (unsigned long long)r, gguf_esc(s.p, (size_t)shown).s);
             free(tmp);
             goto fail;
         }
         int32_t res = map_find(t, t->vmap, t->vmap_mask, tmp, (size_t)(lb + rb));
         if (res < 0) {
-            set_err(err, "%s: merge %llu ('%.*s') produces a token that is not in "
-                    "the vocabulary", path, (unsigned long long)r, shown, s.p);
+            set_err(err, "%s: merge %llu ('%s') produces a token that is not in "
+                    "the vocabulary", path, (unsigned long long)r, gguf_esc(s.p, (size_t)shown).s);
             free(tmp);
             goto fail;
         }

@@ -20,8 +20,6 @@ unsigned ds4_uc_class(uint32_t cp) {
     return ds4_uc_range_class[lo];
 }
 
-const char *ds4_uc_version(void) { return DS4_UC_VERSION; }
-
 int ds4_utf8_lead_len(unsigned char b) {
     if (b < 0x80) return 1;
     if (b < 0xC2) return 0;

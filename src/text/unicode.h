@@ -30,9 +30,6 @@ enum {
 /* Class of `cp` (any value; above U+10FFFF is "other"). */
 unsigned ds4_uc_class(uint32_t cp);
 
-/* Unicode version the tables were generated from. */
-const char *ds4_uc_version(void);
-
 /* Decode one character from s[0..n), n > 0.  Returns the number of bytes
  * consumed (1..4) and stores the code point.  An invalid sequence yields
  * U+FFFD and consumes its maximal invalid subpart (WHATWG / Python
