@@ -840,10 +840,11 @@ static int responses_input(request *r, json_t *b, api_error *e) {
     const char *ins = NULL;
     TRY(get_str(b, "instructions", &ins, e));
     if (ins) {
-        r->instructions = request_strdup(r, ins, strlen(ins));
+        size_t n = json_string_length(json_object_get(b, "instructions"));
+        r->instructions = request_strdup(r, ins, n);
         ds4_message *m = add_msg(r, DS4_ROLE_SYSTEM);
         if (!m) return api_bad(e, NULL, "out of memory");
-        set_content(r, m, ins, strlen(ins));
+        set_content(r, m, ins, n);
     }
     json_t *in = json_object_get(b, "input");
     if (!in || json_is_null(in)) return api_bad(e, "input", "'input' is required");

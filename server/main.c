@@ -1,9 +1,11 @@
 /*
  * main.c -- ds4-server: command line, startup, signals, shutdown.
  *
- * Owns: the flags (every one is listed by --help), the refusal to listen on
- * a non-loopback address without an API key, loading the model, starting
- * the worker (which creates the session) and the HTTP front, and the clean
+ * Owns: the flags (every one is listed by --help, and in the README's
+ * table: tests/server/hardening.test.mjs compares them), the refusal to
+ * listen on a non-loopback address without an API key, binding the port
+ * (before the model loads: a port in use fails at once), loading the model,
+ * starting the worker (which creates the session) and the HTTP front, and the clean
  * shutdown on SIGINT/SIGTERM: stop accepting, cancel the running generation
  * (its client gets an error), fail the queued ones with 503, save the live
  * session to the disk KV cache (--kv-disk-dir; done by the worker thread as
@@ -50,7 +52,8 @@ static void usage(FILE *f) {
 "\n"
 "network and safety:\n"
 "      --host ADDR           listen address (default 127.0.0.1)\n"
-"      --port N              port (default 8000; 0 = any free port, printed)\n"
+"      --port N              port (default 8000; 0 = any free port, printed;\n"
+"                            one in use is an error)\n"
 "      --api-key KEY         require 'Authorization: Bearer KEY' or\n"
 "                            'x-api-key: KEY' (default: env DS4_API_KEY)\n"
 "      --insecure-no-auth    allow a non-loopback --host without an API key\n"
