@@ -136,3 +136,24 @@ clean:
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ds4-server under clang's UBSan, float-cast-overflow included (a double
+# out of an int's range is undefined), built in its own directory, then the
+# server tests against it: tests/t_server.sh fails on any "runtime error:"
+# in the server's log.
+UBSAN_BUILD ?= build-ubsan
+UBSAN_OPT = -O1 -g -fno-omit-frame-pointer -fsanitize=undefined,float-cast-overflow
+.PHONY: test-ubsan-server
+test-ubsan-server:
+	$(MAKE) BUILD=$(UBSAN_BUILD) CC=clang UBSAN_SUB=1 $(UBSAN_BUILD)/ds4-server
+	UBSAN_OPTIONS=print_stacktrace=1 DS4_SERVER_BIN=$(UBSAN_BUILD)/ds4-server tests/t_server.sh
+
+ifeq ($(UBSAN_SUB),1)
+OPT = $(UBSAN_OPT)
+LDOPT = $(UBSAN_OPT)
+# the AVX-512 tiles take clang many minutes and gigabytes with UBSan: built
+# without it (tests/test_quant checks them against the scalar kernels)
+$(BUILD)/src/kernels/quant_vnni.o: OPT = -O1 -g
+$(BUILD)/ds4-server: $(SERVER_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lmicrohttpd
+endif

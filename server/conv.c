@@ -12,6 +12,14 @@
  * DeepSeek and vLLM servers do (clients send vendor extras freely).
  * Must not: touch the session or produce responses.
  *
+ * NULs: the body is parsed with "\u0000" allowed, because free text
+ * (message content, reasoning, tool output) may hold one and is used with
+ * its length.  Every other string (roles, types, names, ids, the model,
+ * stop sequences, efforts, ...) becomes a C string, which would silently
+ * end at the NUL ("user\u0000x" would read as "user"), so a NUL there is a
+ * 400 (check_nuls).  Numbers: a JSON number is a double; it is range-checked
+ * before any conversion to an integer (a cast out of range is undefined).
+ *
  * tool_choice is honoured by forcing text, not by asking: "required" /
  * Anthropic "any" force the opening of a DSML tool-call block (the model then
  * picks the tool, greedily), a named tool forces the block and the invoke
@@ -129,11 +137,14 @@ static int get_int(json_t *o, const char *k, long long lo, long long hi, long lo
                    api_error *e) {
     json_t *v = field(o, k);
     if (!v) return 0;
-    /* 5.0 is accepted as 5 (JavaScript clients cannot tell them apart) */
-    if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v)) {
-        long long x = (long long)json_real_value(v);
-        if (x < lo || x > hi)
-            return api_bad(e, k, "'%s' must be between %lld and %lld, got %lld", k, lo, hi, x);
+    /* 5.0 is accepted as 5 (JavaScript clients cannot tell them apart).
+     * The range is checked on the double: casting 1e300 would be undefined. */
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (!(d >= (double)lo && d <= (double)hi))
+            return api_bad(e, k, "'%s' must be between %lld and %lld, got %g", k, lo, hi, d);
+        long long x = (long long)d;
+        if ((double)x != d) return api_bad(e, k, "'%s' must be an integer, got %g", k, d);
         *out = x;
         return 1;
     }
@@ -279,7 +290,9 @@ static int parse_thinking(request *r, json_t *b, api_error *e) {
     TRY(rc = get_bool(b, "enable_thinking", &on, e));   /* Qwen/vLLM style */
     if (rc) t = on ? (t == DS4_THINK_NONE ? DS4_THINK_HIGH : t) : DS4_THINK_NONE;
     json_t *ctk = field(b, "chat_template_kwargs");
-    if (ctk && json_is_object(ctk)) {
+    if (ctk && !json_is_object(ctk))
+        return api_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (ctk) {
         TRY(rc = get_bool(ctk, "thinking", &on, e));
         if (rc) t = on ? (t == DS4_THINK_NONE ? DS4_THINK_HIGH : t) : DS4_THINK_NONE;
         TRY(rc = get_bool(ctk, "enable_thinking", &on, e));
@@ -490,18 +503,18 @@ static int attach_tools(request *r, api_error *e) {
     return 0;
 }
 
-static int attach_response_format(request *r, json_t *rf, api_error *e) {
+static int attach_response_format(request *r, json_t *rf, const char *param, api_error *e) {
     if (!rf) return 0;
-    if (!json_is_object(rf)) return api_bad(e, "response_format", "'response_format' must be an object");
+    if (!json_is_object(rf)) return api_bad(e, param, "'%s' must be an object", param);
     const char *ty = json_string_value(json_object_get(rf, "type"));
-    if (!ty) return api_bad(e, "response_format", "response_format.type: field required");
+    if (!ty) return api_bad(e, param, "%s.type: field required (a string)", param);
     if (!strcmp(ty, "text")) return 0;
     if (strcmp(ty, "json_object") && strcmp(ty, "json_schema"))
-        return api_bad(e, "response_format", "unsupported response_format type '%s'", ty);
+        return api_bad(e, param, "unsupported %s type '%s'", param, ty);
     ds4_buf js = { 0 };
     if (ds4_json_py_dump(rf, DS4_JSON_PY_DEFAULT, &js)) {
         ds4_buf_free(&js);
-        return api_bad(e, "response_format", "response_format cannot be serialized");
+        return api_bad(e, param, "%s cannot be serialized", param);
     }
     char *s = request_own(r, js.p);
     if (r->n_msgs > 0 && (r->msgs[0].role == DS4_ROLE_SYSTEM || r->msgs[0].role == DS4_ROLE_DEVELOPER)) {
@@ -827,10 +840,11 @@ static int responses_input(request *r, json_t *b, api_error *e) {
     const char *ins = NULL;
     TRY(get_str(b, "instructions", &ins, e));
     if (ins) {
-        r->instructions = request_strdup(r, ins, strlen(ins));
+        size_t n = json_string_length(json_object_get(b, "instructions"));
+        r->instructions = request_strdup(r, ins, n);
         ds4_message *m = add_msg(r, DS4_ROLE_SYSTEM);
         if (!m) return api_bad(e, NULL, "out of memory");
-        set_content(r, m, ins, strlen(ins));
+        set_content(r, m, ins, n);
     }
     json_t *in = json_object_get(b, "input");
     if (!in || json_is_null(in)) return api_bad(e, "input", "'input' is required");
@@ -989,16 +1003,76 @@ static void replay_tool_calls(request *r) {
     }
 }
 
+/* Keys whose string values are free text, read with their length (see the
+ * top of the file); the nearest key above a string decides. */
+static int text_key(const char *k) {
+    static const char *const keys[] = { "content", "text", "thinking", "reasoning_content",
+                                        "reasoning", "output", "prompt", "input", "system",
+                                        NULL };
+    for (int i = 0; keys[i]; i++) if (!strcmp(k, keys[i])) return 1;
+    return 0;
+}
+
+/* 1 when a string outside free text holds a NUL; `path` names it. */
+static int find_nul(json_t *v, int text, char *path, size_t len, size_t cap) {
+    size_t i;
+    const char *k;
+    json_t *x;
+    int n;
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        return !text && memchr(json_string_value(v), 0, json_string_length(v)) != NULL;
+    case JSON_ARRAY:
+        json_array_foreach(v, i, x) {
+            n = snprintf(path + len, cap - len, "[%zu]", i);
+            if (find_nul(x, text, path, n > 0 && (size_t)n < cap - len ? len + (size_t)n : len, cap))
+                return 1;
+        }
+        break;
+    case JSON_OBJECT:
+        json_object_foreach(v, k, x) {
+            n = snprintf(path + len, cap - len, "%s%.60s", len ? "." : "", k);
+            if (find_nul(x, text_key(k), path, n > 0 && (size_t)n < cap - len ? len + (size_t)n : len,
+                         cap))
+                return 1;
+        }
+        break;
+    default:
+        break;
+    }
+    path[len] = 0;
+    return 0;
+}
+
+static int check_nuls(json_t *b, api_error *e) {
+    char path[200] = "";
+    if (!find_nul(b, 0, path, 0, sizeof path)) return 0;
+    return api_bad(e, NULL, "%s: a NUL character (\\u0000) is allowed only in text", path);
+}
+
+int conv_model_name_ok(const char *id, size_t n) {
+    return n >= 1 && n <= CONV_MODEL_NAME_MAX && !memchr(id, 0, n);
+}
+
 request *conv_parse(api_kind api, json_t *b, api_error *e) {
     if (!json_is_object(b)) {
         api_bad(e, NULL, "the request body must be a JSON object");
         return NULL;
     }
+    if (check_nuls(b, e)) return NULL;
     request *r = request_new(api);
     if (!r) { api_err_set(e, 500, "server_error", NULL, NULL, "out of memory"); return NULL; }
     const char *model = NULL;
     if (get_str(b, "model", &model, e) < 0) goto fail;
-    if (model) r->model = request_strdup(r, model, strlen(model));
+    /* any name is served by the one model (agents send their own names);
+     * GET /v1/models/{id} accepts the same ones (conv_model_name_ok) */
+    if (model && *model && !conv_model_name_ok(model, strlen(model))) {
+        api_err_set(e, 404, api == API_MESSAGES ? "not_found_error" : "invalid_request_error",
+                    "model_not_found", "model", "The model '%.100s...' does not exist: model "
+                    "names are at most %d bytes", model, CONV_MODEL_NAME_MAX);
+        goto fail;
+    }
+    if (model && *model) r->model = request_strdup(r, model, strlen(model));
     else r->model = request_strdup(r, g_srv->model_id, strlen(g_srv->model_id));
     if (parse_stream(r, b, e) < 0) goto fail;
     if (parse_sampling(r, b, api == API_MESSAGES ? 1.0 : 2.0, e) < 0) goto fail;
@@ -1012,7 +1086,8 @@ request *conv_parse(api_kind api, json_t *b, api_error *e) {
         if (parse_tools(r, b, e) < 0) goto fail;
         if (parse_tool_choice(r, b, e) < 0) goto fail;
         if (chat_messages(r, b, e) < 0) goto fail;
-        if (attach_response_format(r, field(b, "response_format"), e) < 0) goto fail;
+        if (attach_response_format(r, field(b, "response_format"), "response_format", e) < 0)
+            goto fail;
         break;
     }
     case API_MESSAGES: {
@@ -1022,7 +1097,11 @@ request *conv_parse(api_kind api, json_t *b, api_error *e) {
         if (parse_thinking(r, b, e) < 0) goto fail;
         json_t *oc = field(b, "output_config");
         const char *eff = NULL;
-        if (oc && json_is_object(oc) && get_str(oc, "effort", &eff, e) < 0) goto fail;
+        if (oc && !json_is_object(oc)) {
+            api_bad(e, "output_config", "'output_config' must be an object");
+            goto fail;
+        }
+        if (oc && get_str(oc, "effort", &eff, e) < 0) goto fail;
         if (eff && r->ro.think != DS4_THINK_NONE && !strcmp(eff, "max") &&
             g_srv->ctx >= DS4_THINK_MAX_MIN_CTX)
             r->ro.think = DS4_THINK_MAX;
@@ -1045,27 +1124,38 @@ request *conv_parse(api_kind api, json_t *b, api_error *e) {
         if (parse_tool_choice(r, b, e) < 0) goto fail;
         if (responses_input(r, b, e) < 0) goto fail;
         json_t *tx = field(b, "text");
-        if (tx && json_is_object(tx)) {
-            json_t *f = field(tx, "format");
-            if (f && json_is_object(f)) {
-                const char *ty = json_string_value(json_object_get(f, "type"));
-                json_t *rf = NULL;
-                if (ty && !strcmp(ty, "json_schema")) {
-                    /* the chat form: {"type":"json_schema","json_schema":{name,schema,...}} */
-                    rf = json_object();
-                    json_t *js = json_object();
-                    const char *k;
-                    json_t *v;
-                    json_object_foreach(f, k, v) if (strcmp(k, "type")) json_object_set(js, k, v);
-                    json_object_set_new(rf, "type", json_string("json_schema"));
-                    json_object_set_new(rf, "json_schema", js);
-                } else if (f) {
-                    rf = json_incref(f);
-                }
-                int rc = attach_response_format(r, rf, e);
-                json_decref(rf);
-                if (rc < 0) goto fail;
+        if (tx && !json_is_object(tx)) {
+            api_bad(e, "text", "'text' must be an object");
+            goto fail;
+        }
+        json_t *f = tx ? field(tx, "format") : NULL;
+        if (f && !json_is_object(f)) {
+            api_bad(e, "text.format", "'text.format' must be an object");
+            goto fail;
+        }
+        if (f) {
+            json_t *tyv = json_object_get(f, "type");
+            if (!json_is_string(tyv)) {
+                api_bad(e, "text.format.type", "text.format.type: %s", tyv && !json_is_null(tyv) ?
+                        "must be a string" : "field required");
+                goto fail;
             }
+            json_t *rf;
+            if (!strcmp(json_string_value(tyv), "json_schema")) {
+                /* the chat form: {"type":"json_schema","json_schema":{name,schema,...}} */
+                rf = json_object();
+                json_t *js = json_object();
+                const char *k;
+                json_t *v;
+                json_object_foreach(f, k, v) if (strcmp(k, "type")) json_object_set(js, k, v);
+                json_object_set_new(rf, "type", json_string("json_schema"));
+                json_object_set_new(rf, "json_schema", js);
+            } else {
+                rf = json_incref(f);
+            }
+            int rc = attach_response_format(r, rf, "text.format", e);
+            json_decref(rf);
+            if (rc < 0) goto fail;
         }
         break;
     }
@@ -1116,7 +1206,7 @@ fail:
     return NULL;
 }
 
-int conv_prepare(request *r, api_error *e) {
+int conv_render(request *r, api_error *e) {
     if (r->api != API_COMPLETIONS) {
         char *err = NULL;
         int rc = ds4_render_chat(r->msgs, r->n_msgs, &r->ro, &r->prompt, &err);
@@ -1131,21 +1221,38 @@ int conv_prepare(request *r, api_error *e) {
         api_err_set(e, 500, "server_error", NULL, NULL, "out of memory tokenizing the prompt");
         return -1;
     }
-    int n = (int)r->tokens.n, ctx = g_srv->ctx;
-    /* at least one token of room to generate */
-    if (n >= ctx) {
-        if (r->api == API_MESSAGES)
-            api_err_set(e, 400, "invalid_request_error", NULL, NULL,
-                        "prompt is too long: %d tokens > %d maximum", n, ctx - 1);
-        else
-            api_err_set(e, 400, "invalid_request_error", "context_length_exceeded",
-                        r->api == API_RESPONSES ? "input" :
-                        r->api == API_COMPLETIONS ? "prompt" : "messages",
-                        "This model's maximum context length is %d tokens. However, your %s "
-                        "resulted in %d tokens. Please reduce the length of the %s.", ctx,
-                        r->api == API_COMPLETIONS ? "prompt" : "messages", n,
-                        r->api == API_COMPLETIONS ? "prompt" : "messages");
-        return -1;
-    }
     return 0;
+}
+
+/* The context figure in these messages is the one /v1/models (max_model_len),
+ * /health (ctx) and /metrics (ds4_context_size) report: the session's size,
+ * prompt and answer together.  A prompt that fills it exactly leaves no room
+ * for the one token an answer needs, and is said so in the APIs' own words
+ * for "prompt + answer too long" (which clients such as Claude Code parse). */
+int conv_prepare(request *r, api_error *e) {
+    if (conv_render(r, e)) return -1;
+    int n = (int)r->tokens.n, ctx = g_srv->ctx;
+    if (n < ctx) return 0;
+    const char *what = r->api == API_COMPLETIONS ? "prompt" : "messages";
+    if (r->api == API_MESSAGES && n > ctx)
+        api_err_set(e, 400, "invalid_request_error", NULL, NULL,
+                    "prompt is too long: %d tokens > %d maximum", n, ctx);
+    else if (r->api == API_MESSAGES)
+        api_err_set(e, 400, "invalid_request_error", NULL, NULL,
+                    "input length and `max_tokens` exceed context limit: %d + %d > %d, decrease "
+                    "input length or `max_tokens` and try again", n,
+                    r->max_tokens > 0 ? r->max_tokens : 1, ctx);
+    else if (n > ctx)
+        api_err_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                    r->api == API_RESPONSES ? "input" : what,
+                    "This model's maximum context length is %d tokens. However, your %s "
+                    "resulted in %d tokens. Please reduce the length of the %s.", ctx, what, n,
+                    what);
+    else
+        api_err_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                    r->api == API_RESPONSES ? "input" : what,
+                    "This model's maximum context length is %d tokens. However, you requested "
+                    "%d tokens (%d in the %s, 1 in the completion). Please reduce the length of "
+                    "the %s.", ctx, n + 1, n, what, what);
+    return -1;
 }

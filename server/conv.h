@@ -11,9 +11,15 @@
 /* Validate and convert a request body.  NULL + *e on a bad request. */
 request *conv_parse(api_kind api, json_t *body, api_error *e);
 
-/* Render the conversation (or take the raw prompt), tokenize it, and check
- * that it fits the context with room for at least one generated token.
- * `anthropic` selects the wording of the too-long error. */
+/* Render the conversation (or take the raw prompt) and tokenize it. */
+int conv_render(request *r, api_error *e);
+/* conv_render, then check that the prompt fits the context with room for at
+ * least one generated token (the error in the request's API's words). */
 int conv_prepare(request *r, api_error *e);
+
+/* Model names: any name of 1..CONV_MODEL_NAME_MAX bytes is served by the one
+ * model, on POST routes and GET /v1/models/{id} alike. */
+#define CONV_MODEL_NAME_MAX 256
+int conv_model_name_ok(const char *id, size_t n);
 
 #endif

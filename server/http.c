@@ -21,9 +21,33 @@
  * off); headers must fit --max-header-bytes (libmicrohttpd answers 431 on
  * its own); idle keep-alive connections close after --idle-timeout; a
  * request still being received after --request-timeout is cut off.
+ *
+ * Slow clients: every connection costs a thread, and --max-connections of
+ * them fill the server.  libmicrohttpd's timeout only counts silence, so a
+ * client that sends one header byte every few seconds would hold its thread
+ * for ever.  Hence a deadline (the reaper thread below): a new connection
+ * must deliver its request line and headers within --header-timeout, a
+ * kept-alive one its next request's within --idle-timeout of the previous
+ * answer; past it the socket is shut down, which wakes the connection
+ * thread and closes it.  --max-connections-per-ip keeps one address from
+ * taking every slot (libmicrohttpd refuses its excess connections).
+ *
+ * Browsers: a keyless server on loopback trusts whoever can reach it, and a
+ * web page can reach it (a cross-site "simple" POST, or DNS rebinding, where
+ * the attacker's name resolves to 127.0.0.1 and the page then reads the
+ * answers as same-origin).  So such a server answers only requests whose
+ * Host names the loopback address (or an --allow-host name) with its port,
+ * and whose Origin, when sent, is one of those too (any Origin with --cors);
+ * and a POST body must be declared JSON, a type no page can send across
+ * sites without a CORS preflight, which is refused without --cors.
+ *
+ * The listening socket is bound here, without SO_REUSEPORT: a second server
+ * on a port in use must fail, not share the port (the kernel would split the
+ * clients between two sessions).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -42,10 +66,27 @@
 
 #define DRAIN_MAX (64u << 20)
 
+/* A connection, for the header deadline (from accept to close). */
+typedef struct conn_track {
+    struct conn_track *prev, *next;
+    int fd;               /* valid until the CLOSED notification returns */
+    int busy;             /* a request is being handled: no deadline */
+    int shut;             /* the reaper has shut it down */
+    double deadline;      /* the next request's headers must be in by then */
+} conn_track;
+
 struct http_server {
     server_ctx *srv;
     struct MHD_Daemon *d;
     atomic_int inflight;     /* requests between their first call and completion */
+    int port;                /* bound port */
+    int guard;               /* keyless on loopback: Host/Origin are checked */
+    /* the header deadline */
+    pthread_mutex_t cmu;
+    pthread_cond_t ccv;
+    conn_track *conns;
+    pthread_t reaper;
+    int reaper_on, stopping;
 };
 
 typedef struct {
@@ -57,7 +98,7 @@ typedef struct {
     int too_big;
     size_t drained;       /* bytes discarded after too_big */
     double t0;
-    char path[256];
+    char path[1024];      /* the URL (a longer one is cut: model ids past 256 bytes are refused anyway) */
 } req_ctx;
 
 typedef struct {
@@ -180,8 +221,112 @@ static int check_auth(http_server *h, struct MHD_Connection *c) {
     return x && util_secret_eq(x, key);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Host and Origin of a keyless loopback server                              */
+/* ------------------------------------------------------------------------ */
+
+/* Split "name[:port]" (a Host header, an Origin's authority, an --allow-host
+ * entry); name may be an IPv6 literal in brackets.  name is lowercased, port
+ * is -1 when absent.  -1 when malformed. */
+static int split_hostport(const char *s, size_t n, char *name, size_t cap, int *port) {
+    size_t k;
+    if (n && s[0] == '[') {
+        const char *rb = memchr(s, ']', n);
+        if (!rb) return -1;
+        k = (size_t)(rb - s) + 1;
+    } else {
+        const char *co = memchr(s, ':', n);
+        k = co ? (size_t)(co - s) : n;
+    }
+    if (k == 0 || k >= cap) return -1;
+    for (size_t i = 0; i < k; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= ' ' || ch == '/' || ch >= 0x7f) return -1;
+        name[i] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+    }
+    name[k] = 0;
+    *port = -1;
+    if (k < n) {
+        if (s[k] != ':' || n - k - 1 == 0 || n - k - 1 > 5) return -1;
+        int p = 0;
+        for (size_t i = k + 1; i < n; i++) {
+            if (s[i] < '0' || s[i] > '9') return -1;
+            p = p * 10 + (s[i] - '0');
+        }
+        if (p > 65535) return -1;
+        *port = p;
+    }
+    return 0;
+}
+
+/* This server as a loopback client names it (port -1 = the scheme's
+ * default_port), or an --allow-host entry: "name" allows any port,
+ * "name:port" that port, "*" anything. */
+static int host_allowed(http_server *h, const char *name, int port, int default_port) {
+    int p = port >= 0 ? port : default_port;
+    static const char *const loop[] = { "localhost", "127.0.0.1", "[::1]", NULL };
+    for (int i = 0; loop[i]; i++)
+        if (!strcmp(name, loop[i]) && p == h->port) return 1;
+    char self[300];
+    const char *hs = h->srv->cfg.host;
+    int sp;
+    if (strchr(hs, ':')) {
+        char b[300];
+        snprintf(b, sizeof b, "[%s]", hs);
+        if (!split_hostport(b, strlen(b), self, sizeof self, &sp) && !strcmp(name, self) &&
+            p == h->port) return 1;
+    } else if (!split_hostport(hs, strlen(hs), self, sizeof self, &sp) && !strcmp(name, self) &&
+               p == h->port) {
+        return 1;
+    }
+    for (const char **a = h->srv->cfg.allow_hosts; a && *a; a++) {
+        if (!strcmp(*a, "*")) return 1;
+        char an[300];
+        int ap;
+        if (split_hostport(*a, strlen(*a), an, sizeof an, &ap) || strcmp(an, name)) continue;
+        if (ap < 0 || ap == p) return 1;
+    }
+    return 0;
+}
+
+/* NULL when the request may proceed, else the error to answer (403). */
+static const char *foreign_request(http_server *h, struct MHD_Connection *c, char *msg,
+                                   size_t cap) {
+    if (!h->guard) return NULL;
+    char name[300];
+    int port;
+    /* HTTP/1.1 without Host is refused by libmicrohttpd; HTTP/1.0 clients
+     * may omit it, and no browser does */
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (host && (split_hostport(host, strlen(host), name, sizeof name, &port) ||
+                 !host_allowed(h, name, port, 80))) {
+        snprintf(msg, cap, "Host '%.200s' is not allowed: this server has no API key and answers "
+                 "only requests addressed to localhost, 127.0.0.1 or [::1] on port %d (see "
+                 "--allow-host, or set --api-key)", host, h->port);
+        return "forbidden_host";
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && !h->srv->cfg.cors) {
+        const char *a = NULL;
+        int def = 0;
+        if (!strncasecmp(origin, "http://", 7)) { a = origin + 7; def = 80; }
+        else if (!strncasecmp(origin, "https://", 8)) { a = origin + 8; def = 443; }
+        size_t n = a ? strcspn(a, "/") : 0;
+        if (!a || (a[n] && strcmp(a + n, "/")) || split_hostport(a, n, name, sizeof name, &port) ||
+            !host_allowed(h, name, port, def)) {
+            snprintf(msg, cap, "Origin '%.200s' is not allowed: this server has no API key, and "
+                     "web pages may call it only with --cors or when --allow-host names their "
+                     "host", origin);
+            return "forbidden_origin";
+        }
+    }
+    return NULL;
+}
+
+/* A POST body must be declared JSON: a web page can send text/plain, form
+ * types or no type across sites without a preflight, never JSON. */
 static int json_content_type(const char *ct) {
-    if (!ct) return 1;    /* absent: assume JSON, like the real APIs */
+    if (!ct) return 0;
     while (*ct == ' ') ct++;
     size_t n = strcspn(ct, "; ");
     if (n == 16 && !strncasecmp(ct, "application/json", 16)) return 1;
@@ -204,11 +349,6 @@ static json_t *model_obj(server_ctx *s, const char *id) {
     return m;
 }
 
-static int known_model(server_ctx *s, const char *id) {
-    return !strcmp(id, s->model_id) || !strcmp(id, "deepseek-chat") ||
-           !strcmp(id, "deepseek-reasoner");
-}
-
 static enum MHD_Result do_get(http_server *h, struct MHD_Connection *c, req_ctx *rc) {
     server_ctx *s = h->srv;
     switch (rc->ep) {
@@ -223,9 +363,10 @@ static enum MHD_Result do_get(http_server *h, struct MHD_Connection *c, req_ctx 
     }
     case EP_MODEL: {
         const char *id = strstr(rc->path, "/models/") + 8;
-        if (!known_model(s, id)) {
+        if (!conv_model_name_ok(id, strlen(id))) {
             char msg[400];
-            snprintf(msg, sizeof msg, "The model '%.300s' does not exist", id);
+            snprintf(msg, sizeof msg, "The model '%.100s...' does not exist: model names are at "
+                     "most %d bytes", id, CONV_MODEL_NAME_MAX);
             return send_err(h, c, rc, 404, "invalid_request_error", "model_not_found", "model", msg);
         }
         return send_json(h, c, rc, 200, model_obj(s, id));
@@ -322,9 +463,14 @@ static enum MHD_Result do_post(http_server *h, struct MHD_Connection *c, req_ctx
                  s->cfg.max_body_bytes);
         return send_err(h, c, rc, 413, "invalid_request_error", "request_too_large", NULL, msg);
     }
-    if (!json_content_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (!json_content_type(ct)) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "Content-Type must be application/json (got %s%.200s%s)",
+                 ct ? "'" : "", ct ? ct : "none", ct ? "'" : "");
         return send_err(h, c, rc, 415, "invalid_request_error", "unsupported_media_type", NULL,
-                        "Content-Type must be application/json");
+                        msg);
+    }
     if (rc->body.n == 0)
         return send_err(h, c, rc, 400, "invalid_request_error", NULL, NULL,
                         "the request body is empty: a JSON object is required");
@@ -347,7 +493,9 @@ static enum MHD_Result do_post(http_server *h, struct MHD_Connection *c, req_ctx
     request *rq = conv_parse(api, body, &e);
     json_decref(body);
     if (!rq) return send_error(h, c, rc, &e);
-    if (conv_prepare(rq, &e)) {
+    /* count_tokens measures any prompt: a client asks precisely to learn
+     * whether it fits */
+    if ((rc->ep == EP_COUNT_TOKENS ? conv_render : conv_prepare)(rq, &e)) {
         request_free(rq);
         return send_error(h, c, rc, &e);
     }
@@ -433,6 +581,88 @@ static enum MHD_Result do_post(http_server *h, struct MHD_Connection *c, req_ctx
 }
 
 /* ------------------------------------------------------------------------ */
+/* the header deadline                                                       */
+/* ------------------------------------------------------------------------ */
+
+static conn_track *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* A request's headers are in (busy = 1: its own limits apply from here), or
+ * its answer is out (0: the next request's headers are due within the idle
+ * timeout). */
+static void conn_busy(http_server *h, struct MHD_Connection *c, int busy) {
+    conn_track *t = conn_of(c);
+    if (!t) return;
+    pthread_mutex_lock(&h->cmu);
+    t->busy = busy;
+    if (!busy) t->deadline = util_now() + h->srv->cfg.idle_timeout_s;
+    pthread_mutex_unlock(&h->cmu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    http_server *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn_track *t = ci ? calloc(1, sizeof *t) : NULL;
+        if (!t) return;      /* untracked: libmicrohttpd's idle timeout still applies */
+        t->fd = ci->connect_fd;
+        t->deadline = util_now() + h->srv->cfg.header_timeout_s;
+        pthread_mutex_lock(&h->cmu);
+        t->next = h->conns;
+        if (h->conns) h->conns->prev = t;
+        h->conns = t;
+        pthread_mutex_unlock(&h->cmu);
+        *socket_context = t;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_track *t = *socket_context;
+        if (!t) return;
+        /* libmicrohttpd closes the socket after this returns: once unlinked
+         * under the lock, the reaper can no longer touch a reused fd */
+        pthread_mutex_lock(&h->cmu);
+        if (t->prev) t->prev->next = t->next;
+        else h->conns = t->next;
+        if (t->next) t->next->prev = t->prev;
+        pthread_mutex_unlock(&h->cmu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+static void *reaper_main(void *arg) {
+    http_server *h = arg;
+    pthread_mutex_lock(&h->cmu);
+    while (!h->stopping) {
+        double now = util_now();
+        int n = 0;
+        for (conn_track *t = h->conns; t; t = t->next) {
+            if (t->busy || t->shut || now <= t->deadline) continue;
+            /* wakes the connection thread (EOF), which closes the socket */
+            shutdown(t->fd, SHUT_RDWR);
+            t->shut = 1;
+            n++;
+        }
+        if (n) {
+            metrics_header_timeouts(h->srv->m, n);
+            if (h->srv->cfg.verbose)
+                log_msg("closed %d connection%s that sent no complete request in time", n,
+                        n > 1 ? "s" : "");
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&h->ccv, &h->cmu, &ts);
+    }
+    pthread_mutex_unlock(&h->cmu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
 /* MHD callbacks                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -451,6 +681,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         route(rc, url);
         *con_cls = rc;
         atomic_fetch_add(&h->inflight, 1);
+        conn_busy(h, c, 1);
+        char msg[600];
+        const char *why = foreign_request(h, c, msg, sizeof msg);
+        if (why) {
+            if (s->cfg.verbose) log_msg("refused: %s", msg);
+            /* answered before the body is read: libmicrohttpd closes after */
+            return send_err(h, c, rc, 403, rc->anthropic ? "permission_error" : "invalid_request_error",
+                            why, NULL, msg);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl) {
             char *end = NULL;
@@ -526,7 +765,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls; (void)c; (void)toe;
+    (void)toe;
+    conn_busy(cls, c, 0);
     req_ctx *rc = *con_cls;
     if (!rc) return;
     atomic_fetch_sub(&rc->h->inflight, 1);
@@ -545,10 +785,11 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     log_msg("http: %s", line);
 }
 
-http_server *http_start(server_ctx *srv, int *port_out, char **err) {
-    http_server *h = calloc(1, sizeof *h);
-    if (!h) return NULL;
-    h->srv = srv;
+/* Bind and listen on the first address of --host.  SO_REUSEADDR only (a
+ * restart need not wait for the old connections' TIME_WAIT); never
+ * SO_REUSEPORT, which would let a second server bind the same port. */
+int http_listen(server_ctx *srv, int *port_out, char **err) {
+    char m[400];
     struct addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
@@ -558,39 +799,106 @@ http_server *http_start(server_ctx *srv, int *port_out, char **err) {
     snprintf(port, sizeof port, "%d", srv->cfg.port);
     int gai = getaddrinfo(srv->cfg.host, port, &hints, &ai);
     if (gai) {
-        if (err) {
-            char m[300];
-            snprintf(m, sizeof m, "cannot resolve --host %s: %s", srv->cfg.host, gai_strerror(gai));
-            *err = strdup(m);
-        }
-        free(h);
+        snprintf(m, sizeof m, "cannot resolve --host %s: %s", srv->cfg.host, gai_strerror(gai));
+        if (err) *err = strdup(m);
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    if (fd < 0) {
+        snprintf(m, sizeof m, "cannot create a socket for %s: %s", srv->cfg.host, strerror(errno));
+    } else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+               bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 128)) {
+        int e = errno;
+        if (e == EADDRINUSE)
+            snprintf(m, sizeof m, "cannot listen on %s port %d: the port is already in use "
+                     "(another ds4-server?); stop it or choose another --port", srv->cfg.host,
+                     srv->cfg.port);
+        else
+            snprintf(m, sizeof m, "cannot listen on %s port %d: %s", srv->cfg.host,
+                     srv->cfg.port, strerror(e));
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        if (err) *err = strdup(m);
+        return -1;
+    }
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    *port_out = srv->cfg.port;
+    if (!getsockname(fd, (struct sockaddr *)&sa, &sl)) {
+        if (sa.ss_family == AF_INET) *port_out = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+        else if (sa.ss_family == AF_INET6) *port_out = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+    }
+    return fd;
+}
+
+/* Every address of the listening socket is loopback. */
+static int bound_to_loopback(int fd) {
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &sl)) return 0;
+    if (sa.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa.ss_family == AF_INET6) {
+        const struct in6_addr *a = &((struct sockaddr_in6 *)&sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
+int http_check_allow_host(const char *a) {
+    char n[300];
+    int p;
+    return strcmp(a, "*") && split_hostport(a, strlen(a), n, sizeof n, &p) ? -1 : 0;
+}
+
+http_server *http_start(server_ctx *srv, int fd, int port, char **err) {
+    http_server *h = calloc(1, sizeof *h);
+    if (!h) { close(fd); return NULL; }
+    h->srv = srv;
+    h->port = port;
+    pthread_mutex_init(&h->cmu, NULL);
+    pthread_cond_init(&h->ccv, NULL);
+    h->guard = !(srv->cfg.api_key && *srv->cfg.api_key) && bound_to_loopback(fd);
+    if (pthread_create(&h->reaper, NULL, reaper_main, h)) {
+        close(fd);
+        if (err) *err = strdup("cannot start a thread");
+        http_stop(h);
         return NULL;
     }
+    h->reaper_on = 1;
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    h->d = MHD_start_daemon(flags, (uint16_t)srv->cfg.port, NULL, NULL, on_request, h,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+    if (sa.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* the logger first: libmicrohttpd warns (on its own logger) about any
+     * option that comes before it */
+    h->d = MHD_start_daemon(flags, (uint16_t)h->port, NULL, NULL, on_request, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+                            MHD_OPTION_LISTEN_SOCKET, fd,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)srv->cfg.max_header_bytes,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->cfg.idle_timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.max_conn_per_ip,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_END);
-    freeaddrinfo(ai);
     if (!h->d) {
+        close(fd);
         if (err) {
             char m[300];
-            snprintf(m, sizeof m, "cannot listen on %s:%d (%s)", srv->cfg.host, srv->cfg.port,
-                     errno ? strerror(errno) : "libmicrohttpd refused the options");
+            snprintf(m, sizeof m, "libmicrohttpd could not start on %s port %d", srv->cfg.host,
+                     h->port);
             *err = strdup(m);
         }
-        free(h);
+        http_stop(h);
         return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    *port_out = di ? di->port : srv->cfg.port;
     return h;
 }
 
@@ -610,5 +918,14 @@ void http_stop(http_server *h) {
         nanosleep(&ts, NULL);
     }
     if (h->d) MHD_stop_daemon(h->d);
+    if (h->reaper_on) {
+        pthread_mutex_lock(&h->cmu);
+        h->stopping = 1;
+        pthread_cond_signal(&h->ccv);
+        pthread_mutex_unlock(&h->cmu);
+        pthread_join(h->reaper, NULL);
+    }
+    pthread_cond_destroy(&h->ccv);
+    pthread_mutex_destroy(&h->cmu);
     free(h);
 }

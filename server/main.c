@@ -1,9 +1,11 @@
 /*
  * main.c -- ds4-server: command line, startup, signals, shutdown.
  *
- * Owns: the flags (every one is listed by --help), the refusal to listen on
- * a non-loopback address without an API key, loading the model, starting
- * the worker (which creates the session) and the HTTP front, and the clean
+ * Owns: the flags (every one is listed by --help, and in the README's
+ * table: tests/server/hardening.test.mjs compares them), the refusal to
+ * listen on a non-loopback address without an API key, binding the port
+ * (before the model loads: a port in use fails at once), loading the model,
+ * starting the worker (which creates the session) and the HTTP front, and the clean
  * shutdown on SIGINT/SIGTERM: stop accepting, cancel the running generation
  * (its client gets an error), fail the queued ones with 503, save the live
  * session to the disk KV cache (--kv-disk-dir; done by the worker thread as
@@ -50,20 +52,32 @@ static void usage(FILE *f) {
 "\n"
 "network and safety:\n"
 "      --host ADDR           listen address (default 127.0.0.1)\n"
-"      --port N              port (default 8000; 0 = any free port, printed)\n"
+"      --port N              port (default 8000; 0 = any free port, printed;\n"
+"                            one in use is an error)\n"
 "      --api-key KEY         require 'Authorization: Bearer KEY' or\n"
 "                            'x-api-key: KEY' (default: env DS4_API_KEY)\n"
 "      --insecure-no-auth    allow a non-loopback --host without an API key\n"
-"      --cors                send Access-Control-* headers, answer OPTIONS\n"
+"      --cors                send Access-Control-* headers, answer OPTIONS,\n"
+"                            accept any Origin\n"
+"      --allow-host NAME     without an API key on loopback, requests must name\n"
+"                            localhost, 127.0.0.1 or [::1] and the port in Host\n"
+"                            (and Origin, if sent); also allow NAME (any port),\n"
+"                            NAME:PORT, or * (no check); repeatable\n"
 "      --max-body-bytes N    largest request body (default 33554432 = 32 MiB)\n"
 "      --max-header-bytes N  room for the request line and headers\n"
 "                            (default 65536)\n"
-"      --idle-timeout S      close idle keep-alive connections (default 120)\n"
+"      --header-timeout S    a new connection must send its request line and\n"
+"                            headers within S seconds (default 10)\n"
+"      --idle-timeout S      close idle keep-alive connections; the next\n"
+"                            request's headers are due within S seconds of the\n"
+"                            last answer (default 120)\n"
 "      --request-timeout S   cut off a request still being received after S\n"
 "                            seconds (default 300)\n"
 "      --keepalive S         SSE comment after S silent seconds (default 10;\n"
 "                            at most half of --idle-timeout)\n"
 "      --max-connections N   simultaneous connections (default 256)\n"
+"      --max-connections-per-ip N  simultaneous connections from one client\n"
+"                            address (default 64; 0 = no cap)\n"
 "      --max-queue N         requests waiting for the model (default 64;\n"
 "                            more get 429, Anthropic 529)\n"
 "\n"
@@ -188,6 +202,12 @@ int main(int argc, char **argv) {
     c->keepalive_s = 10;
     c->max_queue = 64;
     c->max_connections = 256;
+    c->max_conn_per_ip = 64;
+    c->header_timeout_s = 10;
+    enum { MAX_ALLOW = 64 };
+    static const char *allow[MAX_ALLOW + 1];    /* --allow-host values, NULL-terminated */
+    int n_allow = 0;
+    c->allow_hosts = allow;
     c->tool_memory_max_ids = 100000;
     c->default_think = DS4_THINK_HIGH;
     ds4_sampler_params_default(&c->sp);
@@ -216,6 +236,21 @@ int main(int argc, char **argv) {
         else if (ARG("--api-key")) { if (!v) goto missing; c->api_key = NEXT(); }
         else if (ARG("--insecure-no-auth")) c->insecure_no_auth = 1;
         else if (ARG("--cors")) c->cors = 1;
+        else if (ARG("--allow-host")) {
+            if (!v || !*v) goto missing;
+            if (n_allow == MAX_ALLOW) {
+                fprintf(stderr, "ds4-server: at most %d --allow-host\n", MAX_ALLOW);
+                return 2;
+            }
+            if (http_check_allow_host(v)) {
+                fprintf(stderr, "ds4-server: --allow-host '%s': expected NAME, NAME:PORT, "
+                        "[IPv6]:PORT or *\n", v);
+                return 2;
+            }
+            allow[n_allow++] = NEXT();
+        }
+        else if (ARG("--header-timeout")) { if (parse_long(a, NEXT(), 1, 86400, &x)) return 2; c->header_timeout_s = (int)x; }
+        else if (ARG("--max-connections-per-ip")) { if (parse_long(a, NEXT(), 0, 100000, &x)) return 2; c->max_conn_per_ip = (int)x; }
         else if (ARG("--max-body-bytes")) { if (parse_long(a, NEXT(), 1024, LONG_MAX / 2, &x)) return 2; c->max_body_bytes = (size_t)x; }
         else if (ARG("--max-header-bytes")) { if (parse_long(a, NEXT(), 4096, 1 << 26, &x)) return 2; c->max_header_bytes = (size_t)x; }
         else if (ARG("--idle-timeout")) { if (parse_long(a, NEXT(), 1, 86400, &x)) return 2; c->idle_timeout_s = (int)x; }
@@ -279,14 +314,25 @@ missing:
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
+    /* the port first: a second server on a port in use fails before it
+     * spends time loading the model */
+    char *err = NULL;
+    int port = 0;
+    int lfd = http_listen(&srv, &port, &err);
+    if (lfd < 0) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot listen");
+        free(err);
+        return 1;
+    }
+
     ds4_model_params mp;
     ds4_model_params_default(&mp);
     mp.n_threads = c->threads;
-    char *err = NULL;
     srv.model = ds4_model_load(c->model_path, &mp, &err);
     if (!srv.model) {
         fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the model");
         free(err);
+        close(lfd);
         return 1;
     }
     srv.tok = ds4_model_tokenizer(srv.model);
@@ -303,15 +349,15 @@ missing:
     http_server *h = NULL;
     srv.m = metrics_new();
     srv.tm = toolmem_new(c->tool_memory_max_ids);
-    if (!srv.m || !srv.tm) { fprintf(stderr, "ds4-server: out of memory\n"); goto out; }
+    if (!srv.m || !srv.tm) { fprintf(stderr, "ds4-server: out of memory\n"); close(lfd); goto out; }
     srv.w = worker_start(&srv, &err);
     if (!srv.w) {
         fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start the worker");
         free(err);
+        close(lfd);
         goto out;
     }
-    int port = 0;
-    h = http_start(&srv, &port, &err);
+    h = http_start(&srv, lfd, port, &err);
     if (!h) {
         fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start HTTP");
         free(err);

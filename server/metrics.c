@@ -24,6 +24,7 @@ struct metrics {
     double last_prefill_tps, last_decode_tps;
     unsigned long long jobs, reuse_hits, reuse_misses, text_reuse, retokenized;
     unsigned long long cancelled_client, cancelled_shutdown;
+    unsigned long long header_timeouts;
     unsigned long long tool_calls, replay_exact, replay_canonical;
     int queue_depth, queue_peak, busy, session_tokens;
     unsigned long long disk_tokens, disk_retokenized;
@@ -42,6 +43,12 @@ void metrics_free(metrics *m) {
     if (!m) return;
     pthread_mutex_destroy(&m->mu);
     free(m);
+}
+
+void metrics_header_timeouts(metrics *m, int n) {
+    pthread_mutex_lock(&m->mu);
+    m->header_timeouts += (unsigned long long)n;
+    pthread_mutex_unlock(&m->mu);
 }
 
 void metrics_request(metrics *m, endpoint ep, int status) {
@@ -131,6 +138,9 @@ char *metrics_render(metrics *m) {
             ds4_buf_printf(&b, "ds4_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
                            endpoint_label((endpoint)e), m->req[e][i].status, m->req[e][i].n);
     COUNTER("ds4_jobs_total", "Generations run by the inference worker.", m->jobs);
+    COUNTER("ds4_http_header_timeouts_total",
+            "Connections closed for not sending a complete request line and headers in time.",
+            m->header_timeouts);
     COUNTER("ds4_prompt_tokens_total", "Prompt tokens of finished generations.", m->prompt_tokens);
     COUNTER("ds4_prompt_tokens_cached_total",
             "Prompt tokens reused (from the live session or the disk KV cache).",

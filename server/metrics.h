@@ -14,6 +14,8 @@ metrics *metrics_new(void);
 void metrics_free(metrics *m);
 
 void metrics_request(metrics *m, endpoint ep, int status);
+/* Connections closed by the header deadline (http.c). */
+void metrics_header_timeouts(metrics *m, int n);
 void metrics_queue(metrics *m, int depth);          /* after every change */
 void metrics_busy(metrics *m, int busy);
 /* One finished job. */

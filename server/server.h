@@ -45,6 +45,9 @@ typedef struct {
     int keepalive_s;              /* SSE comment after this much silence */
     int max_queue;                /* queued jobs (not counting the running one) */
     int max_connections;
+    int max_conn_per_ip;          /* 0 = no per-address cap */
+    int header_timeout_s;         /* request line + headers of a new connection */
+    const char **allow_hosts;     /* --allow-host (Host / Origin names); NULL-terminated */
     size_t tool_memory_max_ids;
     int test_mode;
     int verbose;

@@ -104,11 +104,12 @@ test('raw garbage, truncated requests and header floods never take the server do
   // libmicrohttpd answers broken HTTP itself (a 4xx, or it just closes)
   const a = await rawExchange('GARBAGE\r\n\r\n');
   assert.ok(a === '' || /^HTTP\/1\.[01] 4\d\d/.test(a), a);
-  const bad = await rawExchange('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n{"a":');
+  const host = `Host: ${new URL(BASE).host}`;   // a keyless loopback server checks it
+  const bad = await rawExchange(`POST /v1/chat/completions HTTP/1.1\r\n${host}\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\n{"a":`);
   assert.match(bad, /^HTTP\/1\.1 400/);
   assert.match(bad, /invalid_request_error/);
-  await rawExchange('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"mess', { wait: 300 });
-  await rawExchange('GET /v1/models HTTP/1.1\r\nHost: x\r\n' + 'X-Big: ' + 'a'.repeat(200000) + '\r\n\r\n');
+  await rawExchange(`POST /v1/chat/completions HTTP/1.1\r\n${host}\r\nContent-Length: 100\r\n\r\n{"mess`, { wait: 300 });
+  await rawExchange(`GET /v1/models HTTP/1.1\r\n${host}\r\n` + 'X-Big: ' + 'a'.repeat(200000) + '\r\n\r\n');
   const b = await rawExchange('\x00\x01\x02\xff\r\n\r\n');
   assert.ok(b === '' || /^HTTP\/1\.[01] 4\d\d/.test(b));
   const r = await fetch(`${BASE}/health`);
