@@ -35,7 +35,6 @@ typedef struct {
     ds4_sampler *smp;
     int turns;              /* completed turns in the live session */
     ds4_kvstore *kv;
-    int frontier;           /* next continued-checkpoint token count */
     int tty_out, tty_err;
 } chat_app;
 
