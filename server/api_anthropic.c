@@ -9,10 +9,11 @@
  * tokens that were not read from the cache, cache_read_input_tokens the ones
  * reused from the live session.  Runs on the worker thread.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "api.h"
 #include "text/json_py.h"
 
 enum { BLK_NONE, BLK_THINKING, BLK_TEXT, BLK_TOOL };
@@ -144,6 +145,33 @@ void anthropic_event(job *j, ev_kind k, int index, const char *s, size_t n) {
             } else {
                 job_set_body(j, r->err.status, body);
             }
+            return;
+        }
+        if (r->finish == FIN_TOOL_ERROR) {
+            /* a malformed tool call.  Stream: its text came as a text
+             * block; an error event ends the stream (what the SDKs raise
+             * after the text).  Non-stream: there is no in-band failure in
+             * a message, so the answer is an api_error whose message
+             * carries the text (the SDKs retry a 500). */
+            api_error e = r->err;
+            e.status = 500;
+            e.type = "api_error";
+            if (!j->rq->stream) {
+                size_t ml = strlen(e.message);
+                snprintf(e.message + ml, sizeof e.message - ml, "; the model's output: %.*s",
+                         (int)(r->content.n < sizeof e.message ? r->content.n : sizeof e.message),
+                         r->content.p ? r->content.p : "");
+                job_set_body(j, e.status, api_error_body(1, &e));
+                return;
+            }
+            close_block(j, st);
+            char *body = api_error_body(1, &e);
+            ds4_buf b = { 0 };
+            ds4_buf_printf(&b, "event: error\ndata: %s\n\n", body);
+            job_emit(j, b.p, b.n);
+            ds4_buf_free(&b);
+            free(body);
+            job_finish_stream(j);
             return;
         }
         if (!j->rq->stream) {

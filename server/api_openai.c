@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "api.h"
 
 typedef struct {
     int started;
@@ -27,6 +27,7 @@ static const char *finish_name(finish_kind f) {
     switch (f) {
     case FIN_LENGTH: return "length";
     case FIN_TOOLS: return "tool_calls";
+    case FIN_TOOL_ERROR: return "error";
     default: return "stop";
     }
 }
@@ -85,6 +86,20 @@ static void finish_error(job *j) {
     }
 }
 
+/* A malformed tool call: the text came as content; the finish carries an
+ * error object (finish_reason "error", as OpenAI-compatible routers report
+ * a failure after output has begun).  In a stream it is a top-level field
+ * of the last chunk, which the SDKs raise as an APIError once the text
+ * deltas have been delivered. */
+static json_t *tool_error_json(const gen_result *r) {
+    json_t *e = json_object();
+    json_object_set_new(e, "message", jcstr(r->err.message));
+    json_object_set_new(e, "type", jcstr(r->err.type));
+    json_object_set_new(e, "code", jcstr(r->err.code));
+    json_object_set_new(e, "param", json_null());
+    return e;
+}
+
 static json_t *tool_calls_json(const gen_result *r) {
     json_t *a = json_array();
     for (int i = 0; i < r->n_calls; i++) {
@@ -107,6 +122,23 @@ void openai_chat_event(job *j, ev_kind k, int index, const char *s, size_t n) {
         if (r->finish == FIN_ERROR) { finish_error(j); return; }
         if (r->finish == FIN_CANCEL) {
             if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
+            return;
+        }
+        if (j->rq->stream && r->finish == FIN_TOOL_ERROR) {
+            json_t *o = envelope(j, "chat.completion.chunk");
+            json_t *ch = json_object();
+            json_object_set_new(ch, "index", json_integer(0));
+            json_object_set_new(ch, "delta", json_object());
+            json_object_set_new(ch, "logprobs", json_null());
+            json_object_set_new(ch, "finish_reason", json_string("error"));
+            json_t *arr = json_array();
+            json_array_append_new(arr, ch);
+            json_object_set_new(o, "choices", arr);
+            if (j->rq->include_usage) json_object_set_new(o, "usage", usage_json(r));
+            json_object_set_new(o, "error", tool_error_json(r));
+            job_emit_data(j, o);
+            job_emit(j, "data: [DONE]\n\n", 14);
+            job_finish_stream(j);
             return;
         }
         if (j->rq->stream) {
@@ -140,6 +172,7 @@ void openai_chat_event(job *j, ev_kind k, int index, const char *s, size_t n) {
         json_array_append_new(arr, ch);
         json_object_set_new(o, "choices", arr);
         json_object_set_new(o, "usage", usage_json(r));
+        if (r->finish == FIN_TOOL_ERROR) json_object_set_new(o, "error", tool_error_json(r));
         job_set_body(j, 200, jdump(o));
         json_decref(o);
         return;

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "api.h"
 
 enum { IT_NONE, IT_REASONING, IT_MESSAGE, IT_CALL };
 
@@ -241,7 +241,10 @@ void responses_event(job *j, ev_kind k, int index, const char *s, size_t n) {
                 job_set_body(j, r->err.status, api_error_body(0, &r->err));
                 return;
             }
-            json_t *o = response_json(j, r->finish == FIN_LENGTH ? "incomplete" : "completed", 1);
+            /* a malformed tool call: the text is in the message item,
+             * the response failed with the parser's reason */
+            json_t *o = response_json(j, r->finish == FIN_LENGTH ? "incomplete" :
+                                      r->finish == FIN_TOOL_ERROR ? "failed" : "completed", 1);
             job_set_body(j, 200, jdump(o));
             json_decref(o);
             return;
@@ -254,10 +257,12 @@ void responses_event(job *j, ev_kind k, int index, const char *s, size_t n) {
             return;
         }
         close_item(j, st);
-        const char *status = r->finish == FIN_LENGTH ? "incomplete" : "completed";
+        const char *status = r->finish == FIN_LENGTH ? "incomplete" :
+                             r->finish == FIN_TOOL_ERROR ? "failed" : "completed";
         f = json_object();
         json_object_set_new(f, "response", response_json(j, status, 1));
-        ev(j, st, r->finish == FIN_LENGTH ? "response.incomplete" : "response.completed", f);
+        ev(j, st, r->finish == FIN_LENGTH ? "response.incomplete" :
+                  r->finish == FIN_TOOL_ERROR ? "response.failed" : "response.completed", f);
         job_finish_stream(j);
         return;
     }
