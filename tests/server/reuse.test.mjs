@@ -231,3 +231,47 @@ test('a thinking-mode next turn (reasoning dropped) reuses the first prompt minu
   assert.equal(delta(m0, m1, 'ds4_prompt_tokens_evaluated_total'), u.prompt_tokens - u.prompt_tokens_details.cached_tokens);
   assert.ok(u.prompt_tokens - u.prompt_tokens_details.cached_tokens < 30, 'only the new turn and a few tokens');
 });
+
+// openai-node's stream helper (chat.completions.stream) assigns each
+// reasoning_content delta onto the message instead of appending it, so the
+// message it hands back carries only the last delta.  Sent back with its
+// tool call, that copy differs from what the model wrote only by how the
+// deltas were merged (server/toolmem.h defines it): the server renders its
+// own remembered reasoning, and the live session stays a prefix.
+const REASONING = 'Listing the files of the current directory first.';
+const CALL2 = REASONING + '</think>' + dsmlBlock([{ name: 'run_shell', params: [['cmd', 'ls -la', true]] }]);
+
+async function streamTurn(messages) {
+  const runner = client.chat.completions.stream(
+    { model: 'ds4', messages, tools, stream_options: { include_usage: true } }, { headers: out(CALL2) });
+  const deltas = [];
+  runner.on('chunk', (ch) => { const r = ch.choices[0]?.delta?.reasoning_content; if (r) deltas.push(r); });
+  const final = await runner.finalChatCompletion();
+  return { msg: final.choices[0].message, usage: final.usage, deltas };
+}
+
+test('reasoning_content mangled by the SDK while merging deltas: the remembered copy is used', async () => {
+  const messages = [{ role: 'system', content: 'You run commands.' }, { role: 'user', content: `list ${Date.now()}` }];
+  const t1 = await streamTurn(messages);
+  assert.ok(t1.deltas.length > 1, 'several reasoning deltas');
+  assert.equal(t1.deltas.join(''), REASONING);
+  // what the helper produced: the last delta only
+  assert.equal(t1.msg.reasoning_content, t1.deltas.at(-1));
+  const full = t1.usage.prompt_tokens + t1.usage.completion_tokens - 1;
+  const next = (assistant) => client.chat.completions.create({ model: 'ds4', tools, messages: [...messages, assistant,
+    { role: 'tool', tool_call_id: t1.msg.tool_calls[0].id, content: 'a.txt' }] }, { headers: out('ok</think>ok') });
+  // 1. the SDK's message as it is
+  let r = await next(t1.msg);
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, full, 'the live session is a prefix');
+
+  // 2. every delta doubled in place (a proxy that appends each twice)
+  const t2 = await streamTurn(messages);
+  r = await next({ ...t2.msg, tool_calls: t2.msg.tool_calls, reasoning_content: t2.deltas.map((d) => d + d).join('') });
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, t2.usage.prompt_tokens + t2.usage.completion_tokens - 1);
+
+  // 3. control: an edited reasoning is the client's -- the prompt diverges
+  // inside turn 1's answer and only its prompt (RAM checkpoint) is kept
+  const t3 = await streamTurn(messages);
+  r = await next({ ...t3.msg, reasoning_content: 'I changed this reasoning.' });
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, t3.usage.prompt_tokens);
+});
