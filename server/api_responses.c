@@ -227,45 +227,50 @@ static void open_item(job *j, resp_state *st, int kind, json_t *item) {
     ev(j, st, "response.output_item.added", f);
 }
 
+/* The last event: the body, or the end of the stream. */
+static void responses_finish(job *j, resp_state *st) {
+    gen_result *r = &j->res;
+    json_t *f;
+    if (r->finish == FIN_CANCEL) {
+        if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
+        return;
+    }
+    if (!j->rq->stream) {
+        if (r->finish == FIN_ERROR) {
+            job_set_body(j, r->err.status, api_error_body(0, &r->err));
+            return;
+        }
+        /* a malformed tool call: the text is in the message item,
+         * the response failed with the parser's reason */
+        json_t *o = response_json(j, r->finish == FIN_LENGTH ? "incomplete" :
+                                  r->finish == FIN_TOOL_ERROR ? "failed" : "completed", 1);
+        job_set_body(j, 200, jdump(o));
+        json_decref(o);
+        return;
+    }
+    if (r->finish == FIN_ERROR) {
+        f = json_object();
+        json_object_set_new(f, "response", response_json(j, "failed", 0));
+        ev(j, st, "response.failed", f);
+        job_finish_stream(j);
+        return;
+    }
+    close_item(j, st);
+    const char *status = r->finish == FIN_LENGTH ? "incomplete" :
+                         r->finish == FIN_TOOL_ERROR ? "failed" : "completed";
+    f = json_object();
+    json_object_set_new(f, "response", response_json(j, status, 1));
+    ev(j, st, r->finish == FIN_LENGTH ? "response.incomplete" :
+              r->finish == FIN_TOOL_ERROR ? "response.failed" : "response.completed", f);
+    job_finish_stream(j);
+    return;
+}
+
 void responses_event(job *j, ev_kind k, int index, const char *s, size_t n) {
     resp_state *st = state_of(j);
     gen_result *r = &j->res;
     json_t *f;
-    if (k == EV_FINISH) {
-        if (r->finish == FIN_CANCEL) {
-            if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
-            return;
-        }
-        if (!j->rq->stream) {
-            if (r->finish == FIN_ERROR) {
-                job_set_body(j, r->err.status, api_error_body(0, &r->err));
-                return;
-            }
-            /* a malformed tool call: the text is in the message item,
-             * the response failed with the parser's reason */
-            json_t *o = response_json(j, r->finish == FIN_LENGTH ? "incomplete" :
-                                      r->finish == FIN_TOOL_ERROR ? "failed" : "completed", 1);
-            job_set_body(j, 200, jdump(o));
-            json_decref(o);
-            return;
-        }
-        if (r->finish == FIN_ERROR) {
-            f = json_object();
-            json_object_set_new(f, "response", response_json(j, "failed", 0));
-            ev(j, st, "response.failed", f);
-            job_finish_stream(j);
-            return;
-        }
-        close_item(j, st);
-        const char *status = r->finish == FIN_LENGTH ? "incomplete" :
-                             r->finish == FIN_TOOL_ERROR ? "failed" : "completed";
-        f = json_object();
-        json_object_set_new(f, "response", response_json(j, status, 1));
-        ev(j, st, r->finish == FIN_LENGTH ? "response.incomplete" :
-                  r->finish == FIN_TOOL_ERROR ? "response.failed" : "response.completed", f);
-        job_finish_stream(j);
-        return;
-    }
+    if (k == EV_FINISH) { responses_finish(j, st); return; }
     if (!j->rq->stream) return;
     switch (k) {
     case EV_START:

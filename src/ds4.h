@@ -366,7 +366,7 @@ uint64_t ds4_session_kv_bytes(const ds4_session *s);
 /* RAM checkpoints: cheap rewinds within the session's own history.  A
  * checkpoint copies only what later evaluation overwrites -- the sliding
  * window rows, the compressor/indexer frontiers and the logits -- not the
- * compressed rows, which are append-only (about 22 MiB at the Flash shape,
+ * compressed rows, which are append-only (about 23 MiB at the Flash shape,
  * whatever the context; ds4_session_checkpoint_bytes says exactly).  A
  * checkpoint stays valid while the session keeps every token below it:
  * reset, restore, a failed evaluation, or a rewind below it drop it.  The
