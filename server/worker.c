@@ -30,8 +30,11 @@
 
 /* RAM checkpoints at the end of each prompt and this many tokens before
  * it: a retry restores the end, a thinking-mode next turn (its rendering
- * replaces the final "<think>") the earlier one. */
-#define REWIND_TAIL 8
+ * replaces the final "<think>" by "</think>answer...") the earlier one.
+ * One token is exactly that divergence; the split it puts in the prefill
+ * costs about one decode step (a pass over the weights for one token),
+ * more tokens would cost more experts and buy nothing the format needs. */
+#define REWIND_TAIL 1
 
 struct worker {
     server_ctx *srv;

@@ -221,6 +221,9 @@ static void test_model(const char *name) {
         ds4_session_reset(s);
         CHECK(ds4_session_checkpoint_tokens(s, 0) == -1 && ds4_session_rewind_point(s, N) == 0,
               "reset drops every checkpoint");
+        /* a prompt shorter than the tail still gets its end checkpoint */
+        CHECK(ds4_eval(s, ids.v, 5, &ep) == DS4_OK && ds4_session_checkpoint_tokens(s, 1) == 5 &&
+              ds4_session_checkpoint_tokens(s, 0) == -1, "short prompt: end checkpoint only");
         ds4_tokens_free(&alt);
         ds4_session_free(fresh);
         ds4_session_free(s);

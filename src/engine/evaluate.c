@@ -43,7 +43,8 @@ int ds4_eval(ds4_session *s, const int32_t *toks, int n, const ds4_eval_params *
     const int cold = pol && p->cold && start == 0 ? ds4_kv_policy_cold_point(pol, n) : 0;
     /* the tail checkpoint: a new turn that re-renders the last few tokens
      * of this prompt (thinking mode drops "<think>") goes back to it */
-    const int tail = p->ram_tail >= 0 && n > 0 ? end - p->ram_tail : -1;
+    const int ram = p->ram_tail >= 0 && n > 0;
+    const int tail = ram ? end - p->ram_tail : -1;
     prog_ud u = { p, 0, n };
     int cur = start;
     while (cur < end) {
@@ -61,7 +62,7 @@ int ds4_eval(ds4_session *s, const int32_t *toks, int n, const ds4_eval_params *
         /* a failed checkpoint (out of memory) only costs the reuse */
         if (cur == tail) ds4_session_checkpoint(s, 0);
     }
-    if (tail >= 0) ds4_session_checkpoint(s, 1);
+    if (ram) ds4_session_checkpoint(s, 1);
     return DS4_OK;
 }
 

@@ -179,13 +179,14 @@ test('a cut inside a special token is not reused by text (it would turn the mark
     { role: 'user', content: 'again' }] }, { headers: out('ok') });
   const m1 = await metrics();
   assert.equal(delta(m0, m1, 'ds4_session_reuse_text_total'), 0);
-  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, 0);
+  // none of the answer's tokens: only turn 1's prompt, from its RAM checkpoint
+  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, r1.usage.prompt_tokens);
 });
 
-// RAM checkpoints: ds4_eval keeps the state at the end of each prompt and 8
-// tokens before it, so a retried request and the next thinking-mode turn
-// cost only their new tokens.
-const REWIND_TAIL = 8;
+// RAM checkpoints: ds4_eval keeps the state at the end of each prompt and 1
+// token before it (server/worker.c: REWIND_TAIL), so a retried request and
+// the next thinking-mode turn cost only their new tokens.
+const REWIND_TAIL = 1;
 
 test('a retried request reuses its whole prompt and gives the same output at temperature 0', async () => {
   const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: `retry me ${Date.now()}` }];
@@ -215,7 +216,7 @@ test('a retried request reuses its whole prompt and gives the same output at tem
   assert.deepEqual(a2.content, a1.content);
 });
 
-test('a thinking-mode next turn (reasoning dropped) reuses the first prompt minus a few tokens', async () => {
+test('a thinking-mode next turn (reasoning dropped) reuses the first prompt but its last token', async () => {
   const messages = [{ role: 'user', content: `think about this ${Date.now()}` }];
   const r1 = await client.chat.completions.create({ model: 'ds4', messages },
     { headers: out('Some reasoning.</think>The answer.') });
