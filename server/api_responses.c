@@ -25,6 +25,7 @@ typedef struct {
     int open;            /* IT_* of the open item */
     int out_index;       /* index of the open item; items so far = out_index + 1 */
     int n_items;
+    int msg_seen;        /* a message item was opened before */
 } resp_state;
 
 static resp_state *state_of(job *j) {
@@ -300,6 +301,9 @@ void responses_event(job *j, ev_kind k, int index, const char *s, size_t n) {
         break;
     case EV_TEXT:
         if (st->open != IT_MESSAGE) {
+            /* text after a call (a malformed one's text) is a new item */
+            if (st->msg_seen) util_random_id(j->msg_item_id, sizeof j->msg_item_id, "msg_", 24);
+            st->msg_seen = 1;
             open_item(j, st, IT_MESSAGE, message_item(j, 0, "in_progress"));
             f = at(j, st, j->msg_item_id);
             json_object_set_new(f, "content_index", json_integer(0));

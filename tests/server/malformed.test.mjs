@@ -137,3 +137,15 @@ test('a block cut by max_tokens is text with finish_reason length, not a half ca
   assert.equal(c.message.tool_calls, undefined);
   assert.ok(c.message.content.startsWith(`\n\n<${DSML}tool_calls>`), c.message.content);
 });
+
+test('responses stream: text, a good call, then the bad call\'s text: items with distinct ids', async () => {
+  const o = out('Weather?</think>' + BEFORE + GOOD + `<${DSML}invoke name="get_weather">\n<${DSML}oops`);
+  const res = await fetch(`${BASE}/v1/responses`, { method: 'POST',
+    headers: { 'content-type': 'application/json', ...o }, body: JSON.stringify({ model: 'x', input: 'w', tools: rtools, stream: true }) });
+  const ev = await sse(res);
+  const added = ev.filter((e) => e.data.type === 'response.output_item.added').map((e) => e.data.item);
+  assert.deepEqual(added.map((i) => i.type), ['reasoning', 'message', 'function_call', 'message']);
+  const ids = added.map((i) => i.id);
+  assert.equal(new Set(ids).size, ids.length, `distinct item ids: ${ids}`);
+  assert.equal(ev.at(-1).data.type, 'response.failed');
+});
