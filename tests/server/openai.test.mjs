@@ -159,7 +159,7 @@ test('chat: tool calls (non-streaming), parallel calls, ids', async () => {
   assert.notEqual(a.id, b.id);
 });
 
-test('chat: tool calls stream as argument deltas from the invoke header on', async () => {
+test('chat: tool calls stream as argument deltas, each call once its invoke closes', async () => {
   const text = 'Some text first.' + dsmlBlock([{ name: 'get_weather', params: [['city', 'Paris, the capital of France', true]] }]);
   const stream = await client.chat.completions.create(
     { model: 'deepseek-chat', messages: [{ role: 'user', content: 'Weather?' }], tools: [weatherTool], stream: true },
