@@ -97,8 +97,6 @@ static int on_progress(void *ud, int done, int total) {
     return 0;
 }
 
-static int eval_ckpt(chat_app *a, const int32_t *ids, int n, ds4_progress_fn pf, void *ud);
-
 /* Save the live session to the disk cache (failures are reported and
  * otherwise ignored: the chat goes on). */
 static void kv_save(chat_app *a, ds4_kv_reason why) {
@@ -111,7 +109,24 @@ static void kv_save(chat_app *a, ds4_kv_reason why) {
     else if (!a->o.quiet && why != DS4_KV_SHUTDOWN && why != DS4_KV_MANUAL)
         fprintf(stderr, "ds4: disk KV cache: saved %d tokens (%s)\n", n, ds4_kv_reason_name(why));
     free(err);
-    a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, n);
+}
+
+/* ds4_eval's disk checkpoint callback. */
+static void kv_save_cb(void *ud, ds4_kv_reason why) { kv_save(ud, why); }
+
+/* Evaluation parameters: the disk cache's checkpoints when it is on, the
+ * progress bar (and Ctrl+C) for prompts, nothing for generated tokens. */
+static void eval_params(chat_app *a, ds4_eval_params *ep, progress_ud *pu) {
+    ds4_eval_params_default(ep);
+    if (a->kv) {
+        ep->kv_policy = &a->o.kv_policy;
+        ep->save = kv_save_cb;
+        ep->save_ud = a;
+    }
+    if (pu) {
+        ep->progress = on_progress;
+        ep->progress_ud = pu;
+    }
 }
 
 /* A context beyond the trained one works (positions are just larger) but
@@ -254,7 +269,9 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
             ds4_detok_push(&dt, a->tok, t, &b);
             if (b.n) out_bytes(b.p, b.n);
         }
-        int e = eval_ckpt(a, &t, 1, NULL, NULL);
+        ds4_eval_params ep;
+        eval_params(a, &ep, NULL);
+        int e = ds4_eval(a->s, &t, 1, &ep);
         st->gen_tokens++;
         if (e == DS4_ECTX) {
             if (!a->o.quiet) fprintf(stderr, "\n[context full: %d tokens]", ds4_session_ctx_size(a->s));
@@ -275,48 +292,20 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
     return rc;
 }
 
-/* Append tokens, stopping exactly at every continued-checkpoint frontier
- * of the disk cache to save the state there. */
-static int eval_ckpt(chat_app *a, const int32_t *ids, int n, ds4_progress_fn pf, void *ud) {
-    while (n > 0) {
-        int cur = ds4_session_n_tokens(a->s), k = n;
-        if (a->kv && a->frontier > cur && a->frontier - cur < n) k = a->frontier - cur;
-        int rc = ds4_session_eval(a->s, ids, k, pf, ud);
-        if (rc) return rc;
-        ids += k;
-        n -= k;
-        if (a->kv && ds4_session_n_tokens(a->s) == a->frontier) kv_save(a, DS4_KV_CONTINUED);
-    }
-    return DS4_OK;
-}
-
 static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_stats *st) {
     progress_ud pu;
     progress_begin(&pu, a, append ? n : 0);
     int before = ds4_session_n_tokens(a->s), reused = 0, rc;
+    ds4_eval_params ep;
+    eval_params(a, &ep, &pu);
     if (append) {
-        rc = eval_ckpt(a, ids, n, on_progress, &pu);
+        rc = ds4_eval(a->s, ids, n, &ep);
         reused = before;
-    } else if (!a->kv) {
-        rc = ds4_session_sync(a->s, ids, n, on_progress, &pu, &reused);
     } else {
         /* keep what the live session shares, else start over; a cold
          * prompt is checkpointed at its trimmed, aligned point */
-        int lcp = 0;
-        const int32_t *have = ds4_session_tokens(a->s);
-        while (lcp < before && lcp < n && have[lcp] == ids[lcp]) lcp++;
-        if (lcp < before) { ds4_session_reset(a->s); lcp = 0; }
-        reused = lcp;
-        pu.total = n - lcp;
-        a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, lcp);
-        int cold = lcp == 0 ? ds4_kv_policy_cold_point(&a->o.kv_policy, n) : 0;
-        rc = DS4_OK;
-        if (cold > 0) {
-            rc = eval_ckpt(a, ids, cold, on_progress, &pu);
-            if (!rc) kv_save(a, DS4_KV_COLD);
-            lcp = cold;
-        }
-        if (!rc) rc = eval_ckpt(a, ids + lcp, n - lcp, on_progress, &pu);
+        ep.cold = 1;
+        rc = ds4_eval_sync(a->s, ids, n, &ep, &reused);
     }
     st->prefill_s = now_s() - pu.t0;
     st->prefill_tokens = ds4_session_n_tokens(a->s) - reused;
@@ -344,7 +333,6 @@ static void tokens_after_disk(chat_app *a, const char *text, size_t len, ds4_tok
     if (a->kv) {
         *restored = ds4_kvstore_restore(a->kv, a->s, text, len, a->o.kv_policy.min_tokens, 0, &used);
         if (*restored > 0) {
-            a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, *restored);
             if (!a->o.quiet)
                 fprintf(stderr, "ds4: disk KV cache: restored %d tokens (%zu bytes of the prompt)\n",
                         *restored, used);
@@ -432,7 +420,6 @@ int chat_run_tokens(chat_app *a, const int32_t *ids, int n, int split, int n_gen
         } else if (got > 0) {
             ds4_session_reset(a->s);   /* different split of the same text */
         }
-        a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, ds4_session_n_tokens(a->s));
     }
     ds4_session_capture(a->s, logits, hidden);
     if (split >= 0) {
@@ -533,7 +520,6 @@ int chat_interactive(chat_app *a) {
         int n = ds4_kvstore_restore_latest(a->kv, a->s, DS4_KV_SHUTDOWN);
         if (n > 0) {
             a->turns = 1;
-            a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, n);
             ds4_buf t = { 0 };
             int from = n > 48 ? n - 48 : 0;
             ds4_detokenize(a->tok, ds4_session_tokens(a->s) + from, (size_t)(n - from), &t);

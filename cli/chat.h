@@ -36,7 +36,6 @@ typedef struct {
     ds4_sampler *smp;
     int turns;              /* completed turns in the live session */
     ds4_kvstore *kv;
-    int frontier;           /* next continued-checkpoint token count */
     int tty_out, tty_err;
     uint64_t ctx_train;     /* the model's trained context (0 = unknown) */
     struct progress_ud *progress;   /* the prefill bar on screen, if any */

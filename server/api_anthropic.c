@@ -9,10 +9,11 @@
  * tokens that were not read from the cache, cache_read_input_tokens the ones
  * reused from the live session.  Runs on the worker thread.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "api.h"
 #include "text/json_py.h"
 
 enum { BLK_NONE, BLK_THINKING, BLK_TEXT, BLK_TOOL };
@@ -124,49 +125,80 @@ static json_t *message_json(job *j, int final) {
     return m;
 }
 
-void anthropic_event(job *j, ev_kind k, int index, const char *s, size_t n) {
-    msg_state *st = state_of(j);
+/* The last event: the body, or the end of the stream. */
+static void messages_finish(job *j, msg_state *st) {
     gen_result *r = &j->res;
-    if (k == EV_FINISH) {
-        if (r->finish == FIN_CANCEL) {
-            if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
-            return;
+    if (r->finish == FIN_CANCEL) {
+        if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
+        return;
+    }
+    if (r->finish == FIN_ERROR) {
+        char *body = api_error_body(1, &r->err);
+        if (j->rq->stream) {
+            ds4_buf b = { 0 };
+            ds4_buf_printf(&b, "event: error\ndata: %s\n\n", body);
+            job_emit(j, b.p, b.n);
+            ds4_buf_free(&b);
+            free(body);
+            job_finish_stream(j);
+        } else {
+            job_set_body(j, r->err.status, body);
         }
-        if (r->finish == FIN_ERROR) {
-            char *body = api_error_body(1, &r->err);
-            if (j->rq->stream) {
-                ds4_buf b = { 0 };
-                ds4_buf_printf(&b, "event: error\ndata: %s\n\n", body);
-                job_emit(j, b.p, b.n);
-                ds4_buf_free(&b);
-                free(body);
-                job_finish_stream(j);
-            } else {
-                job_set_body(j, r->err.status, body);
-            }
-            return;
-        }
+        return;
+    }
+    if (r->finish == FIN_TOOL_ERROR) {
+        /* a malformed tool call.  Stream: its text came as a text
+         * block; an error event ends the stream (what the SDKs raise
+         * after the text).  Non-stream: there is no in-band failure in
+         * a message, so the answer is an api_error whose message
+         * carries the text (the SDKs retry a 500). */
+        api_error e = r->err;
+        e.status = 500;
+        e.type = "api_error";
         if (!j->rq->stream) {
-            json_t *m = message_json(j, 1);
-            job_set_body(j, 200, jdump(m));
-            json_decref(m);
+            size_t ml = strlen(e.message);
+            snprintf(e.message + ml, sizeof e.message - ml, "; the model's output: %.*s",
+                     (int)(r->content.n < sizeof e.message ? r->content.n : sizeof e.message),
+                     r->content.p ? r->content.p : "");
+            job_set_body(j, e.status, api_error_body(1, &e));
             return;
         }
         close_block(j, st);
-        json_t *o = json_object(), *d = json_object();
-        json_object_set_new(o, "type", json_string("message_delta"));
-        json_object_set_new(d, "stop_reason", json_string(stop_reason(r->finish)));
-        json_object_set_new(d, "stop_sequence", r->finish == FIN_STOP_SEQ && r->stop_index >= 0 ?
-                            jcstr(j->rq->stop[r->stop_index]) : json_null());
-        json_object_set_new(o, "delta", d);
-        json_object_set_new(o, "usage", usage_json(r, 1));
-        job_emit_event(j, "message_delta", o);
-        o = json_object();
-        json_object_set_new(o, "type", json_string("message_stop"));
-        job_emit_event(j, "message_stop", o);
+        char *body = api_error_body(1, &e);
+        ds4_buf b = { 0 };
+        ds4_buf_printf(&b, "event: error\ndata: %s\n\n", body);
+        job_emit(j, b.p, b.n);
+        ds4_buf_free(&b);
+        free(body);
         job_finish_stream(j);
         return;
     }
+    if (!j->rq->stream) {
+        json_t *m = message_json(j, 1);
+        job_set_body(j, 200, jdump(m));
+        json_decref(m);
+        return;
+    }
+    close_block(j, st);
+    json_t *o = json_object(), *d = json_object();
+    json_object_set_new(o, "type", json_string("message_delta"));
+    json_object_set_new(d, "stop_reason", json_string(stop_reason(r->finish)));
+    json_object_set_new(d, "stop_sequence", r->finish == FIN_STOP_SEQ && r->stop_index >= 0 ?
+                        jcstr(j->rq->stop[r->stop_index]) : json_null());
+    json_object_set_new(o, "delta", d);
+    json_object_set_new(o, "usage", usage_json(r, 1));
+    job_emit_event(j, "message_delta", o);
+    o = json_object();
+    json_object_set_new(o, "type", json_string("message_stop"));
+    job_emit_event(j, "message_stop", o);
+    job_finish_stream(j);
+    return;
+}
+
+void anthropic_event(job *j, ev_kind k, int index, const char *s, size_t n) {
+    msg_state *st = state_of(j);
+    gen_result *r = &j->res;
+    if (k == EV_FINISH) { messages_finish(j, st); return; }
     if (!j->rq->stream) return;
     switch (k) {
     case EV_START: {

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "api.h"
 
 typedef struct {
     int started;
@@ -27,6 +27,7 @@ static const char *finish_name(finish_kind f) {
     switch (f) {
     case FIN_LENGTH: return "length";
     case FIN_TOOLS: return "tool_calls";
+    case FIN_TOOL_ERROR: return "error";
     default: return "stop";
     }
 }
@@ -85,6 +86,20 @@ static void finish_error(job *j) {
     }
 }
 
+/* A malformed tool call: the text came as content; the finish carries an
+ * error object (finish_reason "error", as OpenAI-compatible routers report
+ * a failure after output has begun).  In a stream it is a top-level field
+ * of the last chunk, which the SDKs raise as an APIError once the text
+ * deltas have been delivered. */
+static json_t *tool_error_json(const gen_result *r) {
+    json_t *e = json_object();
+    json_object_set_new(e, "message", jcstr(r->err.message));
+    json_object_set_new(e, "type", jcstr(r->err.type));
+    json_object_set_new(e, "code", jcstr(r->err.code));
+    json_object_set_new(e, "param", json_null());
+    return e;
+}
+
 static json_t *tool_calls_json(const gen_result *r) {
     json_t *a = json_array();
     for (int i = 0; i < r->n_calls; i++) {
@@ -100,50 +115,72 @@ static json_t *tool_calls_json(const gen_result *r) {
     return a;
 }
 
-void openai_chat_event(job *j, ev_kind k, int index, const char *s, size_t n) {
-    chat_state *st = state_of(j);
+/* The last event: the body, or the end of the stream. */
+static void chat_finish(job *j) {
     gen_result *r = &j->res;
-    if (k == EV_FINISH) {
-        if (r->finish == FIN_ERROR) { finish_error(j); return; }
-        if (r->finish == FIN_CANCEL) {
-            if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
-            return;
-        }
-        if (j->rq->stream) {
-            emit_chunk(j, json_object(), finish_name(r->finish));
-            if (j->rq->include_usage) {
-                json_t *o = envelope(j, "chat.completion.chunk");
-                json_object_set_new(o, "choices", json_array());
-                json_object_set_new(o, "usage", usage_json(r));
-                job_emit_data(j, o);
-            }
-            job_emit(j, "data: [DONE]\n\n", 14);
-            job_finish_stream(j);
-            return;
-        }
-        json_t *o = envelope(j, "chat.completion");
-        json_t *msg = json_object();
-        json_object_set_new(msg, "role", json_string("assistant"));
-        if (r->content.n || !r->n_calls)
-            json_object_set_new(msg, "content", jstr(r->content.p, r->content.n));
-        else
-            json_object_set_new(msg, "content", json_null());
-        if (r->reasoning.n)
-            json_object_set_new(msg, "reasoning_content", jstr(r->reasoning.p, r->reasoning.n));
-        if (r->n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(r));
+    if (r->finish == FIN_ERROR) { finish_error(j); return; }
+    if (r->finish == FIN_CANCEL) {
+        if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
+        return;
+    }
+    if (j->rq->stream && r->finish == FIN_TOOL_ERROR) {
+        json_t *o = envelope(j, "chat.completion.chunk");
         json_t *ch = json_object();
         json_object_set_new(ch, "index", json_integer(0));
-        json_object_set_new(ch, "message", msg);
+        json_object_set_new(ch, "delta", json_object());
         json_object_set_new(ch, "logprobs", json_null());
-        json_object_set_new(ch, "finish_reason", json_string(finish_name(r->finish)));
+        json_object_set_new(ch, "finish_reason", json_string("error"));
         json_t *arr = json_array();
         json_array_append_new(arr, ch);
         json_object_set_new(o, "choices", arr);
-        json_object_set_new(o, "usage", usage_json(r));
-        job_set_body(j, 200, jdump(o));
-        json_decref(o);
+        if (j->rq->include_usage) json_object_set_new(o, "usage", usage_json(r));
+        json_object_set_new(o, "error", tool_error_json(r));
+        job_emit_data(j, o);
+        job_emit(j, "data: [DONE]\n\n", 14);
+        job_finish_stream(j);
         return;
     }
+    if (j->rq->stream) {
+        emit_chunk(j, json_object(), finish_name(r->finish));
+        if (j->rq->include_usage) {
+            json_t *o = envelope(j, "chat.completion.chunk");
+            json_object_set_new(o, "choices", json_array());
+            json_object_set_new(o, "usage", usage_json(r));
+            job_emit_data(j, o);
+        }
+        job_emit(j, "data: [DONE]\n\n", 14);
+        job_finish_stream(j);
+        return;
+    }
+    json_t *o = envelope(j, "chat.completion");
+    json_t *msg = json_object();
+    json_object_set_new(msg, "role", json_string("assistant"));
+    if (r->content.n || !r->n_calls)
+        json_object_set_new(msg, "content", jstr(r->content.p, r->content.n));
+    else
+        json_object_set_new(msg, "content", json_null());
+    if (r->reasoning.n)
+        json_object_set_new(msg, "reasoning_content", jstr(r->reasoning.p, r->reasoning.n));
+    if (r->n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(r));
+    json_t *ch = json_object();
+    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "message", msg);
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason", json_string(finish_name(r->finish)));
+    json_t *arr = json_array();
+    json_array_append_new(arr, ch);
+    json_object_set_new(o, "choices", arr);
+    json_object_set_new(o, "usage", usage_json(r));
+    if (r->finish == FIN_TOOL_ERROR) json_object_set_new(o, "error", tool_error_json(r));
+    job_set_body(j, 200, jdump(o));
+    json_decref(o);
+    return;
+}
+
+void openai_chat_event(job *j, ev_kind k, int index, const char *s, size_t n) {
+    chat_state *st = state_of(j);
+    gen_result *r = &j->res;
+    if (k == EV_FINISH) { chat_finish(j); return; }
     if (!j->rq->stream) return;
     json_t *d = json_object();
     switch (k) {

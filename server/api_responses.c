@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "api.h"
 
 enum { IT_NONE, IT_REASONING, IT_MESSAGE, IT_CALL };
 
@@ -25,6 +25,7 @@ typedef struct {
     int open;            /* IT_* of the open item */
     int out_index;       /* index of the open item; items so far = out_index + 1 */
     int n_items;
+    int msg_seen;        /* a message item was opened before */
 } resp_state;
 
 static resp_state *state_of(job *j) {
@@ -227,40 +228,50 @@ static void open_item(job *j, resp_state *st, int kind, json_t *item) {
     ev(j, st, "response.output_item.added", f);
 }
 
+/* The last event: the body, or the end of the stream. */
+static void responses_finish(job *j, resp_state *st) {
+    gen_result *r = &j->res;
+    json_t *f;
+    if (r->finish == FIN_CANCEL) {
+        if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
+        return;
+    }
+    if (!j->rq->stream) {
+        if (r->finish == FIN_ERROR) {
+            job_set_body(j, r->err.status, api_error_body(0, &r->err));
+            return;
+        }
+        /* a malformed tool call: the text is in the message item,
+         * the response failed with the parser's reason */
+        json_t *o = response_json(j, r->finish == FIN_LENGTH ? "incomplete" :
+                                  r->finish == FIN_TOOL_ERROR ? "failed" : "completed", 1);
+        job_set_body(j, 200, jdump(o));
+        json_decref(o);
+        return;
+    }
+    if (r->finish == FIN_ERROR) {
+        f = json_object();
+        json_object_set_new(f, "response", response_json(j, "failed", 0));
+        ev(j, st, "response.failed", f);
+        job_finish_stream(j);
+        return;
+    }
+    close_item(j, st);
+    const char *status = r->finish == FIN_LENGTH ? "incomplete" :
+                         r->finish == FIN_TOOL_ERROR ? "failed" : "completed";
+    f = json_object();
+    json_object_set_new(f, "response", response_json(j, status, 1));
+    ev(j, st, r->finish == FIN_LENGTH ? "response.incomplete" :
+              r->finish == FIN_TOOL_ERROR ? "response.failed" : "response.completed", f);
+    job_finish_stream(j);
+    return;
+}
+
 void responses_event(job *j, ev_kind k, int index, const char *s, size_t n) {
     resp_state *st = state_of(j);
     gen_result *r = &j->res;
     json_t *f;
-    if (k == EV_FINISH) {
-        if (r->finish == FIN_CANCEL) {
-            if (j->rq->stream) job_finish_stream(j); else job_set_body(j, 499, NULL);
-            return;
-        }
-        if (!j->rq->stream) {
-            if (r->finish == FIN_ERROR) {
-                job_set_body(j, r->err.status, api_error_body(0, &r->err));
-                return;
-            }
-            json_t *o = response_json(j, r->finish == FIN_LENGTH ? "incomplete" : "completed", 1);
-            job_set_body(j, 200, jdump(o));
-            json_decref(o);
-            return;
-        }
-        if (r->finish == FIN_ERROR) {
-            f = json_object();
-            json_object_set_new(f, "response", response_json(j, "failed", 0));
-            ev(j, st, "response.failed", f);
-            job_finish_stream(j);
-            return;
-        }
-        close_item(j, st);
-        const char *status = r->finish == FIN_LENGTH ? "incomplete" : "completed";
-        f = json_object();
-        json_object_set_new(f, "response", response_json(j, status, 1));
-        ev(j, st, r->finish == FIN_LENGTH ? "response.incomplete" : "response.completed", f);
-        job_finish_stream(j);
-        return;
-    }
+    if (k == EV_FINISH) { responses_finish(j, st); return; }
     if (!j->rq->stream) return;
     switch (k) {
     case EV_START:
@@ -290,6 +301,9 @@ void responses_event(job *j, ev_kind k, int index, const char *s, size_t n) {
         break;
     case EV_TEXT:
         if (st->open != IT_MESSAGE) {
+            /* text after a call (a malformed one's text) is a new item */
+            if (st->msg_seen) util_random_id(j->msg_item_id, sizeof j->msg_item_id, "msg_", 24);
+            st->msg_seen = 1;
             open_item(j, st, IT_MESSAGE, message_item(j, 0, "in_progress"));
             f = at(j, st, j->msg_item_id);
             json_object_set_new(f, "content_index", json_integer(0));

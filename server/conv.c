@@ -986,8 +986,11 @@ static void replay_tool_calls(request *r) {
         char *block = NULL, *reasoning = NULL;
         if (toolmem_match(g_srv->tm, m->tool_calls, m->n_tool_calls, &block, &reasoning)) {
             m->dsml_exact = request_own(r, block);
-            /* a client that dropped the reasoning gets the one the model wrote */
-            if (reasoning && !m->reasoning_len) {
+            /* a client that dropped the reasoning, or whose SDK mangled it
+             * while merging stream deltas, gets the one the model wrote */
+            if (reasoning && (!m->reasoning_len ||
+                              toolmem_merge_artifact(m->reasoning, m->reasoning_len, reasoning,
+                                                     strlen(reasoning)))) {
                 m->reasoning = request_own(r, reasoning);
                 m->reasoning_len = m->reasoning ? strlen(reasoning) : 0;
             } else {

@@ -521,6 +521,7 @@ static enum MHD_Result do_post(http_server *h, struct MHD_Connection *c, req_ctx
         request_free(rq);
         return send_err(h, c, rc, 500, "server_error", NULL, NULL, "out of memory");
     }
+    j->arrived = rc->t0;     /* queued by arrival, not by when parsing ended */
     int q = worker_submit(s->w, j);
     if (q < 0) {
         job_unref(j);

@@ -11,8 +11,9 @@
  * Threads: connection threads (libmicrohttpd, one per connection) parse,
  * render and tokenize a request, then queue a job; the single inference
  * worker (worker.c) owns the ds4_session and runs jobs one at a time.  The
- * API shaper of a job runs on the worker thread only, so its per-stream
- * state needs no locking; the bytes it produces go through job->mu.
+ * API shaper of a job (j->on_event, chosen by api.c) runs on the worker
+ * thread only, so its per-stream state needs no locking; the bytes it
+ * produces go through job->mu (job.c).
  */
 #ifndef DS4_SERVER_H
 #define DS4_SERVER_H
@@ -165,6 +166,7 @@ char *request_strdup(request *r, const char *s, size_t n);
 /* Generation results and events                                             */
 /* ------------------------------------------------------------------------ */
 
+typedef struct job job;
 typedef enum {
     FIN_NONE = 0,
     FIN_STOP,          /* EOS (or the end of the test output) */
@@ -173,6 +175,8 @@ typedef enum {
     FIN_TOOLS,         /* a complete tool-call block */
     FIN_CANCEL,        /* the client went away */
     FIN_ERROR,         /* see job->res.err */
+    FIN_TOOL_ERROR,    /* the model wrote a malformed tool call: its text is
+                        * in res.content, the parser's reason in res.err */
 } finish_kind;
 
 typedef struct {
@@ -210,7 +214,8 @@ typedef enum {
 
 enum { CANCEL_NONE = 0, CANCEL_CLIENT = 1, CANCEL_SHUTDOWN = 2 };
 
-typedef struct job job;
+typedef void (*job_event_fn)(job *j, ev_kind k, int index, const char *s, size_t n);
+
 struct job {
     request *rq;                  /* owned */
     pthread_mutex_t mu;
@@ -219,7 +224,10 @@ struct job {
     atomic_int cancel;            /* CANCEL_* */
     int done;                     /* under mu: no more output */
     job *next;                    /* queue link */
-    uint64_t seq;                 /* arrival order */
+    uint64_t seq;                 /* submission number (logs) */
+    double arrived;               /* util_now() when the request's first bytes
+                                   * arrived: the queue order (0 = at submission) */
+    job_event_fn on_event;        /* the API's response shaper (api.c) */
 
     /* output (under mu) */
     ds4_buf out;                  /* SSE bytes not yet sent */
@@ -235,23 +243,7 @@ struct job {
     void *api_state;              /* the shaper's stream state */
 };
 
-job *job_new(request *rq);
-void job_ref(job *j);
-void job_unref(job *j);
-/* Append SSE bytes (worker side) and wake the connection thread. */
-void job_emit(job *j, const char *s, size_t n);
-void job_emit_event(job *j, const char *event, json_t *data);  /* steals data */
-void job_emit_data(job *j, json_t *data);                      /* "data: " only */
-/* Non-stream: set the final body (steals `body`) and mark done. */
-void job_set_body(job *j, int status, char *body);
-void job_finish_stream(job *j);
-
-/* API shapers (worker thread). */
-void api_event(job *j, ev_kind k, int index, const char *s, size_t n);
-void openai_chat_event(job *j, ev_kind k, int index, const char *s, size_t n);
-void openai_completions_event(job *j, ev_kind k, int index, const char *s, size_t n);
-void responses_event(job *j, ev_kind k, int index, const char *s, size_t n);
-void anthropic_event(job *j, ev_kind k, int index, const char *s, size_t n);
+/* job.h: the job's output channel (job.c) and its shaper (api.h). */
 
 /* ------------------------------------------------------------------------ */
 /* The server context                                                        */

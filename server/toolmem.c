@@ -191,6 +191,46 @@ int toolmem_args_equal(const char *a, const char *b) {
     return eq;
 }
 
+/* c = d1 d1 d2 d2 ... dk dk for some split m = d1 d2 ... dk.  Every piece
+ * is doubled, so after matching m[0..i) the client is at 2i: a state is
+ * just i.  Depth first, shortest piece first (a text of one repeated byte
+ * then takes a straight path); each state is visited once and the work is
+ * capped: past the cap, no. */
+static int doubled_deltas(const char *c, size_t cn, const char *m, size_t mn) {
+    if (mn == 0 || cn != 2 * mn) return 0;
+    unsigned char *seen = calloc(mn + 1, 1);
+    size_t *si = malloc((mn + 1) * sizeof *si), *sl = malloc((mn + 1) * sizeof *sl);
+    int ok = 0;
+    if (seen && si && sl) {
+        long budget = 1L << 26;
+        size_t sp = 0;
+        seen[0] = 1;
+        si[sp] = 0; sl[sp] = 1; sp++;
+        while (sp > 0 && budget > 0) {
+            size_t i = si[sp - 1], L = sl[sp - 1];
+            if (i == mn) { ok = 1; break; }
+            /* first copy c[2i, 2i+L) == m[i, i+L), grown a byte at a time */
+            if (i + L > mn || c[2 * i + L - 1] != m[i + L - 1]) { sp--; continue; }
+            sl[sp - 1] = L + 1;
+            budget -= (long)L;
+            if (!seen[i + L] && !memcmp(c + 2 * i + L, m + i, L)) {
+                seen[i + L] = 1;
+                si[sp] = i + L; sl[sp] = 1; sp++;
+            }
+        }
+    }
+    free(seen); free(si); free(sl);
+    return ok;
+}
+
+int toolmem_merge_artifact(const char *client, size_t cn, const char *mem, size_t mn) {
+    if (!client || !mem || cn == 0 || (cn == mn && !memcmp(client, mem, cn))) return 0;
+    /* each delta assigned instead of appended: the last one(s) remain */
+    if (cn < mn && !memcmp(mem + mn - cn, client, cn)) return 1;
+    /* each delta appended twice */
+    return doubled_deltas(client, cn, mem, mn);
+}
+
 int toolmem_match(toolmem *t, const ds4_tool_call *calls, int n, char **text,
                   char **reasoning) {
     *text = NULL;
@@ -207,7 +247,10 @@ int toolmem_match(toolmem *t, const ds4_tool_call *calls, int n, char **text,
     for (int i = 0; ok && i < n; i++) {
         ok = calls[i].id && !strcmp(calls[i].id, b->ids[i]) &&
              calls[i].name && !strcmp(calls[i].name, b->names[i]) &&
-             toolmem_args_equal(calls[i].arguments ? calls[i].arguments : "", b->args[i]);
+             (toolmem_args_equal(calls[i].arguments ? calls[i].arguments : "", b->args[i]) ||
+              (calls[i].arguments &&
+               toolmem_merge_artifact(calls[i].arguments, strlen(calls[i].arguments), b->args[i],
+                                      strlen(b->args[i]))));
     }
     if (ok) {
         *text = dupn(b->text, b->text_len);

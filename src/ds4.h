@@ -336,8 +336,11 @@ void ds4_session_free(ds4_session *s);
 typedef int (*ds4_progress_fn)(void *ud, int done, int total);
 
 /* Make the session hold exactly `toks`: keep the longest common prefix with
- * the current state, evaluate only the rest.  On DS4_ECTX nothing changes.
- * *n_reused (optional) receives the number of tokens kept. */
+ * the current state, evaluate only the rest.  When `toks` diverge inside
+ * the session (or are shorter), the state goes back to the latest RAM
+ * checkpoint within the common prefix (ds4_session_checkpoint), else it is
+ * rebuilt from the start.  On DS4_ECTX nothing changes.  *n_reused
+ * (optional) receives the number of tokens kept. */
 int ds4_session_sync(ds4_session *s, const int32_t *toks, int n,
                      ds4_progress_fn progress, void *ud, int *n_reused);
 /* Append tokens (prefill when n > 1, decode when n == 1). */
@@ -371,6 +374,28 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len,
                         char **err);
 /* KV bytes currently held. */
 uint64_t ds4_session_kv_bytes(const ds4_session *s);
+
+/* RAM checkpoints: cheap rewinds within the session's own history.  A
+ * checkpoint copies only what later evaluation overwrites -- the sliding
+ * window rows, the compressor/indexer frontiers and the logits -- not the
+ * compressed rows, which are append-only (about 23 MiB at the Flash shape,
+ * whatever the context; ds4_session_checkpoint_bytes says exactly).  A
+ * checkpoint stays valid while the session keeps every token below it:
+ * reset, restore, a failed evaluation, or a rewind below it drop it.  The
+ * memory is allocated on the first checkpoint of a slot and kept. */
+#define DS4_SESSION_CKPTS 2
+int ds4_session_checkpoint(ds4_session *s, int slot);
+/* Token count of a slot's valid checkpoint; -1 when none. */
+int ds4_session_checkpoint_tokens(const ds4_session *s, int slot);
+/* Bytes one checkpoint slot holds. */
+uint64_t ds4_session_checkpoint_bytes(const ds4_session *s);
+/* The largest count <= n a valid checkpoint restores exactly (0 = none). */
+int ds4_session_rewind_point(const ds4_session *s, int n);
+/* Go back to exactly n tokens from a checkpoint of that count (the logits
+ * after token n-1 included): no evaluation.  DS4_EINVAL (state unchanged)
+ * when no valid checkpoint holds n tokens.  ds4_session_sync uses this when
+ * the new tokens diverge inside the session. */
+int ds4_session_rewind(ds4_session *s, int n);
 
 /* ------------------------------------------------------------------------ */
 /* Disk KV cache: session states stored as files named by the SHA-1 of the  */
@@ -468,6 +493,43 @@ int ds4_kv_policy_cold_point(const ds4_kv_policy *p, int n);
 /* The next continued-checkpoint frontier strictly above `n` tokens: a
  * multiple of the interval rounded up to the alignment; 0 = off. */
 int ds4_kv_policy_next_frontier(const ds4_kv_policy *p, int n);
+
+/* ------------------------------------------------------------------------ */
+/* Checkpointed evaluation (evaluate.c): how the CLI and the server evaluate */
+/* a prompt or generated tokens -- in chunks with progress and cancellation, */
+/* stopping exactly at the disk cache's cold point and continued frontiers   */
+/* (ds4_kv_policy) so the caller can save the state there, and taking the    */
+/* RAM checkpoints that make a retry or a rewind of a few tokens cheap.      */
+/* ------------------------------------------------------------------------ */
+
+/* Called with the session sitting exactly at a disk checkpoint (cold or
+ * continued); the caller saves it (ds4_kvstore_save) or not. */
+typedef void (*ds4_kv_save_fn)(void *ud, ds4_kv_reason why);
+
+typedef struct {
+    const ds4_kv_policy *kv_policy;  /* NULL: no disk checkpoints */
+    ds4_kv_save_fn save;             /* required with kv_policy */
+    void *save_ud;
+    ds4_progress_fn progress;        /* done/total over the whole call; non-zero cancels */
+    void *progress_ud;
+    int cold;                        /* an empty session stops at the cold point */
+    int ram_tail;                    /* >= 0: the tokens end a prompt: RAM checkpoint
+                                      * slot 1 at their end and slot 0 ram_tail tokens
+                                      * before it (when that is inside this call);
+                                      * -1: none (generation) */
+} ds4_eval_params;
+
+/* Defaults: nothing but plain chunked evaluation (ram_tail -1). */
+void ds4_eval_params_default(ds4_eval_params *p);
+/* Append n tokens.  DS4_ECTX (nothing changed) when they do not fit;
+ * DS4_ECANCEL leaves the session valid at a chunk boundary; any other
+ * error leaves it empty. */
+int ds4_eval(ds4_session *s, const int32_t *toks, int n, const ds4_eval_params *p);
+/* Make the session hold exactly toks: keep the common prefix (going back
+ * through a RAM checkpoint when toks diverge inside the session, else
+ * starting over), then ds4_eval the rest.  *n_reused: tokens not evaluated. */
+int ds4_eval_sync(ds4_session *s, const int32_t *toks, int n, const ds4_eval_params *p,
+                  int *n_reused);
 
 /* Model-free inspection of one cache file (ds4-kv). */
 typedef struct {

@@ -7,6 +7,10 @@
  *     session untouched;
  *   - sync reuses the longest common prefix and only evaluates the suffix,
  *     rebuilds on divergence, and gives the same logits either way;
+ *   - RAM checkpoints: a retry restores the prompt's end with the same
+ *     logits, a divergence near the end rewinds to the tail checkpoint and
+ *     matches a fresh evaluation, stale checkpoints are dropped;
+ *   - ds4_eval stops exactly at the cold point and continued frontiers;
  *   - a full context is DS4_ECTX (state unchanged), bad ids DS4_EINVAL;
  *   - cancellation through the progress callback;
  *   - memory estimate and KV byte counts are consistent;
@@ -45,6 +49,23 @@ static int cancel_after;
 static int progress_cancel(void *ud, int done, int total) {
     (void)ud; (void)total;
     return done >= cancel_after;
+}
+
+typedef struct {
+    ds4_session *s;
+    int n, at[16], why[16];
+    int max_done;
+} save_log;
+
+static void log_save(void *ud, ds4_kv_reason why) {
+    save_log *l = ud;
+    if (l->n < 16) { l->at[l->n] = ds4_session_n_tokens(l->s); l->why[l->n] = why; l->n++; }
+}
+
+static int progress_max(void *ud, int done, int total) {
+    save_log *l = ud;
+    if (total == 250 && done > l->max_done) l->max_done = done;
+    return 0;
 }
 
 static void test_model(const char *name) {
@@ -149,6 +170,99 @@ static void test_model(const char *name) {
         CHECK(memcmp(ds4_session_logits(s), L + (size_t)49 * V, (size_t)V * 4) == 0, "rewind logits");
         ds4_tokens_free(&alt);
         ds4_session_free(fresh);
+        ds4_session_free(s);
+    }
+
+    /* RAM checkpoints and checkpointed evaluation: a prompt evaluated by
+     * ds4_eval with ram_tail 10 leaves checkpoints at 290 and 300; after
+     * "generation" a retry of the prompt costs nothing and gives the same
+     * logits; a prompt that diverges 5 tokens before the end goes back to
+     * 290 and matches a fresh evaluation; a checkpoint above a rewind and
+     * every checkpoint after a reset are dropped */
+    {
+        ds4_session *s = new_session(m, 1024, 64);
+        ds4_eval_params ep;
+        ds4_eval_params_default(&ep);
+        ep.ram_tail = 10;
+        CHECK(ds4_eval(s, ids.v, N, &ep) == DS4_OK, "ds4_eval prompt");
+        CHECK(ds4_session_checkpoint_tokens(s, 0) == N - 10 && ds4_session_checkpoint_tokens(s, 1) == N,
+              "checkpoints at %d and %d", ds4_session_checkpoint_tokens(s, 0),
+              ds4_session_checkpoint_tokens(s, 1));
+        CHECK(memcmp(ds4_session_logits(s), L + (size_t)(N - 1) * V, (size_t)V * 4) == 0,
+              "split prompt logits == uninterrupted");
+        CHECK(ds4_session_checkpoint_bytes(s) > 0 &&
+              ds4_session_checkpoint_bytes(s) < ds4_session_memory_estimate(m, 1024),
+              "checkpoint bytes %llu", (unsigned long long)ds4_session_checkpoint_bytes(s));
+        ds4_eval_params gp;
+        ds4_eval_params_default(&gp);
+        for (int i = 0; i < 20; i++) CHECK(ds4_eval(s, ids.v + N + i, 1, &gp) == DS4_OK, "decode");
+        CHECK(ds4_session_rewind(s, N - 3) == DS4_EINVAL && ds4_session_n_tokens(s) == N + 20,
+              "rewind to a count no checkpoint holds is refused, session unchanged");
+        int reused = -1;
+        CHECK(ds4_eval_sync(s, ids.v, N, &ep, &reused) == DS4_OK && reused == N,
+              "retry: reused %d of %d", reused, N);
+        CHECK(memcmp(ds4_session_logits(s), L + (size_t)(N - 1) * V, (size_t)V * 4) == 0,
+              "retry logits == first evaluation");
+        /* a next turn that re-renders the last 5 tokens */
+        ds4_tokens alt = { 0 };
+        for (int i = 0; i < N + 40; i++) ds4_tokens_push(&alt, i < N - 5 ? ids.v[i] : ids.v[i + 200]);
+        CHECK(ds4_eval_sync(s, alt.v, N + 40, &ep, &reused) == DS4_OK && reused == N - 10,
+              "divergent next turn: reused %d (want %d)", reused, N - 10);
+        ds4_session *fresh = new_session(m, 1024, 64);
+        CHECK(ds4_session_eval(fresh, alt.v, N + 40, NULL, NULL) == DS4_OK, "fresh");
+        CHECK(memcmp(ds4_session_logits(s), ds4_session_logits(fresh), (size_t)V * 4) == 0,
+              "rewound + evaluated == fresh evaluation");
+        CHECK(ds4_session_checkpoint_tokens(s, 0) == N + 30 && ds4_session_checkpoint_tokens(s, 1) == N + 40,
+              "new checkpoints at the new prompt's end");
+        /* the library's sync uses the checkpoints too */
+        CHECK(ds4_session_sync(s, alt.v, N + 35, NULL, NULL, &reused) == DS4_OK && reused == N + 30,
+              "sync rewinds through a checkpoint: reused %d", reused);
+        CHECK(ds4_session_checkpoint_tokens(s, 1) == -1, "a checkpoint above the rewind is dropped");
+        ds4_session_reset(s);
+        CHECK(ds4_session_checkpoint_tokens(s, 0) == -1 && ds4_session_rewind_point(s, N) == 0,
+              "reset drops every checkpoint");
+        /* a prompt shorter than the tail still gets its end checkpoint */
+        CHECK(ds4_eval(s, ids.v, 5, &ep) == DS4_OK && ds4_session_checkpoint_tokens(s, 1) == 5 &&
+              ds4_session_checkpoint_tokens(s, 0) == -1, "short prompt: end checkpoint only");
+        ds4_tokens_free(&alt);
+        ds4_session_free(fresh);
+        ds4_session_free(s);
+    }
+
+    /* ds4_eval stops exactly at the disk cache's cold point and continued
+     * frontiers (the save callback sees the session there), and reports
+     * progress over the whole call */
+    {
+        ds4_session *s = new_session(m, 1024, 64);
+        ds4_kv_policy pol;
+        ds4_kv_policy_default(&pol);
+        pol.min_tokens = 16;
+        pol.cold_max_tokens = 1000;
+        pol.trim_tokens = 8;
+        pol.align_tokens = 32;
+        pol.continued_interval = 100;
+        save_log sl = { s, 0, { 0 }, { 0 }, 0 };
+        ds4_eval_params ep;
+        ds4_eval_params_default(&ep);
+        ep.kv_policy = &pol;
+        ep.save = log_save;
+        ep.save_ud = &sl;
+        ep.cold = 1;
+        ep.progress = progress_max;
+        ep.progress_ud = &sl;
+        CHECK(ds4_eval(s, ids.v, 250, &ep) == DS4_OK, "eval with policy");
+        /* interval 100 aligned to 32: frontiers at 128, 256, ...; cold point
+         * (250 - 8) aligned down to 224 */
+        int cold = ds4_kv_policy_cold_point(&pol, 250), f = ds4_kv_policy_next_frontier(&pol, 0);
+        CHECK(cold == 224 && f == 128, "policy arithmetic: cold %d frontier %d", cold, f);
+        CHECK(sl.n == 2 && sl.at[0] == 128 && sl.why[0] == DS4_KV_CONTINUED &&
+              sl.at[1] == 224 && sl.why[1] == DS4_KV_COLD,
+              "saves: %d (first at %d, second at %d)", sl.n, sl.at[0], sl.at[1]);
+        CHECK(sl.max_done == 250, "progress reached %d of 250", sl.max_done);
+        CHECK(memcmp(ds4_session_logits(s), L + (size_t)249 * V, (size_t)V * 4) == 0,
+              "stopping at checkpoints changes nothing");
+        CHECK(ds4_eval(s, ids.v, 800, &ep) == DS4_ECTX && ds4_session_n_tokens(s) == 250,
+              "ds4_eval beyond the context: ECTX, unchanged");
         ds4_session_free(s);
     }
 

@@ -100,6 +100,19 @@ typedef struct {
     float *logits;            /* [T][vocab] when capturing, else [1][vocab] */
 } cpu_scratch;
 
+/* A RAM checkpoint of the session's own history (session.c): only what a
+ * later evaluation overwrites -- the live window rows, the compressor and
+ * indexer frontiers, the row counts and the logits.  The compressed rows
+ * are append-only, so the rows below the counts stay the live session's
+ * own as long as no evaluation went below the checkpoint. */
+typedef struct {
+    int n;                    /* token count; -1 = empty or no longer valid */
+    int has_logits;
+    float *logits;            /* [vocab] */
+    float *rows;              /* per layer: raw[raw_len][d], st_kv, st_sc, ist_kv, ist_sc */
+    int *raw_len, *n_comp, *n_icomp;  /* [n_layer] */
+} session_ckpt;
+
 struct ds4_session {
     ds4_model *m;
     int ctx, chunk, no_qat, decode_only;
@@ -109,6 +122,7 @@ struct ds4_session {
     layer_state *ls;          /* [n_layer] */
     cpu_scratch sc;
     ds4_buf *cap_logits, *cap_hidden;
+    session_ckpt ck[DS4_SESSION_CKPTS];
 };
 
 /* forward_cpu.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);

@@ -211,6 +211,8 @@ static void state_reset(ds4_session *s) {
     }
     s->toks.n = 0;
     s->has_logits = 0;
+    /* every checkpoint referred to rows that are gone now */
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++) s->ck[i].n = -1;
 }
 
 ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **err) {
@@ -275,6 +277,10 @@ void ds4_session_free(ds4_session *s) {
         }
         ds4_cpu_scratch_free(s);
     }
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++) {
+        session_ckpt *k = &s->ck[i];
+        free(k->logits); free(k->rows); free(k->raw_len); free(k->n_comp); free(k->n_icomp);
+    }
     free(s->ls);
     free(s->logits);
     ds4_tokens_free(&s->toks);
@@ -338,13 +344,145 @@ int ds4_session_sync(ds4_session *s, const int32_t *toks, int n,
         if (n_reused) *n_reused = (int)lcp;
         return ds4_session_eval(s, toks + lcp, n - (int)lcp, progress, ud);
     }
-    /* The state cannot be rewound: raw rows older than the window are gone,
-     * compressed rows pool whole windows and the frontiers only move
-     * forward.  Any divergence (or a shorter sequence) therefore rebuilds
-     * from the start; callers that switch between conversations keep
-     * snapshots (or the disk KV cache) to avoid this. */
+    /* The state cannot be rewound by itself: raw rows older than the window
+     * are gone, compressed rows pool whole windows and the frontiers only
+     * move forward.  A RAM checkpoint within the common prefix brings it
+     * back exactly (below); without one, any divergence (or a shorter
+     * sequence) rebuilds from the start. */
+    int c = ds4_session_rewind_point(s, (int)lcp);
+    if (c > 0 && ds4_session_rewind(s, c) == DS4_OK) {
+        if (n_reused) *n_reused = c;
+        return ds4_session_eval(s, toks + c, n - c, progress, ud);
+    }
     state_reset(s);
     return ds4_session_eval(s, toks, n, progress, ud);
+}
+
+/* ---------------------------------------------------------------------- */
+/* RAM checkpoints (ds4.h).  What a later evaluation changes, per layer:   */
+/* the raw rows of the window (a checkpoint keeps the last min(n, n_swa),  */
+/* which is all attention reads), the compressor and indexer frontiers     */
+/* (fixed size), and the compressed-row counts.  Rows below those counts   */
+/* are only ever appended to, so they are not copied: a checkpoint is      */
+/* valid while the session still holds all of its tokens (state_reset     */
+/* drops every checkpoint; a rewind drops the ones above its point).      */
+/* ---------------------------------------------------------------------- */
+
+static int raw_live(const layer_state *st, const ds4_config *c);
+
+static size_t ckpt_floats(const ds4_session *s) {
+    const ds4_config *c = &s->m->w.cfg;
+    size_t f = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
+        f += (size_t)c->n_swa * c->head_dim + 2 * z.st + 2 * z.ist;
+    }
+    return f;
+}
+
+uint64_t ds4_session_checkpoint_bytes(const ds4_session *s) {
+    const ds4_config *c = &s->m->w.cfg;
+    return (ckpt_floats(s) + (size_t)c->n_vocab) * sizeof(float) +
+           3 * (size_t)c->n_layer * sizeof(int);
+}
+
+int ds4_session_checkpoint(ds4_session *s, int slot) {
+    if (slot < 0 || slot >= DS4_SESSION_CKPTS) return DS4_EINVAL;
+    const ds4_config *c = &s->m->w.cfg;
+    session_ckpt *k = &s->ck[slot];
+    if (!k->rows) {
+        k->rows = malloc(ckpt_floats(s) * sizeof(float));
+        k->logits = malloc((size_t)c->n_vocab * sizeof(float));
+        k->raw_len = malloc((size_t)c->n_layer * sizeof(int));
+        k->n_comp = malloc((size_t)c->n_layer * sizeof(int));
+        k->n_icomp = malloc((size_t)c->n_layer * sizeof(int));
+        if (!k->rows || !k->logits || !k->raw_len || !k->n_comp || !k->n_icomp) {
+            free(k->rows); free(k->logits); free(k->raw_len); free(k->n_comp); free(k->n_icomp);
+            memset(k, 0, sizeof *k);
+            k->n = -1;
+            return DS4_ENOMEM;
+        }
+    }
+    float *o = k->rows;
+    for (int il = 0; il < c->n_layer; il++) {
+        const layer_state *st = &s->ls[il];
+        layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
+        int live = raw_live(st, c);
+        size_t rn = (size_t)live * c->head_dim;
+        memcpy(o, st->raw + (size_t)(st->raw_start + st->raw_len - live) * c->head_dim,
+               rn * sizeof(float));
+        o += (size_t)c->n_swa * c->head_dim;
+        k->raw_len[il] = live;
+        k->n_comp[il] = st->n_comp;
+        k->n_icomp[il] = st->n_icomp;
+        if (z.st) {
+            memcpy(o, st->st_kv, z.st * sizeof(float));
+            memcpy(o + z.st, st->st_sc, z.st * sizeof(float));
+            o += 2 * z.st;
+        }
+        if (z.ist) {
+            memcpy(o, st->ist_kv, z.ist * sizeof(float));
+            memcpy(o + z.ist, st->ist_sc, z.ist * sizeof(float));
+            o += 2 * z.ist;
+        }
+    }
+    k->has_logits = s->has_logits;
+    if (s->has_logits) memcpy(k->logits, s->logits, (size_t)c->n_vocab * sizeof(float));
+    k->n = (int)s->toks.n;
+    return DS4_OK;
+}
+
+int ds4_session_checkpoint_tokens(const ds4_session *s, int slot) {
+    if (slot < 0 || slot >= DS4_SESSION_CKPTS || !s->ck[slot].rows) return -1;
+    return s->ck[slot].n;
+}
+
+int ds4_session_rewind_point(const ds4_session *s, int n) {
+    int best = 0;
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++) {
+        const session_ckpt *k = &s->ck[i];
+        if (k->rows && k->n > best && k->n <= n && k->n <= (int)s->toks.n &&
+            (k->n < n || k->has_logits))
+            best = k->n;
+    }
+    return best;
+}
+
+int ds4_session_rewind(ds4_session *s, int n) {
+    const ds4_config *c = &s->m->w.cfg;
+    session_ckpt *k = NULL;
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++)
+        if (s->ck[i].rows && s->ck[i].n == n && n > 0 && n <= (int)s->toks.n) k = &s->ck[i];
+    if (!k) return DS4_EINVAL;
+    const float *o = k->rows;
+    for (int il = 0; il < c->n_layer; il++) {
+        layer_state *st = &s->ls[il];
+        layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
+        st->raw_start = 0;
+        st->raw_len = k->raw_len[il];
+        memcpy(st->raw, o, (size_t)k->raw_len[il] * c->head_dim * sizeof(float));
+        o += (size_t)c->n_swa * c->head_dim;
+        st->n_comp = k->n_comp[il];
+        st->n_icomp = k->n_icomp[il];
+        if (z.st) {
+            memcpy(st->st_kv, o, z.st * sizeof(float));
+            memcpy(st->st_sc, o + z.st, z.st * sizeof(float));
+            o += 2 * z.st;
+        }
+        if (z.ist) {
+            memcpy(st->ist_kv, o, z.ist * sizeof(float));
+            memcpy(st->ist_sc, o + z.ist, z.ist * sizeof(float));
+            o += 2 * z.ist;
+        }
+    }
+    s->has_logits = k->has_logits;
+    if (k->has_logits) memcpy(s->logits, k->logits, (size_t)c->n_vocab * sizeof(float));
+    s->toks.n = (size_t)n;
+    /* checkpoints above this point refer to rows the next evaluation
+     * overwrites */
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++)
+        if (s->ck[i].n > n) s->ck[i].n = -1;
+    return DS4_OK;
 }
 
 /* The buffer may hold more than the window between compactions; only the

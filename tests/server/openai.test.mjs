@@ -3,7 +3,7 @@
 // (DSML in -> tool_calls out), models.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { openai, out, dsmlBlock, BASE, post } from './helpers.mjs';
+import { openai, out, dsmlBlock, BASE, post, DSML } from './helpers.mjs';
 
 const client = openai();
 
@@ -162,7 +162,7 @@ test('chat: tool calls (non-streaming), parallel calls, ids', async () => {
   assert.notEqual(a.id, b.id);
 });
 
-test('chat: tool calls stream as argument deltas from the invoke header on', async () => {
+test('chat: tool calls stream as argument deltas, each call once its invoke closes', async () => {
   const text = 'Some text first.' + dsmlBlock([{ name: 'get_weather', params: [['city', 'Paris, the capital of France', true]] }]);
   const stream = await client.chat.completions.create(
     { model: 'deepseek-chat', messages: [{ role: 'user', content: 'Weather?' }], tools: [weatherTool], stream: true },
@@ -209,14 +209,26 @@ test('chat: a named tool_choice forces the call to that tool (sampled)', async (
     tools: [weatherTool, { type: 'function', function: { name: 'other', parameters: { type: 'object' } } }],
     tool_choice: { type: 'function', function: { name: 'get_weather' } }, stream: true,
   });
-  let firstTool = null, content = '';
-  for await (const ch of stream) {
-    const d = ch.choices[0]?.delta || {};
-    if (d.content) content += d.content;
-    if (d.tool_calls && !firstTool) firstTool = d.tool_calls[0];
+  let firstTool = null, content = '', finish = null, error = null;
+  try {
+    for await (const ch of stream) {
+      const d = ch.choices[0]?.delta || {};
+      if (d.content) content += d.content;
+      if (d.tool_calls && !firstTool) firstTool = d.tool_calls[0];
+      if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
+    }
+  } catch (e) { error = e; }
+  if (firstTool) {
+    assert.equal(content, '', 'nothing before the forced call');
+    assert.equal(firstTool.function.name, 'get_weather');
+  } else {
+    // the random model's arguments rarely close properly: a call is only
+    // sent once it closes, so a block cut by max_tokens (finish length) or
+    // written badly (an error finish) comes back as text -- starting with
+    // the forced invoke of get_weather
+    assert.ok(finish === 'length' || error?.code === 'malformed_tool_call', `${finish} ${error}`);
+    assert.ok(content.startsWith(`\n\n<${DSML}tool_calls>\n<${DSML}invoke name="get_weather">`), content);
   }
-  assert.equal(content, '', 'nothing before the forced call');
-  assert.equal(firstTool?.function?.name, 'get_weather');
 });
 
 test('completions: raw prompt, non-streaming and streaming', async () => {

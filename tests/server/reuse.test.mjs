@@ -75,8 +75,9 @@ test('chat: an unknown tool-call id falls back to canonical rendering (no reuse)
   assert.equal(delta(m0, m1, 'ds4_tool_replay_canonical_total'), 1);
   assert.equal(delta(m0, m1, 'ds4_tool_replay_exact_total'), 0);
   // the canonical {"LANG": "C"} differs from the sampled bytes: the session
-  // diverges inside turn 1 and is rebuilt
-  assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
+  // diverges inside turn 1's answer; the RAM checkpoint at the end of turn
+  // 1's prompt is all that is kept
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, t1.usage.prompt_tokens);
   // a changed argument with the right id is not replayed either
   const t2 = await turn1(false);
   const changed = t2.msg.tool_calls.map((c) => ({ ...c, function: { ...c.function, arguments: '{"cmd": "rm -rf /"}' } }));
@@ -178,5 +179,100 @@ test('a cut inside a special token is not reused by text (it would turn the mark
     { role: 'user', content: 'again' }] }, { headers: out('ok') });
   const m1 = await metrics();
   assert.equal(delta(m0, m1, 'ds4_session_reuse_text_total'), 0);
-  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, 0);
+  // none of the answer's tokens: only turn 1's prompt, from its RAM checkpoint
+  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, r1.usage.prompt_tokens);
+});
+
+// RAM checkpoints: ds4_eval keeps the state at the end of each prompt and 1
+// token before it (server/worker.c: REWIND_TAIL), so a retried request and
+// the next thinking-mode turn cost only their new tokens.
+const REWIND_TAIL = 1;
+
+test('a retried request reuses its whole prompt and gives the same output at temperature 0', async () => {
+  const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: `retry me ${Date.now()}` }];
+  const req = { model: 'deepseek-chat', messages, temperature: 0, max_tokens: 12 };
+  const r1 = await client.chat.completions.create(req);
+  const m0 = await metrics();
+  const r2 = await client.chat.completions.create(req);
+  const m1 = await metrics();
+  assert.equal(r2.usage.prompt_tokens, r1.usage.prompt_tokens);
+  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, r2.usage.prompt_tokens, 'the whole prompt was reused');
+  assert.equal(delta(m0, m1, 'ds4_prompt_tokens_evaluated_total'), 0, 'nothing evaluated');
+  assert.equal(r2.choices[0].message.content, r1.choices[0].message.content, 'same greedy output');
+  assert.ok(r1.usage.completion_tokens > 0);
+  // streaming, and the Anthropic shape report it too
+  const s = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let text = '', usage = null;
+  for await (const ch of s) { text += ch.choices[0]?.delta?.content || ''; if (ch.usage) usage = ch.usage; }
+  assert.equal(text, r1.choices[0].message.content);
+  assert.equal(usage.prompt_tokens_details.cached_tokens, usage.prompt_tokens);
+  const ac = anthropic();
+  const areq = { model: 'deepseek-chat', max_tokens: 12, temperature: 0, system: 'You are terse.',
+    messages: [{ role: 'user', content: `retry me too ${Date.now()}` }] };
+  const a1 = await ac.messages.create(areq);
+  const a2 = await ac.messages.create(areq);
+  assert.equal(a2.usage.input_tokens, 0, 'no uncached input on the retry');
+  assert.equal(a2.usage.cache_read_input_tokens, a1.usage.input_tokens + a1.usage.cache_read_input_tokens);
+  assert.deepEqual(a2.content, a1.content);
+});
+
+test('a thinking-mode next turn (reasoning dropped) reuses the first prompt but its last token', async () => {
+  const messages = [{ role: 'user', content: `think about this ${Date.now()}` }];
+  const r1 = await client.chat.completions.create({ model: 'ds4', messages },
+    { headers: out('Some reasoning.</think>The answer.') });
+  assert.equal(r1.choices[0].message.reasoning_content, 'Some reasoning.');
+  // the next turn renders turn 1 as "<｜Assistant｜></think>The answer.": the
+  // prompt diverges at turn 1's final "<think>" token
+  const m0 = await metrics();
+  const r2 = await client.chat.completions.create({ model: 'ds4', messages: [...messages,
+    { role: 'assistant', content: 'The answer.' }, { role: 'user', content: 'and then?' }] }, { headers: out('ok</think>ok') });
+  const m1 = await metrics();
+  const u = r2.usage;
+  assert.equal(u.prompt_tokens_details.cached_tokens, r1.usage.prompt_tokens - REWIND_TAIL);
+  assert.equal(delta(m0, m1, 'ds4_prompt_tokens_evaluated_total'), u.prompt_tokens - u.prompt_tokens_details.cached_tokens);
+  assert.ok(u.prompt_tokens - u.prompt_tokens_details.cached_tokens < 30, 'only the new turn and a few tokens');
+});
+
+// openai-node's stream helper (chat.completions.stream) assigns each
+// reasoning_content delta onto the message instead of appending it, so the
+// message it hands back carries only the last delta.  Sent back with its
+// tool call, that copy differs from what the model wrote only by how the
+// deltas were merged (server/toolmem.h defines it): the server renders its
+// own remembered reasoning, and the live session stays a prefix.
+const REASONING = 'Listing the files of the current directory first.';
+const CALL2 = REASONING + '</think>' + dsmlBlock([{ name: 'run_shell', params: [['cmd', 'ls -la', true]] }]);
+
+async function streamTurn(messages) {
+  const runner = client.chat.completions.stream(
+    { model: 'ds4', messages, tools, stream_options: { include_usage: true } }, { headers: out(CALL2) });
+  const deltas = [];
+  runner.on('chunk', (ch) => { const r = ch.choices[0]?.delta?.reasoning_content; if (r) deltas.push(r); });
+  const final = await runner.finalChatCompletion();
+  return { msg: final.choices[0].message, usage: final.usage, deltas };
+}
+
+test('reasoning_content mangled by the SDK while merging deltas: the remembered copy is used', async () => {
+  const messages = [{ role: 'system', content: 'You run commands.' }, { role: 'user', content: `list ${Date.now()}` }];
+  const t1 = await streamTurn(messages);
+  assert.ok(t1.deltas.length > 1, 'several reasoning deltas');
+  assert.equal(t1.deltas.join(''), REASONING);
+  // what the helper produced: the last delta only
+  assert.equal(t1.msg.reasoning_content, t1.deltas.at(-1));
+  const full = t1.usage.prompt_tokens + t1.usage.completion_tokens - 1;
+  const next = (assistant) => client.chat.completions.create({ model: 'ds4', tools, messages: [...messages, assistant,
+    { role: 'tool', tool_call_id: t1.msg.tool_calls[0].id, content: 'a.txt' }] }, { headers: out('ok</think>ok') });
+  // 1. the SDK's message as it is
+  let r = await next(t1.msg);
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, full, 'the live session is a prefix');
+
+  // 2. every delta doubled in place (a proxy that appends each twice)
+  const t2 = await streamTurn(messages);
+  r = await next({ ...t2.msg, tool_calls: t2.msg.tool_calls, reasoning_content: t2.deltas.map((d) => d + d).join('') });
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, t2.usage.prompt_tokens + t2.usage.completion_tokens - 1);
+
+  // 3. control: an edited reasoning is the client's -- the prompt diverges
+  // inside turn 1's answer and only its prompt (RAM checkpoint) is kept
+  const t3 = await streamTurn(messages);
+  r = await next({ ...t3.msg, reasoning_content: 'I changed this reasoning.' });
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, t3.usage.prompt_tokens);
 });

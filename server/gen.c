@@ -1,0 +1,364 @@
+/*
+ * gen.c -- see gen.h.
+ *
+ * Tool calls.  Content goes through the streaming DSML parser.  A call is
+ * held back until its invoke closes, then sent whole (its name, its
+ * argument deltas as they were generated, its end): a client never sees a
+ * call whose arguments stop half way.  When the model writes malformed
+ * DSML, generation stops; the calls that closed before stay calls, and the
+ * block's text from the first unclosed call on (the whole block when none
+ * closed) becomes visible content, with the finish FIN_TOOL_ERROR (each
+ * API shapes it as an error finish).  A block cut by max_tokens or the
+ * context is returned as text the same way, with the length finish.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gen.h"
+#include "job.h"
+
+#define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
+
+typedef struct {
+    const gen_env *env;
+    job *j;
+    request *rq;
+    const ds4_tokenizer *tok;
+    ds4_dsml *dsml;
+    ds4_detok dt;
+    ds4_buf piece;
+    int in_reasoning;
+    ds4_tokens forced;
+    size_t forced_pos;
+    ds4_buf hold;             /* visible text held back by the stop matcher */
+    int stop;                 /* end generation after this token */
+    int stop_seq;             /* a stop sequence matched */
+    int block_done;           /* </｜DSML｜tool_calls> seen */
+    int block_error;
+    size_t block_closed;      /* block text up to the end of the last closed call */
+    ds4_buf pend;             /* argument deltas of the open call, not sent yet */
+    size_t *pend_len;         /* their sizes (sent as the same deltas) */
+    int n_pend, cap_pend;
+} gen;
+
+static void force_text(gen *g, const char *s) {
+    if (!s || !*s) return;
+    /* keep what is still queued, append the new text's tokens */
+    ds4_tokenize(g->tok, s, strlen(s), DS4_TOK_SPECIAL, &g->forced);
+}
+
+static void emit_reasoning(gen *g, const char *s, size_t n) {
+    if (!n) return;
+    ds4_buf_append(&g->j->res.reasoning, s, n);
+    job_event(g->j, EV_REASONING, 0, s, n);
+}
+
+static void emit_visible(gen *g, const char *s, size_t n) {
+    if (!n) return;
+    ds4_buf_append(&g->j->res.content, s, n);
+    job_event(g->j, EV_TEXT, 0, s, n);
+}
+
+/* Visible text through the stop-sequence matcher: the earliest match ends
+ * the output (the stop string itself is not returned); the longest tail
+ * that could still begin a stop string is held back. */
+static void visible_text(gen *g, const char *s, size_t n) {
+    if (g->stop_seq) return;
+    request *rq = g->rq;
+    if (rq->n_stop == 0) { emit_visible(g, s, n); return; }
+    ds4_buf_append(&g->hold, s, n);
+    const char *h = g->hold.p;
+    size_t hn = g->hold.n, best = hn;
+    int which = -1;
+    for (int i = 0; i < rq->n_stop; i++) {
+        const char *st = rq->stop[i];
+        size_t sl = strlen(st);
+        for (size_t p = 0; p + sl <= hn && p < best; p++)
+            if (!memcmp(h + p, st, sl)) { best = p; which = i; break; }
+    }
+    if (which >= 0) {
+        emit_visible(g, h, best);
+        g->hold.n = 0;
+        g->stop_seq = 1;
+        g->stop = 1;
+        g->j->res.stop_index = which;
+        return;
+    }
+    size_t keep = 0;
+    for (int i = 0; i < rq->n_stop; i++) {
+        const char *st = rq->stop[i];
+        size_t sl = strlen(st);
+        for (size_t k = sl - 1; k > keep; k--)
+            if (k <= hn && !memcmp(h + hn - k, st, k)) { keep = k; break; }
+    }
+    emit_visible(g, h, hn - keep);
+    memmove(g->hold.p, h + hn - keep, keep);
+    g->hold.n = keep;
+}
+
+static void flush_hold(gen *g) {
+    if (g->hold.n && !g->stop_seq) emit_visible(g, g->hold.p, g->hold.n);
+    g->hold.n = 0;
+}
+
+static gen_call *new_call(job *j) {
+    gen_result *r = &j->res;
+    if (r->n_calls == r->cap_calls) {
+        int nc = r->cap_calls ? r->cap_calls * 2 : 4;
+        gen_call *c = realloc(r->calls, (size_t)nc * sizeof *c);
+        if (!c) return NULL;
+        r->calls = c;
+        r->cap_calls = nc;
+    }
+    gen_call *c = &r->calls[r->n_calls++];
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+static void pend_delta(gen *g, const char *s, size_t n) {
+    if (g->n_pend == g->cap_pend) {
+        int nc = g->cap_pend ? 2 * g->cap_pend : 16;
+        size_t *p = realloc(g->pend_len, (size_t)nc * sizeof *p);
+        if (!p) { g->stop = 1; return; }
+        g->pend_len = p;
+        g->cap_pend = nc;
+    }
+    ds4_buf_append(&g->pend, s, n);
+    g->pend_len[g->n_pend++] = n;
+}
+
+/* The open call closed: send it whole. */
+static void send_call(gen *g, int index) {
+    job *j = g->j;
+    job_event(j, EV_TOOL_BEGIN, index, NULL, 0);
+    size_t off = 0;
+    for (int i = 0; i < g->n_pend; i++) {
+        job_event(j, EV_TOOL_ARGS, index, g->pend.p + off, g->pend_len[i]);
+        off += g->pend_len[i];
+    }
+    if (!g->n_pend) job_event(j, EV_TOOL_ARGS, index, "{}", 2);
+    job_event(j, EV_TOOL_END, index, NULL, 0);
+    g->pend.n = 0;
+    g->n_pend = 0;
+}
+
+static void on_dsml(void *ud, const ds4_dsml_event *ev) {
+    gen *g = ud;
+    job *j = g->j;
+    if (g->stop_seq) return;
+    switch (ev->kind) {
+    case DS4_DSML_TEXT:
+        visible_text(g, ev->text, ev->len);
+        break;
+    case DS4_DSML_CALL_BEGIN: {
+        flush_hold(g);   /* the text before the block is final */
+        gen_call *c = new_call(j);
+        if (!c) { g->stop = 1; break; }
+        util_random_id(c->id, sizeof c->id, j->rq->api == API_MESSAGES ? "toolu_" : "call_", 24);
+        util_random_id(c->item_id, sizeof c->item_id, "fc_", 24);
+        c->name = strndup(ev->text, ev->len);
+        g->pend.n = 0;
+        g->n_pend = 0;
+        break;
+    }
+    case DS4_DSML_ARGS_DELTA:
+        if (j->res.n_calls > 0) {
+            gen_call *c = &j->res.calls[j->res.n_calls - 1];
+            ds4_buf_append(&c->args, ev->text, ev->len);
+            pend_delta(g, ev->text, ev->len);
+        }
+        break;
+    case DS4_DSML_CALL_END:
+        if (j->res.n_calls > 0) {
+            gen_call *c = &j->res.calls[j->res.n_calls - 1];
+            c->complete = 1;
+            if (!c->args.p) ds4_buf_puts(&c->args, "{}");
+            send_call(g, j->res.n_calls - 1);
+            ds4_dsml_block_text(g->dsml, &g->block_closed);
+            /* parallel_tool_calls=false: close the block after one call */
+            if (g->rq->single_call && g->rq->test_output == NULL && j->res.n_calls == 1)
+                force_text(g, "</" DSML "tool_calls>");
+        }
+        break;
+    case DS4_DSML_DONE:
+        g->block_done = 1;
+        g->stop = 1;      /* the turn ends with the block (EOS would follow) */
+        if (g->env->on_block) {
+            size_t bl;
+            const char *bt = ds4_dsml_block_text(g->dsml, &bl);
+            g->env->on_block(g->env->ud, &j->res, 0, bt, bl);
+        }
+        break;
+    case DS4_DSML_ERROR:
+        g->block_error = 1;
+        g->stop = 1;
+        api_err_set(&j->res.err, 200, "invalid_tool_call", "malformed_tool_call", NULL,
+                    "the model wrote a malformed tool call (%.*s); its text is returned as content",
+                    (int)(ev->len < 200 ? ev->len : 200), ev->text);
+        log_msg("DSML error in generated tool calls: %.*s", (int)ev->len, ev->text);
+        break;
+    }
+}
+
+static void start_content(gen *g) {
+    if (g->rq->test_output) return;
+    if (g->rq->forced_prefix) force_text(g, g->rq->forced_prefix);
+}
+
+static void content_bytes(gen *g, const char *s, size_t n) {
+    if (!n) return;
+    if (g->dsml) {
+        if (!g->block_error && !g->block_done) ds4_dsml_feed(g->dsml, s, n);
+    } else {
+        visible_text(g, s, n);
+    }
+}
+
+static void process_token(gen *g, int32_t t) {
+    const ds4_special_ids *sp = g->env->srv->sp;
+    g->piece.n = 0;
+    if (g->in_reasoning && t == sp->think_end) {
+        ds4_detok_flush(&g->dt, &g->piece);
+        emit_reasoning(g, g->piece.p, g->piece.n);
+        g->in_reasoning = 0;
+        start_content(g);
+        return;
+    }
+    ds4_detok_push(&g->dt, g->tok, t, &g->piece);
+    if (!g->piece.n) return;
+    if (g->in_reasoning) emit_reasoning(g, g->piece.p, g->piece.n);
+    else content_bytes(g, g->piece.p, g->piece.n);
+}
+
+/* The test output: pieces separated by \x01 are tokenized on their own, so
+ * a test can force a token split that BPE would not choose. */
+static void test_tokens(gen *g, ds4_tokens *out) {
+    const char *s = g->rq->test_output;
+    size_t n = g->rq->test_output_len, a = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i == n || s[i] == '\x01') {
+            if (i > a) ds4_tokenize(g->tok, s + a, i - a, DS4_TOK_SPECIAL, out);
+            a = i + 1;
+        }
+    }
+}
+
+/* The sampling loop: returns FIN_NONE when it stopped for the caller to
+ * decide (EOS excluded: FIN_STOP). */
+static finish_kind decode(gen *g, ds4_sampler *smp, const ds4_tokens *test, int max_gen) {
+    const gen_env *env = g->env;
+    server_ctx *srv = env->srv;
+    request *rq = g->rq;
+    gen_result *res = &g->j->res;
+    size_t ti = 0;
+    for (int n_gen = 0;;) {
+        if (n_gen >= max_gen) return FIN_LENGTH;
+        if (atomic_load(&g->j->cancel) != CANCEL_NONE) return FIN_CANCEL;
+        int32_t t;
+        if (rq->test_output) {
+            t = ti < test->n ? test->v[ti++] : srv->sp->eos;
+        } else if (g->forced_pos < g->forced.n) {
+            t = g->forced.v[g->forced_pos++];
+        } else {
+            const float *lg = ds4_session_logits(env->s);
+            if (!lg) {
+                api_err_set(&res->err, 500, "server_error", NULL, NULL, "no logits");
+                return FIN_ERROR;
+            }
+            /* DSML syntax greedily, payloads with the request's sampling */
+            if (g->dsml && ds4_dsml_in_block(g->dsml) && !ds4_dsml_in_payload(g->dsml))
+                t = ds4_sample_greedy(lg, srv->n_vocab);
+            else
+                t = ds4_sample(smp, lg);
+        }
+        if (t == srv->sp->eos) return FIN_STOP;
+        n_gen++;
+        res->completion_tokens++;
+        if (g->in_reasoning) res->reasoning_tokens++;
+        process_token(g, t);
+        if (g->stop) return FIN_STOP;
+        /* the last token is not evaluated: nothing would read its logits,
+         * and the next request's prompt suffix covers it */
+        if (n_gen >= max_gen) return FIN_LENGTH;
+        int e = ds4_eval(env->s, &t, 1, env->ep);
+        if (e == DS4_ECTX) return FIN_LENGTH;
+        if (e) {
+            api_err_set(&res->err, 500, "server_error", NULL, NULL, "decode failed: %s",
+                        ds4_strerror(e));
+            return FIN_ERROR;
+        }
+        if (g->in_reasoning && rq->think_budget > 0 && res->reasoning_tokens >= rq->think_budget &&
+            g->forced_pos >= g->forced.n && !rq->test_output)
+            ds4_tokens_push(&g->forced, srv->sp->think_end);
+    }
+}
+
+/* After the loop: flush what the detokenizer, the DSML parser and the stop
+ * matcher still hold, turn an unfinished block into text, and decide the
+ * finish. */
+static finish_kind settle(gen *g, finish_kind fin) {
+    gen_result *res = &g->j->res;
+    g->piece.n = 0;
+    ds4_detok_flush(&g->dt, &g->piece);
+    if (g->piece.n) {
+        if (g->in_reasoning) emit_reasoning(g, g->piece.p, g->piece.n);
+        else content_bytes(g, g->piece.p, g->piece.n);
+    }
+    int cut = 0;
+    if (g->dsml && !g->block_done && !g->block_error && !g->stop_seq) {
+        /* releases held-back text; an unterminated block is an error event */
+        cut = ds4_dsml_in_block(g->dsml);
+        ds4_dsml_finish(g->dsml);
+    }
+    flush_hold(g);
+    if (g->block_error && !g->block_done) {
+        /* the calls that never closed are not calls: their text is content */
+        int k = 0;
+        for (int i = 0; i < res->n_calls; i++) {
+            if (res->calls[i].complete) res->calls[k++] = res->calls[i];
+            else { free(res->calls[i].name); ds4_buf_free(&res->calls[i].args); }
+        }
+        res->n_calls = k;
+        size_t bl;
+        const char *bt = ds4_dsml_block_text(g->dsml, &bl);
+        if (bl > g->block_closed) emit_visible(g, bt + g->block_closed, bl - g->block_closed);
+        if (cut && fin == FIN_LENGTH) return FIN_LENGTH;
+        return FIN_TOOL_ERROR;
+    }
+    if (g->block_done) return FIN_TOOLS;
+    if (g->stop_seq) return FIN_STOP_SEQ;
+    return fin;
+}
+
+finish_kind gen_run(const gen_env *env, job *j, int max_gen) {
+    request *rq = j->rq;
+    gen g = { 0 };
+    g.env = env;
+    g.j = j;
+    g.rq = rq;
+    g.tok = env->srv->tok;
+    ds4_detok_init(&g.dt);
+    ds4_tokens test = { 0 };
+    finish_kind fin;
+    ds4_sampler *smp = ds4_sampler_new(env->srv->n_vocab, &rq->sp);
+    if (rq->parse_tools) g.dsml = ds4_dsml_new(on_dsml, &g);
+    if (!smp || (rq->parse_tools && !g.dsml)) {
+        api_err_set(&j->res.err, 500, "server_error", NULL, NULL, "out of memory");
+        fin = FIN_ERROR;
+    } else {
+        if (rq->test_output) test_tokens(&g, &test);
+        g.in_reasoning = rq->starts_in_reasoning;
+        if (!g.in_reasoning) start_content(&g);
+        fin = decode(&g, smp, &test, max_gen);
+        if (fin != FIN_CANCEL && fin != FIN_ERROR) fin = settle(&g, fin);
+    }
+    ds4_sampler_free(smp);
+    ds4_dsml_free(g.dsml);
+    ds4_buf_free(&g.piece);
+    ds4_buf_free(&g.hold);
+    ds4_buf_free(&g.pend);
+    free(g.pend_len);
+    ds4_tokens_free(&g.forced);
+    ds4_tokens_free(&test);
+    return fin;
+}

@@ -1,0 +1,448 @@
+/*
+ * kvdisk.c -- see kvdisk.h.
+ *
+ * The policy, with the CLI's ds4_kv_policy arithmetic (ds4_eval stops the
+ * evaluation exactly at each point and calls kvdisk_save_cb):
+ *   - lookup: when the live session (or a RAM checkpoint) does not already
+ *     cover more of the new prompt, the longest saved state whose text is a
+ *     prefix of the rendered prompt is restored (the store leaves the
+ *     session alone on a miss); when its tokens are a prefix of the
+ *     prompt's own tokenization the rest of those tokens is evaluated
+ *     (exactly what a fresh server evaluates), otherwise -- a different BPE
+ *     split of earlier assistant text -- only the remaining text is
+ *     tokenized;
+ *   - saves: cold (a prompt evaluated from scratch is split at its cold
+ *     point), continued (prefill and generation stop exactly at each
+ *     frontier), evict (before a request that does not continue the live
+ *     session replaces it), shutdown (after the last job).  Each file gets
+ *     the tool-call ids whose exact DSML its text holds, so a client that
+ *     comes back after a restart still replays them exactly;
+ *   - tool ids the in-memory tool memory does not know are looked up in the
+ *     files before the prompt is rendered again (conv.c marks them).
+ * A failed save (full disk) is logged once per run of failures and counted;
+ * the request goes on.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvdisk.h"
+#include "conv.h"
+#include "metrics.h"
+#include "reuse.h"
+#include "toolmem.h"
+
+/* The tool section of a cache file maps an id to its exact DSML; the
+ * reasoning before a block is stored as one more entry under the id plus
+ * this suffix (our ids are base62, so it cannot clash), so that a client
+ * that drops reasoning_content gets the prompt the model saw after a
+ * restart too, as it does from the tool memory. */
+#define KV_REASONING_SUFFIX "/reasoning"
+
+typedef struct {
+    char *id;
+    char *dsml;
+    size_t dsml_len;
+    char *reasoning;          /* NULL = none */
+    size_t reasoning_len;
+} live_tool;
+
+struct kvdisk {
+    server_ctx *srv;
+    ds4_session *s;
+    ds4_kvstore *kv;
+    ds4_kv_policy pol;
+    int saved_n;         /* length of the live session when last saved or
+                          * restored: the same state is not written twice */
+    int save_failing;    /* the last save failed (logged once per run) */
+    uint64_t saves[6];   /* by ds4_kv_reason */
+    ds4_buf live;        /* scratch: the text of the live session */
+    live_tool *tools;    /* tool calls whose exact DSML the live session
+                          * (or the prompt being evaluated) holds */
+    int n_tools, cap_tools;
+};
+
+/* ------------------------------------------------------------------------ */
+
+static void tools_clear(kvdisk *w) {
+    for (int i = 0; i < w->n_tools; i++) {
+        free(w->tools[i].id);
+        free(w->tools[i].dsml);
+        free(w->tools[i].reasoning);
+    }
+    w->n_tools = 0;
+}
+
+void kvdisk_tools_add(kvdisk *w, const char *id, const char *dsml, size_t dsml_len,
+                      const char *reasoning, size_t reasoning_len) {
+    if (!id || !dsml) return;
+    for (int i = 0; i < w->n_tools; i++)
+        if (!strcmp(w->tools[i].id, id)) return;
+    if (w->n_tools == w->cap_tools) {
+        int nc = w->cap_tools ? 2 * w->cap_tools : 16;
+        live_tool *t = realloc(w->tools, (size_t)nc * sizeof *t);
+        if (!t) return;
+        w->tools = t;
+        w->cap_tools = nc;
+    }
+    live_tool *t = &w->tools[w->n_tools];
+    memset(t, 0, sizeof *t);
+    t->id = strdup(id);
+    t->dsml = strndup(dsml, dsml_len);
+    t->dsml_len = dsml_len;
+    if (reasoning && reasoning_len) {
+        t->reasoning = strndup(reasoning, reasoning_len);
+        t->reasoning_len = reasoning_len;
+    }
+    if (!t->id || !t->dsml) {
+        free(t->id); free(t->dsml); free(t->reasoning);
+        return;
+    }
+    w->n_tools++;
+}
+
+/* The exactly replayed tool calls of a request's history: its prompt holds
+ * their DSML, and so will every state saved while it is evaluated. */
+void kvdisk_tools_from_request(kvdisk *w, const request *rq) {
+    tools_clear(w);
+    for (int i = 0; i < rq->n_msgs; i++) {
+        const ds4_message *m = &rq->msgs[i];
+        if (m->role != DS4_ROLE_ASSISTANT || !m->dsml_exact) continue;
+        for (int k = 0; k < m->n_tool_calls; k++)
+            kvdisk_tools_add(w, m->tool_calls[k].id, m->dsml_exact, strlen(m->dsml_exact),
+                      m->reasoning, m->reasoning ? m->reasoning_len : 0);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* disk KV cache                                                             */
+/* ------------------------------------------------------------------------ */
+
+static void kv_publish(kvdisk *w) {
+    ds4_kvstore_stats st;
+    ds4_kvstore_get_stats(w->kv, &st);
+    metrics_kv(w->srv->m, &st, w->saves);
+}
+
+/* Where a state's text holds a tool-call block: 1 = all of it, at or after
+ * byte `from` (*end = where it ends); 2 = the text ends inside it -- a
+ * generated block's last token is never evaluated (the turn ends there),
+ * yet the next prompt replays the whole block after that state, so its id
+ * belongs with it (half the block at least, so that a text ending in
+ * "\n\n" does not claim every block); 0 = not held. */
+static int holds_block(const char *text, size_t n, size_t from, const char *blk, size_t len,
+                       size_t *end) {
+    if (!text || !len || from > n) return 0;
+    const char *hit = memmem(text + from, n - from, blk, len);
+    if (hit) {
+        *end = (size_t)(hit - text) + len;
+        return 1;
+    }
+    for (size_t k = len - 1 < n - from ? len - 1 : n - from; k >= len / 2 && k > 0; k--)
+        if (!memcmp(text + n - k, blk, k)) return 2;
+    return 0;
+}
+
+/* Save the live session for `why` (the policy's minimum and a state that
+ * is already on disk are skipped).  Failures are logged once per run of
+ * failures and otherwise ignored: the request is served without the cache. */
+void kvdisk_save(kvdisk *w, ds4_kv_reason why) {
+    int n = ds4_session_n_tokens(w->s);
+    if (n < w->pol.min_tokens || n == w->saved_n) return;
+    /* the tool entries whose DSML this state's text holds */
+    w->live.n = 0;
+    if (w->n_tools) ds4_detokenize(w->srv->tok, ds4_session_tokens(w->s), (size_t)n, &w->live);
+    ds4_kv_tool *kt = calloc((size_t)(2 * w->n_tools + 1), sizeof *kt);
+    char **rid = calloc((size_t)(w->n_tools + 1), sizeof *rid);
+    int nk = 0, nr = 0;
+    /* the entries are in conversation order, so each block is searched
+     * after the previous one: one pass over the text in all; the ids of
+     * one block share its text and its answer */
+    size_t from = 0;
+    int held = 0;
+    for (int i = 0; kt && rid && i < w->n_tools; i++) {
+        const live_tool *t = &w->tools[i];
+        const live_tool *p = i ? &w->tools[i - 1] : NULL;
+        if (!p || p->dsml_len != t->dsml_len || memcmp(p->dsml, t->dsml, t->dsml_len)) {
+            if (held == 2) break;      /* the text ended inside the previous block */
+            held = holds_block(w->live.p, w->live.n, from, t->dsml, t->dsml_len, &from);
+        }
+        if (!held) break;
+        kt[nk++] = (ds4_kv_tool){ t->id, t->dsml, t->dsml_len };
+        if (t->reasoning && (rid[nr] = malloc(strlen(t->id) + sizeof KV_REASONING_SUFFIX))) {
+            strcpy(rid[nr], t->id);
+            strcat(rid[nr], KV_REASONING_SUFFIX);
+            kt[nk++] = (ds4_kv_tool){ rid[nr], t->reasoning, t->reasoning_len };
+            nr++;
+        }
+    }
+    ds4_kvstore_stats before;
+    ds4_kvstore_get_stats(w->kv, &before);
+    double t0 = util_now();
+    char *err = NULL;
+    int rc = ds4_kvstore_save(w->kv, w->s, why, kt, nk, &err);
+    if (rc != DS4_OK) {
+        if (!w->save_failing)
+            log_msg("disk KV cache: %s (%s state of %d tokens); requests are served without "
+                    "saving until a save succeeds (ds4_kv_disk_write_errors_total counts them)",
+                    err ? err : ds4_strerror(rc), ds4_kv_reason_name(why), n);
+        w->save_failing = 1;
+    } else {
+        if (w->save_failing) log_msg("disk KV cache: saving works again");
+        w->save_failing = 0;
+        w->saved_n = n;
+        ds4_kvstore_stats after;
+        ds4_kvstore_get_stats(w->kv, &after);
+        if (after.saves > before.saves) {
+            w->saves[why]++;
+            char te[48] = "";
+            if (nk) snprintf(te, sizeof te, ", %d tool entr%s", nk, nk == 1 ? "y" : "ies");
+            log_msg("disk KV cache: saved %d tokens (%s%s), %.1f MiB in %.0f ms", n,
+                    ds4_kv_reason_name(why), te,
+                    (after.save_bytes - before.save_bytes) / 1048576.0, (util_now() - t0) * 1e3);
+        }
+    }
+    free(err);
+    for (int i = 0; i < nr; i++) free(rid[i]);
+    free(rid);
+    free(kt);
+    kv_publish(w);
+}
+
+/* The calls of a DSML block as the parser reads them (what the client got). */
+typedef struct {
+    const ds4_tool_call *calls;
+    int n, at, ok;
+    ds4_buf args;
+} dsml_check;
+
+static void dsml_check_cb(void *ud, const ds4_dsml_event *ev) {
+    dsml_check *c = ud;
+    switch (ev->kind) {
+    case DS4_DSML_CALL_BEGIN:
+        if (c->at >= c->n || !c->calls[c->at].name || strlen(c->calls[c->at].name) != ev->len ||
+            memcmp(c->calls[c->at].name, ev->text, ev->len))
+            c->ok = 0;
+        c->args.n = 0;
+        break;
+    case DS4_DSML_ARGS_DELTA:
+        ds4_buf_append(&c->args, ev->text, ev->len);
+        break;
+    case DS4_DSML_CALL_END:
+        if (c->ok && c->at < c->n) {
+            const char *got = c->args.n ? c->args.p : "{}";
+            const char *sent = c->calls[c->at].arguments ? c->calls[c->at].arguments : "";
+            if (!toolmem_args_equal(sent, got)) c->ok = 0;
+        }
+        c->at++;
+        break;
+    case DS4_DSML_ERROR:
+        c->ok = 0;
+        break;
+    default:
+        break;
+    }
+}
+
+/* 1 when the block holds exactly these calls: same count, names in order,
+ * JSON-equal arguments.  A client that changed a call but kept its id must
+ * get the canonical rendering, never stale bytes. */
+static int dsml_matches(const char *blk, size_t len, const ds4_tool_call *calls, int n) {
+    dsml_check c = { calls, n, 0, 1, { 0 } };
+    ds4_dsml *p = ds4_dsml_new(dsml_check_cb, &c);
+    if (!p) return 0;
+    ds4_dsml_feed(p, blk, len);
+    if (ds4_dsml_finish(p) != DS4_OK) c.ok = 0;
+    ds4_dsml_free(p);
+    ds4_buf_free(&c.args);
+    return c.ok && c.at == n;
+}
+
+/* Assistant tool-call turns the tool memory did not know (a restart, or
+ * its LRU cap): the files may hold their exact DSML (and the reasoning
+ * before it).  Every id of the turn must give the same block, and the
+ * block must hold the calls the client sent.  When any turn is found the
+ * prompt is rendered and tokenized again.  Returns -1 (with *e) when the
+ * new prompt no longer fits. */
+int kvdisk_resolve_tools(kvdisk *w, request *rq, api_error *e) {
+    int found = 0;
+    ds4_buf b = { 0 }, o = { 0 };
+    for (int i = 0; i < rq->n_msgs; i++) {
+        ds4_message *m = &rq->msgs[i];
+        if (m->role != DS4_ROLE_ASSISTANT || m->n_tool_calls <= 0 || m->dsml_exact) continue;
+        int ok = 1;
+        for (int k = 0; k < m->n_tool_calls; k++) ok = ok && m->tool_calls[k].id;
+        b.n = 0;
+        if (!ok || !ds4_kvstore_tool_dsml(w->kv, m->tool_calls[0].id, &b) || !b.n) continue;
+        for (int k = 1; ok && k < m->n_tool_calls; k++) {
+            o.n = 0;
+            ok = ds4_kvstore_tool_dsml(w->kv, m->tool_calls[k].id, &o) && o.n == b.n &&
+                 !memcmp(o.p, b.p, b.n);
+        }
+        if (!ok || !dsml_matches(b.p, b.n, m->tool_calls, m->n_tool_calls)) continue;
+        m->dsml_exact = request_strdup(rq, b.p, b.n);
+        if (!m->dsml_exact) continue;
+        if (!m->reasoning_len) {
+            size_t il = strlen(m->tool_calls[0].id);
+            char *rid = malloc(il + sizeof KV_REASONING_SUFFIX);
+            o.n = 0;
+            if (rid) {
+                memcpy(rid, m->tool_calls[0].id, il);
+                memcpy(rid + il, KV_REASONING_SUFFIX, sizeof KV_REASONING_SUFFIX);
+                if (ds4_kvstore_tool_dsml(w->kv, rid, &o) && o.n) {
+                    m->reasoning = request_strdup(rq, o.p, o.n);
+                    m->reasoning_len = m->reasoning ? o.n : 0;
+                }
+                free(rid);
+            }
+        }
+        /* later turns find it in memory */
+        const char **ids = calloc((size_t)m->n_tool_calls, sizeof *ids);
+        const char **names = calloc((size_t)m->n_tool_calls, sizeof *names);
+        const char **args = calloc((size_t)m->n_tool_calls, sizeof *args);
+        if (ids && names && args) {
+            for (int k = 0; k < m->n_tool_calls; k++) {
+                ids[k] = m->tool_calls[k].id;
+                names[k] = m->tool_calls[k].name;
+                args[k] = m->tool_calls[k].arguments;
+            }
+            toolmem_put(w->srv->tm, ids, names, args, m->n_tool_calls, b.p, b.n,
+                        m->reasoning, m->reasoning ? m->reasoning_len : 0);
+        }
+        free(ids); free(names); free(args);
+        found++;
+    }
+    ds4_buf_free(&b);
+    ds4_buf_free(&o);
+    rq->replay_exact += found;
+    rq->replay_canonical -= found;
+    metrics_tool_replay(w->srv->m, rq->replay_exact, rq->replay_canonical);
+    if (!found) return 0;
+    log_msg("disk KV cache: exact DSML of %d tool-call turn%s found in the cache files", found,
+            found == 1 ? "" : "s");
+    rq->prompt.n = 0;
+    rq->tokens.n = 0;
+    return conv_prepare(rq, e) ? -1 : 0;
+}
+
+/* Which candidate states the prompt can continue (the veto the kvstore
+ * asks before touching the session): the prompt's own tokens continue the
+ * state, or -- for the same text split into other tokens -- the cut falls
+ * on a character boundary, outside any special token, every marker is a
+ * real marker on both sides, ids were not sent as ids, and the rest still
+ * fits the context.  The second case tokenizes the rest into `todo`. */
+typedef struct {
+    kvdisk *w;
+    request *rq;
+    const char *text;
+    size_t len;
+    ds4_tokens *todo;
+    int mode;                /* 1: prompt tokens continue it; 2: re-tokenized rest */
+} kv_accept_ud;
+
+static int kv_accept(void *ud, const int32_t *tok, int n, size_t used) {
+    kv_accept_ud *a = ud;
+    server_ctx *srv = a->w->srv;
+    request *rq = a->rq;
+    a->mode = 0;
+    if (rq->tokens.n >= (size_t)n && !memcmp(tok, rq->tokens.v, (size_t)n * sizeof *tok)) {
+        a->mode = 1;
+        return 1;
+    }
+    if (rq->raw_ids || !reuse_char_boundary(a->text, a->len, used) ||
+        reuse_cut_splits_special(srv->tok, srv->sp, &rq->tokens, used) ||
+        !reuse_same_specials(srv->tok, srv->sp, tok, (size_t)n, &rq->tokens, used)) {
+        log_msg("disk KV cache: a %d-token state matches the text but this prompt's tokens "
+                "cannot continue it (a marker cut or spelled as text); skipped", n);
+        return 0;
+    }
+    a->todo->n = 0;
+    ds4_tokenize(srv->tok, a->text + used, a->len - used, DS4_TOK_SPECIAL, a->todo);
+    if ((size_t)n + a->todo->n >= (size_t)srv->ctx) return 0;
+    a->mode = 2;
+    return 1;
+}
+
+/* Restore the longest saved state whose text starts the prompt, holds
+ * more than `better_than` tokens and that the prompt can continue.  On a
+ * hit, `todo` receives the tokens still to evaluate and the restored count
+ * is returned; 0 = miss (the session is as it was). */
+int kvdisk_lookup(kvdisk *w, request *rq, int better_than, ds4_tokens *todo, int *retok) {
+    server_ctx *srv = w->srv;
+    ds4_session *s = w->s;
+    ds4_buf ids_text = { 0 };
+    const char *text = rq->prompt.p;
+    size_t len = rq->prompt.n;
+    if (rq->raw_ids) {
+        /* token ids: their text finds the file; the tokens must then match */
+        ds4_detokenize(srv->tok, rq->tokens.v, rq->tokens.n, &ids_text);
+        text = ids_text.p;
+        len = ids_text.n;
+    }
+    size_t used = 0;
+    *retok = 0;
+    todo->n = 0;
+    double t0 = util_now();
+    kv_accept_ud acc = { w, rq, text, len, todo, 0 };
+    int got = text && len ? ds4_kvstore_restore_if(w->kv, s, text, len, w->pol.min_tokens,
+                                                   better_than, kv_accept, &acc, &used) : 0;
+    kv_publish(w);
+    ds4_buf_free(&ids_text);
+    if (got <= 0) { todo->n = 0; return 0; }
+    double dt = util_now() - t0;
+    w->saved_n = got;
+    if (acc.mode == 1) {
+        /* the prompt's own tokenization continues the state: evaluate the
+         * same tokens a server without the cache would */
+        todo->n = 0;
+        ds4_tokens_reserve(todo, rq->tokens.n - (size_t)got + 1);
+        for (size_t i = (size_t)got; i < rq->tokens.n; i++) ds4_tokens_push(todo, rq->tokens.v[i]);
+    } else {
+        /* a different BPE split of earlier text: only the rest was tokenized */
+        *retok = 1;
+    }
+    log_msg("disk KV cache: restored %d tokens (%zu bytes of the prompt) in %.0f ms", got, used,
+            dt * 1e3);
+    return got;
+}
+
+kvdisk *kvdisk_open(server_ctx *srv, ds4_session *s, char **err) {
+    kvdisk *w = calloc(1, sizeof *w);
+    if (!w) { if (err) *err = strdup("out of memory"); return NULL; }
+    w->srv = srv;
+    w->s = s;
+    w->saved_n = -1;
+    ds4_kvstore_params kp;
+    ds4_kvstore_params_default(&kp);
+    kp.dir = srv->cfg.kv_dir;
+    kp.space_bytes = srv->cfg.kv_space_mb << 20;
+    kp.allow_quant_variants = srv->cfg.kv_allow_variants;
+    w->kv = ds4_kvstore_open(srv->model, &kp, err);
+    if (!w->kv) { free(w); return NULL; }
+    w->pol = srv->cfg.kv_policy;
+    kv_publish(w);
+    ds4_kvstore_stats st;
+    ds4_kvstore_get_stats(w->kv, &st);
+    log_msg("disk KV cache: %s: %llu files, %.1f MiB (cap %llu MiB); saves: min %d tokens, "
+            "cold up to %d, every %d, trim %d, align %d%s", srv->cfg.kv_dir,
+            (unsigned long long)st.files, st.bytes / 1048576.0,
+            (unsigned long long)srv->cfg.kv_space_mb, w->pol.min_tokens,
+            w->pol.cold_max_tokens, w->pol.continued_interval, w->pol.trim_tokens,
+            w->pol.align_tokens, srv->cfg.kv_allow_variants ? "; quantization variants allowed" : "");
+    return w;
+}
+
+void kvdisk_close(kvdisk *w) {
+    if (!w) return;
+    ds4_kvstore_close(w->kv);
+    ds4_buf_free(&w->live);
+    tools_clear(w);
+    free(w->tools);
+    free(w);
+}
+
+const ds4_kv_policy *kvdisk_policy(const kvdisk *w) { return &w->pol; }
+
+void kvdisk_save_cb(void *ud, ds4_kv_reason why) { kvdisk_save(ud, why); }
+
+void kvdisk_session_replaced(kvdisk *w) { w->saved_n = -1; }

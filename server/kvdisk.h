@@ -1,0 +1,50 @@
+/*
+ * kvdisk.h -- the server's use of the disk KV cache (kvdisk.c): when to
+ * save the live session, which saved state to restore for a prompt, and
+ * the exact DSML of tool calls the files remember.
+ *
+ * Owns: the ds4_kvstore handle, the save bookkeeping, and the tool calls
+ * whose DSML the live session holds (stored with each saved file).
+ * Driven by the worker thread only.  Must not: decide reuse of the live
+ * session (reuse.c) or evaluate anything (ds4_eval does, calling back).
+ */
+#ifndef DS4_SERVER_KVDISK_H
+#define DS4_SERVER_KVDISK_H
+
+#include "server.h"
+
+typedef struct kvdisk kvdisk;
+
+/* Open srv->cfg.kv_dir for the session `s` (which stays the caller's). */
+kvdisk *kvdisk_open(server_ctx *srv, ds4_session *s, char **err);
+void kvdisk_close(kvdisk *w);
+const ds4_kv_policy *kvdisk_policy(const kvdisk *w);
+
+/* Save the live session for `why` (skipped under the policy's minimum or
+ * when this state was just saved or restored).  Failures are logged and
+ * counted, never fatal. */
+void kvdisk_save(kvdisk *w, ds4_kv_reason why);
+/* ds4_eval_params.save (ud = the kvdisk). */
+void kvdisk_save_cb(void *ud, ds4_kv_reason why);
+/* The session was reset or rewound: its next state is a new one. */
+void kvdisk_session_replaced(kvdisk *w);
+
+/* The live session holds (or the prompt being evaluated will hold) this
+ * tool-call block: later saves carry it. */
+void kvdisk_tools_add(kvdisk *w, const char *id, const char *dsml, size_t dsml_len,
+                      const char *reasoning, size_t reasoning_len);
+/* From here on the live session is this request's: its exactly replayed
+ * tool calls. */
+void kvdisk_tools_from_request(kvdisk *w, const request *rq);
+
+/* Assistant tool-call turns the tool memory did not know: take their
+ * exact DSML from the files and prepare the prompt again.  -1 (with *e)
+ * when the new prompt no longer fits. */
+int kvdisk_resolve_tools(kvdisk *w, request *rq, api_error *e);
+/* Restore the longest saved state the prompt starts with that holds more
+ * than `better_than` tokens; returns its token count (0 = miss, session
+ * untouched) and the tokens still to evaluate in `todo`; *retok: they
+ * were tokenized on their own (another BPE split of earlier text). */
+int kvdisk_lookup(kvdisk *w, request *rq, int better_than, ds4_tokens *todo, int *retok);
+
+#endif
