@@ -19,7 +19,7 @@ function slowPost(path, body, headers, pieces, gap) {
     s.on('error', () => {});
     s.on('close', () => resolve(data));
     s.on('connect', async () => {
-      let head = `POST ${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n` +
+      let head = `POST ${path} HTTP/1.1\r\nHost: ${u.host}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
         `Content-Length: ${buf.length}\r\n`;
       for (const [k, v] of Object.entries(headers)) head += `${k}: ${v}\r\n`;
       s.write(head + '\r\n');
