@@ -5,9 +5,13 @@
  * it.  Every function is compiled with target("avx2,fma,f16c"), so the table
  * exists even in a build without -march=native; ds4_kernels_avx2() hands it
  * out only when __builtin_cpu_supports says so.
- * Must not: change results beyond float reassociation (the integer parts are
- * exact, the tests hold both tables to the same tolerance), know about
- * models or threads, or allocate.
+ * Must not: change results at all: every kernel keeps the operation order
+ * of the scalar table (quant.h, docs/NUMERICS.md), so the two give the same
+ * bits (tests/test_kernels.c); know about models or threads, or allocate.
+ * Integer formats: the integer sum of every block is exact in any order,
+ * so only its float work is pinned: reduce the block to one integer, then
+ * scale and add it to the running sum in block order with the scalar
+ * kernel's separate roundings.
  *
  * Activation contract (true for every quantizer in quant.c): Q8_K
  * activations never contain -128, because the kernels apply signs with
@@ -43,97 +47,91 @@ TGT static inline float h2f(uint16_t h)
 /* Q8_0 x Q8_0 / Q8_0a                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Sum of the 32 products of one block pair as 8 int32 lanes.  maddubs needs
- * an unsigned operand: |w| (128 for w = -128 is fine as u8) times a with
- * w's sign.  That is exact unless a = -128 meets a negative w (the negation
- * wraps), which the callers detect through `bad`. */
-TGT static inline __m256i q8_block_dot(const int8_t *w, const int8_t *a, __m256i *bad)
+#define TGTI __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+TGT static inline int32_t hsum_i32x4(__m128i s)
 {
-    const __m256i qw = _mm256_loadu_si256((const __m256i *)w);
-    const __m256i qa = _mm256_loadu_si256((const __m256i *)a);
-    *bad = _mm256_or_si256(*bad, _mm256_cmpeq_epi8(qa, _mm256_set1_epi8(-128)));
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw));
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Exact integer sum of the 8 int32 lanes (block sums are far from
+ * overflowing: |sum| <= 256 * 127 * 127 * 63). */
+TGT static inline int32_t hsum_i32(__m256i v)
+{
+    return hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* Eight blocks' lane vectors -> one vector whose lane b is block b's total
+ * (integer, exact): two rounds of vphaddd and one cross-lane add, about a
+ * third of the work of eight separate horizontal sums. */
+TGT static inline __m256i red8_i32(const __m256i *s)
+{
+    const __m256i t0 = _mm256_hadd_epi32(s[0], s[1]), t1 = _mm256_hadd_epi32(s[2], s[3]);
+    const __m256i t2 = _mm256_hadd_epi32(s[4], s[5]), t3 = _mm256_hadd_epi32(s[6], s[7]);
+    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                            _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* Q8_0 weights x Q8_0 (f16 scale, fa = 0) or Q8_0a (float scale, fa = 1)
+ * activations, one row and one token, in the scalar order: per block
+ * sumf += (float)sumi * (d_w * d_a), blocks in order.  Blocks go in groups
+ * of 8: their integer sums reduced together (red8_i32), the 8 float terms
+ * made in one vector (the same two roundings per lane as the scalar
+ * expression), then added to sumf one by one.  Returns 1 when an
+ * activation code is -128 (the sign trick fails; the caller then runs the
+ * scalar kernel, which gives the same order anyway). */
+TGTI static int q8_row(int n, const block_q8_0 *w, const void *va, int fa, float *out)
+{
+    const int nb = n / QK8_0;
+    const size_t astride = fa ? sizeof(block_q8_0a) : sizeof(block_q8_0);
+    const uint8_t *ab = va;
+    const __m256i ones = _mm256_set1_epi16(1), m128 = _mm256_set1_epi8(-128);
+    __m256i bad = _mm256_setzero_si256();
+    float sumf = 0.0f;
+    for (int i0 = 0; i0 < nb; i0 += 8) {
+        const int g = nb - i0 < 8 ? nb - i0 : 8;
+        __m256i s[8];
+        float dw[8], da[8];
+        for (int b = 0; b < 8; b++) {
+            if (b >= g) { s[b] = _mm256_setzero_si256(); dw[b] = da[b] = 0.0f; continue; }
+            const block_q8_0 *wb = w + i0 + b;
+            const uint8_t *a = ab + (size_t)(i0 + b) * astride;
+            const int8_t *aq = (const int8_t *)(a + (fa ? 4 : 2));
+            const __m256i qw = _mm256_loadu_si256((const __m256i *)wb->qs);
+            const __m256i qa = _mm256_loadu_si256((const __m256i *)aq);
+            bad = _mm256_or_si256(bad, _mm256_cmpeq_epi8(qa, m128));
+            s[b] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw)), ones);
+            dw[b] = h2f(wb->d);
+            if (fa) memcpy(&da[b], a, 4);
+            else { uint16_t h; memcpy(&h, a, 2); da[b] = h2f(h); }
+        }
+        const __m256 tot = _mm256_cvtepi32_ps(red8_i32(s));
+        float t[8];
+        _mm256_storeu_ps(t, _mm256_mul_ps(tot, _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(da))));
+        for (int b = 0; b < g; b++) sumf += t[b];
+    }
+    *out = sumf;
+    return !_mm256_testz_si256(bad, bad);
 }
 
 TGT static float v_q8_0_q8_0(int n, const void *vw, const void *va)
 {
-    const block_q8_0 *w = vw, *a = va;
-    const int nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256i bad = _mm256_setzero_si256();
-    int i = 0;
-    /* two independent accumulators hide the FMA latency */
-    for (; i + 1 < nb; i += 2) {
-        const __m256i s0 = q8_block_dot(w[i].qs, a[i].qs, &bad);
-        const __m256i s1 = q8_block_dot(w[i + 1].qs, a[i + 1].qs, &bad);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)),
-                               _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i + 1].d) * h2f(a[i + 1].d)),
-                               _mm256_cvtepi32_ps(s1), acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256i s0 = q8_block_dot(w[i].qs, a[i].qs, &bad);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)),
-                               _mm256_cvtepi32_ps(s0), acc0);
-    }
-    if (!_mm256_testz_si256(bad, bad))
+    float y;
+    if (q8_row(n, vw, va, 0, &y))
         return ds4_kernels_scalar()->q8_0_q8_0(n, vw, va);
-    return hsum8(_mm256_add_ps(acc0, acc1));
+    return y;
 }
 
-/* Several tokens against one weight row (the tiles): every per-token
- * operation is exactly the single-row kernel's, in the same order, so each
- * result is bit-identical to it; what is shared is the weight side (loads,
- * |w|, unpacking, scale shuffles), done once for up to C tokens.  The
- * single-row kernels are these with C = 1. */
-#define TGTI __attribute__((target("avx2,fma,f16c"), always_inline)) inline
-
+/* The tiles: each token's dot is the single-row kernel's (a row of Q8_0 is
+ * at most a few KB, so the C tokens after the first read it from L1). */
 TGTI static void q8_0a_tok(int n, const void *vw, const void *const *va, float *out, int C)
 {
-    const block_q8_0 *w = vw;
-    const int nb = n / QK8_0;
-    __m256 acc0[3], acc1[3];
-    __m256i bad[3];
-    for (int j = 0; j < C; j++) {
-        acc0[j] = acc1[j] = _mm256_setzero_ps();
-        bad[j] = _mm256_setzero_si256();
-    }
-    const __m256i ones = _mm256_set1_epi16(1), m128 = _mm256_set1_epi8(-128);
-    int i = 0;
-    for (; i + 1 < nb; i += 2) {
-        const __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        const __m256i qw1 = _mm256_loadu_si256((const __m256i *)w[i + 1].qs);
-        const __m256i aw0 = _mm256_sign_epi8(qw0, qw0), aw1 = _mm256_sign_epi8(qw1, qw1);
-        const float dw0 = h2f(w[i].d), dw1 = h2f(w[i + 1].d);
-        for (int j = 0; j < C; j++) {
-            const block_q8_0a *a = va[j];
-            const __m256i qa0 = _mm256_loadu_si256((const __m256i *)a[i].qs);
-            const __m256i qa1 = _mm256_loadu_si256((const __m256i *)a[i + 1].qs);
-            bad[j] = _mm256_or_si256(bad[j], _mm256_or_si256(_mm256_cmpeq_epi8(qa0, m128), _mm256_cmpeq_epi8(qa1, m128)));
-            const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw0, _mm256_sign_epi8(qa0, qw0)), ones);
-            const __m256i s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw1, _mm256_sign_epi8(qa1, qw1)), ones);
-            acc0[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * a[i].d), _mm256_cvtepi32_ps(s0), acc0[j]);
-            acc1[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * a[i + 1].d), _mm256_cvtepi32_ps(s1), acc1[j]);
-        }
-    }
-    for (; i < nb; i++) {
-        const __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        const __m256i aw0 = _mm256_sign_epi8(qw0, qw0);
-        const float dw0 = h2f(w[i].d);
-        for (int j = 0; j < C; j++) {
-            const block_q8_0a *a = va[j];
-            const __m256i qa0 = _mm256_loadu_si256((const __m256i *)a[i].qs);
-            bad[j] = _mm256_or_si256(bad[j], _mm256_cmpeq_epi8(qa0, m128));
-            const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw0, _mm256_sign_epi8(qa0, qw0)), ones);
-            acc0[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * a[i].d), _mm256_cvtepi32_ps(s0), acc0[j]);
-        }
-    }
-    /* a -128 activation breaks the sign trick: that token's dot is the
-     * scalar kernel's (the same decision the single-row kernel makes) */
     for (int j = 0; j < C; j++)
-        out[j] = _mm256_testz_si256(bad[j], bad[j]) ? hsum8(_mm256_add_ps(acc0[j], acc1[j]))
-                                                     : ds4_kernels_scalar()->q8_0_q8_0a(n, vw, va[j]);
+        if (q8_row(n, vw, va[j], 1, &out[j]))
+            out[j] = ds4_kernels_scalar()->q8_0_q8_0a(n, vw, va[j]);
 }
 
 TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
@@ -163,8 +161,8 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0f);
     const __m256i shuf0 = SC_PAIR(0), shuf1 = SC_PAIR(1), shuf2 = SC_PAIR(2), shuf3 = SC_PAIR(3);
-    __m256 acc[4], accm[4];
-    for (int j = 0; j < C; j++) acc[j] = accm[j] = _mm256_setzero_ps();
+    float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    int32_t summs[4];
 
     for (int i = 0; i < nb; i++) {
         const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
@@ -178,7 +176,7 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
             const __m256i pm = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)a[i].bsums));
-            accm[j] = _mm256_fmadd_ps(_mm256_set1_ps(-a[i].d * wdmin), _mm256_cvtepi32_ps(pm), accm[j]);
+            summs[j] = hsum_i32(pm);
             sumi[j] = _mm256_setzero_si256();
         }
         for (int h = 0; h < 2; h++) {
@@ -204,12 +202,14 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
                                                                      _mm256_add_epi32(p2, p3)));
             }
         }
+        /* the scalar kernel's float step, its roundings in its order */
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+            const float dall = a[i].d * wd, dmin = a[i].d * wdmin;
+            sumf[j] += dall * (float)hsum_i32(sumi[j]) - dmin * (float)summs[j];
         }
     }
-    for (int j = 0; j < C; j++) out[j] = hsum8(_mm256_add_ps(acc[j], accm[j]));
+    for (int j = 0; j < C; j++) out[j] = sumf[j];
 }
 
 TGT static float v_q2_K_q8_K(int n, const void *vw, const void *va)
@@ -237,12 +237,8 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i sh[8] = { SC_ONE(0), SC_ONE(1), SC_ONE(2), SC_ONE(3),
                             SC_ONE(4), SC_ONE(5), SC_ONE(6), SC_ONE(7) };
-    __m256 acc[4];
-    __m128 accm[4];
-    for (int j = 0; j < C; j++) {
-        acc[j] = _mm256_setzero_ps();
-        accm[j] = _mm_setzero_ps();
-    }
+    float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    int32_t summ[4];
 
     for (int i = 0; i < nb; i++) {
         const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
@@ -267,7 +263,7 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
             const __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);
             const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
             const __m128i pm = _mm_madd_epi16(mhi, bs32);
-            accm[j] = _mm_fmadd_ps(_mm_set1_ps(-a[i].d * wdmin), _mm_cvtepi32_ps(pm), accm[j]);
+            summ[j] = hsum_i32x4(pm);
             sumi[j] = _mm256_setzero_si256();
         }
 
@@ -287,17 +283,14 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
                 sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(pl, ph));
             }
         }
+        /* ds4_q4_K_q8_K_blockwise's float step */
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+            const float d = wd * a[i].d, dmin = wdmin * a[i].d;
+            sumf[j] += d * (float)hsum_i32(sumi[j]) - dmin * (float)summ[j];
         }
     }
-    for (int j = 0; j < C; j++) {
-        __m128 t = _mm_add_ps(accm[j], _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1)));
-        t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-        t = _mm_add_ss(t, _mm_movehdup_ps(t));
-        out[j] = _mm_cvtss_f32(t);
-    }
+    for (int j = 0; j < C; j++) out[j] = sumf[j];
 }
 
 TGT static float v_q4_K_q8_K(int n, const void *vw, const void *va)
@@ -361,8 +354,7 @@ TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float
     const __m256i rep[4] = { SIGN_REP(0), SIGN_REP(1), SIGN_REP(2), SIGN_REP(3) };
     const __m256i bc[4] = { _mm256_set1_epi32(0x03020100), _mm256_set1_epi32(0x07060504),
                             _mm256_set1_epi32(0x0b0a0908), _mm256_set1_epi32(0x0f0e0d0c) };
-    __m256 acc[4];
-    for (int j = 0; j < C; j++) acc[j] = _mm256_setzero_ps();
+    float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
     for (int i = 0; i < nb; i++) {
         const uint8_t *qs = (const uint8_t *)w[i].qs;   /* 8 groups x (a0, a1) */
@@ -418,10 +410,10 @@ TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float
         const float wd = h2f(w[i].d);
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(wd * a[i].d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0[j], sumi1[j])), acc[j]);
+            sumf[j] += (wd * a[i].d) * (float)hsum_i32(_mm256_add_epi32(sumi0[j], sumi1[j]));
         }
     }
-    for (int j = 0; j < C; j++) out[j] = 0.125f * hsum8(acc[j]);
+    for (int j = 0; j < C; j++) out[j] = 0.125f * sumf[j];
 }
 
 TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
