@@ -458,7 +458,14 @@ static void test_driver(void) {
     ds4_pool_free(pool);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* `test_kernels --has-table NAME`: exit 0 when this CPU runs that table
+     * (tests/t_realshape.sh asks before comparing tables end to end) */
+    if (argc == 3 && !strcmp(argv[1], "--has-table")) return ds4_kernels_by_name(argv[2]) ? 0 : 1;
+    if (argc > 1) {
+        fprintf(stderr, "usage: test_kernels [--has-table scalar|avx2|avx512|avx512-packed]\n");
+        return 2;
+    }
     const char *seed = getenv("DS4_TEST_SEED");
     if (seed && *seed) rng ^= strtoull(seed, NULL, 0) * 0xbf58476d1ce4e5b9ull;
     if (!rng) rng = 1;

@@ -63,6 +63,16 @@ TGT static inline int32_t hsum_i32(__m256i v)
     return hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
+/* The exact lane sums of two vectors at once (one shared reduction). */
+TGT static inline void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb)
+{
+    const __m256i t = _mm256_hadd_epi32(a, b);   /* a01 a23 b01 b23 | a45 a67 b45 b67 */
+    __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    u = _mm_hadd_epi32(u, u);                      /* a b a b */
+    *sa = _mm_cvtsi128_si32(u);
+    *sb = _mm_extract_epi32(u, 1);
+}
+
 /* Eight blocks' lane vectors -> one vector whose lane b is block b's total
  * (integer, exact): two rounds of vphaddd and one cross-lane add, about a
  * third of the work of eight separate horizontal sums. */
@@ -162,7 +172,7 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
     const __m128i m4 = _mm_set1_epi8(0x0f);
     const __m256i shuf0 = SC_PAIR(0), shuf1 = SC_PAIR(1), shuf2 = SC_PAIR(2), shuf3 = SC_PAIR(3);
     float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-    int32_t summs[4];
+    __m256i pms[4];
 
     for (int i = 0; i < nb; i++) {
         const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
@@ -176,7 +186,7 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
             const __m256i pm = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)a[i].bsums));
-            summs[j] = hsum_i32(pm);
+            pms[j] = pm;
             sumi[j] = _mm256_setzero_si256();
         }
         for (int h = 0; h < 2; h++) {
@@ -206,7 +216,9 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
             const float dall = a[i].d * wd, dmin = a[i].d * wdmin;
-            sumf[j] += dall * (float)hsum_i32(sumi[j]) - dmin * (float)summs[j];
+            int32_t isum, summs;
+            hsum2_i32(sumi[j], pms[j], &isum, &summs);
+            sumf[j] += dall * (float)isum - dmin * (float)summs;
         }
     }
     for (int j = 0; j < C; j++) out[j] = sumf[j];
@@ -238,7 +250,7 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
     const __m256i sh[8] = { SC_ONE(0), SC_ONE(1), SC_ONE(2), SC_ONE(3),
                             SC_ONE(4), SC_ONE(5), SC_ONE(6), SC_ONE(7) };
     float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-    int32_t summ[4];
+    __m128i pms[4];
 
     for (int i = 0; i < nb; i++) {
         const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
@@ -263,7 +275,7 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
             const __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);
             const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
             const __m128i pm = _mm_madd_epi16(mhi, bs32);
-            summ[j] = hsum_i32x4(pm);
+            pms[j] = pm;
             sumi[j] = _mm256_setzero_si256();
         }
 
@@ -287,7 +299,9 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
             const float d = wd * a[i].d, dmin = wdmin * a[i].d;
-            sumf[j] += d * (float)hsum_i32(sumi[j]) - dmin * (float)summ[j];
+            int32_t isum, summ;
+            hsum2_i32(sumi[j], _mm256_zextsi128_si256(pms[j]), &isum, &summ);
+            sumf[j] += d * (float)isum - dmin * (float)summ;
         }
     }
     for (int j = 0; j < C; j++) out[j] = sumf[j];
@@ -664,7 +678,67 @@ TGT static void v_f16_to_f32_row(const uint16_t *src, float *dst, int n)
         }                                                                                   \
     }
 
-TOK_TILE(v_q8_0_q8_0a_tile, q8_0a_tok, 3)
+/* Q8_0 x Q8_0a tile: 8 rows at a time, vectorized across the rows.  For
+ * one block and one token, the 8 rows' lane vectors reduce together into
+ * one vector of 8 exact block sums (red8_i32), and the float step of the
+ * scalar order runs in the 8 row lanes: acc = acc + (float)tot * (dw * da),
+ * blocks in order -- per lane exactly the scalar kernel's roundings, with
+ * no horizontal float work and no dependency chain through one scalar.
+ * Up to 4 tokens share each block's 8 weight scales; the weight bytes are
+ * re-read from L1 per token.  Rows left over (fewer than 8) and tokens
+ * with a -128 code run the single-row kernels (same bits). */
+TGT static void q8_0a_rows8(int n, const uint8_t *w, size_t ws, const void *const *va, int ntok,
+                            float *y, size_t ys)
+{
+    const int nb = n / QK8_0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int j0 = 0; j0 < ntok; j0 += 4) {
+        const int C = ntok - j0 < 4 ? ntok - j0 : 4;
+        __m256 acc[4];
+        for (int j = 0; j < C; j++) acc[j] = _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *wb = w + (size_t)b * sizeof(block_q8_0);
+            uint16_t h[8];
+            for (int r = 0; r < 8; r++) memcpy(&h[r], wb + (size_t)r * ws, 2);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+            for (int j = 0; j < C; j++) {
+                const block_q8_0a *a = (const block_q8_0a *)va[j0 + j] + b;
+                const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
+                __m256i s[8];
+                for (int r = 0; r < 8; r++) {
+                    const __m256i qw = _mm256_loadu_si256((const __m256i *)(wb + (size_t)r * ws + 2));
+                    s[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw)), ones);
+                }
+                const __m256 tot = _mm256_cvtepi32_ps(red8_i32(s));
+                acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(tot, _mm256_mul_ps(dw, _mm256_set1_ps(a->d))));
+            }
+        }
+        for (int j = 0; j < C; j++) _mm256_storeu_ps(y + (size_t)(j0 + j) * ys, acc[j]);
+    }
+}
+
+TGT static void v_q8_0_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
+                                  float *y, size_t ys)
+{
+    const uint8_t *w = vw;
+    const int nb = n / QK8_0;
+    const __m256i m128 = _mm256_set1_epi8(-128);
+    /* tokens with a -128 code: their outputs come from the scalar kernel */
+    int any_bad = 0;
+    for (int j = 0; j < ntok && !any_bad; j++) {
+        const block_q8_0a *aj = a[j];
+        __m256i bad = _mm256_setzero_si256();
+        for (int b = 0; b < nb; b++)
+            bad = _mm256_or_si256(bad, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)aj[b].qs), m128));
+        any_bad = !_mm256_testz_si256(bad, bad);
+    }
+    int r = 0;
+    if (!any_bad)
+        for (; r + 8 <= nrows; r += 8) q8_0a_rows8(n, w + (size_t)r * ws, ws, a, ntok, y + r, ys);
+    for (; r < nrows; r++)
+        for (int j = 0; j < ntok; j++)
+            y[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, a[j]);
+}
 TOK_TILE(v_q2_K_q8_K_tile, q2_K_tok, 4)
 TOK_TILE(v_q4_K_q8_K_tile, q4_K_tok, 4)
 TOK_TILE(v_iq2_xxs_q8_K_tile, iq2_xxs_tok, 4)
