@@ -5,8 +5,8 @@
 #  (2) QAT on, f16 model, first 40 positions vs the original engine (ds4/);
 #  (3) QAT on, long sequences, statistical, both models;
 #  (4) teacher-forced per-sublayer check, QAT on and off, both models;
-#  plus: decode == prefill == any chunking, bit for bit; wrong-family and
-#  broken files refused before any compute.
+#  plus: decode == prefill == any chunking == any kernel table, bit for
+#  bit; wrong-family and broken files refused before any compute.
 set -u
 cd "$(dirname "$0")/.."
 S="${DS4_SHARED:-../shared}"
@@ -59,14 +59,26 @@ for m in f16 q2; do
     done
 done
 
-# every kernel table end to end (the default is the best the CPU has)
-for kt in scalar avx2; do
+# every kernel table end to end (the default is the best the CPU has), and
+# the same bits from every table (docs/NUMERICS.md), QAT on and off
+for m in f16 q2; do
+    run $m seq_300 "$T/def-$m.f32" || bad "$m seq_300 default-table run"
+    run $m seq_300 "$T/defn-$m.f32" --no-qat || bad "$m seq_300 default-table no-qat run"
+done
+for kt in scalar avx2 avx512 avx512-packed; do
+    if ! ./build/tests/test_kernels --has-table $kt > /dev/null 2>&1; then
+        echo "info: table $kt not available on this CPU"; continue
+    fi
     for m in f16 q2; do
         DS4_KERNELS=$kt run $m seq_300 "$T/k.f32" --no-qat && \
             check $m ref-noqat seq_300 "$T/k.f32" noqat "(1) noqat $m seq_300 with DS4_KERNELS=$kt"
+        cmp -s "$T/k.f32" "$T/defn-$m.f32" && ok "$m no-qat DS4_KERNELS=$kt == default table (bitwise)" \
+            || bad "$m no-qat DS4_KERNELS=$kt differs from the default table"
         DS4_KERNELS=$kt run $m seq_300 "$T/kp.f32" && DS4_KERNELS=$kt run $m seq_300 "$T/kd.f32" --decode-only && \
             cmp -s "$T/kp.f32" "$T/kd.f32" && ok "$m DS4_KERNELS=$kt: decode == prefill (bitwise)" \
             || bad "$m DS4_KERNELS=$kt: decode differs from prefill"
+        cmp -s "$T/kp.f32" "$T/def-$m.f32" && ok "$m QAT DS4_KERNELS=$kt == default table (bitwise)" \
+            || bad "$m QAT DS4_KERNELS=$kt differs from the default table"
     done
 done
 

@@ -7,9 +7,12 @@
  * and the portable scalar dot-product kernels, plus the kernel-table
  * selection (ds4_kernels_best) and the float-activation dispatcher.
  * Must not: contain SIMD code (that is quant_avx2.c), know about models,
- * tensors or threads, or allocate.  The integer kernels follow ggml's
- * portable C operation order, so built without FP contraction (the default
- * of -std=c11) they reproduce ggml's `generic_nofma` results bit for bit.
+ * tensors or threads, or allocate.  The kernels here DEFINE the operation
+ * order every SIMD table reproduces bit for bit (quant.h); each FMA of that
+ * order is written out with fmaf, and the build has -ffp-contract=off so
+ * that nothing else is fused.  Q8_0, Q2_K and IQ2_XXS follow ggml's
+ * portable C order (so they also reproduce ggml's `generic_nofma` results
+ * bit for bit); Q4_K uses the blockwise order instead of ggml's 8 lanes.
  * Assumes a little-endian host (the GGUF data is mapped as is).
  */
 #include "kernels/quant.h"
