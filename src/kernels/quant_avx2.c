@@ -21,6 +21,7 @@
  */
 #include "kernels/quant.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -164,7 +165,9 @@ TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
     4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, \
     4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3)
 
-TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *out, int C)
+/* vout != NULL (one token): instead of the float step, store block i's
+ * two lane vectors (sums, min sums) at vout[2i], vout[2i+1] for kq_rows8. */
+TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *out, int C, __m256i *vout)
 {
     const block_q2_K *w = vw;
     const int nb = n / QK_K;
@@ -212,6 +215,7 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
                                                                      _mm256_add_epi32(p2, p3)));
             }
         }
+        if (vout) { vout[2 * i] = sumi[0]; vout[2 * i + 1] = pms[0]; continue; }
         /* the scalar kernel's float step, its roundings in its order */
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
@@ -221,13 +225,14 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
             sumf[j] += dall * (float)isum - dmin * (float)summs;
         }
     }
-    for (int j = 0; j < C; j++) out[j] = sumf[j];
+    if (!vout)
+        for (int j = 0; j < C; j++) out[j] = sumf[j];
 }
 
 TGT static float v_q2_K_q8_K(int n, const void *vw, const void *va)
 {
     float y;
-    q2_K_tok(n, vw, &va, &y, 1);
+    q2_K_tok(n, vw, &va, &y, 1, NULL);
     return y;
 }
 
@@ -242,7 +247,7 @@ TGT static float v_q2_K_q8_K(int n, const void *vw, const void *va)
     2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, \
     2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1)
 
-TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *out, int C)
+TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *out, int C, __m256i *vout)
 {
     const block_q4_K *w = vw;
     const int nb = n / QK_K;
@@ -295,6 +300,7 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
                 sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(pl, ph));
             }
         }
+        if (vout) { vout[2 * i] = sumi[0]; vout[2 * i + 1] = _mm256_zextsi128_si256(pms[0]); continue; }
         /* ds4_q4_K_q8_K_blockwise's float step */
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
@@ -304,13 +310,14 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
             sumf[j] += d * (float)isum - dmin * (float)summ;
         }
     }
-    for (int j = 0; j < C; j++) out[j] = sumf[j];
+    if (!vout)
+        for (int j = 0; j < C; j++) out[j] = sumf[j];
 }
 
 TGT static float v_q4_K_q8_K(int n, const void *vw, const void *va)
 {
     float y;
-    q4_K_tok(n, vw, &va, &y, 1);
+    q4_K_tok(n, vw, &va, &y, 1, NULL);
     return y;
 }
 
@@ -357,7 +364,7 @@ TGT static inline __m256i iq2_grid4(const uint8_t *idx)
                               _mm256_blend_epi32(g2, g3, 0xc0), 0xf0);
 }
 
-TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float *out, int C)
+TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float *out, int C, __m256i *vout)
 {
     const block_iq2_xxs *w = vw;
     const int nb = n / QK_K;
@@ -421,19 +428,21 @@ TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float
         IQ2_GROUP(6, b_hi, sc_hi, sumi0);
         IQ2_GROUP(7, b_hi, sc_hi, sumi1);
 #undef IQ2_GROUP
+        if (vout) { vout[2 * i] = _mm256_add_epi32(sumi0[0], sumi1[0]); continue; }
         const float wd = h2f(w[i].d);
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
             sumf[j] += (wd * a[i].d) * (float)hsum_i32(_mm256_add_epi32(sumi0[j], sumi1[j]));
         }
     }
-    for (int j = 0; j < C; j++) out[j] = 0.125f * sumf[j];
+    if (!vout)
+        for (int j = 0; j < C; j++) out[j] = 0.125f * sumf[j];
 }
 
 TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
 {
     float y;
-    iq2_xxs_tok(n, vw, &va, &y, 1);
+    iq2_xxs_tok(n, vw, &va, &y, 1, NULL);
     return y;
 }
 
@@ -657,23 +666,28 @@ TGT static void v_f16_to_f32_row(const uint16_t *src, float *dst, int n)
  * a token needs 3-4 accumulators): the weight-side work of a row (loads,
  * unpacking, grid expansion, scale shuffles) is done once per group instead
  * of once per token, and each result is the single-row kernel's bit for
- * bit (same per-token operations, see q8_0a_tok). */
-#define TOK_TILE(name, tok, CMAX)                                                           \
+ * bit (same per-token operations, see q8_0a_tok).  FMT >= 0 (K-quants,
+ * IQ2_XXS): one token (decode) runs 8 rows at a time through kq_rows8. */
+#define TOK_TILE(name, tok, CMAX, FMT)                                                      \
     TGT static void name(int n, const void *w, size_t ws, int nrows,                       \
                          const void *const *a, int ntok, float *y, size_t ys)              \
     {                                                                                       \
         float out[4] = { 0, 0, 0, 0 };                                                      \
-        for (int r = 0; r < nrows; r++) {                                                   \
+        int r0 = 0;                                                                         \
+        if (FMT >= 0 && ntok == 1 && n / QK_K <= KQ_MAXB)                                   \
+            for (; r0 + 8 <= nrows; r0 += 8)                                                \
+                kq_rows8(FMT, n, (const uint8_t *)w + (size_t)r0 * ws, ws, a[0], y + r0);   \
+        for (int r = r0; r < nrows; r++) {                                                  \
             const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;                        \
             int j0 = 0;                                                                     \
             for (; j0 + CMAX <= ntok; j0 += CMAX) {                                         \
-                tok(n, wr, a + j0, out, CMAX);                                              \
+                tok(n, wr, a + j0, out, CMAX, NULL);                                        \
                 for (int j = 0; j < CMAX; j++) y[(size_t)(j0 + j) * ys + r] = out[j];       \
             }                                                                               \
             const int rest = ntok - j0;                                                     \
-            if (rest == 1) tok(n, wr, a + j0, out, 1);                                      \
-            else if (rest == 2) tok(n, wr, a + j0, out, 2);                                 \
-            else if (rest == 3) tok(n, wr, a + j0, out, 3);                                 \
+            if (rest == 1) tok(n, wr, a + j0, out, 1, NULL);                                \
+            else if (rest == 2) tok(n, wr, a + j0, out, 2, NULL);                           \
+            else if (rest == 3) tok(n, wr, a + j0, out, 3, NULL);                           \
             for (int j = 0; j < rest; j++) y[(size_t)(j0 + j) * ys + r] = out[j];           \
         }                                                                                   \
     }
@@ -739,20 +753,72 @@ TGT static void v_q8_0_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, c
         for (int j = 0; j < ntok; j++)
             y[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, a[j]);
 }
-TOK_TILE(v_q2_K_q8_K_tile, q2_K_tok, 4)
-TOK_TILE(v_q4_K_q8_K_tile, q4_K_tok, 4)
-TOK_TILE(v_iq2_xxs_q8_K_tile, iq2_xxs_tok, 4)
-
-TGTI static void f32_tok(int n, const void *w, const void *const *a, float *out, int C)
+/* One token, 8 rows of a K-quant (fmt 0 Q2_K, 1 Q4_K) or IQ2_XXS (2):
+ * the rows' block lane vectors (the *_tok kernels with vout) reduce
+ * together into 8 exact block sums (red8_i32), and the scalar kernel's
+ * float step runs in the 8 row lanes, blocks in order: the single-row bits
+ * without a horizontal sum and a scalar float chain per row and block
+ * (decode cost: see docs/NUMERICS.md). */
+#define KQ_MAXB 32   /* blocks per row (n <= 8192); longer rows go row by row */
+TGTI static void kq_rows8(int fmt, int n, const uint8_t *w, size_t ws, const void *va, float *y)
 {
+    const int nb = n / QK_K;
+    const block_q8_K *a = va;
+    __m256i v[8][2 * KQ_MAXB];
+    for (int r = 0; r < 8; r++) {
+        const uint8_t *wr = w + (size_t)r * ws;
+        if (fmt == 0) q2_K_tok(n, wr, &va, NULL, 1, v[r]);
+        else if (fmt == 1) q4_K_tok(n, wr, &va, NULL, 1, v[r]);
+        else iq2_xxs_tok(n, wr, &va, NULL, 1, v[r]);
+    }
+    const size_t bsz = fmt == 0 ? sizeof(block_q2_K) : fmt == 1 ? sizeof(block_q4_K) : sizeof(block_iq2_xxs);
+    const size_t doff = fmt == 0 ? offsetof(block_q2_K, d) : fmt == 1 ? offsetof(block_q4_K, d) : offsetof(block_iq2_xxs, d);
+    const size_t moff = fmt == 0 ? offsetof(block_q2_K, dmin) : offsetof(block_q4_K, dmin);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i s[8];
+        uint16_t hd[8], hm[8];
+        for (int r = 0; r < 8; r++) {
+            s[r] = v[r][2 * i];
+            memcpy(&hd[r], w + (size_t)r * ws + (size_t)i * bsz + doff, 2);
+        }
+        const __m256 isum = _mm256_cvtepi32_ps(red8_i32(s));
+        const __m256 ad = _mm256_set1_ps(a[i].d);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hd));
+        if (fmt == 2) {   /* sumf += (wd * a.d) * (float)bsum */
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dw, ad), isum));
+            continue;
+        }
+        for (int r = 0; r < 8; r++) {
+            s[r] = v[r][2 * i + 1];
+            memcpy(&hm[r], w + (size_t)r * ws + (size_t)i * bsz + moff, 2);
+        }
+        const __m256 msum = _mm256_cvtepi32_ps(red8_i32(s));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hm));
+        /* sumf += d * (float)isum - dmin * (float)summ, d = wd * a.d */
+        acc = _mm256_add_ps(acc, _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(dw, ad), isum),
+                                               _mm256_mul_ps(_mm256_mul_ps(dm, ad), msum)));
+    }
+    if (fmt == 2) acc = _mm256_mul_ps(_mm256_set1_ps(0.125f), acc);
+    _mm256_storeu_ps(y, acc);
+}
+
+TOK_TILE(v_q2_K_q8_K_tile, q2_K_tok, 4, 0)
+TOK_TILE(v_q4_K_q8_K_tile, q4_K_tok, 4, 1)
+TOK_TILE(v_iq2_xxs_q8_K_tile, iq2_xxs_tok, 4, 2)
+
+TGTI static void f32_tok(int n, const void *w, const void *const *a, float *out, int C, __m256i *unused)
+{
+    (void)unused;
     f_tok(n, w, 0, (const float *const *)a, out, C);
 }
-TGTI static void f16_tok(int n, const void *w, const void *const *a, float *out, int C)
+TGTI static void f16_tok(int n, const void *w, const void *const *a, float *out, int C, __m256i *unused)
 {
+    (void)unused;
     f_tok(n, w, 1, (const float *const *)a, out, C);
 }
-TOK_TILE(v_f32_f32_tile, f32_tok, 3)
-TOK_TILE(v_f16_f32_tile, f16_tok, 3)
+TOK_TILE(v_f32_f32_tile, f32_tok, 3, -1)
+TOK_TILE(v_f16_f32_tile, f16_tok, 3, -1)
 
 static const ds4_kernels avx2_kernels = {
     .name = "avx2",
