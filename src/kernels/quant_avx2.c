@@ -91,9 +91,11 @@ TGT static inline __m256i red8_i32(const __m256i *s)
  * sumf += (float)sumi * (d_w * d_a), blocks in order.  Blocks go in groups
  * of 8: their integer sums reduced together (red8_i32), the 8 float terms
  * made in one vector (the same two roundings per lane as the scalar
- * expression), then added to sumf one by one.  Returns 1 when an
- * activation code is -128 (the sign trick fails; the caller then runs the
- * scalar kernel, which gives the same order anyway). */
+ * expression), then added to sumf one by one.  Block products: maddubs
+ * needs an unsigned operand, so |w| (128 for w = -128 is fine as u8) times
+ * a with w's sign; exact unless a = -128 meets a negative w (the negation
+ * wraps).  Returns 1 when an activation code is -128 (the caller then runs
+ * the scalar kernel, which gives the same order anyway). */
 TGTI static int q8_row(int n, const block_q8_0 *w, const void *va, int fa, float *out)
 {
     const int nb = n / QK8_0;
