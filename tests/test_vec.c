@@ -80,8 +80,6 @@ static int test_table(const vec_kernels *s, const vec_kernels *v) {
                     }
             }
             float d1 = s->dot(q, k, n), d2 = v->dot(q, k, n);
-            double mag = 0;
-            for (int i = 0; i < n; i++) mag += fabs((double)q[i] * k[i]);
             checks++;
             if (!same(d1, d2)) { fails++; printf("dot n=%d: scalar %.9g %s %.9g\n", n, d1, v->name, d2); }
             /* wsum4 over up to 40 keys vs the scalar reference, and bit
