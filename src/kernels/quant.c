@@ -7,9 +7,12 @@
  * and the portable scalar dot-product kernels, plus the kernel-table
  * selection (ds4_kernels_best) and the float-activation dispatcher.
  * Must not: contain SIMD code (that is quant_avx2.c), know about models,
- * tensors or threads, or allocate.  The integer kernels follow ggml's
- * portable C operation order, so built without FP contraction (the default
- * of -std=c11) they reproduce ggml's `generic_nofma` results bit for bit.
+ * tensors or threads, or allocate.  The kernels here DEFINE the operation
+ * order every SIMD table reproduces bit for bit (quant.h); each FMA of that
+ * order is written out with fmaf, and the build has -ffp-contract=off so
+ * that nothing else is fused.  Q8_0, Q2_K and IQ2_XXS follow ggml's
+ * portable C order (so they also reproduce ggml's `generic_nofma` results
+ * bit for bit); Q4_K uses the blockwise order instead of ggml's 8 lanes.
  * Assumes a little-endian host (the GGUF data is mapped as is).
  */
 #include "kernels/quant.h"
@@ -466,36 +469,11 @@ static float s_q2_K_q8_K(int n, const void *vw, const void *va)
     return sumf;
 }
 
-static float s_q4_K_q8_K(int n, const void *vw, const void *va)
-{
-    const block_q4_K *w = vw;
-    const block_q8_K *a = va;
-    /* ggml keeps eight float lanes (the lane of an element is its index mod
-     * 8) and subtracts the min terms from a separate sum. */
-    float sums[8] = { 0 };
-    float sumf = 0.0f;
-    for (int i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        q4_K_scales(w[i].scales, sc, m);
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) sumi += a[i].bsums[j] * m[j / 2];
-        int32_t lanes[8] = { 0 };
-        const int8_t *q8 = a[i].qs;
-        for (int c = 0; c < 4; c++) {
-            const uint8_t *q4 = w[i].qs + 32 * c;
-            for (int l = 0; l < 32; l++)
-                lanes[l & 7] += sc[2 * c] * (q8[64 * c + l] * (q4[l] & 15));
-            for (int l = 0; l < 32; l++)
-                lanes[l & 7] += sc[2 * c + 1] * (q8[64 * c + 32 + l] * (q4[l] >> 4));
-        }
-        float d = ds4_f16_to_f32(w[i].d) * a[i].d;
-        for (int l = 0; l < 8; l++) sums[l] += d * (float)lanes[l];
-        float dmin = ds4_f16_to_f32(w[i].dmin) * a[i].d;
-        sumf -= dmin * (float)sumi;
-    }
-    for (int l = 0; l < 8; l++) sumf += sums[l];
-    return sumf;
-}
+/* Q4_K x Q8_K: the blockwise order (ds4_q4_K_q8_K_blockwise below), which
+ * every table keeps, rather than ggml's 8 float lanes: those would need 8
+ * accumulators per output in the avx512 tiles, and one order for all
+ * tables is what makes logits independent of the CPU (docs/NUMERICS.md). */
+#define s_q4_K_q8_K ds4_q4_K_q8_K_blockwise
 
 static float s_iq2_xxs_q8_K(int n, const void *vw, const void *va)
 {
@@ -527,108 +505,120 @@ static float s_iq2_xxs_q8_K(int n, const void *vw, const void *va)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Scalar float-activation kernels.  Weights are dequantized one block at a */
-/* time into a stack buffer (bit-exact values), then multiplied with x in   */
-/* chunks of 32.  A chunk is summed in 8 independent lanes (4 terms each,   */
-/* which the compiler can vectorize without reassociating anything), the    */
-/* lanes pairwise, and chunk sums are added in order.  The rounding error   */
-/* is therefore at most about (n/32 + 8) * 2^-24 * sum|w_i x_i|, inside the */
-/* bound the tests use, (n/32 + 40) * 2^-24 * sum|w_i x_i|.                */
+/* Scalar float-activation kernels, in the one float order every table      */
+/* keeps (quant.h, "32-lane order"): element i is fused-multiply-added into  */
+/* lane i mod 32 in element order (fmaf: one rounding, as the SIMD FMA),     */
+/* leftover groups of 8 into lanes 0..7, the lanes reduced by a fixed tree,  */
+/* leftover elements added last, product and sum rounded separately.  The    */
+/* weights are the exact dequantized values, fed block by block.  With      */
+/* hardware FMA fmaf is one instruction; without it (a PORTABLE build on a   */
+/* CPU with no FMA, where no SIMD table runs either) libm's exact fmaf is    */
+/* slower but gives the same bits.                                          */
 /* ------------------------------------------------------------------------ */
 
-static float dot_lanes(const float *w, const float *x, int n)   /* n <= 32 */
+typedef struct { float l[32]; int i; } lanes32;   /* i: elements consumed */
+
+static void l32_init(lanes32 *s)
 {
-    float acc[8] = { 0 };
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += w[i + j] * x[i + j];
-    for (int j = 0; i + j < n; j++) acc[j] += w[i + j] * x[i + j];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    memset(s, 0, sizeof *s);
 }
 
-static float dot_chunked(const float *w, const float *x, int n)
+/* m elements (m a multiple of 32, or the final call) */
+static void l32_feed(lanes32 *s, const float *w, const float *x, int m)
 {
-    float sum = 0.0f;
-    for (int i = 0; i < n; i += 32)
-        sum += dot_lanes(w + i, x + i, n - i < 32 ? n - i : 32);
-    return sum;
+    int k = 0;
+    for (; k + 32 <= m; k += 32)
+        for (int j = 0; j < 32; j++) s->l[j] = fmaf(w[k + j], x[k + j], s->l[j]);
+    for (; k + 8 <= m; k += 8)
+        for (int j = 0; j < 8; j++) s->l[j] = fmaf(w[k + j], x[k + j], s->l[j]);
+    s->i += k;
+}
+
+/* the reduction tree; then the m - done leftover elements one by one */
+static float l32_finish(const lanes32 *s, const float *w, const float *x, int m)
+{
+    float t[8];
+    for (int j = 0; j < 8; j++) t[j] = (s->l[j] + s->l[8 + j]) + (s->l[16 + j] + s->l[24 + j]);
+    float r = ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+    for (int k = 0; k < m; k++) r += w[k] * x[k];
+    return r;
+}
+
+/* a whole row of exact float weights; n any length */
+static float dot_l32(const float *w, const float *x, int n)
+{
+    lanes32 s;
+    l32_init(&s);
+    l32_feed(&s, w, x, n);
+    return l32_finish(&s, w + s.i, x + s.i, n - s.i);
 }
 
 static float s_f32_f32(int n, const void *vw, const float *x)
 {
-    return dot_chunked(vw, x, n);
+    return dot_l32(vw, x, n);
+}
+
+/* 16-bit weights: converted 32 at a time (the leftovers, fewer than 32,
+ * in one last piece), fed in order. */
+static float dot_l32_u16(const uint16_t *w, const float *x, int n, float (*cvt)(uint16_t))
+{
+    lanes32 s;
+    float buf[32];
+    l32_init(&s);
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        for (int j = 0; j < 32; j++) buf[j] = cvt(w[i + j]);
+        l32_feed(&s, buf, x + i, 32);
+    }
+    const int m = n - i;
+    for (int j = 0; j < m; j++) buf[j] = cvt(w[i + j]);
+    l32_feed(&s, buf, x + i, m);
+    const int done = s.i - i;
+    return l32_finish(&s, buf + done, x + i + done, m - done);
 }
 
 static float s_f16_f32(int n, const void *vw, const float *x)
 {
-    const uint16_t *w = vw;
-    float buf[32], sum = 0.0f;
-    for (int i = 0; i < n; i += 32) {
-        int m = n - i < 32 ? n - i : 32;
-        for (int j = 0; j < m; j++) buf[j] = ds4_f16_to_f32(w[i + j]);
-        sum += dot_lanes(buf, x + i, m);
-    }
-    return sum;
+    return dot_l32_u16(vw, x, n, ds4_f16_to_f32);
 }
 
 static float s_bf16_f32(int n, const void *vw, const float *x)
 {
-    const uint16_t *w = vw;
-    float buf[32], sum = 0.0f;
-    for (int i = 0; i < n; i += 32) {
-        int m = n - i < 32 ? n - i : 32;
-        for (int j = 0; j < m; j++) buf[j] = ds4_bf16_to_f32(w[i + j]);
-        sum += dot_lanes(buf, x + i, m);
-    }
-    return sum;
+    return dot_l32_u16(vw, x, n, ds4_bf16_to_f32);
 }
 
+/* Block formats: every block is a whole number of 32-element groups, so
+ * there are no leftovers. */
 static float s_q8_0_f32(int n, const void *vw, const float *x)
 {
     const block_q8_0 *w = vw;
-    float buf[QK8_0], sum = 0.0f;
+    float buf[QK8_0];
+    lanes32 s;
+    l32_init(&s);
     for (int ib = 0; ib < n / QK8_0; ib++) {
         deq_q8_0_block(w + ib, buf);
-        sum += dot_lanes(buf, x + ib * QK8_0, QK8_0);
+        l32_feed(&s, buf, x + ib * QK8_0, QK8_0);
     }
-    return sum;
+    return l32_finish(&s, NULL, NULL, 0);
 }
 
-static float s_q2_K_f32(int n, const void *vw, const float *x)
-{
-    const block_q2_K *w = vw;
-    float buf[QK_K], sum = 0.0f;
-    for (int ib = 0; ib < n / QK_K; ib++) {
-        deq_q2_K_block(w + ib, buf);
-        for (int c = 0; c < QK_K; c += 32)
-            sum += dot_lanes(buf + c, x + ib * QK_K + c, 32);
+#define S_KQ_F32(name, btype, deq)                                  \
+    static float name(int n, const void *vw, const float *x)       \
+    {                                                               \
+        const btype *w = vw;                                        \
+        float buf[QK_K];                                            \
+        lanes32 s;                                                  \
+        l32_init(&s);                                               \
+        for (int ib = 0; ib < n / QK_K; ib++) {                     \
+            deq(w + ib, buf);                                       \
+            l32_feed(&s, buf, x + ib * QK_K, QK_K);                 \
+        }                                                           \
+        return l32_finish(&s, NULL, NULL, 0);                       \
     }
-    return sum;
-}
 
-static float s_q4_K_f32(int n, const void *vw, const float *x)
-{
-    const block_q4_K *w = vw;
-    float buf[QK_K], sum = 0.0f;
-    for (int ib = 0; ib < n / QK_K; ib++) {
-        deq_q4_K_block(w + ib, buf);
-        for (int c = 0; c < QK_K; c += 32)
-            sum += dot_lanes(buf + c, x + ib * QK_K + c, 32);
-    }
-    return sum;
-}
-
-static float s_iq2_xxs_f32(int n, const void *vw, const float *x)
-{
-    const block_iq2_xxs *w = vw;
-    float buf[QK_K], sum = 0.0f;
-    for (int ib = 0; ib < n / QK_K; ib++) {
-        deq_iq2_xxs_block(w + ib, buf);
-        for (int c = 0; c < QK_K; c += 32)
-            sum += dot_lanes(buf + c, x + ib * QK_K + c, 32);
-    }
-    return sum;
-}
+S_KQ_F32(s_q2_K_f32, block_q2_K, deq_q2_K_block)
+S_KQ_F32(s_q4_K_f32, block_q4_K, deq_q4_K_block)
+S_KQ_F32(s_iq2_xxs_f32, block_iq2_xxs, deq_iq2_xxs_block)
 
 static void s_f16_to_f32_row(const uint16_t *src, float *dst, int n)
 {
@@ -693,12 +683,14 @@ static float s_mxfp4_q8_0a(int n, const void *vw, const void *va)
 static float s_mxfp4_f32(int n, const void *vw, const float *x)
 {
     const block_mxfp4 *w = vw;
-    float buf[QK_MXFP4], sum = 0.0f;
+    float buf[QK_MXFP4];
+    lanes32 s;
+    l32_init(&s);
     for (int ib = 0; ib < n / QK_MXFP4; ib++) {
         deq_mxfp4_block(w + ib, buf);
-        sum += dot_lanes(buf, x + ib * QK_MXFP4, QK_MXFP4);
+        l32_feed(&s, buf, x + ib * QK_MXFP4, QK_MXFP4);
     }
-    return sum;
+    return l32_finish(&s, NULL, NULL, 0);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -97,8 +97,10 @@ void ds4_quantize_q8_K(const float *x, block_q8_K *y, int64_t n);       /* bit-e
  * `a` the quantized activation row (matching block type); `x` a float
  * activation row.  All return the dot product as float.
  * Integer kernels sum each block exactly in integers, then scale in float
- * (K-quant mins through the activation's bsums), as ggml does; results of
- * the scalar and SIMD tables agree within 2e-6 of sum|terms|.  Q8_K
+ * (K-quant mins through the activation's bsums), as ggml does.  EVERY
+ * TABLE GIVES THE SAME BITS (the orders below; docs/NUMERICS.md), so the
+ * logits do not depend on the CPU; results are within 2e-6 of sum|terms|
+ * of the exact dot.  Q8_K
  * activations must not contain -128 (none of the quantizers above makes
  * it); Q8_0 activations may.  The float-activation kernels use the exact
  * dequantized weights and err by at most (n/32 + 40) * 2^-24 * sum|w_i x_i|.
@@ -117,23 +119,25 @@ void ds4_quantize_q8_K(const float *x, block_q8_K *y, int64_t n);       /* bit-e
 typedef void (*ds4_tile_fn)(int n, const void *w, size_t w_stride, int nrows,
                             const void *const *a, int ntok, float *y, size_t y_stride);
 
-/* Summation orders of the SIMD tables (tests/test_kernels.c checks tiles
- * against single rows bit for bit, and both against the scalar table
- * within the tolerances above):
- *  - Q8_0 x Q8_0a/Q8_0, Q2_K, IQ2_XXS x Q8_K: exactly the scalar order
- *    (every block's integer sum exact, then the float block terms added in
- *    block order, products and sums rounded separately), so these agree
- *    with the scalar table bit for bit as well;
- *  - Q4_K x Q8_K (avx512 table): per 256-block, isum = sum_j sc_j * S_j and
+/* Summation orders, kept by EVERY table (scalar, avx2, avx512,
+ * avx512-packed), single rows and tiles alike; tests/test_kernels.c checks
+ * tiles against single rows and every table against the scalar one bit
+ * for bit (same bits on every CPU, docs/NUMERICS.md):
+ *  - Q8_0 x Q8_0a/Q8_0, Q2_K, IQ2_XXS x Q8_K: every block's integer sum
+ *    exact, then the float block term (the scalar kernel's expression,
+ *    products and sums rounded separately, no FMA) added to the running
+ *    sum in block order, starting from 0;
+ *  - Q4_K x Q8_K: per 256-block, isum = sum_j sc_j * S_j and
  *    summ = sum_j m_j * (bsum_2j + bsum_2j+1) in integers, then
  *    sumf += d*(float)isum - dmin*(float)summ with d, dmin = f16(w) * a.d,
- *    in block order (ds4_q4_K_q8_K_blockwise); the scalar and avx2 tables
- *    keep ggml's 8-lane order;
- *  - F32/F16 x float: 32 lanes (element i in lane i mod 32) accumulated
- *    with FMA in element order, leftover groups of 8 into lanes 0..7, the
- *    lanes reduced as ((l0..7 + l8..15) + (l16..23 + l24..31)) then the
- *    8-lane tree ((0+4)+(2+6))+((1+5)+(3+7)), leftover elements added last
- *    one by one. */
+ *    in block order (ds4_q4_K_q8_K_blockwise; not ggml's 8-lane order);
+ *  - float activations (F32/F16/BF16 weights, and the --no-qat kernels of
+ *    the quantized formats on their exact dequantized weights): 32 lanes
+ *    (element i in lane i mod 32) accumulated with FMA in element order,
+ *    leftover groups of 8 into lanes 0..7, the lanes reduced as
+ *    ((l0..7 + l8..15) + (l16..23 + l24..31)) then the 8-lane tree
+ *    ((0+4)+(2+6))+((1+5)+(3+7)), leftover elements added last one by one
+ *    (product and sum rounded separately). */
 
 typedef struct {
     const char *name;                 /* "scalar", "avx2", "avx512" */

@@ -5,9 +5,13 @@
  * it.  Every function is compiled with target("avx2,fma,f16c"), so the table
  * exists even in a build without -march=native; ds4_kernels_avx2() hands it
  * out only when __builtin_cpu_supports says so.
- * Must not: change results beyond float reassociation (the integer parts are
- * exact, the tests hold both tables to the same tolerance), know about
- * models or threads, or allocate.
+ * Must not: change results at all: every kernel keeps the operation order
+ * of the scalar table (quant.h, docs/NUMERICS.md), so the two give the same
+ * bits (tests/test_kernels.c); know about models or threads, or allocate.
+ * Integer formats: the integer sum of every block is exact in any order,
+ * so only its float work is pinned: reduce the block to one integer, then
+ * scale and add it to the running sum in block order with the scalar
+ * kernel's separate roundings.
  *
  * Activation contract (true for every quantizer in quant.c): Q8_K
  * activations never contain -128, because the kernels apply signs with
@@ -17,6 +21,7 @@
  */
 #include "kernels/quant.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,97 +48,103 @@ TGT static inline float h2f(uint16_t h)
 /* Q8_0 x Q8_0 / Q8_0a                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Sum of the 32 products of one block pair as 8 int32 lanes.  maddubs needs
- * an unsigned operand: |w| (128 for w = -128 is fine as u8) times a with
- * w's sign.  That is exact unless a = -128 meets a negative w (the negation
- * wraps), which the callers detect through `bad`. */
-TGT static inline __m256i q8_block_dot(const int8_t *w, const int8_t *a, __m256i *bad)
+#define TGTI __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+TGT static inline int32_t hsum_i32x4(__m128i s)
 {
-    const __m256i qw = _mm256_loadu_si256((const __m256i *)w);
-    const __m256i qa = _mm256_loadu_si256((const __m256i *)a);
-    *bad = _mm256_or_si256(*bad, _mm256_cmpeq_epi8(qa, _mm256_set1_epi8(-128)));
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw));
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Exact integer sum of the 8 int32 lanes (block sums are far from
+ * overflowing: |sum| <= 256 * 127 * 127 * 63). */
+TGT static inline int32_t hsum_i32(__m256i v)
+{
+    return hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* The exact lane sums of two vectors at once (one shared reduction). */
+TGT static inline void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb)
+{
+    const __m256i t = _mm256_hadd_epi32(a, b);   /* a01 a23 b01 b23 | a45 a67 b45 b67 */
+    __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    u = _mm_hadd_epi32(u, u);                      /* a b a b */
+    *sa = _mm_cvtsi128_si32(u);
+    *sb = _mm_extract_epi32(u, 1);
+}
+
+/* Eight blocks' lane vectors -> one vector whose lane b is block b's total
+ * (integer, exact): two rounds of vphaddd and one cross-lane add, about a
+ * third of the work of eight separate horizontal sums. */
+TGT static inline __m256i red8_i32(const __m256i *s)
+{
+    const __m256i t0 = _mm256_hadd_epi32(s[0], s[1]), t1 = _mm256_hadd_epi32(s[2], s[3]);
+    const __m256i t2 = _mm256_hadd_epi32(s[4], s[5]), t3 = _mm256_hadd_epi32(s[6], s[7]);
+    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                            _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* Q8_0 weights x Q8_0 (f16 scale, fa = 0) or Q8_0a (float scale, fa = 1)
+ * activations, one row and one token, in the scalar order: per block
+ * sumf += (float)sumi * (d_w * d_a), blocks in order.  Blocks go in groups
+ * of 8: their integer sums reduced together (red8_i32), the 8 float terms
+ * made in one vector (the same two roundings per lane as the scalar
+ * expression), then added to sumf one by one.  Block products: maddubs
+ * needs an unsigned operand, so |w| (128 for w = -128 is fine as u8) times
+ * a with w's sign; exact unless a = -128 meets a negative w (the negation
+ * wraps).  Returns 1 when an activation code is -128 (the caller then runs
+ * the scalar kernel, which gives the same order anyway). */
+TGTI static int q8_row(int n, const block_q8_0 *w, const void *va, int fa, float *out)
+{
+    const int nb = n / QK8_0;
+    const size_t astride = fa ? sizeof(block_q8_0a) : sizeof(block_q8_0);
+    const uint8_t *ab = va;
+    const __m256i ones = _mm256_set1_epi16(1), m128 = _mm256_set1_epi8(-128);
+    __m256i bad = _mm256_setzero_si256();
+    float sumf = 0.0f;
+    for (int i0 = 0; i0 < nb; i0 += 8) {
+        const int g = nb - i0 < 8 ? nb - i0 : 8;
+        __m256i s[8];
+        float dw[8], da[8];
+        for (int b = 0; b < 8; b++) {
+            if (b >= g) { s[b] = _mm256_setzero_si256(); dw[b] = da[b] = 0.0f; continue; }
+            const block_q8_0 *wb = w + i0 + b;
+            const uint8_t *a = ab + (size_t)(i0 + b) * astride;
+            const int8_t *aq = (const int8_t *)(a + (fa ? 4 : 2));
+            const __m256i qw = _mm256_loadu_si256((const __m256i *)wb->qs);
+            const __m256i qa = _mm256_loadu_si256((const __m256i *)aq);
+            bad = _mm256_or_si256(bad, _mm256_cmpeq_epi8(qa, m128));
+            s[b] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw)), ones);
+            dw[b] = h2f(wb->d);
+            if (fa) memcpy(&da[b], a, 4);
+            else { uint16_t h; memcpy(&h, a, 2); da[b] = h2f(h); }
+        }
+        const __m256 tot = _mm256_cvtepi32_ps(red8_i32(s));
+        float t[8];
+        _mm256_storeu_ps(t, _mm256_mul_ps(tot, _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(da))));
+        for (int b = 0; b < g; b++) sumf += t[b];
+    }
+    *out = sumf;
+    return !_mm256_testz_si256(bad, bad);
 }
 
 TGT static float v_q8_0_q8_0(int n, const void *vw, const void *va)
 {
-    const block_q8_0 *w = vw, *a = va;
-    const int nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256i bad = _mm256_setzero_si256();
-    int i = 0;
-    /* two independent accumulators hide the FMA latency */
-    for (; i + 1 < nb; i += 2) {
-        const __m256i s0 = q8_block_dot(w[i].qs, a[i].qs, &bad);
-        const __m256i s1 = q8_block_dot(w[i + 1].qs, a[i + 1].qs, &bad);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)),
-                               _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i + 1].d) * h2f(a[i + 1].d)),
-                               _mm256_cvtepi32_ps(s1), acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256i s0 = q8_block_dot(w[i].qs, a[i].qs, &bad);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)),
-                               _mm256_cvtepi32_ps(s0), acc0);
-    }
-    if (!_mm256_testz_si256(bad, bad))
+    float y;
+    if (q8_row(n, vw, va, 0, &y))
         return ds4_kernels_scalar()->q8_0_q8_0(n, vw, va);
-    return hsum8(_mm256_add_ps(acc0, acc1));
+    return y;
 }
 
-/* Several tokens against one weight row (the tiles): every per-token
- * operation is exactly the single-row kernel's, in the same order, so each
- * result is bit-identical to it; what is shared is the weight side (loads,
- * |w|, unpacking, scale shuffles), done once for up to C tokens.  The
- * single-row kernels are these with C = 1. */
-#define TGTI __attribute__((target("avx2,fma,f16c"), always_inline)) inline
-
+/* The tiles: each token's dot is the single-row kernel's (a row of Q8_0 is
+ * at most a few KB, so the C tokens after the first read it from L1). */
 TGTI static void q8_0a_tok(int n, const void *vw, const void *const *va, float *out, int C)
 {
-    const block_q8_0 *w = vw;
-    const int nb = n / QK8_0;
-    __m256 acc0[3], acc1[3];
-    __m256i bad[3];
-    for (int j = 0; j < C; j++) {
-        acc0[j] = acc1[j] = _mm256_setzero_ps();
-        bad[j] = _mm256_setzero_si256();
-    }
-    const __m256i ones = _mm256_set1_epi16(1), m128 = _mm256_set1_epi8(-128);
-    int i = 0;
-    for (; i + 1 < nb; i += 2) {
-        const __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        const __m256i qw1 = _mm256_loadu_si256((const __m256i *)w[i + 1].qs);
-        const __m256i aw0 = _mm256_sign_epi8(qw0, qw0), aw1 = _mm256_sign_epi8(qw1, qw1);
-        const float dw0 = h2f(w[i].d), dw1 = h2f(w[i + 1].d);
-        for (int j = 0; j < C; j++) {
-            const block_q8_0a *a = va[j];
-            const __m256i qa0 = _mm256_loadu_si256((const __m256i *)a[i].qs);
-            const __m256i qa1 = _mm256_loadu_si256((const __m256i *)a[i + 1].qs);
-            bad[j] = _mm256_or_si256(bad[j], _mm256_or_si256(_mm256_cmpeq_epi8(qa0, m128), _mm256_cmpeq_epi8(qa1, m128)));
-            const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw0, _mm256_sign_epi8(qa0, qw0)), ones);
-            const __m256i s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw1, _mm256_sign_epi8(qa1, qw1)), ones);
-            acc0[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * a[i].d), _mm256_cvtepi32_ps(s0), acc0[j]);
-            acc1[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * a[i + 1].d), _mm256_cvtepi32_ps(s1), acc1[j]);
-        }
-    }
-    for (; i < nb; i++) {
-        const __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        const __m256i aw0 = _mm256_sign_epi8(qw0, qw0);
-        const float dw0 = h2f(w[i].d);
-        for (int j = 0; j < C; j++) {
-            const block_q8_0a *a = va[j];
-            const __m256i qa0 = _mm256_loadu_si256((const __m256i *)a[i].qs);
-            bad[j] = _mm256_or_si256(bad[j], _mm256_cmpeq_epi8(qa0, m128));
-            const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw0, _mm256_sign_epi8(qa0, qw0)), ones);
-            acc0[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * a[i].d), _mm256_cvtepi32_ps(s0), acc0[j]);
-        }
-    }
-    /* a -128 activation breaks the sign trick: that token's dot is the
-     * scalar kernel's (the same decision the single-row kernel makes) */
     for (int j = 0; j < C; j++)
-        out[j] = _mm256_testz_si256(bad[j], bad[j]) ? hsum8(_mm256_add_ps(acc0[j], acc1[j]))
-                                                     : ds4_kernels_scalar()->q8_0_q8_0a(n, vw, va[j]);
+        if (q8_row(n, vw, va[j], 1, &out[j]))
+            out[j] = ds4_kernels_scalar()->q8_0_q8_0a(n, vw, va[j]);
 }
 
 TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
@@ -156,15 +167,17 @@ TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
     4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, \
     4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3)
 
-TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *out, int C)
+/* vout != NULL (one token): instead of the float step, store block i's
+ * two lane vectors (sums, min sums) at vout[2i], vout[2i+1] for kq_rows8. */
+TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *out, int C, __m256i *vout)
 {
     const block_q2_K *w = vw;
     const int nb = n / QK_K;
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0f);
     const __m256i shuf0 = SC_PAIR(0), shuf1 = SC_PAIR(1), shuf2 = SC_PAIR(2), shuf3 = SC_PAIR(3);
-    __m256 acc[4], accm[4];
-    for (int j = 0; j < C; j++) acc[j] = accm[j] = _mm256_setzero_ps();
+    float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    __m256i pms[4];
 
     for (int i = 0; i < nb; i++) {
         const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
@@ -178,7 +191,7 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
             const __m256i pm = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)a[i].bsums));
-            accm[j] = _mm256_fmadd_ps(_mm256_set1_ps(-a[i].d * wdmin), _mm256_cvtepi32_ps(pm), accm[j]);
+            pms[j] = pm;
             sumi[j] = _mm256_setzero_si256();
         }
         for (int h = 0; h < 2; h++) {
@@ -204,18 +217,24 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
                                                                      _mm256_add_epi32(p2, p3)));
             }
         }
+        if (vout) { vout[2 * i] = sumi[0]; vout[2 * i + 1] = pms[0]; continue; }
+        /* the scalar kernel's float step, its roundings in its order */
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+            const float dall = a[i].d * wd, dmin = a[i].d * wdmin;
+            int32_t isum, summs;
+            hsum2_i32(sumi[j], pms[j], &isum, &summs);
+            sumf[j] += dall * (float)isum - dmin * (float)summs;
         }
     }
-    for (int j = 0; j < C; j++) out[j] = hsum8(_mm256_add_ps(acc[j], accm[j]));
+    if (!vout)
+        for (int j = 0; j < C; j++) out[j] = sumf[j];
 }
 
 TGT static float v_q2_K_q8_K(int n, const void *vw, const void *va)
 {
     float y;
-    q2_K_tok(n, vw, &va, &y, 1);
+    q2_K_tok(n, vw, &va, &y, 1, NULL);
     return y;
 }
 
@@ -230,19 +249,15 @@ TGT static float v_q2_K_q8_K(int n, const void *vw, const void *va)
     2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, \
     2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1)
 
-TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *out, int C)
+TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *out, int C, __m256i *vout)
 {
     const block_q4_K *w = vw;
     const int nb = n / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i sh[8] = { SC_ONE(0), SC_ONE(1), SC_ONE(2), SC_ONE(3),
                             SC_ONE(4), SC_ONE(5), SC_ONE(6), SC_ONE(7) };
-    __m256 acc[4];
-    __m128 accm[4];
-    for (int j = 0; j < C; j++) {
-        acc[j] = _mm256_setzero_ps();
-        accm[j] = _mm_setzero_ps();
-    }
+    float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    __m128i pms[4];
 
     for (int i = 0; i < nb; i++) {
         const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
@@ -267,7 +282,7 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
             const __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);
             const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
             const __m128i pm = _mm_madd_epi16(mhi, bs32);
-            accm[j] = _mm_fmadd_ps(_mm_set1_ps(-a[i].d * wdmin), _mm_cvtepi32_ps(pm), accm[j]);
+            pms[j] = pm;
             sumi[j] = _mm256_setzero_si256();
         }
 
@@ -287,23 +302,24 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
                 sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(pl, ph));
             }
         }
+        if (vout) { vout[2 * i] = sumi[0]; vout[2 * i + 1] = _mm256_zextsi128_si256(pms[0]); continue; }
+        /* ds4_q4_K_q8_K_blockwise's float step */
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * wd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+            const float d = wd * a[i].d, dmin = wdmin * a[i].d;
+            int32_t isum, summ;
+            hsum2_i32(sumi[j], _mm256_zextsi128_si256(pms[j]), &isum, &summ);
+            sumf[j] += d * (float)isum - dmin * (float)summ;
         }
     }
-    for (int j = 0; j < C; j++) {
-        __m128 t = _mm_add_ps(accm[j], _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1)));
-        t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-        t = _mm_add_ss(t, _mm_movehdup_ps(t));
-        out[j] = _mm_cvtss_f32(t);
-    }
+    if (!vout)
+        for (int j = 0; j < C; j++) out[j] = sumf[j];
 }
 
 TGT static float v_q4_K_q8_K(int n, const void *vw, const void *va)
 {
     float y;
-    q4_K_tok(n, vw, &va, &y, 1);
+    q4_K_tok(n, vw, &va, &y, 1, NULL);
     return y;
 }
 
@@ -350,7 +366,7 @@ TGT static inline __m256i iq2_grid4(const uint8_t *idx)
                               _mm256_blend_epi32(g2, g3, 0xc0), 0xf0);
 }
 
-TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float *out, int C)
+TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float *out, int C, __m256i *vout)
 {
     const block_iq2_xxs *w = vw;
     const int nb = n / QK_K;
@@ -361,8 +377,7 @@ TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float
     const __m256i rep[4] = { SIGN_REP(0), SIGN_REP(1), SIGN_REP(2), SIGN_REP(3) };
     const __m256i bc[4] = { _mm256_set1_epi32(0x03020100), _mm256_set1_epi32(0x07060504),
                             _mm256_set1_epi32(0x0b0a0908), _mm256_set1_epi32(0x0f0e0d0c) };
-    __m256 acc[4];
-    for (int j = 0; j < C; j++) acc[j] = _mm256_setzero_ps();
+    float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
     for (int i = 0; i < nb; i++) {
         const uint8_t *qs = (const uint8_t *)w[i].qs;   /* 8 groups x (a0, a1) */
@@ -415,19 +430,21 @@ TGTI static void iq2_xxs_tok(int n, const void *vw, const void *const *va, float
         IQ2_GROUP(6, b_hi, sc_hi, sumi0);
         IQ2_GROUP(7, b_hi, sc_hi, sumi1);
 #undef IQ2_GROUP
+        if (vout) { vout[2 * i] = _mm256_add_epi32(sumi0[0], sumi1[0]); continue; }
         const float wd = h2f(w[i].d);
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(wd * a[i].d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi0[j], sumi1[j])), acc[j]);
+            sumf[j] += (wd * a[i].d) * (float)hsum_i32(_mm256_add_epi32(sumi0[j], sumi1[j]));
         }
     }
-    for (int j = 0; j < C; j++) out[j] = 0.125f * hsum8(acc[j]);
+    if (!vout)
+        for (int j = 0; j < C; j++) out[j] = 0.125f * sumf[j];
 }
 
 TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
 {
     float y;
-    iq2_xxs_tok(n, vw, &va, &y, 1);
+    iq2_xxs_tok(n, vw, &va, &y, 1, NULL);
     return y;
 }
 
@@ -651,42 +668,159 @@ TGT static void v_f16_to_f32_row(const uint16_t *src, float *dst, int n)
  * a token needs 3-4 accumulators): the weight-side work of a row (loads,
  * unpacking, grid expansion, scale shuffles) is done once per group instead
  * of once per token, and each result is the single-row kernel's bit for
- * bit (same per-token operations, see q8_0a_tok). */
-#define TOK_TILE(name, tok, CMAX)                                                           \
+ * bit (same per-token operations, see q8_0a_tok).  FMT >= 0 (K-quants,
+ * IQ2_XXS): one token (decode) runs 8 rows at a time through kq_rows8. */
+#define TOK_TILE(name, tok, CMAX, FMT)                                                      \
     TGT static void name(int n, const void *w, size_t ws, int nrows,                       \
                          const void *const *a, int ntok, float *y, size_t ys)              \
     {                                                                                       \
         float out[4] = { 0, 0, 0, 0 };                                                      \
-        for (int r = 0; r < nrows; r++) {                                                   \
+        int r0 = 0;                                                                         \
+        if (FMT >= 0 && ntok == 1 && n / QK_K <= KQ_MAXB)                                   \
+            for (; r0 + 8 <= nrows; r0 += 8)                                                \
+                kq_rows8(FMT, n, (const uint8_t *)w + (size_t)r0 * ws, ws, a[0], y + r0);   \
+        for (int r = r0; r < nrows; r++) {                                                  \
             const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;                        \
             int j0 = 0;                                                                     \
             for (; j0 + CMAX <= ntok; j0 += CMAX) {                                         \
-                tok(n, wr, a + j0, out, CMAX);                                              \
+                tok(n, wr, a + j0, out, CMAX, NULL);                                        \
                 for (int j = 0; j < CMAX; j++) y[(size_t)(j0 + j) * ys + r] = out[j];       \
             }                                                                               \
             const int rest = ntok - j0;                                                     \
-            if (rest == 1) tok(n, wr, a + j0, out, 1);                                      \
-            else if (rest == 2) tok(n, wr, a + j0, out, 2);                                 \
-            else if (rest == 3) tok(n, wr, a + j0, out, 3);                                 \
+            if (rest == 1) tok(n, wr, a + j0, out, 1, NULL);                                \
+            else if (rest == 2) tok(n, wr, a + j0, out, 2, NULL);                           \
+            else if (rest == 3) tok(n, wr, a + j0, out, 3, NULL);                           \
             for (int j = 0; j < rest; j++) y[(size_t)(j0 + j) * ys + r] = out[j];           \
         }                                                                                   \
     }
 
-TOK_TILE(v_q8_0_q8_0a_tile, q8_0a_tok, 3)
-TOK_TILE(v_q2_K_q8_K_tile, q2_K_tok, 4)
-TOK_TILE(v_q4_K_q8_K_tile, q4_K_tok, 4)
-TOK_TILE(v_iq2_xxs_q8_K_tile, iq2_xxs_tok, 4)
-
-TGTI static void f32_tok(int n, const void *w, const void *const *a, float *out, int C)
+/* Q8_0 x Q8_0a tile: 8 rows at a time, vectorized across the rows.  For
+ * one block and one token, the 8 rows' lane vectors reduce together into
+ * one vector of 8 exact block sums (red8_i32), and the float step of the
+ * scalar order runs in the 8 row lanes: acc = acc + (float)tot * (dw * da),
+ * blocks in order -- per lane exactly the scalar kernel's roundings, with
+ * no horizontal float work and no dependency chain through one scalar.
+ * Up to 4 tokens share each block's 8 weight scales; the weight bytes are
+ * re-read from L1 per token.  Rows left over (fewer than 8) and tokens
+ * with a -128 code run the single-row kernels (same bits). */
+TGT static void q8_0a_rows8(int n, const uint8_t *w, size_t ws, const void *const *va, int ntok,
+                            float *y, size_t ys)
 {
+    const int nb = n / QK8_0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int j0 = 0; j0 < ntok; j0 += 4) {
+        const int C = ntok - j0 < 4 ? ntok - j0 : 4;
+        __m256 acc[4];
+        for (int j = 0; j < C; j++) acc[j] = _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *wb = w + (size_t)b * sizeof(block_q8_0);
+            uint16_t h[8];
+            for (int r = 0; r < 8; r++) memcpy(&h[r], wb + (size_t)r * ws, 2);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+            for (int j = 0; j < C; j++) {
+                const block_q8_0a *a = (const block_q8_0a *)va[j0 + j] + b;
+                const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
+                __m256i s[8];
+                for (int r = 0; r < 8; r++) {
+                    const __m256i qw = _mm256_loadu_si256((const __m256i *)(wb + (size_t)r * ws + 2));
+                    s[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw)), ones);
+                }
+                const __m256 tot = _mm256_cvtepi32_ps(red8_i32(s));
+                acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(tot, _mm256_mul_ps(dw, _mm256_set1_ps(a->d))));
+            }
+        }
+        for (int j = 0; j < C; j++) _mm256_storeu_ps(y + (size_t)(j0 + j) * ys, acc[j]);
+    }
+}
+
+TGT static void v_q8_0_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
+                                  float *y, size_t ys)
+{
+    const uint8_t *w = vw;
+    const int nb = n / QK8_0;
+    const __m256i m128 = _mm256_set1_epi8(-128);
+    /* tokens with a -128 code: their outputs come from the scalar kernel */
+    int any_bad = 0;
+    for (int j = 0; j < ntok && !any_bad; j++) {
+        const block_q8_0a *aj = a[j];
+        __m256i bad = _mm256_setzero_si256();
+        for (int b = 0; b < nb; b++)
+            bad = _mm256_or_si256(bad, _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)aj[b].qs), m128));
+        any_bad = !_mm256_testz_si256(bad, bad);
+    }
+    int r = 0;
+    if (!any_bad)
+        for (; r + 8 <= nrows; r += 8) q8_0a_rows8(n, w + (size_t)r * ws, ws, a, ntok, y + r, ys);
+    for (; r < nrows; r++)
+        for (int j = 0; j < ntok; j++)
+            y[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, a[j]);
+}
+/* One token, 8 rows of a K-quant (fmt 0 Q2_K, 1 Q4_K) or IQ2_XXS (2):
+ * the rows' block lane vectors (the *_tok kernels with vout) reduce
+ * together into 8 exact block sums (red8_i32), and the scalar kernel's
+ * float step runs in the 8 row lanes, blocks in order: the single-row bits
+ * without a horizontal sum and a scalar float chain per row and block
+ * (decode cost: see docs/NUMERICS.md). */
+#define KQ_MAXB 32   /* blocks per row (n <= 8192); longer rows go row by row */
+TGTI static void kq_rows8(int fmt, int n, const uint8_t *w, size_t ws, const void *va, float *y)
+{
+    const int nb = n / QK_K;
+    const block_q8_K *a = va;
+    __m256i v[8][2 * KQ_MAXB];
+    for (int r = 0; r < 8; r++) {
+        const uint8_t *wr = w + (size_t)r * ws;
+        if (fmt == 0) q2_K_tok(n, wr, &va, NULL, 1, v[r]);
+        else if (fmt == 1) q4_K_tok(n, wr, &va, NULL, 1, v[r]);
+        else iq2_xxs_tok(n, wr, &va, NULL, 1, v[r]);
+    }
+    const size_t bsz = fmt == 0 ? sizeof(block_q2_K) : fmt == 1 ? sizeof(block_q4_K) : sizeof(block_iq2_xxs);
+    const size_t doff = fmt == 0 ? offsetof(block_q2_K, d) : fmt == 1 ? offsetof(block_q4_K, d) : offsetof(block_iq2_xxs, d);
+    const size_t moff = fmt == 0 ? offsetof(block_q2_K, dmin) : offsetof(block_q4_K, dmin);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i s[8];
+        uint16_t hd[8], hm[8];
+        for (int r = 0; r < 8; r++) {
+            s[r] = v[r][2 * i];
+            memcpy(&hd[r], w + (size_t)r * ws + (size_t)i * bsz + doff, 2);
+        }
+        const __m256 isum = _mm256_cvtepi32_ps(red8_i32(s));
+        const __m256 ad = _mm256_set1_ps(a[i].d);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hd));
+        if (fmt == 2) {   /* sumf += (wd * a.d) * (float)bsum */
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dw, ad), isum));
+            continue;
+        }
+        for (int r = 0; r < 8; r++) {
+            s[r] = v[r][2 * i + 1];
+            memcpy(&hm[r], w + (size_t)r * ws + (size_t)i * bsz + moff, 2);
+        }
+        const __m256 msum = _mm256_cvtepi32_ps(red8_i32(s));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hm));
+        /* sumf += d * (float)isum - dmin * (float)summ, d = wd * a.d */
+        acc = _mm256_add_ps(acc, _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(dw, ad), isum),
+                                               _mm256_mul_ps(_mm256_mul_ps(dm, ad), msum)));
+    }
+    if (fmt == 2) acc = _mm256_mul_ps(_mm256_set1_ps(0.125f), acc);
+    _mm256_storeu_ps(y, acc);
+}
+
+TOK_TILE(v_q2_K_q8_K_tile, q2_K_tok, 4, 0)
+TOK_TILE(v_q4_K_q8_K_tile, q4_K_tok, 4, 1)
+TOK_TILE(v_iq2_xxs_q8_K_tile, iq2_xxs_tok, 4, 2)
+
+TGTI static void f32_tok(int n, const void *w, const void *const *a, float *out, int C, __m256i *unused)
+{
+    (void)unused;
     f_tok(n, w, 0, (const float *const *)a, out, C);
 }
-TGTI static void f16_tok(int n, const void *w, const void *const *a, float *out, int C)
+TGTI static void f16_tok(int n, const void *w, const void *const *a, float *out, int C, __m256i *unused)
 {
+    (void)unused;
     f_tok(n, w, 1, (const float *const *)a, out, C);
 }
-TOK_TILE(v_f32_f32_tile, f32_tok, 3)
-TOK_TILE(v_f16_f32_tile, f16_tok, 3)
+TOK_TILE(v_f32_f32_tile, f32_tok, 3, -1)
+TOK_TILE(v_f16_f32_tile, f16_tok, 3, -1)
 
 /* ------------------------------------------------------------------------ */
 /* MXFP4: exactly the scalar operation order (quant.h), so this table and   */
@@ -780,15 +914,15 @@ TGT static float v_mxfp4_q8_0a(int n, const void *vw, const void *va)
     return y;
 }
 
-/* float activations in quant.c's dot_lanes order: per 32-block, 8 lanes
- * of 4 products each (multiplies and adds rounded separately), the lanes
- * reduced as ((0+4)+(1+5))+((2+6)+(3+7)), block sums added in order.  The
- * dequantized values are the exact ones (int8 times a power of two). */
+/* float activations in the scalar table's 32-lane order (quant.c, the same
+ * order as v_q8_0_f32): four 8-lane accumulators fed with fmadd, block after
+ * block, reduced once at the end.  The dequantized values are exact (a
+ * small integer times a power of two), so every product is the scalar's. */
 TGT static float v_mxfp4_f32(int n, const void *vw, const float *x)
 {
     const block_mxfp4 *w = vw;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ds4_kvalues_mxfp4));
-    float sum = 0.0f;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int ib = 0; ib < n / QK_MXFP4; ib++, x += QK_MXFP4) {
         const __m256i q = mx_expand(w[ib].qs, lut);
         const __m256 d = _mm256_set1_ps(ds4_e8m0_to_f32_half(w[ib].e));
@@ -797,15 +931,12 @@ TGT static float v_mxfp4_f32(int n, const void *vw, const float *x)
         const __m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(qlo, 8))), d);
         const __m256 w2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(qhi)), d);
         const __m256 w3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(qhi, 8))), d);
-        __m256 acc = _mm256_add_ps(_mm256_setzero_ps(), _mm256_mul_ps(w0, _mm256_loadu_ps(x)));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(w1, _mm256_loadu_ps(x + 8)));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(w2, _mm256_loadu_ps(x + 16)));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(w3, _mm256_loadu_ps(x + 24)));
-        const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        const __m128 s2 = _mm_hadd_ps(s4, s4);   /* (l0+l4)+(l1+l5), (l2+l6)+(l3+l7) */
-        sum += _mm_cvtss_f32(_mm_hadd_ps(s2, s2));
+        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), a0);
+        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), a1);
+        a2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + 16), a2);
+        a3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + 24), a3);
     }
-    return sum;
+    return finish4(a0, a1, a2, a3);
 }
 
 static const ds4_kernels avx2_kernels = {

@@ -1,36 +1,49 @@
 /*
  * vec_ops.c -- see vec_ops.h.
  *
- * The scalar reference and the AVX2/FMA version use different summation
- * orders (8 lanes x 2 accumulators, then a fixed reduction), so they agree
- * to float rounding, not bitwise; within one build the chosen kernel is
- * used everywhere.
+ * One arithmetic for every table, so that attention gives the same bits on
+ * every CPU (docs/NUMERICS.md):
+ *  - dots (dot, dot4, dot4x4): element i is fused-multiply-added into lane
+ *    i mod 16, in element order, lanes starting at +0; the 16 lanes are
+ *    reduced as r8[l] = l[l] + l[l+8], r4[l] = r8[l] + r8[l+4],
+ *    r2[l] = r4[l] + r4[l+2], r2[0] + r2[1].  A SIMD kernel runs the whole
+ *    groups of 16 in registers (avx2: lanes 0..7 and 8..15 in two ymm) and
+ *    hands its lanes to the same scalar tail and reduction (lanes16_finish).
+ *  - axpy4 / wsum4: per output element o = fma(e_r, k_r, o) in key order
+ *    (wsum4 from o = +0).
+ * The scalar versions write each FMA out with fmaf (the build has
+ * -ffp-contract=off, so nothing else is fused).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/vec_ops.h"
 
+/* Finish a dot from its 16 lanes: elements i0..n-1 (fewer than a SIMD
+ * group) into lane i mod 16, then the reduction tree. */
+static inline float lanes16_finish(float *l, const float *a, const float *b, int i0, int n) {
+    for (int i = i0; i < n; i++) l[i & 15] = fmaf(a[i], b[i], l[i & 15]);
+    float r8[8], r4[4];
+    for (int j = 0; j < 8; j++) r8[j] = l[j] + l[j + 8];
+    for (int j = 0; j < 4; j++) r4[j] = r8[j] + r8[j + 4];
+    return (r4[0] + r4[2]) + (r4[1] + r4[3]);
+}
+
+static float s_dot(const float *a, const float *b, int n) {
+    float l[16] = { 0 };
+    return lanes16_finish(l, a, b, 0, n);
+}
+
 static void s_dot4(const float *q, size_t qs, const float *k, int n, float *out) {
-    for (int h = 0; h < VEC_HB; h++) {
-        const float *a = q + (size_t)h * qs;
-        float s = 0;
-        for (int i = 0; i < n; i++) s += a[i] * k[i];
-        out[h] = s;
-    }
+    for (int h = 0; h < VEC_HB; h++) out[h] = s_dot(q + (size_t)h * qs, k, n);
 }
 
 static void s_axpy4(float *o, size_t os, const float *e, const float *k, int n) {
     for (int h = 0; h < VEC_HB; h++) {
         float *y = o + (size_t)h * os;
-        for (int i = 0; i < n; i++) y[i] += e[h] * k[i];
+        for (int i = 0; i < n; i++) y[i] = fmaf(e[h], k[i], y[i]);
     }
-}
-
-static float s_dot(const float *a, const float *b, int n) {
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
 }
 
 static void s_wsum4(float *o, size_t os, const float *const *keys, const float *e,
@@ -40,7 +53,7 @@ static void s_wsum4(float *o, size_t os, const float *const *keys, const float *
         memset(y, 0, (size_t)n * sizeof(float));
         for (int r = 0; r < nk; r++) {
             float w = e[(size_t)h * es + r];
-            for (int i = 0; i < n; i++) y[i] += w * keys[r][i];
+            for (int i = 0; i < n; i++) y[i] = fmaf(w, keys[r][i], y[i]);
         }
     }
 }
@@ -62,30 +75,43 @@ const vec_kernels *vec_kernels_scalar(void) { return &k_scalar; }
 
 #define AVX2 __attribute__((target("avx2,fma")))
 
-AVX2 static inline float hsum8(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
+/* The reduction tree of lanes16_finish on lanes 0..7 (lo) and 8..15 (hi). */
+AVX2 static inline float red16_avx2(__m256 lo, __m256 hi) {
+    __m256 r8 = _mm256_add_ps(lo, hi);
+    __m128 r4 = _mm_add_ps(_mm256_castps256_ps128(r8), _mm256_extractf128_ps(r8, 1));
+    __m128 r2 = _mm_add_ps(r4, _mm_movehl_ps(r4, r4));
+    return _mm_cvtss_f32(_mm_add_ss(r2, _mm_movehdup_ps(r2)));
 }
 
-/* Tails (n not a multiple of 8) fall back to scalar steps at the end, in
- * a fixed order. */
+/* Lanes -> result: vector tree when no element is left, else the scalar
+ * tail and tree (rare: the model's lengths are multiples of 16). */
+AVX2 static inline float fin16_avx2(__m256 lo, __m256 hi, const float *a, const float *b, int i, int n) {
+    if (i == n) return red16_avx2(lo, hi);
+    float l[16];
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(l + 8, hi);
+    return lanes16_finish(l, a, b, i, n);
+}
+
 AVX2 static void v_dot4(const float *q, size_t qs, const float *k, int n, float *out) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 kv = _mm256_loadu_ps(k + i);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + qs + i), kv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 2 * qs + i), kv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 3 * qs + i), kv, a3);
+    for (; i + 16 <= n; i += 16) {
+        __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), k0, a0);
+        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), k1, b0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + qs + i), k0, a1);
+        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + qs + i + 8), k1, b1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 2 * qs + i), k0, a2);
+        b2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 2 * qs + i + 8), k1, b2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 3 * qs + i), k0, a3);
+        b3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 3 * qs + i + 8), k1, b3);
     }
-    float r[4] = { hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3) };
-    for (; i < n; i++)
-        for (int h = 0; h < 4; h++) r[h] += q[h * qs + i] * k[i];
-    memcpy(out, r, sizeof r);
+    out[0] = fin16_avx2(a0, b0, q, k, i, n);
+    out[1] = fin16_avx2(a1, b1, q + qs, k, i, n);
+    out[2] = fin16_avx2(a2, b2, q + 2 * qs, k, i, n);
+    out[3] = fin16_avx2(a3, b3, q + 3 * qs, k, i, n);
 }
 
 AVX2 static void v_axpy4(float *o, size_t os, const float *e, const float *k, int n) {
@@ -100,7 +126,7 @@ AVX2 static void v_axpy4(float *o, size_t os, const float *e, const float *k, in
         _mm256_storeu_ps(o + 3 * os + i, _mm256_fmadd_ps(e3, kv, _mm256_loadu_ps(o + 3 * os + i)));
     }
     for (; i < n; i++)
-        for (int h = 0; h < 4; h++) o[h * os + i] += e[h] * k[i];
+        for (int h = 0; h < 4; h++) o[h * os + i] = fmaf(e[h], k[i], o[h * os + i]);
 }
 
 AVX2 static float v_dot(const float *a, const float *b, int n) {
@@ -110,11 +136,7 @@ AVX2 static float v_dot(const float *a, const float *b, int n) {
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
         s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
     }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum8(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
+    return fin16_avx2(s0, s1, a, b, i, n);
 }
 
 /* 16 output floats per head per pass: 8 accumulators stay in registers
@@ -142,7 +164,7 @@ AVX2 static void v_wsum4(float *o, size_t os, const float *const *keys, const fl
         _mm256_storeu_ps(o + 2 * os + i, a20); _mm256_storeu_ps(o + 2 * os + i + 8, a21);
         _mm256_storeu_ps(o + 3 * os + i, a30); _mm256_storeu_ps(o + 3 * os + i + 8, a31);
     }
-    /* the same steps as axpy4's: 8-wide FMA, then unfused scalar */
+    /* the same per-element steps: 8-wide FMA, then fmaf */
     for (; i + 8 <= n; i += 8) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int r = 0; r < nk; r++) {
@@ -160,7 +182,7 @@ AVX2 static void v_wsum4(float *o, size_t os, const float *const *keys, const fl
     for (; i < n; i++)
         for (int h = 0; h < 4; h++) {
             float acc = 0;
-            for (int r = 0; r < nk; r++) acc += e[h * es + r] * keys[r][i];
+            for (int r = 0; r < nk; r++) acc = fmaf(e[h * es + r], keys[r][i], acc);
             o[h * os + i] = acc;
         }
 }
@@ -185,21 +207,25 @@ const vec_kernels *vec_kernels_avx2(void) {
 
 #define AVX512 __attribute__((target("avx512f")))
 
+AVX512 static inline float red16_avx512(__m512 z) {
+    __m256 r8 = _mm256_add_ps(_mm512_castps512_ps256(z), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
+    __m128 r4 = _mm_add_ps(_mm256_castps256_ps128(r8), _mm256_extractf128_ps(r8, 1));
+    __m128 r2 = _mm_add_ps(r4, _mm_movehl_ps(r4, r4));
+    return _mm_cvtss_f32(_mm_add_ss(r2, _mm_movehdup_ps(r2)));
+}
+
+AVX512 static inline float fin16_avx512(__m512 z, const float *a, const float *b, int i, int n) {
+    if (i == n) return red16_avx512(z);
+    float l[16];
+    _mm512_storeu_ps(l, z);
+    return lanes16_finish(l, a, b, i, n);
+}
+
+/* One 16-lane accumulator per head (the common order allows no second
+ * one); four heads give four independent FMA chains. */
 AVX512 static void z_dot4(const float *q, size_t qs, const float *k, int n, float *out) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512 k0 = _mm512_loadu_ps(k + i), k1 = _mm512_loadu_ps(k + i + 16);
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), k0, a0);
-        b0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), k1, b0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + qs + i), k0, a1);
-        b1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + qs + i + 16), k1, b1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 2 * qs + i), k0, a2);
-        b2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 2 * qs + i + 16), k1, b2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 3 * qs + i), k0, a3);
-        b3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 3 * qs + i + 16), k1, b3);
-    }
     for (; i + 16 <= n; i += 16) {
         __m512 k0 = _mm512_loadu_ps(k + i);
         a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), k0, a0);
@@ -207,27 +233,18 @@ AVX512 static void z_dot4(const float *q, size_t qs, const float *k, int n, floa
         a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 2 * qs + i), k0, a2);
         a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + 3 * qs + i), k0, a3);
     }
-    float r[4] = { _mm512_reduce_add_ps(_mm512_add_ps(a0, b0)),
-                   _mm512_reduce_add_ps(_mm512_add_ps(a1, b1)),
-                   _mm512_reduce_add_ps(_mm512_add_ps(a2, b2)),
-                   _mm512_reduce_add_ps(_mm512_add_ps(a3, b3)) };
-    for (; i < n; i++)
-        for (int h = 0; h < 4; h++) r[h] += q[h * qs + i] * k[i];
-    memcpy(out, r, sizeof r);
+    out[0] = fin16_avx512(a0, q, k, i, n);
+    out[1] = fin16_avx512(a1, q + qs, k, i, n);
+    out[2] = fin16_avx512(a2, q + 2 * qs, k, i, n);
+    out[3] = fin16_avx512(a3, q + 3 * qs, k, i, n);
 }
 
 AVX512 static float z_dot(const float *a, const float *b, int n) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+    __m512 s0 = _mm512_setzero_ps();
     int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
-    }
     for (; i + 16 <= n; i += 16)
         s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
+    return fin16_avx512(s0, a, b, i, n);
 }
 
 /* Per element: o = fma(e_r, k_r, o) in key order, 16-wide, unfused scalar
@@ -244,7 +261,7 @@ AVX512 static void z_axpy4(float *o, size_t os, const float *e, const float *k, 
         _mm512_storeu_ps(o + 3 * os + i, _mm512_fmadd_ps(e3, kv, _mm512_loadu_ps(o + 3 * os + i)));
     }
     for (; i < n; i++)
-        for (int h = 0; h < 4; h++) o[h * os + i] += e[h] * k[i];
+        for (int h = 0; h < 4; h++) o[h * os + i] = fmaf(e[h], k[i], o[h * os + i]);
 }
 
 /* 64 output floats per head per pass: 16 accumulators in registers while
@@ -288,7 +305,7 @@ AVX512 static void z_wsum4(float *o, size_t os, const float *const *keys, const 
     for (; i < n; i++)
         for (int h = 0; h < 4; h++) {
             float acc = 0;
-            for (int r = 0; r < nk; r++) acc += e[h * es + r] * keys[r][i];
+            for (int r = 0; r < nk; r++) acc = fmaf(e[h * es + r], keys[r][i], acc);
             o[h * os + i] = acc;
         }
 }
@@ -311,10 +328,8 @@ AVX512 static void z_dot4x4(const float *q, size_t qs, const float *const *keys,
             a[h * 4 + 3] = _mm512_fmadd_ps(qv, k3, a[h * 4 + 3]);
         }
     }
-    for (int x = 0; x < 16; x++) out[x] = _mm512_reduce_add_ps(a[x]);
-    for (; i < n; i++)
-        for (int h = 0; h < 4; h++)
-            for (int j = 0; j < 4; j++) out[h * 4 + j] += q[(size_t)h * qs + i] * keys[j][i];
+    for (int h = 0; h < 4; h++)
+        for (int j = 0; j < 4; j++) out[h * 4 + j] = fin16_avx512(a[h * 4 + j], q + (size_t)h * qs, keys[j], i, n);
 }
 
 static const vec_kernels k_avx512 = { "avx512", z_dot4, z_axpy4, z_dot, z_dot4x4, z_wsum4 };
