@@ -113,6 +113,7 @@ struct ds4_session {
     layer_state *ls;          /* [n_layer] */
     cpu_scratch sc;
     ds4_buf *cap_logits, *cap_hidden;
+    struct ds4_imatrix *imatrix;   /* importance collection (imatrix.c), or NULL */
 };
 
 /* forward_cpu.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);
