@@ -1594,8 +1594,10 @@ static void write_hf(const char *dir, const layout *L, const config *c, const gg
     }
     uint64_t total = 0;
     for (int s = 0; s < n_shards; s++) total += shard_bytes[s];
-    write_json_file(dir, "model.safetensors.index.json",
-                    json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", wm));
+    json_t *index = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", wm);
+    if (!index) die("out of memory");
+    write_json_file(dir, "model.safetensors.index.json", index);
+    json_decref(index);
 
     /* Data: generate each GGUF tensor's f16 values (one expert at a time
      * for the stacked experts), encode, write at the planned offsets. */
