@@ -1106,6 +1106,9 @@ int main(int argc, char **argv) {
                              W->src.w->name, t->name, cerr);
                 }
                 if (gguf_writer_write(g_w, obuf, W->nr * rb)) break;
+                /* drop the rows just read from the resident set */
+                const uint64_t in_row = W->src.w->nbytes / rows;
+                st_release_range(W->src.w, r0 * in_row, W->nr * in_row);
             }
             done_in += W->src.w->nbytes + (W->src.scale ? W->src.scale->nbytes : 0);
             st_release(W->src.w);

@@ -428,9 +428,13 @@ uint64_t st_total_bytes(const st_checkpoint *c) {
     return s;
 }
 
-void st_release(const st_tensor *t) {
+void st_release(const st_tensor *t) { st_release_range(t, 0, t->nbytes); }
+
+void st_release_range(const st_tensor *t, uint64_t off, uint64_t len) {
+    if (off >= t->nbytes) return;
+    if (len > t->nbytes - off) len = t->nbytes - off;
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t b = (uintptr_t)t->data, e = b + t->nbytes;
+    uintptr_t b = (uintptr_t)t->data + off, e = b + len;
     b = (b + pg - 1) / pg * pg;   /* only whole pages of this tensor */
     e = e / pg * pg;
     if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);

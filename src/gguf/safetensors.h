@@ -58,6 +58,9 @@ uint64_t st_total_bytes(const st_checkpoint *c);   /* sum of all tensors' bytes 
 /* Drops the tensor's pages from this process's resident set (they stay in
  * the page cache); call after a tensor is converted so memory stays bounded. */
 void st_release(const st_tensor *t);
+/* The same for bytes [off, off + len) of the tensor (large tensors are
+ * released chunk by chunk). */
+void st_release_range(const st_tensor *t, uint64_t off, uint64_t len);
 
 const char *st_dtype_name(st_dtype d);
 /* Parses a safetensors dtype string; -1 if unknown. */
