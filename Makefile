@@ -55,6 +55,9 @@ endif
 ifneq ($(wildcard tools/ds4_kv.c),)
   BINS += ds4-kv
 endif
+ifneq ($(wildcard tools/ds4_quantize.c),)
+  BINS += ds4-quantize
+endif
 
 .PHONY: all test bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
 all: $(BINS) tests
@@ -92,6 +95,10 @@ ds4-bench: $(BUILD)/tools/ds4_bench.o $(BUILD)/tools/probe.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 ds4-kv: $(BUILD)/tools/ds4_kv.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# HF checkpoint -> GGUF (docs/CHECKPOINT.md)
+ds4-quantize: $(BUILD)/tools/ds4_quantize.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 tests: $(TEST_BINS)
@@ -133,7 +140,7 @@ install: $(BINS)
 	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
-	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv demo/*.gguf
+	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv ds4-quantize demo/*.gguf
 
 # keep the objects of tests and benches (intermediate files of a chain)
 .SECONDARY:

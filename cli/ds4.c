@@ -89,6 +89,8 @@ static void usage(FILE *f) {
 "                          after consuming tokens[0..t]\n"
 "      --dump-hidden FILE  float32 [n_positions][n_layer][2][n_hc][n_embd]:\n"
 "                          HC state after each attention and FFN sublayer\n"
+"      --imatrix-out FILE  prefill --prompt-file (raw text) and write the routed\n"
+"                          experts' importance matrix for ds4-quantize --imatrix\n"
 "      --decode-only       feed the prompt one token at a time\n"
 "      --split N           prefill the first N prompt tokens, then decode\n"
 "                          the rest one at a time\n"
@@ -137,6 +139,7 @@ typedef struct {
     const char *detok;
     const char *tokens, *tokens_file;
     const char *dump_logits, *dump_hidden;
+    const char *imatrix_out;
     int decode_only, no_qat, split;
     int quiet, ctx_set;
     const char *kv_dir;
@@ -218,6 +221,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--tokens-file")) o->tokens_file = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dump-logits")) o->dump_logits = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dump-hidden")) o->dump_hidden = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--imatrix-out")) o->imatrix_out = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--decode-only")) o->decode_only = 1;
         else if (ds4_args_is(&a, NULL, "--split")) o->split = ds4_args_int(&a, 0, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
@@ -290,6 +294,56 @@ static int detokenize_main(const opts *o) {
     return 0;
 }
 
+/* --imatrix-out FILE: prefill a calibration text (raw, no chat template)
+ * and write the routed experts' importance matrix for ds4-quantize.  A
+ * text longer than --ctx is cut into windows of ctx tokens, each from an
+ * empty state. */
+static int imatrix_main(const opts *o) {
+    if (!o->prompt_file && !o->prompt && !o->tokens_file)
+        die("--imatrix-out needs a calibration text: --prompt-file FILE (or -p TEXT, --tokens-file FILE)");
+    ds4_model_params mp;
+    ds4_model_params_default(&mp);
+    mp.n_threads = o->threads;
+    char *err = NULL;
+    ds4_model *m = ds4_model_load(o->model, &mp, &err);
+    if (!m) die("%s", err ? err : "cannot load the model");
+    ds4_tokens ids = { 0 };
+    size_t len = 0;
+    char *text = o->prompt_file ? read_file(o->prompt_file, &len)
+               : o->tokens_file ? read_file(o->tokens_file, &len) : strdup(o->prompt);
+    if (!text) die("cannot read %s: %s", o->prompt_file ? o->prompt_file : o->tokens_file, strerror(errno));
+    if (!o->prompt_file && !o->prompt) {
+        if (parse_ids(text, &ids)) die("bad token list in %s", o->tokens_file);
+    } else {
+        if (!o->prompt_file) len = strlen(text);
+        if (ds4_tokenize(ds4_model_tokenizer(m), text, len, DS4_TOK_PLAIN, &ids)) die("tokenization failed");
+    }
+    free(text);
+    if (!ids.n) die("the calibration text is empty");
+    ds4_session_params sp;
+    ds4_session_params_default(&sp);
+    sp.ctx_size = (size_t)o->ctx < ids.n ? o->ctx : (int)ids.n;
+    sp.prefill_chunk = o->chunk;
+    sp.no_qat = o->no_qat;
+    ds4_session *s = ds4_session_new(m, &sp, &err);
+    if (!s) die("%s", err ? err : "cannot create a session");
+    if (ds4_session_imatrix_begin(s)) die("out of memory for the importance matrix");
+    for (size_t at = 0; at < ids.n; at += (size_t)sp.ctx_size) {
+        size_t n = ids.n - at < (size_t)sp.ctx_size ? ids.n - at : (size_t)sp.ctx_size;
+        ds4_session_reset(s);
+        int rc = ds4_session_eval(s, ids.v + at, (int)n, NULL, NULL);
+        if (rc) die("prefill failed: %s", ds4_strerror(rc));
+        if (!o->quiet) fprintf(stderr, "\rds4: imatrix: %zu / %zu tokens", at + n, ids.n);
+    }
+    if (!o->quiet) fputc('\n', stderr);
+    if (ds4_session_imatrix_save(s, o->imatrix_out, &err)) die("%s", err ? err : "cannot write the imatrix");
+    if (!o->quiet) fprintf(stderr, "ds4: wrote %s (%zu calibration tokens)\n", o->imatrix_out, ids.n);
+    ds4_session_free(s);
+    ds4_model_free(m);
+    ds4_tokens_free(&ids);
+    return 0;
+}
+
 /* --------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
@@ -302,6 +356,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (o.tokenize) return tokenize_main(&o);
+    if (o.imatrix_out) return imatrix_main(&o);
     if (o.detok) return detokenize_main(&o);
 
     if (access(o.model, R_OK) != 0)

@@ -363,6 +363,15 @@ void ds4_session_capture(ds4_session *s, ds4_buf *logits_rows,
 /* Force token-at-a-time evaluation (diagnostic --decode-only). */
 void ds4_session_set_decode_only(ds4_session *s, int on);
 
+/* Importance matrix (ds4 --imatrix-out, read by ds4-quantize --imatrix):
+ * from begin on, every evaluated token adds, per layer and routed expert
+ * it is routed to, the squares of the gate/up input and of the down input
+ * (engine/imatrix.h; file format in docs/QUANT.md).  begin returns
+ * DS4_ENOMEM if the sums cannot be allocated; save writes the means
+ * (atomically) and returns 0, or -1 with *err (malloc'd). */
+int ds4_session_imatrix_begin(ds4_session *s);
+int ds4_session_imatrix_save(const ds4_session *s, const char *path, char **err);
+
 /* Snapshot: the complete resumable state (tokens, logits, per-layer window
  * rows, compressed rows, compressor and indexer frontiers). */
 uint64_t ds4_session_snapshot_size(const ds4_session *s);

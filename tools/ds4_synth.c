@@ -33,9 +33,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "ds4.h"
 #include "common/args.h"
 #include "gguf/gguf.h"
+#include "gguf/safetensors.h"
 #include "kernels/quant.h"
 
 #define CHUNK_BYTES (8u << 20)   /* one generation buffer: (threads + 2) of them in flight */
@@ -69,7 +72,7 @@ static void usage(FILE *o) {
     fputs(
 "usage: ds4-synth --preset tiny|medium|flash --recipe f16|q2|q4 -o OUT.gguf\n"
 "                 [--vocab VOCAB.gguf] [--layers N] [--seed S]\n"
-"                 [--set key=value ...] [--threads N] [--dry-run [--list]]\n"
+"                 [--set key=value ...] [--threads N] [--dry-run [--list]] [--hf-out DIR]\n"
 "       ds4-synth --help | --version\n"
 "\n"
 "Writes a random-weight GGUF with the exact DeepSeek V4 Flash layout (tensor\n"
@@ -97,7 +100,15 @@ static void usage(FILE *o) {
 "                  vocabulary), looked for next to the ds4-synth binary,\n"
 "                  in PREFIX/share/ds4/vocab after `make install`, then in\n"
 "                  the current directory.\n"
-"  -o, --output F  output file (required unless --dry-run).\n"
+"  -o, --output F  output file (required unless --dry-run or --hf-out).\n"
+"  --hf-out DIR    also (or, without -o, only) write the same random model as a\n"
+"                  Hugging Face checkpoint in DeepSeek's official layout and\n"
+"                  dtypes: config.json, model-*.safetensors + index (FP8 E4M3\n"
+"                  with 128x128 E8M0 block scales, FP4 routed experts with\n"
+"                  per-32 E8M0 scales, BF16, F32, I64), tokenizer.json and\n"
+"                  tokenizer_config.json made from --vocab.  The weights are the\n"
+"                  f16 recipe's (same --seed) rounded to those formats.  Input\n"
+"                  for ds4-quantize (docs/CHECKPOINT.md).\n"
 "  --layers N      block_count (default: tiny 6, medium 4, flash 43).  The\n"
 "                  compression ratios follow the Flash rule (layers 0,1: 0;\n"
 "                  then even layers 4, odd layers 128) and hash_layer_count\n"
@@ -1311,6 +1322,436 @@ static void write_model(const char *out, const layout *L, const config *c, const
 }
 
 /* ------------------------------------------------------------------------ */
+/* --hf-out: the same random model as an official-layout HF checkpoint       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Writes DIR/config.json, DIR/model-XXXXX-of-YYYYY.safetensors (globals in
+ * the first shard, layer il in shard il + 2), model.safetensors.index.json,
+ * tokenizer.json and tokenizer_config.json (from the --vocab GGUF), in the
+ * dtypes of DeepSeek's release (docs/CHECKPOINT.md): attention, shared
+ * expert, compressor and indexer-q projections FP8 E4M3 with one E8M0
+ * scale per 128x128 block; routed experts FP4 E2M1 (two a byte, low nibble
+ * = even column) with one E8M0 scale per 32 columns; embedding, head,
+ * router, indexer weights_proj and RMSNorm weights BF16; HC parameters,
+ * sinks, router bias and compressor APE F32; tid2eid I64.  The values are
+ * the f16 recipe's random weights (same seed, same names), then rounded to
+ * these formats: the checkpoint's dequantized values are the ground truth
+ * the conversion tests compare against.
+ */
+
+enum { HF_F32, HF_BF16, HF_FP8, HF_FP4, HF_I64 };
+
+typedef struct {
+    char name[112];
+    int kind;              /* HF_*; FP8/FP4 also own a "<stem>.scale" entry */
+    int gguf;              /* index into the f16 layout */
+    int64_t expert;        /* -1, or the expert of a stacked GGUF tensor */
+    int nd;
+    uint64_t shape[2];     /* HF shape: [out, in] or [n] */
+    int shard;
+    uint64_t off, nbytes;  /* the weight's data span */
+    uint64_t soff, snbytes; /* FP8/FP4: the scale's span */
+    uint64_t sshape[2];
+} hf_t;
+
+/* HF name of a GGUF tensor (ARCHITECTURE.md §8); "" for the stacked
+ * experts, which are named per expert by the caller. */
+static void hf_name_of(const char *g, char *out, size_t n) {
+    static const char *glob[][2] = {{"token_embd.weight", "embed.weight"}, {"output_norm.weight", "norm.weight"},
+                                    {"output.weight", "head.weight"}, {"output_hc_base.weight", "hc_head_base"},
+                                    {"output_hc_fn.weight", "hc_head_fn"}, {"output_hc_scale.weight", "hc_head_scale"}};
+    static const char *blk[][2] = {
+        {"hc_attn_fn.weight", "hc_attn_fn"}, {"hc_attn_scale.weight", "hc_attn_scale"},
+        {"hc_attn_base.weight", "hc_attn_base"}, {"hc_ffn_fn.weight", "hc_ffn_fn"},
+        {"hc_ffn_scale.weight", "hc_ffn_scale"}, {"hc_ffn_base.weight", "hc_ffn_base"},
+        {"attn_norm.weight", "attn_norm.weight"}, {"attn_q_a.weight", "attn.wq_a.weight"},
+        {"attn_q_a_norm.weight", "attn.q_norm.weight"}, {"attn_q_b.weight", "attn.wq_b.weight"},
+        {"attn_kv.weight", "attn.wkv.weight"}, {"attn_kv_a_norm.weight", "attn.kv_norm.weight"},
+        {"attn_sinks.weight", "attn.attn_sink"}, {"attn_output_a.weight", "attn.wo_a.weight"},
+        {"attn_output_b.weight", "attn.wo_b.weight"}, {"attn_compressor_ape.weight", "attn.compressor.ape"},
+        {"attn_compressor_kv.weight", "attn.compressor.wkv.weight"},
+        {"attn_compressor_gate.weight", "attn.compressor.wgate.weight"},
+        {"attn_compressor_norm.weight", "attn.compressor.norm.weight"},
+        {"indexer.attn_q_b.weight", "attn.indexer.wq_b.weight"},
+        {"indexer.proj.weight", "attn.indexer.weights_proj.weight"},
+        {"indexer_compressor_ape.weight", "attn.indexer.compressor.ape"},
+        {"indexer_compressor_kv.weight", "attn.indexer.compressor.wkv.weight"},
+        {"indexer_compressor_gate.weight", "attn.indexer.compressor.wgate.weight"},
+        {"indexer_compressor_norm.weight", "attn.indexer.compressor.norm.weight"},
+        {"ffn_norm.weight", "ffn_norm.weight"}, {"ffn_gate_inp.weight", "ffn.gate.weight"},
+        {"exp_probs_b.bias", "ffn.gate.bias"}, {"ffn_gate_tid2eid.weight", "ffn.gate.tid2eid"},
+        {"ffn_gate_shexp.weight", "ffn.shared_experts.w1.weight"},
+        {"ffn_up_shexp.weight", "ffn.shared_experts.w3.weight"},
+        {"ffn_down_shexp.weight", "ffn.shared_experts.w2.weight"},
+        {"ffn_gate_exps.weight", ""}, {"ffn_up_exps.weight", ""}, {"ffn_down_exps.weight", ""}};
+    for (size_t i = 0; i < sizeof glob / sizeof glob[0]; i++)
+        if (!strcmp(g, glob[i][0])) { snprintf(out, n, "%s", glob[i][1]); return; }
+    int il;
+    int off = 0;
+    if (sscanf(g, "blk.%d.%n", &il, &off) == 1 && off > 0)
+        for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
+            if (!strcmp(g + off, blk[i][0])) {
+                if (blk[i][1][0]) snprintf(out, n, "layers.%d.%s", il, blk[i][1]);
+                else out[0] = 0;
+                return;
+            }
+    die("internal: no HF name for %s", g);
+}
+
+static int hf_kind_of(const char *g) {
+    static const char *fp8[] = {"attn_q_a.weight", "attn_q_b.weight", "attn_kv.weight", "attn_output_a.weight",
+                                "attn_output_b.weight", "attn_compressor_kv.weight", "attn_compressor_gate.weight",
+                                "indexer.attn_q_b.weight", "indexer_compressor_kv.weight",
+                                "indexer_compressor_gate.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
+                                "ffn_down_shexp.weight"};
+    const char *s = !strncmp(g, "blk.", 4) && strchr(g + 4, '.') ? strchr(g + 4, '.') + 1 : g;
+    for (size_t i = 0; i < sizeof fp8 / sizeof fp8[0]; i++)
+        if (!strcmp(s, fp8[i])) return HF_FP8;
+    if (strstr(s, "_exps.weight")) return HF_FP4;
+    if (strstr(s, "tid2eid")) return HF_I64;
+    if (!strncmp(s, "hc_", 3) || !strncmp(s, "output_hc_", 10) || !strcmp(s, "attn_sinks.weight") ||
+        !strcmp(s, "exp_probs_b.bias") || strstr(s, "_ape.weight"))
+        return HF_F32;
+    return HF_BF16;   /* embedding, head, router, weights_proj, norms */
+}
+
+/* E8M0 exponent byte of the power of two s = 2^ceil(log2(amax / qmax)),
+ * the smallest scale that keeps every value in range (ue8m0 rounding). */
+static uint8_t e8m0_for(float amax, float qmax) {
+    if (!(amax > 0)) return 127;   /* all zeros: any scale; 1.0 */
+    int e = (int)ceil(log2((double)amax / qmax));
+    if (e < -127) e = -127;
+    if (e > 127) e = 127;
+    return (uint8_t)(e + 127);
+}
+
+static void hf_encode(const hf_t *h, const float *x, uint8_t *w, uint8_t *sc) {
+    const uint64_t R = h->nd == 2 ? h->shape[0] : 1, C = h->nd == 2 ? h->shape[1] : h->shape[0];
+    switch (h->kind) {
+    case HF_F32: memcpy(w, x, 4 * R * C); break;
+    case HF_BF16:
+        for (uint64_t i = 0; i < R * C; i++) {
+            uint16_t b = st_f32_to_bf16(x[i]);
+            memcpy(w + 2 * i, &b, 2);
+        }
+        break;
+    case HF_FP8: {
+        const uint64_t SC = h->sshape[1];
+        for (uint64_t br = 0; br < h->sshape[0]; br++)
+            for (uint64_t bc = 0; bc < SC; bc++) {
+                const uint64_t r1 = (br + 1) * 128 < R ? (br + 1) * 128 : R;
+                const uint64_t c1 = (bc + 1) * 128 < C ? (bc + 1) * 128 : C;
+                float amax = 0;
+                for (uint64_t r = br * 128; r < r1; r++)
+                    for (uint64_t c = bc * 128; c < c1; c++) amax = fmaxf(amax, fabsf(x[r * C + c]));
+                const uint8_t e = e8m0_for(amax, 448.0f);
+                sc[br * SC + bc] = e;
+                const float s = st_e8m0_to_f32(e);
+                for (uint64_t r = br * 128; r < r1; r++)
+                    for (uint64_t c = bc * 128; c < c1; c++) w[r * C + c] = st_f32_to_e4m3(x[r * C + c] / s);
+            }
+        break;
+    }
+    case HF_FP4: {
+        const uint64_t Cin = C * 2;   /* shape[1] is the packed width */
+        for (uint64_t r = 0; r < R; r++)
+            for (uint64_t b = 0; b < Cin / 32; b++) {
+                const float *v = x + r * Cin + 32 * b;
+                float amax = 0;
+                for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(v[k]));
+                const uint8_t e = e8m0_for(amax, 6.0f);
+                sc[r * (Cin / 32) + b] = e;
+                const float s = st_e8m0_to_f32(e);
+                for (int k = 0; k < 16; k++)
+                    w[r * C + 16 * b + k] = (uint8_t)(st_f32_to_e2m1(v[2 * k] / s) |
+                                                      st_f32_to_e2m1(v[2 * k + 1] / s) << 4);
+            }
+        break;
+    }
+    default: break;
+    }
+}
+
+static void write_json_file(const char *dir, const char *name, json_t *j) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (json_dump_file(j, path, JSON_INDENT(1) | JSON_ENSURE_ASCII) != 0) die("cannot write %s", path);
+}
+
+static void write_hf(const char *dir, const layout *L, const config *c, const gguf_file *vocab, uint64_t seed) {
+    if (mkdir(dir, 0777) && errno != EEXIST) die("--hf-out %s: %s", dir, strerror(errno));
+    const int n_shards = (int)c->n_layer + 1;
+    /* Plan every HF tensor: name, dtype, shape, shard and offsets. */
+    hf_t *H = NULL;
+    size_t nh = 0, caph = 0;
+    uint64_t *shard_bytes = calloc((size_t)n_shards, sizeof *shard_bytes);
+    if (!shard_bytes) die("out of memory");
+    for (size_t i = 0; i < L->n; i++) {
+        const tspec *t = &L->t[i];
+        char hn[112];
+        hf_name_of(t->name, hn, sizeof hn);
+        const int kind = hf_kind_of(t->name);
+        const int64_t ne = kind == HF_FP4 ? (int64_t)t->ne[2] : 1;
+        for (int64_t e = 0; e < ne; e++) {
+            if (nh == caph) {
+                caph = caph ? 2 * caph : 512;
+                H = realloc(H, caph * sizeof *H);
+                if (!H) die("out of memory");
+            }
+            hf_t *h = &H[nh++];
+            memset(h, 0, sizeof *h);
+            h->kind = kind;
+            h->gguf = (int)i;
+            h->expert = kind == HF_FP4 ? e : -1;
+            h->shard = t->layer < 0 ? 0 : t->layer + 1;
+            if (kind == HF_FP4) {
+                static const char *wid[3] = {"w1", "w3", "w2"};
+                const char *s = strchr(t->name + 4, '.') + 1;
+                const int k = !strncmp(s, "ffn_gate", 8) ? 0 : !strncmp(s, "ffn_up", 6) ? 1 : 2;
+                snprintf(h->name, sizeof h->name, "layers.%d.ffn.experts.%" PRId64 ".%s.weight", t->layer, e, wid[k]);
+                if (t->ne[0] % 32) die("--hf-out: FP4 experts need rows of a multiple of 32 (got %" PRIu64 ")", t->ne[0]);
+            } else {
+                snprintf(h->name, sizeof h->name, "%s", hn);
+            }
+            h->nd = t->nd == 1 ? 1 : 2;
+            if (h->nd == 1) h->shape[0] = t->ne[0];
+            else { h->shape[0] = t->ne[1]; h->shape[1] = t->ne[0]; }
+            uint64_t nel = h->nd == 1 ? h->shape[0] : h->shape[0] * h->shape[1];
+            switch (kind) {
+            case HF_F32: h->nbytes = 4 * nel; break;
+            case HF_BF16: h->nbytes = 2 * nel; break;
+            case HF_I64: h->nbytes = 8 * nel; break;
+            case HF_FP8:
+                h->nbytes = nel;
+                h->sshape[0] = (h->shape[0] + 127) / 128;
+                h->sshape[1] = (h->shape[1] + 127) / 128;
+                h->snbytes = h->sshape[0] * h->sshape[1];
+                break;
+            case HF_FP4:
+                h->shape[1] /= 2;
+                h->nbytes = h->shape[0] * h->shape[1];
+                h->sshape[0] = h->shape[0];
+                h->sshape[1] = h->shape[1] * 2 / 32;
+                h->snbytes = h->sshape[0] * h->sshape[1];
+                break;
+            }
+            h->off = shard_bytes[h->shard];
+            shard_bytes[h->shard] += h->nbytes;
+            if (h->snbytes) {
+                h->soff = shard_bytes[h->shard];
+                shard_bytes[h->shard] += h->snbytes;
+            }
+        }
+    }
+    /* Headers (JSON padded with spaces to a multiple of 8, as safetensors
+     * writers do) and the index. */
+    json_t *wm = json_object();
+    FILE **fs = calloc((size_t)n_shards, sizeof *fs);
+    uint64_t *data0 = calloc((size_t)n_shards, sizeof *data0);
+    char (*fname)[64] = calloc((size_t)n_shards, sizeof *fname);
+    if (!wm || !fs || !data0 || !fname) die("out of memory");
+    static const char *DT[] = {"F32", "BF16", "F8_E4M3", "I8", "I64"};
+    for (int s = 0; s < n_shards; s++) {
+        snprintf(fname[s], sizeof fname[s], "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+        json_t *hdr = json_object();
+        json_object_set_new(hdr, "__metadata__", json_pack("{s:s}", "format", "pt"));
+        for (size_t i = 0; i < nh; i++) {
+            const hf_t *h = &H[i];
+            if (h->shard != s) continue;
+            json_t *shape = h->nd == 1 ? json_pack("[I]", (json_int_t)h->shape[0])
+                                       : json_pack("[I,I]", (json_int_t)h->shape[0], (json_int_t)h->shape[1]);
+            json_object_set_new(hdr, h->name, json_pack("{s:s,s:o,s:[I,I]}", "dtype", DT[h->kind], "shape", shape,
+                                                        "data_offsets", (json_int_t)h->off,
+                                                        (json_int_t)(h->off + h->nbytes)));
+            json_object_set_new(wm, h->name, json_string(fname[s]));
+            if (h->snbytes) {
+                char sn[128];
+                snprintf(sn, sizeof sn, "%.*s.scale", (int)(strlen(h->name) - 7), h->name);
+                json_object_set_new(hdr, sn, json_pack("{s:s,s:[I,I],s:[I,I]}", "dtype", "F8_E8M0", "shape",
+                                                       (json_int_t)h->sshape[0], (json_int_t)h->sshape[1],
+                                                       "data_offsets", (json_int_t)h->soff,
+                                                       (json_int_t)(h->soff + h->snbytes)));
+                json_object_set_new(wm, sn, json_string(fname[s]));
+            }
+        }
+        char *js = json_dumps(hdr, JSON_COMPACT | JSON_ENSURE_ASCII);
+        json_decref(hdr);
+        if (!js) die("out of memory");
+        size_t jl = strlen(js), pad = (8 - jl % 8) % 8;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, fname[s]);
+        fs[s] = fopen(path, "w+b");
+        if (!fs[s]) die("%s: %s", path, strerror(errno));
+        uint64_t hl = jl + pad;
+        uint8_t le[8];
+        for (int k = 0; k < 8; k++) le[k] = (uint8_t)(hl >> (8 * k));
+        if (fwrite(le, 8, 1, fs[s]) != 1 || fwrite(js, 1, jl, fs[s]) != jl) die("%s: write failed", path);
+        for (size_t k = 0; k < pad; k++) fputc(' ', fs[s]);
+        data0[s] = 8 + hl;
+        free(js);
+    }
+    uint64_t total = 0;
+    for (int s = 0; s < n_shards; s++) total += shard_bytes[s];
+    json_t *index = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", wm);
+    if (!index) die("out of memory");
+    write_json_file(dir, "model.safetensors.index.json", index);
+    json_decref(index);
+
+    /* Data: generate each GGUF tensor's f16 values (one expert at a time
+     * for the stacked experts), encode, write at the planned offsets. */
+    genctx G = {seed, calloc((size_t)c->n_expert, 4), calloc((size_t)c->n_used, 4)};
+    if (!G.perm || !G.swaps) die("out of memory");
+    for (uint32_t e = 0; e < (uint32_t)c->n_expert; e++) G.perm[e] = e;
+    for (size_t i = 0; i < nh; i++) {
+        const hf_t *h = &H[i];
+        const tspec *t = &L->t[h->gguf];
+        const uint64_t key = name_key(seed, t->name);
+        const uint64_t per = t->ne[0] * t->ne[1];   /* elements of one expert (or all) */
+        const uint64_t nel = h->expert >= 0 ? per : t->ne[0] * t->ne[1] * t->ne[2];
+        uint8_t *raw = malloc(nel * 4 + 16);
+        float *x = malloc(nel * 4 + 16);
+        uint8_t *w = malloc(h->nbytes + 16), *sc = malloc(h->snbytes + 16);
+        if (!raw || !x || !w || !sc) die("out of memory");
+        if (h->kind == HF_I64) {
+            gen_units(&G, t, key, 0, t->units, raw);
+            for (uint64_t k = 0; k < nel; k++) {
+                int32_t v;
+                memcpy(&v, raw + 4 * k, 4);
+                int64_t v64 = v;
+                memcpy(w + 8 * k, &v64, 8);
+            }
+        } else {
+            const uint64_t e0 = h->expert >= 0 ? (uint64_t)h->expert * per : 0;
+            if (e0 % t->unit_elems || (h->expert >= 0 && per % t->unit_elems))
+                die("--hf-out: expert size %" PRIu64 " is not a multiple of %" PRIu64, per, t->unit_elems);
+            const uint64_t u0 = e0 / t->unit_elems, nu = (nel + t->unit_elems - 1) / t->unit_elems;
+            gen_units(&G, t, key, u0, nu, raw);
+            for (uint64_t k = 0; k < nel; k++) {
+                if (t->type == GGML_F32) memcpy(&x[k], raw + 4 * k, 4);
+                else { uint16_t hv; memcpy(&hv, raw + 2 * k, 2); x[k] = ds4_f16_to_f32(hv); }
+            }
+            hf_encode(h, x, w, sc);
+        }
+        FILE *f = fs[h->shard];
+        if (fseeko(f, (off_t)(data0[h->shard] + h->off), SEEK_SET) || fwrite(w, 1, h->nbytes, f) != h->nbytes ||
+            (h->snbytes && (fseeko(f, (off_t)(data0[h->shard] + h->soff), SEEK_SET) ||
+                            fwrite(sc, 1, h->snbytes, f) != h->snbytes)))
+            die("%s/%s: write failed", dir, fname[h->shard]);
+        free(raw);
+        free(x);
+        free(w);
+        free(sc);
+    }
+    for (int s = 0; s < n_shards; s++)
+        if (fclose(fs[s])) die("%s/%s: write failed", dir, fname[s]);
+    free(G.perm);
+    free(G.swaps);
+
+    /* config.json, in the key names of DeepSeek's release. */
+    json_t *ratios = json_array();
+    for (int il = 0; il < c->n_layer; il++) json_array_append_new(ratios, json_integer(c->ratios[il]));
+    json_t *cfg = json_pack("{s:[s],s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+        "architectures", "DeepseekV4ForCausalLM", "model_type", "deepseek_v4",
+        "vocab_size", (json_int_t)c->n_vocab, "hidden_size", (json_int_t)c->n_embd,
+        "num_hidden_layers", (json_int_t)c->n_layer, "num_attention_heads", (json_int_t)c->n_head,
+        "num_key_value_heads", (json_int_t)c->n_head_kv, "head_dim", (json_int_t)c->key_len,
+        "qk_rope_head_dim", (json_int_t)c->n_rot, "q_lora_rank", (json_int_t)c->q_lora,
+        "o_lora_rank", (json_int_t)c->o_lora, "o_groups", (json_int_t)c->o_groups,
+        "sliding_window", (json_int_t)c->n_swa, "index_n_heads", (json_int_t)c->idx_heads,
+        "index_head_dim", (json_int_t)c->idx_dim, "index_topk", (json_int_t)c->idx_topk,
+        "n_routed_experts", (json_int_t)c->n_expert, "num_experts_per_tok", (json_int_t)c->n_used,
+        "n_shared_experts", (json_int_t)c->n_shared, "moe_intermediate_size", (json_int_t)c->n_ff,
+        "num_hash_layers", (json_int_t)c->n_hash);
+    json_object_set_new(cfg, "hc_mult", json_integer(c->n_hc));
+    json_object_set_new(cfg, "hc_sinkhorn_iters", json_integer(c->hc_iters));
+    json_object_set_new(cfg, "hc_eps", json_real(c->hc_eps));
+    json_object_set_new(cfg, "rms_norm_eps", json_real(c->rms_eps));
+    json_object_set_new(cfg, "rope_theta", json_real(c->rope_base));
+    json_object_set_new(cfg, "compress_rope_theta", json_real(c->compress_base));
+    json_object_set_new(cfg, "rope_scaling", json_pack("{s:s,s:f,s:I,s:f,s:f}", "type", "yarn", "factor",
+                        c->rope_factor, "original_max_position_embeddings", (json_int_t)c->rope_orig_ctx,
+                        "beta_fast", c->beta_fast, "beta_slow", c->beta_slow));
+    json_object_set_new(cfg, "max_position_embeddings", json_integer(c->ctx));
+    json_object_set_new(cfg, "routed_scaling_factor", json_real(c->expert_scale));
+    json_object_set_new(cfg, "norm_topk_prob", json_boolean(c->expert_norm));
+    json_object_set_new(cfg, "scoring_func", json_string("sqrtsoftplus"));
+    json_object_set_new(cfg, "swiglu_limit", json_real(c->clamp[0]));
+    json_object_set_new(cfg, "compress_ratios", ratios);
+    json_object_set_new(cfg, "torch_dtype", json_string("bfloat16"));
+    json_object_set_new(cfg, "expert_dtype", json_string("fp4"));
+    json_object_set_new(cfg, "quantization_config",
+                        json_pack("{s:s,s:s,s:s,s:[i,i]}", "quant_method", "fp8", "fmt", "e4m3", "scale_fmt",
+                                  "ue8m0", "weight_block_size", 128, 128));
+    for (int il = 1; il < c->n_clamp && il < c->n_layer; il++)
+        if (c->clamp[il] != c->clamp[0]) die("--hf-out: config.json has one swiglu_limit for all layers");
+    write_json_file(dir, "config.json", cfg);
+    json_decref(cfg);
+
+    /* Tokenizer: tokenizer.ggml.tokens/token_type/merges of --vocab. */
+    const gguf_kv *tk = gguf_find(vocab, "tokenizer.ggml.tokens"), *ty = gguf_find(vocab, "tokenizer.ggml.token_type"),
+                  *mg = gguf_find(vocab, "tokenizer.ggml.merges");
+    if (!ty || !mg || ty->type != GGUF_ARRAY || mg->type != GGUF_ARRAY || ty->v.arr.n != tk->v.arr.n)
+        die("--vocab: tokenizer.ggml.token_type / merges missing (needed for --hf-out)");
+    json_t *jv = json_object(), *added = json_array(), *jm = json_array();
+    char *bos = NULL, *eos = NULL, *pad = NULL;
+    uint64_t ids[3] = {0, 1, 1};
+    const char *idk[3] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"};
+    for (int k = 0; k < 3; k++) gguf_get_u64(vocab, idk[k], &ids[k]);
+    for (uint64_t id = 0; id < tk->v.arr.n; id++) {
+        gguf_str s;
+        int64_t type;
+        if (gguf_arr_str(tk, id, &s) || gguf_arr_i64(ty, id, &type)) die("--vocab: bad token %" PRIu64, id);
+        json_t *str = json_stringn(s.p, (size_t)s.len);
+        if (!str) die("--vocab: token %" PRIu64 " is not UTF-8", id);
+        if (id == ids[0]) bos = strndup(s.p, (size_t)s.len);
+        if (id == ids[1]) eos = strndup(s.p, (size_t)s.len);
+        if (id == ids[2]) pad = strndup(s.p, (size_t)s.len);
+        if (type == 3 || type == 4) {
+            json_array_append_new(added, json_pack("{s:I,s:o,s:b,s:b,s:b,s:b,s:b}", "id", (json_int_t)id,
+                                                   "content", str, "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                                   "normalized", 0, "special", type == 3));
+        } else if (type == 1) {
+            json_object_set_new(jv, json_string_value(str), json_integer((json_int_t)id));
+            json_decref(str);
+        } else {
+            json_decref(str);   /* unused ids stay unassigned */
+        }
+    }
+    for (uint64_t i = 0; i < mg->v.arr.n; i++) {
+        gguf_str s;
+        if (gguf_arr_str(mg, i, &s)) die("--vocab: bad merge %" PRIu64, i);
+        json_array_append_new(jm, json_stringn(s.p, (size_t)s.len));
+    }
+    json_t *tok = json_pack("{s:s,s:n,s:n,s:o,s:n,s:n,s:n,s:n,s:{s:s,s:n,s:n,s:n,s:b,s:b,s:b,s:o,s:o}}",
+                            "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer",
+                            "pre_tokenizer", "post_processor", "decoder", "model", "type", "BPE", "dropout",
+                            "unk_token", "continuing_subword_prefix", "fuse_unk", 0, "byte_fallback", 0,
+                            "ignore_merges", 0, "vocab", jv, "merges", jm);
+    if (!tok || !bos || !eos || !pad) die("--hf-out: cannot build tokenizer.json (special ids outside the vocabulary?)");
+    write_json_file(dir, "tokenizer.json", tok);
+    json_decref(tok);
+    int ab = 0, ae = 0;
+    gguf_get_bool(vocab, "tokenizer.ggml.add_bos_token", &ab);
+    gguf_get_bool(vocab, "tokenizer.ggml.add_eos_token", &ae);
+    json_t *tc = json_pack("{s:b,s:b,s:{s:s},s:{s:s},s:{s:s},s:s}", "add_bos_token", ab, "add_eos_token", ae,
+                           "bos_token", "content", bos, "eos_token", "content", eos, "pad_token", "content", pad,
+                           "tokenizer_class", "LlamaTokenizerFast");
+    write_json_file(dir, "tokenizer_config.json", tc);
+    json_decref(tc);
+    free(bos);
+    free(eos);
+    free(pad);
+    free(H);
+    free(shard_bytes);
+    free(fs);
+    free(data0);
+    free(fname);
+    fprintf(stderr, "ds4-synth: wrote %s: HF checkpoint, %d shards, %zu tensors, %" PRIu64 " bytes of data, seed %" PRIu64 "\n",
+            dir, n_shards, nh, total, seed);
+}
+
+/* ------------------------------------------------------------------------ */
 /* main                                                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -1348,6 +1789,7 @@ static const char *default_vocab(const char *argv0) {
 
 int main(int argc, char **argv) {
     const char *preset = NULL, *recipe = NULL, *vocab_path = NULL, *out = NULL;
+    const char *hf_out = NULL;
     int64_t layers = -1, threads = 0;
     uint64_t seed = 1;
     int dry = 0, list = 0;
@@ -1363,6 +1805,7 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&a, NULL, "--preset")) preset = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--recipe")) recipe = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--vocab")) vocab_path = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--hf-out")) hf_out = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-o", "--output")) out = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--layers")) layers = ds4_args_i64(&a, 1, MAX_LAYER);
         else if (ds4_args_is(&a, NULL, "--seed")) seed = ds4_args_u64(&a);
@@ -1371,10 +1814,13 @@ int main(int argc, char **argv) {
         else ds4_args_unknown(&a);
     }
     if (!preset) usage_error("--preset is required (tiny, medium or flash)");
+    /* --hf-out alone: the checkpoint holds the f16 recipe's weights. */
+    if (hf_out && !recipe && !out) recipe = "f16";
+    if (hf_out && dry) usage_error("--hf-out cannot be combined with --dry-run");
     if (!recipe) usage_error("--recipe is required (f16, q2 or q4)");
     if (strcmp(recipe, "f16") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
         usage_error("--recipe \"%s\" is unknown (f16, q2 or q4)", recipe);
-    if (!out && !dry) usage_error("-o OUT.gguf is required (or --dry-run)");
+    if (!out && !dry && !hf_out) usage_error("-o OUT.gguf is required (or --dry-run, or --hf-out DIR)");
     if (list && !dry) usage_error("--list only applies to --dry-run");
     if (!vocab_path) vocab_path = default_vocab(argv[0]);
 
@@ -1416,6 +1862,13 @@ int main(int argc, char **argv) {
     write_meta(&m, &c, vocab, preset, recipe, seed);
     const uint64_t total = file_size(&L, m.bytes);
 
+    if (hf_out) {
+        /* Same weights as the f16 recipe (the GGUF layout names them). */
+        layout LF = {0};
+        build_layout(&c, "f16", &LF);
+        write_hf(hf_out, &LF, &c, vocab, seed);
+        free(LF.t);
+    }
     if (dry) {
         printf("ds4-synth: preset %s, recipe %s, %" PRId64 " layers, ratios", preset, recipe, c.n_layer);
         for (int il = 0; il < c.n_layer && il < 8; il++) printf("%s%" PRId64, il ? "," : " ", c.ratios[il]);
@@ -1423,7 +1876,7 @@ int main(int argc, char **argv) {
                vocab_path, seed);
         report(stdout, &L, &c, total, list);
         printf("dry run: nothing written\n");
-    } else {
+    } else if (out) {
         check_space(out, total);
         write_model(out, &L, &c, vocab, preset, recipe, seed, total, (int)threads);
     }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/imatrix.h"
 #include "kernels/vec_ops.h"
 
 
@@ -925,6 +926,10 @@ static void moe(fwd *f, int il, const int32_t *toks) {
         int npairs = nt * K;
         /* the routed weight multiplies the hidden vector before `down` */
         swiglu(f, sc->g, sc->u, npairs, F, lw->swiglu_clamp, wrow);
+        /* importance collection: reads the inputs of gate/up and down */
+        if (f->s->imatrix)
+            ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
+                                sc->ecount);
         uint8_t *amid = sc->qscratch;
         quantize_rows(f, kdn, sc->g, F, F, amid, rb_dn, npairs);
         ng = 0;
@@ -1032,6 +1037,7 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
     }
 
     embed(&f, toks);
+    if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
     for (int il = 0; il < c->n_layer; il++) {
         attention(&f, il);
         moe(&f, il, toks);

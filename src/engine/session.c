@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/imatrix.h"
 
 
 void ds4_session_params_default(ds4_session_params *p) {
@@ -269,6 +270,7 @@ oom:
 
 void ds4_session_free(ds4_session *s) {
     if (!s) return;
+    ds4_imatrix_free(s->imatrix);
     if (s->ls) {
         for (int il = 0; il < s->m->w.cfg.n_layer; il++) {
             layer_state *st = &s->ls[il];
@@ -293,6 +295,22 @@ const int32_t *ds4_session_tokens(const ds4_session *s) { return s->toks.v; }
 int ds4_session_ctx_size(const ds4_session *s) { return s->ctx; }
 const float *ds4_session_logits(const ds4_session *s) { return s->has_logits ? s->logits : NULL; }
 void ds4_session_set_decode_only(ds4_session *s, int on) { s->decode_only = on; }
+
+int ds4_session_imatrix_begin(ds4_session *s) {
+    const ds4_config *c = &s->m->w.cfg;
+    ds4_imatrix_free(s->imatrix);
+    s->imatrix = ds4_imatrix_alloc((uint32_t)c->n_layer, (uint32_t)c->n_expert, (uint32_t)c->n_embd,
+                                   (uint32_t)c->n_ff_exp);
+    return s->imatrix ? DS4_OK : DS4_ENOMEM;
+}
+
+int ds4_session_imatrix_save(const ds4_session *s, const char *path, char **err) {
+    if (!s->imatrix) {
+        *err = strdup("no importance matrix is being collected (ds4_session_imatrix_begin)");
+        return -1;
+    }
+    return ds4_imatrix_save(s->imatrix, path, err);
+}
 
 void ds4_session_capture(ds4_session *s, ds4_buf *logits_rows, ds4_buf *hidden_rows) {
     s->cap_hidden = hidden_rows;

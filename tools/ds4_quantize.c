@@ -1,0 +1,1168 @@
+/*
+ * ds4_quantize.c -- ds4-quantize: DeepSeek V4 Hugging Face checkpoint
+ * (config.json, model*.safetensors + index, tokenizer.json,
+ * tokenizer_config.json) -> a GGUF ds4 loads, with a quantization recipe.
+ *
+ * Owns: config.json -> deepseek4.* metadata, tokenizer.json -> tokenizer.*
+ * keys, the HF -> GGUF tensor mapping and the expected shapes (checked
+ * before anything is written), per-row dequantization of the checkpoint
+ * dtypes, the recipes, the threaded per-tensor conversion with bounded
+ * memory, progress and the final report.
+ * Does not own: the safetensors container (src/gguf/safetensors.c), the
+ * GGUF writer (gguf.c: temporary file + rename), the quantizers
+ * (kernels/quantize.c) or the imatrix file (engine/imatrix.c).
+ * Layouts and the mapping: docs/CHECKPOINT.md.  Tensor names, order, dims
+ * and types follow tools/ds4_synth.c (ARCHITECTURE.md §4), which model.c
+ * accepts.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/imatrix.h"
+#include "gguf/gguf.h"
+#include "gguf/safetensors.h"
+#include "kernels/quant.h"
+#include "kernels/quantize.h"
+
+#define ALIGNMENT 32
+#define MAX_THREADS 256
+/* Floats decoded at once for non-expert tensors (per chunk, all threads). */
+#define CHUNK_FLOATS (16u << 20)
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ds4-quantize: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static void usage(FILE *o) {
+    fputs(
+"usage: ds4-quantize --recipe R [--imatrix FILE] [--q4-last K] [--threads N]\n"
+"                    [--stats] [--stats-weights FILE] CHECKPOINT_DIR -o OUT.gguf\n"
+"\n"
+"Converts DeepSeek's official DeepSeek V4 checkpoint (config.json,\n"
+"model*.safetensors with model.safetensors.index.json, tokenizer.json,\n"
+"tokenizer_config.json) into a GGUF that ds4 loads.  FP8 E4M3 weights are\n"
+"dequantized with their 128x128 E8M0 block scales, FP4 E2M1 experts with\n"
+"their per-32 E8M0 scales, BF16/F16/F32 read as they are (docs/CHECKPOINT.md).\n"
+"\n"
+"  --recipe R      f16    every matrix F16;\n"
+"                  q2     routed gate/up IQ2_XXS, routed down Q2_K, attention\n"
+"                         projections, shared expert and output Q8_0;\n"
+"                  q4     as q2 with every routed expert Q4_K;\n"
+"                  q2-q4  q2 with the last K layers' routed experts Q4_K;\n"
+"                  mxfp4  as q2 with the routed experts MXFP4, copied from the\n"
+"                         checkpoint's FP4 blocks without requantizing.\n"
+"                  In all recipes the token embedding, HC, compressor, indexer\n"
+"                  and router matrices are F16, 1-D tensors F32, tid2eid I32.\n"
+"  --q4-last K     q2-q4: how many last layers get Q4_K experts (default 6).\n"
+"  --imatrix FILE  importance matrix from `ds4 --imatrix-out` (per layer and\n"
+"                  expert): weights of the Q2_K, Q4_K and IQ2_XXS expert\n"
+"                  quantizers.  Without it Q2_K/Q4_K use ggml's reference\n"
+"                  rule and IQ2_XXS the column sums of squares of each expert.\n"
+"  --threads N     worker threads (default: online CPUs).\n"
+"  --stats         print, per tensor class, the RMSE and relative RMSE of the\n"
+"                  output against the dequantized checkpoint; for routed\n"
+"                  experts also the imatrix-weighted relative RMSE\n"
+"                  sqrt(sum w_c e^2 / sum w_c x^2) (weights: --imatrix).\n"
+"  --stats-weights FILE  weights of that error from this imatrix instead\n"
+"                  (implies --stats; lets a run without --imatrix be scored).\n"
+"  -o, --output F  output file; written to F.tmp and renamed when complete.\n"
+"\n"
+"Before writing, every tensor the recipe needs is looked up and its dtype\n"
+"and shape checked against config.json; a missing shard, a corrupted header,\n"
+"an unknown dtype or a wrong shape stops with a message and leaves no file.\n",
+        o);
+}
+
+static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ds4-quantize: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n(run ds4-quantize --help for the options)\n", stderr);
+    exit(2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* config.json                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t ctx, n_layer, n_embd, n_vocab, n_head, n_head_kv, head_dim, n_rot, q_lora, o_lora, o_groups;
+    int64_t n_swa, idx_heads, idx_dim, idx_topk, n_expert, n_used, n_shared, n_ff, n_hash;
+    int64_t n_hc, hc_iters, rope_orig_ctx;
+    double hc_eps, rms_eps, rope_base, compress_base, rope_factor, beta_fast, beta_slow;
+    double expert_scale, clamp;
+    int expert_norm;
+    int64_t *ratios;
+    int n_ratios;
+} hcfg;
+
+static const char *g_cfg_path;
+
+/* First present key of a NULL-terminated alias list. */
+static json_t *cfg_get(json_t *root, const char *const *keys, const char **found) {
+    for (int i = 0; keys[i]; i++) {
+        json_t *v = json_object_get(root, keys[i]);
+        if (v && !json_is_null(v)) { *found = keys[i]; return v; }
+    }
+    return NULL;
+}
+
+static int64_t cfg_int(json_t *root, const char *const *keys, int required, int64_t def, int64_t lo,
+                       int64_t hi) {
+    const char *k = keys[0];
+    json_t *v = cfg_get(root, keys, &k);
+    if (!v) {
+        if (required) die("%s: required key \"%s\" is missing", g_cfg_path, keys[0]);
+        return def;
+    }
+    if (!json_is_integer(v)) die("%s: \"%s\" is not an integer", g_cfg_path, k);
+    int64_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        die("%s: \"%s\" = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", g_cfg_path, k, x, lo, hi);
+    return x;
+}
+
+static double cfg_num(json_t *root, const char *const *keys, double def) {
+    const char *k = keys[0];
+    json_t *v = cfg_get(root, keys, &k);
+    if (!v) return def;
+    if (!json_is_number(v) || !isfinite(json_number_value(v)))
+        die("%s: \"%s\" is not a finite number", g_cfg_path, k);
+    return json_number_value(v);
+}
+
+#define K(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void read_config(const char *dir, hcfg *c) {
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    g_cfg_path = path;
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    if (!r) die("%s: %s (line %d)", path, je.text, je.line);
+    if (!json_is_object(r)) die("%s: not a JSON object", path);
+    const int64_t BIG = 1 << 24;
+    memset(c, 0, sizeof *c);
+    c->n_vocab = cfg_int(r, K("vocab_size"), 1, 0, 1, BIG);
+    c->n_embd = cfg_int(r, K("hidden_size", "dim"), 1, 0, 1, 65536);
+    c->n_layer = cfg_int(r, K("num_hidden_layers", "n_layers"), 1, 0, 1, 1024);
+    c->n_head = cfg_int(r, K("num_attention_heads", "n_heads"), 1, 0, 1, 4096);
+    c->n_head_kv = cfg_int(r, K("num_key_value_heads"), 0, 1, 1, 1);
+    c->head_dim = cfg_int(r, K("head_dim"), 1, 0, 1, 4096);
+    c->n_rot = cfg_int(r, K("qk_rope_head_dim", "rope_head_dim"), 1, 0, 0, 4096);
+    c->q_lora = cfg_int(r, K("q_lora_rank"), 1, 0, 1, 65536);
+    c->o_lora = cfg_int(r, K("o_lora_rank"), 1, 0, 1, 65536);
+    c->o_groups = cfg_int(r, K("o_groups"), 1, 0, 1, 4096);
+    c->n_swa = cfg_int(r, K("sliding_window", "window_size"), 1, 0, 1, BIG);
+    c->idx_heads = cfg_int(r, K("index_n_heads"), 1, 0, 1, 4096);
+    c->idx_dim = cfg_int(r, K("index_head_dim"), 1, 0, 1, 4096);
+    c->idx_topk = cfg_int(r, K("index_topk"), 1, 0, 1, BIG);
+    c->n_expert = cfg_int(r, K("n_routed_experts"), 1, 0, 1, 4096);
+    c->n_used = cfg_int(r, K("num_experts_per_tok", "n_activated_experts"), 1, 0, 1, 4096);
+    c->n_shared = cfg_int(r, K("n_shared_experts"), 1, 0, 1, 64);
+    c->n_ff = cfg_int(r, K("moe_intermediate_size", "moe_inter_dim"), 1, 0, 1, 65536);
+    c->n_hash = cfg_int(r, K("num_hash_layers", "n_hash_layers"), 1, 0, 0, 1024);
+    c->n_hc = cfg_int(r, K("hc_mult"), 1, 0, 1, 64);
+    c->hc_iters = cfg_int(r, K("hc_sinkhorn_iters"), 0, 20, 1, 1000);
+    c->ctx = cfg_int(r, K("max_position_embeddings"), 0, 1048576, 1, UINT32_MAX);
+    c->hc_eps = cfg_num(r, K("hc_eps"), 1e-6);
+    c->rms_eps = cfg_num(r, K("rms_norm_eps", "norm_eps"), 1e-6);
+    c->rope_base = cfg_num(r, K("rope_theta"), 10000.0);
+    c->compress_base = cfg_num(r, K("compress_rope_theta"), 160000.0);
+    c->expert_scale = cfg_num(r, K("routed_scaling_factor", "route_scale"), 1.5);
+    c->clamp = cfg_num(r, K("swiglu_limit"), 10.0);
+    json_t *nt = json_object_get(r, "norm_topk_prob");
+    c->expert_norm = nt ? json_is_true(nt) : 1;
+    json_t *rs = json_object_get(r, "rope_scaling");
+    json_t *rso = json_is_object(rs) ? rs : json_object();
+    c->rope_factor = cfg_num(rso, K("factor"), 16.0);
+    c->rope_orig_ctx = cfg_int(rso, K("original_max_position_embeddings"), 0, 65536, 1, UINT32_MAX);
+    c->beta_fast = cfg_num(rso, K("beta_fast"), 32.0);
+    c->beta_slow = cfg_num(rso, K("beta_slow"), 1.0);
+    if (rso != rs) json_decref(rso);
+    json_t *cr = json_object_get(r, "compress_ratios");
+    if (!json_is_array(cr)) die("%s: required array \"compress_ratios\" is missing", path);
+    if (json_array_size(cr) < (size_t)c->n_layer)
+        die("%s: compress_ratios has %zu entries, fewer than num_hidden_layers = %" PRId64, path,
+            json_array_size(cr), c->n_layer);
+    /* HF configs may carry one more entry, for the MTP layer: keep n_layer. */
+    c->n_ratios = (int)c->n_layer;
+    c->ratios = calloc((size_t)c->n_layer, sizeof *c->ratios);
+    if (!c->ratios) die("out of memory");
+    for (int i = 0; i < c->n_ratios; i++) {
+        json_t *x = json_array_get(cr, (size_t)i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) == 1 ||
+            json_integer_value(x) > (1 << 20))
+            die("%s: compress_ratios[%d] is not 0 or an integer >= 2", path, i);
+        c->ratios[i] = json_integer_value(x);
+    }
+    json_decref(r);
+    if (c->n_head % c->o_groups) die("%s: num_attention_heads is not a multiple of o_groups", path);
+    if (c->n_used > c->n_expert) die("%s: num_experts_per_tok exceeds n_routed_experts", path);
+    if (c->n_hash > c->n_layer) die("%s: num_hash_layers exceeds num_hidden_layers", path);
+    if (c->n_rot % 2 || c->n_rot > c->head_dim) die("%s: qk_rope_head_dim must be even and <= head_dim", path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tokenizer                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    char **tok;        /* [n] */
+    int32_t *type;     /* [n] */
+    char **merges;
+    size_t n, n_merges;
+    uint32_t bos, eos, pad;
+    int add_bos, add_eos;
+} vocab;
+
+static const char *special_text(json_t *v) {
+    if (json_is_string(v)) return json_string_value(v);
+    if (json_is_object(v) && json_is_string(json_object_get(v, "content")))
+        return json_string_value(json_object_get(v, "content"));
+    return NULL;
+}
+
+static void read_tokenizer(const char *dir, int64_t n_vocab, vocab *V) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    if (!r) die("%s: %s (line %d)", path, je.text, je.line);
+    json_t *model = json_object_get(r, "model");
+    json_t *jv = json_object_get(model, "vocab"), *jm = json_object_get(model, "merges");
+    if (!json_is_object(jv) || !json_is_array(jm) ||
+        strcmp(json_string_value(json_object_get(model, "type")) ? json_string_value(json_object_get(model, "type")) : "", "BPE"))
+        die("%s: model is not a BPE model with vocab and merges", path);
+    V->n = (size_t)n_vocab;
+    V->tok = calloc(V->n, sizeof *V->tok);
+    V->type = calloc(V->n, sizeof *V->type);
+    if (!V->tok || !V->type) die("out of memory");
+    const char *k;
+    json_t *v;
+    json_object_foreach(jv, k, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= n_vocab)
+            die("%s: token \"%s\" has id outside [0, vocab_size = %" PRId64 ")", path, k, n_vocab);
+        size_t id = (size_t)json_integer_value(v);
+        if (V->tok[id]) die("%s: id %zu is assigned twice", path, id);
+        V->tok[id] = strdup(k);
+        V->type[id] = 1;   /* normal */
+    }
+    json_t *added = json_object_get(r, "added_tokens");
+    size_t i;
+    json_array_foreach(added, i, v) {
+        json_t *id = json_object_get(v, "id"), *ct = json_object_get(v, "content");
+        if (!json_is_integer(id) || !json_is_string(ct) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= n_vocab)
+            die("%s: added_tokens[%zu] has no valid id/content (vocab_size %" PRId64 ")", path, i, n_vocab);
+        size_t t = (size_t)json_integer_value(id);
+        if (V->tok[t] && strcmp(V->tok[t], json_string_value(ct)))
+            die("%s: id %zu is both \"%s\" and added token \"%s\"", path, t, V->tok[t], json_string_value(ct));
+        free(V->tok[t]);
+        V->tok[t] = strdup(json_string_value(ct));
+        /* llama.cpp's convention: special added tokens are control (3),
+         * the others user-defined (4). */
+        V->type[t] = json_is_true(json_object_get(v, "special")) ? 3 : 4;
+    }
+    size_t gaps = 0;
+    for (size_t t = 0; t < V->n; t++) {
+        if (!V->tok[t]) {
+            char b[32];
+            snprintf(b, sizeof b, "[PAD%zu]", t);
+            V->tok[t] = strdup(b);
+            V->type[t] = 5;   /* unused */
+            gaps++;
+        }
+        if (!V->tok[t]) die("out of memory");
+    }
+    if (gaps)
+        fprintf(stderr, "ds4-quantize: warning: %zu of %zu ids have no token in %s (filled as [PADn])\n",
+                gaps, V->n, path);
+    V->n_merges = json_array_size(jm);
+    V->merges = calloc(V->n_merges ? V->n_merges : 1, sizeof *V->merges);
+    if (!V->merges) die("out of memory");
+    json_array_foreach(jm, i, v) {
+        if (json_is_string(v)) V->merges[i] = strdup(json_string_value(v));
+        else if (json_is_array(v) && json_array_size(v) == 2 && json_is_string(json_array_get(v, 0)) &&
+                 json_is_string(json_array_get(v, 1))) {
+            /* newer tokenizers: ["left", "right"] pairs */
+            if (asprintf(&V->merges[i], "%s %s", json_string_value(json_array_get(v, 0)),
+                         json_string_value(json_array_get(v, 1))) < 0)
+                V->merges[i] = NULL;
+        } else die("%s: merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
+        if (!V->merges[i]) die("out of memory");
+    }
+    json_decref(r);
+
+    /* tokenizer_config.json: special token ids and the add_* flags. */
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    r = json_load_file(path, 0, &je);
+    if (!r) die("%s: %s (line %d)", path, je.text, je.line);
+    V->add_bos = json_is_true(json_object_get(r, "add_bos_token"));
+    V->add_eos = json_is_true(json_object_get(r, "add_eos_token"));
+    const char *names[3] = {"bos_token", "eos_token", "pad_token"};
+    uint32_t *ids[3] = {&V->bos, &V->eos, &V->pad};
+    for (int s = 0; s < 3; s++) {
+        const char *txt = special_text(json_object_get(r, names[s]));
+        if (!txt) {
+            if (s < 2) die("%s: \"%s\" is missing", path, names[s]);
+            V->pad = V->eos;   /* no pad token: pad with EOS, as the V4 vocabulary does */
+            continue;
+        }
+        size_t t;
+        for (t = 0; t < V->n; t++)
+            if (!strcmp(V->tok[t], txt)) break;
+        if (t == V->n) die("%s: %s \"%s\" is not a token of tokenizer.json", path, names[s], txt);
+        *ids[s] = (uint32_t)t;
+    }
+    json_decref(r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Layout: GGUF tensors, their HF sources and types                          */
+/* ------------------------------------------------------------------------ */
+
+enum { R_F16, R_Q2, R_Q4, R_Q2Q4, R_MXFP4 };
+enum { S_PLAIN, S_EXPERT, S_TID2EID };
+/* Tensor classes for --stats. */
+enum { C_ATTN, C_SHEXP, C_GU, C_DOWN, C_OUT, C_EMBD, C_F16, C_VEC, C_N };
+static const char *CLASS_NAME[C_N] = {"attention projections", "shared expert", "routed gate/up",
+                                      "routed down", "output head", "token embedding",
+                                      "other matrices (F16)", "vectors (F32)"};
+
+typedef struct {
+    char name[64];
+    uint32_t nd;
+    uint64_t ne[3];
+    uint32_t type;
+    int src;            /* S_* */
+    char hf[96];        /* S_PLAIN: HF name; S_EXPERT: prefix "layers.L.ffn.experts" */
+    const char *wid;    /* S_EXPERT: w1 / w3 / w2 */
+    int layer, cls;
+    uint64_t nbytes;
+} qtensor;
+
+typedef struct { qtensor *t; size_t n, cap; } layout;
+
+static qtensor *add(layout *L, int layer, const char *suffix, uint32_t type, uint32_t nd, uint64_t ne0,
+                    uint64_t ne1, uint64_t ne2, const char *hf, int cls) {
+    if (L->n == L->cap) {
+        L->cap = L->cap ? 2 * L->cap : 256;
+        L->t = realloc(L->t, L->cap * sizeof *L->t);
+        if (!L->t) die("out of memory");
+    }
+    qtensor *t = &L->t[L->n++];
+    memset(t, 0, sizeof *t);
+    if (layer >= 0) {
+        snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
+        snprintf(t->hf, sizeof t->hf, "layers.%d.%s", layer, hf);
+    } else {
+        snprintf(t->name, sizeof t->name, "%s", suffix);
+        snprintf(t->hf, sizeof t->hf, "%s", hf);
+    }
+    t->nd = nd;
+    t->ne[0] = ne0; t->ne[1] = nd > 1 ? ne1 : 1; t->ne[2] = nd > 2 ? ne2 : 1;
+    t->type = type;
+    t->layer = layer;
+    t->cls = nd == 1 ? C_VEC : cls;
+    t->src = S_PLAIN;
+    t->nbytes = ggml_row_size(type, ne0) * t->ne[1] * t->ne[2];
+    if (!t->nbytes)
+        die("config.json: tensor %s: a row of %" PRIu64 " is not a whole number of %s blocks "
+            "(the recipe cannot store this shape)", t->name, ne0, ggml_type_name(type));
+    return t;
+}
+
+/* Same names, order and dims as tools/ds4_synth.c's build_layout. */
+static void build_layout(const hcfg *c, int recipe, int q4_last, layout *L) {
+    const int q = recipe != R_F16;
+    const uint32_t T_PROJ = q ? GGML_Q8_0 : GGML_F16, F16 = GGML_F16, F32 = GGML_F32;
+    const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab, N = (uint64_t)c->n_hc;
+    const uint64_t hd = (uint64_t)c->head_dim, H = (uint64_t)c->n_head;
+    const uint64_t hc_dim = N * D, hc_mix = (2 + N) * N;
+    const uint64_t gdim = H * hd / (uint64_t)c->o_groups, olow = (uint64_t)(c->o_groups * c->o_lora);
+    const uint64_t QL = (uint64_t)c->q_lora, E = (uint64_t)c->n_expert, F = (uint64_t)c->n_ff;
+    const uint64_t SH = F * (uint64_t)c->n_shared, Kx = (uint64_t)c->n_used;
+    const uint64_t IH = (uint64_t)c->idx_heads, ID = (uint64_t)c->idx_dim;
+
+    add(L, -1, "token_embd.weight", F16, 2, D, V, 0, "embed.weight", C_EMBD);
+    for (int il = 0; il < c->n_layer; il++) {
+        static const char *hc[2] = {"attn", "ffn"};
+        for (int s = 0; s < 2; s++) {
+            char nm[48], hn[48];
+            snprintf(nm, sizeof nm, "hc_%s_fn.weight", hc[s]);
+            snprintf(hn, sizeof hn, "hc_%s_fn", hc[s]);
+            add(L, il, nm, F16, 2, hc_dim, hc_mix, 0, hn, C_F16);
+            snprintf(nm, sizeof nm, "hc_%s_scale.weight", hc[s]);
+            snprintf(hn, sizeof hn, "hc_%s_scale", hc[s]);
+            add(L, il, nm, F32, 1, 3, 0, 0, hn, C_VEC);
+            snprintf(nm, sizeof nm, "hc_%s_base.weight", hc[s]);
+            snprintf(hn, sizeof hn, "hc_%s_base", hc[s]);
+            add(L, il, nm, F32, 1, hc_mix, 0, 0, hn, C_VEC);
+        }
+        add(L, il, "attn_norm.weight", F32, 1, D, 0, 0, "attn_norm.weight", C_VEC);
+        add(L, il, "attn_q_a.weight", T_PROJ, 2, D, QL, 0, "attn.wq_a.weight", C_ATTN);
+        add(L, il, "attn_q_a_norm.weight", F32, 1, QL, 0, 0, "attn.q_norm.weight", C_VEC);
+        add(L, il, "attn_q_b.weight", T_PROJ, 2, QL, H * hd, 0, "attn.wq_b.weight", C_ATTN);
+        add(L, il, "attn_kv.weight", T_PROJ, 2, D, hd, 0, "attn.wkv.weight", C_ATTN);
+        add(L, il, "attn_kv_a_norm.weight", F32, 1, hd, 0, 0, "attn.kv_norm.weight", C_VEC);
+        add(L, il, "attn_sinks.weight", F32, 1, H, 0, 0, "attn.attn_sink", C_VEC);
+        add(L, il, "attn_output_a.weight", T_PROJ, 2, gdim, olow, 0, "attn.wo_a.weight", C_ATTN);
+        add(L, il, "attn_output_b.weight", T_PROJ, 2, olow, D, 0, "attn.wo_b.weight", C_ATTN);
+        const uint64_t R = (uint64_t)c->ratios[il];
+        if (R) {
+            const int csa = R == 4;   /* overlapping compressor + indexer (ds4 rule) */
+            const uint64_t cw = (csa ? 2 : 1) * hd;
+            add(L, il, "attn_compressor_ape.weight", F16, 2, cw, R, 0, "attn.compressor.ape", C_F16);
+            add(L, il, "attn_compressor_kv.weight", F16, 2, D, cw, 0, "attn.compressor.wkv.weight", C_F16);
+            add(L, il, "attn_compressor_gate.weight", F16, 2, D, cw, 0, "attn.compressor.wgate.weight", C_F16);
+            add(L, il, "attn_compressor_norm.weight", F32, 1, hd, 0, 0, "attn.compressor.norm.weight", C_VEC);
+            if (csa) {
+                add(L, il, "indexer.attn_q_b.weight", F16, 2, QL, IH * ID, 0, "attn.indexer.wq_b.weight", C_F16);
+                add(L, il, "indexer.proj.weight", F16, 2, D, IH, 0, "attn.indexer.weights_proj.weight", C_F16);
+                add(L, il, "indexer_compressor_ape.weight", F16, 2, 2 * ID, R, 0,
+                    "attn.indexer.compressor.ape", C_F16);
+                add(L, il, "indexer_compressor_kv.weight", F16, 2, D, 2 * ID, 0,
+                    "attn.indexer.compressor.wkv.weight", C_F16);
+                add(L, il, "indexer_compressor_gate.weight", F16, 2, D, 2 * ID, 0,
+                    "attn.indexer.compressor.wgate.weight", C_F16);
+                add(L, il, "indexer_compressor_norm.weight", F32, 1, ID, 0, 0,
+                    "attn.indexer.compressor.norm.weight", C_VEC);
+            }
+        }
+        add(L, il, "ffn_norm.weight", F32, 1, D, 0, 0, "ffn_norm.weight", C_VEC);
+        add(L, il, "ffn_gate_inp.weight", F16, 2, D, E, 0, "ffn.gate.weight", C_F16);
+        const int hash = il < c->n_hash;
+        if (!hash) add(L, il, "exp_probs_b.bias", F32, 1, E, 0, 0, "ffn.gate.bias", C_VEC);
+        uint32_t tgu = F16, tdn = F16;
+        const int q4 = recipe == R_Q4 || (recipe == R_Q2Q4 && il >= c->n_layer - q4_last);
+        if (recipe == R_MXFP4) tgu = tdn = GGML_MXFP4;
+        else if (q4) tgu = tdn = GGML_Q4_K;
+        else if (q) { tgu = GGML_IQ2_XXS; tdn = GGML_Q2_K; }
+        static const char *ex[3][2] = {{"ffn_gate_exps.weight", "w1"}, {"ffn_up_exps.weight", "w3"},
+                                       {"ffn_down_exps.weight", "w2"}};
+        for (int k = 0; k < 3; k++) {
+            qtensor *t = k < 2 ? add(L, il, ex[k][0], tgu, 3, D, F, E, "ffn.experts", C_GU)
+                               : add(L, il, ex[k][0], tdn, 3, F, D, E, "ffn.experts", C_DOWN);
+            t->src = S_EXPERT;
+            t->wid = ex[k][1];
+        }
+        add(L, il, "ffn_gate_shexp.weight", T_PROJ, 2, D, SH, 0, "ffn.shared_experts.w1.weight", C_SHEXP);
+        add(L, il, "ffn_up_shexp.weight", T_PROJ, 2, D, SH, 0, "ffn.shared_experts.w3.weight", C_SHEXP);
+        add(L, il, "ffn_down_shexp.weight", T_PROJ, 2, SH, D, 0, "ffn.shared_experts.w2.weight", C_SHEXP);
+        if (hash) add(L, il, "ffn_gate_tid2eid.weight", GGML_I32, 2, Kx, V, 0, "ffn.gate.tid2eid", C_VEC)->src = S_TID2EID;
+    }
+    add(L, -1, "output_hc_base.weight", F32, 1, N, 0, 0, "hc_head_base", C_VEC);
+    add(L, -1, "output_hc_fn.weight", F16, 2, hc_dim, N, 0, "hc_head_fn", C_F16);
+    add(L, -1, "output_hc_scale.weight", F32, 1, 1, 0, 0, "hc_head_scale", C_VEC);
+    add(L, -1, "output_norm.weight", F32, 1, D, 0, 0, "norm.weight", C_VEC);
+    add(L, -1, "output.weight", T_PROJ, 2, D, V, 0, "head.weight", C_OUT);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sources: one HF matrix (or vector), resolved and checked                  */
+/* ------------------------------------------------------------------------ */
+
+enum { F_PLAIN, F_FP8, F_FP4 };
+
+typedef struct {
+    const st_tensor *w, *scale;
+    int fmt;               /* F_* */
+    uint64_t rows, cols;   /* logical (dequantized) shape */
+    uint64_t sc_rows, sc_cols, blk_r, blk_c;   /* scale grid: FP8 128x128, FP4 1x32 */
+} source;
+
+static const st_checkpoint *g_ck;
+
+static void shape_str(const st_tensor *t, char *b, size_t n) {
+    size_t o = (size_t)snprintf(b, n, "[");
+    for (int i = 0; i < t->n_dims && o < n; i++)
+        o += (size_t)snprintf(b + o, n - o, "%s%" PRId64, i ? ", " : "", t->shape[i]);
+    if (o < n) snprintf(b + o, n - o, "]");
+}
+
+/* Resolves HF tensor `name` as a rows x cols matrix (1-D: rows = 1),
+ * with its scale sibling if its dtype needs one.  Every mismatch dies
+ * naming the tensor, its shard, and what config.json implies. */
+static source resolve(const char *name, const char *gguf_name, uint64_t rows, uint64_t cols, int nd,
+                      int allow_fp4) {
+    source s;
+    memset(&s, 0, sizeof s);
+    s.rows = rows;
+    s.cols = cols;
+    s.w = st_find(g_ck, name);
+    if (!s.w) die("checkpoint: tensor \"%s\" (for %s) is in no shard", name, gguf_name);
+    const st_tensor *w = s.w;
+    const char *shard = st_shard_path(g_ck, w->shard);
+    char got[128];
+    shape_str(w, got, sizeof got);
+    char sname[160];
+    if (w->dtype == ST_F8_E4M3 || w->dtype == ST_I8 || w->dtype == ST_U8) {
+        const char *dot = strrchr(name, '.');
+        size_t stem = dot && !strcmp(dot, ".weight") ? (size_t)(dot - name) : strlen(name);
+        snprintf(sname, sizeof sname, "%.*s.scale", (int)stem, name);
+        s.scale = st_find(g_ck, sname);
+        if (!s.scale) {
+            snprintf(sname, sizeof sname, "%.*s.weight_scale_inv", (int)stem, name);
+            s.scale = st_find(g_ck, sname);
+        }
+        if (!s.scale)
+            die("%s: tensor \"%s\" has dtype %s but no \"%.*s.scale\" (or .weight_scale_inv) sibling",
+                shard, name, st_dtype_name(w->dtype), (int)stem, name);
+        if (s.scale->dtype != ST_F8_E8M0 && s.scale->dtype != ST_F32 && s.scale->dtype != ST_BF16)
+            die("%s: scale \"%s\" has dtype %s (expected F8_E8M0, F32 or BF16)",
+                st_shard_path(g_ck, s.scale->shard), sname, st_dtype_name(s.scale->dtype));
+        if (s.scale->n_dims != 2) die("%s: scale \"%s\" is not 2-D", st_shard_path(g_ck, s.scale->shard), sname);
+        if (w->dtype == ST_F8_E4M3) {
+            s.fmt = F_FP8;
+            s.blk_r = s.blk_c = 128;
+        } else {
+            if (!allow_fp4)
+                die("%s: tensor \"%s\" (for %s) is packed FP4 (%s + scale), which the checkpoint "
+                    "only uses for routed experts", shard, name, gguf_name, st_dtype_name(w->dtype));
+            s.fmt = F_FP4;
+            s.blk_r = 1;
+            s.blk_c = 32;
+        }
+        s.sc_rows = (rows + s.blk_r - 1) / s.blk_r;
+        s.sc_cols = (cols + s.blk_c - 1) / s.blk_c;
+        if (s.fmt == F_FP4 && cols % 32)
+            die("%s: FP4 tensor \"%s\": %" PRIu64 " columns is not a multiple of 32", shard, name, cols);
+        const uint64_t wc = s.fmt == F_FP4 ? cols / 2 : cols;
+        if (w->n_dims != 2 || (uint64_t)w->shape[0] != rows || (uint64_t)w->shape[1] != wc)
+            die("%s: tensor \"%s\" has shape %s, but config.json implies [%" PRIu64 ", %" PRIu64 "] "
+                "(%s)", shard, name, got, rows, wc, gguf_name);
+        if ((uint64_t)s.scale->shape[0] != s.sc_rows || (uint64_t)s.scale->shape[1] != s.sc_cols) {
+            char sg[128];
+            shape_str(s.scale, sg, sizeof sg);
+            die("%s: scale \"%s\" has shape %s, expected [%" PRIu64 ", %" PRIu64 "]",
+                st_shard_path(g_ck, s.scale->shard), sname, sg, s.sc_rows, s.sc_cols);
+        }
+        return s;
+    }
+    if (w->dtype != ST_F32 && w->dtype != ST_F16 && w->dtype != ST_BF16)
+        die("%s: tensor \"%s\" (for %s) has dtype %s, not a weight dtype", shard, name, gguf_name,
+            st_dtype_name(w->dtype));
+    s.fmt = F_PLAIN;
+    int ok = nd == 1 ? (w->n_dims == 1 && (uint64_t)w->shape[0] == cols)
+                     : (w->n_dims == 2 && (uint64_t)w->shape[0] == rows && (uint64_t)w->shape[1] == cols);
+    if (!ok) {
+        if (nd == 1) die("%s: tensor \"%s\" has shape %s, but config.json implies [%" PRIu64 "] (%s)",
+                         shard, name, got, cols, gguf_name);
+        die("%s: tensor \"%s\" has shape %s, but config.json implies [%" PRIu64 ", %" PRIu64 "] (%s)",
+            shard, name, got, rows, cols, gguf_name);
+    }
+    return s;
+}
+
+static float scale_at(const source *s, uint64_t r, uint64_t c) {
+    const uint64_t i = (r / s->blk_r) * s->sc_cols + c / s->blk_c;
+    const uint8_t *p = s->scale->data;
+    switch (s->scale->dtype) {
+    case ST_F8_E8M0: return st_e8m0_to_f32(p[i]);
+    case ST_BF16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return st_bf16_to_f32(h); }
+    default: { float f; memcpy(&f, p + 4 * i, 4); return f; }
+    }
+}
+
+/* Dequantizes row r of s into out[cols]. */
+static void read_row(const source *s, uint64_t r, float *out) {
+    const uint64_t C = s->cols;
+    const uint8_t *p = s->w->data;
+    switch (s->fmt) {
+    case F_FP8:
+        for (uint64_t c0 = 0; c0 < C; c0 += 128) {
+            const float sc = scale_at(s, r, c0);
+            const uint64_t c1 = c0 + 128 < C ? c0 + 128 : C;
+            for (uint64_t c = c0; c < c1; c++) out[c] = st_e4m3_to_f32(p[r * C + c]) * sc;
+        }
+        return;
+    case F_FP4:
+        for (uint64_t c0 = 0; c0 < C; c0 += 32) {
+            const float sc = scale_at(s, r, c0);
+            for (uint64_t c = c0; c < c0 + 32; c++) {
+                const uint8_t b = p[r * (C / 2) + c / 2];
+                out[c] = st_e2m1_to_f32(c & 1 ? b >> 4 : b & 15) * sc;
+            }
+        }
+        return;
+    default:
+        break;
+    }
+    switch (s->w->dtype) {
+    case ST_F32: memcpy(out, p + 4 * r * C, 4 * C); break;
+    case ST_F16:
+        for (uint64_t c = 0; c < C; c++) { uint16_t h; memcpy(&h, p + 2 * (r * C + c), 2); out[c] = ds4_f16_to_f32(h); }
+        break;
+    default:
+        for (uint64_t c = 0; c < C; c++) { uint16_t h; memcpy(&h, p + 2 * (r * C + c), 2); out[c] = st_bf16_to_f32(h); }
+        break;
+    }
+}
+
+/* FP4 row -> MXFP4 blocks: the same E2M1 codes and E8M0 exponents.  ggml
+ * stores kvalues = 2 x E2M1 and halves the scale (2^(e-128)), so
+ * kvalue(code) x 2^(e-128) == E2M1(code) x 2^(e-127): the byte e is kept.
+ * Only the nibble order differs: HF byte j holds columns 2j (low) and
+ * 2j+1 (high); a ggml block's byte j holds columns j (low) and j+16 (high). */
+static int fp4_row_to_mxfp4(const source *s, uint64_t r, uint8_t *out) {
+    const uint8_t *p = s->w->data + r * (s->cols / 2);
+    for (uint64_t b = 0; b < s->cols / 32; b++) {
+        const uint8_t e = s->scale->dtype == ST_F8_E8M0 ? s->scale->data[r * s->sc_cols + b] : 0;
+        if (s->scale->dtype != ST_F8_E8M0 || e == 255) return -1;   /* caller requantizes or fails */
+        uint8_t code[32];
+        for (int j = 0; j < 16; j++) {
+            code[2 * j] = p[16 * b + j] & 15;
+            code[2 * j + 1] = p[16 * b + j] >> 4;
+        }
+        uint8_t *o = out + 17 * b;
+        o[0] = e;
+        for (int j = 0; j < 16; j++) o[1 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Conversion                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const qtensor *t;
+    source src;            /* the current matrix (one expert for S_EXPERT) */
+    uint64_t r0, nr;       /* rows of this chunk (within src) */
+    uint64_t ncols;
+    float *f;              /* [nr][ncols] scratch */
+    uint8_t *out;          /* [nr] rows of the target type */
+    const float *imat;     /* quantizer weights or NULL */
+    const float *statw;    /* --stats: weights of the weighted error, or NULL */
+    int native_mx;         /* MXFP4 from FP4 without requantizing */
+    /* per-thread results */
+    const char *err;
+    char errbuf[256];
+    double se, sref, swe, swref;   /* sums of squared error / reference (plain and weighted) */
+    int stats;
+} work;
+
+typedef struct { work *w; int tid, nth; } targ;
+
+static void *convert_rows(void *arg) {
+    targ *a = arg;
+    work *w = a->w;
+    const uint64_t per = (w->nr + (uint64_t)a->nth - 1) / (uint64_t)a->nth;
+    const uint64_t b = per * (uint64_t)a->tid, e = b + per < w->nr ? b + per : w->nr;
+    if (b >= e) return NULL;
+    const uint64_t C = w->ncols, rb = ggml_row_size(w->t->type, C);
+    work *res = &w[1 + a->tid];   /* per-thread results after the shared work */
+    float *deq = w->stats ? malloc(C * sizeof *deq) : NULL;
+    if (w->stats && !deq) { res->err = "out of memory"; return NULL; }
+    for (uint64_t i = b; i < e; i++) {
+        float *x = w->f + i * C;
+        uint8_t *o = w->out + i * rb;
+        if (w->native_mx) {
+            if (fp4_row_to_mxfp4(&w->src, w->r0 + i, o)) { res->err = "FP4 scale not E8M0 or NaN (255)"; break; }
+            if (!w->stats) continue;
+        }
+        read_row(&w->src, w->r0 + i, x);
+        for (uint64_t c = 0; c < C; c++)
+            if (!isfinite(x[c])) {
+                snprintf(res->errbuf, sizeof res->errbuf, "row %" PRIu64 " column %" PRIu64
+                         " dequantizes to a non-finite value (NaN code or scale)", w->r0 + i, c);
+                res->err = res->errbuf;
+                goto out;
+            }
+        if (w->native_mx) {
+            /* nothing to quantize */
+        } else if (w->t->type == GGML_F32) {
+            memcpy(o, x, 4 * C);
+        } else if (w->t->type == GGML_F16) {
+            for (uint64_t c = 0; c < C; c++) {
+                if (fabsf(x[c]) > 65504.0f) {
+                    snprintf(res->errbuf, sizeof res->errbuf, "value %g at row %" PRIu64
+                             " is outside the F16 range", (double)x[c], w->r0 + i);
+                    res->err = res->errbuf;
+                    goto out;
+                }
+                uint16_t h = ds4_f32_to_f16(x[c]);
+                memcpy(o + 2 * c, &h, 2);
+            }
+        } else {
+            const char *qerr = NULL;
+            if (!ds4_quantize(w->t->type, x, o, 1, (int64_t)C, w->imat, &qerr)) { res->err = qerr; break; }
+        }
+        if (w->stats) {
+            ds4_dequantize_row(w->t->type, o, deq, (int64_t)C);
+            for (uint64_t c = 0; c < C; c++) {
+                const double d = (double)deq[c] - x[c], ww = w->statw ? w->statw[c] : 1.0;
+                res->se += d * d;
+                res->sref += (double)x[c] * x[c];
+                res->swe += ww * d * d;
+                res->swref += ww * x[c] * x[c];
+            }
+        }
+    }
+out:
+    free(deq);
+    return NULL;
+}
+
+typedef struct {
+    double se[C_N], sref[C_N], swe[C_N], swref[C_N];
+    uint64_t n[C_N];
+} statsum;
+
+static int g_threads;
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) { g_stop = sig; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Runs one chunk over g_threads threads; returns an error or NULL. */
+static const char *run_chunk(work *w, statsum *S) {
+    const int nth = g_threads;
+    pthread_t th[MAX_THREADS];
+    targ args[MAX_THREADS];
+    for (int i = 0; i < nth; i++) {
+        w[1 + i].err = NULL;
+        w[1 + i].se = w[1 + i].sref = w[1 + i].swe = w[1 + i].swref = 0;
+        args[i] = (targ){w, i, nth};
+    }
+    int started = 0;
+    for (; started < nth; started++)
+        if (pthread_create(&th[started], NULL, convert_rows, &args[started])) break;
+    if (started < nth) {   /* run what could not get a thread here */
+        for (int i = started; i < nth; i++) convert_rows(&args[i]);
+    }
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    const char *err = NULL;
+    for (int i = 0; i < nth; i++) {
+        if (w[1 + i].err && !err) err = w[1 + i].err;
+        const int cl = w->t->cls;
+        S->se[cl] += w[1 + i].se;
+        S->sref[cl] += w[1 + i].sref;
+        S->swe[cl] += w[1 + i].swe;
+        S->swref[cl] += w[1 + i].swref;
+    }
+    S->n[w->t->cls] += w->nr * w->ncols;
+    return err;
+}
+
+static const char *human(double b, char *buf, size_t n) {
+    if (b >= 1073741824.0) snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+    else if (b >= 1048576.0) snprintf(buf, n, "%.2f MiB", b / 1048576.0);
+    else snprintf(buf, n, "%.0f KiB", b / 1024.0);
+    return buf;
+}
+
+static void write_meta(gguf_writer *w, const hcfg *c, const vocab *V, const char *recipe, const char *dir,
+                       const char *imatrix_path, const ds4_imatrix *im) {
+    char buf[512];
+    gguf_w_str(w, "general.architecture", "deepseek4", 9);
+    snprintf(buf, sizeof buf, "DeepSeek-V4 %s (ds4-quantize)", recipe);
+    gguf_w_str(w, "general.name", buf, strlen(buf));
+    gguf_w_u32(w, "general.alignment", ALIGNMENT);
+    const char *base = strrchr(dir, '/') && strrchr(dir, '/')[1] ? strrchr(dir, '/') + 1 : dir;
+    snprintf(buf, sizeof buf, "converted by ds4-quantize --recipe %s from %s", recipe, base);
+    gguf_w_str(w, "general.description", buf, strlen(buf));
+#define U(k, v) gguf_w_u32(w, "deepseek4." k, (uint32_t)(v))
+#define FL(k, v) gguf_w_f32(w, "deepseek4." k, (float)(v))
+    /* Same keys and order as ds4-synth (ARCHITECTURE.md §3). */
+    U("context_length", c->ctx);
+    U("block_count", c->n_layer);
+    U("embedding_length", c->n_embd);
+    U("vocab_size", c->n_vocab);
+    U("attention.head_count", c->n_head);
+    U("attention.head_count_kv", c->n_head_kv);
+    U("attention.key_length", c->head_dim);
+    U("attention.value_length", c->head_dim);
+    U("attention.q_lora_rank", c->q_lora);
+    U("attention.output_lora_rank", c->o_lora);
+    U("attention.output_group_count", c->o_groups);
+    U("attention.sliding_window", c->n_swa);
+    U("attention.indexer.head_count", c->idx_heads);
+    U("attention.indexer.key_length", c->idx_dim);
+    U("attention.indexer.top_k", c->idx_topk);
+    uint32_t *ra = malloc((size_t)c->n_layer * 4);
+    float *ca = malloc((size_t)c->n_layer * 4);
+    if (!ra || !ca) die("out of memory");
+    for (int i = 0; i < c->n_layer; i++) { ra[i] = (uint32_t)c->ratios[i]; ca[i] = (float)c->clamp; }
+    gguf_w_arr(w, "deepseek4.attention.compress_ratios", GGUF_U32, ra, (uint64_t)c->n_layer);
+    FL("attention.compress_rope_freq_base", c->compress_base);
+    FL("attention.layer_norm_rms_epsilon", c->rms_eps);
+    U("rope.dimension_count", c->n_rot);
+    FL("rope.freq_base", c->rope_base);
+    gguf_w_str(w, "deepseek4.rope.scaling.type", "yarn", 4);
+    FL("rope.scaling.factor", c->rope_factor);
+    U("rope.scaling.original_context_length", c->rope_orig_ctx);
+    FL("rope.scaling.yarn_beta_fast", c->beta_fast);
+    FL("rope.scaling.yarn_beta_slow", c->beta_slow);
+    U("expert_count", c->n_expert);
+    U("expert_used_count", c->n_used);
+    U("expert_shared_count", c->n_shared);
+    U("expert_feed_forward_length", c->n_ff);
+    FL("expert_weights_scale", c->expert_scale);
+    gguf_w_bool(w, "deepseek4.expert_weights_norm", c->expert_norm);
+    U("hash_layer_count", c->n_hash);
+    gguf_w_arr(w, "deepseek4.swiglu_clamp_exp", GGUF_F32, ca, (uint64_t)c->n_layer);
+    U("hyper_connection.count", c->n_hc);
+    U("hyper_connection.sinkhorn_iterations", c->hc_iters);
+    FL("hyper_connection.epsilon", c->hc_eps);
+#undef U
+#undef FL
+    free(ra);
+    free(ca);
+    gguf_w_str(w, "general.quantization_source", "ds4-quantize", 12);
+    if (imatrix_path) {
+        gguf_w_str(w, "quantize.imatrix.file", imatrix_path, strlen(imatrix_path));
+        gguf_w_u64(w, "quantize.imatrix.tokens", im->n_tokens);
+    }
+    gguf_w_str(w, "tokenizer.ggml.model", "gpt2", 4);
+    gguf_w_str(w, "tokenizer.ggml.pre", "joyai-llm", 9);
+    gguf_str *items = malloc((V->n > V->n_merges ? V->n : V->n_merges + 1) * sizeof *items);
+    if (!items) die("out of memory");
+    for (size_t i = 0; i < V->n; i++) items[i] = (gguf_str){V->tok[i], strlen(V->tok[i])};
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", items, V->n);
+    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_I32, V->type, V->n);
+    for (size_t i = 0; i < V->n_merges; i++) items[i] = (gguf_str){V->merges[i], strlen(V->merges[i])};
+    gguf_w_arr_str(w, "tokenizer.ggml.merges", items, V->n_merges);
+    free(items);
+    gguf_w_u32(w, "tokenizer.ggml.bos_token_id", V->bos);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", V->eos);
+    gguf_w_u32(w, "tokenizer.ggml.padding_token_id", V->pad);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", V->add_bos);
+    gguf_w_bool(w, "tokenizer.ggml.add_eos_token", V->add_eos);
+}
+
+static const char *opt_val(int argc, char **argv, int *i, const char *name) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n)) return NULL;
+    if (a[n] == '=') return a + n + 1;
+    if (a[n]) return NULL;
+    if (*i + 1 >= argc) usage_error("%s needs a value", name);
+    return argv[++*i];
+}
+
+static gguf_writer *g_w;
+static void fail_out(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail_out(const char *fmt, ...) {
+    if (g_w) gguf_writer_abort(g_w);   /* removes OUT.tmp */
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ds4-quantize: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+int main(int argc, char **argv) {
+    const char *recipe_s = NULL, *imatrix_path = NULL, *out = NULL, *dir = NULL, *v;
+    const char *statw_path = NULL;
+    int q4_last = 6, stats = 0, q4_set = 0;
+    long threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--stats")) stats = 1;
+        else if ((v = opt_val(argc, argv, &i, "--recipe"))) recipe_s = v;
+        else if ((v = opt_val(argc, argv, &i, "--imatrix"))) imatrix_path = v;
+        else if ((v = opt_val(argc, argv, &i, "--stats-weights"))) { statw_path = v; stats = 1; }
+        else if ((v = opt_val(argc, argv, &i, "--output")) || (v = opt_val(argc, argv, &i, "-o"))) out = v;
+        else if ((v = opt_val(argc, argv, &i, "--q4-last"))) {
+            char *end;
+            long k = strtol(v, &end, 10);
+            if (!*v || *end || k < 0 || k > 1024) usage_error("--q4-last: \"%s\" is not an integer in [0, 1024]", v);
+            q4_last = (int)k;
+            q4_set = 1;
+        } else if ((v = opt_val(argc, argv, &i, "--threads"))) {
+            char *end;
+            threads = strtol(v, &end, 10);
+            if (!*v || *end || threads < 1 || threads > MAX_THREADS)
+                usage_error("--threads: \"%s\" is not an integer in [1, %d]", v, MAX_THREADS);
+        } else if (a[0] == '-' && a[1]) usage_error("unknown option \"%s\"", a);
+        else if (!dir) dir = a;
+        else usage_error("unexpected argument \"%s\" (one CHECKPOINT_DIR)", a);
+    }
+    if (!recipe_s) usage_error("--recipe is required (f16, q2, q4, q2-q4 or mxfp4)");
+    int recipe;
+    if (!strcmp(recipe_s, "f16")) recipe = R_F16;
+    else if (!strcmp(recipe_s, "q2")) recipe = R_Q2;
+    else if (!strcmp(recipe_s, "q4")) recipe = R_Q4;
+    else if (!strcmp(recipe_s, "q2-q4")) recipe = R_Q2Q4;
+    else if (!strcmp(recipe_s, "mxfp4")) recipe = R_MXFP4;
+    else usage_error("--recipe \"%s\" is unknown (f16, q2, q4, q2-q4 or mxfp4)", recipe_s);
+    if (q4_set && recipe != R_Q2Q4) usage_error("--q4-last only applies to --recipe q2-q4");
+    if (!dir) usage_error("CHECKPOINT_DIR is required");
+    if (!out) usage_error("-o OUT.gguf is required");
+    if (!threads) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = nc < 1 ? 1 : nc > MAX_THREADS ? MAX_THREADS : nc;
+    }
+    g_threads = (int)threads;
+    const double t0 = now_s();
+
+    hcfg c;
+    read_config(dir, &c);
+    if (recipe == R_Q2Q4 && q4_last > c.n_layer)
+        usage_error("--q4-last %d exceeds the %" PRId64 " layers", q4_last, c.n_layer);
+    vocab V;
+    memset(&V, 0, sizeof V);
+    read_tokenizer(dir, c.n_vocab, &V);
+    char *err = NULL;
+    st_checkpoint *ck = st_open_dir(dir, &err);
+    if (!ck) die("%s", err ? err : "cannot open the checkpoint");
+    g_ck = ck;
+    ds4_imatrix *im = NULL;
+    if (imatrix_path) {
+        im = ds4_imatrix_load(imatrix_path, &err);
+        if (!im) die("--imatrix %s", err ? err : imatrix_path);
+        if (im->n_layer != (uint32_t)c.n_layer || im->n_expert != (uint32_t)c.n_expert ||
+            im->n_embd != (uint32_t)c.n_embd || im->n_ff != (uint32_t)c.n_ff)
+            die("--imatrix %s: made for %u layers x %u experts, D %u, F %u; the checkpoint has "
+                "%" PRId64 " x %" PRId64 ", D %" PRId64 ", F %" PRId64, imatrix_path, im->n_layer,
+                im->n_expert, im->n_embd, im->n_ff, c.n_layer, c.n_expert, c.n_embd, c.n_ff);
+    }
+    ds4_imatrix *sw = im;   /* weights of the --stats weighted error */
+    if (statw_path) {
+        sw = ds4_imatrix_load(statw_path, &err);
+        if (!sw) die("--stats-weights %s", err ? err : statw_path);
+        if (sw->n_layer != (uint32_t)c.n_layer || sw->n_expert != (uint32_t)c.n_expert ||
+            sw->n_embd != (uint32_t)c.n_embd || sw->n_ff != (uint32_t)c.n_ff)
+            die("--stats-weights %s: its dimensions do not match the checkpoint", statw_path);
+    }
+    layout L = {0};
+    build_layout(&c, recipe, q4_last, &L);
+
+    /* Check every source before writing anything. */
+    uint64_t in_bytes = 0;
+    for (size_t i = 0; i < L.n; i++) {
+        const qtensor *t = &L.t[i];
+        if (t->src == S_PLAIN) {
+            source s = resolve(t->hf, t->name, t->ne[1], t->ne[0], (int)t->nd, 0);
+            in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
+        } else if (t->src == S_EXPERT) {
+            for (uint64_t e = 0; e < t->ne[2]; e++) {
+                char hn[160];
+                snprintf(hn, sizeof hn, "%s.%" PRIu64 ".%s.weight", t->hf, e, t->wid);
+                source s = resolve(hn, t->name, t->ne[1], t->ne[0], 2, 1);
+                in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
+            }
+        } else {
+            const st_tensor *w = st_find(ck, t->hf);
+            if (!w) die("checkpoint: tensor \"%s\" (for %s) is in no shard", t->hf, t->name);
+            if ((w->dtype != ST_I64 && w->dtype != ST_I32) || w->n_dims != 2 ||
+                (uint64_t)w->shape[0] != t->ne[1] || (uint64_t)w->shape[1] != t->ne[0]) {
+                char got[128];
+                shape_str(w, got, sizeof got);
+                die("%s: tensor \"%s\" is %s %s, expected I64 [%" PRIu64 ", %" PRIu64 "] (%s)",
+                    st_shard_path(ck, w->shard), t->hf, st_dtype_name(w->dtype), got, t->ne[1],
+                    t->ne[0], t->name);
+            }
+            in_bytes += w->nbytes;
+        }
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    g_w = gguf_writer_open(out, &err);
+    if (!g_w) die("%s", err ? err : "cannot open the output");
+    write_meta(g_w, &c, &V, recipe_s, dir, imatrix_path, im);
+    uint64_t out_total = 0;
+    for (size_t i = 0; i < L.n; i++) {
+        gguf_w_tensor(g_w, L.t[i].name, L.t[i].nd, L.t[i].ne, L.t[i].type);
+        out_total += L.t[i].nbytes;
+    }
+    gguf_writer_begin_data(g_w);
+
+    work *w = calloc((size_t)g_threads + 1, sizeof *w);
+    float *imat = malloc((size_t)(c.n_embd > c.n_ff ? c.n_embd : c.n_ff) * sizeof *imat);
+    float *statw = malloc((size_t)(c.n_embd > c.n_ff ? c.n_embd : c.n_ff) * sizeof *statw);
+    if (!w || !imat || !statw) fail_out("out of memory");
+    statsum S;
+    memset(&S, 0, sizeof S);
+    const int tty = isatty(STDERR_FILENO);
+    double last = 0;
+    uint64_t done_in = 0;
+    float *fbuf = NULL;
+    uint8_t *obuf = NULL;
+    size_t fcap = 0, ocap = 0;
+    for (size_t ti = 0; ti < L.n && !g_stop; ti++) {
+        const qtensor *t = &L.t[ti];
+        if (t->src == S_TID2EID) {
+            const st_tensor *s = st_find(ck, t->hf);
+            const uint64_t n = t->ne[0] * t->ne[1];
+            int32_t *o = malloc(n * 4);
+            if (!o) fail_out("out of memory");
+            for (uint64_t k = 0; k < n; k++) {
+                int64_t x;
+                if (s->dtype == ST_I64) memcpy(&x, s->data + 8 * k, 8);
+                else { int32_t y; memcpy(&y, s->data + 4 * k, 4); x = y; }
+                if (x < 0 || x >= c.n_expert)
+                    fail_out("%s: %s[%" PRIu64 "][%" PRIu64 "] = %" PRId64 " is not an expert id in [0, %" PRId64 ")",
+                             st_shard_path(ck, s->shard), t->hf, k / t->ne[0], k % t->ne[0], x, c.n_expert);
+                o[k] = (int32_t)x;
+            }
+            gguf_writer_write(g_w, o, n * 4);
+            free(o);
+            done_in += s->nbytes;
+            st_release(s);
+            continue;
+        }
+        const uint64_t n_mat = t->src == S_EXPERT ? t->ne[2] : 1, rows = t->ne[1], C = t->ne[0];
+        const uint64_t rb = ggml_row_size(t->type, C);
+        for (uint64_t e = 0; e < n_mat && !g_stop; e++) {
+            work *W = &w[0];
+            memset(W, 0, sizeof *W);
+            W->t = t;
+            W->ncols = C;
+            W->stats = stats;
+            if (t->src == S_EXPERT) {
+                char hn[160];
+                snprintf(hn, sizeof hn, "%s.%" PRIu64 ".%s.weight", t->hf, e, t->wid);
+                W->src = resolve(hn, t->name, rows, C, 2, 1);
+            } else {
+                W->src = resolve(t->hf, t->name, rows, C, (int)t->nd, 0);
+            }
+            W->native_mx = t->type == GGML_MXFP4 && W->src.fmt == F_FP4 && W->src.scale->dtype == ST_F8_E8M0;
+            /* Expert matrices are converted whole (their importance is per
+             * expert); other tensors in chunks of CHUNK_FLOATS. */
+            uint64_t chunk = t->src == S_EXPERT ? rows : (CHUNK_FLOATS / C ? CHUNK_FLOATS / C : 1);
+            if (chunk > rows) chunk = rows;
+            if (chunk * C > fcap) {
+                free(fbuf);
+                fcap = chunk * C;
+                fbuf = malloc(fcap * sizeof *fbuf);
+                if (!fbuf) fail_out("out of memory (%" PRIu64 " floats for %s)", fcap, t->name);
+            }
+            if (chunk * rb > ocap) {
+                free(obuf);
+                ocap = chunk * rb;
+                obuf = malloc(ocap);
+                if (!obuf) fail_out("out of memory");
+            }
+            /* Importance: the imatrix's per-expert means, else (IQ2_XXS,
+             * which requires one) the expert's column sums of squares. */
+            const double *iv = NULL, *sv = NULL;
+            if (t->src == S_EXPERT) {
+                if (im) iv = t->cls == C_GU ? ds4_imatrix_gu(im, t->layer, (int)e) : ds4_imatrix_dn(im, t->layer, (int)e);
+                if (sw) sv = t->cls == C_GU ? ds4_imatrix_gu(sw, t->layer, (int)e) : ds4_imatrix_dn(sw, t->layer, (int)e);
+            }
+            const int takes_imat = t->type == GGML_Q2_K || t->type == GGML_Q4_K || t->type == GGML_IQ2_XXS;
+            int need_default = 0;
+            if (iv && takes_imat) {
+                for (uint64_t k = 0; k < C; k++) imat[k] = (float)iv[k];
+                W->imat = imat;
+            } else if (t->type == GGML_IQ2_XXS) {
+                need_default = 1;
+            }
+            if (stats && sv) {
+                for (uint64_t k = 0; k < C; k++) statw[k] = (float)sv[k];
+                W->statw = statw;
+            }
+            for (uint64_t r0 = 0; r0 < rows && !g_stop; r0 += chunk) {
+                W->r0 = r0;
+                W->nr = rows - r0 < chunk ? rows - r0 : chunk;
+                W->f = fbuf;
+                W->out = obuf;
+                if (need_default) {
+                    /* whole expert in this chunk: decode it first */
+                    for (uint64_t r = 0; r < W->nr; r++) read_row(&W->src, r, fbuf + r * C);
+                    ds4_quantize_default_imatrix(fbuf, (int64_t)W->nr, (int64_t)C, imat);
+                    W->imat = imat;
+                }
+                const char *cerr = run_chunk(w, &S);
+                if (cerr) {
+                    fail_out("%s: tensor \"%s\" (for %s): %s", st_shard_path(ck, W->src.w->shard),
+                             W->src.w->name, t->name, cerr);
+                }
+                if (gguf_writer_write(g_w, obuf, W->nr * rb)) break;
+                /* drop the rows just read from the resident set */
+                const uint64_t in_row = W->src.w->nbytes / rows;
+                st_release_range(W->src.w, r0 * in_row, W->nr * in_row);
+            }
+            done_in += W->src.w->nbytes + (W->src.scale ? W->src.scale->nbytes : 0);
+            st_release(W->src.w);
+            if (W->src.scale) st_release(W->src.scale);
+            const double tn = now_s();
+            if (tty && tn - last >= 0.25) {
+                last = tn;
+                const double el = tn - t0, rate = done_in / (el > 0 ? el : 1e-9);
+                fprintf(stderr, "\rds4-quantize: %5.1f%% %s  %.0f MB/s  ETA %.0f s   ",
+                        100.0 * done_in / (in_bytes ? in_bytes : 1), t->name, rate / 1e6,
+                        rate > 0 ? (in_bytes - done_in) / rate : 0.0);
+            }
+        }
+    }
+    if (tty) fputs("\r\033[K", stderr);
+    if (g_stop) fail_out("interrupted (signal %d); %s was not written", (int)g_stop, out);
+    int rc = gguf_writer_close(g_w, &err);
+    g_w = NULL;
+    if (rc) die("%s", err ? err : "write failed");
+    const double dt = now_s() - t0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    char b1[64], b2[64], b3[64];
+    fprintf(stderr, "ds4-quantize: wrote %s: recipe %s%s, %zu tensors, %s from %s of checkpoint "
+            "in %.1f s (%.3f GB/s of input, %d threads), peak RSS %s\n",
+            out, recipe_s, im ? " + imatrix" : "", L.n, human((double)out_total, b1, sizeof b1),
+            human((double)in_bytes, b2, sizeof b2), dt, in_bytes / 1e9 / (dt > 0 ? dt : 1e-9), g_threads,
+            human(ru.ru_maxrss * 1024.0, b3, sizeof b3));
+    if (stats) {
+        printf("%-28s %14s %12s %12s%s\n", "class", "elements", "RMSE", "rel.RMSE",
+               sw ? "  imatrix-weighted rel.RMSE" : "");
+        for (int k = 0; k < C_N; k++) {
+            if (!S.n[k]) continue;
+            printf("%-28s %14" PRIu64 " %12.4g %12.4g", CLASS_NAME[k], S.n[k], sqrt(S.se[k] / S.n[k]),
+                   S.sref[k] > 0 ? sqrt(S.se[k] / S.sref[k]) : 0.0);
+            if (sw && (k == C_GU || k == C_DOWN))
+                printf("  %12.4g", S.swref[k] > 0 ? sqrt(S.swe[k] / S.swref[k]) : 0.0);
+            putchar('\n');
+        }
+    }
+    free(fbuf);
+    free(obuf);
+    free(w);
+    free(imat);
+    free(statw);
+    if (sw != im) ds4_imatrix_free(sw);
+    free(L.t);
+    free(c.ratios);
+    ds4_imatrix_free(im);
+    st_close(ck);
+    for (size_t i = 0; i < V.n; i++) free(V.tok[i]);
+    for (size_t i = 0; i < V.n_merges; i++) free(V.merges[i]);
+    free(V.tok);
+    free(V.type);
+    free(V.merges);
+    return 0;
+}
