@@ -90,7 +90,7 @@ static void usage(FILE *f) {
 "      --dump-hidden FILE  float32 [n_positions][n_layer][2][n_hc][n_embd]:\n"
 "                          HC state after each attention and FFN sublayer\n"
 "      --imatrix-out FILE  prefill --prompt-file (raw text) and write the routed\n"
-"                          experts' importance matrix for ds4-quantize --imatrix\n"
+"                          experts' importance matrix (input of ds4-quantize)\n"
 "      --decode-only       feed the prompt one token at a time\n"
 "      --split N           prefill the first N prompt tokens, then decode\n"
 "                          the rest one at a time\n"
