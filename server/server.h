@@ -52,6 +52,7 @@ typedef struct {
     int test_mode;
     int verbose;
     ds4_sampler_params sp;        /* default sampling */
+    int lookup;                   /* --lookup: prompt-lookup draft tokens (0 = off) */
     int default_max_tokens;       /* 0 = up to the context */
     ds4_think default_think;
 
@@ -130,6 +131,7 @@ typedef struct {
     /* generation */
     int max_tokens;               /* 0 = up to the context */
     ds4_sampler_params sp;
+    int lookup;                   /* prompt-lookup draft tokens per pass (0 = off) */
     char **stop;
     int n_stop;
     int starts_in_reasoning;      /* the prompt opened <think> */

@@ -666,6 +666,47 @@ static int eval_ckpt(worker *w, const int32_t *t, int n, ds4_progress_fn pf, voi
     return DS4_OK;
 }
 
+/* Speculative decoding (rq->lookup, docs/SPEC.md): evaluate the chosen
+ * token t with up to `want` prompt-lookup drafts in one staged pass.  The
+ * generation loop then takes its choices from the pass's rows and commits
+ * the agreeing prefix, so every token is chosen exactly as in plain
+ * decoding (DSML syntax greedy, forced tokens, the request's sampler).  A
+ * plain evaluation when no draft is found or the pass would cross a
+ * disk-cache checkpoint (saved at exact counts).  *sp_n = pass length, 0
+ * when no pass was started. */
+static int spec_eval(worker *w, int32_t t, int want, int32_t *pass, int *sp_n,
+                     ds4_spec_stats *st) {
+    *sp_n = 0;
+    int cur = ds4_session_n_tokens(w->s);
+    if (want > ds4_session_draft_capacity(w->s) - 1) want = ds4_session_draft_capacity(w->s) - 1;
+    if (want > ds4_session_ctx_size(w->s) - cur - 1) want = ds4_session_ctx_size(w->s) - cur - 1;
+    if (w->kv && w->frontier > cur && w->frontier - cur <= want + 1) want = 0;
+    int k = 0;
+    if (want > 0) {
+        int32_t *h = malloc(((size_t)cur + 1) * sizeof *h);
+        if (h) {
+            memcpy(h, ds4_session_tokens(w->s), (size_t)cur * sizeof *h);
+            h[cur] = t;
+            k = ds4_lookup_draft(h, cur + 1, want, pass + 1);
+            free(h);
+        }
+    }
+    /* the end-of-sequence token is never evaluated: drafts end before it */
+    for (int i = 0; i < k; i++)
+        if (pass[1 + i] == w->srv->sp->eos) { k = i; break; }
+    if (k == 0) return eval_ckpt(w, &t, 1, NULL, NULL);
+    pass[0] = t;
+    int rc = ds4_session_eval_draft(w->s, pass, 1 + k);
+    if (rc) {
+        if (rc != DS4_ECTX) w->sess_bad = 1;
+        return rc;
+    }
+    *sp_n = 1 + k;
+    st->passes++;
+    st->drafted += (uint64_t)k;
+    return DS4_OK;
+}
+
 /* The calls of a DSML block as the parser reads them (what the client got). */
 typedef struct {
     const ds4_tool_call *calls;
@@ -1033,6 +1074,11 @@ static void run_job(worker *w, job *j) {
         if (!g.in_reasoning) start_content(&g);
     }
     int n_gen = 0;
+    /* a staged pass in flight: sp_pass[0..sp_n) evaluated, [0..sp_i]
+     * chosen; sp_acc: the token just chosen was a draft (evaluated) */
+    int32_t sp_pass[DS4_DRAFT_PASS_MAX];
+    int sp_n = 0, sp_i = 0, sp_acc = 0;
+    ds4_spec_stats spst = { 0 };
     while (fin == FIN_NONE) {
         if (n_gen >= max_gen) { fin = FIN_LENGTH; break; }
         if (atomic_load(&j->cancel) != CANCEL_NONE) { fin = FIN_CANCEL; break; }
@@ -1042,7 +1088,7 @@ static void run_job(worker *w, job *j) {
         } else if (g.forced_pos < g.forced.n) {
             t = g.forced.v[g.forced_pos++];
         } else {
-            const float *lg = ds4_session_logits(s);
+            const float *lg = sp_n ? ds4_session_draft_logits(s, sp_i) : ds4_session_logits(s);
             if (!lg) {
                 fin = FIN_ERROR;
                 api_err_set(&res->err, 500, "server_error", NULL, NULL, "no logits");
@@ -1054,6 +1100,16 @@ static void run_job(worker *w, job *j) {
             else
                 t = ds4_sample(smp, lg);
         }
+        if (sp_n) {
+            if (sp_i + 1 < sp_n && t == sp_pass[sp_i + 1]) {
+                sp_i++;
+                sp_acc = 1;
+                spst.accepted++;
+            } else {
+                if (ds4_session_draft_commit(s, sp_i + 1)) w->sess_bad = 1;
+                sp_n = 0;
+            }
+        }
         if (t == srv->sp->eos) { fin = FIN_STOP; break; }
         n_gen++;
         res->completion_tokens++;
@@ -1063,7 +1119,14 @@ static void run_job(worker *w, job *j) {
         /* the last token is not evaluated: nothing would read its logits,
          * and the next request's prompt suffix covers it */
         if (n_gen >= max_gen) { fin = FIN_LENGTH; break; }
-        int e = eval_ckpt(w, &t, 1, NULL, NULL);
+        int e = DS4_OK;
+        if (sp_acc) sp_acc = 0;   /* evaluated by the pass */
+        else if (rq->lookup > 0 && !rq->test_output) {
+            int want = rq->lookup < max_gen - n_gen - 1 ? rq->lookup : max_gen - n_gen - 1;
+            e = spec_eval(w, t, want, sp_pass, &sp_n, &spst);
+            sp_i = 0;
+        } else
+            e = eval_ckpt(w, &t, 1, NULL, NULL);
         if (e == DS4_ECTX) { fin = FIN_LENGTH; break; }
         if (e) {
             fin = FIN_ERROR;
@@ -1075,6 +1138,13 @@ static void run_job(worker *w, job *j) {
             g.forced_pos >= g.forced.n && !rq->test_output)
             ds4_tokens_push(&g.forced, srv->sp->think_end);
     }
+    if (sp_n) {
+        /* keep what was chosen, less a last token that plain decoding
+         * would not have evaluated either */
+        if (ds4_session_draft_commit(s, sp_i + 1 - sp_acc)) w->sess_bad = 1;
+        sp_n = 0;
+    }
+    spst.emitted = spst.accepted + spst.passes;
     res->decode_s = util_now() - t1;
 
     /* 4. Flush what the detokenizer, the DSML parser and the stop matcher
@@ -1121,6 +1191,7 @@ static void run_job(worker *w, job *j) {
         .cancelled = fin == FIN_CANCEL ? CANCEL_CLIENT :
                      atomic_load(&j->cancel) == CANCEL_SHUTDOWN ? CANCEL_SHUTDOWN : 0,
         .session_tokens = ds4_session_n_tokens(s),
+        .spec = spst,
     };
     metrics_job_done(srv->m, &m);
     api_event(j, EV_FINISH, 0, NULL, 0);
