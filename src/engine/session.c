@@ -2,9 +2,11 @@
  * session.c -- a token sequence and its KV state (docs/MODEL.md §8).
  *
  * Owns: the token list, the per-layer state buffers (allocated once for the
- * context size), prefix reuse (sync), chunking of evaluations, snapshots and
- * the memory estimate.  The arithmetic is the backend's (forward_cpu.c).
- * Must not: allocate per token, or leave a half-evaluated chunk visible: a
+ * context size), prefix reuse (sync), chunking of evaluations, snapshots,
+ * the memory estimate, and staged passes with their exact rollback
+ * (speculative decoding, docs/SPEC.md).  The arithmetic is the backend's
+ * (forward_cpu.c).  Must not: allocate per token (staging buffers come
+ * with the first staged pass), or leave a half-evaluated chunk visible: a
  * chunk either completes or (on error) the session is reset.
  */
 #include <math.h>
@@ -267,6 +269,8 @@ oom:
     return NULL;
 }
 
+static void stage_free(ds4_session *s);
+
 void ds4_session_free(ds4_session *s) {
     if (!s) return;
     if (s->ls) {
@@ -274,17 +278,11 @@ void ds4_session_free(ds4_session *s) {
             layer_state *st = &s->ls[il];
             free(st->raw); free(st->comp); free(st->st_kv); free(st->st_sc);
             free(st->icomp); free(st->ist_kv); free(st->ist_sc);
-            if (s->stg) {
-                layer_stage *g = &s->stg[il];
-                free(g->st_kv); free(g->st_sc); free(g->ist_kv); free(g->ist_sc);
-                free(g->ckv); free(g->csc); free(g->ikv); free(g->isc);
-            }
         }
+        stage_free(s);
         ds4_cpu_scratch_free(s);
     }
     free(s->ls);
-    free(s->stg);
-    free(s->stg_pool);
     free(s->logits);
     ds4_tokens_free(&s->toks);
     free(s);
@@ -568,42 +566,67 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
 /* Nothing is evaluated again; the cost is a few small copies per layer.   */
 /* ---------------------------------------------------------------------- */
 
-static int stage_alloc(ds4_session *s) {
-    const ds4_config *c = &s->m->w.cfg;
-    int cap = DS4_DRAFT_PASS_MAX < s->chunk ? DS4_DRAFT_PASS_MAX : s->chunk;
-    if (!s->stg) {
-        s->stg = calloc((size_t)c->n_layer, sizeof *s->stg);
-        int wmax = c->head_dim > c->idx_dim ? c->head_dim : c->idx_dim;
-        s->stg_pool = malloc((size_t)wmax * sizeof(float));
-        if (!s->stg || !s->stg_pool) return DS4_ENOMEM;
-        for (int il = 0; il < c->n_layer; il++) {
-            const ds4_layer_weights *lw = &s->m->w.layers[il];
-            layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
+static void stage_free(ds4_session *s) {
+    if (s->stg)
+        for (int il = 0; il < s->m->w.cfg.n_layer; il++) {
             layer_stage *g = &s->stg[il];
-            if (!z.comp) continue;
-            size_t cw = (size_t)lw->coff * c->head_dim;
-            g->st_kv = malloc(z.st * sizeof(float));
-            g->st_sc = malloc(z.st * sizeof(float));
-            g->ckv = malloc((size_t)cap * cw * sizeof(float));
-            g->csc = malloc((size_t)cap * cw * sizeof(float));
-            if (!g->st_kv || !g->st_sc || !g->ckv || !g->csc) return DS4_ENOMEM;
-            if (z.icomp) {
-                size_t iw = (size_t)2 * c->idx_dim;
-                g->ist_kv = malloc(z.ist * sizeof(float));
-                g->ist_sc = malloc(z.ist * sizeof(float));
-                g->ikv = malloc((size_t)cap * iw * sizeof(float));
-                g->isc = malloc((size_t)cap * iw * sizeof(float));
-                if (!g->ist_kv || !g->ist_sc || !g->ikv || !g->isc) return DS4_ENOMEM;
-            }
+            free(g->st_kv); free(g->st_sc); free(g->ist_kv); free(g->ist_sc);
+            free(g->ckv); free(g->csc); free(g->ikv); free(g->isc);
         }
-        s->stg_cap = cap;
+    free(s->stg);
+    free(s->stg_pool);
+    s->stg = NULL;
+    s->stg_pool = NULL;
+    s->stg_cap = 0;
+}
+
+static int stage_alloc_layers(ds4_session *s);
+
+/* The staging buffers, allocated on the first staged pass (sessions that
+ * never draft pay nothing); all or nothing. */
+static int stage_alloc(ds4_session *s) {
+    int rc = DS4_OK;
+    if (!s->stg) {
+        rc = stage_alloc_layers(s);
+        if (rc) { stage_free(s); return rc; }
     }
-    if (s->logits_rows < cap) {
-        float *l = realloc(s->sc.logits, (size_t)cap * c->n_vocab * sizeof(float));
+    if (s->logits_rows < s->stg_cap) {
+        float *l = realloc(s->sc.logits, (size_t)s->stg_cap * s->m->w.cfg.n_vocab * sizeof(float));
         if (!l) return DS4_ENOMEM;
         s->sc.logits = l;
-        s->logits_rows = cap;
+        s->logits_rows = s->stg_cap;
     }
+    return DS4_OK;
+}
+
+static int stage_alloc_layers(ds4_session *s) {
+    const ds4_config *c = &s->m->w.cfg;
+    int cap = DS4_DRAFT_PASS_MAX < s->chunk ? DS4_DRAFT_PASS_MAX : s->chunk;
+    s->stg = calloc((size_t)c->n_layer, sizeof *s->stg);
+    int wmax = c->head_dim > c->idx_dim ? c->head_dim : c->idx_dim;
+    s->stg_pool = malloc((size_t)wmax * sizeof(float));
+    if (!s->stg || !s->stg_pool) return DS4_ENOMEM;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &s->m->w.layers[il];
+        layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
+        layer_stage *g = &s->stg[il];
+        if (!z.comp) continue;
+        size_t cw = (size_t)lw->coff * c->head_dim;
+        g->st_kv = malloc(z.st * sizeof(float));
+        g->st_sc = malloc(z.st * sizeof(float));
+        g->ckv = malloc((size_t)cap * cw * sizeof(float));
+        g->csc = malloc((size_t)cap * cw * sizeof(float));
+        if (!g->st_kv || !g->st_sc || !g->ckv || !g->csc) return DS4_ENOMEM;
+        if (z.icomp) {
+            size_t iw = (size_t)2 * c->idx_dim;
+            g->ist_kv = malloc(z.ist * sizeof(float));
+            g->ist_sc = malloc(z.ist * sizeof(float));
+            g->ikv = malloc((size_t)cap * iw * sizeof(float));
+            g->isc = malloc((size_t)cap * iw * sizeof(float));
+            if (!g->ist_kv || !g->ist_sc || !g->ikv || !g->isc) return DS4_ENOMEM;
+        }
+    }
+    s->stg_cap = cap;
     return DS4_OK;
 }
 
