@@ -237,7 +237,7 @@ static void out_bytes(const char *p, size_t n) {
 static int spec_next(chat_app *a, int32_t t, int left, int raw, int32_t *q, int *qn,
                      ds4_tokens *hist, turn_stats *st) {
     *qn = 0;
-    if (a->o.lookup <= 0 || !hist->v) return eval_ckpt(a, &t, 1, NULL, NULL);
+    if (a->o.lookup <= 0 || !hist->v || *a->o.interrupt) return eval_ckpt(a, &t, 1, NULL, NULL);
     hist->v[hist->n++] = t;
     int32_t d[DS4_DRAFT_PASS_MAX];
     int want = a->o.lookup < DS4_DRAFT_PASS_MAX - 1 ? a->o.lookup : DS4_DRAFT_PASS_MAX - 1;
@@ -277,7 +277,9 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
         else out_bytes("<think>\n", 8);
     }
     for (int n = 0; n < n_max; n++) {
-        if (*a->o.interrupt) {
+        /* tokens a speculative step already evaluated are printed first, so
+         * the session never holds text the user did not see */
+        if (*a->o.interrupt && qi >= qn) {
             if (!a->o.quiet) fprintf(stderr, "\n[interrupted]");
             break;
         }
