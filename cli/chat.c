@@ -218,6 +218,7 @@ typedef struct {
     double prefill_s;
     int gen_tokens;
     double gen_s;
+    ds4_spec_stats spec;    /* --lookup */
 } turn_stats;
 
 static void print_stats(chat_app *a, const turn_stats *st) {
@@ -228,11 +229,51 @@ static void print_stats(chat_app *a, const turn_stats *st) {
             st->prefill_s > 0 ? st->prefill_tokens / st->prefill_s : 0.0,
             st->gen_tokens, st->gen_s, st->gen_s > 0 ? st->gen_tokens / st->gen_s : 0.0,
             ds4_session_n_tokens(a->s), ds4_session_ctx_size(a->s));
+    if (a->o.lookup > 0 && st->spec.passes)
+        fprintf(stderr, "[lookup: %llu passes, %llu drafted, %llu accepted (%.1f %%), "
+                "%.2f tokens/pass]\n",
+                (unsigned long long)st->spec.passes, (unsigned long long)st->spec.drafted,
+                (unsigned long long)st->spec.accepted,
+                st->spec.drafted ? 100.0 * st->spec.accepted / st->spec.drafted : 0.0,
+                (double)st->spec.emitted / st->spec.passes);
 }
 
 static void out_bytes(const char *p, size_t n) {
     fwrite(p, 1, n, stdout);
     fflush(stdout);
+}
+
+/* Evaluate the chosen token `t`.  With --lookup, drafts that followed the
+ * latest repeat of the recent text ride along in one verification pass;
+ * the tokens the target model then chooses (accepted drafts and its own
+ * next token, already sampled) go to q[0..*qn).  Plain evaluation when
+ * the pass would cross a disk-cache checkpoint (saved at exact counts),
+ * when no draft is found, or for the last token of the turn. */
+static int eval_one(chat_app *a, int32_t t) {
+    ds4_eval_params ep;
+    eval_params(a, &ep, NULL);
+    return ds4_eval(a->s, &t, 1, &ep);
+}
+
+static int spec_next(chat_app *a, int32_t t, int left, int raw, int32_t *q, int *qn,
+                     ds4_tokens *hist, turn_stats *st) {
+    *qn = 0;
+    if (a->o.lookup <= 0 || !hist->v || *a->o.interrupt) return eval_one(a, t);
+    hist->v[hist->n++] = t;
+    int32_t d[DS4_DRAFT_PASS_MAX];
+    int want = a->o.lookup < DS4_DRAFT_PASS_MAX - 1 ? a->o.lookup : DS4_DRAFT_PASS_MAX - 1;
+    if (want > left - 1) want = left - 1;
+    int cur = ds4_session_n_tokens(a->s);
+    int frontier = a->kv ? ds4_kv_policy_next_frontier(&a->o.kv_policy, cur) : 0;
+    if (a->kv && frontier > cur && frontier - cur <= want + 1) want = 0;
+    int k = want > 0 ? ds4_lookup_draft(hist->v, (int)hist->n, want, d) : 0;
+    if (k == 0) return eval_one(a, t);
+    int rc = ds4_spec_step(a->s, a->smp, t, d, k, raw ? -1 : a->sp->eos, q, qn, &st->spec);
+    if (rc) return rc;
+    /* all but the last are evaluated; the last is the next chosen token */
+    for (int i = 0; i + 1 < *qn; i++) hist->v[hist->n++] = q[i];
+    if (a->kv && ds4_session_n_tokens(a->s) == frontier) kv_save(a, DS4_KV_CONTINUED);
+    return DS4_OK;
 }
 
 /* Sample and print up to n_max tokens.  `reasoning` says whether the output
@@ -245,18 +286,34 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
     int in_think = reasoning;
     double t0 = now_s();
     int rc = 0;
+    int32_t q[DS4_DRAFT_PASS_MAX];   /* tokens a speculative step produced */
+    int qn = 0, qi = 0;
+    ds4_tokens hist = { 0 };         /* --lookup: the text drafts come from */
+    if (a->o.lookup > 0 &&
+        ds4_tokens_reserve(&hist, (size_t)ds4_session_n_tokens(a->s) + (size_t)n_max + 1) == 0) {
+        memcpy(hist.v, ds4_session_tokens(a->s), (size_t)ds4_session_n_tokens(a->s) * sizeof(int32_t));
+        hist.n = (size_t)ds4_session_n_tokens(a->s);
+    }
     if (in_think && !raw) {
         if (a->tty_out) out_bytes(DIM, strlen(DIM));
         else out_bytes("<think>\n", 8);
     }
     for (int n = 0; n < n_max; n++) {
-        if (*a->o.interrupt) {
+        /* tokens a speculative step already evaluated are printed first, so
+         * the session never holds text the user did not see */
+        if (*a->o.interrupt && qi >= qn) {
             if (!a->o.quiet) fprintf(stderr, "\n[interrupted]");
             break;
         }
-        const float *lg = ds4_session_logits(a->s);
-        if (!lg) break;
-        int32_t t = ds4_sample(a->smp, lg);
+        int32_t t;
+        if (qi < qn) {
+            t = q[qi++];          /* from the last speculative step */
+        } else {
+            const float *lg = ds4_session_logits(a->s);
+            if (!lg) break;
+            t = ds4_sample(a->smp, lg);
+            qi = qn = 0;
+        }
         if (t == a->sp->eos && !raw) break;
         b.n = 0;
         if (!raw && t == a->sp->think_end && in_think) {
@@ -269,10 +326,10 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
             ds4_detok_push(&dt, a->tok, t, &b);
             if (b.n) out_bytes(b.p, b.n);
         }
-        ds4_eval_params ep;
-        eval_params(a, &ep, NULL);
-        int e = ds4_eval(a->s, &t, 1, &ep);
         st->gen_tokens++;
+        if (qi < qn) continue;     /* evaluated by the step that proposed it */
+        int e = spec_next(a, t, n_max - n - 1, raw, q, &qn, &hist, st);
+        qi = 0;
         if (e == DS4_ECTX) {
             if (!a->o.quiet) fprintf(stderr, "\n[context full: %d tokens]", ds4_session_ctx_size(a->s));
             break;
@@ -289,6 +346,7 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
     out_bytes("\n", 1);
     st->gen_s = now_s() - t0;
     ds4_buf_free(&b);
+    ds4_tokens_free(&hist);
     return rc;
 }
 

@@ -14,6 +14,7 @@ typedef struct {
     int threads, ctx, chunk;
     int ctx_explicit;       /* --ctx was given: warn if above the trained one */
     int no_qat, decode_only, quiet;
+    int lookup;             /* prompt-lookup draft tokens per step (0 = off) */
     ds4_sampler_params sp;
     ds4_think think;
     const char *sys;

@@ -75,6 +75,11 @@ static void usage(FILE *f) {
 "      --top-p F           nucleus sampling (default 1.0 = off)\n"
 "      --min-p F           drop tokens below F x p(best) (default 0.05)\n"
 "      --seed N            sampler seed (default: from the clock)\n"
+"      --lookup N          speculative decoding with prompt-lookup drafts:\n"
+"                          up to N (1..16) tokens that followed the latest\n"
+"                          repeat of the recent text are verified in one\n"
+"                          pass; output identical to plain decoding\n"
+"                          (default 0 = off)\n"
 "\n"
 "diagnostics (stable contracts):\n"
 "      --inspect           print metadata, shapes, tensor types and sizes\n"
@@ -141,6 +146,7 @@ typedef struct {
     const char *dump_logits, *dump_hidden;
     const char *imatrix_out;
     int decode_only, no_qat, split;
+    int lookup;
     int quiet, ctx_set;
     const char *kv_dir;
     uint64_t kv_space_mb;
@@ -223,6 +229,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--dump-hidden")) o->dump_hidden = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--imatrix-out")) o->imatrix_out = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--decode-only")) o->decode_only = 1;
+        else if (ds4_args_is(&a, NULL, "--lookup")) o->lookup = ds4_args_int(&a, 0, DS4_DRAFT_PASS_MAX - 1);
         else if (ds4_args_is(&a, NULL, "--split")) o->split = ds4_args_int(&a, 0, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
         else if (ds4_args_is(&a, "-q", "--quiet")) o->quiet = 1;
@@ -374,7 +381,7 @@ int main(int argc, char **argv) {
     chat_app app;
     chat_opts co = {
         .model = o.model, .threads = o.threads, .ctx = o.ctx, .ctx_explicit = o.ctx_set, .chunk = o.chunk,
-        .no_qat = o.no_qat, .decode_only = o.decode_only, .quiet = o.quiet,
+        .no_qat = o.no_qat, .decode_only = o.decode_only, .quiet = o.quiet, .lookup = o.lookup,
         .sp = o.sp, .think = o.think, .sys = o.sys, .n_predict = o.n_predict,
         .interrupt = &g_interrupt, .terminate = &g_terminate,
         .kv_dir = o.kv_dir, .kv_space_mb = o.kv_space_mb, .kv_allow_variants = o.kv_variants,

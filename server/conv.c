@@ -187,6 +187,9 @@ static int parse_sampling(request *r, json_t *b, double max_temp, api_error *e) 
     TRY(rc = get_int(b, "seed", -(1LL << 62), 1LL << 62, &x, e));
     if (rc) r->sp.seed = (uint64_t)x;
     else if (c->sp.seed == 0) util_random_bytes(&r->sp.seed, sizeof r->sp.seed);
+    r->lookup = c->lookup;
+    TRY(rc = get_int(b, "ds4_lookup", 0, DS4_DRAFT_PASS_MAX - 1, &x, e));
+    if (rc) r->lookup = (int)x;
     r->temperature_echo = r->sp.temperature;
     r->top_p_echo = r->sp.top_p;
     /* OpenAI fields the engine has no equivalent for: accepted and ignored

@@ -243,6 +243,48 @@ static void test_tokens(gen *g, ds4_tokens *out) {
     }
 }
 
+/* Speculative decoding (rq->lookup, docs/SPEC.md): evaluate the chosen
+ * token t with up to `want` prompt-lookup drafts in one staged pass.  The
+ * sampling loop then takes its choices from the pass's rows and commits
+ * the agreeing prefix, so every token is chosen exactly as in plain
+ * decoding (DSML syntax greedy, forced tokens, the request's sampler).  A
+ * plain evaluation when no draft is found or the pass would cross a
+ * disk-cache checkpoint (saved at exact counts by ds4_eval).  *sp_n = pass
+ * length, 0 when no pass was started. */
+static int spec_eval(const gen_env *env, int32_t t, int want, int32_t *pass, int *sp_n,
+                     ds4_spec_stats *st) {
+    ds4_session *s = env->s;
+    *sp_n = 0;
+    int cur = ds4_session_n_tokens(s);
+    if (want > ds4_session_draft_capacity(s) - 1) want = ds4_session_draft_capacity(s) - 1;
+    if (want > ds4_session_ctx_size(s) - cur - 1) want = ds4_session_ctx_size(s) - cur - 1;
+    if (env->ep->kv_policy) {
+        int fr = ds4_kv_policy_next_frontier(env->ep->kv_policy, cur);
+        if (fr > cur && fr - cur <= want + 1) want = 0;
+    }
+    int k = 0;
+    if (want > 0) {
+        int32_t *h = malloc(((size_t)cur + 1) * sizeof *h);
+        if (h) {
+            memcpy(h, ds4_session_tokens(s), (size_t)cur * sizeof *h);
+            h[cur] = t;
+            k = ds4_lookup_draft(h, cur + 1, want, pass + 1);
+            free(h);
+        }
+    }
+    /* the end-of-sequence token is never evaluated: drafts end before it */
+    for (int i = 0; i < k; i++)
+        if (pass[1 + i] == env->srv->sp->eos) { k = i; break; }
+    if (k == 0) return ds4_eval(s, &t, 1, env->ep);
+    pass[0] = t;
+    int rc = ds4_session_eval_draft(s, pass, 1 + k);
+    if (rc) return rc;
+    *sp_n = 1 + k;
+    st->passes++;
+    st->drafted += (uint64_t)k;
+    return DS4_OK;
+}
+
 /* The sampling loop: returns FIN_NONE when it stopped for the caller to
  * decide (EOS excluded: FIN_STOP). */
 static finish_kind decode(gen *g, ds4_sampler *smp, const ds4_tokens *test, int max_gen) {
@@ -251,19 +293,25 @@ static finish_kind decode(gen *g, ds4_sampler *smp, const ds4_tokens *test, int 
     request *rq = g->rq;
     gen_result *res = &g->j->res;
     size_t ti = 0;
+    /* a staged pass in flight: sp_pass[0..sp_n) evaluated, [0..sp_i]
+     * chosen; sp_acc: the token just chosen was a draft (evaluated) */
+    int32_t sp_pass[DS4_DRAFT_PASS_MAX];
+    int sp_n = 0, sp_i = 0, sp_acc = 0;
+    finish_kind fin = FIN_NONE;
     for (int n_gen = 0;;) {
-        if (n_gen >= max_gen) return FIN_LENGTH;
-        if (atomic_load(&g->j->cancel) != CANCEL_NONE) return FIN_CANCEL;
+        if (n_gen >= max_gen) { fin = FIN_LENGTH; break; }
+        if (atomic_load(&g->j->cancel) != CANCEL_NONE) { fin = FIN_CANCEL; break; }
         int32_t t;
         if (rq->test_output) {
             t = ti < test->n ? test->v[ti++] : srv->sp->eos;
         } else if (g->forced_pos < g->forced.n) {
             t = g->forced.v[g->forced_pos++];
         } else {
-            const float *lg = ds4_session_logits(env->s);
+            const float *lg = sp_n ? ds4_session_draft_logits(env->s, sp_i) : ds4_session_logits(env->s);
             if (!lg) {
                 api_err_set(&res->err, 500, "server_error", NULL, NULL, "no logits");
-                return FIN_ERROR;
+                fin = FIN_ERROR;
+                break;
             }
             /* DSML syntax greedily, payloads with the request's sampling */
             if (g->dsml && ds4_dsml_in_block(g->dsml) && !ds4_dsml_in_payload(g->dsml))
@@ -271,26 +319,62 @@ static finish_kind decode(gen *g, ds4_sampler *smp, const ds4_tokens *test, int 
             else
                 t = ds4_sample(smp, lg);
         }
-        if (t == srv->sp->eos) return FIN_STOP;
+        if (sp_n) {
+            if (sp_i + 1 < sp_n && t == sp_pass[sp_i + 1]) {
+                sp_i++;
+                sp_acc = 1;
+                res->spec.accepted++;
+            } else {
+                int e = ds4_session_draft_commit(env->s, sp_i + 1);
+                sp_n = 0;
+                if (e) {
+                    api_err_set(&res->err, 500, "server_error", NULL, NULL,
+                                "speculative rollback failed: %s", ds4_strerror(e));
+                    fin = FIN_ERROR;
+                    break;
+                }
+            }
+        }
+        if (t == srv->sp->eos) { fin = FIN_STOP; break; }
         n_gen++;
         res->completion_tokens++;
         if (g->in_reasoning) res->reasoning_tokens++;
         process_token(g, t);
-        if (g->stop) return FIN_STOP;
+        if (g->stop) { fin = FIN_STOP; break; }
         /* the last token is not evaluated: nothing would read its logits,
          * and the next request's prompt suffix covers it */
-        if (n_gen >= max_gen) return FIN_LENGTH;
-        int e = ds4_eval(env->s, &t, 1, env->ep);
-        if (e == DS4_ECTX) return FIN_LENGTH;
+        if (n_gen >= max_gen) { fin = FIN_LENGTH; break; }
+        int e = DS4_OK;
+        if (sp_acc) sp_acc = 0;   /* evaluated by the pass */
+        else if (rq->lookup > 0 && !rq->test_output) {
+            int want = rq->lookup < max_gen - n_gen - 1 ? rq->lookup : max_gen - n_gen - 1;
+            e = spec_eval(env, t, want, sp_pass, &sp_n, &res->spec);
+            sp_i = 0;
+        } else
+            e = ds4_eval(env->s, &t, 1, env->ep);
+        if (e == DS4_ECTX) { fin = FIN_LENGTH; break; }
         if (e) {
             api_err_set(&res->err, 500, "server_error", NULL, NULL, "decode failed: %s",
                         ds4_strerror(e));
-            return FIN_ERROR;
+            fin = FIN_ERROR;
+            break;
         }
         if (g->in_reasoning && rq->think_budget > 0 && res->reasoning_tokens >= rq->think_budget &&
             g->forced_pos >= g->forced.n && !rq->test_output)
             ds4_tokens_push(&g->forced, srv->sp->think_end);
     }
+    if (sp_n) {
+        /* keep what was chosen, less a last token that plain decoding
+         * would not have evaluated either */
+        int e = ds4_session_draft_commit(env->s, sp_i + 1 - sp_acc);
+        if (e && fin != FIN_ERROR) {
+            api_err_set(&res->err, 500, "server_error", NULL, NULL,
+                        "speculative rollback failed: %s", ds4_strerror(e));
+            fin = FIN_ERROR;
+        }
+    }
+    res->spec.emitted = res->spec.accepted + res->spec.passes;
+    return fin;
 }
 
 /* After the loop: flush what the detokenizer, the DSML parser and the stop

@@ -86,6 +86,10 @@ static void usage(FILE *f) {
 "      --top-k N             top-k (default 0 = off)\n"
 "      --top-p F             nucleus sampling (default 1.0 = off)\n"
 "      --min-p F             min-p (default 0.05)\n"
+"      --lookup N            speculative decoding with prompt-lookup drafts\n"
+"                            (up to N = 0..16 tokens a pass; output identical\n"
+"                            to plain decoding; default 0 = off; a request\n"
+"                            may set \"ds4_lookup\")\n"
 "      --seed N              sampler seed (default 0 = random per request)\n"
 "      --max-tokens N        generation limit when a request sets none\n"
 "                            (default 0 = the rest of the context)\n"
@@ -263,6 +267,7 @@ int main(int argc, char **argv) {
         else if (ARG("--top-k")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->sp.top_k = (int)x; }
         else if (ARG("--top-p")) { if (parse_float(a, NEXT(), 0, 1, &d)) return 2; c->sp.top_p = (float)d; }
         else if (ARG("--min-p")) { if (parse_float(a, NEXT(), 0, 1, &d)) return 2; c->sp.min_p = (float)d; }
+        else if (ARG("--lookup")) { if (parse_long(a, NEXT(), 0, DS4_DRAFT_PASS_MAX - 1, &x)) return 2; c->lookup = (int)x; }
         else if (ARG("--seed")) { if (parse_long(a, NEXT(), 0, LONG_MAX, &x)) return 2; c->sp.seed = (uint64_t)x; }
         else if (ARG("--max-tokens")) { if (parse_long(a, NEXT(), 0, 1 << 24, &x)) return 2; c->default_max_tokens = (int)x; }
         else if (ARG("--think")) c->default_think = DS4_THINK_HIGH;

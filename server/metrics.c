@@ -29,6 +29,7 @@ struct metrics {
     int queue_depth, queue_peak, busy, session_tokens;
     unsigned long long disk_tokens, disk_retokenized;
     int kv_on;
+    ds4_spec_stats spec;
     ds4_kvstore_stats kv;
     uint64_t kv_saves[6];
 };
@@ -102,6 +103,10 @@ void metrics_job_done(metrics *m, const metrics_job *j) {
     if (j->cancelled == CANCEL_CLIENT) m->cancelled_client++;
     if (j->cancelled == CANCEL_SHUTDOWN) m->cancelled_shutdown++;
     m->session_tokens = j->session_tokens;
+    m->spec.passes += j->spec.passes;
+    m->spec.drafted += j->spec.drafted;
+    m->spec.accepted += j->spec.accepted;
+    m->spec.emitted += j->spec.emitted;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -165,6 +170,14 @@ char *metrics_render(metrics *m) {
           "%.3f", m->last_prefill_tps);
     GAUGE("ds4_decode_tokens_per_second", "Decode speed of the last generation.", "%.3f",
           m->last_decode_tps);
+    COUNTER("ds4_spec_passes_total", "Speculative verification passes (--lookup).", m->spec.passes);
+    COUNTER("ds4_spec_drafted_tokens_total", "Draft tokens evaluated in verification passes.",
+            m->spec.drafted);
+    COUNTER("ds4_spec_accepted_tokens_total", "Draft tokens the model agreed with.", m->spec.accepted);
+    GAUGE("ds4_spec_acceptance_ratio", "Accepted / drafted tokens since the start (0 without drafts).",
+          "%.4f", m->spec.drafted ? (double)m->spec.accepted / m->spec.drafted : 0.0);
+    GAUGE("ds4_spec_tokens_per_pass", "Tokens chosen per verification pass since the start.",
+          "%.4f", m->spec.passes ? (double)m->spec.emitted / m->spec.passes : 0.0);
     COUNTER("ds4_session_reuse_hits_total", "Generations that kept a prefix of the live session.",
             m->reuse_hits);
     COUNTER("ds4_session_reuse_misses_total", "Generations that evaluated the prompt from scratch (no live or disk prefix).",

@@ -28,6 +28,7 @@ typedef struct {
     int tool_calls;
     int cancelled;             /* CANCEL_* */
     int session_tokens;
+    ds4_spec_stats spec;       /* speculative decoding (--lookup) */
 } metrics_job;
 void metrics_job_done(metrics *m, const metrics_job *j);
 void metrics_tool_replay(metrics *m, int exact, int canonical);

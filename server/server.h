@@ -53,6 +53,7 @@ typedef struct {
     int test_mode;
     int verbose;
     ds4_sampler_params sp;        /* default sampling */
+    int lookup;                   /* --lookup: prompt-lookup draft tokens (0 = off) */
     int default_max_tokens;       /* 0 = up to the context */
     ds4_think default_think;
 
@@ -131,6 +132,7 @@ typedef struct {
     /* generation */
     int max_tokens;               /* 0 = up to the context */
     ds4_sampler_params sp;
+    int lookup;                   /* prompt-lookup draft tokens per pass (0 = off) */
     char **stop;
     int n_stop;
     int starts_in_reasoning;      /* the prompt opened <think> */
@@ -195,6 +197,7 @@ typedef struct {
     int stop_index;
     int prompt_tokens, cached_tokens, completion_tokens, reasoning_tokens;
     double prefill_s, decode_s;
+    ds4_spec_stats spec;  /* speculative decoding (--lookup / ds4_lookup) */
     api_error err;
 } gen_result;
 

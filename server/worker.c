@@ -194,6 +194,7 @@ static void finish_job(worker *w, job *j, const prep *p, finish_kind fin) {
         .cancelled = fin == FIN_CANCEL ? CANCEL_CLIENT :
                      atomic_load(&j->cancel) == CANCEL_SHUTDOWN ? CANCEL_SHUTDOWN : 0,
         .session_tokens = ds4_session_n_tokens(w->s),
+        .spec = res->spec,
     };
     metrics_job_done(w->srv->m, &m);
     job_event(j, EV_FINISH, 0, NULL, 0);

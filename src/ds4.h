@@ -405,6 +405,19 @@ int ds4_session_rewind_point(const ds4_session *s, int n);
  * when no valid checkpoint holds n tokens.  ds4_session_sync uses this when
  * the new tokens diverge inside the session. */
 int ds4_session_rewind(ds4_session *s, int n);
+/* Staged passes for speculative decoding (docs/SPEC.md).  eval_draft
+ * appends n tokens (1 <= n <= ds4_session_draft_capacity) in one batched
+ * pass and keeps the logits of every position: draft_logits(s, i) is the
+ * next-token distribution after toks[i].  draft_commit(s, n_keep) then
+ * keeps the first n_keep tokens and undoes the others exactly (the state
+ * is bit-identical to one that evaluated only those), without evaluating
+ * anything again.  Any other evaluation, sync, restore or reset makes the
+ * pass final (commit is then DS4_EINVAL).  On error the session is reset. */
+#define DS4_DRAFT_PASS_MAX 17
+int ds4_session_draft_capacity(const ds4_session *s);
+int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n);
+const float *ds4_session_draft_logits(const ds4_session *s, int i);
+int ds4_session_draft_commit(ds4_session *s, int n_keep);
 
 /* ------------------------------------------------------------------------ */
 /* Disk KV cache: session states stored as files named by the SHA-1 of the  */
@@ -578,6 +591,41 @@ void ds4_sampler_reseed(ds4_sampler *s, uint64_t seed);
 void ds4_sampler_set_params(ds4_sampler *s, const ds4_sampler_params *p);
 int32_t ds4_sample(ds4_sampler *s, const float *logits);
 int32_t ds4_sample_greedy(const float *logits, int n_vocab);
+
+/* ------------------------------------------------------------------------ */
+/* Speculative decoding (docs/SPEC.md)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Prompt-lookup drafts: the longest suffix n-gram (at most
+ * DS4_LOOKUP_NGRAM_MAX tokens) of hist[0..n) that occurred earlier in it;
+ * writes up to max_draft tokens that followed its most recent earlier
+ * occurrence to out.  Returns the count (0 = no proposal). */
+#define DS4_LOOKUP_NGRAM_MAX 3
+int ds4_lookup_draft(const int32_t *hist, int n, int max_draft, int32_t *out);
+
+typedef struct {
+    uint64_t passes;          /* verification passes */
+    uint64_t drafted;         /* draft tokens evaluated */
+    uint64_t accepted;        /* draft tokens kept */
+    uint64_t emitted;         /* tokens output (accepted + one per pass) */
+} ds4_spec_stats;
+
+/* One speculative step.  `cur` is the token chosen last (not evaluated
+ * yet); draft[0..n_draft) the guessed continuation after it.  Evaluates
+ * cur + drafts in one pass, draws the target's choice at each position
+ * (smp, or greedy when smp is NULL), keeps drafts while they agree and
+ * rolls back the rest.  out (room for n_draft + 1) receives the accepted
+ * drafts and then the target's own next token, which is the new `cur`
+ * (not evaluated).  Drafts are cut before a `stop` token and to the
+ * context and pass capacity.  Output equals plain decoding's. */
+int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *draft,
+                  int n_draft, int32_t stop, int32_t *out, int *n_out, ds4_spec_stats *st);
+
+/* The speculative-sampling rule for a draft drawn from a distribution q
+ * (target p; u_* uniform in [0,1)): returns the draft when accepted, else
+ * a draw from max(0, p - q) normalized, so the result is distributed as p. */
+int32_t ds4_spec_resolve(const float *p, const float *q, int n, int32_t draft,
+                         double u_accept, double u_resample);
 
 #ifdef __cplusplus
 }

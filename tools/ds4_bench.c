@@ -90,7 +90,7 @@ static void usage(FILE *f) {
 "                 [--step-incr N | --step-mul F] [--gen-tokens N] [--threads N]\n"
 "                 [--chunk N] [--plot OUT.svg] [--no-qat] [--no-warmup]\n"
 "                 [--kv-disk-dir DIR]\n"
-"                 [--no-probe] [--verbose]\n"
+"                 [--no-probe] [--verbose] [--spec N]\n"
 "       ds4-bench --help | --version\n"
 "\n"
 "Measures prefill and decode speed as the context grows.  The model is\n"
@@ -135,6 +135,12 @@ static void usage(FILE *f) {
 "  --no-probe           do not measure the machine (STREAM bandwidth and int8\n"
 "                       peak, ~2 s before and after the frontiers), so no\n"
 "                       roofline and peak ratios are printed\n"
+"  --spec N             also measure speculative decoding at each frontier\n"
+"                       (stderr): verification passes of 1, 2, 4, 8, 16\n"
+"                       (<= N+1) tokens against one decode step, and the\n"
+"                       --gen-tokens decoded with prompt-lookup drafts and\n"
+"                       with always-right drafts (up to N a pass), both\n"
+"                       checked against plain greedy decoding\n"
 "  -v, --verbose        print the generated token ids of every frontier on\n"
 "                       stderr (\"ds4-bench: gen ctx=N: id id ...\"); they do\n"
 "                       not depend on the frontier schedule or chunk size\n"
@@ -194,6 +200,7 @@ typedef struct {
     int have_incr, have_mul;
     int no_qat, no_warmup, verbose, no_probe;
     const char *kv_dir;      /* also time disk KV cache save/restore */
+    int spec;                /* --spec N: speculative-decoding costs */
 } opts;
 
 static void parse_args(int argc, char **argv, opts *o) {
@@ -220,6 +227,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
         else if (ds4_args_is(&a, NULL, "--no-warmup")) o->no_warmup = 1;
         else if (ds4_args_is(&a, NULL, "--no-probe")) o->no_probe = 1;
+        else if (ds4_args_is(&a, NULL, "--spec")) o->spec = ds4_args_int(&a, 1, DS4_DRAFT_PASS_MAX - 1);
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-v", "--verbose")) o->verbose = 1;
         else ds4_args_unknown(&a);
@@ -623,6 +631,73 @@ static int on_progress(void *ud, int done, int total) {
     return 0;
 }
 
+/* --spec N at one frontier (the session is restored from `snap` before
+ * each measurement; `ref` holds the plain greedy tokens from there):
+ *   - one verification pass of T = 1, 2, 4, 8, 16 tokens (<= N + 1),
+ *     committed to one token, against T = 1 (a decode step), median of 5;
+ *   - decoding ref's length with prompt-lookup drafts (up to N);
+ *   - decoding it with drafts that are always right (the next N tokens of
+ *     ref): the speed-up at 100 % acceptance.
+ * Both speculative runs must reproduce ref exactly. */
+static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, int n_ref,
+                      double plain_tps, int N, int V, int target) {
+    char *err = NULL;
+    double base = 0;
+    for (int T = 1; T <= N + 1 && T <= n_ref && T <= ds4_session_draft_capacity(s); T *= 2) {
+        double tm[5];
+        for (int r = 0; r < 5; r++) {
+            if (ds4_session_restore(s, snap->p, snap->n, &err)) { note("restore: %s", err); return 1; }
+            double ta = now_s();
+            int e = ds4_session_eval_draft(s, ref, T);
+            if (!e) e = ds4_session_draft_commit(s, 1);
+            tm[r] = now_s() - ta;
+            if (e) { note("verification pass failed: %s", ds4_strerror(e)); return 1; }
+        }
+        qsort(tm, 5, sizeof tm[0], cmp_dbl);
+        if (T == 1) base = tm[2];
+        note("spec at %d: verification pass of %2d token%s %8.2f ms = %.2f x one decode step",
+             target, T, T == 1 ? " " : "s", tm[2] * 1e3, base > 0 ? tm[2] / base : 0);
+    }
+    for (int oracle = 0; oracle < 2; oracle++) {
+        if (ds4_session_restore(s, snap->p, snap->n, &err)) { note("restore: %s", err); return 1; }
+        ds4_tokens hist = { 0 };
+        if (ds4_tokens_reserve(&hist, (size_t)target + (size_t)n_ref + 1)) return 1;
+        memcpy(hist.v, ds4_session_tokens(s), (size_t)target * sizeof(int32_t));
+        hist.n = (size_t)target;
+        ds4_spec_stats st = { 0 };
+        double ta = now_s();
+        int32_t cur = ds4_sample_greedy(ds4_session_logits(s), V);
+        int n = 1, bad = 0, e = 0;
+        bad |= cur != ref[0];
+        hist.v[hist.n++] = cur;
+        while (n < n_ref && !bad) {
+            int32_t d[DS4_DRAFT_PASS_MAX], out[DS4_DRAFT_PASS_MAX];
+            int want = N < n_ref - n - 1 ? N : n_ref - n - 1, k = 0, no = 0;
+            if (oracle) for (k = 0; k < want; k++) d[k] = ref[n + k];
+            else k = ds4_lookup_draft(hist.v, (int)hist.n, want, d);
+            e = ds4_spec_step(s, NULL, cur, d, k, -1, out, &no, &st);
+            if (e) break;
+            for (int i = 0; i < no; i++) {
+                bad |= out[i] != ref[n + i];
+                hist.v[hist.n++] = out[i];
+            }
+            n += no;
+            cur = out[no - 1];
+        }
+        double td = now_s() - ta;
+        ds4_tokens_free(&hist);
+        if (e) { note("speculative decode failed: %s", ds4_strerror(e)); return 1; }
+        if (bad) { note("speculative decode differs from plain greedy decoding: a bug"); return 1; }
+        note("spec at %d: %-6s drafts: %d tokens in %llu passes, %.1f %% of %llu drafts accepted, "
+             "%.2f tokens/pass, %.2f tok/s = %.2f x plain decoding", target,
+             oracle ? "oracle" : "lookup", n, (unsigned long long)st.passes,
+             st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, (unsigned long long)st.drafted,
+             st.passes ? (double)st.emitted / st.passes : 0.0, td > 0 ? n / td : 0,
+             td > 0 && plain_tps > 0 ? n / td / plain_tps : 0);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     opts o;
     parse_args(argc, argv, &o);
@@ -837,6 +912,10 @@ int main(int argc, char **argv) {
         if (ng < o.gen) break;   /* interrupted */
         r->decode_tokens = ng;
         r->decode_tps = td > 0 ? ng / td : 0;
+        if (o.spec && spec_bench(s, &snap, gen_ids, ng, r->decode_tps, o.spec, info.n_vocab, target)) {
+            rc = 1;
+            break;
+        }
 
         /* 4. restore */
         ta = now_s();

@@ -112,6 +112,18 @@ typedef struct {
     float *rows;              /* per layer: raw[raw_len][d], st_kv, st_sc, ist_kv, ist_sc */
     int *raw_len, *n_comp, *n_icomp;  /* [n_layer] */
 } session_ckpt;
+/* Staged (speculative) evaluation, session.c: what a verification pass
+ * must be able to undo without evaluating anything again.  Window rows and
+ * compressed rows need only their counts (rejected rows sit past the end
+ * and are overwritten later; the raw buffer compacts only down to the last
+ * n_swa rows of the state before the pass, which is all a shorter state
+ * needs).  The compressor/indexer frontiers are overwritten in place, so
+ * the pass keeps their bytes from before it plus the rows it pushed, and a
+ * rollback restores the bytes and pushes the accepted rows again. */
+typedef struct {
+    void *st_kv, *st_sc, *ist_kv, *ist_sc;   /* frontier bytes before the pass */
+    float *ckv, *csc, *ikv, *isc;            /* [cap][width] rows pushed by it */
+} layer_stage;
 
 struct ds4_session {
     ds4_model *m;
@@ -124,7 +136,22 @@ struct ds4_session {
     ds4_buf *cap_logits, *cap_hidden;
     session_ckpt ck[DS4_SESSION_CKPTS];
     struct ds4_imatrix *imatrix;   /* importance collection (imatrix.c), or NULL */
+    int logits_rows;          /* rows sc.logits holds */
+    /* staged pass (ds4_session_eval_draft .. ds4_session_draft_commit) */
+    layer_stage *stg;         /* [n_layer], allocated on first use */
+    int stg_cap, stg_on, stg_n;
+    int64_t stg_p0;
+    float *stg_pool;          /* scratch output of frontier replays */
 };
+
+/* session.c: called by the forward after the compressor inputs of layer
+ * `il` (scores with APE) are ready, while a staged pass is running. */
+void ds4_stage_rows(ds4_session *s, int il, const float *ckv, const float *csc, int cw,
+                    const float *ikv, const float *isc, int iw, int T);
+/* forward_cpu.c: push one token's rows into a frontier (the compressor's
+ * own step); a pooled row, if the window closes, goes to `out`. */
+int ds4_cpu_frontier_push(float *st_kv, float *st_sc, int R, int coff, int w,
+                          const float *kv, const float *score, int64_t pos, float *out);
 
 /* forward_cpu.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);
  * updates the layer states and s->logits.  Returns DS4_OK. */

@@ -367,6 +367,11 @@ static int comp_push(float *st_kv, float *st_sc, int R, int coff, int w,
     return 1;
 }
 
+int ds4_cpu_frontier_push(float *st_kv, float *st_sc, int R, int coff, int w,
+                          const float *kv, const float *score, int64_t pos, float *out) {
+    return comp_push(st_kv, st_sc, R, coff, w, kv, score, pos, out);
+}
+
 /* Finish a pooled compressed row: norm, RoPE at the window's first
  * position, storage rounding. */
 static void comp_finish(fwd *f, float *row, int w, const ds4_tensor *norm,
@@ -720,6 +725,8 @@ static void attention(fwd *f, int il) {
         const int R = lw->ratio, cw = cwid;
         add_ape(f, &lw->comp_ape, sc->csc);
         if (lw->has_indexer) add_ape(f, &lw->idx_comp_ape, sc->isc);
+        if (f->s->stg_on)   /* speculative pass: keep the rows for a rollback */
+            ds4_stage_rows(f->s, il, sc->ckv, sc->csc, cw, sc->ikv, sc->isc, iw2, T);
         /* advance the frontiers token by token (the decode functions) */
         for (int t = 0; t < T; t++) {
             int64_t pos = f->p0 + t;
@@ -1042,12 +1049,12 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
         attention(&f, il);
         moe(&f, il, toks);
     }
-    int want_all = s->cap_logits != NULL;
+    int want_all = s->cap_logits != NULL || s->stg_on;
     head(&f, want_all ? 0 : n - 1);
     int nl = want_all ? n : 1;
     memcpy(s->logits, sc->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
-    if (want_all) {
+    if (s->cap_logits) {
         int rc = ds4_buf_append(s->cap_logits, sc->logits, (size_t)n * c->n_vocab * sizeof(float));
         if (rc) return rc;
     }

@@ -2,9 +2,11 @@
  * session.c -- a token sequence and its KV state (docs/MODEL.md §8).
  *
  * Owns: the token list, the per-layer state buffers (allocated once for the
- * context size), prefix reuse (sync), chunking of evaluations, snapshots and
- * the memory estimate.  The arithmetic is the backend's (forward_cpu.c).
- * Must not: allocate per token, or leave a half-evaluated chunk visible: a
+ * context size), prefix reuse (sync), chunking of evaluations, snapshots,
+ * the memory estimate, and staged passes with their exact rollback
+ * (speculative decoding, docs/SPEC.md).  The arithmetic is the backend's
+ * (forward_cpu.c).  Must not: allocate per token (staging buffers come
+ * with the first staged pass), or leave a half-evaluated chunk visible: a
  * chunk either completes or (on error) the session is reset.
  */
 #include <math.h>
@@ -214,6 +216,7 @@ static void state_reset(ds4_session *s) {
     s->has_logits = 0;
     /* every checkpoint referred to rows that are gone now */
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) s->ck[i].n = -1;
+    s->stg_n = 0;
 }
 
 ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **err) {
@@ -255,6 +258,7 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
         }
     }
     if (ds4_cpu_scratch_init(s) != DS4_OK) goto oom;
+    s->logits_rows = 1;
     state_reset(s);
     return s;
 oom:
@@ -268,6 +272,8 @@ oom:
     return NULL;
 }
 
+static void stage_free(ds4_session *s);
+
 void ds4_session_free(ds4_session *s) {
     if (!s) return;
     ds4_imatrix_free(s->imatrix);
@@ -277,6 +283,7 @@ void ds4_session_free(ds4_session *s) {
             free(st->raw); free(st->comp); free(st->st_kv); free(st->st_sc);
             free(st->icomp); free(st->ist_kv); free(st->ist_sc);
         }
+        stage_free(s);
         ds4_cpu_scratch_free(s);
     }
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) {
@@ -319,6 +326,7 @@ void ds4_session_capture(ds4_session *s, ds4_buf *logits_rows, ds4_buf *hidden_r
         float *l = realloc(s->sc.logits, (size_t)s->chunk * s->m->w.cfg.n_vocab * sizeof(float));
         if (!l) return;
         s->sc.logits = l;
+        s->logits_rows = s->chunk;
         /* the head input rows must hold a whole chunk too (already [T][D]) */
     }
     s->cap_logits = logits_rows;
@@ -329,6 +337,7 @@ int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
     if (n < 0) return DS4_EINVAL;
     if (n == 0) return DS4_OK;
     if ((int64_t)s->toks.n + n > s->ctx) return DS4_ECTX;
+    s->stg_n = 0;   /* a staged pass is now final */
     int nv = s->m->w.cfg.n_vocab;
     for (int i = 0; i < n; i++)
         if (toks[i] < 0 || toks[i] >= nv) return DS4_EINVAL;
@@ -356,6 +365,7 @@ int ds4_session_sync(ds4_session *s, const int32_t *toks, int n,
     if (n_reused) *n_reused = 0;
     if (n < 0) return DS4_EINVAL;
     if (n > s->ctx) return DS4_ECTX;
+    s->stg_n = 0;
     size_t lcp = 0;
     while (lcp < s->toks.n && lcp < (size_t)n && s->toks.v[lcp] == toks[lcp]) lcp++;
     if (lcp == s->toks.n && (lcp < (size_t)n || s->has_logits || n == 0)) {
@@ -664,7 +674,7 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
     if (r.at != len) return fail(err, "snapshot: trailing bytes");
 
     /* Commit. */
-    state_reset(s);
+    state_reset(s);   /* also drops a staged pass */
     memcpy(s->toks.v, r.p + tok_at, (size_t)n * 4);
     s->toks.n = n;
     memcpy(s->logits, r.p + logit_at, (size_t)c->n_vocab * 4);
@@ -691,5 +701,183 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
             rd_take(&r, st->ist_sc, z.ist * 4);
         }
     }
+    return DS4_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Staged passes (speculative decoding, docs/SPEC.md)                      */
+/*                                                                         */
+/* ds4_session_eval_draft evaluates up to DS4_DRAFT_PASS_MAX tokens in one */
+/* batched pass and keeps every position's logits; ds4_session_draft_     */
+/* commit(n_keep) then keeps the first n_keep tokens and undoes the rest:  */
+/*   - window rows: raw_len shrinks (rows are appended in order; a         */
+/*     compaction during the pass kept the last n_swa rows of the state    */
+/*     before it, which covers every shorter state's window);              */
+/*   - compressed rows: n_comp / n_icomp = position / ratio (rows past the */
+/*     count are dead and overwritten later);                              */
+/*   - frontiers: the bytes from before the pass come back and the kept    */
+/*     tokens' rows (staged by the forward) are pushed again -- the same   */
+/*     deterministic step the forward ran, so the result is bit-identical  */
+/*     to a session that never saw the rejected tokens.                    */
+/* Nothing is evaluated again; the cost is a few small copies per layer.   */
+/* ---------------------------------------------------------------------- */
+
+static void stage_free(ds4_session *s) {
+    if (s->stg)
+        for (int il = 0; il < s->m->w.cfg.n_layer; il++) {
+            layer_stage *g = &s->stg[il];
+            free(g->st_kv); free(g->st_sc); free(g->ist_kv); free(g->ist_sc);
+            free(g->ckv); free(g->csc); free(g->ikv); free(g->isc);
+        }
+    free(s->stg);
+    free(s->stg_pool);
+    s->stg = NULL;
+    s->stg_pool = NULL;
+    s->stg_cap = 0;
+}
+
+static int stage_alloc_layers(ds4_session *s);
+
+/* The staging buffers, allocated on the first staged pass (sessions that
+ * never draft pay nothing); all or nothing. */
+static int stage_alloc(ds4_session *s) {
+    int rc = DS4_OK;
+    if (!s->stg) {
+        rc = stage_alloc_layers(s);
+        if (rc) { stage_free(s); return rc; }
+    }
+    if (s->logits_rows < s->stg_cap) {
+        float *l = realloc(s->sc.logits, (size_t)s->stg_cap * s->m->w.cfg.n_vocab * sizeof(float));
+        if (!l) return DS4_ENOMEM;
+        s->sc.logits = l;
+        s->logits_rows = s->stg_cap;
+    }
+    return DS4_OK;
+}
+
+static int stage_alloc_layers(ds4_session *s) {
+    const ds4_config *c = &s->m->w.cfg;
+    int cap = DS4_DRAFT_PASS_MAX < s->chunk ? DS4_DRAFT_PASS_MAX : s->chunk;
+    s->stg = calloc((size_t)c->n_layer, sizeof *s->stg);
+    int wmax = c->head_dim > c->idx_dim ? c->head_dim : c->idx_dim;
+    s->stg_pool = malloc((size_t)wmax * sizeof(float));
+    if (!s->stg || !s->stg_pool) return DS4_ENOMEM;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &s->m->w.layers[il];
+        layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
+        layer_stage *g = &s->stg[il];
+        if (!z.comp) continue;
+        size_t cw = (size_t)lw->coff * c->head_dim;
+        g->st_kv = malloc(z.st * sizeof(float));
+        g->st_sc = malloc(z.st * sizeof(float));
+        g->ckv = malloc((size_t)cap * cw * sizeof(float));
+        g->csc = malloc((size_t)cap * cw * sizeof(float));
+        if (!g->st_kv || !g->st_sc || !g->ckv || !g->csc) return DS4_ENOMEM;
+        if (z.icomp) {
+            size_t iw = (size_t)2 * c->idx_dim;
+            g->ist_kv = malloc(z.ist * sizeof(float));
+            g->ist_sc = malloc(z.ist * sizeof(float));
+            g->ikv = malloc((size_t)cap * iw * sizeof(float));
+            g->isc = malloc((size_t)cap * iw * sizeof(float));
+            if (!g->ist_kv || !g->ist_sc || !g->ikv || !g->isc) return DS4_ENOMEM;
+        }
+    }
+    s->stg_cap = cap;
+    return DS4_OK;
+}
+
+void ds4_stage_rows(ds4_session *s, int il, const float *ckv, const float *csc, int cw,
+                    const float *ikv, const float *isc, int iw, int T) {
+    layer_stage *g = &s->stg[il];
+    memcpy(g->ckv, ckv, (size_t)T * cw * sizeof(float));
+    memcpy(g->csc, csc, (size_t)T * cw * sizeof(float));
+    if (g->ikv) {
+        memcpy(g->ikv, ikv, (size_t)T * iw * sizeof(float));
+        memcpy(g->isc, isc, (size_t)T * iw * sizeof(float));
+    }
+}
+
+int ds4_session_draft_capacity(const ds4_session *s) {
+    return DS4_DRAFT_PASS_MAX < s->chunk ? DS4_DRAFT_PASS_MAX : s->chunk;
+}
+
+int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
+    if (n < 1 || n > ds4_session_draft_capacity(s)) return DS4_EINVAL;
+    if ((int64_t)s->toks.n + n > s->ctx) return DS4_ECTX;
+    int nv = s->m->w.cfg.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (toks[i] < 0 || toks[i] >= nv) return DS4_EINVAL;
+    s->stg_n = 0;
+    int rc = stage_alloc(s);
+    if (rc) return rc;
+    const ds4_config *c = &s->m->w.cfg;
+    for (int il = 0; il < c->n_layer; il++) {
+        layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
+        layer_stage *g = &s->stg[il];
+        layer_state *st = &s->ls[il];
+        if (z.comp) {
+            memcpy(g->st_kv, st->st_kv, z.st * sizeof(float));
+            memcpy(g->st_sc, st->st_sc, z.st * sizeof(float));
+        }
+        if (z.icomp) {
+            memcpy(g->ist_kv, st->ist_kv, z.ist * sizeof(float));
+            memcpy(g->ist_sc, st->ist_sc, z.ist * sizeof(float));
+        }
+    }
+    s->stg_on = 1;
+    rc = ds4_cpu_eval_chunk(s, toks, n);
+    s->stg_on = 0;
+    if (rc != DS4_OK) {
+        state_reset(s);
+        return rc;
+    }
+    s->stg_p0 = (int64_t)s->toks.n;
+    s->stg_n = n;
+    memcpy(s->toks.v + s->toks.n, toks, (size_t)n * sizeof(int32_t));
+    s->toks.n += (size_t)n;
+    return DS4_OK;
+}
+
+const float *ds4_session_draft_logits(const ds4_session *s, int i) {
+    if (i < 0 || i >= s->stg_n) return NULL;
+    return s->sc.logits + (size_t)i * s->m->w.cfg.n_vocab;
+}
+
+int ds4_session_draft_commit(ds4_session *s, int n_keep) {
+    if (s->stg_n < 1 || n_keep < 1 || n_keep > s->stg_n) return DS4_EINVAL;
+    const ds4_config *c = &s->m->w.cfg;
+    const int n = s->stg_n, drop = n - n_keep;
+    const int64_t p0 = s->stg_p0, end = p0 + n_keep;
+    s->stg_n = 0;
+    if (drop == 0) return DS4_OK;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &s->m->w.layers[il];
+        layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
+        layer_stage *g = &s->stg[il];
+        layer_state *st = &s->ls[il];
+        st->raw_len -= drop;
+        if (!z.comp) continue;
+        const int R = lw->ratio, cw = lw->coff * c->head_dim, iw = 2 * c->idx_dim;
+        memcpy(st->st_kv, g->st_kv, z.st * sizeof(float));
+        memcpy(st->st_sc, g->st_sc, z.st * sizeof(float));
+        for (int t = 0; t < n_keep; t++)
+            ds4_cpu_frontier_push(st->st_kv, st->st_sc, R, lw->coff, c->head_dim,
+                                  g->ckv + (size_t)t * cw, g->csc + (size_t)t * cw, p0 + t,
+                                  s->stg_pool);
+        st->n_comp = (int)(end / R);
+        if (z.icomp) {
+            memcpy(st->ist_kv, g->ist_kv, z.ist * sizeof(float));
+            memcpy(st->ist_sc, g->ist_sc, z.ist * sizeof(float));
+            for (int t = 0; t < n_keep; t++)
+                ds4_cpu_frontier_push(st->ist_kv, st->ist_sc, R, 2, c->idx_dim,
+                                      g->ikv + (size_t)t * iw, g->isc + (size_t)t * iw, p0 + t,
+                                      s->stg_pool);
+            st->n_icomp = (int)(end / R);
+        }
+    }
+    s->toks.n = (size_t)end;
+    memcpy(s->logits, s->sc.logits + (size_t)(n_keep - 1) * c->n_vocab,
+           (size_t)c->n_vocab * sizeof(float));
+    s->has_logits = 1;
     return DS4_OK;
 }

@@ -1,0 +1,316 @@
+/*
+ * test_spec.c -- speculative decoding (docs/SPEC.md) on the tiny golden
+ * models (sliding window 32, compress ratios 4 and 128, indexer top-k 8):
+ *   - rollback: a staged pass of n tokens whose last n - n_keep are junk,
+ *     committed to n_keep, leaves a session whose snapshot bytes are
+ *     identical (memcmp) to one that evaluated only the kept tokens, and
+ *     whose logits stay identical while both continue; checked at window
+ *     edges and compressor frontiers, for every n_keep, and with passes
+ *     that force the raw window buffer to compact;
+ *   - the pass's per-position logits equal plain decoding's;
+ *   - generation with prompt-lookup drafts, and with oracle drafts that
+ *     are right for a varying number of tokens and then wrong, equals
+ *     plain decoding token for token for hundreds of tokens (greedy, and
+ *     seeded sampling at temperature 1), with a bit-identical final state;
+ *   - ds4_lookup_draft on hand-made histories;
+ *   - ds4_spec_resolve: the emitted token is distributed as the target p
+ *     (chi-square over 200000 draws, 9 degrees of freedom, threshold 27.88
+ *     = the 0.1 % critical value; fixed seed).
+ * DS4_SPEC_QUICK=1 (for sanitizer builds) runs one model, fewer cut
+ * points and shorter generations.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds4.h"
+
+#include "testutil.h"
+
+static int read_ids(const char *path, ds4_tokens *t) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int v;
+    while (fscanf(f, "%d", &v) == 1) ds4_tokens_push(t, v);
+    fclose(f);
+    return 0;
+}
+
+static ds4_session *new_session(ds4_model *m, int ctx, int chunk) {
+    ds4_session_params p;
+    ds4_session_params_default(&p);
+    p.ctx_size = ctx;
+    p.prefill_chunk = chunk;
+    char *err = NULL;
+    ds4_session *s = ds4_session_new(m, &p, &err);
+    if (!s) { fprintf(stderr, "session: %s\n", err ? err : "?"); exit(1); }
+    return s;
+}
+
+static int same_state(ds4_session *a, ds4_session *b) {
+    ds4_buf x = { 0 }, y = { 0 };
+    int ok = ds4_session_snapshot(a, &x) == DS4_OK && ds4_session_snapshot(b, &y) == DS4_OK &&
+             x.n == y.n && memcmp(x.p, y.p, x.n) == 0;
+    ds4_buf_free(&x);
+    ds4_buf_free(&y);
+    return ok;
+}
+
+/* Plain decoding from the state of `s`: n tokens (greedy when smp NULL). */
+static void plain_decode(ds4_session *s, ds4_sampler *smp, int V, int n, ds4_tokens *out) {
+    for (int i = 0; i < n; i++) {
+        const float *lg = ds4_session_logits(s);
+        int32_t t = smp ? ds4_sample(smp, lg) : ds4_sample_greedy(lg, V);
+        ds4_tokens_push(out, t);
+        if (i + 1 < n) CHECK(ds4_session_eval(s, &t, 1, NULL, NULL) == DS4_OK, "plain eval");
+    }
+}
+
+/* Speculative decoding of n tokens.  mode 0: prompt lookup (up to nd);
+ * mode 1: oracle drafts from `ref`, right for a varying count then junk. */
+static void spec_decode(ds4_session *s, ds4_sampler *smp, int V, int n, int mode, int nd,
+                        const ds4_tokens *ref, ds4_tokens *out, ds4_spec_stats *st) {
+    const float *lg = ds4_session_logits(s);
+    int32_t cur = smp ? ds4_sample(smp, lg) : ds4_sample_greedy(lg, V);
+    ds4_tokens_push(out, cur);
+    ds4_tokens hist = { 0 };
+    for (int i = 0; i < ds4_session_n_tokens(s); i++) ds4_tokens_push(&hist, ds4_session_tokens(s)[i]);
+    ds4_tokens_push(&hist, cur);
+    int step = 0;
+    while ((int)out->n < n) {
+        int32_t draft[32], got[33];
+        int left = n - (int)out->n, k = 0;
+        int want = nd < left - 1 ? nd : left - 1;
+        if (mode == 0) {
+            k = ds4_lookup_draft(hist.v, (int)hist.n, want, draft);
+        } else {
+            int good = (step * 7) % (nd + 2);   /* 0 .. nd+1 right tokens */
+            for (k = 0; k < want; k++) {
+                size_t at = out->n + (size_t)k;
+                int32_t r = at < ref->n ? ref->v[at] : 0;
+                draft[k] = k < good ? r : (r + 1 + k) % V;
+            }
+        }
+        int n_got = 0;
+        int rc = ds4_spec_step(s, smp, cur, draft, k, -1, got, &n_got, st);
+        CHECK(rc == DS4_OK && n_got >= 1 && n_got <= k + 1, "spec step rc %d n %d", rc, n_got);
+        if (rc || n_got < 1) break;
+        for (int i = 0; i < n_got; i++) {
+            ds4_tokens_push(out, got[i]);
+            ds4_tokens_push(&hist, got[i]);
+        }
+        cur = got[n_got - 1];
+        step++;
+    }
+    ds4_tokens_free(&hist);
+}
+
+static int quick;
+
+static void test_model(const char *name) {
+    char path[512], seq[512];
+    snprintf(path, sizeof path, "%s/golden/models/%s", test_shared(), name);
+    snprintf(seq, sizeof seq, "%s/golden/sequences/seq_600a.ids.txt", test_shared());
+    char *err = NULL;
+    ds4_model_params mp;
+    ds4_model_params_default(&mp);
+    mp.n_threads = 2;
+    ds4_model *m = ds4_model_load(path, &mp, &err);
+    if (!m) { fprintf(stderr, "load %s: %s\n", path, err); exit(1); }
+    ds4_model_info info;
+    ds4_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    ds4_tokens ids = { 0 };
+    CHECK(read_ids(seq, &ids) == 0 && ids.n == 600, "read %s", seq);
+
+    /* reference logits of the sequence */
+    const int N = 300;
+    ds4_session *ref = new_session(m, 1024, 64);
+    ds4_buf all = { 0 };
+    ds4_session_capture(ref, &all, NULL);
+    CHECK(ds4_session_eval(ref, ids.v, N, NULL, NULL) == DS4_OK, "reference eval");
+    ds4_session_capture(ref, NULL, NULL);
+    const float *L = (const float *)all.p;
+
+    /* 1. rollback at window edges and compressor frontiers */
+    int cuts[] = { 1, 3, 31, 32, 33, 126, 127, 128, 255 };
+    int passes[] = { 2, 9, 17 };
+    for (size_t ci = 0; ci < sizeof cuts / sizeof cuts[0]; ci++) {
+        int k = cuts[ci];
+        if (quick && k != 32 && k != 127) continue;
+        ds4_session *a = new_session(m, 1024, 64);
+        CHECK(ds4_session_eval(a, ids.v, k, NULL, NULL) == DS4_OK, "eval %d", k);
+        ds4_buf base = { 0 };
+        ds4_session_snapshot(a, &base);
+        for (size_t pi = 0; pi < sizeof passes / sizeof passes[0]; pi++) {
+            int n = passes[pi];
+            for (int keep = 1; keep <= n; keep++) {
+                if (keep != 1 && keep != n && keep != n / 2 && keep != n - 1) continue;
+                CHECK(ds4_session_restore(a, base.p, base.n, &err) == DS4_OK, "restore");
+                int32_t pass[17];
+                for (int i = 0; i < n; i++)
+                    pass[i] = i < keep ? ids.v[k + i] : (ids.v[k + i] * 7 + 13 + i) % V;
+                CHECK(ds4_session_eval_draft(a, pass, n) == DS4_OK, "eval_draft");
+                for (int i = 0; i < keep; i++)
+                    CHECK(memcmp(ds4_session_draft_logits(a, i), L + (size_t)(k + i) * V,
+                                 (size_t)V * 4) == 0, "%s: pass logits row %d at %d", name, i, k);
+                CHECK(ds4_session_draft_logits(a, n) == NULL, "row past the pass");
+                CHECK(ds4_session_draft_commit(a, keep) == DS4_OK, "commit");
+                CHECK(ds4_session_draft_commit(a, 1) == DS4_EINVAL, "second commit refused");
+                CHECK(ds4_session_n_tokens(a) == k + keep, "token count after commit");
+                CHECK(memcmp(ds4_session_logits(a), L + (size_t)(k + keep - 1) * V, (size_t)V * 4) == 0,
+                      "%s: logits after commit %d/%d at %d", name, keep, n, k);
+                ds4_session *b = new_session(m, 1024, 64);
+                CHECK(ds4_session_eval(b, ids.v, k + keep, NULL, NULL) == DS4_OK, "eval b");
+                CHECK(same_state(a, b), "%s: rolled-back state != never-drafted state (cut %d, pass %d, keep %d)",
+                      name, k, n, keep);
+                /* both continue: decode a few, then a prefill */
+                int at = k + keep;
+                for (int i = 0; i < 3; i++, at++) {
+                    ds4_session_eval(a, ids.v + at, 1, NULL, NULL);
+                    CHECK(memcmp(ds4_session_logits(a), L + (size_t)at * V, (size_t)V * 4) == 0,
+                          "%s: decode after rollback at %d", name, at);
+                }
+                ds4_session_eval(a, ids.v + at, 20, NULL, NULL);
+                CHECK(memcmp(ds4_session_logits(a), L + (size_t)(at + 19) * V, (size_t)V * 4) == 0,
+                      "%s: prefill after rollback", name);
+                ds4_session_free(b);
+            }
+        }
+        ds4_buf_free(&base);
+        ds4_session_free(a);
+    }
+
+    /* misuse */
+    {
+        ds4_session *a = new_session(m, 40, 8);
+        CHECK(ds4_session_draft_capacity(a) == 8, "capacity is the chunk when smaller");
+        int32_t p9[9] = { 0 };
+        CHECK(ds4_session_eval_draft(a, p9, 9) == DS4_EINVAL, "pass above capacity");
+        CHECK(ds4_session_draft_commit(a, 1) == DS4_EINVAL, "commit without a pass");
+        CHECK(ds4_session_eval(a, ids.v, 36, NULL, NULL) == DS4_OK, "eval 36");
+        CHECK(ds4_session_eval_draft(a, ids.v + 36, 5) == DS4_ECTX, "pass beyond ctx");
+        CHECK(ds4_session_n_tokens(a) == 36, "ECTX left the session");
+        int32_t bad[2] = { 1, V };
+        CHECK(ds4_session_eval_draft(a, bad, 2) == DS4_EINVAL, "bad id");
+        CHECK(ds4_session_eval_draft(a, ids.v + 36, 3) == DS4_OK, "pass");
+        CHECK(ds4_session_eval(a, ids.v + 39, 1, NULL, NULL) == DS4_OK, "eval makes it final");
+        CHECK(ds4_session_draft_commit(a, 1) == DS4_EINVAL && ds4_session_n_tokens(a) == 40,
+              "commit after eval refused");
+        ds4_session_free(a);
+    }
+
+    /* 2. long generations: lookup and oracle drafts == plain decoding */
+    const int P = 40, G = quick ? 150 : 420;
+    for (int sampled = 0; sampled < 2; sampled++) {
+        ds4_sampler_params sp;
+        ds4_sampler_params_default(&sp);
+        sp.seed = 1234;
+        ds4_session *pl = new_session(m, 1024, 64);
+        ds4_session_eval(pl, ids.v, P, NULL, NULL);
+        ds4_sampler *s0 = sampled ? ds4_sampler_new(V, &sp) : NULL;
+        ds4_tokens want = { 0 };
+        plain_decode(pl, s0, V, G, &want);
+        for (int mode = 0; mode < 2; mode++) {
+            ds4_session *sp_s = new_session(m, 1024, mode ? 64 : 12);
+            ds4_session_eval(sp_s, ids.v, P, NULL, NULL);
+            ds4_sampler *s1 = sampled ? ds4_sampler_new(V, &sp) : NULL;
+            ds4_tokens got = { 0 };
+            ds4_spec_stats st = { 0 };
+            spec_decode(sp_s, s1, V, G, mode, mode ? 8 : 16, &want, &got, &st);
+            int same = got.n == want.n && memcmp(got.v, want.v, want.n * 4) == 0;
+            CHECK(same, "%s: %s %s drafts: output differs from plain decoding", name,
+                  sampled ? "sampled" : "greedy", mode ? "oracle" : "lookup");
+            if (same)
+                CHECK(same_state(sp_s, pl), "%s: final state after speculative decoding differs", name);
+            CHECK(st.emitted == (uint64_t)(G - 1) && st.accepted + st.passes == st.emitted, "stats add up");
+            if (mode == 1) CHECK(st.accepted > 0 && st.accepted < st.drafted, "oracle drafts partly accepted");
+            fprintf(stderr, "%s %s %s: %llu passes, %llu drafted, %llu accepted, %.2f tokens/pass\n", name,
+                    sampled ? "sampled" : "greedy", mode ? "oracle" : "lookup",
+                    (unsigned long long)st.passes, (unsigned long long)st.drafted,
+                    (unsigned long long)st.accepted, (double)st.emitted / (double)(st.passes ? st.passes : 1));
+            ds4_tokens_free(&got);
+            ds4_sampler_free(s1);
+            ds4_session_free(sp_s);
+        }
+        ds4_tokens_free(&want);
+        ds4_sampler_free(s0);
+        ds4_session_free(pl);
+    }
+
+    ds4_buf_free(&all);
+    ds4_session_free(ref);
+    ds4_tokens_free(&ids);
+    ds4_model_free(m);
+}
+
+static void test_lookup(void) {
+    int32_t out[8];
+    int32_t h1[] = { 1, 2, 3, 4, 5, 9, 2, 3 };      /* "2 3" -> 4 5 9 2 3 */
+    int n = ds4_lookup_draft(h1, 8, 3, out);
+    CHECK(n == 3 && out[0] == 4 && out[1] == 5 && out[2] == 9, "bigram lookup: n %d", n);
+    int32_t h2[] = { 7, 1, 2, 3, 8, 2, 3, 6, 1, 2, 3 };   /* trigram 1 2 3: most recent earlier */
+    n = ds4_lookup_draft(h2, 11, 4, out);
+    CHECK(n == 4 && out[0] == 8 && out[1] == 2 && out[2] == 3 && out[3] == 6, "trigram beats bigram");
+    int32_t h3[] = { 5, 6, 7, 8 };
+    CHECK(ds4_lookup_draft(h3, 4, 4, out) == 0, "no repeat, no draft");
+    int32_t h4[] = { 4, 4 };
+    n = ds4_lookup_draft(h4, 2, 5, out);
+    CHECK(n == 1 && out[0] == 4, "draft stops at the end of the history");
+    CHECK(ds4_lookup_draft(h1, 8, 0, out) == 0 && ds4_lookup_draft(h1, 1, 3, out) == 0, "degenerate");
+}
+
+static uint64_t rs = 88172645463325252ull;
+static double unit(void) {
+    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+    return (rs >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void test_resolve(void) {
+    enum { V = 10, DRAWS = 200000 };
+    const float p[V] = { .30f, .20f, .15f, .10f, .08f, .07f, .05f, .03f, .01f, .01f };
+    const float q[V] = { .05f, .05f, .40f, .05f, .05f, .20f, .05f, .05f, .05f, .05f };
+    const float *qs[2] = { q, NULL };
+    float onehot[V] = { 0 };
+    onehot[2] = 1.0f;
+    qs[1] = onehot;
+    for (int qi = 0; qi < 2; qi++) {
+        const float *Q = qs[qi];
+        double cdf[V], a = 0;
+        for (int i = 0; i < V; i++) cdf[i] = (a += Q[i]);
+        long cnt[V] = { 0 };
+        for (int d = 0; d < DRAWS; d++) {
+            double u = unit() * a;
+            int dr = 0;
+            while (dr < V - 1 && u >= cdf[dr]) dr++;
+            int32_t t = ds4_spec_resolve(p, Q, V, dr, unit(), unit());
+            CHECK(t >= 0 && t < V, "token in range");
+            if (t >= 0 && t < V) cnt[t]++;
+        }
+        double chi = 0;
+        for (int i = 0; i < V; i++) {
+            double e = (double)DRAWS * p[i];
+            chi += (cnt[i] - e) * (cnt[i] - e) / e;
+        }
+        CHECK(chi < 27.88, "speculative sampling matches p: chi2 %.2f (q %d)", chi, qi);
+        /* and the draft distribution itself is far from p (the test has power) */
+        double chq = 0;
+        for (int i = 0; i < V; i++) {
+            double e = (double)DRAWS * p[i], o = (double)DRAWS * Q[i];
+            chq += (o - e) * (o - e) / e;
+        }
+        CHECK(chq > 1000, "q differs from p");
+    }
+}
+
+int main(void) {
+    test_lookup();
+    test_resolve();
+    const char *q = getenv("DS4_SPEC_QUICK");
+    quick = q && *q && *q != '0';
+    test_model("tiny-a-q2.gguf");
+    if (!quick) test_model("tiny-a-f16.gguf");
+    printf("test_spec: %d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}
