@@ -165,7 +165,7 @@ typedef struct {
     ds4_think sys_think;            /* think mode the system prefix was rendered for */
     ds4_buf last_results;           /* /last */
     ds4_buf final_answer;           /* -p: the last answer */
-    int last_cut;                   /* the last turn was cut by the context end */
+    int compacted;                  /* the next turn starts a compacted session */
 
     /* UI */
     FILE *ui;                       /* stdout (interactive) or stderr (-p) */

@@ -149,6 +149,7 @@ int ag_compact(agent *a, int pending_tokens) {
     ui_note(a, "context: %d in use + %d to add of %d: compacting", ds4_session_n_tokens(a->s),
             pending_tokens, ctx);
     char *summary = ask_summary(a);
+    const int by_summary = summary != NULL;
     if (ag_interrupt) { free(summary); summary = NULL; ag_interrupt = 0; }
     ag_sess *t = calloc(1, sizeof *t);
     if (!t) { free(summary); return -1; }
@@ -219,8 +220,9 @@ int ag_compact(agent *a, int pending_tokens) {
     ag_sess_free(t);
     s->live = 0;
     s->compactions++;
+    a->compacted = 1;
     ds4_session_reset(a->s);
-    ui_note(a, "compacted (%s): a fresh session of about %d tokens continues the work",
-            from >= 0 ? "summary or recent turns" : "", count(a, s));
+    ui_note(a, "compacted (%s): a fresh session of %d tokens continues the work",
+            by_summary ? "the model's summary" : "recent turns, older results shortened", count(a, s));
     return 0;
 }

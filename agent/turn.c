@@ -405,8 +405,9 @@ int ag_model_turn(agent *a, int *called, int *cut) {
     ui_status(a, prompt - cached, pf_s, n_gen, g_s);
     ag_save(a, 1);
     ag_trace_rec tr = { s->turns, prompt, cached, prompt - cached, n_gen, m, gr == 3 ? NULL : res,
-                        s->id, NULL };
+                        s->id, a->compacted ? "compacted" : NULL };
     ag_trace_write(a->trace, &tr);
+    a->compacted = 0;
     if (!m->n_calls && gr != 3) {
         a->final_answer.n = 0;
         ds4_buf_puts(&a->final_answer, m->text ? m->text : "");
