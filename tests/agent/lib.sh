@@ -1,7 +1,7 @@
 # Helpers of the ds4-agent tests (sourced): DSML tool-call blocks for
 # --script files, the tool results of a saved session, trace fields.
 S="${DS4_SHARED:-../shared}"
-M="${AGENT_MODEL:-$S/golden/models/tiny-a-q2.gguf}"
+M="$(realpath "${AGENT_MODEL:-$S/golden/models/tiny-a-q2.gguf}")"
 AGENT="$PWD/ds4-agent"
 fail=0
 ok() { echo "ok   $*"; }
