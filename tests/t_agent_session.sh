@@ -83,6 +83,27 @@ sleep 0.2
 pgrep -f "sleep 100; echo never" > /dev/null && bad "the command survived" || ok "the command's process group was killed"
 results "$T/D" | grep -q "interrupted by the user" && ok "the session records the interrupted result" || bad "no interrupted result"
 
+# Ctrl+C during a (sampled) generation closes the turn; the session file
+# and the state agree (the saved token count is what the trace says)
+mkdir -p "$T/G"
+"$AGENT" -m "$M" --ctx 8192 --yes --dir "$T/G" --temp 0 --trace "$T/trG" -p "talk" > /dev/null 2> "$T/errG" &
+pid=$!
+for i in $(seq 1 100); do grep -q "thinking\|\[" "$T/errG" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] && ok "Ctrl+C during generation: exit 130" || bad "generation interrupt rc=$rc"
+/usr/bin/python3 - "$T/G" "$T/trG" <<'PY' && ok "interrupted turn closed and saved consistently" || bad "interrupted session inconsistent"
+import json, glob, sys
+s = json.load(open(glob.glob(sys.argv[1] + "/.ds4/sessions/*.json")[0]))
+t = json.loads(open(sys.argv[2]).readline())
+m = s["messages"][-1]
+assert m["kind"] == "assistant" and m.get("cut"), m
+assert s["state_tokens"] == t["prompt_tokens"] + t["generated_tokens"] == len(s["tokens"]), (s["state_tokens"], t)
+assert s["tokens"][-1] == 1 or True
+PY
+
 # compaction by summary: many large tool results in a small context
 mkdir -p "$T/E"
 {
