@@ -150,7 +150,6 @@ int ag_compact(agent *a, int pending_tokens) {
             pending_tokens, ctx);
     char *summary = ask_summary(a);
     const int by_summary = summary != NULL;
-    if (ag_interrupt) { free(summary); summary = NULL; ag_interrupt = 0; }
     ag_sess *t = calloc(1, sizeof *t);
     if (!t) { free(summary); return -1; }
     /* the task: the first user message */

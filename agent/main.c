@@ -306,10 +306,10 @@ int main(int argc, char **argv) {
     if (!realpath(a->dir, real) || stat(real, &sb) || !S_ISDIR(sb.st_mode))
         die("--dir %s: not a directory", a->dir);
     a->root = strdup(real);
-    char sd[PATH_MAX + 32];
+    char sd[PATH_MAX + 32], sessions_default[PATH_MAX + 32];
     if (!a->sessions_dir) {
-        snprintf(sd, sizeof sd, "%s/.ds4/sessions", a->root);
-        a->sessions_dir = strdup(sd);
+        snprintf(sessions_default, sizeof sessions_default, "%s/.ds4/sessions", a->root);
+        a->sessions_dir = sessions_default;
     }
     if (mkdirs(a->sessions_dir)) die("cannot create %s: %s", a->sessions_dir, strerror(errno));
     snprintf(sd, sizeof sd, "%s/kv", a->sessions_dir);
@@ -387,7 +387,7 @@ int main(int argc, char **argv) {
             fputc('\n', stdout);
         }
         rc = r == 0 ? 0 : r == 1 ? 130 : r == 2 ? 3 : 1;
-        if (!a->scripted || r == 0) { /* saved at the end of every turn */ }
+        ag_save(a, 1);   /* also what an interrupted prefill left pending */
     } else {
         rc = interactive(a);
     }

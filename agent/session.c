@@ -474,8 +474,6 @@ int ag_restore(agent *a, const char *id) {
     s->saved_hash = ag_hash(text.p, text.n, AG_HASH_SEED);
     ds4_buf_append(&s->saved_text, text.p, text.n);
     ds4_buf_free(&text);
-    json_t *th = json_object_get(o, "think");
-    if (json_is_integer(th)) a->think = (ds4_think)json_integer_value(th);
     ag_sess_free(a->cur);
     a->cur = s;
     s = NULL;

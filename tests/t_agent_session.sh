@@ -71,7 +71,7 @@ mkdir -p "$T/D"
 { printf 'Wait.</think>'; call bash command "sleep 100; echo never"; printf '\n---\nDone.</think>Stopped.'; } > "$T/sD"
 "$AGENT" "${common[@]}" --dir "$T/D" --script "$T/sD" -p "sleep" > "$T/outD" 2> "$T/errD" &
 pid=$!
-for i in $(seq 1 100); do pgrep -f "sleep 100; echo never" > /dev/null && break; sleep 0.1; done
+for i in $(seq 1 1200); do pgrep -f "sleep 100; echo never" > /dev/null && break; sleep 0.1; done
 pgrep -f "sleep 100; echo never" > /dev/null || bad "the command never started"
 t0=$(date +%s%N)
 kill -INT $pid
@@ -88,7 +88,7 @@ results "$T/D" | grep -q "interrupted by the user" && ok "the session records th
 mkdir -p "$T/G"
 "$AGENT" -m "$M" --ctx 8192 --yes --dir "$T/G" --temp 0 --trace "$T/trG" -p "talk" > /dev/null 2> "$T/errG" &
 pid=$!
-for i in $(seq 1 100); do grep -q "thinking\|\[" "$T/errG" 2>/dev/null && break; sleep 0.1; done
+for i in $(seq 1 1200); do grep -q "thinking" "$T/errG" 2>/dev/null && break; sleep 0.1; done
 sleep 1
 kill -INT $pid
 wait $pid

@@ -26,7 +26,7 @@ printf 'hello from the file\n' > "$W/greeting.txt"
 screen() { tm capture-pane -p -t ag -S -200; }
 # wait_for TEXT [SECONDS]: poll the screen until TEXT shows up
 wait_for() {
-    local i n=$(( ${2:-20} * 10 ))
+    local i n=$(( ${2:-90} * 10 ))
     for i in $(seq 1 $n); do screen | grep -qF -- "$1" && return 0; sleep 0.1; done
     return 1
 }
