@@ -360,9 +360,15 @@ int ag_model_turn(agent *a, int *called, int *cut) {
         free(before_ids);
         return 1;
     }
-    free(before_ids);
-    if (rc) { ui_note(a, "prefill failed: %s", ds4_strerror(rc)); dump_capture(a, &lg); return -1; }
+    if (rc) {
+        ui_note(a, "prefill failed: %s", ds4_strerror(rc));
+        dump_capture(a, &lg);
+        rewind_to(a, before_ids, before);
+        free(before_ids);
+        return -1;
+    }
     int prompt = ds4_session_n_tokens(a->s);
+    const int live_before = s->live;
     s->live = s->n_msgs;
     const int think = a->think != DS4_THINK_NONE;
 
@@ -375,11 +381,16 @@ int ag_model_turn(agent *a, int *called, int *cut) {
     dump_capture(a, &lg);
     m = &s->msgs[s->n_msgs - 1];
     if (gr == -1) {
-        /* the state may hold part of the turn: put it back as it was */
+        /* the state may hold part of the turn: back to before the prompt,
+         * whose messages stay pending */
         ag_msg_free(m);
         s->n_msgs--;
+        s->live = live_before;
+        rewind_to(a, before_ids, before);
+        free(before_ids);
         return -1;
     }
+    free(before_ids);
     s->live = s->n_msgs;
     s->turns++;
     ag_msg *res = NULL;

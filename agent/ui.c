@@ -158,7 +158,9 @@ int ui_confirm(void *ud, const char *tool, const char *what) {
     snprintf(q, sizeof q, "allow %s? [y]es / [n]o / [a]lways for %s: ", what, tool);
     char *line = NULL;
     if (a->interactive) {
-        line = readline(q);
+        /* libedit shows no prompt when stdin is not a terminal */
+        if (!isatty(0)) { fputs(q, a->ui); fflush(a->ui); }
+        line = readline(isatty(0) ? q : "");
     } else {
         fputs(q, a->ui);
         fflush(a->ui);

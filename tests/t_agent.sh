@@ -117,6 +117,18 @@ grep -q "The user declined this write call" "$T/res2" && ok "the refusal goes ba
 printf 'One call.'"$(call list)" > "$T/s3.txt"
 "$AGENT" -m "$M" --ctx 8192 --nothink --dir "$W" --script "$T/s3.txt" -p "x" > /dev/null 2> "$T/err3" \
     && bad "exhausted script accepted" || { grep -q "no turn left" "$T/err3" && ok "exhausted script: clear error, non-zero exit" || bad "exhausted: $(cat "$T/err3")"; }
+# the real vocabulary (a ds4-synth model): the forced DSML and </think>
+# become the model's special tokens, the call runs, the next turn is fed
+./ds4-synth --preset tiny --recipe q2 --vocab vocab/deepseek-v4-vocab.gguf -o "$T/rv.gguf" > /dev/null 2>&1 || bad "ds4-synth"
+mkdir -p "$T/rv"
+{ printf 'Check it.</think>Listing.'; call list; sep; printf 'Done.</think>Listed.'; } > "$T/s4.txt"
+"$AGENT" -m "$T/rv.gguf" --yes --ctx 4096 --dir "$T/rv" --script "$T/s4.txt" --trace "$T/tr4" -p "list" > "$T/out4" 2>&1 \
+    && grep -q '"name":"list","ok":true' "$T/tr4" && ok "real vocabulary: scripted call and answer" || bad "real vocabulary run"
+/usr/bin/python3 - "$T/rv" <<'PY' && ok "real vocabulary: ｜DSML｜ (128825) and </think> (128822) forced as special tokens" || bad "special ids"
+import json, glob, sys
+t = json.load(open(glob.glob(sys.argv[1] + "/.ds4/sessions/*.json")[0]))["tokens"]
+assert 128825 in t and 128822 in t and t[-1] == 1
+PY
 "$AGENT" --help | grep -q -- "--script FILE" && ok "--help" || bad "--help"
 
 echo "t_agent: $fail failure(s)"
