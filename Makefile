@@ -38,6 +38,7 @@ LIB       := $(BUILD)/libds4.a
 
 CLI_SRCS    := $(wildcard cli/*.c)
 SERVER_SRCS := $(wildcard server/*.c)
+AGENT_SRCS  := $(wildcard agent/*.c)
 TEST_SRCS   := $(wildcard tests/test_*.c)
 TEST_BINS   := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRCS   := $(wildcard tools/ds4_*.c)
@@ -45,6 +46,9 @@ TOOL_SRCS   := $(wildcard tools/ds4_*.c)
 BINS := ds4
 ifneq ($(SERVER_SRCS),)
   BINS += ds4-server
+endif
+ifneq ($(AGENT_SRCS),)
+  BINS += ds4-agent
 endif
 ifneq ($(wildcard tools/ds4_synth.c),)
   BINS += ds4-synth
@@ -87,6 +91,10 @@ ds4: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(LIB)
 
 ds4-server: $(SERVER_SRCS:%.c=$(BUILD)/%.o) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lmicrohttpd
+
+# the coding agent: the model in process, line editing as the CLI
+ds4-agent: $(AGENT_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -ledit
 
 ds4-synth: $(BUILD)/tools/ds4_synth.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
@@ -140,7 +148,7 @@ install: $(BINS)
 	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
-	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv ds4-quantize demo/*.gguf
+	rm -rf $(BUILD) ds4 ds4-server ds4-agent ds4-synth ds4-bench ds4-kv ds4-quantize demo/*.gguf
 
 # keep the objects of tests and benches (intermediate files of a chain)
 .SECONDARY:

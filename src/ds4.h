@@ -494,6 +494,10 @@ int ds4_kvstore_restore_if(ds4_kvstore *kv, ds4_session *s, const char *text,
 int ds4_kvstore_restore_latest(ds4_kvstore *kv, ds4_session *s, uint32_t reason);
 /* Exact DSML remembered for a tool-call id by any file: 1 found, 0 not. */
 int ds4_kvstore_tool_dsml(ds4_kvstore *kv, const char *id, ds4_buf *out);
+/* Remove the state saved under exactly this text, if there is one (a front
+ * end whose conversation moved on drops the state it superseded).  Returns
+ * 1 when a file was removed, 0 when there was none. */
+int ds4_kvstore_remove(ds4_kvstore *kv, const char *text, size_t len);
 void ds4_kvstore_get_stats(ds4_kvstore *kv, ds4_kvstore_stats *st);
 
 /* When to save (shared by the server and the CLI).  Defaults: min 512,

@@ -14,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libedit-dev"
 if [ "${1:-}" = "--test" ]; then
-    PKGS="$PKGS python3 python3-numpy clang libclang-rt-dev tmux curl ca-certificates"
+    PKGS="$PKGS python3 python3-numpy clang libclang-rt-dev tmux procps curl ca-certificates"
     # Node.js for the server tests: Debian's, unless a node + npm is already there
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
         PKGS="$PKGS nodejs npm"

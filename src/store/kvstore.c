@@ -933,3 +933,16 @@ int ds4_kvstore_tool_dsml(ds4_kvstore *kv, const char *id, ds4_buf *out) {
     }
     return 0;
 }
+
+int ds4_kvstore_remove(ds4_kvstore *kv, const char *text, size_t len) {
+    uint8_t sha[20];
+    char name[41], fn[64];
+    ds4_sha1(text ? text : "", text ? len : 0, sha);
+    hex40(sha, name);
+    snprintf(fn, sizeof fn, "%s%s", name, KV_EXT);
+    int lk = lock_dir(kv);
+    int removed = unlinkat(kv->dirfd, fn, 0) == 0;
+    if (removed) rescan(kv);
+    unlock_dir(lk);
+    return removed;
+}

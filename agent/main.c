@@ -1,0 +1,408 @@
+/*
+ * main.c -- `ds4-agent`: arguments, start-up, the non-interactive run
+ * (-p TASK) and the interactive loop with its /commands.
+ *
+ * Owns: option parsing and --help (stable: the flags of the issue), signal
+ * handling (Ctrl+C stops what runs -- a generation, a prefill, a tool --
+ * and never the program; SIGTERM and Ctrl+D save and leave), the model,
+ * session, sampler and KV store lifetimes.  Must not: render prompts, run
+ * tools or draw beyond what ui.c offers.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+volatile sig_atomic_t ag_interrupt = 0, ag_terminate = 0;
+
+static void on_sigint(int sig) { (void)sig; ag_interrupt = 1; }
+static void on_sigterm(int sig) { (void)sig; ag_interrupt = 1; ag_terminate = 1; }
+
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ds4-agent: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: ds4-agent [-m FILE] [--ctx N] [--dir DIR] [-t N] [--think|--think-max|--nothink]\n"
+"                 [--yes] [--resume] [--trace FILE] [-p TASK] [--script FILE]\n"
+"\n"
+"A coding agent that runs DeepSeek V4 Flash in process: it reads, searches and\n"
+"edits the files of a working directory and runs commands there, through six\n"
+"tools (read, list, search, write, edit, bash).  write, edit and bash ask for\n"
+"confirmation (y/n/always) unless --yes; file tools never leave the directory.\n"
+"Every turn is saved as a session (KV state + transcript) that /switch and\n"
+"--resume restore exactly; a full context is compacted, never an error.\n"
+"\n"
+"model and runtime:\n"
+"  -m, --model FILE      GGUF model (default ./ds4flash.gguf)\n"
+"  -c, --ctx N           context size in tokens (default 32768)\n"
+"  -t, --threads N       worker threads (default: all cores)\n"
+"      --think           thinking mode, effort high (default)\n"
+"      --think-max       maximum effort (needs --ctx >= %d, else --think)\n"
+"      --nothink         answer without reasoning\n"
+"      --temp F          sampling temperature (default 1.0; 0 = greedy)\n"
+"      --seed N          sampler seed (default: from the clock)\n"
+"      --max-tokens N    at most N tokens per model turn (default: up to the\n"
+"                        end of the context)\n"
+"\n"
+"work:\n"
+"      --dir DIR         working directory (default: the current one)\n"
+"      --sessions DIR    saved sessions (default DIR/.ds4/sessions)\n"
+"      --yes             run write, edit and bash without asking\n"
+"      --resume          continue the most recently used session\n"
+"  -p, --prompt TASK     non-interactive: work on TASK until the model answers\n"
+"                        without calling a tool, print that answer on stdout\n"
+"                        and exit (0; 1 on error, 3 past --max-turns, 130 on\n"
+"                        Ctrl+C).  Confirmations are read from stdin.\n"
+"      --max-turns N     model turns per request (default 50)\n"
+"\n"
+"tests and diagnostics (stable contracts):\n"
+"      --script FILE     forced model output: assistant turns separated by lines\n"
+"                        of exactly ---, each the exact text the model generates\n"
+"                        (reasoning, </think>, content, optional DSML tool-call\n"
+"                        block; content only with --nothink), without the EOS\n"
+"      --trace FILE      append one JSON line per model turn: turn, prompt_tokens,\n"
+"                        cached_tokens, prefill_tokens, generated_tokens,\n"
+"                        tool_calls [{name, ok}], session\n"
+"      --dump-logits FILE  write float32 logits rows [n_vocab] of every position\n"
+"                        evaluated by each model turn (prefill and generation)\n"
+"  -h, --help            this help\n"
+"\n"
+"Interactive commands: /help /new /list /switch ID /save /history /last\n"
+"/think /nothink /ctx N /quit.  Ctrl+C stops a generation or a tool; Ctrl+D\n"
+"saves and quits.\n", DS4_THINK_MAX_MIN_CTX);
+}
+
+static int parse_int(const char *s, const char *flag, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) die("%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+    return (int)v;
+}
+
+static void parse_args(int argc, char **argv, agent *a) {
+    memset(a, 0, sizeof *a);
+    a->model = "./ds4flash.gguf";
+    a->ctx = 32768;
+    a->max_turns = 50;
+    a->think = DS4_THINK_HIGH;
+    a->dir = ".";
+    ds4_sampler_params_default(&a->sp);
+    int seed_set = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+#define NEXT() (i + 1 < argc ? argv[++i] : (die("%s needs a value", o), (char *)0))
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) { usage(stdout); exit(0); }
+        else if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = NEXT();
+        else if (!strcmp(o, "-c") || !strcmp(o, "--ctx")) a->ctx = parse_int(NEXT(), o, 256, 1 << 24);
+        else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) a->threads = parse_int(NEXT(), o, 0, 4096);
+        else if (!strcmp(o, "--dir")) a->dir = NEXT();
+        else if (!strcmp(o, "--sessions")) a->sessions_dir = NEXT();
+        else if (!strcmp(o, "--think")) a->think = DS4_THINK_HIGH;
+        else if (!strcmp(o, "--think-max")) a->think = DS4_THINK_MAX;
+        else if (!strcmp(o, "--nothink")) a->think = DS4_THINK_NONE;
+        else if (!strcmp(o, "--yes")) a->yes = 1;
+        else if (!strcmp(o, "--resume")) a->resume = 1;
+        else if (!strcmp(o, "--trace")) a->trace_path = NEXT();
+        else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) a->task = NEXT();
+        else if (!strcmp(o, "--script")) a->script_path = NEXT();
+        else if (!strcmp(o, "--max-turns")) a->max_turns = parse_int(NEXT(), o, 1, 1000000);
+        else if (!strcmp(o, "--max-tokens")) a->max_tokens = parse_int(NEXT(), o, 1, 1 << 24);
+        else if (!strcmp(o, "--dump-logits")) a->dump_logits = NEXT();
+        else if (!strcmp(o, "--temp")) {
+            char *end;
+            const char *v = NEXT();
+            a->sp.temperature = strtof(v, &end);
+            if (!*v || *end || a->sp.temperature < 0) die("--temp expects a number >= 0, got '%s'", v);
+        }
+        else if (!strcmp(o, "--seed")) {
+            char *end;
+            const char *v = NEXT();
+            a->sp.seed = strtoull(v, &end, 10);
+            if (!*v || *end) die("--seed expects an integer, got '%s'", v);
+            seed_set = 1;
+        }
+        else { fprintf(stderr, "ds4-agent: unknown option '%s'\n\n", o); usage(stderr); exit(2); }
+#undef NEXT
+    }
+    if (!seed_set) a->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+}
+
+static int mkdirs(const char *path) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *q = p + 1; *q; q++)
+        if (*q == '/') { *q = 0; if (mkdir(p, 0755) && errno != EEXIST) return -1; *q = '/'; }
+    return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static void print_history(agent *a) {
+    ag_sess *s = a->cur;
+    if (!s->n_msgs) { ui_note(a, "the session is empty"); return; }
+    for (int i = 0; i < s->n_msgs; i++) {
+        const ag_msg *m = &s->msgs[i];
+        if (m->kind == AG_USER) fprintf(a->ui, "\nuser: %s\n", m->text ? m->text : "");
+        else if (m->kind == AG_ASSISTANT) {
+            fprintf(a->ui, "assistant%s: %s\n", m->cut ? " (cut)" : "", m->text ? m->text : "");
+            for (int k = 0; k < m->n_calls; k++) {
+                ds4_buf d = { 0 };
+                ag_tool_describe(m->calls[k].name, m->calls[k].args, &d);
+                fprintf(a->ui, "  > %s\n", d.p ? d.p : "");
+                ds4_buf_free(&d);
+            }
+        } else {
+            for (int k = 0; k < m->n_calls; k++)
+                fprintf(a->ui, "    = %s: %s\n", m->calls[k].name ? m->calls[k].name : "",
+                        m->calls[k].summary ? m->calls[k].summary : "");
+        }
+    }
+    fflush(a->ui);
+}
+
+static void help_cmds(agent *a) {
+    fprintf(a->ui,
+            "  /help        this help\n"
+            "  /new         start a new session (the current one stays saved)\n"
+            "  /list        saved sessions: id, tokens, last use, title\n"
+            "  /switch ID   continue a saved session (ID or a unique prefix of it)\n"
+            "  /save        save the current session now\n"
+            "  /history     the conversation of this session\n"
+            "  /last        the full result of the last tool calls\n"
+            "  /think       thinking mode;  /nothink  answer without reasoning\n"
+            "  /ctx N       resize the context (keeps the session if it fits)\n"
+            "  /quit        save and exit (also Ctrl+D)\n"
+            "Ctrl+C stops the generation or the running tool.\n");
+}
+
+static int resize_ctx(agent *a, int ctx) {
+    int n = ds4_session_n_tokens(a->s);
+    if (n > ctx) { ui_note(a, "the session holds %d tokens: /ctx must be at least that", n); return -1; }
+    ds4_session_params sp;
+    ds4_session_params_default(&sp);
+    sp.ctx_size = ctx;
+    char *err = NULL;
+    ds4_session *ns = ds4_session_new(a->m, &sp, &err);
+    if (!ns) { ui_note(a, "%s", err ? err : "cannot create the session"); free(err); return -1; }
+    if (n > 0) {
+        ds4_buf snap = { 0 };
+        if (ds4_session_snapshot(a->s, &snap) || ds4_session_restore(ns, snap.p, snap.n, &err)) {
+            ui_note(a, "%s", err ? err : "cannot move the state");
+            free(err);
+            ds4_buf_free(&snap);
+            ds4_session_free(ns);
+            return -1;
+        }
+        ds4_buf_free(&snap);
+    }
+    ds4_session_free(a->s);
+    a->s = ns;
+    a->ctx = ctx;
+    return 0;
+}
+
+static int do_switch(agent *a, const char *arg) {
+    char id[64];
+    int f = arg && *arg ? ag_find_id(a, arg, id, sizeof id) : -1;
+    if (f == -2) { ui_note(a, "'%s' matches several sessions (/list)", arg); return -1; }
+    if (f) { ui_note(a, "no saved session '%s' (/list)", arg ? arg : ""); return -1; }
+    if (!strcmp(id, a->cur->id)) { ui_note(a, "already in session %s", id); return 0; }
+    ag_save(a, 1);
+    char prev[40];
+    snprintf(prev, sizeof prev, "%s", a->cur->id);
+    int had = a->cur->n_msgs > 0;
+    if (ag_restore(a, id) == 0) {
+        ui_note(a, "session %s: %s (%d tokens, restored without prefill)", id,
+                a->cur->title ? a->cur->title : "", ds4_session_n_tokens(a->s));
+        return 0;
+    }
+    /* keep working where we were */
+    if (had && ag_restore(a, prev) == 0) return -1;
+    ag_sess_new(a);
+    return -1;
+}
+
+static int interactive(agent *a) {
+    ui_history_load(a);
+    ui_note(a, "working in %s, session %s. /help for commands, Ctrl+D to quit.", a->root, a->cur->id);
+    for (;;) {
+        ag_interrupt = 0;
+        if (ag_terminate) break;
+        char *line = ui_readline(a, a->color ? "\001\033[1m\002ds4>\001\033[0m\002 " : "ds4> ");
+        if (!line) {
+            if (ag_terminate) break;
+            if (ag_interrupt) { fputc('\n', a->ui); continue; }
+            fputc('\n', a->ui);
+            break;
+        }
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) { free(line); continue; }
+        ui_history_add(a, p);
+        if (p[0] == '/') {
+            char *arg = strchr(p, ' ');
+            if (arg) { *arg++ = 0; while (*arg == ' ') arg++; }
+            if (!strcmp(p, "/quit") || !strcmp(p, "/exit")) { free(line); break; }
+            else if (!strcmp(p, "/help")) help_cmds(a);
+            else if (!strcmp(p, "/new")) {
+                ag_save(a, 1);
+                ag_sess_new(a);
+                ui_note(a, "new session %s", a->cur->id);
+            }
+            else if (!strcmp(p, "/list")) { ag_save(a, 1); ag_list(a); }
+            else if (!strcmp(p, "/switch")) do_switch(a, arg);
+            else if (!strcmp(p, "/save")) {
+                if (!a->cur->n_msgs) ui_note(a, "nothing to save yet");
+                else ag_save(a, 0);
+            }
+            else if (!strcmp(p, "/history")) print_history(a);
+            else if (!strcmp(p, "/last")) {
+                if (a->last_results.n) fprintf(a->ui, "%s\n", a->last_results.p);
+                else ui_note(a, "no tool has run yet");
+            }
+            else if (!strcmp(p, "/think")) { a->think = DS4_THINK_HIGH; ui_note(a, "thinking: on"); }
+            else if (!strcmp(p, "/nothink")) { a->think = DS4_THINK_NONE; ui_note(a, "thinking: off"); }
+            else if (!strcmp(p, "/ctx")) {
+                char *end = NULL;
+                long v = arg ? strtol(arg, &end, 10) : 0;
+                if (!arg || *end || v < 256 || v > (1 << 24)) ui_note(a, "usage: /ctx N (256 .. 16777216)");
+                else if (resize_ctx(a, (int)v) == 0) ui_note(a, "context: %ld tokens", v);
+            }
+            else ui_note(a, "unknown command %s (/help)", p);
+            free(line);
+            continue;
+        }
+        int rc = ag_run(a, p);
+        if (rc == 1) ui_note(a, "interrupted");
+        free(line);
+    }
+    ag_save(a, 0);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    agent A, *a = &A;
+    parse_args(argc, argv, a);
+    a->interactive = a->task == NULL;
+    a->ui = a->interactive ? stdout : stderr;
+
+    char real[PATH_MAX];
+    struct stat sb;
+    if (!realpath(a->dir, real) || stat(real, &sb) || !S_ISDIR(sb.st_mode))
+        die("--dir %s: not a directory", a->dir);
+    a->root = strdup(real);
+    char sd[PATH_MAX + 32], sessions_default[PATH_MAX + 32];
+    if (!a->sessions_dir) {
+        snprintf(sessions_default, sizeof sessions_default, "%s/.ds4/sessions", a->root);
+        a->sessions_dir = sessions_default;
+    }
+    if (mkdirs(a->sessions_dir)) die("cannot create %s: %s", a->sessions_dir, strerror(errno));
+    snprintf(sd, sizeof sd, "%s/kv", a->sessions_dir);
+    a->kv_dir = strdup(sd);
+    ui_init(a);
+
+    char *err = NULL;
+    if (a->script_path) {
+        if (ag_script_load(a->script_path, &a->script, &err)) die("%s", err);
+        a->scripted = 1;
+    }
+    if (a->trace_path && !(a->trace = fopen(a->trace_path, "a")))
+        die("cannot open %s: %s", a->trace_path, strerror(errno));
+    if (a->dump_logits && !(a->dump = fopen(a->dump_logits, "wb")))
+        die("cannot open %s: %s", a->dump_logits, strerror(errno));
+    if (access(a->model, R_OK) != 0)
+        die("cannot open model %s: %s (use -m FILE)", a->model, strerror(errno));
+
+    ds4_model_params mp;
+    ds4_model_params_default(&mp);
+    mp.n_threads = a->threads;
+    a->m = ds4_model_load(a->model, &mp, &err);
+    if (!a->m) die("%s", err ? err : "cannot load the model");
+    a->tok = ds4_model_tokenizer(a->m);
+    a->ids = ds4_tok_special(a->tok);
+    ds4_model_info info;
+    ds4_model_get_info(a->m, &info);
+    a->n_vocab = info.n_vocab;
+    if (info.random_weights && !a->scripted)
+        ui_note(a, "NOTE: %s has random weights (a synthetic model): its output is noise", info.name);
+    if (a->think == DS4_THINK_MAX && a->ctx < DS4_THINK_MAX_MIN_CTX)
+        ui_note(a, "--think-max needs --ctx %d or more; using --think", DS4_THINK_MAX_MIN_CTX);
+    ds4_session_params spp;
+    ds4_session_params_default(&spp);
+    spp.ctx_size = a->ctx;
+    a->s = ds4_session_new(a->m, &spp, &err);
+    if (!a->s) die("%s", err ? err : "cannot create the session");
+    a->smp = ds4_sampler_new(a->n_vocab, &a->sp);
+    ds4_kvstore_params kp;
+    ds4_kvstore_params_default(&kp);
+    kp.dir = a->kv_dir;
+    a->kv = ds4_kvstore_open(a->m, &kp, &err);
+    if (!a->kv) die("%s", err ? err : "cannot open the session store");
+    if (ag_sys_tokens(a)) die("cannot build the system prompt");
+    a->tools.root = a->root;
+    a->tools.yes = a->yes;
+    a->tools.confirm = ui_confirm;
+    a->tools.ud = a;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;     /* no SA_RESTART: a blocking read wakes up */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_sigterm;
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    ag_sess_new(a);
+    if (a->resume) {
+        char id[64];
+        if (ag_latest_id(a, id, sizeof id) == 0 && ag_restore(a, id) == 0)
+            ui_note(a, "resumed session %s: %s (%d tokens)", id, a->cur->title ? a->cur->title : "",
+                    ds4_session_n_tokens(a->s));
+        else
+            ui_note(a, "no session to resume in %s; starting a new one", a->sessions_dir);
+    }
+    a->tools.sess = a->cur;
+
+    int rc = 0;
+    if (a->task) {
+        int r = ag_run(a, a->task);
+        if (r == 0) {
+            fwrite(a->final_answer.p ? a->final_answer.p : "", 1, a->final_answer.n, stdout);
+            fputc('\n', stdout);
+        }
+        rc = r == 0 ? 0 : r == 1 ? 130 : r == 2 ? 3 : 1;
+        ag_save(a, 1);   /* also what an interrupted prefill left pending */
+    } else {
+        rc = interactive(a);
+    }
+    if (a->trace) fclose(a->trace);
+    if (a->dump) fclose(a->dump);
+    ds4_kvstore_close(a->kv);
+    ag_sess_free(a->cur);
+    ag_script_free(&a->script);
+    ds4_sampler_free(a->smp);
+    ds4_session_free(a->s);
+    ds4_model_free(a->m);
+    ds4_tokens_free(&a->sys_ids);
+    ds4_buf_free(&a->last_results);
+    ds4_buf_free(&a->final_answer);
+    free(a->root);
+    free(a->kv_dir);
+    return rc;
+}

@@ -1,0 +1,457 @@
+/*
+ * turn.c -- model turns and the run loop.
+ *
+ * Owns: one model turn (render what is pending on top of the live state,
+ * prefill only that, generate -- sampling, or the forced tokens of a
+ * --script turn through the very same path --, parse the DSML block as it
+ * streams, close the turn with EOS so the state is always "between turns"),
+ * running the calls, saving the session, the trace line; and the run loop
+ * (turns until the model answers without a tool call).
+ * Must not: render prompts other than through session.c, or touch engine
+ * internals.  Every way a turn can end (EOS, end of the DSML block, Ctrl+C,
+ * context end, budget) leaves the KV state equal to the transcript.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent.h"
+
+#define COMPACT_AT 0.85    /* compact when a prompt would fill this much */
+
+double ag_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+char *ag_strndup(const char *p, size_t n) {
+    char *s = malloc(n + 1);
+    if (!s) { fprintf(stderr, "ds4-agent: out of memory\n"); exit(1); }
+    if (n) memcpy(s, p, n);
+    s[n] = 0;
+    return s;
+}
+
+typedef struct { agent *a; double t0; int shown; } prog_ud;
+
+static int no_cancel(void *ud, int done, int total) { (void)ud; (void)done; (void)total; return 0; }
+
+int ag_prefill(agent *a, const int32_t *ids, int n) {
+    if (n <= 0) return DS4_OK;
+    return ds4_session_eval(a->s, ids, n, ui_progress, a);
+}
+
+/* Put the state back to exactly `ids` (after a cancelled prefill): from the
+ * disk KV store when the last saved state is it, else by evaluation. */
+static void rewind_to(agent *a, const int32_t *ids, int n) {
+    ds4_session_reset(a->s);
+    if (n <= 0) return;
+    int got = 0;
+    if (a->kv) {
+        ds4_buf t = { 0 };
+        ds4_detokenize(a->tok, ids, (size_t)n, &t);
+        size_t used = 0;
+        got = ds4_kvstore_restore(a->kv, a->s, t.p ? t.p : "", t.n, n, 0, &used);
+        ds4_buf_free(&t);
+        if (got == n && memcmp(ds4_session_tokens(a->s), ids, (size_t)n * sizeof *ids)) got = 0;
+    }
+    if (got != n) {
+        ds4_session_reset(a->s);
+        ds4_session_eval(a->s, ids, n, no_cancel, NULL);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Generation                                                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    agent *a;
+    ag_msg *m;
+    ds4_buf reasoning, content, args;
+    int in_reason;
+    int block_done, block_error;
+    ds4_buf err;
+    int n_complete;
+    ds4_dsml *dsml;
+} gen_st;
+
+static void on_dsml(void *ud, const ds4_dsml_event *ev) {
+    gen_st *g = ud;
+    ag_msg *m = g->m;
+    switch (ev->kind) {
+    case DS4_DSML_TEXT:
+        ds4_buf_append(&g->content, ev->text, ev->len);
+        ui_content(g->a, ev->text, ev->len);
+        break;
+    case DS4_DSML_CALL_BEGIN: {
+        ag_call *v = realloc(m->calls, (size_t)(m->n_calls + 1) * sizeof *v);
+        if (!v) { g->block_error = 1; break; }
+        m->calls = v;
+        memset(&m->calls[m->n_calls], 0, sizeof *v);
+        m->calls[m->n_calls].name = ag_strndup(ev->text, ev->len);
+        m->n_calls++;
+        g->args.n = 0;
+        ui_call_begin(g->a, m->calls[m->n_calls - 1].name);
+        break;
+    }
+    case DS4_DSML_ARGS_DELTA:
+        ds4_buf_append(&g->args, ev->text, ev->len);
+        break;
+    case DS4_DSML_CALL_END:
+        if (m->n_calls > 0) {
+            ag_call *c = &m->calls[m->n_calls - 1];
+            c->args = g->args.n ? ag_strndup(g->args.p, g->args.n) : ag_strndup("{}", 2);
+            g->n_complete++;
+            ui_call_line(g->a, c->name, c->args);
+        }
+        break;
+    case DS4_DSML_DONE:
+        g->block_done = 1;
+        break;
+    case DS4_DSML_ERROR:
+        g->block_error = 1;
+        ds4_buf_append(&g->err, ev->text, ev->len);
+        break;
+    }
+}
+
+static void feed(gen_st *g, const char *p, size_t n) {
+    if (!n) return;
+    if (g->in_reason) {
+        ds4_buf_append(&g->reasoning, p, n);
+        ui_reasoning(g->a, p, n);
+    } else if (!g->block_done && !g->block_error) {
+        ds4_dsml_feed(g->dsml, p, n);
+    } else {
+        ds4_buf_append(&g->content, p, n);   /* after the block: kept as text */
+    }
+}
+
+/* Generate one assistant turn into `m` (reasoning, content, calls, exact
+ * DSML).  The state ends with the turn closed by EOS.  Returns 0, 1 when
+ * interrupted, 2 when cut by the context end or the budget, -1 on error. */
+int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
+    gen_st g;
+    memset(&g, 0, sizeof g);
+    g.a = a;
+    g.m = m;
+    g.in_reason = think;
+    g.dsml = ds4_dsml_new(on_dsml, &g);
+    ds4_tokens forced = { 0 };
+    size_t fi = 0;
+    int rc = 0, n = 0;
+    m->think = think;
+    if (a->scripted) {
+        if (a->script.next >= a->script.n) {
+            ui_note(a, "script %s: no turn left for the model", a->script_path);
+            ds4_dsml_free(g.dsml);
+            return -1;
+        }
+        ds4_tokenize(a->tok, a->script.turns[a->script.next], a->script.lens[a->script.next],
+                     DS4_TOK_SPECIAL, &forced);
+        a->script.next++;
+    }
+    ds4_detok dt;
+    ds4_detok_init(&dt);
+    ds4_buf piece = { 0 };
+    const int ctx = ds4_session_ctx_size(a->s);
+    for (;;) {
+        if (ag_interrupt) { rc = 1; break; }
+        /* two places stay free: </think> and EOS close a cut turn */
+        if (ds4_session_n_tokens(a->s) >= ctx - 2 || (budget > 0 && n >= budget)) { rc = 2; break; }
+        int32_t t;
+        if (a->scripted) {
+            t = fi < forced.n ? forced.v[fi++] : a->ids->eos;
+        } else {
+            const float *lg = ds4_session_logits(a->s);
+            if (!lg) { rc = -1; break; }
+            /* DSML syntax greedily, payloads with the sampler */
+            if (!g.in_reason && ds4_dsml_in_block(g.dsml) && !ds4_dsml_in_payload(g.dsml))
+                t = ds4_sample_greedy(lg, a->n_vocab);
+            else
+                t = ds4_sample(a->smp, lg);
+        }
+        if (t == a->ids->eos) break;
+        piece.n = 0;
+        if (g.in_reason && t == a->ids->think_end) {
+            ds4_detok_flush(&dt, &piece);
+            feed(&g, piece.p, piece.n);
+            g.in_reason = 0;
+            ui_end_stream(a);
+        } else {
+            ds4_detok_push(&dt, a->tok, t, &piece);
+            feed(&g, piece.p, piece.n);
+        }
+        int e = ds4_session_eval(a->s, &t, 1, NULL, NULL);
+        if (e) { ui_note(a, "decode failed: %s", ds4_strerror(e)); rc = -1; break; }
+        n++;
+        if (g.block_done || g.block_error) break;
+    }
+    piece.n = 0;
+    ds4_detok_flush(&dt, &piece);
+    feed(&g, piece.p, piece.n);
+    if (!g.block_done && !g.block_error && rc == 0) {
+        ds4_dsml_finish(g.dsml);
+    }
+    if (rc != -1) {
+        /* close the turn: the reasoning channel first if it is still open */
+        int32_t close[2];
+        int nc = 0;
+        if (g.in_reason) close[nc++] = a->ids->think_end;
+        close[nc++] = a->ids->eos;
+        int e = ds4_session_eval(a->s, close, nc, NULL, NULL);
+        if (e) { ui_note(a, "decode failed: %s", ds4_strerror(e)); rc = -1; }
+        else n += nc;
+    }
+    ui_end_stream(a);
+    m->reasoning = think ? ag_strndup(g.reasoning.p ? g.reasoning.p : "", g.reasoning.n) : NULL;
+    size_t bl = 0;
+    const char *bt = ds4_dsml_block_text(g.dsml, &bl);
+    if (g.block_done && !g.block_error && g.n_complete == m->n_calls && m->n_calls > 0) {
+        m->dsml = ag_strndup(bt, bl);
+        m->text = ag_strndup(g.content.p ? g.content.p : "", g.content.n);
+    } else {
+        /* no usable block: whatever was written stays as text, no call runs */
+        if (bt && bl) ds4_buf_append(&g.content, bt, bl);
+        m->text = ag_strndup(g.content.p ? g.content.p : "", g.content.n);
+        for (int i = 0; i < m->n_calls; i++) { free(m->calls[i].name); free(m->calls[i].args); }
+        free(m->calls);
+        m->calls = NULL;
+        m->n_calls = 0;
+        if (g.block_error && rc == 0) {
+            /* tell the model: it can write the call again */
+            m->cut = 0;
+            ds4_buf_free(&a->last_results);
+            ds4_buf_printf(&a->last_results, "malformed tool call: %.*s", (int)g.err.n, g.err.p ? g.err.p : "");
+            rc = 3;
+        }
+    }
+    if (rc == 1 || rc == 2) m->cut = 1;
+    *n_gen = n;
+    ds4_buf_free(&piece);
+    ds4_buf_free(&g.reasoning);
+    ds4_buf_free(&g.content);
+    ds4_buf_free(&g.args);
+    ds4_buf_free(&g.err);
+    ds4_tokens_free(&forced);
+    ds4_dsml_free(g.dsml);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* One model turn                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct { const int32_t *ids; int n; } prefix_ud;
+
+/* A cached state may be used when its tokens are a prefix of ours. */
+static int accept_prefix(void *ud, const int32_t *t, int n, size_t used) {
+    (void)used;
+    prefix_ud *p = ud;
+    return n <= p->n && !memcmp(t, p->ids, (size_t)n * sizeof *t);
+}
+
+static void run_calls(agent *a, ag_msg *m, ag_msg *res) {
+    ds4_buf_free(&a->last_results);
+    a->tools.sess = a->cur;
+    for (int i = 0; i < m->n_calls; i++) {
+        ag_call *c = &res->calls[i];
+        c->name = strdup(m->calls[i].name);
+        ds4_buf r = { 0 }, s = { 0 };
+        if (ag_interrupt) {
+            ds4_buf_puts(&r, "[not run: the user interrupted]");
+            ds4_buf_puts(&s, "not run (interrupted)");
+            c->ok = 0;
+        } else {
+            c->ok = ag_tool_run(&a->tools, m->calls[i].name, m->calls[i].args, &r, &s);
+        }
+        c->result = ag_strndup(r.p ? r.p : "", r.n);
+        c->summary = ag_strndup(s.p ? s.p : "", s.n);
+        ui_result(a, c->ok, c->summary);
+        ds4_buf d = { 0 };
+        ag_tool_describe(m->calls[i].name, m->calls[i].args, &d);
+        ds4_buf_printf(&a->last_results, "%s%s\n%s\n", a->last_results.n ? "\n" : "", d.p ? d.p : "", c->result);
+        ds4_buf_free(&d);
+        ds4_buf_free(&r);
+        ds4_buf_free(&s);
+    }
+}
+
+static void dump_capture(agent *a, ds4_buf *lg) {
+    ds4_session_capture(a->s, NULL, NULL);
+    if (a->dump && lg->n) {
+        fwrite(lg->p, 1, lg->n, a->dump);
+        fflush(a->dump);
+    }
+    ds4_buf_free(lg);
+}
+
+/* Returns 0 (done), 1 interrupted, -1 error; *called = the turn called
+ * tools (their results are now pending), *cut = cut by the context end. */
+int ag_model_turn(agent *a, int *called, int *cut) {
+    ag_sess *s = a->cur;
+    *called = 0;
+    *cut = 0;
+    const int ctx = ds4_session_ctx_size(a->s);
+    ds4_tokens pend = { 0 };
+    int compacted = 0;
+    for (;;) {
+        pend.n = 0;
+        if (ds4_session_n_tokens(a->s) == 0) {
+            if (ds4_tokens_reserve(&pend, a->sys_ids.n)) return -1;
+            memcpy(pend.v, a->sys_ids.v, a->sys_ids.n * sizeof *pend.v);
+            pend.n = a->sys_ids.n;
+            s->live = 0;
+        }
+        ag_render_from(a, s, s->live, 1, &pend);
+        int total = ds4_session_n_tokens(a->s) + (int)pend.n;
+        if (total <= (int)(COMPACT_AT * ctx) || compacted > 1) break;
+        if (ag_compact(a, (int)pend.n)) { ds4_tokens_free(&pend); return -1; }
+        compacted++;
+    }
+    if (ds4_session_n_tokens(a->s) + (int)pend.n > ctx - 16) {
+        ui_note(a, "the prompt (%zu tokens) cannot fit the context (%d)", pend.n, ctx);
+        ds4_tokens_free(&pend);
+        return -1;
+    }
+    /* dump: every evaluated position of this turn */
+    ds4_buf lg = { 0 };
+    if (a->dump) ds4_session_capture(a->s, &lg, NULL);
+    int before = ds4_session_n_tokens(a->s);
+    int32_t *before_ids = malloc(((size_t)before + 1) * sizeof *before_ids);
+    if (!before_ids) return -1;
+    memcpy(before_ids, ds4_session_tokens(a->s), (size_t)before * sizeof *before_ids);
+    const int32_t *ev = pend.v;
+    int nev = (int)pend.n, cached = before, rc = 0;
+    if (before == 0 && a->kv && !a->dump) {
+        /* a fresh session: its system prompt (or more) may be on disk */
+        ds4_buf t = { 0 };
+        ds4_detokenize(a->tok, pend.v, pend.n, &t);
+        prefix_ud pu = { pend.v, (int)pend.n };
+        size_t used = 0;
+        int got = ds4_kvstore_restore_if(a->kv, a->s, t.p ? t.p : "", t.n, 1, 0, accept_prefix, &pu, &used);
+        ds4_buf_free(&t);
+        if (got > 0 && got < (int)pend.n) { cached = got; ev += got; nev -= got; }
+        else if (got > 0) ds4_session_reset(a->s);
+    }
+    double t0 = ag_now();
+    if (ds4_session_n_tokens(a->s) == 0 && a->kv && nev > (int)a->sys_ids.n &&
+        !memcmp(ev, a->sys_ids.v, a->sys_ids.n * sizeof *ev)) {
+        /* keep the system prompt alone on disk: the next new session starts there */
+        rc = ag_prefill(a, ev, (int)a->sys_ids.n);
+        if (!rc && !a->dump) {
+            char *err = NULL;
+            ds4_kvstore_save(a->kv, a->s, DS4_KV_COLD, NULL, 0, &err);
+            free(err);
+        }
+        ev += a->sys_ids.n;
+        nev -= (int)a->sys_ids.n;
+    }
+    if (!rc) rc = ag_prefill(a, ev, nev);
+    double pf_s = ag_now() - t0;
+    ds4_tokens_free(&pend);
+    if (rc == DS4_ECANCEL) {
+        ui_note(a, "interrupted; the session is as it was before this prompt");
+        dump_capture(a, &lg);
+        rewind_to(a, before_ids, before);
+        free(before_ids);
+        return 1;
+    }
+    if (rc) {
+        ui_note(a, "prefill failed: %s", ds4_strerror(rc));
+        dump_capture(a, &lg);
+        rewind_to(a, before_ids, before);
+        free(before_ids);
+        return -1;
+    }
+    int prompt = ds4_session_n_tokens(a->s);
+    const int live_before = s->live;
+    s->live = s->n_msgs;
+    const int think = a->think != DS4_THINK_NONE;
+
+    ag_msg *m = ag_sess_push(s, AG_ASSISTANT);
+    if (!m) return -1;
+    int n_gen = 0;
+    double g0 = ag_now();
+    int gr = ag_generate(a, a->max_tokens, m, think, &n_gen);
+    double g_s = ag_now() - g0;
+    dump_capture(a, &lg);
+    m = &s->msgs[s->n_msgs - 1];
+    if (gr == -1) {
+        /* the state may hold part of the turn: back to before the prompt,
+         * whose messages stay pending */
+        ag_msg_free(m);
+        s->n_msgs--;
+        s->live = live_before;
+        rewind_to(a, before_ids, before);
+        free(before_ids);
+        return -1;
+    }
+    free(before_ids);
+    s->live = s->n_msgs;
+    s->turns++;
+    ag_msg *res = NULL;
+    if (m->n_calls > 0) {
+        res = ag_sess_push(s, AG_TOOLS);
+        m = &s->msgs[s->n_msgs - 2];
+        res->n_calls = m->n_calls;
+        res->calls = calloc((size_t)m->n_calls, sizeof *res->calls);
+        run_calls(a, m, res);
+        *called = 1;
+    } else if (gr == 3) {
+        /* malformed DSML: the model hears why and may try again */
+        res = ag_sess_push(s, AG_TOOLS);
+        res->n_calls = 1;
+        res->calls = calloc(1, sizeof *res->calls);
+        res->calls[0].name = strdup("(malformed)");
+        res->calls[0].result = ag_strndup(a->last_results.p, a->last_results.n);
+        res->calls[0].summary = strdup("malformed tool call");
+        ui_result(a, 0, a->last_results.p);
+        *called = 1;
+        m = &s->msgs[s->n_msgs - 2];
+    }
+    ui_status(a, prompt - cached, pf_s, n_gen, g_s);
+    ag_save(a, 1);
+    ag_trace_rec tr = { s->turns, prompt, cached, prompt - cached, n_gen, m, gr == 3 ? NULL : res,
+                        s->id, a->compacted ? "compacted" : NULL };
+    ag_trace_write(a->trace, &tr);
+    a->compacted = 0;
+    if (!m->n_calls && gr != 3) {
+        a->final_answer.n = 0;
+        ds4_buf_puts(&a->final_answer, m->text ? m->text : "");
+    }
+    *cut = gr == 2;
+    if (gr == 1 || ag_interrupt) return 1;
+    return 0;
+}
+
+int ag_run(agent *a, const char *text) {
+    ag_sess *s = a->cur;
+    if (!s->title) {
+        const char *nl = strchr(text, '\n');
+        size_t l = nl ? (size_t)(nl - text) : strlen(text);
+        if (l > 70) l = 70;
+        s->title = ag_strndup(text, l);
+    }
+    ag_msg *u = ag_sess_push(s, AG_USER);
+    if (!u) return -1;
+    u->text = strdup(text);
+    for (int t = 0; t < a->max_turns; t++) {
+        int called = 0, cut = 0;
+        int rc = ag_model_turn(a, &called, &cut);
+        if (rc < 0) return -1;
+        if (rc == 1) return 1;
+        if (cut && !called) {
+            ag_msg *c = ag_sess_push(s, AG_USER);
+            c->text = strdup("[Your last answer was cut off by the end of the context. "
+                             "Continue from where it stopped.]");
+            continue;
+        }
+        if (!called) return 0;
+    }
+    ui_note(a, "stopped after %d model turns (--max-turns)", a->max_turns);
+    return 2;
+}

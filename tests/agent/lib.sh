@@ -1,0 +1,64 @@
+# Helpers of the ds4-agent tests (sourced): DSML tool-call blocks for
+# --script files, the tool results of a saved session, trace fields.
+S="${DS4_SHARED:-../shared}"
+M="$(realpath "${AGENT_MODEL:-$S/golden/models/tiny-a-q2.gguf}")"
+AGENT="$PWD/ds4-agent"
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+D='｜DSML｜'
+
+# call NAME KEY VALUE [KEY VALUE...]: one DSML block with one invoke; a KEY
+# written #KEY is a string="false" (JSON) parameter.
+call() {
+    local name=$1; shift
+    printf '\n\n<%stool_calls>\n<%sinvoke name="%s">\n' "$D" "$D" "$name"
+    local first=1
+    while [ $# -gt 0 ]; do
+        [ $first = 1 ] || printf '\n'
+        first=0
+        local k=$1 s=true
+        case $k in \#*) k=${k#\#}; s=false;; esac
+        printf '<%sparameter name="%s" string="%s">%s</%sparameter>' "$D" "$k" "$s" "$2" "$D"
+        shift 2
+    done
+    printf '\n</%sinvoke>\n</%stool_calls>' "$D" "$D"
+}
+sep() { printf '\n---\n'; }
+
+# results DIR: the tool results of the only (or newest) session, one per
+# call, separated by lines "=====".
+results() {
+    /usr/bin/python3 - "$1" <<'PY'
+import json, sys, glob, os
+fs = sorted(glob.glob(os.path.join(sys.argv[1], ".ds4/sessions/*.json")), key=os.path.getmtime)
+s = json.load(open(fs[-1]))
+for m in s["messages"]:
+    if m["kind"] == "tools":
+        for c in m["calls"]:
+            print("=====", c["name"], "ok" if c["ok"] else "failed")
+            print(c.get("result", ""))
+PY
+}
+
+# trace_check FILE: every turn after the first of a session evaluated only
+# its new tokens (cached = previous prompt + generated, prefill = prompt -
+# cached); prints a reason and fails otherwise.
+trace_check() {
+    /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+prev = {}
+bad = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    for k in ("turn", "prompt_tokens", "cached_tokens", "prefill_tokens", "generated_tokens", "tool_calls", "session"):
+        if k not in r: print("missing", k); bad = 1
+    if r["prefill_tokens"] != r["prompt_tokens"] - r["cached_tokens"]: print("prefill != prompt - cached", r); bad = 1
+    p = prev.get(r["session"])
+    if p is not None and r.get("event") is None and p.get("event") != "summary":
+        if r["cached_tokens"] != p["prompt_tokens"] + p["generated_tokens"]:
+            print("turn", r["turn"], "re-evaluated old tokens:", r); bad = 1
+    prev[r["session"]] = r
+sys.exit(bad)
+PY
+}
