@@ -9,6 +9,7 @@
 #  broken files refused before any compute.
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin under DEBUG=1)
 S="${DS4_SHARED:-../shared}"
 G="$S/golden"
 PY=/usr/bin/python3
@@ -21,7 +22,7 @@ bad() { echo "FAIL $*"; fail=$((fail+1)); }
 
 run() {   # run MODEL SEQ OUT [ds4 flags...]
     local m=$1 s=$2 o=$3; shift 3
-    ./ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/$s.ids.txt" \
+    $BD/ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/$s.ids.txt" \
         --dump-logits "$o" -n 0 "$@" > "$T/run.log" 2>&1 || { cat "$T/run.log"; return 1; }
 }
 
@@ -92,7 +93,7 @@ teach() {  # teach MODEL LABEL [ds4 flags] -- [oracle flags]
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do dflags+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     oflags=("$@")
-    ./ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/seq_300.ids.txt" -n 0 \
+    $BD/ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/seq_300.ids.txt" -n 0 \
         --dump-logits "$T/tl.f32" --dump-hidden "$T/th.f32" "${dflags[@]}" > "$T/run.log" 2>&1 \
         || { bad "$label run"; cat "$T/run.log"; return; }
     if $PY tests/oracle/teacher.py "$S/oracle" "$G/models/tiny-a-$m.gguf" \
@@ -126,7 +127,7 @@ open(out + "/dims.gguf", "wb").write(w)
 open(out + "/trunc.gguf", "wb").write(b[: len(b) // 2])
 PYEOF
 refuse() {  # refuse FILE EXPECTED-FRAGMENT LABEL
-    if ./ds4 -q -m "$1" --tokens 0,1,2 -n 0 > "$T/r.log" 2>&1; then
+    if $BD/ds4 -q -m "$1" --tokens 0,1,2 -n 0 > "$T/r.log" 2>&1; then
         bad "$3: accepted"
     elif grep -qF -- "$2" "$T/r.log"; then ok "$3"
     else bad "$3: unexpected message"; sed 's/^/    /' "$T/r.log"; fi

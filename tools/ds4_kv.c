@@ -35,6 +35,17 @@ typedef struct {
     int n, cap;
 } names_t;
 
+static void names_free(names_t *nm) {
+    for (int i = 0; i < nm->n; i++) free(nm->names[i]);
+    free(nm->names);
+    memset(nm, 0, sizeof *nm);
+}
+
+static int cmpstr(const void *a, const void *b);
+
+/* The cache files of `dir`, sorted by name (an empty directory gives an
+ * empty list: qsort is not called with a NULL array).  The caller frees
+ * the list with names_free, also after a failure. */
 static int collect(const char *dir, names_t *out, int include_bad) {
     DIR *d = opendir(dir);
     if (!d) {
@@ -48,12 +59,22 @@ static int collect(const char *dir, names_t *out, int include_bad) {
         int bad = l > 10 && !strcmp(de->d_name + l - 10, ".ds4kv.bad");
         if (!ok && !(include_bad && bad)) continue;
         if (out->n == out->cap) {
-            out->cap = out->cap ? out->cap * 2 : 64;
-            out->names = realloc(out->names, (size_t)out->cap * sizeof *out->names);
+            int nc = out->cap ? out->cap * 2 : 64;
+            char **nn = realloc(out->names, (size_t)nc * sizeof *nn);
+            if (!nn) break;
+            out->names = nn;
+            out->cap = nc;
         }
-        out->names[out->n++] = strdup(de->d_name);
+        if (!(out->names[out->n] = strdup(de->d_name))) break;
+        out->n++;
     }
+    int oom = de != NULL;
     closedir(d);
+    if (oom) {
+        fprintf(stderr, "ds4-kv: %s: out of memory listing the directory\n", dir);
+        return -1;
+    }
+    if (out->n > 1) qsort(out->names, (size_t)out->n, sizeof *out->names, cmpstr);
     return 0;
 }
 
@@ -72,8 +93,7 @@ static void age(uint64_t t, char *buf, size_t n) {
 
 static int cmd_list(const char *dir) {
     names_t nm = { 0 };
-    if (collect(dir, &nm, 1)) return 1;
-    qsort(nm.names, (size_t)nm.n, sizeof *nm.names, cmpstr);
+    if (collect(dir, &nm, 1)) { names_free(&nm); return 1; }
     printf("%-14s %8s %10s %-9s %6s %6s %5s  %s\n", "file", "tokens", "MiB", "reason", "age",
            "used", "hits", "text");
     uint64_t total = 0;
@@ -96,6 +116,7 @@ static int cmd_list(const char *dir) {
                in.file_bytes / 1048576.0, ds4_kv_reason_name(in.reason), a, u, in.hits, in.prefix);
     }
     printf("%d file(s), %.2f MiB\n", nm.n, total / 1048576.0);
+    names_free(&nm);
     return 0;
 }
 
@@ -110,8 +131,7 @@ static int cmd_verify(const char *dir, const char *model) {
         ds4_model_family_fingerprint(m, fam);
     }
     names_t nm = { 0 };
-    if (collect(dir, &nm, 0)) return 2;
-    qsort(nm.names, (size_t)nm.n, sizeof *nm.names, cmpstr);
+    if (collect(dir, &nm, 0)) { names_free(&nm); ds4_model_free(m); return 2; }
     int bad = 0;
     for (int i = 0; i < nm.n; i++) {
         char path[4096], *err = NULL;
@@ -131,13 +151,14 @@ static int cmd_verify(const char *dir, const char *model) {
         free(err);
     }
     printf("%d file(s), %d bad\n", nm.n, bad);
+    names_free(&nm);
     ds4_model_free(m);
     return bad ? 1 : 0;
 }
 
 static int cmd_rm(const char *dir, int argc, char **argv) {
     names_t nm = { 0 };
-    if (collect(dir, &nm, 1)) return 1;
+    if (collect(dir, &nm, 1)) { names_free(&nm); return 1; }
     int all = 0, bad = 0, removed = 0, rc = 0;
     double days = -1;
     for (int i = 0; i < argc; i++) {
@@ -164,6 +185,7 @@ static int cmd_rm(const char *dir, int argc, char **argv) {
         else removed++;
     }
     printf("removed %d file(s)\n", removed);
+    names_free(&nm);
     return rc;
 }
 

@@ -33,23 +33,16 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf/model.h"
 #include "kernels/quant.h"
 
 #define CHUNK_BYTES (8u << 20)   /* one generation buffer: (threads + 2) of them in flight */
 #define MAX_THREADS 64
 #define ALIGNMENT 32
 
-/* Loader bounds (model.c): a file outside them would be rejected anyway,
+/* The limits of every integer key are the engine's table (gguf/model.h,
+ * ds4_model_limits): a file outside them would be refused by the loader,
  * and they keep every derived product far from overflow. */
-#define MAX_EMBD 65536
-#define MAX_LAYER 1024
-#define MAX_EXPERT 4096
-#define MAX_HEAD 4096
-#define MAX_HEAD_DIM 4096
-#define MAX_RANK 65536
-#define MAX_FF 65536
-#define MAX_HC 64
-#define MAX_RATIO (1 << 20)
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -67,6 +60,7 @@ static void usage(FILE *o) {
 "usage: ds4-synth --preset tiny|medium|flash --recipe f16|q2|q4 --vocab VOCAB.gguf\n"
 "                 -o OUT.gguf [--layers N] [--seed S] [--set key=value ...]\n"
 "                 [--threads N] [--dry-run [--list]]\n"
+"       ds4-synth --limits\n"
 "\n"
 "Writes a random-weight GGUF with the exact DeepSeek V4 Flash layout (tensor\n"
 "names, order, dims, types, metadata keys, 32-byte alignment).  Weights are\n"
@@ -126,6 +120,9 @@ static void usage(FILE *o) {
 "  --dry-run       print the tensor summary, the file size and the bytes read\n"
 "                  per decoded token; write nothing.\n"
 "  --list          with --dry-run: also list every tensor.\n"
+"  --limits        print the range the engine accepts for every integer\n"
+"                  deepseek4.* key (tab-separated: key, min, max, reason)\n"
+"                  and exit; --set values outside it are refused.\n"
 "  -h, --help      this text.\n"
 "\n"
 "Weights: projections have RMS ~1/sqrt(n_in) (unit-RMS outputs), RMSNorm\n"
@@ -279,7 +276,7 @@ static int parse_f64(const char *s, double *out) {
 static int parse_list(const char *s, int is_float, void **out) {
     int n = 1;
     for (const char *p = s; *p; p++) n += *p == ',';
-    if (n > MAX_LAYER + 1) return -1;
+    if (n > DS4_MAX_LAYER + 1) return -1;
     void *arr = calloc((size_t)n, 8);
     char *dup = strdup(s);
     if (!arr || !dup) die("out of memory");
@@ -287,7 +284,7 @@ static int parse_list(const char *s, int is_float, void **out) {
     char *save = NULL;
     for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save), i++) {
         int bad = is_float ? parse_f64(tok, (double *)arr + i)
-                           : parse_i64(tok, 0, MAX_RATIO, (int64_t *)arr + i);
+                           : parse_i64(tok, 0, DS4_MAX_RATIO, (int64_t *)arr + i);
         if (bad) { free(arr); free(dup); return -1; }
     }
     free(dup);
@@ -336,7 +333,7 @@ static void apply_set(config *c, const char *kv) {
         int n = parse_list(val, 0, &a);
         if (n < 0)
             usage_error("--set %s: \"%s\" is not a comma-separated list of integers in [0, %d]",
-                        d->key, val, MAX_RATIO);
+                        d->key, val, DS4_MAX_RATIO);
         free(c->ratios);
         c->ratios = a;
         c->n_ratios = n;
@@ -360,31 +357,23 @@ static void apply_set(config *c, const char *kv) {
 static void finalize_config(config *c, int quantized, const char *recipe) {
     int np = 0;
 #define PROB(...) do { fprintf(stderr, "ds4-synth: " __VA_ARGS__); fputc('\n', stderr); np++; } while (0)
-#define RANGE(f, name, lo, hi) \
-    do { if (c->f < (lo) || c->f > (hi)) \
-        PROB("%s = %" PRId64 " is out of range [%lld, %lld]", name, c->f, (long long)(lo), (long long)(hi)); } while (0)
-    RANGE(n_layer, "block_count", 1, MAX_LAYER);
-    RANGE(n_embd, "embedding_length", 1, MAX_EMBD);
-    RANGE(n_head, "attention.head_count", 1, MAX_HEAD);
-    RANGE(n_head_kv, "attention.head_count_kv", 1, 1);
-    RANGE(key_len, "attention.key_length", 1, MAX_HEAD_DIM);
-    RANGE(val_len, "attention.value_length", 1, MAX_HEAD_DIM);
-    RANGE(q_lora, "attention.q_lora_rank", 1, MAX_RANK);
-    RANGE(o_lora, "attention.output_lora_rank", 1, MAX_RANK);
-    RANGE(o_groups, "attention.output_group_count", 1, MAX_HEAD);
-    RANGE(n_swa, "attention.sliding_window", 1, 1 << 24);
-    RANGE(idx_heads, "attention.indexer.head_count", 1, MAX_HEAD);
-    RANGE(idx_dim, "attention.indexer.key_length", 1, MAX_HEAD_DIM);
-    RANGE(idx_topk, "attention.indexer.top_k", 1, 1 << 24);
-    RANGE(n_rot, "rope.dimension_count", 0, MAX_HEAD_DIM);
-    RANGE(rope_orig_ctx, "rope.scaling.original_context_length", 1, UINT32_MAX);
-    RANGE(ctx, "context_length", 1, UINT32_MAX);
-    RANGE(n_expert, "expert_count", 1, MAX_EXPERT);
-    RANGE(n_used, "expert_used_count", 1, MAX_EXPERT);
-    RANGE(n_shared, "expert_shared_count", 1, 64);
-    RANGE(n_ff, "expert_feed_forward_length", 1, MAX_FF);
-    RANGE(n_hc, "hyper_connection.count", 1, MAX_HC);
-    RANGE(hc_iters, "hyper_connection.sinkhorn_iterations", 1, 1000);
+    /* every integer key against the engine's limits table */
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (KEYS[i].kind != K_INT) continue;
+        const ds4_model_limit *lim = ds4_model_limit_find(KEYS[i].key);
+        if (!lim) die("internal: no limit for %s", KEYS[i].key);
+        int64_t v = *(const int64_t *)((const char *)c + KEYS[i].off);
+        if (!strcmp(KEYS[i].key, "hash_layer_count") && !c->hash_set) continue;   /* derived below */
+        if (v < lim->min || v > lim->max)
+            PROB("%s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "] (limit: %s)", KEYS[i].key, v,
+                 lim->min, lim->max, lim->why);
+    }
+    {
+        const ds4_model_limit *lim = ds4_model_limit_find("vocab_size");
+        if (c->n_vocab < lim->min || c->n_vocab > lim->max)
+            PROB("vocab_size = %" PRId64 " (tokens of --vocab) is out of range [%" PRId64 ", %" PRId64 "]",
+                 c->n_vocab, lim->min, lim->max);
+    }
     if (np) exit(2);   /* the checks below assume sane ranges */
 
     if (!c->hash_set) c->n_hash = c->n_layer < 3 ? c->n_layer : 3;
@@ -468,7 +457,6 @@ static void finalize_config(config *c, int quantized, const char *recipe) {
                      recipe, al[i].what, al[i].n, al[i].blk);
     }
     if (np) exit(2);
-#undef RANGE
 #undef PROB
 }
 
@@ -1340,13 +1328,21 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--dry-run")) dry = 1;
         else if (!strcmp(a, "--list")) list = 1;
+        else if (!strcmp(a, "--limits")) {
+            /* the engine's table, one key a line: key min max why */
+            for (int k = 0; k < ds4_model_n_limits; k++)
+                printf("deepseek4.%s\t%" PRId64 "\t%" PRId64 "\t%s\n", ds4_model_limits[k].key,
+                       ds4_model_limits[k].min, ds4_model_limits[k].max, ds4_model_limits[k].why);
+            free(sets);
+            return 0;
+        }
         else if ((v = opt_val(argc, argv, &i, "--preset"))) preset = v;
         else if ((v = opt_val(argc, argv, &i, "--recipe"))) recipe = v;
         else if ((v = opt_val(argc, argv, &i, "--vocab"))) vocab_path = v;
         else if ((v = opt_val(argc, argv, &i, "--output")) || (v = opt_val(argc, argv, &i, "-o"))) out = v;
         else if ((v = opt_val(argc, argv, &i, "--layers"))) {
-            if (parse_i64(v, 1, MAX_LAYER, &layers))
-                usage_error("--layers: \"%s\" is not an integer in [1, %d]", v, MAX_LAYER);
+            if (parse_i64(v, 1, DS4_MAX_LAYER, &layers))
+                usage_error("--layers: \"%s\" is not an integer in [1, %d]", v, DS4_MAX_LAYER);
         } else if ((v = opt_val(argc, argv, &i, "--seed"))) {
             char *end;
             errno = 0;
