@@ -219,10 +219,17 @@ void job_emit_event(job *j, const char *event, json_t *data) {
     ds4_buf b = { 0 };
     if (event) ds4_buf_printf(&b, "event: %s\n", event);
     ds4_buf_puts(&b, "data: ");
-    ds4_buf_puts(&b, s);
+    ds4_buf_puts(&b, s ? s : "");
     ds4_buf_puts(&b, "\n\n");
     free(s);
-    job_emit(j, b.p, b.n);
+    if (!s || ds4_buf_failed(&b)) {
+        /* never a cut event: the client gets an error it can parse */
+        static const char oom[] = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
+                                  "\"server_error\",\"message\":\"out of memory\"}}\n\n";
+        job_emit(j, oom, sizeof oom - 1);
+    } else {
+        job_emit(j, b.p, b.n);
+    }
     ds4_buf_free(&b);
 }
 
@@ -814,6 +821,7 @@ static int kv_accept(void *ud, const int32_t *tok, int n, size_t used) {
         return 0;
     }
     a->todo->n = 0;
+    /* a failed tokenization stays in a->todo (sticky): the prefill refuses it */
     ds4_tokenize(srv->tok, a->text + used, a->len - used, DS4_TOK_SPECIAL, a->todo);
     if ((size_t)n + a->todo->n >= (size_t)srv->ctx) return 0;
     a->mode = 2;
@@ -832,9 +840,11 @@ static int kv_lookup(worker *w, request *rq, int better_than, ds4_tokens *todo, 
     size_t len = rq->prompt.n;
     if (rq->raw_ids) {
         /* token ids: their text finds the file; the tokens must then match */
-        ds4_detokenize(srv->tok, rq->tokens.v, rq->tokens.n, &ids_text);
-        text = ids_text.p;
-        len = ids_text.n;
+        /* a text that could not be built whole finds nothing (a prefix
+         * of it could restore a state the ids do not start with) */
+        int bad = ds4_detokenize(srv->tok, rq->tokens.v, rq->tokens.n, &ids_text);
+        text = bad ? NULL : ids_text.p;
+        len = bad ? 0 : ids_text.n;
     }
     size_t used = 0;
     *retok = 0;
@@ -894,9 +904,9 @@ static void run_job(worker *w, job *j) {
     ds4_tokens suffix = { 0 };
     int text_hit = 0, retok = 0;
     if (!rq->raw_ids && n_sess > 0 && ds4_session_logits(s)) {
-        w->live.n = 0;
-        ds4_detokenize(srv->tok, ds4_session_tokens(s), (size_t)n_sess, &w->live);
-        if (w->live.n <= rq->prompt.n && !memcmp(w->live.p, rq->prompt.p, w->live.n) &&
+        ds4_buf_clear(&w->live);
+        if (!ds4_detokenize(srv->tok, ds4_session_tokens(s), (size_t)n_sess, &w->live) &&
+            w->live.n <= rq->prompt.n && !memcmp(w->live.p, rq->prompt.p, w->live.n) &&
             char_boundary(rq->prompt.p, rq->prompt.n, w->live.n) &&
             !cut_splits_special(srv->tok, srv->sp, &rq->tokens, w->live.n)) {
             const int32_t *st = ds4_session_tokens(s);
@@ -971,10 +981,12 @@ static void run_job(worker *w, job *j) {
     /* 3. Prefill. */
     double t0 = util_now();
     progress_ud pu = { j };
-    int reused = expect_reuse, rc = DS4_OK;
+    /* the prompt's tokens were gathered with sticky pushes: never evaluate
+     * a prompt that lost some (500 below) */
+    int reused = expect_reuse, rc = ds4_tokens_failed(&suffix) ? DS4_ENOMEM : DS4_OK;
     const int32_t *tv = suffix.v;
     int tn = (int)suffix.n;
-    if (scratch) {
+    if (rc == DS4_OK && scratch) {
         ds4_session_reset(s);
         w->saved_n = 0;
         /* cold checkpoint: a prompt evaluated from scratch is saved at its
@@ -1101,6 +1113,17 @@ static void run_job(worker *w, job *j) {
                 else { free(res->calls[i].name); ds4_buf_free(&res->calls[i].args); }
             }
             res->n_calls = k;
+        }
+    }
+    /* the answer's buffers are appended to with sticky failures: one check
+     * here turns a lost piece into a 500, never a silently shorter answer */
+    if (fin != FIN_CANCEL && fin != FIN_ERROR) {
+        int lost = ds4_buf_failed(&res->content) || ds4_buf_failed(&res->reasoning) ||
+                   ds4_buf_failed(&g.hold) || ds4_buf_failed(&g.piece) || ds4_tokens_failed(&g.forced);
+        for (int i = 0; i < res->n_calls; i++) lost |= ds4_buf_failed(&res->calls[i].args) != 0;
+        if (lost) {
+            fin = FIN_ERROR;
+            api_err_set(&res->err, 500, "server_error", NULL, NULL, "out of memory while generating");
         }
     }
     if (fin == FIN_CANCEL && atomic_load(&j->cancel) == CANCEL_SHUTDOWN) {
