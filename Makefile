@@ -102,6 +102,10 @@ $(BIN_DIR)/ds4-kv: $(BUILD)/tools/ds4_kv.o $(LIB)
 
 tests: $(TEST_BINS)
 
+# test_oom fails chosen allocations: every malloc/calloc/realloc of the
+# library and the test goes through its wrappers
+$(BUILD)/tests/test_oom: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
+
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
