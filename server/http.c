@@ -559,11 +559,7 @@ http_server *http_start(server_ctx *srv, int *port_out, char **err) {
     snprintf(port, sizeof port, "%d", srv->cfg.port);
     int gai = getaddrinfo(srv->cfg.host, port, &hints, &ai);
     if (gai) {
-        if (err) {
-            char m[300];
-            snprintf(m, sizeof m, "cannot resolve --host %s: %s", srv->cfg.host, gai_strerror(gai));
-            *err = strdup(m);
-        }
+        ds4_set_err(err, DS4_EINVAL, "cannot resolve --host %s: %s", srv->cfg.host, gai_strerror(gai));
         free(h);
         return NULL;
     }
@@ -581,12 +577,8 @@ http_server *http_start(server_ctx *srv, int *port_out, char **err) {
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
-        if (err) {
-            char m[300];
-            snprintf(m, sizeof m, "cannot listen on %s:%d (%s)", srv->cfg.host, srv->cfg.port,
-                     errno ? strerror(errno) : "libmicrohttpd refused the options");
-            *err = strdup(m);
-        }
+        ds4_set_err(err, DS4_EIO, "cannot listen on %s:%d (%s)", srv->cfg.host, srv->cfg.port,
+                    errno ? strerror(errno) : "libmicrohttpd refused the options");
         free(h);
         return NULL;
     }

@@ -1247,7 +1247,7 @@ worker *worker_start(server_ctx *srv, char **err) {
                 w->pol.align_tokens, srv->cfg.kv_allow_variants ? "; quantization variants allowed" : "");
     }
     if (pthread_create(&w->th, NULL, worker_main, w)) {
-        if (err) *err = strdup("cannot start the inference thread");
+        ds4_set_err(err, DS4_EIO, "cannot start the inference thread");
         worker_free(w);
         return NULL;
     }
