@@ -472,9 +472,9 @@ int chat_interactive(chat_app *a) {
             a->frontier = ds4_kv_policy_next_frontier(&a->o.kv_policy, n);
             ds4_buf t = { 0 };
             int from = n > 48 ? n - 48 : 0;
-            ds4_detokenize(a->tok, ds4_session_tokens(a->s) + from, (size_t)(n - from), &t);
+            int bad = ds4_detokenize(a->tok, ds4_session_tokens(a->s) + from, (size_t)(n - from), &t);
             fprintf(stderr, "ds4: resumed a conversation of %d tokens from %s (/clear starts a new one)\n"
-                    "ds4: ...%.*s\n", n, a->o.kv_dir, (int)t.n, t.p ? t.p : "");
+                    "ds4: ...%.*s\n", n, a->o.kv_dir, bad ? 0 : (int)t.n, t.p && !bad ? t.p : "");
             ds4_buf_free(&t);
         }
     }
