@@ -35,6 +35,21 @@ check() {  # check MODEL SOURCE SEQ FILE CHECK LABEL
 }
 
 seqs="seq_001 seq_007 seq_040 seq_300 seq_600a"
+splits="1 37 128 300"
+sched_seq=seq_600a
+sched_args=("--decode-only" "--chunk 7" "--chunk 100 --split 257" "-t 1" "--chunk 33 -t 3")
+kern_seq=seq_300
+qat_short="seq_007 seq_040 seq_300 seq_600a"
+qat_stat="seq_300 seq_600a"
+# The sanitizer suite (DS4_DEBUG_BUILD=1, ASan ~10x slower) runs a subset:
+# what it is for is a clean run of every code path (prefill, decode, splits,
+# chunkings, thread counts, kernel tables, QAT on/off, dumps); the numeric
+# comparisons in full are the optimized suite's job.
+if [ "${DS4_DEBUG_BUILD:-0}" = 1 ]; then
+    seqs="seq_007 seq_300"; splits="37"; sched_seq=seq_300
+    sched_args=("--decode-only" "--chunk 100 --split 257" "--chunk 33 -t 3")
+    kern_seq=seq_040; qat_short="seq_040"; qat_stat=""
+fi
 
 # (1) QAT off, tight, every sequence and evaluation mode
 for m in f16 q2; do
@@ -44,7 +59,7 @@ for m in f16 q2; do
         check $m ref-noqat $s "$T/p.f32" noqat "(1) noqat $m $s prefill"
         run $m $s "$T/d.f32" --no-qat --decode-only && check $m ref-noqat $s "$T/d.f32" noqat "(1) noqat $m $s decode-only"
         cmp -s "$T/p.f32" "$T/d.f32" && ok "$m $s no-qat decode == prefill (bitwise)" || bad "$m $s no-qat decode != prefill"
-        for sp in 1 37 128 300; do
+        for sp in $splits; do
             [ "$sp" -lt "$n" ] || continue
             run $m $s "$T/x.f32" --no-qat --split $sp && check $m ref-noqat $s "$T/x.f32" noqat "(1) noqat $m $s split $sp"
         done
@@ -53,32 +68,32 @@ done
 
 # bitwise agreement of every schedule with QAT on
 for m in f16 q2; do
-    run $m seq_600a "$T/p.f32" -t 2 || bad "$m qat run"
-    for args in "--decode-only" "--chunk 7" "--chunk 100 --split 257" "-t 1" "--chunk 33 -t 3"; do
-        run $m seq_600a "$T/x.f32" $args && cmp -s "$T/p.f32" "$T/x.f32" \
-            && ok "$m seq_600a QAT: '$args' == prefill (bitwise)" || bad "$m seq_600a QAT: '$args' differs from prefill"
+    run $m $sched_seq "$T/p.f32" -t 2 || bad "$m qat run"
+    for args in "${sched_args[@]}"; do
+        run $m $sched_seq "$T/x.f32" $args && cmp -s "$T/p.f32" "$T/x.f32" \
+            && ok "$m $sched_seq QAT: '$args' == prefill (bitwise)" || bad "$m $sched_seq QAT: '$args' differs from prefill"
     done
 done
 
 # every kernel table end to end (the default is the best the CPU has)
 for kt in scalar avx2; do
     for m in f16 q2; do
-        DS4_KERNELS=$kt run $m seq_300 "$T/k.f32" --no-qat && \
-            check $m ref-noqat seq_300 "$T/k.f32" noqat "(1) noqat $m seq_300 with DS4_KERNELS=$kt"
-        DS4_KERNELS=$kt run $m seq_300 "$T/kp.f32" && DS4_KERNELS=$kt run $m seq_300 "$T/kd.f32" --decode-only && \
+        DS4_KERNELS=$kt run $m $kern_seq "$T/k.f32" --no-qat && \
+            check $m ref-noqat $kern_seq "$T/k.f32" noqat "(1) noqat $m $kern_seq with DS4_KERNELS=$kt"
+        DS4_KERNELS=$kt run $m $kern_seq "$T/kp.f32" && DS4_KERNELS=$kt run $m $kern_seq "$T/kd.f32" --decode-only && \
             cmp -s "$T/kp.f32" "$T/kd.f32" && ok "$m DS4_KERNELS=$kt: decode == prefill (bitwise)" \
             || bad "$m DS4_KERNELS=$kt: decode differs from prefill"
     done
 done
 
 # (2) QAT on, f16 model, first 40 positions vs the original engine
-for s in seq_007 seq_040 seq_300 seq_600a; do
+for s in $qat_short; do
     run f16 $s "$T/q.f32" && check f16 ds4 $s "$T/q.f32" qat-short "(2) qat-short f16 $s"
 done
 
 # (3) QAT on, statistical
 for m in f16 q2; do
-    for s in seq_300 seq_600a; do
+    for s in $qat_stat; do
         run $m $s "$T/q.f32" && check $m ds4 $s "$T/q.f32" qat-stat "(3) qat-stat $m $s"
     done
 done
@@ -105,9 +120,11 @@ teach() {  # teach MODEL LABEL [ds4 flags] -- [oracle flags]
     fi
 }
 teach f16 "(4) teacher f16 QAT on"
-teach f16 "(4) teacher f16 --no-qat" --no-qat -- --no-qat
-teach q2 "(4) teacher q2 QAT on (emulate-ds4)" -- --emulate-ds4
-teach q2 "(4) teacher q2 --no-qat" --no-qat -- --no-qat
+if [ "${DS4_DEBUG_BUILD:-0}" != 1 ]; then   # (the same dumps, other oracle flags)
+    teach f16 "(4) teacher f16 --no-qat" --no-qat -- --no-qat
+    teach q2 "(4) teacher q2 QAT on (emulate-ds4)" -- --emulate-ds4
+    teach q2 "(4) teacher q2 --no-qat" --no-qat -- --no-qat
+fi
 
 # Refusals before any compute: wrong family, broken tensor directory.
 $PY - "$G/models/tiny-a-f16.gguf" "$T" <<'PYEOF'
