@@ -98,7 +98,8 @@ static void key_of(char *buf, size_t n, const char *suffix) {
     snprintf(buf, n, "deepseek4.%s", suffix);
 }
 
-/* Reads an integer key into [lo, hi].  Returns 1 if a valid value was
+/* Reads an integer key into its range (the limits table; every key read
+ * here has a row).  Returns 1 if a valid value was
  * stored, 0 if absent (and not required), -1 on a reported problem. */
 static int meta_int(problems *p, const gguf_file *gf, const char *suffix, int required,
                     int64_t *out) {
