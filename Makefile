@@ -4,22 +4,38 @@
 #   make                 optimized build for this machine (-O3 -march=native)
 #   make PORTABLE=1      no -march=native (SIMD kernels are still chosen at
 #                        run time from what the CPU supports)
-#   make DEBUG=1         -O0 -g with AddressSanitizer/UBSan
+#   make DEBUG=1         -O0 -g with AddressSanitizer/UBSan, in its own
+#                        tree: objects in build/debug, binaries in
+#                        build/debug/bin (the optimized ./ds4 etc. and
+#                        build/ stay as they are)
+#   make test            the whole suite on the optimized build, then again
+#                        on the DEBUG=1 build (what CI runs)
+#   make test-opt        the optimized suite only
+#   make DEBUG=1 test    the sanitizer suite only
 #   make install PREFIX=/usr/local
 
 PREFIX ?= /usr/local
 # build in parallel by default (tests still run one after another)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 CC ?= cc
-BUILD ?= build
 
+# Tests find the binaries through DS4_BIN_DIR and the test programs through
+# DS4_BUILD_DIR (tests/run.sh), so both trees run the same suite.
 ifeq ($(DEBUG),1)
-  OPT = -O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer
-  LDOPT = -fsanitize=address,undefined
-else ifeq ($(PORTABLE),1)
-  OPT = -O3 -g
+  BUILD ?= build/debug
+  BIN_DIR ?= $(BUILD)/bin
+  # float-cast-overflow: a double out of an integer's range (e.g. a JSON
+  # number cast to int) is undefined behaviour; UBSan leaves it out by default
+  OPT = -O0 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
+  LDOPT = -fsanitize=address,undefined,float-cast-overflow
 else
-  OPT = -O3 -g -march=native
+  BUILD ?= build
+  BIN_DIR ?= .
+  ifeq ($(PORTABLE),1)
+    OPT = -O3 -g
+  else
+    OPT = -O3 -g -march=native
+  endif
 endif
 
 CFLAGS ?= $(OPT)
@@ -63,8 +79,10 @@ ifneq ($(wildcard tools/ds4_quantize.c),)
   BINS += ds4-quantize
 endif
 
-.PHONY: all test bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
-all: $(BINS) tests
+BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
+
+.PHONY: all test test-opt test-suite bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
+all: $(BIN_PATHS) tests
 
 # The version every binary prints (--version): DS4_VERSION from ds4.h plus
 # `git describe` of the checkout, kept in a header that is rewritten only
@@ -86,36 +104,62 @@ $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-ds4: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+$(BIN_DIR)/ds4: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -ledit
 
-ds4-server: $(SERVER_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+$(BIN_DIR)/ds4-server: $(SERVER_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lmicrohttpd
 
 # the coding agent: the model in process, line editing as the CLI
-ds4-agent: $(AGENT_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+$(BIN_DIR)/ds4-agent: $(AGENT_SRCS:%.c=$(BUILD)/%.o) $(LIB)
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -ledit
 
-ds4-synth: $(BUILD)/tools/ds4_synth.o $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
-
-ds4-bench: $(BUILD)/tools/ds4_bench.o $(BUILD)/tools/probe.o $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
-
-ds4-kv: $(BUILD)/tools/ds4_kv.o $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
-
 # HF checkpoint -> GGUF (docs/CHECKPOINT.md)
-ds4-quantize: $(BUILD)/tools/ds4_quantize.o $(LIB)
+$(BIN_DIR)/ds4-quantize: $(BUILD)/tools/ds4_quantize.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BIN_DIR)/ds4-synth: $(BUILD)/tools/ds4_synth.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BIN_DIR)/ds4-bench: $(BUILD)/tools/ds4_bench.o $(BUILD)/tools/probe.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BIN_DIR)/ds4-kv: $(BUILD)/tools/ds4_kv.o $(LIB)
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 tests: $(TEST_BINS)
 
+# test_oom fails chosen allocations: every malloc/calloc/realloc of the
+# library and the test goes through its wrappers
+$(BUILD)/tests/test_oom: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
+
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# In a DEBUG=1 make, `test` is the sanitizer suite alone; otherwise the
+# optimized suite, then the DEBUG=1 one (both run even if the first fails).
+ifeq ($(DEBUG),1)
+test: test-suite
+else
+# (the suite's line holds no $(MAKE), so `make -n test` only prints it)
 test: all
-	tests/run.sh
+	@rm -f $(BUILD)/.test-opt-failed
+	DS4_BIN_DIR=$(BIN_DIR) DS4_BUILD_DIR=$(BUILD) tests/run.sh || touch $(BUILD)/.test-opt-failed
+	$(MAKE) --no-print-directory DEBUG=1 test
+	@if [ -e $(BUILD)/.test-opt-failed ]; then echo "make test: the optimized suite failed (above)"; exit 1; fi
+endif
+
+test-opt: test-suite
+
+test-suite: all
+	DS4_BIN_DIR=$(BIN_DIR) DS4_BUILD_DIR=$(BUILD) DS4_DEBUG_BUILD=$(if $(filter 1,$(DEBUG)),1,0) tests/run.sh
 
 bench: all
 	bench/run.sh
@@ -134,31 +178,33 @@ $(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/tools/prob
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # the main job: chat with ./ds4flash.gguf, or with a generated demo model
-run: ds4 ds4-synth
+run: $(BIN_DIR)/ds4 $(BIN_DIR)/ds4-synth
 	tools/run_main.sh
 
 # libFuzzer targets (clang); FUZZ_SECONDS per target (default 60)
 fuzz:
 	fuzz/run.sh
 
-install: $(BINS)
+install: $(BIN_PATHS)
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BIN_PATHS) $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/share/ds4/vocab
 	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
-	rm -rf $(BUILD) ds4 ds4-server ds4-agent ds4-synth ds4-bench ds4-kv ds4-quantize demo/*.gguf
+	rm -rf $(BUILD) build-ubsan $(addprefix $(BIN_DIR)/,ds4 ds4-server ds4-agent ds4-synth ds4-bench ds4-kv ds4-quantize) demo/*.gguf
 
 # keep the objects of tests and benches (intermediate files of a chain)
 .SECONDARY:
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+# (the optimized tree's search skips the debug tree nested in it)
+-include $(shell find $(BUILD) -path $(BUILD)/debug -prune -o -name '*.d' -print 2>/dev/null)
 
 # ds4-server under clang's UBSan, float-cast-overflow included (a double
 # out of an int's range is undefined), built in its own directory, then the
 # server tests against it: tests/t_server.sh fails on any "runtime error:"
-# in the server's log.
+# in the server's log.  (The DEBUG=1 suite of `make test` runs the same
+# checks with GCC's sanitizers.)
 UBSAN_BUILD ?= build-ubsan
 UBSAN_OPT = -O1 -g -fno-omit-frame-pointer -fsanitize=undefined,float-cast-overflow
 .PHONY: test-ubsan-server

@@ -339,6 +339,7 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
     b.n = 0;
     ds4_detok_flush(&dt, &b);
     if (b.n) out_bytes(b.p, b.n);
+    if (ds4_buf_failed(&b)) { fprintf(stderr, "\nds4: out of memory: the output above is incomplete\n"); rc = -1; }
     if (in_think && !raw) {
         if (a->tty_out) out_bytes(RESET, strlen(RESET));
         else out_bytes("\n</think>\n", 10);
@@ -436,6 +437,12 @@ int chat_turn(chat_app *a, const char *text, size_t len) {
         ds4_buf_append(&prompt, text, len);
         ds4_buf_puts(&prompt, "<｜Assistant｜>");
         ds4_buf_puts(&prompt, think == DS4_THINK_NONE ? "</think>" : "<think>");
+        /* the appends above are sticky on failure: one check covers them */
+        if (ds4_buf_failed(&prompt)) {
+            fprintf(stderr, "ds4: out of memory building the prompt\n");
+            ds4_buf_free(&prompt);
+            return -1;
+        }
     }
     ds4_tokens ids = { 0 };
     int restored = 0;
@@ -446,6 +453,11 @@ int chat_turn(chat_app *a, const char *text, size_t len) {
         ds4_tokenize(a->tok, prompt.p, prompt.n, DS4_TOK_SPECIAL, &ids);
     }
     ds4_buf_free(&prompt);
+    if (ds4_tokens_failed(&ids)) {   /* never evaluate a truncated prompt */
+        fprintf(stderr, "ds4: out of memory tokenizing the prompt\n");
+        ds4_tokens_free(&ids);
+        return -1;
+    }
     turn_stats st = { 0 };
     int rc = eval_prompt(a, ids.v, (int)ids.n, append || restored > 0, &st);
     ds4_tokens_free(&ids);
@@ -465,9 +477,11 @@ int chat_run_tokens(chat_app *a, const int32_t *ids, int n, int split, int n_gen
         /* the raw ids' text: restore its longest cached prefix, evaluate
          * (and dump) only the rest, save the whole at the end */
         ds4_buf text = { 0 };
-        ds4_detokenize(a->tok, ids, (size_t)n, &text);
         size_t used = 0;
-        int got = ds4_kvstore_restore(a->kv, a->s, text.p, text.n, 1, 0, &used);
+        /* without the whole text there is no cache lookup (a prefix of it
+         * could restore a state the ids do not start with) */
+        int got = ds4_detokenize(a->tok, ids, (size_t)n, &text) ? 0 :
+                  ds4_kvstore_restore(a->kv, a->s, text.p, text.n, 1, 0, &used);
         ds4_buf_free(&text);
         const int32_t *have = ds4_session_tokens(a->s);
         if (got > 0 && got <= n && !memcmp(have, ids, (size_t)got * sizeof *ids)) {
@@ -580,9 +594,9 @@ int chat_interactive(chat_app *a) {
             a->turns = 1;
             ds4_buf t = { 0 };
             int from = n > 48 ? n - 48 : 0;
-            ds4_detokenize(a->tok, ds4_session_tokens(a->s) + from, (size_t)(n - from), &t);
+            int bad = ds4_detokenize(a->tok, ds4_session_tokens(a->s) + from, (size_t)(n - from), &t);
             fprintf(stderr, "ds4: resumed a conversation of %d tokens from %s (/clear starts a new one)\n"
-                    "ds4: ...%.*s\n", n, a->o.kv_dir, (int)t.n, t.p ? t.p : "");
+                    "ds4: ...%.*s\n", n, a->o.kv_dir, bad ? 0 : (int)t.n, t.p && !bad ? t.p : "");
             ds4_buf_free(&t);
         }
     }

@@ -293,7 +293,7 @@ static int detokenize_main(const opts *o) {
     for (size_t i = 0; i < ids.n; i++)
         if (ids.v[i] >= ds4_tok_n_vocab(tok)) die("token id %d out of range (vocabulary has %d)", ids.v[i], ds4_tok_n_vocab(tok));
     ds4_buf out = { 0 };
-    ds4_detokenize(tok, ids.v, ids.n, &out);
+    if (ds4_detokenize(tok, ids.v, ids.n, &out)) die("out of memory detokenizing");
     fwrite(out.p, 1, out.n, stdout);
     ds4_buf_free(&out);
     ds4_tokens_free(&ids);

@@ -66,11 +66,11 @@ void request_free(request *r) {
 }
 
 char *request_own(request *r, char *s) {
-    if (!s) return NULL;
+    if (!s) return NULL;   /* (an empty ds4_buf has p == NULL: not a failure) */
     if (r->n_owned == r->cap_owned) {
         int nc = r->cap_owned ? r->cap_owned * 2 : 32;
         char **o = realloc(r->owned, (size_t)nc * sizeof *o);
-        if (!o) { free(s); return NULL; }
+        if (!o) { free(s); r->oom = 1; return NULL; }
         r->owned = o;
         r->cap_owned = nc;
     }
@@ -78,9 +78,16 @@ char *request_own(request *r, char *s) {
     return s;
 }
 
+/* An allocation failed while reading the request: a server error (500 with
+ * the API's error shape), never a 400 and never a silently shorter prompt. */
+static int api_oom(api_error *e) {
+    api_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return -1;
+}
+
 char *request_strdup(request *r, const char *s, size_t n) {
     char *p = malloc(n + 1);
-    if (!p) return NULL;
+    if (!p) { r->oom = 1; return NULL; }
     if (n) memcpy(p, s, n);
     p[n] = 0;
     return request_own(r, p);
@@ -230,7 +237,7 @@ static int parse_stop(request *r, json_t *b, const char *k, api_error *e) {
     else return api_bad(e, k, "'%s' must be a string or an array of strings", k);
     if (n > 16) return api_bad(e, k, "'%s' may hold at most 16 sequences", k);
     r->stop = calloc(n + 1, sizeof(char *));
-    if (!r->stop) return api_bad(e, k, "out of memory");
+    if (!r->stop) return api_oom(e);
     for (size_t i = 0; i < n; i++) {
         json_t *s = one ? one : json_array_get(v, i);
         if (!json_is_string(s)) return api_bad(e, k, "'%s' must contain only strings", k);
@@ -477,8 +484,11 @@ static int parse_tool_choice(request *r, json_t *b, api_error *e) {
         if (!tool_exists(r, name))
             return api_bad(e, "tool_choice", "tool_choice names '%s', which is not in tools", name);
         ds4_buf f = { 0 };
-        ds4_buf_printf(&f, "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"%s\">\n", name);
-        r->forced_prefix = request_own(r, f.p);
+        if (ds4_buf_printf(&f, "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"%s\">\n", name) ||
+            !(r->forced_prefix = request_own(r, f.p))) {
+            ds4_buf_free(&f);
+            return api_oom(e);
+        }
     }
     return 0;
 }
@@ -493,12 +503,12 @@ static int attach_tools(request *r, api_error *e) {
         return api_bad(e, "tools", "tools cannot be serialized");
     }
     char *s = request_own(r, js.p);
-    if (!s) return api_bad(e, "tools", "out of memory");
+    if (!s) return api_oom(e);
     if (r->n_msgs > 0 && (r->msgs[0].role == DS4_ROLE_SYSTEM || r->msgs[0].role == DS4_ROLE_DEVELOPER)) {
         r->msgs[0].tools_json = s;
         return 0;
     }
-    if (!add_msg(r, DS4_ROLE_SYSTEM)) return api_bad(e, NULL, "out of memory");
+    if (!add_msg(r, DS4_ROLE_SYSTEM)) return api_oom(e);
     memmove(r->msgs + 1, r->msgs, (size_t)(r->n_msgs - 1) * sizeof *r->msgs);
     memset(&r->msgs[0], 0, sizeof r->msgs[0]);
     r->msgs[0].role = DS4_ROLE_SYSTEM;
@@ -524,7 +534,7 @@ static int attach_response_format(request *r, json_t *rf, const char *param, api
         r->msgs[0].response_format_json = s;
         return 0;
     }
-    if (!add_msg(r, DS4_ROLE_SYSTEM)) return api_bad(e, NULL, "out of memory");
+    if (!add_msg(r, DS4_ROLE_SYSTEM)) return api_oom(e);
     memmove(r->msgs + 1, r->msgs, (size_t)(r->n_msgs - 1) * sizeof *r->msgs);
     memset(&r->msgs[0], 0, sizeof r->msgs[0]);
     r->msgs[0].role = DS4_ROLE_SYSTEM;
@@ -584,7 +594,7 @@ static int content_text(json_t *c, const char *param, const char *const *kinds, 
         ds4_buf_append(out, json_string_value(t), json_string_length(t));
         first = 0;
     }
-    return 0;
+    return ds4_buf_failed(out) ? api_oom(e) : 0;   /* the appends above are sticky */
 }
 
 static const char *const OPENAI_TEXT_KINDS[] = { "text", "input_text", "output_text", NULL };
@@ -616,7 +626,10 @@ static const char *args_string(request *r, json_t *a) {
     if (json_is_string(a)) return request_strdup(r, json_string_value(a), json_string_length(a));
     ds4_buf b = { 0 };
     ds4_json_py_dump(a, DS4_JSON_PY_DEFAULT, &b);
-    return request_own(r, b.p ? b.p : strdup("{}"));
+    if (ds4_buf_failed(&b)) { ds4_buf_free(&b); r->oom = 1; return NULL; }
+    char *s = b.p ? b.p : strdup("{}");
+    if (!s) r->oom = 1;
+    return request_own(r, s);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -645,7 +658,7 @@ static int chat_messages(request *r, json_t *b, api_error *e) {
         else if (!strcmp(role, "latest_reminder")) ro = DS4_ROLE_LATEST_REMINDER;
         else return api_bad(e, "messages", "%s: unknown role '%s'", param, role);
         ds4_message *x = add_msg(r, ro);
-        if (!x) return api_bad(e, NULL, "out of memory");
+        if (!x) return api_oom(e);
         TRY(set_content_json(r, x, json_object_get(m, "content"), param, OPENAI_TEXT_KINDS, e));
         if (ro == DS4_ROLE_TOOL) {
             const char *id = json_string_value(json_object_get(m, "tool_call_id"));
@@ -663,7 +676,7 @@ static int chat_messages(request *r, json_t *b, api_error *e) {
                 if (!json_is_array(tcs)) return api_bad(e, "messages", "%s.tool_calls must be an array", param);
                 int n = (int)json_array_size(tcs);
                 ds4_tool_call *calls = n ? alloc_calls(r, n) : NULL;
-                if (n && !calls) return api_bad(e, NULL, "out of memory");
+                if (n && !calls) return api_oom(e);
                 for (int k = 0; k < n; k++) {
                     json_t *tc = json_array_get(tcs, (size_t)k);
                     json_t *fn = json_object_get(tc, "function");
@@ -691,7 +704,7 @@ static int anthropic_system(request *r, json_t *b, api_error *e) {
     json_t *s = field(b, "system");
     if (!s) return 0;
     ds4_message *m = add_msg(r, DS4_ROLE_SYSTEM);
-    if (!m) return api_bad(e, NULL, "out of memory");
+    if (!m) return api_oom(e);
     return set_content_json(r, m, s, "system", ANTHROPIC_TEXT_KINDS, e);
 }
 
@@ -715,7 +728,7 @@ static int anthropic_messages(request *r, json_t *b, api_error *e) {
         if (!c || json_is_null(c)) return api_bad(e, "messages", "%s.content: field required", param);
         if (json_is_string(c)) {
             ds4_message *x = add_msg(r, user ? DS4_ROLE_USER : DS4_ROLE_ASSISTANT);
-            if (!x) return api_bad(e, NULL, "out of memory");
+            if (!x) return api_oom(e);
             set_content(r, x, json_string_value(c), json_string_length(c));
             continue;
         }
@@ -741,7 +754,7 @@ static int anthropic_messages(request *r, json_t *b, api_error *e) {
                 /* text gathered so far is a user message before the result */
                 if (ntext) {
                     ds4_message *x = add_msg(r, DS4_ROLE_USER);
-                    if (!x) { rc = api_bad(e, NULL, "out of memory"); break; }
+                    if (!x) { rc = api_oom(e); break; }
                     set_content(r, x, text.p, text.n);
                     text.n = 0;
                     ntext = 0;
@@ -749,7 +762,7 @@ static int anthropic_messages(request *r, json_t *b, api_error *e) {
                 const char *id = json_string_value(json_object_get(bl, "tool_use_id"));
                 if (!id) { rc = api_bad(e, "messages", "%s.content.%zu.tool_use_id: field required", param, k); break; }
                 ds4_message *x = add_msg(r, DS4_ROLE_TOOL);
-                if (!x) { rc = api_bad(e, NULL, "out of memory"); break; }
+                if (!x) { rc = api_oom(e); break; }
                 x->tool_call_id = request_strdup(r, id, strlen(id));
                 ds4_buf rb = { 0 };
                 json_t *is_err = json_object_get(bl, "is_error");
@@ -785,9 +798,10 @@ static int anthropic_messages(request *r, json_t *b, api_error *e) {
                              "message", param, k, ty, role);
             }
         }
+        if (rc == 0 && (ds4_buf_failed(&text) || ds4_buf_failed(&reasoning))) rc = api_oom(e);
         if (rc == 0 && (ntext || (!user && (ncalls || reasoning.n)) || (user && nb == 0))) {
             ds4_message *x = add_msg(r, user ? DS4_ROLE_USER : DS4_ROLE_ASSISTANT);
-            if (!x) rc = api_bad(e, NULL, "out of memory");
+            if (!x) rc = api_oom(e);
             else {
                 if (text.n) set_content(r, x, text.p, text.n);
                 if (reasoning.n) {
@@ -819,7 +833,7 @@ typedef struct {
 static int flush_assistant(request *r, pending_assistant *pa, api_error *e) {
     if (!pa->open) return 0;
     ds4_message *x = add_msg(r, DS4_ROLE_ASSISTANT);
-    if (!x) return api_bad(e, NULL, "out of memory");
+    if (!x) return api_oom(e);
     if (pa->text.n) set_content(r, x, pa->text.p, pa->text.n);
     if (pa->reasoning.n) {
         x->reasoning = request_strdup(r, pa->reasoning.p, pa->reasoning.n);
@@ -846,14 +860,14 @@ static int responses_input(request *r, json_t *b, api_error *e) {
         size_t n = json_string_length(json_object_get(b, "instructions"));
         r->instructions = request_strdup(r, ins, n);
         ds4_message *m = add_msg(r, DS4_ROLE_SYSTEM);
-        if (!m) return api_bad(e, NULL, "out of memory");
+        if (!m) return api_oom(e);
         set_content(r, m, ins, n);
     }
     json_t *in = json_object_get(b, "input");
     if (!in || json_is_null(in)) return api_bad(e, "input", "'input' is required");
     if (json_is_string(in)) {
         ds4_message *m = add_msg(r, DS4_ROLE_USER);
-        if (!m) return api_bad(e, NULL, "out of memory");
+        if (!m) return api_oom(e);
         set_content(r, m, json_string_value(in), json_string_length(in));
         return 0;
     }
@@ -888,7 +902,7 @@ static int responses_input(request *r, json_t *b, api_error *e) {
             }
             if ((rc = flush_assistant(r, &pa, e)) < 0) break;
             ds4_message *m = add_msg(r, ro);
-            if (!m) { rc = api_bad(e, NULL, "out of memory"); break; }
+            if (!m) { rc = api_oom(e); break; }
             if ((rc = set_content_json(r, m, json_object_get(it, "content"), param,
                                        OPENAI_TEXT_KINDS, e)) < 0) break;
         } else if (!strcmp(ty, "reasoning")) {
@@ -907,7 +921,7 @@ static int responses_input(request *r, json_t *b, api_error *e) {
             if (pa.n == pa.cap) {
                 int nc = pa.cap ? pa.cap * 2 : 4;
                 ds4_tool_call *c = realloc(pa.calls, (size_t)nc * sizeof *c);
-                if (!c) { rc = api_bad(e, NULL, "out of memory"); break; }
+                if (!c) { rc = api_oom(e); break; }
                 pa.calls = c;
                 pa.cap = nc;
             }
@@ -922,7 +936,7 @@ static int responses_input(request *r, json_t *b, api_error *e) {
             const char *cid = json_string_value(json_object_get(it, "call_id"));
             if (!cid) { rc = api_bad(e, "input", "%s.call_id: field required", param); break; }
             ds4_message *m = add_msg(r, DS4_ROLE_TOOL);
-            if (!m) { rc = api_bad(e, NULL, "out of memory"); break; }
+            if (!m) { rc = api_oom(e); break; }
             m->tool_call_id = request_strdup(r, cid, strlen(cid));
             if ((rc = set_content_json(r, m, json_object_get(it, "output"), param,
                                        OPENAI_TEXT_KINDS, e)) < 0) break;
@@ -1216,12 +1230,19 @@ int conv_render(request *r, api_error *e) {
     if (r->api != API_COMPLETIONS) {
         char *err = NULL;
         int rc = ds4_render_chat(r->msgs, r->n_msgs, &r->ro, &r->prompt, &err);
+        if (rc == DS4_ENOMEM) {
+            free(err);
+            return api_oom(e);
+        }
         if (rc) {
             api_bad(e, NULL, "cannot render the conversation: %s", err ? err : ds4_strerror(rc));
             free(err);
             return -1;
         }
     }
+    /* the prompt text and raw ids were built with sticky appends: a failure
+     * anywhere shows here, before anything is tokenized or evaluated */
+    if (r->oom || ds4_buf_failed(&r->prompt) || ds4_tokens_failed(&r->tokens)) return api_oom(e);
     if (!r->raw_ids && ds4_tokenize(g_srv->tok, r->prompt.p ? r->prompt.p : "", r->prompt.n,
                                     DS4_TOK_SPECIAL, &r->tokens)) {
         api_err_set(e, 500, "server_error", NULL, NULL, "out of memory tokenizing the prompt");

@@ -381,6 +381,7 @@ static enum MHD_Result do_get(http_server *h, struct MHD_Connection *c, req_ctx 
     }
     case EP_METRICS: {
         char *t = metrics_render(s->m);
+        if (!t) return send_err(h, c, rc, 500, "server_error", NULL, NULL, "out of memory");
         enum MHD_Result r = send_buf(h, c, rc, 200, "text/plain; version=0.0.4; charset=utf-8",
                                      t, strlen(t));
         free(t);

@@ -240,5 +240,7 @@ char *metrics_render(metrics *m) {
               "%llu", (unsigned long long)k->bytes);
     }
     pthread_mutex_unlock(&m->mu);
+    /* the appends above are sticky: NULL (a 500) rather than cut metrics */
+    if (ds4_buf_failed(&b)) { ds4_buf_free(&b); return NULL; }
     return b.p ? b.p : strdup("");
 }

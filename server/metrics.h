@@ -36,6 +36,7 @@ void metrics_tool_replay(metrics *m, int exact, int canonical);
  * and the saves by reason (indexed by ds4_kv_reason). */
 void metrics_kv(metrics *m, const ds4_kvstore_stats *st, const uint64_t saves_by_reason[6]);
 /* Render the Prometheus text exposition (malloc'd). */
+/* NULL when out of memory. */
 char *metrics_render(metrics *m);
 
 #endif

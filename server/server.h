@@ -128,6 +128,8 @@ typedef struct {
     ds4_buf prompt;               /* rendered text (or the raw prompt) */
     ds4_tokens tokens;            /* its full tokenization */
     int raw_ids;                  /* tokens came as ids (completions) */
+    int oom;                      /* an allocation for the request failed:
+                                     conv_prepare answers 500 */
 
     /* generation */
     int max_tokens;               /* 0 = up to the context */

@@ -8,6 +8,7 @@
 # arguments.  One worker thread (the machine is shared), well under 30 s.
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin under DEBUG=1)
 SHARED="${DS4_SHARED:-../shared}"
 VOCAB="$SHARED/vocab/mini-vocab.gguf"
 TEXT=bench/data/italian_sample.txt
@@ -17,15 +18,15 @@ ok()  { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 
 for b in ds4-bench ds4-synth; do
-    [ -x ./$b ] || make -s $b >/dev/null || { echo "FAIL cannot build $b"; exit 1; }
+    [ -x $BD/$b ] || { echo "FAIL $BD/$b not built (make)"; exit 1; }
 done
 T=$(mktemp -d "${TMPDIR:-/tmp}/t_bench.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 
 M="$T/m.gguf"
-./ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" -o "$M" > "$T/synth.txt" 2>&1 ||
+$BD/ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" -o "$M" > "$T/synth.txt" 2>&1 ||
     { cat "$T/synth.txt"; echo "FAIL cannot synthesize the tiny model"; exit 1; }
-B0=(./ds4-bench -m "$M" --prompt-file "$TEXT" -t 1 --no-warmup)
+B0=($BD/ds4-bench -m "$M" --prompt-file "$TEXT" -t 1 --no-warmup)
 B=("${B0[@]}" --no-probe)   # machine figures: measured in run A only
 
 # gen_ids ERRFILE CTX -> the ids generated at frontier CTX (from --verbose)
@@ -115,8 +116,8 @@ else bad "A != C at 512: [$a] vs [$c]"; fi
 
 # --- context_length warning ----------------------------------------------
 M2="$T/m128.gguf"
-./ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" --set context_length=128 -o "$M2" > /dev/null 2>&1
-if ./ds4-bench -m "$M2" --prompt-file "$TEXT" -t 1 --no-warmup --ctx-start 64 --ctx-max 128 \
+$BD/ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" --set context_length=128 -o "$M2" > /dev/null 2>&1
+if $BD/ds4-bench -m "$M2" --prompt-file "$TEXT" -t 1 --no-warmup --ctx-start 64 --ctx-max 128 \
         --gen-tokens 2 > "$T/w.csv" 2> "$T/w.err" && grep -q "WARNING.*context_length (128)" "$T/w.err"; then
     ok "frontier beyond context_length: warning, run completes"
 else bad "context_length warning:"; tail -5 "$T/w.err"; fi
@@ -147,24 +148,24 @@ expect_fail() {   # expect_fail CODE "PATTERN" LABEL ARGS...
     else bad "bad args: $label -> exit $rc (want $code), stderr: $(head -2 "$T/bad.err")"; fi
 }
 P=(--prompt-file "$TEXT")
-expect_fail 2 "prompt-file" "no --prompt-file" ./ds4-bench -m "$M"
-expect_fail 2 "exclusive" "--step-incr with --step-mul" ./ds4-bench -m "$M" "${P[@]}" --step-incr 4 --step-mul 2
-expect_fail 2 "ctx-max" "--ctx-max < --ctx-start" ./ds4-bench -m "$M" "${P[@]}" --ctx-start 128 --ctx-max 64
-expect_fail 2 "ctx-start" "--ctx-start 0" ./ds4-bench -m "$M" "${P[@]}" --ctx-start 0
-expect_fail 2 "gen-tokens" "--gen-tokens 0" ./ds4-bench -m "$M" "${P[@]}" --gen-tokens 0
-expect_fail 2 "step-mul" "--step-mul 1" ./ds4-bench -m "$M" "${P[@]}" --step-mul 1
-expect_fail 2 "step-incr" "--step-incr 0" ./ds4-bench -m "$M" "${P[@]}" --step-incr 0
-expect_fail 2 "integer" "--ctx-max abc" ./ds4-bench -m "$M" "${P[@]}" --ctx-max abc
-expect_fail 2 "needs a value" "--chunk without value" ./ds4-bench -m "$M" "${P[@]}" --chunk
-expect_fail 2 "unknown option" "unknown option" ./ds4-bench -m "$M" "${P[@]}" --frobnicate
-expect_fail 2 "cannot open the model" "missing model" ./ds4-bench -m "$T/nope.gguf" "${P[@]}"
-expect_fail 2 "cannot read the prompt file" "missing text" ./ds4-bench -m "$M" --prompt-file "$T/nope.txt"
+expect_fail 2 "prompt-file" "no --prompt-file" $BD/ds4-bench -m "$M"
+expect_fail 2 "exclusive" "--step-incr with --step-mul" $BD/ds4-bench -m "$M" "${P[@]}" --step-incr 4 --step-mul 2
+expect_fail 2 "ctx-max" "--ctx-max < --ctx-start" $BD/ds4-bench -m "$M" "${P[@]}" --ctx-start 128 --ctx-max 64
+expect_fail 2 "ctx-start" "--ctx-start 0" $BD/ds4-bench -m "$M" "${P[@]}" --ctx-start 0
+expect_fail 2 "gen-tokens" "--gen-tokens 0" $BD/ds4-bench -m "$M" "${P[@]}" --gen-tokens 0
+expect_fail 2 "step-mul" "--step-mul 1" $BD/ds4-bench -m "$M" "${P[@]}" --step-mul 1
+expect_fail 2 "step-incr" "--step-incr 0" $BD/ds4-bench -m "$M" "${P[@]}" --step-incr 0
+expect_fail 2 "integer" "--ctx-max abc" $BD/ds4-bench -m "$M" "${P[@]}" --ctx-max abc
+expect_fail 2 "needs a value" "--chunk without value" $BD/ds4-bench -m "$M" "${P[@]}" --chunk
+expect_fail 2 "unknown option" "unknown option" $BD/ds4-bench -m "$M" "${P[@]}" --frobnicate
+expect_fail 2 "cannot open the model" "missing model" $BD/ds4-bench -m "$T/nope.gguf" "${P[@]}"
+expect_fail 2 "cannot read the prompt file" "missing text" $BD/ds4-bench -m "$M" --prompt-file "$T/nope.txt"
 : > "$T/empty.txt"
-expect_fail 2 "empty" "empty text" ./ds4-bench -m "$M" --prompt-file "$T/empty.txt"
-expect_fail 2 "cannot write the plot" "unwritable plot" ./ds4-bench -m "$M" "${P[@]}" --plot "$T/no/dir/p.svg"
-expect_fail 1 "ds4-bench: " "not a GGUF" ./ds4-bench -m "$TEXT" "${P[@]}"
+expect_fail 2 "empty" "empty text" $BD/ds4-bench -m "$M" --prompt-file "$T/empty.txt"
+expect_fail 2 "cannot write the plot" "unwritable plot" $BD/ds4-bench -m "$M" "${P[@]}" --plot "$T/no/dir/p.svg"
+expect_fail 1 "ds4-bench: " "not a GGUF" $BD/ds4-bench -m "$TEXT" "${P[@]}"
 
-if ./ds4-bench --help > "$T/help.txt" 2>&1; then
+if $BD/ds4-bench --help > "$T/help.txt" 2>&1; then
     missing=""
     for o in -m --prompt-file --ctx-start --ctx-max --step-incr --step-mul --gen-tokens --threads \
              --chunk --plot --no-qat --no-warmup --verbose "$HEADER"; do

@@ -12,6 +12,7 @@
 #  any compute.
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin under DEBUG=1)
 S="${DS4_SHARED:-../shared}"
 G="$S/golden"
 PY=/usr/bin/python3
@@ -24,7 +25,7 @@ bad() { echo "FAIL $*"; fail=$((fail+1)); }
 
 run() {   # run MODEL SEQ OUT [ds4 flags...]
     local m=$1 s=$2 o=$3; shift 3
-    ./ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/$s.ids.txt" \
+    $BD/ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/$s.ids.txt" \
         --dump-logits "$o" -n 0 "$@" > "$T/run.log" 2>&1 || { cat "$T/run.log"; return 1; }
 }
 
@@ -37,6 +38,21 @@ check() {  # check MODEL SOURCE SEQ FILE CHECK LABEL
 }
 
 seqs="seq_001 seq_007 seq_040 seq_300 seq_600a"
+splits="1 37 128 300"
+sched_seq=seq_600a
+sched_args=("--decode-only" "--chunk 7" "--chunk 100 --split 257" "-t 1" "--chunk 33 -t 3")
+kern_seq=seq_300
+qat_short="seq_007 seq_040 seq_300 seq_600a"
+qat_stat="seq_300 seq_600a"
+# The sanitizer suite (DS4_DEBUG_BUILD=1, ASan ~10x slower) runs a subset:
+# what it is for is a clean run of every code path (prefill, decode, splits,
+# chunkings, thread counts, kernel tables, QAT on/off, dumps); the numeric
+# comparisons in full are the optimized suite's job.
+if [ "${DS4_DEBUG_BUILD:-0}" = 1 ]; then
+    seqs="seq_007 seq_300"; splits="37"; sched_seq=seq_300
+    sched_args=("--decode-only" "--chunk 100 --split 257" "--chunk 33 -t 3")
+    kern_seq=seq_040; qat_short="seq_040"; qat_stat=""
+fi
 
 # (1) QAT off, tight, every sequence and evaluation mode
 for m in f16 q2; do
@@ -46,7 +62,7 @@ for m in f16 q2; do
         check $m ref-noqat $s "$T/p.f32" noqat "(1) noqat $m $s prefill"
         run $m $s "$T/d.f32" --no-qat --decode-only && check $m ref-noqat $s "$T/d.f32" noqat "(1) noqat $m $s decode-only"
         cmp -s "$T/p.f32" "$T/d.f32" && ok "$m $s no-qat decode == prefill (bitwise)" || bad "$m $s no-qat decode != prefill"
-        for sp in 1 37 128 300; do
+        for sp in $splits; do
             [ "$sp" -lt "$n" ] || continue
             run $m $s "$T/x.f32" --no-qat --split $sp && check $m ref-noqat $s "$T/x.f32" noqat "(1) noqat $m $s split $sp"
         done
@@ -55,29 +71,29 @@ done
 
 # bitwise agreement of every schedule with QAT on
 for m in f16 q2; do
-    run $m seq_600a "$T/p.f32" -t 2 || bad "$m qat run"
-    for args in "--decode-only" "--chunk 7" "--chunk 100 --split 257" "-t 1" "--chunk 33 -t 3"; do
-        run $m seq_600a "$T/x.f32" $args && cmp -s "$T/p.f32" "$T/x.f32" \
-            && ok "$m seq_600a QAT: '$args' == prefill (bitwise)" || bad "$m seq_600a QAT: '$args' differs from prefill"
+    run $m $sched_seq "$T/p.f32" -t 2 || bad "$m qat run"
+    for args in "${sched_args[@]}"; do
+        run $m $sched_seq "$T/x.f32" $args && cmp -s "$T/p.f32" "$T/x.f32" \
+            && ok "$m $sched_seq QAT: '$args' == prefill (bitwise)" || bad "$m $sched_seq QAT: '$args' differs from prefill"
     done
 done
 
 # every kernel table end to end (the default is the best the CPU has), and
 # the same bits from every table (docs/NUMERICS.md), QAT on and off
 for m in f16 q2; do
-    run $m seq_300 "$T/def-$m.f32" || bad "$m seq_300 default-table run"
-    run $m seq_300 "$T/defn-$m.f32" --no-qat || bad "$m seq_300 default-table no-qat run"
+    run $m $kern_seq "$T/def-$m.f32" || bad "$m $kern_seq default-table run"
+    run $m $kern_seq "$T/defn-$m.f32" --no-qat || bad "$m $kern_seq default-table no-qat run"
 done
 for kt in scalar avx2 avx512 avx512-packed; do
-    if ! ./build/tests/test_kernels --has-table $kt > /dev/null 2>&1; then
+    if ! "${DS4_BUILD_DIR:-build}"/tests/test_kernels --has-table $kt > /dev/null 2>&1; then
         echo "info: table $kt not available on this CPU"; continue
     fi
     for m in f16 q2; do
-        DS4_KERNELS=$kt run $m seq_300 "$T/k.f32" --no-qat && \
-            check $m ref-noqat seq_300 "$T/k.f32" noqat "(1) noqat $m seq_300 with DS4_KERNELS=$kt"
+        DS4_KERNELS=$kt run $m $kern_seq "$T/k.f32" --no-qat && \
+            check $m ref-noqat $kern_seq "$T/k.f32" noqat "(1) noqat $m $kern_seq with DS4_KERNELS=$kt"
         cmp -s "$T/k.f32" "$T/defn-$m.f32" && ok "$m no-qat DS4_KERNELS=$kt == default table (bitwise)" \
             || bad "$m no-qat DS4_KERNELS=$kt differs from the default table"
-        DS4_KERNELS=$kt run $m seq_300 "$T/kp.f32" && DS4_KERNELS=$kt run $m seq_300 "$T/kd.f32" --decode-only && \
+        DS4_KERNELS=$kt run $m $kern_seq "$T/kp.f32" && DS4_KERNELS=$kt run $m $kern_seq "$T/kd.f32" --decode-only && \
             cmp -s "$T/kp.f32" "$T/kd.f32" && ok "$m DS4_KERNELS=$kt: decode == prefill (bitwise)" \
             || bad "$m DS4_KERNELS=$kt: decode differs from prefill"
         cmp -s "$T/kp.f32" "$T/def-$m.f32" && ok "$m QAT DS4_KERNELS=$kt == default table (bitwise)" \
@@ -85,10 +101,10 @@ for kt in scalar avx2 avx512 avx512-packed; do
     done
     # QAT on, q2 (the int8 tiles): against the original engine; kp.f32 still
     # holds the q2 QAT prefill of the loop's last model
-    check q2 ds4 seq_300 "$T/kp.f32" qat-stat "(3) qat-stat q2 seq_300 with DS4_KERNELS=$kt"
+    [ -z "$qat_stat" ] || check q2 ds4 $kern_seq "$T/kp.f32" qat-stat "(3) qat-stat q2 $kern_seq with DS4_KERNELS=$kt"
 done
 
-if DS4_KERNELS=no-such-table ./ds4 -q -m "$G/models/tiny-a-q2.gguf" --tokens 0 -n 0 > "$T/kt.log" 2>&1; then
+if DS4_KERNELS=no-such-table "${DS4_BIN_DIR:-.}"/ds4 -q -m "$G/models/tiny-a-q2.gguf" --tokens 0 -n 0 > "$T/kt.log" 2>&1; then
     bad "DS4_KERNELS=no-such-table accepted"
 elif grep -q "DS4_KERNELS=no-such-table: no such kernel table" "$T/kt.log"; then
     ok "DS4_KERNELS naming no table is refused"
@@ -97,13 +113,13 @@ else
 fi
 
 # (2) QAT on, f16 model, first 40 positions vs the original engine
-for s in seq_007 seq_040 seq_300 seq_600a; do
+for s in $qat_short; do
     run f16 $s "$T/q.f32" && check f16 ds4 $s "$T/q.f32" qat-short "(2) qat-short f16 $s"
 done
 
 # (3) QAT on, statistical
 for m in f16 q2; do
-    for s in seq_300 seq_600a; do
+    for s in $qat_stat; do
         run $m $s "$T/q.f32" && check $m ds4 $s "$T/q.f32" qat-stat "(3) qat-stat $m $s"
     done
 done
@@ -118,7 +134,7 @@ teach() {  # teach MODEL LABEL [ds4 flags] -- [oracle flags]
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do dflags+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     oflags=("$@")
-    ./ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/seq_300.ids.txt" -n 0 \
+    $BD/ds4 -q -m "$G/models/tiny-a-$m.gguf" --tokens-file "$G/sequences/seq_300.ids.txt" -n 0 \
         --dump-logits "$T/tl.f32" --dump-hidden "$T/th.f32" "${dflags[@]}" > "$T/run.log" 2>&1 \
         || { bad "$label run"; cat "$T/run.log"; return; }
     if $PY tests/oracle/teacher.py "$S/oracle" "$G/models/tiny-a-$m.gguf" \
@@ -130,9 +146,11 @@ teach() {  # teach MODEL LABEL [ds4 flags] -- [oracle flags]
     fi
 }
 teach f16 "(4) teacher f16 QAT on"
-teach f16 "(4) teacher f16 --no-qat" --no-qat -- --no-qat
-teach q2 "(4) teacher q2 QAT on (emulate-ds4)" -- --emulate-ds4
-teach q2 "(4) teacher q2 --no-qat" --no-qat -- --no-qat
+if [ "${DS4_DEBUG_BUILD:-0}" != 1 ]; then   # (the same dumps, other oracle flags)
+    teach f16 "(4) teacher f16 --no-qat" --no-qat -- --no-qat
+    teach q2 "(4) teacher q2 QAT on (emulate-ds4)" -- --emulate-ds4
+    teach q2 "(4) teacher q2 --no-qat" --no-qat -- --no-qat
+fi
 
 # MXFP4 routed experts (tiny-a-mxfp4.gguf has no golden directory: the
 # oracle computes the reference here).  (1) --no-qat against ds4_ref.py
@@ -197,7 +215,7 @@ struct.pack_into("<I", m, j + 4 + 8 * nd, 39)
 open(out + "/mxattn.gguf", "wb").write(m)
 PYEOF
 refuse() {  # refuse FILE EXPECTED-FRAGMENT LABEL
-    if ./ds4 -q -m "$1" --tokens 0,1,2 -n 0 > "$T/r.log" 2>&1; then
+    if $BD/ds4 -q -m "$1" --tokens 0,1,2 -n 0 > "$T/r.log" 2>&1; then
         bad "$3: accepted"
     elif grep -qF -- "$2" "$T/r.log"; then ok "$3"
     else bad "$3: unexpected message"; sed 's/^/    /' "$T/r.log"; fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ds4-server end to end: starts ./ds4-server on the tiny random-weight model
+# ds4-server end to end: starts ds4-server on the tiny random-weight model
 # with --test-mode on a free port, waits for /health, runs the Node tests in
 # tests/server (official openai and @anthropic-ai/sdk clients), and always
 # stops the server.  Run from the repository root (tests/run.sh does).
@@ -8,9 +8,10 @@
 # one); DS4_TEST_FILES picks test files; DS4_SERVER_ARGS adds flags.
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin under DEBUG=1)
 SHARED="${DS4_SHARED:-../shared}"
 MODEL="$SHARED/golden/models/tiny-a-q2.gguf"
-BIN="${DS4_SERVER_BIN:-./ds4-server}"
+BIN="${DS4_SERVER_BIN:-$BD/ds4-server}"
 [ -x "$BIN" ] || { echo "t_server: $BIN not built" >&2; exit 1; }
 [ -f "$MODEL" ] || { echo "t_server: $MODEL missing" >&2; exit 1; }
 command -v node >/dev/null || { echo "t_server: node not found" >&2; exit 1; }

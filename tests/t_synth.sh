@@ -3,11 +3,12 @@
 # root by tests/run.sh.  Builds tiny models for every recipe with the mini
 # vocabulary and checks: the layout equals the golden tiny-a files (names,
 # order, dims, types, deepseek4.* and tokenizer metadata), weight scales,
-# that ./ds4 --inspect accepts them, that the numpy reference gives finite,
+# that ds4 --inspect accepts them, that the numpy reference gives finite,
 # non-degenerate logits, determinism, the medium preset (dry run and a
 # small q2 write), bad arguments and interruption (no partial output).
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin under DEBUG=1)
 SHARED="${DS4_SHARED:-../shared}"
 PY=/usr/bin/python3
 VOCAB="$SHARED/vocab/mini-vocab.gguf"
@@ -16,23 +17,23 @@ ok()   { echo "ok   $*"; }
 bad()  { echo "FAIL $*"; fail=1; }
 skip() { echo "skip $*"; }
 
-[ -x ./ds4-synth ] || make -s ds4-synth >/dev/null || { echo "FAIL cannot build ds4-synth"; exit 1; }
+[ -x $BD/ds4-synth ] || { echo "FAIL $BD/ds4-synth not built (make)"; exit 1; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/t_synth.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 
-# ./ds4 is developed concurrently: use --inspect only if it is there.
+# ds4 is developed concurrently: use --inspect only if it is there.
 HAVE_INSPECT=0
-if [ -x ./ds4 ] && ./ds4 --help 2>&1 | grep -q -- '--inspect'; then HAVE_INSPECT=1; fi
+if [ -x $BD/ds4 ] && $BD/ds4 --help 2>&1 | grep -q -- '--inspect'; then HAVE_INSPECT=1; fi
 inspect() {   # inspect FILE LABEL
-    if [ $HAVE_INSPECT = 0 ]; then skip "$2: ./ds4 --inspect not available yet"; return; fi
-    if ./ds4 -m "$1" --inspect > "$T/inspect.txt" 2>&1; then ok "$2: ds4 --inspect"
+    if [ $HAVE_INSPECT = 0 ]; then skip "$2: $BD/ds4 --inspect not available yet"; return; fi
+    if $BD/ds4 -m "$1" --inspect > "$T/inspect.txt" 2>&1; then ok "$2: ds4 --inspect"
     else bad "$2: ds4 --inspect failed:"; tail -5 "$T/inspect.txt"; fi
 }
 
 # --- tiny models, all recipes -------------------------------------------
 for r in f16 q2 q4; do
     out="$T/tiny-$r.gguf"
-    if ./ds4-synth --preset tiny --recipe $r --vocab "$VOCAB" -o "$out" 2> "$T/err.txt" &&
+    if $BD/ds4-synth --preset tiny --recipe $r --vocab "$VOCAB" -o "$out" 2> "$T/err.txt" &&
        [ -f "$out" ] && [ ! -e "$out.tmp" ]; then ok "tiny $r written ($(stat -c %s "$out") bytes)"
     else bad "tiny $r:"; cat "$T/err.txt"; continue; fi
     inspect "$out" "tiny $r"
@@ -121,9 +122,9 @@ then ok "tiny layouts equal the golden tiny-a files; weight scales as designed"
 else bad "layout / scale checks"; fi
 
 # --- determinism --------------------------------------------------------
-./ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" --threads 1 -o "$T/a.gguf" 2>/dev/null
-./ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" --threads 3 -o "$T/b.gguf" 2>/dev/null
-./ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" --seed 2 -o "$T/c.gguf" 2>/dev/null
+$BD/ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" --threads 1 -o "$T/a.gguf" 2>/dev/null
+$BD/ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" --threads 3 -o "$T/b.gguf" 2>/dev/null
+$BD/ds4-synth --preset tiny --recipe q2 --vocab "$VOCAB" --seed 2 -o "$T/c.gguf" 2>/dev/null
 h1=$(sha256sum < "$T/tiny-q2.gguf"); ha=$(sha256sum < "$T/a.gguf")
 hb=$(sha256sum < "$T/b.gguf"); hc=$(sha256sum < "$T/c.gguf")
 if [ "$h1" = "$ha" ] && [ "$ha" = "$hb" ]; then ok "same seed -> identical sha256 (any --threads)"
@@ -131,16 +132,16 @@ else bad "same seed gave different files"; fi
 if [ "$hc" != "$ha" ]; then ok "different seed -> different file"; else bad "--seed 2 gave the same file"; fi
 
 # --- medium preset ------------------------------------------------------
-if ./ds4-synth --preset medium --layers 1 --recipe q2 --vocab "$VOCAB" --dry-run -o "$T/m.gguf" > "$T/dry.txt" 2>&1 &&
+if $BD/ds4-synth --preset medium --layers 1 --recipe q2 --vocab "$VOCAB" --dry-run -o "$T/m.gguf" > "$T/dry.txt" 2>&1 &&
    grep -q '^file size: 2007781568 bytes' "$T/dry.txt" && grep -q '^bytes read per decoded token: ' "$T/dry.txt" &&
    grep -q 'ffn_gate_exps.weight .* IQ2_XXS .*\[4096, 2048, 256\]' "$T/dry.txt" &&
    [ ! -e "$T/m.gguf" ] && [ ! -e "$T/m.gguf.tmp" ]; then ok "medium --layers 1 dry run (no file written)"
 else bad "medium dry run:"; cat "$T/dry.txt"; fi
-if ./ds4-synth --preset flash --recipe q2 --vocab "$SHARED/vocab/deepseek-v4-vocab.gguf" --dry-run > "$T/dry.txt" 2>&1 &&
+if $BD/ds4-synth --preset flash --recipe q2 --vocab "$SHARED/vocab/deepseek-v4-vocab.gguf" --dry-run > "$T/dry.txt" 2>&1 &&
    grep -q '^tensors: 1328$' "$T/dry.txt"; then ok "flash q2 dry run: $(grep '^file size' "$T/dry.txt")"
 else bad "flash dry run:"; cat "$T/dry.txt"; fi
 out="$T/medium-q2.gguf"
-if ./ds4-synth --preset medium --layers 1 --recipe q2 --set expert_count=16 --vocab "$VOCAB" -o "$out" 2> "$T/err.txt"; then
+if $BD/ds4-synth --preset medium --layers 1 --recipe q2 --set expert_count=16 --vocab "$VOCAB" -o "$out" 2> "$T/err.txt"; then
     ok "medium --layers 1 q2 expert_count=16 written ($(stat -c %s "$out") bytes)"
     inspect "$out" "medium q2"
     if [ $HAVE_INSPECT = 1 ] && grep -q 'IQ2_XXS' "$T/inspect.txt"; then ok "medium q2: inspect lists IQ2_XXS experts"; fi
@@ -151,7 +152,7 @@ else bad "medium q2 write:"; cat "$T/err.txt"; fi
 badarg() {   # badarg "expected message part" args...
     local want="$1"; shift
     rm -f "$T/bad.gguf" "$T/bad.gguf.tmp"
-    ./ds4-synth "$@" > /dev/null 2> "$T/err.txt"
+    $BD/ds4-synth "$@" > /dev/null 2> "$T/err.txt"
     local rc=$?
     if [ $rc -ne 0 ] && grep -q -- "$want" "$T/err.txt" && [ ! -e "$T/bad.gguf" ] && [ ! -e "$T/bad.gguf.tmp" ]; then
         ok "rejects $* ($(head -1 "$T/err.txt"))"
@@ -188,7 +189,7 @@ if [ $rc -eq 2 ] && grep -q "default vocabulary vocab/deepseek-v4-vocab.gguf was
 else bad "missing default vocabulary (rc $rc): $(cat "$T/lone/err.txt")"; fi
 
 # --- interruption leaves neither OUT nor OUT.tmp ------------------------
-./ds4-synth --preset medium --layers 1 --recipe q2 --vocab "$VOCAB" -o "$T/int.gguf" 2>/dev/null &
+$BD/ds4-synth --preset medium --layers 1 --recipe q2 --vocab "$VOCAB" -o "$T/int.gguf" 2>/dev/null &
 pid=$!
 sleep 0.3
 kill -INT $pid 2>/dev/null

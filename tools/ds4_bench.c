@@ -937,7 +937,12 @@ int main(int argc, char **argv) {
             double tks = now_s() - ta;
             if (e) { note("disk save at %d failed: %s", target, kerr ? kerr : ds4_strerror(e)); free(kerr); rc = 1; break; }
             ds4_buf text = { 0 };
-            ds4_detokenize(ds4_model_tokenizer(m), seq.v, (size_t)target, &text);
+            if (ds4_detokenize(ds4_model_tokenizer(m), seq.v, (size_t)target, &text)) {
+                note("out of memory detokenizing %d tokens", target);
+                ds4_buf_free(&text);
+                rc = 1;
+                break;
+            }
             ds4_session_reset(s);
             size_t used = 0;
             ta = now_s();

@@ -44,6 +44,17 @@ typedef struct {
     int n, cap;
 } names_t;
 
+static void names_free(names_t *nm) {
+    for (int i = 0; i < nm->n; i++) free(nm->names[i]);
+    free(nm->names);
+    memset(nm, 0, sizeof *nm);
+}
+
+static int cmpstr(const void *a, const void *b);
+
+/* The cache files of `dir`, sorted by name (an empty directory gives an
+ * empty list: qsort is not called with a NULL array).  The caller frees
+ * the list with names_free, also after a failure. */
 static int collect(const char *dir, names_t *out, int include_bad) {
     DIR *d = opendir(dir);
     if (!d) {
@@ -57,12 +68,22 @@ static int collect(const char *dir, names_t *out, int include_bad) {
         int bad = l > 10 && !strcmp(de->d_name + l - 10, ".ds4kv.bad");
         if (!ok && !(include_bad && bad)) continue;
         if (out->n == out->cap) {
-            out->cap = out->cap ? out->cap * 2 : 64;
-            out->names = realloc(out->names, (size_t)out->cap * sizeof *out->names);
+            int nc = out->cap ? out->cap * 2 : 64;
+            char **nn = realloc(out->names, (size_t)nc * sizeof *nn);
+            if (!nn) break;
+            out->names = nn;
+            out->cap = nc;
         }
-        out->names[out->n++] = strdup(de->d_name);
+        if (!(out->names[out->n] = strdup(de->d_name))) break;
+        out->n++;
     }
+    int oom = de != NULL;
     closedir(d);
+    if (oom) {
+        fprintf(stderr, "ds4-kv: %s: out of memory listing the directory\n", dir);
+        return -1;
+    }
+    if (out->n > 1) qsort(out->names, (size_t)out->n, sizeof *out->names, cmpstr);
     return 0;
 }
 
@@ -118,8 +139,7 @@ static void put_text(const ds4_kv_file_info *in) {
 
 static int cmd_list(const char *dir) {
     names_t nm = { 0 };
-    if (collect(dir, &nm, 1)) return 2;
-    qsort(nm.names, (size_t)nm.n, sizeof *nm.names, cmpstr);
+    if (collect(dir, &nm, 1)) { names_free(&nm); return 2; }
     printf("%-14s %8s %10s %-9s %6s %6s %5s  %s\n", "file", "tokens", "MiB", "reason", "age",
            "used", "hits", "end of the text");
     uint64_t total = 0;
@@ -144,6 +164,7 @@ static int cmd_list(const char *dir) {
         putchar('\n');
     }
     printf("%d file(s), %.2f MiB\n", nm.n, total / 1048576.0);
+    names_free(&nm);
     return 0;
 }
 
@@ -158,8 +179,7 @@ static int cmd_verify(const char *dir, const char *model) {
         ds4_model_family_fingerprint(m, fam);
     }
     names_t nm = { 0 };
-    if (collect(dir, &nm, 0)) return 2;
-    qsort(nm.names, (size_t)nm.n, sizeof *nm.names, cmpstr);
+    if (collect(dir, &nm, 0)) { names_free(&nm); ds4_model_free(m); return 2; }
     int bad = 0;
     for (int i = 0; i < nm.n; i++) {
         char path[4096], eb[512], *err = NULL;
@@ -179,13 +199,14 @@ static int cmd_verify(const char *dir, const char *model) {
         free(err);
     }
     printf("%d file(s), %d bad\n", nm.n, bad);
+    names_free(&nm);
     ds4_model_free(m);
     return bad ? 1 : 0;
 }
 
 static int cmd_rm(const char *dir, char **names, int n_names, int all, int bad, double days) {
     names_t nm = { 0 };
-    if (collect(dir, &nm, 1)) return 2;
+    if (collect(dir, &nm, 1)) { names_free(&nm); return 2; }
     /* a NAME must pick exactly one file: a prefix shared by several is a
      * mistake, and nothing is removed */
     for (int i = 0; i < n_names; i++) {
@@ -194,6 +215,7 @@ static int cmd_rm(const char *dir, char **names, int n_names, int all, int bad, 
         if (hits != 1) {
             fprintf(stderr, "ds4-kv: '%s' %s\n", names[i],
                     hits ? "matches several files: give more of the name" : "matches no file");
+            names_free(&nm);
             return 1;
         }
     }
@@ -221,6 +243,7 @@ static int cmd_rm(const char *dir, char **names, int n_names, int all, int bad, 
         else removed++;
     }
     printf("removed %d file(s)\n", removed);
+    names_free(&nm);
     return rc;
 }
 

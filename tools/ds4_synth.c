@@ -39,23 +39,16 @@
 #include "common/args.h"
 #include "gguf/gguf.h"
 #include "gguf/safetensors.h"
+#include "gguf/model.h"
 #include "kernels/quant.h"
 
 #define CHUNK_BYTES (8u << 20)   /* one generation buffer: (threads + 2) of them in flight */
 #define MAX_THREADS 64
 #define ALIGNMENT 32
 
-/* Loader bounds (model.c): a file outside them would be rejected anyway,
+/* The limits of every integer key are the engine's table (gguf/model.h,
+ * ds4_model_limits): a file outside them would be refused by the loader,
  * and they keep every derived product far from overflow. */
-#define MAX_EMBD 65536
-#define MAX_LAYER 1024
-#define MAX_EXPERT 4096
-#define MAX_HEAD 4096
-#define MAX_HEAD_DIM 4096
-#define MAX_RANK 65536
-#define MAX_FF 65536
-#define MAX_HC 64
-#define MAX_RATIO (1 << 20)
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -73,7 +66,7 @@ static void usage(FILE *o) {
 "usage: ds4-synth --preset tiny|medium|flash --recipe f16|q2|q4 -o OUT.gguf\n"
 "                 [--vocab VOCAB.gguf] [--layers N] [--seed S]\n"
 "                 [--set key=value ...] [--threads N] [--dry-run [--list]] [--hf-out DIR]\n"
-"       ds4-synth --help | --version\n"
+"       ds4-synth --limits | --help | --version\n"
 "\n"
 "Writes a random-weight GGUF with the exact DeepSeek V4 Flash layout (tensor\n"
 "names, order, dims, types, metadata keys, 32-byte alignment).  Weights are\n"
@@ -144,6 +137,9 @@ static void usage(FILE *o) {
 "  --dry-run       print the tensor summary, the file size and the bytes read\n"
 "                  per decoded token; write nothing.\n"
 "  --list          with --dry-run: also list every tensor.\n"
+"  --limits        print the range the engine accepts for every integer\n"
+"                  deepseek4.* key (tab-separated: key, min, max, reason)\n"
+"                  and exit; --set values outside it are refused.\n"
 "  -h, --help      this text.\n"
 "  --version       print the version and exit.\n"
 "Values follow the option or are attached with = (--seed=7).\n"
@@ -289,7 +285,7 @@ static int parse_f64(const char *s, double *out) {
 static int parse_list(const char *s, int is_float, void **out) {
     int n = 1;
     for (const char *p = s; *p; p++) n += *p == ',';
-    if (n > MAX_LAYER + 1) return -1;
+    if (n > DS4_MAX_LAYER + 1) return -1;
     void *arr = calloc((size_t)n, 8);
     char *dup = strdup(s);
     if (!arr || !dup) die("out of memory");
@@ -297,7 +293,7 @@ static int parse_list(const char *s, int is_float, void **out) {
     char *save = NULL;
     for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save), i++) {
         int bad = is_float ? parse_f64(tok, (double *)arr + i)
-                           : parse_i64(tok, 0, MAX_RATIO, (int64_t *)arr + i);
+                           : parse_i64(tok, 0, DS4_MAX_RATIO, (int64_t *)arr + i);
         if (bad) { free(arr); free(dup); return -1; }
     }
     free(dup);
@@ -346,7 +342,7 @@ static void apply_set(config *c, const char *kv) {
         int n = parse_list(val, 0, &a);
         if (n < 0)
             usage_error("--set %s: \"%s\" is not a comma-separated list of integers in [0, %d]",
-                        d->key, val, MAX_RATIO);
+                        d->key, val, DS4_MAX_RATIO);
         free(c->ratios);
         c->ratios = a;
         c->n_ratios = n;
@@ -370,31 +366,23 @@ static void apply_set(config *c, const char *kv) {
 static void finalize_config(config *c, int quantized, const char *recipe) {
     int np = 0;
 #define PROB(...) do { fprintf(stderr, "ds4-synth: " __VA_ARGS__); fputc('\n', stderr); np++; } while (0)
-#define RANGE(f, name, lo, hi) \
-    do { if (c->f < (lo) || c->f > (hi)) \
-        PROB("%s = %" PRId64 " is out of range [%lld, %lld]", name, c->f, (long long)(lo), (long long)(hi)); } while (0)
-    RANGE(n_layer, "block_count", 1, MAX_LAYER);
-    RANGE(n_embd, "embedding_length", 1, MAX_EMBD);
-    RANGE(n_head, "attention.head_count", 1, MAX_HEAD);
-    RANGE(n_head_kv, "attention.head_count_kv", 1, 1);
-    RANGE(key_len, "attention.key_length", 1, MAX_HEAD_DIM);
-    RANGE(val_len, "attention.value_length", 1, MAX_HEAD_DIM);
-    RANGE(q_lora, "attention.q_lora_rank", 1, MAX_RANK);
-    RANGE(o_lora, "attention.output_lora_rank", 1, MAX_RANK);
-    RANGE(o_groups, "attention.output_group_count", 1, MAX_HEAD);
-    RANGE(n_swa, "attention.sliding_window", 1, 1 << 24);
-    RANGE(idx_heads, "attention.indexer.head_count", 1, MAX_HEAD);
-    RANGE(idx_dim, "attention.indexer.key_length", 1, MAX_HEAD_DIM);
-    RANGE(idx_topk, "attention.indexer.top_k", 1, 1 << 24);
-    RANGE(n_rot, "rope.dimension_count", 0, MAX_HEAD_DIM);
-    RANGE(rope_orig_ctx, "rope.scaling.original_context_length", 1, UINT32_MAX);
-    RANGE(ctx, "context_length", 1, UINT32_MAX);
-    RANGE(n_expert, "expert_count", 1, MAX_EXPERT);
-    RANGE(n_used, "expert_used_count", 1, MAX_EXPERT);
-    RANGE(n_shared, "expert_shared_count", 1, 64);
-    RANGE(n_ff, "expert_feed_forward_length", 1, MAX_FF);
-    RANGE(n_hc, "hyper_connection.count", 1, MAX_HC);
-    RANGE(hc_iters, "hyper_connection.sinkhorn_iterations", 1, 1000);
+    /* every integer key against the engine's limits table */
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (KEYS[i].kind != K_INT) continue;
+        const ds4_model_limit *lim = ds4_model_limit_find(KEYS[i].key);
+        if (!lim) die("internal: no limit for %s", KEYS[i].key);
+        int64_t v = *(const int64_t *)((const char *)c + KEYS[i].off);
+        if (!strcmp(KEYS[i].key, "hash_layer_count") && !c->hash_set) continue;   /* derived below */
+        if (v < lim->min || v > lim->max)
+            PROB("%s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "] (limit: %s)", KEYS[i].key, v,
+                 lim->min, lim->max, lim->why);
+    }
+    {
+        const ds4_model_limit *lim = ds4_model_limit_find("vocab_size");
+        if (c->n_vocab < lim->min || c->n_vocab > lim->max)
+            PROB("vocab_size = %" PRId64 " (tokens of --vocab) is out of range [%" PRId64 ", %" PRId64 "]",
+                 c->n_vocab, lim->min, lim->max);
+    }
     if (np) exit(2);   /* the checks below assume sane ranges */
 
     if (!c->hash_set) c->n_hash = c->n_layer < 3 ? c->n_layer : 3;
@@ -478,7 +466,6 @@ static void finalize_config(config *c, int quantized, const char *recipe) {
                      recipe, al[i].what, al[i].n, al[i].blk);
     }
     if (np) exit(2);
-#undef RANGE
 #undef PROB
 }
 
@@ -1802,12 +1789,20 @@ int main(int argc, char **argv) {
     while (ds4_args_next(&a)) {
         if (ds4_args_is(&a, NULL, "--dry-run")) dry = 1;
         else if (ds4_args_is(&a, NULL, "--list")) list = 1;
+        else if (ds4_args_is(&a, NULL, "--limits")) {
+            /* the engine's table, one key a line: key min max why */
+            for (int k = 0; k < ds4_model_n_limits; k++)
+                printf("deepseek4.%s\t%" PRId64 "\t%" PRId64 "\t%s\n", ds4_model_limits[k].key,
+                       ds4_model_limits[k].min, ds4_model_limits[k].max, ds4_model_limits[k].why);
+            free(sets);
+            return 0;
+        }
         else if (ds4_args_is(&a, NULL, "--preset")) preset = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--recipe")) recipe = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--vocab")) vocab_path = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--hf-out")) hf_out = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-o", "--output")) out = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--layers")) layers = ds4_args_i64(&a, 1, MAX_LAYER);
+        else if (ds4_args_is(&a, NULL, "--layers")) layers = ds4_args_i64(&a, 1, DS4_MAX_LAYER);
         else if (ds4_args_is(&a, NULL, "--seed")) seed = ds4_args_u64(&a);
         else if (ds4_args_is(&a, NULL, "--threads")) threads = ds4_args_i64(&a, 1, MAX_THREADS);
         else if (ds4_args_is(&a, NULL, "--set")) sets[n_sets++] = ds4_args_value(&a);

@@ -223,7 +223,11 @@ static double peak_vnni512(void) {
     }
     __m512i s = acc[0];
     for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, acc[i]);
-    return (double)_mm512_reduce_add_epi32(s);
+    /* lanes summed as doubles: the counters wrap, and an int reduction
+     * (_mm512_reduce_add_epi32) would be signed overflow (UBSan) */
+    int t[16];
+    _mm512_storeu_si512((void *)t, s);
+    return (double)t[0] + (double)t[15];
 }
 
 __attribute__((target("avx2,avxvnni")))
@@ -239,7 +243,7 @@ static double peak_vnni256(void) {
     for (int i = 1; i < 12; i++) s = _mm256_add_epi32(s, acc[i]);
     int t[8];
     _mm256_storeu_si256((__m256i *)t, s);
-    return (double)(t[0] + t[7]);
+    return (double)t[0] + (double)t[7];   /* no int overflow */
 }
 
 /* Six accumulators, each with its own unsigned operand: with a shared one
@@ -262,7 +266,7 @@ static double peak_avx2_i8(void) {
     for (int i = 1; i < 6; i++) s = _mm256_add_epi32(s, acc[i]);
     int t[8];
     _mm256_storeu_si256((__m256i *)t, s);
-    return (double)(t[0] + t[7]);
+    return (double)t[0] + (double)t[7];   /* no int overflow */
 }
 
 __attribute__((target("avx512f")))
@@ -292,7 +296,7 @@ static double peak_fma256(void) {
     for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, acc[i]);
     float t[8];
     _mm256_storeu_ps(t, s);
-    return (double)(t[0] + t[7]);
+    return (double)t[0] + (double)t[7];   /* no int overflow */
 }
 
 int probe_kind_supported(int kind) {

@@ -352,7 +352,7 @@ void rope_init(rope_t *r, int n_rot, float base, int yarn, float factor,
         lo = floor(cf); if (lo < 0) lo = 0;
         hi = ceil(cs); if (hi > n_rot - 1) hi = n_rot - 1;
     }
-    for (int k = 0; k < np && k < 128; k++) {
+    for (int k = 0; k < np && k < DS4_MAX_ROT_DIM / 2; k++) {
         double m = 1.0;
         if (yarn) {
             double y = (k - lo) / fmax(0.001, hi - lo);

@@ -75,11 +75,14 @@ float rms_scale(const float *x, int n, float eps);
 typedef struct {
     int n_rot;
     float step;                /* base^(-2/n_rot) in float32 */
-    double mul[128];           /* per pair: YaRN blend factor (1 without YaRN) */
+    /* per pair: YaRN blend factor (1 without YaRN); the binder refuses
+     * rope.dimension_count > DS4_MAX_ROT_DIM, so every pair has a slot */
+    double mul[DS4_MAX_ROT_DIM / 2];
 } rope_t;
 void rope_init(rope_t *r, int n_rot, float base, int yarn, float factor,
                uint64_t orig_ctx, float beta_fast, float beta_slow);
-/* cs/sn: n_rot/2 floats each for position `pos`. */
+/* cs/sn: n_rot/2 floats each for position `pos` (callers' stack arrays are
+ * DS4_MAX_ROT_DIM/2 long). */
 void rope_angles(const rope_t *r, int64_t pos, float *cs, float *sn);
 void rope_apply(float *x, int dim, int n_rot, const float *cs,
                 const float *sn, int inverse);

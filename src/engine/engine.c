@@ -18,13 +18,6 @@ void ds4_model_params_default(ds4_model_params *p) {
     p->n_threads = 0;
 }
 
-static char *fmt_err(const char *path, const char *msg) {
-    size_t n = strlen(path) + strlen(msg) + 8;
-    char *e = malloc(n);
-    if (e) snprintf(e, n, "%s: %s", path, msg);
-    return e;
-}
-
 /* Identifies "the same model in any routed-expert quantization": the
  * deepseek4.* and tokenizer metadata and every tensor's name and dims, and
  * every type except the routed experts'.  Data offsets are left out (they
@@ -71,24 +64,16 @@ static int check_data(ds4_model *m, char **err) {
         const int32_t *v = (const int32_t *)t->data;
         size_t n = (size_t)t->ne[0] * t->ne[1];
         for (size_t i = 0; i < n; i++) {
-            if (v[i] < 0 || v[i] >= c->n_expert) {
-                char msg[256];
-                snprintf(msg, sizeof msg,
-                         "tensor blk.%d.ffn_gate_tid2eid.weight holds expert id %d at token %zu, "
-                         "outside [0, %d)", il, v[i], i / (size_t)t->ne[0], c->n_expert);
-                if (err) *err = fmt_err(m->path, msg);
-                return DS4_EFORMAT;
-            }
+            if (v[i] < 0 || v[i] >= c->n_expert)
+                return ds4_set_err(err, DS4_EFORMAT,
+                                   "%s: tensor blk.%d.ffn_gate_tid2eid.weight holds expert id %d at token "
+                                   "%zu, outside [0, %d)", m->path, il, v[i], i / (size_t)t->ne[0], c->n_expert);
         }
     }
     int nv = ds4_tok_n_vocab(m->tok);
-    if (nv != c->n_vocab) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "tokenizer has %d tokens but the model's vocab_size is %d",
-                 nv, c->n_vocab);
-        if (err) *err = fmt_err(m->path, msg);
-        return DS4_EFORMAT;
-    }
+    if (nv != c->n_vocab)
+        return ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer has %d tokens but the model's vocab_size is %d",
+                           m->path, nv, c->n_vocab);
     return DS4_OK;
 }
 
@@ -100,19 +85,17 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
      * silent fallback: tests and measurements that name one must run it. */
     const char *kn = getenv("DS4_KERNELS");
     if (kn && *kn && !ds4_kernels_by_name(kn)) {
-        if (err) {
-            char msg[256];
-            char e[64];
-            snprintf(msg, sizeof msg, "DS4_KERNELS=%s: no such kernel table on this CPU "
-                     "(scalar, avx2, avx512, avx512-packed or best)",
-                     ds4_escape(e, sizeof e, kn, strlen(kn)));
-            *err = strdup(msg);
-        }
+        char e[64];
+        ds4_set_err(err, DS4_EINVAL, "DS4_KERNELS=%s: no such kernel table on this CPU "
+                    "(scalar, avx2, avx512, avx512-packed or best)", ds4_escape(e, sizeof e, kn, strlen(kn)));
         return NULL;
     }
     ds4_model *m = calloc(1, sizeof *m);
-    if (!m) return NULL;
-    m->path = strdup(path);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        ds4_set_err(err, DS4_ENOMEM, "%s: out of memory", path);
+        return NULL;
+    }
     m->gf = gguf_open(path, err);
     if (!m->gf) goto fail;
     if (ds4_weights_bind(m->gf, &m->w, err) != DS4_OK) goto fail;
@@ -124,7 +107,10 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     m->vk = vec_kernels_best();
     int nth = p->n_threads > 0 ? p->n_threads : ds4_ncpu();
     m->pool = ds4_pool_new(nth);
-    if (!m->pool) goto fail;
+    if (!m->pool) {
+        ds4_set_err(err, DS4_ENOMEM, "%s: cannot start %d worker threads", path, nth);
+        goto fail;
+    }
 
     const ds4_config *c = &m->w.cfg;
     rope_init(&m->rope_dense, c->n_rot, c->rope_base, 0, 1.0f, c->rope_orig_ctx,
@@ -145,7 +131,10 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         const char *b = strrchr(path, '/');
         m->name = strdup(b ? b + 1 : path);
     }
-    if (!m->name) goto fail;
+    if (!m->name) {
+        ds4_set_err(err, DS4_ENOMEM, "%s: out of memory", path);
+        goto fail;
+    }
     /* ds4-synth marks its files; say so wherever the model is named */
     gguf_str desc;
     m->random_weights = strncmp(m->name, "ds4-synth", 9) == 0 ||

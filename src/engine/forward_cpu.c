@@ -101,32 +101,42 @@ static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
     return sp;
 }
 
+/* The most groups of one mm_multi call: the attention projections (8) or
+ * one per output group (the binder bounds those by DS4_MAX_OUT_GROUPS). */
+#define MM_MULTI_MAX (DS4_MAX_OUT_GROUPS > 8 ? DS4_MAX_OUT_GROUPS : 8)
+
 static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *sp, int n) {
     cpu_scratch *sc = &f->s->sc;
-    mm_group g[16];
+    mm_group g[MM_MULTI_MAX];
     uint8_t *area[3] = { NULL, NULL, NULL };
     size_t rb[3] = { 0, 0, 0 };
     uint8_t *q = sc->qscratch;
-    for (int i = 0; i < n && i < 16; i++) {
-        act_kind k = act_kind_for(sp[i].W.type, f->no_qat);
-        if (k != ACT_F32 && !area[k]) {
-            rb[k] = act_row_bytes(k, nx);
-            area[k] = q;
-            quantize_rows(f, k, x, xs, nx, q, rb[k], f->T);
-            q += (size_t)f->T * rb[k];
+    /* more specs than the table holds run in slices (one section each)
+     * rather than being dropped; every caller stays within one slice */
+    for (int i0 = 0; i0 < n; i0 += MM_MULTI_MAX) {
+        int ng = n - i0 < MM_MULTI_MAX ? n - i0 : MM_MULTI_MAX;
+        for (int j = 0; j < ng; j++) {
+            const mm_spec *s = &sp[i0 + j];
+            act_kind k = act_kind_for(s->W.type, f->no_qat);
+            if (k != ACT_F32 && !area[k]) {
+                rb[k] = act_row_bytes(k, nx);
+                area[k] = q;
+                quantize_rows(f, k, x, xs, nx, q, rb[k], f->T);
+                q += (size_t)f->T * rb[k];
+            }
+            mm_group gg = { .W = s->W, .kind = k, .n_rows = f->T, .out = s->out,
+                            .out_stride = s->ostride };
+            if (k == ACT_F32) {
+                gg.act = (const uint8_t *)(x + s->col0);
+                gg.act_stride = xs * sizeof(float);
+            } else {
+                gg.act = area[k] + act_row_bytes(k, s->col0);
+                gg.act_stride = rb[k];
+            }
+            g[j] = gg;
         }
-        mm_group gg = { .W = sp[i].W, .kind = k, .n_rows = f->T, .out = sp[i].out,
-                        .out_stride = sp[i].ostride };
-        if (k == ACT_F32) {
-            gg.act = (const uint8_t *)(x + sp[i].col0);
-            gg.act_stride = xs * sizeof(float);
-        } else {
-            gg.act = area[k] + act_row_bytes(k, sp[i].col0);
-            gg.act_stride = rb[k];
-        }
-        g[i] = gg;
+        cpu_matmul_groups(&f->cc, g, ng);
     }
-    cpu_matmul_groups(&f->cc, g, n < 16 ? n : 16);
 }
 
 typedef void (*tok_fn)(fwd *f, int t, void *ud);
@@ -192,7 +202,7 @@ static void hc_mix_task(fwd *f, int t, void *ud) {
     cpu_scratch *sc = &f->s->sc;
     const int N = c->n_hc, D = c->n_embd, M = (2 + N) * N;
     const float *m = sc->mix + (size_t)t * M;
-    float pre[64];
+    float pre[DS4_MAX_HC];
     float s0 = tval(h->scale, 0), s1 = tval(h->scale, 1), s2 = tval(h->scale, 2);
     for (int i = 0; i < N; i++) {
         pre[i] = sigmoidf(m[i] * s0 + tval(h->base, i)) + c->hc_eps;
@@ -378,7 +388,7 @@ static void comp_finish(fwd *f, float *row, int w, const ds4_tensor *norm,
                         int64_t pos, int is_indexer) {
     const ds4_config *c = f->c;
     rms_norm(row, f32_of(norm), w, c->rms_eps, row);
-    float cs[64], sn[64];
+    float cs[DS4_MAX_ROT_DIM / 2], sn[DS4_MAX_ROT_DIM / 2];
     rope_angles(&f->s->m->rope_comp, pos, cs, sn);
     rope_apply(row, w, c->n_rot, cs, sn, 0);
     if (f->qat) {
@@ -651,7 +661,9 @@ static void idx_q_task(fwd *f, int t, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = &f->s->sc;
-    float cs[64], sn[64];
+    const int hr = c->n_rot / 2;
+    float cs[DS4_MAX_ROT_DIM / 2], sn[DS4_MAX_ROT_DIM / 2];
+    (void)hr;
     rope_angles(&f->s->m->rope_comp, f->p0 + t, cs, sn);
     float *iq = sc->iq + (size_t)t * c->idx_heads * c->idx_dim;
     for (int h = 0; h < c->idx_heads; h++) {
@@ -768,8 +780,8 @@ static void attention(fwd *f, int il) {
     /* grouped low-rank output: group g maps its heads through rows
      * [g*o_lora, (g+1)*o_lora) of attn_output_a */
     const int G = c->o_groups, gdim = (c->n_head / G) * d;
-    mm_spec og[16];
-    for (int g = 0; g < G && g < 16; g++) {
+    mm_spec og[DS4_MAX_OUT_GROUPS];   /* G <= DS4_MAX_OUT_GROUPS (binder) */
+    for (int g = 0; g < G; g++) {
         og[g].W = mat_rows(mat_of(&lw->attn_output_a), g * c->o_lora, c->o_lora);
         og[g].W.n_in = gdim;
         og[g].col0 = g * gdim;
@@ -992,7 +1004,7 @@ static void head_mix_task(fwd *f, int t, void *ud) {
     int tt = h->first + t;
     const float *m = sc->mix + (size_t)t * N;
     const float *X = sc->X + (size_t)tt * N * D;
-    float wgt[64];
+    float wgt[DS4_MAX_HC];
     float s0 = tval(&w->output_hc_scale, 0);
     for (int s = 0; s < N; s++)
         wgt[s] = sigmoidf(m[s] * s0 + tval(&w->output_hc_base, s)) + c->hc_eps;

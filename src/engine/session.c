@@ -223,12 +223,12 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
     ds4_session_params def;
     if (!p) { ds4_session_params_default(&def); p = &def; }
     if (err) *err = NULL;
-    if (p->ctx_size < 1 || p->ctx_size > (1 << 24)) {
-        if (err) *err = strdup("context size must be between 1 and 16777216 tokens");
+    if (p->ctx_size < 1 || p->ctx_size > DS4_MAX_CTX) {
+        ds4_set_err(err, DS4_EINVAL, "context size must be between 1 and %d tokens", DS4_MAX_CTX);
         return NULL;
     }
     ds4_session *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
+    if (!s) goto oom;
     s->m = m;
     s->ctx = p->ctx_size;
     s->chunk = chunk_of(p);
@@ -262,12 +262,8 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
     state_reset(s);
     return s;
 oom:
-    if (err) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "out of memory creating a session of %d tokens (needs ~%.1f MiB)",
-                 p->ctx_size, ds4_session_memory_estimate(m, p->ctx_size) / 1048576.0);
-        *err = strdup(msg);
-    }
+    ds4_set_err(err, DS4_ENOMEM, "out of memory creating a session of %d tokens (needs ~%.1f MiB)",
+                p->ctx_size, ds4_session_memory_estimate(m, p->ctx_size) / 1048576.0);
     ds4_session_free(s);
     return NULL;
 }
@@ -625,8 +621,7 @@ static int rd_take(rd *r, void *dst, size_t n) {
 }
 
 static int fail(char **err, const char *msg) {
-    if (err) *err = strdup(msg);
-    return DS4_EFORMAT;
+    return ds4_set_err(err, DS4_EFORMAT, "%s", msg);
 }
 
 int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err) {

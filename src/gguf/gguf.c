@@ -121,32 +121,6 @@ static const char *value_type_name(uint32_t type) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Errors                                                                    */
-/* ------------------------------------------------------------------------ */
-
-static char *fmt_msg(const char *fmt, va_list ap) {
-    va_list aq;
-    va_copy(aq, ap);
-    int n = vsnprintf(NULL, 0, fmt, aq);
-    va_end(aq);
-    if (n < 0) return NULL;
-    char *s = malloc((size_t)n + 1);
-    if (s) vsnprintf(s, (size_t)n + 1, fmt, ap);
-    return s;
-}
-
-static void set_err(char **err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void set_err(char **err, const char *fmt, ...) {
-    if (!err) return;
-    va_list ap;
-    va_start(ap, fmt);
-    free(*err);
-    *err = fmt_msg(fmt, ap);
-    va_end(ap);
-}
-
-/* ------------------------------------------------------------------------ */
 /* Bounded cursor over the mapping                                           */
 /* ------------------------------------------------------------------------ */
 
@@ -161,7 +135,7 @@ static uint64_t remaining(const cursor *c) { return c->size - c->pos; }
 
 static int need(cursor *c, uint64_t n, const char *what) {
     if (n > remaining(c)) {
-        set_err(c->err, "%s: truncated file: %s at offset %" PRIu64
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: truncated file: %s at offset %" PRIu64
                 " needs %" PRIu64 " bytes, only %" PRIu64 " left",
                 c->path, what, c->pos, n, remaining(c));
         return -1;
@@ -187,7 +161,7 @@ static int rd_str(cursor *c, gguf_str *s, const char *what) {
     uint64_t len;
     if (rd_u64(c, &len, what)) return -1;
     if (len > remaining(c)) {
-        set_err(c->err, "%s: %s at offset %" PRIu64 " has length %" PRIu64
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: %s at offset %" PRIu64 " has length %" PRIu64
                 " but only %" PRIu64 " bytes are left in the file",
                 c->path, what, c->pos - 8, len, remaining(c));
         return -1;
@@ -205,13 +179,13 @@ static char *rd_name(cursor *c, const char *what) {
     uint64_t at = c->pos;
     if (rd_str(c, &s, what)) return NULL;
     if (s.len == 0 || s.len > GGUF_MAX_NAME || memchr(s.p, 0, s.len)) {
-        set_err(c->err, "%s: %s at offset %" PRIu64 " is %s", c->path, what, at,
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: %s at offset %" PRIu64 " is %s", c->path, what, at,
                 s.len == 0 ? "empty" : s.len > GGUF_MAX_NAME ? "too long"
                                                               : "not a valid name (contains NUL)");
         return NULL;
     }
     char *r = malloc(s.len + 1);
-    if (!r) { set_err(c->err, "%s: out of memory", c->path); return NULL; }
+    if (!r) { ds4_set_err(c->err, DS4_EFORMAT, "%s: out of memory", c->path); return NULL; }
     memcpy(r, s.p, s.len);
     r[s.len] = 0;
     return r;
@@ -253,7 +227,7 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
     if (!kv->key) return -1;
     if (rd_u32(c, &kv->type, "metadata value type")) return -1;
     if (kv->type >= GGUF_NTYPES) {
-        set_err(c->err, "%s: metadata key %s has unknown value type %u",
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: metadata key %s has unknown value type %u",
                 c->path, GGUF_ESC(kv->key), kv->type);
         return -1;
     }
@@ -269,12 +243,12 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
     uint64_t n;
     if (rd_u32(c, &et, "array element type")) return -1;
     if (et == GGUF_ARRAY) {
-        set_err(c->err, "%s: metadata key %s is a nested array (not supported by GGUF v3 readers)",
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: metadata key %s is a nested array (not supported by GGUF v3 readers)",
                 c->path, GGUF_ESC(kv->key));
         return -1;
     }
     if (et >= GGUF_NTYPES) {
-        set_err(c->err, "%s: metadata key %s: array has unknown element type %u",
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: metadata key %s: array has unknown element type %u",
                 c->path, GGUF_ESC(kv->key), et);
         return -1;
     }
@@ -286,7 +260,7 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
     if (et != GGUF_STRING) {
         uint64_t bytes;
         if (__builtin_mul_overflow(n, value_size(et), &bytes) || bytes > remaining(c)) {
-            set_err(c->err, "%s: metadata key %s: array of %" PRIu64 " %s elements does not fit in the %" PRIu64
+            ds4_set_err(c->err, DS4_EFORMAT, "%s: metadata key %s: array of %" PRIu64 " %s elements does not fit in the %" PRIu64
                     " bytes left in the file", c->path, GGUF_ESC(kv->key), n, value_type_name(et), remaining(c));
             return -1;
         }
@@ -296,7 +270,7 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
     /* Every string element takes at least its 8-byte length, so this bound
      * keeps the index allocation below the file size. */
     if (n > remaining(c) / 8) {
-        set_err(c->err, "%s: metadata key %s: string array of %" PRIu64 " elements does not fit in the %"
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: metadata key %s: string array of %" PRIu64 " elements does not fit in the %"
                 PRIu64 " bytes left in the file", c->path, GGUF_ESC(kv->key), n, remaining(c));
         return -1;
     }
@@ -307,7 +281,7 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
         gguf_str s;
         uint64_t *q = grow(off, &cap, i + 1, sizeof *off);
         if (!q) {
-            set_err(c->err, "%s: out of memory", c->path);
+            ds4_set_err(c->err, DS4_EFORMAT, "%s: out of memory", c->path);
             kv->v.arr.str_off = off;
             return -1;
         }
@@ -324,7 +298,7 @@ static int parse_tensor(cursor *c, gguf_tensor *t) {
     if (!t->name) return -1;
     if (rd_u32(c, &t->n_dims, "tensor n_dims")) return -1;
     if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS) {
-        set_err(c->err, "%s: tensor %s has %u dims (must be 1..%d)", c->path, GGUF_ESC(t->name),
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: tensor %s has %u dims (must be 1..%d)", c->path, GGUF_ESC(t->name),
                 t->n_dims, GGUF_MAX_DIMS);
         return -1;
     }
@@ -332,7 +306,7 @@ static int parse_tensor(cursor *c, gguf_tensor *t) {
     for (uint32_t d = 0; d < t->n_dims; d++) {
         if (rd_u64(c, &t->ne[d], "tensor dim")) return -1;
         if (t->ne[d] == 0 || t->ne[d] > (uint64_t)INT64_MAX) {
-            set_err(c->err, "%s: tensor %s has invalid dim %u = %" PRIu64, c->path, GGUF_ESC(t->name), d, t->ne[d]);
+            ds4_set_err(c->err, DS4_EFORMAT, "%s: tensor %s has invalid dim %u = %" PRIu64, c->path, GGUF_ESC(t->name), d, t->ne[d]);
             return -1;
         }
     }
@@ -340,11 +314,11 @@ static int parse_tensor(cursor *c, gguf_tensor *t) {
     if (rd_u64(c, &t->offset, "tensor offset")) return -1;
     const type_info *ti = tinfo(t->type);
     if (!ti) {
-        set_err(c->err, "%s: tensor %s has unknown type %u", c->path, GGUF_ESC(t->name), t->type);
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: tensor %s has unknown type %u", c->path, GGUF_ESC(t->name), t->type);
         return -1;
     }
     if (t->ne[0] % ti->block) {
-        set_err(c->err, "%s: tensor %s: row length %" PRIu64 " is not a multiple of the %s block size %u",
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: tensor %s: row length %" PRIu64 " is not a multiple of the %s block size %u",
                 c->path, GGUF_ESC(t->name), t->ne[0], ti->name, ti->block);
         return -1;
     }
@@ -354,7 +328,7 @@ static int parse_tensor(cursor *c, gguf_tensor *t) {
     for (int d = 1; d < GGUF_MAX_DIMS; d++) ovf |= __builtin_mul_overflow(rows, t->ne[d], &rows);
     ovf |= __builtin_mul_overflow(rows, ggml_row_size(t->type, t->ne[0]), &nb);
     if (ovf || nel > (uint64_t)INT64_MAX) {
-        set_err(c->err, "%s: tensor %s: element count overflows", c->path, GGUF_ESC(t->name));
+        ds4_set_err(c->err, DS4_EFORMAT, "%s: tensor %s: element count overflows", c->path, GGUF_ESC(t->name));
         return -1;
     }
     t->nbytes = nb;
@@ -431,17 +405,17 @@ static int parse(gguf_file *f, char **err) {
     cursor c = {f->map, 0, f->size, f->path, err};
     uint32_t magic;
     if (f->size < 24) {
-        set_err(err, "%s: not a GGUF file (only %" PRIu64 " bytes)", f->path, f->size);
+        ds4_set_err(err, DS4_EFORMAT, "%s: not a GGUF file (only %" PRIu64 " bytes)", f->path, f->size);
         return -1;
     }
     rd_u32(&c, &magic, "magic");
     if (magic != GGUF_MAGIC) {
-        set_err(err, "%s: not a GGUF file (bad magic)", f->path);
+        ds4_set_err(err, DS4_EFORMAT, "%s: not a GGUF file (bad magic)", f->path);
         return -1;
     }
     rd_u32(&c, &f->version, "version");
     if (f->version != 3) {
-        set_err(err, "%s: unsupported GGUF version %u (only version 3 is supported)", f->path, f->version);
+        ds4_set_err(err, DS4_EFORMAT, "%s: unsupported GGUF version %u (only version 3 is supported)", f->path, f->version);
         return -1;
     }
     rd_u64(&c, &f->n_tensors, "tensor count");
@@ -452,18 +426,18 @@ static int parse(gguf_file *f, char **err) {
      * and keeps indexes under 2^32; the arrays themselves grow only as
      * entries are parsed. */
     if (f->n_kv > remaining(&c) / 14 || f->n_kv > UINT32_MAX - 1) {
-        set_err(err, "%s: metadata count %" PRIu64 " is impossible for a %" PRIu64 "-byte file",
+        ds4_set_err(err, DS4_EFORMAT, "%s: metadata count %" PRIu64 " is impossible for a %" PRIu64 "-byte file",
                 f->path, f->n_kv, f->size);
         return -1;
     }
     if (f->n_tensors > remaining(&c) / 33 || f->n_tensors > UINT32_MAX - 1) {
-        set_err(err, "%s: tensor count %" PRIu64 " is impossible for a %" PRIu64 "-byte file",
+        ds4_set_err(err, DS4_EFORMAT, "%s: tensor count %" PRIu64 " is impossible for a %" PRIu64 "-byte file",
                 f->path, f->n_tensors, f->size);
         return -1;
     }
     f->idx = calloc(1, sizeof *f->idx);
     if (!f->idx) {
-        set_err(err, "%s: out of memory", f->path);
+        ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", f->path);
         return -1;
     }
     /* n_kv / n_tensors count the entries parsed so far (what close frees). */
@@ -472,7 +446,7 @@ static int parse(gguf_file *f, char **err) {
     for (uint64_t i = 0; i < want_kv; i++) {
         gguf_kv *q = grow(f->kv, &cap, i + 1, sizeof *f->kv);
         if (!q) {
-            set_err(err, "%s: out of memory", f->path);
+            ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", f->path);
             return -1;
         }
         f->kv = q;
@@ -481,8 +455,8 @@ static int parse(gguf_file *f, char **err) {
     }
     int64_t dup = build_index(f->n_kv, kv_name, f->kv, &f->idx->kv_slots, &f->idx->kv_mask);
     if (dup != -1) {
-        if (dup == -2) set_err(err, "%s: out of memory", f->path);
-        else set_err(err, "%s: duplicate metadata key %s", f->path, GGUF_ESC(f->kv[dup].key));
+        if (dup == -2) ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", f->path);
+        else ds4_set_err(err, DS4_EFORMAT, "%s: duplicate metadata key %s", f->path, GGUF_ESC(f->kv[dup].key));
         return -1;
     }
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -490,12 +464,12 @@ static int parse(gguf_file *f, char **err) {
     if (al) {
         uint64_t a = 0;
         if (gguf_get_u64(f, "general.alignment", &a)) {
-            set_err(err, "%s: general.alignment has type %s, expected an unsigned integer",
+            ds4_set_err(err, DS4_EFORMAT, "%s: general.alignment has type %s, expected an unsigned integer",
                     f->path, value_type_name(al->type));
             return -1;
         }
         if (a == 0 || (a & (a - 1)) || a > GGUF_MAX_ALIGNMENT) {
-            set_err(err, "%s: general.alignment %" PRIu64 " is not a power of two <= %u",
+            ds4_set_err(err, DS4_EFORMAT, "%s: general.alignment %" PRIu64 " is not a power of two <= %u",
                     f->path, a, GGUF_MAX_ALIGNMENT);
             return -1;
         }
@@ -505,7 +479,7 @@ static int parse(gguf_file *f, char **err) {
     for (uint64_t i = 0; i < want_t; i++) {
         gguf_tensor *q = grow(f->tensors, &cap, i + 1, sizeof *f->tensors);
         if (!q) {
-            set_err(err, "%s: out of memory", f->path);
+            ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", f->path);
             return -1;
         }
         f->tensors = q;
@@ -514,15 +488,15 @@ static int parse(gguf_file *f, char **err) {
     }
     dup = build_index(f->n_tensors, t_name, f->tensors, &f->idx->t_slots, &f->idx->t_mask);
     if (dup != -1) {
-        if (dup == -2) set_err(err, "%s: out of memory", f->path);
-        else set_err(err, "%s: duplicate tensor name %s", f->path, GGUF_ESC(f->tensors[dup].name));
+        if (dup == -2) ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", f->path);
+        else ds4_set_err(err, DS4_EFORMAT, "%s: duplicate tensor name %s", f->path, GGUF_ESC(f->tensors[dup].name));
         return -1;
     }
     f->dir_end = c.pos;
     /* dir_end <= size < 2^63 and alignment <= 2^24: no overflow. */
     f->data_offset = (f->dir_end + f->alignment - 1) / f->alignment * f->alignment;
     if (f->n_tensors && f->data_offset > f->size) {
-        set_err(err, "%s: truncated file: tensor data section would start at %" PRIu64
+        ds4_set_err(err, DS4_EFORMAT, "%s: truncated file: tensor data section would start at %" PRIu64
                 " past the end (%" PRIu64 " bytes)", f->path, f->data_offset, f->size);
         return -1;
     }
@@ -530,13 +504,13 @@ static int parse(gguf_file *f, char **err) {
         gguf_tensor *t = &f->tensors[i];
         uint64_t end;
         if (t->offset % f->alignment) {
-            set_err(err, "%s: tensor %s: offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
+            ds4_set_err(err, DS4_EFORMAT, "%s: tensor %s: offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
                     f->path, GGUF_ESC(t->name), t->offset, f->alignment);
             return -1;
         }
         if (__builtin_add_overflow(f->data_offset, t->offset, &end) ||
             __builtin_add_overflow(end, t->nbytes, &end) || end > f->size) {
-            set_err(err, "%s: tensor %s: data [offset %" PRIu64 ", %" PRIu64 " bytes] extends past the end of the file"
+            ds4_set_err(err, DS4_EFORMAT, "%s: tensor %s: data [offset %" PRIu64 ", %" PRIu64 " bytes] extends past the end of the file"
                     " (data section %" PRIu64 " bytes)", f->path, GGUF_ESC(t->name), t->offset, t->nbytes,
                     f->size - f->data_offset);
             return -1;
@@ -558,18 +532,18 @@ gguf_file *gguf_open(const char *path, char **err) {
     gguf_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
         free(f);
-        set_err(err, "%s: out of memory", path);
+        ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", path);
         return NULL;
     }
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
-        set_err(err, "%s: cannot open: %s", path, strerror(errno));
+        ds4_set_err(err, DS4_EFORMAT, "%s: cannot open: %s", path, strerror(errno));
         gguf_close(f);
         return NULL;
     }
     struct stat st;
     if (fstat(f->fd, &st) || !S_ISREG(st.st_mode)) {
-        set_err(err, "%s: not a regular file", path);
+        ds4_set_err(err, DS4_EFORMAT, "%s: not a regular file", path);
         gguf_close(f);
         return NULL;
     }
@@ -577,7 +551,7 @@ gguf_file *gguf_open(const char *path, char **err) {
     if (f->size >= 24) {
         void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
         if (m == MAP_FAILED) {
-            set_err(err, "%s: mmap failed: %s", path, strerror(errno));
+            ds4_set_err(err, DS4_EFORMAT, "%s: mmap failed: %s", path, strerror(errno));
             gguf_close(f);
             return NULL;
         }
@@ -591,7 +565,7 @@ gguf_file *gguf_open_mem(const void *data, size_t size, const char *name, char *
     gguf_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(name ? name : "<memory>"))) {
         free(f);
-        set_err(err, "out of memory");
+        ds4_set_err(err, DS4_EFORMAT, "out of memory");
         return NULL;
     }
     f->fd = -1;
@@ -824,14 +798,12 @@ struct gguf_writer {
 static void w_fail(gguf_writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void w_fail(gguf_writer *w, const char *fmt, ...) {
     if (w->err) return;
+    char *m = NULL;
     va_list ap;
     va_start(ap, fmt);
-    char *m = fmt_msg(fmt, ap);
+    ds4_set_errv(&m, DS4_EIO, fmt, ap);
     va_end(ap);
-    if (!m) { w->err = strdup("out of memory"); return; }
-    size_t n = strlen(w->path) + strlen(m) + 3;
-    w->err = malloc(n);
-    if (w->err) snprintf(w->err, n, "%s: %s", w->path, m);
+    ds4_set_err(&w->err, DS4_EIO, "%s: %s", w->path, m ? m : "out of memory");
     free(m);
 }
 
@@ -858,12 +830,12 @@ static int b_str(gguf_writer *w, bytes *b, const char *s, uint64_t len) {
 
 gguf_writer *gguf_writer_open(const char *path, char **err) {
     gguf_writer *w = calloc(1, sizeof *w);
-    if (!w) { set_err(err, "%s: out of memory", path); return NULL; }
+    if (!w) { ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", path); return NULL; }
     size_t n = strlen(path);
     w->path = strdup(path);
     w->tmp = malloc(n + 5);
     if (!w->path || !w->tmp) {
-        set_err(err, "%s: out of memory", path);
+        ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", path);
         free(w->path); free(w->tmp); free(w);
         return NULL;
     }
@@ -871,7 +843,7 @@ gguf_writer *gguf_writer_open(const char *path, char **err) {
     memcpy(w->tmp + n, ".tmp", 5);
     w->fp = fopen(w->tmp, "wb");
     if (!w->fp) {
-        set_err(err, "%s: cannot create: %s", w->tmp, strerror(errno));
+        ds4_set_err(err, DS4_EFORMAT, "%s: cannot create: %s", w->tmp, strerror(errno));
         free(w->path); free(w->tmp); free(w);
         return NULL;
     }
@@ -1129,7 +1101,7 @@ int gguf_writer_close(gguf_writer *w, char **err) {
     if (!w->err && rename(w->tmp, w->path)) w_fail(w, "rename failed: %s", strerror(errno));
     if (w->err) {
         unlink(w->tmp);
-        set_err(err, "%s", w->err);
+        ds4_set_err(err, DS4_EFORMAT, "%s", w->err);
         w_free(w);
         return -1;
     }

@@ -208,12 +208,8 @@ int ds4_inspect_gguf(gguf_file *gf, FILE *out, char **err) {
         fprintf(out, "\nthe file does not match the DeepSeek V4 layout:\n%s\n", berr ? berr : "");
         int n = 0;
         for (const char *q = berr; q && *q; q++) n += *q == '\n';
-        if (err) {
-            ds4_buf b = {0};
-            ds4_buf_printf(&b, "%s: does not match the DeepSeek V4 layout (%d problem line%s listed in the report)",
-                           gf->path, n + 1, n ? "s" : "");
-            *err = b.p;
-        }
+        ds4_set_err(err, rc, "%s: does not match the DeepSeek V4 layout (%d problem line%s listed in the report)",
+                    gf->path, n + 1, n ? "s" : "");
         free(berr);
         return rc;
     }

@@ -23,19 +23,43 @@
 
 #define MAX_PROBLEMS 50
 
-/* Bounds: far above the real Flash and PRO sizes, low enough that derived
- * products (n_head*head_dim, n_hc*n_embd, o_groups*o_lora, ...) fit in an
- * int and a corrupt value cannot make anyone allocate terabytes. */
-#define MAX_EMBD 65536
-#define MAX_LAYER 1024
-#define MAX_VOCAB (1 << 24)
-#define MAX_EXPERT 4096
-#define MAX_HEAD 4096
-#define MAX_HEAD_DIM 4096
-#define MAX_RANK 65536
-#define MAX_FF 65536
-#define MAX_HC 64
-#define MAX_RATIO (1 << 20)
+/* The limits table (model.h).  `why` is printed with a refusal. */
+const ds4_model_limit ds4_model_limits[] = {
+    {"context_length", 1, UINT32_MAX, "informational training context"},
+    {"block_count", 1, DS4_MAX_LAYER, "sanity bound"},
+    {"embedding_length", 1, DS4_MAX_EMBD, "sanity bound"},
+    {"vocab_size", 1, DS4_MAX_VOCAB, "sanity bound"},
+    {"attention.head_count", 1, DS4_MAX_HEAD, "sanity bound"},
+    {"attention.head_count_kv", 1, 1, "one shared K=V head"},
+    {"attention.key_length", 1, DS4_MAX_HEAD_DIM, "sanity bound"},
+    {"attention.value_length", 1, DS4_MAX_HEAD_DIM, "sanity bound; must equal key_length"},
+    {"attention.q_lora_rank", 1, DS4_MAX_RANK, "sanity bound"},
+    {"attention.output_lora_rank", 1, DS4_MAX_RANK, "sanity bound"},
+    {"attention.output_group_count", 1, DS4_MAX_OUT_GROUPS, "per-group matmul table; divides head_count"},
+    {"attention.sliding_window", 1, DS4_MAX_WINDOW, "sanity bound"},
+    {"attention.indexer.head_count", 1, DS4_MAX_HEAD, "sanity bound"},
+    {"attention.indexer.key_length", 1, DS4_MAX_HEAD_DIM, "sanity bound; a power of two >= rope dims"},
+    {"attention.indexer.top_k", 1, DS4_MAX_TOPK, "sanity bound"},
+    {"attention.compress_ratios", 0, DS4_MAX_RATIO, "per layer: 0 or 2..max; compressor state size"},
+    {"rope.dimension_count", 0, DS4_MAX_ROT_DIM, "RoPE angle tables; even, <= key_length"},
+    {"rope.scaling.original_context_length", 1, UINT32_MAX, "sanity bound"},
+    {"expert_count", 1, DS4_MAX_EXPERT, "sanity bound"},
+    {"expert_used_count", 1, DS4_MAX_EXPERT, "sanity bound; <= expert_count"},
+    {"expert_shared_count", 1, DS4_MAX_SHARED, "sanity bound"},
+    {"expert_feed_forward_length", 1, DS4_MAX_FF, "sanity bound"},
+    {"expert_group_count", 0, DS4_MAX_EXPERT, "optional; only 0 or 1 (no group-limited routing)"},
+    {"hash_layer_count", 0, DS4_MAX_LAYER, "<= block_count"},
+    {"hyper_connection.count", 1, DS4_MAX_HC, "per-stream weight tables"},
+    {"hyper_connection.sinkhorn_iterations", 1, DS4_MAX_HC_ITERS, "sanity bound"},
+};
+const int ds4_model_n_limits = (int)(sizeof ds4_model_limits / sizeof ds4_model_limits[0]);
+
+const ds4_model_limit *ds4_model_limit_find(const char *key) {
+    if (!strncmp(key, "deepseek4.", 10)) key += 10;
+    for (int i = 0; i < ds4_model_n_limits; i++)
+        if (!strcmp(ds4_model_limits[i].key, key)) return &ds4_model_limits[i];
+    return NULL;
+}
 
 typedef struct {
     const char *path;
@@ -75,10 +99,13 @@ static void key_of(char *buf, size_t n, const char *suffix) {
     snprintf(buf, n, "deepseek4.%s", suffix);
 }
 
-/* Reads an integer key into [lo, hi].  Returns 1 if a valid value was
+/* Reads an integer key into its range (the limits table; every key read
+ * here has a row).  Returns 1 if a valid value was
  * stored, 0 if absent (and not required), -1 on a reported problem. */
 static int meta_int(problems *p, const gguf_file *gf, const char *suffix, int required,
-                    int64_t lo, int64_t hi, int64_t *out) {
+                    int64_t *out) {
+    const ds4_model_limit *lim = ds4_model_limit_find(suffix);
+    const int64_t lo = lim->min, hi = lim->max;
     char key[128];
     key_of(key, sizeof key, suffix);
     const gguf_kv *kv = gguf_find(gf, key);
@@ -94,9 +121,11 @@ static int meta_int(problems *p, const gguf_file *gf, const char *suffix, int re
     int64_t v;
     if (gguf_get_i64(gf, key, &v) || v < lo || v > hi) {
         if (kv->type == GGUF_U64 || kv->type == GGUF_U32 || kv->type == GGUF_U16 || kv->type == GGUF_U8)
-            prob(p, "metadata %s = %" PRIu64 " is out of range [%" PRId64 ", %" PRId64 "]", key, kv->v.u, lo, hi);
+            prob(p, "metadata %s = %" PRIu64 " is out of range [%" PRId64 ", %" PRId64 "] (limit: %s)", key,
+                 kv->v.u, lo, hi, lim->why);
         else
-            prob(p, "metadata %s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", key, kv->v.i, lo, hi);
+            prob(p, "metadata %s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "] (limit: %s)", key,
+                 kv->v.i, lo, hi, lim->why);
         return -1;
     }
     *out = v;
@@ -104,9 +133,9 @@ static int meta_int(problems *p, const gguf_file *gf, const char *suffix, int re
 }
 
 static int meta_int32(problems *p, const gguf_file *gf, const char *suffix, int required,
-                      int64_t lo, int64_t hi, int *out, int *bad) {
+                      int *out, int *bad) {
     int64_t v = 0;
-    int r = meta_int(p, gf, suffix, required, lo, hi, &v);
+    int r = meta_int(p, gf, suffix, required, &v);
     if (r == 1) *out = (int)v;
     if (r < 0) *bad = 1;
     return r;
@@ -251,47 +280,47 @@ static void read_config(problems *p, const gguf_file *gf, ds4_config *c, int *sh
                         int *need_idx_meta) {
     int bad = 0, fbad = 0;
     int64_t v64;
-    meta_int32(p, gf, "block_count", 1, 1, MAX_LAYER, &c->n_layer, &bad);
-    meta_int32(p, gf, "embedding_length", 1, 1, MAX_EMBD, &c->n_embd, &bad);
-    meta_int32(p, gf, "vocab_size", 1, 1, MAX_VOCAB, &c->n_vocab, &bad);
-    meta_int32(p, gf, "attention.head_count", 1, 1, MAX_HEAD, &c->n_head, &bad);
-    meta_int32(p, gf, "attention.head_count_kv", 1, 1, 1, &c->n_head_kv, &bad);
-    meta_int32(p, gf, "attention.key_length", 1, 1, MAX_HEAD_DIM, &c->head_dim, &bad);
+    meta_int32(p, gf, "block_count", 1, &c->n_layer, &bad);
+    meta_int32(p, gf, "embedding_length", 1, &c->n_embd, &bad);
+    meta_int32(p, gf, "vocab_size", 1, &c->n_vocab, &bad);
+    meta_int32(p, gf, "attention.head_count", 1, &c->n_head, &bad);
+    meta_int32(p, gf, "attention.head_count_kv", 1, &c->n_head_kv, &bad);
+    meta_int32(p, gf, "attention.key_length", 1, &c->head_dim, &bad);
     int vlen = 0;
-    if (meta_int32(p, gf, "attention.value_length", 1, 1, MAX_HEAD_DIM, &vlen, &bad) == 1 &&
+    if (meta_int32(p, gf, "attention.value_length", 1, &vlen, &bad) == 1 &&
         c->head_dim && vlen != c->head_dim) {
         prob(p, "metadata deepseek4.attention.value_length = %d must equal key_length = %d (K = V)",
              vlen, c->head_dim);
         bad = 1;
     }
-    meta_int32(p, gf, "rope.dimension_count", 1, 0, MAX_HEAD_DIM, &c->n_rot, &bad);
-    meta_int32(p, gf, "attention.q_lora_rank", 1, 1, MAX_RANK, &c->q_lora, &bad);
-    meta_int32(p, gf, "attention.output_lora_rank", 1, 1, MAX_RANK, &c->o_lora, &bad);
-    meta_int32(p, gf, "attention.output_group_count", 1, 1, MAX_HEAD, &c->o_groups, &bad);
-    meta_int32(p, gf, "attention.sliding_window", 1, 1, 1 << 24, &c->n_swa, &bad);
-    meta_int32(p, gf, "expert_count", 1, 1, MAX_EXPERT, &c->n_expert, &bad);
-    meta_int32(p, gf, "expert_used_count", 1, 1, MAX_EXPERT, &c->n_expert_used, &bad);
-    meta_int32(p, gf, "expert_shared_count", 1, 1, 64, &c->n_expert_shared, &bad);
-    meta_int32(p, gf, "expert_feed_forward_length", 1, 1, MAX_FF, &c->n_ff_exp, &bad);
-    meta_int32(p, gf, "hash_layer_count", 1, 0, MAX_LAYER, &c->n_hash, &bad);
-    meta_int32(p, gf, "hyper_connection.count", 1, 1, MAX_HC, &c->n_hc, &bad);
-    meta_int32(p, gf, "hyper_connection.sinkhorn_iterations", 1, 1, 1000, &c->hc_iters, &fbad);
+    meta_int32(p, gf, "rope.dimension_count", 1, &c->n_rot, &bad);
+    meta_int32(p, gf, "attention.q_lora_rank", 1, &c->q_lora, &bad);
+    meta_int32(p, gf, "attention.output_lora_rank", 1, &c->o_lora, &bad);
+    meta_int32(p, gf, "attention.output_group_count", 1, &c->o_groups, &bad);
+    meta_int32(p, gf, "attention.sliding_window", 1, &c->n_swa, &bad);
+    meta_int32(p, gf, "expert_count", 1, &c->n_expert, &bad);
+    meta_int32(p, gf, "expert_used_count", 1, &c->n_expert_used, &bad);
+    meta_int32(p, gf, "expert_shared_count", 1, &c->n_expert_shared, &bad);
+    meta_int32(p, gf, "expert_feed_forward_length", 1, &c->n_ff_exp, &bad);
+    meta_int32(p, gf, "hash_layer_count", 1, &c->n_hash, &bad);
+    meta_int32(p, gf, "hyper_connection.count", 1, &c->n_hc, &bad);
+    meta_int32(p, gf, "hyper_connection.sinkhorn_iterations", 1, &c->hc_iters, &fbad);
     /* The indexer keys are needed only if an indexer layer exists (checked
      * with the layer kinds); here they are read if present. */
     int ib = 0;
-    int ih = meta_int32(p, gf, "attention.indexer.head_count", 0, 1, MAX_HEAD, &c->idx_heads, &ib);
-    int id = meta_int32(p, gf, "attention.indexer.key_length", 0, 1, MAX_HEAD_DIM, &c->idx_dim, &ib);
-    int it = meta_int32(p, gf, "attention.indexer.top_k", 0, 1, 1 << 24, &c->idx_topk, &ib);
+    int ih = meta_int32(p, gf, "attention.indexer.head_count", 0, &c->idx_heads, &ib);
+    int id = meta_int32(p, gf, "attention.indexer.key_length", 0, &c->idx_dim, &ib);
+    int it = meta_int32(p, gf, "attention.indexer.top_k", 0, &c->idx_topk, &ib);
     if (ib) bad = 1;
     /* 1 = not all present and valid; the indexer applies a Hadamard
      * rotation, so its head dim must also be a power of two (checked only
      * if an indexer layer exists, in ds4_weights_bind). */
     *need_idx_meta = !(ih == 1 && id == 1 && it == 1);
-    if (meta_int(p, gf, "rope.scaling.original_context_length", 1, 1, INT64_MAX, &v64) == 1)
+    if (meta_int(p, gf, "rope.scaling.original_context_length", 1, &v64) == 1)
         c->rope_orig_ctx = (uint64_t)v64;
-    if (meta_int(p, gf, "context_length", 0, 1, INT64_MAX, &v64) == 1) c->ctx_train = (uint64_t)v64;
+    if (meta_int(p, gf, "context_length", 0, &v64) == 1) c->ctx_train = (uint64_t)v64;
     int64_t g = 0;
-    if (meta_int(p, gf, "expert_group_count", 0, 0, MAX_EXPERT, &g) == 1 && g > 1)
+    if (meta_int(p, gf, "expert_group_count", 0, &g) == 1 && g > 1)
         prob(p, "metadata deepseek4.expert_group_count = %" PRId64 ": group-limited routing is not supported", g);
 
     meta_float(p, gf, "attention.layer_norm_rms_epsilon", 1, 0.0, 1.0, &c->rms_eps, &fbad);
@@ -350,9 +379,9 @@ static void read_config(problems *p, const gguf_file *gf, ds4_config *c, int *sh
         } else {
             for (int il = 0; il < c->n_layer; il++) {
                 int64_t r = -1;
-                if (gguf_arr_i64(kv, (uint64_t)il, &r) || r < 0 || r == 1 || r > MAX_RATIO) {
-                    prob(p, "metadata %s[%d] = %" PRId64 " is invalid (must be 0 or 2..%d)", rk, il, r,
-                         MAX_RATIO);
+                if (gguf_arr_i64(kv, (uint64_t)il, &r) || r < 0 || r == 1 || r > DS4_MAX_RATIO) {
+                    prob(p, "metadata %s[%d] = %" PRId64 " is invalid (must be 0 or 2..%d; limit: "
+                         "compressor state size)", rk, il, r, DS4_MAX_RATIO);
                     bad = 1;
                 } else {
                     c->compress_ratios[il] = (int)r;
@@ -534,6 +563,9 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
         if (needs_idx && !before && c->idx_dim & (c->idx_dim - 1))
             prob(&P, "metadata deepseek4.attention.indexer.key_length = %d is not a power of two "
                  "(the indexer of layer %d applies a Hadamard rotation)", c->idx_dim, il);
+        if (needs_idx && !before && !idx_meta_missing && c->n_rot > c->idx_dim)
+            prob(&P, "metadata deepseek4.rope.dimension_count = %d exceeds attention.indexer.key_length = %d "
+                 "(the indexer of layer %d ropes the tail of each head)", c->n_rot, c->idx_dim, il);
     }
     w->n_bound = B.n_bound;
     if (P.oom) { rc = DS4_ENOMEM; goto fail; }

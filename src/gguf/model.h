@@ -15,6 +15,53 @@
 #include <stdio.h>
 #include "gguf/gguf.h"
 
+/* ------------------------------------------------------------------------ */
+/* Limits: the one table of the shape values the engine accepts             */
+/* ------------------------------------------------------------------------ */
+
+/* Maxima that size fixed (stack) buffers of the engine: a value above them
+ * would overflow those arrays, so the binder refuses it.  The arrays are
+ * declared with these names, so raising a limit resizes them. */
+#define DS4_MAX_ROT_DIM    256   /* rope.dimension_count: cs/sn[DS4_MAX_ROT_DIM/2] */
+#define DS4_MAX_HC         64    /* hyper_connection.count: per-stream weights */
+#define DS4_MAX_OUT_GROUPS 64    /* attention.output_group_count: one matmul
+                                    group per output group */
+/* Sanity maxima: far above the real Flash and PRO shapes, low enough that
+ * derived products (n_head*head_dim, n_hc*n_embd, o_groups*o_lora, ...)
+ * fit in an int and a corrupt value cannot make anyone allocate terabytes. */
+#define DS4_MAX_LAYER      1024
+#define DS4_MAX_EMBD       65536
+#define DS4_MAX_VOCAB      (1 << 24)
+#define DS4_MAX_HEAD       4096
+#define DS4_MAX_HEAD_DIM   4096
+#define DS4_MAX_RANK       65536
+#define DS4_MAX_EXPERT     4096
+#define DS4_MAX_SHARED     64
+#define DS4_MAX_FF         65536
+#define DS4_MAX_WINDOW     (1 << 24)
+#define DS4_MAX_TOPK       (1 << 24)
+#define DS4_MAX_RATIO      4096  /* compress ratio: the compressor frontier
+                                    holds coff*ratio rows per layer */
+#define DS4_MAX_HC_ITERS   1000
+#define DS4_MAX_CTX        (1 << 24)   /* context_length; a session's ctx_size */
+
+/* One integer metadata value: `key` without the "deepseek4." prefix, its
+ * accepted range, and what bounds it.  Cross-key rules (rope dims even and
+ * <= key_length, head_count a multiple of output_group_count, ...) are
+ * checked by the binder on top of these ranges. */
+typedef struct {
+    const char *key;
+    int64_t min, max;
+    const char *why;
+} ds4_model_limit;
+
+/* Every row, in metadata order; the binder, ds4-synth (--set and
+ * --limits) and the README use this table. */
+extern const ds4_model_limit ds4_model_limits[];
+extern const int ds4_model_n_limits;
+/* The row of `key` (with or without the "deepseek4." prefix); NULL if none. */
+const ds4_model_limit *ds4_model_limit_find(const char *key);
+
 /* A bound tensor: a view into the mapping.  For a 2-D weight, ne[0] is the
  * input width (elements per row) and ne[1] the number of output rows; a 3-D
  * expert tensor has ne[2] experts.  data == NULL means "absent" (optional

@@ -252,8 +252,7 @@ int ds4_kv_file_info_read(const char *path, int verify, ds4_kv_file_info *info, 
     if (err) *err = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (err) *err = strdup(strerror(errno));
-        return DS4_EIO;
+        return ds4_set_err(err, DS4_EIO, "%s", strerror(errno));
     }
     struct stat sb;
     uint8_t h[KV_HDR];
@@ -291,7 +290,7 @@ int ds4_kv_file_info_read(const char *path, int verify, ds4_kv_file_info *info, 
         }
     }
     close(fd);
-    if (rc && err) *err = strdup(why ? why : "invalid");
+    if (rc) ds4_set_err(err, rc, "%s", why ? why : "invalid");
     return rc;
 }
 
@@ -442,31 +441,29 @@ static void maybe_rescan(ds4_kvstore *kv) {
 ds4_kvstore *ds4_kvstore_open(const ds4_model *m, const ds4_kvstore_params *p, char **err) {
     if (err) *err = NULL;
     if (!p || !p->dir || !*p->dir) {
-        if (err) *err = strdup("kv cache: no directory given");
+        ds4_set_err(err, DS4_EINVAL, "kv cache: no directory given");
         return NULL;
     }
     if (mkdir(p->dir, 0755) && errno != EEXIST) {
-        if (err) {
-            char msg[600];
-            snprintf(msg, sizeof msg, "kv cache: cannot create %s: %s", p->dir, strerror(errno));
-            *err = strdup(msg);
-        }
+        ds4_set_err(err, DS4_EIO, "kv cache: cannot create %s: %s", p->dir, strerror(errno));
         return NULL;
     }
     ds4_kvstore *kv = calloc(1, sizeof *kv);
-    if (!kv) return NULL;
+    if (!kv) { ds4_set_err(err, DS4_ENOMEM, "kv cache: out of memory"); return NULL; }
     kv->m = m;
+    kv->dirfd = -1;
     kv->dir = strdup(p->dir);
+    if (!kv->dir) {
+        ds4_set_err(err, DS4_ENOMEM, "kv cache: out of memory");
+        ds4_kvstore_close(kv);
+        return NULL;
+    }
     kv->cap = p->space_bytes ? p->space_bytes : (4096ull << 20);
     kv->allow_variants = p->allow_quant_variants;
     kv->log = p->log ? p->log : stderr;
     kv->dirfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (kv->dirfd < 0) {
-        if (err) {
-            char msg[600];
-            snprintf(msg, sizeof msg, "kv cache: cannot open %s: %s", p->dir, strerror(errno));
-            *err = strdup(msg);
-        }
+        ds4_set_err(err, DS4_EIO, "kv cache: cannot open %s: %s", p->dir, strerror(errno));
         ds4_kvstore_close(kv);
         return NULL;
     }
@@ -714,12 +711,8 @@ out:
         if (fd >= 0) close(fd);
         unlinkat(kv->dirfd, tmp, 0);
         kv->st.write_errors++;
-        if (err) {
-            char msg[300];
-            snprintf(msg, sizeof msg, "kv cache: cannot save %s/%s: %s", kv->dir, fn,
-                     strerror(w && w->err ? w->err : errno));
-            *err = strdup(msg);
-        }
+        ds4_set_err(err, rc, "kv cache: cannot save %s/%s: %s", kv->dir, fn,
+                    strerror(w && w->err ? w->err : errno));
     }
     unlock_dir(lk);
     free(w);
@@ -898,8 +891,9 @@ static int tool_cb(void *ud, const char *id, uint32_t idl, const uint8_t *d, uin
     tool_find *f = ud;
     if (strlen(f->id) != idl || memcmp(f->id, id, idl)) return 0;
     f->out->n = 0;
-    ds4_buf_append(f->out, d, dl);
-    f->found = 1;
+    /* a DSML that could not be copied whole is "not found" (the caller
+     * then renders canonically), never a truncated block */
+    f->found = ds4_buf_append(f->out, d, dl) == DS4_OK;
     return 1;
 }
 

@@ -203,11 +203,6 @@ json_t *ds4_json_parse(const char *text, size_t len, char **err) {
      * ALLOW_NUL: "\u0000" in strings, which Python accepts too.  No
      * REJECT_DUPLICATES: Python keeps the last value of a repeated key. */
     json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
-    if (!v && err) {
-        size_t n = strlen(e.text) + 64;
-        char *m = malloc(n);
-        if (m) snprintf(m, n, "line %d, column %d: %s", e.line, e.column, e.text);
-        *err = m;
-    }
+    if (!v) ds4_set_err(err, DS4_EINVAL, "line %d, column %d: %s", e.line, e.column, e.text);
     return v;
 }

@@ -78,15 +78,6 @@ static const char RESPONSE_FORMAT_HEAD[] =
 #define PUT(s) do { if (ds4_buf_puts(out, (s))) goto oom; } while (0)
 #define PUTN(s, n) do { if (ds4_buf_append(out, (s), (n))) goto oom; } while (0)
 
-static void set_err(char **err, const char *fmt, int idx, const char *what,
-                    const char *detail) {
-    if (!err) return;
-    size_t n = strlen(fmt) + strlen(what) + (detail ? strlen(detail) : 0) + 32;
-    char *m = malloc(n);
-    if (m) snprintf(m, n, fmt, idx, what, detail ? detail : "");
-    *err = m;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Tool calls                                                                */
 /* ------------------------------------------------------------------------ */
@@ -268,7 +259,7 @@ static int put_attachments(const unit *u, int idx, ds4_buf *out, char **err) {
         char *e = NULL;
         json_t *v = ds4_json_parse(rf, strlen(rf), &e);
         if (!v) {
-            set_err(err, "message %d: %s: %s", idx, "response_format", e);
+            ds4_set_err(err, DS4_EINVAL, "message %d: response_format: %s", idx, e ? e : "invalid JSON");
             free(e);
             return DS4_EINVAL;
         }
@@ -331,7 +322,7 @@ int ds4_render_chat(const ds4_message *msgs, int n_msgs,
             continue;
         }
         if (m->role > DS4_ROLE_LATEST_REMINDER) {
-            set_err(err, "message %d: %s%s", i, "unknown role", NULL);
+            ds4_set_err(err, DS4_EINVAL, "message %d: unknown role", i);
             rc = DS4_EINVAL;
             goto done;
         }
@@ -342,14 +333,14 @@ int ds4_render_chat(const ds4_message *msgs, int n_msgs,
             char *e = NULL;
             u[nu].tools = ds4_json_parse(m->tools_json, strlen(m->tools_json), &e);
             if (!u[nu].tools) {
-                set_err(err, "message %d: %s: %s", i, "tools", e);
+                ds4_set_err(err, DS4_EINVAL, "message %d: tools: %s", i, e ? e : "invalid JSON");
                 free(e);
                 rc = DS4_EINVAL;
                 nu++;
                 goto done;
             }
             if (!json_is_array(u[nu].tools)) {
-                set_err(err, "message %d: %s%s", i, "tools must be a JSON array", NULL);
+                ds4_set_err(err, DS4_EINVAL, "message %d: tools must be a JSON array", i);
                 rc = DS4_EINVAL;
                 nu++;
                 goto done;
@@ -453,7 +444,7 @@ int ds4_render_chat(const ds4_message *msgs, int n_msgs,
     }
     goto done;
 oom:
-    rc = DS4_ENOMEM;
+    rc = ds4_set_err(err, DS4_ENOMEM, "out of memory rendering the prompt");
 done:
     for (int i = 0; i < nu; i++) json_decref(u[i].tools);
 done_nounits:

@@ -49,24 +49,6 @@
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
-static void set_err(char **err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void set_err(char **err, const char *fmt, ...) {
-    if (!err) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) { *err = NULL; return; }
-    char *m = malloc((size_t)k + 1);
-    if (m) {
-        va_start(ap, fmt);
-        vsnprintf(m, (size_t)k + 1, fmt, ap);
-        va_end(ap);
-    }
-    *err = m;
-}
-
 /* Fast non-cryptographic hash of a short byte string (pre-tokens, token
  * texts): 8 bytes per step, good enough avalanche for open addressing. */
 static uint64_t hash_bytes(const unsigned char *p, size_t n) {
@@ -309,12 +291,12 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
     const gguf_kv *kmodel = gguf_find(f, "tokenizer.ggml.model");
     if (kmodel) {
         if (kmodel->type != GGUF_STRING) {
-            set_err(err, "%s: tokenizer.ggml.model is not a string", path);
+            ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer.ggml.model is not a string", path);
             return NULL;
         }
         const gguf_str *m = &kmodel->v.s;
         if (!(m->len == 4 && memcmp(m->p, "gpt2", 4) == 0)) {
-            set_err(err, "%s: tokenizer.ggml.model is '%s'; only 'gpt2' "
+            ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer.ggml.model is '%s'; only 'gpt2' "
                     "(byte-level BPE) is supported", path,
                     gguf_esc(m->p, m->len > 64 ? 64 : m->len).s);
             return NULL;
@@ -323,25 +305,25 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
     const gguf_kv *ktok = gguf_find(f, "tokenizer.ggml.tokens");
     const gguf_kv *ktype = gguf_find(f, "tokenizer.ggml.token_type");
     const gguf_kv *kmerge = gguf_find(f, "tokenizer.ggml.merges");
-    if (!ktok) { set_err(err, "%s: no tokenizer.ggml.tokens (not a tokenizer GGUF?)", path); return NULL; }
-    if (!kv_is_array_of(ktok, 1)) { set_err(err, "%s: tokenizer.ggml.tokens is not an array of strings", path); return NULL; }
-    if (!ktype) { set_err(err, "%s: no tokenizer.ggml.token_type", path); return NULL; }
-    if (!kv_is_array_of(ktype, 0)) { set_err(err, "%s: tokenizer.ggml.token_type is not an array of integers", path); return NULL; }
-    if (!kmerge) { set_err(err, "%s: no tokenizer.ggml.merges", path); return NULL; }
-    if (!kv_is_array_of(kmerge, 1)) { set_err(err, "%s: tokenizer.ggml.merges is not an array of strings", path); return NULL; }
+    if (!ktok) { ds4_set_err(err, DS4_EFORMAT, "%s: no tokenizer.ggml.tokens (not a tokenizer GGUF?)", path); return NULL; }
+    if (!kv_is_array_of(ktok, 1)) { ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer.ggml.tokens is not an array of strings", path); return NULL; }
+    if (!ktype) { ds4_set_err(err, DS4_EFORMAT, "%s: no tokenizer.ggml.token_type", path); return NULL; }
+    if (!kv_is_array_of(ktype, 0)) { ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer.ggml.token_type is not an array of integers", path); return NULL; }
+    if (!kmerge) { ds4_set_err(err, DS4_EFORMAT, "%s: no tokenizer.ggml.merges", path); return NULL; }
+    if (!kv_is_array_of(kmerge, 1)) { ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer.ggml.merges is not an array of strings", path); return NULL; }
     uint64_t nv = ktok->v.arr.n;
     if (nv == 0 || nv > TOK_MAX_VOCAB) {
-        set_err(err, "%s: tokenizer.ggml.tokens has %llu entries", path, (unsigned long long)nv);
+        ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer.ggml.tokens has %llu entries", path, (unsigned long long)nv);
         return NULL;
     }
     if (ktype->v.arr.n != nv) {
-        set_err(err, "%s: tokenizer.ggml.token_type has %llu entries, tokens has %llu",
+        ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer.ggml.token_type has %llu entries, tokens has %llu",
                 path, (unsigned long long)ktype->v.arr.n, (unsigned long long)nv);
         return NULL;
     }
     uint64_t nm = kmerge->v.arr.n;
     if (nm > TOK_MAX_VOCAB) {
-        set_err(err, "%s: tokenizer.ggml.merges has %llu entries", path, (unsigned long long)nm);
+        ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer.ggml.merges has %llu entries", path, (unsigned long long)nm);
         return NULL;
     }
 
@@ -358,11 +340,11 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         gguf_str s;
         int64_t ty;
         if (gguf_arr_str(ktok, i, &s) || gguf_arr_i64(ktype, i, &ty)) {
-            set_err(err, "%s: cannot read token %llu", path, (unsigned long long)i);
+            ds4_set_err(err, DS4_EFORMAT, "%s: cannot read token %llu", path, (unsigned long long)i);
             goto fail;
         }
         if (ty < 0 || ty > 6) {
-            set_err(err, "%s: token %llu has invalid type %lld", path,
+            ds4_set_err(err, DS4_EFORMAT, "%s: token %llu has invalid type %lld", path,
                     (unsigned long long)i, (long long)ty);
             goto fail;
         }
@@ -371,7 +353,7 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         if (s.len > maxlen) maxlen = s.len;
     }
     if (total >= UINT32_MAX) {
-        set_err(err, "%s: token strings too large (%llu bytes)", path, (unsigned long long)total);
+        ds4_set_err(err, DS4_EFORMAT, "%s: token strings too large (%llu bytes)", path, (unsigned long long)total);
         goto fail;
     }
     t->arena = malloc(total ? total : 1);
@@ -392,7 +374,7 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         } else {
             long k = gpt2_decode(inv, (const unsigned char *)s.p, s.len, t->arena + pos);
             if (k < 0) {
-                set_err(err, "%s: token %llu ('%s') is not spelled in the byte-level "
+                ds4_set_err(err, DS4_EFORMAT, "%s: token %llu ('%s') is not spelled in the byte-level "
                         "(GPT-2) alphabet", path, (unsigned long long)i,
                         gguf_esc(s.p, s.len > 64 ? 64 : s.len).s);
                 goto fail;
@@ -428,7 +410,7 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         unsigned char c = (unsigned char)b;
         t->byte_id[b] = map_find(t, t->vmap, t->vmap_mask, &c, 1);
         if (t->byte_id[b] < 0) {
-            set_err(err, "%s: the vocabulary has no token for byte 0x%02x (not a "
+            ds4_set_err(err, DS4_EFORMAT, "%s: the vocabulary has no token for byte 0x%02x (not a "
                     "byte-level BPE vocabulary)", path, b);
             goto fail;
         }
@@ -443,7 +425,7 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
     for (uint64_t r = 0; r < nm; r++) {
         gguf_str s;
         if (gguf_arr_str(kmerge, r, &s)) {
-            set_err(err, "%s: cannot read merge %llu", path, (unsigned long long)r);
+            ds4_set_err(err, DS4_EFORMAT, "%s: cannot read merge %llu", path, (unsigned long long)r);
             free(tmp);
             goto fail;
         }
@@ -452,7 +434,7 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         const char *sp = s.len > 1 ? memchr(s.p + 1, ' ', s.len - 1) : NULL;
         int shown = (int)(s.len > 64 ? 64 : s.len);
         if (!sp || sp + 1 >= s.p + s.len || s.len > 2 * 1024) {
-            set_err(err, "%s: merge %llu ('%s') is not 'left right'", path,
+            ds4_set_err(err, DS4_EFORMAT, "%s: merge %llu ('%s') is not 'left right'", path,
                     (unsigned long long)r, gguf_esc(s.p, (size_t)shown).s);
             free(tmp);
             goto fail;
@@ -463,14 +445,14 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         int32_t lid = lb < 0 ? -1 : map_find(t, t->vmap, t->vmap_mask, tmp, (size_t)lb);
         int32_t rid = rb < 0 ? -1 : map_find(t, t->vmap, t->vmap_mask, tmp + lb, (size_t)rb);
         if (lid < 0 || rid < 0) {
-            set_err(err, "%s: merge %llu ('%s') references a token that is not "
+            ds4_set_err(err, DS4_EFORMAT, "%s: merge %llu ('%s') references a token that is not "
                     "in the vocabulary", path, (unsigned long long)r, gguf_esc(s.p, (size_t)shown).s);
             free(tmp);
             goto fail;
         }
         int32_t res = map_find(t, t->vmap, t->vmap_mask, tmp, (size_t)(lb + rb));
         if (res < 0) {
-            set_err(err, "%s: merge %llu ('%s') produces a token that is not in "
+            ds4_set_err(err, DS4_EFORMAT, "%s: merge %llu ('%s') produces a token that is not in "
                     "the vocabulary", path, (unsigned long long)r, gguf_esc(s.p, (size_t)shown).s);
             free(tmp);
             goto fail;
@@ -504,7 +486,7 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         int32_t id = map_find(t, t->amap, t->amap_mask,
                               (const unsigned char *)sp[i].text, strlen(sp[i].text));
         if (id < 0 && sp[i].required) {
-            set_err(err, "%s: the vocabulary has no added token '%s' (required by "
+            ds4_set_err(err, DS4_EFORMAT, "%s: the vocabulary has no added token '%s' (required by "
                     "the DeepSeek V4 chat format)", path, sp[i].text);
             goto fail;
         }
@@ -513,7 +495,7 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
     return t;
 
 oom:
-    set_err(err, "%s: out of memory loading the tokenizer", path);
+    ds4_set_err(err, DS4_EFORMAT, "%s: out of memory loading the tokenizer", path);
 fail:
     ds4_tokenizer_free(t);
     return NULL;
@@ -521,7 +503,7 @@ fail:
 
 ds4_tokenizer *ds4_tokenizer_load(const char *gguf_path, char **err) {
     if (err) *err = NULL;
-    if (!gguf_path) { set_err(err, "no tokenizer path given"); return NULL; }
+    if (!gguf_path) { ds4_set_err(err, DS4_EFORMAT, "no tokenizer path given"); return NULL; }
     gguf_file *f = gguf_open(gguf_path, err);
     if (!f) return NULL;
     ds4_tokenizer *t = ds4_tokenizer_from_gguf(f, err);

@@ -17,12 +17,16 @@ export const MODEL = process.env.DS4_MODEL || '../shared/golden/models/tiny-a-q2
 
 export const DSML = '｜DSML｜';
 
+// Client timeout: the ASan/UBSan server (tests/run.sh sets DS4_DEBUG_BUILD=1)
+// runs ~10x slower, and a 3600-token prefill then outlasts 60 s.
+export const CLIENT_TIMEOUT_MS = process.env.DS4_DEBUG_BUILD === '1' ? 600000 : 60000;
+
 export function openai(opts = {}) {
-  return new OpenAI({ apiKey: 'unused', baseURL: `${BASE}/v1`, maxRetries: 0, timeout: 60000, ...opts });
+  return new OpenAI({ apiKey: 'unused', baseURL: `${BASE}/v1`, maxRetries: 0, timeout: CLIENT_TIMEOUT_MS, ...opts });
 }
 
 export function anthropic(opts = {}) {
-  return new Anthropic({ apiKey: 'unused', baseURL: BASE, maxRetries: 0, timeout: 60000, ...opts });
+  return new Anthropic({ apiKey: 'unused', baseURL: BASE, maxRetries: 0, timeout: CLIENT_TIMEOUT_MS, ...opts });
 }
 
 // Header that makes the server emit exactly `text`.
