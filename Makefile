@@ -53,7 +53,7 @@ ifneq ($(wildcard tools/ds4_kv.c),)
   BINS += ds4-kv
 endif
 
-.PHONY: all test bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
+.PHONY: all test test-real bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
 all: $(BINS) tests
 
 # The version every binary prints (--version): DS4_VERSION from ds4.h plus
@@ -98,6 +98,10 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 
 test: all
 	tests/run.sh
+
+# the official API vectors against the real model (skips without it)
+test-real: ds4
+	tests/real/official.sh
 
 bench: all
 	bench/run.sh

@@ -242,6 +242,7 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
         const float *lg = ds4_session_logits(a->s);
         if (!lg) break;
         int32_t t = ds4_sample(a->smp, lg);
+        if (a->o.on_token) a->o.on_token(a->o.token_ud, lg, t);
         if (t == a->sp->eos && !raw) break;
         b.n = 0;
         if (!raw && t == a->sp->think_end && in_think) {

@@ -25,6 +25,10 @@ typedef struct {
     uint64_t kv_space_mb;
     int kv_allow_variants;
     ds4_kv_policy kv_policy;
+    /* Called for every sampled token (EOS included) with the logits it was
+     * drawn from, before it is evaluated: --dump-logprobs.  NULL = none. */
+    void (*on_token)(void *ud, const float *logits, int32_t id);
+    void *token_ud;
 } chat_opts;
 
 typedef struct {

@@ -2,7 +2,8 @@
  * ds4.c -- the `ds4` command line: one-shot generation, an interactive
  * multi-turn chat, and the diagnostics the tests and the oracle rely on
  * (--inspect, --tokenize, --detokenize, --tokens, --dump-logits,
- * --dump-hidden, --decode-only, --split, --no-qat).
+ * --dump-hidden, --decode-only, --split, --no-qat, --dump-tokens,
+ * --dump-logprobs).
  *
  * Owns: argument parsing, terminal presentation (reasoning shown dimmed,
  * progress bar, tokens/s summary), signal handling (Ctrl+C stops a
@@ -21,6 +22,7 @@
 #include "ds4.h"
 #include "chat.h"
 #include "common/args.h"
+#include "common/logprob.h"
 
 static volatile sig_atomic_t g_interrupt = 0, g_terminate = 0;
 
@@ -94,6 +96,14 @@ static void usage(FILE *f) {
 "                          the rest one at a time\n"
 "      --no-qat            no FP8/FP4/f16 cache roundings and float\n"
 "                          activations in every matmul (smooth numerics)\n"
+"      --dump-tokens       print the prompt's tokens (rendered -p / --prompt-file\n"
+"                          text, or --tokens) one a line: position, id and\n"
+"                          the token's bytes escaped; then exit\n"
+"      --dump-logprobs FILE  JSON {\"steps\":[{\"id\",\"bytes\",\"logprob\",\"top\"}]}:\n"
+"                          one step per generated token (natural-log softmax\n"
+"                          at temperature 1); with --tokens and -n 0 one step\n"
+"                          per prompt position (id = the next prompt token)\n"
+"      --logprobs-top-k K  alternatives per step in \"top\" (default 20)\n"
 "\n"
 "disk KV cache (conversations that survive restarts):\n"
 "      --kv-disk-dir DIR   keep session states in DIR: a prompt whose rendered\n"
@@ -143,6 +153,9 @@ typedef struct {
     uint64_t kv_space_mb;
     int kv_variants;
     ds4_kv_policy kv_policy;
+    int dump_tokens;
+    const char *dump_logprobs;
+    int lp_top_k;
 } opts;
 
 static char *read_file(const char *path, size_t *len) {
@@ -185,6 +198,7 @@ static void parse_args(int argc, char **argv, opts *o) {
     o->chunk = 2048;
     o->think = DS4_THINK_HIGH;
     o->split = -1;
+    o->lp_top_k = 20;
     ds4_sampler_params_default(&o->sp);
     ds4_kv_policy_default(&o->kv_policy);
     ds4_args a;
@@ -221,6 +235,9 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--decode-only")) o->decode_only = 1;
         else if (ds4_args_is(&a, NULL, "--split")) o->split = ds4_args_int(&a, 0, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
+        else if (ds4_args_is(&a, NULL, "--dump-tokens")) o->dump_tokens = 1;
+        else if (ds4_args_is(&a, NULL, "--dump-logprobs")) o->dump_logprobs = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--logprobs-top-k")) o->lp_top_k = ds4_args_int(&a, 0, 1 << 24);
         else if (ds4_args_is(&a, "-q", "--quiet")) o->quiet = 1;
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--kv-disk-space-mb")) o->kv_space_mb = (uint64_t)ds4_args_i64(&a, 1, (int64_t)1 << 30);
@@ -291,6 +308,122 @@ static int detokenize_main(const opts *o) {
 }
 
 /* --------------------------------------------------------------------- */
+/* --dump-tokens and --dump-logprobs                                       */
+
+/* The first-turn prompt exactly as chat_turn renders it (system text, the
+ * user message, the assistant opening for the thinking mode). */
+static int render_prompt(const opts *o, const char *text, size_t len, ds4_buf *out) {
+    ds4_message msgs[2];
+    int nm = 0;
+    memset(msgs, 0, sizeof msgs);
+    if (o->sys) {
+        msgs[nm].role = DS4_ROLE_SYSTEM;
+        msgs[nm].content = o->sys;
+        msgs[nm].content_len = strlen(o->sys);
+        nm++;
+    }
+    msgs[nm].role = DS4_ROLE_USER;
+    msgs[nm].content = text;
+    msgs[nm].content_len = len;
+    nm++;
+    ds4_think think = o->think;
+    if (think == DS4_THINK_MAX && o->ctx < DS4_THINK_MAX_MIN_CTX) think = DS4_THINK_HIGH;
+    ds4_render_opts ro = { think, 0 };
+    char *err = NULL;
+    if (ds4_render_chat(msgs, nm, &ro, out, &err)) die("%s", err ? err : "cannot render the prompt");
+    return 0;
+}
+
+/* One token's bytes, readable and reversible: UTF-8 characters as they
+ * are, \n \t \r \\ escaped, any other control or stray byte as \xNN. */
+static void put_escaped(FILE *f, const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        int ok = len > 1 && i + (size_t)len <= n;
+        for (int k = 1; ok && k < len; k++) ok = (p[i + k] & 0xc0) == 0x80;
+        if (ok) { fwrite(p + i, 1, (size_t)len, f); i += (size_t)len; continue; }
+        if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c == '\\') fputs("\\\\", f);
+        else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\x%02x", c);
+        else fputc((int)c, f);
+        i++;
+    }
+}
+
+static int dump_tokens_main(const opts *o) {
+    char *err = NULL;
+    ds4_tokenizer *tok = ds4_tokenizer_load(o->model, &err);
+    if (!tok) die("%s", err ? err : "cannot load tokenizer");
+    ds4_tokens ids = { 0 };
+    if (o->tokens || o->tokens_file) {
+        char *file = NULL;
+        const char *src = o->tokens;
+        if (o->tokens_file) {
+            size_t len;
+            if (!(file = read_file(o->tokens_file, &len))) die("cannot read %s: %s", o->tokens_file, strerror(errno));
+            src = file;
+        }
+        if (parse_ids(src, &ids) || ids.n == 0) die("bad token list");
+        free(file);
+        for (size_t i = 0; i < ids.n; i++)
+            if (ids.v[i] >= ds4_tok_n_vocab(tok)) die("token id %d out of range (vocabulary has %d)", ids.v[i], ds4_tok_n_vocab(tok));
+    } else if (o->prompt || o->prompt_file) {
+        size_t len = 0;
+        char *text;
+        if (o->prompt_file) {
+            if (!(text = read_file(o->prompt_file, &len))) die("cannot read %s: %s", o->prompt_file, strerror(errno));
+        } else { text = strdup(o->prompt); len = strlen(text); }
+        ds4_buf prompt = { 0 };
+        render_prompt(o, text, len, &prompt);
+        if (ds4_tokenize(tok, prompt.p, prompt.n, DS4_TOK_SPECIAL, &ids)) die("tokenization failed");
+        ds4_buf_free(&prompt);
+        free(text);
+    } else die("--dump-tokens needs -p TEXT, --prompt-file FILE or --tokens IDS");
+    for (size_t i = 0; i < ids.n; i++) {
+        size_t n;
+        const char *p = ds4_token_bytes(tok, ids.v[i], &n);
+        printf("%zu\t%d\t", i, ids.v[i]);
+        put_escaped(stdout, (const unsigned char *)p, n);
+        putchar('\n');
+    }
+    ds4_tokens_free(&ids);
+    ds4_tokenizer_free(tok);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* Collects the steps of --dump-logprobs during generation. */
+typedef struct {
+    const ds4_tokenizer *tok;
+    int n_vocab, k, n_steps, failed;
+    ds4_lp_entry *top;
+    ds4_buf json;
+} lp_dump;
+
+static void lp_step(lp_dump *d, const float *logits, int32_t id) {
+    double lse = ds4_logprob_top(logits, d->n_vocab, d->k, d->top);
+    double lp = id >= 0 ? (double)logits[id] - lse : 0;
+    if (d->n_steps++) d->failed |= ds4_buf_puts(&d->json, ",");
+    d->failed |= ds4_logprob_step_json(&d->json, d->tok, id, lp, d->top, d->k < d->n_vocab ? d->k : d->n_vocab);
+}
+
+static void lp_on_token(void *ud, const float *logits, int32_t id) {
+    lp_step(ud, logits, id);
+}
+
+static void lp_write(lp_dump *d, const char *path) {
+    if (d->failed) die("out of memory building %s", path);
+    ds4_buf out = { 0 };
+    ds4_buf_puts(&out, "{\"steps\":[");
+    ds4_buf_append(&out, d->json.p ? d->json.p : "", d->json.n);
+    if (ds4_buf_puts(&out, "]}\n") || write_file(path, out.p, out.n))
+        die("cannot write %s: %s", path, strerror(errno));
+    ds4_buf_free(&out);
+}
+
+/* --------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
     opts o;
@@ -303,6 +436,7 @@ int main(int argc, char **argv) {
     }
     if (o.tokenize) return tokenize_main(&o);
     if (o.detok) return detokenize_main(&o);
+    if (o.dump_tokens) return dump_tokens_main(&o);
 
     if (access(o.model, R_OK) != 0)
         die("cannot open model %s: %s\n(use -m FILE, or `make run` to create a demo model)",
@@ -325,7 +459,22 @@ int main(int argc, char **argv) {
         .kv_dir = o.kv_dir, .kv_space_mb = o.kv_space_mb, .kv_allow_variants = o.kv_variants,
         .kv_policy = o.kv_policy,
     };
+    lp_dump lpd;
+    memset(&lpd, 0, sizeof lpd);
+    int gen_lp = 0;   /* logprob steps come from the sampled tokens */
+    if (o.dump_logprobs) {
+        if (o.kv_dir) die("--dump-logprobs cannot be combined with --kv-disk-dir (restored positions have no logits)");
+        gen_lp = !(o.tokens || o.tokens_file) || (o.n_predict_set && o.n_predict > 0);
+        if (gen_lp) { co.on_token = lp_on_token; co.token_ud = &lpd; }
+    }
     if (chat_open(&app, &co) != 0) return 1;
+    if (o.dump_logprobs) {
+        lpd.tok = app.tok;
+        lpd.n_vocab = ds4_tok_n_vocab(app.tok);
+        lpd.k = o.lp_top_k < lpd.n_vocab ? o.lp_top_k : lpd.n_vocab;
+        lpd.top = calloc((size_t)lpd.k + 1, sizeof *lpd.top);
+        if (!lpd.top) die("out of memory");
+    }
 
     int rc = 0;
     if (o.tokens || o.tokens_file) {
@@ -340,10 +489,19 @@ int main(int argc, char **argv) {
         }
         if (parse_ids(src, &ids) || ids.n == 0) die("bad token list");
         free(file);
-        int n_gen = o.n_predict_set ? o.n_predict : ((o.dump_logits || o.dump_hidden) ? 0 : o.n_predict);
+        int n_gen = o.n_predict_set ? o.n_predict : ((o.dump_logits || o.dump_hidden || o.dump_logprobs) ? 0 : o.n_predict);
         ds4_buf lg = { 0 }, hd = { 0 };
+        int want_rows = o.dump_logits || (o.dump_logprobs && !gen_lp);
         rc = chat_run_tokens(&app, ids.v, (int)ids.n, o.split, n_gen,
-                             o.dump_logits ? &lg : NULL, o.dump_hidden ? &hd : NULL);
+                             want_rows ? &lg : NULL, o.dump_hidden ? &hd : NULL);
+        if (rc == 0 && o.dump_logprobs && !gen_lp) {
+            /* step t: the distribution after tokens[0..t]; its id is the
+             * prompt token that actually follows */
+            size_t row = (size_t)lpd.n_vocab * sizeof(float);
+            size_t rows = row ? lg.n / row : 0;
+            for (size_t t = 0; t < rows; t++)
+                lp_step(&lpd, (const float *)(lg.p + t * row), t + 1 < ids.n ? ids.v[t + 1] : -1);
+        }
         if (rc == 0 && o.dump_logits && write_file(o.dump_logits, lg.p, lg.n))
             die("cannot write %s: %s", o.dump_logits, strerror(errno));
         if (rc == 0 && o.dump_hidden && write_file(o.dump_hidden, hd.p, hd.n))
@@ -364,8 +522,12 @@ int main(int argc, char **argv) {
         rc = chat_turn(&app, text, len);
         free(text);
     } else {
+        if (o.dump_logprobs) die("--dump-logprobs needs -p, --prompt-file or --tokens");
         rc = chat_interactive(&app);
     }
+    if (rc == 0 && o.dump_logprobs) lp_write(&lpd, o.dump_logprobs);
+    ds4_buf_free(&lpd.json);
+    free(lpd.top);
     chat_close(&app);
     return rc ? 1 : 0;
 }
