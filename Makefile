@@ -52,6 +52,12 @@ endif
 ifneq ($(wildcard tools/ds4_kv.c),)
   BINS += ds4-kv
 endif
+ifneq ($(wildcard tools/ds4_eval.c),)
+  BINS += ds4-eval
+endif
+ifneq ($(wildcard tools/ds4_steer.c),)
+  BINS += ds4-steer
+endif
 
 .PHONY: all test test-real bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
 all: $(BINS) tests
@@ -89,6 +95,17 @@ ds4-bench: $(BUILD)/tools/ds4_bench.o $(BUILD)/tools/probe.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 ds4-kv: $(BUILD)/tools/ds4_kv.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+EVAL_OBJS := $(BUILD)/tools/eval/grade.o $(BUILD)/tools/eval/questions.o
+ds4-eval: $(BUILD)/tools/ds4_eval.o $(EVAL_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+ds4-steer: $(BUILD)/tools/ds4_steer.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# the graders' test links them (before the library, which they use)
+$(BUILD)/tests/test_eval: $(BUILD)/tests/test_eval.o $(EVAL_OBJS) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 tests: $(TEST_BINS)
@@ -134,7 +151,7 @@ install: $(BINS)
 	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
-	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv demo/*.gguf
+	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv ds4-eval ds4-steer demo/*.gguf
 
 # keep the objects of tests and benches (intermediate files of a chain)
 .SECONDARY:
