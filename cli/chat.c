@@ -503,6 +503,7 @@ static int resize_ctx(chat_app *a, int ctx) {
         return -1;
     }
     ds4_session_set_decode_only(ns, a->o.decode_only);
+    if (a->o.steer) ds4_session_set_steering(ns, a->o.steer, a->o.steer_scale, a->o.steer_l0, a->o.steer_l1);
     int n = ds4_session_n_tokens(a->s);
     if (n > 0 && n <= ctx) {
         /* move the state over through a snapshot: no re-evaluation */

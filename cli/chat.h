@@ -29,6 +29,10 @@ typedef struct {
      * drawn from, before it is evaluated: --dump-logprobs.  NULL = none. */
     void (*on_token)(void *ud, const float *logits, int32_t id);
     void *token_ud;
+    /* --steer: applied to every session the chat creates (NULL = off) */
+    const float *steer;
+    float steer_scale;
+    int steer_l0, steer_l1;
 } chat_opts;
 
 typedef struct {

@@ -23,6 +23,7 @@
 #include "chat.h"
 #include "common/args.h"
 #include "common/logprob.h"
+#include "common/steer.h"
 
 static volatile sig_atomic_t g_interrupt = 0, g_terminate = 0;
 
@@ -105,6 +106,14 @@ static void usage(FILE *f) {
 "                          per prompt position (id = the next prompt token)\n"
 "      --logprobs-top-k K  alternatives per step in \"top\" (default 20)\n"
 "\n"
+"steering (README \"Steering\"):\n"
+"      --steer FILE        a direction (float32 x n_embd, e.g. from ds4-steer\n"
+"                          build) with its JSON sidecar beside it\n"
+"      --steer-scale S     add S times the direction to every hyper-connection\n"
+"                          copy of the residual after the FFN of the steered\n"
+"                          layers (required with --steer; 0 = no effect)\n"
+"      --steer-layers A:B  0-based, inclusive (default: the sidecar's layers)\n"
+"\n"
 "disk KV cache (conversations that survive restarts):\n"
 "      --kv-disk-dir DIR   keep session states in DIR: a prompt whose rendered\n"
 "                          text starts with a saved one resumes from it; the\n"
@@ -156,6 +165,9 @@ typedef struct {
     int dump_tokens;
     const char *dump_logprobs;
     int lp_top_k;
+    const char *steer, *steer_layers;
+    double steer_scale;
+    int steer_scale_set;
 } opts;
 
 static char *read_file(const char *path, size_t *len) {
@@ -238,6 +250,9 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--dump-tokens")) o->dump_tokens = 1;
         else if (ds4_args_is(&a, NULL, "--dump-logprobs")) o->dump_logprobs = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--logprobs-top-k")) o->lp_top_k = ds4_args_int(&a, 0, 1 << 24);
+        else if (ds4_args_is(&a, NULL, "--steer")) o->steer = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--steer-scale")) { o->steer_scale = ds4_args_double(&a, -1e6, 1e6); o->steer_scale_set = 1; }
+        else if (ds4_args_is(&a, NULL, "--steer-layers")) o->steer_layers = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-q", "--quiet")) o->quiet = 1;
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--kv-disk-space-mb")) o->kv_space_mb = (uint64_t)ds4_args_i64(&a, 1, (int64_t)1 << 30);
@@ -251,6 +266,10 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--kv-cache-allow-quant-variants")) o->kv_variants = 1;
         else ds4_args_unknown(&a);
     }
+    if (o->steer && !o->steer_scale_set) ds4_args_fail("ds4", "--steer needs --steer-scale S");
+    if (!o->steer && (o->steer_scale_set || o->steer_layers)) ds4_args_fail("ds4", "--steer-scale / --steer-layers need --steer FILE");
+    if (o->steer && o->kv_dir)
+        ds4_args_fail("ds4", "--steer cannot be combined with --kv-disk-dir (cached states were computed unsteered)");
     if (!o->seed_set) o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
@@ -468,6 +487,27 @@ int main(int argc, char **argv) {
         if (gen_lp) { co.on_token = lp_on_token; co.token_ud = &lpd; }
     }
     if (chat_open(&app, &co) != 0) return 1;
+    float *steer = NULL;
+    if (o.steer) {
+        ds4_model_info mi;
+        ds4_model_get_info(app.m, &mi);
+        ds4_steer_meta meta;
+        char *err = NULL;
+        if (ds4_steer_load(o.steer, mi.n_embd, &steer, &meta, &err)) die("%s", err ? err : "cannot load the direction");
+        int l0 = meta.layer_first, l1 = meta.layer_last;
+        if (o.steer_layers && ds4_steer_parse_layers(o.steer_layers, mi.n_layer, &l0, &l1))
+            die("--steer-layers: bad value '%s' (expected A:B with 0 <= A <= B < %d)", o.steer_layers, mi.n_layer);
+        if (l0 < 0 || l1 >= mi.n_layer || l0 > l1)
+            die("%s: layers %d:%d do not fit this model (%d layers); use --steer-layers", o.steer, l0, l1, mi.n_layer);
+        if (strcmp(meta.model, mi.name) && !o.quiet)
+            fprintf(stderr, "ds4: warning: the direction was computed on '%s', this model is '%s'\n", meta.model, mi.name);
+        app.o.steer = steer;
+        app.o.steer_scale = (float)o.steer_scale;
+        app.o.steer_l0 = l0;
+        app.o.steer_l1 = l1;
+        int rc = ds4_session_set_steering(app.s, steer, (float)o.steer_scale, l0, l1);
+        if (rc) die("--steer: %s", ds4_strerror(rc));
+    }
     if (o.dump_logprobs) {
         lpd.tok = app.tok;
         lpd.n_vocab = ds4_tok_n_vocab(app.tok);
@@ -529,5 +569,6 @@ int main(int argc, char **argv) {
     ds4_buf_free(&lpd.json);
     free(lpd.top);
     chat_close(&app);
+    free(steer);
     return rc ? 1 : 0;
 }

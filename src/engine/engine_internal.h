@@ -113,6 +113,10 @@ struct ds4_session {
     layer_state *ls;          /* [n_layer] */
     cpu_scratch sc;
     ds4_buf *cap_logits, *cap_hidden;
+    /* steering (ds4_session_set_steering): scale * direction, added to every
+     * HC copy after the FFN of layers [steer_l0, steer_l1]; NULL = off */
+    float *steer;
+    int steer_l0, steer_l1;
 };
 
 /* forward_cpu.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);
