@@ -55,6 +55,7 @@
 #include "conv.h"
 #include "metrics.h"
 #include "toolmem.h"
+#include "common/logprob.h"
 
 #define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
 
@@ -199,6 +200,7 @@ void job_unref(job *j) {
         ds4_buf_free(&j->res.calls[i].args);
     }
     free(j->res.calls);
+    json_decref(j->res.lp);
     free(j->api_state);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -284,6 +286,7 @@ typedef struct {
     int block_done;           /* </｜DSML｜tool_calls> seen */
     int block_error;
     int block_calls;          /* index of the first call of this block */
+    json_t *trace_ev;         /* --trace: the DSML parser's events (NULL = off) */
 } gen;
 
 static void force_text(gen *g, const char *s) {
@@ -383,9 +386,25 @@ static void remember_block(gen *g) {
     free(ids); free(names); free(args);
 }
 
+/* --trace: one object per DSML parser event (text events are left out:
+ * the trace has the content) */
+static void trace_dsml(gen *g, const ds4_dsml_event *ev) {
+    static const char *const kind[] = { "text", "call_begin", "args_delta", "call_end", "done", "error" };
+    if (!g->trace_ev || ev->kind == DS4_DSML_TEXT) return;
+    json_t *o = json_object();
+    json_object_set_new(o, "event", json_string(kind[ev->kind]));
+    if (ev->kind == DS4_DSML_CALL_BEGIN || ev->kind == DS4_DSML_ARGS_DELTA || ev->kind == DS4_DSML_ERROR)
+        json_object_set_new(o, ev->kind == DS4_DSML_CALL_BEGIN ? "name" : ev->kind == DS4_DSML_ERROR ? "reason" : "text",
+                            jstr(ev->text, ev->len));
+    if (ev->kind != DS4_DSML_DONE && ev->kind != DS4_DSML_ERROR)
+        json_object_set_new(o, "call", json_integer(ev->call_index));
+    json_array_append_new(g->trace_ev, o);
+}
+
 static void on_dsml(void *ud, const ds4_dsml_event *ev) {
     gen *g = ud;
     job *j = g->j;
+    trace_dsml(g, ev);
     if (g->stop_seq) return;
     switch (ev->kind) {
     case DS4_DSML_TEXT:
@@ -461,6 +480,37 @@ static void process_token(gen *g, int32_t t) {
     if (!g->piece.n) return;
     if (g->in_reasoning) emit_reasoning(g, g->piece.p, g->piece.n);
     else content_bytes(g, g->piece.p, g->piece.n);
+}
+
+/* OpenAI logprobs of one content token (the distribution it was sampled
+ * or forced from), in the chat shape; the completions shaper converts. */
+static void record_logprob(gen *g, const float *lg, int32_t t) {
+    gen_result *r = &g->j->res;
+    const int nv = g->w->srv->n_vocab;
+    if (!lg) return;
+    if (!r->lp && !(r->lp = json_array())) return;
+    ds4_lp_entry top[21];
+    int k = g->rq->top_logprobs < 20 ? g->rq->top_logprobs : 20;
+    double lse = ds4_logprob_top(lg, nv, k, top);
+    json_t *e = json_object(), *alts = json_array();
+    size_t n;
+    const char *b = ds4_token_bytes(g->tok, t, &n);
+    json_object_set_new(e, "token", jstr(b, n));
+    json_object_set_new(e, "logprob", json_real((double)lg[t] - lse));
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)b[i]));
+    json_object_set_new(e, "bytes", bytes);
+    for (int i = 0; i < k; i++) {
+        json_t *a = json_object(), *ab = json_array();
+        b = ds4_token_bytes(g->tok, top[i].id, &n);
+        json_object_set_new(a, "token", jstr(b, n));
+        json_object_set_new(a, "logprob", json_real(top[i].logprob));
+        for (size_t q = 0; q < n; q++) json_array_append_new(ab, json_integer((unsigned char)b[q]));
+        json_object_set_new(a, "bytes", ab);
+        json_array_append_new(alts, a);
+    }
+    json_object_set_new(e, "top_logprobs", alts);
+    json_array_append_new(r->lp, e);
 }
 
 typedef struct {
@@ -1024,6 +1074,7 @@ static void run_job(worker *w, job *j) {
     if (fin == FIN_NONE) {
         smp = ds4_sampler_new(srv->n_vocab, &rq->sp);
         if (rq->parse_tools) g.dsml = ds4_dsml_new(on_dsml, &g);
+        if (srv->trace) g.trace_ev = json_array();
         if (!smp || (rq->parse_tools && !g.dsml)) {
             fin = FIN_ERROR;
             api_err_set(&res->err, 500, "server_error", NULL, NULL, "out of memory");
@@ -1055,6 +1106,7 @@ static void run_job(worker *w, job *j) {
                 t = ds4_sample(smp, lg);
         }
         if (t == srv->sp->eos) { fin = FIN_STOP; break; }
+        if (rq->logprobs && !g.in_reasoning) record_logprob(&g, ds4_session_logits(s), t);
         n_gen++;
         res->completion_tokens++;
         if (g.in_reasoning) res->reasoning_tokens++;
@@ -1108,6 +1160,47 @@ static void run_job(worker *w, job *j) {
         api_err_set(&res->err, 503, "server_error", NULL, NULL, "the server is shutting down");
     }
     res->finish = fin;
+    static const char *const fname[] = { "none", "stop", "length", "stop_sequence", "tool_calls",
+                                         "cancelled", "error" };
+    if (srv->trace) {
+        /* --trace: one JSON line per request, written by this (the only)
+         * worker thread before the answer is released */
+        json_t *o = json_object(), *cache = json_object(), *calls = json_array();
+        json_object_set_new(o, "time", json_integer(util_unix_time()));
+        json_object_set_new(o, "job", json_integer((json_int_t)j->seq));
+        json_object_set_new(o, "api", json_string(endpoint_label(rq->api == API_CHAT ? EP_CHAT :
+            rq->api == API_COMPLETIONS ? EP_COMPLETIONS : rq->api == API_RESPONSES ? EP_RESPONSES : EP_MESSAGES)));
+        json_object_set_new(o, "prompt", jstr(rq->prompt.p, rq->prompt.n));
+        json_object_set_new(o, "prompt_tokens", json_integer(res->prompt_tokens));
+        json_object_set_new(cache, "reused_tokens", json_integer(res->cached_tokens));
+        json_object_set_new(cache, "source", json_string(res->cached_tokens == 0 ? "none" : disk > 0 ? "disk" :
+                                                        text_hit ? "live session (text match)" : "live session (token prefix)"));
+        json_object_set_new(cache, "retokenized", json_boolean(disk > 0 ? disk_retok : text_hit && retok));
+        json_object_set_new(cache, "evaluated_tokens", json_integer(evaluated));
+        json_object_set_new(cache, "from_scratch", json_boolean(scratch));
+        json_object_set_new(o, "cache", cache);
+        json_object_set_new(o, "reasoning", jstr(res->reasoning.p, res->reasoning.n));
+        json_object_set_new(o, "content", jstr(res->content.p, res->content.n));
+        for (int i = 0; i < res->n_calls; i++) {
+            json_t *c = json_object();
+            json_object_set_new(c, "name", jcstr(res->calls[i].name));
+            json_object_set_new(c, "arguments", jstr(res->calls[i].args.p, res->calls[i].args.n));
+            json_array_append_new(calls, c);
+        }
+        json_object_set_new(o, "tool_calls", calls);
+        json_object_set_new(o, "tool_parser_events", g.trace_ev ? g.trace_ev : json_array());
+        g.trace_ev = NULL;
+        json_object_set_new(o, "completion_tokens", json_integer(res->completion_tokens));
+        json_object_set_new(o, "reasoning_tokens", json_integer(res->reasoning_tokens));
+        json_object_set_new(o, "finish", json_string(fname[fin]));
+        if (fin == FIN_ERROR) json_object_set_new(o, "error", jcstr(res->err.message));
+        json_object_set_new(o, "prefill_s", json_real(res->prefill_s));
+        json_object_set_new(o, "decode_s", json_real(res->decode_s));
+        char *line = jdump(o);
+        if (line) { fprintf(srv->trace, "%s\n", line); fflush(srv->trace); }
+        free(line);
+        json_decref(o);
+    }
     /* metrics before the answer is released: a client that reads /metrics
      * right after its response must see this job */
     metrics_job m = {
@@ -1126,8 +1219,6 @@ static void run_job(worker *w, job *j) {
     api_event(j, EV_FINISH, 0, NULL, 0);
     job_finish_stream(j);
 
-    static const char *const fname[] = { "none", "stop", "length", "stop_sequence", "tool_calls",
-                                         "cancelled", "error" };
     log_msg("job %llu %s: prompt %d (cached %d%s, evaluated %d, %.0f tok/s), generated %d "
             "(%.1f tok/s), %s%s%s", (unsigned long long)j->seq,
             endpoint_label(rq->api == API_CHAT ? EP_CHAT : rq->api == API_COMPLETIONS ?
@@ -1137,6 +1228,7 @@ static void run_job(worker *w, job *j) {
             res->decode_s > 0 ? res->completion_tokens / res->decode_s : 0.0, fname[fin],
             fin == FIN_ERROR ? ": " : "", fin == FIN_ERROR ? res->err.message : "");
 
+    json_decref(g.trace_ev);
     ds4_sampler_free(smp);
     ds4_dsml_free(g.dsml);
     ds4_buf_free(&g.piece);
@@ -1201,6 +1293,12 @@ worker *worker_start(server_ctx *srv, char **err) {
     if (srv->cfg.chunk > 0) sp.prefill_chunk = srv->cfg.chunk;
     w->s = ds4_session_new(srv->model, &sp, err);
     if (!w->s) { worker_free(w); return NULL; }
+    if (srv->steer && ds4_session_set_steering(w->s, srv->steer, (float)srv->cfg.steer_scale,
+                                               srv->steer_l0, srv->steer_l1) != DS4_OK) {
+        if (err) *err = strdup("--steer: bad layers or scale");
+        worker_free(w);
+        return NULL;
+    }
     srv->ctx = ds4_session_ctx_size(w->s);
     w->saved_n = -1;
     if (srv->cfg.kv_dir) {
