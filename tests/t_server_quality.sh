@@ -38,16 +38,20 @@ def start(*extra):
     raise SystemExit("server did not start:\n" + open(T + "/server.log").read())
 
 def stop(p):
-    p.terminate()
+    p.terminate()  # SIGTERM: a clean shutdown
     try:
-        p.wait(10)
+        p.wait(30)
     except subprocess.TimeoutExpired:
         p.kill()
+    # a sanitizer build (make DEBUG=1) reports leaks and errors at exit
+    s = open(T + "/server.log").read()
+    if "Sanitizer" in s:
+        bad("sanitizer report from ds4-server:\n" + s[s.index("Sanitizer") - 200:][:3000])
 
 def post(url, path, body, stream=False):
     req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=120) as r:
+        with urllib.request.urlopen(req, timeout=600) as r:
             data = r.read().decode()
             status = r.status
     except urllib.error.HTTPError as e:
@@ -165,7 +169,7 @@ try:
     req = urllib.request.Request(url + "/v1/chat/completions", json.dumps({"model": "deepseek-chat", "messages": msgs,
                                  "tools": tools}).encode(), {"Content-Type": "application/json",
                                  "X-DS4-Test-Output": base64.b64encode(dsml.encode()).decode()})
-    urllib.request.urlopen(req, timeout=60).read()
+    urllib.request.urlopen(req, timeout=600).read()
 finally:
     stop(p)
 t = json.loads(open(T + "/trace2.jsonl").read().strip())
