@@ -175,6 +175,11 @@ echo 'not json' > "$T/bad.jsonl"
 ./ds4-eval -m "$M" --script "$T/bad.jsonl" > "$T/e.txt" 2>&1 && bad "bad script accepted" \
     || { grep -q "bad.jsonl:1: expected" "$T/e.txt" && ok "--script: malformed line, clear error" || bad "--script error: $(cat "$T/e.txt")"; }
 ./ds4-eval -m "$M" --think-soft 10 --think-hard 5 > "$T/e.txt" 2>&1 && bad "soft > hard accepted" || ok "--think-soft above --think-hard refused"
+./ds4-eval -m "$M" --ids a01 --script "$T/hard.jsonl" --think-hard 3 --report "$T/h3" > /dev/null 2>&1 \
+    && $PY -c "
+import json; q = json.load(open('$T/h3.json'))['questions'][0]; r = json.load(open('$T/h3.json'))
+assert r['think_soft'] == 3 and q['reasoning_tokens'] == 3, (r['think_soft'], q)" \
+    && ok "a lone --think-hard below the default soft budget lowers it" || bad "--think-hard 3 alone"
 
 echo "t_eval: $fail failure(s)"
 [ "$fail" -eq 0 ]

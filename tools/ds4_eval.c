@@ -57,7 +57,8 @@ static void usage(FILE *f) {
 "      --think-soft N    after N reasoning tokens, close the reasoning at the\n"
 "                        next line end (default 1024; 0 = no soft cutoff)\n"
 "      --think-hard N    force </think> at N reasoning tokens (default 2048;\n"
-"                        0 = none)\n"
+"                        0 = none; a smaller value also lowers the default\n"
+"                        soft budget to it)\n"
 "  -n, --max-answer N    answer tokens after the reasoning (default 512)\n"
 "      --temp F          temperature (default 0 = greedy)\n"
 "      --seed N          sampler seed (default 1)\n"
@@ -619,6 +620,7 @@ static void parse_args(int argc, char **argv, opts *o) {
     ds4_sampler_params_default(&o->sp);
     o->sp.temperature = 0;
     o->sp.seed = 1;
+    int soft_set = 0;
     ds4_args a;
     ds4_args_init(&a, PROG, argc, argv, usage);
     while (ds4_args_next(&a)) {
@@ -627,7 +629,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, "-c", "--ctx")) o->ctx = ds4_args_int(&a, 16, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--think")) o->think = DS4_THINK_HIGH;
         else if (ds4_args_is(&a, NULL, "--nothink")) o->think = DS4_THINK_NONE;
-        else if (ds4_args_is(&a, NULL, "--think-soft")) o->soft = ds4_args_int(&a, 0, 1 << 24);
+        else if (ds4_args_is(&a, NULL, "--think-soft")) { o->soft = ds4_args_int(&a, 0, 1 << 24); soft_set = 1; }
         else if (ds4_args_is(&a, NULL, "--think-hard")) o->hard = ds4_args_int(&a, 0, 1 << 24);
         else if (ds4_args_is(&a, "-n", "--max-answer")) o->max_answer = ds4_args_int(&a, 1, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--temp")) o->sp.temperature = (float)ds4_args_double(&a, 0, 100);
@@ -642,8 +644,11 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--list")) o->list = 1;
         else ds4_args_unknown(&a);
     }
-    if (o->soft && o->hard && o->soft > o->hard)
-        ds4_args_fail(PROG, "--think-soft %d is above --think-hard %d", o->soft, o->hard);
+    if (o->soft && o->hard && o->soft > o->hard) {
+        /* a lone --think-hard below the default soft budget moves it */
+        if (soft_set) ds4_args_fail(PROG, "--think-soft %d is above --think-hard %d", o->soft, o->hard);
+        o->soft = o->hard;
+    }
 }
 
 /* --ids: every listed id must exist (a typo is an error, not an empty run) */
