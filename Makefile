@@ -78,10 +78,16 @@ endif
 ifneq ($(wildcard tools/ds4_quantize.c),)
   BINS += ds4-quantize
 endif
+ifneq ($(wildcard tools/ds4_eval.c),)
+  BINS += ds4-eval
+endif
+ifneq ($(wildcard tools/ds4_steer.c),)
+  BINS += ds4-steer
+endif
 
 BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
 
-.PHONY: all test test-opt test-suite bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
+.PHONY: all test test-opt test-suite test-real bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
 all: $(BIN_PATHS) tests
 
 # The version every binary prints (--version): DS4_VERSION from ds4.h plus
@@ -134,6 +140,19 @@ $(BIN_DIR)/ds4-kv: $(BUILD)/tools/ds4_kv.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+EVAL_OBJS := $(BUILD)/tools/eval/grade.o $(BUILD)/tools/eval/questions.o
+$(BIN_DIR)/ds4-eval: $(BUILD)/tools/ds4_eval.o $(EVAL_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BIN_DIR)/ds4-steer: $(BUILD)/tools/ds4_steer.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# the graders' test links them (before the library, which they use)
+$(BUILD)/tests/test_eval: $(BUILD)/tests/test_eval.o $(EVAL_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
 tests: $(TEST_BINS)
 
 # test_oom fails chosen allocations: every malloc/calloc/realloc of the
@@ -160,6 +179,10 @@ test-opt: test-suite
 
 test-suite: all
 	DS4_BIN_DIR=$(BIN_DIR) DS4_BUILD_DIR=$(BUILD) DS4_DEBUG_BUILD=$(if $(filter 1,$(DEBUG)),1,0) tests/run.sh
+
+# the official API vectors against the real model (skips without it)
+test-real: $(BIN_DIR)/ds4
+	tests/real/official.sh
 
 bench: all
 	bench/run.sh
@@ -192,7 +215,7 @@ install: $(BIN_PATHS)
 	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
-	rm -rf $(BUILD) build-ubsan $(addprefix $(BIN_DIR)/,ds4 ds4-server ds4-agent ds4-synth ds4-bench ds4-kv ds4-quantize) demo/*.gguf
+	rm -rf $(BUILD) build-ubsan $(addprefix $(BIN_DIR)/,ds4 ds4-server ds4-agent ds4-synth ds4-bench ds4-kv ds4-quantize ds4-eval ds4-steer) demo/*.gguf
 
 # keep the objects of tests and benches (intermediate files of a chain)
 .SECONDARY:

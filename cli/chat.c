@@ -258,7 +258,9 @@ static int eval_one(chat_app *a, int32_t t) {
 static int spec_next(chat_app *a, int32_t t, int left, int raw, int32_t *q, int *qn,
                      ds4_tokens *hist, turn_stats *st) {
     *qn = 0;
-    if (a->o.lookup <= 0 || !hist->v || *a->o.interrupt) return eval_one(a, t);
+    /* a per-token hook (--dump-logprobs) needs every position's logits: no
+     * drafts then */
+    if (a->o.lookup <= 0 || !hist->v || *a->o.interrupt || a->o.on_token) return eval_one(a, t);
     hist->v[hist->n++] = t;
     int32_t d[DS4_DRAFT_PASS_MAX];
     int want = a->o.lookup < DS4_DRAFT_PASS_MAX - 1 ? a->o.lookup : DS4_DRAFT_PASS_MAX - 1;
@@ -312,6 +314,7 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
             const float *lg = ds4_session_logits(a->s);
             if (!lg) break;
             t = ds4_sample(a->smp, lg);
+            if (a->o.on_token) a->o.on_token(a->o.token_ud, lg, t);
             qi = qn = 0;
         }
         if (t == a->sp->eos && !raw) break;
@@ -561,6 +564,7 @@ static int resize_ctx(chat_app *a, int ctx) {
         return -1;
     }
     ds4_session_set_decode_only(ns, a->o.decode_only);
+    if (a->o.steer) ds4_session_set_steering(ns, a->o.steer, a->o.steer_scale, a->o.steer_l0, a->o.steer_l1);
     int n = ds4_session_n_tokens(a->s);
     if (n > 0 && n <= ctx) {
         /* move the state over through a snapshot: no re-evaluation */

@@ -26,6 +26,14 @@ typedef struct {
     uint64_t kv_space_mb;
     int kv_allow_variants;
     ds4_kv_policy kv_policy;
+    /* Called for every sampled token (EOS included) with the logits it was
+     * drawn from, before it is evaluated: --dump-logprobs.  NULL = none. */
+    void (*on_token)(void *ud, const float *logits, int32_t id);
+    void *token_ud;
+    /* --steer: applied to every session the chat creates (NULL = off) */
+    const float *steer;
+    float steer_scale;
+    int steer_l0, steer_l1;
 } chat_opts;
 
 typedef struct {

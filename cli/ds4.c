@@ -2,7 +2,8 @@
  * ds4.c -- the `ds4` command line: one-shot generation, an interactive
  * multi-turn chat, and the diagnostics the tests and the oracle rely on
  * (--inspect, --tokenize, --detokenize, --tokens, --dump-logits,
- * --dump-hidden, --decode-only, --split, --no-qat).
+ * --dump-hidden, --decode-only, --split, --no-qat, --dump-tokens,
+ * --dump-logprobs).
  *
  * Owns: argument parsing, terminal presentation (reasoning shown dimmed,
  * progress bar, tokens/s summary), signal handling (Ctrl+C stops a
@@ -21,6 +22,8 @@
 #include "ds4.h"
 #include "chat.h"
 #include "common/args.h"
+#include "common/logprob.h"
+#include "common/steer.h"
 
 static volatile sig_atomic_t g_interrupt = 0, g_terminate = 0;
 
@@ -101,6 +104,22 @@ static void usage(FILE *f) {
 "                          the rest one at a time\n"
 "      --no-qat            no FP8/FP4/f16 cache roundings and float\n"
 "                          activations in every matmul (smooth numerics)\n"
+"      --dump-tokens       print the prompt's tokens (rendered -p / --prompt-file\n"
+"                          text, or --tokens) one a line: position, id and\n"
+"                          the token's bytes escaped; then exit\n"
+"      --dump-logprobs FILE  JSON {\"steps\":[{\"id\",\"bytes\",\"logprob\",\"top\"}]}:\n"
+"                          one step per generated token (natural-log softmax\n"
+"                          at temperature 1); with --tokens and -n 0 one step\n"
+"                          per prompt position (id = the next prompt token)\n"
+"      --logprobs-top-k K  alternatives per step in \"top\" (default 20)\n"
+"\n"
+"steering (README \"Steering\"):\n"
+"      --steer FILE        a direction (float32 x n_embd, e.g. from ds4-steer\n"
+"                          build) with its JSON sidecar beside it\n"
+"      --steer-scale S     add S times the direction to every hyper-connection\n"
+"                          copy of the residual after the FFN of the steered\n"
+"                          layers (required with --steer; 0 = no effect)\n"
+"      --steer-layers A:B  0-based, inclusive (default: the sidecar's layers)\n"
 "\n"
 "disk KV cache (conversations that survive restarts):\n"
 "      --kv-disk-dir DIR   keep session states in DIR: a prompt whose rendered\n"
@@ -152,6 +171,12 @@ typedef struct {
     uint64_t kv_space_mb;
     int kv_variants;
     ds4_kv_policy kv_policy;
+    int dump_tokens;
+    const char *dump_logprobs;
+    int lp_top_k;
+    const char *steer, *steer_layers;
+    double steer_scale;
+    int steer_scale_set;
 } opts;
 
 static char *read_file(const char *path, size_t *len) {
@@ -194,6 +219,7 @@ static void parse_args(int argc, char **argv, opts *o) {
     o->chunk = 2048;
     o->think = DS4_THINK_HIGH;
     o->split = -1;
+    o->lp_top_k = 20;
     ds4_sampler_params_default(&o->sp);
     ds4_kv_policy_default(&o->kv_policy);
     ds4_args a;
@@ -232,6 +258,12 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--lookup")) o->lookup = ds4_args_int(&a, 0, DS4_DRAFT_PASS_MAX - 1);
         else if (ds4_args_is(&a, NULL, "--split")) o->split = ds4_args_int(&a, 0, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
+        else if (ds4_args_is(&a, NULL, "--dump-tokens")) o->dump_tokens = 1;
+        else if (ds4_args_is(&a, NULL, "--dump-logprobs")) o->dump_logprobs = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--logprobs-top-k")) o->lp_top_k = ds4_args_int(&a, 0, 1 << 24);
+        else if (ds4_args_is(&a, NULL, "--steer")) o->steer = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--steer-scale")) { o->steer_scale = ds4_args_double(&a, -1e6, 1e6); o->steer_scale_set = 1; }
+        else if (ds4_args_is(&a, NULL, "--steer-layers")) o->steer_layers = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-q", "--quiet")) o->quiet = 1;
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--kv-disk-space-mb")) o->kv_space_mb = (uint64_t)ds4_args_i64(&a, 1, (int64_t)1 << 30);
@@ -245,6 +277,10 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--kv-cache-allow-quant-variants")) o->kv_variants = 1;
         else ds4_args_unknown(&a);
     }
+    if (o->steer && !o->steer_scale_set) ds4_args_fail("ds4", "--steer needs --steer-scale S");
+    if (!o->steer && (o->steer_scale_set || o->steer_layers)) ds4_args_fail("ds4", "--steer-scale / --steer-layers need --steer FILE");
+    if (o->steer && o->kv_dir)
+        ds4_args_fail("ds4", "--steer cannot be combined with --kv-disk-dir (cached states were computed unsteered)");
     if (!o->seed_set) o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
@@ -352,6 +388,122 @@ static int imatrix_main(const opts *o) {
 }
 
 /* --------------------------------------------------------------------- */
+/* --dump-tokens and --dump-logprobs                                       */
+
+/* The first-turn prompt exactly as chat_turn renders it (system text, the
+ * user message, the assistant opening for the thinking mode). */
+static int render_prompt(const opts *o, const char *text, size_t len, ds4_buf *out) {
+    ds4_message msgs[2];
+    int nm = 0;
+    memset(msgs, 0, sizeof msgs);
+    if (o->sys) {
+        msgs[nm].role = DS4_ROLE_SYSTEM;
+        msgs[nm].content = o->sys;
+        msgs[nm].content_len = strlen(o->sys);
+        nm++;
+    }
+    msgs[nm].role = DS4_ROLE_USER;
+    msgs[nm].content = text;
+    msgs[nm].content_len = len;
+    nm++;
+    ds4_think think = o->think;
+    if (think == DS4_THINK_MAX && o->ctx < DS4_THINK_MAX_MIN_CTX) think = DS4_THINK_HIGH;
+    ds4_render_opts ro = { think, 0 };
+    char *err = NULL;
+    if (ds4_render_chat(msgs, nm, &ro, out, &err)) die("%s", err ? err : "cannot render the prompt");
+    return 0;
+}
+
+/* One token's bytes, readable and reversible: UTF-8 characters as they
+ * are, \n \t \r \\ escaped, any other control or stray byte as \xNN. */
+static void put_escaped(FILE *f, const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        int ok = len > 1 && i + (size_t)len <= n;
+        for (int k = 1; ok && k < len; k++) ok = (p[i + k] & 0xc0) == 0x80;
+        if (ok) { fwrite(p + i, 1, (size_t)len, f); i += (size_t)len; continue; }
+        if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c == '\\') fputs("\\\\", f);
+        else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\x%02x", c);
+        else fputc((int)c, f);
+        i++;
+    }
+}
+
+static int dump_tokens_main(const opts *o) {
+    char *err = NULL;
+    ds4_tokenizer *tok = ds4_tokenizer_load(o->model, &err);
+    if (!tok) die("%s", err ? err : "cannot load tokenizer");
+    ds4_tokens ids = { 0 };
+    if (o->tokens || o->tokens_file) {
+        char *file = NULL;
+        const char *src = o->tokens;
+        if (o->tokens_file) {
+            size_t len;
+            if (!(file = read_file(o->tokens_file, &len))) die("cannot read %s: %s", o->tokens_file, strerror(errno));
+            src = file;
+        }
+        if (parse_ids(src, &ids) || ids.n == 0) die("bad token list");
+        free(file);
+        for (size_t i = 0; i < ids.n; i++)
+            if (ids.v[i] >= ds4_tok_n_vocab(tok)) die("token id %d out of range (vocabulary has %d)", ids.v[i], ds4_tok_n_vocab(tok));
+    } else if (o->prompt || o->prompt_file) {
+        size_t len = 0;
+        char *text;
+        if (o->prompt_file) {
+            if (!(text = read_file(o->prompt_file, &len))) die("cannot read %s: %s", o->prompt_file, strerror(errno));
+        } else { text = strdup(o->prompt); len = strlen(text); }
+        ds4_buf prompt = { 0 };
+        render_prompt(o, text, len, &prompt);
+        if (ds4_tokenize(tok, prompt.p, prompt.n, DS4_TOK_SPECIAL, &ids)) die("tokenization failed");
+        ds4_buf_free(&prompt);
+        free(text);
+    } else die("--dump-tokens needs -p TEXT, --prompt-file FILE or --tokens IDS");
+    for (size_t i = 0; i < ids.n; i++) {
+        size_t n;
+        const char *p = ds4_token_bytes(tok, ids.v[i], &n);
+        printf("%zu\t%d\t", i, ids.v[i]);
+        put_escaped(stdout, (const unsigned char *)p, n);
+        putchar('\n');
+    }
+    ds4_tokens_free(&ids);
+    ds4_tokenizer_free(tok);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* Collects the steps of --dump-logprobs during generation. */
+typedef struct {
+    const ds4_tokenizer *tok;
+    int n_vocab, k, n_steps, failed;
+    ds4_lp_entry *top;
+    ds4_buf json;
+} lp_dump;
+
+static void lp_step(lp_dump *d, const float *logits, int32_t id) {
+    double lse = ds4_logprob_top(logits, d->n_vocab, d->k, d->top);
+    double lp = id >= 0 ? (double)logits[id] - lse : 0;
+    if (d->n_steps++) d->failed |= ds4_buf_puts(&d->json, ",");
+    d->failed |= ds4_logprob_step_json(&d->json, d->tok, id, lp, d->top, d->k < d->n_vocab ? d->k : d->n_vocab);
+}
+
+static void lp_on_token(void *ud, const float *logits, int32_t id) {
+    lp_step(ud, logits, id);
+}
+
+static void lp_write(lp_dump *d, const char *path) {
+    if (d->failed) die("out of memory building %s", path);
+    ds4_buf out = { 0 };
+    ds4_buf_puts(&out, "{\"steps\":[");
+    ds4_buf_append(&out, d->json.p ? d->json.p : "", d->json.n);
+    if (ds4_buf_puts(&out, "]}\n") || write_file(path, out.p, out.n))
+        die("cannot write %s: %s", path, strerror(errno));
+    ds4_buf_free(&out);
+}
+
+/* --------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
     opts o;
@@ -365,6 +517,7 @@ int main(int argc, char **argv) {
     if (o.tokenize) return tokenize_main(&o);
     if (o.imatrix_out) return imatrix_main(&o);
     if (o.detok) return detokenize_main(&o);
+    if (o.dump_tokens) return dump_tokens_main(&o);
 
     if (access(o.model, R_OK) != 0)
         die("cannot open model %s: %s\n(use -m FILE, or `make run` to create a demo model)",
@@ -387,7 +540,43 @@ int main(int argc, char **argv) {
         .kv_dir = o.kv_dir, .kv_space_mb = o.kv_space_mb, .kv_allow_variants = o.kv_variants,
         .kv_policy = o.kv_policy,
     };
+    lp_dump lpd;
+    memset(&lpd, 0, sizeof lpd);
+    int gen_lp = 0;   /* logprob steps come from the sampled tokens */
+    if (o.dump_logprobs) {
+        if (o.kv_dir) die("--dump-logprobs cannot be combined with --kv-disk-dir (restored positions have no logits)");
+        gen_lp = !(o.tokens || o.tokens_file) || (o.n_predict_set && o.n_predict > 0);
+        if (gen_lp) { co.on_token = lp_on_token; co.token_ud = &lpd; }
+    }
     if (chat_open(&app, &co) != 0) return 1;
+    float *steer = NULL;
+    if (o.steer) {
+        ds4_model_info mi;
+        ds4_model_get_info(app.m, &mi);
+        ds4_steer_meta meta;
+        char *err = NULL;
+        if (ds4_steer_load(o.steer, mi.n_embd, &steer, &meta, &err)) die("%s", err ? err : "cannot load the direction");
+        int l0 = meta.layer_first, l1 = meta.layer_last;
+        if (o.steer_layers && ds4_steer_parse_layers(o.steer_layers, mi.n_layer, &l0, &l1))
+            die("--steer-layers: bad value '%s' (expected A:B with 0 <= A <= B < %d)", o.steer_layers, mi.n_layer);
+        if (l0 < 0 || l1 >= mi.n_layer || l0 > l1)
+            die("%s: layers %d:%d do not fit this model (%d layers); use --steer-layers", o.steer, l0, l1, mi.n_layer);
+        if (strcmp(meta.model, mi.name) && !o.quiet)
+            fprintf(stderr, "ds4: warning: the direction was computed on '%s', this model is '%s'\n", meta.model, mi.name);
+        app.o.steer = steer;
+        app.o.steer_scale = (float)o.steer_scale;
+        app.o.steer_l0 = l0;
+        app.o.steer_l1 = l1;
+        int rc = ds4_session_set_steering(app.s, steer, (float)o.steer_scale, l0, l1);
+        if (rc) die("--steer: %s", ds4_strerror(rc));
+    }
+    if (o.dump_logprobs) {
+        lpd.tok = app.tok;
+        lpd.n_vocab = ds4_tok_n_vocab(app.tok);
+        lpd.k = o.lp_top_k < lpd.n_vocab ? o.lp_top_k : lpd.n_vocab;
+        lpd.top = calloc((size_t)lpd.k + 1, sizeof *lpd.top);
+        if (!lpd.top) die("out of memory");
+    }
 
     int rc = 0;
     if (o.tokens || o.tokens_file) {
@@ -402,10 +591,19 @@ int main(int argc, char **argv) {
         }
         if (parse_ids(src, &ids) || ids.n == 0) die("bad token list");
         free(file);
-        int n_gen = o.n_predict_set ? o.n_predict : ((o.dump_logits || o.dump_hidden) ? 0 : o.n_predict);
+        int n_gen = o.n_predict_set ? o.n_predict : ((o.dump_logits || o.dump_hidden || o.dump_logprobs) ? 0 : o.n_predict);
         ds4_buf lg = { 0 }, hd = { 0 };
+        int want_rows = o.dump_logits || (o.dump_logprobs && !gen_lp);
         rc = chat_run_tokens(&app, ids.v, (int)ids.n, o.split, n_gen,
-                             o.dump_logits ? &lg : NULL, o.dump_hidden ? &hd : NULL);
+                             want_rows ? &lg : NULL, o.dump_hidden ? &hd : NULL);
+        if (rc == 0 && o.dump_logprobs && !gen_lp) {
+            /* step t: the distribution after tokens[0..t]; its id is the
+             * prompt token that actually follows */
+            size_t row = (size_t)lpd.n_vocab * sizeof(float);
+            size_t rows = row ? lg.n / row : 0;
+            for (size_t t = 0; t < rows; t++)
+                lp_step(&lpd, (const float *)(lg.p + t * row), t + 1 < ids.n ? ids.v[t + 1] : -1);
+        }
         if (rc == 0 && o.dump_logits && write_file(o.dump_logits, lg.p, lg.n))
             die("cannot write %s: %s", o.dump_logits, strerror(errno));
         if (rc == 0 && o.dump_hidden && write_file(o.dump_hidden, hd.p, hd.n))
@@ -426,8 +624,13 @@ int main(int argc, char **argv) {
         rc = chat_turn(&app, text, len);
         free(text);
     } else {
+        if (o.dump_logprobs) die("--dump-logprobs needs -p, --prompt-file or --tokens");
         rc = chat_interactive(&app);
     }
+    if (rc == 0 && o.dump_logprobs) lp_write(&lpd, o.dump_logprobs);
+    ds4_buf_free(&lpd.json);
+    free(lpd.top);
     chat_close(&app);
+    free(steer);
     return rc ? 1 : 0;
 }

@@ -56,12 +56,30 @@ static json_t *envelope(job *j, const char *object) {
     return o;
 }
 
+/* The logprob entries not streamed yet (gen_result.lp), NULL when none. */
+static json_t *lp_take(job *j) {
+    gen_result *r = &j->res;
+    if (!j->rq->logprobs || !r->lp || r->lp_sent >= json_array_size(r->lp)) return NULL;
+    json_t *a = json_array();
+    for (; r->lp_sent < json_array_size(r->lp); r->lp_sent++)
+        json_array_append(a, json_array_get(r->lp, r->lp_sent));
+    return a;
+}
+
+/* chat shape: {"content": [entries]} */
+static json_t *chat_logprobs(json_t *entries) {
+    if (!entries) return json_null();
+    json_t *o = json_object();
+    json_object_set_new(o, "content", entries);
+    return o;
+}
+
 static void emit_chunk(job *j, json_t *delta, const char *finish) {
     json_t *o = envelope(j, "chat.completion.chunk");
     json_t *ch = json_object();
     json_object_set_new(ch, "index", json_integer(0));
     json_object_set_new(ch, "delta", delta);
-    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "logprobs", chat_logprobs(lp_take(j)));
     json_object_set_new(ch, "finish_reason", jcstr(finish));
     json_t *arr = json_array();
     json_array_append_new(arr, ch);
@@ -165,7 +183,8 @@ static void chat_finish(job *j) {
     json_t *ch = json_object();
     json_object_set_new(ch, "index", json_integer(0));
     json_object_set_new(ch, "message", msg);
-    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "logprobs", j->rq->logprobs ?
+                        chat_logprobs(r->lp ? json_incref(r->lp) : json_array()) : json_null());
     json_object_set_new(ch, "finish_reason", json_string(finish_name(r->finish)));
     json_t *arr = json_array();
     json_array_append_new(arr, ch);
@@ -230,13 +249,41 @@ void openai_chat_event(job *j, ev_kind k, int index, const char *s, size_t n) {
 /* /v1/completions                                                           */
 /* ------------------------------------------------------------------------ */
 
+/* The legacy completions shape from chat-shaped entries (steals them):
+ * {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
+ * "text_offset"}; offsets count bytes from `offset0`. */
+static json_t *completion_logprobs(json_t *entries, size_t *offset) {
+    if (!entries) return json_null();
+    json_t *o = json_object(), *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(entries, i, e) {
+        json_array_append(toks, json_object_get(e, "token"));
+        json_array_append(lps, json_object_get(e, "logprob"));
+        json_t *d = json_object(), *a;
+        size_t k;
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, a)
+            json_object_set(d, json_string_value(json_object_get(a, "token")), json_object_get(a, "logprob"));
+        json_array_append_new(tops, d);
+        json_array_append_new(offs, json_integer((json_int_t)*offset));
+        *offset += json_array_size(json_object_get(e, "bytes"));
+    }
+    json_object_set_new(o, "tokens", toks);
+    json_object_set_new(o, "token_logprobs", lps);
+    json_object_set_new(o, "top_logprobs", tops);
+    json_object_set_new(o, "text_offset", offs);
+    json_decref(entries);
+    return o;
+}
+
 static void emit_text_chunk(job *j, const char *s, size_t n, const char *finish) {
     json_t *o = envelope(j, "text_completion");
     json_object_del(o, "system_fingerprint");
     json_t *ch = json_object();
     json_object_set_new(ch, "text", jstr(s, n));
     json_object_set_new(ch, "index", json_integer(0));
-    json_object_set_new(ch, "logprobs", json_null());
+    if (!j->api_state) j->api_state = calloc(1, sizeof(size_t));
+    json_object_set_new(ch, "logprobs", j->api_state ? completion_logprobs(lp_take(j), j->api_state) : json_null());
     json_object_set_new(ch, "finish_reason", jcstr(finish));
     json_t *arr = json_array();
     json_array_append_new(arr, ch);
@@ -278,7 +325,9 @@ void openai_completions_event(job *j, ev_kind k, int index, const char *s, size_
         json_t *ch = json_object();
         json_object_set_new(ch, "text", jstr(r->content.p, r->content.n));
         json_object_set_new(ch, "index", json_integer(0));
-        json_object_set_new(ch, "logprobs", json_null());
+        size_t off = 0;
+        json_object_set_new(ch, "logprobs", j->rq->logprobs ?
+                            completion_logprobs(r->lp ? json_incref(r->lp) : json_array(), &off) : json_null());
         json_object_set_new(ch, "finish_reason", json_string(finish_name(r->finish)));
         json_t *arr = json_array();
         json_array_append_new(arr, ch);

@@ -204,8 +204,20 @@ static int parse_sampling(request *r, json_t *b, double max_temp, api_error *e) 
     TRY(rc = get_int(b, "n", 1, 1 << 20, &x, e));
     if (rc && x != 1) return api_bad(e, "n", "only n=1 is supported");
     json_t *lp = field(b, "logprobs");
-    if (lp && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
-        return api_bad(e, "logprobs", "logprobs are not supported");
+    if (r->api == API_CHAT) {
+        /* logprobs: bool, top_logprobs: 0..20 (needs logprobs) */
+        if (lp && !json_is_boolean(lp)) return api_bad(e, "logprobs", "'logprobs' must be a boolean");
+        r->logprobs = lp && json_is_true(lp);
+        TRY(rc = get_int(b, "top_logprobs", 0, 20, &x, e));
+        if (rc && !r->logprobs) return api_bad(e, "top_logprobs", "top_logprobs needs logprobs: true");
+        if (rc) r->top_logprobs = (int)x;
+    } else if (r->api == API_COMPLETIONS) {
+        /* the legacy shape: logprobs is the number of alternatives */
+        TRY(rc = get_int(b, "logprobs", 0, 20, &x, e));
+        if (rc) { r->logprobs = 1; r->top_logprobs = (int)x; }
+    } else if (lp && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0)) {
+        return api_bad(e, "logprobs", "logprobs are only supported on /v1/chat/completions and /v1/completions");
+    }
     return 0;
 }
 

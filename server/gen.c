@@ -16,6 +16,7 @@
 
 #include "gen.h"
 #include "job.h"
+#include "common/logprob.h"
 
 #define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
 
@@ -142,9 +143,26 @@ static void send_call(gen *g, int index) {
     g->n_pend = 0;
 }
 
+/* --trace: one object per DSML parser event (text events are left out:
+ * the trace has the content) */
+static void trace_dsml(gen *g, const ds4_dsml_event *ev) {
+    static const char *const kind[] = { "text", "call_begin", "args_delta", "call_end", "done", "error" };
+    json_t *evs = g->j->res.trace_ev;
+    if (!evs || ev->kind == DS4_DSML_TEXT) return;
+    json_t *o = json_object();
+    json_object_set_new(o, "event", json_string(kind[ev->kind]));
+    if (ev->kind == DS4_DSML_CALL_BEGIN || ev->kind == DS4_DSML_ARGS_DELTA || ev->kind == DS4_DSML_ERROR)
+        json_object_set_new(o, ev->kind == DS4_DSML_CALL_BEGIN ? "name" : ev->kind == DS4_DSML_ERROR ? "reason" : "text",
+                            jstr(ev->text, ev->len));
+    if (ev->kind != DS4_DSML_DONE && ev->kind != DS4_DSML_ERROR)
+        json_object_set_new(o, "call", json_integer(ev->call_index));
+    json_array_append_new(evs, o);
+}
+
 static void on_dsml(void *ud, const ds4_dsml_event *ev) {
     gen *g = ud;
     job *j = g->j;
+    trace_dsml(g, ev);
     if (g->stop_seq) return;
     switch (ev->kind) {
     case DS4_DSML_TEXT:
@@ -228,6 +246,37 @@ static void process_token(gen *g, int32_t t) {
     if (!g->piece.n) return;
     if (g->in_reasoning) emit_reasoning(g, g->piece.p, g->piece.n);
     else content_bytes(g, g->piece.p, g->piece.n);
+}
+
+/* OpenAI logprobs of one content token (the distribution it was sampled
+ * or forced from), in the chat shape; the completions shaper converts. */
+static void record_logprob(gen *g, const float *lg, int32_t t) {
+    gen_result *r = &g->j->res;
+    const int nv = g->env->srv->n_vocab;
+    if (!lg) return;
+    if (!r->lp && !(r->lp = json_array())) return;
+    ds4_lp_entry top[21];
+    int k = g->rq->top_logprobs < 20 ? g->rq->top_logprobs : 20;
+    double lse = ds4_logprob_top(lg, nv, k, top);
+    json_t *e = json_object(), *alts = json_array();
+    size_t n;
+    const char *b = ds4_token_bytes(g->tok, t, &n);
+    json_object_set_new(e, "token", jstr(b, n));
+    json_object_set_new(e, "logprob", json_real((double)lg[t] - lse));
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)b[i]));
+    json_object_set_new(e, "bytes", bytes);
+    for (int i = 0; i < k; i++) {
+        json_t *a = json_object(), *ab = json_array();
+        b = ds4_token_bytes(g->tok, top[i].id, &n);
+        json_object_set_new(a, "token", jstr(b, n));
+        json_object_set_new(a, "logprob", json_real(top[i].logprob));
+        for (size_t q = 0; q < n; q++) json_array_append_new(ab, json_integer((unsigned char)b[q]));
+        json_object_set_new(a, "bytes", ab);
+        json_array_append_new(alts, a);
+    }
+    json_object_set_new(e, "top_logprobs", alts);
+    json_array_append_new(r->lp, e);
 }
 
 /* The test output: pieces separated by \x01 are tokenized on their own, so
@@ -336,6 +385,8 @@ static finish_kind decode(gen *g, ds4_sampler *smp, const ds4_tokens *test, int 
             }
         }
         if (t == srv->sp->eos) { fin = FIN_STOP; break; }
+        if (rq->logprobs && !g->in_reasoning)
+            record_logprob(g, sp_n ? ds4_session_draft_logits(env->s, sp_i) : ds4_session_logits(env->s), t);
         n_gen++;
         res->completion_tokens++;
         if (g->in_reasoning) res->reasoning_tokens++;
@@ -426,6 +477,7 @@ finish_kind gen_run(const gen_env *env, job *j, int max_gen) {
     finish_kind fin;
     ds4_sampler *smp = ds4_sampler_new(env->srv->n_vocab, &rq->sp);
     if (rq->parse_tools) g.dsml = ds4_dsml_new(on_dsml, &g);
+    if (env->srv->trace && !j->res.trace_ev) j->res.trace_ev = json_array();
     if (!smp || (rq->parse_tools && !g.dsml)) {
         api_err_set(&j->res.err, 500, "server_error", NULL, NULL, "out of memory");
         fin = FIN_ERROR;

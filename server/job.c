@@ -53,6 +53,8 @@ void job_unref(job *j) {
         ds4_buf_free(&j->res.calls[i].args);
     }
     free(j->res.calls);
+    json_decref(j->res.lp);
+    json_decref(j->res.trace_ev);
     free(j->api_state);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

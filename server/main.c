@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "toolmem.h"
 #include "worker.h"
+#include "common/steer.h"
 
 server_ctx *g_srv;
 
@@ -125,7 +126,16 @@ static void usage(FILE *f) {
 "                            (base64 text emitted instead of sampling)\n"
 "  -v, --verbose             log HTTP-level problems and ignored fields\n"
 "  -h, --help                this help\n"
-"      --version             print the version and exit\n",
+"      --version             print the version and exit\n"
+"\n"
+"quality tools (README \"Debugging a bad answer\", \"Steering\"):\n"
+"      --trace FILE          append one JSON line per request: rendered prompt,\n"
+"                            cache decision, reasoning and content, tool calls\n"
+"                            and DSML parser events, finish, timings\n"
+"      --steer FILE          a direction with its JSON sidecar (ds4-steer build)\n"
+"      --steer-scale S       add S times it after the FFN of the steered layers\n"
+"                            (required with --steer; not with --kv-disk-dir)\n"
+"      --steer-layers A:B    0-based, inclusive (default: the sidecar's layers)\n",
             DS4_THINK_MAX_MIN_CTX);
 }
 
@@ -217,7 +227,7 @@ int main(int argc, char **argv) {
     ds4_sampler_params_default(&c->sp);
     c->kv_space_mb = 4096;
     ds4_kv_policy_default(&c->kv_policy);
-    int kv_flags = 0;
+    int kv_flags = 0, steer_scale_set = 0;
     const char *env_key = getenv("DS4_API_KEY");
     if (env_key && *env_key) c->api_key = env_key;
 
@@ -283,6 +293,10 @@ int main(int argc, char **argv) {
         else if (ARG("--kv-cache-allow-quant-variants")) { c->kv_allow_variants = 1; kv_flags = 1; }
         else if (ARG("--test-mode")) c->test_mode = 1;
         else if (ARG("-v") || ARG("--verbose")) c->verbose = 1;
+        else if (ARG("--trace")) { if (!v || !*v) goto missing; c->trace_path = NEXT(); }
+        else if (ARG("--steer")) { if (!v || !*v) goto missing; c->steer_path = NEXT(); }
+        else if (ARG("--steer-scale")) { if (parse_float(a, NEXT(), -1e6, 1e6, &d)) return 2; c->steer_scale = d; steer_scale_set = 1; }
+        else if (ARG("--steer-layers")) { if (!v || !*v) goto missing; c->steer_layers = NEXT(); }
         else {
             fprintf(stderr, "ds4-server: unknown option %s (see --help)\n", a);
             return 2;
@@ -293,6 +307,15 @@ missing:
         return 2;
     }
 
+    if (c->steer_path && !steer_scale_set) { fprintf(stderr, "ds4-server: --steer needs --steer-scale S\n"); return 2; }
+    if (!c->steer_path && (steer_scale_set || c->steer_layers)) {
+        fprintf(stderr, "ds4-server: --steer-scale / --steer-layers need --steer FILE\n");
+        return 2;
+    }
+    if (c->steer_path && c->kv_dir) {
+        fprintf(stderr, "ds4-server: --steer cannot be combined with --kv-disk-dir (cached states were computed unsteered)\n");
+        return 2;
+    }
     if (kv_flags && !c->kv_dir)
         fprintf(stderr, "ds4-server: note: the --kv-* options do nothing without --kv-disk-dir\n");
 
@@ -349,6 +372,32 @@ missing:
     derive_model_id(&srv);
     srv.ctx = c->ctx;
     g_srv = &srv;
+    if (c->steer_path) {
+        ds4_steer_meta meta;
+        if (ds4_steer_load(c->steer_path, info.n_embd, &srv.steer, &meta, &err)) {
+            fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the direction");
+            free(err);
+            ds4_model_free(srv.model);
+            return 1;
+        }
+        srv.steer_l0 = meta.layer_first;
+        srv.steer_l1 = meta.layer_last;
+        if ((c->steer_layers && ds4_steer_parse_layers(c->steer_layers, info.n_layer, &srv.steer_l0, &srv.steer_l1)) ||
+            srv.steer_l0 < 0 || srv.steer_l1 >= info.n_layer || srv.steer_l0 > srv.steer_l1) {
+            fprintf(stderr, "ds4-server: --steer-layers: bad layers (expected A:B with 0 <= A <= B < %d)\n", info.n_layer);
+            free(srv.steer);
+            ds4_model_free(srv.model);
+            return 2;
+        }
+        if (strcmp(meta.model, info.name))
+            log_msg("warning: the steering direction was computed on '%s', this model is '%s'", meta.model, info.name);
+    }
+    if (c->trace_path && !(srv.trace = fopen(c->trace_path, "a"))) {
+        fprintf(stderr, "ds4-server: cannot open %s: %s\n", c->trace_path, strerror(errno));
+        free(srv.steer);
+        ds4_model_free(srv.model);
+        return 1;
+    }
 
     int rc = 1;
     http_server *h = NULL;
@@ -396,6 +445,8 @@ out:
     toolmem_free(srv.tm);
     metrics_free(srv.m);
     ds4_model_free(srv.model);
+    if (srv.trace) fclose(srv.trace);
+    free(srv.steer);
     g_srv = NULL;
     if (rc == 0) log_msg("stopped");
     return rc;

@@ -62,6 +62,11 @@ typedef struct {
     uint64_t kv_space_mb;         /* LRU cap of the directory */
     int kv_allow_variants;        /* reuse states of other routed-expert quantizations */
     ds4_kv_policy kv_policy;      /* when to save (shared with the CLI) */
+
+    /* quality tools (README "Debugging a bad answer", "Steering") */
+    const char *trace_path;       /* --trace: JSON lines per request */
+    const char *steer_path, *steer_layers;
+    double steer_scale;
 } server_config;
 
 /* ------------------------------------------------------------------------ */
@@ -89,7 +94,7 @@ typedef struct {
     int status;
     const char *type;
     const char *code;
-    const char *param;
+    char param[64];      /* a copy: callers often name a field from a stack buffer; "" = null */
     char message[1024];
 } api_error;
 
@@ -142,6 +147,8 @@ typedef struct {
     int parse_tools;              /* run generated content through the DSML parser */
     char *forced_prefix;          /* tool_choice: text forced at the start of content */
     int single_call;              /* parallel_tool_calls: false */
+    int logprobs;                 /* OpenAI logprobs requested (chat, completions) */
+    int top_logprobs;             /* alternatives per token (0..20) */
     char *test_output;            /* --test-mode: emit exactly this */
     size_t test_output_len;
 
@@ -201,6 +208,13 @@ typedef struct {
     double prefill_s, decode_s;
     ds4_spec_stats spec;  /* speculative decoding (--lookup / ds4_lookup) */
     api_error err;
+    /* OpenAI logprobs, one entry per content token in the chat shape
+     * {"token","logprob","bytes","top_logprobs":[...]} (src/common/logprob.c
+     * computes them, as for ds4 --dump-logprobs); lp_sent = entries
+     * already streamed */
+    json_t *lp;
+    size_t lp_sent;
+    json_t *trace_ev;     /* --trace: the DSML parser's events, or NULL */
 } gen_result;
 
 typedef enum {
@@ -270,6 +284,9 @@ typedef struct {
     worker *w;
     toolmem *tm;
     metrics *m;
+    FILE *trace;                  /* --trace (written by the worker thread) */
+    float *steer;                 /* --steer: the direction (NULL = off) */
+    int steer_l0, steer_l1;
 } server_ctx;
 
 extern server_ctx *g_srv;

@@ -187,7 +187,7 @@ void api_err_set(api_error *e, int status, const char *type, const char *code,
     e->status = status;
     e->type = type;
     e->code = code;
-    e->param = param;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
@@ -198,7 +198,7 @@ int api_bad(api_error *e, const char *param, const char *fmt, ...) {
     e->status = 400;
     e->type = "invalid_request_error";
     e->code = NULL;
-    e->param = param;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
@@ -229,7 +229,7 @@ char *api_error_body(int anthropic, const api_error *e) {
     } else {
         json_object_set_new(in, "message", jcstr(e->message));
         json_object_set_new(in, "type", jcstr(e->type ? e->type : "invalid_request_error"));
-        json_object_set_new(in, "param", jcstr(e->param));
+        json_object_set_new(in, "param", e->param[0] ? jcstr(e->param) : json_null());
         json_object_set_new(in, "code", jcstr(e->code));
     }
     json_object_set_new(o, "error", in);

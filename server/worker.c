@@ -171,6 +171,54 @@ static finish_kind prefill(worker *w, job *j, prep *p) {
     return FIN_ERROR;
 }
 
+static const char *const finish_names[] = { "none", "stop", "length", "stop_sequence", "tool_calls",
+                                            "cancelled", "error", "malformed_tool_call" };
+
+/* --trace: one JSON line per request, written by this (the only) worker
+ * thread before the answer is released. */
+static void trace_job(worker *w, job *j, const prep *p, finish_kind fin) {
+    server_ctx *srv = w->srv;
+    request *rq = j->rq;
+    gen_result *res = &j->res;
+    json_t *o = json_object(), *cache = json_object(), *calls = json_array();
+    json_object_set_new(o, "time", json_integer(util_unix_time()));
+    json_object_set_new(o, "job", json_integer((json_int_t)j->seq));
+    json_object_set_new(o, "api", json_string(endpoint_label(rq->api == API_CHAT ? EP_CHAT :
+        rq->api == API_COMPLETIONS ? EP_COMPLETIONS : rq->api == API_RESPONSES ? EP_RESPONSES : EP_MESSAGES)));
+    json_object_set_new(o, "prompt", jstr(rq->prompt.p, rq->prompt.n));
+    json_object_set_new(o, "prompt_tokens", json_integer(res->prompt_tokens));
+    json_object_set_new(cache, "reused_tokens", json_integer(res->cached_tokens));
+    json_object_set_new(cache, "source", json_string(res->cached_tokens == 0 ? "none" : p->disk > 0 ? "disk" :
+                                                    p->rewound ? "RAM checkpoint" :
+                                                    p->plan.text_hit ? "live session (text match)" :
+                                                    "live session (token prefix)"));
+    json_object_set_new(cache, "retokenized", json_boolean(p->disk > 0 ? p->disk_retok :
+                                                           p->plan.text_hit && p->plan.retok));
+    json_object_set_new(cache, "evaluated_tokens", json_integer(p->evaluated));
+    json_object_set_new(cache, "from_scratch", json_boolean(res->cached_tokens == 0));
+    json_object_set_new(o, "cache", cache);
+    json_object_set_new(o, "reasoning", jstr(res->reasoning.p, res->reasoning.n));
+    json_object_set_new(o, "content", jstr(res->content.p, res->content.n));
+    for (int i = 0; i < res->n_calls; i++) {
+        json_t *c = json_object();
+        json_object_set_new(c, "name", jcstr(res->calls[i].name));
+        json_object_set_new(c, "arguments", jstr(res->calls[i].args.p, res->calls[i].args.n));
+        json_array_append_new(calls, c);
+    }
+    json_object_set_new(o, "tool_calls", calls);
+    json_object_set_new(o, "tool_parser_events", res->trace_ev ? json_incref(res->trace_ev) : json_array());
+    json_object_set_new(o, "completion_tokens", json_integer(res->completion_tokens));
+    json_object_set_new(o, "reasoning_tokens", json_integer(res->reasoning_tokens));
+    json_object_set_new(o, "finish", json_string(finish_names[fin]));
+    if (fin == FIN_ERROR || fin == FIN_TOOL_ERROR) json_object_set_new(o, "error", jcstr(res->err.message));
+    json_object_set_new(o, "prefill_s", json_real(res->prefill_s));
+    json_object_set_new(o, "decode_s", json_real(res->decode_s));
+    char *line = jdump(o);
+    if (line) { fprintf(srv->trace, "%s\n", line); fflush(srv->trace); }
+    free(line);
+    json_decref(o);
+}
+
 /* Step 5: metrics (before the answer is released: a client that reads
  * /metrics right after its response must see this job), the finish event
  * and the log line. */
@@ -182,6 +230,7 @@ static void finish_job(worker *w, job *j, const prep *p, finish_kind fin) {
         api_err_set(&res->err, 503, "server_error", NULL, NULL, "the server is shutting down");
     }
     res->finish = fin;
+    if (w->srv->trace) trace_job(w, j, p, fin);
     metrics_job m = {
         .prompt_tokens = res->prompt_tokens, .cached_tokens = res->cached_tokens,
         .disk_tokens = p->disk > 0 ? res->cached_tokens : 0,
@@ -309,6 +358,12 @@ worker *worker_start(server_ctx *srv, char **err) {
     if (srv->cfg.chunk > 0) sp.prefill_chunk = srv->cfg.chunk;
     w->s = ds4_session_new(srv->model, &sp, err);
     if (!w->s) { worker_free(w); return NULL; }
+    if (srv->steer && ds4_session_set_steering(w->s, srv->steer, (float)srv->cfg.steer_scale,
+                                               srv->steer_l0, srv->steer_l1) != DS4_OK) {
+        if (err) *err = strdup("--steer: bad layers or scale");
+        worker_free(w);
+        return NULL;
+    }
     srv->ctx = ds4_session_ctx_size(w->s);
     if (srv->cfg.kv_dir) {
         /* opened here, driven only by the worker thread from now on */

@@ -391,6 +391,16 @@ const float *ds4_session_logits(const ds4_session *s);
  * ([n_layer][2][n_hc][n_embd] floats) to these buffers. */
 void ds4_session_capture(ds4_session *s, ds4_buf *logits_rows,
                          ds4_buf *hidden_rows);
+/* Steering: from the next evaluated token on, add scale * dir (n_embd
+ * floats, copied; normally a unit vector) to every hyper-connection copy of
+ * the residual stream right after the FFN sublayer of each layer in
+ * [layer_first, layer_last] (0-based), i.e. before the next layer's
+ * attention reads it.  dir NULL or scale 0 turns it off: the forward pass is
+ * then bit-identical to a session never steered.  Tokens already evaluated
+ * keep their state (reset or re-sync to steer a whole prompt).  DS4_EINVAL
+ * for a bad layer range or a non-finite product. */
+int ds4_session_set_steering(ds4_session *s, const float *dir, float scale,
+                             int layer_first, int layer_last);
 /* Force token-at-a-time evaluation (diagnostic --decode-only). */
 void ds4_session_set_decode_only(ds4_session *s, int on);
 

@@ -142,6 +142,10 @@ struct ds4_session {
     int stg_cap, stg_on, stg_n;
     int64_t stg_p0;
     float *stg_pool;          /* scratch output of frontier replays */
+    /* steering (ds4_session_set_steering): scale * direction, added to every
+     * HC copy after the FFN of layers [steer_l0, steer_l1]; NULL = off */
+    float *steer;
+    int steer_l0, steer_l1;
 };
 
 /* session.c: called by the forward after the compressor inputs of layer

@@ -250,11 +250,28 @@ static void hc_post_task(fwd *f, int t, void *ud) {
     }
 }
 
-/* X' = post (x) y + C^T X, then swap buffers; optionally captured. */
+/* Steering: the session's scaled direction added to every HC copy of
+ * every token (after the FFN of the chosen layers, see hc_post).  All N
+ * copies get it because the next sublayer reads a weighted sum of them
+ * (hc_pre) and the copies are re-mixed by C at every hc_post: adding to one
+ * copy would be diluted by weights that differ per token. */
+static void steer_task(fwd *f, int t, void *ud) {
+    (void)ud;
+    const ds4_config *c = f->c;
+    const float *v = f->s->steer;
+    float *X = f->s->sc.X + (size_t)t * c->n_hc * c->n_embd;
+    for (int b = 0; b < c->n_hc; b++)
+        for (int k = 0; k < c->n_embd; k++) X[(size_t)b * c->n_embd + k] += v[k];
+}
+
+/* X' = post (x) y + C^T X, then swap buffers; steered after the FFN of a
+ * steered layer; optionally captured (the capture shows the steered state). */
 static void hc_post(fwd *f, int il, int which) {
     cpu_scratch *sc = &f->s->sc;
     for_tokens(f, hc_post_task, NULL);
     float *t = sc->X; sc->X = sc->X2; sc->X2 = t;
+    if (which == 1 && f->s->steer && il >= f->s->steer_l0 && il <= f->s->steer_l1)
+        for_tokens(f, steer_task, NULL);
     if (f->s->cap_hidden) {
         const ds4_config *c = f->c;
         size_t nd = (size_t)c->n_hc * c->n_embd;

@@ -288,8 +288,34 @@ void ds4_session_free(ds4_session *s) {
     }
     free(s->ls);
     free(s->logits);
+    free(s->steer);
     ds4_tokens_free(&s->toks);
     free(s);
+}
+
+int ds4_session_set_steering(ds4_session *s, const float *dir, float scale,
+                             int layer_first, int layer_last) {
+    const ds4_config *c = &s->m->w.cfg;
+    if (!dir || scale == 0.0f) {   /* off: the forward pass is untouched */
+        free(s->steer);
+        s->steer = NULL;
+        return DS4_OK;
+    }
+    if (layer_first < 0 || layer_last >= c->n_layer || layer_first > layer_last || !isfinite(scale))
+        return DS4_EINVAL;
+    float *v = malloc((size_t)c->n_embd * sizeof *v);
+    if (!v) return DS4_ENOMEM;
+    /* the product is rounded once here, so the shift is exactly this
+     * float vector: what --dump-hidden shows and the test checks */
+    for (int k = 0; k < c->n_embd; k++) {
+        v[k] = scale * dir[k];
+        if (!isfinite(v[k])) { free(v); return DS4_EINVAL; }
+    }
+    free(s->steer);
+    s->steer = v;
+    s->steer_l0 = layer_first;
+    s->steer_l1 = layer_last;
+    return DS4_OK;
 }
 
 void ds4_session_reset(ds4_session *s) { state_reset(s); }
