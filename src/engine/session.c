@@ -13,6 +13,44 @@
 
 #include "engine/engine_internal.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+/* ---------------------------------------------------------------------- */
+/* KV row storage (f16 under the storage roundings, see layer_state)       */
+/* ---------------------------------------------------------------------- */
+
+void kv_f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = ds4_f16_to_f32(src[i]);
+}
+
+/* The hot path: the attention converts a token's key rows per thread.
+ * F16C's conversion is exact like the scalar one (every f16 is a float);
+ * test_session compares the two on all 65536 values. */
+void kv_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+    kv_f16_to_f32_scalar(src + i, dst + i, n - i);
+}
+
+void kv_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = ds4_f32_to_f16(src[i]);
+}
+
+void kv_get(const ds4_session *s, const void *src, float *dst, size_t n, int w) {
+    if (s->kv16) kv_f16_to_f32(src, dst, n * (size_t)w);
+    else memcpy(dst, src, n * (size_t)w * sizeof(float));
+}
+
+void kv_put(const ds4_session *s, const float *src, void *dst, size_t n, int w) {
+    if (s->kv16) kv_f32_to_f16(src, dst, n * (size_t)w);
+    else memcpy(dst, src, n * (size_t)w * sizeof(float));
+}
+
 
 void ds4_session_params_default(ds4_session_params *p) {
     memset(p, 0, sizeof *p);
@@ -25,7 +63,8 @@ static int ratio_of(const ds4_model *m, int il) { return m->w.layers[il].ratio; 
 
 static int comp_cap_of(int ctx, int R) { return R ? ctx / R + 1 : 0; }
 
-/* Per-layer state sizes in floats. */
+/* Per-layer state sizes in elements (KV rows: kv_es bytes each; the
+ * frontiers st/ist: floats). */
 typedef struct {
     size_t raw, comp, st, icomp, ist;
 } layer_sizes;
@@ -54,7 +93,22 @@ typedef struct { void **ptr; size_t bytes; } scr_item;
 
 static size_t act_bound(int n) { return (size_t)n * 37 / 32 + 300; }
 
-static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int nth,
+/* Most key rows one query token can see in any layer: the raw window
+ * plus the compressed rows (at most top_k of them where an indexer
+ * selects). */
+static size_t keys_max(const ds4_model *m, int ctx) {
+    const ds4_config *c = &m->w.cfg;
+    size_t kmax = (size_t)c->n_swa;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &m->w.layers[il];
+        size_t cc = (size_t)comp_cap_of(ctx, lw->ratio);
+        if (lw->has_indexer && c->idx_topk > 0 && cc > (size_t)c->idx_topk) cc = (size_t)c->idx_topk;
+        if ((size_t)c->n_swa + cc > kmax) kmax = (size_t)c->n_swa + cc;
+    }
+    return kmax + 1;
+}
+
+static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int nth, int kv16,
                         scr_item *it, int *n_it) {
     const ds4_config *c = &m->w.cfg;
     const size_t N = c->n_hc, D = c->n_embd, M = (2 + N) * N, H = c->n_head, d = c->head_dim;
@@ -130,6 +184,12 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->scores, (comp_max + 1) * 4);
     ITEM(sc->attn_w, (size_t)nth * VEC_HB * (c->n_swa + comp_max + 1) * 4);
     ITEM(sc->attn_kp, (size_t)nth * (c->n_swa + comp_max + 1) * sizeof(float *));
+    /* f16 rows are read through float copies: a token's keys per thread
+     * (converted once for all its head blocks), four indexer rows per
+     * thread, one compressed row being finished */
+    ITEM(sc->attn_kf, kv16 ? (size_t)nth * keys_max(m, ctx) * d * 4 : 0);
+    ITEM(sc->idx_kf, kv16 ? (size_t)nth * 4 * (ID ? ID : 1) * 4 : 0);
+    ITEM(sc->kvrow, kv16 ? (d > ID ? d : ID) * 4 : 0);
     ITEM(sc->qscratch, 2 * qbytes);   /* two activation kinds at once (mm_multi) */
     ITEM(sc->qscratch2, 2 * E * sizeof(mm_group));
     ITEM(sc->ylast, T * D * 4);
@@ -139,11 +199,11 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     return DS4_OK;
 }
 
-static size_t scratch_bytes(const ds4_model *m, int T, int ctx) {
+static size_t scratch_bytes(const ds4_model *m, int T, int ctx, int kv16) {
     cpu_scratch tmp;
     scr_item it[SCR_MAX] = { 0 };
     int n = 0;
-    scratch_plan(m, &tmp, T, ctx, ds4_pool_size(m->pool), it, &n);
+    scratch_plan(m, &tmp, T, ctx, ds4_pool_size(m->pool), kv16, it, &n);
     size_t b = 0;
     for (int i = 0; i < n; i++) b += it[i].bytes;
     return b;
@@ -152,7 +212,8 @@ static size_t scratch_bytes(const ds4_model *m, int T, int ctx) {
 int ds4_cpu_scratch_init(ds4_session *s) {
     scr_item it[SCR_MAX] = { 0 };
     int n = 0;
-    scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), it, &n);
+    scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), s->kv16, it, &n);
+    s->sc.kf_rows = keys_max(s->m, s->ctx);
     for (int i = 0; i < n; i++) {
         *it[i].ptr = calloc(1, it[i].bytes ? it[i].bytes : 1);
         if (!*it[i].ptr) return DS4_ENOMEM;
@@ -171,7 +232,7 @@ void ds4_cpu_scratch_free(ds4_session *s) {
     scr_item it[SCR_MAX] = { 0 };
     int n = 0;
     /* the plan only records where each pointer lives; free what is there */
-    scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), it, &n);
+    scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), s->kv16, it, &n);
     for (int i = 0; i < n; i++) {
         free(*it[i].ptr);
         *it[i].ptr = NULL;
@@ -184,6 +245,7 @@ static int chunk_of(const ds4_session_params *p) {
     return ch < 1 ? 1 : ch;
 }
 
+/* Default parameters (storage roundings on: f16 KV rows). */
 uint64_t ds4_session_memory_estimate(const ds4_model *m, int ctx_size) {
     ds4_session_params p;
     ds4_session_params_default(&p);
@@ -192,9 +254,9 @@ uint64_t ds4_session_memory_estimate(const ds4_model *m, int ctx_size) {
     uint64_t b = 0;
     for (int il = 0; il < m->w.cfg.n_layer; il++) {
         layer_sizes z = sizes_of(m, il, ctx_size, chunk);
-        b += (z.raw + z.comp + 2 * z.st + z.icomp + 2 * z.ist) * sizeof(float);
+        b += (z.raw + z.comp + z.icomp) * 2 + (2 * z.st + 2 * z.ist) * sizeof(float);
     }
-    b += scratch_bytes(m, chunk, ctx_size);
+    b += scratch_bytes(m, chunk, ctx_size, 1);
     b += (uint64_t)ctx_size * sizeof(int32_t) + (uint64_t)m->w.cfg.n_vocab * sizeof(float);
     return b;
 }
@@ -227,25 +289,27 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
     s->ctx = p->ctx_size;
     s->chunk = chunk_of(p);
     s->no_qat = p->no_qat;
+    s->kv16 = !p->no_qat;
     const ds4_config *c = &m->w.cfg;
+    const size_t es = kv_es(s);
     s->ls = calloc((size_t)c->n_layer, sizeof *s->ls);
     s->logits = calloc((size_t)c->n_vocab, sizeof(float));
     if (!s->ls || !s->logits || ds4_tokens_reserve(&s->toks, (size_t)s->ctx)) goto oom;
     for (int il = 0; il < c->n_layer; il++) {
         layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(m, il, s->ctx, s->chunk);
-        st->raw = malloc(z.raw * sizeof(float));
+        st->raw = malloc(z.raw * es);
         st->raw_cap = (int)(z.raw / (size_t)c->head_dim);
         if (!st->raw) goto oom;
         if (z.comp) {
-            st->comp = malloc(z.comp * sizeof(float));
+            st->comp = malloc(z.comp * es);
             st->comp_cap = (int)(z.comp / (size_t)c->head_dim);
             st->st_kv = malloc(z.st * sizeof(float));
             st->st_sc = malloc(z.st * sizeof(float));
             if (!st->comp || !st->st_kv || !st->st_sc) goto oom;
         }
         if (z.icomp) {
-            st->icomp = malloc(z.icomp * sizeof(float));
+            st->icomp = malloc(z.icomp * es);
             st->ist_kv = malloc(z.ist * sizeof(float));
             st->ist_sc = malloc(z.ist * sizeof(float));
             if (!st->icomp || !st->ist_kv || !st->ist_sc) goto oom;
@@ -355,13 +419,14 @@ static int raw_live(const layer_state *st, const ds4_config *c) {
 
 uint64_t ds4_session_kv_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    const uint64_t es = kv_es(s);
     uint64_t b = 0;
     for (int il = 0; il < c->n_layer; il++) {
         const layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
-        b += (uint64_t)raw_live(st, c) * c->head_dim * 4;
-        b += (uint64_t)st->n_comp * c->head_dim * 4 + 2 * z.st * 4;
-        b += (uint64_t)st->n_icomp * c->idx_dim * 4 + 2 * z.ist * 4;
+        b += (uint64_t)raw_live(st, c) * c->head_dim * es;
+        b += (uint64_t)st->n_comp * c->head_dim * es + 2 * z.st * 4;
+        b += (uint64_t)st->n_icomp * c->idx_dim * es + 2 * z.ist * 4;
     }
     return b;
 }
@@ -370,28 +435,31 @@ uint64_t ds4_session_kv_bytes(const ds4_session *s) {
 /* Snapshots                                                               */
 /*                                                                         */
 /* Little-endian, all u32 unless noted:                                    */
-/*   magic "DS4S", version 1, n_layer, n_embd, head_dim, idx_dim, n_vocab, */
+/*   magic "DS4S", version 2, n_layer, n_embd, head_dim, idx_dim, n_vocab, */
 /*   n_swa, n_tokens, flags (bit 0: no-qat state)                          */
 /*   i32 tokens[n_tokens]                                                  */
 /*   f32 logits[n_vocab]   (zeros when n_tokens == 0)                      */
 /*   per layer: u32 ratio, raw_len, n_comp, n_icomp;                       */
-/*     f32 raw[raw_len][head_dim] (oldest first)                           */
-/*     ratio != 0: f32 comp[n_comp][head_dim], state_kv, state_score       */
-/*     indexer:    f32 icomp[n_icomp][idx_dim], istate_kv, istate_score    */
+/*     kv raw[raw_len][head_dim] (oldest first)                            */
+/*     ratio != 0: kv comp[n_comp][head_dim], f32 state_kv, state_score    */
+/*     indexer:    kv icomp[n_icomp][idx_dim], f32 istate_kv, istate_score */
+/* kv = f16 rows (flags bit 0 clear), f32 rows under --no-qat.  Version 1 */
+/* (f32 rows always) is refused: the rows' storage changed.               */
 /* ---------------------------------------------------------------------- */
 
 #define SNAP_MAGIC 0x53345344u   /* "DS4S" */
-#define SNAP_VERSION 1u
+#define SNAP_VERSION 2u
 
 uint64_t ds4_session_snapshot_size(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    const uint64_t es = kv_es(s);
     uint64_t b = 10 * 4 + s->toks.n * 4 + (uint64_t)c->n_vocab * 4;
     for (int il = 0; il < c->n_layer; il++) {
         const layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
-        b += 16 + (uint64_t)raw_live(st, c) * c->head_dim * 4;
-        b += (uint64_t)st->n_comp * c->head_dim * 4 + 2 * z.st * 4;
-        b += (uint64_t)st->n_icomp * c->idx_dim * 4 + 2 * z.ist * 4;
+        b += 16 + (uint64_t)raw_live(st, c) * c->head_dim * es;
+        if (z.comp) b += (uint64_t)st->n_comp * c->head_dim * es + 2 * z.st * 4;
+        if (z.icomp) b += (uint64_t)st->n_icomp * c->idx_dim * es + 2 * z.ist * 4;
     }
     return b;
 }
@@ -400,6 +468,7 @@ uint64_t ds4_session_snapshot_size(const ds4_session *s) {
  * snapshot size is allocated. */
 int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     const ds4_config *c = &s->m->w.cfg;
+    const size_t es = kv_es(s);
     uint32_t hdr[10] = { SNAP_MAGIC, SNAP_VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_embd,
                          (uint32_t)c->head_dim, (uint32_t)c->idx_dim, (uint32_t)c->n_vocab,
                          (uint32_t)c->n_swa, (uint32_t)s->toks.n, s->no_qat ? 1u : 0u };
@@ -423,15 +492,15 @@ int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
         uint32_t lh[4] = { (uint32_t)s->m->w.layers[il].ratio, (uint32_t)live,
                            (uint32_t)st->n_comp, (uint32_t)st->n_icomp };
         PUT(lh, sizeof lh);
-        PUT(st->raw + (size_t)(st->raw_start + st->raw_len - live) * c->head_dim,
-            (size_t)live * c->head_dim * 4);
+        PUT(kv_row(s, st->raw, (size_t)(st->raw_start + st->raw_len - live), c->head_dim),
+            (size_t)live * c->head_dim * es);
         if (z.comp) {
-            PUT(st->comp, (size_t)st->n_comp * c->head_dim * 4);
+            PUT(st->comp, (size_t)st->n_comp * c->head_dim * es);
             PUT(st->st_kv, z.st * 4);
             PUT(st->st_sc, z.st * 4);
         }
         if (z.icomp) {
-            PUT(st->icomp, (size_t)st->n_icomp * c->idx_dim * 4);
+            PUT(st->icomp, (size_t)st->n_icomp * c->idx_dim * es);
             PUT(st->ist_kv, z.ist * 4);
             PUT(st->ist_sc, z.ist * 4);
         }
@@ -465,11 +534,13 @@ static int fail(char **err, const char *msg) {
 
 int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err) {
     const ds4_config *c = &s->m->w.cfg;
+    const size_t es = kv_es(s);
     rd r = { data, len, 0 };
     uint32_t h[10];
     if (err) *err = NULL;
     if (rd_take(&r, h, sizeof h)) return fail(err, "snapshot: truncated header");
     if (h[0] != SNAP_MAGIC) return fail(err, "snapshot: bad magic");
+    if (h[1] == 1) return fail(err, "snapshot: version 1 (float32 KV rows, an older build): not loadable, recompute the prompt");
     if (h[1] != SNAP_VERSION) return fail(err, "snapshot: unsupported version");
     if (h[2] != (uint32_t)c->n_layer || h[3] != (uint32_t)c->n_embd ||
         h[4] != (uint32_t)c->head_dim || h[5] != (uint32_t)c->idx_dim ||
@@ -500,9 +571,9 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
             lh[2] != (R ? n / (uint32_t)R : 0) ||
             lh[3] != (z.icomp ? n / (uint32_t)R : 0))
             return fail(err, "snapshot: layer state does not match its token count");
-        size_t need = (size_t)lh[1] * c->head_dim * 4;
-        if (z.comp) need += (size_t)lh[2] * c->head_dim * 4 + 2 * z.st * 4;
-        if (z.icomp) need += (size_t)lh[3] * c->idx_dim * 4 + 2 * z.ist * 4;
+        size_t need = (size_t)lh[1] * c->head_dim * es;
+        if (z.comp) need += (size_t)lh[2] * c->head_dim * es + 2 * z.st * 4;
+        if (z.icomp) need += (size_t)lh[3] * c->idx_dim * es + 2 * z.ist * 4;
         if (rd_take(&r, NULL, need)) return fail(err, "snapshot: truncated layer data");
     }
     if (r.at != len) return fail(err, "snapshot: trailing bytes");
@@ -521,16 +592,16 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
         rd_take(&r, lh, sizeof lh);
         st->raw_start = 0;
         st->raw_len = (int)lh[1];
-        rd_take(&r, st->raw, (size_t)lh[1] * c->head_dim * 4);
+        rd_take(&r, st->raw, (size_t)lh[1] * c->head_dim * es);
         if (z.comp) {
             st->n_comp = (int)lh[2];
-            rd_take(&r, st->comp, (size_t)lh[2] * c->head_dim * 4);
+            rd_take(&r, st->comp, (size_t)lh[2] * c->head_dim * es);
             rd_take(&r, st->st_kv, z.st * 4);
             rd_take(&r, st->st_sc, z.st * 4);
         }
         if (z.icomp) {
             st->n_icomp = (int)lh[3];
-            rd_take(&r, st->icomp, (size_t)lh[3] * c->idx_dim * 4);
+            rd_take(&r, st->icomp, (size_t)lh[3] * c->idx_dim * es);
             rd_take(&r, st->ist_kv, z.ist * 4);
             rd_take(&r, st->ist_sc, z.ist * 4);
         }
