@@ -70,7 +70,8 @@ typedef struct {
     float *X2;                /* [T][N][D] */
     float *cur;               /* [T][D] */
     float *a;                 /* [T][D] normed sublayer input */
-    float *flat;              /* [T][N*D] */
+    float *flat;              /* [T][N*D]; flat, q, heads, dn share one block
+                                 (lifetimes disjoint, session.c scratch_plan) */
     float *mix;               /* [T][hc_mix] */
     float *post, *comb;       /* [T][N], [T][N][N] */
     float *qa, *qr;           /* [T][q_lora] */
@@ -139,6 +140,10 @@ void kv_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 /* n rows of width w from a session's storage into float rows / back */
 void kv_get(const ds4_session *s, const void *src, float *dst, size_t n, int w);
 void kv_put(const ds4_session *s, const float *src, void *dst, size_t n, int w);
+/* session.c: KV and scratch bytes of a default session for bound weights
+ * (ds4_memory_plan) */
+void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
+                              uint64_t *kv, uint64_t *scratch);
 void ds4_cpu_scratch_free(ds4_session *s);
 
 #endif

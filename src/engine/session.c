@@ -136,10 +136,30 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     if (qm > qbytes) qbytes = qm;
     size_t qin = act_bound((int)D) * (T < MOE_T ? T : MOE_T);
     if (qin > qbytes) qbytes = qin;
-    /* float-activation experts (F16 files, --no-qat) stage float rows */
-    size_t fin = D * 4 * (size_t)(T < MOE_T ? T : MOE_T), fmid = F * 4 * moe_pairs;
+    /* float-activation experts (F16 files, --no-qat) stage float rows:
+     * only sized when some layer's experts take them (at the Flash shape
+     * the float `down` inputs alone are 100 MB, twice over) */
+    size_t fin = 0, fmid = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &m->w.layers[il];
+        if (act_kind_for(lw->ffn_gate_exps.type, !kv16) == ACT_F32)
+            fin = D * 4 * (size_t)(T < MOE_T ? T : MOE_T);
+        if (act_kind_for(lw->ffn_down_exps.type, !kv16) == ACT_F32)
+            fmid = F * 4 * moe_pairs;
+    }
     if (fin > qbytes) qbytes = fin;
     if (fmid > qbytes) qbytes = fmid;
+    /* One block serves four buffers whose lives never overlap within a
+     * sublayer (forward_cpu.c): flat (HC input norm, read only by the
+     * mix projection at the start of each sublayer and in the head), q
+     * (queries), heads (attention output: each (token, head block) item
+     * reads its q block completely before writing the same block, so the
+     * output overwrites its own queries), and dn (routed `down` outputs,
+     * inside the MoE only).  At the Flash shape and chunk 2048 this is
+     * 268 MB instead of 872 MB. */
+    size_t qblk = (size_t)T * H * d * 4;
+    if (moe_pairs * D * 4 > qblk) qblk = moe_pairs * D * 4;
+    if ((size_t)T * N * D * 4 > qblk) qblk = (size_t)T * N * D * 4;
     int k = 0;
 #define ITEM(p, n) do { if (k >= SCR_MAX) abort(); /* table too small: a bug */ \
     it[k].ptr = (void **)&(p); it[k].bytes = (n); k++; } while (0)
@@ -147,13 +167,12 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->X2, T * N * D * 4);
     ITEM(sc->cur, T * D * 4);
     ITEM(sc->a, T * D * 4);
-    ITEM(sc->flat, T * N * D * 4);
     ITEM(sc->mix, T * (M > N ? M : N) * 4);
     ITEM(sc->post, T * N * 4);
     ITEM(sc->comb, T * N * N * 4);
     ITEM(sc->qa, T * c->q_lora * 4);
     ITEM(sc->qr, T * c->q_lora * 4);
-    ITEM(sc->q, T * H * d * 4);
+    ITEM(sc->q, qblk);              /* also flat, heads, dn: see above */
     ITEM(sc->kv, T * d * 4);
     ITEM(sc->ckv, T * 2 * d * 4);
     ITEM(sc->csc, T * 2 * d * 4);
@@ -161,7 +180,6 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->isc, T * 2 * (ID ? ID : 1) * 4);
     ITEM(sc->iq, T * (IH * ID > 0 ? IH * ID : 1) * 4);
     ITEM(sc->iw, T * (IH ? IH : 1) * 4);
-    ITEM(sc->heads, T * H * d * 4);
     ITEM(sc->low, T * G * OL * 4);
     ITEM(sc->y, T * D * 4);
     ITEM(sc->cs, T * (c->n_rot / 2 + 1) * 4);
@@ -175,7 +193,6 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->u, gu * 4);
     ITEM(sc->shared_g, (size_t)T * FS * 4);
     ITEM(sc->shared_u, (size_t)T * FS * 4);
-    ITEM(sc->dn, moe_pairs * D * 4);
     ITEM(sc->erows, moe_pairs * 4);
     ITEM(sc->ecount, E * 4);
     ITEM(sc->eoff, E * 4);
@@ -199,21 +216,12 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     return DS4_OK;
 }
 
-static size_t scratch_bytes(const ds4_model *m, int T, int ctx, int kv16) {
-    cpu_scratch tmp;
-    scr_item it[SCR_MAX] = { 0 };
-    int n = 0;
-    scratch_plan(m, &tmp, T, ctx, ds4_pool_size(m->pool), kv16, it, &n);
-    size_t b = 0;
-    for (int i = 0; i < n; i++) b += it[i].bytes;
-    return b;
-}
-
 int ds4_cpu_scratch_init(ds4_session *s) {
     scr_item it[SCR_MAX] = { 0 };
     int n = 0;
     scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), s->kv16, it, &n);
     s->sc.kf_rows = keys_max(s->m, s->ctx);
+    s->sc.flat = s->sc.heads = s->sc.dn = NULL;
     for (int i = 0; i < n; i++) {
         *it[i].ptr = calloc(1, it[i].bytes ? it[i].bytes : 1);
         if (!*it[i].ptr) return DS4_ENOMEM;
@@ -225,6 +233,7 @@ int ds4_cpu_scratch_init(ds4_session *s) {
         volatile uint8_t *b = *it[i].ptr;
         for (size_t o = 0; o < it[i].bytes; o += 4096) b[o] = 0;
     }
+    s->sc.flat = s->sc.heads = s->sc.dn = s->sc.q;   /* aliases, see scratch_plan */
     return DS4_OK;
 }
 
@@ -237,6 +246,7 @@ void ds4_cpu_scratch_free(ds4_session *s) {
         free(*it[i].ptr);
         *it[i].ptr = NULL;
     }
+    s->sc.flat = s->sc.heads = s->sc.dn = NULL;
 }
 
 static int chunk_of(const ds4_session_params *p) {
@@ -247,18 +257,37 @@ static int chunk_of(const ds4_session_params *p) {
 
 /* Default parameters (storage roundings on: f16 KV rows). */
 uint64_t ds4_session_memory_estimate(const ds4_model *m, int ctx_size) {
+    uint64_t kv, scr;
+    ds4_session_plan_weights(&m->w, ctx_size, ds4_pool_size(m->pool), &kv, &scr);
+    return kv + scr;
+}
+
+/* The session part of ds4_memory_plan (inspect.c): KV state and scratch
+ * of the default session at ctx_size for bound weights, no loaded model.
+ * The plan functions read only m->w, so a model shell around the weights
+ * serves them. */
+void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
+                              uint64_t *kv, uint64_t *scratch) {
+    ds4_model shell;
+    memset(&shell, 0, sizeof shell);
+    shell.w = *w;
     ds4_session_params p;
     ds4_session_params_default(&p);
     p.ctx_size = ctx_size;
     int chunk = chunk_of(&p);
     uint64_t b = 0;
-    for (int il = 0; il < m->w.cfg.n_layer; il++) {
-        layer_sizes z = sizes_of(m, il, ctx_size, chunk);
+    for (int il = 0; il < w->cfg.n_layer; il++) {
+        layer_sizes z = sizes_of(&shell, il, ctx_size, chunk);
         b += (z.raw + z.comp + z.icomp) * 2 + (2 * z.st + 2 * z.ist) * sizeof(float);
     }
-    b += scratch_bytes(m, chunk, ctx_size, 1);
-    b += (uint64_t)ctx_size * sizeof(int32_t) + (uint64_t)m->w.cfg.n_vocab * sizeof(float);
-    return b;
+    *kv = b;
+    cpu_scratch tmp;
+    scr_item it[SCR_MAX] = { 0 };
+    int n = 0;
+    scratch_plan(&shell, &tmp, chunk, ctx_size, nth < 1 ? 1 : nth, 1, it, &n);
+    uint64_t sb = (uint64_t)ctx_size * sizeof(int32_t) + (uint64_t)w->cfg.n_vocab * sizeof(float);
+    for (int i = 0; i < n; i++) sb += it[i].bytes;
+    *scratch = sb;
 }
 
 static void state_reset(ds4_session *s) {
