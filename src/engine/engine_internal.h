@@ -99,12 +99,14 @@ typedef struct {
     int *ntopk;               /* [T] (-1 = all visible) */
     float *scores;            /* [comp_cap + 1] indexer scores of one token
                                  (tokens are scored one after another) */
-    float *attn_w;            /* [nth][VEC_HB][n_swa + comp_cap] attention weights */
+    float *attn_w;            /* [nth][VEC_HB][kf_rows] attention weights */
     float *attn_kf;           /* kv16: [nth][kf_rows][d] one token's keys as f32 */
-    size_t kf_rows;           /* most keys of one token (session.c keys_max) */
+    size_t kf_rows;           /* most keys of one token (session.c keys_max):
+                                 the per-thread row count of attn_w, attn_kp
+                                 and attn_kf */
     float *idx_kf;            /* kv16: [nth][4][idx_dim] indexer rows as f32 */
     float *kvrow;             /* kv16: one compressed row before storage */
-    const float **attn_kp;    /* [nth][n_swa + comp_cap] key row pointers */
+    const float **attn_kp;    /* [nth][kf_rows] key row pointers */
     void *qscratch;           /* quantized activations */
     void *qscratch2;
     float *ylast;             /* [T][D] head input */

@@ -541,7 +541,6 @@ typedef struct {
     int il;
     layer_state *st;
     int raw_base_pos;  /* absolute position of st->raw row raw_start */
-    size_t kmax;       /* key rows per thread in sc->attn_kf */
     _Atomic long next; /* next (token, head block) item to take */
     long grab;         /* items taken at once */
 } attn_job;
@@ -557,14 +556,16 @@ static void attn_task(void *ctx, int ith, int nth) {
     const int d = c->head_dim, H = c->n_head, R = lw->ratio, hr = c->n_rot / 2;
     const int nblk = (H + VEC_HB - 1) / VEC_HB;
     const float scale = 1.0f / sqrtf((float)d);
-    const size_t wcap = (size_t)c->n_swa + st->comp_cap + 1;
+    /* room for the most keys any token sees (the window plus at most top_k
+     * rows where an indexer selects): not the whole compressed capacity */
+    const size_t wcap = sc->kf_rows;
     float *wbuf = sc->attn_w + (size_t)ith * VEC_HB * wcap;
     /* f16 rows: a token's keys are converted once into this thread's
      * float rows and reused while its next items are head blocks of the
      * same token (conversion is exact, so the kernels see the same
      * values as with float32 storage) */
     const ds4_session *s = f->s;
-    float *kf = s->kv16 ? sc->attn_kf + (size_t)ith * j->kmax * d : NULL;
+    float *kf = s->kv16 ? sc->attn_kf + (size_t)ith * wcap * d : NULL;
     int kf_t = -1;
     /* Items are taken from a shared counter, not split statically: a
      * token's key count grows with its position (compressed rows, the
@@ -605,10 +606,10 @@ static void attn_task(void *ctx, int ith, int nth) {
                            : kv_row(s, st->comp, (size_t)(sel ? sel[(r) - nraw] : (r) - nraw), d))
         /* the key rows, gathered once for scores and values */
         const float **kp = sc->attn_kp + (size_t)ith * wcap;
+        if ((size_t)nk > wcap) abort();   /* scratch sized by keys_max: a bug */
         if (!s->kv16) {
             for (int r = 0; r < nk; r++) kp[r] = KEY(r);
         } else if (kf_t != t) {
-            if ((size_t)nk > j->kmax) abort();   /* scratch sized from keys_max: a bug */
             kv_get(s, kv_row(s, st->raw, raw0, d), kf, (size_t)nraw, d);
             for (int r = nraw; r < nk; r++) kv_get(s, KEY(r), kf + (size_t)r * d, 1, d);
             for (int r = 0; r < nk; r++) kp[r] = kf + (size_t)r * d;
@@ -774,8 +775,7 @@ static void attention(fwd *f, int il) {
         }
     }
 
-    attn_job j = { .f = f, .il = il, .st = st, .raw_base_pos = (int)raw_base_pos,
-                   .kmax = sc->kf_rows };
+    attn_job j = { .f = f, .il = il, .st = st, .raw_base_pos = (int)raw_base_pos };
     {
         /* a few items per grab; one at a time when there are few (decode) */
         long nitem = (long)T * ((c->n_head + VEC_HB - 1) / VEC_HB);

@@ -199,12 +199,16 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->topk, T * (c->idx_topk ? c->idx_topk : 1) * 4);
     ITEM(sc->ntopk, T * 4);
     ITEM(sc->scores, (comp_max + 1) * 4);
-    ITEM(sc->attn_w, (size_t)nth * VEC_HB * (c->n_swa + comp_max + 1) * 4);
-    ITEM(sc->attn_kp, (size_t)nth * (c->n_swa + comp_max + 1) * sizeof(float *));
+    /* attention weights and key pointers: per thread, the most keys one
+     * token can see (at 1M context 8.3K, not the 262K compressed rows of a
+     * ratio-4 layer: the indexer keeps top_k of them) */
+    const size_t kmax = keys_max(m, ctx);
+    ITEM(sc->attn_w, (size_t)nth * VEC_HB * kmax * 4);
+    ITEM(sc->attn_kp, (size_t)nth * kmax * sizeof(float *));
     /* f16 rows are read through float copies: a token's keys per thread
      * (converted once for all its head blocks), four indexer rows per
      * thread, one compressed row being finished */
-    ITEM(sc->attn_kf, kv16 ? (size_t)nth * keys_max(m, ctx) * d * 4 : 0);
+    ITEM(sc->attn_kf, kv16 ? (size_t)nth * kmax * d * 4 : 0);
     ITEM(sc->idx_kf, kv16 ? (size_t)nth * 4 * (ID ? ID : 1) * 4 : 0);
     ITEM(sc->kvrow, kv16 ? (d > ID ? d : ID) * 4 : 0);
     ITEM(sc->qscratch, 2 * qbytes);   /* two activation kinds at once (mm_multi) */
