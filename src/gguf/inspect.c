@@ -313,7 +313,8 @@ static void gib(char *buf, size_t n, uint64_t b) {
 
 void ds4_memory_plan_print(const ds4_mem_plan *p, FILE *out) {
     char a[32], b[32], c[32], d[32];
-    fprintf(out, "memory plan at --ctx %d (%d threads, default prefill chunk):\n", p->ctx_size, p->n_threads);
+    fprintf(out, "memory plan at --ctx %d (%d thread%s, default prefill chunk):\n", p->ctx_size,
+            p->n_threads, p->n_threads == 1 ? "" : "s");
     gib(a, sizeof a, p->weights);
     gib(b, sizeof b, p->weights - p->routed);
     gib(c, sizeof c, p->routed);
