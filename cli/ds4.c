@@ -85,7 +85,9 @@ static void usage(FILE *f) {
 "                          (default 0 = off)\n"
 "\n"
 "diagnostics (stable contracts):\n"
-"      --inspect           print metadata, shapes, tensor types and sizes\n"
+"      --inspect           print metadata, shapes, tensor types and sizes,\n"
+"                          and the memory plan of a run at --ctx (weights,\n"
+"                          KV, scratch against this machine's RAM)\n"
 "      --tokenize TEXT     print the token ids of TEXT as a JSON array\n"
 "                          (plain mode: control-token text stays text;\n"
 "                          with --prompt-file, tokenizes the file)\n"
@@ -512,6 +514,13 @@ int main(int argc, char **argv) {
         char *err = NULL;
         int rc = ds4_inspect(o.model, stdout, &err);
         if (rc) { fprintf(stderr, "ds4: %s\n", err ? err : ds4_strerror(rc)); free(err); return 1; }
+        /* what a run at --ctx needs against this machine's RAM (vocab-only
+         * files have no plan: nothing to print) */
+        ds4_mem_plan mp;
+        if (ds4_memory_plan(o.model, o.ctx, o.threads, &mp, NULL) == DS4_OK) {
+            fputc('\n', stdout);
+            ds4_memory_plan_print(&mp, stdout);
+        }
         return 0;
     }
     if (o.tokenize) return tokenize_main(&o);
@@ -530,6 +539,18 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sa.sa_handler = on_sigterm;
     sigaction(SIGTERM, &sa, NULL);
+
+    /* A model that does not fit in RAM would not fail: its mmap'd weights
+     * would be paged in from disk again and again, a thrashing run that
+     * looks like a hang.  Say so up front, with the numbers. */
+    {
+        ds4_mem_plan mp;
+        if (ds4_memory_plan(o.model, o.ctx, o.threads, &mp, NULL) == DS4_OK &&
+            mp.mem_available && mp.total > mp.mem_available) {
+            fprintf(stderr, "ds4: warning: this run needs more memory than is available:\n");
+            ds4_memory_plan_print(&mp, stderr);
+        }
+    }
 
     chat_app app;
     chat_opts co = {

@@ -353,6 +353,16 @@ missing:
         return 1;
     }
 
+    /* a model that does not fit in RAM pages its weights from disk over
+     * and over: say so with the plan instead of looking hung */
+    {
+        ds4_mem_plan plan;
+        if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK &&
+            plan.mem_available && plan.total > plan.mem_available) {
+            fprintf(stderr, "ds4-server: warning: this run needs more memory than is available:\n");
+            ds4_memory_plan_print(&plan, stderr);
+        }
+    }
     ds4_model_params mp;
     ds4_model_params_default(&mp);
     mp.n_threads = c->threads;

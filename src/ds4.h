@@ -358,6 +358,23 @@ void ds4_session_params_default(ds4_session_params *p);
 /* Bytes of KV state a session of `ctx_size` tokens needs (plus scratch). */
 uint64_t ds4_session_memory_estimate(const ds4_model *m, int ctx_size);
 
+/* What a run of a model file needs, without loading it (`ds4 --inspect
+ * --ctx N`, the start-up check): the weights (mmap'd, resident once
+ * touched; the routed experts are part of them), one session of ctx_size
+ * tokens with the default prefill chunk and storage roundings (f16 KV), and
+ * the machine's RAM from /proc/meminfo (0 where unknown). */
+typedef struct {
+    int ctx_size, n_threads;
+    uint64_t weights, routed;    /* all tensor data; of which routed experts */
+    uint64_t kv, scratch;        /* session KV state at ctx_size; scratch */
+    uint64_t total;              /* weights + kv + scratch */
+    uint64_t mem_total, mem_available;
+} ds4_mem_plan;
+/* n_threads <= 0: the online CPUs (the per-thread attention buffers). */
+int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan *out, char **err);
+/* The plan as text; `fit` lines say whether it fits in RAM. */
+void ds4_memory_plan_print(const ds4_mem_plan *p, FILE *out);
+
 ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p,
                              char **err);
 void ds4_session_free(ds4_session *s);

@@ -298,10 +298,14 @@ static void test_damage(void) {
         snprintf(other, sizeof other, "%040d.ds4kv", 0);
         try_variant(other, good, n, "renamed file", -1);
     }
-    /* wrong version with a recomputed-looking header: still rejected */
+    /* wrong version with a recomputed-looking header: still rejected;
+     * version 1 is the float32-KV-row format of older builds */
     memcpy(b, good, n);
-    b[8] = 2;
-    try_variant(name, b, n, "version 2", 1);
+    b[8] = 3;
+    try_variant(name, b, n, "version 3", 1);
+    memcpy(b, good, n);
+    b[8] = 1;
+    try_variant(name, b, n, "version 1 (float32 KV rows)", 1);
     memcpy(b, good, n);
     memcpy(b, "GGUF\0\0\0\0", 8);
     try_variant(name, b, n, "wrong magic", 1);

@@ -14,6 +14,10 @@
  *   - a full context is DS4_ECTX (state unchanged), bad ids DS4_EINVAL;
  *   - cancellation through the progress callback;
  *   - memory estimate and KV byte counts are consistent;
+ *   - KV rows are f16 with the storage roundings on (half the float32
+ *     bytes in memory and in snapshots), float32 under --no-qat; the f16
+ *     -> f32 row conversion (F16C where built) equals the scalar one on
+ *     all 65536 values; version-1 (float32-row) snapshots are refused;
  *   - sampler: greedy, seeded reproducibility, top-k/top-p/min-p filters.
  */
 #include <math.h>
@@ -22,6 +26,7 @@
 #include <string.h>
 
 #include "ds4.h"
+#include "engine/engine_internal.h"   /* layer_state, kv_f16_to_f32 */
 
 #include "testutil.h"
 
@@ -305,6 +310,42 @@ static void test_model(const char *name) {
         ds4_session_eval(s, ids.v, 300, NULL, NULL);
         uint64_t k1 = ds4_session_kv_bytes(s);
         CHECK(k1 > k0, "kv bytes grow");
+        /* f16 rows: the float32 (--no-qat) session holds the same rows in
+         * twice the bytes; memory and snapshot differ by the f16 bytes */
+        ds4_session_params p;
+        ds4_session_params_default(&p);
+        p.ctx_size = 1024;
+        p.prefill_chunk = 64;
+        p.no_qat = 1;
+        ds4_session *s32 = ds4_session_new(m, &p, &err);
+        CHECK(s32 != NULL, "no-qat session");
+        ds4_session_eval(s32, ids.v, 300, NULL, NULL);
+        uint64_t rows = 0;
+        for (int il = 0; il < s->m->w.cfg.n_layer; il++) {
+            const layer_state *st = &s->ls[il];
+            int live = st->raw_len < s->m->w.cfg.n_swa ? st->raw_len : s->m->w.cfg.n_swa;
+            rows += (uint64_t)(live + st->n_comp) * s->m->w.cfg.head_dim +
+                    (uint64_t)st->n_icomp * s->m->w.cfg.idx_dim;
+        }
+        uint64_t k32 = ds4_session_kv_bytes(s32);
+        CHECK(rows > 0 && k32 - k1 == rows * 2, "f16 rows: kv bytes %llu vs %llu float32 (rows %llu)",
+              (unsigned long long)k1, (unsigned long long)k32, (unsigned long long)rows);
+        CHECK(ds4_session_snapshot_size(s32) - ds4_session_snapshot_size(s) == rows * 2,
+              "f16 rows: snapshot sizes");
+        fprintf(stderr, "%s: KV of 300 tokens: %llu bytes f16 rows, %llu float32\n", name,
+                (unsigned long long)k1, (unsigned long long)k32);
+        /* a version-1 snapshot (float32 rows) is refused by its version */
+        ds4_buf sn = { 0 };
+        CHECK(ds4_session_snapshot(s, &sn) == DS4_OK, "snapshot");
+        uint32_t v1 = 1;
+        memcpy((uint8_t *)sn.p + 4, &v1, 4);
+        err = NULL;
+        CHECK(ds4_session_restore(s, sn.p, sn.n, &err) == DS4_EFORMAT && err && strstr(err, "version 1"),
+              "version-1 snapshot refused: %s", err ? err : "(accepted)");
+        free(err);
+        CHECK(ds4_session_n_tokens(s) == 300, "refused snapshot left the session");
+        ds4_buf_free(&sn);
+        ds4_session_free(s32);
         ds4_session_free(s);
     }
 
@@ -312,6 +353,26 @@ static void test_model(const char *name) {
     ds4_session_free(ref);
     ds4_tokens_free(&ids);
     ds4_model_free(m);
+}
+
+static void test_f16_rows(void) {
+    uint16_t *h = malloc(65536 * 2);
+    float *a = malloc(65536 * 4), *b = malloc(65536 * 4);
+    for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    /* odd offsets and lengths: the vector body and the scalar tail */
+    kv_f16_to_f32(h + 3, a + 3, 65533);
+    kv_f16_to_f32_scalar(h + 3, b + 3, 65533);
+    CHECK(memcmp(a + 3, b + 3, 65533 * 4) == 0, "f16 -> f32 rows equal the scalar reference");
+    /* f16-exact floats go back to the same bits (NaNs keep NaN-ness) */
+    uint16_t *h2 = malloc(65536 * 2);
+    kv_f32_to_f16(b + 3, h2 + 3, 65533);
+    int same = 1;
+    for (int i = 3; i < 65536; i++) {
+        int nan = (h[i] & 0x7c00) == 0x7c00 && (h[i] & 0x3ff);
+        if (nan ? !((h2[i] & 0x7c00) == 0x7c00 && (h2[i] & 0x3ff)) : h2[i] != h[i]) same = 0;
+    }
+    CHECK(same, "f16 -> f32 -> f16 round trip");
+    free(h); free(h2); free(a); free(b);
 }
 
 static void test_sampler(void) {
@@ -386,6 +447,7 @@ static void test_sampler(void) {
 
 int main(void) {
     test_sampler();
+    test_f16_rows();
     test_model("tiny-a-q2.gguf");
     test_model("tiny-a-f16.gguf");
     printf("test_session: %d checks, %d failures\n", checks, failures);

@@ -38,21 +38,27 @@ struct ds4_model {
     uint8_t family_fp[20];
 };
 
-/* Per-layer decode state (docs/MODEL.md §8.1).  Rows are float32: with
- * the roundings on they hold f16-exact values; in --no-qat they do not. */
+/* Per-layer decode state (docs/MODEL.md §8.1).  The KV rows (raw window,
+ * compressed, indexer) are stored as f16 when the session's storage
+ * roundings are on (s->kv16): every row is then f16-exact by construction
+ * (f16_round_row before it is stored), so f16 storage loses nothing and
+ * halves the KV memory and the snapshot / disk KV size.  In --no-qat the
+ * rows are not f16-exact and stay float32.  Readers go through
+ * kv_rows_to_f32 (exact).  The compressor frontiers stay float32: they
+ * hold unrounded partial sums. */
 typedef struct {
     /* raw window: rows [raw_start, raw_start + raw_len) of `raw` are the
      * last raw_len positions in order; the buffer has room for a whole
      * chunk beyond the window so appends rarely need to compact. */
-    float *raw;
+    void *raw;
     int raw_start, raw_len, raw_cap;
     /* compressed rows (ratio != 0) */
-    float *comp;
+    void *comp;
     int n_comp, comp_cap;
     /* compressor frontier: [coff*R][coff*d] kv and score (+APE) */
     float *st_kv, *st_sc;
     /* indexer (ratio-4 layers) */
-    float *icomp;
+    void *icomp;
     int n_icomp;
     float *ist_kv, *ist_sc;    /* [2R][2*ID] */
 } layer_state;
@@ -64,7 +70,8 @@ typedef struct {
     float *X2;                /* [T][N][D] */
     float *cur;               /* [T][D] */
     float *a;                 /* [T][D] normed sublayer input */
-    float *flat;              /* [T][N*D] */
+    float *flat;              /* [T][N*D]; flat, q, heads, dn share one block
+                                 (lifetimes disjoint, session.c scratch_plan) */
     float *mix;               /* [T][hc_mix] */
     float *post, *comb;       /* [T][N], [T][N][N] */
     float *qa, *qr;           /* [T][q_lora] */
@@ -92,8 +99,14 @@ typedef struct {
     int *ntopk;               /* [T] (-1 = all visible) */
     float *scores;            /* [comp_cap + 1] indexer scores of one token
                                  (tokens are scored one after another) */
-    float *attn_w;            /* [nth][VEC_HB][n_swa + comp_cap] attention weights */
-    const float **attn_kp;    /* [nth][n_swa + comp_cap] key row pointers */
+    float *attn_w;            /* [nth][VEC_HB][kf_rows] attention weights */
+    float *attn_kf;           /* kv16: [nth][kf_rows][d] one token's keys as f32 */
+    size_t kf_rows;           /* most keys of one token (session.c keys_max):
+                                 the per-thread row count of attn_w, attn_kp
+                                 and attn_kf */
+    float *idx_kf;            /* kv16: [nth][4][idx_dim] indexer rows as f32 */
+    float *kvrow;             /* kv16: one compressed row before storage */
+    const float **attn_kp;    /* [nth][kf_rows] key row pointers */
     void *qscratch;           /* quantized activations */
     void *qscratch2;
     float *ylast;             /* [T][D] head input */
@@ -128,6 +141,7 @@ typedef struct {
 struct ds4_session {
     ds4_model *m;
     int ctx, chunk, no_qat, decode_only;
+    int kv16;                 /* KV rows stored as f16 (= !no_qat) */
     ds4_tokens toks;
     float *logits;            /* [vocab] after the last token */
     int has_logits;
@@ -161,6 +175,23 @@ int ds4_cpu_frontier_push(float *st_kv, float *st_sc, int R, int coff, int w,
  * updates the layer states and s->logits.  Returns DS4_OK. */
 int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n);
 int ds4_cpu_scratch_init(ds4_session *s);
+/* session.c: KV row storage.  Bytes per element, the address of row `r`
+ * of width w, and exact conversions (f16 -> f32 is exact; f32 -> f16 is
+ * exact for the f16-exact rows kv16 sessions store). */
+static inline size_t kv_es(const ds4_session *s) { return s->kv16 ? 2 : 4; }
+static inline void *kv_row(const ds4_session *s, void *base, size_t r, int w) {
+    return (uint8_t *)base + r * (size_t)w * kv_es(s);
+}
+void kv_f16_to_f32(const uint16_t *src, float *dst, size_t n);
+void kv_f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n);
+void kv_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+/* n rows of width w from a session's storage into float rows / back */
+void kv_get(const ds4_session *s, const void *src, float *dst, size_t n, int w);
+void kv_put(const ds4_session *s, const float *src, void *dst, size_t n, int w);
+/* session.c: KV and scratch bytes of a default session for bound weights
+ * (ds4_memory_plan) */
+void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
+                              uint64_t *kv, uint64_t *scratch);
 void ds4_cpu_scratch_free(ds4_session *s);
 
 #endif

@@ -531,17 +531,24 @@ typedef struct {
 static void idx_rows_task(void *ctx, int ith, int nth) {
     idx_rows_job *j = ctx;
     const ds4_config *c = j->f->c;
+    const ds4_session *s = j->f->s;
+    const int ID = c->idx_dim;
+    /* f16 rows: four at a time into this thread's float rows (exact) */
+    float *kf = s->sc.idx_kf + (size_t)ith * 4 * ID;
     /* rows go in aligned groups of four (the grouping, hence every score,
      * is the same whatever the thread count) */
     long lo, hi;
     ds4_split((j->n_vis + 3) / 4, ith, nth, &lo, &hi);
     for (long g = lo; g < hi; g++) {
         long r = 4 * g;
-        if (r + 4 <= j->n_vis) {
-            idx_score4(j->f, j->t, j->st->icomp + (size_t)r * c->idx_dim, j->scores + r);
+        int nr = j->n_vis - r < 4 ? (int)(j->n_vis - r) : 4;
+        const float *rows = s->kv16 ? kf : (const float *)j->st->icomp + (size_t)r * ID;
+        if (s->kv16) kv_get(s, kv_row(s, j->st->icomp, (size_t)r, ID), kf, (size_t)nr, ID);
+        if (nr == 4) {
+            idx_score4(j->f, j->t, rows, j->scores + r);
         } else {
-            for (; r < j->n_vis; r++)
-                j->scores[r] = idx_score(j->f, j->t, j->st->icomp + (size_t)r * c->idx_dim);
+            for (int k = 0; k < nr; k++)
+                j->scores[r + k] = idx_score(j->f, j->t, rows + (size_t)k * ID);
         }
     }
 }
@@ -582,8 +589,17 @@ static void attn_task(void *ctx, int ith, int nth) {
     const int d = c->head_dim, H = c->n_head, R = lw->ratio, hr = c->n_rot / 2;
     const int nblk = (H + VEC_HB - 1) / VEC_HB;
     const float scale = 1.0f / sqrtf((float)d);
-    const size_t wcap = (size_t)c->n_swa + st->comp_cap + 1;
+    /* room for the most keys any token sees (the window plus at most top_k
+     * rows where an indexer selects): not the whole compressed capacity */
+    const size_t wcap = sc->kf_rows;
     float *wbuf = sc->attn_w + (size_t)ith * VEC_HB * wcap;
+    /* f16 rows: a token's keys are converted once into this thread's
+     * float rows and reused while its next items are head blocks of the
+     * same token (conversion is exact, so the kernels see the same
+     * values as with float32 storage) */
+    const ds4_session *s = f->s;
+    float *kf = s->kv16 ? sc->attn_kf + (size_t)ith * wcap * d : NULL;
+    int kf_t = -1;
     /* Items are taken from a shared counter, not split statically: a
      * token's key count grows with its position (compressed rows, the
      * indexer's top-k filling up), so in a first chunk the later tokens
@@ -607,7 +623,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         int64_t first = pos - c->n_swa + 1;
         if (first < 0) first = 0;
         int nraw = (int)(pos - first + 1);
-        const float *raw0 = st->raw + ((size_t)st->raw_start + (size_t)(first - j->raw_base_pos)) * d;
+        const size_t raw0 = (size_t)st->raw_start + (size_t)(first - j->raw_base_pos);
         int ncomp = 0;
         const int *sel = NULL;
         if (R) {
@@ -619,11 +635,19 @@ static void attn_task(void *ctx, int ith, int nth) {
             }
         }
         const int nk = nraw + ncomp;
-#define KEY(r) ((r) < nraw ? raw0 + (size_t)(r) * d \
-                           : st->comp + (size_t)(sel ? sel[(r) - nraw] : (r) - nraw) * d)
+#define KEY(r) ((r) < nraw ? kv_row(s, st->raw, raw0 + (size_t)(r), d) \
+                           : kv_row(s, st->comp, (size_t)(sel ? sel[(r) - nraw] : (r) - nraw), d))
         /* the key rows, gathered once for scores and values */
         const float **kp = sc->attn_kp + (size_t)ith * wcap;
-        for (int r = 0; r < nk; r++) kp[r] = KEY(r);
+        if ((size_t)nk > wcap) abort();   /* scratch sized by keys_max: a bug */
+        if (!s->kv16) {
+            for (int r = 0; r < nk; r++) kp[r] = KEY(r);
+        } else if (kf_t != t) {
+            kv_get(s, kv_row(s, st->raw, raw0, d), kf, (size_t)nraw, d);
+            for (int r = nraw; r < nk; r++) kv_get(s, KEY(r), kf + (size_t)r * d, 1, d);
+            for (int r = 0; r < nk; r++) kp[r] = kf + (size_t)r * d;
+            kf_t = t;
+        }
         /* scores: a block of heads against four keys per pass, then the
          * remaining keys one by one (the grouping depends only on the
          * token's key count, so decode and prefill compute alike) */
@@ -694,11 +718,11 @@ static void idx_q_task(fwd *f, int t, void *ud) {
 }
 
 /* Make room for T more raw rows, keeping the last n_swa. */
-static void raw_reserve(layer_state *st, int d, int n_swa, int T) {
+static void raw_reserve(const ds4_session *s, layer_state *st, int d, int n_swa, int T) {
     if (st->raw_start + st->raw_len + T <= st->raw_cap) return;
     int keep = st->raw_len < n_swa ? st->raw_len : n_swa;
-    memmove(st->raw, st->raw + (size_t)(st->raw_start + st->raw_len - keep) * d,
-            (size_t)keep * d * sizeof(float));
+    memmove(st->raw, kv_row(s, st->raw, (size_t)(st->raw_start + st->raw_len - keep), d),
+            (size_t)keep * d * kv_es(s));
     st->raw_start = 0;
     st->raw_len = keep;
 }
@@ -744,10 +768,9 @@ static void attention(fwd *f, int il) {
     for_tokens(f, q_post_task, &L);
 
     /* append the new raw rows */
-    raw_reserve(st, d, c->n_swa, T);
+    raw_reserve(f->s, st, d, c->n_swa, T);
     int64_t raw_base_pos = f->p0 - st->raw_len;   /* position of row raw_start */
-    memcpy(st->raw + (size_t)(st->raw_start + st->raw_len) * d, sc->kv,
-           (size_t)T * d * sizeof(float));
+    kv_put(f->s, sc->kv, kv_row(f->s, st->raw, (size_t)(st->raw_start + st->raw_len), d), (size_t)T, d);
     st->raw_len += T;
 
     if (lw->ratio) {
@@ -759,17 +782,22 @@ static void attention(fwd *f, int il) {
         /* advance the frontiers token by token (the decode functions) */
         for (int t = 0; t < T; t++) {
             int64_t pos = f->p0 + t;
-            float *row = st->comp + (size_t)st->n_comp * d;
+            /* kv16: the row is finished (rounded) in float, then stored */
+            void *dst = kv_row(f->s, st->comp, (size_t)st->n_comp, d);
+            float *row = f->s->kv16 ? sc->kvrow : dst;
             if (comp_push(st->st_kv, st->st_sc, R, lw->coff, d, sc->ckv + (size_t)t * cw,
                           sc->csc + (size_t)t * cw, pos, row)) {
                 comp_finish(f, row, d, &lw->comp_norm, pos + 1 - R, 0);
+                if (f->s->kv16) kv_put(f->s, row, dst, 1, d);
                 st->n_comp++;
             }
             if (lw->has_indexer) {
-                float *irow = st->icomp + (size_t)st->n_icomp * c->idx_dim;
+                void *idst = kv_row(f->s, st->icomp, (size_t)st->n_icomp, c->idx_dim);
+                float *irow = f->s->kv16 ? sc->kvrow : idst;
                 if (comp_push(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, sc->ikv + (size_t)t * iw2,
                               sc->isc + (size_t)t * iw2, pos, irow)) {
                     comp_finish(f, irow, c->idx_dim, &lw->idx_comp_norm, pos + 1 - R, 1);
+                    if (f->s->kv16) kv_put(f->s, irow, idst, 1, c->idx_dim);
                     st->n_icomp++;
                 }
             }

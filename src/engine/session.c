@@ -16,6 +16,44 @@
 #include "engine/engine_internal.h"
 #include "engine/imatrix.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+/* ---------------------------------------------------------------------- */
+/* KV row storage (f16 under the storage roundings, see layer_state)       */
+/* ---------------------------------------------------------------------- */
+
+void kv_f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = ds4_f16_to_f32(src[i]);
+}
+
+/* The hot path: the attention converts a token's key rows per thread.
+ * F16C's conversion is exact like the scalar one (every f16 is a float);
+ * test_session compares the two on all 65536 values. */
+void kv_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+    kv_f16_to_f32_scalar(src + i, dst + i, n - i);
+}
+
+void kv_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = ds4_f32_to_f16(src[i]);
+}
+
+void kv_get(const ds4_session *s, const void *src, float *dst, size_t n, int w) {
+    if (s->kv16) kv_f16_to_f32(src, dst, n * (size_t)w);
+    else memcpy(dst, src, n * (size_t)w * sizeof(float));
+}
+
+void kv_put(const ds4_session *s, const float *src, void *dst, size_t n, int w) {
+    if (s->kv16) kv_f32_to_f16(src, dst, n * (size_t)w);
+    else memcpy(dst, src, n * (size_t)w * sizeof(float));
+}
+
 
 void ds4_session_params_default(ds4_session_params *p) {
     memset(p, 0, sizeof *p);
@@ -28,7 +66,8 @@ static int ratio_of(const ds4_model *m, int il) { return m->w.layers[il].ratio; 
 
 static int comp_cap_of(int ctx, int R) { return R ? ctx / R + 1 : 0; }
 
-/* Per-layer state sizes in floats. */
+/* Per-layer state sizes in elements (KV rows: kv_es bytes each; the
+ * frontiers st/ist: floats). */
 typedef struct {
     size_t raw, comp, st, icomp, ist;
 } layer_sizes;
@@ -57,7 +96,22 @@ typedef struct { void **ptr; size_t bytes; } scr_item;
 
 static size_t act_bound(int n) { return (size_t)n * 37 / 32 + 300; }
 
-static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int nth,
+/* Most key rows one query token can see in any layer: the raw window
+ * plus the compressed rows (at most top_k of them where an indexer
+ * selects). */
+static size_t keys_max(const ds4_model *m, int ctx) {
+    const ds4_config *c = &m->w.cfg;
+    size_t kmax = (size_t)c->n_swa;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &m->w.layers[il];
+        size_t cc = (size_t)comp_cap_of(ctx, lw->ratio);
+        if (lw->has_indexer && c->idx_topk > 0 && cc > (size_t)c->idx_topk) cc = (size_t)c->idx_topk;
+        if ((size_t)c->n_swa + cc > kmax) kmax = (size_t)c->n_swa + cc;
+    }
+    return kmax + 1;
+}
+
+static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int nth, int kv16,
                         scr_item *it, int *n_it) {
     const ds4_config *c = &m->w.cfg;
     const size_t N = c->n_hc, D = c->n_embd, M = (2 + N) * N, H = c->n_head, d = c->head_dim;
@@ -85,10 +139,30 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     if (qm > qbytes) qbytes = qm;
     size_t qin = act_bound((int)D) * (T < MOE_T ? T : MOE_T);
     if (qin > qbytes) qbytes = qin;
-    /* float-activation experts (F16 files, --no-qat) stage float rows */
-    size_t fin = D * 4 * (size_t)(T < MOE_T ? T : MOE_T), fmid = F * 4 * moe_pairs;
+    /* float-activation experts (F16 files, --no-qat) stage float rows:
+     * only sized when some layer's experts take them (at the Flash shape
+     * the float `down` inputs alone are 100 MB, twice over) */
+    size_t fin = 0, fmid = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &m->w.layers[il];
+        if (act_kind_for(lw->ffn_gate_exps.type, !kv16) == ACT_F32)
+            fin = D * 4 * (size_t)(T < MOE_T ? T : MOE_T);
+        if (act_kind_for(lw->ffn_down_exps.type, !kv16) == ACT_F32)
+            fmid = F * 4 * moe_pairs;
+    }
     if (fin > qbytes) qbytes = fin;
     if (fmid > qbytes) qbytes = fmid;
+    /* One block serves four buffers whose lives never overlap within a
+     * sublayer (forward_cpu.c): flat (HC input norm, read only by the
+     * mix projection at the start of each sublayer and in the head), q
+     * (queries), heads (attention output: each (token, head block) item
+     * reads its q block completely before writing the same block, so the
+     * output overwrites its own queries), and dn (routed `down` outputs,
+     * inside the MoE only).  At the Flash shape and chunk 2048 this is
+     * 268 MB instead of 872 MB. */
+    size_t qblk = (size_t)T * H * d * 4;
+    if (moe_pairs * D * 4 > qblk) qblk = moe_pairs * D * 4;
+    if ((size_t)T * N * D * 4 > qblk) qblk = (size_t)T * N * D * 4;
     int k = 0;
 #define ITEM(p, n) do { if (k >= SCR_MAX) abort(); /* table too small: a bug */ \
     it[k].ptr = (void **)&(p); it[k].bytes = (n); k++; } while (0)
@@ -96,13 +170,12 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->X2, T * N * D * 4);
     ITEM(sc->cur, T * D * 4);
     ITEM(sc->a, T * D * 4);
-    ITEM(sc->flat, T * N * D * 4);
     ITEM(sc->mix, T * (M > N ? M : N) * 4);
     ITEM(sc->post, T * N * 4);
     ITEM(sc->comb, T * N * N * 4);
     ITEM(sc->qa, T * c->q_lora * 4);
     ITEM(sc->qr, T * c->q_lora * 4);
-    ITEM(sc->q, T * H * d * 4);
+    ITEM(sc->q, qblk);              /* also flat, heads, dn: see above */
     ITEM(sc->kv, T * d * 4);
     ITEM(sc->ckv, T * 2 * d * 4);
     ITEM(sc->csc, T * 2 * d * 4);
@@ -110,7 +183,6 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->isc, T * 2 * (ID ? ID : 1) * 4);
     ITEM(sc->iq, T * (IH * ID > 0 ? IH * ID : 1) * 4);
     ITEM(sc->iw, T * (IH ? IH : 1) * 4);
-    ITEM(sc->heads, T * H * d * 4);
     ITEM(sc->low, T * G * OL * 4);
     ITEM(sc->y, T * D * 4);
     ITEM(sc->cs, T * (c->n_rot / 2 + 1) * 4);
@@ -124,15 +196,24 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->u, gu * 4);
     ITEM(sc->shared_g, (size_t)T * FS * 4);
     ITEM(sc->shared_u, (size_t)T * FS * 4);
-    ITEM(sc->dn, moe_pairs * D * 4);
     ITEM(sc->erows, moe_pairs * 4);
     ITEM(sc->ecount, E * 4);
     ITEM(sc->eoff, E * 4);
     ITEM(sc->topk, T * (c->idx_topk ? c->idx_topk : 1) * 4);
     ITEM(sc->ntopk, T * 4);
     ITEM(sc->scores, (comp_max + 1) * 4);
-    ITEM(sc->attn_w, (size_t)nth * VEC_HB * (c->n_swa + comp_max + 1) * 4);
-    ITEM(sc->attn_kp, (size_t)nth * (c->n_swa + comp_max + 1) * sizeof(float *));
+    /* attention weights and key pointers: per thread, the most keys one
+     * token can see (at 1M context 8.3K, not the 262K compressed rows of a
+     * ratio-4 layer: the indexer keeps top_k of them) */
+    const size_t kmax = keys_max(m, ctx);
+    ITEM(sc->attn_w, (size_t)nth * VEC_HB * kmax * 4);
+    ITEM(sc->attn_kp, (size_t)nth * kmax * sizeof(float *));
+    /* f16 rows are read through float copies: a token's keys per thread
+     * (converted once for all its head blocks), four indexer rows per
+     * thread, one compressed row being finished */
+    ITEM(sc->attn_kf, kv16 ? (size_t)nth * kmax * d * 4 : 0);
+    ITEM(sc->idx_kf, kv16 ? (size_t)nth * 4 * (ID ? ID : 1) * 4 : 0);
+    ITEM(sc->kvrow, kv16 ? (d > ID ? d : ID) * 4 : 0);
     ITEM(sc->qscratch, 2 * qbytes);   /* two activation kinds at once (mm_multi) */
     ITEM(sc->qscratch2, 2 * E * sizeof(mm_group));
     ITEM(sc->ylast, T * D * 4);
@@ -142,20 +223,12 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     return DS4_OK;
 }
 
-static size_t scratch_bytes(const ds4_model *m, int T, int ctx) {
-    cpu_scratch tmp;
-    scr_item it[SCR_MAX] = { 0 };
-    int n = 0;
-    scratch_plan(m, &tmp, T, ctx, ds4_pool_size(m->pool), it, &n);
-    size_t b = 0;
-    for (int i = 0; i < n; i++) b += it[i].bytes;
-    return b;
-}
-
 int ds4_cpu_scratch_init(ds4_session *s) {
     scr_item it[SCR_MAX] = { 0 };
     int n = 0;
-    scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), it, &n);
+    scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), s->kv16, it, &n);
+    s->sc.kf_rows = keys_max(s->m, s->ctx);
+    s->sc.flat = s->sc.heads = s->sc.dn = NULL;
     for (int i = 0; i < n; i++) {
         *it[i].ptr = calloc(1, it[i].bytes ? it[i].bytes : 1);
         if (!*it[i].ptr) return DS4_ENOMEM;
@@ -167,6 +240,7 @@ int ds4_cpu_scratch_init(ds4_session *s) {
         volatile uint8_t *b = *it[i].ptr;
         for (size_t o = 0; o < it[i].bytes; o += 4096) b[o] = 0;
     }
+    s->sc.flat = s->sc.heads = s->sc.dn = s->sc.q;   /* aliases, see scratch_plan */
     return DS4_OK;
 }
 
@@ -174,11 +248,12 @@ void ds4_cpu_scratch_free(ds4_session *s) {
     scr_item it[SCR_MAX] = { 0 };
     int n = 0;
     /* the plan only records where each pointer lives; free what is there */
-    scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), it, &n);
+    scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), s->kv16, it, &n);
     for (int i = 0; i < n; i++) {
         free(*it[i].ptr);
         *it[i].ptr = NULL;
     }
+    s->sc.flat = s->sc.heads = s->sc.dn = NULL;
 }
 
 static int chunk_of(const ds4_session_params *p) {
@@ -187,19 +262,39 @@ static int chunk_of(const ds4_session_params *p) {
     return ch < 1 ? 1 : ch;
 }
 
+/* Default parameters (storage roundings on: f16 KV rows). */
 uint64_t ds4_session_memory_estimate(const ds4_model *m, int ctx_size) {
+    uint64_t kv, scr;
+    ds4_session_plan_weights(&m->w, ctx_size, ds4_pool_size(m->pool), &kv, &scr);
+    return kv + scr;
+}
+
+/* The session part of ds4_memory_plan (inspect.c): KV state and scratch
+ * of the default session at ctx_size for bound weights, no loaded model.
+ * The plan functions read only m->w, so a model shell around the weights
+ * serves them. */
+void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
+                              uint64_t *kv, uint64_t *scratch) {
+    ds4_model shell;
+    memset(&shell, 0, sizeof shell);
+    shell.w = *w;
     ds4_session_params p;
     ds4_session_params_default(&p);
     p.ctx_size = ctx_size;
     int chunk = chunk_of(&p);
     uint64_t b = 0;
-    for (int il = 0; il < m->w.cfg.n_layer; il++) {
-        layer_sizes z = sizes_of(m, il, ctx_size, chunk);
-        b += (z.raw + z.comp + 2 * z.st + z.icomp + 2 * z.ist) * sizeof(float);
+    for (int il = 0; il < w->cfg.n_layer; il++) {
+        layer_sizes z = sizes_of(&shell, il, ctx_size, chunk);
+        b += (z.raw + z.comp + z.icomp) * 2 + (2 * z.st + 2 * z.ist) * sizeof(float);
     }
-    b += scratch_bytes(m, chunk, ctx_size);
-    b += (uint64_t)ctx_size * sizeof(int32_t) + (uint64_t)m->w.cfg.n_vocab * sizeof(float);
-    return b;
+    *kv = b;
+    cpu_scratch tmp;
+    scr_item it[SCR_MAX] = { 0 };
+    int n = 0;
+    scratch_plan(&shell, &tmp, chunk, ctx_size, nth < 1 ? 1 : nth, 1, it, &n);
+    uint64_t sb = (uint64_t)ctx_size * sizeof(int32_t) + (uint64_t)w->cfg.n_vocab * sizeof(float);
+    for (int i = 0; i < n; i++) sb += it[i].bytes;
+    *scratch = sb;
 }
 
 static void state_reset(ds4_session *s) {
@@ -233,25 +328,27 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
     s->ctx = p->ctx_size;
     s->chunk = chunk_of(p);
     s->no_qat = p->no_qat;
+    s->kv16 = !p->no_qat;
     const ds4_config *c = &m->w.cfg;
+    const size_t es = kv_es(s);
     s->ls = calloc((size_t)c->n_layer, sizeof *s->ls);
     s->logits = calloc((size_t)c->n_vocab, sizeof(float));
     if (!s->ls || !s->logits || ds4_tokens_reserve(&s->toks, (size_t)s->ctx)) goto oom;
     for (int il = 0; il < c->n_layer; il++) {
         layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(m, il, s->ctx, s->chunk);
-        st->raw = malloc(z.raw * sizeof(float));
+        st->raw = malloc(z.raw * es);
         st->raw_cap = (int)(z.raw / (size_t)c->head_dim);
         if (!st->raw) goto oom;
         if (z.comp) {
-            st->comp = malloc(z.comp * sizeof(float));
+            st->comp = malloc(z.comp * es);
             st->comp_cap = (int)(z.comp / (size_t)c->head_dim);
             st->st_kv = malloc(z.st * sizeof(float));
             st->st_sc = malloc(z.st * sizeof(float));
             if (!st->comp || !st->st_kv || !st->st_sc) goto oom;
         }
         if (z.icomp) {
-            st->icomp = malloc(z.icomp * sizeof(float));
+            st->icomp = malloc(z.icomp * es);
             st->ist_kv = malloc(z.ist * sizeof(float));
             st->ist_sc = malloc(z.ist * sizeof(float));
             if (!st->icomp || !st->ist_kv || !st->ist_sc) goto oom;
@@ -458,9 +555,11 @@ int ds4_session_checkpoint(ds4_session *s, int slot) {
         const layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
         int live = raw_live(st, c);
-        size_t rn = (size_t)live * c->head_dim;
-        memcpy(o, st->raw + (size_t)(st->raw_start + st->raw_len - live) * c->head_dim,
-               rn * sizeof(float));
+        /* window rows are f16 in QAT mode (kv16), float32 otherwise; the
+         * slot has room for n_swa float rows either way */
+        const size_t rb = (size_t)c->head_dim * (s->kv16 ? sizeof(uint16_t) : sizeof(float));
+        memcpy(o, (const char *)st->raw + (size_t)(st->raw_start + st->raw_len - live) * rb,
+               (size_t)live * rb);
         o += (size_t)c->n_swa * c->head_dim;
         k->raw_len[il] = live;
         k->n_comp[il] = st->n_comp;
@@ -510,7 +609,8 @@ int ds4_session_rewind(ds4_session *s, int n) {
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
         st->raw_start = 0;
         st->raw_len = k->raw_len[il];
-        memcpy(st->raw, o, (size_t)k->raw_len[il] * c->head_dim * sizeof(float));
+        const size_t rb = (size_t)c->head_dim * (s->kv16 ? sizeof(uint16_t) : sizeof(float));
+        memcpy(st->raw, o, (size_t)k->raw_len[il] * rb);
         o += (size_t)c->n_swa * c->head_dim;
         st->n_comp = k->n_comp[il];
         st->n_icomp = k->n_icomp[il];
@@ -543,13 +643,14 @@ static int raw_live(const layer_state *st, const ds4_config *c) {
 
 uint64_t ds4_session_kv_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    const uint64_t es = kv_es(s);
     uint64_t b = 0;
     for (int il = 0; il < c->n_layer; il++) {
         const layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
-        b += (uint64_t)raw_live(st, c) * c->head_dim * 4;
-        b += (uint64_t)st->n_comp * c->head_dim * 4 + 2 * z.st * 4;
-        b += (uint64_t)st->n_icomp * c->idx_dim * 4 + 2 * z.ist * 4;
+        b += (uint64_t)raw_live(st, c) * c->head_dim * es;
+        b += (uint64_t)st->n_comp * c->head_dim * es + 2 * z.st * 4;
+        b += (uint64_t)st->n_icomp * c->idx_dim * es + 2 * z.ist * 4;
     }
     return b;
 }
@@ -558,28 +659,31 @@ uint64_t ds4_session_kv_bytes(const ds4_session *s) {
 /* Snapshots                                                               */
 /*                                                                         */
 /* Little-endian, all u32 unless noted:                                    */
-/*   magic "DS4S", version 1, n_layer, n_embd, head_dim, idx_dim, n_vocab, */
+/*   magic "DS4S", version 2, n_layer, n_embd, head_dim, idx_dim, n_vocab, */
 /*   n_swa, n_tokens, flags (bit 0: no-qat state)                          */
 /*   i32 tokens[n_tokens]                                                  */
 /*   f32 logits[n_vocab]   (zeros when n_tokens == 0)                      */
 /*   per layer: u32 ratio, raw_len, n_comp, n_icomp;                       */
-/*     f32 raw[raw_len][head_dim] (oldest first)                           */
-/*     ratio != 0: f32 comp[n_comp][head_dim], state_kv, state_score       */
-/*     indexer:    f32 icomp[n_icomp][idx_dim], istate_kv, istate_score    */
+/*     kv raw[raw_len][head_dim] (oldest first)                            */
+/*     ratio != 0: kv comp[n_comp][head_dim], f32 state_kv, state_score    */
+/*     indexer:    kv icomp[n_icomp][idx_dim], f32 istate_kv, istate_score */
+/* kv = f16 rows (flags bit 0 clear), f32 rows under --no-qat.  Version 1 */
+/* (f32 rows always) is refused: the rows' storage changed.               */
 /* ---------------------------------------------------------------------- */
 
 #define SNAP_MAGIC 0x53345344u   /* "DS4S" */
-#define SNAP_VERSION 1u
+#define SNAP_VERSION 2u
 
 uint64_t ds4_session_snapshot_size(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    const uint64_t es = kv_es(s);
     uint64_t b = 10 * 4 + s->toks.n * 4 + (uint64_t)c->n_vocab * 4;
     for (int il = 0; il < c->n_layer; il++) {
         const layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
-        b += 16 + (uint64_t)raw_live(st, c) * c->head_dim * 4;
-        b += (uint64_t)st->n_comp * c->head_dim * 4 + 2 * z.st * 4;
-        b += (uint64_t)st->n_icomp * c->idx_dim * 4 + 2 * z.ist * 4;
+        b += 16 + (uint64_t)raw_live(st, c) * c->head_dim * es;
+        if (z.comp) b += (uint64_t)st->n_comp * c->head_dim * es + 2 * z.st * 4;
+        if (z.icomp) b += (uint64_t)st->n_icomp * c->idx_dim * es + 2 * z.ist * 4;
     }
     return b;
 }
@@ -588,6 +692,7 @@ uint64_t ds4_session_snapshot_size(const ds4_session *s) {
  * snapshot size is allocated. */
 int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     const ds4_config *c = &s->m->w.cfg;
+    const size_t es = kv_es(s);
     uint32_t hdr[10] = { SNAP_MAGIC, SNAP_VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_embd,
                          (uint32_t)c->head_dim, (uint32_t)c->idx_dim, (uint32_t)c->n_vocab,
                          (uint32_t)c->n_swa, (uint32_t)s->toks.n, s->no_qat ? 1u : 0u };
@@ -611,15 +716,15 @@ int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
         uint32_t lh[4] = { (uint32_t)s->m->w.layers[il].ratio, (uint32_t)live,
                            (uint32_t)st->n_comp, (uint32_t)st->n_icomp };
         PUT(lh, sizeof lh);
-        PUT(st->raw + (size_t)(st->raw_start + st->raw_len - live) * c->head_dim,
-            (size_t)live * c->head_dim * 4);
+        PUT(kv_row(s, st->raw, (size_t)(st->raw_start + st->raw_len - live), c->head_dim),
+            (size_t)live * c->head_dim * es);
         if (z.comp) {
-            PUT(st->comp, (size_t)st->n_comp * c->head_dim * 4);
+            PUT(st->comp, (size_t)st->n_comp * c->head_dim * es);
             PUT(st->st_kv, z.st * 4);
             PUT(st->st_sc, z.st * 4);
         }
         if (z.icomp) {
-            PUT(st->icomp, (size_t)st->n_icomp * c->idx_dim * 4);
+            PUT(st->icomp, (size_t)st->n_icomp * c->idx_dim * es);
             PUT(st->ist_kv, z.ist * 4);
             PUT(st->ist_sc, z.ist * 4);
         }
@@ -652,11 +757,13 @@ static int fail(char **err, const char *msg) {
 
 int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err) {
     const ds4_config *c = &s->m->w.cfg;
+    const size_t es = kv_es(s);
     rd r = { data, len, 0 };
     uint32_t h[10];
     if (err) *err = NULL;
     if (rd_take(&r, h, sizeof h)) return fail(err, "snapshot: truncated header");
     if (h[0] != SNAP_MAGIC) return fail(err, "snapshot: bad magic");
+    if (h[1] == 1) return fail(err, "snapshot: version 1 (float32 KV rows, an older build): not loadable, recompute the prompt");
     if (h[1] != SNAP_VERSION) return fail(err, "snapshot: unsupported version");
     if (h[2] != (uint32_t)c->n_layer || h[3] != (uint32_t)c->n_embd ||
         h[4] != (uint32_t)c->head_dim || h[5] != (uint32_t)c->idx_dim ||
@@ -687,9 +794,9 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
             lh[2] != (R ? n / (uint32_t)R : 0) ||
             lh[3] != (z.icomp ? n / (uint32_t)R : 0))
             return fail(err, "snapshot: layer state does not match its token count");
-        size_t need = (size_t)lh[1] * c->head_dim * 4;
-        if (z.comp) need += (size_t)lh[2] * c->head_dim * 4 + 2 * z.st * 4;
-        if (z.icomp) need += (size_t)lh[3] * c->idx_dim * 4 + 2 * z.ist * 4;
+        size_t need = (size_t)lh[1] * c->head_dim * es;
+        if (z.comp) need += (size_t)lh[2] * c->head_dim * es + 2 * z.st * 4;
+        if (z.icomp) need += (size_t)lh[3] * c->idx_dim * es + 2 * z.ist * 4;
         if (rd_take(&r, NULL, need)) return fail(err, "snapshot: truncated layer data");
     }
     if (r.at != len) return fail(err, "snapshot: trailing bytes");
@@ -708,16 +815,16 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
         rd_take(&r, lh, sizeof lh);
         st->raw_start = 0;
         st->raw_len = (int)lh[1];
-        rd_take(&r, st->raw, (size_t)lh[1] * c->head_dim * 4);
+        rd_take(&r, st->raw, (size_t)lh[1] * c->head_dim * es);
         if (z.comp) {
             st->n_comp = (int)lh[2];
-            rd_take(&r, st->comp, (size_t)lh[2] * c->head_dim * 4);
+            rd_take(&r, st->comp, (size_t)lh[2] * c->head_dim * es);
             rd_take(&r, st->st_kv, z.st * 4);
             rd_take(&r, st->st_sc, z.st * 4);
         }
         if (z.icomp) {
             st->n_icomp = (int)lh[3];
-            rd_take(&r, st->icomp, (size_t)lh[3] * c->idx_dim * 4);
+            rd_take(&r, st->icomp, (size_t)lh[3] * c->idx_dim * es);
             rd_take(&r, st->ist_kv, z.ist * 4);
             rd_take(&r, st->ist_sc, z.ist * 4);
         }

@@ -14,7 +14,8 @@
  *
  * File layout (little-endian; README "Disk KV cache" has the table):
  *   0   8  magic "DS4KVC\r\n"
- *   8   4  version (1)
+ *   8   4  version (2: f16 KV rows in the snapshot; 1, float32 rows, is
+ *            refused by version like any unknown one)
  *   12  4  reason (ds4_kv_reason)
  *   16  4  n_tokens
  *   20  4  ctx_size of the saving session
@@ -50,7 +51,7 @@
 #include "store/hash.h"
 
 #define KV_MAGIC "DS4KVC\r\n"
-#define KV_VERSION 1u
+#define KV_VERSION 2u
 #define KV_HDR 128
 #define KV_EXT ".ds4kv"
 

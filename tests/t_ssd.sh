@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Issue 13, memory (what is done of it): f16 KV rows and the memory plan.
+#  - the disk KV file of a --no-qat run (float32 rows) is larger than the
+#    default run's (f16 rows) by exactly the f16 bytes of its rows, and a
+#    restore from the f16 file gives logits identical to an uninterrupted
+#    run (test_session checks the in-memory bytes and snapshots);
+#  - `ds4 --inspect --ctx N` prints the memory plan (weights, routed experts,
+#    KV, scratch, total against RAM): "fits yes" on a large machine, "NO"
+#    with the shortfall on a small one (DS4_MEMINFO plays the machine);
+#  - a run that does not fit warns at start-up with the plan and still runs.
+set -u
+cd "$(dirname "$0")/.."
+S="${DS4_SHARED:-../shared}"
+G="$S/golden"
+M="$G/models/tiny-a-q2.gguf"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+
+# 1. disk KV files: f16 rows vs float32 rows
+cut -d' ' -f1-300 "$G/sequences/seq_600a.ids.txt" > "$T/ids300.txt"
+./ds4 -q -m "$M" --tokens-file "$T/ids300.txt" --kv-disk-dir "$T/kv16" --kv-cache-min-tokens 16 -n 0 || bad "f16 run"
+./ds4 -q -m "$M" --no-qat --tokens-file "$T/ids300.txt" --kv-disk-dir "$T/kv32" --kv-cache-min-tokens 16 -n 0 || bad "f32 run"
+f16=$(ls "$T"/kv16/*.ds4kv 2>/dev/null | head -1); f32=$(ls "$T"/kv32/*.ds4kv 2>/dev/null | head -1)
+if [ -n "$f16" ] && [ -n "$f32" ]; then
+    b16=$(stat -c %s "$f16"); b32=$(stat -c %s "$f32")
+    # rows of 300 tokens in tiny-a (6 layers, head_dim 256, window 32,
+    # ratios 0 0 4 128 4 128, indexer dim 128 on the ratio-4 layers):
+    # raw 6*32*256 + comp (75+2+75+2)*256 + icomp 2*75*128, 2 bytes each
+    rows=$(( 6*32*256 + (75+2+75+2)*256 + 2*75*128 ))
+    [ $((b32 - b16)) -eq $((rows * 2)) ] && ok "disk KV file: $b16 bytes (f16 rows) vs $b32 (float32), rows halved" \
+        || bad "disk KV sizes $b16 vs $b32 (expected a difference of $((rows * 2)))"
+else
+    bad "no KV files saved"
+fi
+./ds4 -m "$M" --tokens-file "$G/sequences/seq_600a.ids.txt" --kv-disk-dir "$T/kv16" \
+    --kv-cache-min-tokens 16 -n 0 --dump-logits "$T/r.f32" > "$T/out" 2>&1 || bad "restore run"
+./ds4 -q -m "$M" --tokens-file "$G/sequences/seq_600a.ids.txt" -n 0 --dump-logits "$T/full.f32"
+if grep -q "restored 300 tokens" "$T/out" && tail -c $((300 * 4096 * 4)) "$T/full.f32" | cmp -s - "$T/r.f32"; then
+    ok "f16 KV file restored + continued == uninterrupted (bitwise)"
+else
+    bad "f16 KV restore"; cat "$T/out"
+fi
+
+# 2. memory plan
+printf 'MemTotal: 67108864 kB\nMemAvailable: 60000000 kB\n' > "$T/big"
+printf 'MemTotal: 1048576 kB\nMemAvailable: 65536 kB\n' > "$T/small"
+DS4_MEMINFO="$T/big" ./ds4 --inspect -m "$M" --ctx 4096 > "$T/i1" 2>&1 || bad "inspect"
+grep -q "^memory plan at --ctx 4096" "$T/i1" && grep -q "^  KV state" "$T/i1" && grep -q "^  scratch" "$T/i1" \
+    && grep -q "routed experts" "$T/i1" && grep -q "^  fits             yes" "$T/i1" \
+    && ok "--inspect --ctx: memory plan, fits" || { bad "plan (big)"; cat "$T/i1"; }
+kv() { sed -n 's/^  KV state *\([0-9.]*\) MiB.*/\1/p' "$1"; }
+DS4_MEMINFO="$T/big" ./ds4 --inspect -m "$M" --ctx 65536 > "$T/i2" 2>&1
+if [ -n "$(kv "$T/i1")" ] && [ -n "$(kv "$T/i2")" ] && awk -v a="$(kv "$T/i1")" -v b="$(kv "$T/i2")" 'BEGIN{exit !(b > a)}'; then
+    ok "KV in the plan grows with --ctx ($(kv "$T/i1") -> $(kv "$T/i2") MiB)"
+else
+    bad "KV plan growth"; grep KV "$T/i1" "$T/i2"
+fi
+DS4_MEMINFO="$T/small" ./ds4 --inspect -m "$M" --ctx 65536 > "$T/i3" 2>&1
+grep -q "^  fits             NO: .* short" "$T/i3" && ok "plan on a small machine: NO with the shortfall" \
+    || { bad "plan (small)"; cat "$T/i3"; }
+# vocab-only files: no plan, no failure
+DS4_MEMINFO="$T/big" ./ds4 --inspect -m "$S/vocab/mini-vocab.gguf" > "$T/i4" 2>&1 && ! grep -q "memory plan" "$T/i4" \
+    && ok "vocab-only file: no plan" || bad "vocab-only inspect"
+
+# 3. start-up warning, the run still completes
+DS4_MEMINFO="$T/small" ./ds4 -q -m "$M" --ctx 65536 --tokens "1 2 3" -n 0 > "$T/o" 2>&1 \
+    && grep -q "needs more memory than is available" "$T/o" && grep -q "fits             NO" "$T/o" \
+    && ok "start-up warning when the run does not fit" || { bad "start-up warning"; cat "$T/o"; }
+DS4_MEMINFO="$T/big" ./ds4 -q -m "$M" --tokens "1 2 3" -n 0 > "$T/o2" 2>&1 \
+    && ! grep -q "needs more memory" "$T/o2" && ok "no warning when it fits" || { bad "spurious warning"; cat "$T/o2"; }
+
+echo "t_ssd: $fail failure(s)"
+[ "$fail" -eq 0 ]
