@@ -28,6 +28,7 @@
 #include "metrics.h"
 #include "toolmem.h"
 #include "worker.h"
+#include "common/args.h"
 #include "common/steer.h"
 
 server_ctx *g_srv;
@@ -139,27 +140,11 @@ static void usage(FILE *f) {
             DS4_THINK_MAX_MIN_CTX);
 }
 
-static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end = NULL;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "ds4-server: %s needs an integer in [%ld, %ld]\n", flag, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_float(const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end = NULL;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || !*v || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "ds4-server: %s needs a number in [%g, %g]\n", flag, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
+/* A value that must not be empty (paths, names). */
+static const char *nonempty(ds4_args *a) {
+    const char *v = ds4_args_value(a);
+    if (!*v) ds4_args_fail("ds4-server", "%s needs a value", a->flag);
+    return v;
 }
 
 /* Every address the host name resolves to must be a loopback address. */
@@ -231,80 +216,61 @@ int main(int argc, char **argv) {
     const char *env_key = getenv("DS4_API_KEY");
     if (env_key && *env_key) c->api_key = env_key;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long x;
-        double d;
-#define ARG(s) (!strcmp(a, s))
-#define NEXT() (i++, v)
-        if (ARG("-h") || ARG("--help")) { usage(stdout); return 0; }
-        else if (ARG("--version")) { printf("ds4-server %s\n", ds4_version()); return 0; }
-        else if (ARG("-m") || ARG("--model")) { if (!v) goto missing; c->model_path = NEXT(); }
-        else if (ARG("--host")) { if (!v) goto missing; c->host = NEXT(); }
-        else if (ARG("--port")) { if (parse_long(a, NEXT(), 0, 65535, &x)) return 2; c->port = (int)x; }
-        else if (ARG("-c") || ARG("--ctx")) { if (parse_long(a, NEXT(), 16, 1 << 24, &x)) return 2; c->ctx = (int)x; }
-        else if (ARG("-t") || ARG("--threads")) { if (parse_long(a, NEXT(), 0, 4096, &x)) return 2; c->threads = (int)x; }
-        else if (ARG("--chunk")) { if (parse_long(a, NEXT(), 1, 1 << 20, &x)) return 2; c->chunk = (int)x; }
-        else if (ARG("--model-name")) { if (!v) goto missing; c->model_name = NEXT(); }
-        else if (ARG("--api-key")) { if (!v) goto missing; c->api_key = NEXT(); }
-        else if (ARG("--insecure-no-auth")) c->insecure_no_auth = 1;
-        else if (ARG("--cors")) c->cors = 1;
-        else if (ARG("--allow-host")) {
-            if (!v || !*v) goto missing;
-            if (n_allow == MAX_ALLOW) {
-                fprintf(stderr, "ds4-server: at most %d --allow-host\n", MAX_ALLOW);
-                return 2;
-            }
-            if (http_check_allow_host(v)) {
-                fprintf(stderr, "ds4-server: --allow-host '%s': expected NAME, NAME:PORT, "
-                        "[IPv6]:PORT or *\n", v);
-                return 2;
-            }
-            allow[n_allow++] = NEXT();
+    ds4_args ar;
+    ds4_args_init(&ar, "ds4-server", argc, argv, usage);
+    while (ds4_args_next(&ar)) {
+        if (ds4_args_is(&ar, "-m", "--model")) c->model_path = nonempty(&ar);
+        else if (ds4_args_is(&ar, NULL, "--host")) c->host = nonempty(&ar);
+        else if (ds4_args_is(&ar, NULL, "--port")) { c->port = (int)ds4_args_i64(&ar, 0, 65535); }
+        else if (ds4_args_is(&ar, "-c", "--ctx")) { c->ctx = (int)ds4_args_i64(&ar, 16, 1 << 24); }
+        else if (ds4_args_is(&ar, "-t", "--threads")) { c->threads = (int)ds4_args_i64(&ar, 0, 4096); }
+        else if (ds4_args_is(&ar, NULL, "--chunk")) { c->chunk = (int)ds4_args_i64(&ar, 1, 1 << 20); }
+        else if (ds4_args_is(&ar, NULL, "--model-name")) c->model_name = nonempty(&ar);
+        else if (ds4_args_is(&ar, NULL, "--api-key")) c->api_key = nonempty(&ar);
+        else if (ds4_args_is(&ar, NULL, "--insecure-no-auth")) c->insecure_no_auth = 1;
+        else if (ds4_args_is(&ar, NULL, "--cors")) c->cors = 1;
+        else if (ds4_args_is(&ar, NULL, "--allow-host")) {
+            const char *v = nonempty(&ar);
+            if (n_allow == MAX_ALLOW) ds4_args_fail("ds4-server", "at most %d --allow-host", MAX_ALLOW);
+            if (http_check_allow_host(v))
+                ds4_args_fail("ds4-server", "--allow-host '%s': expected NAME, NAME:PORT, [IPv6]:PORT or *", v);
+            allow[n_allow++] = v;
         }
-        else if (ARG("--header-timeout")) { if (parse_long(a, NEXT(), 1, 86400, &x)) return 2; c->header_timeout_s = (int)x; }
-        else if (ARG("--max-connections-per-ip")) { if (parse_long(a, NEXT(), 0, 100000, &x)) return 2; c->max_conn_per_ip = (int)x; }
-        else if (ARG("--max-body-bytes")) { if (parse_long(a, NEXT(), 1024, LONG_MAX / 2, &x)) return 2; c->max_body_bytes = (size_t)x; }
-        else if (ARG("--max-header-bytes")) { if (parse_long(a, NEXT(), 4096, 1 << 26, &x)) return 2; c->max_header_bytes = (size_t)x; }
-        else if (ARG("--idle-timeout")) { if (parse_long(a, NEXT(), 1, 86400, &x)) return 2; c->idle_timeout_s = (int)x; }
-        else if (ARG("--request-timeout")) { if (parse_long(a, NEXT(), 1, 86400, &x)) return 2; c->request_timeout_s = (int)x; }
-        else if (ARG("--keepalive")) { if (parse_long(a, NEXT(), 1, 3600, &x)) return 2; c->keepalive_s = (int)x; }
-        else if (ARG("--max-connections")) { if (parse_long(a, NEXT(), 1, 100000, &x)) return 2; c->max_connections = (int)x; }
-        else if (ARG("--max-queue")) { if (parse_long(a, NEXT(), 1, 1000000, &x)) return 2; c->max_queue = (int)x; }
-        else if (ARG("--tool-memory-max-ids")) { if (parse_long(a, NEXT(), 0, 1L << 40, &x)) return 2; c->tool_memory_max_ids = (size_t)x; }
-        else if (ARG("--temp")) { if (parse_float(a, NEXT(), 0, 100, &d)) return 2; c->sp.temperature = (float)d; }
-        else if (ARG("--top-k")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->sp.top_k = (int)x; }
-        else if (ARG("--top-p")) { if (parse_float(a, NEXT(), 0, 1, &d)) return 2; c->sp.top_p = (float)d; }
-        else if (ARG("--min-p")) { if (parse_float(a, NEXT(), 0, 1, &d)) return 2; c->sp.min_p = (float)d; }
-        else if (ARG("--lookup")) { if (parse_long(a, NEXT(), 0, DS4_DRAFT_PASS_MAX - 1, &x)) return 2; c->lookup = (int)x; }
-        else if (ARG("--seed")) { if (parse_long(a, NEXT(), 0, LONG_MAX, &x)) return 2; c->sp.seed = (uint64_t)x; }
-        else if (ARG("--max-tokens")) { if (parse_long(a, NEXT(), 0, 1 << 24, &x)) return 2; c->default_max_tokens = (int)x; }
-        else if (ARG("--think")) c->default_think = DS4_THINK_HIGH;
-        else if (ARG("--think-max")) c->default_think = DS4_THINK_MAX;
-        else if (ARG("--nothink")) c->default_think = DS4_THINK_NONE;
-        else if (ARG("--kv-disk-dir")) { if (!v || !*v) goto missing; c->kv_dir = NEXT(); }
-        else if (ARG("--kv-disk-space-mb")) { if (parse_long(a, NEXT(), 1, 1L << 30, &x)) return 2; c->kv_space_mb = (uint64_t)x; kv_flags = 1; }
-        else if (ARG("--kv-cache-min-tokens")) { if (parse_long(a, NEXT(), 1, 1 << 30, &x)) return 2; c->kv_policy.min_tokens = (int)x; kv_flags = 1; }
-        else if (ARG("--kv-cache-cold-max-tokens")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->kv_policy.cold_max_tokens = (int)x; kv_flags = 1; }
-        else if (ARG("--kv-cache-continued-interval-tokens")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->kv_policy.continued_interval = (int)x; kv_flags = 1; }
-        else if (ARG("--kv-cache-boundary-trim-tokens")) { if (parse_long(a, NEXT(), 0, 1 << 30, &x)) return 2; c->kv_policy.trim_tokens = (int)x; kv_flags = 1; }
-        else if (ARG("--kv-cache-boundary-align-tokens")) { if (parse_long(a, NEXT(), 1, 1 << 30, &x)) return 2; c->kv_policy.align_tokens = (int)x; kv_flags = 1; }
-        else if (ARG("--kv-cache-allow-quant-variants")) { c->kv_allow_variants = 1; kv_flags = 1; }
-        else if (ARG("--test-mode")) c->test_mode = 1;
-        else if (ARG("-v") || ARG("--verbose")) c->verbose = 1;
-        else if (ARG("--trace")) { if (!v || !*v) goto missing; c->trace_path = NEXT(); }
-        else if (ARG("--steer")) { if (!v || !*v) goto missing; c->steer_path = NEXT(); }
-        else if (ARG("--steer-scale")) { if (parse_float(a, NEXT(), -1e6, 1e6, &d)) return 2; c->steer_scale = d; steer_scale_set = 1; }
-        else if (ARG("--steer-layers")) { if (!v || !*v) goto missing; c->steer_layers = NEXT(); }
-        else {
-            fprintf(stderr, "ds4-server: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        continue;
-missing:
-        fprintf(stderr, "ds4-server: %s needs a value\n", a);
-        return 2;
+        else if (ds4_args_is(&ar, NULL, "--header-timeout")) { c->header_timeout_s = (int)ds4_args_i64(&ar, 1, 86400); }
+        else if (ds4_args_is(&ar, NULL, "--max-connections-per-ip")) { c->max_conn_per_ip = (int)ds4_args_i64(&ar, 0, 100000); }
+        else if (ds4_args_is(&ar, NULL, "--max-body-bytes")) { c->max_body_bytes = (size_t)ds4_args_i64(&ar, 1024, LONG_MAX / 2); }
+        else if (ds4_args_is(&ar, NULL, "--max-header-bytes")) { c->max_header_bytes = (size_t)ds4_args_i64(&ar, 4096, 1 << 26); }
+        else if (ds4_args_is(&ar, NULL, "--idle-timeout")) { c->idle_timeout_s = (int)ds4_args_i64(&ar, 1, 86400); }
+        else if (ds4_args_is(&ar, NULL, "--request-timeout")) { c->request_timeout_s = (int)ds4_args_i64(&ar, 1, 86400); }
+        else if (ds4_args_is(&ar, NULL, "--keepalive")) { c->keepalive_s = (int)ds4_args_i64(&ar, 1, 3600); }
+        else if (ds4_args_is(&ar, NULL, "--max-connections")) { c->max_connections = (int)ds4_args_i64(&ar, 1, 100000); }
+        else if (ds4_args_is(&ar, NULL, "--max-queue")) { c->max_queue = (int)ds4_args_i64(&ar, 1, 1000000); }
+        else if (ds4_args_is(&ar, NULL, "--tool-memory-max-ids")) { c->tool_memory_max_ids = (size_t)ds4_args_i64(&ar, 0, 1L << 40); }
+        else if (ds4_args_is(&ar, NULL, "--temp")) { c->sp.temperature = (float)ds4_args_double(&ar, 0, 100); }
+        else if (ds4_args_is(&ar, NULL, "--top-k")) { c->sp.top_k = (int)ds4_args_i64(&ar, 0, 1 << 30); }
+        else if (ds4_args_is(&ar, NULL, "--top-p")) { c->sp.top_p = (float)ds4_args_double(&ar, 0, 1); }
+        else if (ds4_args_is(&ar, NULL, "--min-p")) { c->sp.min_p = (float)ds4_args_double(&ar, 0, 1); }
+        else if (ds4_args_is(&ar, NULL, "--lookup")) { c->lookup = (int)ds4_args_i64(&ar, 0, DS4_DRAFT_PASS_MAX - 1); }
+        else if (ds4_args_is(&ar, NULL, "--seed")) c->sp.seed = ds4_args_u64(&ar);
+        else if (ds4_args_is(&ar, NULL, "--max-tokens")) { c->default_max_tokens = (int)ds4_args_i64(&ar, 0, 1 << 24); }
+        else if (ds4_args_is(&ar, NULL, "--think")) c->default_think = DS4_THINK_HIGH;
+        else if (ds4_args_is(&ar, NULL, "--think-max")) c->default_think = DS4_THINK_MAX;
+        else if (ds4_args_is(&ar, NULL, "--nothink")) c->default_think = DS4_THINK_NONE;
+        else if (ds4_args_is(&ar, NULL, "--kv-disk-dir")) c->kv_dir = nonempty(&ar);
+        else if (ds4_args_is(&ar, NULL, "--kv-disk-space-mb")) { c->kv_space_mb = (uint64_t)ds4_args_i64(&ar, 1, 1L << 30); kv_flags = 1; }
+        else if (ds4_args_is(&ar, NULL, "--kv-cache-min-tokens")) { c->kv_policy.min_tokens = (int)ds4_args_i64(&ar, 1, 1 << 30); kv_flags = 1; }
+        else if (ds4_args_is(&ar, NULL, "--kv-cache-cold-max-tokens")) { c->kv_policy.cold_max_tokens = (int)ds4_args_i64(&ar, 0, 1 << 30); kv_flags = 1; }
+        else if (ds4_args_is(&ar, NULL, "--kv-cache-continued-interval-tokens")) { c->kv_policy.continued_interval = (int)ds4_args_i64(&ar, 0, 1 << 30); kv_flags = 1; }
+        else if (ds4_args_is(&ar, NULL, "--kv-cache-boundary-trim-tokens")) { c->kv_policy.trim_tokens = (int)ds4_args_i64(&ar, 0, 1 << 30); kv_flags = 1; }
+        else if (ds4_args_is(&ar, NULL, "--kv-cache-boundary-align-tokens")) { c->kv_policy.align_tokens = (int)ds4_args_i64(&ar, 1, 1 << 30); kv_flags = 1; }
+        else if (ds4_args_is(&ar, NULL, "--kv-cache-allow-quant-variants")) { c->kv_allow_variants = 1; kv_flags = 1; }
+        else if (ds4_args_is(&ar, NULL, "--test-mode")) c->test_mode = 1;
+        else if (ds4_args_is(&ar, "-v", "--verbose")) c->verbose = 1;
+        else if (ds4_args_is(&ar, NULL, "--trace")) c->trace_path = nonempty(&ar);
+        else if (ds4_args_is(&ar, NULL, "--steer")) c->steer_path = nonempty(&ar);
+        else if (ds4_args_is(&ar, NULL, "--steer-scale")) { c->steer_scale = ds4_args_double(&ar, -1e6, 1e6); steer_scale_set = 1; }
+        else if (ds4_args_is(&ar, NULL, "--steer-layers")) c->steer_layers = nonempty(&ar);
+        else ds4_args_unknown(&ar);
     }
 
     if (c->steer_path && !steer_scale_set) { fprintf(stderr, "ds4-server: --steer needs --steer-scale S\n"); return 2; }

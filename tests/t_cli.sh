@@ -66,7 +66,7 @@ bad = 0
 for b, f in bins.items():
     t = open(f).read()
     src = set()
-    for m in re.finditer(r'ds4_args_is\(&a,\s*(?:NULL|"([^"]+)"),\s*"([^"]+)"\)', t):
+    for m in re.finditer(r'ds4_args_is\(&\w+,\s*(?:NULL|"([^"]+)"),\s*"([^"]+)"\)', t):
         src.update(x for x in m.groups() if x)
     for m in re.finditer(r'ARG\("([^"]+)"\)', t):
         src.add(m.group(1))
