@@ -27,6 +27,20 @@ CFLAGS += -std=c11 -Wall -Wextra -D_GNU_SOURCE -pthread -MMD -MP -Isrc
 LDFLAGS += $(LDOPT) -pthread
 LIBS = -ljansson -lm
 
+# Distributed inference (src/dist/, README "Several machines"): built with
+# MPI when `mpicc` is found (Open MPI or MPICH; flags from pkg-config mpi-c,
+# else from the mpicc wrapper).  NO_MPI=1 builds without; such binaries
+# say so in --help and refuse --dist.
+ifneq ($(NO_MPI),1)
+  MPICC := $(shell command -v mpicc 2>/dev/null)
+endif
+ifneq ($(MPICC),)
+  MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null || mpicc -compile_info | sed 's/^[^ ]* //;s/ -c / /')
+  MPI_LIBS := $(shell pkg-config --libs mpi-c 2>/dev/null || mpicc --showme:link 2>/dev/null || mpicc -link_info | sed 's/^[^ ]* //')
+  $(BUILD)/src/dist/dist.o: CFLAGS += -DDS4_MPI $(MPI_CFLAGS)
+  LIBS += $(MPI_LIBS)
+endif
+
 # src/ is grouped by concern (one folder a wing); ds4.h, the public API,
 # stays at the top.  Wings include each other as "wing/file.h".
 LIB_SRCS  := $(wildcard src/*.c src/*/*.c)

@@ -12,6 +12,7 @@
 
 #include "engine/engine_internal.h"
 #include "store/hash.h"
+#include "dist/dist.h"
 
 void ds4_model_params_default(ds4_model_params *p) {
     memset(p, 0, sizeof *p);
@@ -146,6 +147,11 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         m->name = strdup(b ? b + 1 : path);
     }
     if (!m->name) goto fail;
+    /* --dist: this rank's layers; rank 0 hears from every worker */
+    if (ds4_dist_on() && ds4_dist_model_loaded(m, DS4_OK, err) != DS4_OK) {
+        ds4_model_free(m);
+        return NULL;
+    }
     /* ds4-synth marks its files; say so wherever the model is named */
     gguf_str desc;
     m->random_weights = strncmp(m->name, "ds4-synth", 9) == 0 ||
@@ -153,6 +159,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
          memmem(desc.p, desc.len, "random-weight", 13) != NULL);
     return m;
 fail:
+    if (ds4_dist_on()) ds4_dist_model_loaded(m, DS4_EFORMAT, err);
     ds4_model_free(m);
     return NULL;
 }

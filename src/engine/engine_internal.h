@@ -123,6 +123,7 @@ struct ds4_session {
     cpu_scratch sc;
     ds4_buf *cap_logits, *cap_hidden;
     session_ckpt ck[DS4_SESSION_CKPTS];
+    int dist_id;              /* --dist: the workers' name for it (0 = none) */
 };
 
 /* forward_cpu.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);

@@ -21,6 +21,7 @@
 
 #include "engine/engine_internal.h"
 #include "kernels/vec_ops.h"
+#include "dist/dist.h"
 
 
 typedef struct {
@@ -1031,14 +1032,27 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
         if (ds4_buf_reserve(s->cap_hidden, per_tok * (size_t)n)) return DS4_ENOMEM;
     }
 
-    embed(&f, toks);
-    for (int il = 0; il < c->n_layer; il++) {
+    int want_all = s->cap_logits != NULL;
+    int lo = 0, hi = c->n_layer;
+    /* --dist pipeline (src/dist/): this rank's layers only; the HC state
+     * comes from the previous rank and goes to the next */
+    if (ds4_dist_on()) {
+        int rc = ds4_dist_chunk_begin(s, toks, n, &want_all, &lo, &hi);
+        if (rc) return rc;
+    }
+    if (lo == 0) embed(&f, toks);
+    else ds4_dist_recv_x(s, sc->X, n);
+    for (int il = lo; il < hi; il++) {
         attention(&f, il);
         moe(&f, il, toks);
     }
-    int want_all = s->cap_logits != NULL;
-    head(&f, want_all ? 0 : n - 1);
     int nl = want_all ? n : 1;
+    if (hi < c->n_layer) ds4_dist_send_x(s, sc->X, n);
+    else head(&f, want_all ? 0 : n - 1);
+    if (ds4_dist_on()) {
+        ds4_dist_logits(s, sc->logits, nl);
+        if (!ds4_dist_is_root()) return DS4_OK;   /* rank 0 keeps the logits */
+    }
     memcpy(s->logits, sc->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
     if (want_all) {

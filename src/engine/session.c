@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "dist/dist.h"
 
 
 void ds4_session_params_default(ds4_session_params *p) {
@@ -213,6 +214,7 @@ static void state_reset(ds4_session *s) {
     s->has_logits = 0;
     /* every checkpoint referred to rows that are gone now */
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) s->ck[i].n = -1;
+    ds4_dist_session_reset(s);
 }
 
 ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **err) {
@@ -255,6 +257,7 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
     }
     if (ds4_cpu_scratch_init(s) != DS4_OK) goto oom;
     state_reset(s);
+    ds4_dist_session_new(s);
     return s;
 oom:
     if (err) {
@@ -269,6 +272,7 @@ oom:
 
 void ds4_session_free(ds4_session *s) {
     if (!s) return;
+    ds4_dist_session_free(s);
     if (s->ls) {
         for (int il = 0; il < s->m->w.cfg.n_layer; il++) {
             layer_state *st = &s->ls[il];
@@ -429,6 +433,7 @@ int ds4_session_checkpoint(ds4_session *s, int slot) {
     k->has_logits = s->has_logits;
     if (s->has_logits) memcpy(k->logits, s->logits, (size_t)c->n_vocab * sizeof(float));
     k->n = (int)s->toks.n;
+    ds4_dist_session_checkpoint(s, slot);
     return DS4_OK;
 }
 
@@ -482,6 +487,7 @@ int ds4_session_rewind(ds4_session *s, int n) {
      * overwrites */
     for (int i = 0; i < DS4_SESSION_CKPTS; i++)
         if (s->ck[i].n > n) s->ck[i].n = -1;
+    ds4_dist_session_rewind(s, n);
     return DS4_OK;
 }
 
@@ -538,6 +544,7 @@ uint64_t ds4_session_snapshot_size(const ds4_session *s) {
  * snapshot size is allocated. */
 int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     const ds4_config *c = &s->m->w.cfg;
+    if (ds4_dist_on()) return DS4_EUNSUP;   /* the layers' state lives on several ranks */
     uint32_t hdr[10] = { SNAP_MAGIC, SNAP_VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_embd,
                          (uint32_t)c->head_dim, (uint32_t)c->idx_dim, (uint32_t)c->n_vocab,
                          (uint32_t)c->n_swa, (uint32_t)s->toks.n, s->no_qat ? 1u : 0u };
@@ -606,6 +613,10 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
     rd r = { data, len, 0 };
     uint32_t h[10];
     if (err) *err = NULL;
+    if (ds4_dist_on()) {
+        if (err) *err = strdup("snapshot: not supported with --dist");
+        return DS4_EUNSUP;
+    }
     if (rd_take(&r, h, sizeof h)) return fail(err, "snapshot: truncated header");
     if (h[0] != SNAP_MAGIC) return fail(err, "snapshot: bad magic");
     if (h[1] != SNAP_VERSION) return fail(err, "snapshot: unsupported version");
