@@ -45,6 +45,9 @@ static void usage(FILE *f) {
 "  -c, --ctx N               context size in tokens (default 32768)\n"
 "  -t, --threads N           worker threads (default: all cores)\n"
 "      --chunk N             prefill chunk size in tokens (default 2048)\n"
+"      --dist MODE           under mpirun: one model over the ranks (pipeline);\n"
+"                            rank 0 serves HTTP%s\n"
+"      --dist-layers SPEC    pipeline split per rank (0:20,21:42)\n"
 "      --model-name NAME     model id reported by /v1/models (default: the\n"
 "                            file name without .gguf); the aliases\n"
 "                            deepseek-chat (thinking off) and deepseek-reasoner\n"
@@ -122,6 +125,7 @@ static void usage(FILE *f) {
 "  -v, --verbose             log HTTP-level problems and ignored fields\n"
 "  -h, --help                this help\n"
 "      --version             print the version and exit\n",
+            ds4_dist_supported() ? "" : " (this build has no MPI support)",
             DS4_THINK_MAX_MIN_CTX);
 }
 
@@ -214,6 +218,7 @@ int main(int argc, char **argv) {
     c->kv_space_mb = 4096;
     ds4_kv_policy_default(&c->kv_policy);
     int kv_flags = 0;
+    const char *dist = NULL, *dist_layers = NULL;
     const char *env_key = getenv("DS4_API_KEY");
     if (env_key && *env_key) c->api_key = env_key;
 
@@ -231,6 +236,8 @@ int main(int argc, char **argv) {
         else if (ARG("--port")) { if (parse_long(a, NEXT(), 0, 65535, &x)) return 2; c->port = (int)x; }
         else if (ARG("-c") || ARG("--ctx")) { if (parse_long(a, NEXT(), 16, 1 << 24, &x)) return 2; c->ctx = (int)x; }
         else if (ARG("-t") || ARG("--threads")) { if (parse_long(a, NEXT(), 0, 4096, &x)) return 2; c->threads = (int)x; }
+        else if (ARG("--dist")) { if (!v) goto missing; dist = NEXT(); }
+        else if (ARG("--dist-layers")) { if (!v) goto missing; dist_layers = NEXT(); }
         else if (ARG("--chunk")) { if (parse_long(a, NEXT(), 1, 1 << 20, &x)) return 2; c->chunk = (int)x; }
         else if (ARG("--model-name")) { if (!v) goto missing; c->model_name = NEXT(); }
         else if (ARG("--api-key")) { if (!v) goto missing; c->api_key = NEXT(); }
@@ -300,6 +307,18 @@ missing:
         fprintf(stderr, "ds4-server: refusing to listen on %s (not a loopback address) without "
                 "an API key: set --api-key / DS4_API_KEY, or pass --insecure-no-auth\n", c->host);
         return 2;
+    }
+    if (dist) {
+        /* ranks > 0 serve rank 0 (src/dist/); only rank 0 listens */
+        char *derr = NULL;
+        int r = ds4_dist_init(&argc, &argv, dist, dist_layers, &derr);
+        if (r < 0) { fprintf(stderr, "ds4-server: %s\n", derr ? derr : ds4_strerror(r)); free(derr); return 2; }
+        if (r > 0) {
+            ds4_model_params wp;
+            ds4_model_params_default(&wp);
+            wp.n_threads = c->threads;
+            return ds4_dist_worker(c->model_path, &wp);
+        }
     }
     if (util_random_init()) {
         fprintf(stderr, "ds4-server: cannot open /dev/urandom\n");

@@ -32,6 +32,7 @@
  * other than through ds4.h.  Built without MPI (no mpicc), ds4_dist_init
  * says so and nothing else here is reachable.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -427,6 +428,10 @@ static void worker_fail(const char *what, int rc) {
 
 int ds4_dist_worker(const char *path, const ds4_model_params *p) {
     if (!G.on || G.rank == 0) return 1;
+    /* a worker ends when rank 0 says QUIT: a Ctrl-C or SIGTERM that mpirun
+     * forwards to every rank is rank 0's to handle */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     char *err = NULL;
     ds4_model *m = ds4_model_load(path, p, &err);
     if (!m) {
