@@ -321,7 +321,7 @@ size_t ds4_fput_escaped(FILE *out, const char *s, size_t n, size_t max_in);
 
 /* 1 when this build has MPI support. */
 int ds4_dist_supported(void);
-/* mode: "pipeline"; layers: NULL (balanced by weight bytes) or "a:b,c:d"
+/* mode: "pipeline" or "experts"; layers: NULL (balanced by weight bytes) or "a:b,c:d"
  * (inclusive layer ranges, one per rank).  Returns this rank (>= 0) or a
  * DS4_E* code with *err. */
 int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,

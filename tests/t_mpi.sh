@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Distributed inference over MPI (--dist pipeline, src/dist/), on the tiny
+# Distributed inference over MPI (--dist pipeline|experts, src/dist/), on the tiny
 # models with 2 and 3 ranks on this machine (--oversubscribe):
 #  - --dump-logits on rank 0 bit-identical to the single-process run, in
 #    prefill, --decode-only and --split (prefill then decode), both models;
@@ -37,10 +37,10 @@ dump() {   # dump MODEL OUT [flags...]: single process
     ./ds4 -q -t 1 -m "$G/models/tiny-a-$m.gguf" --tokens-file "$SEQ" -n 0 --chunk 64 \
         --dump-logits "$o" "$@" > "$T/run.log" 2>&1 || { cat "$T/run.log"; return 1; }
 }
-dump_mpi() {   # dump_mpi NP MODEL OUT [flags...]
-    local np=$1 m=$2 o=$3; shift 3
+dump_mpi() {   # dump_mpi MODE NP MODEL OUT [flags...]
+    local dm=$1 np=$2 m=$3 o=$4; shift 4
     "${MPIRUN[@]}" -np "$np" ./ds4 -q -t 1 -m "$G/models/tiny-a-$m.gguf" --tokens-file "$SEQ" \
-        -n 0 --chunk 64 --dump-logits "$o" --dist pipeline "$@" > "$T/run.log" 2>&1 \
+        -n 0 --chunk 64 --dump-logits "$o" --dist $dm "$@" > "$T/run.log" 2>&1 \
         || { cat "$T/run.log"; return 1; }
 }
 
@@ -54,17 +54,19 @@ for m in q2 f16; do
         esac
         [ $m = f16 ] && [ $mode != prefill ] && continue
         dump $m "$T/one.f32" "${fl[@]}" || { bad "$m $mode single run"; continue; }
-        for np in 2 3; do
-            if dump_mpi $np $m "$T/dist.f32" "${fl[@]}" && [ -s "$T/dist.f32" ] && cmp -s "$T/one.f32" "$T/dist.f32"; then
-                ok "pipeline $m $mode, $np ranks: logits bit-identical"
-            else
-                bad "pipeline $m $mode, $np ranks: logits differ from the single process"
-            fi
+        for dm in pipeline experts; do
+            for np in 2 3; do
+                if dump_mpi $dm $np $m "$T/dist.f32" "${fl[@]}" && [ -s "$T/dist.f32" ] && cmp -s "$T/one.f32" "$T/dist.f32"; then
+                    ok "$dm $m $mode, $np ranks: logits bit-identical"
+                else
+                    bad "$dm $m $mode, $np ranks: logits differ from the single process"
+                fi
+            done
         done
     done
 done
 dump q2 "$T/one.f32"
-if dump_mpi 2 q2 "$T/dist.f32" --dist-layers 0:0,1:5 && cmp -s "$T/one.f32" "$T/dist.f32"; then
+if dump_mpi pipeline 2 q2 "$T/dist.f32" --dist-layers 0:0,1:5 && cmp -s "$T/one.f32" "$T/dist.f32"; then
     ok "pipeline --dist-layers 0:0,1:5: logits bit-identical"
 else
     bad "pipeline --dist-layers 0:0,1:5"
@@ -92,6 +94,8 @@ expect_fail "more ranks than layers" "7 ranks but the model has only 6 layers" \
     "${MPIRUN[@]}" -np 7 ./ds4 -m "$G/models/tiny-a-q2.gguf" "${A[@]}"
 expect_fail "--dist without mpirun peers" "needs at least 2 ranks" \
     timeout 60 ./ds4 -m "$G/models/tiny-a-q2.gguf" "${A[@]}"
+expect_fail "--dist-layers with experts" "applies to --dist pipeline only" \
+    "${MPIRUN[@]}" -np 2 ./ds4 -m "$G/models/tiny-a-q2.gguf" -q --tokens-file "$SEQ" -n 0 --dist experts --dist-layers 0:2,3:5
 expect_fail "--dist unknown mode" "unknown mode 'rows'" \
     timeout 60 ./ds4 -m "$G/models/tiny-a-q2.gguf" -q --tokens-file "$SEQ" -n 0 --dist rows
 
@@ -140,19 +144,23 @@ ask() {   # ask PORT OUT
 P1=$((20000 + RANDOM % 20000)); P2=$((P1 + 1))
 ./ds4-server -m "$G/models/tiny-a-q2.gguf" -t 1 -c 2048 --port $P1 2> "$T/s1.log" & SRV=$!
 ask $P1 "$T/a1.txt"; kill $SRV; wait $SRV; SRV=""
-"${MPIRUN[@]}" -np 2 ./ds4-server -m "$G/models/tiny-a-q2.gguf" -t 1 -c 2048 --port $P2 --dist pipeline 2> "$T/s2.log" & SRV=$!
+for SDM in pipeline experts; do
+P2=$((P2 + 1))
+"${MPIRUN[@]}" -np 2 ./ds4-server -m "$G/models/tiny-a-q2.gguf" -t 1 -c 2048 --port $P2 --dist $SDM 2> "$T/s2.log" & SRV=$!
 ask $P2 "$T/a2.txt"
 # SIGTERM to rank 0 alone: it shuts down and releases the worker
 R0=$(rank_pid $SRV ds4-server 0)
 [ -n "$R0" ] && kill -TERM $R0
 wait $SRV; src=$?; SRV=""
 if [ -s "$T/a1.txt" ] && cmp -s "$T/a1.txt" "$T/a2.txt"; then
-    ok "ds4-server, 2 ranks: same answer as one process: $(cut -c1-60 "$T/a2.txt")"
+    ok "ds4-server --dist $SDM, 2 ranks: same answer as one process: $(cut -c1-60 "$T/a2.txt")"
 else
-    bad "ds4-server, 2 ranks: answers differ"; cat "$T/a1.txt" "$T/a2.txt"; tail -5 "$T/s2.log"
+    bad "ds4-server --dist $SDM, 2 ranks: answers differ"; cat "$T/a1.txt" "$T/a2.txt"; tail -5 "$T/s2.log"
 fi
-if [ $src -eq 0 ] && grep -q stopped "$T/s2.log"; then ok "ds4-server, 2 ranks: clean shutdown"
-else bad "ds4-server, 2 ranks: exit $src"; tail -5 "$T/s2.log"; fi
+if [ $src -eq 0 ] && grep -q stopped "$T/s2.log"; then ok "ds4-server --dist $SDM, 2 ranks: clean shutdown"
+else bad "ds4-server --dist $SDM, 2 ranks: exit $src"; tail -5 "$T/s2.log"; fi
+
+done
 
 [ $fail -eq 0 ] && echo "t_mpi: all passed" || echo "t_mpi: $fail failed"
 [ $fail -eq 0 ]

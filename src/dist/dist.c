@@ -82,6 +82,12 @@ int ds4_dist_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_a
 int ds4_dist_recv_x(ds4_session *s, float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
 int ds4_dist_send_x(ds4_session *s, const float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
 int ds4_dist_logits(ds4_session *s, float *l, int nl) { (void)s; (void)l; (void)nl; return DS4_OK; }
+int ds4_dist_runs_head(void) { return 1; }
+void ds4_dist_expert_range(int n_expert, int *lo, int *hi) { *lo = 0; *hi = n_expert; }
+int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs) {
+    (void)dn; (void)D; (void)eoff; (void)n_expert; (void)npairs;
+    return DS4_EUNSUP;
+}
 
 #else /* DS4_MPI */
 
@@ -167,10 +173,11 @@ static void at_exit(void) {
 
 int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers, char **err) {
     if (err) *err = NULL;
-    if (!mode || strcmp(mode, "pipeline") != 0) {
+    int md = !mode ? 0 : !strcmp(mode, "pipeline") ? 1 : !strcmp(mode, "experts") ? 2 : 0;
+    if (!md) {
         char msg[200];
-        snprintf(msg, sizeof msg, "--dist: unknown mode '%.40s' (this build distributes by "
-                 "'pipeline')", mode ? mode : "");
+        snprintf(msg, sizeof msg, "--dist: unknown mode '%.40s' (pipeline or experts)",
+                 mode ? mode : "");
         if (err) *err = strdup(msg);
         return DS4_EINVAL;
     }
@@ -183,7 +190,7 @@ int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,
     MPI_Comm_rank(MPI_COMM_WORLD, &G.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &G.size);
     G.on = 1;
-    G.mode = 1;
+    G.mode = md;
     G.layers_spec = layers ? strdup(layers) : NULL;
     /* the server evaluates on its worker thread, exits on the main one:
      * MPI calls come from two threads, never at once */
@@ -233,6 +240,22 @@ static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
     if (L < P) {
         snprintf(msg, cap, "%d ranks but the model has only %d layers (a rank needs one)", P, L);
         return DS4_EINVAL;
+    }
+    if (G.mode == 2) {
+        /* experts: every rank runs every layer, and a share of the experts */
+        int E = m->w.cfg.n_expert;
+        if (G.layers_spec) {
+            snprintf(msg, cap, "--dist-layers applies to --dist pipeline only");
+            return DS4_EINVAL;
+        }
+        if (E < P) {
+            snprintf(msg, cap, "%d ranks but the model has only %d routed experts a layer "
+                     "(a rank needs one)", P, E);
+            return DS4_EINVAL;
+        }
+        for (int r = 0; r < P; r++) G.first[r] = 0;
+        G.first[P] = L;
+        return DS4_OK;
     }
     if (G.layers_spec) {
         /* "a:b,c:d,...": inclusive ranges, one per rank, in order, covering
@@ -298,8 +321,8 @@ int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) {
     char msg[400] = "";
     if (rc == DS4_OK) rc = plan_layers(m, msg, sizeof msg);
     if (rc == DS4_OK) {
-        G.lo = G.first[G.rank];
-        G.hi = G.first[G.rank + 1];
+        G.lo = G.mode == 2 ? 0 : G.first[G.rank];
+        G.hi = G.mode == 2 ? m->w.cfg.n_layer : G.first[G.rank + 1];
     }
     if (G.rank != 0) {
         dstatus st;
@@ -405,7 +428,43 @@ int ds4_dist_send_x(ds4_session *s, const float *X, int n) {
     return DS4_OK;
 }
 
+int ds4_dist_runs_head(void) {
+    return G.mode == 2 ? G.rank == 0 : G.rank == G.size - 1;
+}
+
+void ds4_dist_expert_range(int n_expert, int *lo, int *hi) {
+    if (G.mode != 2) { *lo = 0; *hi = n_expert; return; }
+    *lo = (int)((int64_t)n_expert * G.rank / G.size);
+    *hi = (int)((int64_t)n_expert * (G.rank + 1) / G.size);
+}
+
+/* Every rank's rows of the routed outputs to every rank (they all run the
+ * dense part next); the sum itself stays in forward_cpu.c, in its order. */
+int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs) {
+    static int *cnt, *off, ncap;
+    if (ncap < G.size) {
+        free(cnt); free(off);
+        cnt = malloc((size_t)G.size * sizeof *cnt);
+        off = malloc((size_t)G.size * sizeof *off);
+        if (!cnt || !off) { free(cnt); free(off); cnt = off = NULL; ncap = 0; return DS4_ENOMEM; }
+        ncap = G.size;
+    }
+    for (int r = 0; r < G.size; r++) {
+        int lo = (int)((int64_t)n_expert * r / G.size), hi = (int)((int64_t)n_expert * (r + 1) / G.size);
+        int a = lo < n_expert ? eoff[lo] : npairs, b = hi < n_expert ? eoff[hi] : npairs;
+        off[r] = a * D;
+        cnt[r] = (b - a) * D;
+    }
+    double t0 = now();
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dn, cnt, off, MPI_FLOAT,
+                            MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) fatal("allgatherv", rc);
+    G.comm += now() - t0;
+    return DS4_OK;
+}
+
 int ds4_dist_logits(ds4_session *s, float *logits, int nl) {
+    if (G.mode == 2) return DS4_OK;   /* rank 0 ran the head itself */
     int last = G.size - 1;
     if (last == 0) return DS4_OK;
     int cnt = nl * s->m->w.cfg.n_vocab;
@@ -489,7 +548,7 @@ int ds4_dist_worker(const char *path, const ds4_model_params *p) {
             }
             drecv(toks, c.a, MPI_INT32_T, 0, TAG_TOKS);
             G.want_all = c.b;
-            if (c.b && G.rank == G.size - 1 && !s->cap_logits) {
+            if (c.b && ds4_dist_runs_head() && !s->cap_logits) {
                 /* the last rank computes every row's logits for rank 0 */
                 float *l = realloc(s->sc.logits, (size_t)s->chunk * m->w.cfg.n_vocab * sizeof(float));
                 if (!l) worker_fail("allocating logits rows", DS4_ENOMEM);

@@ -38,6 +38,15 @@ int ds4_dist_recv_x(ds4_session *s, float *X, int n);
 int ds4_dist_send_x(ds4_session *s, const float *X, int n);
 /* The last rank's logits rows (nl of them) reach rank 0's `logits`. */
 int ds4_dist_logits(ds4_session *s, float *logits, int nl);
+/* 1 when this rank computes the logits (the last rank of a pipeline,
+ * rank 0 in experts mode). */
+int ds4_dist_runs_head(void);
+/* Experts mode: the routed experts [*lo, *hi) of every layer this rank
+ * computes (all of them in pipeline mode). */
+void ds4_dist_expert_range(int n_expert, int *lo, int *hi);
+/* Experts mode: rows [eoff[lo_r], eoff[hi_r]) of dn ([npairs][D]) come
+ * from rank r; afterwards every rank holds all npairs rows. */
+int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs);
 /* 1 on rank 0 (or without --dist). */
 int ds4_dist_is_root(void);
 

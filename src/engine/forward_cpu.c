@@ -866,7 +866,7 @@ static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const 
     else ds4_pool_run(f->cc.pool, swiglu_task, &j);
 }
 
-static void moe(fwd *f, int il, const int32_t *toks) {
+static int moe(fwd *f, int il, const int32_t *toks) {
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = &f->w->layers[il];
     cpu_scratch *sc = &f->s->sc;
@@ -891,6 +891,9 @@ static void moe(fwd *f, int il, const int32_t *toks) {
     act_kind kdn = act_kind_for(lw->ffn_down_exps.type, f->no_qat);
     size_t rb_in = act_row_bytes(kin, D), rb_dn = act_row_bytes(kdn, F);
     mm_group *grp = (mm_group *)sc->qscratch2;   /* 2*E groups fit (sized at init) */
+    /* --dist experts (src/dist/): this rank computes experts [e_lo, e_hi) */
+    int e_lo = 0, e_hi = E;
+    if (ds4_dist_on()) ds4_dist_expert_range(E, &e_lo, &e_hi);
     for (int t0 = 0; t0 < T; t0 += MOE_T) {
         int nt = T - t0 < MOE_T ? T - t0 : MOE_T;
         /* quantize this sub-batch's inputs once for gate and up */
@@ -911,7 +914,7 @@ static void moe(fwd *f, int il, const int32_t *toks) {
                 wrow[i] = sc->wts[(size_t)(t0 + t) * K + k];
             }
         int ng = 0;
-        for (int e = 0; e < E; e++) {
+        for (int e = e_lo; e < e_hi; e++) {
             if (!sc->ecount[e]) continue;
             mm_group gg = { .W = mat_expert(&lw->ffn_gate_exps, e), .kind = kin, .act = ain,
                             .act_stride = rb_in, .rows = sc->erows + sc->eoff[e],
@@ -924,12 +927,16 @@ static void moe(fwd *f, int il, const int32_t *toks) {
         }
         cpu_matmul_groups(&f->cc, grp, ng);
         int npairs = nt * K;
+        /* this rank's (token, slot) rows: experts are contiguous in them */
+        int r_lo = e_lo < E ? sc->eoff[e_lo] : npairs, r_hi = e_hi < E ? sc->eoff[e_hi] : npairs;
         /* the routed weight multiplies the hidden vector before `down` */
-        swiglu(f, sc->g, sc->u, npairs, F, lw->swiglu_clamp, wrow);
+        swiglu(f, sc->g + (size_t)r_lo * F, sc->u + (size_t)r_lo * F, r_hi - r_lo, F,
+               lw->swiglu_clamp, wrow + r_lo);
         uint8_t *amid = sc->qscratch;
-        quantize_rows(f, kdn, sc->g, F, F, amid, rb_dn, npairs);
+        quantize_rows(f, kdn, sc->g + (size_t)r_lo * F, F, F, amid + (size_t)r_lo * rb_dn, rb_dn,
+                      r_hi - r_lo);
         ng = 0;
-        for (int e = 0; e < E; e++) {
+        for (int e = e_lo; e < e_hi; e++) {
             if (!sc->ecount[e]) continue;
             mm_group gd = { .W = mat_expert(&lw->ffn_down_exps, e), .kind = kdn,
                             .act = amid + (size_t)sc->eoff[e] * rb_dn, .act_stride = rb_dn,
@@ -938,6 +945,12 @@ static void moe(fwd *f, int il, const int32_t *toks) {
             grp[ng++] = gd;
         }
         cpu_matmul_groups(&f->cc, grp, ng);
+        /* every rank gets every rank's rows, then sums them exactly as one
+         * process does (not MPI_SUM): the results stay bit-identical */
+        if (ds4_dist_on() && e_hi - e_lo < E) {
+            int rc = ds4_dist_gather_rows(sc->dn, D, sc->eoff, E, npairs);
+            if (rc) return rc;
+        }
         /* per token, experts are added in ascending expert order whatever
          * the batch, so decode and prefill sum identically */
         for (int i = 0; i < npairs; i++) {
@@ -952,6 +965,7 @@ static void moe(fwd *f, int il, const int32_t *toks) {
     mm(f, &lw->ffn_down_shexp, sc->shared_g, FS, sc->shared, D);
     for (size_t i = 0; i < (size_t)T * D; i++) sc->y[i] = sc->moe[i] + sc->shared[i];
     hc_post(f, il, 1);
+    return DS4_OK;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1044,11 +1058,12 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
     else ds4_dist_recv_x(s, sc->X, n);
     for (int il = lo; il < hi; il++) {
         attention(&f, il);
-        moe(&f, il, toks);
+        int rc = moe(&f, il, toks);
+        if (rc) return rc;
     }
     int nl = want_all ? n : 1;
     if (hi < c->n_layer) ds4_dist_send_x(s, sc->X, n);
-    else head(&f, want_all ? 0 : n - 1);
+    else if (!ds4_dist_on() || ds4_dist_runs_head()) head(&f, want_all ? 0 : n - 1);
     if (ds4_dist_on()) {
         ds4_dist_logits(s, sc->logits, nl);
         if (!ds4_dist_is_root()) return DS4_OK;   /* rank 0 keeps the logits */
