@@ -66,6 +66,9 @@ endif
 ifneq ($(wildcard tools/ds4_kv.c),)
   BINS += ds4-kv
 endif
+ifneq ($(wildcard tools/ds4_gguf.c),)
+  BINS += ds4-gguf
+endif
 
 .PHONY: all test bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
 all: $(BINS) tests
@@ -103,6 +106,9 @@ ds4-bench: $(BUILD)/tools/ds4_bench.o $(BUILD)/tools/probe.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 ds4-kv: $(BUILD)/tools/ds4_kv.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+ds4-gguf: $(BUILD)/tools/ds4_gguf.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 tests: $(TEST_BINS)
@@ -144,7 +150,7 @@ install: $(BINS)
 	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
-	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv demo/*.gguf
+	rm -rf $(BUILD) ds4 ds4-server ds4-synth ds4-bench ds4-kv ds4-gguf demo/*.gguf
 
 # keep the objects of tests and benches (intermediate files of a chain)
 .SECONDARY:

@@ -325,7 +325,7 @@ int main(int argc, char **argv) {
         }
     }
 
-    if (access(o.model, R_OK) != 0)
+    if (!o.dist && access(o.model, R_OK) != 0)   /* --dist: may name per-rank files */
         die("cannot open model %s: %s\n(use -m FILE, or `make run` to create a demo model)",
             o.model, strerror(errno));
 

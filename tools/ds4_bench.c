@@ -654,6 +654,9 @@ int main(int argc, char **argv) {
     char *text = read_file(o.text, &text_len);
     if (!text) die_usage("cannot read the prompt file %s: %s", o.text, strerror(errno));
     if (text_len == 0) die_usage("the prompt file %s is empty", o.text);
+    if (o.dist && strchr(o.model, '%'))
+        die_usage("ds4-bench --dist reads the whole model file (it warms the page cache from it); "
+                  "per-rank files (PREFIX-rank%%d.gguf) run with ds4 and ds4-server");
     struct stat mst;
     if (stat(o.model, &mst) != 0)
         die_usage("cannot open the model %s: %s", o.model, strerror(errno));

@@ -52,6 +52,108 @@ int ds4_dist_supported(void) {
 #endif
 }
 
+/* ---------------------------------------------------------------------- */
+/* Pipeline plan and split files (also used by ds4-gguf split; no MPI)      */
+/* ---------------------------------------------------------------------- */
+
+int ds4_dist_layer_of(const char *name) {
+    if (strncmp(name, "blk.", 4)) return -1;
+    char *end;
+    long v = strtol(name + 4, &end, 10);
+    return (end != name + 4 && *end == '.' && v >= 0 && v < (1 << 20)) ? (int)v : -1;
+}
+
+int ds4_dist_plan_pipeline(const gguf_file *gf, int L, int P, const char *spec, int *first,
+                           char *msg, size_t cap) {
+    if (P < 1 || L < P) {
+        snprintf(msg, cap, "%d ranks but the model has only %d layers (a rank needs one)", P, L);
+        return DS4_EINVAL;
+    }
+    if (spec) {
+        /* "a:b,c:d,...": inclusive ranges, one per rank, in order, covering
+         * every layer */
+        const char *p = spec;
+        int r = 0, want = 0;
+        while (*p) {
+            char *e;
+            long a = strtol(p, &e, 10);
+            if (e == p || *e != ':') goto bad;
+            p = e + 1;
+            long b = strtol(p, &e, 10);
+            if (e == p || (*e && *e != ',')) goto bad;
+            p = *e ? e + 1 : e;
+            if (r >= P || a != want || b < a || b >= L) goto bad;
+            first[r++] = (int)a;
+            want = (int)b + 1;
+        }
+        if (r != P || want != L) goto bad;
+        first[P] = L;
+        return DS4_OK;
+    bad:
+        snprintf(msg, cap, "--dist-layers '%.60s': expected %d ranges a:b of consecutive layers "
+                 "covering 0:%d, one per rank", spec, P, L - 1);
+        return DS4_EINVAL;
+    }
+    /* balance by weight bytes: the embeddings count for rank 0, the head
+     * and everything else outside the layers for the last rank */
+    uint64_t *lb = calloc((size_t)L, sizeof *lb);
+    if (!lb) { snprintf(msg, cap, "out of memory"); return DS4_ENOMEM; }
+    uint64_t pre = 0, total = 0;
+    for (uint64_t i = 0; i < gf->n_tensors; i++) {
+        const gguf_tensor *t = &gf->tensors[i];
+        int il = ds4_dist_layer_of(t->name);
+        if (il >= 0 && il < L) lb[il] += t->nbytes;
+        else if (!strncmp(t->name, "token_embd", 10)) pre += t->nbytes;
+        total += t->nbytes;
+    }
+    /* rank r starts at the first layer whose bytes begin at or past r/P of
+     * the total, keeping at least one layer per rank */
+    uint64_t cum = pre;
+    int r = 1;
+    first[0] = 0;
+    for (int il = 0; il < L && r < P; il++) {
+        if (il > first[r - 1] && (cum >= total / P * r || L - il <= P - r))
+            first[r++] = il;
+        cum += lb[il];
+    }
+    for (; r < P; r++) first[r] = L - (P - r);   /* not reached: kept safe */
+    first[P] = L;
+    free(lb);
+    return DS4_OK;
+}
+
+/* ds4.split.* keys (ds4-gguf split): ranks (u32), rank (u32), first (u32
+ * array [ranks+1]), source_fingerprint (u8 array [20]). */
+int ds4_split_info(const gguf_file *gf, int L, int rank, int P, int *first, uint8_t fp[20],
+                   char *msg, size_t cap) {
+    uint32_t fr = 0, fp_ = 0;
+    const gguf_kv *kf = gguf_find(gf, "ds4.split.first");
+    const gguf_kv *kp = gguf_find(gf, "ds4.split.source_fingerprint");
+    if (gguf_get_u32(gf, "ds4.split.rank", &fr) || gguf_get_u32(gf, "ds4.split.ranks", &fp_) ||
+        !kf || kf->type != GGUF_ARRAY || kf->v.arr.type != GGUF_U32 || kf->v.arr.n != (uint64_t)fp_ + 1 ||
+        !kp || kp->type != GGUF_ARRAY || kp->v.arr.type != GGUF_U8 || kp->v.arr.n != 20) {
+        snprintf(msg, cap, "%s: malformed ds4.split metadata", gf->path);
+        return DS4_EFORMAT;
+    }
+    if (rank >= 0 && ((int)fr != rank || (int)fp_ != P)) {
+        snprintf(msg, cap, "%s is the part of rank %u of %u, but this is rank %d of %d",
+                 gf->path, fr, fp_, rank, P);
+        return DS4_EINVAL;
+    }
+    for (uint32_t r = 0; r <= fp_; r++) {
+        uint32_t x;
+        memcpy(&x, kf->v.arr.data + 4 * (size_t)r, 4);
+        if (x > (uint32_t)L || (r > 0 && first && x <= (uint32_t)first[r - 1]) || (r == fp_ && x != (uint32_t)L) ||
+            (r == 0 && x != 0)) {
+            snprintf(msg, cap, "%s: ds4.split.first is not a split of %d layers", gf->path, L);
+            return DS4_EFORMAT;
+        }
+        if (first) first[r] = (int)x;
+    }
+    if (fp) memcpy(fp, kp->v.arr.data, 20);
+    return DS4_OK;
+}
+
 #ifndef DS4_MPI
 
 int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers, char **err) {
@@ -61,6 +163,7 @@ int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,
     return DS4_EUNSUP;
 }
 int ds4_dist_rank(void) { return 0; }
+char *ds4_dist_path(const char *path) { return strdup(path); }
 int ds4_dist_size(void) { return 1; }
 int ds4_dist_worker(const char *path, const ds4_model_params *p) { (void)path; (void)p; return 1; }
 double ds4_dist_comm_seconds(void) { return 0; }
@@ -102,11 +205,13 @@ typedef struct {
     int32_t rc;
     uint8_t fp[20];
     char version[64];
+    int32_t lo, hi;           /* the layers it will run */
     char msg[400];
 } dstatus;
 
 static struct {
     int on, rank, size, quit_sent, finalized;
+    int part;                 /* the loaded file is one rank's part (ds4.split) */
     int mode;                 /* 1 = pipeline */
     char *layers_spec;        /* --dist-layers, or NULL */
     int lo, hi;               /* this rank's layers [lo, hi) */
@@ -213,6 +318,19 @@ int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,
 }
 
 int ds4_dist_rank(void) { return G.on ? G.rank : 0; }
+
+char *ds4_dist_path(const char *path) {
+    const char *p = strstr(path, "%d");
+    size_t n = strlen(path) + 16;
+    char *o = malloc(n);
+    if (!o) return NULL;
+    if (!p || strchr(p + 2, '%') || memchr(path, '%', (size_t)(p - path))) {
+        snprintf(o, n, "%s", path);   /* no single %d: the path as it is */
+        return o;
+    }
+    snprintf(o, n, "%.*s%d%s", (int)(p - path), path, G.on ? G.rank : 0, p + 2);
+    return o;
+}
 int ds4_dist_size(void) { return G.on ? G.size : 1; }
 int ds4_dist_on(void) { return G.on; }
 int ds4_dist_is_root(void) { return !G.on || G.rank == 0; }
@@ -224,23 +342,11 @@ void ds4_dist_finish(void) { at_exit(); }
 /* Layer split                                                             */
 /* ---------------------------------------------------------------------- */
 
-static int layer_of(const char *name) {
-    if (strncmp(name, "blk.", 4)) return -1;
-    char *end;
-    long v = strtol(name + 4, &end, 10);
-    return (end != name + 4 && *end == '.' && v >= 0 && v < (1 << 20)) ? (int)v : -1;
-}
-
-/* first[r] = the first layer of rank r; first[size] = n_layer. */
 static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
-    int L = m->w.cfg.n_layer, P = G.size;
+    int P = G.size;
     free(G.first);
     G.first = calloc((size_t)P + 1, sizeof(int));
     if (!G.first) { snprintf(msg, cap, "out of memory"); return DS4_ENOMEM; }
-    if (L < P) {
-        snprintf(msg, cap, "%d ranks but the model has only %d layers (a rank needs one)", P, L);
-        return DS4_EINVAL;
-    }
     if (G.mode == 2) {
         /* experts: every rank runs every layer, and a share of the experts */
         int E = m->w.cfg.n_expert;
@@ -253,63 +359,24 @@ static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
                      "(a rank needs one)", P, E);
             return DS4_EINVAL;
         }
-        for (int r = 0; r < P; r++) G.first[r] = 0;
-        G.first[P] = L;
-        return DS4_OK;
-    }
-    if (G.layers_spec) {
-        /* "a:b,c:d,...": inclusive ranges, one per rank, in order, covering
-         * every layer */
-        const char *p = G.layers_spec;
-        int r = 0, want = 0;
-        while (*p) {
-            char *e;
-            long a = strtol(p, &e, 10);
-            if (e == p || *e != ':') goto bad;
-            p = e + 1;
-            long b = strtol(p, &e, 10);
-            if (e == p || (*e && *e != ',')) goto bad;
-            p = *e ? e + 1 : e;
-            if (r >= P || a != want || b < a || b >= L) goto bad;
-            G.first[r++] = (int)a;
-            want = (int)b + 1;
+        if (G.part) {
+            snprintf(msg, cap, "%s holds one rank's layers (a pipeline split): it cannot run "
+                     "--dist experts", m->path);
+            return DS4_EINVAL;
         }
-        if (r != P || want != L) goto bad;
-        G.first[P] = L;
+        for (int r = 0; r < P; r++) G.first[r] = 0;
+        G.first[P] = m->w.cfg.n_layer;
         return DS4_OK;
-    bad:
-        snprintf(msg, cap, "--dist-layers '%.60s': expected %d ranges a:b of consecutive layers "
-                 "covering 0:%d, one per rank", G.layers_spec, P, L - 1);
-        return DS4_EINVAL;
     }
-    /* balance by weight bytes: the embeddings count for rank 0, the head
-     * and everything else outside the layers for the last rank */
-    uint64_t *lb = calloc((size_t)L, sizeof *lb);
-    if (!lb) { snprintf(msg, cap, "out of memory"); return DS4_ENOMEM; }
-    uint64_t pre = 0, post = 0, total = 0;
-    for (uint64_t i = 0; i < m->gf->n_tensors; i++) {
-        const gguf_tensor *t = &m->gf->tensors[i];
-        int il = layer_of(t->name);
-        if (il >= 0 && il < L) lb[il] += t->nbytes;
-        else if (!strncmp(t->name, "token_embd", 10)) pre += t->nbytes;
-        else post += t->nbytes;
-        total += t->nbytes;
+    if (G.part) {
+        /* a per-rank file: its split, written by ds4-gguf split, is the plan */
+        if (G.layers_spec) {
+            snprintf(msg, cap, "--dist-layers: %s is already split (ds4.split.first)", m->path);
+            return DS4_EINVAL;
+        }
+        return ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, P, G.first, NULL, msg, cap);
     }
-    /* rank r starts at the first layer whose bytes begin at or past r/P of
-     * the total, keeping at least one layer per rank */
-    uint64_t cum = pre;
-    int r = 1;
-    G.first[0] = 0;
-    for (int il = 0; il < L && r < P; il++) {
-        if (il > G.first[r - 1] && (cum >= total / P * r || L - il <= P - r))
-            G.first[r++] = il;
-        cum += lb[il];
-    }
-    for (; r < P; r++) G.first[r] = L - (P - r);   /* not reached: kept safe */
-    G.first[P] = L;
-    (void)post;
-    free(lb);
-    return DS4_OK;
+    return ds4_dist_plan_pipeline(m->gf, m->w.cfg.n_layer, P, G.layers_spec, G.first, msg, cap);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -319,6 +386,14 @@ static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
 int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) {
     if (!G.on) return rc;
     char msg[400] = "";
+    /* the model's identity: a part names the whole file it came from */
+    uint8_t ident[20];
+    if (rc == DS4_OK) {
+        G.part = gguf_find(m->gf, "ds4.split.ranks") != NULL;
+        memcpy(ident, m->fingerprint, 20);
+        if (G.part) rc = ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, G.size, NULL, ident,
+                                        msg, sizeof msg);
+    }
     if (rc == DS4_OK) rc = plan_layers(m, msg, sizeof msg);
     if (rc == DS4_OK) {
         G.lo = G.mode == 2 ? 0 : G.first[G.rank];
@@ -328,7 +403,9 @@ int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) {
         dstatus st;
         memset(&st, 0, sizeof st);
         st.rc = rc;
-        if (rc == DS4_OK) memcpy(st.fp, m->fingerprint, 20);
+        st.lo = G.lo;
+        st.hi = G.hi;
+        if (rc == DS4_OK) memcpy(st.fp, ident, 20);
         snprintf(st.version, sizeof st.version, "%s", ds4_version());
         snprintf(st.msg, sizeof st.msg, "%s", msg[0] ? msg : (err && *err) ? *err : ds4_strerror(rc));
         dsend(&st, (int)sizeof st, MPI_BYTE, 0, TAG_STATUS);
@@ -358,9 +435,13 @@ int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) {
         else if (strcmp(st.version, ds4_version()))
             snprintf(bad, sizeof bad, "--dist: rank %d runs another build (%s, rank 0: %s)",
                      r, st.version, ds4_version());
-        else if (memcmp(st.fp, m->fingerprint, 20))
+        else if (memcmp(st.fp, ident, 20))
             snprintf(bad, sizeof bad, "--dist: rank %d loaded a different model file "
                      "(fingerprints differ)", r);
+        else if (G.mode == 1 && (st.lo != G.first[r] || st.hi != G.first[r + 1]))
+            snprintf(bad, sizeof bad, "--dist: rank %d would run layers %d..%d, rank 0 expects "
+                     "%d..%d (per-rank files of another split?)", r, st.lo, st.hi - 1,
+                     G.first[r], G.first[r + 1] - 1);
     }
     if (bad[0]) {
         if (err) *err = strdup(bad);
@@ -492,7 +573,7 @@ int ds4_dist_worker(const char *path, const ds4_model_params *p) {
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     char *err = NULL;
-    ds4_model *m = ds4_model_load(path, p, &err);
+    ds4_model *m = ds4_model_load(path, p, &err);   /* "%d" in path: see ds4_dist_path */
     if (!m) {
         /* rank 0 reports the reason; the worker only leaves */
         free(err);

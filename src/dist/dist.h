@@ -47,6 +47,20 @@ void ds4_dist_expert_range(int n_expert, int *lo, int *hi);
 /* Experts mode: rows [eoff[lo_r], eoff[hi_r]) of dn ([npairs][D]) come
  * from rank r; afterwards every rank holds all npairs rows. */
 int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs);
+/* Pipeline plan: first[r] = the first layer of rank r, first[P] = L;
+ * spec = --dist-layers or NULL (balanced by weight bytes).  No MPI needed
+ * (ds4-gguf split uses it). */
+int ds4_dist_plan_pipeline(const gguf_file *gf, int L, int P, const char *spec, int *first,
+                           char *msg, size_t cap);
+/* Layer index of a "blk.N." tensor name; -1 otherwise. */
+int ds4_dist_layer_of(const char *name);
+/* A per-rank file's ds4.split keys: checks rank/P (rank < 0: any) and
+ * the plan; fills first[P+1] and the whole file's fingerprint (either may
+ * be NULL). */
+int ds4_split_info(const gguf_file *gf, int L, int rank, int P, int *first, uint8_t fp[20],
+                   char *msg, size_t cap);
+/* -m under --dist: "PREFIX-rank%d.gguf" names each rank's part; malloc'd. */
+char *ds4_dist_path(const char *path);
 /* 1 on rank 0 (or without --dist). */
 int ds4_dist_is_root(void);
 

@@ -113,10 +113,18 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     }
     ds4_model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
-    m->path = strdup(path);
+    /* --dist: "PREFIX-rank%d.gguf" names this rank's part (ds4-gguf split) */
+    m->path = ds4_dist_on() ? ds4_dist_path(path) : strdup(path);
+    if (!m->path) { free(m); return NULL; }
+    path = m->path;
     m->gf = gguf_open(path, err);
     if (!m->gf) goto fail;
     if (ds4_weights_bind(m->gf, &m->w, err) != DS4_OK) goto fail;
+    if (!ds4_dist_on() && gguf_find(m->gf, "ds4.split.ranks")) {
+        if (err) *err = fmt_err(path, "holds one rank's part of a split model (ds4-gguf split): "
+                                "run it under mpirun with --dist pipeline -m PREFIX-rank%d.gguf");
+        goto fail;
+    }
     m->tok = ds4_tokenizer_load(path, err);
     if (!m->tok) goto fail;
     if (check_data(m, err) != DS4_OK) goto fail;
