@@ -4,6 +4,8 @@
 #  - --dump-logits on rank 0 bit-identical to the single-process run, in
 #    prefill, --decode-only and --split (prefill then decode), both models;
 #    an explicit --dist-layers split too;
+#  - per-rank files from ds4-gguf split (and a mix of whole and part) give
+#    the same logits as the whole file;
 #  - ds4-server under mpirun -np 2 answers a chat request (temperature 0)
 #    with the same text as a single process;
 #  - failures end the whole job with one clear message, never a hang: a
@@ -72,6 +74,29 @@ else
     bad "pipeline --dist-layers 0:0,1:5"
 fi
 
+# per-rank files (ds4-gguf split) give the same logits as the whole file
+for np in 2 3; do
+    ./ds4-gguf split --dist pipeline --ranks $np -m "$G/models/tiny-a-q2.gguf" -o "$T/part$np" > "$T/split.log" 2>&1 \
+        || { bad "ds4-gguf split --ranks $np"; cat "$T/split.log"; continue; }
+    if "${MPIRUN[@]}" -np $np ./ds4 -q -t 1 -m "$T/part$np-rank%d.gguf" --tokens-file "$SEQ" -n 0 --chunk 64 \
+           --dump-logits "$T/dist.f32" --dist pipeline > "$T/run.log" 2>&1 && cmp -s "$T/one.f32" "$T/dist.f32"; then
+        ok "split files, $np ranks: logits bit-identical to the whole file"
+    else
+        bad "split files, $np ranks"; cat "$T/run.log"
+    fi
+done
+if "${MPIRUN[@]}" -np 1 ./ds4 -q -t 1 -m "$G/models/tiny-a-q2.gguf" --tokens-file "$SEQ" -n 0 --chunk 64 \
+       --dump-logits "$T/dist.f32" --dist pipeline : -np 1 ./ds4 -q -t 1 -m "$T/part2-rank1.gguf" \
+       --tokens-file "$SEQ" -n 0 --chunk 64 --dump-logits "$T/dist.f32" --dist pipeline > "$T/run.log" 2>&1 \
+   && cmp -s "$T/one.f32" "$T/dist.f32"; then
+    ok "whole file on rank 0, split file on rank 1: logits bit-identical"
+else
+    bad "whole file + split file"; cat "$T/run.log"
+fi
+for f in "$T"/part2-rank*.gguf; do
+    [ "$(head -c 4 "$f")" = GGUF ] && ok "$(basename "$f"): a GGUF" || bad "$(basename "$f") is not a GGUF"
+done
+
 # 2. failures: one clear message, non-zero exit, no hang
 expect_fail() {   # expect_fail LABEL PATTERN cmd...
     local label=$1 pat=$2; shift 2
@@ -96,6 +121,16 @@ expect_fail "--dist without mpirun peers" "needs at least 2 ranks" \
     timeout 60 ./ds4 -m "$G/models/tiny-a-q2.gguf" "${A[@]}"
 expect_fail "--dist-layers with experts" "applies to --dist pipeline only" \
     "${MPIRUN[@]}" -np 2 ./ds4 -m "$G/models/tiny-a-q2.gguf" -q --tokens-file "$SEQ" -n 0 --dist experts --dist-layers 0:2,3:5
+expect_fail "part file without --dist" "holds one rank's part of a split model" \
+    timeout 60 ./ds4 -q -m "$T/part2-rank0.gguf" --tokens-file "$SEQ" -n 0
+expect_fail "part files of another rank count" "is the part of rank 0 of 3, but this is rank 0 of 2" \
+    "${MPIRUN[@]}" -np 2 ./ds4 -q -m "$T/part3-rank%d.gguf" --tokens-file "$SEQ" -n 0 --dist pipeline
+expect_fail "part files with --dist experts" "cannot run --dist experts" \
+    "${MPIRUN[@]}" -np 2 ./ds4 -q -m "$T/part2-rank%d.gguf" --tokens-file "$SEQ" -n 0 --dist experts
+expect_fail "ds4-gguf split of a part" "already one rank's part" \
+    ./ds4-gguf split --dist pipeline --ranks 2 -m "$T/part2-rank0.gguf" -o "$T/again"
+expect_fail "ds4-gguf split --dist experts" "only pipeline splits" \
+    ./ds4-gguf split --dist experts --ranks 2 -m "$G/models/tiny-a-q2.gguf" -o "$T/ex"
 expect_fail "--dist unknown mode" "unknown mode 'rows'" \
     timeout 60 ./ds4 -m "$G/models/tiny-a-q2.gguf" -q --tokens-file "$SEQ" -n 0 --dist rows
 
