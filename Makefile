@@ -46,6 +46,20 @@ CFLAGS += -std=c11 -ffp-contract=off -Wall -Wextra -D_GNU_SOURCE -pthread -MMD -
 LDFLAGS += $(LDOPT) -pthread
 LIBS = -ljansson -lm
 
+# Distributed inference (src/dist/, README "Several machines"): built with
+# MPI when `mpicc` is found (Open MPI or MPICH; flags from pkg-config mpi-c,
+# else from the mpicc wrapper).  NO_MPI=1 builds without; such binaries
+# say so in --help and refuse --dist.
+ifneq ($(NO_MPI),1)
+  MPICC := $(shell command -v mpicc 2>/dev/null)
+endif
+ifneq ($(MPICC),)
+  MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null || mpicc -compile_info | sed 's/^[^ ]* //;s/ -c / /')
+  MPI_LIBS := $(shell pkg-config --libs mpi-c 2>/dev/null || mpicc --showme:link 2>/dev/null || mpicc -link_info | sed 's/^[^ ]* //')
+  $(BUILD)/src/dist/dist.o: CFLAGS += -DDS4_MPI $(MPI_CFLAGS)
+  LIBS += $(MPI_LIBS)
+endif
+
 # src/ is grouped by concern (one folder a wing); ds4.h, the public API,
 # stays at the top.  Wings include each other as "wing/file.h".
 LIB_SRCS  := $(wildcard src/*.c src/*/*.c)
@@ -83,6 +97,9 @@ ifneq ($(wildcard tools/ds4_eval.c),)
 endif
 ifneq ($(wildcard tools/ds4_steer.c),)
   BINS += ds4-steer
+endif
+ifneq ($(wildcard tools/ds4_gguf.c),)
+  BINS += ds4-gguf
 endif
 
 BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
@@ -153,6 +170,10 @@ $(BIN_DIR)/ds4-steer: $(BUILD)/tools/ds4_steer.o $(LIB)
 $(BUILD)/tests/test_eval: $(BUILD)/tests/test_eval.o $(EVAL_OBJS) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+$(BIN_DIR)/ds4-gguf: $(BUILD)/tools/ds4_gguf.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
 tests: $(TEST_BINS)
 
 # test_oom fails chosen allocations: every malloc/calloc/realloc of the
@@ -215,7 +236,7 @@ install: $(BIN_PATHS)
 	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
-	rm -rf $(BUILD) build-ubsan $(addprefix $(BIN_DIR)/,ds4 ds4-server ds4-agent ds4-synth ds4-bench ds4-kv ds4-quantize ds4-eval ds4-steer) demo/*.gguf
+	rm -rf $(BUILD) build-ubsan $(addprefix $(BIN_DIR)/,ds4 ds4-server ds4-agent ds4-synth ds4-bench ds4-kv ds4-quantize ds4-eval ds4-steer ds4-gguf) demo/*.gguf
 
 # keep the objects of tests and benches (intermediate files of a chain)
 .SECONDARY:

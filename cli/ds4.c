@@ -63,6 +63,11 @@ static void usage(FILE *f) {
 "  -c, --ctx N             context size in tokens (16 .. 16777216,\n"
 "                          default 32768)\n"
 "      --chunk N           prefill chunk size in tokens (default 2048)\n"
+"      --dist MODE         under mpirun: one model over the ranks; MODE is\n"
+"                          pipeline (consecutive layers per rank) or experts\n"
+"                          (a share of every layer's routed experts)%s\n"
+"      --dist-layers SPEC  pipeline split, inclusive ranges per rank\n"
+"                          (0:20,21:42; default: balanced by weight bytes)\n"
 "\n"
 "prompt and generation:\n"
 "  -p, --prompt TEXT       user message: generate one answer and exit\n"
@@ -148,6 +153,7 @@ static void usage(FILE *f) {
 "take a unit (512MB, 8GB; powers of 1024).  A --ctx (or /ctx) above the\n"
 "model's trained context (deepseek4.context_length) works, with a warning.\n"
 "\n",
+            ds4_dist_supported() ? "" : "\n                          (this build has no MPI support)",
             DS4_THINK_MAX_MIN_CTX);
     chat_print_commands(f);
 }
@@ -161,6 +167,7 @@ typedef struct {
     int ctx, threads, chunk;
     ds4_think think;
     int inspect, tokenize, special;
+    const char *dist, *dist_layers;
     const char *tokenize_text;
     const char *detok;
     const char *tokens, *tokens_file;
@@ -266,6 +273,8 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--steer")) o->steer = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--steer-scale")) { o->steer_scale = ds4_args_double(&a, -1e6, 1e6); o->steer_scale_set = 1; }
         else if (ds4_args_is(&a, NULL, "--steer-layers")) o->steer_layers = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--dist")) o->dist = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--dist-layers")) o->dist_layers = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-q", "--quiet")) o->quiet = 1;
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--kv-disk-space-mb")) o->kv_space_mb = (uint64_t)ds4_args_i64(&a, 1, (int64_t)1 << 30);
@@ -526,9 +535,21 @@ int main(int argc, char **argv) {
     if (o.tokenize) return tokenize_main(&o);
     if (o.imatrix_out) return imatrix_main(&o);
     if (o.detok) return detokenize_main(&o);
+    if (o.dist) {
+        /* ranks > 0 serve rank 0 (src/dist/) and never reach the front end */
+        char *err = NULL;
+        int r = ds4_dist_init(&argc, &argv, o.dist, o.dist_layers, &err);
+        if (r < 0) die("%s", err ? err : ds4_strerror(r));
+        if (r > 0) {
+            ds4_model_params mp;
+            ds4_model_params_default(&mp);
+            mp.n_threads = o.threads;
+            return ds4_dist_worker(o.model, &mp);
+        }
+    }
     if (o.dump_tokens) return dump_tokens_main(&o);
 
-    if (access(o.model, R_OK) != 0)
+    if (!o.dist && access(o.model, R_OK) != 0)   /* --dist: may name per-rank files */
         die("cannot open model %s: %s\n(use -m FILE, or `make run` to create a demo model)",
             o.model, strerror(errno));
 

@@ -47,6 +47,9 @@ static void usage(FILE *f) {
 "  -c, --ctx N               context size in tokens (default 32768)\n"
 "  -t, --threads N           worker threads (default: all cores)\n"
 "      --chunk N             prefill chunk size in tokens (default 2048)\n"
+"      --dist MODE           under mpirun: one model over the ranks\n"
+"                            (pipeline or experts); rank 0 serves HTTP%s\n"
+"      --dist-layers SPEC    pipeline split per rank (0:20,21:42)\n"
 "      --model-name NAME     model id reported by /v1/models (default: the\n"
 "                            file name without .gguf); the aliases\n"
 "                            deepseek-chat (thinking off) and deepseek-reasoner\n"
@@ -137,6 +140,7 @@ static void usage(FILE *f) {
 "      --steer-scale S       add S times it after the FFN of the steered layers\n"
 "                            (required with --steer; not with --kv-disk-dir)\n"
 "      --steer-layers A:B    0-based, inclusive (default: the sidecar's layers)\n",
+            ds4_dist_supported() ? "" : " (this build has no MPI support)",
             DS4_THINK_MAX_MIN_CTX);
 }
 
@@ -213,6 +217,7 @@ int main(int argc, char **argv) {
     c->kv_space_mb = 4096;
     ds4_kv_policy_default(&c->kv_policy);
     int kv_flags = 0, steer_scale_set = 0;
+    const char *dist = NULL, *dist_layers = NULL;
     const char *env_key = getenv("DS4_API_KEY");
     if (env_key && *env_key) c->api_key = env_key;
 
@@ -224,6 +229,8 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&ar, NULL, "--port")) { c->port = (int)ds4_args_i64(&ar, 0, 65535); }
         else if (ds4_args_is(&ar, "-c", "--ctx")) { c->ctx = (int)ds4_args_i64(&ar, 16, 1 << 24); }
         else if (ds4_args_is(&ar, "-t", "--threads")) { c->threads = (int)ds4_args_i64(&ar, 0, 4096); }
+        else if (ds4_args_is(&ar, NULL, "--dist")) dist = nonempty(&ar);
+        else if (ds4_args_is(&ar, NULL, "--dist-layers")) dist_layers = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--chunk")) { c->chunk = (int)ds4_args_i64(&ar, 1, 1 << 20); }
         else if (ds4_args_is(&ar, NULL, "--model-name")) c->model_name = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--api-key")) c->api_key = nonempty(&ar);
@@ -294,6 +301,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ds4-server: refusing to listen on %s (not a loopback address) without "
                 "an API key: set --api-key / DS4_API_KEY, or pass --insecure-no-auth\n", c->host);
         return 2;
+    }
+    if (dist) {
+        /* ranks > 0 serve rank 0 (src/dist/); only rank 0 listens */
+        char *derr = NULL;
+        int r = ds4_dist_init(&argc, &argv, dist, dist_layers, &derr);
+        if (r < 0) { fprintf(stderr, "ds4-server: %s\n", derr ? derr : ds4_strerror(r)); free(derr); return 2; }
+        if (r > 0) {
+            ds4_model_params wp;
+            ds4_model_params_default(&wp);
+            wp.n_threads = c->threads;
+            return ds4_dist_worker(c->model_path, &wp);
+        }
     }
     if (util_random_init()) {
         fprintf(stderr, "ds4-server: cannot open /dev/urandom\n");

@@ -341,6 +341,32 @@ const char *ds4_escape(char *buf, size_t cap, const char *s, size_t n);
 size_t ds4_fput_escaped(FILE *out, const char *s, size_t n, size_t max_in);
 
 /* ------------------------------------------------------------------------ */
+/* Distributed inference over MPI (src/dist/, README "Several machines").    */
+/* Every rank runs the same binary under mpirun.  Call ds4_dist_init before  */
+/* anything else; ranks > 0 then call ds4_dist_worker (which loads the model */
+/* and serves rank 0 until it exits) and exit with its status.  Rank 0 goes  */
+/* on as a normal front end: ds4_model_load and the sessions drive the       */
+/* workers.  Snapshots, restores and --dump-hidden are not distributed       */
+/* (DS4_EUNSUP).                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* 1 when this build has MPI support. */
+int ds4_dist_supported(void);
+/* mode: "pipeline" or "experts"; layers: NULL (balanced by weight bytes) or "a:b,c:d"
+ * (inclusive layer ranges, one per rank).  Returns this rank (>= 0) or a
+ * DS4_E* code with *err. */
+int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,
+                  char **err);
+int ds4_dist_rank(void);
+int ds4_dist_size(void);
+/* Ranks > 0: load `path` and serve; returns the process exit status. */
+int ds4_dist_worker(const char *path, const ds4_model_params *p);
+/* Seconds this rank spent sending and waiting for messages. */
+double ds4_dist_comm_seconds(void);
+/* Rank 0: release the workers and finalize MPI (also run at exit). */
+void ds4_dist_finish(void);
+
+/* ------------------------------------------------------------------------ */
 /* Session: the KV state of one token sequence.                              */
 /* ------------------------------------------------------------------------ */
 

@@ -125,6 +125,12 @@ static void usage(FILE *f) {
 "                       filled in at the end, also after Ctrl+C)\n"
 "  --no-qat             no FP8/FP4/f16 cache roundings, float activations\n"
 "                       (the same diagnostic mode as ds4 --no-qat)\n"
+"  --dist MODE          under mpirun: pipeline or experts over the ranks\n"
+"                       (README \"Several machines\"); snapshots are not\n"
+"                       distributed, so a RAM checkpoint rewinds after each\n"
+"                       decode instead, and the communication time per\n"
+"                       token is reported\n"
+"  --dist-layers SPEC   pipeline split per rank (0:20,21:42)\n"
 "  --kv-disk-dir DIR    also time saving each frontier's state to a disk KV\n"
 "                       cache in DIR and restoring it by its text (stderr)\n"
 "  --no-warmup          do not read the model file once before timing (the\n"
@@ -201,6 +207,7 @@ typedef struct {
     int no_qat, no_warmup, verbose, no_probe;
     const char *kv_dir;      /* also time disk KV cache save/restore */
     int spec;                /* --spec N: speculative-decoding costs */
+    const char *dist, *dist_layers;  /* --dist: under mpirun (src/dist/) */
 } opts;
 
 static void parse_args(int argc, char **argv, opts *o) {
@@ -229,6 +236,8 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--no-probe")) o->no_probe = 1;
         else if (ds4_args_is(&a, NULL, "--spec")) o->spec = ds4_args_int(&a, 1, DS4_DRAFT_PASS_MAX - 1);
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--dist")) o->dist = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--dist-layers")) o->dist_layers = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-v", "--verbose")) o->verbose = 1;
         else ds4_args_unknown(&a);
     }
@@ -701,12 +710,28 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
 int main(int argc, char **argv) {
     opts o;
     parse_args(argc, argv, &o);
+    if (o.dist) {
+        /* ranks > 0 serve rank 0 and never reach the measurements */
+        if (o.kv_dir) die_usage("--kv-disk-dir does not work with --dist (snapshots are not distributed)");
+        char *derr = NULL;
+        int r = ds4_dist_init(&argc, &argv, o.dist, o.dist_layers, &derr);
+        if (r < 0) die_usage("%s", derr ? derr : ds4_strerror(r));
+        if (r > 0) {
+            ds4_model_params wp;
+            ds4_model_params_default(&wp);
+            wp.n_threads = o.threads;
+            return ds4_dist_worker(o.model, &wp);
+        }
+    }
 
     /* Files first: everything that can be checked before the long part. */
     size_t text_len = 0;
     char *text = read_file(o.text, &text_len);
     if (!text) die_usage("cannot read the prompt file %s: %s", o.text, strerror(errno));
     if (text_len == 0) die_usage("the prompt file %s is empty", o.text);
+    if (o.dist && strchr(o.model, '%'))
+        die_usage("ds4-bench --dist reads the whole model file (it warms the page cache from it); "
+                  "per-rank files (PREFIX-rank%%d.gguf) run with ds4 and ds4-server");
     struct stat mst;
     if (stat(o.model, &mst) != 0)
         die_usage("cannot open the model %s: %s", o.model, strerror(errno));
@@ -872,32 +897,42 @@ int main(int argc, char **argv) {
 
         /* 1. incremental prefill */
         prog_ud pu = { now_s(), target, tty, 0 };
+        double comm0 = ds4_dist_comm_seconds();
         double ta = now_s();
         int e = ds4_session_eval(s, seq.v + pos, target - pos, on_progress, &pu);
         double tp = now_s() - ta;
         if (e == DS4_ECANCEL) break;
         if (e) { note("prefill to %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
         pos = target;
+        double comm_p = ds4_dist_comm_seconds() - comm0;
         r->prefill_tps = tp > 0 ? r->prefill_tokens / tp : 0;
         r->kv_bytes = ds4_session_kv_bytes(s);
 
-        /* 2. snapshot (the buffer is grown and touched before timing) */
-        uint64_t need = ds4_session_snapshot_size(s);
-        snap.n = 0;
-        if (snap.cap <= need) {
-            size_t old = snap.cap;
-            if (ds4_buf_reserve(&snap, need)) { note("out of memory for a %.1f MB snapshot", need / 1e6); rc = 1; break; }
-            if (snap.cap > old) memset(snap.p, 0, snap.cap);
+        /* 2. snapshot (the buffer is grown and touched before timing);
+         * --dist: a RAM checkpoint to come back to instead */
+        if (o.dist) {
+            e = ds4_session_checkpoint(s, 0);
+            if (e) { note("checkpoint at %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
         }
-        ta = now_s();
-        e = ds4_session_snapshot(s, &snap);
-        double ts = now_s() - ta;
-        if (e) { note("snapshot at %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
-        r->snap_bytes = snap.n;
-        r->save_mbs = ts > 0 ? snap.n / 1e6 / ts : 0;
+        if (!o.dist) {
+            uint64_t need = ds4_session_snapshot_size(s);
+            snap.n = 0;
+            if (snap.cap <= need) {
+                size_t old = snap.cap;
+                if (ds4_buf_reserve(&snap, need)) { note("out of memory for a %.1f MB snapshot", need / 1e6); rc = 1; break; }
+                if (snap.cap > old) memset(snap.p, 0, snap.cap);
+            }
+            ta = now_s();
+            e = ds4_session_snapshot(s, &snap);
+            double ts = now_s() - ta;
+            if (e) { note("snapshot at %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
+            r->snap_bytes = snap.n;
+            r->save_mbs = ts > 0 ? snap.n / 1e6 / ts : 0;
+        }
 
         /* 3. greedy decode */
         int ng = 0;
+        comm0 = ds4_dist_comm_seconds();
         ta = now_s();
         for (; ng < o.gen && !g_stop; ng++) {
             const float *lg = ds4_session_logits(s);
@@ -908,6 +943,7 @@ int main(int argc, char **argv) {
             if (e) break;
         }
         double td = now_s() - ta;
+        double comm_d = ds4_dist_comm_seconds() - comm0;
         if (e) { note("decode at %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
         if (ng < o.gen) break;   /* interrupted */
         r->decode_tokens = ng;
@@ -917,9 +953,9 @@ int main(int argc, char **argv) {
             break;
         }
 
-        /* 4. restore */
+        /* 4. restore (--dist: rewind to the checkpoint) */
         ta = now_s();
-        e = ds4_session_restore(s, snap.p, snap.n, &err);
+        e = o.dist ? ds4_session_rewind(s, target) : ds4_session_restore(s, snap.p, snap.n, &err);
         double tr = now_s() - ta;
         if (e) { note("restore at %d failed: %s", target, err ? err : ds4_strerror(e)); rc = 1; break; }
         if (ds4_session_n_tokens(s) != target) {
@@ -966,6 +1002,11 @@ int main(int argc, char **argv) {
              "(%.3f tok/s) | kv %.2f MB | snapshot %.2f MB: save %.0f MB/s, restore %.0f MB/s",
              r->ctx, r->prefill_tokens, tp, r->prefill_tps, ng, td, r->decode_tps,
              r->kv_bytes / 1e6, r->snap_bytes / 1e6, r->save_mbs, r->restore_mbs);
+        if (o.dist)
+            note("ctx %d: --dist %s over %d ranks: rank 0 sends/waits %.3f ms a prefill token, "
+                 "%.3f ms a decoded token (%.0f %% / %.0f %% of the time)", r->ctx, o.dist,
+                 ds4_dist_size(), r->prefill_tokens ? 1e3 * comm_p / r->prefill_tokens : 0,
+                 ng ? 1e3 * comm_d / ng : 0, tp > 0 ? 100 * comm_p / tp : 0, td > 0 ? 100 * comm_d / td : 0);
         r->prefill_gflops = r->prefill_tps * 2.0 * (double)info.layer_macs_per_token * 1e-9;
         r->decode_gbs = r->decode_tps * (double)info.active_bytes_per_token * 1e-9;
         if (probing && mf0.read > 0 && mf0.int8 > 0)

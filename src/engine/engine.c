@@ -12,6 +12,7 @@
 
 #include "engine/engine_internal.h"
 #include "store/hash.h"
+#include "dist/dist.h"
 
 void ds4_model_params_default(ds4_model_params *p) {
     memset(p, 0, sizeof *p);
@@ -91,14 +92,26 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         return NULL;
     }
     ds4_model *m = calloc(1, sizeof *m);
-    if (!m || !(m->path = strdup(path))) {
+    if (!m) {
+        ds4_set_err(err, DS4_ENOMEM, "%s: out of memory", path);
+        return NULL;
+    }
+    /* --dist: "PREFIX-rank%d.gguf" names this rank's part (ds4-gguf split) */
+    m->path = ds4_dist_on() ? ds4_dist_path(path) : strdup(path);
+    if (!m->path) {
         free(m);
         ds4_set_err(err, DS4_ENOMEM, "%s: out of memory", path);
         return NULL;
     }
+    path = m->path;
     m->gf = gguf_open(path, err);
     if (!m->gf) goto fail;
     if (ds4_weights_bind(m->gf, &m->w, err) != DS4_OK) goto fail;
+    if (!ds4_dist_on() && gguf_find(m->gf, "ds4.split.ranks")) {
+        ds4_set_err(err, DS4_EFORMAT, "%s: holds one rank's part of a split model (ds4-gguf split): "
+                    "run it under mpirun with --dist pipeline -m PREFIX-rank%%d.gguf", path);
+        goto fail;
+    }
     m->tok = ds4_tokenizer_load(path, err);
     if (!m->tok) goto fail;
     if (check_data(m, err) != DS4_OK) goto fail;
@@ -135,6 +148,11 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         ds4_set_err(err, DS4_ENOMEM, "%s: out of memory", path);
         goto fail;
     }
+    /* --dist: this rank's layers; rank 0 hears from every worker */
+    if (ds4_dist_on() && ds4_dist_model_loaded(m, DS4_OK, err) != DS4_OK) {
+        ds4_model_free(m);
+        return NULL;
+    }
     /* ds4-synth marks its files; say so wherever the model is named */
     gguf_str desc;
     m->random_weights = strncmp(m->name, "ds4-synth", 9) == 0 ||
@@ -142,6 +160,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
          memmem(desc.p, desc.len, "random-weight", 13) != NULL);
     return m;
 fail:
+    if (ds4_dist_on()) ds4_dist_model_loaded(m, DS4_EFORMAT, err);
     ds4_model_free(m);
     return NULL;
 }

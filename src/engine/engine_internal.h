@@ -160,6 +160,7 @@ struct ds4_session {
      * HC copy after the FFN of layers [steer_l0, steer_l1]; NULL = off */
     float *steer;
     int steer_l0, steer_l1;
+    int dist_id;              /* --dist: the workers' name for it (0 = none) */
 };
 
 /* session.c: called by the forward after the compressor inputs of layer

@@ -22,6 +22,7 @@
 #include "engine/engine_internal.h"
 #include "engine/imatrix.h"
 #include "kernels/vec_ops.h"
+#include "dist/dist.h"
 
 
 typedef struct {
@@ -930,7 +931,7 @@ static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const 
     else ds4_pool_run(f->cc.pool, swiglu_task, &j);
 }
 
-static void moe(fwd *f, int il, const int32_t *toks) {
+static int moe(fwd *f, int il, const int32_t *toks) {
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = &f->w->layers[il];
     cpu_scratch *sc = &f->s->sc;
@@ -955,6 +956,9 @@ static void moe(fwd *f, int il, const int32_t *toks) {
     act_kind kdn = act_kind_for(lw->ffn_down_exps.type, f->no_qat);
     size_t rb_in = act_row_bytes(kin, D), rb_dn = act_row_bytes(kdn, F);
     mm_group *grp = (mm_group *)sc->qscratch2;   /* 2*E groups fit (sized at init) */
+    /* --dist experts (src/dist/): this rank computes experts [e_lo, e_hi) */
+    int e_lo = 0, e_hi = E;
+    if (ds4_dist_on()) ds4_dist_expert_range(E, &e_lo, &e_hi);
     for (int t0 = 0; t0 < T; t0 += MOE_T) {
         int nt = T - t0 < MOE_T ? T - t0 : MOE_T;
         /* quantize this sub-batch's inputs once for gate and up */
@@ -975,7 +979,7 @@ static void moe(fwd *f, int il, const int32_t *toks) {
                 wrow[i] = sc->wts[(size_t)(t0 + t) * K + k];
             }
         int ng = 0;
-        for (int e = 0; e < E; e++) {
+        for (int e = e_lo; e < e_hi; e++) {
             if (!sc->ecount[e]) continue;
             mm_group gg = { .W = mat_expert(&lw->ffn_gate_exps, e), .kind = kin, .act = ain,
                             .act_stride = rb_in, .rows = sc->erows + sc->eoff[e],
@@ -988,16 +992,21 @@ static void moe(fwd *f, int il, const int32_t *toks) {
         }
         cpu_matmul_groups(&f->cc, grp, ng);
         int npairs = nt * K;
+        /* this rank's (token, slot) rows: experts are contiguous in them */
+        int r_lo = e_lo < E ? sc->eoff[e_lo] : npairs, r_hi = e_hi < E ? sc->eoff[e_hi] : npairs;
         /* the routed weight multiplies the hidden vector before `down` */
-        swiglu(f, sc->g, sc->u, npairs, F, lw->swiglu_clamp, wrow);
-        /* importance collection: reads the inputs of gate/up and down */
+        swiglu(f, sc->g + (size_t)r_lo * F, sc->u + (size_t)r_lo * F, r_hi - r_lo, F,
+               lw->swiglu_clamp, wrow + r_lo);
+        /* importance collection: reads the inputs of gate/up and down
+         * (single process: --imatrix-out is not offered under --dist) */
         if (f->s->imatrix)
             ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
                                 sc->ecount);
         uint8_t *amid = sc->qscratch;
-        quantize_rows(f, kdn, sc->g, F, F, amid, rb_dn, npairs);
+        quantize_rows(f, kdn, sc->g + (size_t)r_lo * F, F, F, amid + (size_t)r_lo * rb_dn, rb_dn,
+                      r_hi - r_lo);
         ng = 0;
-        for (int e = 0; e < E; e++) {
+        for (int e = e_lo; e < e_hi; e++) {
             if (!sc->ecount[e]) continue;
             mm_group gd = { .W = mat_expert(&lw->ffn_down_exps, e), .kind = kdn,
                             .act = amid + (size_t)sc->eoff[e] * rb_dn, .act_stride = rb_dn,
@@ -1006,6 +1015,12 @@ static void moe(fwd *f, int il, const int32_t *toks) {
             grp[ng++] = gd;
         }
         cpu_matmul_groups(&f->cc, grp, ng);
+        /* every rank gets every rank's rows, then sums them exactly as one
+         * process does (not MPI_SUM): the results stay bit-identical */
+        if (ds4_dist_on() && e_hi - e_lo < E) {
+            int rc = ds4_dist_gather_rows(sc->dn, D, sc->eoff, E, npairs);
+            if (rc) return rc;
+        }
         /* per token, experts are added in ascending expert order whatever
          * the batch, so decode and prefill sum identically */
         for (int i = 0; i < npairs; i++) {
@@ -1020,6 +1035,7 @@ static void moe(fwd *f, int il, const int32_t *toks) {
     mm(f, &lw->ffn_down_shexp, sc->shared_g, FS, sc->shared, D);
     for (size_t i = 0; i < (size_t)T * D; i++) sc->y[i] = sc->moe[i] + sc->shared[i];
     hc_post(f, il, 1);
+    return DS4_OK;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1100,15 +1116,29 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
         if (ds4_buf_reserve(s->cap_hidden, per_tok * (size_t)n)) return DS4_ENOMEM;
     }
 
-    embed(&f, toks);
-    if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
-    for (int il = 0; il < c->n_layer; il++) {
-        attention(&f, il);
-        moe(&f, il, toks);
-    }
     int want_all = s->cap_logits != NULL || s->stg_on;
-    head(&f, want_all ? 0 : n - 1);
+    int lo = 0, hi = c->n_layer;
+    /* --dist pipeline (src/dist/): this rank's layers only; the HC state
+     * comes from the previous rank and goes to the next */
+    if (ds4_dist_on()) {
+        int rc = ds4_dist_chunk_begin(s, toks, n, &want_all, &lo, &hi);
+        if (rc) return rc;
+    }
+    if (lo == 0) embed(&f, toks);
+    if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
+    else ds4_dist_recv_x(s, sc->X, n);
+    for (int il = lo; il < hi; il++) {
+        attention(&f, il);
+        int rc = moe(&f, il, toks);
+        if (rc) return rc;
+    }
     int nl = want_all ? n : 1;
+    if (hi < c->n_layer) ds4_dist_send_x(s, sc->X, n);
+    else if (!ds4_dist_on() || ds4_dist_runs_head()) head(&f, want_all ? 0 : n - 1);
+    if (ds4_dist_on()) {
+        ds4_dist_logits(s, sc->logits, nl);
+        if (!ds4_dist_is_root()) return DS4_OK;   /* rank 0 keeps the logits */
+    }
     memcpy(s->logits, sc->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
     if (s->cap_logits) {

@@ -15,6 +15,7 @@
 
 #include "engine/engine_internal.h"
 #include "engine/imatrix.h"
+#include "dist/dist.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -312,6 +313,7 @@ static void state_reset(ds4_session *s) {
     /* every checkpoint referred to rows that are gone now */
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) s->ck[i].n = -1;
     s->stg_n = 0;
+    ds4_dist_session_reset(s);
 }
 
 ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **err) {
@@ -357,6 +359,7 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
     if (ds4_cpu_scratch_init(s) != DS4_OK) goto oom;
     s->logits_rows = 1;
     state_reset(s);
+    ds4_dist_session_new(s);
     return s;
 oom:
     ds4_set_err(err, DS4_ENOMEM, "out of memory creating a session of %d tokens (needs ~%.1f MiB)",
@@ -370,6 +373,7 @@ static void stage_free(ds4_session *s);
 void ds4_session_free(ds4_session *s) {
     if (!s) return;
     ds4_imatrix_free(s->imatrix);
+    ds4_dist_session_free(s);
     if (s->ls) {
         for (int il = 0; il < s->m->w.cfg.n_layer; il++) {
             layer_state *st = &s->ls[il];
@@ -578,6 +582,7 @@ int ds4_session_checkpoint(ds4_session *s, int slot) {
     k->has_logits = s->has_logits;
     if (s->has_logits) memcpy(k->logits, s->logits, (size_t)c->n_vocab * sizeof(float));
     k->n = (int)s->toks.n;
+    ds4_dist_session_checkpoint(s, slot);
     return DS4_OK;
 }
 
@@ -632,6 +637,7 @@ int ds4_session_rewind(ds4_session *s, int n) {
      * overwrites */
     for (int i = 0; i < DS4_SESSION_CKPTS; i++)
         if (s->ck[i].n > n) s->ck[i].n = -1;
+    ds4_dist_session_rewind(s, n);
     return DS4_OK;
 }
 
@@ -692,6 +698,7 @@ uint64_t ds4_session_snapshot_size(const ds4_session *s) {
  * snapshot size is allocated. */
 int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     const ds4_config *c = &s->m->w.cfg;
+    if (ds4_dist_on()) return DS4_EUNSUP;   /* the layers' state lives on several ranks */
     const size_t es = kv_es(s);
     uint32_t hdr[10] = { SNAP_MAGIC, SNAP_VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_embd,
                          (uint32_t)c->head_dim, (uint32_t)c->idx_dim, (uint32_t)c->n_vocab,
@@ -761,6 +768,10 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
     rd r = { data, len, 0 };
     uint32_t h[10];
     if (err) *err = NULL;
+    if (ds4_dist_on()) {
+        if (err) *err = strdup("snapshot: not supported with --dist");
+        return DS4_EUNSUP;
+    }
     if (rd_take(&r, h, sizeof h)) return fail(err, "snapshot: truncated header");
     if (h[0] != SNAP_MAGIC) return fail(err, "snapshot: bad magic");
     if (h[1] == 1) return fail(err, "snapshot: version 1 (float32 KV rows, an older build): not loadable, recompute the prompt");

@@ -189,7 +189,46 @@ typedef struct {
     problems *p;
     const gguf_file *gf;
     uint64_t n_bound;
+    /* a per-rank part of a pipeline split (ds4-gguf split, src/dist/):
+     * only layers [lo, hi), the embeddings when lo == 0 and the head when
+     * hi == n_layer must be present */
+    int part, lo, hi, n_layer;
 } binder;
+
+/* Whether a part file must hold tensor `name` (always for a whole file). */
+static int part_needs(const binder *b, const char *name) {
+    if (!b->part) return 1;
+    if (!strncmp(name, "blk.", 4)) {
+        int il = atoi(name + 4);
+        return il >= b->lo && il < b->hi;
+    }
+    if (!strncmp(name, "token_embd.", 11)) return b->lo == 0;
+    return b->hi == b->n_layer;
+}
+
+/* Reads the ds4.split keys of a part: 1 = a part (lo/hi set), 0 = a whole
+ * file; a malformed split is a problem. */
+static int part_of(problems *p, const gguf_file *gf, int L, int *lo, int *hi) {
+    uint32_t rank = 0, ranks = 0;
+    if (!gguf_find(gf, "ds4.split.ranks")) return 0;
+    const gguf_kv *kf = gguf_find(gf, "ds4.split.first");
+    if (gguf_get_u32(gf, "ds4.split.rank", &rank) || gguf_get_u32(gf, "ds4.split.ranks", &ranks) ||
+        rank >= ranks || !kf || kf->type != GGUF_ARRAY || kf->v.arr.type != GGUF_U32 ||
+        kf->v.arr.n != (uint64_t)ranks + 1) {
+        prob(p, "malformed ds4.split metadata (ds4.split.rank, ranks, first)");
+        return 0;
+    }
+    uint32_t a, z;
+    memcpy(&a, kf->v.arr.data + 4 * (size_t)rank, 4);
+    memcpy(&z, kf->v.arr.data + 4 * (size_t)rank + 4, 4);
+    if (a >= z || z > (uint32_t)L) {
+        prob(p, "ds4.split.first gives rank %u the layers %u..%u of %d", rank, a, z, L);
+        return 0;
+    }
+    *lo = (int)a;
+    *hi = (int)z;
+    return 1;
+}
 
 static int type_ok(int kind, uint32_t t) {
     switch (kind) {
@@ -231,7 +270,7 @@ static int bind_t(binder *b, ds4_tensor *dst, const char *name, int kind, uint32
     memset(dst, 0, sizeof *dst);
     const gguf_tensor *t = gguf_find_tensor(b->gf, name);
     if (!t) {
-        if (!optional) prob(b->p, "missing tensor %s", name);
+        if (!optional && part_needs(b, name)) prob(b->p, "missing tensor %s", name);
         return 0;
     }
     uint64_t want[4] = {ne0, nd > 1 ? ne1 : 1, nd > 2 ? ne2 : 1, 1};
@@ -544,7 +583,8 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
     w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
     if (!w->layers) { rc = DS4_ENOMEM; goto fail; }
 
-    binder B = {&P, gf, 0};
+    binder B = {&P, gf, 0, 0, 0, 0, c->n_layer};
+    B.part = part_of(&P, gf, c->n_layer, &B.lo, &B.hi);
     const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab;
     const uint64_t N = (uint64_t)c->n_hc;
     bind_t(&B, &w->token_embd, "token_embd.weight", T_EMBD, 2, D, V, 0, 0);

@@ -1,0 +1,657 @@
+/*
+ * dist.c -- distributed inference over MPI: one model across several
+ * processes (README "Several machines").
+ *
+ * Design: the distribution lives in the library, under the public API.
+ * Every rank runs the same binary.  Rank 0 is the ordinary front end: it
+ * loads the model and drives sessions through ds4.h as usual; the session
+ * and forward-pass hooks (dist.h) mirror each session operation to the
+ * workers as a small command message.  Ranks > 0 call ds4_dist_worker(),
+ * which loads the model and serves commands (new/free/reset/checkpoint/
+ * rewind a session, evaluate a chunk) until rank 0 sends QUIT (at exit).
+ *
+ * Pipeline mode: rank r evaluates a run of consecutive layers (balanced by
+ * weight bytes, or --dist-layers); rank 0 embeds, the last rank runs the
+ * head.  The HC state of a chunk ([T][n_hc][n_embd] floats) goes from rank
+ * to rank with point-to-point messages; the logits rows come back to rank
+ * 0.  Each rank runs exactly the single-process code on its layers, in the
+ * same order, so the logits are bit-identical.
+ *
+ * Waiting: receives poll (MPI_Iprobe + a short sleep) instead of blocking
+ * in MPI_Recv, which in Open MPI and MPICH spins a core -- on a machine
+ * whose cores the ranks share, a spinning idle rank halves the speed of
+ * the busy one.
+ *
+ * Only standard MPI-3 calls (Open MPI and MPICH).  Errors: MPI_ERRORS_RETURN
+ * on MPI_COMM_WORLD; any failed call prints one line naming the rank and
+ * the call, then MPI_Abort stops the whole job.  A rank that dies is
+ * noticed by the MPI launcher, which stops the job (tests/t_mpi.sh).
+ *
+ * Owns: the MPI state, the command protocol, the layer split.
+ * Must not: compute any part of the model, or be called by front ends
+ * other than through ds4.h.  Built without MPI (no mpicc), ds4_dist_init
+ * says so and nothing else here is reachable.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <time.h>
+
+#include "dist/dist.h"
+
+#ifdef DS4_MPI
+#include <mpi.h>
+#endif
+
+int ds4_dist_supported(void) {
+#ifdef DS4_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* ---------------------------------------------------------------------- */
+/* Pipeline plan and split files (also used by ds4-gguf split; no MPI)      */
+/* ---------------------------------------------------------------------- */
+
+int ds4_dist_layer_of(const char *name) {
+    if (strncmp(name, "blk.", 4)) return -1;
+    char *end;
+    long v = strtol(name + 4, &end, 10);
+    return (end != name + 4 && *end == '.' && v >= 0 && v < (1 << 20)) ? (int)v : -1;
+}
+
+int ds4_dist_plan_pipeline(const gguf_file *gf, int L, int P, const char *spec, int *first,
+                           char *msg, size_t cap) {
+    if (P < 1 || L < P) {
+        snprintf(msg, cap, "%d ranks but the model has only %d layers (a rank needs one)", P, L);
+        return DS4_EINVAL;
+    }
+    if (spec) {
+        /* "a:b,c:d,...": inclusive ranges, one per rank, in order, covering
+         * every layer */
+        const char *p = spec;
+        int r = 0, want = 0;
+        while (*p) {
+            char *e;
+            long a = strtol(p, &e, 10);
+            if (e == p || *e != ':') goto bad;
+            p = e + 1;
+            long b = strtol(p, &e, 10);
+            if (e == p || (*e && *e != ',')) goto bad;
+            p = *e ? e + 1 : e;
+            if (r >= P || a != want || b < a || b >= L) goto bad;
+            first[r++] = (int)a;
+            want = (int)b + 1;
+        }
+        if (r != P || want != L) goto bad;
+        first[P] = L;
+        return DS4_OK;
+    bad:
+        snprintf(msg, cap, "--dist-layers '%.60s': expected %d ranges a:b of consecutive layers "
+                 "covering 0:%d, one per rank", spec, P, L - 1);
+        return DS4_EINVAL;
+    }
+    /* balance by weight bytes: the embeddings count for rank 0, the head
+     * and everything else outside the layers for the last rank */
+    uint64_t *lb = calloc((size_t)L, sizeof *lb);
+    if (!lb) { snprintf(msg, cap, "out of memory"); return DS4_ENOMEM; }
+    uint64_t pre = 0, total = 0;
+    for (uint64_t i = 0; i < gf->n_tensors; i++) {
+        const gguf_tensor *t = &gf->tensors[i];
+        int il = ds4_dist_layer_of(t->name);
+        if (il >= 0 && il < L) lb[il] += t->nbytes;
+        else if (!strncmp(t->name, "token_embd", 10)) pre += t->nbytes;
+        total += t->nbytes;
+    }
+    /* rank r starts at the first layer whose bytes begin at or past r/P of
+     * the total, keeping at least one layer per rank */
+    uint64_t cum = pre;
+    int r = 1;
+    first[0] = 0;
+    for (int il = 0; il < L && r < P; il++) {
+        if (il > first[r - 1] && (cum >= total / P * r || L - il <= P - r))
+            first[r++] = il;
+        cum += lb[il];
+    }
+    for (; r < P; r++) first[r] = L - (P - r);   /* not reached: kept safe */
+    first[P] = L;
+    free(lb);
+    return DS4_OK;
+}
+
+/* ds4.split.* keys (ds4-gguf split): ranks (u32), rank (u32), first (u32
+ * array [ranks+1]), source_fingerprint (u8 array [20]). */
+int ds4_split_info(const gguf_file *gf, int L, int rank, int P, int *first, uint8_t fp[20],
+                   char *msg, size_t cap) {
+    uint32_t fr = 0, fp_ = 0;
+    const gguf_kv *kf = gguf_find(gf, "ds4.split.first");
+    const gguf_kv *kp = gguf_find(gf, "ds4.split.source_fingerprint");
+    if (gguf_get_u32(gf, "ds4.split.rank", &fr) || gguf_get_u32(gf, "ds4.split.ranks", &fp_) ||
+        !kf || kf->type != GGUF_ARRAY || kf->v.arr.type != GGUF_U32 || kf->v.arr.n != (uint64_t)fp_ + 1 ||
+        !kp || kp->type != GGUF_ARRAY || kp->v.arr.type != GGUF_U8 || kp->v.arr.n != 20) {
+        snprintf(msg, cap, "%s: malformed ds4.split metadata", gf->path);
+        return DS4_EFORMAT;
+    }
+    if (rank >= 0 && ((int)fr != rank || (int)fp_ != P)) {
+        snprintf(msg, cap, "%s is the part of rank %u of %u, but this is rank %d of %d",
+                 gf->path, fr, fp_, rank, P);
+        return DS4_EINVAL;
+    }
+    for (uint32_t r = 0; r <= fp_; r++) {
+        uint32_t x;
+        memcpy(&x, kf->v.arr.data + 4 * (size_t)r, 4);
+        if (x > (uint32_t)L || (r > 0 && first && x <= (uint32_t)first[r - 1]) || (r == fp_ && x != (uint32_t)L) ||
+            (r == 0 && x != 0)) {
+            snprintf(msg, cap, "%s: ds4.split.first is not a split of %d layers", gf->path, L);
+            return DS4_EFORMAT;
+        }
+        if (first) first[r] = (int)x;
+    }
+    if (fp) memcpy(fp, kp->v.arr.data, 20);
+    return DS4_OK;
+}
+
+#ifndef DS4_MPI
+
+int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers, char **err) {
+    (void)argc; (void)argv; (void)mode; (void)layers;
+    if (err) *err = strdup("--dist: this build has no MPI support (rebuild with mpicc installed: "
+                           "apt-get install openmpi-bin libopenmpi-dev)");
+    return DS4_EUNSUP;
+}
+int ds4_dist_rank(void) { return 0; }
+char *ds4_dist_path(const char *path) { return strdup(path); }
+int ds4_dist_size(void) { return 1; }
+int ds4_dist_worker(const char *path, const ds4_model_params *p) { (void)path; (void)p; return 1; }
+double ds4_dist_comm_seconds(void) { return 0; }
+void ds4_dist_finish(void) {}
+int ds4_dist_on(void) { return 0; }
+int ds4_dist_is_root(void) { return 1; }
+int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) { (void)m; (void)err; return rc; }
+void ds4_dist_session_new(ds4_session *s) { (void)s; }
+void ds4_dist_session_free(ds4_session *s) { (void)s; }
+void ds4_dist_session_reset(ds4_session *s) { (void)s; }
+void ds4_dist_session_checkpoint(ds4_session *s, int slot) { (void)s; (void)slot; }
+void ds4_dist_session_rewind(ds4_session *s, int n) { (void)s; (void)n; }
+int ds4_dist_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_all,
+                         int *lo, int *hi) {
+    (void)toks; (void)n; (void)want_all;
+    *lo = 0; *hi = s->m->w.cfg.n_layer;
+    return DS4_OK;
+}
+int ds4_dist_recv_x(ds4_session *s, float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
+int ds4_dist_send_x(ds4_session *s, const float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
+int ds4_dist_logits(ds4_session *s, float *l, int nl) { (void)s; (void)l; (void)nl; return DS4_OK; }
+int ds4_dist_runs_head(void) { return 1; }
+void ds4_dist_expert_range(int n_expert, int *lo, int *hi) { *lo = 0; *hi = n_expert; }
+int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs) {
+    (void)dn; (void)D; (void)eoff; (void)n_expert; (void)npairs;
+    return DS4_EUNSUP;
+}
+
+#else /* DS4_MPI */
+
+enum { TAG_CMD = 1, TAG_TOKS, TAG_X, TAG_LOGITS, TAG_STATUS };
+enum { OP_QUIT = 1, OP_GO, OP_SNEW, OP_SFREE, OP_RESET, OP_CKPT, OP_REWIND, OP_EVAL };
+
+typedef struct { int32_t op, sid, a, b, c, d; } dcmd;
+
+/* What a worker reports after loading: its status, model fingerprint,
+ * build version and, on failure, the reason. */
+typedef struct {
+    int32_t rc;
+    uint8_t fp[20];
+    char version[64];
+    int32_t lo, hi;           /* the layers it will run */
+    char msg[400];
+} dstatus;
+
+static struct {
+    int on, rank, size, quit_sent, finalized;
+    int part;                 /* the loaded file is one rank's part (ds4.split) */
+    int mode;                 /* 1 = pipeline */
+    char *layers_spec;        /* --dist-layers, or NULL */
+    int lo, hi;               /* this rank's layers [lo, hi) */
+    int *first;               /* [size+1] first layer of each rank */
+    int next_sid;
+    int want_all;             /* worker: the current chunk's logits are all wanted */
+    double comm;              /* seconds in send/recv (waits included) */
+} G;
+
+static void fatal(const char *what, int rc) {
+    char s[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, s, &len);
+    fprintf(stderr, "ds4: rank %d: MPI %s failed: %s -- stopping every rank\n", G.rank, what, s);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+static double now(void) { return MPI_Wtime(); }
+
+static void dsend(const void *p, int count, MPI_Datatype t, int to, int tag) {
+    double t0 = now();
+    int rc = MPI_Send((void *)p, count, t, to, tag, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) fatal("send", rc);
+    G.comm += now() - t0;
+}
+
+/* Poll for the message, sleeping a little between polls (see the top). */
+static void drecv(void *p, int count, MPI_Datatype t, int from, int tag) {
+    double t0 = now();
+    /* a reply usually follows within microseconds (a decode step of a small
+     * model): yield for ~100 us first, then sleep, growing to 0.5 ms */
+    long ns = 20000;
+    for (int spin = 0;; spin++) {
+        int flag = 0;
+        int rc = MPI_Iprobe(from, tag, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) fatal("probe", rc);
+        if (flag) break;
+        if (now() - t0 < 1e-4) { sched_yield(); continue; }
+        struct timespec ts = { 0, ns };
+        nanosleep(&ts, NULL);
+        if (ns < 500000) ns += ns / 4;
+    }
+    int rc = MPI_Recv(p, count, t, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) fatal("recv", rc);
+    G.comm += now() - t0;
+}
+
+static void send_all(const dcmd *c) {
+    for (int r = 1; r < G.size; r++) dsend(c, (int)(sizeof *c), MPI_BYTE, r, TAG_CMD);
+}
+
+static void quit_workers(void) {
+    if (G.rank != 0 || G.quit_sent) return;
+    G.quit_sent = 1;
+    dcmd c = { .op = OP_QUIT };
+    send_all(&c);
+}
+
+static void at_exit(void) {
+    if (!G.on || G.finalized) return;
+    quit_workers();
+    G.finalized = 1;
+    MPI_Finalize();
+}
+
+int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers, char **err) {
+    if (err) *err = NULL;
+    int md = !mode ? 0 : !strcmp(mode, "pipeline") ? 1 : !strcmp(mode, "experts") ? 2 : 0;
+    if (!md) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "--dist: unknown mode '%.40s' (pipeline or experts)",
+                 mode ? mode : "");
+        if (err) *err = strdup(msg);
+        return DS4_EINVAL;
+    }
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        if (err) *err = strdup("--dist: MPI_Init_thread failed");
+        return DS4_EIO;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &G.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &G.size);
+    G.on = 1;
+    G.mode = md;
+    G.layers_spec = layers ? strdup(layers) : NULL;
+    /* the server evaluates on its worker thread, exits on the main one:
+     * MPI calls come from two threads, never at once */
+    if (provided < MPI_THREAD_SERIALIZED) {
+        if (err) *err = strdup("--dist: this MPI library does not support MPI_THREAD_SERIALIZED");
+        G.finalized = 1;
+        MPI_Finalize();
+        G.on = 0;
+        return DS4_EUNSUP;
+    }
+    if (G.size < 2) {
+        if (err) *err = strdup("--dist: needs at least 2 ranks (start with mpirun -np N)");
+        G.finalized = 1;
+        MPI_Finalize();
+        G.on = 0;
+        return DS4_EINVAL;
+    }
+    atexit(at_exit);
+    return G.rank;
+}
+
+int ds4_dist_rank(void) { return G.on ? G.rank : 0; }
+
+char *ds4_dist_path(const char *path) {
+    const char *p = strstr(path, "%d");
+    size_t n = strlen(path) + 16;
+    char *o = malloc(n);
+    if (!o) return NULL;
+    if (!p || strchr(p + 2, '%') || memchr(path, '%', (size_t)(p - path))) {
+        snprintf(o, n, "%s", path);   /* no single %d: the path as it is */
+        return o;
+    }
+    snprintf(o, n, "%.*s%d%s", (int)(p - path), path, G.on ? G.rank : 0, p + 2);
+    return o;
+}
+int ds4_dist_size(void) { return G.on ? G.size : 1; }
+int ds4_dist_on(void) { return G.on; }
+int ds4_dist_is_root(void) { return !G.on || G.rank == 0; }
+double ds4_dist_comm_seconds(void) { return G.comm; }
+
+void ds4_dist_finish(void) { at_exit(); }
+
+/* ---------------------------------------------------------------------- */
+/* Layer split                                                             */
+/* ---------------------------------------------------------------------- */
+
+static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
+    int P = G.size;
+    free(G.first);
+    G.first = calloc((size_t)P + 1, sizeof(int));
+    if (!G.first) { snprintf(msg, cap, "out of memory"); return DS4_ENOMEM; }
+    if (G.mode == 2) {
+        /* experts: every rank runs every layer, and a share of the experts */
+        int E = m->w.cfg.n_expert;
+        if (G.layers_spec) {
+            snprintf(msg, cap, "--dist-layers applies to --dist pipeline only");
+            return DS4_EINVAL;
+        }
+        if (E < P) {
+            snprintf(msg, cap, "%d ranks but the model has only %d routed experts a layer "
+                     "(a rank needs one)", P, E);
+            return DS4_EINVAL;
+        }
+        if (G.part) {
+            snprintf(msg, cap, "%s holds one rank's layers (a pipeline split): it cannot run "
+                     "--dist experts", m->path);
+            return DS4_EINVAL;
+        }
+        for (int r = 0; r < P; r++) G.first[r] = 0;
+        G.first[P] = m->w.cfg.n_layer;
+        return DS4_OK;
+    }
+    if (G.part) {
+        /* a per-rank file: its split, written by ds4-gguf split, is the plan */
+        if (G.layers_spec) {
+            snprintf(msg, cap, "--dist-layers: %s is already split (ds4.split.first)", m->path);
+            return DS4_EINVAL;
+        }
+        return ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, P, G.first, NULL, msg, cap);
+    }
+    return ds4_dist_plan_pipeline(m->gf, m->w.cfg.n_layer, P, G.layers_spec, G.first, msg, cap);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Load: every worker reports to rank 0, which answers GO or QUIT          */
+/* ---------------------------------------------------------------------- */
+
+int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) {
+    if (!G.on) return rc;
+    char msg[400] = "";
+    /* the model's identity: a part names the whole file it came from */
+    uint8_t ident[20];
+    if (rc == DS4_OK) {
+        G.part = gguf_find(m->gf, "ds4.split.ranks") != NULL;
+        memcpy(ident, m->fingerprint, 20);
+        if (G.part) rc = ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, G.size, NULL, ident,
+                                        msg, sizeof msg);
+    }
+    if (rc == DS4_OK) rc = plan_layers(m, msg, sizeof msg);
+    if (rc == DS4_OK) {
+        G.lo = G.mode == 2 ? 0 : G.first[G.rank];
+        G.hi = G.mode == 2 ? m->w.cfg.n_layer : G.first[G.rank + 1];
+    }
+    if (G.rank != 0) {
+        dstatus st;
+        memset(&st, 0, sizeof st);
+        st.rc = rc;
+        st.lo = G.lo;
+        st.hi = G.hi;
+        if (rc == DS4_OK) memcpy(st.fp, ident, 20);
+        snprintf(st.version, sizeof st.version, "%s", ds4_version());
+        snprintf(st.msg, sizeof st.msg, "%s", msg[0] ? msg : (err && *err) ? *err : ds4_strerror(rc));
+        dsend(&st, (int)sizeof st, MPI_BYTE, 0, TAG_STATUS);
+        dcmd c;
+        drecv(&c, (int)sizeof c, MPI_BYTE, 0, TAG_CMD);
+        if (c.op != OP_GO) {
+            if (err && !*err) *err = strdup("stopped by rank 0");
+            return rc != DS4_OK ? rc : DS4_ECANCEL;
+        }
+        return rc;
+    }
+    if (rc != DS4_OK) {
+        if (msg[0] && err && !*err) *err = strdup(msg);
+        quit_workers();
+        return rc;
+    }
+    /* rank 0: every worker's report, in rank order; the first problem wins */
+    char bad[600] = "";
+    for (int r = 1; r < G.size; r++) {
+        dstatus st;
+        drecv(&st, (int)sizeof st, MPI_BYTE, r, TAG_STATUS);
+        st.msg[sizeof st.msg - 1] = 0;
+        st.version[sizeof st.version - 1] = 0;
+        if (bad[0]) continue;
+        if (st.rc != DS4_OK)
+            snprintf(bad, sizeof bad, "--dist: rank %d cannot load its part: %s", r, st.msg);
+        else if (strcmp(st.version, ds4_version()))
+            snprintf(bad, sizeof bad, "--dist: rank %d runs another build (%s, rank 0: %s)",
+                     r, st.version, ds4_version());
+        else if (memcmp(st.fp, ident, 20))
+            snprintf(bad, sizeof bad, "--dist: rank %d loaded a different model file "
+                     "(fingerprints differ)", r);
+        else if (G.mode == 1 && (st.lo != G.first[r] || st.hi != G.first[r + 1]))
+            snprintf(bad, sizeof bad, "--dist: rank %d would run layers %d..%d, rank 0 expects "
+                     "%d..%d (per-rank files of another split?)", r, st.lo, st.hi - 1,
+                     G.first[r], G.first[r + 1] - 1);
+    }
+    if (bad[0]) {
+        if (err) *err = strdup(bad);
+        quit_workers();
+        return DS4_EFORMAT;
+    }
+    dcmd go = { .op = OP_GO };
+    send_all(&go);
+    return DS4_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Session mirroring (rank 0)                                              */
+/* ---------------------------------------------------------------------- */
+
+static void cmd_s(ds4_session *s, int op, int a) {
+    if (!G.on || G.rank != 0 || !s->dist_id || G.quit_sent) return;
+    dcmd c = { .op = op, .sid = s->dist_id, .a = a };
+    send_all(&c);
+}
+
+void ds4_dist_session_new(ds4_session *s) {
+    if (!G.on || G.rank != 0 || G.quit_sent) return;
+    s->dist_id = ++G.next_sid;
+    dcmd c = { .op = OP_SNEW, .sid = s->dist_id, .a = s->ctx, .b = s->chunk, .c = s->no_qat };
+    send_all(&c);
+}
+void ds4_dist_session_free(ds4_session *s) { cmd_s(s, OP_SFREE, 0); }
+void ds4_dist_session_reset(ds4_session *s) { cmd_s(s, OP_RESET, 0); }
+void ds4_dist_session_checkpoint(ds4_session *s, int slot) { cmd_s(s, OP_CKPT, slot); }
+void ds4_dist_session_rewind(ds4_session *s, int n) { cmd_s(s, OP_REWIND, n); }
+
+/* ---------------------------------------------------------------------- */
+/* Forward pass                                                            */
+/* ---------------------------------------------------------------------- */
+
+int ds4_dist_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_all,
+                         int *lo, int *hi) {
+    *lo = G.lo;
+    *hi = G.hi;
+    if (s->cap_hidden) return DS4_EUNSUP;    /* the HC rows live on several ranks */
+    if (G.rank == 0) {
+        if (!s->dist_id || G.quit_sent) return DS4_EINVAL;
+        dcmd c = { .op = OP_EVAL, .sid = s->dist_id, .a = n, .b = *want_all };
+        send_all(&c);
+        for (int r = 1; r < G.size; r++) dsend(toks, n, MPI_INT32_T, r, TAG_TOKS);
+    } else {
+        *want_all = G.want_all;
+    }
+    return DS4_OK;
+}
+
+static int x_count(const ds4_session *s, int n) {
+    const ds4_config *c = &s->m->w.cfg;
+    return n * c->n_hc * c->n_embd;
+}
+
+int ds4_dist_recv_x(ds4_session *s, float *X, int n) {
+    drecv(X, x_count(s, n), MPI_FLOAT, G.rank - 1, TAG_X);
+    return DS4_OK;
+}
+
+int ds4_dist_send_x(ds4_session *s, const float *X, int n) {
+    dsend(X, x_count(s, n), MPI_FLOAT, G.rank + 1, TAG_X);
+    return DS4_OK;
+}
+
+int ds4_dist_runs_head(void) {
+    return G.mode == 2 ? G.rank == 0 : G.rank == G.size - 1;
+}
+
+void ds4_dist_expert_range(int n_expert, int *lo, int *hi) {
+    if (G.mode != 2) { *lo = 0; *hi = n_expert; return; }
+    *lo = (int)((int64_t)n_expert * G.rank / G.size);
+    *hi = (int)((int64_t)n_expert * (G.rank + 1) / G.size);
+}
+
+/* Every rank's rows of the routed outputs to every rank (they all run the
+ * dense part next); the sum itself stays in forward_cpu.c, in its order. */
+int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs) {
+    static int *cnt, *off, ncap;
+    if (ncap < G.size) {
+        free(cnt); free(off);
+        cnt = malloc((size_t)G.size * sizeof *cnt);
+        off = malloc((size_t)G.size * sizeof *off);
+        if (!cnt || !off) { free(cnt); free(off); cnt = off = NULL; ncap = 0; return DS4_ENOMEM; }
+        ncap = G.size;
+    }
+    for (int r = 0; r < G.size; r++) {
+        int lo = (int)((int64_t)n_expert * r / G.size), hi = (int)((int64_t)n_expert * (r + 1) / G.size);
+        int a = lo < n_expert ? eoff[lo] : npairs, b = hi < n_expert ? eoff[hi] : npairs;
+        off[r] = a * D;
+        cnt[r] = (b - a) * D;
+    }
+    double t0 = now();
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dn, cnt, off, MPI_FLOAT,
+                            MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) fatal("allgatherv", rc);
+    G.comm += now() - t0;
+    return DS4_OK;
+}
+
+int ds4_dist_logits(ds4_session *s, float *logits, int nl) {
+    if (G.mode == 2) return DS4_OK;   /* rank 0 ran the head itself */
+    int last = G.size - 1;
+    if (last == 0) return DS4_OK;
+    int cnt = nl * s->m->w.cfg.n_vocab;
+    if (G.rank == last) dsend(logits, cnt, MPI_FLOAT, 0, TAG_LOGITS);
+    else if (G.rank == 0) drecv(logits, cnt, MPI_FLOAT, last, TAG_LOGITS);
+    return DS4_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Worker                                                                  */
+/* ---------------------------------------------------------------------- */
+
+static void worker_fail(const char *what, int rc) {
+    fprintf(stderr, "ds4: rank %d: %s failed: %s -- stopping every rank\n", G.rank, what,
+            ds4_strerror(rc));
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+int ds4_dist_worker(const char *path, const ds4_model_params *p) {
+    if (!G.on || G.rank == 0) return 1;
+    /* a worker ends when rank 0 says QUIT: a Ctrl-C or SIGTERM that mpirun
+     * forwards to every rank is rank 0's to handle */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    char *err = NULL;
+    ds4_model *m = ds4_model_load(path, p, &err);   /* "%d" in path: see ds4_dist_path */
+    if (!m) {
+        /* rank 0 reports the reason; the worker only leaves */
+        free(err);
+        at_exit();
+        return 1;
+    }
+    ds4_session **ss = NULL;
+    int nss = 0;
+    int32_t *toks = NULL;
+    int ntoks = 0;
+    for (;;) {
+        dcmd c;
+        drecv(&c, (int)sizeof c, MPI_BYTE, 0, TAG_CMD);
+        if (c.op == OP_QUIT) break;
+        if (c.op == OP_SNEW) {
+            if (c.sid >= nss) {
+                int nn = c.sid + 16;
+                ds4_session **q = realloc(ss, (size_t)nn * sizeof *q);
+                if (!q) worker_fail("allocating the session table", DS4_ENOMEM);
+                memset(q + nss, 0, (size_t)(nn - nss) * sizeof *q);
+                ss = q;
+                nss = nn;
+            }
+            ds4_session_params sp;
+            ds4_session_params_default(&sp);
+            sp.ctx_size = c.a;
+            sp.prefill_chunk = c.b;
+            sp.no_qat = c.c;
+            ss[c.sid] = ds4_session_new(m, &sp, &err);
+            if (!ss[c.sid]) {
+                fprintf(stderr, "ds4: rank %d: %s -- stopping every rank\n", G.rank,
+                        err ? err : "cannot create a session");
+                fflush(stderr);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+                exit(1);
+            }
+            continue;
+        }
+        if (c.sid <= 0 || c.sid >= nss || !ss[c.sid]) worker_fail("command for an unknown session", DS4_EINVAL);
+        ds4_session *s = ss[c.sid];
+        int rc = DS4_OK;
+        switch (c.op) {
+        case OP_SFREE: ds4_session_free(s); ss[c.sid] = NULL; break;
+        case OP_RESET: ds4_session_reset(s); break;
+        case OP_CKPT: rc = ds4_session_checkpoint(s, c.a); break;
+        case OP_REWIND: rc = ds4_session_rewind(s, c.a); break;
+        case OP_EVAL:
+            if (c.a > ntoks) {
+                int32_t *q = realloc(toks, (size_t)c.a * sizeof *q);
+                if (!q) worker_fail("allocating tokens", DS4_ENOMEM);
+                toks = q;
+                ntoks = c.a;
+            }
+            drecv(toks, c.a, MPI_INT32_T, 0, TAG_TOKS);
+            G.want_all = c.b;
+            if (c.b && ds4_dist_runs_head() && !s->cap_logits) {
+                /* the last rank computes every row's logits for rank 0 */
+                float *l = realloc(s->sc.logits, (size_t)s->chunk * m->w.cfg.n_vocab * sizeof(float));
+                if (!l) worker_fail("allocating logits rows", DS4_ENOMEM);
+                s->sc.logits = l;
+            }
+            rc = ds4_session_eval(s, toks, c.a, NULL, NULL);
+            break;
+        default: worker_fail("unknown command", DS4_EINVAL);
+        }
+        if (rc != DS4_OK) worker_fail("a session command", rc);
+    }
+    for (int i = 0; i < nss; i++) ds4_session_free(ss[i]);
+    free(ss);
+    free(toks);
+    ds4_model_free(m);
+    G.finalized = 1;
+    MPI_Finalize();
+    return 0;
+}
+
+#endif /* DS4_MPI */

@@ -1,0 +1,156 @@
+/*
+ * ds4_gguf.c -- `ds4-gguf`: GGUF file operations for ds4.
+ *
+ *   ds4-gguf split --dist pipeline --ranks N -m FILE -o PREFIX [--dist-layers SPEC]
+ *
+ * writes PREFIX-rank0.gguf .. PREFIX-rank{N-1}.gguf: each a valid GGUF with
+ * the whole metadata, only the tensors of that rank's layers (the
+ * embeddings in rank 0's, the head in the last rank's) and ds4.split.*
+ * keys: ranks, rank, first (the plan: first layer of each rank, then
+ * n_layer) and source_fingerprint (the whole file's, which the ranks
+ * compare at start).  The plan is the one `--dist pipeline` computes
+ * (src/dist/dist.c), so `mpirun -np N ds4 --dist pipeline -m
+ * PREFIX-rank%d.gguf` runs the same split as the whole file would.
+ *
+ * Owns: the command line and the copying.  Must not: change tensor bytes
+ * (each part holds byte-identical copies) or leave a partial file (the
+ * GGUF writer writes a temporary file and renames it when complete).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds4.h"
+#include "gguf/gguf.h"
+#include "gguf/model.h"
+#include "store/hash.h"
+#include "dist/dist.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: ds4-gguf split --dist pipeline --ranks N -m FILE -o PREFIX\n"
+"                      [--dist-layers SPEC]\n"
+"       ds4-gguf --help | --version\n"
+"\n"
+"split: one GGUF per rank of `mpirun -np N ... --dist pipeline`, named\n"
+"PREFIX-rank0.gguf .. PREFIX-rank{N-1}.gguf, each holding the whole\n"
+"metadata and only that rank's tensors (its layers; the embeddings on rank\n"
+"0, the head on the last rank).  Run them with -m PREFIX-rank%%d.gguf.\n"
+"The layer split is --dist pipeline's: balanced by weight bytes, or SPEC\n"
+"(inclusive ranges per rank, 0:20,21:42).  Only pipeline splits exist: an\n"
+"experts rank needs every layer's dense part and slices of the expert\n"
+"tensors, which this tool does not write.\n");
+}
+
+static int fail(const char *fmt, const char *a) {
+    fprintf(stderr, "ds4-gguf: ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, "\n");
+    return 1;
+}
+
+static int needed(const char *name, int lo, int hi, int L) {
+    int il = ds4_dist_layer_of(name);
+    if (il >= 0) return il >= lo && il < hi;
+    if (!strncmp(name, "token_embd.", 11)) return lo == 0;
+    return hi == L;
+}
+
+static int split_main(int argc, char **argv) {
+    const char *mode = NULL, *in = NULL, *prefix = NULL, *spec = NULL;
+    long ranks = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!v) return fail("%s needs a value", a);
+        if (!strcmp(a, "--dist")) mode = v;
+        else if (!strcmp(a, "--ranks")) {
+            char *e;
+            ranks = strtol(v, &e, 10);
+            if (*e || e == v || ranks < 2 || ranks > 4096) return fail("--ranks: '%s' is not a count in [2, 4096]", v);
+        }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) in = v;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) prefix = v;
+        else if (!strcmp(a, "--dist-layers")) spec = v;
+        else return fail("unknown option %s (see --help)", a);
+        i++;
+    }
+    if (!mode || !ranks || !in || !prefix) return fail("%s", "split needs --dist, --ranks, -m and -o (see --help)");
+    if (strcmp(mode, "pipeline"))
+        return fail("--dist %s: only pipeline splits can be written (see --help)", mode);
+    char *err = NULL;
+    gguf_file *gf = gguf_open(in, &err);
+    if (!gf) { int r = fail("%s", err ? err : "cannot open the model"); free(err); return r; }
+    if (gguf_find(gf, "ds4.split.ranks")) {
+        gguf_close(gf);
+        return fail("%s is already one rank's part: split the whole file", in);
+    }
+    ds4_weights w;
+    if (ds4_weights_bind(gf, &w, &err) != DS4_OK) {
+        int r = fail("%s", err ? err : "not a ds4 model");
+        free(err);
+        gguf_close(gf);
+        return r;
+    }
+    int L = w.cfg.n_layer, P = (int)ranks;
+    ds4_weights_free(&w);
+    int *first = calloc((size_t)P + 1, sizeof *first);
+    uint32_t *first32 = calloc((size_t)P + 1, sizeof *first32);
+    char msg[400];
+    if (!first || !first32) { gguf_close(gf); return fail("%s", "out of memory"); }
+    if (ds4_dist_plan_pipeline(gf, L, P, spec, first, msg, sizeof msg) != DS4_OK) {
+        free(first); free(first32); gguf_close(gf);
+        return fail("%s", msg);
+    }
+    for (int r = 0; r <= P; r++) first32[r] = (uint32_t)first[r];
+    uint8_t fp[20];
+    ds4_gguf_fingerprint(gf, fp);
+    int rc = 0;
+    size_t plen = strlen(prefix) + 32;
+    char *path = malloc(plen);
+    for (int r = 0; r < P && !rc && path; r++) {
+        snprintf(path, plen, "%s-rank%d.gguf", prefix, r);
+        gguf_writer *wr = gguf_writer_open(path, &err);
+        if (!wr) { rc = fail("%s", err ? err : "cannot create the output"); free(err); break; }
+        for (uint64_t i = 0; i < gf->n_kv; i++) gguf_w_copy_kv(wr, &gf->kv[i]);
+        gguf_w_u32(wr, "ds4.split.ranks", (uint32_t)P);
+        gguf_w_u32(wr, "ds4.split.rank", (uint32_t)r);
+        gguf_w_arr(wr, "ds4.split.first", GGUF_U32, first32, (uint64_t)P + 1);
+        gguf_w_arr(wr, "ds4.split.source_fingerprint", GGUF_U8, fp, 20);
+        uint64_t bytes = 0;
+        int nt = 0;
+        for (uint64_t i = 0; i < gf->n_tensors; i++) {
+            const gguf_tensor *t = &gf->tensors[i];
+            if (!needed(t->name, first[r], first[r + 1], L)) continue;
+            gguf_w_tensor(wr, t->name, t->n_dims, t->ne, t->type);
+        }
+        gguf_writer_begin_data(wr);
+        for (uint64_t i = 0; i < gf->n_tensors; i++) {
+            const gguf_tensor *t = &gf->tensors[i];
+            if (!needed(t->name, first[r], first[r + 1], L)) continue;
+            gguf_writer_write(wr, t->data, t->nbytes);
+            bytes += t->nbytes;
+            nt++;
+        }
+        if (gguf_writer_close(wr, &err)) { rc = fail("%s", err ? err : "write failed"); free(err); break; }
+        printf("%s: layers %d..%d%s%s, %d tensors, %.1f MiB\n", path, first[r], first[r + 1] - 1,
+               r == 0 ? " + embeddings" : "", r == P - 1 ? " + head" : "", nt, bytes / 1048576.0);
+    }
+    if (!path) rc = fail("%s", "out of memory");
+    free(path);
+    free(first);
+    free(first32);
+    gguf_close(gf);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) { printf("ds4-gguf %s\n", ds4_version()); return 0; }
+    if (!strcmp(argv[1], "split")) return split_main(argc, argv);
+    fprintf(stderr, "ds4-gguf: unknown command '%s' (see --help)\n", argv[1]);
+    return 2;
+}
