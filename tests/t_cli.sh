@@ -282,12 +282,14 @@ fi
 NS=$((NS + 1))
 TM=(tmux -L "ds4t$$-$NS" -f /dev/null)
 "${TM[@]}" new-session -d -s chat -x 200 -y 60 \
-    "./ds4 -m $M --nothink --temp 0 -n 300 > $T/f.out; echo __EXIT \$?; sleep 120"
+    "./ds4 -m $M --nothink --temp 0 -n 4000 > $T/f.out; echo __EXIT \$?; sleep 120"
 if wait_for 'Ctrl\+D to quit' 20; then
+    # 4000 tokens take seconds even on a fast machine: the Ctrl+D lands
+    # inside the answer (300 took 0.3 s, and then it reached the prompt)
     keys "Hello" Enter
     sleep 0.3
     keys C-d
-    wait_for 'generated 300 tokens' 60
+    wait_for 'generated 4000 tokens' 90
     keys "/help" Enter
     for i in $(seq 50); do grep -q '^  /multi ' "$T/f.out" && break; sleep 0.2; done
     keys C-d

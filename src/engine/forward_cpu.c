@@ -1125,8 +1125,8 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
         if (rc) return rc;
     }
     if (lo == 0) embed(&f, toks);
-    if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
     else ds4_dist_recv_x(s, sc->X, n);
+    if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
     for (int il = lo; il < hi; il++) {
         attention(&f, il);
         int rc = moe(&f, il, toks);
