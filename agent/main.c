@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "common/args.h"
 
 volatile sig_atomic_t ag_interrupt = 0, ag_terminate = 0;
 
@@ -82,18 +83,11 @@ static void usage(FILE *f) {
 "      --dump-logits FILE  write float32 logits rows [n_vocab] of every position\n"
 "                        evaluated by each model turn (prefill and generation)\n"
 "  -h, --help            this help\n"
+"      --version         print the version and exit\n"
 "\n"
 "Interactive commands: /help /new /list /switch ID /save /history /last\n"
 "/think /nothink /ctx N /quit.  Ctrl+C stops a generation or a tool; Ctrl+D\n"
 "saves and quits.\n", DS4_THINK_MAX_MIN_CTX);
-}
-
-static int parse_int(const char *s, const char *flag, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) die("%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
-    return (int)v;
 }
 
 static void parse_args(int argc, char **argv, agent *a) {
@@ -105,48 +99,37 @@ static void parse_args(int argc, char **argv, agent *a) {
     a->dir = ".";
     ds4_sampler_params_default(&a->sp);
     int seed_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-#define NEXT() (i + 1 < argc ? argv[++i] : (die("%s needs a value", o), (char *)0))
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) { usage(stdout); exit(0); }
-        else if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = NEXT();
-        else if (!strcmp(o, "-c") || !strcmp(o, "--ctx")) a->ctx = parse_int(NEXT(), o, 256, 1 << 24);
-        else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) a->threads = parse_int(NEXT(), o, 0, 4096);
-        else if (!strcmp(o, "--dir")) a->dir = NEXT();
-        else if (!strcmp(o, "--sessions")) a->sessions_dir = NEXT();
-        else if (!strcmp(o, "--think")) a->think = DS4_THINK_HIGH;
-        else if (!strcmp(o, "--think-max")) a->think = DS4_THINK_MAX;
-        else if (!strcmp(o, "--nothink")) a->think = DS4_THINK_NONE;
-        else if (!strcmp(o, "--yes")) a->yes = 1;
-        else if (!strcmp(o, "--resume")) a->resume = 1;
-        else if (!strcmp(o, "--trace")) a->trace_path = NEXT();
-        else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) a->task = NEXT();
-        else if (!strcmp(o, "--script")) a->script_path = NEXT();
-        else if (!strcmp(o, "--max-turns")) a->max_turns = parse_int(NEXT(), o, 1, 1000000);
-        else if (!strcmp(o, "--max-tokens")) a->max_tokens = parse_int(NEXT(), o, 1, 1 << 24);
-        else if (!strcmp(o, "--dump-logits")) a->dump_logits = NEXT();
-        else if (!strcmp(o, "--temp")) {
-            char *end;
-            const char *v = NEXT();
-            a->sp.temperature = strtof(v, &end);
-            if (!*v || *end || a->sp.temperature < 0) die("--temp expects a number >= 0, got '%s'", v);
-        }
-        else if (!strcmp(o, "--seed")) {
-            char *end;
-            const char *v = NEXT();
-            a->sp.seed = strtoull(v, &end, 10);
-            if (!*v || *end) die("--seed expects an integer, got '%s'", v);
-            seed_set = 1;
-        }
-        else { fprintf(stderr, "ds4-agent: unknown option '%s'\n\n", o); usage(stderr); exit(2); }
-#undef NEXT
+    ds4_args ar;
+    ds4_args_init(&ar, "ds4-agent", argc, argv, usage);
+    while (ds4_args_next(&ar)) {
+        if (ds4_args_is(&ar, "-m", "--model")) a->model = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, "-c", "--ctx")) a->ctx = ds4_args_int(&ar, 256, 1 << 24);
+        else if (ds4_args_is(&ar, "-t", "--threads")) a->threads = ds4_args_int(&ar, 0, 4096);
+        else if (ds4_args_is(&ar, NULL, "--dir")) a->dir = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--sessions")) a->sessions_dir = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--think")) a->think = DS4_THINK_HIGH;
+        else if (ds4_args_is(&ar, NULL, "--think-max")) a->think = DS4_THINK_MAX;
+        else if (ds4_args_is(&ar, NULL, "--nothink")) a->think = DS4_THINK_NONE;
+        else if (ds4_args_is(&ar, NULL, "--yes")) a->yes = 1;
+        else if (ds4_args_is(&ar, NULL, "--resume")) a->resume = 1;
+        else if (ds4_args_is(&ar, NULL, "--trace")) a->trace_path = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, "-p", "--prompt")) a->task = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--script")) a->script_path = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--max-turns")) a->max_turns = ds4_args_int(&ar, 1, 1000000);
+        else if (ds4_args_is(&ar, NULL, "--max-tokens")) a->max_tokens = ds4_args_int(&ar, 1, 1 << 24);
+        else if (ds4_args_is(&ar, NULL, "--dump-logits")) a->dump_logits = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--temp")) a->sp.temperature = (float)ds4_args_double(&ar, 0, 100);
+        else if (ds4_args_is(&ar, NULL, "--seed")) { a->sp.seed = ds4_args_u64(&ar); seed_set = 1; }
+        else ds4_args_unknown(&ar);
     }
     if (!seed_set) a->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
 static int mkdirs(const char *path) {
     char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s", path);
+    size_t n = strlen(path);
+    if (n >= sizeof p) { errno = ENAMETOOLONG; return -1; }
+    memcpy(p, path, n + 1);
     for (char *q = p + 1; *q; q++)
         if (*q == '/') { *q = 0; if (mkdir(p, 0755) && errno != EEXIST) return -1; *q = '/'; }
     return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;

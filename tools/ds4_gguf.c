@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ds4.h"
+#include "common/args.h"
 #include "gguf/gguf.h"
 #include "gguf/model.h"
 #include "store/hash.h"
@@ -59,21 +60,15 @@ static int needed(const char *name, int lo, int hi, int L) {
 static int split_main(int argc, char **argv) {
     const char *mode = NULL, *in = NULL, *prefix = NULL, *spec = NULL;
     long ranks = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!v) return fail("%s needs a value", a);
-        if (!strcmp(a, "--dist")) mode = v;
-        else if (!strcmp(a, "--ranks")) {
-            char *e;
-            ranks = strtol(v, &e, 10);
-            if (*e || e == v || ranks < 2 || ranks > 4096) return fail("--ranks: '%s' is not a count in [2, 4096]", v);
-        }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) in = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) prefix = v;
-        else if (!strcmp(a, "--dist-layers")) spec = v;
-        else return fail("unknown option %s (see --help)", a);
-        i++;
+    ds4_args ar;
+    ds4_args_init(&ar, "ds4-gguf split", argc - 1, argv + 1, usage);
+    while (ds4_args_next(&ar)) {
+        if (ds4_args_is(&ar, NULL, "--dist")) mode = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--ranks")) ranks = ds4_args_int(&ar, 2, 4096);
+        else if (ds4_args_is(&ar, "-m", "--model")) in = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, "-o", "--output")) prefix = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--dist-layers")) spec = ds4_args_value(&ar);
+        else ds4_args_unknown(&ar);
     }
     if (!mode || !ranks || !in || !prefix) return fail("%s", "split needs --dist, --ranks, -m and -o (see --help)");
     if (strcmp(mode, "pipeline"))

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/args.h"
 #include "engine/imatrix.h"
 #include "gguf/gguf.h"
 #include "gguf/safetensors.h"
@@ -85,6 +86,7 @@ static void usage(FILE *o) {
 "  --stats-weights FILE  weights of that error from this imatrix instead\n"
 "                  (implies --stats; lets a run without --imatrix be scored).\n"
 "  -o, --output F  output file; written to F.tmp and renamed when complete.\n"
+"  -h, --help      this help; --version prints the version.\n"
 "\n"
 "Before writing, every tensor the recipe needs is looked up and its dtype\n"
 "and shape checked against config.json; a missing shard, a corrupted header,\n"
@@ -858,16 +860,6 @@ static void write_meta(gguf_writer *w, const hcfg *c, const vocab *V, const char
     gguf_w_bool(w, "tokenizer.ggml.add_eos_token", V->add_eos);
 }
 
-static const char *opt_val(int argc, char **argv, int *i, const char *name) {
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n)) return NULL;
-    if (a[n] == '=') return a + n + 1;
-    if (a[n]) return NULL;
-    if (*i + 1 >= argc) usage_error("%s needs a value", name);
-    return argv[++*i];
-}
-
 static gguf_writer *g_w;
 static void fail_out(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fail_out(const char *fmt, ...) {
@@ -882,32 +874,23 @@ static void fail_out(const char *fmt, ...) {
 }
 
 int main(int argc, char **argv) {
-    const char *recipe_s = NULL, *imatrix_path = NULL, *out = NULL, *dir = NULL, *v;
+    const char *recipe_s = NULL, *imatrix_path = NULL, *out = NULL, *dir = NULL;
     const char *statw_path = NULL;
     int q4_last = 6, stats = 0, q4_set = 0;
     long threads = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--stats")) stats = 1;
-        else if ((v = opt_val(argc, argv, &i, "--recipe"))) recipe_s = v;
-        else if ((v = opt_val(argc, argv, &i, "--imatrix"))) imatrix_path = v;
-        else if ((v = opt_val(argc, argv, &i, "--stats-weights"))) { statw_path = v; stats = 1; }
-        else if ((v = opt_val(argc, argv, &i, "--output")) || (v = opt_val(argc, argv, &i, "-o"))) out = v;
-        else if ((v = opt_val(argc, argv, &i, "--q4-last"))) {
-            char *end;
-            long k = strtol(v, &end, 10);
-            if (!*v || *end || k < 0 || k > 1024) usage_error("--q4-last: \"%s\" is not an integer in [0, 1024]", v);
-            q4_last = (int)k;
-            q4_set = 1;
-        } else if ((v = opt_val(argc, argv, &i, "--threads"))) {
-            char *end;
-            threads = strtol(v, &end, 10);
-            if (!*v || *end || threads < 1 || threads > MAX_THREADS)
-                usage_error("--threads: \"%s\" is not an integer in [1, %d]", v, MAX_THREADS);
-        } else if (a[0] == '-' && a[1]) usage_error("unknown option \"%s\"", a);
-        else if (!dir) dir = a;
-        else usage_error("unexpected argument \"%s\" (one CHECKPOINT_DIR)", a);
+    ds4_args ar;
+    ds4_args_init(&ar, "ds4-quantize", argc, argv, usage);
+    while (ds4_args_next(&ar)) {
+        if (ds4_args_is(&ar, NULL, "--stats")) stats = 1;
+        else if (ds4_args_is(&ar, NULL, "--recipe")) recipe_s = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--imatrix")) imatrix_path = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--stats-weights")) { statw_path = ds4_args_value(&ar); stats = 1; }
+        else if (ds4_args_is(&ar, "-o", "--output")) out = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--q4-last")) { q4_last = ds4_args_int(&ar, 0, 1024); q4_set = 1; }
+        else if (ds4_args_is(&ar, NULL, "--threads")) threads = ds4_args_int(&ar, 1, MAX_THREADS);
+        else if (!ds4_args_positional(&ar)) ds4_args_unknown(&ar);
+        else if (!dir) dir = ar.cur;
+        else usage_error("unexpected argument \"%s\" (one CHECKPOINT_DIR)", ar.cur);
     }
     if (!recipe_s) usage_error("--recipe is required (f16, q2, q4, q2-q4 or mxfp4)");
     int recipe;
