@@ -4,8 +4,7 @@
  *
  * Owns: the report format only: metadata summary, tokenizer summary, shape
  * table, per-layer kinds, tensor type histogram, sizes and the memory
- * estimate; the memory plan of a run (ds4_memory_plan: weights, routed
- * experts, KV and scratch at a context size, against /proc/meminfo).  Must not: validate on its own (gguf.c and model.c do) or touch
+ * estimate.  Must not: validate on its own (gguf.c and model.c do) or touch
  * tensor data.  Works on vocab-only files (no tensors).  Every key, name and
  * string taken from the file is printed through ds4_escape (GGUF_ESC,
  * gguf_print_value): the file is untrusted and the report goes to a
@@ -20,7 +19,6 @@
 #include "ds4.h"
 #include "store/hash.h"
 #include "gguf/model.h"
-#include "engine/engine_internal.h"   /* ds4_session_plan_weights */
 
 static void human(char *buf, size_t n, uint64_t b) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -238,112 +236,4 @@ int ds4_inspect(const char *path, FILE *out, char **err) {
     int rc = ds4_inspect_gguf(gf, out, err);
     gguf_close(gf);
     return rc;
-}
-
-/* ---------------------------------------------------------------------- */
-/* Memory plan                                                             */
-/* ---------------------------------------------------------------------- */
-
-/* MemTotal / MemAvailable in bytes; 0 where /proc/meminfo has no line.
- * DS4_MEMINFO names another file of the same format: the tests use it to
- * play a small machine. */
-static void meminfo(uint64_t *total, uint64_t *avail) {
-    *total = *avail = 0;
-    const char *path = getenv("DS4_MEMINFO");
-    FILE *f = fopen(path && *path ? path : "/proc/meminfo", "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        unsigned long long kb;
-        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = (uint64_t)kb * 1024;
-        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = (uint64_t)kb * 1024;
-    }
-    fclose(f);
-}
-
-int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan *out, char **err) {
-    if (err) *err = NULL;
-    memset(out, 0, sizeof *out);
-    if (ctx_size < 1 || ctx_size > (1 << 24)) {
-        if (err) *err = strdup("context size must be between 1 and 16777216 tokens");
-        return DS4_EINVAL;
-    }
-    gguf_file *gf = gguf_open(path, err);
-    if (!gf) return access(path, R_OK) ? DS4_EIO : DS4_EFORMAT;
-    ds4_weights w;
-    char *berr = NULL;
-    int rc = ds4_weights_bind(gf, &w, &berr);
-    if (rc) {
-        if (err) {
-            ds4_buf b = {0};
-            ds4_buf_printf(&b, "%s: does not match the DeepSeek V4 layout", gf->path);
-            *err = b.p;
-        }
-        free(berr);
-        gguf_close(gf);
-        return rc;
-    }
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
-    out->ctx_size = ctx_size;
-    out->n_threads = n_threads;
-    for (uint64_t i = 0; i < gf->n_tensors; i++) out->weights += gf->tensors[i].nbytes;
-    for (int il = 0; il < w.cfg.n_layer; il++) {
-        const ds4_layer_weights *L = &w.layers[il];
-        out->routed += L->ffn_gate_exps.nbytes + L->ffn_up_exps.nbytes + L->ffn_down_exps.nbytes;
-    }
-    ds4_session_plan_weights(&w, ctx_size, n_threads, &out->kv, &out->scratch);
-    out->total = out->weights + out->kv + out->scratch;
-    meminfo(&out->mem_total, &out->mem_available);
-    ds4_weights_free(&w);
-    gguf_close(gf);
-    return DS4_OK;
-}
-
-static void gib(char *buf, size_t n, uint64_t b) {
-    if (b >= 1073741824ull) snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
-    else snprintf(buf, n, "%.1f MiB", b / 1048576.0);
-}
-
-void ds4_memory_plan_print(const ds4_mem_plan *p, FILE *out) {
-    char a[32], b[32], c[32], d[32];
-    fprintf(out, "memory plan at --ctx %d (%d thread%s, default prefill chunk):\n", p->ctx_size,
-            p->n_threads, p->n_threads == 1 ? "" : "s");
-    gib(a, sizeof a, p->weights);
-    gib(b, sizeof b, p->weights - p->routed);
-    gib(c, sizeof c, p->routed);
-    fprintf(out, "  weights          %s (mmap'd): %s non-routed + %s routed experts\n", a, b, c);
-    gib(a, sizeof a, p->kv);
-    fprintf(out, "  KV state         %s (f16 rows at the full context)\n", a);
-    gib(a, sizeof a, p->scratch);
-    fprintf(out, "  scratch          %s\n", a);
-    gib(a, sizeof a, p->total);
-    fprintf(out, "  total            %s\n", a);
-    if (!p->mem_total) {
-        fprintf(out, "  RAM              unknown (no /proc/meminfo)\n");
-        return;
-    }
-    gib(a, sizeof a, p->mem_total);
-    gib(b, sizeof b, p->mem_available);
-    fprintf(out, "  RAM              %s total, %s available\n", a, b);
-    if (p->total <= p->mem_available) {
-        fprintf(out, "  fits             yes\n");
-        return;
-    }
-    /* what stays when the routed experts are not resident: the rest must
-     * fit, the experts would be read from the file as they are used */
-    uint64_t rest = p->total - p->routed;
-    gib(a, sizeof a, p->total - p->mem_available);
-    gib(d, sizeof d, rest);
-    fprintf(out, "  fits             NO: %s short; the run would page the weights from disk\n", a);
-    if (rest < p->mem_available) {
-        gib(c, sizeof c, p->mem_available - rest);
-        fprintf(out, "                   without the routed experts it needs %s, leaving %s\n"
-                "                   of available RAM for caching routed experts\n", d, c);
-    } else {
-        fprintf(out, "                   even without the routed experts it needs %s: use a\n"
-                "                   smaller --ctx or a machine with more RAM\n", d);
-    }
 }
