@@ -644,7 +644,9 @@ int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason
         return DS4_OK;
     }
     int lk = lock_dir(kv);
-    unsigned rnd = (unsigned)(t0 * 1e6) ^ (unsigned)getpid();
+    /* a name unique per process and moment (t0 * 1e6 exceeds 32 bits: take
+     * the low bits of the integer, never cast an out-of-range double) */
+    unsigned rnd = (unsigned)((uint64_t)(t0 * 1e6) & 0xffffffffu) ^ (unsigned)getpid();
     snprintf(tmp, sizeof tmp, ".tmp-%d-%08x", (int)getpid(), rnd);
     int fd = openat(kv->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     int rc = DS4_OK;
