@@ -174,8 +174,8 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->mix, T * (M > N ? M : N) * 4);
     ITEM(sc->post, T * N * 4);
     ITEM(sc->comb, T * N * N * 4);
-    ITEM(sc->qa, T * c->q_lora * 4);
-    ITEM(sc->qr, T * c->q_lora * 4);
+    ITEM(sc->qa, (size_t)T * c->q_lora * 4);
+    ITEM(sc->qr, (size_t)T * c->q_lora * 4);
     ITEM(sc->q, qblk);              /* also flat, heads, dn: see above */
     ITEM(sc->kv, T * d * 4);
     ITEM(sc->ckv, T * 2 * d * 4);
@@ -186,8 +186,8 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->iw, T * (IH ? IH : 1) * 4);
     ITEM(sc->low, T * G * OL * 4);
     ITEM(sc->y, T * D * 4);
-    ITEM(sc->cs, T * (c->n_rot / 2 + 1) * 4);
-    ITEM(sc->sn, T * (c->n_rot / 2 + 1) * 4);
+    ITEM(sc->cs, (size_t)T * (c->n_rot / 2 + 1) * 4);
+    ITEM(sc->sn, (size_t)T * (c->n_rot / 2 + 1) * 4);
     ITEM(sc->rlog, T * E * 4);
     ITEM(sc->sel, T * K * 4);
     ITEM(sc->wts, (T * K + moe_pairs) * 4);
@@ -200,7 +200,7 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->erows, moe_pairs * 4);
     ITEM(sc->ecount, E * 4);
     ITEM(sc->eoff, E * 4);
-    ITEM(sc->topk, T * (c->idx_topk ? c->idx_topk : 1) * 4);
+    ITEM(sc->topk, (size_t)T * (c->idx_topk ? c->idx_topk : 1) * 4);
     ITEM(sc->ntopk, T * 4);
     ITEM(sc->scores, (comp_max + 1) * 4);
     /* attention weights and key pointers: per thread, the most keys one
