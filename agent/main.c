@@ -27,15 +27,7 @@ volatile sig_atomic_t ag_interrupt = 0, ag_terminate = 0;
 static void on_sigint(int sig) { (void)sig; ag_interrupt = 1; }
 static void on_sigterm(int sig) { (void)sig; ag_interrupt = 1; ag_terminate = 1; }
 
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "ds4-agent: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
+#define die(...) ds4_die("ds4-agent", __VA_ARGS__)
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -40,15 +40,7 @@ static void on_sigterm(int sig) {
     g_terminate = 1;
 }
 
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "ds4: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
+#define die(...) ds4_die("ds4", __VA_ARGS__)
 
 static void usage(FILE *f) {
     fprintf(f,

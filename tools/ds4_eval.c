@@ -93,16 +93,7 @@ typedef struct {
     int limit, plain, list;
 } opts;
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", PROG);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
+#define die(...) ds4_die(PROG, __VA_ARGS__)
 
 static double now_s(void) {
     struct timespec ts;

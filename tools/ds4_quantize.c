@@ -42,16 +42,7 @@
 /* Floats decoded at once for non-expert tensors (per chunk, all threads). */
 #define CHUNK_FLOATS (16u << 20)
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("ds4-quantize: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(1);
-}
+#define die(...) ds4_die("ds4-quantize", __VA_ARGS__)
 
 static void usage(FILE *o) {
     fputs(
@@ -94,16 +85,7 @@ static void usage(FILE *o) {
         o);
 }
 
-static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void usage_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("ds4-quantize: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\n(run ds4-quantize --help for the options)\n", stderr);
-    exit(2);
-}
+#define usage_error(...) ds4_args_fail("ds4-quantize", __VA_ARGS__)
 
 /* ------------------------------------------------------------------------ */
 /* config.json                                                               */

@@ -44,16 +44,7 @@ static void usage(FILE *f) {
 "  ds4 --steer DIR/direction.f32 --steer-scale S [--steer-layers A:B]\n");
 }
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", PROG);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
+#define die(...) ds4_die(PROG, __VA_ARGS__)
 
 typedef struct {
     ds4_model *m;

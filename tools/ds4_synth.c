@@ -50,16 +50,7 @@
  * ds4_model_limits): a file outside them would be refused by the loader,
  * and they keep every derived product far from overflow. */
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("ds4-synth: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(1);
-}
+#define die(...) ds4_die("ds4-synth", __VA_ARGS__)
 
 static void usage(FILE *o) {
     fputs(
@@ -155,16 +146,7 @@ static void usage(FILE *o) {
         o);
 }
 
-static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void usage_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("ds4-synth: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\n(run ds4-synth --help for the options)\n", stderr);
-    exit(2);
-}
+#define usage_error(...) ds4_args_fail("ds4-synth", __VA_ARGS__)
 
 /* ------------------------------------------------------------------------ */
 /* Configuration: presets and --set                                          */

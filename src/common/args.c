@@ -144,6 +144,16 @@ void ds4_args_fail(const char *prog, const char *fmt, ...) {
     exit(2);
 }
 
+void ds4_die(const char *prog, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
 void ds4_args_unknown(const ds4_args *a) {
     ds4_args_fail(a->prog, "unknown option '%s'", a->cur ? a->cur : "");
 }

@@ -84,6 +84,10 @@ void ds4_args_unknown(const ds4_args *a) __attribute__((noreturn));
 void ds4_args_fail(const char *prog, const char *fmt, ...)
     __attribute__((format(printf, 2, 3), noreturn));
 
+/* "PROG: <message>", exit 1: a run-time failure (bad file, no memory). */
+void ds4_die(const char *prog, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+
 /* "PROG VERSION" on `f` (the one version line every binary prints). */
 void ds4_print_version(const char *prog, FILE *f);
 
