@@ -30,26 +30,6 @@
 
 #include "testutil.h"
 
-static int read_ids(const char *path, ds4_tokens *t) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    int v;
-    while (fscanf(f, "%d", &v) == 1) ds4_tokens_push(t, v);
-    fclose(f);
-    return 0;
-}
-
-static ds4_session *new_session(ds4_model *m, int ctx, int chunk) {
-    ds4_session_params p;
-    ds4_session_params_default(&p);
-    p.ctx_size = ctx;
-    p.prefill_chunk = chunk;
-    char *err = NULL;
-    ds4_session *s = ds4_session_new(m, &p, &err);
-    if (!s) { fprintf(stderr, "session: %s\n", err ? err : "?"); exit(1); }
-    return s;
-}
-
 static int cancel_after;
 static int progress_cancel(void *ud, int done, int total) {
     (void)ud; (void)total;
@@ -87,11 +67,11 @@ static void test_model(const char *name) {
     ds4_model_get_info(m, &info);
     const int V = info.n_vocab;
     ds4_tokens ids = { 0 };
-    CHECK(read_ids(seq, &ids) == 0 && ids.n == 600, "read %s", seq);
+    CHECK(test_read_ids(seq, &ids) == 0 && ids.n == 600, "read %s", seq);
     const int N = 300;
 
     /* reference: uninterrupted run, all logits */
-    ds4_session *ref = new_session(m, 1024, 64);
+    ds4_session *ref = test_new_session(m, 1024, 64);
     ds4_buf all = { 0 };
     ds4_session_capture(ref, &all, NULL);
     CHECK(ds4_session_eval(ref, ids.v, N, NULL, NULL) == DS4_OK, "eval");
@@ -110,13 +90,13 @@ static void test_model(const char *name) {
     const size_t cut_step = dbg && !strcmp(dbg, "1") ? 4 : 1;
     for (size_t ci = 0; ci < sizeof cuts / sizeof cuts[0]; ci += cut_step) {
         int k = cuts[ci];
-        ds4_session *a = new_session(m, 1024, 64);
+        ds4_session *a = test_new_session(m, 1024, 64);
         CHECK(ds4_session_eval(a, ids.v, k, NULL, NULL) == DS4_OK, "eval %d", k);
         ds4_buf snap = { 0 };
         CHECK(ds4_session_snapshot(a, &snap) == DS4_OK, "snapshot");
         CHECK(snap.n == ds4_session_snapshot_size(a), "snapshot size %zu vs %llu", snap.n,
               (unsigned long long)ds4_session_snapshot_size(a));
-        ds4_session *b = new_session(m, 1024, 17);   /* other chunking too */
+        ds4_session *b = test_new_session(m, 1024, 17);   /* other chunking too */
         CHECK(ds4_session_restore(b, snap.p, snap.n, &err) == DS4_OK, "restore at %d: %s", k, err ? err : "");
         CHECK(ds4_session_n_tokens(b) == k, "restored n_tokens");
         CHECK(memcmp(ds4_session_logits(b), L + (size_t)(k - 1) * V, (size_t)V * 4) == 0,
@@ -159,7 +139,7 @@ static void test_model(const char *name) {
 
     /* sync: prefix reuse, divergence rebuild, identical logits */
     {
-        ds4_session *s = new_session(m, 1024, 64);
+        ds4_session *s = test_new_session(m, 1024, 64);
         int reused = -1;
         CHECK(ds4_session_sync(s, ids.v, 100, NULL, NULL, &reused) == DS4_OK && reused == 0, "sync 100");
         CHECK(ds4_session_sync(s, ids.v, 250, NULL, NULL, &reused) == DS4_OK && reused == 100,
@@ -171,7 +151,7 @@ static void test_model(const char *name) {
         ds4_tokens alt = { 0 };
         for (int i = 0; i < 260; i++) ds4_tokens_push(&alt, i < 200 ? ids.v[i] : ids.v[i + 300]);
         CHECK(ds4_session_sync(s, alt.v, 260, NULL, NULL, &reused) == DS4_OK, "divergent sync");
-        ds4_session *fresh = new_session(m, 1024, 64);
+        ds4_session *fresh = test_new_session(m, 1024, 64);
         ds4_session_eval(fresh, alt.v, 260, NULL, NULL);
         CHECK(memcmp(ds4_session_logits(s), ds4_session_logits(fresh), (size_t)V * 4) == 0,
               "divergent sync == fresh evaluation");
@@ -190,7 +170,7 @@ static void test_model(const char *name) {
      * 290 and matches a fresh evaluation; a checkpoint above a rewind and
      * every checkpoint after a reset are dropped */
     {
-        ds4_session *s = new_session(m, 1024, 64);
+        ds4_session *s = test_new_session(m, 1024, 64);
         ds4_eval_params ep;
         ds4_eval_params_default(&ep);
         ep.ram_tail = 10;
@@ -218,7 +198,7 @@ static void test_model(const char *name) {
         for (int i = 0; i < N + 40; i++) ds4_tokens_push(&alt, i < N - 5 ? ids.v[i] : ids.v[i + 200]);
         CHECK(ds4_eval_sync(s, alt.v, N + 40, &ep, &reused) == DS4_OK && reused == N - 10,
               "divergent next turn: reused %d (want %d)", reused, N - 10);
-        ds4_session *fresh = new_session(m, 1024, 64);
+        ds4_session *fresh = test_new_session(m, 1024, 64);
         CHECK(ds4_session_eval(fresh, alt.v, N + 40, NULL, NULL) == DS4_OK, "fresh");
         CHECK(memcmp(ds4_session_logits(s), ds4_session_logits(fresh), (size_t)V * 4) == 0,
               "rewound + evaluated == fresh evaluation");
@@ -243,7 +223,7 @@ static void test_model(const char *name) {
      * frontiers (the save callback sees the session there), and reports
      * progress over the whole call */
     {
-        ds4_session *s = new_session(m, 1024, 64);
+        ds4_session *s = test_new_session(m, 1024, 64);
         ds4_kv_policy pol;
         ds4_kv_policy_default(&pol);
         pol.min_tokens = 16;
@@ -278,7 +258,7 @@ static void test_model(const char *name) {
 
     /* full context, bad ids, cancellation */
     {
-        ds4_session *s = new_session(m, 64, 16);
+        ds4_session *s = test_new_session(m, 64, 16);
         CHECK(ds4_session_eval(s, ids.v, 60, NULL, NULL) == DS4_OK, "eval 60");
         CHECK(ds4_session_eval(s, ids.v, 5, NULL, NULL) == DS4_ECTX, "ctx full is DS4_ECTX");
         CHECK(ds4_session_n_tokens(s) == 60, "ECTX left the session unchanged");
@@ -291,7 +271,7 @@ static void test_model(const char *name) {
         CHECK(ds4_session_n_tokens(s) == 60, "bad id left the session unchanged");
         ds4_session_free(s);
 
-        s = new_session(m, 1024, 32);
+        s = test_new_session(m, 1024, 32);
         cancel_after = 64;
         int rc = ds4_session_eval(s, ids.v, 200, progress_cancel, NULL);
         CHECK(rc == DS4_ECANCEL && ds4_session_n_tokens(s) == 64, "cancel at a chunk boundary: rc %d n %d",
@@ -305,7 +285,7 @@ static void test_model(const char *name) {
     {
         uint64_t e1 = ds4_session_memory_estimate(m, 1024), e2 = ds4_session_memory_estimate(m, 8192);
         CHECK(e1 > 0 && e2 > e1, "estimate grows with ctx");
-        ds4_session *s = new_session(m, 1024, 64);
+        ds4_session *s = test_new_session(m, 1024, 64);
         uint64_t k0 = ds4_session_kv_bytes(s);
         ds4_session_eval(s, ids.v, 300, NULL, NULL);
         uint64_t k1 = ds4_session_kv_bytes(s);

@@ -28,26 +28,6 @@
 
 #include "testutil.h"
 
-static int read_ids(const char *path, ds4_tokens *t) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    int v;
-    while (fscanf(f, "%d", &v) == 1) ds4_tokens_push(t, v);
-    fclose(f);
-    return 0;
-}
-
-static ds4_session *new_session(ds4_model *m, int ctx, int chunk) {
-    ds4_session_params p;
-    ds4_session_params_default(&p);
-    p.ctx_size = ctx;
-    p.prefill_chunk = chunk;
-    char *err = NULL;
-    ds4_session *s = ds4_session_new(m, &p, &err);
-    if (!s) { fprintf(stderr, "session: %s\n", err ? err : "?"); exit(1); }
-    return s;
-}
-
 static int same_state(ds4_session *a, ds4_session *b) {
     ds4_buf x = { 0 }, y = { 0 };
     int ok = ds4_session_snapshot(a, &x) == DS4_OK && ds4_session_snapshot(b, &y) == DS4_OK &&
@@ -122,11 +102,11 @@ static void test_model(const char *name) {
     ds4_model_get_info(m, &info);
     const int V = info.n_vocab;
     ds4_tokens ids = { 0 };
-    CHECK(read_ids(seq, &ids) == 0 && ids.n == 600, "read %s", seq);
+    CHECK(test_read_ids(seq, &ids) == 0 && ids.n == 600, "read %s", seq);
 
     /* reference logits of the sequence */
     const int N = 300;
-    ds4_session *ref = new_session(m, 1024, 64);
+    ds4_session *ref = test_new_session(m, 1024, 64);
     ds4_buf all = { 0 };
     ds4_session_capture(ref, &all, NULL);
     CHECK(ds4_session_eval(ref, ids.v, N, NULL, NULL) == DS4_OK, "reference eval");
@@ -139,7 +119,7 @@ static void test_model(const char *name) {
     for (size_t ci = 0; ci < sizeof cuts / sizeof cuts[0]; ci++) {
         int k = cuts[ci];
         if (quick && k != 32 && k != 127) continue;
-        ds4_session *a = new_session(m, 1024, 64);
+        ds4_session *a = test_new_session(m, 1024, 64);
         CHECK(ds4_session_eval(a, ids.v, k, NULL, NULL) == DS4_OK, "eval %d", k);
         ds4_buf base = { 0 };
         ds4_session_snapshot(a, &base);
@@ -161,7 +141,7 @@ static void test_model(const char *name) {
                 CHECK(ds4_session_n_tokens(a) == k + keep, "token count after commit");
                 CHECK(memcmp(ds4_session_logits(a), L + (size_t)(k + keep - 1) * V, (size_t)V * 4) == 0,
                       "%s: logits after commit %d/%d at %d", name, keep, n, k);
-                ds4_session *b = new_session(m, 1024, 64);
+                ds4_session *b = test_new_session(m, 1024, 64);
                 CHECK(ds4_session_eval(b, ids.v, k + keep, NULL, NULL) == DS4_OK, "eval b");
                 CHECK(same_state(a, b), "%s: rolled-back state != never-drafted state (cut %d, pass %d, keep %d)",
                       name, k, n, keep);
@@ -184,7 +164,7 @@ static void test_model(const char *name) {
 
     /* misuse */
     {
-        ds4_session *a = new_session(m, 40, 8);
+        ds4_session *a = test_new_session(m, 40, 8);
         CHECK(ds4_session_draft_capacity(a) == 8, "capacity is the chunk when smaller");
         int32_t p9[9] = { 0 };
         CHECK(ds4_session_eval_draft(a, p9, 9) == DS4_EINVAL, "pass above capacity");
@@ -207,13 +187,13 @@ static void test_model(const char *name) {
         ds4_sampler_params sp;
         ds4_sampler_params_default(&sp);
         sp.seed = 1234;
-        ds4_session *pl = new_session(m, 1024, 64);
+        ds4_session *pl = test_new_session(m, 1024, 64);
         ds4_session_eval(pl, ids.v, P, NULL, NULL);
         ds4_sampler *s0 = sampled ? ds4_sampler_new(V, &sp) : NULL;
         ds4_tokens want = { 0 };
         plain_decode(pl, s0, V, G, &want);
         for (int mode = 0; mode < 2; mode++) {
-            ds4_session *sp_s = new_session(m, 1024, mode ? 64 : 12);
+            ds4_session *sp_s = test_new_session(m, 1024, mode ? 64 : 12);
             ds4_session_eval(sp_s, ids.v, P, NULL, NULL);
             ds4_sampler *s1 = sampled ? ds4_sampler_new(V, &sp) : NULL;
             ds4_tokens got = { 0 };
