@@ -37,7 +37,7 @@ run() {
         pass=$((pass+1)); echo "PASS $name ($(( $(date +%s) - t0 ))s)"
     else
         fail=$((fail+1)); failed+=("$name"); echo "FAIL $name ($(( $(date +%s) - t0 ))s)"
-        tail -n 30 "$LOGS/$name.log" | sed 's/^/    /'
+        tail -n 50 "$LOGS/$name.log" | sed 's/^/    /'
     fi
 }
 mkdir -p "$LOGS"

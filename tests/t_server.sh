@@ -32,7 +32,8 @@ cleanup() {
     kill -9 "$PID" 2>/dev/null
     wait "$PID" 2>/dev/null
 }
-trap 'cleanup; rm -f "$LOG"' EXIT
+NODE_OUT=""
+trap 'cleanup; rm -f "$LOG" $NODE_OUT' EXIT
 
 URL=""
 for _ in $(seq 300); do
@@ -60,8 +61,9 @@ conc=""
 node --help 2>/dev/null | grep -q -- --test-concurrency && conc="--test-concurrency=1"
 # kvcache.test.mjs starts its own servers: tests/t_server_kv.sh runs it
 files="${DS4_TEST_FILES:-$(ls *.test.mjs | grep -v '^kvcache\.test\.mjs$')}"
-node --test $conc --test-reporter=spec $files
-rc=$?
+NODE_OUT=$(mktemp "${TMPDIR:-/tmp}/ds4-server-node.XXXXXX")
+node --test $conc --test-reporter=spec $files 2>&1 | tee "$NODE_OUT"
+rc=${PIPESTATUS[0]}
 cd ../..
 
 # a clean shutdown is part of the test: SIGTERM -> exit status 0, and no
@@ -83,5 +85,10 @@ fi
 if [ $rc -ne 0 ]; then
     echo "--- server log (tail) ---"
     tail -n 60 "$LOG"
+    # last, so that the tail tests/run.sh prints shows which test failed
+    if [ -n "$NODE_OUT" ] && grep -q "failing tests:" "$NODE_OUT"; then
+        echo "--- failing tests ---"
+        sed -n '/failing tests:/,$p' "$NODE_OUT" | head -n 40
+    fi
 fi
 exit $rc

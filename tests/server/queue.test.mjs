@@ -8,14 +8,16 @@ import net from 'node:net';
 import { BASE, out, post, metrics, sleep } from './helpers.mjs';
 
 // POST with the headers now and the body in `pieces` parts, `gap` ms apart;
-// resolves with the raw response once the server closes.
-function slowPost(path, body, headers, pieces, gap) {
+// resolves with the raw response once the server closes.  onFirst runs when
+// the first response bytes come (the close itself may come later than a
+// response on another connection that was written after this one).
+function slowPost(path, body, headers, pieces, gap, onFirst = () => {}) {
   const u = new URL(BASE);
   const buf = Buffer.from(body);
   return new Promise((resolve) => {
     const s = net.connect(Number(u.port), u.hostname);
     let data = '';
-    s.on('data', (d) => { data += d.toString(); });
+    s.on('data', (d) => { if (!data) onFirst(); data += d.toString(); });
     s.on('error', () => {});
     s.on('close', () => resolve(data));
     s.on('connect', async () => {
@@ -45,10 +47,13 @@ test('the queue is ordered by arrival: a slowly sent body keeps its place', asyn
   // ignores) takes ~1 s to come
   const bodyA = JSON.stringify({ model: 'deepseek-chat', messages: [{ role: 'user', content: 'slow' }],
     metadata_padding: 'x'.repeat(40000) });
-  const a = slowPost('/v1/chat/completions', bodyA, out('A'), 10, 100).then((raw) => { order.push('A'); return raw; });
+  const a = slowPost('/v1/chat/completions', bodyA, out('A'), 10, 100, () => order.push('A'));
   await sleep(150);
-  // B arrives later but is complete at once: parsed and queued first
-  const b = post('/v1/chat/completions', { model: 'deepseek-chat', messages: [{ role: 'user', content: 'fast' }] }, out('B'))
+  // B arrives later but is complete at once: parsed and queued first.  Its
+  // answer is long, so if A is served first, B's answer ends well after A's
+  // began to come (a margin against a loaded machine's scheduling).
+  const longB = 'B '.repeat(300);
+  const b = post('/v1/chat/completions', { model: 'deepseek-chat', messages: [{ role: 'user', content: 'fast' }] }, out(longB))
     .then((r) => { order.push('B'); return r; });
   // both queued behind the blocker
   const t0 = Date.now();
@@ -59,6 +64,6 @@ test('the queue is ordered by arrival: a slowly sent body keeps its place', asyn
   const [ra, rb] = await Promise.all([a, b, blocker]);
   assert.match(ra, /^HTTP\/1\.1 200/);
   assert.ok(ra.includes('"content":"A"'), ra.slice(-300));
-  assert.equal(rb.json.choices[0].message.content, 'B');
+  assert.equal(rb.json.choices[0].message.content, longB);
   assert.deepEqual(order, ['A', 'B'], 'served in arrival order');
 });
