@@ -37,8 +37,9 @@ function slowPost(path, body, headers, pieces, gap, onFirst = () => {}) {
 test('the queue is ordered by arrival: a slowly sent body keeps its place', async () => {
   const ac = new AbortController();
   // a long generation keeps the worker busy while both requests queue
+  // (a forced answer: a sampled one could meet an end token early)
   const blocker = fetch(`${BASE}/v1/chat/completions`, {
-    method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
+    method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json', ...out('lorem '.repeat(4000)) },
     body: JSON.stringify({ messages: [{ role: 'user', content: 'lorem ipsum '.repeat(200) }], max_tokens: 3000 }),
   }).then((r) => r.text()).catch(() => null);
   await sleep(200);

@@ -162,10 +162,13 @@ test('a client that disconnects mid-stream cancels its generation', async () => 
   const ac = new AbortController();
   const stream = await openai().chat.completions.create(
     { model: 'deepseek-chat', messages: [{ role: 'user', content: 'write forever' }], max_tokens: 3000, stream: true },
-    { signal: ac.signal });
+    { signal: ac.signal, headers: out('forever '.repeat(3000)) });   // forced: no early end token
   let n = 0;
   try {
-    for await (const ch of stream) { if (ch.choices[0]?.delta?.content && ++n >= 3) ac.abort(); }
+    for await (const ch of stream) {
+      const d = ch.choices[0]?.delta;
+      if ((d?.content || d?.reasoning_content) && ++n >= 3) ac.abort();
+    }
   } catch { /* aborted */ }
   const t0 = Date.now();
   const r = await openai().chat.completions.create({ model: 'x', messages: msgs }, { headers: out('next one') });
@@ -202,7 +205,7 @@ test('streams send keep-alive comments while they wait', async () => {
   // SSE comments (--keepalive 1 in t_server.sh) until its turn comes
   const ac = new AbortController();
   const blocker = fetch(`${BASE}/v1/chat/completions`, {
-    method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
+    method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json', ...out('lorem '.repeat(4000)) },
     body: JSON.stringify({ messages: [{ role: 'user', content: 'lorem ipsum '.repeat(300) }], max_tokens: 3000 }),
   }).then((r) => r.text()).catch(() => null);
   await sleep(200);
