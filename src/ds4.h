@@ -421,6 +421,22 @@ int ds4_session_sync(ds4_session *s, const int32_t *toks, int n,
 int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
                      ds4_progress_fn progress, void *ud);
 void ds4_session_reset(ds4_session *s);
+/* One engine step for several live sessions of one model (ds4-server
+ * --parallel): item i appends items[i].n tokens to items[i].s -- one for a
+ * session that is decoding, a prefill chunk for one that is ingesting a
+ * prompt.  The sessions must be distinct.  Every session's state and
+ * logits come out bit-identical to ds4_session_eval of its own tokens
+ * alone, whatever the other items are.  items[i].rc receives that item's
+ * result (an item that fails is reset as ds4_session_eval resets it; the
+ * others are unaffected); the return value is DS4_OK when every item
+ * succeeded, else the first failing item's code. */
+typedef struct {
+    ds4_session *s;
+    const int32_t *toks;
+    int n;
+    int rc;                   /* out */
+} ds4_batch_item;
+int ds4_session_eval_batch(ds4_batch_item *items, int n_items);
 
 int ds4_session_n_tokens(const ds4_session *s);
 const int32_t *ds4_session_tokens(const ds4_session *s);

@@ -483,6 +483,23 @@ int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
     return DS4_OK;
 }
 
+/* The batched step.  For now each item is evaluated in turn (the exact
+ * reference of the contract above); a forward pass that reads the shared
+ * weights once for all items replaces this loop without changing it. */
+int ds4_session_eval_batch(ds4_batch_item *items, int n_items) {
+    if (n_items < 0 || (n_items > 0 && !items)) return DS4_EINVAL;
+    for (int i = 0; i < n_items; i++)
+        for (int j = 0; j < i; j++)
+            if (!items[i].s || items[i].s == items[j].s) return DS4_EINVAL;
+    int first = DS4_OK;
+    for (int i = 0; i < n_items; i++) {
+        items[i].rc = items[i].s ? ds4_session_eval(items[i].s, items[i].toks, items[i].n, NULL, NULL)
+                                 : DS4_EINVAL;
+        if (items[i].rc != DS4_OK && first == DS4_OK) first = items[i].rc;
+    }
+    return first;
+}
+
 int ds4_session_sync(ds4_session *s, const int32_t *toks, int n,
                      ds4_progress_fn progress, void *ud, int *n_reused) {
     if (n_reused) *n_reused = 0;
