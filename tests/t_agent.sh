@@ -6,8 +6,10 @@
 # truncation), confinement (outside paths, symlink escapes), declined
 # confirmations, and the trace: every turn after the first evaluates only
 # its new tokens.
+# ds4-test: optimized-only (minutes under ASan at -O0; the agent's tools, turn loop and UI run under ASan in t_agent_tmux)
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 . tests/agent/lib.sh
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -119,7 +121,7 @@ printf 'One call.'"$(call list)" > "$T/s3.txt"
     && bad "exhausted script accepted" || { grep -q "no turn left" "$T/err3" && ok "exhausted script: clear error, non-zero exit" || bad "exhausted: $(cat "$T/err3")"; }
 # the real vocabulary (a ds4-synth model): the forced DSML and </think>
 # become the model's special tokens, the call runs, the next turn is fed
-./ds4-synth --preset tiny --recipe q2 --vocab vocab/deepseek-v4-vocab.gguf -o "$T/rv.gguf" > /dev/null 2>&1 || bad "ds4-synth"
+"$BD"/ds4-synth --preset tiny --recipe q2 --vocab vocab/deepseek-v4-vocab.gguf -o "$T/rv.gguf" > /dev/null 2>&1 || bad "ds4-synth"
 mkdir -p "$T/rv"
 { printf 'Check it.</think>Listing.'; call list; sep; printf 'Done.</think>Listed.'; } > "$T/s4.txt"
 "$AGENT" -m "$T/rv.gguf" --yes --ctx 4096 --dir "$T/rv" --script "$T/s4.txt" --trace "$T/tr4" -p "list" > "$T/out4" 2>&1 \

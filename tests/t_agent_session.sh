@@ -8,8 +8,10 @@
 #    the command's process group; the session stays consistent;
 #  - compaction keeps the agent running past the context size (by the
 #    model's summary, and by recent turns when no room is left).
+# ds4-test: optimized-only (minutes under ASan (many whole sessions); the agent's code runs under ASan in t_agent and t_agent_tmux)
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 . tests/agent/lib.sh
 T=$(mktemp -d)
 [ -n "${KEEP:-}" ] && echo "kept $T" || trap 'rm -rf "$T"' EXIT

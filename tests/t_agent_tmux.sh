@@ -7,6 +7,7 @@
 # /list, /new, /switch, /quit.
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 . tests/agent/lib.sh
 command -v tmux > /dev/null || { echo "t_agent_tmux: tmux is not installed"; exit 1; }
 T=$(mktemp -d)

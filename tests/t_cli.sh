@@ -14,6 +14,7 @@
 #    /help lists every command.  Skipped (with a message) without tmux.
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 S="${DS4_SHARED:-../shared}"
 M="$S/golden/models/tiny-a-q2.gguf"
 PY=/usr/bin/python3
@@ -37,14 +38,14 @@ BINS=(ds4 ds4-server ds4-synth ds4-bench ds4-kv)
 prefill_of() { grep -ao '\[prefill [0-9]* tokens' "$1" | head -1 | grep -o '[0-9]*'; }
 # the same for a one-shot answer to TEXT (same rendering as a first turn)
 oneshot_prefill() {
-    ./ds4 -m "$M" --nothink -n 0 -p "$1" > "$T/one.out" 2>&1
+    "$BD"/ds4 -m "$M" --nothink -n 0 -p "$1" > "$T/one.out" 2>&1
     prefill_of "$T/one.out"
 }
 
 # ---- 1. --version -------------------------------------------------------
 vers=""
 for b in "${BINS[@]}"; do
-    out=$(./$b --version 2>&1); rc=$?
+    out=$("$BD"/$b --version 2>&1); rc=$?
     if [ $rc -eq 0 ] && [[ "$out" =~ ^$b\ [0-9]+\.[0-9]+\.[0-9]+ ]] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ]; then
         vers="$vers${out#"$b "}"$'\n'
     else bad "$b --version: rc $rc, '$out'"; fi
@@ -58,7 +59,7 @@ else bad "--version strings differ (binaries from different builds? run make): $
 # --help and --version answered by the shared cursor) against every option
 # named in --help, both ways.
 if "$PY" - > "$T/help.txt" 2>&1 <<'EOF'
-import re, subprocess, sys
+import os, re, subprocess, sys
 bins = {"ds4": "cli/ds4.c", "ds4-synth": "tools/ds4_synth.c", "ds4-bench": "tools/ds4_bench.c",
         "ds4-kv": "tools/ds4_kv.c", "ds4-server": "server/main.c"}
 flag_re = re.compile(r'(?<![\w-])(--?[a-zA-Z][\w-]*)')
@@ -72,7 +73,7 @@ for b, f in bins.items():
         src.add(m.group(1))
     if "ds4_args_next" in t:
         src.update(["-h", "--help", "--version"])
-    h = subprocess.run(["./" + b, "--help"], capture_output=True, text=True)
+    h = subprocess.run([os.path.join(os.environ.get("DS4_BIN_DIR", "."), b), "--help"], capture_output=True, text=True)
     helps = set(flag_re.findall(h.stdout))
     if h.returncode != 0 or len(src) < 4 or src != helps:
         bad += 1
@@ -86,7 +87,7 @@ then ok "--help lists exactly the accepted options: $(tr '\n' ' ' < "$T/help.txt
 else bad "--help vs parser: $(cat "$T/help.txt")"; fi
 
 # --help shows every interactive command, the same list /help prints
-./ds4 --help > "$T/dh.txt"
+"$BD"/ds4 --help > "$T/dh.txt"
 cmds=$(grep -o '{ "/[a-z-]*"' cli/chat.c | grep -o '/[a-z-]*')
 missing=""
 for c in $cmds; do grep -q -- "^  $c" "$T/dh.txt" || missing="$missing $c"; done
@@ -103,43 +104,43 @@ expect_bad() {   # expect_bad "PATTERN" BIN ARGS...
         ok "bad value: $* -> exit 2, '$(head -1 "$T/bad.err")'"
     else bad "bad value: $* -> rc $rc (want 2), stderr: $(head -2 "$T/bad.err")"; fi
 }
-expect_bad "ds4: --ctx: bad value 'abc' (expected an integer in [16, 16777216])" ./ds4 -m "$M" --ctx abc
-expect_bad "--ctx: bad value '4k'" ./ds4 -m "$M" --ctx=4k
-expect_bad "--temp: bad value 'nan'" ./ds4 -m "$M" --temp nan
-expect_bad "--top-p: bad value '0'" ./ds4 -m "$M" --top-p 0
-expect_bad "--seed: bad value '-1'" ./ds4 -m "$M" --seed -1
-expect_bad "--kv-disk-space: bad value '8XB'" ./ds4 -m "$M" --kv-disk-space 8XB
-expect_bad "-n needs a value" ./ds4 -m "$M" -n
-expect_bad "unknown option '--frobnicate'" ./ds4 --frobnicate
-expect_bad "--older-than: bad value 'soon'" ./ds4-kv rm "$T" --older-than soon
-expect_bad "--threads: bad value '0'" ./ds4-synth --preset tiny --recipe q2 --threads 0 --dry-run
-expect_bad "--gen-tokens: bad value '-3'" ./ds4-bench -m "$M" --prompt-file README.md --gen-tokens=-3
+expect_bad "ds4: --ctx: bad value 'abc' (expected an integer in [16, 16777216])" "$BD"/ds4 -m "$M" --ctx abc
+expect_bad "--ctx: bad value '4k'" "$BD"/ds4 -m "$M" --ctx=4k
+expect_bad "--temp: bad value 'nan'" "$BD"/ds4 -m "$M" --temp nan
+expect_bad "--top-p: bad value '0'" "$BD"/ds4 -m "$M" --top-p 0
+expect_bad "--seed: bad value '-1'" "$BD"/ds4 -m "$M" --seed -1
+expect_bad "--kv-disk-space: bad value '8XB'" "$BD"/ds4 -m "$M" --kv-disk-space 8XB
+expect_bad "-n needs a value" "$BD"/ds4 -m "$M" -n
+expect_bad "unknown option '--frobnicate'" "$BD"/ds4 --frobnicate
+expect_bad "--older-than: bad value 'soon'" "$BD"/ds4-kv rm "$T" --older-than soon
+expect_bad "--threads: bad value '0'" "$BD"/ds4-synth --preset tiny --recipe q2 --threads 0 --dry-run
+expect_bad "--gen-tokens: bad value '-3'" "$BD"/ds4-bench -m "$M" --prompt-file README.md --gen-tokens=-3
 # sizes are accepted in any unit
-if ./ds4 -q -m "$M" --kv-disk-dir "$T/kvsz" --kv-disk-space 8GB -p hi -n 1 > /dev/null 2>&1 &&
-   ./ds4 -q -m "$M" --kv-disk-dir "$T/kvsz" --kv-disk-space=512MiB -p hi -n 1 > /dev/null 2>&1; then
+if "$BD"/ds4 -q -m "$M" --kv-disk-dir "$T/kvsz" --kv-disk-space 8GB -p hi -n 1 > /dev/null 2>&1 &&
+   "$BD"/ds4 -q -m "$M" --kv-disk-dir "$T/kvsz" --kv-disk-space=512MiB -p hi -n 1 > /dev/null 2>&1; then
     ok "--kv-disk-space 8GB / =512MiB accepted"
 else bad "--kv-disk-space with a unit refused"; fi
 
 # ---- 4. --ctx above the trained context ----------------------------------
-ctx_train=$(./ds4 --inspect -m "$M" | awk '$1 == "deepseek4.context_length" {print $2}')
-./ds4 -m "$M" --ctx $((ctx_train * 2)) -p hi -n 1 > /dev/null 2> "$T/w1"
-./ds4 -m "$M" --ctx "$ctx_train" -p hi -n 1 > /dev/null 2> "$T/w2"
+ctx_train=$("$BD"/ds4 --inspect -m "$M" | awk '$1 == "deepseek4.context_length" {print $2}')
+"$BD"/ds4 -m "$M" --ctx $((ctx_train * 2)) -p hi -n 1 > /dev/null 2> "$T/w1"
+"$BD"/ds4 -m "$M" --ctx "$ctx_train" -p hi -n 1 > /dev/null 2> "$T/w2"
 if [ -n "$ctx_train" ] && grep -q "warning: a context of $((ctx_train * 2)) tokens exceeds the $ctx_train" "$T/w1" &&
    ! grep -q "warning" "$T/w2"; then
     ok "--ctx $((ctx_train * 2)) > context_length $ctx_train warns; --ctx $ctx_train does not"
 else bad "ctx warning: $(cat "$T/w1" "$T/w2" | grep -i warn)"; fi
-printf '/ctx %s\n' $((ctx_train + 1)) | ./ds4 -m "$M" > /dev/null 2> "$T/w3"
+printf '/ctx %s\n' $((ctx_train + 1)) | "$BD"/ds4 -m "$M" > /dev/null 2> "$T/w3"
 grep -q "warning: a context of $((ctx_train + 1)) tokens exceeds" "$T/w3" &&
     ok "/ctx $((ctx_train + 1)) warns too" || bad "/ctx: no warning: $(cat "$T/w3")"
 
 # ---- 5. multi-line messages from a pipe ----------------------------------
 want=$(oneshot_prefill "$(printf 'first line\nsecond line\nthird')")
-printf 'first line\\\nsecond line\\\nthird\n' | ./ds4 -m "$M" --nothink -n 1 > "$T/p1" 2>&1
+printf 'first line\\\nsecond line\\\nthird\n' | "$BD"/ds4 -m "$M" --nothink -n 1 > "$T/p1" 2>&1
 got=$(prefill_of "$T/p1")
 [ -n "$want" ] && [ "$got" = "$want" ] && [ "$(grep -c '\[prefill' "$T/p1")" -eq 1 ] &&
     ok "pipe: lines ending in \\ make one message ($got tokens, as -p)" ||
     bad "pipe backslash: $got tokens, one-shot $want"
-printf '/multi\nfirst line\nsecond line\nthird\n/end\n' | ./ds4 -m "$M" --nothink -n 1 > "$T/p2" 2>&1
+printf '/multi\nfirst line\nsecond line\nthird\n/end\n' | "$BD"/ds4 -m "$M" --nothink -n 1 > "$T/p2" 2>&1
 got=$(prefill_of "$T/p2")
 [ -n "$want" ] && [ "$got" = "$want" ] && [ "$(grep -c '\[prefill' "$T/p2")" -eq 1 ] &&
     ok "pipe: /multi ... /end is one message ($got tokens, as -p)" ||
@@ -148,10 +149,10 @@ got=$(prefill_of "$T/p2")
 # ---- 6. ds4-kv list --------------------------------------------------------
 SYS="$(head -c 1500 bench/data/italian_sample.txt)"
 for q in "Prima domanda: perché? 日本語のテキストです" "Seconda domanda: 中文文本很长很长很长"; do
-    ./ds4 -q -m "$M" -sys "$SYS" -p "$q" -n 2 --nothink --temp 0 --kv-disk-dir "$T/kl" \
+    "$BD"/ds4 -q -m "$M" -sys "$SYS" -p "$q" -n 2 --nothink --temp 0 --kv-disk-dir "$T/kl" \
         --kv-cache-min-tokens 64 --kv-cache-boundary-align-tokens 64 > /dev/null 2>&1
 done
-./ds4-kv list "$T/kl" > "$T/list.txt"
+"$BD"/ds4-kv list "$T/kl" > "$T/list.txt"
 if "$PY" -c 'import sys; open(sys.argv[1], "rb").read().decode("utf-8", "strict")' "$T/list.txt" 2>/dev/null &&
    grep -q "日本語のテキストです<｜Assistant｜></think>" "$T/list.txt" &&
    grep -q "中文文本很长很长很长<｜Assistant｜></think>" "$T/list.txt" &&
@@ -178,8 +179,11 @@ if ! command -v tmux > /dev/null; then
 fi
 export TERM=xterm-256color   # tmux itself needs a terminal type
 screen() { "${TM[@]}" capture-pane -p -J -S -300 -t chat 2>/dev/null; }
+# the sanitizer build (-O0, ASan) runs the model several times slower:
+# waits stretch by SLOW there (they are limits, not timings)
+SLOW=1; [ "${DS4_DEBUG_BUILD:-0}" = 1 ] && SLOW=4
 wait_for() {   # wait_for PATTERN SECONDS: the pane shows PATTERN (grep -E)
-    local end=$((SECONDS + $2))
+    local end=$((SECONDS + $2 * SLOW))
     while [ $SECONDS -lt $end ]; do
         screen | grep -aqE -- "$1" && return 0
         sleep 0.2
@@ -193,7 +197,7 @@ start() {
     NS=$((NS + 1))
     TM=(tmux -L "ds4t$$-$NS" -f /dev/null)
     "${TM[@]}" new-session -d -s chat -x 200 -y 60 \
-        "./ds4 -m $M --nothink --temp 0 $*; echo __EXIT \$?; sleep 120" &&
+        "$BD/ds4 -m $M --nothink --temp 0 $*; echo __EXIT \$?; sleep 120" &&
         wait_for '^> ' 20 && return 0
     bad "tmux: the chat ($*) did not start"
     screen | tail -5
@@ -278,18 +282,19 @@ fi
 
 # (f) stdin a terminal, stdout a file (no line editing): Ctrl+D during an
 # answer is dropped too, the chat goes on and quits on Ctrl+D at the prompt
+NLONG=4000; [ "$SLOW" -gt 1 ] && NLONG=1000
 "${TM[@]}" kill-server 2>/dev/null
 NS=$((NS + 1))
 TM=(tmux -L "ds4t$$-$NS" -f /dev/null)
 "${TM[@]}" new-session -d -s chat -x 200 -y 60 \
-    "./ds4 -m $M --nothink --temp 0 -n 4000 > $T/f.out; echo __EXIT \$?; sleep 120"
+    "$BD/ds4 -m $M --nothink --temp 0 -n $NLONG > $T/f.out; echo __EXIT \$?; sleep 120"
 if wait_for 'Ctrl\+D to quit' 20; then
     # 4000 tokens take seconds even on a fast machine: the Ctrl+D lands
     # inside the answer (300 took 0.3 s, and then it reached the prompt)
     keys "Hello" Enter
     sleep 0.3
     keys C-d
-    wait_for 'generated 4000 tokens' 90
+    wait_for "generated $NLONG tokens" 90
     keys "/help" Enter
     for i in $(seq 50); do grep -q '^  /multi ' "$T/f.out" && break; sleep 0.2; done
     keys C-d

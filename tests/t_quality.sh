@@ -9,6 +9,7 @@
 #    made from a tiny model's own output) and on perturbed fakes that must fail.
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 S="${DS4_SHARED:-../shared}"
 G="$S/golden"
 PY=/usr/bin/python3
@@ -20,7 +21,7 @@ bad() { echo "FAIL $*"; fail=$((fail+1)); }
 M="$G/models/tiny-a-f16.gguf"
 
 # --- --dump-tokens --------------------------------------------------------
-./ds4 -m vocab/deepseek-v4-vocab.gguf --nothink --dump-tokens \
+"$BD"/ds4 -m vocab/deepseek-v4-vocab.gguf --nothink --dump-tokens \
     -p 'Rispondi in italiano con una frase: chi era Ada Lovelace?' > "$T/dt.txt" 2>&1
 # 21 = the official API's usage.prompt_tokens for this message
 n=$(wc -l < "$T/dt.txt")
@@ -30,17 +31,17 @@ printf '0\t0\t<｜begin▁of▁sentence｜>\n' > "$T/first"
 head -1 "$T/dt.txt" | cmp -s - "$T/first" && ok "--dump-tokens: line format" || bad "--dump-tokens: first line $(head -1 "$T/dt.txt")"
 tail -1 "$T/dt.txt" | grep -qP '^20\t128822\t</think>$' && ok "--dump-tokens: non-thinking assistant opening" \
     || bad "--dump-tokens: last line $(tail -1 "$T/dt.txt")"
-ids=$(./ds4 -m vocab/deepseek-v4-vocab.gguf --tokenize $'a\\b\n\tc' | tr -d '[] ')
-./ds4 -m vocab/deepseek-v4-vocab.gguf --dump-tokens --tokens "$ids" | cut -f3 > "$T/dt2.txt"
+ids=$("$BD"/ds4 -m vocab/deepseek-v4-vocab.gguf --tokenize $'a\\b\n\tc' | tr -d '[] ')
+"$BD"/ds4 -m vocab/deepseek-v4-vocab.gguf --dump-tokens --tokens "$ids" | cut -f3 > "$T/dt2.txt"
 printf 'a\n\\\\\nb\n\\n\n\\tc\n' > "$T/dt2.want"
 cmp -s "$T/dt2.txt" "$T/dt2.want" && ok "--dump-tokens --tokens: bytes escaped (\\\\ \\n \\t)" || { bad "--dump-tokens --tokens"; cat -A "$T/dt2.txt"; }
-./ds4 -m vocab/deepseek-v4-vocab.gguf --dump-tokens > "$T/e.txt" 2>&1 && bad "--dump-tokens without a prompt accepted" \
+"$BD"/ds4 -m vocab/deepseek-v4-vocab.gguf --dump-tokens > "$T/e.txt" 2>&1 && bad "--dump-tokens without a prompt accepted" \
     || { grep -q "needs -p" "$T/e.txt" && ok "--dump-tokens without a prompt: clear error" || bad "--dump-tokens error: $(cat "$T/e.txt")"; }
 
 # --- --dump-logprobs vs the golden logits ----------------------------------
 for m in f16 q2; do
   for s in seq_040 seq_300; do
-    ./ds4 -q -m "$G/models/tiny-a-$m.gguf" --no-qat --tokens-file "$G/sequences/$s.ids.txt" -n 0 \
+    "$BD"/ds4 -q -m "$G/models/tiny-a-$m.gguf" --no-qat --tokens-file "$G/sequences/$s.ids.txt" -n 0 \
         --dump-logprobs "$T/lp.json" --logprobs-top-k 20 --dump-logits "$T/lg.f32" > "$T/run.log" 2>&1 \
         || { bad "$m $s: ds4 failed"; cat "$T/run.log"; continue; }
     if $PY - "$G/tiny-a-$m" "$s" "$G/sequences/$s.ids.txt" "$T/lp.json" "$T/lg.f32" > "$T/c.log" 2>&1 <<'PYEOF'
@@ -97,7 +98,7 @@ PYEOF
 done
 
 # generation: one step per sampled token, the step's id is what was printed
-./ds4 -q -m "$M" --tokens 1,2,3,4 -n 5 --temp 0 --dump-logprobs "$T/g.json" --logprobs-top-k 3 > "$T/g.out" 2>&1
+"$BD"/ds4 -q -m "$M" --tokens 1,2,3,4 -n 5 --temp 0 --dump-logprobs "$T/g.json" --logprobs-top-k 3 > "$T/g.out" 2>&1
 $PY - "$T/g.json" "$T/g.out" > "$T/c.log" 2>&1 <<'PYEOF' && ok "--dump-logprobs generation: 5 greedy steps, bytes = output" || { bad "--dump-logprobs generation"; cat "$T/c.log"; }
 import json, sys
 st = json.load(open(sys.argv[1]))["steps"]
@@ -108,15 +109,15 @@ for s in st:
     assert len(s["top"]) == 3
 assert out == b"".join(bytes(s["bytes"]) for s in st) + b"\n", (out,)
 PYEOF
-./ds4 -q -m "$M" --dump-logprobs "$T/x.json" --kv-disk-dir "$T/kv" -p hi > "$T/e.txt" 2>&1 \
+"$BD"/ds4 -q -m "$M" --dump-logprobs "$T/x.json" --kv-disk-dir "$T/kv" -p hi > "$T/e.txt" 2>&1 \
     && bad "--dump-logprobs with --kv-disk-dir accepted" || ok "--dump-logprobs with --kv-disk-dir refused"
 
 # --- official-vector checker on synthetic cases -----------------------------
 C="$PY tools/quality/check_logprobs.py"
 P='Rispondi in italiano con una frase: chi era Ada Lovelace?'
-./ds4 -q -m "$M" --nothink --temp 0 -n 4 -p "$P" --dump-logprobs "$T/loc.json" --logprobs-top-k 20 > /dev/null 2>&1 \
+"$BD"/ds4 -q -m "$M" --nothink --temp 0 -n 4 -p "$P" --dump-logprobs "$T/loc.json" --logprobs-top-k 20 > /dev/null 2>&1 \
     || bad "tiny model greedy run"
-np=$(./ds4 -m "$M" --nothink --dump-tokens -p "$P" | wc -l)
+np=$("$BD"/ds4 -m "$M" --nothink --dump-tokens -p "$P" | wc -l)
 $PY - "$T/loc.json" "$T" "$np" <<'PYEOF'
 import json, sys, copy
 loc = json.load(open(sys.argv[1])); out = sys.argv[2]; n = int(sys.argv[3])

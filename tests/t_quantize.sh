@@ -34,8 +34,10 @@
 # weight error) corr >= 0.85, rel <= 0.6; q2 and q2-q4 (~30% error) corr
 # >= 0.25 (15 sigma above unrelated), rel <= 1.3; and the errors are
 # ordered mxfp4 < q4 < q2.
+# ds4-test: optimized-only (minutes under ASan; the quantizer's formats run under ASan in test_quant)
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 SHARED="${DS4_SHARED:-../shared}"
 PY=/usr/bin/python3
 VOCAB="$SHARED/vocab/mini-vocab.gguf"
@@ -44,30 +46,30 @@ ok()   { echo "ok   $*"; }
 bad()  { echo "FAIL $*"; fail=1; }
 
 for b in ds4 ds4-synth ds4-quantize; do
-    [ -x ./$b ] || make -s $b >/dev/null || { echo "FAIL cannot build $b"; exit 1; }
+    [ -x "$BD"/$b ] || make -s $b >/dev/null || { echo "FAIL cannot build $b"; exit 1; }
 done
 T=$(mktemp -d "${TMPDIR:-/tmp}/t_quantize.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 CK="$T/ck"
 
 # --- 1. synthetic checkpoint ------------------------------------------
-if ./ds4-synth --preset tiny --seed 7 --vocab "$VOCAB" --hf-out "$CK" 2> "$T/err.txt" &&
+if "$BD"/ds4-synth --preset tiny --seed 7 --vocab "$VOCAB" --hf-out "$CK" 2> "$T/err.txt" &&
    [ -f "$CK/config.json" ] && [ -f "$CK/model.safetensors.index.json" ] &&
    [ -f "$CK/tokenizer.json" ] && [ -f "$CK/tokenizer_config.json" ]; then
     ok "ds4-synth --hf-out: $(ls "$CK"/*.safetensors | wc -l) shards"
 else bad "ds4-synth --hf-out:"; cat "$T/err.txt"; exit 1; fi
-./ds4-synth --preset tiny --seed 7 --recipe f16 --vocab "$VOCAB" -o "$T/synth-f16.gguf" 2>/dev/null ||
+"$BD"/ds4-synth --preset tiny --seed 7 --recipe f16 --vocab "$VOCAB" -o "$T/synth-f16.gguf" 2>/dev/null ||
     bad "ds4-synth f16 reference layout"
 
 # --- 2-4. recipes -------------------------------------------------------
 for r in f16 q2 q4 q2-q4 mxfp4; do
     extra=""
     [ $r = q2-q4 ] && extra="--q4-last 2"
-    if ./ds4-quantize --recipe $r $extra "$CK" -o "$T/$r.gguf" > "$T/out-$r.txt" 2> "$T/err-$r.txt" &&
+    if "$BD"/ds4-quantize --recipe $r $extra "$CK" -o "$T/$r.gguf" > "$T/out-$r.txt" 2> "$T/err-$r.txt" &&
        [ -f "$T/$r.gguf" ] && [ ! -e "$T/$r.gguf.tmp" ] && grep -q "peak RSS" "$T/err-$r.txt"; then
         ok "recipe $r written ($(stat -c %s "$T/$r.gguf") bytes)"
     else bad "recipe $r:"; cat "$T/err-$r.txt"; continue; fi
-    if ./ds4 -m "$T/$r.gguf" --inspect > "$T/insp.txt" 2>&1; then ok "recipe $r: ds4 --inspect loads it"
+    if "$BD"/ds4 -m "$T/$r.gguf" --inspect > "$T/insp.txt" 2>&1; then ok "recipe $r: ds4 --inspect loads it"
     else bad "recipe $r: ds4 --inspect:"; tail -5 "$T/insp.txt"; fi
 done
 
@@ -222,10 +224,10 @@ else bad "f16/mxfp4 contents (above)"; fi
 
 # Logits against f16 (--no-qat: only the weights differ).
 TOK=$($PY -c "import random; r=random.Random(5); print(','.join(str(r.randrange(3,4000)) for _ in range(48)))")
-./ds4-synth --preset tiny --seed 99 --recipe f16 --vocab "$VOCAB" -o "$T/other.gguf" 2>/dev/null
+"$BD"/ds4-synth --preset tiny --seed 99 --recipe f16 --vocab "$VOCAB" -o "$T/other.gguf" 2>/dev/null
 for r in f16 q2 q4 q2-q4 mxfp4 other; do
     m="$T/$r.gguf"
-    ./ds4 -m "$m" --tokens "$TOK" --dump-logits "$T/$r.f32" --no-qat -q > /dev/null 2> "$T/err.txt" ||
+    "$BD"/ds4 -m "$m" --tokens "$TOK" --dump-logits "$T/$r.f32" --no-qat -q > /dev/null 2> "$T/err.txt" ||
         { bad "ds4 --dump-logits on $r:"; tail -3 "$T/err.txt"; }
 done
 if $PY - "$T" <<'EOF'
@@ -256,14 +258,14 @@ else bad "quantized logits vs f16 (above)"; fi
 
 # --- 5. imatrix --------------------------------------------------------------
 head -c 4000 README.md > "$T/calib.txt"
-if ./ds4 -m "$T/f16.gguf" --imatrix-out "$T/im1.dat" --prompt-file "$T/calib.txt" -q 2> "$T/err.txt" &&
-   ./ds4 -m "$T/f16.gguf" --imatrix-out "$T/im2.dat" --prompt-file "$T/calib.txt" -q 2>> "$T/err.txt" &&
+if "$BD"/ds4 -m "$T/f16.gguf" --imatrix-out "$T/im1.dat" --prompt-file "$T/calib.txt" -q 2> "$T/err.txt" &&
+   "$BD"/ds4 -m "$T/f16.gguf" --imatrix-out "$T/im2.dat" --prompt-file "$T/calib.txt" -q 2>> "$T/err.txt" &&
    cmp -s "$T/im1.dat" "$T/im2.dat"; then ok "imatrix: reproducible ($(stat -c %s "$T/im1.dat") bytes)"
 else bad "imatrix collection:"; cat "$T/err.txt"; fi
 for r in q2 q4; do
-    ./ds4-quantize --recipe $r "$CK" -o "$T/$r-a.gguf" --stats-weights "$T/im1.dat" > "$T/sa.txt" 2>/dev/null
-    ./ds4-quantize --recipe $r --imatrix "$T/im1.dat" "$CK" -o "$T/$r-b.gguf" --stats > "$T/sb.txt" 2>/dev/null
-    ./ds4-quantize --recipe $r --imatrix "$T/im1.dat" "$CK" -o "$T/$r-c.gguf" 2>/dev/null
+    "$BD"/ds4-quantize --recipe $r "$CK" -o "$T/$r-a.gguf" --stats-weights "$T/im1.dat" > "$T/sa.txt" 2>/dev/null
+    "$BD"/ds4-quantize --recipe $r --imatrix "$T/im1.dat" "$CK" -o "$T/$r-b.gguf" --stats > "$T/sb.txt" 2>/dev/null
+    "$BD"/ds4-quantize --recipe $r --imatrix "$T/im1.dat" "$CK" -o "$T/$r-c.gguf" 2>/dev/null
     if cmp -s "$T/$r-a.gguf" "$T/$r-b.gguf"; then bad "imatrix $r: output identical without and with it"; continue; fi
     cmp -s "$T/$r-b.gguf" "$T/$r-c.gguf" || bad "imatrix $r: two runs differ"
     # last column: importance-weighted relative RMSE of the routed experts
@@ -288,7 +290,7 @@ done
 # --- 6. bad input ------------------------------------------------------------
 refuse() {   # refuse LABEL PATTERN DIR
     rm -f "$T/bad.gguf" "$T/bad.gguf.tmp"
-    if ./ds4-quantize --recipe q4 "$3" -o "$T/bad.gguf" > /dev/null 2> "$T/err.txt"; then
+    if "$BD"/ds4-quantize --recipe q4 "$3" -o "$T/bad.gguf" > /dev/null 2> "$T/err.txt"; then
         bad "$1: accepted"
     elif ! grep -q -- "$2" "$T/err.txt"; then bad "$1: message lacks \"$2\":"; cat "$T/err.txt"
     elif [ -e "$T/bad.gguf" ] || [ -e "$T/bad.gguf.tmp" ]; then bad "$1: output file left behind"

@@ -9,6 +9,7 @@
 #  - bad directions and flags are refused with clear messages.
 set -u
 cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 S="${DS4_SHARED:-../shared}"
 G="$S/golden"
 PY=/usr/bin/python3
@@ -21,13 +22,13 @@ bad() { echo "FAIL $*"; fail=$((fail+1)); }
 
 printf 'I love this, it is wonderful and bright\nWhat a great and happy day\nThe best gift ever\n' > "$T/pos.txt"
 printf 'I hate this, it is awful and dark\n\nWhat a terrible sad day\n' > "$T/neg.txt"
-./ds4-steer build -m "$M" --positive "$T/pos.txt" --negative "$T/neg.txt" --layer 2 -o "$T/dir" > "$T/b.log" 2>&1 \
+"$BD"/ds4-steer build -m "$M" --positive "$T/pos.txt" --negative "$T/neg.txt" --layer 2 -o "$T/dir" > "$T/b.log" 2>&1 \
     && ok "ds4-steer build: $(cat "$T/b.log")" || { bad "ds4-steer build"; cat "$T/b.log"; }
 V="$T/dir/direction.f32"
 
 # --- the direction by hand --------------------------------------------------
 $PY - "$M" "$T" <<'PYEOF' > "$T/c.log" 2>&1 && ok "ds4-steer build = direction from --dump-hidden by hand ($(cat "$T/c.log"))" || { bad "build vs hand"; cat "$T/c.log"; }
-import json, subprocess, sys
+import json, os, subprocess, sys
 import numpy as np
 m, T = sys.argv[1], sys.argv[2]
 side = json.load(open(T + "/dir/direction.json"))
@@ -38,8 +39,8 @@ def mean_of(path):
     for line in open(path).read().split("\n"):
         if not line:
             continue
-        ids = [0] + json.loads(subprocess.run(["./ds4", "-m", m, "--tokenize", line], capture_output=True, check=True).stdout)
-        subprocess.run(["./ds4", "-q", "-m", m, "--tokens", ",".join(map(str, ids)), "-n", "0",
+        ids = [0] + json.loads(subprocess.run([os.path.join(os.environ.get("DS4_BIN_DIR", "."), "ds4"), "-m", m, "--tokenize", line], capture_output=True, check=True).stdout)
+        subprocess.run([os.path.join(os.environ.get("DS4_BIN_DIR", "."), "ds4"), "-q", "-m", m, "--tokens", ",".join(map(str, ids)), "-n", "0",
                         "--dump-hidden", T + "/h.f32"], check=True, capture_output=True)
         h = np.fromfile(T + "/h.f32", "<f4").astype(np.float64)
         h = h.reshape(len(ids), 6, 2, -1, D)
@@ -60,7 +61,7 @@ PYEOF
 TOK="$G/sequences/seq_040.ids.txt"
 dump() {  # dump NAME [flags]
     local n=$1; shift
-    ./ds4 -q -m "$M" --tokens-file "$TOK" -n 0 --dump-logits "$T/$n.l" --dump-hidden "$T/$n.h" "$@" > "$T/run.log" 2>&1 \
+    "$BD"/ds4 -q -m "$M" --tokens-file "$TOK" -n 0 --dump-logits "$T/$n.l" --dump-hidden "$T/$n.h" "$@" > "$T/run.log" 2>&1 \
         || { cat "$T/run.log"; return 1; }
 }
 dump base || bad "base run"
@@ -109,8 +110,8 @@ print("exact S*v after the FFN of layers 0, 1, 2, 3, 5 (single and ranges, both 
 PYEOF
 
 # generation with steering runs and differs from none at a large scale
-./ds4 -q -m "$M" --tokens 0,5,6,7 --temp 0 -n 8 > "$T/g0.txt" 2>&1
-./ds4 -q -m "$M" --tokens 0,5,6,7 --temp 0 -n 8 --steer "$V" --steer-scale 200 --steer-layers 0:5 > "$T/g1.txt" 2>&1
+"$BD"/ds4 -q -m "$M" --tokens 0,5,6,7 --temp 0 -n 8 > "$T/g0.txt" 2>&1
+"$BD"/ds4 -q -m "$M" --tokens 0,5,6,7 --temp 0 -n 8 --steer "$V" --steer-scale 200 --steer-layers 0:5 > "$T/g1.txt" 2>&1
 cmp -s "$T/g0.txt" "$T/g1.txt" && bad "a large steering scale changed nothing" || ok "generation under a large steering scale changes the output"
 
 # --- bad input ----------------------------------------------------------------
@@ -120,19 +121,19 @@ expect_fail() {  # expect_fail LABEL FRAGMENT cmd...
     elif grep -qF -- "$frag" "$T/e.txt"; then ok "$label"
     else bad "$label: $(cat "$T/e.txt")"; fi
 }
-expect_fail "--steer without --steer-scale" "--steer needs --steer-scale" ./ds4 -m "$M" --tokens 1 -n 0 --steer "$V"
-expect_fail "--steer-scale without --steer" "need --steer FILE" ./ds4 -m "$M" --tokens 1 -n 0 --steer-scale 1
-expect_fail "--steer-layers out of range" "--steer-layers: bad value '4:9'" ./ds4 -q -m "$M" --tokens 1 -n 0 --steer "$V" --steer-scale 1 --steer-layers 4:9
-expect_fail "--steer-layers reversed" "--steer-layers: bad value '3:1'" ./ds4 -q -m "$M" --tokens 1 -n 0 --steer "$V" --steer-scale 1 --steer-layers 3:1
+expect_fail "--steer without --steer-scale" "--steer needs --steer-scale" "$BD"/ds4 -m "$M" --tokens 1 -n 0 --steer "$V"
+expect_fail "--steer-scale without --steer" "need --steer FILE" "$BD"/ds4 -m "$M" --tokens 1 -n 0 --steer-scale 1
+expect_fail "--steer-layers out of range" "--steer-layers: bad value '4:9'" "$BD"/ds4 -q -m "$M" --tokens 1 -n 0 --steer "$V" --steer-scale 1 --steer-layers 4:9
+expect_fail "--steer-layers reversed" "--steer-layers: bad value '3:1'" "$BD"/ds4 -q -m "$M" --tokens 1 -n 0 --steer "$V" --steer-scale 1 --steer-layers 3:1
 head -c 100 "$V" > "$T/short.f32"; cp "$T/dir/direction.json" "$T/short.json"
-expect_fail "truncated direction" "100 bytes, expected 1024" ./ds4 -q -m "$M" --tokens 1 -n 0 --steer "$T/short.f32" --steer-scale 1
+expect_fail "truncated direction" "100 bytes, expected 1024" "$BD"/ds4 -q -m "$M" --tokens 1 -n 0 --steer "$T/short.f32" --steer-scale 1
 cp "$V" "$T/alone.f32"
-expect_fail "direction without its sidecar" "alone.json" ./ds4 -q -m "$M" --tokens 1 -n 0 --steer "$T/alone.f32" --steer-scale 1
-expect_fail "--steer with --kv-disk-dir" "cannot be combined with --kv-disk-dir" ./ds4 -m "$M" --tokens 1 -n 0 --steer "$V" --steer-scale 1 --kv-disk-dir "$T/kv"
-expect_fail "ds4-steer: layer out of range" "--layer 9: the model has 6 layers" ./ds4-steer build -m "$M" --positive "$T/pos.txt" --negative "$T/neg.txt" --layer 9 -o "$T/d2"
-expect_fail "ds4-steer: identical sets" "same mean state" ./ds4-steer build -m "$M" --positive "$T/pos.txt" --negative "$T/pos.txt" --layer 1 -o "$T/d3"
+expect_fail "direction without its sidecar" "alone.json" "$BD"/ds4 -q -m "$M" --tokens 1 -n 0 --steer "$T/alone.f32" --steer-scale 1
+expect_fail "--steer with --kv-disk-dir" "cannot be combined with --kv-disk-dir" "$BD"/ds4 -m "$M" --tokens 1 -n 0 --steer "$V" --steer-scale 1 --kv-disk-dir "$T/kv"
+expect_fail "ds4-steer: layer out of range" "--layer 9: the model has 6 layers" "$BD"/ds4-steer build -m "$M" --positive "$T/pos.txt" --negative "$T/neg.txt" --layer 9 -o "$T/d2"
+expect_fail "ds4-steer: identical sets" "same mean state" "$BD"/ds4-steer build -m "$M" --positive "$T/pos.txt" --negative "$T/pos.txt" --layer 1 -o "$T/d3"
 [ ! -e "$T/d3/direction.f32" ] && ok "ds4-steer: no files left after a failure" || bad "ds4-steer left a file"
-expect_fail "ds4-steer: missing arguments" "build needs" ./ds4-steer build -m "$M" --layer 1
+expect_fail "ds4-steer: missing arguments" "build needs" "$BD"/ds4-steer build -m "$M" --layer 1
 
 echo "t_steer: $fail failure(s)"
 [ "$fail" -eq 0 ]

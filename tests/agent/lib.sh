@@ -2,7 +2,7 @@
 # --script files, the tool results of a saved session, trace fields.
 S="${DS4_SHARED:-../shared}"
 M="$(realpath "${AGENT_MODEL:-$S/golden/models/tiny-a-q2.gguf}")"
-AGENT="$PWD/ds4-agent"
+case "${DS4_BIN_DIR:-.}" in /*) AGENT="$DS4_BIN_DIR/ds4-agent" ;; *) AGENT="$PWD/${DS4_BIN_DIR:-.}/ds4-agent" ;; esac
 fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=$((fail+1)); }
