@@ -1,0 +1,333 @@
+/*
+ * quant_amx.c -- the "amx" kernel table: Intel AMX-INT8 tiles (TDPBSSD) for
+ * the batched matmuls of Q8_0 and MXFP4 weights with Q8_0a activations;
+ * every other entry (single rows, i.e. decode, the K-quant and IQ2_XXS
+ * tiles, the float tiles) and every batch of fewer than AMX_MIN_TOK tokens
+ * is the avx512 table's.
+ *
+ * Owns: the run-time AMX check (CPUID leaf 7 AMX-TILE/AMX-INT8 plus the
+ * Linux permission request arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)),
+ * the tile configuration, per-thread pack buffers, and the tile kernels.
+ * Must not: change results against the single-row kernels (every output
+ * equals the scalar table bit for bit, quant.h), know about models or
+ * threads, or allocate.
+ *
+ * Bit-identity.  The float order of Q8_0 and MXFP4 is: per 32-element
+ * block the exact integer sum, then sumf += (float)sumi * (wd * ad) in
+ * block order, starting from 0 (quant.c).  One TDPBSSD with K = 32 (an A
+ * tile of 16 tokens x 32 bytes, a B tile of 8 x 64 bytes = 16 weight rows
+ * x 32 codes in the VNNI layout) gives exactly the 16 x 16 block integer
+ * sums (signed x signed: the -128 that Q8_0a activations may hold is
+ * fine, |sum| <= 32 * 128 * 128); the tile is stored and the float step
+ * is done in AVX-512 with the scalar expression (no FMA, -ffp-contract=off).
+ * The float step per 16 x 16 x 32 block costs 4 vector ops per token
+ * (cvt, mul, mul, add), which, not the tile unit, bounds the kernel: a
+ * larger K per TDP would mix blocks of different scales.
+ *
+ * Layout.  Tokens are the A operand, read straight from the activation
+ * rows when the caller's token pointers are evenly spaced (tileloadd with
+ * that stride) and else copied once per call and K chunk into a
+ * per-thread staging buffer.  Weights are the B operand: per 16-row strip
+ * and K chunk of KC blocks, the codes are transposed into the VNNI layout
+ * (row s of block b = dword s of each of the 16 weight rows) together with
+ * the 16 weight scales as floats, into an 18 KiB per-thread buffer, and
+ * reused by every token tile.  No weight repacking at load (no resident
+ * memory cost): the transpose costs about one gather per 64 bytes and is
+ * paid once per strip and call, against ntok / 16 TDPs of work.
+ * C (16 tokens x 16 rows) rows are y rows: the running float sums live in
+ * 16 zmm accumulators over a K chunk and wait in y between chunks (stored
+ * and reloaded as float32, so unchanged).
+ *
+ * GCC 12 implements the AMX intrinsics as asm statements without memory
+ * operands, so it may drop or reorder the stores they read (the tile
+ * configuration, staging and pack buffers) or the loads of what tilestored
+ * wrote.  The tile instructions are therefore written here as asm with a
+ * "memory" clobber, and the configuration is a const object in memory.
+ */
+#include "kernels/quant.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__)
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define VT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")))
+
+/* Fewer tokens than this: the avx512 tile (an A tile would be mostly
+ * padding, and the weight transpose would not be amortized).  Measured
+ * with bench_kernels (docs/PERF_KERNELS.md). */
+#define AMX_MIN_TOK 16
+/* 32-element blocks per K chunk: pack = KC * (512 + 64) bytes. */
+#define KC 32
+/* Tokens staged per group (the staging buffer holds TG x KC blocks). */
+#define TG 256
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* Tile registers: 0 and 3 C (16 x 64 B), 1 and 4 A (16 x 32 B), 2 and 5 B
+ * (8 x 64 B); two sets so that block b + 1's product overlaps block b's
+ * float step. */
+typedef struct {
+    uint8_t palette, start_row, rsv[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg_t;
+_Static_assert(sizeof(tilecfg_t) == 64, "tilecfg");
+
+static const tilecfg_t amx_cfg __attribute__((aligned(64))) = {
+    .palette = 1,
+    .colsb = { 64, 32, 64, 64, 32, 64 },
+    .rows = { 16, 16, 8, 16, 16, 8 },
+};
+
+#define TCFG(p) __asm__ volatile("ldtilecfg %0" ::"m"(*(const tilecfg_t *)(p)) : "memory")
+#define TRELEASE() __asm__ volatile("tilerelease" ::: "memory")
+#define TZERO(t) __asm__ volatile("tilezero %%tmm" #t ::: "memory")
+#define TLOAD(t, base, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((long)(stride)) : "memory")
+#define TSTORE(t, base, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((long)(stride)) : "memory")
+/* Intel: tdpbssd tmm_c, tmm_a, tmm_b (AT&T reverses the operands) */
+#define TDPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
+
+/* One 16-row strip x KC blocks of weights in the B layout. */
+typedef struct {
+    int8_t b[KC][8][64];   /* b[blk][s]: dword r = codes 4s..4s+3 of row r */
+    float wd[KC][16];      /* weight block scale per row (0 for missing rows) */
+} amx_pack;
+
+static _Thread_local amx_pack tl_pack __attribute__((aligned(64)));
+static _Thread_local block_q8_0a tl_stage[TG][KC] __attribute__((aligned(64)));
+
+enum { F_Q8_0, F_MXFP4 };
+
+/* 16 rows of 32 int8 codes (row r at src + r * stride, rows >= nr taken
+ * as zero) -> the 8 x 64-byte B layout. */
+VT static void transpose_rows(const uint8_t *src, size_t stride, int nr, int8_t dst[8][64])
+{
+    const __mmask16 m = (__mmask16)((1u << nr) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)stride));
+    for (int s = 0; s < 8; s++)
+        _mm512_store_si512((void *)dst[s],
+                           _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, src + 4 * s, 1));
+}
+
+/* Pack rows [0, nr) of a strip (w: its first row, blocks [kb, kb + kn)). */
+VT static void pack_strip(int f, const uint8_t *w, size_t ws, int nr, int kb, int kn, amx_pack *pk)
+{
+    const __mmask16 m = (__mmask16)((1u << nr) - 1);
+    const __m512i ridx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)ws));
+    if (f == F_Q8_0) {
+        for (int b = 0; b < kn; b++) {
+            const uint8_t *blk = w + (size_t)(kb + b) * sizeof(block_q8_0);
+            transpose_rows(blk + 2, ws, nr, pk->b[b]);
+            /* the f16 scale: low half of the dword at the block start */
+            __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, ridx, blk, 1);
+            _mm512_store_ps(pk->wd[b], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+        }
+        return;
+    }
+    /* MXFP4: codes -> int8 values (ds4_kvalues_mxfp4) into row-major
+     * scratch, then the same transpose; scale 2^(e - 128) (exact) */
+    const __m128i lut = _mm_loadu_si128((const __m128i *)ds4_kvalues_mxfp4);
+    const __m128i lo4 = _mm_set1_epi8(15);
+    uint8_t tmp[16][32] __attribute__((aligned(64)));
+    for (int b = 0; b < kn; b++) {
+        float wd[16] __attribute__((aligned(64)));
+        for (int r = 0; r < 16; r++) {
+            if (r >= nr) {
+                memset(tmp[r], 0, 32);
+                wd[r] = 0.0f;
+                continue;
+            }
+            const block_mxfp4 *blk = (const block_mxfp4 *)(w + (size_t)r * ws) + kb + b;
+            __m128i q = _mm_loadu_si128((const __m128i *)blk->qs);
+            _mm_store_si128((__m128i *)tmp[r], _mm_shuffle_epi8(lut, _mm_and_si128(q, lo4)));
+            _mm_store_si128((__m128i *)(tmp[r] + 16), _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), lo4)));
+            wd[r] = ds4_e8m0_to_f32_half(blk->e);
+        }
+        transpose_rows(&tmp[0][0], 32, 16, pk->b[b]);
+        memcpy(pk->wd[b], wd, sizeof wd);
+    }
+}
+
+/* One token tile (A: tokens at abase + t * astride, blocks of the chunk
+ * at 36-byte steps) x one packed strip, kn blocks.  acc is y's running
+ * sum (first chunk: zeros). */
+VT __attribute__((always_inline)) static inline void tile_blocks(const amx_pack *pk, int kn, const uint8_t *abase, long astride, __m512 acc[16],
+                                                                int32_t cb[2][16][16])
+{
+    int b = 0;
+    for (; b + 1 < kn; b += 2) {
+        const uint8_t *a0 = abase + (size_t)b * sizeof(block_q8_0a);
+        const uint8_t *a1 = a0 + sizeof(block_q8_0a);
+        TLOAD(1, a0 + 4, astride);
+        TLOAD(2, pk->b[b], 64);
+        TZERO(0);
+        TDPBSSD(0, 1, 2);
+        TLOAD(4, a1 + 4, astride);
+        TLOAD(5, pk->b[b + 1], 64);
+        TZERO(3);
+        TDPBSSD(3, 4, 5);
+        TSTORE(0, cb[0], 64);
+        TSTORE(3, cb[1], 64);
+        const __m512 w0 = _mm512_load_ps(pk->wd[b]), w1 = _mm512_load_ps(pk->wd[b + 1]);
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++) {
+            float d0, d1;
+            memcpy(&d0, a0 + (size_t)t * astride, 4);
+            memcpy(&d1, a1 + (size_t)t * astride, 4);
+            __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[0][t])),
+                                      _mm512_mul_ps(w0, _mm512_set1_ps(d0)));
+            acc[t] = _mm512_add_ps(acc[t], p0);
+            __m512 p1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[1][t])),
+                                      _mm512_mul_ps(w1, _mm512_set1_ps(d1)));
+            acc[t] = _mm512_add_ps(acc[t], p1);
+        }
+    }
+    if (b < kn) {
+        const uint8_t *a0 = abase + (size_t)b * sizeof(block_q8_0a);
+        TLOAD(1, a0 + 4, astride);
+        TLOAD(2, pk->b[b], 64);
+        TZERO(0);
+        TDPBSSD(0, 1, 2);
+        TSTORE(0, cb[0], 64);
+        const __m512 w0 = _mm512_load_ps(pk->wd[b]);
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++) {
+            float d0;
+            memcpy(&d0, a0 + (size_t)t * astride, 4);
+            __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[0][t])),
+                                      _mm512_mul_ps(w0, _mm512_set1_ps(d0)));
+            acc[t] = _mm512_add_ps(acc[t], p0);
+        }
+    }
+}
+
+static const ds4_kernels *amx_base;   /* the avx512 table */
+
+/* Token group [0, ntok) (ntok <= TG) of the tile contract in quant.h. */
+VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
+                         float *y, size_t ys)
+{
+    const int nb = n / 32;
+    /* evenly spaced token rows: A tiles read in place */
+    long as = ntok > 1 ? (long)((const uint8_t *)a[1] - (const uint8_t *)a[0]) : 0;
+    int even = 1;
+    for (int j = 2; j < ntok && even; j++)
+        even = (const uint8_t *)a[j] - (const uint8_t *)a[j - 1] == as;
+    const int ntile = (ntok + 15) / 16;
+    const int full = ntok / 16;
+    int32_t cb[2][16][16] __attribute__((aligned(64)));   /* C tiles, stored */
+    for (int kb = 0; kb < nb; kb += KC) {
+        const int kn = nb - kb < KC ? nb - kb : KC;
+        /* stage the tiles that cannot be read in place (all of them when
+         * uneven, else the partial last one), zero-padded to 16 tokens */
+        for (int ti = even ? full : 0; ti < ntile; ti++)
+            for (int t = ti * 16; t < ti * 16 + 16; t++) {
+                if (t < ntok) memcpy(tl_stage[t], (const block_q8_0a *)a[t] + kb, (size_t)kn * sizeof(block_q8_0a));
+                else memset(tl_stage[t], 0, (size_t)kn * sizeof(block_q8_0a));
+            }
+        for (int r0 = 0; r0 < nrows; r0 += 16) {
+            const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+            const __mmask16 m = (__mmask16)((1u << nr) - 1);
+            pack_strip(f, w + (size_t)r0 * ws, ws, nr, kb, kn, &tl_pack);
+            for (int ti = 0; ti < ntile; ti++) {
+                const int t0 = ti * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
+                const uint8_t *abase;
+                long astride;
+                if (even && ti < full) {
+                    abase = (const uint8_t *)((const block_q8_0a *)a[t0] + kb);
+                    astride = as;
+                } else {
+                    abase = (const uint8_t *)tl_stage[t0];
+                    astride = (long)sizeof tl_stage[0];
+                }
+                __m512 acc[16];
+#pragma GCC unroll 16
+                for (int t = 0; t < 16; t++)
+                    acc[t] = kb == 0 || t >= nt ? _mm512_setzero_ps()
+                                                : _mm512_maskz_loadu_ps(m, y + (size_t)(t0 + t) * ys + r0);
+                tile_blocks(&tl_pack, kn, abase, astride, acc, cb);
+#pragma GCC unroll 16
+                for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ys + r0, m, acc[t]);
+            }
+        }
+    }
+}
+
+VT static void amx_tile(int f, ds4_tile_fn fallback, int n, const void *w, size_t ws, int nrows,
+                        const void *const *a, int ntok, float *y, size_t ys)
+{
+    /* small batches, and row strides the 32-bit gather indices cannot
+     * hold: the avx512 tile */
+    if (ntok < AMX_MIN_TOK || nrows <= 0 || ws > (size_t)INT32_MAX / 16) {
+        fallback(n, w, ws, nrows, a, ntok, y, ys);
+        return;
+    }
+    TCFG(&amx_cfg);
+    for (int j0 = 0; j0 < ntok; j0 += TG) {
+        const int nt = ntok - j0 < TG ? ntok - j0 : TG;
+        amx_group(f, n, w, ws, nrows, a + j0, nt, y + (size_t)j0 * ys, ys);
+    }
+    TRELEASE();
+}
+
+static void amx_q8_0_q8_0a_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                float *y, size_t ys)
+{
+    amx_tile(F_Q8_0, amx_base->q8_0_q8_0a_tile, n, w, ws, nrows, a, ntok, y, ys);
+}
+
+static void amx_mxfp4_q8_0a_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    amx_tile(F_MXFP4, amx_base->mxfp4_q8_0a_tile, n, w, ws, nrows, a, ntok, y, ys);
+}
+
+static int amx_ok;
+static ds4_kernels amx_kernels;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+/* CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8; then the kernel must
+ * grant this process the tile data state (Linux >= 5.16), else the first
+ * tile instruction faults. */
+static void amx_init(void)
+{
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!((d >> 24) & 1) || !((d >> 25) & 1))
+        return;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        return;
+    amx_base = ds4_kernels_avx512();
+    if (!amx_base)
+        return;
+    amx_kernels = *amx_base;
+    amx_kernels.name = "amx";
+    amx_kernels.q8_0_q8_0a_tile = amx_q8_0_q8_0a_tile;
+    amx_kernels.mxfp4_q8_0a_tile = amx_mxfp4_q8_0a_tile;
+    amx_ok = 1;
+}
+
+const ds4_kernels *ds4_kernels_amx(void)
+{
+    pthread_once(&amx_once, amx_init);
+    return amx_ok ? &amx_kernels : NULL;
+}
+
+#else  /* not x86-64 Linux */
+
+const ds4_kernels *ds4_kernels_amx(void)
+{
+    return NULL;
+}
+
+#endif
