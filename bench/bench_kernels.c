@@ -188,7 +188,7 @@ static struct {
     int peaks, stream;
     int fmt_on[NFMT], shape_on[NSHAPE];
     int tokens[8], ntokens;
-    const ds4_kernels *kern[4];
+    const ds4_kernels *kern[6];
     int nkern;
 } opt;
 
@@ -303,16 +303,23 @@ static void run_one(mm_cfg *c, const cpu_ctx *cc, int T, int rows) {
     cpu_matmul_groups(cc, g, s->groups);
 }
 
-static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char *kname) {
-    const shape_t *s = c->s;
+/* Rows of a measurement: the whole shape for decode; prefills cut to about
+ * --prefill-gflop of work, a multiple of 64 rows. */
+static int rows_for(const shape_t *s, int T) {
     int rows = s->n_out;
     double flop_per_row = 2.0 * s->n_in * (double)T * s->groups;
     if (T > 1) {
-        /* cut to about --prefill-gflop of work, a multiple of 64 rows */
         double want = opt.prefill_gflop * 1e9 / flop_per_row;
         if (want < rows) rows = want < 64 ? 64 : ((int)want + 63) / 64 * 64;
         if (rows > s->n_out) rows = s->n_out;
     }
+    return rows;
+}
+
+static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char *kname) {
+    const shape_t *s = c->s;
+    const int rows = rows_for(s, T);
+    double flop_per_row = 2.0 * s->n_in * (double)T * s->groups;
     size_t bytes_per_call = (size_t)s->groups * rows * row_bytes_of(c->f, s->n_in);
     /* decode: enough calls to stream --min-mb; prefill: enough calls for
      * about 20 ms (one call of a few ms is dominated by wake-up and cache
@@ -406,12 +413,12 @@ int main(int argc, char **argv) {
     }
     if (opt.threads < 1 || opt.reps < 1 || opt.reps > 15 || opt.ntokens < 1) usage();
     for (int k = 0; k < opt.ntokens; k++)
-        if (opt.tokens[k] < 1 || opt.tokens[k] > 256) usage();
+        if (opt.tokens[k] < 1 || opt.tokens[k] > 4096) usage();
     /* kernel tables, side by side */
     {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", kernels);
-        for (char *p = strtok(buf, ","); p && opt.nkern < 4; p = strtok(NULL, ",")) {
+        for (char *p = strtok(buf, ","); p && opt.nkern < 6; p = strtok(NULL, ",")) {
             const ds4_kernels *k = kernels_named(p);
             if (!k) { fprintf(stderr, "bench_kernels: kernel table '%s' not available\n", p); return 2; }
             opt.kern[opt.nkern++] = k;
@@ -458,7 +465,7 @@ int main(int argc, char **argv) {
         printf("\n");
     }
 
-    /* activations: up to 8 groups x 256 tokens of the widest input */
+    /* activations: up to 8 groups x the most tokens of the widest input */
     int maxT = 1;
     for (int k = 0; k < opt.ntokens; k++) if (opt.tokens[k] > maxT) maxT = opt.tokens[k];
     size_t act_bytes = (size_t)8 * maxT * 4096 * sizeof(float) + 4096;
@@ -466,10 +473,11 @@ int main(int argc, char **argv) {
     uint8_t *act = malloc(act_bytes);
     for (size_t i = 0; i < act_bytes / sizeof(float); i++) xf[i] = frand();
     size_t out_floats = 0;
-    for (int s = 0; s < NSHAPE; s++) {
-        size_t o = (size_t)SHAPES[s].groups * SHAPES[s].n_out * (size_t)maxT;
-        if (o > out_floats) out_floats = o;
-    }
+    for (int s = 0; s < NSHAPE; s++)
+        for (int k = 0; k < opt.ntokens; k++) {
+            size_t o = (size_t)SHAPES[s].groups * (size_t)rows_for(&SHAPES[s], opt.tokens[k]) * (size_t)opt.tokens[k];
+            if (o > out_floats) out_floats = o;
+        }
     float *out = malloc(out_floats * sizeof(float));
     if (!xf || !act || !out) { perror("malloc"); return 1; }
 
