@@ -102,7 +102,13 @@ typedef struct {
 } amx_pack;
 
 static _Thread_local amx_pack tl_pack __attribute__((aligned(64)));
-static _Thread_local block_q8_0a tl_stage[TG][KC] __attribute__((aligned(64)));
+/* Activations of a token group and K chunk in tile order: 16-token tiles,
+ * per block the 16 x 32 codes (one dense A tile) and the 16 scales. */
+typedef struct {
+    int8_t q[KC][16][32];
+    float d[KC][16];
+} amx_act;
+static _Thread_local amx_act tl_act[TG / 16] __attribute__((aligned(64)));
 
 enum { F_Q8_0, F_MXFP4 };
 
@@ -161,53 +167,42 @@ VT static void pack_strip(int f, const uint8_t *w, size_t ws, int nr, int kb, in
 /* One token tile (A: tokens at abase + t * astride, blocks of the chunk
  * at 36-byte steps) x one packed strip, kn blocks.  acc is y's running
  * sum (first chunk: zeros). */
-VT __attribute__((always_inline)) static inline void tile_blocks(const amx_pack *pk, int kn, const uint8_t *abase, long astride, __m512 acc[16],
-                                                                int32_t cb[2][16][16])
+/* The float step of one block: acc[t] += (float)C[t][r] * (wd[r] * ad[t]),
+ * the scalar kernel's expression (products and sum rounded separately). */
+#define FLOAT_STEP(cbuf, blk)                                                                              \
+    do {                                                                                                   \
+        const __m512 wv = _mm512_load_ps(pk->wd[blk]);                                                     \
+        _Pragma("GCC unroll 16") for (int t = 0; t < 16; t++)                                              \
+        {                                                                                                  \
+            const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cbuf)[t])), \
+                                           _mm512_mul_ps(wv, _mm512_set1_ps(ak->d[blk][t])));             \
+            acc[t] = _mm512_add_ps(acc[t], p);                                                             \
+        }                                                                                                  \
+    } while (0)
+
+/* block blk's product into tile set s (C = 3s, A = 3s + 1, B = 3s + 2) */
+#define PRODUCT0(blk) do { TLOAD(1, ak->q[blk], 32); \
+                           TLOAD(2, pk->b[blk], 64); TZERO(0); TDPBSSD(0, 1, 2); } while (0)
+#define PRODUCT1(blk) do { TLOAD(4, ak->q[blk], 32); \
+                           TLOAD(5, pk->b[blk], 64); TZERO(3); TDPBSSD(3, 4, 5); } while (0)
+
+/* One packed token tile x one packed strip, kn >= 1 blocks; acc is y's running
+ * sum (first chunk: zeros).  Software pipelined over the two tile sets:
+ * block b + 1's product is issued before block b's float step, so that
+ * the tile unit works while the vector units do (the tile registers are
+ * not renamed: a set is reused only after its C was stored). */
+VT __attribute__((always_inline)) static inline void tile_blocks(const amx_pack *pk, int kn, const amx_act *ak,
+                                                                __m512 acc[16], int32_t cb[2][16][16])
 {
-    int b = 0;
-    for (; b + 1 < kn; b += 2) {
-        const uint8_t *a0 = abase + (size_t)b * sizeof(block_q8_0a);
-        const uint8_t *a1 = a0 + sizeof(block_q8_0a);
-        TLOAD(1, a0 + 4, astride);
-        TLOAD(2, pk->b[b], 64);
-        TZERO(0);
-        TDPBSSD(0, 1, 2);
-        TLOAD(4, a1 + 4, astride);
-        TLOAD(5, pk->b[b + 1], 64);
-        TZERO(3);
-        TDPBSSD(3, 4, 5);
+    PRODUCT0(0);
+    for (int b = 0; b < kn; b += 2) {
         TSTORE(0, cb[0], 64);
+        if (b + 1 < kn) PRODUCT1(b + 1);
+        FLOAT_STEP(cb[0], b);
+        if (b + 1 >= kn) break;
         TSTORE(3, cb[1], 64);
-        const __m512 w0 = _mm512_load_ps(pk->wd[b]), w1 = _mm512_load_ps(pk->wd[b + 1]);
-#pragma GCC unroll 16
-        for (int t = 0; t < 16; t++) {
-            float d0, d1;
-            memcpy(&d0, a0 + (size_t)t * astride, 4);
-            memcpy(&d1, a1 + (size_t)t * astride, 4);
-            __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[0][t])),
-                                      _mm512_mul_ps(w0, _mm512_set1_ps(d0)));
-            acc[t] = _mm512_add_ps(acc[t], p0);
-            __m512 p1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[1][t])),
-                                      _mm512_mul_ps(w1, _mm512_set1_ps(d1)));
-            acc[t] = _mm512_add_ps(acc[t], p1);
-        }
-    }
-    if (b < kn) {
-        const uint8_t *a0 = abase + (size_t)b * sizeof(block_q8_0a);
-        TLOAD(1, a0 + 4, astride);
-        TLOAD(2, pk->b[b], 64);
-        TZERO(0);
-        TDPBSSD(0, 1, 2);
-        TSTORE(0, cb[0], 64);
-        const __m512 w0 = _mm512_load_ps(pk->wd[b]);
-#pragma GCC unroll 16
-        for (int t = 0; t < 16; t++) {
-            float d0;
-            memcpy(&d0, a0 + (size_t)t * astride, 4);
-            __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[0][t])),
-                                      _mm512_mul_ps(w0, _mm512_set1_ps(d0)));
-            acc[t] = _mm512_add_ps(acc[t], p0);
-        }
+        if (b + 2 < kn) PRODUCT0(b + 2);
+        FLOAT_STEP(cb[1], b + 1);
     }
 }
 
@@ -218,44 +213,39 @@ VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, c
                          float *y, size_t ys)
 {
     const int nb = n / 32;
-    /* evenly spaced token rows: A tiles read in place */
-    long as = ntok > 1 ? (long)((const uint8_t *)a[1] - (const uint8_t *)a[0]) : 0;
-    int even = 1;
-    for (int j = 2; j < ntok && even; j++)
-        even = (const uint8_t *)a[j] - (const uint8_t *)a[j - 1] == as;
     const int ntile = (ntok + 15) / 16;
-    const int full = ntok / 16;
     int32_t cb[2][16][16] __attribute__((aligned(64)));   /* C tiles, stored */
     for (int kb = 0; kb < nb; kb += KC) {
         const int kn = nb - kb < KC ? nb - kb : KC;
-        /* stage the tiles that cannot be read in place (all of them when
-         * uneven, else the partial last one), zero-padded to 16 tokens */
-        for (int ti = even ? full : 0; ti < ntile; ti++)
-            for (int t = ti * 16; t < ti * 16 + 16; t++) {
-                if (t < ntok) memcpy(tl_stage[t], (const block_q8_0a *)a[t] + kb, (size_t)kn * sizeof(block_q8_0a));
-                else memset(tl_stage[t], 0, (size_t)kn * sizeof(block_q8_0a));
+        /* the activations of this chunk in tile order (dense A tiles),
+         * zero past the last token */
+        for (int t = 0; t < ntile * 16; t++) {
+            amx_act *ak = &tl_act[t / 16];
+            if (t < ntok) {
+                const block_q8_0a *src = (const block_q8_0a *)a[t] + kb;
+                for (int b = 0; b < kn; b++) {
+                    _mm256_store_si256((__m256i *)ak->q[b][t % 16], _mm256_loadu_si256((const __m256i *)src[b].qs));
+                    ak->d[b][t % 16] = src[b].d;
+                }
+            } else {
+                for (int b = 0; b < kn; b++) {
+                    _mm256_store_si256((__m256i *)ak->q[b][t % 16], _mm256_setzero_si256());
+                    ak->d[b][t % 16] = 0.0f;
+                }
             }
+        }
         for (int r0 = 0; r0 < nrows; r0 += 16) {
             const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
             const __mmask16 m = (__mmask16)((1u << nr) - 1);
             pack_strip(f, w + (size_t)r0 * ws, ws, nr, kb, kn, &tl_pack);
             for (int ti = 0; ti < ntile; ti++) {
                 const int t0 = ti * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
-                const uint8_t *abase;
-                long astride;
-                if (even && ti < full) {
-                    abase = (const uint8_t *)((const block_q8_0a *)a[t0] + kb);
-                    astride = as;
-                } else {
-                    abase = (const uint8_t *)tl_stage[t0];
-                    astride = (long)sizeof tl_stage[0];
-                }
                 __m512 acc[16];
 #pragma GCC unroll 16
                 for (int t = 0; t < 16; t++)
                     acc[t] = kb == 0 || t >= nt ? _mm512_setzero_ps()
                                                 : _mm512_maskz_loadu_ps(m, y + (size_t)(t0 + t) * ys + r0);
-                tile_blocks(&tl_pack, kn, abase, astride, acc, cb);
+                tile_blocks(&tl_pack, kn, &tl_act[ti], acc, cb);
 #pragma GCC unroll 16
                 for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ys + r0, m, acc[t]);
             }
