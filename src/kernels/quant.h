@@ -192,6 +192,10 @@ const ds4_kernels *ds4_kernels_avx512_packed(void);
  * when the CPU lacks AMX-TILE/AMX-INT8 or the avx512 table, or the kernel
  * refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM). */
 const ds4_kernels *ds4_kernels_amx(void);
+/* Batches below this many tokens run the avx512 tile in the amx table
+ * (measured: at 16 tokens the avx512 tile is still ahead, at 32 the tile
+ * unit wins; docs/PERF_KERNELS.md). */
+#define DS4_AMX_MIN_TOK 32
 /* "scalar", "avx2", "avx512", "avx512-packed", "amx" or "best"; NULL when
  * unknown or unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);

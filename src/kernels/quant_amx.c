@@ -2,8 +2,8 @@
  * quant_amx.c -- the "amx" kernel table: Intel AMX-INT8 tiles (TDPBSSD) for
  * the batched matmuls of Q8_0 and MXFP4 weights with Q8_0a activations;
  * every other entry (single rows, i.e. decode, the K-quant and IQ2_XXS
- * tiles, the float tiles) and every batch of fewer than AMX_MIN_TOK tokens
- * is the avx512 table's.
+ * tiles, the float tiles) and every batch of fewer than DS4_AMX_MIN_TOK
+ * (32) tokens is the avx512 table's.
  *
  * Owns: the run-time AMX check (CPUID leaf 7 AMX-TILE/AMX-INT8 plus the
  * Linux permission request arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)),
@@ -58,9 +58,8 @@
 #define VT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")))
 
 /* Fewer tokens than this: the avx512 tile (an A tile would be mostly
- * padding, and the weight transpose would not be amortized).  Measured
- * with bench_kernels (docs/PERF_KERNELS.md). */
-#define AMX_MIN_TOK 16
+ * padding, and the weight transpose would not be amortized; quant.h). */
+#define AMX_MIN_TOK DS4_AMX_MIN_TOK
 /* 32-element blocks per K chunk: pack = KC * (512 + 64) bytes. */
 #define KC 32
 /* Tokens staged per group (the staging buffer holds TG x KC blocks). */
