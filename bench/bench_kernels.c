@@ -18,12 +18,14 @@
  *     against the measured int8 peak (integer formats) or fp32 FMA peak
  *     (F16, F32).  Large matrices are cut to their first rows so that one
  *     measurement does about --prefill-gflop of work.
- *   - STREAM-style read (sum of a 1 GiB array) and triad (a = b + s*c,
+ *   - STREAM-style read (sum of a 2 GiB array with 64-byte loads, or a
+ *     quarter of the free memory; tools/probe.c) and triad (a = b + s*c,
  *     counted as 12 bytes per float element, the STREAM convention); the
  *     best of --reps, as STREAM reports (so the kernel ratios are
  *     conservative).
  *   - peaks: vpdpbusd zmm (AVX512-VNNI), vpdpbusd ymm (AVX-VNNI), AVX2
- *     vpmaddubsw+vpmaddwd+vpaddd, fp32 FMA (ymm and zmm), from register-only
+ *     vpmaddubsw+vpmaddwd+vpaddd, fp32 FMA (ymm and zmm), AMX-INT8 tdpbusd
+ *     (full 16 x 64 tiles, four accumulators), from register-only
  *     loops with enough independent accumulators to cover the latencies;
  *     the best of --reps.
  * Every figure is the median of --reps repetitions; the machine is shared,
@@ -31,7 +33,7 @@
  * side by side, interleaved per configuration).
  *
  *   build/bench/bench_kernels [--threads N] [--reps R] [--min-mb MB]
- *       [--prefill-gflop G] [--formats iq2_xxs,q2_k,q4_k,q8_0,f16,f32]
+ *       [--prefill-gflop G] [--formats iq2_xxs,q2_k,q4_k,q8_0,mxfp4,f16,f32]
  *       [--shapes expert_up,expert_down,q_b,kv,out_a_grp,head]
  *       [--tokens 1,32,256] [--kernels best,avx2,scalar,...] [--csv]
  *       [--no-peaks] [--no-stream]
@@ -112,6 +114,7 @@ static const fmt_t FMTS[] = {
     { "q2_k", GGML_Q2_K, 256, 84, 1 },
     { "q4_k", GGML_Q4_K, 256, 144, 1 },
     { "q8_0", GGML_Q8_0, 32, 34, 1 },
+    { "mxfp4", GGML_MXFP4, 32, 17, 1 },
     { "f16", GGML_F16, 1, 2, 0 },
     { "f32", GGML_F32, 1, 4, 0 },
 };
@@ -163,6 +166,12 @@ static void fill_pattern(const fmt_t *f, uint8_t *p, size_t nblk) {
             for (int i = 0; i < 128; i++) x->qs[i] = (uint8_t)rnd();
             x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
             x->dmin = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
+            break;
+        }
+        case GGML_MXFP4: {
+            block_mxfp4 *x = (block_mxfp4 *)q;
+            x->e = (uint8_t)(118 + rnd() % 8);   /* 2^-10 .. 2^-3 */
+            for (int i = 0; i < 16; i++) x->qs[i] = (uint8_t)rnd();
             break;
         }
         case GGML_IQ2_XXS: {
@@ -223,7 +232,7 @@ typedef struct { double read[2], triad[2]; } stream_res;   /* [1 thread, N threa
 
 static void run_stream(ds4_pool *pools[2], stream_res *r) {
     for (int k = 0; k < 2; k++) {
-        probe_stream_res s = probe_stream(1ull << 30, ds4_pool_size(pools[k]), opt.reps);
+        probe_stream_res s = probe_stream(probe_read_size(), ds4_pool_size(pools[k]), opt.reps);
         r->read[k] = s.read_gbs;
         r->triad[k] = s.triad_gbs;
     }
@@ -537,7 +546,11 @@ int main(int argc, char **argv) {
         result *r = &results[i];
         int k = r->thr_idx;
         double rd = sr.read[k], tr = sr.triad[k];
-        double pk = r->f->is_int ? int8_peak(k) : fp32_peak(k);
+        /* each kernel against the peak of the unit it runs on: the amx
+         * table's batched Q8_0/MXFP4 tiles use the AMX tile unit */
+        int on_amx = r->f->is_int && r->T >= DS4_AMX_MIN_TOK && !strcmp(r->kname, "amx") &&
+                     (r->f->type == GGML_Q8_0 || r->f->type == GGML_MXFP4);
+        double pk = on_amx ? peaks[PROBE_AMX_INT8][k] : r->f->is_int ? int8_peak(k) : fp32_peak(k);
         if (opt.csv) {
             printf("\"%s\",%s,%s,%s,%s,%d,%d,%d,%d,%d,%.4f,%.3f,%.3f,%.2f,%.2f,%.4f,%.4f,%.1f,%.4f,%.3f\n",
                    cpu, date, r->kname, r->f->name, r->s->name, r->s->n_in, r->s->n_out, r->s->groups,
@@ -558,9 +571,10 @@ int main(int argc, char **argv) {
     }
     if (!opt.csv)
         printf("\n%%read/%%triad: decode GB/s over the STREAM figure at the same thread count;"
-               " %%peak: prefill GFLOP/s over the int8 peak (integer formats) or fp32 FMA peak"
-               " (f16, f32) at the same thread count; cpu: CPU time the run got over wall time x"
-               " threads (\"!\" below 90%%: other jobs took cores, the figure is low).\n");
+               " %%peak: prefill GFLOP/s over the peak of the unit the kernel uses at the same thread count:"
+               " the AMX int8 tile peak (amx table, q8_0/mxfp4, T >= %d), else the int8 vector peak"
+               " (integer formats) or the fp32 FMA peak (f16, f32); cpu: CPU time the run got over wall time x"
+               " threads (\"!\" below 90%%: other jobs took cores, the figure is low).\n", DS4_AMX_MIN_TOK);
     ds4_pool_free(pools[0]);
     ds4_pool_free(pools[1]);
     return 0;
