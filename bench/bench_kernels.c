@@ -538,10 +538,10 @@ int main(int argc, char **argv) {
     /* report */
     if (opt.csv)
         printf("cpu,date,kernels,format,shape,n_in,n_out,groups,tokens,threads,ms,gbps,gflops,"
-               "stream_read_gbps,stream_triad_gbps,frac_read,frac_triad,peak_gops,frac_peak,cpu_share\n");
+               "stream_read_gbps,stream_triad_gbps,frac_read,frac_triad,peak_gops,frac_peak,cpu_share,gflops_per_cpu\n");
     else
-        printf("%-8s %-8s %-11s %4s %3s %9s %8s %9s %7s %7s %7s %5s\n", "kernels", "format", "shape", "T",
-               "thr", "ms", "GB/s", "GFLOP/s", "%read", "%triad", "%peak", "cpu");
+        printf("%-8s %-8s %-11s %4s %3s %9s %8s %9s %7s %7s %7s %5s %9s %7s\n", "kernels", "format", "shape", "T",
+               "thr", "ms", "GB/s", "GFLOP/s", "%read", "%triad", "%peak", "cpu", "GF/cpu", "%peak/c");
     for (int i = 0; i < nresults; i++) {
         result *r = &results[i];
         int k = r->thr_idx;
@@ -552,10 +552,11 @@ int main(int argc, char **argv) {
                      (r->f->type == GGML_Q8_0 || r->f->type == GGML_MXFP4);
         double pk = on_amx ? peaks[PROBE_AMX_INT8][k] : r->f->is_int ? int8_peak(k) : fp32_peak(k);
         if (opt.csv) {
-            printf("\"%s\",%s,%s,%s,%s,%d,%d,%d,%d,%d,%.4f,%.3f,%.3f,%.2f,%.2f,%.4f,%.4f,%.1f,%.4f,%.3f\n",
+            printf("\"%s\",%s,%s,%s,%s,%d,%d,%d,%d,%d,%.4f,%.3f,%.3f,%.2f,%.2f,%.4f,%.4f,%.1f,%.4f,%.3f,%.3f\n",
                    cpu, date, r->kname, r->f->name, r->s->name, r->s->n_in, r->s->n_out, r->s->groups,
                    r->T, nthr[k], r->ms, r->gbps, r->gflops, rd, tr, rd > 0 ? r->gbps / rd : 0,
-                   tr > 0 ? r->gbps / tr : 0, pk, pk > 0 ? r->gflops / pk : 0, r->share);
+                   tr > 0 ? r->gbps / tr : 0, pk, pk > 0 ? r->gflops / pk : 0, r->share,
+                   r->share > 0 ? r->gflops / r->share : 0);
         } else {
             char pr[16] = "", pt[16] = "", pp[16] = "";
             if (r->T == 1) {
@@ -564,9 +565,12 @@ int main(int argc, char **argv) {
             } else if (pk > 0) {
                 snprintf(pp, sizeof pp, "%.1f%%", 100 * r->gflops / pk);
             }
-            printf("%-8s %-8s %-11s %4d %3d %9.3f %8.2f %9.1f %7s %7s %7s %4.0f%%%s\n", r->kname, r->f->name,
-                   r->s->name, r->T, nthr[k], r->ms, r->gbps, r->gflops, pr, pt, pp, 100 * r->share,
-                   r->share < 0.9 ? " !" : "");
+            char pc[16] = "";
+            double gc = r->share > 0 ? r->gflops / r->share : 0;
+            if (r->T > 1 && pk > 0) snprintf(pc, sizeof pc, "%.1f%%", 100 * gc / pk);
+            printf("%-8s %-8s %-11s %4d %3d %9.3f %8.2f %9.1f %7s %7s %7s %4.0f%% %9.1f %7s%s\n", r->kname,
+                   r->f->name, r->s->name, r->T, nthr[k], r->ms, r->gbps, r->gflops, pr, pt, pp, 100 * r->share,
+                   gc, pc, r->share < 0.9 ? " !" : "");
         }
     }
     if (!opt.csv)
@@ -574,7 +578,9 @@ int main(int argc, char **argv) {
                " %%peak: prefill GFLOP/s over the peak of the unit the kernel uses at the same thread count:"
                " the AMX int8 tile peak (amx table, q8_0/mxfp4, T >= %d), else the int8 vector peak"
                " (integer formats) or the fp32 FMA peak (f16, f32); cpu: CPU time the run got over wall time x"
-               " threads (\"!\" below 90%%: other jobs took cores, the figure is low).\n", DS4_AMX_MIN_TOK);
+               " threads (\"!\" below 90%%: other jobs took cores, the figure is low); GF/cpu, %%peak/c: GFLOP/s over"
+               " that share, i.e. per CPU-second of its threads (what the kernel does while it runs; the"
+               " peaks are timed on each thread's CPU clock too), and its fraction of the peak.\n", DS4_AMX_MIN_TOK);
     ds4_pool_free(pools[0]);
     ds4_pool_free(pools[1]);
     return 0;

@@ -24,19 +24,30 @@
  * (cvt, mul, mul, add), which, not the tile unit, bounds the kernel: a
  * larger K per TDP would mix blocks of different scales.
  *
- * Layout.  Tokens are the A operand, read straight from the activation
- * rows when the caller's token pointers are evenly spaced (tileloadd with
- * that stride) and else copied once per call and K chunk into a
- * per-thread staging buffer.  Weights are the B operand: per 16-row strip
- * and K chunk of KC blocks, the codes are transposed into the VNNI layout
- * (row s of block b = dword s of each of the 16 weight rows) together with
- * the 16 weight scales as floats, into an 18 KiB per-thread buffer, and
- * reused by every token tile.  No weight repacking at load (no resident
- * memory cost): the transpose costs about one gather per 64 bytes and is
- * paid once per strip and call, against ntok / 16 TDPs of work.
- * C (16 tokens x 16 rows) rows are y rows: the running float sums live in
- * 16 zmm accumulators over a K chunk and wait in y between chunks (stored
- * and reloaded as float32, so unchanged).
+ * Layout.  Tokens are the A operand: per call and K chunk of KC blocks,
+ * the activation codes are copied into tile order (per 16-token tile and
+ * block one dense 16 x 32-byte A tile, plus the 16 scales; zero past the
+ * last token) in a per-thread buffer -- measured 15 % faster than
+ * tileloadd straight from the activation rows, whose 16 rows each touch
+ * another cache line.  Weights are the B operand: per 16-row strip and K
+ * chunk, the codes are transposed into the VNNI layout (row s of block b
+ * = dword s of each of the 16 weight rows; one 16-lane gather per 64
+ * bytes) with the 16 weight scales as floats, into an 18 KiB per-thread
+ * buffer reused by every token tile.  Weights are not repacked at load,
+ * so the table costs no resident memory; the transpose is paid once per
+ * strip, K chunk and call, against ntok / 16 TDPs.  C (16 tokens x 16
+ * rows) rows are y rows: the running float sums live in 16 zmm
+ * accumulators over a K chunk and wait in y between chunks (stored and
+ * reloaded as float32, so unchanged).  Two tile sets are software
+ * pipelined: block b + 1's product is issued before block b's float step.
+ *
+ * Where the time goes: the tile unit is mostly idle.  Per 16 x 16 x 32
+ * block the float step is 16 x (load, cvt, mul, mul, add) after a 1 KiB
+ * tilestored, against one TDPBSSD; the kernel reaches about 1.6x the
+ * avx512 tile (docs/PERF_KERNELS.md), not the 8x ratio of the two units'
+ * peaks.  Formats whose integer sums span 256 elements before any float
+ * step (Q2_K, IQ2_XXS, Q4_K) would amortize the store 8x; they are not
+ * done yet and run the avx512 tiles.
  *
  * GCC 12 implements the AMX intrinsics as asm statements without memory
  * operands, so it may drop or reorder the stores they read (the tile
