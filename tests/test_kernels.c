@@ -587,7 +587,8 @@ static void test_driver(void) {
 static void test_amx_tiles(void) {
     const ds4_kernels *k = ds4_kernels_amx(), *sk = ds4_kernels_scalar();
     if (!k) { printf("info: amx table not available on this CPU\n"); return; }
-    static const int toks[] = { 31, 32, 33, 47, 48, 64, 100, 255, 256, 257, 300 };
+    static const int toks[] = { DS4_AMX_MIN_TOK - 1, DS4_AMX_MIN_TOK, DS4_AMX_MIN_TOK + 1, 79, 80, 100, 255, 256,
+                                257, 300, 511 };
     static const int ns[] = { 32, 992, 1024, 1056, 2048, 4096 };
     long bad = 0, badg = 0, cases = 0;
     for (int fi = 0; fi < 2; fi++) {
@@ -631,7 +632,7 @@ static void test_amx_tiles(void) {
     }
     CHECK(bad == 0, "amx tiles: %ld outputs differ from the scalar single-row kernel", bad);
     CHECK(badg == 0, "amx tiles: %ld writes outside the tile", badg);
-    printf("info: amx %ld batched cases (31..300 tokens): every output equals the scalar table\n", cases);
+    printf("info: amx %ld batched cases (DS4_AMX_MIN_TOK - 1 .. 511 tokens): every output equals the scalar table\n", cases);
 }
 
 int main(int argc, char **argv) {

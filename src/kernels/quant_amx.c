@@ -3,7 +3,7 @@
  * the batched matmuls of Q8_0 and MXFP4 weights with Q8_0a activations;
  * every other entry (single rows, i.e. decode, the K-quant and IQ2_XXS
  * tiles, the float tiles) and every batch of fewer than DS4_AMX_MIN_TOK
- * (32) tokens is the avx512 table's.
+ * (64) tokens is the avx512 table's.
  *
  * Owns: the run-time AMX check (CPUID leaf 7 AMX-TILE/AMX-INT8 plus the
  * Linux permission request arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)),
@@ -247,6 +247,17 @@ VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, c
         for (int r0 = 0; r0 < nrows; r0 += 16) {
             const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
             const __mmask16 m = (__mmask16)((1u << nr) - 1);
+            /* the next strip's rows of this chunk into L2 while this one
+             * is computed: the gathers of pack_strip do not hide DRAM
+             * latency as the streaming loads of the avx512 pack do */
+            if (r0 + 16 < nrows) {
+                const size_t bb = f == F_Q8_0 ? sizeof(block_q8_0) : sizeof(block_mxfp4);
+                const int nx = nrows - r0 - 16 < 16 ? nrows - r0 - 16 : 16;
+                for (int r = 0; r < nx; r++) {
+                    const char *p = (const char *)w + (size_t)(r0 + 16 + r) * ws + (size_t)kb * bb;
+                    for (size_t o = 0; o < (size_t)kn * bb; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+                }
+            }
             pack_strip(f, w + (size_t)r0 * ws, ws, nr, kb, kn, &tl_pack);
             for (int ti = 0; ti < ntile; ti++) {
                 const int t0 = ti * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
