@@ -39,7 +39,7 @@
  * rows) rows are y rows: the running float sums live in 16 zmm
  * accumulators over a K chunk and wait in y between chunks (stored and
  * reloaded as float32, so unchanged).  Two tile sets are software
- * pipelined: block b + 1's product is issued before block b's float step.
+ * pipelined two deep (tile_blocks).
  *
  * Where the time goes: the tile unit is mostly idle.  Per 16 x 16 x 32
  * block the float step is 16 x (load, cvt, mul, mul, add) after a 1 KiB
@@ -196,23 +196,41 @@ VT static void pack_strip(int f, const uint8_t *w, size_t ws, int nr, int kb, in
 #define PRODUCT1(blk) do { TLOAD(4, ak->q[blk], 32); \
                            TLOAD(5, pk->b[blk], 64); TZERO(3); TDPBSSD(3, 4, 5); } while (0)
 
-/* One packed token tile x one packed strip, kn >= 1 blocks; acc is y's running
- * sum (first chunk: zeros).  Software pipelined over the two tile sets:
- * block b + 1's product is issued before block b's float step, so that
- * the tile unit works while the vector units do (the tile registers are
- * not renamed: a set is reused only after its C was stored). */
+/* One packed token tile x one packed strip, kn >= 1 blocks; acc is y's
+ * running sum (first chunk: zeros).  Software pipelined over the two tile
+ * sets, two deep: block b's C is stored, block b + 1's product issued,
+ * and only then is the float step of block b - 1 done, from a C stored an
+ * iteration earlier -- the loads of a C that tilestored has just written
+ * wait for that store to retire and commit (no forwarding); measured 7 %
+ * faster than the one-deep pipeline (amx / avx512 1.52 -> 1.63, T = 256).  The tile registers are not renamed: a
+ * set is reused only after its C was stored. */
 VT __attribute__((always_inline)) static inline void tile_blocks(const amx_pack *pk, int kn, const amx_act *ak,
                                                                 __m512 acc[16], int32_t cb[2][16][16])
 {
     PRODUCT0(0);
-    for (int b = 0; b < kn; b += 2) {
-        TSTORE(0, cb[0], 64);
-        if (b + 1 < kn) PRODUCT1(b + 1);
-        FLOAT_STEP(cb[0], b);
-        if (b + 1 >= kn) break;
+    TSTORE(0, cb[0], 64);
+    if (kn == 1) {
+        FLOAT_STEP(cb[0], 0);
+        return;
+    }
+    PRODUCT1(1);
+    for (int b = 1;; b += 2) {
+        /* block b (odd) is in set 1, block b - 1's C in cb[0] */
         TSTORE(3, cb[1], 64);
-        if (b + 2 < kn) PRODUCT0(b + 2);
-        FLOAT_STEP(cb[1], b + 1);
+        if (b + 1 < kn) PRODUCT0(b + 1);
+        FLOAT_STEP(cb[0], b - 1);
+        if (b + 1 >= kn) {
+            FLOAT_STEP(cb[1], b);
+            break;
+        }
+        /* block b + 1 (even) is in set 0, block b's C in cb[1] */
+        TSTORE(0, cb[0], 64);
+        if (b + 2 < kn) PRODUCT1(b + 2);
+        FLOAT_STEP(cb[1], b);
+        if (b + 2 >= kn) {
+            FLOAT_STEP(cb[0], b + 1);
+            break;
+        }
     }
 }
 
