@@ -34,7 +34,8 @@
  * = dword s of each of the 16 weight rows; one 16-lane gather per 64
  * bytes) with the 16 weight scales as floats, into an 18 KiB per-thread
  * buffer reused by every token tile.  Weights are not repacked at load,
- * so the table costs no resident memory; the transpose is paid once per
+ * so the table costs no resident weight memory (the per-thread buffers
+ * are 313 KiB of static TLS in every thread); the transpose is paid once per
  * strip, K chunk and call, against ntok / 16 TDPs.  C (16 tokens x 16
  * rows) rows are y rows: the running float sums live in 16 zmm
  * accumulators over a K chunk and wait in y between chunks (stored and
