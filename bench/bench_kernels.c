@@ -18,12 +18,14 @@
  *     against the measured int8 peak (integer formats) or fp32 FMA peak
  *     (F16, F32).  Large matrices are cut to their first rows so that one
  *     measurement does about --prefill-gflop of work.
- *   - STREAM-style read (sum of a 1 GiB array) and triad (a = b + s*c,
+ *   - STREAM-style read (sum of a 2 GiB array with 64-byte loads, or a
+ *     quarter of the free memory; tools/probe.c) and triad (a = b + s*c,
  *     counted as 12 bytes per float element, the STREAM convention); the
  *     best of --reps, as STREAM reports (so the kernel ratios are
  *     conservative).
  *   - peaks: vpdpbusd zmm (AVX512-VNNI), vpdpbusd ymm (AVX-VNNI), AVX2
- *     vpmaddubsw+vpmaddwd+vpaddd, fp32 FMA (ymm and zmm), from register-only
+ *     vpmaddubsw+vpmaddwd+vpaddd, fp32 FMA (ymm and zmm), AMX-INT8 tdpbusd
+ *     (full 16 x 64 tiles, four accumulators), from register-only
  *     loops with enough independent accumulators to cover the latencies;
  *     the best of --reps.
  * Every figure is the median of --reps repetitions; the machine is shared,
@@ -31,7 +33,7 @@
  * side by side, interleaved per configuration).
  *
  *   build/bench/bench_kernels [--threads N] [--reps R] [--min-mb MB]
- *       [--prefill-gflop G] [--formats iq2_xxs,q2_k,q4_k,q8_0,f16,f32]
+ *       [--prefill-gflop G] [--formats iq2_xxs,q2_k,q4_k,q8_0,mxfp4,f16,f32]
  *       [--shapes expert_up,expert_down,q_b,kv,out_a_grp,head]
  *       [--tokens 1,32,256] [--kernels best,avx2,scalar,...] [--csv]
  *       [--no-peaks] [--no-stream]
@@ -112,6 +114,7 @@ static const fmt_t FMTS[] = {
     { "q2_k", GGML_Q2_K, 256, 84, 1 },
     { "q4_k", GGML_Q4_K, 256, 144, 1 },
     { "q8_0", GGML_Q8_0, 32, 34, 1 },
+    { "mxfp4", GGML_MXFP4, 32, 17, 1 },
     { "f16", GGML_F16, 1, 2, 0 },
     { "f32", GGML_F32, 1, 4, 0 },
 };
@@ -165,6 +168,12 @@ static void fill_pattern(const fmt_t *f, uint8_t *p, size_t nblk) {
             x->dmin = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
             break;
         }
+        case GGML_MXFP4: {
+            block_mxfp4 *x = (block_mxfp4 *)q;
+            x->e = (uint8_t)(118 + rnd() % 8);   /* 2^-10 .. 2^-3 */
+            for (int i = 0; i < 16; i++) x->qs[i] = (uint8_t)rnd();
+            break;
+        }
         case GGML_IQ2_XXS: {
             block_iq2_xxs *x = (block_iq2_xxs *)q;
             x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
@@ -188,7 +197,7 @@ static struct {
     int peaks, stream;
     int fmt_on[NFMT], shape_on[NSHAPE];
     int tokens[8], ntokens;
-    const ds4_kernels *kern[4];
+    const ds4_kernels *kern[6];
     int nkern;
 } opt;
 
@@ -223,7 +232,7 @@ typedef struct { double read[2], triad[2]; } stream_res;   /* [1 thread, N threa
 
 static void run_stream(ds4_pool *pools[2], stream_res *r) {
     for (int k = 0; k < 2; k++) {
-        probe_stream_res s = probe_stream(1ull << 30, ds4_pool_size(pools[k]), opt.reps);
+        probe_stream_res s = probe_stream(probe_read_size(), ds4_pool_size(pools[k]), opt.reps);
         r->read[k] = s.read_gbs;
         r->triad[k] = s.triad_gbs;
     }
@@ -303,16 +312,23 @@ static void run_one(mm_cfg *c, const cpu_ctx *cc, int T, int rows) {
     cpu_matmul_groups(cc, g, s->groups);
 }
 
-static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char *kname) {
-    const shape_t *s = c->s;
+/* Rows of a measurement: the whole shape for decode; prefills cut to about
+ * --prefill-gflop of work, a multiple of 64 rows. */
+static int rows_for(const shape_t *s, int T) {
     int rows = s->n_out;
     double flop_per_row = 2.0 * s->n_in * (double)T * s->groups;
     if (T > 1) {
-        /* cut to about --prefill-gflop of work, a multiple of 64 rows */
         double want = opt.prefill_gflop * 1e9 / flop_per_row;
         if (want < rows) rows = want < 64 ? 64 : ((int)want + 63) / 64 * 64;
         if (rows > s->n_out) rows = s->n_out;
     }
+    return rows;
+}
+
+static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char *kname) {
+    const shape_t *s = c->s;
+    const int rows = rows_for(s, T);
+    double flop_per_row = 2.0 * s->n_in * (double)T * s->groups;
     size_t bytes_per_call = (size_t)s->groups * rows * row_bytes_of(c->f, s->n_in);
     /* decode: enough calls to stream --min-mb; prefill: enough calls for
      * about 20 ms (one call of a few ms is dominated by wake-up and cache
@@ -406,12 +422,12 @@ int main(int argc, char **argv) {
     }
     if (opt.threads < 1 || opt.reps < 1 || opt.reps > 15 || opt.ntokens < 1) usage();
     for (int k = 0; k < opt.ntokens; k++)
-        if (opt.tokens[k] < 1 || opt.tokens[k] > 256) usage();
+        if (opt.tokens[k] < 1 || opt.tokens[k] > 4096) usage();
     /* kernel tables, side by side */
     {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", kernels);
-        for (char *p = strtok(buf, ","); p && opt.nkern < 4; p = strtok(NULL, ",")) {
+        for (char *p = strtok(buf, ","); p && opt.nkern < 6; p = strtok(NULL, ",")) {
             const ds4_kernels *k = kernels_named(p);
             if (!k) { fprintf(stderr, "bench_kernels: kernel table '%s' not available\n", p); return 2; }
             opt.kern[opt.nkern++] = k;
@@ -458,7 +474,7 @@ int main(int argc, char **argv) {
         printf("\n");
     }
 
-    /* activations: up to 8 groups x 256 tokens of the widest input */
+    /* activations: up to 8 groups x the most tokens of the widest input */
     int maxT = 1;
     for (int k = 0; k < opt.ntokens; k++) if (opt.tokens[k] > maxT) maxT = opt.tokens[k];
     size_t act_bytes = (size_t)8 * maxT * 4096 * sizeof(float) + 4096;
@@ -466,10 +482,11 @@ int main(int argc, char **argv) {
     uint8_t *act = malloc(act_bytes);
     for (size_t i = 0; i < act_bytes / sizeof(float); i++) xf[i] = frand();
     size_t out_floats = 0;
-    for (int s = 0; s < NSHAPE; s++) {
-        size_t o = (size_t)SHAPES[s].groups * SHAPES[s].n_out * (size_t)maxT;
-        if (o > out_floats) out_floats = o;
-    }
+    for (int s = 0; s < NSHAPE; s++)
+        for (int k = 0; k < opt.ntokens; k++) {
+            size_t o = (size_t)SHAPES[s].groups * (size_t)rows_for(&SHAPES[s], opt.tokens[k]) * (size_t)opt.tokens[k];
+            if (o > out_floats) out_floats = o;
+        }
     float *out = malloc(out_floats * sizeof(float));
     if (!xf || !act || !out) { perror("malloc"); return 1; }
 
@@ -521,20 +538,25 @@ int main(int argc, char **argv) {
     /* report */
     if (opt.csv)
         printf("cpu,date,kernels,format,shape,n_in,n_out,groups,tokens,threads,ms,gbps,gflops,"
-               "stream_read_gbps,stream_triad_gbps,frac_read,frac_triad,peak_gops,frac_peak,cpu_share\n");
+               "stream_read_gbps,stream_triad_gbps,frac_read,frac_triad,peak_gops,frac_peak,cpu_share,gflops_per_cpu\n");
     else
-        printf("%-8s %-8s %-11s %4s %3s %9s %8s %9s %7s %7s %7s %5s\n", "kernels", "format", "shape", "T",
-               "thr", "ms", "GB/s", "GFLOP/s", "%read", "%triad", "%peak", "cpu");
+        printf("%-8s %-8s %-11s %4s %3s %9s %8s %9s %7s %7s %7s %5s %9s %7s\n", "kernels", "format", "shape", "T",
+               "thr", "ms", "GB/s", "GFLOP/s", "%read", "%triad", "%peak", "cpu", "GF/cpu", "%peak/c");
     for (int i = 0; i < nresults; i++) {
         result *r = &results[i];
         int k = r->thr_idx;
         double rd = sr.read[k], tr = sr.triad[k];
-        double pk = r->f->is_int ? int8_peak(k) : fp32_peak(k);
+        /* each kernel against the peak of the unit it runs on: the amx
+         * table's batched Q8_0/MXFP4 tiles use the AMX tile unit */
+        int on_amx = r->f->is_int && r->T >= DS4_AMX_MIN_TOK && !strcmp(r->kname, "amx") &&
+                     (r->f->type == GGML_Q8_0 || r->f->type == GGML_MXFP4);
+        double pk = on_amx ? peaks[PROBE_AMX_INT8][k] : r->f->is_int ? int8_peak(k) : fp32_peak(k);
         if (opt.csv) {
-            printf("\"%s\",%s,%s,%s,%s,%d,%d,%d,%d,%d,%.4f,%.3f,%.3f,%.2f,%.2f,%.4f,%.4f,%.1f,%.4f,%.3f\n",
+            printf("\"%s\",%s,%s,%s,%s,%d,%d,%d,%d,%d,%.4f,%.3f,%.3f,%.2f,%.2f,%.4f,%.4f,%.1f,%.4f,%.3f,%.3f\n",
                    cpu, date, r->kname, r->f->name, r->s->name, r->s->n_in, r->s->n_out, r->s->groups,
                    r->T, nthr[k], r->ms, r->gbps, r->gflops, rd, tr, rd > 0 ? r->gbps / rd : 0,
-                   tr > 0 ? r->gbps / tr : 0, pk, pk > 0 ? r->gflops / pk : 0, r->share);
+                   tr > 0 ? r->gbps / tr : 0, pk, pk > 0 ? r->gflops / pk : 0, r->share,
+                   r->share > 0 ? r->gflops / r->share : 0);
         } else {
             char pr[16] = "", pt[16] = "", pp[16] = "";
             if (r->T == 1) {
@@ -543,16 +565,22 @@ int main(int argc, char **argv) {
             } else if (pk > 0) {
                 snprintf(pp, sizeof pp, "%.1f%%", 100 * r->gflops / pk);
             }
-            printf("%-8s %-8s %-11s %4d %3d %9.3f %8.2f %9.1f %7s %7s %7s %4.0f%%%s\n", r->kname, r->f->name,
-                   r->s->name, r->T, nthr[k], r->ms, r->gbps, r->gflops, pr, pt, pp, 100 * r->share,
-                   r->share < 0.9 ? " !" : "");
+            char pc[16] = "";
+            double gc = r->share > 0 ? r->gflops / r->share : 0;
+            if (r->T > 1 && pk > 0) snprintf(pc, sizeof pc, "%.1f%%", 100 * gc / pk);
+            printf("%-8s %-8s %-11s %4d %3d %9.3f %8.2f %9.1f %7s %7s %7s %4.0f%% %9.1f %7s%s\n", r->kname,
+                   r->f->name, r->s->name, r->T, nthr[k], r->ms, r->gbps, r->gflops, pr, pt, pp, 100 * r->share,
+                   gc, pc, r->share < 0.9 ? " !" : "");
         }
     }
     if (!opt.csv)
         printf("\n%%read/%%triad: decode GB/s over the STREAM figure at the same thread count;"
-               " %%peak: prefill GFLOP/s over the int8 peak (integer formats) or fp32 FMA peak"
-               " (f16, f32) at the same thread count; cpu: CPU time the run got over wall time x"
-               " threads (\"!\" below 90%%: other jobs took cores, the figure is low).\n");
+               " %%peak: prefill GFLOP/s over the peak of the unit the kernel uses at the same thread count:"
+               " the AMX int8 tile peak (amx table, q8_0/mxfp4, T >= %d), else the int8 vector peak"
+               " (integer formats) or the fp32 FMA peak (f16, f32); cpu: CPU time the run got over wall time x"
+               " threads (\"!\" below 90%%: other jobs took cores, the figure is low); GF/cpu, %%peak/c: GFLOP/s over"
+               " that share, i.e. per CPU-second of its threads (what the kernel does while it runs; the"
+               " peaks are timed on each thread's CPU clock too), and its fraction of the peak.\n", DS4_AMX_MIN_TOK);
     ds4_pool_free(pools[0]);
     ds4_pool_free(pools[1]);
     return 0;

@@ -84,7 +84,7 @@ for m in f16 q2; do
     run $m $kern_seq "$T/def-$m.f32" || bad "$m $kern_seq default-table run"
     run $m $kern_seq "$T/defn-$m.f32" --no-qat || bad "$m $kern_seq default-table no-qat run"
 done
-for kt in scalar avx2 avx512 avx512-packed; do
+for kt in scalar avx2 avx512 avx512-packed amx; do
     if ! "${DS4_BUILD_DIR:-build}"/tests/test_kernels --has-table $kt > /dev/null 2>&1; then
         echo "info: table $kt not available on this CPU"; continue
     fi

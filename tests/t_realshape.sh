@@ -23,7 +23,7 @@
 #      engine".  With QAT on, one-ulp differences flip Q8/FP8/FP4 roundings
 #      and amplify ~10^4 (docs/NUMERICS.md), so a tight tolerance cannot
 #      hold; the factor is justified there (measured ratios up to ~1).
-#  (3) QAT on: DS4_KERNELS=scalar|avx2|avx512|avx512-packed (those this CPU
+#  (3) QAT on: DS4_KERNELS=scalar|avx2|avx512|avx512-packed|amx (those this CPU
 #      runs) give bit-identical logits, all 132 positions (scalar: ~20 s of
 #      CPU); and a prefix run (24 tokens) gives the first 24 rows bit for
 #      bit.
@@ -124,7 +124,7 @@ fi
 
 # ---- (3) the same bits on every kernel table -----------------------------
 if [ -s "$T/q.f32" ]; then
-    for kt in scalar avx2 avx512 avx512-packed; do
+    for kt in scalar avx2 avx512 avx512-packed amx; do
         if ! ./build/tests/test_kernels --has-table "$kt" > /dev/null 2>&1; then
             echo "info: table $kt not available on this CPU"; continue
         fi

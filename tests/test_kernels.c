@@ -247,7 +247,8 @@ static int same_value(float a, float b) { return same_bits(a, b) || (a != a && b
 /* one random case                                                         */
 /* ---------------------------------------------------------------------- */
 
-static double worst_ratio[8][NFMT];   /* [table][format]: error / tolerance */
+#define NTAB 5   /* scalar, avx2, avx512, avx512-packed, amx */
+static double worst_ratio[NTAB][NFMT];   /* [table][format]: error / tolerance */
 
 static void one_case(int ti, const ds4_kernels *k, const fmt *f, int n, int nrows, int ntok, int wild) {
     const ds4_kernels *sk = ds4_kernels_scalar();
@@ -351,9 +352,9 @@ static void one_case(int ti, const ds4_kernels *k, const fmt *f, int n, int nrow
 }
 
 static void test_tables(void) {
-    const ds4_kernels *tabs[4] = { ds4_kernels_scalar(), ds4_kernels_avx2(), ds4_kernels_avx512(),
-                                   ds4_kernels_avx512_packed() };
-    for (int ti = 0; ti < 4; ti++) {
+    const ds4_kernels *tabs[NTAB] = { ds4_kernels_scalar(), ds4_kernels_avx2(), ds4_kernels_avx512(),
+                                      ds4_kernels_avx512_packed(), ds4_kernels_amx() };
+    for (int ti = 0; ti < NTAB; ti++) {
         const ds4_kernels *k = tabs[ti];
         if (!k) { printf("info: table %d not available on this CPU\n", ti); continue; }
         int ncase = 0;
@@ -408,7 +409,8 @@ static void test_tables(void) {
 
 static void test_mxfp4(void) {
     const ds4_kernels *sk = ds4_kernels_scalar();
-    const ds4_kernels *tabs[4] = { sk, ds4_kernels_avx2(), ds4_kernels_avx512(), ds4_kernels_avx512_packed() };
+    const ds4_kernels *tabs[NTAB] = { sk, ds4_kernels_avx2(), ds4_kernels_avx512(), ds4_kernels_avx512_packed(),
+                                      ds4_kernels_amx() };
     const fmt *f = &FMTS[NFMT - 1];
     long bad_tab = 0, bad_deq = 0, bad_int = 0, cases = 0;
     for (int rep = 0; rep < 300; rep++) {
@@ -455,7 +457,7 @@ static void test_mxfp4(void) {
                     sumf += (float)si * (ds4_e8m0_to_f32_half(bw[b].e) * q[b].d);
                 }
                 bad_int += !same_bits(ys, sumf);
-                for (int t = 1; t < 4; t++) {
+                for (int t = 1; t < NTAB; t++) {
                     const ds4_kernels *k = tabs[t];
                     if (!k) continue;
                     bad_tab += !same_bits(k->mxfp4_q8_0a(n, wr, ap[j]), ys);
@@ -465,7 +467,7 @@ static void test_mxfp4(void) {
                 cases++;
             }
         }
-        for (int t = 1; t < 4; t++) {
+        for (int t = 1; t < NTAB; t++) {
             const ds4_kernels *k = tabs[t];
             if (!k) continue;
             k->mxfp4_q8_0a_tile(n, W, rb, nrows, ap, ntok, Y, (size_t)nrows);
@@ -572,12 +574,73 @@ static void test_driver(void) {
     ds4_pool_free(pool);
 }
 
+/* ---------------------------------------------------------------------- */
+/* The amx table's tile path (batches of DS4_AMX_MIN_TOK tokens or more; the random   */
+/* cases above mostly stay below): Q8_0 and MXFP4 x Q8_0a, token rows      */
+/* evenly spaced (read in place by tileloadd) and scattered (staged),      */
+/* token counts around DS4_AMX_MIN_TOK, the 16-token tiles and the 256-token groups, row   */
+/* lengths around the 32-block K chunks, partial 16-row strips, raw -128   */
+/* activation codes and wild scales: every output equals the scalar        */
+/* single-row kernel bit for bit, and nothing outside the tile is written. */
+/* ---------------------------------------------------------------------- */
+
+static void test_amx_tiles(void) {
+    const ds4_kernels *k = ds4_kernels_amx(), *sk = ds4_kernels_scalar();
+    if (!k) { printf("info: amx table not available on this CPU\n"); return; }
+    static const int toks[] = { DS4_AMX_MIN_TOK - 1, DS4_AMX_MIN_TOK, DS4_AMX_MIN_TOK + 1, 79, 80, 100, 255, 256,
+                                257, 300, 511 };
+    static const int ns[] = { 32, 992, 1024, 1056, 2048, 4096 };
+    long bad = 0, badg = 0, cases = 0;
+    for (int fi = 0; fi < 2; fi++) {
+        const fmt *f = fi == 0 ? &FMTS[0] : &FMTS[NFMT - 1];
+        ds4_tile_fn tile = fi == 0 ? k->q8_0_q8_0a_tile : k->mxfp4_q8_0a_tile;
+        for (int rep = 0; rep < 24; rep++) {
+            const int n = ns[rep % 6], ntok = toks[rnd() % 11], wild = rep & 1;
+            const int nrows = rep % 3 == 0 ? 16 : irand(1, 50), even = (rep >> 1) & 1;
+            const size_t ws = rb_of(f, n) + (size_t)irand(0, 3), ab = act_bytes(f, n);
+            const size_t as = ab + (size_t)irand(0, 2) * 4;   /* even spacing, maybe padded */
+            uint8_t *W = malloc(ws * (size_t)nrows), *A = malloc(as * (size_t)ntok);
+            float *x = malloc(sizeof(float) * (size_t)n);
+            for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * ws, n, wild);
+            for (int j = 0; j < ntok; j++) {
+                rand_act(x, n, wild);
+                block_q8_0a *q = (block_q8_0a *)(A + (size_t)j * as);
+                ds4_quantize_q8_0a(x, q, n);
+                if (rnd() % 4 == 0)   /* raw codes, -128 included */
+                    for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
+            }
+            const void **ap = malloc(sizeof(void *) * (size_t)ntok);
+            for (int j = 0; j < ntok; j++)
+                ap[j] = A + (size_t)(even ? j : irand(0, ntok - 1)) * as;
+            const size_t ys = (size_t)nrows + (size_t)irand(0, 3), ny = ys * (size_t)ntok + 8;
+            float *Y = malloc(sizeof(float) * ny);
+            const uint32_t guard = 0x7fc0dead;
+            for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
+            tile(n, W, ws, nrows, ap, ntok, Y, ys);
+            for (int j = 0; j < ntok; j++)
+                for (size_t r = 0; r < ys; r++) {
+                    float v = Y[(size_t)j * ys + r];
+                    if (r < (size_t)nrows)
+                        bad += !same_value(v, row_dot(sk, f, n, W + r * ws, ap[j]));
+                    else
+                        badg += memcmp(&v, &guard, 4) != 0;
+                }
+            for (size_t i = ys * (size_t)ntok; i < ny; i++) badg += memcmp(&Y[i], &guard, 4) != 0;
+            cases++;
+            free(W); free(A); free(x); free(ap); free(Y);
+        }
+    }
+    CHECK(bad == 0, "amx tiles: %ld outputs differ from the scalar single-row kernel", bad);
+    CHECK(badg == 0, "amx tiles: %ld writes outside the tile", badg);
+    printf("info: amx %ld batched cases (DS4_AMX_MIN_TOK - 1 .. 511 tokens): every output equals the scalar table\n", cases);
+}
+
 int main(int argc, char **argv) {
     /* `test_kernels --has-table NAME`: exit 0 when this CPU runs that table
      * (tests/t_realshape.sh asks before comparing tables end to end) */
     if (argc == 3 && !strcmp(argv[1], "--has-table")) return ds4_kernels_by_name(argv[2]) ? 0 : 1;
     if (argc > 1) {
-        fprintf(stderr, "usage: test_kernels [--has-table scalar|avx2|avx512|avx512-packed]\n");
+        fprintf(stderr, "usage: test_kernels [--has-table scalar|avx2|avx512|avx512-packed|amx]\n");
         return 2;
     }
     const char *seed = getenv("DS4_TEST_SEED");
@@ -586,6 +649,7 @@ int main(int argc, char **argv) {
     printf("info: best table: %s\n", ds4_kernels_best()->name);
     test_tables();
     test_mxfp4();
+    test_amx_tiles();
     test_driver();
     printf("test_kernels: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

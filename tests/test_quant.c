@@ -909,8 +909,8 @@ static void test_dispatch(void)
             if (env[mode]) setenv("DS4_KERNELS", env[mode], 1);
             else unsetenv("DS4_KERNELS");
             const ds4_kernels *b = ds4_kernels_best();
-            const ds4_kernels *x = ds4_kernels_avx512();   /* preferred when present */
-            const ds4_kernels *best = x ? x : v ? v : s;
+            const ds4_kernels *am = ds4_kernels_amx(), *x = ds4_kernels_avx512();   /* preferred when present */
+            const ds4_kernels *best = am ? am : x ? x : v ? v : s;
             const ds4_kernels *want = mode == 0 ? best : mode == 1 ? s
                                     : ds4_kernels_avx512_packed() ? ds4_kernels_avx512_packed() : best;
             _exit(b == want ? 0 : 1);
@@ -921,6 +921,9 @@ static void test_dispatch(void)
               env[mode] ? env[mode] : "(unset)");
     }
     CHECK(ds4_kernels_by_name("avx512-packed") == ds4_kernels_avx512_packed(), "by name: avx512-packed");
+    CHECK(ds4_kernels_by_name("amx") == ds4_kernels_amx(), "by name: amx");
+    CHECK(!ds4_kernels_amx() || (!strcmp(ds4_kernels_amx()->name, "amx") && ds4_kernels_avx512()),
+          "amx table: named, and only beside the avx512 table it falls back to");
     CHECK(ds4_kernels_by_name("no-such-table") == NULL, "by name: unknown table");
     CHECK(ds4_dequantize_row(GGML_I32, "", NULL, 0) == -1, "unsupported type must fail");
     float x[32] = { 0 };

@@ -138,8 +138,9 @@ static void usage(FILE *f) {
 "                       first frontier does not time disk reads; it is\n"
 "                       skipped anyway when the weights and the session\n"
 "                       do not fit in RAM together)\n"
-"  --no-probe           do not measure the machine (STREAM bandwidth and int8\n"
-"                       peak, ~2 s before and after the frontiers), so no\n"
+"  --no-probe           do not measure the machine (STREAM bandwidth, int8\n"
+"                       and AMX peaks, a few s before and after the\n"
+"                       frontiers), so no\n"
 "                       roofline and peak ratios are printed\n"
 "  --spec N             also measure speculative decoding at each frontier\n"
 "                       (stderr): verification passes of 1, 2, 4, 8, 16\n"
@@ -171,13 +172,17 @@ static void usage(FILE *f) {
 "    frontiers, memory estimate),\n"
 "    then per frontier the timings above plus the snapshot size and the\n"
 "    snapshot save and restore speeds in MB/s (10^6 bytes/s);\n"
-"    the machine's STREAM read/triad bandwidth and int8 dot-product peak,\n"
-"    measured before and after the frontiers on the same threads; per\n"
+"    the machine's STREAM read/triad bandwidth (64-byte loads, persistent\n"
+"    threads, 2 GiB or a quarter of the free memory), its int8 vector\n"
+"    dot-product peak and AMX tile peak (register-only loops, each thread's\n"
+"    CPU time), measured before and after the frontiers on the same\n"
+"    threads; per\n"
 "    frontier, against the figures measured before: prefill GFLOP/s of the\n"
 "    layer matmuls\n"
 "    (2 x ds4_model_info.layer_macs_per_token per token; the attention\n"
 "    products and the head are not counted, so it is a lower bound) as a\n"
-"    fraction of the int8 peak, and decode GB/s of weights read as a\n"
+"    fraction of the int8 vector peak (and of the AMX peak where the CPU\n"
+"    has one), and decode GB/s of weights read as a\n"
 "    fraction of STREAM read (the decode roofline); a summary line gives\n"
 "    their medians over the frontiers against the mean of both probes.\n"
 "\n"
@@ -384,14 +389,18 @@ static void warm_up(const char *path) {
 typedef struct {
     double read, triad, int8;   /* GB/s, GB/s, GOP/s */
     int kind;                   /* which int8 instruction gave the peak */
+    double amx;                 /* AMX-INT8 tile peak, GOP/s (0: no AMX) */
 } machine_fig;
 
-/* 1 GiB of STREAM (best of 3) and the int8 peak (best of 3): about 2 s. */
+/* STREAM read/triad over probe_read_size() (2 GiB where memory allows,
+ * best of 3), the int8 vector peak and the AMX tile peak (best of 3 each):
+ * a few seconds. */
 static void measure_machine(int threads, machine_fig *f) {
-    probe_stream_res sr = probe_stream(1ull << 30, threads, 3);
+    probe_stream_res sr = probe_stream(probe_read_size(), threads, 3);
     f->read = sr.read_gbs;
     f->triad = sr.triad_gbs;
     f->int8 = probe_int8_peak(threads, 3, &f->kind);
+    f->amx = probe_peak(PROBE_AMX_INT8, threads, 3);
 }
 
 static int cmp_dbl(const void *a, const void *b) {
@@ -849,14 +858,14 @@ int main(int argc, char **argv) {
 
     /* Machine figures, before the run (and again after it). */
     machine_fig mf0 = { 0 }, mf1 = { 0 };
-    int probing = !o.no_probe && (!avail || avail > est + (2ull << 30));
+    int probing = !o.no_probe && (!avail || avail > est + probe_read_size() + (1ull << 30));
     if (!o.no_probe && !probing) note("machine figures skipped: not enough free memory for the bandwidth run");
     if (probing) {
         measure_machine(threads, &mf0);
         note("machine figures (%d thread%s, before): STREAM read %.1f GB/s, triad %.1f GB/s; %s peak %.0f GOP/s; "
-             "decode roofline %.2f tok/s (read / weights per token)",
+             "decode roofline %.2f tok/s (read / weights per token); AMX int8 tile peak %.0f GOP/s%s",
              threads, threads == 1 ? "" : "s", mf0.read, mf0.triad, mf0.kind >= 0 ? probe_kind_name(mf0.kind) : "int8",
-             mf0.int8, mf0.read * 1e9 / (double)info.active_bytes_per_token);
+             mf0.int8, mf0.read * 1e9 / (double)info.active_bytes_per_token, mf0.amx, mf0.amx > 0 ? "" : " (no AMX)");
     }
 
     /* Session. */
@@ -1011,8 +1020,9 @@ int main(int argc, char **argv) {
         r->decode_gbs = r->decode_tps * (double)info.active_bytes_per_token * 1e-9;
         if (probing && mf0.read > 0 && mf0.int8 > 0)
             note("ctx %d: prefill %.0f GFLOP/s of layer matmuls = %.0f %% of the int8 peak | decode %.1f GB/s "
-                 "of weights = %.0f %% of STREAM read", r->ctx, r->prefill_gflops, 100 * r->prefill_gflops / mf0.int8,
-                 r->decode_gbs, 100 * r->decode_gbs / mf0.read);
+                 "of weights = %.0f %% of STREAM read; prefill = %.1f %% of the AMX peak", r->ctx, r->prefill_gflops,
+                 100 * r->prefill_gflops / mf0.int8, r->decode_gbs, 100 * r->decode_gbs / mf0.read,
+                 mf0.amx > 0 ? 100 * r->prefill_gflops / mf0.amx : 0.0);
         if (o.verbose) {
             fprintf(stderr, "ds4-bench: gen ctx=%d:", target);
             for (int i = 0; i < ng; i++) fprintf(stderr, " %d", gen_ids[i]);
@@ -1026,8 +1036,8 @@ int main(int argc, char **argv) {
         measure_machine(threads, &mf1);
         /* the machine is shared: ratios against the mean of the two probes */
         double rd = 0.5 * (mf0.read + mf1.read), pk = 0.5 * (mf0.int8 + mf1.int8);
-        note("machine figures (after): STREAM read %.1f GB/s, triad %.1f GB/s; int8 peak %.0f GOP/s",
-             mf1.read, mf1.triad, mf1.int8);
+        note("machine figures (after): STREAM read %.1f GB/s, triad %.1f GB/s; int8 peak %.0f GOP/s; "
+             "AMX peak %.0f GOP/s", mf1.read, mf1.triad, mf1.int8, mf1.amx);
         double pf[n_rows], dc[n_rows];
         for (int i = 0; i < n_rows; i++) {
             pf[i] = rows[i].prefill_gflops;

@@ -12,18 +12,28 @@
 
 #include <stddef.h>
 
-/* Read (sum of an array) and triad (a = b + s*c, 12 bytes per element, the
- * STREAM convention) over `bytes` of memory on `nthreads` threads; the best
- * of `reps` repetitions after one warm-up, as STREAM reports.  GB/s; 0 when
- * the array cannot be allocated. */
+/* Read (sum of an array with 64-byte vector loads into eight accumulators,
+ * each thread its own slice) and triad (a = b + s*c, 12 bytes per element,
+ * the STREAM convention) over `bytes` of memory on `nthreads` persistent
+ * threads (created once; every pass starts behind a barrier); the best of
+ * `reps` passes after one warm-up, as STREAM reports.  GB/s; 0 when the
+ * array cannot be allocated.  `bytes` should be far above the last-level
+ * cache (probe_read_size). */
 typedef struct { double read_gbs, triad_gbs; } probe_stream_res;
 probe_stream_res probe_stream(size_t bytes, int nthreads, int reps);
+
+/* The read probe's size: 2 GiB, or a quarter of the available memory
+ * when that is less (not below 256 MiB). */
+size_t probe_read_size(void);
 
 /* One pass of the read loop over a caller's buffer (e.g. to drain the
  * write-backs of freshly written memory before measuring): GB/s. */
 double probe_read_buffer(const void *p, size_t bytes, int nthreads);
 
-enum { PROBE_VNNI512, PROBE_VNNI256, PROBE_AVX2_I8, PROBE_FMA512, PROBE_FMA256, PROBE_NKIND };
+/* PROBE_AMX_INT8: the AMX tile unit (TDPBUSD), which only the amx table's
+ * batched Q8_0/MXFP4 tiles use; probe_int8_peak leaves it out (the vector
+ * units' peak, what every other kernel can reach). */
+enum { PROBE_VNNI512, PROBE_VNNI256, PROBE_AVX2_I8, PROBE_FMA512, PROBE_FMA256, PROBE_AMX_INT8, PROBE_NKIND };
 
 const char *probe_kind_name(int kind);
 int probe_kind_supported(int kind);

@@ -88,7 +88,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     if (kn && *kn && !ds4_kernels_by_name(kn)) {
         char e[64];
         ds4_set_err(err, DS4_EINVAL, "DS4_KERNELS=%s: no such kernel table on this CPU "
-                    "(scalar, avx2, avx512, avx512-packed or best)", ds4_escape(e, sizeof e, kn, strlen(kn)));
+                    "(scalar, avx2, avx512, avx512-packed, amx or best)", ds4_escape(e, sizeof e, kn, strlen(kn)));
         return NULL;
     }
     ds4_model *m = calloc(1, sizeof *m);

@@ -756,6 +756,7 @@ const ds4_kernels *ds4_kernels_by_name(const char *name)
     if (strcmp(name, "avx2") == 0) return ds4_kernels_avx2();
     if (strcmp(name, "avx512") == 0) return ds4_kernels_avx512();
     if (strcmp(name, "avx512-packed") == 0) return ds4_kernels_avx512_packed();
+    if (strcmp(name, "amx") == 0) return ds4_kernels_amx();
     if (strcmp(name, "best") == 0) return ds4_kernels_best();
     return NULL;
 }
@@ -774,6 +775,8 @@ const ds4_kernels *ds4_kernels_best(void)
     const char *env = getenv("DS4_KERNELS");
     if (env && *env && strcmp(env, "best") != 0)
         k = ds4_kernels_by_name(env);
+    if (!k)
+        k = ds4_kernels_amx();
     if (!k)
         k = ds4_kernels_avx512();
     if (!k)

@@ -186,11 +186,21 @@ const ds4_kernels *ds4_kernels_avx512(void);
  * 16 rows packed transposed as for batches, instead of the reduction-axis
  * kernels.  Same results bit for bit; kept for measurements and tests. */
 const ds4_kernels *ds4_kernels_avx512_packed(void);
-/* "scalar", "avx2", "avx512", "avx512-packed" or "best"; NULL when
+/* The avx512 table with Intel AMX-INT8 tiles (quant_amx.c) for the batched
+ * Q8_0 and MXFP4 x Q8_0a matmuls of DS4_AMX_MIN_TOK tokens or more; everything else,
+ * decode included, is the avx512 table's.  Same results bit for bit.  NULL
+ * when the CPU lacks AMX-TILE/AMX-INT8 or the avx512 table, or the kernel
+ * refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM). */
+const ds4_kernels *ds4_kernels_amx(void);
+/* Batches below this many tokens run the avx512 tile in the amx table
+ * (bench_kernels, Q8_0 with weights from DRAM, GFLOP per CPU-second: amx
+ * / avx512 = 0.8 at 32 tokens, 1.1 at 64, 1.6 at 256; docs/PERF_KERNELS.md). */
+#define DS4_AMX_MIN_TOK 64
+/* "scalar", "avx2", "avx512", "avx512-packed", "amx" or "best"; NULL when
  * unknown or unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);
-/* The best table for this CPU (the one the engine uses): avx512, else avx2,
- * else scalar.  DS4_KERNELS=scalar|avx2|avx512|avx512-packed in the
+/* The best table for this CPU (the one the engine uses): amx, else avx512,
+ * else avx2, else scalar.  DS4_KERNELS=scalar|avx2|avx512|avx512-packed|amx in the
  * environment picks one (ds4_model_load refuses a name that is unknown or
  * unavailable here; other callers get the best table then).  Decided on
  * the first call and cached. */
