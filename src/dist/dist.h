@@ -35,7 +35,13 @@ int ds4_dist_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_a
                          int *lo, int *hi);
 /* The HC state [n][n_hc][n_embd] from the previous rank / to the next. */
 int ds4_dist_recv_x(ds4_session *s, float *X, int n);
+/* send_x starts the send of one micro-batch's rows (left untouched until
+ * send_done, which waits for every send of the chunk). */
 int ds4_dist_send_x(ds4_session *s, const float *X, int n);
+int ds4_dist_send_done(ds4_session *s);
+/* Pipeline: the micro-batch size for a chunk of n tokens
+ * (n in experts mode). */
+int ds4_dist_microbatch(int n);
 /* The last rank's logits rows (nl of them) reach rank 0's `logits`. */
 int ds4_dist_logits(ds4_session *s, float *logits, int nl);
 /* 1 when this rank computes the logits (the last rank of a pipeline,
