@@ -10,7 +10,8 @@
 #    with the same text as a single process;
 #  - failures end the whole job with one clear message, never a hang: a
 #    rank with a different model, a rank that cannot load, a bad
-#    --dist-layers, --dist without mpirun, a worker killed mid-run.
+#    --dist-layers, --dist without mpirun, a worker killed mid-run, a
+#    worker stopped mid-run (SIGSTOP: --dist-timeout names it).
 # Skipped (with a message) when mpirun is absent or ds4 was built without MPI.
 set -u
 cd "$(dirname "$0")/.."
@@ -168,6 +169,39 @@ else
         bad "killed worker: rc $rc after ${dt}s"; cat "$T/k.err"
     fi
 fi
+
+# a worker that stops answering (SIGSTOP: a hung machine, a network
+# partition) during a long generation: after --dist-timeout the job stops
+# with one message naming it.  Pipeline over 3 ranks stops the middle one
+# (rank 0 waits on rank 2, which waits on rank 1); experts mode stalls in
+# the exchange of expert rows.
+for sm in "pipeline 3" "experts 2"; do
+    set -- $sm
+    "${MPIRUN[@]}" -np $2 ./ds4 -q -t 1 -m "$G/models/tiny-a-q2.gguf" --tokens-file "$SEQ" -n 30000 -c 32768 \
+        --dist $1 --dist-timeout 3 > "$T/k.out" 2> "$T/k.err" &
+    MP=$!
+    W=""
+    for i in $(seq 1 100); do
+        W=$(rank_pid $MP ds4 1)
+        [ -n "$W" ] && [ -s "$T/k.out" ] && break
+        sleep 0.1
+    done
+    if [ -z "$W" ]; then
+        bad "stopped worker ($1): could not find rank 1's process"; kill $MP 2>/dev/null; wait $MP; continue
+    fi
+    t0=$(date +%s)
+    kill -STOP "$W"
+    wait $MP; rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    kill -KILL "$W" 2>/dev/null   # in case the launcher left it stopped
+    if [ $rc -ne 0 ] && [ $dt -le 30 ] && grep -q "rank 1 stopped answering" "$T/k.err"; then
+        ok "stopped worker ($1, $2 ranks): job ended in ${dt}s (rc $rc): $(grep -m1 'stopped answering' "$T/k.err" | cut -c1-110)"
+    else
+        bad "stopped worker ($1, $2 ranks): rc $rc after ${dt}s"; cat "$T/k.err"
+    fi
+done
+expect_fail "--dist-timeout out of range" "dist-timeout" \
+    timeout 60 ./ds4 -m "$G/models/tiny-a-q2.gguf" -q --tokens-file "$SEQ" -n 0 --dist pipeline --dist-timeout -1
 
 # 3. ds4-server under mpirun -np 2: the same chat answer
 REQ='{"model":"x","messages":[{"role":"user","content":"Hello there"}],"max_tokens":24,"temperature":0}'

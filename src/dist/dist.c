@@ -317,11 +317,13 @@ static void stalled(int peer, const char *what) {
             n_silent++;
         }
     if (!n_silent) snprintf(list, sizeof list, "%d", peer);   /* all answer: name the one awaited */
-    char from[32] = "";
-    if (peer >= 0) snprintf(from, sizeof from, " from rank %d", peer);
-    fprintf(stderr, "ds4: rank %d: rank%s %s stopped answering (no %s%s in %g s, --dist-timeout): "
+    char why[80];
+    if (!strcmp(what, "send")) snprintf(why, sizeof why, "rank %d took no message", peer);
+    else if (peer >= 0) snprintf(why, sizeof why, "no message from rank %d", peer);
+    else snprintf(why, sizeof why, "the exchange of %s did not finish", what);
+    fprintf(stderr, "ds4: rank %d: rank%s %s stopped answering (%s in %g s, --dist-timeout): "
             "stopped, hung or cut off from the network -- stopping every rank\n",
-            G.rank, n_silent > 1 ? "s" : "", list, what, from, G.timeout);
+            G.rank, n_silent > 1 ? "s" : "", list, why, G.timeout);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
