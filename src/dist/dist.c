@@ -158,6 +158,50 @@ int ds4_split_info(const gguf_file *gf, int L, int rank, int P, int *first, uint
     return DS4_OK;
 }
 
+void ds4_dist_expert_share(int n_expert, int r, int P, int *lo, int *hi) {
+    *lo = (int)((int64_t)n_expert * r / P);
+    *hi = (int)((int64_t)n_expert * (r + 1) / P);
+}
+
+/* ds4.split.* keys of an experts split part (ds4-gguf split --dist
+ * experts): ranks (u32), rank (u32), experts (u32 array [ranks+1]: the
+ * first expert of each rank, as ds4_dist_expert_share gives them),
+ * source_fingerprint (u8 array [20]). */
+int ds4_split_experts_info(const gguf_file *gf, int E, int rank, int P, int *e_lo, int *e_hi,
+                           uint8_t fp[20], char *msg, size_t cap) {
+    uint32_t fr = 0, fn = 0;
+    const gguf_kv *kx = gguf_find(gf, "ds4.split.experts");
+    const gguf_kv *kp = gguf_find(gf, "ds4.split.source_fingerprint");
+    if (gguf_get_u32(gf, "ds4.split.rank", &fr) || gguf_get_u32(gf, "ds4.split.ranks", &fn) ||
+        fn < 1 || fr >= fn || !kx || kx->type != GGUF_ARRAY || kx->v.arr.type != GGUF_U32 ||
+        kx->v.arr.n != (uint64_t)fn + 1 ||
+        !kp || kp->type != GGUF_ARRAY || kp->v.arr.type != GGUF_U8 || kp->v.arr.n != 20) {
+        snprintf(msg, cap, "%s: malformed ds4.split metadata", gf->path);
+        return DS4_EFORMAT;
+    }
+    if (rank >= 0 && ((int)fr != rank || (int)fn != P)) {
+        snprintf(msg, cap, "%s is the part of rank %u of %u, but this is rank %d of %d",
+                 gf->path, fr, fn, rank, P);
+        return DS4_EINVAL;
+    }
+    /* the runtime gives rank r the experts ds4_dist_expert_share says: a
+     * file holding others (another tool, another rule) is refused */
+    for (uint32_t r = 0; r <= fn; r++) {
+        uint32_t x;
+        memcpy(&x, kx->v.arr.data + 4 * (size_t)r, 4);
+        int lo, hi;
+        ds4_dist_expert_share(E, (int)(r < fn ? r : fn - 1), (int)fn, &lo, &hi);
+        if (x != (uint32_t)(r < fn ? lo : hi)) {
+            snprintf(msg, cap, "%s: ds4.split.experts is not the split of %d experts over %u "
+                     "ranks that --dist experts uses", gf->path, E, fn);
+            return DS4_EFORMAT;
+        }
+    }
+    if (e_lo) ds4_dist_expert_share(E, (int)fr, (int)fn, e_lo, e_hi);
+    if (fp) memcpy(fp, kp->v.arr.data, 20);
+    return DS4_OK;
+}
+
 #ifndef DS4_MPI
 
 int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers, char **err) {
@@ -219,6 +263,7 @@ typedef struct {
 static struct {
     int on, rank, size, quit_sent, finalized;
     int part;                 /* the loaded file is one rank's part (ds4.split) */
+    int xpart;                /* ... of an experts split (ds4.split.experts) */
     int mode;                 /* 1 = pipeline */
     char *layers_spec;        /* --dist-layers, or NULL */
     int lo, hi;               /* this rank's layers [lo, hi) */
@@ -482,7 +527,7 @@ static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
                      "(a rank needs one)", P, E);
             return DS4_EINVAL;
         }
-        if (G.part) {
+        if (G.part && !G.xpart) {
             snprintf(msg, cap, "%s holds one rank's layers (a pipeline split): it cannot run "
                      "--dist experts", m->path);
             return DS4_EINVAL;
@@ -513,9 +558,21 @@ int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) {
     uint8_t ident[20];
     if (rc == DS4_OK) {
         G.part = gguf_find(m->gf, "ds4.split.ranks") != NULL;
+        G.xpart = G.part && gguf_find(m->gf, "ds4.split.experts") != NULL;
         memcpy(ident, m->fingerprint, 20);
-        if (G.part) rc = ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, G.size, NULL, ident,
-                                        msg, sizeof msg);
+        if (G.xpart && G.mode != 2) {
+            snprintf(msg, sizeof msg, "%s holds a share of every layer's experts (an experts "
+                     "split): run it with --dist experts", m->path);
+            rc = DS4_EINVAL;
+        } else if (G.xpart) {
+            /* the loader bound the slice the file names; it must be this
+             * rank's share of this rank count */
+            rc = ds4_split_experts_info(m->gf, m->w.cfg.n_expert, G.rank, G.size, NULL, NULL,
+                                        ident, msg, sizeof msg);
+        } else if (G.part) {
+            rc = ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, G.size, NULL, ident,
+                                msg, sizeof msg);
+        }
     }
     if (rc == DS4_OK) rc = plan_layers(m, msg, sizeof msg);
     if (rc == DS4_OK) {
@@ -674,8 +731,7 @@ int ds4_dist_runs_head(void) {
 
 void ds4_dist_expert_range(int n_expert, int *lo, int *hi) {
     if (G.mode != 2) { *lo = 0; *hi = n_expert; return; }
-    *lo = (int)((int64_t)n_expert * G.rank / G.size);
-    *hi = (int)((int64_t)n_expert * (G.rank + 1) / G.size);
+    ds4_dist_expert_share(n_expert, G.rank, G.size, lo, hi);
 }
 
 /* Every rank's rows of the routed outputs to every rank (they all run the
@@ -690,7 +746,8 @@ int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int np
         ncap = G.size;
     }
     for (int r = 0; r < G.size; r++) {
-        int lo = (int)((int64_t)n_expert * r / G.size), hi = (int)((int64_t)n_expert * (r + 1) / G.size);
+        int lo, hi;
+        ds4_dist_expert_share(n_expert, r, G.size, &lo, &hi);
         int a = lo < n_expert ? eoff[lo] : npairs, b = hi < n_expert ? eoff[hi] : npairs;
         off[r] = a * D;
         cnt[r] = (b - a) * D;

@@ -65,6 +65,14 @@ int ds4_dist_layer_of(const char *name);
  * be NULL). */
 int ds4_split_info(const gguf_file *gf, int L, int rank, int P, int *first, uint8_t fp[20],
                    char *msg, size_t cap);
+/* Experts mode: the routed experts [*lo, *hi) of rank r of P (no MPI
+ * needed: ds4-gguf split --dist experts writes the same shares). */
+void ds4_dist_expert_share(int n_expert, int r, int P, int *lo, int *hi);
+/* An experts split part's ds4.split keys: checks rank/P (rank < 0: any)
+ * and that its experts are ds4_dist_expert_share's; fills its range and
+ * the whole file's fingerprint (any may be NULL). */
+int ds4_split_experts_info(const gguf_file *gf, int E, int rank, int P, int *e_lo, int *e_hi,
+                           uint8_t fp[20], char *msg, size_t cap);
 /* -m under --dist: "PREFIX-rank%d.gguf" names each rank's part; malloc'd. */
 char *ds4_dist_path(const char *path);
 /* 1 on rank 0 (or without --dist). */
