@@ -1131,8 +1131,9 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
      * m-1 while rank r works on m.  A micro-batch is evaluated exactly as
      * a chunk of its tokens would be (the per-token math does not depend on
      * the chunk size); the KV rows of m-1 are already in this rank's
-     * layers.  Single process: one micro-batch, the whole chunk. */
-    int mb = ds4_dist_on() ? ds4_dist_microbatch(n) : n;
+     * layers.  Single process, or a draft pass (its staged rows are one
+     * pass's): one micro-batch, the whole chunk. */
+    int mb = ds4_dist_on() && !s->stg_on ? ds4_dist_microbatch(n) : n;
     float *X0 = sc->X, *X20 = sc->X2;
     size_t nd = (size_t)c->n_hc * c->n_embd;
     for (int t0 = 0; t0 < n; t0 += mb) {
