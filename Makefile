@@ -59,10 +59,13 @@ else
   MPICC :=
 endif
 ifneq ($(MPICC),)
-  MPI_SHOW := $(shell $(MPICC) -show 2>/dev/null)
+  ifeq ($(shell command -v $(MPICC) 2>/dev/null),)
+    $(error MPICC=$(MPICC): no such MPI compiler wrapper)
+  endif
   MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
   MPI_LIBS := $(shell $(MPICC) --showme:link 2>/dev/null)
   ifeq ($(strip $(MPI_CFLAGS)$(MPI_LIBS)),)
+    MPI_SHOW := $(shell $(MPICC) -show 2>/dev/null)
     ifneq ($(strip $(MPI_SHOW)),)
       MPI_CFLAGS := $(filter -I% -D%,$(MPI_SHOW))
       MPI_LIBS := $(filter -L% -l% -Wl%,$(MPI_SHOW))
