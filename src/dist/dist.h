@@ -41,7 +41,7 @@ int ds4_dist_send_x(ds4_session *s, const float *X, int n);
 int ds4_dist_send_done(ds4_session *s);
 /* Pipeline: the micro-batch size for a chunk of n tokens
  * (n in experts mode). */
-int ds4_dist_microbatch(int n);
+int ds4_dist_microbatch(const ds4_session *s, int n);
 /* The last rank's logits rows (nl of them) reach rank 0's `logits`. */
 int ds4_dist_logits(ds4_session *s, float *logits, int nl);
 /* 1 when this rank computes the logits (the last rank of a pipeline,

@@ -1133,7 +1133,7 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
      * the chunk size); the KV rows of m-1 are already in this rank's
      * layers.  Single process, or a draft pass (its staged rows are one
      * pass's): one micro-batch, the whole chunk. */
-    int mb = ds4_dist_on() && !s->stg_on ? ds4_dist_microbatch(n) : n;
+    int mb = ds4_dist_on() && !s->stg_on ? ds4_dist_microbatch(s, n) : n;
     float *X0 = sc->X, *X20 = sc->X2;
     size_t nd = (size_t)c->n_hc * c->n_embd;
     for (int t0 = 0; t0 < n; t0 += mb) {
