@@ -234,6 +234,7 @@ int ds4_dist_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_a
 int ds4_dist_recv_x(ds4_session *s, float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
 int ds4_dist_send_x(ds4_session *s, const float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
 int ds4_dist_send_done(ds4_session *s) { (void)s; return DS4_EUNSUP; }
+void ds4_dist_progress(void) {}
 int ds4_dist_microbatch(const ds4_session *s, int n) { (void)s; return n; }
 int ds4_dist_logits(ds4_session *s, float *l, int nl) { (void)s; (void)l; (void)nl; return DS4_OK; }
 int ds4_dist_runs_head(void) { return 1; }
@@ -702,6 +703,15 @@ int ds4_dist_send_x(ds4_session *s, const float *X, int n) {
     if (rc != MPI_SUCCESS) fatal("send", rc);
     G.comm += now() - t0;
     return DS4_OK;
+}
+
+void ds4_dist_progress(void) {
+    /* a completed request becomes MPI_REQUEST_NULL, which send_done's
+     * wait then passes at once */
+    for (int i = 0; i < G.n_sends; i++) {
+        int flag = 0;
+        if (MPI_Test(&G.sends[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+    }
 }
 
 int ds4_dist_send_done(ds4_session *s) {

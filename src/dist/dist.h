@@ -39,6 +39,9 @@ int ds4_dist_recv_x(ds4_session *s, float *X, int n);
  * send_done, which waits for every send of the chunk). */
 int ds4_dist_send_x(ds4_session *s, const float *X, int n);
 int ds4_dist_send_done(ds4_session *s);
+/* Lets the sends in flight advance (called between layers): over TCP a
+ * large message moves only while its sender calls into MPI. */
+void ds4_dist_progress(void);
 /* Pipeline: the micro-batch size for a chunk of n tokens
  * (n in experts mode). */
 int ds4_dist_microbatch(const ds4_session *s, int n);

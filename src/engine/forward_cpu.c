@@ -1150,6 +1150,7 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
             attention(&fm, il);
             int rc = moe(&fm, il, toks + t0);
             if (rc) { sc->X = X0; sc->X2 = X20; return rc; }
+            if (ds4_dist_on()) ds4_dist_progress();   /* sends of earlier micro-batches */
         }
         if (hi < c->n_layer) ds4_dist_send_x(s, sc->X, nt);
     }
