@@ -47,15 +47,33 @@ LDFLAGS += $(LDOPT) -pthread
 LIBS = -ljansson -lm
 
 # Distributed inference (src/dist/, README "Several machines"): built with
-# MPI when `mpicc` is found (Open MPI or MPICH; flags from pkg-config mpi-c,
-# else from the mpicc wrapper).  NO_MPI=1 builds without; such binaries
-# say so in --help and refuse --dist.
+# MPI when `mpicc` is found.  MPICC names another wrapper: Open MPI's or
+# MPICH's (make MPICC=mpicc.mpich BUILD=build/mpich BIN_DIR=build/mpich/bin:
+# its own tree, since dist.o and the links differ).  Flags come from the
+# wrapper (Open MPI: --showme; MPICH: -show, keeping -I/-D for compiling and
+# -L/-l/-Wl for linking), else pkg-config mpi-c.  NO_MPI=1 builds without;
+# such binaries say so in --help and refuse --dist.
 ifneq ($(NO_MPI),1)
-  MPICC := $(shell command -v mpicc 2>/dev/null)
+  MPICC ?= $(shell command -v mpicc 2>/dev/null)
+else
+  MPICC :=
 endif
 ifneq ($(MPICC),)
-  MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null || mpicc -compile_info | sed 's/^[^ ]* //;s/ -c / /')
-  MPI_LIBS := $(shell pkg-config --libs mpi-c 2>/dev/null || mpicc --showme:link 2>/dev/null || mpicc -link_info | sed 's/^[^ ]* //')
+  ifeq ($(shell command -v $(MPICC) 2>/dev/null),)
+    $(error MPICC=$(MPICC): no such MPI compiler wrapper)
+  endif
+  MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
+  MPI_LIBS := $(shell $(MPICC) --showme:link 2>/dev/null)
+  ifeq ($(strip $(MPI_CFLAGS)$(MPI_LIBS)),)
+    MPI_SHOW := $(shell $(MPICC) -show 2>/dev/null)
+    ifneq ($(strip $(MPI_SHOW)),)
+      MPI_CFLAGS := $(filter -I% -D%,$(MPI_SHOW))
+      MPI_LIBS := $(filter -L% -l% -Wl%,$(MPI_SHOW))
+    else
+      MPI_CFLAGS := $(shell pkg-config --cflags mpi-c 2>/dev/null)
+      MPI_LIBS := $(shell pkg-config --libs mpi-c 2>/dev/null)
+    endif
+  endif
   $(BUILD)/src/dist/dist.o: CFLAGS += -DDS4_MPI $(MPI_CFLAGS)
   LIBS += $(MPI_LIBS)
 endif
@@ -106,6 +124,13 @@ BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
 
 .PHONY: all test test-opt test-suite test-real bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
 all: $(BIN_PATHS) tests
+
+# The MPI flags this build uses (tests/t_mpich.sh links against them).
+mpi-flags:
+	@echo "MPI_CFLAGS=$(MPI_CFLAGS)"
+	@echo "MPI_LIBS=$(MPI_LIBS)"
+.PHONY: mpi-flags
+
 
 # The version every binary prints (--version): DS4_VERSION from ds4.h plus
 # `git describe` of the checkout, kept in a header that is rewritten only

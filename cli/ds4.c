@@ -60,6 +60,8 @@ static void usage(FILE *f) {
 "                          (a share of every layer's routed experts)%s\n"
 "      --dist-layers SPEC  pipeline split, inclusive ranges per rank\n"
 "                          (0:20,21:42; default: balanced by weight bytes)\n"
+"      --dist-timeout SEC  a rank silent this long is named and the job\n"
+"                          stopped (default 300; 0 = wait forever)\n"
 "\n"
 "prompt and generation:\n"
 "  -p, --prompt TEXT       user message: generate one answer and exit\n"
@@ -160,6 +162,7 @@ typedef struct {
     ds4_think think;
     int inspect, tokenize, special;
     const char *dist, *dist_layers;
+    double dist_timeout;       /* < 0: the default */
     const char *tokenize_text;
     const char *detok;
     const char *tokens, *tokens_file;
@@ -217,6 +220,7 @@ static void parse_args(int argc, char **argv, opts *o) {
     o->model = "./ds4flash.gguf";
     o->n_predict = 4096;
     o->ctx = 32768;
+    o->dist_timeout = -1;
     o->chunk = 2048;
     o->think = DS4_THINK_HIGH;
     o->split = -1;
@@ -267,6 +271,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--steer-layers")) o->steer_layers = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dist")) o->dist = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dist-layers")) o->dist_layers = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--dist-timeout")) o->dist_timeout = ds4_args_double(&a, 0, 1e6);
         else if (ds4_args_is(&a, "-q", "--quiet")) o->quiet = 1;
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--kv-disk-space-mb")) o->kv_space_mb = (uint64_t)ds4_args_i64(&a, 1, (int64_t)1 << 30);
@@ -530,6 +535,7 @@ int main(int argc, char **argv) {
     if (o.dist) {
         /* ranks > 0 serve rank 0 (src/dist/) and never reach the front end */
         char *err = NULL;
+        if (o.dist_timeout >= 0) ds4_dist_set_timeout(o.dist_timeout);
         int r = ds4_dist_init(&argc, &argv, o.dist, o.dist_layers, &err);
         if (r < 0) die("%s", err ? err : ds4_strerror(r));
         if (r > 0) {

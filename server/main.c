@@ -50,6 +50,8 @@ static void usage(FILE *f) {
 "      --dist MODE           under mpirun: one model over the ranks\n"
 "                            (pipeline or experts); rank 0 serves HTTP%s\n"
 "      --dist-layers SPEC    pipeline split per rank (0:20,21:42)\n"
+"      --dist-timeout SEC    a rank silent this long is named and the job\n"
+"                            stopped (default 300; 0 = wait forever)\n"
 "      --model-name NAME     model id reported by /v1/models (default: the\n"
 "                            file name without .gguf); the aliases\n"
 "                            deepseek-chat (thinking off) and deepseek-reasoner\n"
@@ -218,6 +220,7 @@ int main(int argc, char **argv) {
     ds4_kv_policy_default(&c->kv_policy);
     int kv_flags = 0, steer_scale_set = 0;
     const char *dist = NULL, *dist_layers = NULL;
+    double dist_timeout = -1;   /* < 0: the default */
     const char *env_key = getenv("DS4_API_KEY");
     if (env_key && *env_key) c->api_key = env_key;
 
@@ -231,6 +234,7 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&ar, "-t", "--threads")) { c->threads = (int)ds4_args_i64(&ar, 0, 4096); }
         else if (ds4_args_is(&ar, NULL, "--dist")) dist = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--dist-layers")) dist_layers = nonempty(&ar);
+        else if (ds4_args_is(&ar, NULL, "--dist-timeout")) dist_timeout = ds4_args_double(&ar, 0, 1e6);
         else if (ds4_args_is(&ar, NULL, "--chunk")) { c->chunk = (int)ds4_args_i64(&ar, 1, 1 << 20); }
         else if (ds4_args_is(&ar, NULL, "--model-name")) c->model_name = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--api-key")) c->api_key = nonempty(&ar);
@@ -305,6 +309,7 @@ int main(int argc, char **argv) {
     if (dist) {
         /* ranks > 0 serve rank 0 (src/dist/); only rank 0 listens */
         char *derr = NULL;
+        if (dist_timeout >= 0) ds4_dist_set_timeout(dist_timeout);
         int r = ds4_dist_init(&argc, &argv, dist, dist_layers, &derr);
         if (r < 0) { fprintf(stderr, "ds4-server: %s\n", derr ? derr : ds4_strerror(r)); free(derr); return 2; }
         if (r > 0) {

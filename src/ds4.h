@@ -359,6 +359,11 @@ int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,
                   char **err);
 int ds4_dist_rank(void);
 int ds4_dist_size(void);
+/* --dist-timeout: how long a rank waits for a message its work depends on
+ * before it names the ranks that stopped answering and stops the job
+ * (0 = forever).  Call before ds4_dist_init; DS4_EINVAL if out of range. */
+#define DS4_DIST_TIMEOUT_DEFAULT 300.0
+int ds4_dist_set_timeout(double seconds);
 /* Ranks > 0: load `path` and serve; returns the process exit status. */
 int ds4_dist_worker(const char *path, const ds4_model_params *p);
 /* Seconds this rank spent sending and waiting for messages. */

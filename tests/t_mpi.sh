@@ -4,13 +4,14 @@
 #  - --dump-logits on rank 0 bit-identical to the single-process run, in
 #    prefill, --decode-only and --split (prefill then decode), both models;
 #    an explicit --dist-layers split too;
-#  - per-rank files from ds4-gguf split (and a mix of whole and part) give
-#    the same logits as the whole file;
+#  - per-rank files from ds4-gguf split --dist pipeline|experts (and a mix
+#    of whole and part) give the same logits as the whole file;
 #  - ds4-server under mpirun -np 2 answers a chat request (temperature 0)
 #    with the same text as a single process;
 #  - failures end the whole job with one clear message, never a hang: a
 #    rank with a different model, a rank that cannot load, a bad
-#    --dist-layers, --dist without mpirun, a worker killed mid-run.
+#    --dist-layers, --dist without mpirun, a worker killed mid-run, a
+#    worker stopped mid-run (SIGSTOP: --dist-timeout names it).
 # Skipped (with a message) when mpirun is absent or ds4 was built without MPI.
 set -u
 cd "$(dirname "$0")/.."
@@ -93,7 +94,27 @@ if "${MPIRUN[@]}" -np 1 ./ds4 -q -t 1 -m "$G/models/tiny-a-q2.gguf" --tokens-fil
 else
     bad "whole file + split file"; cat "$T/run.log"
 fi
-for f in "$T"/part2-rank*.gguf; do
+# experts split files: every layer's dense part and a share of the experts
+for np in 2 3; do
+    ./ds4-gguf split --dist experts --ranks $np -m "$G/models/tiny-a-q2.gguf" -o "$T/xpart$np" > "$T/split.log" 2>&1 \
+        || { bad "ds4-gguf split --dist experts --ranks $np"; cat "$T/split.log"; continue; }
+    if "${MPIRUN[@]}" -np $np ./ds4 -q -t 1 -m "$T/xpart$np-rank%d.gguf" --tokens-file "$SEQ" -n 0 --chunk 64 \
+           --dump-logits "$T/dist.f32" --dist experts > "$T/run.log" 2>&1 && cmp -s "$T/one.f32" "$T/dist.f32"; then
+        ok "experts split files, $np ranks: logits bit-identical to the whole file"
+    else
+        bad "experts split files, $np ranks"; cat "$T/run.log"
+    fi
+done
+dump q2 "$T/one-split.f32" --split 100
+if "${MPIRUN[@]}" -np 1 ./ds4 -q -t 1 -m "$G/models/tiny-a-q2.gguf" --tokens-file "$SEQ" -n 0 --chunk 64 --split 100 \
+       --dump-logits "$T/dist.f32" --dist experts : -np 1 ./ds4 -q -t 1 -m "$T/xpart2-rank1.gguf" \
+       --tokens-file "$SEQ" -n 0 --chunk 64 --split 100 --dump-logits "$T/dist.f32" --dist experts > "$T/run.log" 2>&1 \
+   && cmp -s "$T/one-split.f32" "$T/dist.f32"; then
+    ok "experts: whole file on rank 0, experts part on rank 1, prefill + decode: logits bit-identical"
+else
+    bad "experts: whole file + experts part"; cat "$T/run.log"
+fi
+for f in "$T"/part2-rank*.gguf "$T"/xpart2-rank*.gguf; do
     [ "$(head -c 4 "$f")" = GGUF ] && ok "$(basename "$f"): a GGUF" || bad "$(basename "$f") is not a GGUF"
 done
 
@@ -129,8 +150,21 @@ expect_fail "part files with --dist experts" "cannot run --dist experts" \
     "${MPIRUN[@]}" -np 2 ./ds4 -q -m "$T/part2-rank%d.gguf" --tokens-file "$SEQ" -n 0 --dist experts
 expect_fail "ds4-gguf split of a part" "already one rank's part" \
     ./ds4-gguf split --dist pipeline --ranks 2 -m "$T/part2-rank0.gguf" -o "$T/again"
-expect_fail "ds4-gguf split --dist experts" "only pipeline splits" \
-    ./ds4-gguf split --dist experts --ranks 2 -m "$G/models/tiny-a-q2.gguf" -o "$T/ex"
+expect_fail "experts part without --dist" "run it under mpirun with --dist experts" \
+    timeout 60 ./ds4 -q -m "$T/xpart2-rank0.gguf" --tokens-file "$SEQ" -n 0
+expect_fail "experts parts with --dist pipeline" "holds a share of every layer's experts" \
+    "${MPIRUN[@]}" -np 2 ./ds4 -q -m "$T/xpart2-rank%d.gguf" --tokens-file "$SEQ" -n 0 --dist pipeline
+expect_fail "experts parts of another rank count" "is the part of rank 0 of 3, but this is rank 0 of 2" \
+    "${MPIRUN[@]}" -np 2 ./ds4 -q -m "$T/xpart3-rank%d.gguf" --tokens-file "$SEQ" -n 0 --dist experts
+expect_fail "experts parts in the wrong rank order" "is the part of rank 1 of 2, but this is rank 0 of 2" \
+    "${MPIRUN[@]}" -np 1 ./ds4 -q -m "$T/xpart2-rank1.gguf" --tokens-file "$SEQ" -n 0 --dist experts : \
+    -np 1 ./ds4 -q -m "$T/xpart2-rank0.gguf" --tokens-file "$SEQ" -n 0 --dist experts
+expect_fail "ds4-gguf split --dist experts --dist-layers" "applies to --dist pipeline only" \
+    ./ds4-gguf split --dist experts --ranks 2 --dist-layers 0:2,3:5 -m "$G/models/tiny-a-q2.gguf" -o "$T/ex"
+expect_fail "ds4-gguf split of an experts part" "already one rank's part" \
+    ./ds4-gguf split --dist experts --ranks 2 -m "$T/xpart2-rank0.gguf" -o "$T/again"
+expect_fail "ds4-gguf split, more ranks than experts" "9 ranks but the model has only 8 routed experts" \
+    ./ds4-gguf split --dist experts --ranks 9 -m "$G/models/tiny-a-q2.gguf" -o "$T/ex"
 expect_fail "--dist unknown mode" "unknown mode 'rows'" \
     timeout 60 ./ds4 -m "$G/models/tiny-a-q2.gguf" -q --tokens-file "$SEQ" -n 0 --dist rows
 
@@ -168,6 +202,39 @@ else
         bad "killed worker: rc $rc after ${dt}s"; cat "$T/k.err"
     fi
 fi
+
+# a worker that stops answering (SIGSTOP: a hung machine, a network
+# partition) during a long generation: after --dist-timeout the job stops
+# with one message naming it.  Pipeline over 3 ranks stops the middle one
+# (rank 0 waits on rank 2, which waits on rank 1); experts mode stalls in
+# the exchange of expert rows.
+for sm in "pipeline 3" "experts 2"; do
+    set -- $sm
+    "${MPIRUN[@]}" -np $2 ./ds4 -q -t 1 -m "$G/models/tiny-a-q2.gguf" --tokens-file "$SEQ" -n 30000 -c 32768 \
+        --dist $1 --dist-timeout 3 > "$T/k.out" 2> "$T/k.err" &
+    MP=$!
+    W=""
+    for i in $(seq 1 100); do
+        W=$(rank_pid $MP ds4 1)
+        [ -n "$W" ] && [ -s "$T/k.out" ] && break
+        sleep 0.1
+    done
+    if [ -z "$W" ]; then
+        bad "stopped worker ($1): could not find rank 1's process"; kill $MP 2>/dev/null; wait $MP; continue
+    fi
+    t0=$(date +%s)
+    kill -STOP "$W"
+    wait $MP; rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    kill -KILL "$W" 2>/dev/null   # in case the launcher left it stopped
+    if [ $rc -ne 0 ] && [ $dt -le 30 ] && grep -q "rank 1 stopped answering" "$T/k.err"; then
+        ok "stopped worker ($1, $2 ranks): job ended in ${dt}s (rc $rc): $(grep -m1 'stopped answering' "$T/k.err" | cut -c1-110)"
+    else
+        bad "stopped worker ($1, $2 ranks): rc $rc after ${dt}s"; cat "$T/k.err"
+    fi
+done
+expect_fail "--dist-timeout out of range" "dist-timeout" \
+    timeout 60 ./ds4 -m "$G/models/tiny-a-q2.gguf" -q --tokens-file "$SEQ" -n 0 --dist pipeline --dist-timeout -1
 
 # 3. ds4-server under mpirun -np 2: the same chat answer
 REQ='{"model":"x","messages":[{"role":"user","content":"Hello there"}],"max_tokens":24,"temperature":0}'

@@ -131,6 +131,8 @@ static void usage(FILE *f) {
 "                       decode instead, and the communication time per\n"
 "                       token is reported\n"
 "  --dist-layers SPEC   pipeline split per rank (0:20,21:42)\n"
+"  --dist-timeout SEC   a rank silent this long is named and the job stopped\n"
+"                       (default 300; 0 = wait forever)\n"
 "  --kv-disk-dir DIR    also time saving each frontier's state to a disk KV\n"
 "                       cache in DIR and restoring it by its text (stderr)\n"
 "  --no-warmup          do not read the model file once before timing (the\n"
@@ -213,6 +215,7 @@ typedef struct {
     const char *kv_dir;      /* also time disk KV cache save/restore */
     int spec;                /* --spec N: speculative-decoding costs */
     const char *dist, *dist_layers;  /* --dist: under mpirun (src/dist/) */
+    double dist_timeout;             /* < 0: the default */
 } opts;
 
 static void parse_args(int argc, char **argv, opts *o) {
@@ -220,6 +223,7 @@ static void parse_args(int argc, char **argv, opts *o) {
     o->model = "./ds4flash.gguf";
     o->ctx_start = 2048;
     o->ctx_max = 32768;
+    o->dist_timeout = -1;
     o->step_mul = 2.0;
     o->gen = 16;
     o->chunk = 2048;
@@ -243,6 +247,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dist")) o->dist = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dist-layers")) o->dist_layers = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--dist-timeout")) o->dist_timeout = ds4_args_double(&a, 0, 1e6);
         else if (ds4_args_is(&a, "-v", "--verbose")) o->verbose = 1;
         else ds4_args_unknown(&a);
     }
@@ -723,6 +728,7 @@ int main(int argc, char **argv) {
         /* ranks > 0 serve rank 0 and never reach the measurements */
         if (o.kv_dir) die_usage("--kv-disk-dir does not work with --dist (snapshots are not distributed)");
         char *derr = NULL;
+        if (o.dist_timeout >= 0) ds4_dist_set_timeout(o.dist_timeout);
         int r = ds4_dist_init(&argc, &argv, o.dist, o.dist_layers, &derr);
         if (r < 0) die_usage("%s", derr ? derr : ds4_strerror(r));
         if (r > 0) {

@@ -17,6 +17,7 @@
  * GGUF writer writes a temporary file and renames it when complete).
  */
 #include <stdio.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,18 +30,19 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-"usage: ds4-gguf split --dist pipeline --ranks N -m FILE -o PREFIX\n"
+"usage: ds4-gguf split --dist pipeline|experts --ranks N -m FILE -o PREFIX\n"
 "                      [--dist-layers SPEC]\n"
 "       ds4-gguf --help | --version\n"
 "\n"
-"split: one GGUF per rank of `mpirun -np N ... --dist pipeline`, named\n"
+"split: one GGUF per rank of `mpirun -np N ... --dist MODE`, named\n"
 "PREFIX-rank0.gguf .. PREFIX-rank{N-1}.gguf, each holding the whole\n"
-"metadata and only that rank's tensors (its layers; the embeddings on rank\n"
-"0, the head on the last rank).  Run them with -m PREFIX-rank%%d.gguf.\n"
-"The layer split is --dist pipeline's: balanced by weight bytes, or SPEC\n"
-"(inclusive ranges per rank, 0:20,21:42).  Only pipeline splits exist: an\n"
-"experts rank needs every layer's dense part and slices of the expert\n"
-"tensors, which this tool does not write.\n");
+"metadata and only that rank's tensors.  Run them with -m PREFIX-rank%%d.gguf.\n"
+"  pipeline: the rank's layers (the embeddings on rank 0, the head on the\n"
+"            last rank); the layer split is --dist pipeline's: balanced by\n"
+"            weight bytes, or SPEC (inclusive ranges per rank, 0:20,21:42)\n"
+"  experts:  every layer's dense part and the rank's share of each layer's\n"
+"            routed experts (experts E*r/N .. E*(r+1)/N-1, as --dist experts\n"
+"            gives them; key ds4.split.experts)\n");
 }
 
 static int fail(const char *fmt, const char *a) {
@@ -57,6 +59,85 @@ static int needed(const char *name, int lo, int hi, int L) {
     return hi == L;
 }
 
+/* A routed expert tensor: [ne0][ne1][E], one expert after another. */
+static int is_expert(const gguf_tensor *t) {
+    size_t n = strlen(t->name);
+    static const char *suf[] = { ".ffn_gate_exps.weight", ".ffn_up_exps.weight", ".ffn_down_exps.weight" };
+    if (ds4_dist_layer_of(t->name) < 0 || t->n_dims != 3) return 0;
+    for (int i = 0; i < 3; i++) {
+        size_t k = strlen(suf[i]);
+        if (n > k && !strcmp(t->name + n - k, suf[i])) return 1;
+    }
+    return 0;
+}
+
+/* --dist experts: every tensor, the expert tensors cut to the rank's share
+ * (a contiguous byte range: the experts are the outer dimension). */
+static int experts_split(const gguf_file *gf, int E, int P, const char *prefix) {
+    if (E < P) {
+        fprintf(stderr, "ds4-gguf: %d ranks but the model has only %d routed experts a layer "
+                "(a rank needs one)\n", P, E);
+        return 1;
+    }
+    uint32_t *ex = calloc((size_t)P + 1, sizeof *ex);
+    size_t plen = strlen(prefix) + 32;
+    char *path = malloc(plen);
+    if (!ex || !path) { free(ex); free(path); return fail("%s", "out of memory"); }
+    for (int r = 0; r < P; r++) {
+        int lo, hi;
+        ds4_dist_expert_share(E, r, P, &lo, &hi);
+        ex[r] = (uint32_t)lo;
+        ex[r + 1] = (uint32_t)hi;
+    }
+    for (uint64_t i = 0; i < gf->n_tensors; i++) {
+        const gguf_tensor *t = &gf->tensors[i];
+        if (is_expert(t) && (t->ne[2] != (uint64_t)E || t->nbytes % (uint64_t)E)) {
+            free(ex); free(path);
+            return fail("%s: an expert tensor without one slice per expert", t->name);
+        }
+    }
+    uint8_t fp[20];
+    ds4_gguf_fingerprint(gf, fp);
+    char *err = NULL;
+    int rc = 0;
+    for (int r = 0; r < P && !rc; r++) {
+        snprintf(path, plen, "%s-rank%d.gguf", prefix, r);
+        gguf_writer *wr = gguf_writer_open(path, &err);
+        if (!wr) { rc = fail("%s", err ? err : "cannot create the output"); free(err); break; }
+        for (uint64_t i = 0; i < gf->n_kv; i++) gguf_w_copy_kv(wr, &gf->kv[i]);
+        gguf_w_u32(wr, "ds4.split.ranks", (uint32_t)P);
+        gguf_w_u32(wr, "ds4.split.rank", (uint32_t)r);
+        gguf_w_arr(wr, "ds4.split.experts", GGUF_U32, ex, (uint64_t)P + 1);
+        gguf_w_arr(wr, "ds4.split.source_fingerprint", GGUF_U8, fp, 20);
+        uint64_t n = ex[r + 1] - ex[r];
+        for (uint64_t i = 0; i < gf->n_tensors; i++) {
+            const gguf_tensor *t = &gf->tensors[i];
+            uint64_t ne[4] = { t->ne[0], t->ne[1], t->ne[2], t->ne[3] };
+            if (is_expert(t)) ne[2] = n;
+            gguf_w_tensor(wr, t->name, t->n_dims, ne, t->type);
+        }
+        gguf_writer_begin_data(wr);
+        uint64_t bytes = 0;
+        for (uint64_t i = 0; i < gf->n_tensors; i++) {
+            const gguf_tensor *t = &gf->tensors[i];
+            uint64_t off = 0, nb = t->nbytes;
+            if (is_expert(t)) {
+                uint64_t per = t->nbytes / (uint64_t)E;
+                off = per * ex[r];
+                nb = per * n;
+            }
+            gguf_writer_write(wr, t->data + off, nb);
+            bytes += nb;
+        }
+        if (gguf_writer_close(wr, &err)) { rc = fail("%s", err ? err : "write failed"); free(err); break; }
+        printf("%s: experts %u..%u of %d in every layer, %" PRIu64 " tensors, %.1f MiB\n", path, ex[r],
+               ex[r + 1] - 1, E, gf->n_tensors, bytes / 1048576.0);
+    }
+    free(ex);
+    free(path);
+    return rc;
+}
+
 static int split_main(int argc, char **argv) {
     const char *mode = NULL, *in = NULL, *prefix = NULL, *spec = NULL;
     long ranks = 0;
@@ -71,8 +152,10 @@ static int split_main(int argc, char **argv) {
         else ds4_args_unknown(&ar);
     }
     if (!mode || !ranks || !in || !prefix) return fail("%s", "split needs --dist, --ranks, -m and -o (see --help)");
-    if (strcmp(mode, "pipeline"))
-        return fail("--dist %s: only pipeline splits can be written (see --help)", mode);
+    int experts = !strcmp(mode, "experts");
+    if (strcmp(mode, "pipeline") && !experts)
+        return fail("--dist %s: unknown mode (pipeline or experts)", mode);
+    if (experts && spec) return fail("%s", "--dist-layers applies to --dist pipeline only");
     char *err = NULL;
     gguf_file *gf = gguf_open(in, &err);
     if (!gf) { int r = fail("%s", err ? err : "cannot open the model"); free(err); return r; }
@@ -87,8 +170,13 @@ static int split_main(int argc, char **argv) {
         gguf_close(gf);
         return r;
     }
-    int L = w.cfg.n_layer, P = (int)ranks;
+    int L = w.cfg.n_layer, P = (int)ranks, E = w.cfg.n_expert;
     ds4_weights_free(&w);
+    if (experts) {
+        int rc = experts_split(gf, E, P, prefix);
+        gguf_close(gf);
+        return rc;
+    }
     int *first = calloc((size_t)P + 1, sizeof *first);
     uint32_t *first32 = calloc((size_t)P + 1, sizeof *first32);
     char msg[400];

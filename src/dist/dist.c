@@ -17,15 +17,18 @@
  * 0.  Each rank runs exactly the single-process code on its layers, in the
  * same order, so the logits are bit-identical.
  *
- * Waiting: receives poll (MPI_Iprobe + a short sleep) instead of blocking
- * in MPI_Recv, which in Open MPI and MPICH spins a core -- on a machine
- * whose cores the ranks share, a spinning idle rank halves the speed of
- * the busy one.
+ * Waiting: sends and receives are nonblocking and polled (MPI_Test + a
+ * short sleep) instead of blocking in MPI_Recv, which in Open MPI and
+ * MPICH spins a core -- on a machine whose cores the ranks share, a
+ * spinning idle rank halves the speed of the busy one.  Polling also
+ * bounds every wait (--dist-timeout, "Bounded waits" below): a rank that
+ * stops answering is named and the job stopped, never a hang.
  *
  * Only standard MPI-3 calls (Open MPI and MPICH).  Errors: MPI_ERRORS_RETURN
  * on MPI_COMM_WORLD; any failed call prints one line naming the rank and
  * the call, then MPI_Abort stops the whole job.  A rank that dies is
- * noticed by the MPI launcher, which stops the job (tests/t_mpi.sh).
+ * noticed by the MPI launcher, which stops the job; one that stops
+ * answering by the bounded waits (tests/t_mpi.sh).
  *
  * Owns: the MPI state, the command protocol, the layer split.
  * Must not: compute any part of the model, or be called by front ends
@@ -155,6 +158,50 @@ int ds4_split_info(const gguf_file *gf, int L, int rank, int P, int *first, uint
     return DS4_OK;
 }
 
+void ds4_dist_expert_share(int n_expert, int r, int P, int *lo, int *hi) {
+    *lo = (int)((int64_t)n_expert * r / P);
+    *hi = (int)((int64_t)n_expert * (r + 1) / P);
+}
+
+/* ds4.split.* keys of an experts split part (ds4-gguf split --dist
+ * experts): ranks (u32), rank (u32), experts (u32 array [ranks+1]: the
+ * first expert of each rank, as ds4_dist_expert_share gives them),
+ * source_fingerprint (u8 array [20]). */
+int ds4_split_experts_info(const gguf_file *gf, int E, int rank, int P, int *e_lo, int *e_hi,
+                           uint8_t fp[20], char *msg, size_t cap) {
+    uint32_t fr = 0, fn = 0;
+    const gguf_kv *kx = gguf_find(gf, "ds4.split.experts");
+    const gguf_kv *kp = gguf_find(gf, "ds4.split.source_fingerprint");
+    if (gguf_get_u32(gf, "ds4.split.rank", &fr) || gguf_get_u32(gf, "ds4.split.ranks", &fn) ||
+        fn < 1 || fr >= fn || !kx || kx->type != GGUF_ARRAY || kx->v.arr.type != GGUF_U32 ||
+        kx->v.arr.n != (uint64_t)fn + 1 ||
+        !kp || kp->type != GGUF_ARRAY || kp->v.arr.type != GGUF_U8 || kp->v.arr.n != 20) {
+        snprintf(msg, cap, "%s: malformed ds4.split metadata", gf->path);
+        return DS4_EFORMAT;
+    }
+    if (rank >= 0 && ((int)fr != rank || (int)fn != P)) {
+        snprintf(msg, cap, "%s is the part of rank %u of %u, but this is rank %d of %d",
+                 gf->path, fr, fn, rank, P);
+        return DS4_EINVAL;
+    }
+    /* the runtime gives rank r the experts ds4_dist_expert_share says: a
+     * file holding others (another tool, another rule) is refused */
+    for (uint32_t r = 0; r <= fn; r++) {
+        uint32_t x;
+        memcpy(&x, kx->v.arr.data + 4 * (size_t)r, 4);
+        int lo, hi;
+        ds4_dist_expert_share(E, (int)(r < fn ? r : fn - 1), (int)fn, &lo, &hi);
+        if (x != (uint32_t)(r < fn ? lo : hi)) {
+            snprintf(msg, cap, "%s: ds4.split.experts is not the split of %d experts over %u "
+                     "ranks that --dist experts uses", gf->path, E, fn);
+            return DS4_EFORMAT;
+        }
+    }
+    if (e_lo) ds4_dist_expert_share(E, (int)fr, (int)fn, e_lo, e_hi);
+    if (fp) memcpy(fp, kp->v.arr.data, 20);
+    return DS4_OK;
+}
+
 #ifndef DS4_MPI
 
 int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers, char **err) {
@@ -164,6 +211,7 @@ int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,
     return DS4_EUNSUP;
 }
 int ds4_dist_rank(void) { return 0; }
+int ds4_dist_set_timeout(double seconds) { return seconds >= 0 && seconds <= 1e6 ? DS4_OK : DS4_EINVAL; }
 char *ds4_dist_path(const char *path) { return strdup(path); }
 int ds4_dist_size(void) { return 1; }
 int ds4_dist_worker(const char *path, const ds4_model_params *p) { (void)path; (void)p; return 1; }
@@ -185,6 +233,9 @@ int ds4_dist_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_a
 }
 int ds4_dist_recv_x(ds4_session *s, float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
 int ds4_dist_send_x(ds4_session *s, const float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
+int ds4_dist_send_done(ds4_session *s) { (void)s; return DS4_EUNSUP; }
+void ds4_dist_progress(void) {}
+int ds4_dist_microbatch(const ds4_session *s, int n) { (void)s; return n; }
 int ds4_dist_logits(ds4_session *s, float *l, int nl) { (void)s; (void)l; (void)nl; return DS4_OK; }
 int ds4_dist_runs_head(void) { return 1; }
 void ds4_dist_expert_range(int n_expert, int *lo, int *hi) { *lo = 0; *hi = n_expert; }
@@ -195,7 +246,7 @@ int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int np
 
 #else /* DS4_MPI */
 
-enum { TAG_CMD = 1, TAG_TOKS, TAG_X, TAG_LOGITS, TAG_STATUS };
+enum { TAG_CMD = 1, TAG_TOKS, TAG_X, TAG_LOGITS, TAG_STATUS, TAG_PING, TAG_PONG };
 enum { OP_QUIT = 1, OP_GO, OP_SNEW, OP_SFREE, OP_RESET, OP_CKPT, OP_REWIND, OP_EVAL };
 
 typedef struct { int32_t op, sid, a, b, c, d; } dcmd;
@@ -213,6 +264,7 @@ typedef struct {
 static struct {
     int on, rank, size, quit_sent, finalized;
     int part;                 /* the loaded file is one rank's part (ds4.split) */
+    int xpart;                /* ... of an experts split (ds4.split.experts) */
     int mode;                 /* 1 = pipeline */
     char *layers_spec;        /* --dist-layers, or NULL */
     int lo, hi;               /* this rank's layers [lo, hi) */
@@ -220,7 +272,10 @@ static struct {
     int next_sid;
     int want_all;             /* worker: the current chunk's logits are all wanted */
     double comm;              /* seconds in send/recv (waits included) */
-} G;
+    double timeout;           /* --dist-timeout: seconds; 0 = wait forever */
+    MPI_Request *sends;       /* pipeline: micro-batches in flight to rank+1 */
+    int n_sends, cap_sends;
+} G = { .timeout = DS4_DIST_TIMEOUT_DEFAULT };
 
 static void fatal(const char *what, int rc) {
     char s[MPI_MAX_ERROR_STRING] = "";
@@ -234,32 +289,136 @@ static void fatal(const char *what, int rc) {
 
 static double now(void) { return MPI_Wtime(); }
 
-static void dsend(const void *p, int count, MPI_Datatype t, int to, int tag) {
-    double t0 = now();
-    int rc = MPI_Send((void *)p, count, t, to, tag, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) fatal("send", rc);
-    G.comm += now() - t0;
+/* ---------------------------------------------------------------------- */
+/* Bounded waits (--dist-timeout)                                          */
+/* ---------------------------------------------------------------------- */
+
+/* A rank that stops answering (SIGSTOP, a hung machine, a network
+ * partition) is not noticed by the launcher, which only sees processes
+ * die.  So every wait that rank 0's work depends on is bounded: after
+ * G.timeout seconds without the message, the waiting rank pings every
+ * other rank; a rank that is itself waiting answers from its poll loop,
+ * a stopped or cut-off rank cannot.  The silent ranks are named in one
+ * message and MPI_Abort stops the job.  A rank busy computing does not
+ * answer either, which is why the default is far above any one step's
+ * compute time (a micro-batch through one rank's layers).  A worker's
+ * wait for rank 0's next command is not bounded: a server may idle for
+ * hours. */
+
+static void ping_answer(void) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_PING, MPI_COMM_WORLD, &flag, &st) != MPI_SUCCESS || !flag)
+            return;
+        int32_t v;
+        MPI_Recv(&v, 1, MPI_INT32_T, st.MPI_SOURCE, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Request rq;
+        /* small: sent eagerly; the request is not waited for */
+        if (MPI_Isend(&G.rank, 1, MPI_INT32_T, st.MPI_SOURCE, TAG_PONG, MPI_COMM_WORLD, &rq) == MPI_SUCCESS)
+            MPI_Request_free(&rq);
+    }
 }
 
-/* Poll for the message, sleeping a little between polls (see the top). */
-static void drecv(void *p, int count, MPI_Datatype t, int from, int tag) {
-    double t0 = now();
+static void sleep_ns(long ns) {
+    struct timespec ts = { 0, ns };
+    nanosleep(&ts, NULL);
+}
+
+/* No message from `peer` for G.timeout seconds: find who is silent, say
+ * so, stop every rank. */
+static void stalled(int peer, const char *what) {
+    int P = G.size;
+    char *alive = calloc((size_t)P, 1);
+    MPI_Request *rq = calloc((size_t)P, sizeof *rq);
+    static int32_t one = 1;
+    if (alive && rq) {
+        for (int r = 0; r < P; r++)
+            if (r != G.rank) MPI_Isend(&one, 1, MPI_INT32_T, r, TAG_PING, MPI_COMM_WORLD, &rq[r]);
+        alive[G.rank] = 1;
+        /* the others answer within one poll interval when they are waiting
+         * themselves; give them a few seconds */
+        double t0 = now(), grace = G.timeout < 3 ? G.timeout : 3;
+        int n_alive = 1;
+        while (n_alive < P && now() - t0 < grace) {
+            ping_answer();
+            int flag = 0;
+            MPI_Status st;
+            if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_PONG, MPI_COMM_WORLD, &flag, &st) == MPI_SUCCESS && flag) {
+                int32_t v;
+                MPI_Recv(&v, 1, MPI_INT32_T, st.MPI_SOURCE, TAG_PONG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                if (!alive[st.MPI_SOURCE]) n_alive++;
+                alive[st.MPI_SOURCE] = 1;
+                continue;
+            }
+            sleep_ns(1000000);
+        }
+    }
+    char list[256] = "";
+    size_t k = 0;
+    int n_silent = 0;
+    for (int r = 0; r < P && alive; r++)
+        if (!alive[r] && k < sizeof list - 16) {
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", n_silent ? ", " : "", r);
+            n_silent++;
+        }
+    if (!n_silent) snprintf(list, sizeof list, "%d", peer);   /* all answer: name the one awaited */
+    char why[80];
+    if (!strcmp(what, "send")) snprintf(why, sizeof why, "rank %d took no message", peer);
+    else if (peer >= 0) snprintf(why, sizeof why, "no message from rank %d", peer);
+    else snprintf(why, sizeof why, "the exchange of %s did not finish", what);
+    fprintf(stderr, "ds4: rank %d: rank%s %s stopped answering (%s in %g s, --dist-timeout): "
+            "stopped, hung or cut off from the network -- stopping every rank\n",
+            G.rank, n_silent > 1 ? "s" : "", list, why, G.timeout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+/* Wait for `rq` to complete, polling (see the top), answering pings; with
+ * `bounded`, at most G.timeout seconds (then `stalled`). */
+static void dwait(MPI_Request *rq, int peer, const char *what, int bounded, double t0) {
     /* a reply usually follows within microseconds (a decode step of a small
      * model): yield for ~100 us first, then sleep, growing to 0.5 ms */
     long ns = 20000;
-    for (int spin = 0;; spin++) {
+    for (;;) {
         int flag = 0;
-        int rc = MPI_Iprobe(from, tag, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) fatal("probe", rc);
-        if (flag) break;
-        if (now() - t0 < 1e-4) { sched_yield(); continue; }
-        struct timespec ts = { 0, ns };
-        nanosleep(&ts, NULL);
+        int rc = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) fatal(what, rc);
+        if (flag) return;
+        ping_answer();
+        double el = now() - t0;
+        if (bounded && G.timeout > 0 && el > G.timeout) stalled(peer, what);
+        if (el < 1e-4) { sched_yield(); continue; }
+        sleep_ns(ns);
         if (ns < 500000) ns += ns / 4;
     }
-    int rc = MPI_Recv(p, count, t, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) fatal("recv", rc);
+}
+
+static void dsend_b(const void *p, int count, MPI_Datatype t, int to, int tag, int bounded) {
+    double t0 = now();
+    MPI_Request rq;
+    int rc = MPI_Isend((void *)p, count, t, to, tag, MPI_COMM_WORLD, &rq);
+    if (rc != MPI_SUCCESS) fatal("send", rc);
+    dwait(&rq, to, "send", bounded, t0);
     G.comm += now() - t0;
+}
+static void dsend(const void *p, int count, MPI_Datatype t, int to, int tag) {
+    dsend_b(p, count, t, to, tag, 1);
+}
+
+/* Poll for the message (see the top); bounded unless it is a worker
+ * waiting for rank 0's next command. */
+static void drecv_b(void *p, int count, MPI_Datatype t, int from, int tag, int bounded) {
+    double t0 = now();
+    MPI_Request rq;
+    int rc = MPI_Irecv(p, count, t, from, tag, MPI_COMM_WORLD, &rq);
+    if (rc != MPI_SUCCESS) fatal("recv", rc);
+    dwait(&rq, from, "message", bounded, t0);
+    G.comm += now() - t0;
+}
+static void drecv(void *p, int count, MPI_Datatype t, int from, int tag) {
+    drecv_b(p, count, t, from, tag, 1);
 }
 
 static void send_all(const dcmd *c) {
@@ -323,6 +482,12 @@ int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,
 
 int ds4_dist_rank(void) { return G.on ? G.rank : 0; }
 
+int ds4_dist_set_timeout(double seconds) {
+    if (!(seconds >= 0) || seconds > 1e6) return DS4_EINVAL;
+    G.timeout = seconds;
+    return DS4_OK;
+}
+
 char *ds4_dist_path(const char *path) {
     const char *p = strstr(path, "%d");
     size_t n = strlen(path) + 16;
@@ -363,7 +528,7 @@ static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
                      "(a rank needs one)", P, E);
             return DS4_EINVAL;
         }
-        if (G.part) {
+        if (G.part && !G.xpart) {
             snprintf(msg, cap, "%s holds one rank's layers (a pipeline split): it cannot run "
                      "--dist experts", m->path);
             return DS4_EINVAL;
@@ -394,9 +559,21 @@ int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) {
     uint8_t ident[20];
     if (rc == DS4_OK) {
         G.part = gguf_find(m->gf, "ds4.split.ranks") != NULL;
+        G.xpart = G.part && gguf_find(m->gf, "ds4.split.experts") != NULL;
         memcpy(ident, m->fingerprint, 20);
-        if (G.part) rc = ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, G.size, NULL, ident,
-                                        msg, sizeof msg);
+        if (G.xpart && G.mode != 2) {
+            snprintf(msg, sizeof msg, "%s holds a share of every layer's experts (an experts "
+                     "split): run it with --dist experts", m->path);
+            rc = DS4_EINVAL;
+        } else if (G.xpart) {
+            /* the loader bound the slice the file names; it must be this
+             * rank's share of this rank count */
+            rc = ds4_split_experts_info(m->gf, m->w.cfg.n_expert, G.rank, G.size, NULL, NULL,
+                                        ident, msg, sizeof msg);
+        } else if (G.part) {
+            rc = ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, G.size, NULL, ident,
+                                msg, sizeof msg);
+        }
     }
     if (rc == DS4_OK) rc = plan_layers(m, msg, sizeof msg);
     if (rc == DS4_OK) {
@@ -414,7 +591,8 @@ int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) {
         snprintf(st.msg, sizeof st.msg, "%s", msg[0] ? msg : (err && *err) ? *err : ds4_strerror(rc));
         dsend(&st, (int)sizeof st, MPI_BYTE, 0, TAG_STATUS);
         dcmd c;
-        drecv(&c, (int)sizeof c, MPI_BYTE, 0, TAG_CMD);
+        /* rank 0 may still wait for a slower rank: not bounded here */
+        drecv_b(&c, (int)sizeof c, MPI_BYTE, 0, TAG_CMD, 0);
         if (c.op != OP_GO) {
             if (err && !*err) *err = strdup("stopped by rank 0");
             return rc != DS4_OK ? rc : DS4_ECANCEL;
@@ -508,9 +686,59 @@ int ds4_dist_recv_x(ds4_session *s, float *X, int n) {
     return DS4_OK;
 }
 
+/* Micro-batches go out with MPI_Isend, so this rank starts the next one
+ * while the next rank receives; the rows stay untouched until
+ * ds4_dist_send_done (forward_cpu.c writes each micro-batch's own rows). */
 int ds4_dist_send_x(ds4_session *s, const float *X, int n) {
-    dsend(X, x_count(s, n), MPI_FLOAT, G.rank + 1, TAG_X);
+    if (G.n_sends == G.cap_sends) {
+        int nc = G.cap_sends ? 2 * G.cap_sends : 16;
+        MPI_Request *q = realloc(G.sends, (size_t)nc * sizeof *q);
+        if (!q) { fprintf(stderr, "ds4: rank %d: out of memory\n", G.rank); MPI_Abort(MPI_COMM_WORLD, 1); exit(1); }
+        G.sends = q;
+        G.cap_sends = nc;
+    }
+    double t0 = now();
+    int rc = MPI_Isend((void *)X, x_count(s, n), MPI_FLOAT, G.rank + 1, TAG_X, MPI_COMM_WORLD,
+                       &G.sends[G.n_sends++]);
+    if (rc != MPI_SUCCESS) fatal("send", rc);
+    G.comm += now() - t0;
     return DS4_OK;
+}
+
+void ds4_dist_progress(void) {
+    /* a completed request becomes MPI_REQUEST_NULL, which send_done's
+     * wait then passes at once */
+    for (int i = 0; i < G.n_sends; i++) {
+        int flag = 0;
+        if (MPI_Test(&G.sends[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+    }
+}
+
+int ds4_dist_send_done(ds4_session *s) {
+    (void)s;
+    double t0 = now();
+    for (int i = 0; i < G.n_sends; i++) dwait(&G.sends[i], G.rank + 1, "send", 1, t0);
+    G.n_sends = 0;
+    G.comm += now() - t0;
+    return DS4_OK;
+}
+
+/* Pipeline micro-batch size: 2 micro-batches a rank keep every rank busy
+ * but for the pipeline's fill and drain ((P-1)/(2P+P-1) of a chunk's time
+ * idle).  Floor: every micro-batch decodes the weights of nearly every
+ * routed expert again, so it must give an expert ~4 tokens on average
+ * (4 E/K: 171 tokens at Flash's 256 experts, 6 used) -- measured on the
+ * medium model, 64-token micro-batches (1.5 tokens an expert) cost 30 %
+ * more CPU than the whole 256-token chunk -- and at least 16 tokens.
+ * Experts mode: the whole chunk. */
+int ds4_dist_microbatch(const ds4_session *s, int n) {
+    if (G.mode != 1 || G.size < 2) return n;
+    const ds4_config *c = &s->m->w.cfg;
+    int floor = c->n_expert_used > 0 ? (4 * c->n_expert + c->n_expert_used - 1) / c->n_expert_used : 16;
+    if (floor < 16) floor = 16;
+    int m = (n + 2 * G.size - 1) / (2 * G.size);
+    if (m < floor) m = floor;
+    return m < n ? m : n;
 }
 
 int ds4_dist_runs_head(void) {
@@ -519,8 +747,7 @@ int ds4_dist_runs_head(void) {
 
 void ds4_dist_expert_range(int n_expert, int *lo, int *hi) {
     if (G.mode != 2) { *lo = 0; *hi = n_expert; return; }
-    *lo = (int)((int64_t)n_expert * G.rank / G.size);
-    *hi = (int)((int64_t)n_expert * (G.rank + 1) / G.size);
+    ds4_dist_expert_share(n_expert, G.rank, G.size, lo, hi);
 }
 
 /* Every rank's rows of the routed outputs to every rank (they all run the
@@ -535,15 +762,18 @@ int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int np
         ncap = G.size;
     }
     for (int r = 0; r < G.size; r++) {
-        int lo = (int)((int64_t)n_expert * r / G.size), hi = (int)((int64_t)n_expert * (r + 1) / G.size);
+        int lo, hi;
+        ds4_dist_expert_share(n_expert, r, G.size, &lo, &hi);
         int a = lo < n_expert ? eoff[lo] : npairs, b = hi < n_expert ? eoff[hi] : npairs;
         off[r] = a * D;
         cnt[r] = (b - a) * D;
     }
     double t0 = now();
-    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dn, cnt, off, MPI_FLOAT,
-                            MPI_COMM_WORLD);
+    MPI_Request rq;
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dn, cnt, off, MPI_FLOAT,
+                             MPI_COMM_WORLD, &rq);
     if (rc != MPI_SUCCESS) fatal("allgatherv", rc);
+    dwait(&rq, -1, "expert rows", 1, t0);
     G.comm += now() - t0;
     return DS4_OK;
 }
@@ -590,7 +820,7 @@ int ds4_dist_worker(const char *path, const ds4_model_params *p) {
     int ntoks = 0;
     for (;;) {
         dcmd c;
-        drecv(&c, (int)sizeof c, MPI_BYTE, 0, TAG_CMD);
+        drecv_b(&c, (int)sizeof c, MPI_BYTE, 0, TAG_CMD, 0);   /* idle: not bounded */
         if (c.op == OP_QUIT) break;
         if (c.op == OP_SNEW) {
             if (c.sid >= nss) {

@@ -35,7 +35,16 @@ int ds4_dist_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_a
                          int *lo, int *hi);
 /* The HC state [n][n_hc][n_embd] from the previous rank / to the next. */
 int ds4_dist_recv_x(ds4_session *s, float *X, int n);
+/* send_x starts the send of one micro-batch's rows (left untouched until
+ * send_done, which waits for every send of the chunk). */
 int ds4_dist_send_x(ds4_session *s, const float *X, int n);
+int ds4_dist_send_done(ds4_session *s);
+/* Lets the sends in flight advance (called between layers): over TCP a
+ * large message moves only while its sender calls into MPI. */
+void ds4_dist_progress(void);
+/* Pipeline: the micro-batch size for a chunk of n tokens
+ * (n in experts mode). */
+int ds4_dist_microbatch(const ds4_session *s, int n);
 /* The last rank's logits rows (nl of them) reach rank 0's `logits`. */
 int ds4_dist_logits(ds4_session *s, float *logits, int nl);
 /* 1 when this rank computes the logits (the last rank of a pipeline,
@@ -59,6 +68,14 @@ int ds4_dist_layer_of(const char *name);
  * be NULL). */
 int ds4_split_info(const gguf_file *gf, int L, int rank, int P, int *first, uint8_t fp[20],
                    char *msg, size_t cap);
+/* Experts mode: the routed experts [*lo, *hi) of rank r of P (no MPI
+ * needed: ds4-gguf split --dist experts writes the same shares). */
+void ds4_dist_expert_share(int n_expert, int r, int P, int *lo, int *hi);
+/* An experts split part's ds4.split keys: checks rank/P (rank < 0: any)
+ * and that its experts are ds4_dist_expert_share's; fills its range and
+ * the whole file's fingerprint (any may be NULL). */
+int ds4_split_experts_info(const gguf_file *gf, int E, int rank, int P, int *e_lo, int *e_hi,
+                           uint8_t fp[20], char *msg, size_t cap);
 /* -m under --dist: "PREFIX-rank%d.gguf" names each rank's part; malloc'd. */
 char *ds4_dist_path(const char *path);
 /* 1 on rank 0 (or without --dist). */

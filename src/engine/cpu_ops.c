@@ -15,7 +15,9 @@ mat_t mat_of(const ds4_tensor *t) {
 
 mat_t mat_expert(const ds4_tensor *t, int e) {
     mat_t m = mat_of(t);
-    m.w += (size_t)e * (size_t)t->ne[1] * t->row_bytes;
+    /* a part of an experts split holds experts [e0, e0 + ne[2]) only;
+     * --dist experts asks for those alone (ds4_dist_expert_range) */
+    m.w += (size_t)(e - t->e0) * (size_t)t->ne[1] * t->row_bytes;
     return m;
 }
 

@@ -109,7 +109,8 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     if (ds4_weights_bind(m->gf, &m->w, err) != DS4_OK) goto fail;
     if (!ds4_dist_on() && gguf_find(m->gf, "ds4.split.ranks")) {
         ds4_set_err(err, DS4_EFORMAT, "%s: holds one rank's part of a split model (ds4-gguf split): "
-                    "run it under mpirun with --dist pipeline -m PREFIX-rank%%d.gguf", path);
+                    "run it under mpirun with --dist %s -m PREFIX-rank%%d.gguf", path,
+                    gguf_find(m->gf, "ds4.split.experts") ? "experts" : "pipeline");
         goto fail;
     }
     m->tok = ds4_tokenizer_load(path, err);

@@ -1125,16 +1125,40 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
         if (rc) return rc;
     }
     if (lo == 0) embed(&f, toks);
-    else ds4_dist_recv_x(s, sc->X, n);
     if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
-    for (int il = lo; il < hi; il++) {
-        attention(&f, il);
-        int rc = moe(&f, il, toks);
-        if (rc) return rc;
+    /* --dist pipeline: the chunk goes through this rank's layers in
+     * micro-batches (ds4_dist_microbatch), so rank r+1 works on micro-batch
+     * m-1 while rank r works on m.  A micro-batch is evaluated exactly as
+     * a chunk of its tokens would be (the per-token math does not depend on
+     * the chunk size); the KV rows of m-1 are already in this rank's
+     * layers.  Single process, or a draft pass (its staged rows are one
+     * pass's): one micro-batch, the whole chunk. */
+    int mb = ds4_dist_on() && !s->stg_on ? ds4_dist_microbatch(s, n) : n;
+    float *X0 = sc->X, *X20 = sc->X2;
+    size_t nd = (size_t)c->n_hc * c->n_embd;
+    for (int t0 = 0; t0 < n; t0 += mb) {
+        int nt = n - t0 < mb ? n - t0 : mb;
+        fwd fm = f;
+        fm.T = nt;
+        fm.p0 = f.p0 + t0;
+        /* rows [t0, t0+nt) of the chunk's HC state; each layer swaps X and
+         * X2 twice (hc_post), so X ends where it started */
+        sc->X = X0 + (size_t)t0 * nd;
+        sc->X2 = X20 + (size_t)t0 * nd;
+        if (lo > 0) ds4_dist_recv_x(s, sc->X, nt);
+        for (int il = lo; il < hi; il++) {
+            attention(&fm, il);
+            int rc = moe(&fm, il, toks + t0);
+            if (rc) { sc->X = X0; sc->X2 = X20; return rc; }
+            if (ds4_dist_on()) ds4_dist_progress();   /* sends of earlier micro-batches */
+        }
+        if (hi < c->n_layer) ds4_dist_send_x(s, sc->X, nt);
     }
+    sc->X = X0;
+    sc->X2 = X20;
+    if (hi < c->n_layer) ds4_dist_send_done(s);
     int nl = want_all ? n : 1;
-    if (hi < c->n_layer) ds4_dist_send_x(s, sc->X, n);
-    else if (!ds4_dist_on() || ds4_dist_runs_head()) head(&f, want_all ? 0 : n - 1);
+    if (hi == c->n_layer && (!ds4_dist_on() || ds4_dist_runs_head())) head(&f, want_all ? 0 : n - 1);
     if (ds4_dist_on()) {
         ds4_dist_logits(s, sc->logits, nl);
         if (!ds4_dist_is_root()) return DS4_OK;   /* rank 0 keeps the logits */

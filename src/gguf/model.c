@@ -193,6 +193,9 @@ typedef struct {
      * only layers [lo, hi), the embeddings when lo == 0 and the head when
      * hi == n_layer must be present */
     int part, lo, hi, n_layer;
+    /* a per-rank part of an experts split: every layer, and of each
+     * routed expert tensor only the experts [e_lo, e_hi) */
+    int xpart, e_lo, e_hi;
 } binder;
 
 /* Whether a part file must hold tensor `name` (always for a whole file). */
@@ -210,7 +213,7 @@ static int part_needs(const binder *b, const char *name) {
  * file; a malformed split is a problem. */
 static int part_of(problems *p, const gguf_file *gf, int L, int *lo, int *hi) {
     uint32_t rank = 0, ranks = 0;
-    if (!gguf_find(gf, "ds4.split.ranks")) return 0;
+    if (!gguf_find(gf, "ds4.split.ranks") || gguf_find(gf, "ds4.split.experts")) return 0;
     const gguf_kv *kf = gguf_find(gf, "ds4.split.first");
     if (gguf_get_u32(gf, "ds4.split.rank", &rank) || gguf_get_u32(gf, "ds4.split.ranks", &ranks) ||
         rank >= ranks || !kf || kf->type != GGUF_ARRAY || kf->v.arr.type != GGUF_U32 ||
@@ -227,6 +230,32 @@ static int part_of(problems *p, const gguf_file *gf, int L, int *lo, int *hi) {
     }
     *lo = (int)a;
     *hi = (int)z;
+    return 1;
+}
+
+/* The ds4.split.experts key of an experts split part (ds4-gguf split
+ * --dist experts): 1 = a part (its experts [*e_lo, *e_hi) of E), 0 = not
+ * one; a malformed key is a problem.  Which rank may run it is the
+ * distributed runtime's check (src/dist/). */
+static int xpart_of(problems *p, const gguf_file *gf, int E, int *e_lo, int *e_hi) {
+    const gguf_kv *kx = gguf_find(gf, "ds4.split.experts");
+    if (!kx) return 0;
+    uint32_t rank = 0, ranks = 0;
+    if (gguf_get_u32(gf, "ds4.split.rank", &rank) || gguf_get_u32(gf, "ds4.split.ranks", &ranks) ||
+        rank >= ranks || kx->type != GGUF_ARRAY || kx->v.arr.type != GGUF_U32 ||
+        kx->v.arr.n != (uint64_t)ranks + 1) {
+        prob(p, "malformed ds4.split metadata (ds4.split.rank, ranks, experts)");
+        return 0;
+    }
+    uint32_t a, z;
+    memcpy(&a, kx->v.arr.data + 4 * (size_t)rank, 4);
+    memcpy(&z, kx->v.arr.data + 4 * (size_t)rank + 4, 4);
+    if (a >= z || z > (uint32_t)E) {
+        prob(p, "ds4.split.experts gives rank %u the experts %u..%u of %d", rank, a, z, E);
+        return 0;
+    }
+    *e_lo = (int)a;
+    *e_hi = (int)z;
     return 1;
 }
 
@@ -542,9 +571,13 @@ static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights
     if (il < c->n_hash)
         bind_l(b, &L->tid2eid, il, "ffn_gate_tid2eid.weight", T_I32, 2, (uint64_t)c->n_expert_used,
                (uint64_t)c->n_vocab, 0, 0);
-    int g = bind_l(b, &L->ffn_gate_exps, il, "ffn_gate_exps.weight", T_EXPERT, 3, D, F, E, 0);
-    int u = bind_l(b, &L->ffn_up_exps, il, "ffn_up_exps.weight", T_EXPERT, 3, D, F, E, 0);
-    bind_l(b, &L->ffn_down_exps, il, "ffn_down_exps.weight", T_EXPERT, 3, F, D, E, 0);
+    /* an experts split part holds a slice of the routed experts */
+    uint64_t EH = b->xpart ? (uint64_t)(b->e_hi - b->e_lo) : E;
+    int g = bind_l(b, &L->ffn_gate_exps, il, "ffn_gate_exps.weight", T_EXPERT, 3, D, F, EH, 0);
+    int u = bind_l(b, &L->ffn_up_exps, il, "ffn_up_exps.weight", T_EXPERT, 3, D, F, EH, 0);
+    bind_l(b, &L->ffn_down_exps, il, "ffn_down_exps.weight", T_EXPERT, 3, F, D, EH, 0);
+    if (b->xpart)
+        L->ffn_gate_exps.e0 = L->ffn_up_exps.e0 = L->ffn_down_exps.e0 = b->e_lo;
     if (g && u && L->ffn_gate_exps.type != L->ffn_up_exps.type)
         prob(b->p, "tensor %s has type %s, expected the type of blk.%d.ffn_gate_exps.weight (%s)",
              L->ffn_up_exps.name, ggml_type_name(L->ffn_up_exps.type), il,
@@ -583,8 +616,9 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
     w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
     if (!w->layers) { rc = DS4_ENOMEM; goto fail; }
 
-    binder B = {&P, gf, 0, 0, 0, 0, c->n_layer};
+    binder B = {&P, gf, 0, 0, 0, 0, c->n_layer, 0, 0, 0};
     B.part = part_of(&P, gf, c->n_layer, &B.lo, &B.hi);
+    B.xpart = xpart_of(&P, gf, c->n_expert, &B.e_lo, &B.e_hi);
     const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab;
     const uint64_t N = (uint64_t)c->n_hc;
     bind_t(&B, &w->token_embd, "token_embd.weight", T_EMBD, 2, D, V, 0, 0);

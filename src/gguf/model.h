@@ -73,6 +73,9 @@ typedef struct {
     uint64_t ne[4];
     uint64_t row_bytes;        /* bytes of one ne[0]-element row */
     uint64_t nbytes;
+    int32_t e0;                /* expert tensor of an experts split part
+                                * (ds4-gguf split --dist experts): the first
+                                * expert it holds (ne[2] of them); else 0 */
 } ds4_tensor;
 
 typedef struct {
