@@ -88,6 +88,7 @@ struct ds4_xcache {
     unsigned char *ist;
 
     char errmsg[512];
+    FILE *trace;
 };
 
 static double now_s(void) {
@@ -250,6 +251,11 @@ static void fill(ds4_xcache *c) {
 
 void xc_begin(ds4_xcache *c, int il, const int *experts, int n) {
     pthread_mutex_lock(&c->mu);
+    if (c->trace) {   /* DS4_XCACHE_TRACE: the request stream, for policy studies */
+        fprintf(c->trace, "%d", il);
+        for (int i = 0; i < n; i++) fprintf(c->trace, " %d", experts[i]);
+        fputc('\n', c->trace);
+    }
     c->il = il;
     c->n = n;
     for (int i = 0; i < n; i++) {
@@ -522,6 +528,7 @@ void xc_free(ds4_xcache *c) {
     free(c->slot_of);
     free(c->ist);
     free(c->path);
+    if (c->trace) fclose(c->trace);
     free(c);
 }
 
@@ -589,6 +596,13 @@ int xc_open(ds4_xcache **out, gguf_file *gf, const ds4_weights *w, uint64_t budg
     c->policy = pol && !strcmp(pol, "lfu") ? XC_LFU_AGING : XC_LRU;
     c->aging_period = 2 * (uint64_t)c->n_slots;
     c->aging_next = c->aging_period;
+    /* DS4_XCACHE_TRACE=FILE appends each layer's request (the layer, then
+     * its experts) to FILE: the input of the eviction study in NOTES.md */
+    const char *tr = getenv("DS4_XCACHE_TRACE");
+    if (tr && *tr && !(c->trace = fopen(tr, "a"))) {
+        rc = ds4_set_err(err, DS4_EIO, "DS4_XCACHE_TRACE=%s: %s", tr, strerror(errno));
+        goto fail;
+    }
 
     c->fd_buf = open(gf->path, O_RDONLY | O_CLOEXEC);
     if (c->fd_buf < 0) {
