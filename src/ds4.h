@@ -327,7 +327,8 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);
 
 /* The routed-expert cache of a --ssd-streaming model (all zero otherwise).
  * Counters accumulate from the load; a front end takes two snapshots and
- * subtracts them for one run. */
+ * subtracts them for one run.  Safe to call from any thread, also while
+ * another evaluates (the server's /metrics does). */
 typedef struct {
     int enabled;
     int direct_io;            /* 1 = O_DIRECT reads, 0 = buffered + FADV_DONTNEED */

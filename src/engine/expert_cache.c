@@ -87,7 +87,9 @@ struct ds4_xcache {
     int *exp, *slot_of;
     unsigned char *ist;
 
-    char errmsg[512];
+    char errmsg[512];         /* the readers' last failure (mutex) */
+    char lasterr[512];        /* what the last failed xc_next reported
+                                 (written and read by the evaluating thread) */
     FILE *trace;
 };
 
@@ -315,6 +317,7 @@ int xc_next(ds4_xcache *c, int *idx, int max) {
         c->wait_s += now_s() - t0;
     }
 out:
+    if (rc < 0) snprintf(c->lasterr, sizeof c->lasterr, "%s", c->errmsg);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -355,7 +358,7 @@ void xc_end(ds4_xcache *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-const char *xc_error(const ds4_xcache *c) { return c->errmsg[0] ? c->errmsg : NULL; }
+const char *xc_error(const ds4_xcache *c) { return c->lasterr[0] ? c->lasterr : NULL; }
 
 void xc_stats(ds4_xcache *c, ds4_expert_cache_stats *st) {
     memset(st, 0, sizeof *st);
