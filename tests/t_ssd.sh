@@ -116,6 +116,34 @@ fi
 [ $? -eq 2 ] && grep -q "ssd-streaming-cache-experts" "$T/o4" && ok "bad cache size refused" \
     || { bad "bad cache size"; cat "$T/o4"; }
 
+# ds4-bench columns and ds4-server /metrics under --ssd-streaming
+./ds4-bench -m "$M" --prompt-file README.md --ctx-start 64 --ctx-max 64 --gen-tokens 4 --no-probe \
+    --ssd-streaming-cache-experts 1MB > "$T/b.csv" 2>"$T/b.err"
+if head -1 "$T/b.csv" | grep -q ",prefill_hit_rate,decode_hit_rate,read_bytes_per_token,read_gbps$" \
+    && [ "$(sed -n 2p "$T/b.csv" | tr ',' '\n' | wc -l)" -eq 11 ]; then
+    ok "ds4-bench: expert columns ($(sed -n 2p "$T/b.csv" | cut -d, -f8-))"
+else
+    bad "ds4-bench expert columns"; cat "$T/b.csv" "$T/b.err"
+fi
+./ds4-server -m "$M" --port 0 --ssd-streaming-cache-experts 1MB > "$T/srv.log" 2>&1 &
+spid=$!
+port=""
+for _ in $(seq 1 100); do
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/srv.log")
+    [ -n "$port" ] && break; sleep 0.1
+done
+if [ -n "$port" ] && curl -s "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
+        -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}' > /dev/null \
+    && curl -s "http://127.0.0.1:$port/metrics" > "$T/metrics" \
+    && grep -q "^ds4_expert_cache_misses_total [1-9]" "$T/metrics" \
+    && grep -q "^ds4_expert_cache_read_bytes_total [1-9]" "$T/metrics" \
+    && grep -q "^ds4_expert_cache_slots 13$" "$T/metrics"; then
+    ok "ds4-server /metrics: ds4_expert_cache_*"
+else
+    bad "server metrics"; cat "$T/srv.log"; grep expert "$T/metrics" 2>/dev/null
+fi
+kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+
 # 5. a memory cgroup limit of half the model: the streaming run completes
 #    with the same logits, and its peak RSS stays under the limit (the
 #    cgroup's own peak includes page cache that reclaim trims at the limit)
