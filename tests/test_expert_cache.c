@@ -8,7 +8,9 @@
  *     reads are buffered + FADV_DONTNEED);
  *   - the mmap'd data section of a streaming model is never touched: the
  *     file mapping's resident size (/proc/self/smaps) stays within the
- *     metadata (and the non-routed weights live in anonymous memory);
+ *     metadata (and the non-routed weights live in anonymous memory), and
+ *     the page cache holds no more of the file than that either (mincore),
+ *     with O_DIRECT and with buffered reads (DS4_XCACHE_BUFFERED=1);
  *   - the counters add up (hits + misses = requests, bytes read);
  *   - a file truncated while the model is in use fails the evaluation with
  *     DS4_EIO and a message naming the truncation, again on the next call,
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,6 +62,28 @@ static long long mapping_rss(const char *path) {
     return rss;
 }
 
+/* Pages of `path` in the page cache (mincore on a fresh mapping). */
+static long long cached_bytes(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    struct stat st;
+    fstat(fd, &st);
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t np = ((size_t)st.st_size + (size_t)pg - 1) / (size_t)pg;
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    unsigned char *v = malloc(np ? np : 1);
+    long long n = -1;
+    if (m != MAP_FAILED && v && mincore(m, (size_t)st.st_size, v) == 0) {
+        n = 0;
+        for (size_t i = 0; i < np; i++) n += v[i] & 1;
+        n *= pg;
+    }
+    if (m != MAP_FAILED) munmap(m, (size_t)st.st_size);
+    free(v);
+    close(fd);
+    return n;
+}
+
 static ds4_model *load(const char *path, int stream, uint64_t cache, char **err) {
     ds4_model_params p;
     ds4_model_params_default(&p);
@@ -93,6 +118,9 @@ static void run_case(const char *orig, const char *copy, uint64_t cache, int exp
                      const ds4_tokens *ids, int truncate_after) {
     char *err = NULL;
     if (copy_file(orig, copy)) { CHECK(0, "cannot copy %s to %s", orig, copy); return; }
+    /* the copy's pages leave the page cache, to see what the run adds */
+    int cfd = open(copy, O_RDONLY);
+    if (cfd >= 0) { fdatasync(cfd); posix_fadvise(cfd, 0, 0, POSIX_FADV_DONTNEED); close(cfd); }
     ds4_model *r = load(orig, 0, 0, &err);
     ds4_model *s = load(copy, 1, cache, &err);
     CHECK(r && s, "load: %s", err ? err : "?");
@@ -125,6 +153,13 @@ static void run_case(const char *orig, const char *copy, uint64_t cache, int exp
     uint64_t meta = info.file_bytes - info.weight_bytes;
     CHECK(rss >= 0 && (uint64_t)rss <= meta + (256 << 10),
           "%s: the file mapping has %lld bytes resident, metadata is %llu", copy, rss, (unsigned long long)meta);
+
+    /* nor does the page cache (O_DIRECT, or FADV_DONTNEED behind each
+     * buffered read; tmpfs pages are the file itself: not checked) */
+    long long pc = cached_bytes(copy);
+    if (strncmp(copy, "/dev/shm/", 9))
+        CHECK(pc >= 0 && (uint64_t)pc <= meta + (512 << 10), "%s: %lld bytes of the file in the page cache "
+              "after the run (metadata %llu)", copy, pc, (unsigned long long)meta);
 
     if (truncate_after) {
         /* cut the file in the middle of the tensor data: the next tokens
@@ -160,6 +195,9 @@ int main(void) {
     snprintf(copy, sizeof copy, "%s/m.gguf", dir);
     run_case(model, copy, 1, 1, &ids, 1);            /* one slot, O_DIRECT, then truncated */
     run_case(model, copy, 300 << 10, 1, &ids, 0);    /* a few slots */
+    setenv("DS4_XCACHE_BUFFERED", "1", 1);           /* the buffered path */
+    run_case(model, copy, 300 << 10, 0, &ids, 0);
+    unsetenv("DS4_XCACHE_BUFFERED");
     struct stat sd;
     if (stat("/dev/shm", &sd) == 0 && S_ISDIR(sd.st_mode)) {
         char shm[600];

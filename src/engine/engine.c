@@ -15,6 +15,7 @@
 #include "dist/dist.h"
 #include "engine/expert_cache.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -98,6 +99,10 @@ static int ssd_setup(ds4_model *m, const ds4_model_params *p, char **err) {
         if (a < m->gf->size)
             madvise((uint8_t *)m->gf->map + a, (size_t)(m->gf->size - a), MADV_DONTNEED);
     }
+    /* and out of the page cache: what parsing and the copy brought in,
+     * readahead past the copied tensors included (mapped metadata pages
+     * stay) */
+    if (m->gf->fd >= 0) posix_fadvise(m->gf->fd, 0, 0, POSIX_FADV_DONTNEED);
     return DS4_OK;
 }
 

@@ -109,14 +109,15 @@ static uint64_t align_up(uint64_t v) { return (v + XC_ALIGN - 1) & ~(XC_ALIGN - 
 /* Read [a0, a0 + span) into dst; returns the bytes read (short at EOF) or
  * -errno. */
 static int64_t read_span(ds4_xcache *c, uint8_t *dst, uint64_t a0, uint64_t span, int *used_direct) {
-    int fd = __atomic_load_n(&c->direct, __ATOMIC_RELAXED) ? c->fd_direct : c->fd_buf;
-    *used_direct = fd == c->fd_direct;
+    int direct = __atomic_load_n(&c->direct, __ATOMIC_RELAXED);
+    int fd = direct ? c->fd_direct : c->fd_buf;
+    *used_direct = direct;
     uint64_t got = 0;
     while (got < span) {
         ssize_t r = pread(fd, dst + got, span - got, (off_t)(a0 + got));
         if (r < 0) {
             if (errno == EINTR) continue;
-            if (errno == EINVAL && fd == c->fd_direct) {
+            if (errno == EINVAL && *used_direct) {
                 /* the file system took O_DIRECT at open but refuses the
                  * read: buffered from now on */
                 __atomic_store_n(&c->direct, 0, __ATOMIC_RELAXED);
@@ -616,7 +617,10 @@ int xc_open(ds4_xcache **out, gguf_file *gf, const ds4_weights *w, uint64_t budg
         rc = ds4_set_err(err, DS4_EIO, "%s: cannot open: %s", gf->path, strerror(errno));
         goto fail;
     }
-    c->fd_direct = open(gf->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    /* DS4_XCACHE_BUFFERED=1: the fallback path on purpose (tests; file
+     * systems that take O_DIRECT at open but are slow with it) */
+    const char *bufd = getenv("DS4_XCACHE_BUFFERED");
+    c->fd_direct = bufd && *bufd && strcmp(bufd, "0") ? -1 : open(gf->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
     c->direct = c->fd_direct >= 0;
     if (!c->direct) c->fd_direct = c->fd_buf;   /* tmpfs and friends */
     posix_fadvise(c->fd_buf, 0, 0, POSIX_FADV_RANDOM);
