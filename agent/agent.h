@@ -142,6 +142,8 @@ typedef struct {
     const char *model, *dir, *sessions_dir, *trace_path, *script_path;
     const char *task, *dump_logits;
     int ctx, threads, yes, resume, max_turns, max_tokens;
+    int ssd_streaming;              /* --ssd-streaming */
+    uint64_t ssd_cache_bytes;       /* --ssd-streaming-cache-experts (0 = default) */
     ds4_think think;
     ds4_sampler_params sp;
     int interactive;

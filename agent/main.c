@@ -45,6 +45,11 @@ static void usage(FILE *f) {
 "  -m, --model FILE      GGUF model (default ./ds4flash.gguf)\n"
 "  -c, --ctx N           context size in tokens (default 32768)\n"
 "  -t, --threads N       worker threads (default: all cores)\n"
+"  --ssd-streaming       read the routed experts from the file on demand into a\n"
+"                        bounded cache (models larger than the RAM)\n"
+"  --ssd-streaming-cache-experts SIZE\n"
+"                        expert cache size (512MB, 8GB, ...; implies\n"
+"                        --ssd-streaming; default: half of the available RAM)\n"
 "      --think           thinking mode, effort high (default)\n"
 "      --think-max       maximum effort (needs --ctx >= %d, else --think)\n"
 "      --nothink         answer without reasoning\n"
@@ -97,6 +102,11 @@ static void parse_args(int argc, char **argv, agent *a) {
         if (ds4_args_is(&ar, "-m", "--model")) a->model = ds4_args_value(&ar);
         else if (ds4_args_is(&ar, "-c", "--ctx")) a->ctx = ds4_args_int(&ar, 256, 1 << 24);
         else if (ds4_args_is(&ar, "-t", "--threads")) a->threads = ds4_args_int(&ar, 0, 4096);
+        else if (ds4_args_is(&ar, NULL, "--ssd-streaming")) a->ssd_streaming = 1;
+        else if (ds4_args_is(&ar, NULL, "--ssd-streaming-cache-experts")) {
+            a->ssd_cache_bytes = ds4_args_size(&ar, 1 << 20, 1, UINT64_MAX);
+            a->ssd_streaming = 1;
+        }
         else if (ds4_args_is(&ar, NULL, "--dir")) a->dir = ds4_args_value(&ar);
         else if (ds4_args_is(&ar, NULL, "--sessions")) a->sessions_dir = ds4_args_value(&ar);
         else if (ds4_args_is(&ar, NULL, "--think")) a->think = DS4_THINK_HIGH;
@@ -306,8 +316,18 @@ int main(int argc, char **argv) {
     ds4_model_params mp;
     ds4_model_params_default(&mp);
     mp.n_threads = a->threads;
+    mp.ssd_streaming = a->ssd_streaming;
+    mp.ssd_cache_bytes = a->ssd_cache_bytes;
     a->m = ds4_model_load(a->model, &mp, &err);
     if (!a->m) die("%s", err ? err : "cannot load the model");
+    {
+        ds4_expert_cache_stats x;
+        ds4_model_expert_cache_stats(a->m, &x);
+        if (x.enabled && !a->scripted)
+            ui_note(a, "ssd streaming: expert cache %.1f MiB (%llu of %llu routed expert slices), %s reads",
+                    x.cache_bytes / 1048576.0, (unsigned long long)x.slots, (unsigned long long)x.n_slices,
+                    x.direct_io ? "O_DIRECT" : "buffered");
+    }
     a->tok = ds4_model_tokenizer(a->m);
     a->ids = ds4_tok_special(a->tok);
     ds4_model_info info;

@@ -146,6 +146,8 @@ int chat_open(chat_app *a, const chat_opts *o) {
     ds4_model_params mp;
     ds4_model_params_default(&mp);
     mp.n_threads = o->threads;
+    mp.ssd_streaming = o->ssd_streaming;
+    mp.ssd_cache_bytes = o->ssd_cache_bytes;
     char *err = NULL;
     double t0 = now_s();
     a->m = ds4_model_load(o->model, &mp, &err);
@@ -166,6 +168,18 @@ int chat_open(chat_app *a, const chat_opts *o) {
         if (info.random_weights)
             fprintf(stderr, "ds4: NOTE: this model has random weights (a synthetic demo): "
                     "its output is meaningless text.\n");
+    }
+    ds4_model_expert_cache_stats(a->m, &a->xc0);
+    if (a->xc0.enabled && !o->quiet) {
+        const ds4_expert_cache_stats *x = &a->xc0;
+        fprintf(stderr, "ds4: ssd streaming: expert cache %.1f MiB%s = %llu slots of %.2f MiB "
+                "(%.1f %% of %.1f MiB routed experts, %llu slices); %.1f MiB resident; "
+                "%s reads, %d reader threads\n",
+                x->cache_bytes / 1048576.0, o->ssd_cache_bytes ? "" : " (default: half of the available RAM)",
+                (unsigned long long)x->slots, x->slot_bytes / 1048576.0,
+                100.0 * (double)x->slots / (double)x->n_slices, x->routed_bytes / 1048576.0,
+                (unsigned long long)x->n_slices, x->resident_bytes / 1048576.0,
+                x->direct_io ? "O_DIRECT" : "buffered (+FADV_DONTNEED)", x->readers);
     }
     a->ctx_train = info.ctx_train;
     if (o->ctx_explicit) ctx_warn(a, o->ctx);
@@ -221,8 +235,17 @@ typedef struct {
     ds4_spec_stats spec;    /* --lookup */
 } turn_stats;
 
+/* An evaluation failure as text: an expert read failure has its own
+ * message (file, layer, expert, reason). */
+static const char *eval_errstr(chat_app *a, int rc) {
+    const char *m = rc == DS4_EIO ? ds4_model_expert_cache_error(a->m) : NULL;
+    return m ? m : ds4_strerror(rc);
+}
+
 static void print_stats(chat_app *a, const turn_stats *st) {
-    if (a->o.quiet) return;
+    ds4_expert_cache_stats x;
+    ds4_model_expert_cache_stats(a->m, &x);
+    if (a->o.quiet) { a->xc0 = x; return; }
     fprintf(stderr, "\n[prefill %d tokens, %.2f s, %.1f tok/s | generated %d tokens, %.2f s, "
             "%.2f tok/s | context %d/%d]\n",
             st->prefill_tokens, st->prefill_s,
@@ -236,6 +259,16 @@ static void print_stats(chat_app *a, const turn_stats *st) {
                 (unsigned long long)st->spec.accepted,
                 st->spec.drafted ? 100.0 * st->spec.accepted / st->spec.drafted : 0.0,
                 (double)st->spec.emitted / st->spec.passes);
+    if (x.enabled) {
+        uint64_t h = x.hits - a->xc0.hits, mi = x.misses - a->xc0.misses, b = x.bytes_read - a->xc0.bytes_read;
+        double rs = x.read_seconds - a->xc0.read_seconds, ws = x.wait_seconds - a->xc0.wait_seconds;
+        int nt = st->prefill_tokens + st->gen_tokens;
+        fprintf(stderr, "[experts: hit rate %.1f %% (%llu hits, %llu reads), %.2f MiB read/token, "
+                "%.2f GB/s while reading, %.2f s waited]\n",
+                h + mi ? 100.0 * (double)h / (double)(h + mi) : 0.0, (unsigned long long)h,
+                (unsigned long long)mi, nt ? b / 1048576.0 / nt : 0.0, rs > 0 ? b / rs / 1e9 : 0.0, ws);
+    }
+    a->xc0 = x;
 }
 
 static void out_bytes(const char *p, size_t n) {
@@ -337,7 +370,7 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
             if (!a->o.quiet) fprintf(stderr, "\n[context full: %d tokens]", ds4_session_ctx_size(a->s));
             break;
         }
-        if (e) { fprintf(stderr, "\nds4: %s\n", ds4_strerror(e)); rc = -1; break; }
+        if (e) { fprintf(stderr, "\nds4: %s\n", eval_errstr(a, e)); rc = -1; break; }
     }
     b.n = 0;
     ds4_detok_flush(&dt, &b);
@@ -381,7 +414,7 @@ static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_
         fprintf(stderr, "ds4: prefill interrupted\n");
         return -1;
     }
-    if (rc) { fprintf(stderr, "ds4: %s\n", ds4_strerror(rc)); return -1; }
+    if (rc) { fprintf(stderr, "ds4: %s\n", eval_errstr(a, rc)); return -1; }
     return 0;
 }
 

@@ -34,6 +34,9 @@ typedef struct {
     const float *steer;
     float steer_scale;
     int steer_l0, steer_l1;
+    /* --ssd-streaming [--ssd-streaming-cache-experts SIZE] (0 = default) */
+    int ssd_streaming;
+    uint64_t ssd_cache_bytes;
 } chat_opts;
 
 typedef struct {
@@ -48,6 +51,7 @@ typedef struct {
     int tty_out, tty_err;
     uint64_t ctx_train;     /* the model's trained context (0 = unknown) */
     struct progress_ud *progress;   /* the prefill bar on screen, if any */
+    ds4_expert_cache_stats xc0;     /* --ssd-streaming counters at the last summary */
 } chat_app;
 
 int chat_open(chat_app *a, const chat_opts *o);

@@ -52,6 +52,13 @@ static void usage(FILE *f) {
 "model and runtime:\n"
 "  -m, --model FILE        GGUF model (default ./ds4flash.gguf)\n"
 "  -t, --threads N         worker threads (default: all cores)\n"
+"  --ssd-streaming         read the routed experts from the file on demand into\n"
+"                          a bounded cache (models larger than the RAM); logits\n"
+"                          are identical to a resident run\n"
+"  --ssd-streaming-cache-experts SIZE\n"
+"                          expert cache size (512MB, 8GB, ...; implies\n"
+"                          --ssd-streaming; default: half of the available RAM\n"
+"                          after the resident weights)\n"
 "  -c, --ctx N             context size in tokens (16 .. 16777216,\n"
 "                          default 32768)\n"
 "      --chunk N           prefill chunk size in tokens (default 2048)\n"
@@ -181,6 +188,8 @@ typedef struct {
     const char *steer, *steer_layers;
     double steer_scale;
     int steer_scale_set;
+    int ssd_streaming;
+    uint64_t ssd_cache_bytes;
 } opts;
 
 static char *read_file(const char *path, size_t *len) {
@@ -233,6 +242,11 @@ static void parse_args(int argc, char **argv, opts *o) {
         if (ds4_args_is(&a, "-m", "--model")) o->model = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-t", "--threads")) o->threads = ds4_args_int(&a, 0, 4096);
         else if (ds4_args_is(&a, "-c", "--ctx")) { o->ctx = ds4_args_int(&a, 16, 1 << 24); o->ctx_set = 1; }
+        else if (ds4_args_is(&a, NULL, "--ssd-streaming")) o->ssd_streaming = 1;
+        else if (ds4_args_is(&a, NULL, "--ssd-streaming-cache-experts")) {
+            o->ssd_cache_bytes = ds4_args_size(&a, 1 << 20, 1, UINT64_MAX);
+            o->ssd_streaming = 1;
+        }
         else if (ds4_args_is(&a, NULL, "--chunk")) o->chunk = ds4_args_int(&a, 1, 1 << 20);
         else if (ds4_args_is(&a, "-p", "--prompt")) o->prompt = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--prompt-file")) o->prompt_file = ds4_args_value(&a);
@@ -355,6 +369,8 @@ static int imatrix_main(const opts *o) {
     ds4_model_params mp;
     ds4_model_params_default(&mp);
     mp.n_threads = o->threads;
+    mp.ssd_streaming = o->ssd_streaming;
+    mp.ssd_cache_bytes = o->ssd_cache_bytes;
     char *err = NULL;
     ds4_model *m = ds4_model_load(o->model, &mp, &err);
     if (!m) die("%s", err ? err : "cannot load the model");
@@ -542,6 +558,8 @@ int main(int argc, char **argv) {
             ds4_model_params mp;
             ds4_model_params_default(&mp);
             mp.n_threads = o.threads;
+            mp.ssd_streaming = o.ssd_streaming;
+            mp.ssd_cache_bytes = o.ssd_cache_bytes;
             return ds4_dist_worker(o.model, &mp);
         }
     }
@@ -562,7 +580,7 @@ int main(int argc, char **argv) {
     /* A model that does not fit in RAM would not fail: its mmap'd weights
      * would be paged in from disk again and again, a thrashing run that
      * looks like a hang.  Say so up front, with the numbers. */
-    {
+    if (!o.ssd_streaming) {
         ds4_mem_plan mp;
         if (ds4_memory_plan(o.model, o.ctx, o.threads, &mp, NULL) == DS4_OK &&
             mp.mem_available && mp.total > mp.mem_available) {
@@ -579,6 +597,7 @@ int main(int argc, char **argv) {
         .interrupt = &g_interrupt, .terminate = &g_terminate,
         .kv_dir = o.kv_dir, .kv_space_mb = o.kv_space_mb, .kv_allow_variants = o.kv_variants,
         .kv_policy = o.kv_policy,
+        .ssd_streaming = o.ssd_streaming, .ssd_cache_bytes = o.ssd_cache_bytes,
     };
     lp_dump lpd;
     memset(&lpd, 0, sizeof lpd);

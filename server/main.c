@@ -47,6 +47,13 @@ static void usage(FILE *f) {
 "  -c, --ctx N               context size in tokens (default 32768)\n"
 "  -t, --threads N           worker threads (default: all cores)\n"
 "      --chunk N             prefill chunk size in tokens (default 2048)\n"
+"      --ssd-streaming       read the routed experts from the file on demand\n"
+"                            into a bounded cache (models larger than the RAM;\n"
+"                            identical results); /metrics ds4_expert_cache_*\n"
+"      --ssd-streaming-cache-experts SIZE\n"
+"                            expert cache size (512MB, 8GB, ...; implies\n"
+"                            --ssd-streaming; default: half of the available\n"
+"                            RAM after the resident weights)\n"
 "      --dist MODE           under mpirun: one model over the ranks\n"
 "                            (pipeline or experts); rank 0 serves HTTP%s\n"
 "      --dist-layers SPEC    pipeline split per rank (0:20,21:42)\n"
@@ -232,6 +239,11 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&ar, NULL, "--port")) { c->port = (int)ds4_args_i64(&ar, 0, 65535); }
         else if (ds4_args_is(&ar, "-c", "--ctx")) { c->ctx = (int)ds4_args_i64(&ar, 16, 1 << 24); }
         else if (ds4_args_is(&ar, "-t", "--threads")) { c->threads = (int)ds4_args_i64(&ar, 0, 4096); }
+        else if (ds4_args_is(&ar, NULL, "--ssd-streaming")) c->ssd_streaming = 1;
+        else if (ds4_args_is(&ar, NULL, "--ssd-streaming-cache-experts")) {
+            c->ssd_cache_bytes = ds4_args_size(&ar, 1 << 20, 1, UINT64_MAX);
+            c->ssd_streaming = 1;
+        }
         else if (ds4_args_is(&ar, NULL, "--dist")) dist = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--dist-layers")) dist_layers = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--dist-timeout")) dist_timeout = ds4_args_double(&ar, 0, 1e6);
@@ -316,6 +328,8 @@ int main(int argc, char **argv) {
             ds4_model_params wp;
             ds4_model_params_default(&wp);
             wp.n_threads = c->threads;
+            wp.ssd_streaming = c->ssd_streaming;
+            wp.ssd_cache_bytes = c->ssd_cache_bytes;
             return ds4_dist_worker(c->model_path, &wp);
         }
     }
@@ -345,7 +359,7 @@ int main(int argc, char **argv) {
 
     /* a model that does not fit in RAM pages its weights from disk over
      * and over: say so with the plan instead of looking hung */
-    {
+    if (!c->ssd_streaming) {
         ds4_mem_plan plan;
         if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK &&
             plan.mem_available && plan.total > plan.mem_available) {
@@ -356,12 +370,24 @@ int main(int argc, char **argv) {
     ds4_model_params mp;
     ds4_model_params_default(&mp);
     mp.n_threads = c->threads;
+    mp.ssd_streaming = c->ssd_streaming;
+    mp.ssd_cache_bytes = c->ssd_cache_bytes;
     srv.model = ds4_model_load(c->model_path, &mp, &err);
     if (!srv.model) {
         fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the model");
         free(err);
         close(lfd);
         return 1;
+    }
+    {
+        ds4_expert_cache_stats x;
+        ds4_model_expert_cache_stats(srv.model, &x);
+        if (x.enabled)
+            fprintf(stderr, "ds4-server: ssd streaming: expert cache %.1f MiB = %llu slots of %.2f MiB "
+                    "(%.1f %% of the %llu routed expert slices), %s reads\n", x.cache_bytes / 1048576.0,
+                    (unsigned long long)x.slots, x.slot_bytes / 1048576.0,
+                    100.0 * (double)x.slots / (double)x.n_slices, (unsigned long long)x.n_slices,
+                    x.direct_io ? "O_DIRECT" : "buffered");
     }
     srv.tok = ds4_model_tokenizer(srv.model);
     srv.sp = ds4_tok_special(srv.tok);

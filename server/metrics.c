@@ -206,6 +206,27 @@ char *metrics_render(metrics *m) {
     GAUGE("ds4_tool_memory_ids", "Tool-call ids held by the DSML memory.", "%zu", tool_ids);
     GAUGE("ds4_context_size", "Context size of the session in tokens.", "%d",
           g_srv ? g_srv->ctx : 0);
+    ds4_expert_cache_stats xc;
+    memset(&xc, 0, sizeof xc);
+    if (g_srv && g_srv->model) ds4_model_expert_cache_stats(g_srv->model, &xc);
+    if (xc.enabled) {
+        GAUGE("ds4_expert_cache_bytes", "Size of the routed-expert cache (--ssd-streaming).", "%llu",
+              (unsigned long long)xc.cache_bytes);
+        GAUGE("ds4_expert_cache_slots", "Expert slices the cache holds at once.", "%llu",
+              (unsigned long long)xc.slots);
+        COUNTER("ds4_expert_cache_hits_total", "Routed expert slices found in the cache.", xc.hits);
+        COUNTER("ds4_expert_cache_misses_total", "Routed expert slices read from the file.", xc.misses);
+        COUNTER("ds4_expert_cache_read_bytes_total", "Bytes read from the model file for experts.",
+                xc.bytes_read);
+        ds4_buf_printf(&b, "# HELP ds4_expert_cache_read_seconds_total Wall time with at least one "
+                       "expert read in flight.\n# TYPE ds4_expert_cache_read_seconds_total counter\n"
+                       "ds4_expert_cache_read_seconds_total %.6f\n", xc.read_seconds);
+        ds4_buf_printf(&b, "# HELP ds4_expert_cache_wait_seconds_total Time the forward pass waited "
+                       "for expert reads.\n# TYPE ds4_expert_cache_wait_seconds_total counter\n"
+                       "ds4_expert_cache_wait_seconds_total %.6f\n", xc.wait_seconds);
+        GAUGE("ds4_expert_cache_hit_ratio", "Hits / (hits + misses) since the start.", "%.4f",
+              xc.hits + xc.misses ? (double)xc.hits / (double)(xc.hits + xc.misses) : 0.0);
+    }
     if (m->kv_on) {
         const ds4_kvstore_stats *k = &m->kv;
         COUNTER("ds4_kv_disk_hits_total", "Lookups that restored a state from the disk KV cache.",

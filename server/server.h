@@ -35,6 +35,8 @@ typedef struct {
     const char *host;
     int port;
     int ctx, threads, chunk;
+    int ssd_streaming;            /* --ssd-streaming */
+    uint64_t ssd_cache_bytes;     /* --ssd-streaming-cache-experts (0 = default) */
     const char *model_name;       /* NULL = derived from the file name */
     const char *api_key;          /* NULL = no auth */
     int insecure_no_auth;

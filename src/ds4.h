@@ -288,6 +288,14 @@ typedef struct ds4_model ds4_model;
 
 typedef struct {
     int n_threads;            /* 0 = number of online cores */
+    /* --ssd-streaming: the routed experts are not used through the mmap
+     * but read from the file (pread, O_DIRECT where the file system allows
+     * it) into a fixed cache of ssd_cache_bytes (0 = half of MemAvailable
+     * after the resident weights); the other weights are copied into
+     * memory at load.  Logits are bit-identical to a resident run. */
+    int ssd_streaming;
+    uint64_t ssd_cache_bytes;
+    int ssd_readers;          /* reader threads; 0 = 4 */
 } ds4_model_params;
 
 void ds4_model_params_default(ds4_model_params *p);
@@ -316,6 +324,28 @@ typedef struct {
 } ds4_model_info;
 
 void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);
+
+/* The routed-expert cache of a --ssd-streaming model (all zero otherwise).
+ * Counters accumulate from the load; a front end takes two snapshots and
+ * subtracts them for one run.  Safe to call from any thread, also while
+ * another evaluates (the server's /metrics does). */
+typedef struct {
+    int enabled;
+    int direct_io;            /* 1 = O_DIRECT reads, 0 = buffered + FADV_DONTNEED */
+    int readers;              /* reader threads */
+    uint64_t slots, slot_bytes, cache_bytes;
+    uint64_t routed_bytes;    /* all routed expert slices of the file */
+    uint64_t n_slices;        /* layers x experts */
+    uint64_t resident_bytes;  /* the non-routed weights copied into memory */
+    uint64_t hits, misses;    /* slices found in / read into the cache */
+    uint64_t bytes_read;      /* from the file (aligned spans) */
+    double read_seconds;      /* wall time with at least one read in flight */
+    double wait_seconds;      /* time the forward pass waited for reads */
+} ds4_expert_cache_stats;
+void ds4_model_expert_cache_stats(const ds4_model *m, ds4_expert_cache_stats *st);
+/* The message of the last expert read failure (an evaluation that returned
+ * DS4_EIO), or NULL. */
+const char *ds4_model_expert_cache_error(const ds4_model *m);
 const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m);
 /* A hash over the GGUF metadata and tensor directory (not the data):
  * identifies "this exact model file layout and quantization". */

@@ -7,7 +7,15 @@
 #  - `ds4 --inspect --ctx N` prints the memory plan (weights, routed experts,
 #    KV, scratch, total against RAM): "fits yes" on a large machine, "NO"
 #    with the shortfall on a small one (DS4_MEMINFO plays the machine);
-#  - a run that does not fit warns at start-up with the plan and still runs.
+#  - a run that does not fit warns at start-up with the plan and still runs;
+#  - --ssd-streaming (routed experts read from the file into a bounded
+#    cache): --dump-logits bit-identical (cmp) to the resident run on the
+#    three tiny models and on a synthetic model whose routed experts exceed
+#    the cache many times, prefill and --decode-only, with a one-slot cache
+#    and one that holds everything; the run summary has the expert line;
+#    bad sizes are refused; under a memory cgroup limit of half the model
+#    file the run completes with the same logits without reaching the
+#    limit (test_expert_cache covers the truncated file and the mapping).
 set -u
 cd "$(dirname "$0")/.."
 S="${DS4_SHARED:-../shared}"
@@ -71,6 +79,102 @@ DS4_MEMINFO="$T/small" ./ds4 -q -m "$M" --ctx 65536 --tokens "1 2 3" -n 0 > "$T/
     && ok "start-up warning when the run does not fit" || { bad "start-up warning"; cat "$T/o"; }
 DS4_MEMINFO="$T/big" ./ds4 -q -m "$M" --tokens "1 2 3" -n 0 > "$T/o2" 2>&1 \
     && ! grep -q "needs more memory" "$T/o2" && ok "no warning when it fits" || { bad "spurious warning"; cat "$T/o2"; }
+
+# 4. --ssd-streaming
+cut -d' ' -f1-60 "$G/sequences/seq_600a.ids.txt" > "$T/ids60.txt"
+same() {   # same MODEL WHAT ARGS...: resident vs streaming logits, cmp
+    local m="$1" what="$2"; shift 2
+    ./ds4 -q -m "$m" -n 0 "$@" --dump-logits "$T/res.f32" 2>"$T/e" || { bad "$what: resident run"; cat "$T/e"; return; }
+    for c in 1 64KB 1GB; do
+        ./ds4 -q -m "$m" -n 0 "$@" --ssd-streaming-cache-experts $c --dump-logits "$T/str.f32" 2>"$T/e" \
+            || { bad "$what: streaming run (cache $c)"; cat "$T/e"; continue; }
+        cmp -s "$T/res.f32" "$T/str.f32" || bad "$what: cache $c: logits differ"
+    done
+    ok "$what: streaming logits == resident (caches 1 slot, 64KB, 1GB)"
+}
+for q in q2 f16 mxfp4; do
+    same "$G/models/tiny-a-$q.gguf" "tiny-a-$q prefill" --tokens-file "$T/ids300.txt" --chunk 64
+    same "$G/models/tiny-a-$q.gguf" "tiny-a-$q decode" --tokens-file "$T/ids60.txt" --decode-only
+done
+# a synthetic model with 64 experts a layer: 384 slices, 3 slots at 256KB
+if ./ds4-synth --preset tiny --recipe q2 --vocab "$S/vocab/mini-vocab.gguf" --set expert_count=64 \
+        -o "$T/e64.gguf" >/dev/null 2>&1; then
+    same "$T/e64.gguf" "synthetic 64 experts prefill" --tokens-file "$T/ids300.txt"
+    same "$T/e64.gguf" "synthetic 64 experts decode" --tokens-file "$T/ids60.txt" --decode-only
+    ./ds4 -m "$T/e64.gguf" --ssd-streaming-cache-experts 256KB --tokens-file "$T/ids60.txt" --decode-only \
+        -n 0 > "$T/o3" 2>&1
+    if grep -q "^ds4: ssd streaming: expert cache 0.2 MiB = [0-9]* slots of .* 384 slices" "$T/o3" \
+        && grep -q "^\[experts: hit rate .* MiB read/token, .* GB/s while reading" "$T/o3"; then
+        ok "start-up line and expert summary ($(grep -o 'hit rate [0-9.]* %' "$T/o3"))"
+    else
+        bad "streaming summary"; cat "$T/o3"
+    fi
+else
+    bad "ds4-synth (64 experts)"
+fi
+./ds4 -m "$M" --ssd-streaming-cache-experts 12XB --tokens "1 2" -n 0 > "$T/o4" 2>&1
+[ $? -eq 2 ] && grep -q "ssd-streaming-cache-experts" "$T/o4" && ok "bad cache size refused" \
+    || { bad "bad cache size"; cat "$T/o4"; }
+
+# ds4-bench columns and ds4-server /metrics under --ssd-streaming
+./ds4-bench -m "$M" --prompt-file README.md --ctx-start 64 --ctx-max 64 --gen-tokens 4 --no-probe \
+    --ssd-streaming-cache-experts 1MB > "$T/b.csv" 2>"$T/b.err"
+if head -1 "$T/b.csv" | grep -q ",prefill_hit_rate,decode_hit_rate,read_bytes_per_token,read_gbps$" \
+    && [ "$(sed -n 2p "$T/b.csv" | tr ',' '\n' | wc -l)" -eq 11 ]; then
+    ok "ds4-bench: expert columns ($(sed -n 2p "$T/b.csv" | cut -d, -f8-))"
+else
+    bad "ds4-bench expert columns"; cat "$T/b.csv" "$T/b.err"
+fi
+./ds4-server -m "$M" --port 0 --ssd-streaming-cache-experts 1MB > "$T/srv.log" 2>&1 &
+spid=$!
+port=""
+for _ in $(seq 1 100); do
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$T/srv.log")
+    [ -n "$port" ] && break; sleep 0.1
+done
+if [ -n "$port" ] && curl -s "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
+        -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}' > /dev/null \
+    && curl -s "http://127.0.0.1:$port/metrics" > "$T/metrics" \
+    && grep -q "^ds4_expert_cache_misses_total [1-9]" "$T/metrics" \
+    && grep -q "^ds4_expert_cache_read_bytes_total [1-9]" "$T/metrics" \
+    && grep -q "^ds4_expert_cache_slots 13$" "$T/metrics"; then
+    ok "ds4-server /metrics: ds4_expert_cache_*"
+else
+    bad "server metrics"; cat "$T/srv.log"; grep expert "$T/metrics" 2>/dev/null
+fi
+kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+
+# 5. a memory cgroup limit of half the model: the streaming run completes
+#    with the same logits, and its peak RSS stays under the limit (the
+#    cgroup's own peak includes page cache that reclaim trims at the limit)
+CG=/sys/fs/cgroup/memory
+if [ -w "$CG" ] && mkdir "$CG/ds4-ssd-$$" 2>/dev/null; then
+    trap 'rmdir "$CG/ds4-ssd-$$" 2>/dev/null; rm -rf "$T"' EXIT
+    if ./ds4-synth --preset tiny --recipe f16 --vocab "$S/vocab/mini-vocab.gguf" --set expert_count=64 \
+            -o "$T/big.gguf" >/dev/null 2>&1; then
+        size=$(stat -c %s "$T/big.gguf"); lim=$((size / 2))
+        echo "$lim" > "$CG/ds4-ssd-$$/memory.limit_in_bytes"
+        ./ds4 -q -m "$T/big.gguf" --ctx 512 --tokens-file "$T/ids60.txt" -n 0 --dump-logits "$T/cr.f32"
+        sync; echo 1 > /proc/sys/vm/drop_caches 2>/dev/null
+        TIME=""; [ -x /usr/bin/time ] && TIME="/usr/bin/time -f %M -o $T/maxrss"
+        sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$CG/ds4-ssd-$$" \
+            $TIME ./ds4 -q -m "$T/big.gguf" --ctx 512 --tokens-file "$T/ids60.txt" -n 0 \
+            --ssd-streaming-cache-experts 8MB --dump-logits "$T/cs.f32"
+        rc=$?
+        peak=$(cat "$CG/ds4-ssd-$$/memory.max_usage_in_bytes")
+        rss=$(( $(cat "$T/maxrss" 2>/dev/null || echo 0) * 1024 ))
+        if [ $rc -eq 0 ] && cmp -s "$T/cr.f32" "$T/cs.f32" && [ "$rss" -lt "$lim" ]; then
+            ok "cgroup limit $((lim >> 20)) MiB (model $((size >> 20)) MiB): same logits; peak RSS $((rss >> 20)) MiB, cgroup peak $((peak >> 20)) MiB"
+        else
+            bad "cgroup run: rc $rc, peak RSS $rss, cgroup peak $peak, limit $lim"
+        fi
+    else
+        bad "ds4-synth (f16, 64 experts)"
+    fi
+    rmdir "$CG/ds4-ssd-$$" 2>/dev/null
+else
+    echo "skip cgroup test: $CG is not writable here"
+fi
 
 echo "t_ssd: $fail failure(s)"
 [ "$fail" -eq 0 ]

@@ -32,6 +32,9 @@
 #include "probe.h"
 
 #define CSV_HEADER "ctx,prefill_tokens,prefill_tps,decode_tokens,decode_tps,kv_bytes,weight_bytes_per_token"
+/* --ssd-streaming only: expert cache hit rate of the prefill and of the
+ * decode, file bytes read per decoded token, read GB/s while reading */
+#define CSV_SSD "prefill_hit_rate,decode_hit_rate,read_bytes_per_token,read_gbps"
 
 static volatile sig_atomic_t g_stop = 0;
 /* First Ctrl+C: stop after the current prefill chunk or decode step, keep
@@ -68,6 +71,12 @@ static void die(const char *fmt, ...) {
     vmsg(fmt, ap);
     va_end(ap);
     exit(1);
+}
+
+/* An evaluation error as text (an expert read failure has its own). */
+static const char *xc_err(const ds4_model *m, int e) {
+    const char *x = e == DS4_EIO ? ds4_model_expert_cache_error(m) : NULL;
+    return x ? x : ds4_strerror(e);
 }
 
 static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -135,6 +144,12 @@ static void usage(FILE *f) {
 "                       (default 300; 0 = wait forever)\n"
 "  --kv-disk-dir DIR    also time saving each frontier's state to a disk KV\n"
 "                       cache in DIR and restoring it by its text (stderr)\n"
+"  --ssd-streaming      stream the routed experts from the file (see ds4\n"
+"                       --help); no warm-up; the CSV gets four more columns:\n"
+"                       " CSV_SSD "\n"
+"  --ssd-streaming-cache-experts SIZE\n"
+"                       expert cache size (512MB, 8GB, ...; implies\n"
+"                       --ssd-streaming)\n"
 "  --no-warmup          do not read the model file once before timing (the\n"
 "                       warm-up pulls the weights into the page cache so the\n"
 "                       first frontier does not time disk reads; it is\n"
@@ -216,6 +231,8 @@ typedef struct {
     int spec;                /* --spec N: speculative-decoding costs */
     const char *dist, *dist_layers;  /* --dist: under mpirun (src/dist/) */
     double dist_timeout;             /* < 0: the default */
+    int ssd_streaming;       /* --ssd-streaming: expert columns in the CSV */
+    uint64_t ssd_cache_bytes;
 } opts;
 
 static void parse_args(int argc, char **argv, opts *o) {
@@ -242,6 +259,11 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--plot")) o->plot = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
         else if (ds4_args_is(&a, NULL, "--no-warmup")) o->no_warmup = 1;
+        else if (ds4_args_is(&a, NULL, "--ssd-streaming")) o->ssd_streaming = 1;
+        else if (ds4_args_is(&a, NULL, "--ssd-streaming-cache-experts")) {
+            o->ssd_cache_bytes = ds4_args_size(&a, 1 << 20, 1, UINT64_MAX);
+            o->ssd_streaming = 1;
+        }
         else if (ds4_args_is(&a, NULL, "--no-probe")) o->no_probe = 1;
         else if (ds4_args_is(&a, NULL, "--spec")) o->spec = ds4_args_int(&a, 1, DS4_DRAFT_PASS_MAX - 1);
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
@@ -735,6 +757,8 @@ int main(int argc, char **argv) {
             ds4_model_params wp;
             ds4_model_params_default(&wp);
             wp.n_threads = o.threads;
+            wp.ssd_streaming = o.ssd_streaming;
+            wp.ssd_cache_bytes = o.ssd_cache_bytes;
             return ds4_dist_worker(o.model, &wp);
         }
     }
@@ -775,10 +799,21 @@ int main(int argc, char **argv) {
     ds4_model_params mp;
     ds4_model_params_default(&mp);
     mp.n_threads = o.threads;
+    mp.ssd_streaming = o.ssd_streaming;
+    mp.ssd_cache_bytes = o.ssd_cache_bytes;
     char *err = NULL;
     double t0 = now_s();
     ds4_model *m = ds4_model_load(o.model, &mp, &err);
     if (!m) die("%s", err ? err : "cannot load the model");
+    ds4_expert_cache_stats xs;
+    ds4_model_expert_cache_stats(m, &xs);
+    if (xs.enabled)
+        note("ssd streaming: expert cache %.1f MiB = %llu slots of %.2f MiB (%.1f %% of the %llu routed "
+             "expert slices, %.1f MiB), %.1f MiB resident, %s reads, %d readers",
+             xs.cache_bytes / 1048576.0, (unsigned long long)xs.slots, xs.slot_bytes / 1048576.0,
+             100.0 * (double)xs.slots / (double)xs.n_slices, (unsigned long long)xs.n_slices,
+             xs.routed_bytes / 1048576.0, xs.resident_bytes / 1048576.0,
+             xs.direct_io ? "O_DIRECT" : "buffered", xs.readers);
     double t_load = now_s() - t0;
     ds4_model_info info;
     ds4_model_get_info(m, &info);
@@ -857,7 +892,9 @@ int main(int argc, char **argv) {
     if (front[n_front - 1] < o.ctx_max)
         note("(ctx-max %d is not on the schedule: the last frontier is %d)", o.ctx_max, last);
 
-    if (!o.no_warmup) {
+    if (!o.no_warmup && o.ssd_streaming) {
+        note("warm-up skipped: --ssd-streaming (the cache starts cold, as a real run does)");
+    } else if (!o.no_warmup) {
         if (weights_fit) warm_up(o.model);
         else note("warm-up skipped: the model file is larger than RAM");
     }
@@ -893,7 +930,8 @@ int main(int argc, char **argv) {
         if (!kv) { note("%s", err ? err : "cannot open the KV cache directory"); return 1; }
     }
 
-    printf("%s\n", CSV_HEADER);
+    if (o.ssd_streaming) printf("%s,%s\n", CSV_HEADER, CSV_SSD);
+    else printf("%s\n", CSV_HEADER);
     fflush(stdout);
 
     row *rows = calloc((size_t)n_front, sizeof *rows);
@@ -913,11 +951,13 @@ int main(int argc, char **argv) {
         /* 1. incremental prefill */
         prog_ud pu = { now_s(), target, tty, 0 };
         double comm0 = ds4_dist_comm_seconds();
+        ds4_expert_cache_stats x0, x1, x2;
+        ds4_model_expert_cache_stats(m, &x0);
         double ta = now_s();
         int e = ds4_session_eval(s, seq.v + pos, target - pos, on_progress, &pu);
         double tp = now_s() - ta;
         if (e == DS4_ECANCEL) break;
-        if (e) { note("prefill to %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
+        if (e) { note("prefill to %d failed: %s", target, xc_err(m, e)); rc = 1; break; }
         pos = target;
         double comm_p = ds4_dist_comm_seconds() - comm0;
         r->prefill_tps = tp > 0 ? r->prefill_tokens / tp : 0;
@@ -946,6 +986,7 @@ int main(int argc, char **argv) {
         }
 
         /* 3. greedy decode */
+        ds4_model_expert_cache_stats(m, &x1);
         int ng = 0;
         comm0 = ds4_dist_comm_seconds();
         ta = now_s();
@@ -958,8 +999,9 @@ int main(int argc, char **argv) {
             if (e) break;
         }
         double td = now_s() - ta;
+        ds4_model_expert_cache_stats(m, &x2);
         double comm_d = ds4_dist_comm_seconds() - comm0;
-        if (e) { note("decode at %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
+        if (e) { note("decode at %d failed: %s", target, xc_err(m, e)); rc = 1; break; }
         if (ng < o.gen) break;   /* interrupted */
         r->decode_tokens = ng;
         r->decode_tps = td > 0 ? ng / td : 0;
@@ -1009,9 +1051,24 @@ int main(int argc, char **argv) {
                  target, fb / 1e6, tks > 0 ? fb / 1e6 / tks : 0, tks, tkr > 0 ? fb / 1e6 / tkr : 0, tkr);
         }
 
-        printf("%d,%d,%.2f,%d,%.3f,%llu,%llu\n", r->ctx, r->prefill_tokens, r->prefill_tps,
+        printf("%d,%d,%.2f,%d,%.3f,%llu,%llu", r->ctx, r->prefill_tokens, r->prefill_tps,
                r->decode_tokens, r->decode_tps, (unsigned long long)r->kv_bytes,
                (unsigned long long)info.active_bytes_per_token);
+        if (o.ssd_streaming) {
+            uint64_t ph = x1.hits - x0.hits, pm = x1.misses - x0.misses;
+            uint64_t dh = x2.hits - x1.hits, dm = x2.misses - x1.misses;
+            uint64_t db = x2.bytes_read - x1.bytes_read;
+            double drs = x2.read_seconds - x1.read_seconds;
+            printf(",%.4f,%.4f,%.0f,%.3f", ph + pm ? (double)ph / (double)(ph + pm) : 0.0,
+                   dh + dm ? (double)dh / (double)(dh + dm) : 0.0, ng ? (double)db / ng : 0.0,
+                   drs > 0 ? (double)db / drs / 1e9 : 0.0);
+            note("ctx %d: experts: prefill hit rate %.1f %%, decode hit rate %.1f %%, %.2f MiB read per "
+                 "decoded token, %.2f GB/s while reading, decode waited %.2f s for reads", target,
+                 ph + pm ? 100.0 * (double)ph / (double)(ph + pm) : 0.0,
+                 dh + dm ? 100.0 * (double)dh / (double)(dh + dm) : 0.0, ng ? db / 1048576.0 / ng : 0.0,
+                 drs > 0 ? (double)db / drs / 1e9 : 0.0, x2.wait_seconds - x1.wait_seconds);
+        }
+        printf("\n");
         fflush(stdout);
         note("ctx %d: prefill %d tokens in %.2f s (%.2f tok/s) | decode %d tokens in %.2f s "
              "(%.3f tok/s) | kv %.2f MB | snapshot %.2f MB: save %.0f MB/s, restore %.0f MB/s",

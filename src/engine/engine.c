@@ -13,6 +13,11 @@
 #include "engine/engine_internal.h"
 #include "store/hash.h"
 #include "dist/dist.h"
+#include "engine/expert_cache.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void ds4_model_params_default(ds4_model_params *p) {
     memset(p, 0, sizeof *p);
@@ -78,6 +83,29 @@ static int check_data(ds4_model *m, char **err) {
     return DS4_OK;
 }
 
+/* --ssd-streaming: the non-routed weights move to anonymous memory, the
+ * routed experts are read into the cache on demand, and the mmap'd data
+ * section is dropped from this process (nothing reaches it again; the
+ * expert tests check the mapping's resident size). */
+static int ssd_setup(ds4_model *m, const ds4_model_params *p, char **err) {
+    if (xc_copy_resident(m->gf, &m->w, &m->resident, &m->resident_bytes, err)) return DS4_EIO;
+    uint64_t budget = p->ssd_cache_bytes ? p->ssd_cache_bytes : xc_default_budget(m->resident_bytes);
+    int rc = xc_open(&m->xc, m->gf, &m->w, budget, p->ssd_readers > 0 ? p->ssd_readers : 4, err);
+    if (rc) return rc;
+    xc_set_resident(m->xc, m->resident_bytes);
+    if (m->gf->owns_map) {
+        long pg = sysconf(_SC_PAGESIZE);
+        uint64_t a = (m->gf->data_offset + (uint64_t)pg - 1) & ~((uint64_t)pg - 1);
+        if (a < m->gf->size)
+            madvise((uint8_t *)m->gf->map + a, (size_t)(m->gf->size - a), MADV_DONTNEED);
+    }
+    /* and out of the page cache: what parsing and the copy brought in,
+     * readahead past the copied tensors included (mapped metadata pages
+     * stay) */
+    if (m->gf->fd >= 0) posix_fadvise(m->gf->fd, 0, 0, POSIX_FADV_DONTNEED);
+    return DS4_OK;
+}
+
 ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **err) {
     ds4_model_params def;
     if (!p) { ds4_model_params_default(&def); p = &def; }
@@ -115,6 +143,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     }
     m->tok = ds4_tokenizer_load(path, err);
     if (!m->tok) goto fail;
+    if (p->ssd_streaming && ssd_setup(m, p, err) != DS4_OK) goto fail;
     if (check_data(m, err) != DS4_OK) goto fail;
 
     m->kern = ds4_kernels_best();
@@ -169,6 +198,8 @@ fail:
 void ds4_model_free(ds4_model *m) {
     if (!m) return;
     ds4_pool_free(m->pool);
+    xc_free(m->xc);
+    if (m->resident) munmap(m->resident, (size_t)m->resident_bytes);
     if (m->tok) ds4_tokenizer_free(m->tok);
     if (m->gf) {
         ds4_weights_free(&m->w);
@@ -210,4 +241,13 @@ void ds4_model_fingerprint(const ds4_model *m, uint8_t out[20]) {
 
 void ds4_model_family_fingerprint(const ds4_model *m, uint8_t out[20]) {
     memcpy(out, m->family_fp, 20);
+}
+
+void ds4_model_expert_cache_stats(const ds4_model *m, ds4_expert_cache_stats *st) {
+    if (m->xc) xc_stats(m->xc, st);
+    else memset(st, 0, sizeof *st);
+}
+
+const char *ds4_model_expert_cache_error(const ds4_model *m) {
+    return m->xc ? xc_error(m->xc) : NULL;
 }

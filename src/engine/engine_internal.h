@@ -36,6 +36,11 @@ struct ds4_model {
     rope_t rope_dense, rope_comp;
     uint8_t fingerprint[20];
     uint8_t family_fp[20];
+    /* --ssd-streaming (expert_cache.c): the routed-expert cache and the
+     * anonymous copy of the other weights; NULL when resident */
+    struct ds4_xcache *xc;
+    void *resident;
+    uint64_t resident_bytes;
 };
 
 /* Per-layer decode state (docs/MODEL.md §8.1).  The KV rows (raw window,

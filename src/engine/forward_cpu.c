@@ -23,6 +23,7 @@
 #include "engine/imatrix.h"
 #include "kernels/vec_ops.h"
 #include "dist/dist.h"
+#include "engine/expert_cache.h"
 
 
 typedef struct {
@@ -931,6 +932,67 @@ static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const 
     else ds4_pool_run(f->cc.pool, swiglu_task, &j);
 }
 
+/* --ssd-streaming (expert_cache.c): the routed products of one MoE
+ * sub-batch on the cache's copies of the experts.  All of this rank's
+ * experts are asked for at once (the cache's threads read the misses),
+ * and each batch already in memory is computed while the rest arrive.
+ * gate/up, SwiGLU, quantization and down of an expert touch only its own
+ * rows and see the same kernels on the same bytes, so batching changes
+ * nothing in the numbers, and the caller sums the experts per token in
+ * ascending expert order as the resident path does.  With fewer slots
+ * than experts this simply runs in more batches (waves).  The quantized
+ * `down` inputs go after the gate/up inputs in qscratch (sized 2x the
+ * larger of the two, session.c), since later batches still need `ain`. */
+static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, const uint8_t *ain,
+                        size_t rb_in, size_t rb_dn, const float *wrow, int e_lo, int e_hi) {
+    const ds4_layer_weights *lw = &f->w->layers[il];
+    cpu_scratch *sc = &f->s->sc;
+    struct ds4_xcache *xc = f->s->m->xc;
+    const int D = f->c->n_embd, F = f->c->n_ff_exp;
+    mm_group *grp = (mm_group *)sc->qscratch2;   /* 2*E groups fit (sized at init) */
+    uint8_t *amid = (uint8_t *)ain + (size_t)nt * rb_in;
+    int need[DS4_MAX_EXPERT], idx[DS4_MAX_EXPERT], nn = 0;
+    for (int e = e_lo; e < e_hi; e++)
+        if (sc->ecount[e]) need[nn++] = e;
+    xc_begin(xc, il, need, nn);
+    int got;
+    while ((got = xc_next(xc, idx, nn)) > 0) {
+        const uint8_t *w3[3];
+        int ng = 0;
+        for (int j = 0; j < got; j++) {
+            int e = need[idx[j]];
+            xc_weights(xc, idx[j], w3);
+            mm_group gg = { .W = mat_expert(&lw->ffn_gate_exps, 0), .kind = kin, .act = ain,
+                            .act_stride = rb_in, .rows = sc->erows + sc->eoff[e],
+                            .n_rows = sc->ecount[e], .out = sc->g + (size_t)sc->eoff[e] * F,
+                            .out_stride = F };
+            gg.W.w = w3[0];
+            grp[ng++] = gg;
+            gg.W = mat_expert(&lw->ffn_up_exps, 0);
+            gg.W.w = w3[1];
+            gg.out = sc->u + (size_t)sc->eoff[e] * F;
+            grp[ng++] = gg;
+        }
+        cpu_matmul_groups(&f->cc, grp, ng);
+        ng = 0;
+        for (int j = 0; j < got; j++) {
+            int e = need[idx[j]], r0 = sc->eoff[e], n = sc->ecount[e];
+            xc_weights(xc, idx[j], w3);
+            swiglu(f, sc->g + (size_t)r0 * F, sc->u + (size_t)r0 * F, n, F, lw->swiglu_clamp, wrow + r0);
+            quantize_rows(f, kdn, sc->g + (size_t)r0 * F, F, F, amid + (size_t)r0 * rb_dn, rb_dn, n);
+            mm_group gd = { .W = mat_expert(&lw->ffn_down_exps, 0), .kind = kdn,
+                            .act = amid + (size_t)r0 * rb_dn, .act_stride = rb_dn,
+                            .rows = NULL, .n_rows = n, .out = sc->dn + (size_t)r0 * D, .out_stride = D };
+            gd.W.w = w3[2];
+            grp[ng++] = gd;
+        }
+        cpu_matmul_groups(&f->cc, grp, ng);
+        xc_release(xc, idx, got);
+    }
+    xc_end(xc);
+    return got < 0 ? got : DS4_OK;
+}
+
 static int moe(fwd *f, int il, const int32_t *toks) {
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = &f->w->layers[il];
@@ -978,43 +1040,52 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                 sc->erows[i] = t;
                 wrow[i] = sc->wts[(size_t)(t0 + t) * K + k];
             }
-        int ng = 0;
-        for (int e = e_lo; e < e_hi; e++) {
-            if (!sc->ecount[e]) continue;
-            mm_group gg = { .W = mat_expert(&lw->ffn_gate_exps, e), .kind = kin, .act = ain,
-                            .act_stride = rb_in, .rows = sc->erows + sc->eoff[e],
-                            .n_rows = sc->ecount[e], .out = sc->g + (size_t)sc->eoff[e] * F,
-                            .out_stride = F };
-            grp[ng++] = gg;
-            gg.W = mat_expert(&lw->ffn_up_exps, e);
-            gg.out = sc->u + (size_t)sc->eoff[e] * F;
-            grp[ng++] = gg;
-        }
-        cpu_matmul_groups(&f->cc, grp, ng);
         int npairs = nt * K;
         /* this rank's (token, slot) rows: experts are contiguous in them */
         int r_lo = e_lo < E ? sc->eoff[e_lo] : npairs, r_hi = e_hi < E ? sc->eoff[e_hi] : npairs;
-        /* the routed weight multiplies the hidden vector before `down` */
-        swiglu(f, sc->g + (size_t)r_lo * F, sc->u + (size_t)r_lo * F, r_hi - r_lo, F,
-               lw->swiglu_clamp, wrow + r_lo);
-        /* importance collection: reads the inputs of gate/up and down
-         * (single process: --imatrix-out is not offered under --dist) */
-        if (f->s->imatrix)
-            ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
-                                sc->ecount);
-        uint8_t *amid = sc->qscratch;
-        quantize_rows(f, kdn, sc->g + (size_t)r_lo * F, F, F, amid + (size_t)r_lo * rb_dn, rb_dn,
-                      r_hi - r_lo);
-        ng = 0;
-        for (int e = e_lo; e < e_hi; e++) {
-            if (!sc->ecount[e]) continue;
-            mm_group gd = { .W = mat_expert(&lw->ffn_down_exps, e), .kind = kdn,
-                            .act = amid + (size_t)sc->eoff[e] * rb_dn, .act_stride = rb_dn,
-                            .rows = NULL, .n_rows = sc->ecount[e],
-                            .out = sc->dn + (size_t)sc->eoff[e] * D, .out_stride = D };
-            grp[ng++] = gd;
+        if (f->s->m->xc) {
+            /* --ssd-streaming: the same products on the cache's copies */
+            int rc = moe_streamed(f, il, nt, kin, kdn, ain, rb_in, rb_dn, wrow, e_lo, e_hi);
+            if (rc) return rc;
+            if (f->s->imatrix)
+                ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
+                                    sc->ecount);
+        } else {
+            int ng = 0;
+            for (int e = e_lo; e < e_hi; e++) {
+                if (!sc->ecount[e]) continue;
+                mm_group gg = { .W = mat_expert(&lw->ffn_gate_exps, e), .kind = kin, .act = ain,
+                                .act_stride = rb_in, .rows = sc->erows + sc->eoff[e],
+                                .n_rows = sc->ecount[e], .out = sc->g + (size_t)sc->eoff[e] * F,
+                                .out_stride = F };
+                grp[ng++] = gg;
+                gg.W = mat_expert(&lw->ffn_up_exps, e);
+                gg.out = sc->u + (size_t)sc->eoff[e] * F;
+                grp[ng++] = gg;
+            }
+            cpu_matmul_groups(&f->cc, grp, ng);
+            /* the routed weight multiplies the hidden vector before `down` */
+            swiglu(f, sc->g + (size_t)r_lo * F, sc->u + (size_t)r_lo * F, r_hi - r_lo, F,
+                   lw->swiglu_clamp, wrow + r_lo);
+            /* importance collection: reads the inputs of gate/up and down
+             * (single process: --imatrix-out is not offered under --dist) */
+            if (f->s->imatrix)
+                ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
+                                    sc->ecount);
+            uint8_t *amid = sc->qscratch;
+            quantize_rows(f, kdn, sc->g + (size_t)r_lo * F, F, F, amid + (size_t)r_lo * rb_dn, rb_dn,
+                          r_hi - r_lo);
+            ng = 0;
+            for (int e = e_lo; e < e_hi; e++) {
+                if (!sc->ecount[e]) continue;
+                mm_group gd = { .W = mat_expert(&lw->ffn_down_exps, e), .kind = kdn,
+                                .act = amid + (size_t)sc->eoff[e] * rb_dn, .act_stride = rb_dn,
+                                .rows = NULL, .n_rows = sc->ecount[e],
+                                .out = sc->dn + (size_t)sc->eoff[e] * D, .out_stride = D };
+                grp[ng++] = gd;
+            }
+            cpu_matmul_groups(&f->cc, grp, ng);
         }
-        cpu_matmul_groups(&f->cc, grp, ng);
         /* every rank gets every rank's rows, then sums them exactly as one
          * process does (not MPI_SUM): the results stay bit-identical */
         if (ds4_dist_on() && e_hi - e_lo < E) {

@@ -121,6 +121,10 @@ void ds4_memory_plan_print(const ds4_mem_plan *p, FILE *out) {
         gib(c, sizeof c, p->mem_available - rest);
         fprintf(out, "                   without the routed experts it needs %s, leaving %s\n"
                 "                   of available RAM for caching routed experts\n", d, c);
+        /* half of what is left: the default of --ssd-streaming */
+        fprintf(out, "                   run with --ssd-streaming (expert cache: half of that,\n"
+                "                   or --ssd-streaming-cache-experts %lluMB)\n",
+                (unsigned long long)((p->mem_available - rest) / 2 >> 20));
     } else {
         fprintf(out, "                   even without the routed experts it needs %s: use a\n"
                 "                   smaller --ctx or a machine with more RAM\n", d);
