@@ -219,6 +219,9 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->qscratch2, 2 * E * sizeof(mm_group));
     ITEM(sc->ylast, T * D * 4);
     ITEM(sc->logits, (size_t)c->n_vocab * 4);
+    ITEM(sc->ritem, (size_t)T * 4);
+    ITEM(sc->rtok, (size_t)T * 4);
+    ITEM(sc->hrow, (size_t)T * 4);
 #undef ITEM
     *n_it = k;
     return DS4_OK;
