@@ -167,10 +167,16 @@ static void tok_task(void *ctx, int ith, int nth) {
     for (long t = lo; t < hi; t++) j->fn(j->f, (int)t, j->ud);
 }
 
-/* Run fn for every token of the chunk, in parallel when worth it. */
+/* Rows up to which the per-row steps (norms, HC mixing, RoPE, routing:
+ * microseconds a row) run on the calling thread: a parallel section costs
+ * more than that, and a batched decode step has one row per session. */
+#define FOR_TOKENS_INLINE 16
+
+/* Run fn for every token of the chunk, in parallel when worth it (which
+ * thread computes a row does not change it). */
 static void for_tokens(fwd *f, tok_fn fn, void *ud) {
     tok_job j = { f, fn, ud, f->T };
-    if (f->T == 1) fn(f, 0, ud);
+    if (f->T <= FOR_TOKENS_INLINE) tok_task(&j, 0, 1);
     else ds4_pool_run(f->cc.pool, tok_task, &j);
 }
 
