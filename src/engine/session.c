@@ -536,6 +536,7 @@ int ds4_session_eval_batch(ds4_batch_item *items, int n_items) {
         if (b->n < 0 || (b->n > 0 && !b->toks)) { b->rc = DS4_EINVAL; continue; }
         if (b->n == 0) continue;
         if ((int64_t)s->toks.n + b->n > s->ctx) { b->rc = DS4_ECTX; continue; }
+        s->stg_n = 0;   /* a staged pass is now final (as ds4_session_eval) */
         int nv = s->m->w.cfg.n_vocab;
         for (int t = 0; t < b->n; t++)
             if (b->toks[t] < 0 || b->toks[t] >= nv) { b->rc = DS4_EINVAL; break; }
@@ -575,7 +576,6 @@ int ds4_session_eval_batch(ds4_batch_item *items, int n_items) {
                 items[bi[g]].rc = ds4_session_eval(ci[g].s, ci[g].toks, ci[g].n, NULL, NULL);
             continue;
         }
-        for (int g = 0; g < ng; g++) ci[g].s->stg_n = 0;   /* a staged pass is now final */
         int rc = ds4_cpu_eval_batch(own, ci, ng);
         for (int g = 0; g < ng; g++) {
             ds4_session *s = ci[g].s;
