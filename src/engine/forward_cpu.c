@@ -1,10 +1,13 @@
 /*
  * forward_cpu.c -- the DeepSeek V4 graph on the CPU (docs/MODEL.md §2-§6).
  *
- * Owns: evaluating a chunk of T consecutive tokens through every layer and
- * the head, updating the per-layer KV state.  Decode is simply T = 1: the
- * same code, the same kernels and the same summation order, so prefill and
- * token-by-token decode give bit-identical logits.  The work is layer-major
+ * Owns: evaluating a pass of T rows through every layer and the head,
+ * updating the per-layer KV state: a chunk of consecutive tokens of one
+ * session, or the rows of several sessions at once (the batched step of
+ * concurrent sessions: each weight read once for all of them, each row
+ * attending to its own session).  Decode is simply T = 1: the same code,
+ * the same kernels and the same summation order, so prefill, token-by-
+ * token decode and batched decode give bit-identical logits.  The work is layer-major
  * (all T tokens through layer il, then il+1) so each weight matrix is
  * streamed once per chunk; the compressor and indexer frontiers are advanced
  * token by token with the decode functions, which is what makes a chunk
