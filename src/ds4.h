@@ -464,7 +464,12 @@ void ds4_session_reset(ds4_session *s);
  * alone, whatever the other items are.  items[i].rc receives that item's
  * result (an item that fails is reset as ds4_session_eval resets it; the
  * others are unaffected); the return value is DS4_OK when every item
- * succeeded, else the first failing item's code. */
+ * succeeded, else the first failing item's code.  Items share forward
+ * passes (each weight read once for all their rows) up to the prefill
+ * chunk of the session with the largest context; an item longer than its
+ * session's chunk, or whose session captures, collects an imatrix or runs
+ * under --dist, is evaluated alone inside the step (README "Concurrent
+ * sessions"). */
 typedef struct {
     ds4_session *s;
     const int32_t *toks;

@@ -4,8 +4,8 @@
 # rows, positive numbers, growing kv_bytes, the SVG plot, that the tokens
 # generated after snapshot/restore and incremental prefill equal those of
 # other frontier schedules, chunk sizes and an uninterrupted prefill, the
-# context_length warning, Ctrl+C (partial rows, plot, exit 130) and bad
-# arguments.  One worker thread (the machine is shared), well under 30 s.
+# context_length warning, Ctrl+C (partial rows, plot, exit 130), --parallel
+# (CSV, every stream's tokens the same for every N) and bad arguments.  One worker thread (the machine is shared), well under 30 s.
 set -u
 cd "$(dirname "$0")/.."
 BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin under DEBUG=1)
@@ -138,6 +138,25 @@ if [ $rc -eq 130 ] && [ $rows -ge 2 ] && [ $rows -lt 62 ] && grep -q interrupted
 else bad "SIGINT: exit $rc, $rows rows"; tail -3 "$T/i.err"; fi
 check_svg "$T/i.svg" "SIGINT"
 
+# --- --parallel: N streams decoded with the batched step -------------------
+PH="parallel,ctx,decode_tokens,step_ms,aggregate_tps,per_stream_tps,aggregate_x,per_stream_x,weight_mb_per_step,weight_mb_n_single"
+if "${B[@]}" --ctx-start 40 --gen-tokens 4 --chunk 16 --parallel 1,3,2 --rounds 1 > "$T/par.csv" 2> "$T/par.err"; then
+    if [ "$(head -n 1 "$T/par.csv")" = "$PH" ] && [ "$(wc -l < "$T/par.csv")" -eq 4 ] &&
+       awk -F, 'NR == 1 { next }
+                { if (NF != 10) bad = 1
+                  for (k = 1; k <= 10; k++) if ($k !~ /^[0-9]+(\.[0-9]+)?$/ || $k + 0 <= 0) bad = 1
+                  if ($2 != 40 || $3 != 4) bad = 1
+                  n[NR] = $1; w[NR] = $9; s[NR] = $10 }
+                END { if (n[2] != 1 || n[3] != 3 || n[4] != 2) bad = 1
+                      if (w[2] != s[2]) bad = 1            # one stream: one step of weights
+                      if (!(w[3] < s[3] && w[4] < s[4])) bad = 1
+                      exit bad }' "$T/par.csv"; then
+        ok "--parallel: CSV header, one row per N in list order, positive values, fewer weight bytes than N single steps"
+    else bad "--parallel CSV:"; sed 's/^/     /' "$T/par.csv"; fi
+    if grep -q "greedy tokens are the same for every N" "$T/par.err"; then ok "--parallel: every stream's tokens are the same for every N"
+    else bad "--parallel: no batched == alone line: $(tail -3 "$T/par.err")"; fi
+else bad "--parallel run failed: $(tail -3 "$T/par.err")"; fi
+
 # --- bad arguments ----------------------------------------------------------
 expect_fail() {   # expect_fail CODE "PATTERN" LABEL ARGS...
     local code=$1 pat=$2 label=$3; shift 3
@@ -163,12 +182,17 @@ expect_fail 2 "cannot read the prompt file" "missing text" $BD/ds4-bench -m "$M"
 : > "$T/empty.txt"
 expect_fail 2 "empty" "empty text" $BD/ds4-bench -m "$M" --prompt-file "$T/empty.txt"
 expect_fail 2 "cannot write the plot" "unwritable plot" $BD/ds4-bench -m "$M" "${P[@]}" --plot "$T/no/dir/p.svg"
+expect_fail 2 "parallel" "--parallel 0" $BD/ds4-bench -m "$M" "${P[@]}" --parallel 0
+expect_fail 2 "parallel" "--parallel 1,x" $BD/ds4-bench -m "$M" "${P[@]}" --parallel 1,x
+expect_fail 2 "parallel" "--parallel 65" $BD/ds4-bench -m "$M" "${P[@]}" --parallel 65
+expect_fail 2 "rounds goes with --parallel" "--rounds alone" $BD/ds4-bench -m "$M" "${P[@]}" --rounds 2
+expect_fail 2 "concurrent decoding only" "--parallel with --spec" $BD/ds4-bench -m "$M" "${P[@]}" --parallel 2 --spec 2
 expect_fail 1 "ds4-bench: " "not a GGUF" $BD/ds4-bench -m "$TEXT" "${P[@]}"
 
 if $BD/ds4-bench --help > "$T/help.txt" 2>&1; then
     missing=""
     for o in -m --prompt-file --ctx-start --ctx-max --step-incr --step-mul --gen-tokens --threads \
-             --chunk --plot --no-qat --no-warmup --verbose "$HEADER"; do
+             --chunk --plot --no-qat --no-warmup --verbose --parallel --rounds "$HEADER"; do
         grep -q -- "$o" "$T/help.txt" || missing="$missing $o"
     done
     if [ -z "$missing" ]; then ok "--help documents every option and the CSV header"

@@ -100,6 +100,7 @@ static void usage(FILE *f) {
 "                 [--chunk N] [--plot OUT.svg] [--no-qat] [--no-warmup]\n"
 "                 [--kv-disk-dir DIR]\n"
 "                 [--no-probe] [--verbose] [--spec N]\n"
+"                 [--parallel LIST [--rounds R]]\n"
 "       ds4-bench --help | --version\n"
 "\n"
 "Measures prefill and decode speed as the context grows.  The model is\n"
@@ -165,6 +166,23 @@ static void usage(FILE *f) {
 "                       --gen-tokens decoded with prompt-lookup drafts and\n"
 "                       with always-right drafts (up to N a pass), both\n"
 "                       checked against plain greedy decoding\n"
+"  --parallel LIST      concurrent streams instead of frontiers: for each N\n"
+"                       of LIST (comma-separated, e.g. 1,2,4,8; at most 64)\n"
+"                       N streams of ctx-start tokens each (the text, turned\n"
+"                       by a different offset per stream so they route to\n"
+"                       different experts) decode --gen-tokens greedy tokens\n"
+"                       together, one ds4_session_eval_batch per step; the\n"
+"                       list is run --rounds times interleaved (default 3)\n"
+"                       and the medians reported.  stdout: CSV with\n"
+"                       parallel,ctx,decode_tokens,step_ms,aggregate_tps,\n"
+"                       per_stream_tps,aggregate_x,per_stream_x,\n"
+"                       weight_mb_per_step,weight_mb_n_single (x: against\n"
+"                       the list's first N, normally 1; weight_mb_per_step:\n"
+"                       the weights one batched step reads -- every dense\n"
+"                       weight once, each routed expert once if any stream\n"
+"                       uses it, counted for experts chosen uniformly --\n"
+"                       against N separate decode steps).  Every stream's\n"
+"                       tokens are checked to be the same whatever N.\n"
 "  -v, --verbose        print the generated token ids of every frontier on\n"
 "                       stderr (\"ds4-bench: gen ctx=N: id id ...\"); they do\n"
 "                       not depend on the frontier schedule or chunk size\n"
@@ -233,7 +251,25 @@ typedef struct {
     double dist_timeout;             /* < 0: the default */
     int ssd_streaming;       /* --ssd-streaming: expert columns in the CSV */
     uint64_t ssd_cache_bytes;
+    int par[64], n_par, rounds;      /* --parallel LIST, --rounds R */
 } opts;
+
+/* --parallel: a comma-separated list of stream counts 1..64 */
+static void parse_par_list(const char *v, opts *o) {
+    const char *p = v;
+    o->n_par = 0;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long n = strtol(p, &end, 10);
+        if (end == p || errno || n < 1 || n > 64 || (*end && *end != ','))
+            die_usage("--parallel wants a list of stream counts 1..64 such as 1,2,4,8 (got '%s')", v);
+        if (o->n_par == 64) die_usage("--parallel: at most 64 entries");
+        o->par[o->n_par++] = (int)n;
+        if (!*end) break;
+        p = end + 1;
+    }
+}
 
 static void parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
@@ -270,10 +306,17 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--dist")) o->dist = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dist-layers")) o->dist_layers = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dist-timeout")) o->dist_timeout = ds4_args_double(&a, 0, 1e6);
+        else if (ds4_args_is(&a, NULL, "--parallel")) parse_par_list(ds4_args_value(&a), o);
+        else if (ds4_args_is(&a, NULL, "--rounds")) o->rounds = ds4_args_int(&a, 1, 1000);
         else if (ds4_args_is(&a, "-v", "--verbose")) o->verbose = 1;
         else ds4_args_unknown(&a);
     }
     if (!o->text) die_usage("--prompt-file FILE is required (the text to prefill)");
+    if (o->rounds && !o->n_par) die_usage("--rounds goes with --parallel");
+    if (!o->rounds) o->rounds = 3;
+    if (o->n_par) o->ctx_max = o->ctx_start;   /* one stream length: ctx-start */
+    if (o->n_par && (o->dist || o->kv_dir || o->spec || o->plot))
+        die_usage("--parallel measures concurrent decoding only: without --dist, --kv-disk-dir, --spec, --plot");
     if (o->have_incr && o->have_mul) die_usage("--step-incr and --step-mul are exclusive: give one");
     if (o->ctx_max < o->ctx_start)
         die_usage("--ctx-max (%d) must be >= --ctx-start (%d)", o->ctx_max, o->ctx_start);
@@ -743,6 +786,126 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
     return 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* --parallel: N streams decoded together (ds4_session_eval_batch)         */
+/* ---------------------------------------------------------------------- */
+
+/* Each stream is the text (BOS kept first) turned by 7 tokens per stream,
+ * prefilled once and snapshotted; every measurement restores the streams
+ * it uses and decodes o->gen greedy tokens for all of them, one batched
+ * step per token.  Returns the exit status. */
+static int run_parallel(const opts *o, ds4_model *m, const ds4_model_info *info, const ds4_tokens *seq,
+                        int len, double read_gbs) {
+    int maxn = 0;
+    for (int i = 0; i < o->n_par; i++) if (o->par[i] > maxn) maxn = o->par[i];
+    const int V = info->n_vocab, G = o->gen;
+    ds4_session_params sp;
+    ds4_session_params_default(&sp);
+    sp.ctx_size = len + G;
+    sp.prefill_chunk = o->chunk;
+    sp.no_qat = o->no_qat;
+    ds4_session *ss[64] = { 0 };
+    ds4_buf snaps[64];
+    memset(snaps, 0, sizeof snaps);
+    int32_t *prompt = malloc((size_t)len * sizeof *prompt);
+    /* ids[i][N-slot][g]: stream i's tokens in the run of list entry k */
+    int32_t *ids = calloc((size_t)maxn * o->n_par * G, sizeof *ids);
+    double *dt = calloc((size_t)o->n_par * o->rounds, sizeof *dt);
+    ds4_batch_item *it = calloc((size_t)maxn, sizeof *it);
+    int32_t *next = calloc((size_t)maxn, sizeof *next);
+    if (!prompt || !ids || !dt || !it || !next) die("out of memory");
+    char *err = NULL;
+    note("parallel: %d streams of %d tokens, %d greedy tokens each, lists %d round%s", maxn, len, G,
+         o->rounds, o->rounds == 1 ? "" : "s");
+    for (int i = 0; i < maxn; i++) {
+        ss[i] = ds4_session_new(m, &sp, &err);
+        if (!ss[i]) die("stream %d: %s", i, err ? err : "cannot create the session");
+        prompt[0] = seq->v[0];
+        for (int t = 1; t < len; t++)
+            prompt[t] = len > 1 ? seq->v[1 + (t - 1 + 7 * i) % (len - 1)] : seq->v[0];
+        double ta = now_s();
+        int e = ds4_session_eval(ss[i], prompt, len, NULL, NULL);
+        if (e) die("stream %d prefill: %s", i, ds4_strerror(e));
+        if (ds4_session_snapshot(ss[i], &snaps[i])) die("stream %d: snapshot failed", i);
+        note("stream %d prefilled (%d tokens, %.1f tok/s)", i, len, len / (now_s() - ta));
+        if (g_stop) break;
+    }
+    /* the list, round after round (interleaved: load drift hits every N) */
+    int rc = 0;
+    for (int r = 0; r < o->rounds && !g_stop && !rc; r++)
+        for (int k = 0; k < o->n_par && !g_stop && !rc; k++) {
+            int n = o->par[k];
+            for (int i = 0; i < n; i++) {
+                if (ds4_session_restore(ss[i], snaps[i].p, snaps[i].n, &err)) {
+                    note("restore: %s", err ? err : "failed");
+                    rc = 1;
+                    break;
+                }
+                next[i] = ds4_sample_greedy(ds4_session_logits(ss[i]), V);
+            }
+            double ta = now_s();
+            for (int g = 0; g < G && !rc; g++) {
+                for (int i = 0; i < n; i++) {
+                    ids[((size_t)i * o->n_par + k) * G + g] = next[i];
+                    it[i] = (ds4_batch_item){ .s = ss[i], .toks = &next[i], .n = 1 };
+                }
+                int e = ds4_session_eval_batch(it, n);
+                if (e) { note("batched step (N=%d): %s", n, ds4_strerror(e)); rc = 1; break; }
+                for (int i = 0; i < n; i++) next[i] = ds4_sample_greedy(ds4_session_logits(ss[i]), V);
+            }
+            dt[(size_t)k * o->rounds + r] = now_s() - ta;
+        }
+    /* a stream's tokens do not depend on how many run beside it */
+    int same = 1;
+    for (int i = 0; i < maxn && !rc; i++) {
+        int k0 = -1;
+        for (int k = 0; k < o->n_par; k++) {
+            if (o->par[k] <= i) continue;
+            if (k0 < 0) { k0 = k; continue; }
+            if (memcmp(ids + ((size_t)i * o->n_par + k) * G, ids + ((size_t)i * o->n_par + k0) * G,
+                       (size_t)G * sizeof *ids))
+                same = 0;
+        }
+    }
+    if (!rc && !g_stop) {
+        if (!same) { note("ERROR: a stream's tokens changed with the number of streams"); rc = 1; }
+        else note("every stream's greedy tokens are the same for every N (batched == alone)");
+    }
+    /* weights per step: dense once; a routed expert once if any of the N
+     * tokens uses it (expected count for uniform choices) */
+    ds4_mem_plan mp;
+    double routed = 0;
+    if (ds4_memory_plan(o->model, len + G, o->threads, &mp, &err) == DS4_OK) routed = (double)mp.routed;
+    free(err);
+    err = NULL;
+    const double E = info->n_expert, K = info->n_expert_used;
+    double per_tok = (double)info->active_bytes_per_token, dense = per_tok - K / E * routed;
+    printf("parallel,ctx,decode_tokens,step_ms,aggregate_tps,per_stream_tps,aggregate_x,per_stream_x,"
+           "weight_mb_per_step,weight_mb_n_single\n");
+    double agg1 = 0, ps1 = 0;
+    for (int k = 0; k < o->n_par && !rc && !g_stop; k++) {
+        int n = o->par[k];
+        double t = median(dt + (size_t)k * o->rounds, o->rounds);
+        double step_ms = t / G * 1e3, ps = G / t, agg = n * ps;
+        if (k == 0) { agg1 = agg; ps1 = ps; }
+        double wb = dense + routed * (1.0 - pow(1.0 - K / E, n));
+        printf("%d,%d,%d,%.2f,%.3f,%.3f,%.2f,%.2f,%.1f,%.1f\n", n, len, G, step_ms, agg, ps, agg / agg1,
+               ps / ps1, wb / 1e6, n * per_tok / 1e6);
+        note("N=%d: step %.1f ms, aggregate %.2f tok/s (x%.2f), per stream %.2f tok/s (x%.2f); "
+             "weights %.1f MB per step (%.1f GB/s%s) vs %.1f MB for %d single steps", n, step_ms, agg,
+             agg / agg1, ps, ps / ps1, wb / 1e6, wb / (t / G) / 1e9,
+             read_gbs > 0 ? "" : ", no STREAM figure", n * per_tok / 1e6, n);
+        if (read_gbs > 0)
+            note("N=%d: weight traffic is %.0f%% of STREAM read (%.1f GB/s)", n,
+                 100.0 * wb / (t / G) / 1e9 / read_gbs, read_gbs);
+    }
+    fflush(stdout);
+    for (int i = 0; i < maxn; i++) { ds4_session_free(ss[i]); ds4_buf_free(&snaps[i]); }
+    free(prompt); free(ids); free(dt); free(it); free(next);
+    if (g_stop) return 130;
+    return rc;
+}
+
 int main(int argc, char **argv) {
     opts o;
     parse_args(argc, argv, &o);
@@ -909,6 +1072,14 @@ int main(int argc, char **argv) {
              "decode roofline %.2f tok/s (read / weights per token); AMX int8 tile peak %.0f GOP/s%s",
              threads, threads == 1 ? "" : "s", mf0.read, mf0.triad, mf0.kind >= 0 ? probe_kind_name(mf0.kind) : "int8",
              mf0.int8, mf0.read * 1e9 / (double)info.active_bytes_per_token, mf0.amx, mf0.amx > 0 ? "" : " (no AMX)");
+    }
+
+    if (o.n_par) {
+        int prc = run_parallel(&o, m, &info, &seq, o.ctx_start, probing ? mf0.read : 0);
+        free(front);
+        ds4_tokens_free(&seq);
+        ds4_model_free(m);
+        return prc;
     }
 
     /* Session. */

@@ -115,7 +115,11 @@ typedef struct {
     void *qscratch;           /* quantized activations */
     void *qscratch2;
     float *ylast;             /* [T][D] head input */
-    float *logits;            /* [T][vocab] when capturing, else [1][vocab] */
+    float *logits;            /* [logits_rows][vocab]: a captured chunk, or
+                                 one row per item of a batched pass */
+    int *ritem;               /* [T] row -> item of the pass */
+    int32_t *rtok;            /* [T] the rows' tokens */
+    int *hrow;                /* [T] rows the head evaluates */
 } cpu_scratch;
 
 /* A RAM checkpoint of the session's own history (session.c): only what a
@@ -180,6 +184,24 @@ int ds4_cpu_frontier_push(float *st_kv, float *st_sc, int R, int coff, int w,
 /* forward_cpu.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);
  * updates the layer states and s->logits.  Returns DS4_OK. */
 int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n);
+/* One item of a batched pass: n tokens (n <= s->chunk) appended to s.
+ * The fields after n are the forward's own bookkeeping. */
+typedef struct {
+    ds4_session *s;
+    const int32_t *toks;
+    int n;
+    int r0;                /* its first row in the pass */
+    int64_t p0;            /* position of its first token */
+    layer_state *st;       /* the layer being evaluated */
+    int64_t raw_base_pos;  /* absolute position of st->raw row raw_start */
+} ds4_cpu_item;
+/* forward_cpu.c: one pass over the rows of every item (their sum <= the
+ * scratch owner's chunk; distinct sessions sharing the owner's no_qat, ctx
+ * at most the owner's; no capture, staging, imatrix or --dist: those are
+ * single-session, see ds4_session_eval_batch).  Each item's state and
+ * s->logits come out as ds4_cpu_eval_chunk of its tokens alone; the token
+ * lists are the caller's.  The owner's sc.logits must hold n_items rows. */
+int ds4_cpu_eval_batch(ds4_session *owner, ds4_cpu_item *items, int n_items);
 int ds4_cpu_scratch_init(ds4_session *s);
 /* session.c: KV row storage.  Bytes per element, the address of row `r`
  * of width w, and exact conversions (f16 -> f32 is exact; f32 -> f16 is

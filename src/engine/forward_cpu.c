@@ -1,10 +1,13 @@
 /*
  * forward_cpu.c -- the DeepSeek V4 graph on the CPU (docs/MODEL.md §2-§6).
  *
- * Owns: evaluating a chunk of T consecutive tokens through every layer and
- * the head, updating the per-layer KV state.  Decode is simply T = 1: the
- * same code, the same kernels and the same summation order, so prefill and
- * token-by-token decode give bit-identical logits.  The work is layer-major
+ * Owns: evaluating a pass of T rows through every layer and the head,
+ * updating the per-layer KV state: a chunk of consecutive tokens of one
+ * session, or the rows of several sessions at once (the batched step of
+ * concurrent sessions: each weight read once for all of them, each row
+ * attending to its own session).  Decode is simply T = 1: the same code,
+ * the same kernels and the same summation order, so prefill, token-by-
+ * token decode and batched decode give bit-identical logits.  The work is layer-major
  * (all T tokens through layer il, then il+1) so each weight matrix is
  * streamed once per chunk; the compressor and indexer frontiers are advanced
  * token by token with the decode functions, which is what makes a chunk
@@ -26,16 +29,33 @@
 #include "engine/expert_cache.h"
 
 
+/* A pass evaluates T rows that belong to one or more sessions (items):
+ * item i owns rows [r0, r0 + n), consecutive positions of its session
+ * from p0.  Everything that multiplies a weight runs once over all T rows;
+ * what reads or writes a session's state (RoPE positions, the KV window,
+ * the compressor/indexer frontiers, attention, steering) goes through the
+ * row's item.  A single-session chunk is the pass with one item. */
 typedef struct {
-    ds4_session *s;
+    ds4_session *s;   /* one item: its session; several: the scratch owner */
+    ds4_model *m;
+    cpu_scratch *sc;  /* s's scratch, shared by every row of the pass */
     const ds4_config *c;
     const ds4_weights *w;
     cpu_ctx cc;
-    int T;            /* tokens in this chunk */
-    int64_t p0;       /* position of the first */
+    ds4_cpu_item *it;
+    int n_it;
+    const int *ritem; /* [T] row -> item */
+    const int32_t *toks; /* [T] the rows' tokens */
+    int T;            /* rows in this pass */
     int qat;          /* storage roundings on */
     int no_qat;
 } fwd;
+
+static inline ds4_cpu_item *row_item(const fwd *f, int t) { return &f->it[f->ritem[t]]; }
+static inline int64_t row_pos(const fwd *f, int t) {
+    const ds4_cpu_item *i = row_item(f, t);
+    return i->p0 + (t - i->r0);
+}
 
 /* ---------------------------------------------------------------------- */
 /* helpers                                                                 */
@@ -56,7 +76,7 @@ static float tval(const ds4_tensor *t, int i) {
 
 static void mm(fwd *f, const ds4_tensor *t, const float *x, size_t xs,
                float *y, size_t ys) {
-    cpu_matmul(&f->cc, mat_of(t), f->no_qat, x, xs, f->T, y, ys, f->s->sc.qscratch);
+    cpu_matmul(&f->cc, mat_of(t), f->no_qat, x, xs, f->T, y, ys, f->sc->qscratch);
 }
 
 /* Several weights applied to the same input rows in one parallel section:
@@ -108,7 +128,7 @@ static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
 #define MM_MULTI_MAX (DS4_MAX_OUT_GROUPS > 8 ? DS4_MAX_OUT_GROUPS : 8)
 
 static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *sp, int n) {
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     mm_group g[MM_MULTI_MAX];
     uint8_t *area[3] = { NULL, NULL, NULL };
     size_t rb[3] = { 0, 0, 0 };
@@ -151,10 +171,16 @@ static void tok_task(void *ctx, int ith, int nth) {
     for (long t = lo; t < hi; t++) j->fn(j->f, (int)t, j->ud);
 }
 
-/* Run fn for every token of the chunk, in parallel when worth it. */
+/* Rows up to which the per-row steps (norms, HC mixing, RoPE, routing:
+ * microseconds a row) run on the calling thread: a parallel section costs
+ * more than that, and a batched decode step has one row per session. */
+#define FOR_TOKENS_INLINE 16
+
+/* Run fn for every token of the chunk, in parallel when worth it (which
+ * thread computes a row does not change it). */
 static void for_tokens(fwd *f, tok_fn fn, void *ud) {
     tok_job j = { f, fn, ud, f->T };
-    if (f->T == 1) fn(f, 0, ud);
+    if (f->T <= FOR_TOKENS_INLINE) tok_task(&j, 0, 1);
     else ds4_pool_run(f->cc.pool, tok_task, &j);
 }
 
@@ -170,7 +196,7 @@ typedef struct { const ds4_tensor *fn, *scale, *base; } hc_w;
 static void hc_flat_task(fwd *f, int t, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     int n = c->n_hc * c->n_embd;
     rms_norm(sc->X + (size_t)t * n, NULL, n, c->rms_eps, sc->flat + (size_t)t * n);
 }
@@ -201,7 +227,7 @@ static void sinkhorn(float *C, int N, int iters, float eps) {
 static void hc_mix_task(fwd *f, int t, void *ud) {
     const hc_w *h = ud;
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const int N = c->n_hc, D = c->n_embd, M = (2 + N) * N;
     const float *m = sc->mix + (size_t)t * M;
     float pre[DS4_MAX_HC];
@@ -225,7 +251,7 @@ static void hc_mix_task(fwd *f, int t, void *ud) {
 /* X -> cur (sublayer input), post, comb */
 static void hc_pre(fwd *f, const hc_w *h) {
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const int ND = c->n_hc * c->n_embd, M = (2 + c->n_hc) * c->n_hc;
     for_tokens(f, hc_flat_task, NULL);
     mm(f, h->fn, sc->flat, ND, sc->mix, M);
@@ -235,7 +261,7 @@ static void hc_pre(fwd *f, const hc_w *h) {
 static void hc_post_task(fwd *f, int t, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const int N = c->n_hc, D = c->n_embd;
     const float *X = sc->X + (size_t)t * N * D;
     float *Xn = sc->X2 + (size_t)t * N * D;
@@ -257,11 +283,17 @@ static void hc_post_task(fwd *f, int t, void *ud) {
  * copies get it because the next sublayer reads a weighted sum of them
  * (hc_pre) and the copies are re-mixed by C at every hc_post: adding to one
  * copy would be diluted by weights that differ per token. */
+static int steered(const ds4_session *s, int il) {
+    return s->steer && il >= s->steer_l0 && il <= s->steer_l1;
+}
+
 static void steer_task(fwd *f, int t, void *ud) {
-    (void)ud;
+    const int *il = ud;
     const ds4_config *c = f->c;
-    const float *v = f->s->steer;
-    float *X = f->s->sc.X + (size_t)t * c->n_hc * c->n_embd;
+    const ds4_session *s = row_item(f, t)->s;   /* each row its own session's */
+    if (!steered(s, *il)) return;
+    const float *v = s->steer;
+    float *X = f->sc->X + (size_t)t * c->n_hc * c->n_embd;
     for (int b = 0; b < c->n_hc; b++)
         for (int k = 0; k < c->n_embd; k++) X[(size_t)b * c->n_embd + k] += v[k];
 }
@@ -269,11 +301,12 @@ static void steer_task(fwd *f, int t, void *ud) {
 /* X' = post (x) y + C^T X, then swap buffers; steered after the FFN of a
  * steered layer; optionally captured (the capture shows the steered state). */
 static void hc_post(fwd *f, int il, int which) {
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     for_tokens(f, hc_post_task, NULL);
     float *t = sc->X; sc->X = sc->X2; sc->X2 = t;
-    if (which == 1 && f->s->steer && il >= f->s->steer_l0 && il <= f->s->steer_l1)
-        for_tokens(f, steer_task, NULL);
+    int any = 0;
+    for (int i = 0; i < f->n_it; i++) any |= steered(f->it[i].s, il);
+    if (which == 1 && any) for_tokens(f, steer_task, &il);
     if (f->s->cap_hidden) {
         const ds4_config *c = f->c;
         size_t nd = (size_t)c->n_hc * c->n_embd;
@@ -294,7 +327,7 @@ static void hc_post(fwd *f, int il, int which) {
 static void norm_rows_task(fwd *f, int t, void *ud) {
     const ds4_tensor *w = ud;
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     int D = c->n_embd;
     /* weights are F32 by validation */
     rms_norm(sc->cur + (size_t)t * D, f32_of(w), D, c->rms_eps, sc->a + (size_t)t * D);
@@ -304,16 +337,16 @@ typedef struct { int il; const rope_t *rope; } layer_ud;
 
 static void rope_tables_task(fwd *f, int t, void *ud) {
     const layer_ud *L = ud;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     int hr = f->c->n_rot / 2;
-    rope_angles(L->rope, f->p0 + t, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr);
+    rope_angles(L->rope, row_pos(f, t), sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr);
 }
 
 static void q_post_task(fwd *f, int t, void *ud) {
     const layer_ud *L = ud;
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = &f->w->layers[L->il];
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const int d = c->head_dim, hr = c->n_rot / 2;
     const float *cs = sc->cs + (size_t)t * hr, *sn = sc->sn + (size_t)t * hr;
     /* queries: per-head RMSNorm without weight, then RoPE on the tail */
@@ -336,7 +369,7 @@ static void q_post_task(fwd *f, int t, void *ud) {
 static void qr_norm_task(fwd *f, int t, void *ud) {
     const layer_ud *L = ud;
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     rms_norm(sc->qa + (size_t)t * c->q_lora, f32_of(&f->w->layers[L->il].attn_q_a_norm),
              c->q_lora, c->rms_eps, sc->qr + (size_t)t * c->q_lora);
 }
@@ -408,7 +441,7 @@ static void comp_finish(fwd *f, float *row, int w, const ds4_tensor *norm,
     const ds4_config *c = f->c;
     rms_norm(row, f32_of(norm), w, c->rms_eps, row);
     float cs[DS4_MAX_ROT_DIM / 2], sn[DS4_MAX_ROT_DIM / 2];
-    rope_angles(&f->s->m->rope_comp, pos, cs, sn);
+    rope_angles(&f->m->rope_comp, pos, cs, sn);
     rope_apply(row, w, c->n_rot, cs, sn, 0);
     if (f->qat) {
         if (is_indexer) indexer_qat(row, w);
@@ -421,7 +454,7 @@ static void comp_finish(fwd *f, float *row, int w, const ds4_tensor *norm,
 static void add_ape(fwd *f, const ds4_tensor *ape, float *score) {
     int cw = (int)ape->ne[0], R = (int)ape->ne[1];
     for (int t = 0; t < f->T; t++) {
-        int p = (int)((f->p0 + t) % R);
+        int p = (int)(row_pos(f, t) % R);
         float *s = score + (size_t)t * cw;
         if (ape->type == GGML_F16) {
             const uint16_t *a = (const uint16_t *)ape->data + (size_t)p * cw;
@@ -436,8 +469,8 @@ static void add_ape(fwd *f, const ds4_tensor *ape, float *score) {
  * sum_h w_h * relu(q_h . k), heads in blocks sharing the key read. */
 static float idx_score(fwd *f, int t, const float *ik) {
     const ds4_config *c = f->c;
-    const vec_kernels *vk = f->s->m->vk;
-    cpu_scratch *sc = &f->s->sc;
+    const vec_kernels *vk = f->m->vk;
+    cpu_scratch *sc = f->sc;
     const int IH = c->idx_heads, ID = c->idx_dim;
     const float *iq = sc->iq + (size_t)t * IH * ID;
     const float *iw = sc->iw + (size_t)t * IH;
@@ -461,8 +494,8 @@ static float idx_score(fwd *f, int t, const float *ik) {
  * sum is the same as idx_score's. */
 static void idx_score4(fwd *f, int t, const float *ik0, float *out) {
     const ds4_config *c = f->c;
-    const vec_kernels *vk = f->s->m->vk;
-    cpu_scratch *sc = &f->s->sc;
+    const vec_kernels *vk = f->m->vk;
+    cpu_scratch *sc = f->sc;
     const int IH = c->idx_heads, ID = c->idx_dim;
     const float *iq = sc->iq + (size_t)t * IH * ID;
     const float *iw = sc->iw + (size_t)t * IH;
@@ -524,6 +557,7 @@ static int select_topk(const float *scores, int n, int k, int *out) {
 
 typedef struct {
     fwd *f;
+    const ds4_session *s;   /* the row's session */
     layer_state *st;
     int t;
     int n_vis;
@@ -533,10 +567,10 @@ typedef struct {
 static void idx_rows_task(void *ctx, int ith, int nth) {
     idx_rows_job *j = ctx;
     const ds4_config *c = j->f->c;
-    const ds4_session *s = j->f->s;
+    const ds4_session *s = j->s;
     const int ID = c->idx_dim;
     /* f16 rows: four at a time into this thread's float rows (exact) */
-    float *kf = s->sc.idx_kf + (size_t)ith * 4 * ID;
+    float *kf = j->f->sc->idx_kf + (size_t)ith * 4 * ID;
     /* rows go in aligned groups of four (the grouping, hence every score,
      * is the same whatever the thread count) */
     long lo, hi;
@@ -555,14 +589,15 @@ static void idx_rows_task(void *ctx, int ith, int nth) {
     }
 }
 
-static void idx_select(fwd *f, int il, layer_state *st) {
+static void idx_select(fwd *f, int il) {
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     int R = f->w->layers[il].ratio;
     for (int t = 0; t < f->T; t++) {
-        int n_vis = (int)((f->p0 + t + 1) / R);
+        int n_vis = (int)((row_pos(f, t) + 1) / R);
         if (n_vis <= c->idx_topk) { sc->ntopk[t] = -1; continue; }
-        idx_rows_job j = { f, st, t, n_vis, sc->scores };
+        const ds4_cpu_item *it = row_item(f, t);
+        idx_rows_job j = { f, it->s, it->st, t, n_vis, sc->scores };
         if (n_vis < 256) idx_rows_task(&j, 0, 1);
         else ds4_pool_run(f->cc.pool, idx_rows_task, &j);
         sc->ntopk[t] = select_topk(sc->scores, n_vis, c->idx_topk,
@@ -574,8 +609,6 @@ static void idx_select(fwd *f, int il, layer_state *st) {
 typedef struct {
     fwd *f;
     int il;
-    layer_state *st;
-    int raw_base_pos;  /* absolute position of st->raw row raw_start */
     _Atomic long next; /* next (token, head block) item to take */
     long grab;         /* items taken at once */
 } attn_job;
@@ -585,9 +618,8 @@ static void attn_task(void *ctx, int ith, int nth) {
     fwd *f = j->f;
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = &f->w->layers[j->il];
-    const vec_kernels *vk = f->s->m->vk;
-    cpu_scratch *sc = &f->s->sc;
-    layer_state *st = j->st;
+    const vec_kernels *vk = f->m->vk;
+    cpu_scratch *sc = f->sc;
     const int d = c->head_dim, H = c->n_head, R = lw->ratio, hr = c->n_rot / 2;
     const int nblk = (H + VEC_HB - 1) / VEC_HB;
     const float scale = 1.0f / sqrtf((float)d);
@@ -599,8 +631,7 @@ static void attn_task(void *ctx, int ith, int nth) {
      * float rows and reused while its next items are head blocks of the
      * same token (conversion is exact, so the kernels see the same
      * values as with float32 storage) */
-    const ds4_session *s = f->s;
-    float *kf = s->kv16 ? sc->attn_kf + (size_t)ith * wcap * d : NULL;
+    float *kf = f->s->kv16 ? sc->attn_kf + (size_t)ith * wcap * d : NULL;
     int kf_t = -1;
     /* Items are taken from a shared counter, not split statically: a
      * token's key count grows with its position (compressed rows, the
@@ -617,7 +648,11 @@ static void attn_task(void *ctx, int ith, int nth) {
         }
         int t = (int)(tb / nblk), h0 = (int)(tb % nblk) * VEC_HB;
         int nh = H - h0 < VEC_HB ? H - h0 : VEC_HB;
-        int64_t pos = f->p0 + t;
+        /* the row's own session: its window, its compressed rows */
+        const ds4_cpu_item *it = row_item(f, t);
+        const ds4_session *s = it->s;
+        layer_state *st = it->st;
+        int64_t pos = row_pos(f, t);
         const float *q = sc->q + ((size_t)t * H + h0) * d;
         float *o = sc->heads + ((size_t)t * H + h0) * d;
         /* keys: raw rows of positions (pos - n_swa, pos], then the visible
@@ -625,7 +660,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         int64_t first = pos - c->n_swa + 1;
         if (first < 0) first = 0;
         int nraw = (int)(pos - first + 1);
-        const size_t raw0 = (size_t)st->raw_start + (size_t)(first - j->raw_base_pos);
+        const size_t raw0 = (size_t)st->raw_start + (size_t)(first - it->raw_base_pos);
         int ncomp = 0;
         const int *sel = NULL;
         if (R) {
@@ -703,11 +738,11 @@ static void attn_task(void *ctx, int ith, int nth) {
 static void idx_q_task(fwd *f, int t, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const int hr = c->n_rot / 2;
     float cs[DS4_MAX_ROT_DIM / 2], sn[DS4_MAX_ROT_DIM / 2];
     (void)hr;
-    rope_angles(&f->s->m->rope_comp, f->p0 + t, cs, sn);
+    rope_angles(&f->m->rope_comp, row_pos(f, t), cs, sn);
     float *iq = sc->iq + (size_t)t * c->idx_heads * c->idx_dim;
     for (int h = 0; h < c->idx_heads; h++) {
         float *qh = iq + (size_t)h * c->idx_dim;
@@ -732,10 +767,9 @@ static void raw_reserve(const ds4_session *s, layer_state *st, int d, int n_swa,
 static void attention(fwd *f, int il) {
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = &f->w->layers[il];
-    layer_state *st = &f->s->ls[il];
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const int T = f->T, D = c->n_embd, d = c->head_dim;
-    layer_ud L = { il, lw->ratio ? &f->s->m->rope_comp : &f->s->m->rope_dense };
+    layer_ud L = { il, lw->ratio ? &f->m->rope_comp : &f->m->rope_dense };
 
     hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
     hc_pre(f, &h);
@@ -761,7 +795,9 @@ static void attention(fwd *f, int il) {
     for_tokens(f, qr_norm_task, &L);
     /* the indexer's queries (a 16 MB matrix in Flash) only when some token
      * of the chunk sees more compressed rows than top_k */
-    int need_idx = lw->has_indexer && (f->p0 + T) / lw->ratio > c->idx_topk;
+    int need_idx = 0;
+    for (int i = 0; i < f->n_it && lw->has_indexer; i++)
+        need_idx |= (f->it[i].p0 + f->it[i].n) / lw->ratio > c->idx_topk;
     ns = 0;
     sp[ns++] = spec(&lw->attn_q_b, sc->q, (size_t)c->n_head * d);
     if (need_idx) sp[ns++] = spec(&lw->idx_q_b, sc->iq, (size_t)c->idx_heads * c->idx_dim);
@@ -769,37 +805,47 @@ static void attention(fwd *f, int il) {
     if (need_idx) mm(f, &lw->idx_proj, sc->a, D, sc->iw, c->idx_heads);
     for_tokens(f, q_post_task, &L);
 
-    /* append the new raw rows */
-    raw_reserve(f->s, st, d, c->n_swa, T);
-    int64_t raw_base_pos = f->p0 - st->raw_len;   /* position of row raw_start */
-    kv_put(f->s, sc->kv, kv_row(f->s, st->raw, (size_t)(st->raw_start + st->raw_len), d), (size_t)T, d);
-    st->raw_len += T;
+    /* append each item's new raw rows to its session's window */
+    for (int i = 0; i < f->n_it; i++) {
+        ds4_cpu_item *it = &f->it[i];
+        layer_state *st = it->st = &it->s->ls[il];
+        raw_reserve(it->s, st, d, c->n_swa, it->n);
+        it->raw_base_pos = it->p0 - st->raw_len;   /* position of row raw_start */
+        kv_put(it->s, sc->kv + (size_t)it->r0 * d,
+               kv_row(it->s, st->raw, (size_t)(st->raw_start + st->raw_len), d), (size_t)it->n, d);
+        st->raw_len += it->n;
+    }
 
     if (lw->ratio) {
         const int R = lw->ratio, cw = cwid;
         add_ape(f, &lw->comp_ape, sc->csc);
         if (lw->has_indexer) add_ape(f, &lw->idx_comp_ape, sc->isc);
-        if (f->s->stg_on)   /* speculative pass: keep the rows for a rollback */
+        if (f->s->stg_on)   /* speculative pass (one item): keep the rows for a rollback */
             ds4_stage_rows(f->s, il, sc->ckv, sc->csc, cw, sc->ikv, sc->isc, iw2, T);
-        /* advance the frontiers token by token (the decode functions) */
+        /* advance the frontiers token by token (the decode functions); an
+         * item's rows are consecutive, so each session's frontier sees its
+         * own tokens in order */
         for (int t = 0; t < T; t++) {
-            int64_t pos = f->p0 + t;
+            const ds4_cpu_item *it = row_item(f, t);
+            ds4_session *s = it->s;
+            layer_state *st = it->st;
+            int64_t pos = row_pos(f, t);
             /* kv16: the row is finished (rounded) in float, then stored */
-            void *dst = kv_row(f->s, st->comp, (size_t)st->n_comp, d);
-            float *row = f->s->kv16 ? sc->kvrow : dst;
+            void *dst = kv_row(s, st->comp, (size_t)st->n_comp, d);
+            float *row = s->kv16 ? sc->kvrow : dst;
             if (comp_push(st->st_kv, st->st_sc, R, lw->coff, d, sc->ckv + (size_t)t * cw,
                           sc->csc + (size_t)t * cw, pos, row)) {
                 comp_finish(f, row, d, &lw->comp_norm, pos + 1 - R, 0);
-                if (f->s->kv16) kv_put(f->s, row, dst, 1, d);
+                if (s->kv16) kv_put(s, row, dst, 1, d);
                 st->n_comp++;
             }
             if (lw->has_indexer) {
-                void *idst = kv_row(f->s, st->icomp, (size_t)st->n_icomp, c->idx_dim);
-                float *irow = f->s->kv16 ? sc->kvrow : idst;
+                void *idst = kv_row(s, st->icomp, (size_t)st->n_icomp, c->idx_dim);
+                float *irow = s->kv16 ? sc->kvrow : idst;
                 if (comp_push(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, sc->ikv + (size_t)t * iw2,
                               sc->isc + (size_t)t * iw2, pos, irow)) {
                     comp_finish(f, irow, c->idx_dim, &lw->idx_comp_norm, pos + 1 - R, 1);
-                    if (f->s->kv16) kv_put(f->s, irow, idst, 1, c->idx_dim);
+                    if (s->kv16) kv_put(s, irow, idst, 1, c->idx_dim);
                     st->n_icomp++;
                 }
             }
@@ -807,14 +853,14 @@ static void attention(fwd *f, int il) {
         if (lw->has_indexer) {
             if (need_idx) {
                 for_tokens(f, idx_q_task, NULL);
-                idx_select(f, il, st);
+                idx_select(f, il);
             } else {
                 for (int t = 0; t < T; t++) sc->ntopk[t] = -1;
             }
         }
     }
 
-    attn_job j = { .f = f, .il = il, .st = st, .raw_base_pos = (int)raw_base_pos };
+    attn_job j = { .f = f, .il = il };
     {
         /* a few items per grab; one at a time when there are few (decode) */
         long nitem = (long)T * ((c->n_head + VEC_HB - 1) / VEC_HB);
@@ -847,7 +893,7 @@ static void attention(fwd *f, int il) {
 static void ffn_norm_task(fwd *f, int t, void *ud) {
     const ds4_tensor *w = ud;
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     rms_norm(sc->cur + (size_t)t * c->n_embd, f32_of(w), c->n_embd, c->rms_eps,
              sc->a + (size_t)t * c->n_embd);
 }
@@ -864,7 +910,7 @@ static void route_task(fwd *f, int t, void *ud) {
     const route_ud *r = ud;
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = &f->w->layers[r->il];
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const int E = c->n_expert, K = c->n_expert_used;
     float *lg = sc->rlog + (size_t)t * E;
     for (int e = 0; e < E; e++) lg[e] = sqrtf(softplus_stable(lg[e]));   /* p_e */
@@ -996,7 +1042,7 @@ static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, cons
 static int moe(fwd *f, int il, const int32_t *toks) {
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = &f->w->layers[il];
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const int T = f->T, D = c->n_embd, E = c->n_expert, K = c->n_expert_used, F = c->n_ff_exp;
 
     hc_w h = { &lw->hc_ffn_fn, &lw->hc_ffn_scale, &lw->hc_ffn_base };
@@ -1115,7 +1161,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
 
 static void embed(fwd *f, const int32_t *toks) {
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const ds4_tensor *E = &f->w->token_embd;
     const int D = c->n_embd, N = c->n_hc;
     for (int t = 0; t < f->T; t++) {
@@ -1125,15 +1171,15 @@ static void embed(fwd *f, const int32_t *toks) {
     }
 }
 
-typedef struct { int first; } head_ud;
-
+/* The head evaluates the rows listed in sc->hrow; output row t of it
+ * (mix, cur, ylast, logits) belongs to source row hrow[t]. */
 static void head_mix_task(fwd *f, int t, void *ud) {
-    const head_ud *h = ud;
+    (void)ud;
     const ds4_config *c = f->c;
     const ds4_weights *w = f->w;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     const int N = c->n_hc, D = c->n_embd;
-    int tt = h->first + t;
+    int tt = sc->hrow[t];
     const float *m = sc->mix + (size_t)t * N;
     const float *X = sc->X + (size_t)tt * N * D;
     float wgt[DS4_MAX_HC];
@@ -1150,37 +1196,37 @@ static void head_mix_task(fwd *f, int t, void *ud) {
 }
 
 static void head_flat_task(fwd *f, int t, void *ud) {
-    const head_ud *h = ud;
+    (void)ud;
     const ds4_config *c = f->c;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     int n = c->n_hc * c->n_embd;
-    rms_norm(sc->X + (size_t)(h->first + t) * n, NULL, n, c->rms_eps, sc->flat + (size_t)t * n);
+    rms_norm(sc->X + (size_t)sc->hrow[t] * n, NULL, n, c->rms_eps, sc->flat + (size_t)t * n);
 }
 
-/* Logits for tokens [first, T) of the chunk into sc->logits rows. */
-static void head(fwd *f, int first) {
+/* Logits of the nh rows in sc->hrow into sc->logits rows [0, nh). */
+static void head(fwd *f, int nh) {
     const ds4_config *c = f->c;
     const ds4_weights *w = f->w;
-    cpu_scratch *sc = &f->s->sc;
+    cpu_scratch *sc = f->sc;
     int T = f->T;
-    head_ud h = { first };
-    f->T = T - first;
-    for_tokens(f, head_flat_task, &h);
+    f->T = nh;
+    for_tokens(f, head_flat_task, NULL);
     mm(f, &w->output_hc_fn, sc->flat, (size_t)c->n_hc * c->n_embd, sc->mix, c->n_hc);
-    for_tokens(f, head_mix_task, &h);
+    for_tokens(f, head_mix_task, NULL);
     mm(f, &w->output, sc->ylast, c->n_embd, sc->logits, c->n_vocab);
     f->T = T;
 }
 
-int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
-    ds4_model *m = s->m;
-    fwd f = { .s = s, .c = &m->w.cfg, .w = &m->w, .T = n, .p0 = s->toks.n,
-              .qat = !s->no_qat, .no_qat = s->no_qat };
-    f.cc.pool = m->pool;
-    f.cc.k = m->kern;
-    cpu_scratch *sc = &s->sc;
-    const ds4_config *c = f.c;
+/* The layers of one pass.  `single` passes (one item) also serve the
+ * session-only features: --dist, logits/hidden capture, staged passes. */
+static int eval_pass(fwd *f) {
+    ds4_session *s = f->s;
+    cpu_scratch *sc = f->sc;
+    const ds4_config *c = f->c;
+    const int n = f->T, single = f->n_it == 1;
 
+    if (!single && (s->cap_hidden || s->cap_logits || s->stg_on || s->imatrix || ds4_dist_on()))
+        return DS4_EINVAL;   /* the caller keeps those sessions out of a batch */
     if (s->cap_hidden) {
         /* hc_post writes this chunk's rows past the end of the buffer */
         size_t per_tok = (size_t)c->n_layer * 2 * c->n_hc * c->n_embd * sizeof(float);
@@ -1192,34 +1238,46 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
     /* --dist pipeline (src/dist/): this rank's layers only; the HC state
      * comes from the previous rank and goes to the next */
     if (ds4_dist_on()) {
-        int rc = ds4_dist_chunk_begin(s, toks, n, &want_all, &lo, &hi);
+        int rc = ds4_dist_chunk_begin(s, f->toks, n, &want_all, &lo, &hi);
         if (rc) return rc;
     }
-    if (lo == 0) embed(&f, toks);
+    if (lo == 0) embed(f, f->toks);
     if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
     /* --dist pipeline: the chunk goes through this rank's layers in
      * micro-batches (ds4_dist_microbatch), so rank r+1 works on micro-batch
      * m-1 while rank r works on m.  A micro-batch is evaluated exactly as
      * a chunk of its tokens would be (the per-token math does not depend on
      * the chunk size); the KV rows of m-1 are already in this rank's
-     * layers.  Single process, or a draft pass (its staged rows are one
-     * pass's): one micro-batch, the whole chunk. */
-    int mb = ds4_dist_on() && !s->stg_on ? ds4_dist_microbatch(s, n) : n;
+     * layers.  Single process, a batch of sessions (never under --dist), a
+     * draft pass (its staged rows are one pass's) or a capture: one
+     * micro-batch, the whole pass. */
+    int mb = single && ds4_dist_on() && !s->stg_on && !s->cap_hidden ? ds4_dist_microbatch(s, n) : n;
     float *X0 = sc->X, *X20 = sc->X2;
     size_t nd = (size_t)c->n_hc * c->n_embd;
     for (int t0 = 0; t0 < n; t0 += mb) {
         int nt = n - t0 < mb ? n - t0 : mb;
-        fwd fm = f;
-        fm.T = nt;
-        fm.p0 = f.p0 + t0;
-        /* rows [t0, t0+nt) of the chunk's HC state; each layer swaps X and
-         * X2 twice (hc_post), so X ends where it started */
-        sc->X = X0 + (size_t)t0 * nd;
-        sc->X2 = X20 + (size_t)t0 * nd;
+        fwd fm = *f;
+        ds4_cpu_item mi;
+        if (nt < n) {
+            /* the micro-batch as a pass of its own: rows [t0, t0+nt) of
+             * the one item, their HC state, tokens and positions */
+            mi = f->it[0];
+            mi.r0 = 0;
+            mi.n = nt;
+            mi.p0 = f->it[0].p0 + t0;
+            if (mi.toks) mi.toks += t0;
+            fm.it = &mi;
+            fm.T = nt;
+            fm.toks = f->toks + t0;
+            /* each layer swaps X and X2 twice (hc_post): X ends where it
+             * started */
+            sc->X = X0 + (size_t)t0 * nd;
+            sc->X2 = X20 + (size_t)t0 * nd;
+        }
         if (lo > 0) ds4_dist_recv_x(s, sc->X, nt);
         for (int il = lo; il < hi; il++) {
             attention(&fm, il);
-            int rc = moe(&fm, il, toks + t0);
+            int rc = moe(&fm, il, fm.toks);
             if (rc) { sc->X = X0; sc->X2 = X20; return rc; }
             if (ds4_dist_on()) ds4_dist_progress();   /* sends of earlier micro-batches */
         }
@@ -1228,14 +1286,25 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
     sc->X = X0;
     sc->X2 = X20;
     if (hi < c->n_layer) ds4_dist_send_done(s);
-    int nl = want_all ? n : 1;
-    if (hi == c->n_layer && (!ds4_dist_on() || ds4_dist_runs_head())) head(&f, want_all ? 0 : n - 1);
+    /* head rows: every row (capture, staging), else each item's last */
+    int nl = 0;
+    if (want_all) for (int t = 0; t < n; t++) sc->hrow[nl++] = t;
+    else for (int i = 0; i < f->n_it; i++) sc->hrow[nl++] = f->it[i].r0 + f->it[i].n - 1;
+    if (hi == c->n_layer && (!ds4_dist_on() || ds4_dist_runs_head())) head(f, nl);
     if (ds4_dist_on()) {
         ds4_dist_logits(s, sc->logits, nl);
         if (!ds4_dist_is_root()) return DS4_OK;   /* rank 0 keeps the logits */
     }
-    memcpy(s->logits, sc->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
-    s->has_logits = 1;
+    if (single) {
+        memcpy(s->logits, sc->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
+        s->has_logits = 1;
+    } else {
+        for (int i = 0; i < f->n_it; i++) {
+            ds4_session *si = f->it[i].s;
+            memcpy(si->logits, sc->logits + (size_t)i * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
+            si->has_logits = 1;
+        }
+    }
     if (s->cap_logits) {
         int rc = ds4_buf_append(s->cap_logits, sc->logits, (size_t)n * c->n_vocab * sizeof(float));
         if (rc) return rc;
@@ -1243,4 +1312,37 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
     if (s->cap_hidden)
         s->cap_hidden->n += (size_t)c->n_layer * 2 * c->n_hc * c->n_embd * sizeof(float) * n;
     return DS4_OK;
+}
+
+int ds4_cpu_eval_batch(ds4_session *owner, ds4_cpu_item *items, int n_items) {
+    ds4_model *m = owner->m;
+    cpu_scratch *sc = &owner->sc;
+    fwd f = { .s = owner, .m = m, .sc = sc, .c = &m->w.cfg, .w = &m->w, .it = items,
+              .n_it = n_items, .ritem = sc->ritem, .toks = sc->rtok,
+              .qat = !owner->no_qat, .no_qat = owner->no_qat };
+    f.cc.pool = m->pool;
+    f.cc.k = m->kern;
+    int T = 0;
+    for (int i = 0; i < n_items; i++) {
+        ds4_cpu_item *it = &items[i];
+        /* a bug in the caller, not bad input: ds4_session_eval_batch checks */
+        if (it->n < 1 || it->n > it->s->chunk || T + it->n > owner->chunk ||
+            it->s->no_qat != owner->no_qat || it->s->ctx > owner->ctx)
+            return DS4_EINVAL;
+        it->r0 = T;
+        it->p0 = (int64_t)it->s->toks.n;
+        for (int t = 0; t < it->n; t++) {
+            sc->ritem[T + t] = i;
+            sc->rtok[T + t] = it->toks[t];
+        }
+        T += it->n;
+    }
+    if (n_items > owner->logits_rows) return DS4_EINVAL;
+    f.T = T;
+    return eval_pass(&f);
+}
+
+int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
+    ds4_cpu_item it = { .s = s, .toks = toks, .n = n };
+    return ds4_cpu_eval_batch(s, &it, 1);
 }

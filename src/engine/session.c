@@ -219,6 +219,9 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->qscratch2, 2 * E * sizeof(mm_group));
     ITEM(sc->ylast, T * D * 4);
     ITEM(sc->logits, (size_t)c->n_vocab * 4);
+    ITEM(sc->ritem, (size_t)T * 4);
+    ITEM(sc->rtok, (size_t)T * 4);
+    ITEM(sc->hrow, (size_t)T * 4);
 #undef ITEM
     *n_it = k;
     return DS4_OK;
@@ -483,20 +486,114 @@ int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
     return DS4_OK;
 }
 
-/* The batched step.  For now each item is evaluated in turn (the exact
- * reference of the contract above); a forward pass that reads the shared
- * weights once for all items replaces this loop without changing it. */
+/* The batched step (ds4.h).  Items that can share a forward pass are
+ * packed into passes over the scratch of one of them (the owner: the
+ * largest context, so its attention and indexer buffers fit every item's
+ * keys); each pass reads every weight once for all of its rows
+ * (forward_cpu.c, ds4_cpu_eval_batch).  Evaluated alone, through
+ * ds4_session_eval, and with the same result: an item longer than a
+ * chunk (it needs several passes), a decode-only session's prefill, a
+ * session that captures logits or hidden states, collects an importance
+ * matrix or runs a staged pass, sessions of another model or another
+ * --no-qat setting than the owner's, and everything under --dist (whose
+ * pipeline and expert ranks follow one session).  Steering joins the
+ * batch: it is applied per row. */
+static int batchable(const ds4_session *s, int n) {
+    return n <= s->chunk && !(s->decode_only && n > 1) && !s->cap_logits && !s->cap_hidden &&
+           !s->imatrix && !s->stg_on && !ds4_dist_on();
+}
+
+/* sc.logits must hold one row per item of a pass (kept once grown) */
+static int logits_rows_reserve(ds4_session *s, int rows) {
+    if (s->logits_rows >= rows) return DS4_OK;
+    float *l = realloc(s->sc.logits, (size_t)rows * s->m->w.cfg.n_vocab * sizeof(float));
+    if (!l) return DS4_ENOMEM;
+    s->sc.logits = l;
+    s->logits_rows = rows;
+    return DS4_OK;
+}
+
 int ds4_session_eval_batch(ds4_batch_item *items, int n_items) {
     if (n_items < 0 || (n_items > 0 && !items)) return DS4_EINVAL;
     for (int i = 0; i < n_items; i++)
         for (int j = 0; j < i; j++)
-            if (!items[i].s || items[i].s == items[j].s) return DS4_EINVAL;
-    int first = DS4_OK;
+            if (items[i].s && items[i].s == items[j].s) return DS4_EINVAL;
+    /* pending[i]: 1 = waits for a batched pass, 0 = done (rc set); bi[g]:
+     * the batch index of a pass's item g.  Without them (no memory) every
+     * item is evaluated alone, with the same results. */
+    size_t na = (size_t)(n_items > 0 ? n_items : 1);
+    ds4_cpu_item *ci = malloc(na * sizeof *ci);
+    int *bi = malloc(na * sizeof *bi);
+    char *pending = calloc(na, 1);
+    int grouped = ci && bi && pending;
     for (int i = 0; i < n_items; i++) {
-        items[i].rc = items[i].s ? ds4_session_eval(items[i].s, items[i].toks, items[i].n, NULL, NULL)
-                                 : DS4_EINVAL;
-        if (items[i].rc != DS4_OK && first == DS4_OK) first = items[i].rc;
+        ds4_batch_item *b = &items[i];
+        ds4_session *s = b->s;
+        b->rc = DS4_OK;
+        if (!s) { b->rc = DS4_EINVAL; continue; }
+        /* what ds4_session_eval refuses up front, refused here (state
+         * untouched, the other items go on) */
+        if (b->n < 0 || (b->n > 0 && !b->toks)) { b->rc = DS4_EINVAL; continue; }
+        if (b->n == 0) continue;
+        if ((int64_t)s->toks.n + b->n > s->ctx) { b->rc = DS4_ECTX; continue; }
+        s->stg_n = 0;   /* a staged pass is now final (as ds4_session_eval) */
+        int nv = s->m->w.cfg.n_vocab;
+        for (int t = 0; t < b->n; t++)
+            if (b->toks[t] < 0 || b->toks[t] >= nv) { b->rc = DS4_EINVAL; break; }
+        if (b->rc != DS4_OK) continue;
+        if (grouped && batchable(s, b->n)) pending[i] = 1;
+        else b->rc = ds4_session_eval(s, b->toks, b->n, NULL, NULL);
     }
+    while (grouped) {
+        /* the owner of the next pass: the pending session with the largest
+         * context (then chunk) */
+        int o = -1;
+        for (int i = 0; i < n_items; i++) {
+            if (!pending[i]) continue;
+            const ds4_session *s = items[i].s;
+            if (o < 0 || s->ctx > items[o].s->ctx ||
+                (s->ctx == items[o].s->ctx && s->chunk > items[o].s->chunk))
+                o = i;
+        }
+        if (o < 0) break;
+        ds4_session *own = items[o].s;
+        /* the owner first, then the others in order while their rows fit */
+        int ng = 0, rows = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < n_items; i++) {
+                if (!pending[i] || (pass == 0) != (i == o)) continue;
+                ds4_session *s = items[i].s;
+                if (s->m != own->m || s->no_qat != own->no_qat) continue;
+                if (rows + items[i].n > own->chunk) continue;
+                ci[ng] = (ds4_cpu_item){ .s = s, .toks = items[i].toks, .n = items[i].n };
+                bi[ng++] = i;
+                rows += items[i].n;
+                pending[i] = 0;
+            }
+        if (ng == 1 || logits_rows_reserve(own, ng) != DS4_OK) {
+            /* one item (or no room for the logits rows): evaluated alone */
+            for (int g = 0; g < ng; g++)
+                items[bi[g]].rc = ds4_session_eval(ci[g].s, ci[g].toks, ci[g].n, NULL, NULL);
+            continue;
+        }
+        int rc = ds4_cpu_eval_batch(own, ci, ng);
+        for (int g = 0; g < ng; g++) {
+            ds4_session *s = ci[g].s;
+            if (rc != DS4_OK) {
+                state_reset(s);   /* layers out of step, as in ds4_session_eval */
+            } else {
+                memcpy(s->toks.v + s->toks.n, ci[g].toks, (size_t)ci[g].n * sizeof(int32_t));
+                s->toks.n += (size_t)ci[g].n;
+            }
+            items[bi[g]].rc = rc;
+        }
+    }
+    free(ci);
+    free(bi);
+    free(pending);
+    int first = DS4_OK;
+    for (int i = 0; i < n_items; i++)
+        if (items[i].rc != DS4_OK && first == DS4_OK) first = items[i].rc;
     return first;
 }
 
