@@ -36,6 +36,15 @@ typedef struct {
     int no_qat;
 } fwd;
 
+/* The weights and state of layer il; il == n_layer names the MTP block's
+ * layer (docs/MTP.md), which runs through the same code as a main layer. */
+static const ds4_layer_weights *layer_w(const fwd *f, int il) {
+    return il == f->c->n_layer ? &f->w->mtp.block : &f->w->layers[il];
+}
+static layer_state *layer_st(const fwd *f, int il) {
+    return il == f->c->n_layer ? &f->s->mtp->ls : &f->s->ls[il];
+}
+
 /* ---------------------------------------------------------------------- */
 /* helpers                                                                 */
 /* ---------------------------------------------------------------------- */
@@ -271,6 +280,7 @@ static void hc_post(fwd *f, int il, int which) {
     cpu_scratch *sc = &f->s->sc;
     for_tokens(f, hc_post_task, NULL);
     float *t = sc->X; sc->X = sc->X2; sc->X2 = t;
+    if (il >= f->c->n_layer) return;   /* the MTP layer: no steering, no capture */
     if (which == 1 && f->s->steer && il >= f->s->steer_l0 && il <= f->s->steer_l1)
         for_tokens(f, steer_task, NULL);
     if (f->s->cap_hidden) {
@@ -308,10 +318,12 @@ static void rope_tables_task(fwd *f, int t, void *ud) {
     rope_angles(L->rope, f->p0 + t, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr);
 }
 
+static void kv_post(fwd *f, int t, const ds4_layer_weights *lw);
+
 static void q_post_task(fwd *f, int t, void *ud) {
     const layer_ud *L = ud;
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[L->il];
+    const ds4_layer_weights *lw = layer_w(f, L->il);
     cpu_scratch *sc = &f->s->sc;
     const int d = c->head_dim, hr = c->n_rot / 2;
     const float *cs = sc->cs + (size_t)t * hr, *sn = sc->sn + (size_t)t * hr;
@@ -322,7 +334,15 @@ static void q_post_task(fwd *f, int t, void *ud) {
         rms_norm(qh, NULL, d, c->rms_eps, qh);
         rope_apply(qh, d, c->n_rot, cs, sn, 0);
     }
-    /* the single KV head: norm, rope, FP8 on the nope dims, f16 storage */
+    kv_post(f, t, lw);
+}
+
+/* the single KV head: norm, rope, FP8 on the nope dims, f16 storage */
+static void kv_post(fwd *f, int t, const ds4_layer_weights *lw) {
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = &f->s->sc;
+    const int d = c->head_dim, hr = c->n_rot / 2;
+    const float *cs = sc->cs + (size_t)t * hr, *sn = sc->sn + (size_t)t * hr;
     float *kv = sc->kv + (size_t)t * d;
     rms_norm(kv, f32_of(&lw->attn_kv_a_norm), d, c->rms_eps, kv);
     rope_apply(kv, d, c->n_rot, cs, sn, 0);
@@ -332,11 +352,16 @@ static void q_post_task(fwd *f, int t, void *ud) {
     }
 }
 
+static void kv_post_task(fwd *f, int t, void *ud) {
+    const layer_ud *L = ud;
+    kv_post(f, t, layer_w(f, L->il));
+}
+
 static void qr_norm_task(fwd *f, int t, void *ud) {
     const layer_ud *L = ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = &f->s->sc;
-    rms_norm(sc->qa + (size_t)t * c->q_lora, f32_of(&f->w->layers[L->il].attn_q_a_norm),
+    rms_norm(sc->qa + (size_t)t * c->q_lora, f32_of(&layer_w(f, L->il)->attn_q_a_norm),
              c->q_lora, c->rms_eps, sc->qr + (size_t)t * c->q_lora);
 }
 
@@ -557,7 +582,7 @@ static void idx_rows_task(void *ctx, int ith, int nth) {
 static void idx_select(fwd *f, int il, layer_state *st) {
     const ds4_config *c = f->c;
     cpu_scratch *sc = &f->s->sc;
-    int R = f->w->layers[il].ratio;
+    int R = layer_w(f, il)->ratio;
     for (int t = 0; t < f->T; t++) {
         int n_vis = (int)((f->p0 + t + 1) / R);
         if (n_vis <= c->idx_topk) { sc->ntopk[t] = -1; continue; }
@@ -583,7 +608,7 @@ static void attn_task(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
     fwd *f = j->f;
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[j->il];
+    const ds4_layer_weights *lw = layer_w(f, j->il);
     const vec_kernels *vk = f->s->m->vk;
     cpu_scratch *sc = &f->s->sc;
     layer_state *st = j->st;
@@ -730,8 +755,8 @@ static void raw_reserve(const ds4_session *s, layer_state *st, int d, int n_swa,
 
 static void attention(fwd *f, int il) {
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[il];
-    layer_state *st = &f->s->ls[il];
+    const ds4_layer_weights *lw = layer_w(f, il);
+    layer_state *st = layer_st(f, il);
     cpu_scratch *sc = &f->s->sc;
     const int T = f->T, D = c->n_embd, d = c->head_dim;
     layer_ud L = { il, lw->ratio ? &f->s->m->rope_comp : &f->s->m->rope_dense };
@@ -862,7 +887,7 @@ typedef struct { int il; const int32_t *toks; } route_ud;
 static void route_task(fwd *f, int t, void *ud) {
     const route_ud *r = ud;
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[r->il];
+    const ds4_layer_weights *lw = layer_w(f, r->il);
     cpu_scratch *sc = &f->s->sc;
     const int E = c->n_expert, K = c->n_expert_used;
     float *lg = sc->rlog + (size_t)t * E;
@@ -933,7 +958,7 @@ static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const 
 
 static int moe(fwd *f, int il, const int32_t *toks) {
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[il];
+    const ds4_layer_weights *lw = layer_w(f, il);
     cpu_scratch *sc = &f->s->sc;
     const int T = f->T, D = c->n_embd, E = c->n_expert, K = c->n_expert_used, F = c->n_ff_exp;
 
@@ -999,7 +1024,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                lw->swiglu_clamp, wrow + r_lo);
         /* importance collection: reads the inputs of gate/up and down
          * (single process: --imatrix-out is not offered under --dist) */
-        if (f->s->imatrix)
+        if (f->s->imatrix && il < c->n_layer)
             ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
                                 sc->ecount);
         uint8_t *amid = sc->qscratch;
@@ -1054,28 +1079,31 @@ static void embed(fwd *f, const int32_t *toks) {
     }
 }
 
-typedef struct { int first; } head_ud;
+/* An HC output head: the main model's output_hc_* / output_norm, or the
+ * MTP block's hc_head_* / norm (docs/MTP.md step 5); both end in the main
+ * output matrix. */
+typedef struct { const ds4_tensor *fn, *scale, *base, *norm; } head_w;
+typedef struct { int first; const head_w *hw; } head_ud;
 
 static void head_mix_task(fwd *f, int t, void *ud) {
     const head_ud *h = ud;
     const ds4_config *c = f->c;
-    const ds4_weights *w = f->w;
     cpu_scratch *sc = &f->s->sc;
     const int N = c->n_hc, D = c->n_embd;
     int tt = h->first + t;
     const float *m = sc->mix + (size_t)t * N;
     const float *X = sc->X + (size_t)tt * N * D;
     float wgt[DS4_MAX_HC];
-    float s0 = tval(&w->output_hc_scale, 0);
+    float s0 = tval(h->hw->scale, 0);
     for (int s = 0; s < N; s++)
-        wgt[s] = sigmoidf(m[s] * s0 + tval(&w->output_hc_base, s)) + c->hc_eps;
+        wgt[s] = sigmoidf(m[s] * s0 + tval(h->hw->base, s)) + c->hc_eps;
     float *y = sc->cur + (size_t)t * D;
     for (int k = 0; k < D; k++) {
         float acc = 0;
         for (int s = 0; s < N; s++) acc += wgt[s] * X[(size_t)s * D + k];
         y[k] = acc;
     }
-    rms_norm(y, f32_of(&w->output_norm), D, c->rms_eps, sc->ylast + (size_t)t * D);
+    rms_norm(y, f32_of(h->hw->norm), D, c->rms_eps, sc->ylast + (size_t)t * D);
 }
 
 static void head_flat_task(fwd *f, int t, void *ud) {
@@ -1087,18 +1115,101 @@ static void head_flat_task(fwd *f, int t, void *ud) {
 }
 
 /* Logits for tokens [first, T) of the chunk into sc->logits rows. */
-static void head(fwd *f, int first) {
+static void head(fwd *f, int first, const head_w *hw) {
     const ds4_config *c = f->c;
     const ds4_weights *w = f->w;
     cpu_scratch *sc = &f->s->sc;
     int T = f->T;
-    head_ud h = { first };
+    head_ud h = { first, hw };
     f->T = T - first;
     for_tokens(f, head_flat_task, &h);
-    mm(f, &w->output_hc_fn, sc->flat, (size_t)c->n_hc * c->n_embd, sc->mix, c->n_hc);
+    mm(f, hw->fn, sc->flat, (size_t)c->n_hc * c->n_embd, sc->mix, c->n_hc);
     for_tokens(f, head_mix_task, &h);
     mm(f, &w->output, sc->ylast, c->n_embd, sc->logits, c->n_vocab);
     f->T = T;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The MTP block (docs/MTP.md)                                             */
+/* ---------------------------------------------------------------------- */
+
+static fwd fwd_of(ds4_session *s, int n, int64_t p0) {
+    fwd f = { .s = s, .c = &s->m->w.cfg, .w = &s->m->w, .T = n, .p0 = p0,
+              .qat = !s->no_qat, .no_qat = s->no_qat };
+    f.cc.pool = s->m->pool;
+    f.cc.k = s->m->kern;
+    return f;
+}
+
+/* Steps 1-3: X[t][s] = e_proj(enorm(embed(tok_t))) + h_proj(hnorm(Hprev_t[s]))
+ * (a missing Hprev row counts as zero: position 0, or a state the session
+ * did not see being computed). */
+static void mtp_input(fwd *f, const int32_t *toks, const float *const *Hprev) {
+    const ds4_config *c = f->c;
+    const ds4_mtp_weights *mw = &f->w->mtp;
+    cpu_scratch *sc = &f->s->sc;
+    const int D = c->n_embd, N = c->n_hc, T = f->T;
+    const ds4_tensor *E = &f->w->token_embd;
+    for (int t = 0; t < T; t++) {
+        ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, sc->cur + (size_t)t * D, D);
+        rms_norm(sc->cur + (size_t)t * D, f32_of(&mw->enorm), D, c->rms_eps, sc->a + (size_t)t * D);
+        for (int s = 0; s < N; s++) {
+            float *o = sc->flat + ((size_t)t * N + s) * D;
+            if (Hprev[t]) rms_norm(Hprev[t] + (size_t)s * D, f32_of(&mw->hnorm), D, c->rms_eps, o);
+            else memset(o, 0, (size_t)D * sizeof(float));
+        }
+    }
+    mm(f, &mw->e_proj, sc->a, D, sc->y, D);
+    /* h_proj applies to every stream: T*N rows of width D (the flat and X2
+     * blocks hold T rows of N*D) */
+    f->T = T * N;
+    mm(f, &mw->h_proj, sc->flat, D, sc->X2, D);
+    f->T = T;
+    for (int t = 0; t < T; t++)
+        for (int s = 0; s < N; s++) {
+            float *x = sc->X + ((size_t)t * N + s) * D;
+            const float *e = sc->y + (size_t)t * D, *h = sc->X2 + ((size_t)t * N + s) * D;
+            for (int k = 0; k < D; k++) x[k] = e[k] + h[k];
+        }
+}
+
+int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0) {
+    fwd f = fwd_of(s, n, p0);
+    const ds4_config *c = f.c;
+    cpu_scratch *sc = &s->sc;
+    const int il = c->n_layer, d = c->head_dim, D = c->n_embd;
+    const ds4_layer_weights *lw = layer_w(&f, il);
+    layer_state *st = layer_st(&f, il);
+    mtp_input(&f, toks, Hprev);
+    /* the attention sublayer's input up to the KV head, as attention() */
+    hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
+    hc_pre(&f, &h);
+    for_tokens(&f, norm_rows_task, (void *)&lw->attn_norm);
+    layer_ud L = { il, &s->m->rope_dense };
+    for_tokens(&f, rope_tables_task, &L);
+    mm(&f, &lw->attn_kv, sc->a, D, sc->kv, d);
+    for_tokens(&f, kv_post_task, &L);
+    raw_reserve(s, st, d, c->n_swa, n);
+    kv_put(s, sc->kv, kv_row(s, st->raw, (size_t)(st->raw_start + st->raw_len), d), (size_t)n, d);
+    st->raw_len += n;
+    return DS4_OK;
+}
+
+int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0) {
+    fwd f = fwd_of(s, 1, p0);
+    const ds4_config *c = f.c;
+    const ds4_mtp_weights *mw = &f.w->mtp;
+    const float *hp[1] = { hprev };
+    mtp_input(&f, &tok, hp);
+    attention(&f, c->n_layer);
+    int rc = moe(&f, c->n_layer, &tok);
+    if (rc) return rc;
+    memcpy(s->mtp->hc, s->sc.X, (size_t)c->n_hc * c->n_embd * sizeof(float));
+    head_w hw = { &mw->hc_head_fn, &mw->hc_head_scale, &mw->hc_head_base, &mw->norm };
+    head(&f, 0, &hw);
+    memcpy(s->mtp->logits, s->sc.logits, (size_t)c->n_vocab * sizeof(float));
+    s->mtp->steps++;
+    return DS4_OK;
 }
 
 int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
@@ -1134,7 +1245,12 @@ int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
     }
     int nl = want_all ? n : 1;
     if (hi < c->n_layer) ds4_dist_send_x(s, sc->X, n);
-    else if (!ds4_dist_on() || ds4_dist_runs_head()) head(&f, want_all ? 0 : n - 1);
+    else if (!ds4_dist_on() || ds4_dist_runs_head()) {
+        /* the MTP drafts start from the final HC state (mtp.c) */
+        if (s->mtp) ds4_mtp_note_hidden(s, sc->X, f.p0, n);
+        head_w hw = { &m->w.output_hc_fn, &m->w.output_hc_scale, &m->w.output_hc_base, &m->w.output_norm };
+        head(&f, want_all ? 0 : n - 1, &hw);
+    }
     if (ds4_dist_on()) {
         ds4_dist_logits(s, sc->logits, nl);
         if (!ds4_dist_is_root()) return DS4_OK;   /* rank 0 keeps the logits */
