@@ -8,7 +8,9 @@
  * (all T tokens through layer il, then il+1) so each weight matrix is
  * streamed once per chunk; the compressor and indexer frontiers are advanced
  * token by token with the decode functions, which is what makes a chunk
- * boundary invisible.
+ * boundary invisible.  The MTP block (docs/MTP.md) runs its layer through
+ * the same attention()/moe() as layer index n_layer, with its own input
+ * (mtp_input) and HC head; mtp.c decides when.
  *
  * Must not: allocate (every buffer lives in the session scratch), or touch
  * the session's token list (session.c owns it).
