@@ -148,12 +148,20 @@ int chat_open(chat_app *a, const chat_opts *o) {
     mp.n_threads = o->threads;
     mp.ssd_streaming = o->ssd_streaming;
     mp.ssd_cache_bytes = o->ssd_cache_bytes;
+    mp.mtp_path = o->mtp_path;
     char *err = NULL;
     double t0 = now_s();
     a->m = ds4_model_load(o->model, &mp, &err);
     if (!a->m) {
         fprintf(stderr, "ds4: %s\n", err ? err : "cannot load model");
         free(err);
+        return -1;
+    }
+    if (o->mtp_draft > 0 && !ds4_model_has_mtp(a->m)) {
+        fprintf(stderr, "ds4: --mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with --mtp FILE\n",
+                o->model);
+        ds4_model_free(a->m);
+        a->m = NULL;
         return -1;
     }
     a->tok = ds4_model_tokenizer(a->m);
@@ -232,7 +240,7 @@ typedef struct {
     double prefill_s;
     int gen_tokens;
     double gen_s;
-    ds4_spec_stats spec;    /* --lookup */
+    ds4_spec_stats spec;    /* --lookup, --mtp-draft */
 } turn_stats;
 
 /* An evaluation failure as text: an expert read failure has its own
@@ -252,9 +260,10 @@ static void print_stats(chat_app *a, const turn_stats *st) {
             st->prefill_s > 0 ? st->prefill_tokens / st->prefill_s : 0.0,
             st->gen_tokens, st->gen_s, st->gen_s > 0 ? st->gen_tokens / st->gen_s : 0.0,
             ds4_session_n_tokens(a->s), ds4_session_ctx_size(a->s));
-    if (a->o.lookup > 0 && st->spec.passes)
-        fprintf(stderr, "[lookup: %llu passes, %llu drafted, %llu accepted (%.1f %%), "
+    if ((a->o.lookup > 0 || a->o.mtp_draft > 0) && st->spec.passes)
+        fprintf(stderr, "[%s: %llu passes, %llu drafted, %llu accepted (%.1f %%), "
                 "%.2f tokens/pass]\n",
+                a->o.lookup > 0 && a->o.mtp_draft > 0 ? "lookup+mtp" : a->o.lookup > 0 ? "lookup" : "mtp",
                 (unsigned long long)st->spec.passes, (unsigned long long)st->spec.drafted,
                 (unsigned long long)st->spec.accepted,
                 st->spec.drafted ? 100.0 * st->spec.accepted / st->spec.drafted : 0.0,
@@ -293,15 +302,24 @@ static int spec_next(chat_app *a, int32_t t, int left, int raw, int32_t *q, int 
     *qn = 0;
     /* a per-token hook (--dump-logprobs) needs every position's logits: no
      * drafts then */
-    if (a->o.lookup <= 0 || !hist->v || *a->o.interrupt || a->o.on_token) return eval_one(a, t);
+    if ((a->o.lookup <= 0 && a->o.mtp_draft <= 0) || !hist->v || *a->o.interrupt || a->o.on_token)
+        return eval_one(a, t);
     hist->v[hist->n++] = t;
     int32_t d[DS4_DRAFT_PASS_MAX];
-    int want = a->o.lookup < DS4_DRAFT_PASS_MAX - 1 ? a->o.lookup : DS4_DRAFT_PASS_MAX - 1;
-    if (want > left - 1) want = left - 1;
+    int most = a->o.lookup > a->o.mtp_draft ? a->o.lookup : a->o.mtp_draft;
+    if (most > DS4_DRAFT_PASS_MAX - 1) most = DS4_DRAFT_PASS_MAX - 1;
+    if (most > left - 1) most = left - 1;
     int cur = ds4_session_n_tokens(a->s);
     int frontier = a->kv ? ds4_kv_policy_next_frontier(&a->o.kv_policy, cur) : 0;
-    if (a->kv && frontier > cur && frontier - cur <= want + 1) want = 0;
+    if (a->kv && frontier > cur && frontier - cur <= most + 1) most = 0;
+    /* prompt lookup first (free when it finds a repeat), else the MTP block */
+    int want = a->o.lookup < most ? a->o.lookup : most;
     int k = want > 0 ? ds4_lookup_draft(hist->v, (int)hist->n, want, d) : 0;
+    want = a->o.mtp_draft < most ? a->o.mtp_draft : most;
+    if (k == 0 && want > 0) {
+        k = ds4_mtp_draft(a->s, t, want, d);
+        if (k < 0) return k;
+    }
     if (k == 0) return eval_one(a, t);
     int rc = ds4_spec_step(a->s, a->smp, t, d, k, raw ? -1 : a->sp->eos, q, qn, &st->spec);
     if (rc) return rc;
@@ -324,7 +342,7 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
     int32_t q[DS4_DRAFT_PASS_MAX];   /* tokens a speculative step produced */
     int qn = 0, qi = 0;
     ds4_tokens hist = { 0 };         /* --lookup: the text drafts come from */
-    if (a->o.lookup > 0 &&
+    if ((a->o.lookup > 0 || a->o.mtp_draft > 0) &&
         ds4_tokens_reserve(&hist, (size_t)ds4_session_n_tokens(a->s) + (size_t)n_max + 1) == 0) {
         memcpy(hist.v, ds4_session_tokens(a->s), (size_t)ds4_session_n_tokens(a->s) * sizeof(int32_t));
         hist.n = (size_t)ds4_session_n_tokens(a->s);

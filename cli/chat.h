@@ -15,6 +15,8 @@ typedef struct {
     int ctx_explicit;       /* --ctx was given: warn if above the trained one */
     int no_qat, decode_only, quiet;
     int lookup;             /* prompt-lookup draft tokens per step (0 = off) */
+    const char *mtp_path;   /* --mtp FILE: the MTP block's GGUF (NULL = main file's) */
+    int mtp_draft;          /* MTP draft tokens per step (0 = off) */
     ds4_sampler_params sp;
     ds4_think think;
     const char *sys;

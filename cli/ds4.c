@@ -89,6 +89,13 @@ static void usage(FILE *f) {
 "                          repeat of the recent text are verified in one\n"
 "                          pass; output identical to plain decoding\n"
 "                          (default 0 = off)\n"
+"      --mtp FILE          the MTP block (mtp.0.* tensors, docs/MTP.md) from\n"
+"                          FILE; turns on MTP drafts (--mtp-draft " DS4_XSTR(DS4_MTP_DRAFT_DEFAULT) ")\n"
+"      --mtp-draft N       speculative decoding with N (1..16) MTP draft\n"
+"                          tokens per pass, from --mtp or the model's own\n"
+"                          MTP block; output identical to plain decoding\n"
+"                          (default 0 = off; with --lookup, a lookup draft\n"
+"                          is used when one is found)\n"
 "\n"
 "diagnostics (stable contracts):\n"
 "      --inspect           print metadata, shapes, tensor types and sizes,\n"
@@ -177,6 +184,8 @@ typedef struct {
     const char *imatrix_out;
     int decode_only, no_qat, split;
     int lookup;
+    const char *mtp;
+    int mtp_draft;          /* -1 = not given */
     int quiet, ctx_set;
     const char *kv_dir;
     uint64_t kv_space_mb;
@@ -234,6 +243,7 @@ static void parse_args(int argc, char **argv, opts *o) {
     o->think = DS4_THINK_HIGH;
     o->split = -1;
     o->lp_top_k = 20;
+    o->mtp_draft = -1;
     ds4_sampler_params_default(&o->sp);
     ds4_kv_policy_default(&o->kv_policy);
     ds4_args a;
@@ -275,6 +285,8 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--imatrix-out")) o->imatrix_out = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--decode-only")) o->decode_only = 1;
         else if (ds4_args_is(&a, NULL, "--lookup")) o->lookup = ds4_args_int(&a, 0, DS4_DRAFT_PASS_MAX - 1);
+        else if (ds4_args_is(&a, NULL, "--mtp")) o->mtp = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--mtp-draft")) o->mtp_draft = ds4_args_int(&a, 0, DS4_DRAFT_PASS_MAX - 1);
         else if (ds4_args_is(&a, NULL, "--split")) o->split = ds4_args_int(&a, 0, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
         else if (ds4_args_is(&a, NULL, "--dump-tokens")) o->dump_tokens = 1;
@@ -593,6 +605,7 @@ int main(int argc, char **argv) {
     chat_opts co = {
         .model = o.model, .threads = o.threads, .ctx = o.ctx, .ctx_explicit = o.ctx_set, .chunk = o.chunk,
         .no_qat = o.no_qat, .decode_only = o.decode_only, .quiet = o.quiet, .lookup = o.lookup,
+        .mtp_path = o.mtp, .mtp_draft = o.mtp_draft >= 0 ? o.mtp_draft : o.mtp ? DS4_MTP_DRAFT_DEFAULT : 0,
         .sp = o.sp, .think = o.think, .sys = o.sys, .n_predict = o.n_predict,
         .interrupt = &g_interrupt, .terminate = &g_terminate,
         .kv_dir = o.kv_dir, .kv_space_mb = o.kv_space_mb, .kv_allow_variants = o.kv_variants,

@@ -197,6 +197,12 @@ static int parse_sampling(request *r, json_t *b, double max_temp, api_error *e) 
     r->lookup = c->lookup;
     TRY(rc = get_int(b, "ds4_lookup", 0, DS4_DRAFT_PASS_MAX - 1, &x, e));
     if (rc) r->lookup = (int)x;
+    r->mtp_draft = c->mtp_draft;
+    TRY(rc = get_int(b, "ds4_mtp_draft", 0, DS4_DRAFT_PASS_MAX - 1, &x, e));
+    if (rc && x > 0 && !c->has_mtp)
+        return api_bad(e, "ds4_mtp_draft", "'ds4_mtp_draft': the model has no MTP block (start the server "
+                       "with --mtp FILE)");
+    if (rc) r->mtp_draft = (int)x;
     r->temperature_echo = r->sp.temperature;
     r->top_p_echo = r->sp.top_p;
     /* OpenAI fields the engine has no equivalent for: accepted and ignored

@@ -292,16 +292,17 @@ static void test_tokens(gen *g, ds4_tokens *out) {
     }
 }
 
-/* Speculative decoding (rq->lookup, docs/SPEC.md): evaluate the chosen
- * token t with up to `want` prompt-lookup drafts in one staged pass.  The
+/* Speculative decoding (rq->lookup, rq->mtp_draft, docs/SPEC.md): evaluate
+ * the chosen token t with up to `want` drafts in one staged pass: up to
+ * want_lookup prompt-lookup drafts, else up to want_mtp MTP drafts.  The
  * sampling loop then takes its choices from the pass's rows and commits
  * the agreeing prefix, so every token is chosen exactly as in plain
  * decoding (DSML syntax greedy, forced tokens, the request's sampler).  A
  * plain evaluation when no draft is found or the pass would cross a
  * disk-cache checkpoint (saved at exact counts by ds4_eval).  *sp_n = pass
  * length, 0 when no pass was started. */
-static int spec_eval(const gen_env *env, int32_t t, int want, int32_t *pass, int *sp_n,
-                     ds4_spec_stats *st) {
+static int spec_eval(const gen_env *env, int32_t t, int want, int want_lookup, int want_mtp,
+                     int32_t *pass, int *sp_n, ds4_spec_stats *st) {
     ds4_session *s = env->s;
     *sp_n = 0;
     int cur = ds4_session_n_tokens(s);
@@ -312,14 +313,21 @@ static int spec_eval(const gen_env *env, int32_t t, int want, int32_t *pass, int
         if (fr > cur && fr - cur <= want + 1) want = 0;
     }
     int k = 0;
-    if (want > 0) {
+    if (want_lookup > want) want_lookup = want;
+    if (want_mtp > want) want_mtp = want;
+    if (want_lookup > 0) {
         int32_t *h = malloc(((size_t)cur + 1) * sizeof *h);
         if (h) {
             memcpy(h, ds4_session_tokens(s), (size_t)cur * sizeof *h);
             h[cur] = t;
-            k = ds4_lookup_draft(h, cur + 1, want, pass + 1);
+            k = ds4_lookup_draft(h, cur + 1, want_lookup, pass + 1);
             free(h);
         }
+    }
+    /* the MTP block when the lookup found nothing (rq->mtp_draft) */
+    if (k == 0 && want_mtp > 0) {
+        k = ds4_mtp_draft(s, t, want_mtp, pass + 1);
+        if (k < 0) return k;
     }
     /* the end-of-sequence token is never evaluated: drafts end before it */
     for (int i = 0; i < k; i++)
@@ -397,9 +405,10 @@ static finish_kind decode(gen *g, ds4_sampler *smp, const ds4_tokens *test, int 
         if (n_gen >= max_gen) { fin = FIN_LENGTH; break; }
         int e = DS4_OK;
         if (sp_acc) sp_acc = 0;   /* evaluated by the pass */
-        else if (rq->lookup > 0 && !rq->test_output) {
-            int want = rq->lookup < max_gen - n_gen - 1 ? rq->lookup : max_gen - n_gen - 1;
-            e = spec_eval(env, t, want, sp_pass, &sp_n, &res->spec);
+        else if ((rq->lookup > 0 || rq->mtp_draft > 0) && !rq->test_output) {
+            int most = rq->lookup > rq->mtp_draft ? rq->lookup : rq->mtp_draft;
+            if (most > max_gen - n_gen - 1) most = max_gen - n_gen - 1;
+            e = spec_eval(env, t, most, rq->lookup, rq->mtp_draft, sp_pass, &sp_n, &res->spec);
             sp_i = 0;
         } else
             e = ds4_eval(env->s, &t, 1, env->ep);

@@ -104,6 +104,13 @@ static void usage(FILE *f) {
 "                            (up to N = 0..16 tokens a pass; output identical\n"
 "                            to plain decoding; default 0 = off; a request\n"
 "                            may set \"ds4_lookup\")\n"
+"      --mtp FILE            the MTP block (mtp.0.* tensors, docs/MTP.md) from\n"
+"                            FILE; turns on MTP drafts (--mtp-draft " DS4_XSTR(DS4_MTP_DRAFT_DEFAULT) ")\n"
+"      --mtp-draft N         speculative decoding with N = 0..16 MTP draft\n"
+"                            tokens a pass (from --mtp or the model's own\n"
+"                            block; output identical to plain decoding;\n"
+"                            default 0 = off; a request may set\n"
+"                            \"ds4_mtp_draft\"; a lookup draft wins when found)\n"
 "      --seed N              sampler seed (default 0 = random per request)\n"
 "      --max-tokens N        generation limit when a request sets none\n"
 "                            (default 0 = the rest of the context)\n"
@@ -203,6 +210,7 @@ int main(int argc, char **argv) {
     memset(&srv, 0, sizeof srv);
     server_config *c = &srv.cfg;
     c->model_path = "./ds4flash.gguf";
+    c->mtp_draft = -1;
     c->host = "127.0.0.1";
     c->port = 8000;
     c->ctx = 32768;
@@ -274,6 +282,8 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&ar, NULL, "--top-p")) { c->sp.top_p = (float)ds4_args_double(&ar, 0, 1); }
         else if (ds4_args_is(&ar, NULL, "--min-p")) { c->sp.min_p = (float)ds4_args_double(&ar, 0, 1); }
         else if (ds4_args_is(&ar, NULL, "--lookup")) { c->lookup = (int)ds4_args_i64(&ar, 0, DS4_DRAFT_PASS_MAX - 1); }
+        else if (ds4_args_is(&ar, NULL, "--mtp")) { c->mtp_path = nonempty(&ar); }
+        else if (ds4_args_is(&ar, NULL, "--mtp-draft")) { c->mtp_draft = (int)ds4_args_i64(&ar, 0, DS4_DRAFT_PASS_MAX - 1); }
         else if (ds4_args_is(&ar, NULL, "--seed")) c->sp.seed = ds4_args_u64(&ar);
         else if (ds4_args_is(&ar, NULL, "--max-tokens")) { c->default_max_tokens = (int)ds4_args_i64(&ar, 0, 1 << 24); }
         else if (ds4_args_is(&ar, NULL, "--think")) c->default_think = DS4_THINK_HIGH;
@@ -372,6 +382,7 @@ int main(int argc, char **argv) {
     mp.n_threads = c->threads;
     mp.ssd_streaming = c->ssd_streaming;
     mp.ssd_cache_bytes = c->ssd_cache_bytes;
+    mp.mtp_path = c->mtp_path;
     srv.model = ds4_model_load(c->model_path, &mp, &err);
     if (!srv.model) {
         fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the model");
@@ -388,6 +399,15 @@ int main(int argc, char **argv) {
                     (unsigned long long)x.slots, x.slot_bytes / 1048576.0,
                     100.0 * (double)x.slots / (double)x.n_slices, (unsigned long long)x.n_slices,
                     x.direct_io ? "O_DIRECT" : "buffered");
+    }
+    c->has_mtp = ds4_model_has_mtp(srv.model);
+    if (c->mtp_draft < 0) c->mtp_draft = c->mtp_path ? DS4_MTP_DRAFT_DEFAULT : 0;
+    if (c->mtp_draft > 0 && !c->has_mtp) {
+        fprintf(stderr, "ds4-server: --mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with "
+                "--mtp FILE\n", c->model_path);
+        ds4_model_free(srv.model);
+        close(lfd);
+        return 1;
     }
     srv.tok = ds4_model_tokenizer(srv.model);
     srv.sp = ds4_tok_special(srv.tok);

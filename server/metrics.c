@@ -170,7 +170,7 @@ char *metrics_render(metrics *m) {
           "%.3f", m->last_prefill_tps);
     GAUGE("ds4_decode_tokens_per_second", "Decode speed of the last generation.", "%.3f",
           m->last_decode_tps);
-    COUNTER("ds4_spec_passes_total", "Speculative verification passes (--lookup).", m->spec.passes);
+    COUNTER("ds4_spec_passes_total", "Speculative verification passes (--lookup, --mtp-draft).", m->spec.passes);
     COUNTER("ds4_spec_drafted_tokens_total", "Draft tokens evaluated in verification passes.",
             m->spec.drafted);
     COUNTER("ds4_spec_accepted_tokens_total", "Draft tokens the model agreed with.", m->spec.accepted);

@@ -56,6 +56,9 @@ typedef struct {
     int verbose;
     ds4_sampler_params sp;        /* default sampling */
     int lookup;                   /* --lookup: prompt-lookup draft tokens (0 = off) */
+    const char *mtp_path;         /* --mtp FILE: the MTP block's GGUF (NULL = main file's) */
+    int mtp_draft;                /* --mtp-draft: MTP draft tokens (0 = off; -1 = not given) */
+    int has_mtp;                  /* the loaded model has an MTP block (set at start) */
     int default_max_tokens;       /* 0 = up to the context */
     ds4_think default_think;
 
@@ -142,6 +145,7 @@ typedef struct {
     int max_tokens;               /* 0 = up to the context */
     ds4_sampler_params sp;
     int lookup;                   /* prompt-lookup draft tokens per pass (0 = off) */
+    int mtp_draft;                /* MTP draft tokens per pass (0 = off) */
     char **stop;
     int n_stop;
     int starts_in_reasoning;      /* the prompt opened <think> */

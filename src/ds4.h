@@ -296,6 +296,8 @@ typedef struct {
     int ssd_streaming;
     uint64_t ssd_cache_bytes;
     int ssd_readers;          /* reader threads; 0 = 4 */
+    const char *mtp_path;     /* --mtp: a GGUF holding the MTP block (mtp.0.*);
+                                 NULL = use the main file's, if it has one */
 } ds4_model_params;
 
 void ds4_model_params_default(ds4_model_params *p);
@@ -305,6 +307,8 @@ void ds4_model_params_default(ds4_model_params *p);
 ds4_model *ds4_model_load(const char *path, const ds4_model_params *p,
                           char **err);
 void ds4_model_free(ds4_model *m);
+/* 1 when an MTP block (docs/MTP.md) is bound: ds4_mtp_draft can draft. */
+int ds4_model_has_mtp(const ds4_model *m);
 
 typedef struct {
     const char *name;         /* general.name or the file name */
@@ -764,6 +768,24 @@ typedef struct {
  * context and pass capacity.  Output equals plain decoding's. */
 int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *draft,
                   int n_draft, int32_t stop, int32_t *out, int *n_out, ds4_spec_stats *st);
+
+/* Draft tokens per pass when --mtp is given without --mtp-draft: one
+ * draft costs one MTP step (a layer and the output matrix), measured in
+ * README "MTP drafts". */
+#define DS4_MTP_DRAFT_DEFAULT 1
+#define DS4_STR_(x) #x
+#define DS4_XSTR(x) DS4_STR_(x)
+/* MTP drafts (docs/MTP.md; the model must have an MTP block,
+ * ds4_model_has_mtp).  `cur` is the token chosen last, not evaluated yet;
+ * writes up to max_draft (at most DS4_DRAFT_PASS_MAX - 1, and what the
+ * context leaves) greedy MTP guesses of the tokens after it to out and
+ * returns their count (DS4_EUNSUP without an MTP block).  The session's
+ * own state and logits are untouched: feed cur + drafts to ds4_spec_step,
+ * which keeps output (greedy or sampled) exactly that of plain decoding.
+ * The MTP state follows the session by itself (rollbacks, rewinds). */
+int ds4_mtp_draft(ds4_session *s, int32_t cur, int max_draft, int32_t *out);
+/* The logits of the last MTP draft step (tests), NULL before any. */
+const float *ds4_mtp_logits(const ds4_session *s);
 
 /* The speculative-sampling rule for a draft drawn from a distribution q
  * (target p; u_* uniform in [0,1)): returns the draft when accepted, else

@@ -99,7 +99,7 @@ static void usage(FILE *f) {
 "                 [--step-incr N | --step-mul F] [--gen-tokens N] [--threads N]\n"
 "                 [--chunk N] [--plot OUT.svg] [--no-qat] [--no-warmup]\n"
 "                 [--kv-disk-dir DIR]\n"
-"                 [--no-probe] [--verbose] [--spec N]\n"
+"                 [--no-probe] [--verbose] [--spec N] [--mtp FILE] [--mtp-draft N]\n"
 "                 [--parallel LIST [--rounds R]]\n"
 "       ds4-bench --help | --version\n"
 "\n"
@@ -183,6 +183,11 @@ static void usage(FILE *f) {
 "                       uses it, counted for experts chosen uniformly --\n"
 "                       against N separate decode steps).  Every stream's\n"
 "                       tokens are checked to be the same whatever N.\n"
+"  --mtp FILE           the MTP block (mtp.0.*, docs/MTP.md) from FILE\n"
+"  --mtp-draft N        with --spec (or alone: --spec N): also time one MTP\n"
+"                       draft step and decode --gen-tokens with N MTP drafts\n"
+"                       a pass (default " DS4_XSTR(DS4_MTP_DRAFT_DEFAULT) " with --mtp; the model's own\n"
+"                       block without --mtp), checked like the others\n"
 "  -v, --verbose        print the generated token ids of every frontier on\n"
 "                       stderr (\"ds4-bench: gen ctx=N: id id ...\"); they do\n"
 "                       not depend on the frontier schedule or chunk size\n"
@@ -247,6 +252,8 @@ typedef struct {
     int no_qat, no_warmup, verbose, no_probe;
     const char *kv_dir;      /* also time disk KV cache save/restore */
     int spec;                /* --spec N: speculative-decoding costs */
+    const char *mtp;         /* --mtp FILE */
+    int mtp_draft;           /* --mtp-draft N (-1 = not given) */
     const char *dist, *dist_layers;  /* --dist: under mpirun (src/dist/) */
     double dist_timeout;             /* < 0: the default */
     int ssd_streaming;       /* --ssd-streaming: expert columns in the CSV */
@@ -280,6 +287,7 @@ static void parse_args(int argc, char **argv, opts *o) {
     o->step_mul = 2.0;
     o->gen = 16;
     o->chunk = 2048;
+    o->mtp_draft = -1;
     ds4_args a;
     ds4_args_init(&a, "ds4-bench", argc, argv, usage);
     while (ds4_args_next(&a)) {
@@ -302,6 +310,8 @@ static void parse_args(int argc, char **argv, opts *o) {
         }
         else if (ds4_args_is(&a, NULL, "--no-probe")) o->no_probe = 1;
         else if (ds4_args_is(&a, NULL, "--spec")) o->spec = ds4_args_int(&a, 1, DS4_DRAFT_PASS_MAX - 1);
+        else if (ds4_args_is(&a, NULL, "--mtp")) o->mtp = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--mtp-draft")) o->mtp_draft = ds4_args_int(&a, 0, DS4_DRAFT_PASS_MAX - 1);
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dist")) o->dist = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dist-layers")) o->dist_layers = ds4_args_value(&a);
@@ -728,7 +738,7 @@ static int on_progress(void *ud, int done, int total) {
  *     ref): the speed-up at 100 % acceptance.
  * Both speculative runs must reproduce ref exactly. */
 static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, int n_ref,
-                      double plain_tps, int N, int V, int target) {
+                      double plain_tps, int N, int NM, int V, int target) {
     char *err = NULL;
     double base = 0;
     for (int T = 1; T <= N + 1 && T <= n_ref && T <= ds4_session_draft_capacity(s); T *= 2) {
@@ -746,7 +756,25 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
         note("spec at %d: verification pass of %2d token%s %8.2f ms = %.2f x one decode step",
              target, T, T == 1 ? " " : "s", tm[2] * 1e3, base > 0 ? tm[2] / base : 0);
     }
-    for (int oracle = 0; oracle < 2; oracle++) {
+    if (NM > 0) {
+        /* one MTP draft step from a synced state (the first call catches
+         * the block's window up after the restore), median of 5 */
+        if (ds4_session_restore(s, snap->p, snap->n, &err)) { note("restore: %s", err); return 1; }
+        int32_t d[DS4_DRAFT_PASS_MAX];
+        int e = ds4_mtp_draft(s, ref[0], 1, d);
+        double tm[5];
+        for (int r = 0; r < 5 && e >= 0; r++) {
+            double ta = now_s();
+            e = ds4_mtp_draft(s, ref[0], 1, d);
+            tm[r] = now_s() - ta;
+        }
+        if (e < 0) { note("MTP draft failed: %s", ds4_strerror(e)); return 1; }
+        qsort(tm, 5, sizeof tm[0], cmp_dbl);
+        note("spec at %d: one MTP draft step %8.2f ms = %.2f x one decode step", target, tm[2] * 1e3,
+             base > 0 ? tm[2] / base : 0);
+    }
+    /* 0 = prompt lookup, 1 = always-right drafts, 2 = MTP drafts */
+    for (int oracle = 0; oracle < (NM > 0 ? 3 : 2); oracle++) {
         if (ds4_session_restore(s, snap->p, snap->n, &err)) { note("restore: %s", err); return 1; }
         ds4_tokens hist = { 0 };
         if (ds4_tokens_reserve(&hist, (size_t)target + (size_t)n_ref + 1)) return 1;
@@ -760,9 +788,12 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
         hist.v[hist.n++] = cur;
         while (n < n_ref && !bad) {
             int32_t d[DS4_DRAFT_PASS_MAX], out[DS4_DRAFT_PASS_MAX];
-            int want = N < n_ref - n - 1 ? N : n_ref - n - 1, k = 0, no = 0;
-            if (oracle) for (k = 0; k < want; k++) d[k] = ref[n + k];
+            int most = oracle == 2 ? NM : N;
+            int want = most < n_ref - n - 1 ? most : n_ref - n - 1, k = 0, no = 0;
+            if (oracle == 1) for (k = 0; k < want; k++) d[k] = ref[n + k];
+            else if (oracle == 2) k = ds4_mtp_draft(s, cur, want, d);
             else k = ds4_lookup_draft(hist.v, (int)hist.n, want, d);
+            if (k < 0) { e = k; break; }
             e = ds4_spec_step(s, NULL, cur, d, k, -1, out, &no, &st);
             if (e) break;
             for (int i = 0; i < no; i++) {
@@ -778,7 +809,7 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
         if (bad) { note("speculative decode differs from plain greedy decoding: a bug"); return 1; }
         note("spec at %d: %-6s drafts: %d tokens in %llu passes, %.1f %% of %llu drafts accepted, "
              "%.2f tokens/pass, %.2f tok/s = %.2f x plain decoding", target,
-             oracle ? "oracle" : "lookup", n, (unsigned long long)st.passes,
+             oracle == 2 ? "mtp" : oracle ? "oracle" : "lookup", n, (unsigned long long)st.passes,
              st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, (unsigned long long)st.drafted,
              st.passes ? (double)st.emitted / st.passes : 0.0, td > 0 ? n / td : 0,
              td > 0 && plain_tps > 0 ? n / td / plain_tps : 0);
@@ -964,6 +995,7 @@ int main(int argc, char **argv) {
     mp.n_threads = o.threads;
     mp.ssd_streaming = o.ssd_streaming;
     mp.ssd_cache_bytes = o.ssd_cache_bytes;
+    mp.mtp_path = o.mtp;
     char *err = NULL;
     double t0 = now_s();
     ds4_model *m = ds4_model_load(o.model, &mp, &err);
@@ -977,6 +1009,10 @@ int main(int argc, char **argv) {
              100.0 * (double)xs.slots / (double)xs.n_slices, (unsigned long long)xs.n_slices,
              xs.routed_bytes / 1048576.0, xs.resident_bytes / 1048576.0,
              xs.direct_io ? "O_DIRECT" : "buffered", xs.readers);
+    if (o.mtp_draft < 0) o.mtp_draft = o.mtp ? DS4_MTP_DRAFT_DEFAULT : 0;
+    if (o.mtp_draft > 0 && !ds4_model_has_mtp(m))
+        die("--mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with --mtp FILE", o.model);
+    if (o.mtp_draft > 0 && !o.spec) o.spec = o.mtp_draft;
     double t_load = now_s() - t0;
     ds4_model_info info;
     ds4_model_get_info(m, &info);
@@ -1176,7 +1212,7 @@ int main(int argc, char **argv) {
         if (ng < o.gen) break;   /* interrupted */
         r->decode_tokens = ng;
         r->decode_tps = td > 0 ? ng / td : 0;
-        if (o.spec && spec_bench(s, &snap, gen_ids, ng, r->decode_tps, o.spec, info.n_vocab, target)) {
+        if (o.spec && spec_bench(s, &snap, gen_ids, ng, r->decode_tps, o.spec, o.mtp_draft, info.n_vocab, target)) {
             rc = 1;
             break;
         }

@@ -55,7 +55,7 @@
 static void usage(FILE *o) {
     fputs(
 "usage: ds4-synth --preset tiny|medium|flash --recipe f16|q2|q4 -o OUT.gguf\n"
-"                 [--vocab VOCAB.gguf] [--layers N] [--seed S]\n"
+"                 [--vocab VOCAB.gguf] [--layers N] [--seed S] [--mtp]\n"
 "                 [--set key=value ...] [--threads N] [--dry-run [--list]] [--hf-out DIR]\n"
 "       ds4-synth --limits | --help | --version\n"
 "\n"
@@ -97,6 +97,9 @@ static void usage(FILE *o) {
 "                  compression ratios follow the Flash rule (layers 0,1: 0;\n"
 "                  then even layers 4, odd layers 128) and hash_layer_count\n"
 "                  is min(3, N), unless set explicitly with --set.\n"
+"  --mtp           also write a random MTP block (mtp.0.*: e_proj, h_proj,\n"
+"                  enorm, hnorm, norm, hc_head_*, one window-only layer), the\n"
+"                  layout of docs/MTP.md, for --mtp-draft.\n"
 "  --seed S        64-bit seed (default 1).  Same seed and options give a\n"
 "                  byte-identical file (whatever --threads is).\n"
 "  --threads N     generator threads (default: online CPUs, at most 8); the\n"
@@ -474,7 +477,9 @@ typedef struct {
     uint64_t units, unit_elems;
 } tspec;
 
-typedef struct { tspec *t; size_t n, cap; } layout;
+/* mtp_layer: the layer index the MTP block's layer is built under (its
+ * names are mtp.0.*; the index only keys its expert boost), -1 = none */
+typedef struct { tspec *t; size_t n, cap; int mtp_layer; } layout;
 
 static tspec *add(layout *L, int layer, const char *suffix, uint32_t type, uint32_t nd,
                   uint64_t ne0, uint64_t ne1, uint64_t ne2) {
@@ -485,7 +490,8 @@ static tspec *add(layout *L, int layer, const char *suffix, uint32_t type, uint3
     }
     tspec *t = &L->t[L->n++];
     memset(t, 0, sizeof *t);
-    if (layer >= 0) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
+    if (layer >= 0 && layer == L->mtp_layer) snprintf(t->name, sizeof t->name, "mtp.0.%s", suffix);
+    else if (layer >= 0) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
     else snprintf(t->name, sizeof t->name, "%s", suffix);
     t->nd = nd;
     t->ne[0] = ne0; t->ne[1] = nd > 1 ? ne1 : 1; t->ne[2] = nd > 2 ? ne2 : 1;
@@ -522,7 +528,10 @@ static tspec *proj(tspec *t, float gain) { return normal(t, 0.0f, gain / sqrtf((
  *   U[1, 2.5] and the indexer-compressor norm U[1, 2], as in the golden
  *   model (wider KV rows exercise the FP8 round trip).
  */
-static void build_layout(const config *c, const char *recipe, layout *L) {
+/* One transformer layer's tensors: blk.<il>.*, or the MTP block's layer
+ * (mtp.0.*, window-only, learned router) when il == L->mtp_layer. */
+static void layer_tensors(const config *c, const char *recipe, layout *L, int il, int64_t ratio,
+                          int hash) {
     const int q = strcmp(recipe, "f16") != 0;
     const uint32_t T_PROJ = q ? GGML_Q8_0 : GGML_F16;           /* attention, shared, output */
     const uint32_t T_GU = !q ? GGML_F16 : !strcmp(recipe, "q2") ? GGML_IQ2_XXS : GGML_Q4_K;
@@ -535,73 +544,98 @@ static void build_layout(const config *c, const char *recipe, layout *L) {
     const uint64_t QL = (uint64_t)c->q_lora, E = (uint64_t)c->n_expert, F = (uint64_t)c->n_ff;
     const uint64_t SH = F * (uint64_t)c->n_shared, K = (uint64_t)c->n_used;
     const uint64_t IH = (uint64_t)c->idx_heads, ID = (uint64_t)c->idx_dim;
+    (void)V;
+
+    static const char *hc[2] = {"attn", "ffn"};
+    for (int s = 0; s < 2; s++) {
+        char nm[48];
+        snprintf(nm, sizeof nm, "hc_%s_fn.weight", hc[s]);
+        proj(add(L, il, nm, F16, 2, hc_dim, hc_mix, 0), 1.0f);
+        snprintf(nm, sizeof nm, "hc_%s_scale.weight", hc[s]);
+        uniform(add(L, il, nm, F32, 1, 3, 0, 0), 0.3f, 1.0f);
+        snprintf(nm, sizeof nm, "hc_%s_base.weight", hc[s]);
+        normal(add(L, il, nm, F32, 1, hc_mix, 0, 0), 0.0f, 0.5f);
+    }
+    normal(add(L, il, "attn_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
+    proj(add(L, il, "attn_q_a.weight", T_PROJ, 2, D, QL, 0), 1.0f);
+    normal(add(L, il, "attn_q_a_norm.weight", F32, 1, QL, 0, 0), 1.0f, 0.15f);
+    proj(add(L, il, "attn_q_b.weight", T_PROJ, 2, QL, H * hd, 0), 1.0f);
+    proj(add(L, il, "attn_kv.weight", T_PROJ, 2, D, hd, 0), 1.0f);
+    uniform(add(L, il, "attn_kv_a_norm.weight", F32, 1, hd, 0, 0), 1.0f, 2.5f);
+    normal(add(L, il, "attn_sinks.weight", F32, 1, H, 0, 0), 0.0f, 1.0f);
+    proj(add(L, il, "attn_output_a.weight", T_PROJ, 2, gdim, olow, 0), 1.0f);
+    proj(add(L, il, "attn_output_b.weight", T_PROJ, 2, olow, D, 0), 1.0f);
+    const uint64_t R = (uint64_t)ratio;
+    if (R) {
+        const int csa = R == 4;   /* overlapping compressor + indexer (ds4 rule) */
+        const uint64_t cw = (csa ? 2 : 1) * hd;
+        normal(add(L, il, "attn_compressor_ape.weight", F16, 2, cw, R, 0), 0.0f, 0.5f);
+        proj(add(L, il, "attn_compressor_kv.weight", F16, 2, D, cw, 0), 1.0f);
+        proj(add(L, il, "attn_compressor_gate.weight", F16, 2, D, cw, 0), 1.5f);
+        uniform(add(L, il, "attn_compressor_norm.weight", F32, 1, hd, 0, 0), 1.0f, 2.5f);
+        if (csa) {
+            proj(add(L, il, "indexer.attn_q_b.weight", F16, 2, QL, IH * ID, 0), 1.0f);
+            proj(add(L, il, "indexer.proj.weight", F16, 2, D, IH, 0), 1.0f);
+            normal(add(L, il, "indexer_compressor_ape.weight", F16, 2, 2 * ID, R, 0), 0.0f, 0.5f);
+            proj(add(L, il, "indexer_compressor_kv.weight", F16, 2, D, 2 * ID, 0), 1.0f);
+            proj(add(L, il, "indexer_compressor_gate.weight", F16, 2, D, 2 * ID, 0), 1.5f);
+            uniform(add(L, il, "indexer_compressor_norm.weight", F32, 1, ID, 0, 0), 1.0f, 2.0f);
+        }
+    }
+    normal(add(L, il, "ffn_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
+    proj(add(L, il, "ffn_gate_inp.weight", F16, 2, D, E, 0), 2.0f);
+    
+    /* the router bias exists only on learned-router layers (docs/GGUF.md §4.2) */
+    if (!hash) normal(add(L, il, "exp_probs_b.bias", F32, 1, E, 0, 0), 0.0f, 0.3f);
+    tspec *t;
+    t = proj(add(L, il, "ffn_gate_exps.weight", T_GU, 3, D, F, E), 1.0f);
+    t->boost = 1; t->active = A_EXPERTS;
+    t = proj(add(L, il, "ffn_up_exps.weight", T_GU, 3, D, F, E), 1.0f);
+    t->boost = 1; t->active = A_EXPERTS;
+    t = proj(add(L, il, "ffn_down_exps.weight", T_DN, 3, F, D, E), 1.0f);
+    t->active = A_EXPERTS;
+    proj(add(L, il, "ffn_gate_shexp.weight", T_PROJ, 2, D, SH, 0), 1.5f);
+    proj(add(L, il, "ffn_up_shexp.weight", T_PROJ, 2, D, SH, 0), 1.5f);
+    proj(add(L, il, "ffn_down_shexp.weight", T_PROJ, 2, SH, D, 0), 1.0f);
+    if (hash) {
+        t = add(L, il, "ffn_gate_tid2eid.weight", GGML_I32, 2, K, V, 0);
+        t->dist = D_TID2EID;
+        t->active = A_ROW;
+        t->n_choices = (uint32_t)E;
+    }
+}
+
+static void build_layout(const config *c, const char *recipe, int mtp, layout *L) {
+    L->mtp_layer = -1;
+    const int q = strcmp(recipe, "f16") != 0;
+    const uint32_t T_PROJ = q ? GGML_Q8_0 : GGML_F16;           /* attention, shared, output */
+    const uint32_t F16 = GGML_F16, F32 = GGML_F32;
+    const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab, N = (uint64_t)c->n_hc;
+    const uint64_t hc_dim = N * D;
 
     add(L, -1, "token_embd.weight", F16, 2, D, V, 0)->active = A_ROW;
     normal(&L->t[L->n - 1], 0.0f, 1.0f);
-    for (int il = 0; il < c->n_layer; il++) {
-        static const char *hc[2] = {"attn", "ffn"};
-        for (int s = 0; s < 2; s++) {
-            char nm[48];
-            snprintf(nm, sizeof nm, "hc_%s_fn.weight", hc[s]);
-            proj(add(L, il, nm, F16, 2, hc_dim, hc_mix, 0), 1.0f);
-            snprintf(nm, sizeof nm, "hc_%s_scale.weight", hc[s]);
-            uniform(add(L, il, nm, F32, 1, 3, 0, 0), 0.3f, 1.0f);
-            snprintf(nm, sizeof nm, "hc_%s_base.weight", hc[s]);
-            normal(add(L, il, nm, F32, 1, hc_mix, 0, 0), 0.0f, 0.5f);
-        }
-        normal(add(L, il, "attn_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
-        proj(add(L, il, "attn_q_a.weight", T_PROJ, 2, D, QL, 0), 1.0f);
-        normal(add(L, il, "attn_q_a_norm.weight", F32, 1, QL, 0, 0), 1.0f, 0.15f);
-        proj(add(L, il, "attn_q_b.weight", T_PROJ, 2, QL, H * hd, 0), 1.0f);
-        proj(add(L, il, "attn_kv.weight", T_PROJ, 2, D, hd, 0), 1.0f);
-        uniform(add(L, il, "attn_kv_a_norm.weight", F32, 1, hd, 0, 0), 1.0f, 2.5f);
-        normal(add(L, il, "attn_sinks.weight", F32, 1, H, 0, 0), 0.0f, 1.0f);
-        proj(add(L, il, "attn_output_a.weight", T_PROJ, 2, gdim, olow, 0), 1.0f);
-        proj(add(L, il, "attn_output_b.weight", T_PROJ, 2, olow, D, 0), 1.0f);
-        const uint64_t R = (uint64_t)c->ratios[il];
-        if (R) {
-            const int csa = R == 4;   /* overlapping compressor + indexer (ds4 rule) */
-            const uint64_t cw = (csa ? 2 : 1) * hd;
-            normal(add(L, il, "attn_compressor_ape.weight", F16, 2, cw, R, 0), 0.0f, 0.5f);
-            proj(add(L, il, "attn_compressor_kv.weight", F16, 2, D, cw, 0), 1.0f);
-            proj(add(L, il, "attn_compressor_gate.weight", F16, 2, D, cw, 0), 1.5f);
-            uniform(add(L, il, "attn_compressor_norm.weight", F32, 1, hd, 0, 0), 1.0f, 2.5f);
-            if (csa) {
-                proj(add(L, il, "indexer.attn_q_b.weight", F16, 2, QL, IH * ID, 0), 1.0f);
-                proj(add(L, il, "indexer.proj.weight", F16, 2, D, IH, 0), 1.0f);
-                normal(add(L, il, "indexer_compressor_ape.weight", F16, 2, 2 * ID, R, 0), 0.0f, 0.5f);
-                proj(add(L, il, "indexer_compressor_kv.weight", F16, 2, D, 2 * ID, 0), 1.0f);
-                proj(add(L, il, "indexer_compressor_gate.weight", F16, 2, D, 2 * ID, 0), 1.5f);
-                uniform(add(L, il, "indexer_compressor_norm.weight", F32, 1, ID, 0, 0), 1.0f, 2.0f);
-            }
-        }
-        normal(add(L, il, "ffn_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
-        proj(add(L, il, "ffn_gate_inp.weight", F16, 2, D, E, 0), 2.0f);
-        const int hash = il < c->n_hash;
-        /* the router bias exists only on learned-router layers (docs/GGUF.md §4.2) */
-        if (!hash) normal(add(L, il, "exp_probs_b.bias", F32, 1, E, 0, 0), 0.0f, 0.3f);
-        tspec *t;
-        t = proj(add(L, il, "ffn_gate_exps.weight", T_GU, 3, D, F, E), 1.0f);
-        t->boost = 1; t->active = A_EXPERTS;
-        t = proj(add(L, il, "ffn_up_exps.weight", T_GU, 3, D, F, E), 1.0f);
-        t->boost = 1; t->active = A_EXPERTS;
-        t = proj(add(L, il, "ffn_down_exps.weight", T_DN, 3, F, D, E), 1.0f);
-        t->active = A_EXPERTS;
-        proj(add(L, il, "ffn_gate_shexp.weight", T_PROJ, 2, D, SH, 0), 1.5f);
-        proj(add(L, il, "ffn_up_shexp.weight", T_PROJ, 2, D, SH, 0), 1.5f);
-        proj(add(L, il, "ffn_down_shexp.weight", T_PROJ, 2, SH, D, 0), 1.0f);
-        if (hash) {
-            t = add(L, il, "ffn_gate_tid2eid.weight", GGML_I32, 2, K, V, 0);
-            t->dist = D_TID2EID;
-            t->active = A_ROW;
-            t->n_choices = (uint32_t)E;
-        }
-    }
+    for (int il = 0; il < c->n_layer; il++)
+        layer_tensors(c, recipe, L, il, c->ratios[il], il < c->n_hash);
     normal(add(L, -1, "output_hc_base.weight", F32, 1, N, 0, 0), 0.0f, 0.5f);
     proj(add(L, -1, "output_hc_fn.weight", F16, 2, hc_dim, N, 0), 1.0f);
     uniform(add(L, -1, "output_hc_scale.weight", F32, 1, 1, 0, 0), 0.3f, 1.0f);
     normal(add(L, -1, "output_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
     proj(add(L, -1, "output.weight", T_PROJ, 2, D, V, 0), 3.0f);
+    if (mtp) {
+        /* the MTP block (docs/MTP.md): input projections and norms, its
+         * own HC head, and one window-only layer with a learned router */
+        L->mtp_layer = (int)c->n_layer;
+        proj(add(L, -1, "mtp.0.e_proj.weight", T_PROJ, 2, D, D, 0), 1.0f);
+        proj(add(L, -1, "mtp.0.h_proj.weight", T_PROJ, 2, D, D, 0), 1.0f);
+        normal(add(L, -1, "mtp.0.enorm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
+        normal(add(L, -1, "mtp.0.hnorm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
+        normal(add(L, -1, "mtp.0.norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
+        normal(add(L, -1, "mtp.0.hc_head_base.weight", F32, 1, N, 0, 0), 0.0f, 0.5f);
+        proj(add(L, -1, "mtp.0.hc_head_fn.weight", F16, 2, hc_dim, N, 0), 1.0f);
+        uniform(add(L, -1, "mtp.0.hc_head_scale.weight", F32, 1, 1, 0, 0), 0.3f, 1.0f);
+        layer_tensors(c, recipe, L, (int)c->n_layer, 0, 0);
+    }
 
     /* Units: the PRNG stream restarts (from hash(key, unit)) at every unit. */
     for (size_t i = 0; i < L->n; i++) {
@@ -1761,7 +1795,7 @@ int main(int argc, char **argv) {
     const char *hf_out = NULL;
     int64_t layers = -1, threads = 0;
     uint64_t seed = 1;
-    int dry = 0, list = 0;
+    int dry = 0, list = 0, mtp = 0;
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int n_sets = 0;
     if (!sets) die("out of memory");
@@ -1771,6 +1805,7 @@ int main(int argc, char **argv) {
     while (ds4_args_next(&a)) {
         if (ds4_args_is(&a, NULL, "--dry-run")) dry = 1;
         else if (ds4_args_is(&a, NULL, "--list")) list = 1;
+        else if (ds4_args_is(&a, NULL, "--mtp")) mtp = 1;
         else if (ds4_args_is(&a, NULL, "--limits")) {
             /* the engine's table, one key a line: key min max why */
             for (int k = 0; k < ds4_model_n_limits; k++)
@@ -1793,6 +1828,7 @@ int main(int argc, char **argv) {
     if (!preset) usage_error("--preset is required (tiny, medium or flash)");
     /* --hf-out alone: the checkpoint holds the f16 recipe's weights. */
     if (hf_out && !recipe && !out) recipe = "f16";
+    if (hf_out && mtp) usage_error("--mtp cannot be combined with --hf-out (the checkpoint has no MTP layout)");
     if (hf_out && dry) usage_error("--hf-out cannot be combined with --dry-run");
     if (!recipe) usage_error("--recipe is required (f16, q2 or q4)");
     if (strcmp(recipe, "f16") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
@@ -1834,7 +1870,7 @@ int main(int argc, char **argv) {
     finalize_config(&c, quantized, recipe);
     init_tables();
     layout L = {0};
-    build_layout(&c, recipe, &L);
+    build_layout(&c, recipe, mtp, &L);
     meta m = {NULL, 0, 0};
     write_meta(&m, &c, vocab, preset, recipe, seed);
     const uint64_t total = file_size(&L, m.bytes);
@@ -1842,7 +1878,7 @@ int main(int argc, char **argv) {
     if (hf_out) {
         /* Same weights as the f16 recipe (the GGUF layout names them). */
         layout LF = {0};
-        build_layout(&c, "f16", &LF);
+        build_layout(&c, "f16", 0, &LF);
         write_hf(hf_out, &LF, &c, vocab, seed);
         free(LF.t);
     }

@@ -141,6 +141,19 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
                     gguf_find(m->gf, "ds4.split.experts") ? "experts" : "pipeline");
         goto fail;
     }
+    /* the MTP block (docs/MTP.md): a sidecar named by --mtp, else the main
+     * file's mtp.0.* tensors when it has them; not under --dist (a part
+     * file holds layers only) */
+    if (p->mtp_path && ds4_dist_on()) {
+        ds4_set_err(err, DS4_EINVAL, "--mtp is not supported with --dist");
+        goto fail;
+    }
+    if (p->mtp_path) {
+        m->mtp_gf = gguf_open(p->mtp_path, err);
+        if (!m->mtp_gf || ds4_weights_bind_mtp(m->mtp_gf, &m->w, 1, err) != DS4_OK) goto fail;
+    } else if (!ds4_dist_on() && ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
+        goto fail;
+    }
     m->tok = ds4_tokenizer_load(path, err);
     if (!m->tok) goto fail;
     if (p->ssd_streaming && ssd_setup(m, p, err) != DS4_OK) goto fail;
@@ -205,6 +218,7 @@ void ds4_model_free(ds4_model *m) {
         ds4_weights_free(&m->w);
         gguf_close(m->gf);
     }
+    if (m->mtp_gf) gguf_close(m->mtp_gf);
     free(m->name);
     free(m->path);
     free(m);
@@ -232,6 +246,8 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
     info->random_weights = m->random_weights;
     info->ctx_train = c->ctx_train;
 }
+
+int ds4_model_has_mtp(const ds4_model *m) { return m->w.has_mtp; }
 
 const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m) { return m->tok; }
 

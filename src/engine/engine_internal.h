@@ -28,6 +28,7 @@ struct ds4_model {
     char *name;
     int random_weights;
     gguf_file *gf;
+    gguf_file *mtp_gf;        /* --mtp sidecar (the MTP block's views point into it) */
     ds4_weights w;
     ds4_tokenizer *tok;
     ds4_pool *pool;
@@ -147,6 +148,20 @@ typedef struct {
     float *ckv, *csc, *ikv, *isc;            /* [cap][width] rows pushed by it */
 } layer_stage;
 
+/* The MTP block's state (mtp.c, docs/MTP.md): a window-only layer whose
+ * rows follow the main session, the main model's final HC state of recent
+ * positions (its input), and the draft chain's own HC state. */
+typedef struct {
+    layer_state ls;           /* raw window: rows of positions [n - raw_len, n) */
+    int n;
+    float *H;                 /* [hcap][n_hc*n_embd], slot pos % hcap */
+    int64_t *hpos;            /* [hcap] the position each slot holds, -1 none */
+    int hcap;
+    float *hc;                /* [n_hc*n_embd] H_out of the last draft step */
+    float *logits;            /* [vocab] the last draft step's logits */
+    int64_t steps;            /* draft steps computed (for tests and stats) */
+} mtp_state;
+
 struct ds4_session {
     ds4_model *m;
     int ctx, chunk, no_qat, decode_only;
@@ -170,7 +185,24 @@ struct ds4_session {
     float *steer;
     int steer_l0, steer_l1;
     int dist_id;              /* --dist: the workers' name for it (0 = none) */
+    mtp_state *mtp;           /* MTP drafts (mtp.c), NULL when the model has none */
 };
+
+/* mtp.c: session hooks.  new/free with the session; note_hidden is called
+ * by the forward with the final HC state of a chunk's tokens (before the
+ * head); reset when the session's history is replaced wholesale. */
+int ds4_mtp_state_new(ds4_session *s);
+void ds4_mtp_state_free(ds4_session *s);
+void ds4_mtp_note_hidden(ds4_session *s, const float *X, int64_t p0, int n);
+void ds4_mtp_state_reset(ds4_session *s);
+/* forward_cpu.c: the MTP block.  mtp_rows appends the window rows of
+ * positions p0..p0+n-1 (inputs toks[i] and Hprev[i], the main state of the
+ * previous position; NULL rows = zero) without the rest of the layer (a
+ * row depends only on its own input); mtp_step runs the whole block for
+ * one token at position p0 from `hprev`, leaving H_out in ms->hc and the
+ * draft logits in ms->logits. */
+int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0);
+int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0);
 
 /* session.c: called by the forward after the compressor inputs of layer
  * `il` (scores with APE) are ready, while a staged pass is running. */

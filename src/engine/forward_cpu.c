@@ -11,7 +11,9 @@
  * (all T tokens through layer il, then il+1) so each weight matrix is
  * streamed once per chunk; the compressor and indexer frontiers are advanced
  * token by token with the decode functions, which is what makes a chunk
- * boundary invisible.
+ * boundary invisible.  The MTP block (docs/MTP.md) runs its layer through
+ * the same attention()/moe() as layer index n_layer, with its own input
+ * (mtp_input) and HC head; mtp.c decides when.
  *
  * Must not: allocate (every buffer lives in the session scratch), or touch
  * the session's token list (session.c owns it).
@@ -50,6 +52,15 @@ typedef struct {
     int qat;          /* storage roundings on */
     int no_qat;
 } fwd;
+
+/* The weights of layer il; il == n_layer names the MTP block's layer
+ * (docs/MTP.md), which runs through the same code as a main layer. */
+static const ds4_layer_weights *layer_w(const fwd *f, int il) {
+    return il == f->c->n_layer ? &f->w->mtp.block : &f->w->layers[il];
+}
+static layer_state *layer_st(ds4_session *s, int il) {
+    return il == s->m->w.cfg.n_layer ? &s->mtp->ls : &s->ls[il];
+}
 
 static inline ds4_cpu_item *row_item(const fwd *f, int t) { return &f->it[f->ritem[t]]; }
 static inline int64_t row_pos(const fwd *f, int t) {
@@ -304,6 +315,7 @@ static void hc_post(fwd *f, int il, int which) {
     cpu_scratch *sc = f->sc;
     for_tokens(f, hc_post_task, NULL);
     float *t = sc->X; sc->X = sc->X2; sc->X2 = t;
+    if (il >= f->c->n_layer) return;   /* the MTP layer: no steering, no capture */
     int any = 0;
     for (int i = 0; i < f->n_it; i++) any |= steered(f->it[i].s, il);
     if (which == 1 && any) for_tokens(f, steer_task, &il);
@@ -342,10 +354,12 @@ static void rope_tables_task(fwd *f, int t, void *ud) {
     rope_angles(L->rope, row_pos(f, t), sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr);
 }
 
+static void kv_post(fwd *f, int t, const ds4_layer_weights *lw);
+
 static void q_post_task(fwd *f, int t, void *ud) {
     const layer_ud *L = ud;
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[L->il];
+    const ds4_layer_weights *lw = layer_w(f, L->il);
     cpu_scratch *sc = f->sc;
     const int d = c->head_dim, hr = c->n_rot / 2;
     const float *cs = sc->cs + (size_t)t * hr, *sn = sc->sn + (size_t)t * hr;
@@ -356,7 +370,15 @@ static void q_post_task(fwd *f, int t, void *ud) {
         rms_norm(qh, NULL, d, c->rms_eps, qh);
         rope_apply(qh, d, c->n_rot, cs, sn, 0);
     }
-    /* the single KV head: norm, rope, FP8 on the nope dims, f16 storage */
+    kv_post(f, t, lw);
+}
+
+/* the single KV head: norm, rope, FP8 on the nope dims, f16 storage */
+static void kv_post(fwd *f, int t, const ds4_layer_weights *lw) {
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = f->sc;
+    const int d = c->head_dim, hr = c->n_rot / 2;
+    const float *cs = sc->cs + (size_t)t * hr, *sn = sc->sn + (size_t)t * hr;
     float *kv = sc->kv + (size_t)t * d;
     rms_norm(kv, f32_of(&lw->attn_kv_a_norm), d, c->rms_eps, kv);
     rope_apply(kv, d, c->n_rot, cs, sn, 0);
@@ -366,11 +388,16 @@ static void q_post_task(fwd *f, int t, void *ud) {
     }
 }
 
+static void kv_post_task(fwd *f, int t, void *ud) {
+    const layer_ud *L = ud;
+    kv_post(f, t, layer_w(f, L->il));
+}
+
 static void qr_norm_task(fwd *f, int t, void *ud) {
     const layer_ud *L = ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
-    rms_norm(sc->qa + (size_t)t * c->q_lora, f32_of(&f->w->layers[L->il].attn_q_a_norm),
+    rms_norm(sc->qa + (size_t)t * c->q_lora, f32_of(&layer_w(f, L->il)->attn_q_a_norm),
              c->q_lora, c->rms_eps, sc->qr + (size_t)t * c->q_lora);
 }
 
@@ -592,7 +619,7 @@ static void idx_rows_task(void *ctx, int ith, int nth) {
 static void idx_select(fwd *f, int il) {
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
-    int R = f->w->layers[il].ratio;
+    int R = layer_w(f, il)->ratio;
     for (int t = 0; t < f->T; t++) {
         int n_vis = (int)((row_pos(f, t) + 1) / R);
         if (n_vis <= c->idx_topk) { sc->ntopk[t] = -1; continue; }
@@ -617,7 +644,7 @@ static void attn_task(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
     fwd *f = j->f;
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[j->il];
+    const ds4_layer_weights *lw = layer_w(f, j->il);
     const vec_kernels *vk = f->m->vk;
     cpu_scratch *sc = f->sc;
     const int d = c->head_dim, H = c->n_head, R = lw->ratio, hr = c->n_rot / 2;
@@ -766,7 +793,7 @@ static void raw_reserve(const ds4_session *s, layer_state *st, int d, int n_swa,
 
 static void attention(fwd *f, int il) {
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[il];
+    const ds4_layer_weights *lw = layer_w(f, il);
     cpu_scratch *sc = f->sc;
     const int T = f->T, D = c->n_embd, d = c->head_dim;
     layer_ud L = { il, lw->ratio ? &f->m->rope_comp : &f->m->rope_dense };
@@ -808,7 +835,7 @@ static void attention(fwd *f, int il) {
     /* append each item's new raw rows to its session's window */
     for (int i = 0; i < f->n_it; i++) {
         ds4_cpu_item *it = &f->it[i];
-        layer_state *st = it->st = &it->s->ls[il];
+        layer_state *st = it->st = layer_st(it->s, il);
         raw_reserve(it->s, st, d, c->n_swa, it->n);
         it->raw_base_pos = it->p0 - st->raw_len;   /* position of row raw_start */
         kv_put(it->s, sc->kv + (size_t)it->r0 * d,
@@ -909,7 +936,7 @@ typedef struct { int il; const int32_t *toks; } route_ud;
 static void route_task(fwd *f, int t, void *ud) {
     const route_ud *r = ud;
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[r->il];
+    const ds4_layer_weights *lw = layer_w(f, r->il);
     cpu_scratch *sc = f->sc;
     const int E = c->n_expert, K = c->n_expert_used;
     float *lg = sc->rlog + (size_t)t * E;
@@ -991,7 +1018,7 @@ static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const 
  * larger of the two, session.c), since later batches still need `ain`. */
 static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, const uint8_t *ain,
                         size_t rb_in, size_t rb_dn, const float *wrow, int e_lo, int e_hi) {
-    const ds4_layer_weights *lw = &f->w->layers[il];
+    const ds4_layer_weights *lw = layer_w(f, il);
     cpu_scratch *sc = &f->s->sc;
     struct ds4_xcache *xc = f->s->m->xc;
     const int D = f->c->n_embd, F = f->c->n_ff_exp;
@@ -1041,7 +1068,7 @@ static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, cons
 
 static int moe(fwd *f, int il, const int32_t *toks) {
     const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = &f->w->layers[il];
+    const ds4_layer_weights *lw = layer_w(f, il);
     cpu_scratch *sc = f->sc;
     const int T = f->T, D = c->n_embd, E = c->n_expert, K = c->n_expert_used, F = c->n_ff_exp;
 
@@ -1089,11 +1116,12 @@ static int moe(fwd *f, int il, const int32_t *toks) {
         int npairs = nt * K;
         /* this rank's (token, slot) rows: experts are contiguous in them */
         int r_lo = e_lo < E ? sc->eoff[e_lo] : npairs, r_hi = e_hi < E ? sc->eoff[e_hi] : npairs;
-        if (f->s->m->xc) {
-            /* --ssd-streaming: the same products on the cache's copies */
+        if (f->s->m->xc && il < c->n_layer) {
+            /* --ssd-streaming: the same products on the cache's copies (the
+             * MTP layer's experts are not streamed: they stay resident) */
             int rc = moe_streamed(f, il, nt, kin, kdn, ain, rb_in, rb_dn, wrow, e_lo, e_hi);
             if (rc) return rc;
-            if (f->s->imatrix)
+            if (f->s->imatrix && il < c->n_layer)
                 ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
                                     sc->ecount);
         } else {
@@ -1115,7 +1143,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                    lw->swiglu_clamp, wrow + r_lo);
             /* importance collection: reads the inputs of gate/up and down
              * (single process: --imatrix-out is not offered under --dist) */
-            if (f->s->imatrix)
+            if (f->s->imatrix && il < c->n_layer)
                 ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
                                     sc->ecount);
             uint8_t *amid = sc->qscratch;
@@ -1171,28 +1199,31 @@ static void embed(fwd *f, const int32_t *toks) {
     }
 }
 
-/* The head evaluates the rows listed in sc->hrow; output row t of it
- * (mix, cur, ylast, logits) belongs to source row hrow[t]. */
+/* An HC output head: the main model's output_hc_* / output_norm, or the
+ * MTP block's hc_head_* / norm (docs/MTP.md step 5); both end in the main
+ * output matrix.  The head evaluates the rows listed in sc->hrow; output
+ * row t of it (mix, cur, ylast, logits) belongs to source row hrow[t]. */
+typedef struct { const ds4_tensor *fn, *scale, *base, *norm; } head_w;
+
 static void head_mix_task(fwd *f, int t, void *ud) {
-    (void)ud;
+    const head_w *hw = ud;
     const ds4_config *c = f->c;
-    const ds4_weights *w = f->w;
     cpu_scratch *sc = f->sc;
     const int N = c->n_hc, D = c->n_embd;
     int tt = sc->hrow[t];
     const float *m = sc->mix + (size_t)t * N;
     const float *X = sc->X + (size_t)tt * N * D;
     float wgt[DS4_MAX_HC];
-    float s0 = tval(&w->output_hc_scale, 0);
+    float s0 = tval(hw->scale, 0);
     for (int s = 0; s < N; s++)
-        wgt[s] = sigmoidf(m[s] * s0 + tval(&w->output_hc_base, s)) + c->hc_eps;
+        wgt[s] = sigmoidf(m[s] * s0 + tval(hw->base, s)) + c->hc_eps;
     float *y = sc->cur + (size_t)t * D;
     for (int k = 0; k < D; k++) {
         float acc = 0;
         for (int s = 0; s < N; s++) acc += wgt[s] * X[(size_t)s * D + k];
         y[k] = acc;
     }
-    rms_norm(y, f32_of(&w->output_norm), D, c->rms_eps, sc->ylast + (size_t)t * D);
+    rms_norm(y, f32_of(hw->norm), D, c->rms_eps, sc->ylast + (size_t)t * D);
 }
 
 static void head_flat_task(fwd *f, int t, void *ud) {
@@ -1204,17 +1235,106 @@ static void head_flat_task(fwd *f, int t, void *ud) {
 }
 
 /* Logits of the nh rows in sc->hrow into sc->logits rows [0, nh). */
-static void head(fwd *f, int nh) {
+static void head(fwd *f, int nh, const head_w *hw) {
     const ds4_config *c = f->c;
     const ds4_weights *w = f->w;
     cpu_scratch *sc = f->sc;
     int T = f->T;
     f->T = nh;
     for_tokens(f, head_flat_task, NULL);
-    mm(f, &w->output_hc_fn, sc->flat, (size_t)c->n_hc * c->n_embd, sc->mix, c->n_hc);
-    for_tokens(f, head_mix_task, NULL);
+    mm(f, hw->fn, sc->flat, (size_t)c->n_hc * c->n_embd, sc->mix, c->n_hc);
+    for_tokens(f, head_mix_task, (void *)hw);
     mm(f, &w->output, sc->ylast, c->n_embd, sc->logits, c->n_vocab);
     f->T = T;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The MTP block (docs/MTP.md)                                             */
+/* ---------------------------------------------------------------------- */
+
+/* A one-item pass of n rows of s at positions p0.. (the MTP layer's). */
+static fwd fwd_one(ds4_session *s, ds4_cpu_item *it, const int32_t *toks, int n, int64_t p0) {
+    *it = (ds4_cpu_item){ .s = s, .toks = toks, .n = n, .r0 = 0, .p0 = p0 };
+    memset(s->sc.ritem, 0, (size_t)n * sizeof(*s->sc.ritem));
+    fwd f = { .s = s, .m = s->m, .sc = &s->sc, .c = &s->m->w.cfg, .w = &s->m->w, .it = it, .n_it = 1,
+              .ritem = s->sc.ritem, .toks = toks, .T = n, .qat = !s->no_qat, .no_qat = s->no_qat };
+    f.cc.pool = s->m->pool;
+    f.cc.k = s->m->kern;
+    return f;
+}
+
+/* Steps 1-3: X[t][s] = e_proj(enorm(embed(tok_t))) + h_proj(hnorm(Hprev_t[s]))
+ * (a missing Hprev row counts as zero: position 0, or a state the session
+ * did not see being computed). */
+static void mtp_input(fwd *f, const int32_t *toks, const float *const *Hprev) {
+    const ds4_config *c = f->c;
+    const ds4_mtp_weights *mw = &f->w->mtp;
+    cpu_scratch *sc = f->sc;
+    const int D = c->n_embd, N = c->n_hc, T = f->T;
+    const ds4_tensor *E = &f->w->token_embd;
+    for (int t = 0; t < T; t++) {
+        ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, sc->cur + (size_t)t * D, D);
+        rms_norm(sc->cur + (size_t)t * D, f32_of(&mw->enorm), D, c->rms_eps, sc->a + (size_t)t * D);
+        for (int s = 0; s < N; s++) {
+            float *o = sc->flat + ((size_t)t * N + s) * D;
+            if (Hprev[t]) rms_norm(Hprev[t] + (size_t)s * D, f32_of(&mw->hnorm), D, c->rms_eps, o);
+            else memset(o, 0, (size_t)D * sizeof(float));
+        }
+    }
+    mm(f, &mw->e_proj, sc->a, D, sc->y, D);
+    /* h_proj applies to every stream: T*N rows of width D (the flat and X2
+     * blocks hold T rows of N*D) */
+    f->T = T * N;
+    mm(f, &mw->h_proj, sc->flat, D, sc->X2, D);
+    f->T = T;
+    for (int t = 0; t < T; t++)
+        for (int s = 0; s < N; s++) {
+            float *x = sc->X + ((size_t)t * N + s) * D;
+            const float *e = sc->y + (size_t)t * D, *h = sc->X2 + ((size_t)t * N + s) * D;
+            for (int k = 0; k < D; k++) x[k] = e[k] + h[k];
+        }
+}
+
+int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0) {
+    ds4_cpu_item it;
+    fwd f = fwd_one(s, &it, toks, n, p0);
+    const ds4_config *c = f.c;
+    cpu_scratch *sc = f.sc;
+    const int il = c->n_layer, d = c->head_dim, D = c->n_embd;
+    const ds4_layer_weights *lw = layer_w(&f, il);
+    layer_state *st = layer_st(s, il);
+    mtp_input(&f, toks, Hprev);
+    /* the attention sublayer's input up to the KV head, as attention() */
+    hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
+    hc_pre(&f, &h);
+    for_tokens(&f, norm_rows_task, (void *)&lw->attn_norm);
+    layer_ud L = { il, &s->m->rope_dense };
+    for_tokens(&f, rope_tables_task, &L);
+    mm(&f, &lw->attn_kv, sc->a, D, sc->kv, d);
+    for_tokens(&f, kv_post_task, &L);
+    raw_reserve(s, st, d, c->n_swa, n);
+    kv_put(s, sc->kv, kv_row(s, st->raw, (size_t)(st->raw_start + st->raw_len), d), (size_t)n, d);
+    st->raw_len += n;
+    return DS4_OK;
+}
+
+int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0) {
+    ds4_cpu_item it;
+    fwd f = fwd_one(s, &it, &tok, 1, p0);
+    const ds4_config *c = f.c;
+    const ds4_mtp_weights *mw = &f.w->mtp;
+    const float *hp[1] = { hprev };
+    mtp_input(&f, &tok, hp);
+    attention(&f, c->n_layer);
+    int rc = moe(&f, c->n_layer, &tok);
+    if (rc) return rc;
+    memcpy(s->mtp->hc, s->sc.X, (size_t)c->n_hc * c->n_embd * sizeof(float));
+    head_w hw = { &mw->hc_head_fn, &mw->hc_head_scale, &mw->hc_head_base, &mw->norm };
+    s->sc.hrow[0] = 0;
+    head(&f, 1, &hw);
+    memcpy(s->mtp->logits, s->sc.logits, (size_t)c->n_vocab * sizeof(float));
+    s->mtp->steps++;
+    return DS4_OK;
 }
 
 /* The layers of one pass.  `single` passes (one item) also serve the
@@ -1290,7 +1410,15 @@ static int eval_pass(fwd *f) {
     int nl = 0;
     if (want_all) for (int t = 0; t < n; t++) sc->hrow[nl++] = t;
     else for (int i = 0; i < f->n_it; i++) sc->hrow[nl++] = f->it[i].r0 + f->it[i].n - 1;
-    if (hi == c->n_layer && (!ds4_dist_on() || ds4_dist_runs_head())) head(f, nl);
+    if (hi == c->n_layer && (!ds4_dist_on() || ds4_dist_runs_head())) {
+        /* the MTP drafts start from the final HC state (mtp.c) */
+        for (int i = 0; i < f->n_it; i++)
+            if (f->it[i].s->mtp)
+                ds4_mtp_note_hidden(f->it[i].s, sc->X + (size_t)f->it[i].r0 * nd, f->it[i].p0, f->it[i].n);
+        const ds4_weights *w = f->w;
+        head_w hw = { &w->output_hc_fn, &w->output_hc_scale, &w->output_hc_base, &w->output_norm };
+        head(f, nl, &hw);
+    }
     if (ds4_dist_on()) {
         ds4_dist_logits(s, sc->logits, nl);
         if (!ds4_dist_is_root()) return DS4_OK;   /* rank 0 keeps the logits */

@@ -316,6 +316,7 @@ static void state_reset(ds4_session *s) {
     /* every checkpoint referred to rows that are gone now */
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) s->ck[i].n = -1;
     s->stg_n = 0;
+    ds4_mtp_state_reset(s);
     ds4_dist_session_reset(s);
 }
 
@@ -360,6 +361,7 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
         }
     }
     if (ds4_cpu_scratch_init(s) != DS4_OK) goto oom;
+    if (m->w.has_mtp && ds4_mtp_state_new(s) != DS4_OK) goto oom;
     s->logits_rows = 1;
     state_reset(s);
     ds4_dist_session_new(s);
@@ -393,6 +395,7 @@ void ds4_session_free(ds4_session *s) {
     free(s->ls);
     free(s->logits);
     free(s->steer);
+    ds4_mtp_state_free(s);
     ds4_tokens_free(&s->toks);
     free(s);
 }

@@ -196,6 +196,7 @@ typedef struct {
     /* a per-rank part of an experts split: every layer, and of each
      * routed expert tensor only the experts [e_lo, e_hi) */
     int xpart, e_lo, e_hi;
+    int mtp;          /* binding the MTP block: layer names are "mtp.0.*" */
 } binder;
 
 /* Whether a part file must hold tensor `name` (always for a whole file). */
@@ -328,7 +329,8 @@ static int bind_t(binder *b, ds4_tensor *dst, const char *name, int kind, uint32
 static int bind_l(binder *b, ds4_tensor *dst, int il, const char *suffix, int kind, uint32_t nd,
                   uint64_t ne0, uint64_t ne1, uint64_t ne2, int optional) {
     char name[160];
-    snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
+    if (b->mtp) snprintf(name, sizeof name, "mtp.0.%s", suffix);
+    else snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
     return bind_t(b, dst, name, kind, nd, ne0, ne1, ne2, optional);
 }
 
@@ -499,6 +501,7 @@ void ds4_weights_free(ds4_weights *w) {
     if (!w) return;
     free(w->layers);
     free(w->cfg.compress_ratios);
+    /* w->mtp holds views into a mapping only */
     free(w->cfg.swiglu_clamp);
     memset(w, 0, sizeof *w);
 }
@@ -528,9 +531,11 @@ static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights
     bind_l(b, &L->attn_output_a, il, "attn_output_a.weight", T_MATRIX, 2, gdim, olow, 0, 0);
     bind_l(b, &L->attn_output_b, il, "attn_output_b.weight", T_MATRIX, 2, olow, D, 0, 0);
 
-    int ratio = c->compress_ratios[il];
+    /* the MTP block is a window-only layer (docs/MTP.md); its SwiGLU clamp
+     * is the model's (one value in DeepSeek's config: the last layer's) */
+    int ratio = b->mtp ? 0 : c->compress_ratios[il];
     L->ratio = ratio;
-    L->swiglu_clamp = c->swiglu_clamp[il];
+    L->swiglu_clamp = c->swiglu_clamp[b->mtp ? c->n_layer - 1 : il];
     L->coff = 1;
     L->has_indexer = 0;
     if (ratio) {
@@ -616,7 +621,7 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
     w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
     if (!w->layers) { rc = DS4_ENOMEM; goto fail; }
 
-    binder B = {&P, gf, 0, 0, 0, 0, c->n_layer, 0, 0, 0};
+    binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer};
     B.part = part_of(&P, gf, c->n_layer, &B.lo, &B.hi);
     B.xpart = xpart_of(&P, gf, c->n_expert, &B.e_lo, &B.e_hi);
     const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab;
@@ -652,6 +657,47 @@ fail:
     else ds4_buf_free(&P.msg);
     ds4_weights_free(w);
     return rc;
+}
+
+/* The MTP block: its own tensors plus one layer of the main layout, bound
+ * under the "mtp.0." prefix with the main model's shapes. */
+int ds4_weights_bind_mtp(gguf_file *gf, ds4_weights *w, int required, char **err) {
+    if (err) *err = NULL;
+    w->has_mtp = 0;
+    memset(&w->mtp, 0, sizeof w->mtp);
+    int any = 0;
+    for (uint64_t i = 0; i < gf->n_tensors && !any; i++) any = !strncmp(gf->tensors[i].name, "mtp.0.", 6);
+    if (!any && !required) return DS4_OK;
+    problems P = {.path = gf->path};
+    if (!any) {
+        prob(&P, "no mtp.0.* tensors: not an MTP file");
+    } else {
+        const ds4_config *c = &w->cfg;
+        const uint64_t D = (uint64_t)c->n_embd, N = (uint64_t)c->n_hc;
+        binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer, .mtp = 1};
+        ds4_mtp_weights *m = &w->mtp;
+        bind_t(&B, &m->e_proj, "mtp.0.e_proj.weight", T_MATRIX, 2, D, D, 0, 0);
+        bind_t(&B, &m->h_proj, "mtp.0.h_proj.weight", T_MATRIX, 2, D, D, 0, 0);
+        bind_t(&B, &m->enorm, "mtp.0.enorm.weight", T_F32ONLY, 1, D, 0, 0, 0);
+        bind_t(&B, &m->hnorm, "mtp.0.hnorm.weight", T_F32ONLY, 1, D, 0, 0, 0);
+        bind_t(&B, &m->norm, "mtp.0.norm.weight", T_F32ONLY, 1, D, 0, 0, 0);
+        bind_t(&B, &m->hc_head_fn, "mtp.0.hc_head_fn.weight", T_MATRIX, 2, N * D, N, 0, 0);
+        bind_t(&B, &m->hc_head_scale, "mtp.0.hc_head_scale.weight", T_F32ONLY, 1, 1, 0, 0, 0);
+        bind_t(&B, &m->hc_head_base, "mtp.0.hc_head_base.weight", T_F32ONLY, 1, N, 0, 0, 0);
+        int needs_idx = 0;
+        bind_layer(&B, c, c->n_layer, &m->block, &needs_idx);
+    }
+    if (P.oom) {
+        ds4_buf_free(&P.msg);
+        memset(&w->mtp, 0, sizeof w->mtp);
+        return ds4_set_err(err, DS4_ENOMEM, "%s: out of memory", gf->path);
+    }
+    if (!P.n) { w->has_mtp = 1; return DS4_OK; }
+    if (P.n > MAX_PROBLEMS) ds4_buf_printf(&P.msg, "\n%s: ... and %d more problems", P.path, P.n - MAX_PROBLEMS);
+    if (err) *err = P.msg.p ? P.msg.p : strdup("MTP binding failed");
+    else ds4_buf_free(&P.msg);
+    memset(&w->mtp, 0, sizeof w->mtp);
+    return DS4_EFORMAT;
 }
 
 /* ------------------------------------------------------------------------ */

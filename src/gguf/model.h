@@ -127,6 +127,15 @@ typedef struct {
     float *swiglu_clamp;       /* [n_layer] */
 } ds4_config;
 
+/* The optional MTP block (docs/MTP.md): `mtp.0.*` tensors, in the main
+ * file or in a sidecar GGUF (`--mtp FILE`).  `block` is one full layer of
+ * the main layout (compress ratio 0: sliding window only, score routing). */
+typedef struct {
+    ds4_tensor e_proj, h_proj, enorm, hnorm, norm;
+    ds4_tensor hc_head_fn, hc_head_scale, hc_head_base;
+    ds4_layer_weights block;
+} ds4_mtp_weights;
+
 typedef struct {
     gguf_file *gf;
     ds4_config cfg;
@@ -134,6 +143,8 @@ typedef struct {
     ds4_tensor output_hc_fn, output_hc_base, output_hc_scale;
     ds4_tensor output_norm, output;
     ds4_layer_weights *layers;  /* [n_layer] */
+    int has_mtp;                /* mtp holds a bound MTP block */
+    ds4_mtp_weights mtp;
     uint64_t n_bound;           /* tensors of the file bound by the layout
                                    (the rest are ignored, e.g. MTP tensors) */
 } ds4_weights;
@@ -147,6 +158,14 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err);
  * most 50 problems are listed, then "... and N more problems".  Tensors the
  * layout does not name are ignored: w->n_bound < gf->n_tensors.) */
 void ds4_weights_free(ds4_weights *w);
+
+/* Binds the MTP block (`mtp.0.*`) of `gf` against the shapes of the bound
+ * main weights `w` (cfg from the main file) into w->mtp and sets
+ * w->has_mtp.  `required` = 0: a file with no mtp.0.* tensor at all is
+ * fine (returns DS4_OK, has_mtp stays 0); a partial or misshapen block is
+ * an error listing every problem, like ds4_weights_bind.  `required` = 1
+ * (a sidecar named by --mtp): the block must be there. */
+int ds4_weights_bind_mtp(gguf_file *gf, ds4_weights *w, int required, char **err);
 
 /* Bytes of weights read to decode one token (attention, shared expert,
  * n_expert_used routed experts per layer, router, HC, head; the embedding

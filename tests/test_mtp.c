@@ -1,0 +1,360 @@
+/*
+ * test_mtp.c -- MTP drafts (docs/MTP.md) on tiny models that ds4-synth
+ * writes with --mtp (the golden tiny-a shape: sliding window 32, compress
+ * ratios 4 and 128; random MTP weights, so the drafts are rarely right):
+ *   - greedy generation with MTP drafts (1, 2 and 4 per pass) equals plain
+ *     greedy decoding token for token for 150-300 tokens (past the window
+ *     edge and the ratio-4 and -128 compressor frontiers), with a
+ *     bit-identical final state;
+ *     also with every other pass drafted by an oracle (right for a varying
+ *     count), so that passes keep several tokens and the MTP state must
+ *     follow multi-token commits;
+ *   - seeded sampling (temperature 1; 0.7 with top-k 40) with MTP drafts
+ *     equals plain seeded sampling token for token (every emitted token is
+ *     one draw of the same sampler on the same logits: the target
+ *     distribution exactly);
+ *   - statistically: from one state, 800 seeded speculative steps with MTP
+ *     drafts at temperature 1, top-k 4: the first emitted token's counts
+ *     against the target p (chi-square at the 0.1 % critical value; bins
+ *     expecting under 5 draws merged).  With random MTP weights the drafts
+ *     are almost never in the top 4, so this checks the sampling path of a
+ *     pass, not the acceptance rule (test_spec's ds4_spec_resolve test and
+ *     the seeded token-for-token equality above cover that);
+ *   - the MTP state follows the session exactly: after a speculative
+ *     generation (staged passes, rollbacks) the next MTP logits are
+ *     bit-identical to those of a fresh session that evaluated the same
+ *     tokens in one prefill; drafts leave the session's logits untouched;
+ *   - the block against tests/mtp_ref.py, a float64 reference written from
+ *     docs/MTP.md (two chained draft steps after a 40-token prompt);
+ *   - a model without an MTP block: ds4_mtp_draft is DS4_EUNSUP.
+ * DS4_DEBUG_BUILD=1 (the sanitizer pass) runs shorter generations.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ds4.h"
+
+#include "testutil.h"
+
+static int quick;
+static char dir[256];
+
+static int same_state(ds4_session *a, ds4_session *b) {
+    ds4_buf x = { 0 }, y = { 0 };
+    int ok = ds4_session_snapshot(a, &x) == DS4_OK && ds4_session_snapshot(b, &y) == DS4_OK &&
+             x.n == y.n && memcmp(x.p, y.p, x.n) == 0;
+    ds4_buf_free(&x);
+    ds4_buf_free(&y);
+    return ok;
+}
+
+static void plain_decode(ds4_session *s, ds4_sampler *smp, int V, int n, ds4_tokens *out) {
+    for (int i = 0; i < n; i++) {
+        const float *lg = ds4_session_logits(s);
+        int32_t t = smp ? ds4_sample(smp, lg) : ds4_sample_greedy(lg, V);
+        ds4_tokens_push(out, t);
+        if (i + 1 < n) CHECK(ds4_session_eval(s, &t, 1, NULL, NULL) == DS4_OK, "plain eval");
+    }
+}
+
+/* Speculative decoding of n tokens with up to nd MTP drafts per pass.
+ * With `ref` (the plain output), every other pass uses oracle drafts from
+ * it instead, right for a varying count (0 .. nd+1) then junk: passes that
+ * keep several tokens, which the MTP state must follow. */
+static void mtp_decode(ds4_session *s, ds4_sampler *smp, int V, int n, int nd, const ds4_tokens *ref,
+                       ds4_tokens *out, ds4_spec_stats *st) {
+    const float *lg = ds4_session_logits(s);
+    int32_t cur = smp ? ds4_sample(smp, lg) : ds4_sample_greedy(lg, V);
+    ds4_tokens_push(out, cur);
+    int step = 0;
+    while ((int)out->n < n) {
+        int32_t draft[DS4_DRAFT_PASS_MAX], got[DS4_DRAFT_PASS_MAX];
+        int left = n - (int)out->n;
+        int want = nd < left - 1 ? nd : left - 1, k = 0;
+        if (ref && step % 2 == 0) {
+            int good = (step * 7) % (nd + 2);
+            for (k = 0; k < want; k++) {
+                size_t at = out->n + (size_t)k;
+                int32_t r = at < ref->n ? ref->v[at] : 0;
+                draft[k] = k < good ? r : (r + 1 + k) % V;
+            }
+        } else if (want > 0) {
+            float before = ds4_session_logits(s)[7];
+            k = ds4_mtp_draft(s, cur, want, draft);
+            CHECK(k == want, "mtp draft %d of %d", k, want);
+            CHECK(ds4_session_logits(s)[7] == before, "drafting leaves the session's logits alone");
+            if (k < 0) break;
+        }
+        int n_got = 0;
+        int rc = ds4_spec_step(s, smp, cur, draft, k, -1, got, &n_got, st);
+        CHECK(rc == DS4_OK && n_got >= 1 && n_got <= k + 1, "spec step rc %d n %d", rc, n_got);
+        if (rc || n_got < 1) break;
+        for (int i = 0; i < n_got; i++) ds4_tokens_push(out, got[i]);
+        cur = got[n_got - 1];
+        step++;
+    }
+}
+
+static ds4_model *load(const char *path) {
+    char *err = NULL;
+    ds4_model_params mp;
+    ds4_model_params_default(&mp);
+    mp.n_threads = 2;
+    ds4_model *m = ds4_model_load(path, &mp, &err);
+    if (!m) { fprintf(stderr, "load %s: %s\n", path, err); exit(1); }
+    return m;
+}
+
+static void synth(const char *recipe, char *path, size_t cap) {
+    const char *bin = getenv("DS4_BIN_DIR");
+    snprintf(path, cap, "%s/tiny-%s-mtp.gguf", dir, recipe);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/ds4-synth --preset tiny --recipe %s --mtp --seed 5 -o %s > /dev/null",
+             bin && *bin ? bin : ".", recipe, path);
+    if (system(cmd)) { fprintf(stderr, "failed: %s\n", cmd); exit(1); }
+}
+
+static void test_generation(ds4_model *m, const ds4_tokens *ids) {
+    ds4_model_info info;
+    ds4_model_get_info(m, &info);
+    const int V = info.n_vocab, P = 40;
+    /* {mode, drafts, oracle mix, tokens}: mode 0 greedy, 1 seeded
+     * temperature 1, 2 seeded 0.7 with top-k 40; after the 40-token prompt
+     * 150 tokens cross the window (32) and the ratio-128 frontier */
+    static const int cfg[][4] = { {0, 2, 1, 300}, {0, 1, 0, 150}, {0, 4, 0, 150}, {1, 2, 1, 300},
+                                  {2, 2, 0, 150} };
+    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+        const int mode = cfg[ci][0], nd = cfg[ci][1], mix = cfg[ci][2], N = quick ? 60 : cfg[ci][3];
+        if (quick && ci > 1) break;
+        ds4_sampler *s1 = NULL, *s2 = NULL;
+        if (mode) {
+            ds4_sampler_params sp;
+            ds4_sampler_params_default(&sp);
+            sp.temperature = mode == 1 ? 1.0f : 0.7f;
+            sp.top_k = mode == 1 ? 0 : 40;
+            sp.seed = 11;
+            s1 = ds4_sampler_new(V, &sp);
+            s2 = ds4_sampler_new(V, &sp);
+        }
+        ds4_session *a = test_new_session(m, 1024, 64), *b = test_new_session(m, 1024, 64);
+        CHECK(ds4_session_eval(a, ids->v, P, NULL, NULL) == DS4_OK, "prompt");
+        CHECK(ds4_session_eval(b, ids->v, P, NULL, NULL) == DS4_OK, "prompt");
+        ds4_tokens x = { 0 }, y = { 0 };
+        ds4_spec_stats st = { 0 };
+        plain_decode(a, s1, V, N, &x);
+        mtp_decode(b, s2, V, N, nd, mix ? &x : NULL, &y, &st);
+        CHECK(x.n == y.n && memcmp(x.v, y.v, x.n * sizeof(int32_t)) == 0,
+              "mode %d, %d MTP drafts%s: output differs from plain decoding", mode, nd,
+              mix ? " + oracle drafts" : "");
+        /* plain decoding stops before evaluating its last token */
+        if (ds4_session_n_tokens(b) == ds4_session_n_tokens(a))
+            CHECK(same_state(a, b), "mode %d nd %d: final state differs", mode, nd);
+        CHECK(st.passes > 0 && st.drafted > 0, "passes counted");
+        if (mix) CHECK(st.accepted > 0, "oracle drafts accepted");
+        printf("test_mtp: mode %d, %d drafts%s: %d tokens in %llu passes, %llu/%llu accepted\n",
+               mode, nd, mix ? " + oracle drafts" : "", N, (unsigned long long)st.passes,
+               (unsigned long long)st.accepted, (unsigned long long)st.drafted);
+        ds4_tokens_free(&x);
+        ds4_tokens_free(&y);
+        ds4_session_free(a);
+        ds4_session_free(b);
+        ds4_sampler_free(s1);
+        ds4_sampler_free(s2);
+    }
+}
+
+/* The MTP state follows the session: the same history reached through
+ * staged passes and rollbacks, or through one prefill, drafts alike. */
+static void test_follow(ds4_model *m, const ds4_tokens *ids) {
+    ds4_model_info info;
+    ds4_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    ds4_session *a = test_new_session(m, 1024, 64), *b = test_new_session(m, 1024, 64);
+    const int G = quick ? 40 : 90;
+    CHECK(ds4_session_eval(b, ids->v, 50, NULL, NULL) == DS4_OK, "prompt");
+    ds4_tokens ref = { 0 }, out = { 0 };
+    plain_decode(b, NULL, V, G, &ref);
+    ds4_session_reset(b);
+    CHECK(ds4_session_eval(a, ids->v, 50, NULL, NULL) == DS4_OK, "prompt");
+    ds4_spec_stats st = { 0 };
+    mtp_decode(a, NULL, V, G, 3, &ref, &out, &st);
+    CHECK(st.accepted > 0, "some passes kept drafts");
+    int n = ds4_session_n_tokens(a);
+    CHECK(ds4_session_eval(b, ds4_session_tokens(a), n, NULL, NULL) == DS4_OK, "prefill");
+    int32_t cur = out.v[out.n - 1], da[4], db[4];
+    CHECK(ds4_mtp_draft(a, cur, 3, da) == 3 && ds4_mtp_draft(b, cur, 3, db) == 3, "drafts");
+    CHECK(memcmp(da, db, sizeof da - sizeof da[0]) == 0, "same drafts");
+    const float *la = ds4_mtp_logits(a), *lb = ds4_mtp_logits(b);
+    CHECK(la && lb && memcmp(la, lb, (size_t)V * sizeof(float)) == 0,
+          "MTP logits after a speculative history equal those after one prefill");
+    /* a second draft call from the same state recomputes the same chain */
+    CHECK(ds4_mtp_draft(a, cur, 3, db) == 3 && memcmp(da, db, 3 * sizeof(int32_t)) == 0, "repeatable");
+    ds4_tokens_free(&out);
+    ds4_tokens_free(&ref);
+    ds4_session_free(a);
+    ds4_session_free(b);
+}
+
+/* The first emitted token of a speculative step with MTP drafts follows
+ * the target distribution (top-k 8 at temperature 1). */
+static void test_distribution(ds4_model *m, const ds4_tokens *ids) {
+    ds4_model_info info;
+    ds4_model_get_info(m, &info);
+    const int V = info.n_vocab, K = 4, DRAWS = quick ? 200 : 800;
+    ds4_session *s = test_new_session(m, 1024, 64);
+    CHECK(ds4_session_eval(s, ids->v, 45, NULL, NULL) == DS4_OK, "prompt");
+    ds4_buf base = { 0 };
+    CHECK(ds4_session_snapshot(s, &base) == DS4_OK, "snapshot");
+    /* the target: softmax over the top K logits */
+    const float *lg = ds4_session_logits(s);
+    int top[4];
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            int used = 0;
+            for (int j = 0; j < k; j++) used |= top[j] == i;
+            if (!used && (best < 0 || lg[i] > lg[best])) best = i;
+        }
+        top[k] = best;
+    }
+    double p[4], z = 0;
+    for (int k = 0; k < K; k++) { p[k] = exp((double)lg[top[k]] - lg[top[0]]); z += p[k]; }
+    for (int k = 0; k < K; k++) p[k] /= z;
+    int32_t cur = top[0];
+    /* the state after `cur`: the target of the pass's first position */
+    CHECK(ds4_session_eval(s, &cur, 1, NULL, NULL) == DS4_OK, "cur");
+    lg = ds4_session_logits(s);
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            int used = 0;
+            for (int j = 0; j < k; j++) used |= top[j] == i;
+            if (!used && (best < 0 || lg[i] > lg[best])) best = i;
+        }
+        top[k] = best;
+    }
+    z = 0;
+    for (int k = 0; k < K; k++) { p[k] = exp((double)lg[top[k]] - lg[top[0]]); z += p[k]; }
+    for (int k = 0; k < K; k++) p[k] /= z;
+    long cnt[4] = { 0 };
+    char *err = NULL;
+    ds4_sampler_params sp;
+    ds4_sampler_params_default(&sp);
+    sp.temperature = 1.0f;
+    sp.top_k = K;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    ds4_sampler *smp = ds4_sampler_new(V, &sp);
+    for (int d = 0; d < DRAWS; d++) {
+        CHECK(ds4_session_restore(s, base.p, base.n, &err) == DS4_OK, "restore");
+        ds4_sampler_reseed(smp, 1000 + (uint64_t)d);
+        int32_t draft[2], got[3];
+        int n_got = 0;
+        int k = ds4_mtp_draft(s, cur, 2, draft);
+        CHECK(k == 2, "drafts");
+        CHECK(ds4_spec_step(s, smp, cur, draft, k, -1, got, &n_got, NULL) == DS4_OK, "step");
+        int at = -1;
+        for (int j = 0; j < K; j++) if (top[j] == got[0]) at = j;
+        CHECK(at >= 0, "draw %d outside the top-k", got[0]);
+        if (at >= 0) cnt[at]++;
+    }
+    /* chi-square; bins expecting fewer than 5 draws are merged into one */
+    double chi = 0, eo = 0, oo = 0;
+    int bins = 0;
+    for (int k = 0; k < K; k++) {
+        double e = DRAWS * p[k];
+        if (e < 5) { eo += e; oo += (double)cnt[k]; continue; }
+        chi += (cnt[k] - e) * (cnt[k] - e) / e;
+        bins++;
+    }
+    if (eo > 0) { chi += (oo - eo) * (oo - eo) / eo; bins++; }
+    static const double crit[] = { 0, 10.83, 13.82, 16.27 };   /* 0.1 % critical values */
+    CHECK(bins >= 2, "at least two bins");
+    if (bins >= 2) CHECK(chi < crit[bins - 1], "first emitted token follows p: chi2 %.2f, %d dof", chi, bins - 1);
+    printf("test_mtp: %d speculative steps, chi2 %.2f (%d dof)\n", DRAWS, chi, bins - 1);
+    ds4_sampler_free(smp);
+    ds4_buf_free(&base);
+    ds4_session_free(s);
+}
+
+/* Two chained draft steps against tests/mtp_ref.py. */
+static void test_reference(ds4_model *m, const char *path, const ds4_tokens *ids) {
+    ds4_model_info info;
+    ds4_model_get_info(m, &info);
+    const int V = info.n_vocab, P = 40;
+    ds4_session *s = test_new_session(m, 256, 64);
+    CHECK(ds4_session_eval(s, ids->v, P, NULL, NULL) == DS4_OK, "prompt");
+    int32_t cur = ds4_sample_greedy(ds4_session_logits(s), V), d[2];
+    char in[512], cmd[1600];
+    snprintf(in, sizeof in, "%s/mtp_ref.txt", dir);
+    FILE *f = fopen(in, "w");
+    CHECK(f != NULL, "open %s", in);
+    if (!f) { ds4_session_free(s); return; }
+    for (int i = 0; i < P; i++) fprintf(f, "%d ", ids->v[i]);
+    float *lg[2];
+    for (int step = 1; step <= 2; step++) {
+        CHECK(ds4_mtp_draft(s, cur, step, d) == step, "draft");
+        lg[step - 1] = malloc((size_t)V * sizeof(float));
+        memcpy(lg[step - 1], ds4_mtp_logits(s), (size_t)V * sizeof(float));
+    }
+    fprintf(f, "\n%d %d %d\n", cur, d[0], d[1]);
+    for (int step = 0; step < 2; step++) {
+        for (int i = 0; i < V; i++) fprintf(f, "%.9g ", lg[step][i]);
+        fputc('\n', f);
+        free(lg[step]);
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/mtp_ref.py %s %s", path, in);
+    int rc = system(cmd);
+    CHECK(rc == 0, "tests/mtp_ref.py disagrees with the engine (rc %d)", rc);
+    ds4_session_free(s);
+}
+
+int main(void) {
+    const char *dbg = getenv("DS4_DEBUG_BUILD");
+    quick = dbg && !strcmp(dbg, "1");
+    snprintf(dir, sizeof dir, "/tmp/ds4-test-mtp-%d", (int)getpid());
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    if (system(cmd)) { fprintf(stderr, "mkdir failed\n"); return 1; }
+    char seq[512];
+    snprintf(seq, sizeof seq, "%s/golden/sequences/seq_600a.ids.txt", test_shared());
+    ds4_tokens ids = { 0 };
+    CHECK(test_read_ids(seq, &ids) == 0 && ids.n == 600, "read %s", seq);
+
+    char q2[512], f16[512];
+    synth("q2", q2, sizeof q2);
+    ds4_model *m = load(q2);
+    CHECK(ds4_model_has_mtp(m), "the synthesized model has an MTP block");
+    test_generation(m, &ids);
+    test_follow(m, &ids);
+    test_distribution(m, &ids);
+    ds4_model_free(m);
+
+    synth("f16", f16, sizeof f16);
+    m = load(f16);
+    test_reference(m, f16, &ids);
+    if (!quick) test_follow(m, &ids);
+    ds4_model_free(m);
+
+    /* no MTP block: drafting is refused, nothing else changes */
+    char golden[512];
+    snprintf(golden, sizeof golden, "%s/golden/models/tiny-a-q2.gguf", test_shared());
+    m = load(golden);
+    CHECK(!ds4_model_has_mtp(m), "golden tiny model has no MTP block");
+    ds4_session *s = test_new_session(m, 128, 64);
+    int32_t d[2];
+    CHECK(ds4_mtp_draft(s, 5, 2, d) == DS4_EUNSUP, "ds4_mtp_draft without a block");
+    CHECK(ds4_mtp_logits(s) == NULL, "no MTP logits");
+    ds4_session_free(s);
+    ds4_model_free(m);
+
+    ds4_tokens_free(&ids);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) { }
+    printf("test_mtp: %d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}
