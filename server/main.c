@@ -47,6 +47,18 @@ static void usage(FILE *f) {
 "  -c, --ctx N               context size in tokens (default 32768)\n"
 "  -t, --threads N           worker threads (default: all cores)\n"
 "      --chunk N             prefill chunk size in tokens (default 2048)\n"
+"      --parallel N          live sessions served at once (default 1): each\n"
+"                            engine step advances every generating request\n"
+"                            by one token, plus a prefill chunk of one that\n"
+"                            reads its prompt; a request goes to the session\n"
+"                            holding the longest prefix of its prompt, else an\n"
+"                            empty one, else the least recently used idle one\n"
+"                            (saved to the disk KV cache first when it is on).\n"
+"                            Needs N x the KV state of --ctx; --lookup drafts\n"
+"                            are off when N > 1\n"
+"      --step-tokens N       tokens one step evaluates at most with --parallel\n"
+"                            > 1: the decode tokens, and the rest for the\n"
+"                            prefill chunk (at least 1; default 256)\n"
 "      --dist MODE           under mpirun: one model over the ranks\n"
 "                            (pipeline or experts); rank 0 serves HTTP%s\n"
 "      --dist-layers SPEC    pipeline split per rank (0:20,21:42)\n"
@@ -198,6 +210,8 @@ int main(int argc, char **argv) {
     c->port = 8000;
     c->ctx = 32768;
     c->chunk = 0;
+    c->parallel = 1;
+    c->step_tokens = 256;
     c->max_body_bytes = 32u << 20;
     c->max_header_bytes = 64u << 10;
     c->idle_timeout_s = 120;
@@ -232,6 +246,8 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&ar, NULL, "--dist")) dist = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--dist-layers")) dist_layers = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--chunk")) { c->chunk = (int)ds4_args_i64(&ar, 1, 1 << 20); }
+        else if (ds4_args_is(&ar, NULL, "--parallel")) { c->parallel = (int)ds4_args_i64(&ar, 1, 256); }
+        else if (ds4_args_is(&ar, NULL, "--step-tokens")) { c->step_tokens = (int)ds4_args_i64(&ar, 1, 1 << 20); }
         else if (ds4_args_is(&ar, NULL, "--model-name")) c->model_name = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--api-key")) c->api_key = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--insecure-no-auth")) c->insecure_no_auth = 1;
@@ -342,10 +358,29 @@ int main(int argc, char **argv) {
      * and over: say so with the plan instead of looking hung */
     {
         ds4_mem_plan plan;
-        if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK &&
-            plan.mem_available && plan.total > plan.mem_available) {
-            fprintf(stderr, "ds4-server: warning: this run needs more memory than is available:\n");
-            ds4_memory_plan_print(&plan, stderr);
+        if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK) {
+            /* --parallel N: N sessions, each with its KV state and scratch.
+             * The weights are mmap'd (they page, slowly); the sessions'
+             * memory cannot: more than is available is an error */
+            uint64_t per = plan.kv + plan.scratch;
+            uint64_t sessions = per * (uint64_t)c->parallel;
+            if (c->parallel > 1 && plan.mem_available && sessions > plan.mem_available) {
+                fprintf(stderr, "ds4-server: --parallel %d needs %.1f GiB for its sessions "
+                        "(%d x %.2f GiB: KV state at --ctx %d + scratch) but %.1f GiB is "
+                        "available: lower --parallel or --ctx\n", c->parallel,
+                        sessions / 1073741824.0, c->parallel, per / 1073741824.0, c->ctx,
+                        plan.mem_available / 1073741824.0);
+                close(lfd);
+                return 1;
+            }
+            plan.total += sessions - per;
+            if (plan.mem_available && plan.total > plan.mem_available) {
+                fprintf(stderr, "ds4-server: warning: this run needs more memory than is available:\n");
+                ds4_memory_plan_print(&plan, stderr);
+                if (c->parallel > 1)
+                    fprintf(stderr, "  (with --parallel %d: %.1f GiB more for the other sessions)\n",
+                            c->parallel, (sessions - per) / 1073741824.0);
+            }
         }
     }
     ds4_model_params mp;
