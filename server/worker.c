@@ -355,9 +355,16 @@ static void slot_sessions_metrics(worker *w) {
     metrics_busy(w->srv->m, busy > 0);
 }
 
-/* The session for a request: the idle one holding the longest common
- * prefix of its prompt tokens (an agent's next turn lands on its own
- * state), else an empty one, else the least recently used. */
+/* The session for a request: the idle one whose state the prompt can
+ * continue with the longest kept prefix (an agent's next turn lands on its
+ * own state), else an empty one, else the least recently used (its state
+ * is replaced: prepare_session saves it to the disk cache first).  A live
+ * session counts as a match when the prompt continues all of it, when a
+ * RAM checkpoint lies within the common prefix (a retry, a thinking-mode
+ * next turn), or when the common prefix is at least half of it (a text
+ * hit: earlier answer tokens split differently): every prompt shares its
+ * first template tokens with every session, and that alone must not
+ * replace another conversation while an empty session waits. */
 static slot *match_slot(worker *w, const request *rq) {
     slot *best = NULL, *empty = NULL, *lru = NULL;
     size_t best_lcp = 0;
@@ -366,11 +373,13 @@ static slot *match_slot(worker *w, const request *rq) {
         if (sl->st != SLOT_IDLE || sl->j) continue;
         int n = ds4_session_n_tokens(sl->s);
         if (n == 0) { if (!empty) empty = sl; continue; }
+        if (!lru || sl->used < lru->used) lru = sl;
         const int32_t *t = ds4_session_tokens(sl->s);
         size_t lcp = 0;
         while (lcp < (size_t)n && lcp < rq->tokens.n && t[lcp] == rq->tokens.v[lcp]) lcp++;
-        if (lcp > best_lcp) { best_lcp = lcp; best = sl; }
-        if (!lru || sl->used < lru->used) lru = sl;
+        int keeps = lcp == (size_t)n || 2 * lcp >= (size_t)n ||
+                    ds4_session_rewind_point(sl->s, (int)lcp) > 0;
+        if (keeps && lcp > best_lcp) { best_lcp = lcp; best = sl; }
     }
     return best ? best : empty ? empty : lru;
 }

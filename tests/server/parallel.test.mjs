@@ -8,7 +8,10 @@
 // margins (forced outputs of hundreds of tokens), never with timings.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BASE, openai, anthropic, out, metrics, sleep, runServer, MODEL } from './helpers.mjs';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { BASE, openai, anthropic, out, metrics, sleep, runServer, startServer, MODEL } from './helpers.mjs';
 
 const N = 4;
 
@@ -216,6 +219,62 @@ test('--parallel: a conversation\'s next turn lands on the session holding it', 
     { headers: out('new') });
   const m = await metrics();
   assert.equal(m.ds4_sessions_live, N);
+});
+
+test('--parallel: an unrelated request replaces the least recently used session, not the conversation it shares template tokens with', async () => {
+  // a fresh pair of sessions is wanted: fill all N with other conversations first
+  const A = [{ role: 'user', content: 'conversation alpha ' + 'lorem '.repeat(60) }];
+  const fill = [...Array(N).keys()].map((i) => openai().chat.completions.create(
+    { model: 'deepseek-chat', messages: [{ role: 'user', content: `filler ${i} ` + 'ipsum '.repeat(30) }] },
+    { headers: out('f') }));
+  await Promise.all(fill);
+  const a1 = await openai().chat.completions.create({ model: 'deepseek-chat', messages: A }, { headers: out('alpha answer') });
+  // B shares only the template's first tokens with A: it must take another session
+  await openai().chat.completions.create({ model: 'deepseek-chat',
+    messages: [{ role: 'user', content: 'conversation beta' }] }, { headers: out('beta') });
+  const a2 = await openai().chat.completions.create({ model: 'deepseek-chat', messages: [...A,
+    { role: 'assistant', content: 'alpha answer' }, { role: 'user', content: 'more' }] }, { headers: out('ok') });
+  assert.ok(a2.usage.prompt_tokens_details.cached_tokens >= a1.usage.prompt_tokens,
+    `A's state survived B: cached ${a2.usage.prompt_tokens_details.cached_tokens}`);
+});
+
+test('--parallel: with the disk KV cache, the least recently used session is saved before it is replaced', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds4-par-kv-'));
+  const s = await startServer(['--parallel', '2', '--kv-disk-dir', dir, '--ctx', '4096', '--test-mode',
+    '--kv-cache-min-tokens', '32', '--kv-cache-boundary-align-tokens', '32',
+    '--kv-cache-boundary-trim-tokens', '8', '--step-tokens', '32', '--chunk', '64']);
+  try {
+    const c = openai({ baseURL: `${s.url}/v1` });
+    const conv = (k) => [{ role: 'user', content: `conversation ${k}: ` + `${k} words `.repeat(40) }];
+    const first = {};
+    for (const k of ['a', 'b', 'c']) {
+      first[k] = await c.chat.completions.create({ model: 'deepseek-chat', messages: conv(k) }, { headers: out(`answer ${k}`) });
+    }
+    let m = await metrics(s.url);
+    // c found no empty session: a (the least recently used) was saved, then replaced
+    assert.equal(m['ds4_kv_disk_saves_total{reason="evict"}'], 1);
+    assert.equal(m.ds4_sessions_live, 2);
+    // a comes back: restored from the disk into the least recently used session (b's, saved first)
+    const a2 = await c.chat.completions.create({ model: 'deepseek-chat', messages: [...conv('a'),
+      { role: 'assistant', content: 'answer a' }, { role: 'user', content: 'next' }] }, { headers: out('a again') });
+    m = await metrics(s.url);
+    assert.equal(m['ds4_kv_disk_saves_total{reason="evict"}'], 2);
+    assert.equal(m.ds4_kv_disk_hits_total, 1);
+    assert.ok(a2.usage.prompt_tokens_details.cached_tokens >= first.a.usage.prompt_tokens);
+    // c is still live in its session
+    const c2 = await c.chat.completions.create({ model: 'deepseek-chat', messages: [...conv('c'),
+      { role: 'assistant', content: 'answer c' }, { role: 'user', content: 'next' }] }, { headers: out('c again') });
+    assert.ok(c2.usage.prompt_tokens_details.cached_tokens >= first.c.usage.prompt_tokens);
+    assert.equal((await metrics(s.url)).ds4_kv_disk_hits_total, 1, 'c came from RAM');
+  } finally {
+    s.proc.kill('SIGTERM');
+    const { code } = await s.exited;
+    assert.equal(code, 0, s.log);
+    assert.doesNotMatch(s.log, /AddressSanitizer|LeakSanitizer|runtime error:/);
+    // the shutdown kept both live conversations
+    assert.match(s.log, /saved \d+ tokens \(shutdown/);
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('--parallel: sessions that do not fit in memory are refused at start', async () => {
