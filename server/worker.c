@@ -2,7 +2,10 @@
  * worker.c -- the job queue and the single inference thread: for each job,
  * the steps from a prepared request to its finish event.
  *
- * Owns: the ds4_session (only this thread touches it), the queue (ordered
+ * With --parallel N it owns N sessions and runs jobs concurrently in
+ * batched steps (see "--parallel N" below); with N = 1 one job at a time.
+ *
+ * Owns: the ds4_sessions (only this thread touches them), the queue (ordered
  * by arrival: job->arrived, when the request's first bytes came, not when
  * its parsing finished -- a large body that trickles in is parsed last but
  * keeps its place), and the order of a job's steps: tool-call DSML from
