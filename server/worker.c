@@ -391,6 +391,9 @@ static slot *match_slot(worker *w, const request *rq) {
  * becomes idle (its session keeps the conversation). */
 static void slot_finish(worker *w, slot *sl, finish_kind fin) {
     job *j = sl->j;
+    /* gen_end may close a tool-call block (on_block: the disk cache's
+     * view of this session) */
+    if (w->kv) kvdisk_select(w->kv, sl->kl);
     if (sl->g) {
         fin = gen_end(sl->g, fin);
         sl->g = NULL;
@@ -401,7 +404,6 @@ static void slot_finish(worker *w, slot *sl, finish_kind fin) {
     sl->p.evaluated = ds4_session_n_tokens(sl->s) - sl->start;
     if (sl->st == SLOT_GEN) sl->p.evaluated = sl->end - sl->start;
     if (sl->p.evaluated < 0) sl->p.evaluated = 0;
-    if (w->kv) kvdisk_select(w->kv, sl->kl);
     finish_job(w, sl->s, j, &sl->p, fin);
     reuse_plan_free(&sl->p.plan);
     memset(&sl->p, 0, sizeof sl->p);

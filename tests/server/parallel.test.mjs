@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { BASE, openai, anthropic, out, metrics, sleep, runServer, startServer, MODEL } from './helpers.mjs';
+import { BASE, openai, anthropic, out, dsmlBlock, metrics, sleep, runServer, startServer, MODEL } from './helpers.mjs';
 
 const N = 4;
 // answer lengths (tokens, about): shorter in the ASan/UBSan suite, where a
@@ -192,7 +192,16 @@ test('--parallel: OpenAI, Anthropic and Responses requests in one batch', async 
   })();
   const plain = openai().completions.create({ model: 'deepseek-chat', prompt: 'mixed completion', max_tokens: 50 },
     { headers: out('legacy ' + 'l '.repeat(40)) });
-  const [r1, r2, r3, r4] = await Promise.all([chat, msg, resp, plain]);
+  // a tool call (DSML parsed per job) in the same batch
+  const tool = { type: 'function', function: { name: 'get_weather', description: 'weather',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } };
+  const call = openai().chat.completions.create({ model: 'deepseek-reasoner', tools: [tool],
+    messages: [{ role: 'user', content: 'weather?' }] },
+    { headers: out('Looking it up.</think>' + dsmlBlock([{ name: 'get_weather', params: [['city', 'Milano', true]] }])) });
+  const [r1, r2, r3, r4, r5] = await Promise.all([chat, msg, resp, plain, call]);
+  assert.equal(r5.choices[0].finish_reason, 'tool_calls');
+  assert.equal(r5.choices[0].message.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(r5.choices[0].message.tool_calls[0].function.arguments), { city: 'Milano' });
   assert.equal(r1.text, a1);
   assert.equal(r2.text, a2);
   assert.equal(r2.stop, 'end_turn');
