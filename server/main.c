@@ -230,7 +230,7 @@ int main(int argc, char **argv) {
     ds4_sampler_params_default(&c->sp);
     c->kv_space_mb = 4096;
     ds4_kv_policy_default(&c->kv_policy);
-    int kv_flags = 0, steer_scale_set = 0;
+    int kv_flags = 0, steer_scale_set = 0, step_set = 0;
     const char *dist = NULL, *dist_layers = NULL;
     const char *env_key = getenv("DS4_API_KEY");
     if (env_key && *env_key) c->api_key = env_key;
@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&ar, NULL, "--dist-layers")) dist_layers = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--chunk")) { c->chunk = (int)ds4_args_i64(&ar, 1, 1 << 20); }
         else if (ds4_args_is(&ar, NULL, "--parallel")) { c->parallel = (int)ds4_args_i64(&ar, 1, 256); }
-        else if (ds4_args_is(&ar, NULL, "--step-tokens")) { c->step_tokens = (int)ds4_args_i64(&ar, 1, 1 << 20); }
+        else if (ds4_args_is(&ar, NULL, "--step-tokens")) { c->step_tokens = (int)ds4_args_i64(&ar, 1, 1 << 20); step_set = 1; }
         else if (ds4_args_is(&ar, NULL, "--model-name")) c->model_name = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--api-key")) c->api_key = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--insecure-no-auth")) c->insecure_no_auth = 1;
@@ -305,6 +305,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ds4-server: --steer cannot be combined with --kv-disk-dir (cached states were computed unsteered)\n");
         return 2;
     }
+    if (step_set && c->parallel == 1)
+        fprintf(stderr, "ds4-server: note: --step-tokens does nothing without --parallel N > 1\n");
     if (kv_flags && !c->kv_dir)
         fprintf(stderr, "ds4-server: note: the --kv-* options do nothing without --kv-disk-dir\n");
 
