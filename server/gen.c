@@ -20,7 +20,7 @@
 
 #define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
 
-typedef struct {
+struct gen {
     const gen_env *env;
     job *j;
     request *rq;
@@ -40,7 +40,19 @@ typedef struct {
     ds4_buf pend;             /* argument deltas of the open call, not sent yet */
     size_t *pend_len;         /* their sizes (sent as the same deltas) */
     int n_pend, cap_pend;
-} gen;
+    /* the stepping state (was the locals of one decode loop) */
+    ds4_sampler *smp;
+    ds4_tokens test;          /* --test-mode output */
+    size_t ti;                /* next test token */
+    int max_gen, n_gen;
+    int lookup;               /* drafts per pass (0: off, or batched) */
+    int mtp_draft;            /* MTP drafts per pass (0: off, or batched) */
+    /* a staged pass in flight: sp_pass[0..sp_n) evaluated, [0..sp_i]
+     * chosen; sp_acc: the token just chosen was a draft (evaluated) */
+    int32_t sp_pass[DS4_DRAFT_PASS_MAX];
+    int sp_n, sp_i, sp_acc;
+    int failed;               /* gen_new could not allocate */
+};
 
 static void force_text(gen *g, const char *s) {
     if (!s || !*s) return;
@@ -342,98 +354,120 @@ static int spec_eval(const gen_env *env, int32_t t, int want, int want_lookup, i
     return DS4_OK;
 }
 
-/* The sampling loop: returns FIN_NONE when it stopped for the caller to
- * decide (EOS excluded: FIN_STOP). */
-static finish_kind decode(gen *g, ds4_sampler *smp, const ds4_tokens *test, int max_gen) {
+/* One token of the sampling loop: choose it (test output, forced text,
+ * or the sampler on the current logits), commit or roll back a staged
+ * pass, and send its text.  FIN_NONE with *out = the chosen token when it
+ * must be evaluated before the next choice; otherwise the loop's end
+ * (EOS excluded: FIN_STOP; max_gen: FIN_LENGTH -- the last token is not
+ * evaluated: nothing would read its logits, and the next request's prompt
+ * suffix covers it). */
+static finish_kind choose(gen *g, int32_t *out, int *evaluated) {
     const gen_env *env = g->env;
     server_ctx *srv = env->srv;
     request *rq = g->rq;
     gen_result *res = &g->j->res;
-    size_t ti = 0;
-    /* a staged pass in flight: sp_pass[0..sp_n) evaluated, [0..sp_i]
-     * chosen; sp_acc: the token just chosen was a draft (evaluated) */
-    int32_t sp_pass[DS4_DRAFT_PASS_MAX];
-    int sp_n = 0, sp_i = 0, sp_acc = 0;
-    finish_kind fin = FIN_NONE;
-    for (int n_gen = 0;;) {
-        if (n_gen >= max_gen) { fin = FIN_LENGTH; break; }
-        if (atomic_load(&g->j->cancel) != CANCEL_NONE) { fin = FIN_CANCEL; break; }
-        int32_t t;
-        if (rq->test_output) {
-            t = ti < test->n ? test->v[ti++] : srv->sp->eos;
-        } else if (g->forced_pos < g->forced.n) {
-            t = g->forced.v[g->forced_pos++];
+    *evaluated = 0;
+    if (g->n_gen >= g->max_gen) return FIN_LENGTH;
+    if (atomic_load(&g->j->cancel) != CANCEL_NONE) return FIN_CANCEL;
+    int32_t t;
+    if (rq->test_output) {
+        t = g->ti < g->test.n ? g->test.v[g->ti++] : srv->sp->eos;
+    } else if (g->forced_pos < g->forced.n) {
+        t = g->forced.v[g->forced_pos++];
+    } else {
+        const float *lg = g->sp_n ? ds4_session_draft_logits(env->s, g->sp_i) : ds4_session_logits(env->s);
+        if (!lg) {
+            api_err_set(&res->err, 500, "server_error", NULL, NULL, "no logits");
+            return FIN_ERROR;
+        }
+        /* DSML syntax greedily, payloads with the request's sampling */
+        if (g->dsml && ds4_dsml_in_block(g->dsml) && !ds4_dsml_in_payload(g->dsml))
+            t = ds4_sample_greedy(lg, srv->n_vocab);
+        else
+            t = ds4_sample(g->smp, lg);
+    }
+    if (g->sp_n) {
+        if (g->sp_i + 1 < g->sp_n && t == g->sp_pass[g->sp_i + 1]) {
+            g->sp_i++;
+            g->sp_acc = 1;
+            res->spec.accepted++;
         } else {
-            const float *lg = sp_n ? ds4_session_draft_logits(env->s, sp_i) : ds4_session_logits(env->s);
-            if (!lg) {
-                api_err_set(&res->err, 500, "server_error", NULL, NULL, "no logits");
-                fin = FIN_ERROR;
-                break;
-            }
-            /* DSML syntax greedily, payloads with the request's sampling */
-            if (g->dsml && ds4_dsml_in_block(g->dsml) && !ds4_dsml_in_payload(g->dsml))
-                t = ds4_sample_greedy(lg, srv->n_vocab);
-            else
-                t = ds4_sample(smp, lg);
-        }
-        if (sp_n) {
-            if (sp_i + 1 < sp_n && t == sp_pass[sp_i + 1]) {
-                sp_i++;
-                sp_acc = 1;
-                res->spec.accepted++;
-            } else {
-                int e = ds4_session_draft_commit(env->s, sp_i + 1);
-                sp_n = 0;
-                if (e) {
-                    api_err_set(&res->err, 500, "server_error", NULL, NULL,
-                                "speculative rollback failed: %s", ds4_strerror(e));
-                    fin = FIN_ERROR;
-                    break;
-                }
+            int e = ds4_session_draft_commit(env->s, g->sp_i + 1);
+            g->sp_n = 0;
+            if (e) {
+                api_err_set(&res->err, 500, "server_error", NULL, NULL,
+                            "speculative rollback failed: %s", ds4_strerror(e));
+                return FIN_ERROR;
             }
         }
-        if (t == srv->sp->eos) { fin = FIN_STOP; break; }
-        if (rq->logprobs && !g->in_reasoning)
-            record_logprob(g, sp_n ? ds4_session_draft_logits(env->s, sp_i) : ds4_session_logits(env->s), t);
-        n_gen++;
-        res->completion_tokens++;
-        if (g->in_reasoning) res->reasoning_tokens++;
-        process_token(g, t);
-        if (g->stop) { fin = FIN_STOP; break; }
-        /* the last token is not evaluated: nothing would read its logits,
-         * and the next request's prompt suffix covers it */
-        if (n_gen >= max_gen) { fin = FIN_LENGTH; break; }
-        int e = DS4_OK;
-        if (sp_acc) sp_acc = 0;   /* evaluated by the pass */
-        else if ((rq->lookup > 0 || rq->mtp_draft > 0) && !rq->test_output) {
-            int most = rq->lookup > rq->mtp_draft ? rq->lookup : rq->mtp_draft;
-            if (most > max_gen - n_gen - 1) most = max_gen - n_gen - 1;
-            e = spec_eval(env, t, most, rq->lookup, rq->mtp_draft, sp_pass, &sp_n, &res->spec);
-            sp_i = 0;
-        } else
-            e = ds4_eval(env->s, &t, 1, env->ep);
-        if (e == DS4_ECTX) { fin = FIN_LENGTH; break; }
-        if (e) {
-            api_err_set(&res->err, 500, "server_error", NULL, NULL, "decode failed: %s",
-                        ds4_strerror(e));
-            fin = FIN_ERROR;
-            break;
-        }
-        if (g->in_reasoning && rq->think_budget > 0 && res->reasoning_tokens >= rq->think_budget &&
-            g->forced_pos >= g->forced.n && !rq->test_output)
-            ds4_tokens_push(&g->forced, srv->sp->think_end);
     }
-    if (sp_n) {
-        /* keep what was chosen, less a last token that plain decoding
-         * would not have evaluated either */
-        int e = ds4_session_draft_commit(env->s, sp_i + 1 - sp_acc);
-        if (e && fin != FIN_ERROR) {
-            api_err_set(&res->err, 500, "server_error", NULL, NULL,
-                        "speculative rollback failed: %s", ds4_strerror(e));
-            fin = FIN_ERROR;
-        }
+    if (t == srv->sp->eos) return FIN_STOP;
+    if (rq->logprobs && !g->in_reasoning)
+        record_logprob(g, g->sp_n ? ds4_session_draft_logits(env->s, g->sp_i) : ds4_session_logits(env->s), t);
+    g->n_gen++;
+    res->completion_tokens++;
+    if (g->in_reasoning) res->reasoning_tokens++;
+    process_token(g, t);
+    if (g->stop) return FIN_STOP;
+    if (g->n_gen >= g->max_gen) return FIN_LENGTH;
+    if (g->sp_acc) { g->sp_acc = 0; *evaluated = 1; }   /* evaluated by the pass */
+    *out = t;
+    return FIN_NONE;
+}
+
+finish_kind gen_next(gen *g, int32_t *t) {
+    if (g->failed) return FIN_ERROR;
+    int evaluated;
+    finish_kind fin = choose(g, t, &evaluated);
+    if (fin == FIN_NONE && evaluated) {
+        /* only under lookup (gen_run evaluates itself): never seen by a
+         * caller that evaluates */
+        fin = gen_evaluated(g, DS4_OK);
+        if (fin == FIN_NONE) return gen_next(g, t);
     }
-    res->spec.emitted = res->spec.accepted + res->spec.passes;
+    return fin;
+}
+
+finish_kind gen_evaluated(gen *g, int rc) {
+    gen_result *res = &g->j->res;
+    request *rq = g->rq;
+    if (rc == DS4_ECTX) return FIN_LENGTH;
+    if (rc) {
+        api_err_set(&res->err, 500, "server_error", NULL, NULL, "decode failed: %s",
+                    ds4_strerror(rc));
+        return FIN_ERROR;
+    }
+    if (g->in_reasoning && rq->think_budget > 0 && res->reasoning_tokens >= rq->think_budget &&
+        g->forced_pos >= g->forced.n && !rq->test_output)
+        ds4_tokens_push(&g->forced, g->env->srv->sp->think_end);
+    return FIN_NONE;
+}
+
+/* Evaluate the chosen token t alone (gen_run): with drafts when the
+ * request asks for them. */
+static int eval_self(gen *g, int32_t t) {
+    const gen_env *env = g->env;
+    if ((g->lookup > 0 || g->mtp_draft > 0) && !g->rq->test_output) {
+        int left = g->max_gen - g->n_gen - 1;
+        int most = g->lookup > g->mtp_draft ? g->lookup : g->mtp_draft;
+        if (most > left) most = left;
+        g->sp_i = 0;
+        return spec_eval(env, t, most, g->lookup, g->mtp_draft, g->sp_pass, &g->sp_n, &g->j->res.spec);
+    }
+    return ds4_eval(env->s, &t, 1, env->ep);
+}
+
+/* The sampling loop of one job that owns the session. */
+static finish_kind decode(gen *g) {
+    finish_kind fin;
+    for (;;) {
+        int32_t t;
+        int evaluated;
+        fin = choose(g, &t, &evaluated);
+        if (fin != FIN_NONE) break;
+        fin = gen_evaluated(g, evaluated ? DS4_OK : eval_self(g, t));
+        if (fin != FIN_NONE) break;
+    }
     return fin;
 }
 
@@ -474,36 +508,66 @@ static finish_kind settle(gen *g, finish_kind fin) {
     return fin;
 }
 
-finish_kind gen_run(const gen_env *env, job *j, int max_gen) {
+gen *gen_new(const gen_env *env, job *j, int max_gen, int lookup) {
     request *rq = j->rq;
-    gen g = { 0 };
-    g.env = env;
-    g.j = j;
-    g.rq = rq;
-    g.tok = env->srv->tok;
-    ds4_detok_init(&g.dt);
-    ds4_tokens test = { 0 };
-    finish_kind fin;
-    ds4_sampler *smp = ds4_sampler_new(env->srv->n_vocab, &rq->sp);
-    if (rq->parse_tools) g.dsml = ds4_dsml_new(on_dsml, &g);
+    gen *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->env = env;
+    g->j = j;
+    g->rq = rq;
+    g->tok = env->srv->tok;
+    g->max_gen = max_gen;
+    g->lookup = lookup;
+    ds4_detok_init(&g->dt);
+    g->smp = ds4_sampler_new(env->srv->n_vocab, &rq->sp);
+    if (rq->parse_tools) g->dsml = ds4_dsml_new(on_dsml, g);
     if (env->srv->trace && !j->res.trace_ev) j->res.trace_ev = json_array();
-    if (!smp || (rq->parse_tools && !g.dsml)) {
+    if (!g->smp || (rq->parse_tools && !g->dsml)) {
         api_err_set(&j->res.err, 500, "server_error", NULL, NULL, "out of memory");
-        fin = FIN_ERROR;
-    } else {
-        if (rq->test_output) test_tokens(&g, &test);
-        g.in_reasoning = rq->starts_in_reasoning;
-        if (!g.in_reasoning) start_content(&g);
-        fin = decode(&g, smp, &test, max_gen);
-        if (fin != FIN_CANCEL && fin != FIN_ERROR) fin = settle(&g, fin);
+        g->failed = 1;
+        return g;
     }
-    ds4_sampler_free(smp);
-    ds4_dsml_free(g.dsml);
-    ds4_buf_free(&g.piece);
-    ds4_buf_free(&g.hold);
-    ds4_buf_free(&g.pend);
-    free(g.pend_len);
-    ds4_tokens_free(&g.forced);
-    ds4_tokens_free(&test);
+    if (rq->test_output) test_tokens(g, &g->test);
+    g->in_reasoning = rq->starts_in_reasoning;
+    if (!g->in_reasoning) start_content(g);
+    return g;
+}
+
+finish_kind gen_end(gen *g, finish_kind fin) {
+    if (!g) return fin;
+    gen_result *res = &g->j->res;
+    if (g->failed) fin = FIN_ERROR;
+    if (g->sp_n) {
+        /* keep what was chosen, less a last token that plain decoding
+         * would not have evaluated either */
+        int e = ds4_session_draft_commit(g->env->s, g->sp_i + 1 - g->sp_acc);
+        if (e && fin != FIN_ERROR) {
+            api_err_set(&res->err, 500, "server_error", NULL, NULL,
+                        "speculative rollback failed: %s", ds4_strerror(e));
+            fin = FIN_ERROR;
+        }
+    }
+    res->spec.emitted = res->spec.accepted + res->spec.passes;
+    if (fin != FIN_CANCEL && fin != FIN_ERROR) fin = settle(g, fin);
+    ds4_sampler_free(g->smp);
+    ds4_dsml_free(g->dsml);
+    ds4_buf_free(&g->piece);
+    ds4_buf_free(&g->hold);
+    ds4_buf_free(&g->pend);
+    free(g->pend_len);
+    ds4_tokens_free(&g->forced);
+    ds4_tokens_free(&g->test);
+    free(g);
     return fin;
+}
+
+finish_kind gen_run(const gen_env *env, job *j, int max_gen) {
+    gen *g = gen_new(env, j, max_gen, j->rq->lookup);
+    if (!g) {
+        api_err_set(&j->res.err, 500, "server_error", NULL, NULL, "out of memory");
+        return FIN_ERROR;
+    }
+    g->mtp_draft = j->rq->mtp_draft;
+    finish_kind fin = g->failed ? FIN_ERROR : decode(g);
+    return gen_end(g, fin);
 }

@@ -25,8 +25,26 @@ typedef struct {
     void *ud;
 } gen_env;
 
-/* Generate at most max_gen tokens for j (its prompt is in env->s).
- * Returns the finish kind; FIN_ERROR and FIN_TOOL_ERROR set j->res.err. */
+/* Generate at most max_gen tokens for j (its prompt is in env->s), the
+ * job owning the session: gen_new + the loop + gen_end.  Returns the
+ * finish kind; FIN_ERROR and FIN_TOOL_ERROR set j->res.err. */
 finish_kind gen_run(const gen_env *env, job *j, int max_gen);
+
+/* The same loop as a state machine, for a worker that advances several
+ * jobs one token per step (--parallel): gen_new, then per step gen_next
+ * (choose the next token from the session's logits and send its text)
+ * and, once the caller has evaluated that token, gen_evaluated with the
+ * evaluation's result; gen_end settles (flushes held text, decides the
+ * finish) and frees.  `lookup` = prompt-lookup drafts per pass: only a
+ * gen_run evaluates drafts, a stepped job passes 0.  gen_new returns NULL
+ * only when out of memory; env must outlive the gen. */
+typedef struct gen gen;
+gen *gen_new(const gen_env *env, job *j, int max_gen, int lookup);
+/* FIN_NONE and *t: evaluate t next; otherwise the loop ended. */
+finish_kind gen_next(gen *g, int32_t *t);
+/* rc of evaluating the token of the last gen_next: FIN_NONE to go on. */
+finish_kind gen_evaluated(gen *g, int rc);
+/* fin: what ended the loop; returns the job's finish. */
+finish_kind gen_end(gen *g, finish_kind fin);
 
 #endif

@@ -47,45 +47,71 @@ typedef struct {
     size_t reasoning_len;
 } live_tool;
 
-struct kvdisk {
-    server_ctx *srv;
+/* What the cache knows of one live session (ds4-server --parallel has
+ * several; kvdisk_select says which one the calls are about). */
+struct kvdisk_live {
     ds4_session *s;
-    ds4_kvstore *kv;
-    ds4_kv_policy pol;
     int saved_n;         /* length of the live session when last saved or
                           * restored: the same state is not written twice */
-    int save_failing;    /* the last save failed (logged once per run) */
-    uint64_t saves[6];   /* by ds4_kv_reason */
-    ds4_buf live;        /* scratch: the text of the live session */
     live_tool *tools;    /* tool calls whose exact DSML the live session
                           * (or the prompt being evaluated) holds */
     int n_tools, cap_tools;
 };
 
+struct kvdisk {
+    server_ctx *srv;
+    kvdisk_live own;     /* the session given to kvdisk_open */
+    kvdisk_live *cur;    /* the one the calls are about */
+    ds4_kvstore *kv;
+    ds4_kv_policy pol;
+    int save_failing;    /* the last save failed (logged once per run) */
+    uint64_t saves[6];   /* by ds4_kv_reason */
+    ds4_buf live;        /* scratch: the text of the live session */
+};
+
 /* ------------------------------------------------------------------------ */
 
-static void tools_clear(kvdisk *w) {
-    for (int i = 0; i < w->n_tools; i++) {
-        free(w->tools[i].id);
-        free(w->tools[i].dsml);
-        free(w->tools[i].reasoning);
+static void live_clear(kvdisk_live *l) {
+    for (int i = 0; i < l->n_tools; i++) {
+        free(l->tools[i].id);
+        free(l->tools[i].dsml);
+        free(l->tools[i].reasoning);
     }
-    w->n_tools = 0;
+    l->n_tools = 0;
 }
+
+static void tools_clear(kvdisk *w) { live_clear(w->cur); }
+
+kvdisk_live *kvdisk_live_new(ds4_session *s) {
+    kvdisk_live *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    l->s = s;
+    l->saved_n = -1;
+    return l;
+}
+
+void kvdisk_live_free(kvdisk_live *l) {
+    if (!l) return;
+    live_clear(l);
+    free(l->tools);
+    free(l);
+}
+
+void kvdisk_select(kvdisk *w, kvdisk_live *l) { w->cur = l ? l : &w->own; }
 
 void kvdisk_tools_add(kvdisk *w, const char *id, const char *dsml, size_t dsml_len,
                       const char *reasoning, size_t reasoning_len) {
     if (!id || !dsml) return;
-    for (int i = 0; i < w->n_tools; i++)
-        if (!strcmp(w->tools[i].id, id)) return;
-    if (w->n_tools == w->cap_tools) {
-        int nc = w->cap_tools ? 2 * w->cap_tools : 16;
-        live_tool *t = realloc(w->tools, (size_t)nc * sizeof *t);
+    for (int i = 0; i < w->cur->n_tools; i++)
+        if (!strcmp(w->cur->tools[i].id, id)) return;
+    if (w->cur->n_tools == w->cur->cap_tools) {
+        int nc = w->cur->cap_tools ? 2 * w->cur->cap_tools : 16;
+        live_tool *t = realloc(w->cur->tools, (size_t)nc * sizeof *t);
         if (!t) return;
-        w->tools = t;
-        w->cap_tools = nc;
+        w->cur->tools = t;
+        w->cur->cap_tools = nc;
     }
-    live_tool *t = &w->tools[w->n_tools];
+    live_tool *t = &w->cur->tools[w->cur->n_tools];
     memset(t, 0, sizeof *t);
     t->id = strdup(id);
     t->dsml = strndup(dsml, dsml_len);
@@ -98,7 +124,7 @@ void kvdisk_tools_add(kvdisk *w, const char *id, const char *dsml, size_t dsml_l
         free(t->id); free(t->dsml); free(t->reasoning);
         return;
     }
-    w->n_tools++;
+    w->cur->n_tools++;
 }
 
 /* The exactly replayed tool calls of a request's history: its prompt holds
@@ -147,22 +173,22 @@ static int holds_block(const char *text, size_t n, size_t from, const char *blk,
  * is already on disk are skipped).  Failures are logged once per run of
  * failures and otherwise ignored: the request is served without the cache. */
 void kvdisk_save(kvdisk *w, ds4_kv_reason why) {
-    int n = ds4_session_n_tokens(w->s);
-    if (n < w->pol.min_tokens || n == w->saved_n) return;
+    int n = ds4_session_n_tokens(w->cur->s);
+    if (n < w->pol.min_tokens || n == w->cur->saved_n) return;
     /* the tool entries whose DSML this state's text holds */
     w->live.n = 0;
-    if (w->n_tools) ds4_detokenize(w->srv->tok, ds4_session_tokens(w->s), (size_t)n, &w->live);
-    ds4_kv_tool *kt = calloc((size_t)(2 * w->n_tools + 1), sizeof *kt);
-    char **rid = calloc((size_t)(w->n_tools + 1), sizeof *rid);
+    if (w->cur->n_tools) ds4_detokenize(w->srv->tok, ds4_session_tokens(w->cur->s), (size_t)n, &w->live);
+    ds4_kv_tool *kt = calloc((size_t)(2 * w->cur->n_tools + 1), sizeof *kt);
+    char **rid = calloc((size_t)(w->cur->n_tools + 1), sizeof *rid);
     int nk = 0, nr = 0;
     /* the entries are in conversation order, so each block is searched
      * after the previous one: one pass over the text in all; the ids of
      * one block share its text and its answer */
     size_t from = 0;
     int held = 0;
-    for (int i = 0; kt && rid && i < w->n_tools; i++) {
-        const live_tool *t = &w->tools[i];
-        const live_tool *p = i ? &w->tools[i - 1] : NULL;
+    for (int i = 0; kt && rid && i < w->cur->n_tools; i++) {
+        const live_tool *t = &w->cur->tools[i];
+        const live_tool *p = i ? &w->cur->tools[i - 1] : NULL;
         if (!p || p->dsml_len != t->dsml_len || memcmp(p->dsml, t->dsml, t->dsml_len)) {
             if (held == 2) break;      /* the text ended inside the previous block */
             held = holds_block(w->live.p, w->live.n, from, t->dsml, t->dsml_len, &from);
@@ -180,7 +206,7 @@ void kvdisk_save(kvdisk *w, ds4_kv_reason why) {
     ds4_kvstore_get_stats(w->kv, &before);
     double t0 = util_now();
     char *err = NULL;
-    int rc = ds4_kvstore_save(w->kv, w->s, why, kt, nk, &err);
+    int rc = ds4_kvstore_save(w->kv, w->cur->s, why, kt, nk, &err);
     if (rc != DS4_OK) {
         if (!w->save_failing)
             log_msg("disk KV cache: %s (%s state of %d tokens); requests are served without "
@@ -190,7 +216,7 @@ void kvdisk_save(kvdisk *w, ds4_kv_reason why) {
     } else {
         if (w->save_failing) log_msg("disk KV cache: saving works again");
         w->save_failing = 0;
-        w->saved_n = n;
+        w->cur->saved_n = n;
         ds4_kvstore_stats after;
         ds4_kvstore_get_stats(w->kv, &after);
         if (after.saves > before.saves) {
@@ -369,7 +395,7 @@ static int kv_accept(void *ud, const int32_t *tok, int n, size_t used) {
  * is returned; 0 = miss (the session is as it was). */
 int kvdisk_lookup(kvdisk *w, request *rq, int better_than, ds4_tokens *todo, int *retok) {
     server_ctx *srv = w->srv;
-    ds4_session *s = w->s;
+    ds4_session *s = w->cur->s;
     ds4_buf ids_text = { 0 };
     const char *text = rq->prompt.p;
     size_t len = rq->prompt.n;
@@ -390,7 +416,7 @@ int kvdisk_lookup(kvdisk *w, request *rq, int better_than, ds4_tokens *todo, int
     ds4_buf_free(&ids_text);
     if (got <= 0) { todo->n = 0; return 0; }
     double dt = util_now() - t0;
-    w->saved_n = got;
+    w->cur->saved_n = got;
     if (acc.mode == 1) {
         /* the prompt's own tokenization continues the state: evaluate the
          * same tokens a server without the cache would */
@@ -410,8 +436,9 @@ kvdisk *kvdisk_open(server_ctx *srv, ds4_session *s, char **err) {
     kvdisk *w = calloc(1, sizeof *w);
     if (!w) { if (err) *err = strdup("out of memory"); return NULL; }
     w->srv = srv;
-    w->s = s;
-    w->saved_n = -1;
+    w->own.s = s;
+    w->own.saved_n = -1;
+    w->cur = &w->own;
     ds4_kvstore_params kp;
     ds4_kvstore_params_default(&kp);
     kp.dir = srv->cfg.kv_dir;
@@ -436,8 +463,8 @@ void kvdisk_close(kvdisk *w) {
     if (!w) return;
     ds4_kvstore_close(w->kv);
     ds4_buf_free(&w->live);
-    tools_clear(w);
-    free(w->tools);
+    live_clear(&w->own);
+    free(w->own.tools);
     free(w);
 }
 
@@ -445,4 +472,4 @@ const ds4_kv_policy *kvdisk_policy(const kvdisk *w) { return &w->pol; }
 
 void kvdisk_save_cb(void *ud, ds4_kv_reason why) { kvdisk_save(ud, why); }
 
-void kvdisk_session_replaced(kvdisk *w) { w->saved_n = -1; }
+void kvdisk_session_replaced(kvdisk *w) { w->cur->saved_n = -1; }

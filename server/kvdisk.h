@@ -20,6 +20,15 @@ kvdisk *kvdisk_open(server_ctx *srv, ds4_session *s, char **err);
 void kvdisk_close(kvdisk *w);
 const ds4_kv_policy *kvdisk_policy(const kvdisk *w);
 
+/* --parallel: the cache's bookkeeping of one more live session (what was
+ * last saved, the tool calls its text holds).  kvdisk_select makes the
+ * calls below about that session (NULL: the one of kvdisk_open) until the
+ * next select; a kvdisk_live is freed after the kvdisk stops using it. */
+typedef struct kvdisk_live kvdisk_live;
+kvdisk_live *kvdisk_live_new(ds4_session *s);
+void kvdisk_live_free(kvdisk_live *l);
+void kvdisk_select(kvdisk *w, kvdisk_live *l);
+
 /* Save the live session for `why` (skipped under the policy's minimum or
  * when this state was just saved or restored).  Failures are logged and
  * counted, never fatal. */

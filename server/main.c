@@ -54,6 +54,18 @@ static void usage(FILE *f) {
 "                            expert cache size (512MB, 8GB, ...; implies\n"
 "                            --ssd-streaming; default: half of the available\n"
 "                            RAM after the resident weights)\n"
+"      --parallel N          live sessions served at once (default 1): each\n"
+"                            engine step advances every generating request\n"
+"                            by one token, plus a prefill chunk of one that\n"
+"                            reads its prompt; a request goes to the session\n"
+"                            holding the longest prefix of its prompt, else an\n"
+"                            empty one, else the least recently used idle one\n"
+"                            (saved to the disk KV cache first when it is on).\n"
+"                            Needs N x the KV state of --ctx; --lookup and\n"
+"                            --mtp-draft drafts are off when N > 1\n"
+"      --step-tokens N       tokens one step evaluates at most with --parallel\n"
+"                            > 1: the decode tokens, and the rest for the\n"
+"                            prefill chunk (at least 1; default 256)\n"
 "      --dist MODE           under mpirun: one model over the ranks\n"
 "                            (pipeline or experts); rank 0 serves HTTP%s\n"
 "      --dist-layers SPEC    pipeline split per rank (0:20,21:42)\n"
@@ -215,6 +227,8 @@ int main(int argc, char **argv) {
     c->port = 8000;
     c->ctx = 32768;
     c->chunk = 0;
+    c->parallel = 1;
+    c->step_tokens = 256;
     c->max_body_bytes = 32u << 20;
     c->max_header_bytes = 64u << 10;
     c->idle_timeout_s = 120;
@@ -233,7 +247,7 @@ int main(int argc, char **argv) {
     ds4_sampler_params_default(&c->sp);
     c->kv_space_mb = 4096;
     ds4_kv_policy_default(&c->kv_policy);
-    int kv_flags = 0, steer_scale_set = 0;
+    int kv_flags = 0, steer_scale_set = 0, step_set = 0;
     const char *dist = NULL, *dist_layers = NULL;
     double dist_timeout = -1;   /* < 0: the default */
     const char *env_key = getenv("DS4_API_KEY");
@@ -256,6 +270,8 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&ar, NULL, "--dist-layers")) dist_layers = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--dist-timeout")) dist_timeout = ds4_args_double(&ar, 0, 1e6);
         else if (ds4_args_is(&ar, NULL, "--chunk")) { c->chunk = (int)ds4_args_i64(&ar, 1, 1 << 20); }
+        else if (ds4_args_is(&ar, NULL, "--parallel")) { c->parallel = (int)ds4_args_i64(&ar, 1, 256); }
+        else if (ds4_args_is(&ar, NULL, "--step-tokens")) { c->step_tokens = (int)ds4_args_i64(&ar, 1, 1 << 20); step_set = 1; }
         else if (ds4_args_is(&ar, NULL, "--model-name")) c->model_name = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--api-key")) c->api_key = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--insecure-no-auth")) c->insecure_no_auth = 1;
@@ -315,6 +331,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ds4-server: --steer cannot be combined with --kv-disk-dir (cached states were computed unsteered)\n");
         return 2;
     }
+    if (step_set && c->parallel == 1)
+        fprintf(stderr, "ds4-server: note: --step-tokens does nothing without --parallel N > 1\n");
     if (kv_flags && !c->kv_dir)
         fprintf(stderr, "ds4-server: note: the --kv-* options do nothing without --kv-disk-dir\n");
 
@@ -371,10 +389,29 @@ int main(int argc, char **argv) {
      * and over: say so with the plan instead of looking hung */
     if (!c->ssd_streaming) {
         ds4_mem_plan plan;
-        if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK &&
-            plan.mem_available && plan.total > plan.mem_available) {
-            fprintf(stderr, "ds4-server: warning: this run needs more memory than is available:\n");
-            ds4_memory_plan_print(&plan, stderr);
+        if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK) {
+            /* --parallel N: N sessions, each with its KV state and scratch.
+             * The weights are mmap'd (they page, slowly); the sessions'
+             * memory cannot: more than is available is an error */
+            uint64_t per = plan.kv + plan.scratch;
+            uint64_t sessions = per * (uint64_t)c->parallel;
+            if (c->parallel > 1 && plan.mem_available && sessions > plan.mem_available) {
+                fprintf(stderr, "ds4-server: --parallel %d needs %.1f GiB for its sessions "
+                        "(%d x %.2f GiB: KV state at --ctx %d + scratch) but %.1f GiB is "
+                        "available: lower --parallel or --ctx\n", c->parallel,
+                        sessions / 1073741824.0, c->parallel, per / 1073741824.0, c->ctx,
+                        plan.mem_available / 1073741824.0);
+                close(lfd);
+                return 1;
+            }
+            plan.total += sessions - per;
+            if (plan.mem_available && plan.total > plan.mem_available) {
+                fprintf(stderr, "ds4-server: warning: this run needs more memory than is available:\n");
+                ds4_memory_plan_print(&plan, stderr);
+                if (c->parallel > 1)
+                    fprintf(stderr, "  (with --parallel %d: %.1f GiB more for the other sessions)\n",
+                            c->parallel, (sessions - per) / 1073741824.0);
+            }
         }
     }
     ds4_model_params mp;

@@ -10,6 +10,7 @@
 #include "toolmem.h"
 
 #define MAX_STATUS 16
+#define BATCH_BUCKETS 8
 
 typedef struct {
     int status;
@@ -27,12 +28,20 @@ struct metrics {
     unsigned long long header_timeouts;
     unsigned long long tool_calls, replay_exact, replay_canonical;
     int queue_depth, queue_peak, busy, session_tokens;
+    /* --parallel: sessions and the batched steps */
+    int sessions, sessions_live, sessions_busy;
+    unsigned long long steps, step_items, step_tokens;
+    int last_batch;
+    unsigned long long batch_hist[BATCH_BUCKETS];
     unsigned long long disk_tokens, disk_retokenized;
     int kv_on;
     ds4_spec_stats spec;
     ds4_kvstore_stats kv;
     uint64_t kv_saves[6];
 };
+
+/* batch size histogram buckets: le 1, 2, 4, 8, 16, 32, 64, +Inf */
+static const int batch_le[BATCH_BUCKETS - 1] = { 1, 2, 4, 8, 16, 32, 64 };
 
 metrics *metrics_new(void) {
     metrics *m = calloc(1, sizeof *m);
@@ -76,6 +85,26 @@ void metrics_queue(metrics *m, int depth) {
 void metrics_busy(metrics *m, int busy) {
     pthread_mutex_lock(&m->mu);
     m->busy = busy;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_sessions(metrics *m, int total, int live, int busy) {
+    pthread_mutex_lock(&m->mu);
+    m->sessions = total;
+    m->sessions_live = live;
+    m->sessions_busy = busy;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_step(metrics *m, int items, int tokens) {
+    pthread_mutex_lock(&m->mu);
+    m->steps++;
+    m->step_items += (unsigned long long)items;
+    m->step_tokens += (unsigned long long)tokens;
+    m->last_batch = items;
+    int b = 0;
+    while (b < BATCH_BUCKETS - 1 && items > batch_le[b]) b++;
+    m->batch_hist[b]++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -192,6 +221,30 @@ char *metrics_render(metrics *m) {
     GAUGE("ds4_queue_depth", "Requests waiting for the inference worker.", "%d", m->queue_depth);
     GAUGE("ds4_queue_depth_peak", "Largest queue depth seen.", "%d", m->queue_peak);
     GAUGE("ds4_worker_busy", "1 while the worker runs a generation.", "%d", m->busy);
+    GAUGE("ds4_sessions", "Live sessions the server keeps (--parallel).", "%d", m->sessions);
+    GAUGE("ds4_sessions_live", "Sessions holding a conversation's KV state.", "%d", m->sessions_live);
+    GAUGE("ds4_sessions_busy", "Sessions serving a request now.", "%d", m->sessions_busy);
+    COUNTER("ds4_batch_steps_total", "Batched engine steps (--parallel > 1).", m->steps);
+    COUNTER("ds4_batch_items_total", "Sessions advanced by those steps, summed.", m->step_items);
+    COUNTER("ds4_batch_tokens_total", "Tokens evaluated by those steps (decode and prefill).",
+            m->step_tokens);
+    GAUGE("ds4_batch_size_last", "Sessions in the last batched step.", "%d", m->last_batch);
+    GAUGE("ds4_batch_size_mean", "Mean sessions per batched step.", "%.4f",
+          m->steps ? (double)m->step_items / (double)m->steps : 0.0);
+    ds4_buf_printf(&b, "# HELP ds4_batch_size Sessions per batched step.\n"
+                   "# TYPE ds4_batch_size histogram\n");
+    {
+        unsigned long long cum = 0;
+        for (int i = 0; i < BATCH_BUCKETS; i++) {
+            cum += m->batch_hist[i];
+            if (i < BATCH_BUCKETS - 1)
+                ds4_buf_printf(&b, "ds4_batch_size_bucket{le=\"%d\"} %llu\n", batch_le[i], cum);
+            else
+                ds4_buf_printf(&b, "ds4_batch_size_bucket{le=\"+Inf\"} %llu\n", cum);
+        }
+        ds4_buf_printf(&b, "ds4_batch_size_sum %llu\nds4_batch_size_count %llu\n",
+                       m->step_items, m->steps);
+    }
     ds4_buf_printf(&b, "# HELP ds4_cancelled_total Generations cancelled, by reason.\n"
                    "# TYPE ds4_cancelled_total counter\n"
                    "ds4_cancelled_total{reason=\"client_disconnect\"} %llu\n"

@@ -18,6 +18,10 @@ void metrics_request(metrics *m, endpoint ep, int status);
 void metrics_header_timeouts(metrics *m, int n);
 void metrics_queue(metrics *m, int depth);          /* after every change */
 void metrics_busy(metrics *m, int busy);
+/* Sessions: configured (--parallel), holding state, serving a request. */
+void metrics_sessions(metrics *m, int total, int live, int busy);
+/* One batched step of `items` sessions evaluating `tokens` tokens. */
+void metrics_step(metrics *m, int items, int tokens);
 /* One finished job. */
 typedef struct {
     int prompt_tokens, cached_tokens, evaluated_tokens, generated_tokens;

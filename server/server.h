@@ -10,7 +10,8 @@
  *
  * Threads: connection threads (libmicrohttpd, one per connection) parse,
  * render and tokenize a request, then queue a job; the single inference
- * worker (worker.c) owns the ds4_session and runs jobs one at a time.  The
+ * worker (worker.c) owns the ds4_sessions and runs jobs one at a time, or
+ * with --parallel N up to N at once, stepped together.  The
  * API shaper of a job (j->on_event, chosen by api.c) runs on the worker
  * thread only, so its per-stream state needs no locking; the bytes it
  * produces go through job->mu (job.c).
@@ -37,6 +38,8 @@ typedef struct {
     int ctx, threads, chunk;
     int ssd_streaming;            /* --ssd-streaming */
     uint64_t ssd_cache_bytes;     /* --ssd-streaming-cache-experts (0 = default) */
+    int parallel;                 /* --parallel: live sessions (1 = one job at a time) */
+    int step_tokens;              /* --step-tokens: tokens per batched step */
     const char *model_name;       /* NULL = derived from the file name */
     const char *api_key;          /* NULL = no auth */
     int insecure_no_auth;

@@ -2,7 +2,10 @@
  * worker.c -- the job queue and the single inference thread: for each job,
  * the steps from a prepared request to its finish event.
  *
- * Owns: the ds4_session (only this thread touches it), the queue (ordered
+ * With --parallel N it owns N sessions and runs jobs concurrently in
+ * batched steps (see "--parallel N" below); with N = 1 one job at a time.
+ *
+ * Owns: the ds4_sessions (only this thread touches them), the queue (ordered
  * by arrival: job->arrived, when the request's first bytes came, not when
  * its parsing finished -- a large body that trickles in is parsed last but
  * keeps its place), and the order of a job's steps: tool-call DSML from
@@ -36,10 +39,45 @@
  * more tokens would cost more experts and buy nothing the format needs. */
 #define REWIND_TAIL 1
 
+typedef struct {
+    int disk, disk_retok;        /* restored from the disk cache */
+    int rewound;                 /* went back to a RAM checkpoint */
+    int evaluated;
+    reuse_plan plan;
+} prep;
+
+/* --parallel > 1: one live session and what it is doing. */
+typedef enum { SLOT_IDLE, SLOT_PREFILL, SLOT_GEN } slot_state;
+
+typedef struct {
+    ds4_session *s;
+    kvdisk_live *kl;     /* the disk cache's view of it (NULL: no cache) */
+    job *j;              /* the job it serves (NULL when idle; set under w->mu) */
+    slot_state st;
+    uint64_t used;       /* when it last finished a job (LRU) */
+    uint64_t admitted;   /* when it took its job (the prefill order) */
+    prep p;
+    /* the prefill: tokens [start, end) of the session are p.plan.suffix */
+    int start, end, cold;
+    int max_gen;
+    double t0, t1;
+    ds4_eval_params ep;
+    gen_env env;
+    gen *g;
+    int32_t tok;         /* the token this step evaluates (decode) */
+    int frontier;        /* the disk checkpoint this step's token reaches, or 0 */
+    int n_step;          /* tokens this step evaluates for it (0: not in it) */
+} slot;
+
 struct worker {
     server_ctx *srv;
-    ds4_session *s;
+    ds4_session *s;      /* the session of --parallel 1 (= slots[0].s) */
+    slot *slots;
+    int n_slots;
+    uint64_t clock;      /* admissions and finishes, for LRU and prefill order */
     kvdisk *kv;          /* NULL: no disk cache */
+    ds4_batch_item *items;   /* a step's batch (n_slots) */
+    slot **owners;           /* the slot of each item */
     pthread_t th;
     int started;
     pthread_mutex_t mu;
@@ -85,19 +123,11 @@ static void on_block(void *ud, const gen_result *r, int first, const char *dsml,
     free(ids); free(names); free(args);
 }
 
-typedef struct {
-    int disk, disk_retok;        /* restored from the disk cache */
-    int rewound;                 /* went back to a RAM checkpoint */
-    int evaluated;
-    reuse_plan plan;
-} prep;
-
 /* Steps 1-2: bring the session to the state the prompt continues (live,
  * RAM checkpoint, disk, or empty) and leave the tokens to evaluate in
  * p->plan.suffix. */
-static void prepare_session(worker *w, job *j, prep *p) {
+static void prepare_session(worker *w, ds4_session *s, job *j, prep *p) {
     request *rq = j->rq;
-    ds4_session *s = w->s;
     const int n_sess = ds4_session_n_tokens(s);
     reuse_decide(w->srv, s, rq, &w->live, &p->plan);
     reuse_plan *pl = &p->plan;
@@ -222,7 +252,7 @@ static void trace_job(worker *w, job *j, const prep *p, finish_kind fin) {
 /* Step 5: metrics (before the answer is released: a client that reads
  * /metrics right after its response must see this job), the finish event
  * and the log line. */
-static void finish_job(worker *w, job *j, const prep *p, finish_kind fin) {
+static void finish_job(worker *w, ds4_session *s, job *j, const prep *p, finish_kind fin) {
     gen_result *res = &j->res;
     request *rq = j->rq;
     if (fin == FIN_CANCEL && atomic_load(&j->cancel) == CANCEL_SHUTDOWN) {
@@ -242,7 +272,7 @@ static void finish_job(worker *w, job *j, const prep *p, finish_kind fin) {
         .retokenized = p->plan.text_hit && p->plan.retok, .tool_calls = res->n_calls,
         .cancelled = fin == FIN_CANCEL ? CANCEL_CLIENT :
                      atomic_load(&j->cancel) == CANCEL_SHUTDOWN ? CANCEL_SHUTDOWN : 0,
-        .session_tokens = ds4_session_n_tokens(w->s),
+        .session_tokens = ds4_session_n_tokens(s),
         .spec = res->spec,
     };
     metrics_job_done(w->srv->m, &m);
@@ -279,7 +309,7 @@ static void run_job(worker *w, job *j) {
     }
     /* 1-2. What the prompt keeps. */
     prep p = { 0 };
-    prepare_session(w, j, &p);
+    prepare_session(w, w->s, j, &p);
     res->cached_tokens = p.plan.keep;
     res->prompt_tokens = p.plan.keep + (int)p.plan.suffix.n;
     int room = w->srv->ctx - res->prompt_tokens;
@@ -298,8 +328,298 @@ static void run_job(worker *w, job *j) {
         fin = gen_run(&env, j, max_gen);
         res->decode_s = util_now() - t1;
     }
-    finish_job(w, j, &p, fin);
+    finish_job(w, w->s, j, &p, fin);
     reuse_plan_free(&p.plan);
+}
+
+/* ------------------------------------------------------------------------ */
+/* --parallel N: N live sessions stepped together                           */
+/* ------------------------------------------------------------------------ */
+/*
+ * Each step builds one ds4_session_eval_batch: the chosen token of every
+ * generating job (gen.c as a state machine: gen_next chooses and sends a
+ * token, gen_evaluated takes the result) and, with the step's token budget
+ * left over, one prefill chunk of the job that was admitted first among
+ * those still reading their prompt.  A chunk stops where ds4_eval would
+ * stop (the disk cache's cold point and continued frontiers, the RAM
+ * checkpoint REWIND_TAIL tokens before the prompt's end), so the saves and
+ * checkpoints are those of --parallel 1 and a session's state and logits
+ * come out bit-identical to it.  Cancellation is checked per job before
+ * each step: a client that left frees its slot at the next step.
+ */
+
+static void slot_sessions_metrics(worker *w) {
+    int live = 0, busy = 0;
+    for (int i = 0; i < w->n_slots; i++) {
+        if (ds4_session_n_tokens(w->slots[i].s) > 0) live++;
+        if (w->slots[i].st != SLOT_IDLE) busy++;
+    }
+    metrics_sessions(w->srv->m, w->n_slots, live, busy);
+    metrics_busy(w->srv->m, busy > 0);
+}
+
+/* The session for a request: the idle one whose state the prompt can
+ * continue with the longest kept prefix (an agent's next turn lands on its
+ * own state), else an empty one, else the least recently used (its state
+ * is replaced: prepare_session saves it to the disk cache first).  A live
+ * session counts as a match when the prompt continues all of it, when a
+ * RAM checkpoint lies within the common prefix (a retry, a thinking-mode
+ * next turn), or when the common prefix is at least half of it (a text
+ * hit: earlier answer tokens split differently): every prompt shares its
+ * first template tokens with every session, and that alone must not
+ * replace another conversation while an empty session waits. */
+static slot *match_slot(worker *w, const request *rq) {
+    slot *best = NULL, *empty = NULL, *lru = NULL;
+    size_t best_lcp = 0;
+    for (int i = 0; i < w->n_slots; i++) {
+        slot *sl = &w->slots[i];
+        if (sl->st != SLOT_IDLE || sl->j) continue;
+        int n = ds4_session_n_tokens(sl->s);
+        if (n == 0) { if (!empty) empty = sl; continue; }
+        if (!lru || sl->used < lru->used) lru = sl;
+        const int32_t *t = ds4_session_tokens(sl->s);
+        size_t lcp = 0;
+        while (lcp < (size_t)n && lcp < rq->tokens.n && t[lcp] == rq->tokens.v[lcp]) lcp++;
+        int keeps = lcp == (size_t)n || 2 * lcp >= (size_t)n ||
+                    ds4_session_rewind_point(sl->s, (int)lcp) > 0;
+        if (keeps && lcp > best_lcp) { best_lcp = lcp; best = sl; }
+    }
+    return best ? best : empty ? empty : lru;
+}
+
+/* End a slot's job: the finish event, metrics, the log line; the slot
+ * becomes idle (its session keeps the conversation). */
+static void slot_finish(worker *w, slot *sl, finish_kind fin) {
+    job *j = sl->j;
+    /* gen_end may close a tool-call block (on_block: the disk cache's
+     * view of this session) */
+    if (w->kv) kvdisk_select(w->kv, sl->kl);
+    if (sl->g) {
+        fin = gen_end(sl->g, fin);
+        sl->g = NULL;
+        j->res.decode_s = util_now() - sl->t1;
+    } else if (sl->st == SLOT_PREFILL) {
+        j->res.prefill_s = util_now() - sl->t0;
+    }
+    sl->p.evaluated = ds4_session_n_tokens(sl->s) - sl->start;
+    if (sl->st == SLOT_GEN) sl->p.evaluated = sl->end - sl->start;
+    if (sl->p.evaluated < 0) sl->p.evaluated = 0;
+    finish_job(w, sl->s, j, &sl->p, fin);
+    reuse_plan_free(&sl->p.plan);
+    memset(&sl->p, 0, sizeof sl->p);
+    sl->st = SLOT_IDLE;
+    sl->used = ++w->clock;
+    pthread_mutex_lock(&w->mu);
+    sl->j = NULL;
+    pthread_mutex_unlock(&w->mu);
+    job_unref(j);
+}
+
+static void slot_start_gen(worker *w, slot *sl) {
+    job *j = sl->j;
+    j->res.prefill_s = util_now() - sl->t0;
+    eval_params(w, &sl->ep);
+    sl->env = (gen_env){ w->srv, sl->s, &sl->ep, on_block, w };
+    sl->t1 = util_now();
+    /* drafts are off in a batch: a staged pass would not fit one step */
+    sl->g = gen_new(&sl->env, j, sl->max_gen, 0);
+    sl->st = SLOT_GEN;
+    if (!sl->g) {
+        api_err_set(&j->res.err, 500, "server_error", NULL, NULL, "out of memory");
+        slot_finish(w, sl, FIN_ERROR);
+    }
+}
+
+/* A job taken from the queue starts on slot sl: steps 0-2 of run_job
+ * (tool DSML from the disk, the reuse plan, the disk lookup), then the
+ * prefill is stepped. */
+static void slot_admit(worker *w, slot *sl, job *j) {
+    request *rq = j->rq;
+    gen_result *res = &j->res;
+    sl->admitted = ++w->clock;
+    sl->g = NULL;
+    memset(&sl->p, 0, sizeof sl->p);
+    if (w->kv) kvdisk_select(w->kv, sl->kl);
+    if (atomic_load(&j->cancel) != CANCEL_NONE) {
+        /* the client left while queued: nothing to do */
+        sl->st = SLOT_PREFILL;
+        sl->start = sl->end = ds4_session_n_tokens(sl->s);
+        sl->t0 = util_now();
+        slot_finish(w, sl, FIN_CANCEL);
+        return;
+    }
+    if (w->kv && rq->tool_misses > 0 && kvdisk_resolve_tools(w->kv, rq, &res->err) < 0) {
+        sl->st = SLOT_PREFILL;
+        sl->start = sl->end = ds4_session_n_tokens(sl->s);
+        sl->t0 = util_now();
+        slot_finish(w, sl, FIN_ERROR);
+        return;
+    }
+    sl->t0 = util_now();
+    prepare_session(w, sl->s, j, &sl->p);
+    res->cached_tokens = sl->p.plan.keep;
+    res->prompt_tokens = sl->p.plan.keep + (int)sl->p.plan.suffix.n;
+    int room = w->srv->ctx - res->prompt_tokens;
+    sl->max_gen = rq->max_tokens > 0 && rq->max_tokens < room ? rq->max_tokens : room;
+    if (w->kv) kvdisk_tools_from_request(w->kv, rq);
+    job_event(j, EV_START, 0, NULL, 0);
+    sl->st = SLOT_PREFILL;
+    sl->start = ds4_session_n_tokens(sl->s);
+    sl->end = sl->start + (int)sl->p.plan.suffix.n;
+    if (sl->end > ds4_session_ctx_size(sl->s)) {
+        api_err_set(&res->err, 400, "invalid_request_error", "context_length_exceeded", NULL,
+                    "This model's maximum context length is %d tokens; the prompt needs %d.",
+                    w->srv->ctx, res->prompt_tokens);
+        slot_finish(w, sl, FIN_ERROR);
+        return;
+    }
+    const ds4_kv_policy *pol = w->kv ? kvdisk_policy(w->kv) : NULL;
+    sl->cold = pol && sl->start == 0 ? ds4_kv_policy_cold_point(pol, sl->end) : 0;
+    if (sl->end == sl->start) slot_start_gen(w, sl);
+}
+
+/* Where the next prefill chunk of sl must stop at the latest (ds4_eval's
+ * stops: cold point, continued frontier, the tail checkpoint). */
+static int prefill_stop(worker *w, const slot *sl, int cur, int limit) {
+    const ds4_kv_policy *pol = w->kv ? kvdisk_policy(w->kv) : NULL;
+    int stop = sl->end < limit ? sl->end : limit;
+    int frontier = pol ? ds4_kv_policy_next_frontier(pol, cur) : 0;
+    int tail = sl->end - REWIND_TAIL;
+    if (sl->cold > cur && sl->cold < stop) stop = sl->cold;
+    if (frontier > cur && frontier < stop) stop = frontier;
+    if (tail > cur && tail < stop) stop = tail;
+    return stop;
+}
+
+/* After a prefill chunk reached `cur`: the saves and checkpoints ds4_eval
+ * takes there. */
+static void prefill_reached(worker *w, slot *sl, int from, int cur) {
+    const ds4_kv_policy *pol = w->kv ? kvdisk_policy(w->kv) : NULL;
+    if (w->kv) kvdisk_select(w->kv, sl->kl);
+    if (pol && cur == sl->cold) kvdisk_save(w->kv, DS4_KV_COLD);
+    else if (pol && cur == ds4_kv_policy_next_frontier(pol, from)) kvdisk_save(w->kv, DS4_KV_CONTINUED);
+    if (cur == sl->end - REWIND_TAIL) ds4_session_checkpoint(sl->s, 0);
+    if (cur == sl->end) ds4_session_checkpoint(sl->s, 1);
+}
+
+static finish_kind prefill_error(worker *w, slot *sl, int rc) {
+    gen_result *res = &sl->j->res;
+    if (rc == DS4_ECTX)
+        api_err_set(&res->err, 400, "invalid_request_error", "context_length_exceeded", NULL,
+                    "This model's maximum context length is %d tokens; the prompt needs %d.",
+                    w->srv->ctx, res->prompt_tokens);
+    else
+        api_err_set(&res->err, 500, "server_error", NULL, NULL, "prefill failed: %s",
+                    ds4_strerror(rc));
+    return FIN_ERROR;
+}
+
+/* One step over the busy slots.  Returns the number of items evaluated. */
+static int par_step(worker *w) {
+    const int n = w->n_slots;
+    ds4_batch_item *items = w->items;
+    slot **owner = w->owners;
+    int ni = 0, tokens = 0;
+    /* decode: every generating job chooses its next token */
+    for (int i = 0; i < n; i++) {
+        slot *sl = &w->slots[i];
+        sl->n_step = 0;
+        if (sl->st != SLOT_GEN) continue;
+        if (w->kv) kvdisk_select(w->kv, sl->kl);
+        finish_kind fin = gen_next(sl->g, &sl->tok);
+        if (fin != FIN_NONE) { slot_finish(w, sl, fin); continue; }
+        int cur = ds4_session_n_tokens(sl->s);
+        const ds4_kv_policy *pol = w->kv ? kvdisk_policy(w->kv) : NULL;
+        int fr = pol ? ds4_kv_policy_next_frontier(pol, cur) : 0;
+        sl->frontier = fr == cur + 1 ? fr : 0;
+        sl->n_step = 1;
+        items[ni] = (ds4_batch_item){ sl->s, &sl->tok, 1, 0 };
+        owner[ni++] = sl;
+        tokens++;
+    }
+    /* prefill: one chunk of the first admitted job still reading its
+     * prompt, with the budget the decode tokens left (at least a token:
+     * a prompt always makes progress) */
+    slot *pf = NULL;
+    for (int i = 0; i < n; i++) {
+        slot *sl = &w->slots[i];
+        if (sl->st != SLOT_PREFILL) continue;
+        if (atomic_load(&sl->j->cancel) != CANCEL_NONE) { slot_finish(w, sl, FIN_CANCEL); continue; }
+        if (!pf || sl->admitted < pf->admitted) pf = sl;
+    }
+    if (pf) {
+        int budget = w->srv->cfg.step_tokens - tokens;
+        int chunk = w->srv->cfg.chunk > 0 ? w->srv->cfg.chunk : 2048;
+        if (budget > chunk) budget = chunk;
+        if (budget < 1) budget = 1;
+        int cur = ds4_session_n_tokens(pf->s);
+        int stop = prefill_stop(w, pf, cur, cur + budget);
+        pf->n_step = stop - cur;
+        items[ni] = (ds4_batch_item){ pf->s, pf->p.plan.suffix.v + (cur - pf->start), pf->n_step, 0 };
+        owner[ni++] = pf;
+        tokens += pf->n_step;
+    }
+    if (ni == 0) return 0;
+    ds4_session_eval_batch(items, ni);
+    metrics_step(w->srv->m, ni, tokens);
+    for (int k = 0; k < ni; k++) {
+        slot *sl = owner[k];
+        int rc = items[k].rc;
+        if (sl->st == SLOT_GEN) {
+            if (w->kv) kvdisk_select(w->kv, sl->kl);
+            if (rc == DS4_OK && sl->frontier) kvdisk_save(w->kv, DS4_KV_CONTINUED);
+            finish_kind fin = gen_evaluated(sl->g, rc);
+            if (fin != FIN_NONE) slot_finish(w, sl, fin);
+        } else {
+            if (rc != DS4_OK) { slot_finish(w, sl, prefill_error(w, sl, rc)); continue; }
+            int cur = ds4_session_n_tokens(sl->s);
+            prefill_reached(w, sl, cur - sl->n_step, cur);
+            if (cur == sl->end) slot_start_gen(w, sl);
+        }
+    }
+    return ni;
+}
+
+static int slots_busy(const worker *w) {
+    for (int i = 0; i < w->n_slots; i++)
+        if (w->slots[i].st != SLOT_IDLE) return 1;
+    return 0;
+}
+
+static void *worker_main_par(void *arg) {
+    worker *w = arg;
+    for (;;) {
+        /* admit queued jobs (in arrival order) while a session is idle */
+        pthread_mutex_lock(&w->mu);
+        while (!w->head && !w->stopping && !slots_busy(w)) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->stopping && !slots_busy(w)) { pthread_mutex_unlock(&w->mu); break; }
+        for (;;) {
+            if (!w->head || w->stopping) break;
+            slot *sl = match_slot(w, w->head->rq);
+            if (!sl) break;
+            job *j = w->head;
+            w->head = j->next;
+            if (!w->head) w->tail = NULL;
+            j->next = NULL;
+            w->depth--;
+            metrics_queue(w->srv->m, w->depth);
+            sl->j = j;     /* under mu: worker_stop cancels it */
+            pthread_mutex_unlock(&w->mu);
+            slot_admit(w, sl, j);
+            pthread_mutex_lock(&w->mu);
+        }
+        pthread_mutex_unlock(&w->mu);
+        slot_sessions_metrics(w);
+        par_step(w);
+        slot_sessions_metrics(w);
+    }
+    slot_sessions_metrics(w);
+    /* clean exit: keep the live conversations for the next start */
+    for (int i = 0; w->kv && i < w->n_slots; i++) {
+        kvdisk_select(w->kv, w->slots[i].kl);
+        kvdisk_save(w->kv, DS4_KV_SHUTDOWN);
+    }
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -322,6 +642,7 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
 
         metrics_busy(w->srv->m, 1);
+        metrics_sessions(w->srv->m, 1, ds4_session_n_tokens(w->s) > 0, 1);
         if (atomic_load(&j->cancel) != CANCEL_NONE) {
             /* the client left while queued: nothing to do */
             j->res.finish = FIN_CANCEL;
@@ -335,6 +656,7 @@ static void *worker_main(void *arg) {
             run_job(w, j);
         }
         metrics_busy(w->srv->m, 0);
+        metrics_sessions(w->srv->m, 1, ds4_session_n_tokens(w->s) > 0, 0);
 
         pthread_mutex_lock(&w->mu);
         w->current = NULL;
@@ -356,21 +678,42 @@ worker *worker_start(server_ctx *srv, char **err) {
     ds4_session_params_default(&sp);
     sp.ctx_size = srv->cfg.ctx;
     if (srv->cfg.chunk > 0) sp.prefill_chunk = srv->cfg.chunk;
-    w->s = ds4_session_new(srv->model, &sp, err);
-    if (!w->s) { worker_free(w); return NULL; }
-    if (srv->steer && ds4_session_set_steering(w->s, srv->steer, (float)srv->cfg.steer_scale,
-                                               srv->steer_l0, srv->steer_l1) != DS4_OK) {
-        if (err) *err = strdup("--steer: bad layers or scale");
+    const int n = srv->cfg.parallel > 1 ? srv->cfg.parallel : 1;
+    w->slots = calloc((size_t)n, sizeof *w->slots);
+    w->items = calloc((size_t)n, sizeof *w->items);
+    w->owners = calloc((size_t)n, sizeof *w->owners);
+    if (!w->slots || !w->items || !w->owners) {
+        if (err) *err = strdup("out of memory");
         worker_free(w);
         return NULL;
     }
+    for (int i = 0; i < n; i++) {
+        ds4_session *s = ds4_session_new(srv->model, &sp, err);
+        if (!s) { worker_free(w); return NULL; }
+        w->slots[w->n_slots++].s = s;
+        if (srv->steer && ds4_session_set_steering(s, srv->steer, (float)srv->cfg.steer_scale,
+                                                   srv->steer_l0, srv->steer_l1) != DS4_OK) {
+            if (err) *err = strdup("--steer: bad layers or scale");
+            worker_free(w);
+            return NULL;
+        }
+    }
+    w->s = w->slots[0].s;
     srv->ctx = ds4_session_ctx_size(w->s);
     if (srv->cfg.kv_dir) {
         /* opened here, driven only by the worker thread from now on */
         w->kv = kvdisk_open(srv, w->s, err);
         if (!w->kv) { worker_free(w); return NULL; }
+        for (int i = 0; n > 1 && i < n; i++) {
+            if (!(w->slots[i].kl = kvdisk_live_new(w->slots[i].s))) {
+                if (err) *err = strdup("out of memory");
+                worker_free(w);
+                return NULL;
+            }
+        }
     }
-    if (pthread_create(&w->th, NULL, worker_main, w)) {
+    metrics_sessions(srv->m, n, 0, 0);
+    if (pthread_create(&w->th, NULL, n > 1 ? worker_main_par : worker_main, w)) {
         if (err) *err = strdup("cannot start the inference thread");
         worker_free(w);
         return NULL;
@@ -411,6 +754,8 @@ void worker_stop(worker *w) {
     pthread_mutex_lock(&w->mu);
     w->stopping = 1;
     if (w->current) atomic_store(&w->current->cancel, CANCEL_SHUTDOWN);
+    for (int i = 0; w->n_slots > 1 && i < w->n_slots; i++)
+        if (w->slots[i].j) atomic_store(&w->slots[i].j->cancel, CANCEL_SHUTDOWN);
     job *q = w->head;
     w->head = w->tail = NULL;
     w->depth = 0;
@@ -430,7 +775,13 @@ void worker_free(worker *w) {
     if (!w) return;
     worker_stop(w);
     kvdisk_close(w->kv);
-    ds4_session_free(w->s);
+    for (int i = 0; w->slots && i < w->n_slots; i++) {
+        kvdisk_live_free(w->slots[i].kl);
+        ds4_session_free(w->slots[i].s);
+    }
+    free(w->slots);
+    free(w->items);
+    free(w->owners);
     ds4_buf_free(&w->live);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
