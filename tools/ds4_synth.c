@@ -99,7 +99,7 @@ static void usage(FILE *o) {
 "                  is min(3, N), unless set explicitly with --set.\n"
 "  --mtp           also write a random MTP block (mtp.0.*: e_proj, h_proj,\n"
 "                  enorm, hnorm, norm, hc_head_*, one window-only layer), the\n"
-"                  layout of docs/MTP.md, for --mtp-draft.\n"
+"                  layout of docs/MTP.md, for the engine's MTP drafts.\n"
 "  --seed S        64-bit seed (default 1).  Same seed and options give a\n"
 "                  byte-identical file (whatever --threads is).\n"
 "  --threads N     generator threads (default: online CPUs, at most 8); the\n"

@@ -291,6 +291,15 @@ void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
         layer_sizes z = sizes_of(&shell, il, ctx_size, chunk);
         b += (z.raw + z.comp + z.icomp) * 2 + (2 * z.st + 2 * z.ist) * sizeof(float);
     }
+    if (w->has_mtp) {
+        /* the MTP block's state (mtp.c: raw rows, kept main states, its
+         * own state and logits) */
+        const ds4_config *c = &w->cfg;
+        uint64_t nd = (uint64_t)c->n_hc * c->n_embd;
+        b += (uint64_t)(c->n_swa + chunk + DS4_DRAFT_PASS_MAX) * c->head_dim * 2 +
+             (uint64_t)(c->n_swa + DS4_DRAFT_PASS_MAX + 2) * (nd * sizeof(float) + 8) +
+             nd * sizeof(float) + (uint64_t)c->n_vocab * sizeof(float);
+    }
     *kv = b;
     cpu_scratch tmp;
     scr_item it[SCR_MAX] = { 0 };
