@@ -597,7 +597,9 @@ static void test_amx_tiles(void) {
         for (int rep = 0; rep < 24; rep++) {
             const int n = ns[rep % 6], ntok = toks[rnd() % 11], wild = rep & 1;
             const int nrows = rep % 3 == 0 ? 16 : irand(1, 50), even = (rep >> 1) & 1;
-            const size_t ws = rb_of(f, n) + (size_t)irand(0, 3), ab = act_bytes(f, n);
+            /* padded rows stay 2-byte aligned: Q8_0 blocks hold an f16 (rows
+             * of a GGUF file are, 34 bytes a block) */
+            const size_t ws = rb_of(f, n) + (size_t)irand(0, 3) * 2, ab = act_bytes(f, n);
             const size_t as = ab + (size_t)irand(0, 2) * 4;   /* even spacing, maybe padded */
             uint8_t *W = malloc(ws * (size_t)nrows), *A = malloc(as * (size_t)ntok);
             float *x = malloc(sizeof(float) * (size_t)n);
