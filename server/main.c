@@ -62,7 +62,8 @@ static void usage(FILE *f) {
 "                            empty one, else the least recently used idle one\n"
 "                            (saved to the disk KV cache first when it is on).\n"
 "                            Needs N x the KV state of --ctx; --lookup and\n"
-"                            --mtp-draft drafts are off when N > 1\n"
+"                            --mtp-draft drafts are off when N > 1; not with\n"
+"                            --dist\n"
 "      --step-tokens N       tokens one step evaluates at most with --parallel\n"
 "                            > 1: the decode tokens, and the rest for the\n"
 "                            prefill chunk (at least 1; default 256)\n"
@@ -329,6 +330,12 @@ int main(int argc, char **argv) {
     }
     if (c->steer_path && c->kv_dir) {
         fprintf(stderr, "ds4-server: --steer cannot be combined with --kv-disk-dir (cached states were computed unsteered)\n");
+        return 2;
+    }
+    if (dist && c->parallel > 1) {
+        /* the ranks serve one session's passes at a time; a batched step
+         * over MPI is not built (nor tested), so say so instead */
+        fprintf(stderr, "ds4-server: --parallel > 1 cannot be combined with --dist (use --parallel 1)\n");
         return 2;
     }
     if (step_set && c->parallel == 1)
