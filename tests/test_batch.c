@@ -93,12 +93,7 @@ static void step(const char *what, pair *ps, int np, const int *n) {
 static void test_model(const char *name, int quick) {
     char path[512];
     snprintf(path, sizeof path, "%s/golden/models/%s", test_shared(), name);
-    char *err = NULL;
-    ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = 2;
-    ds4_model *m = ds4_model_load(path, &mp, &err);
-    if (!m) { fprintf(stderr, "load %s: %s\n", path, err); exit(1); }
+    ds4_model *m = test_load_model(path, 2);
     ds4_model_info info;
     ds4_model_get_info(m, &info);
     V = info.n_vocab;

@@ -42,24 +42,6 @@
 static int quick;
 static char dir[256];
 
-static int same_state(ds4_session *a, ds4_session *b) {
-    ds4_buf x = { 0 }, y = { 0 };
-    int ok = ds4_session_snapshot(a, &x) == DS4_OK && ds4_session_snapshot(b, &y) == DS4_OK &&
-             x.n == y.n && memcmp(x.p, y.p, x.n) == 0;
-    ds4_buf_free(&x);
-    ds4_buf_free(&y);
-    return ok;
-}
-
-static void plain_decode(ds4_session *s, ds4_sampler *smp, int V, int n, ds4_tokens *out) {
-    for (int i = 0; i < n; i++) {
-        const float *lg = ds4_session_logits(s);
-        int32_t t = smp ? ds4_sample(smp, lg) : ds4_sample_greedy(lg, V);
-        ds4_tokens_push(out, t);
-        if (i + 1 < n) CHECK(ds4_session_eval(s, &t, 1, NULL, NULL) == DS4_OK, "plain eval");
-    }
-}
-
 /* Speculative decoding of n tokens with up to nd MTP drafts per pass.
  * With `ref` (the plain output), every other pass uses oracle drafts from
  * it instead, right for a varying count (0 .. nd+1) then junk: passes that
@@ -99,12 +81,7 @@ static void mtp_decode(ds4_session *s, ds4_sampler *smp, int V, int n, int nd, c
 }
 
 static ds4_model *load(const char *path) {
-    char *err = NULL;
-    ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = 2;
-    ds4_model *m = ds4_model_load(path, &mp, &err);
-    if (!m) { fprintf(stderr, "load %s: %s\n", path, err); exit(1); }
+    ds4_model *m = test_load_model(path, 2);
     return m;
 }
 
@@ -144,14 +121,14 @@ static void test_generation(ds4_model *m, const ds4_tokens *ids) {
         CHECK(ds4_session_eval(b, ids->v, P, NULL, NULL) == DS4_OK, "prompt");
         ds4_tokens x = { 0 }, y = { 0 };
         ds4_spec_stats st = { 0 };
-        plain_decode(a, s1, V, N, &x);
+        test_plain_decode(a, s1, V, N, &x);
         mtp_decode(b, s2, V, N, nd, mix ? &x : NULL, &y, &st);
         CHECK(x.n == y.n && memcmp(x.v, y.v, x.n * sizeof(int32_t)) == 0,
               "mode %d, %d MTP drafts%s: output differs from plain decoding", mode, nd,
               mix ? " + oracle drafts" : "");
         /* plain decoding stops before evaluating its last token */
         if (ds4_session_n_tokens(b) == ds4_session_n_tokens(a))
-            CHECK(same_state(a, b), "mode %d nd %d: final state differs", mode, nd);
+            CHECK(test_same_state(a, b), "mode %d nd %d: final state differs", mode, nd);
         CHECK(st.passes > 0 && st.drafted > 0, "passes counted");
         if (mix) CHECK(st.accepted > 0, "oracle drafts accepted");
         printf("test_mtp: mode %d, %d drafts%s: %d tokens in %llu passes, %llu/%llu accepted\n",
@@ -176,7 +153,7 @@ static void test_follow(ds4_model *m, const ds4_tokens *ids) {
     const int G = quick ? 40 : 90;
     CHECK(ds4_session_eval(b, ids->v, 50, NULL, NULL) == DS4_OK, "prompt");
     ds4_tokens ref = { 0 }, out = { 0 };
-    plain_decode(b, NULL, V, G, &ref);
+    test_plain_decode(b, NULL, V, G, &ref);
     ds4_session_reset(b);
     CHECK(ds4_session_eval(a, ids->v, 50, NULL, NULL) == DS4_OK, "prompt");
     ds4_spec_stats st = { 0 };

@@ -57,12 +57,8 @@ static void test_model(const char *name) {
     char path[512], seq[512];
     snprintf(path, sizeof path, "%s/golden/models/%s", test_shared(), name);
     snprintf(seq, sizeof seq, "%s/golden/sequences/seq_600a.ids.txt", test_shared());
+    ds4_model *m = test_load_model(path, 2);
     char *err = NULL;
-    ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = 2;
-    ds4_model *m = ds4_model_load(path, &mp, &err);
-    if (!m) { fprintf(stderr, "load %s: %s\n", path, err); exit(1); }
     ds4_model_info info;
     ds4_model_get_info(m, &info);
     const int V = info.n_vocab;

@@ -28,25 +28,6 @@
 
 #include "testutil.h"
 
-static int same_state(ds4_session *a, ds4_session *b) {
-    ds4_buf x = { 0 }, y = { 0 };
-    int ok = ds4_session_snapshot(a, &x) == DS4_OK && ds4_session_snapshot(b, &y) == DS4_OK &&
-             x.n == y.n && memcmp(x.p, y.p, x.n) == 0;
-    ds4_buf_free(&x);
-    ds4_buf_free(&y);
-    return ok;
-}
-
-/* Plain decoding from the state of `s`: n tokens (greedy when smp NULL). */
-static void plain_decode(ds4_session *s, ds4_sampler *smp, int V, int n, ds4_tokens *out) {
-    for (int i = 0; i < n; i++) {
-        const float *lg = ds4_session_logits(s);
-        int32_t t = smp ? ds4_sample(smp, lg) : ds4_sample_greedy(lg, V);
-        ds4_tokens_push(out, t);
-        if (i + 1 < n) CHECK(ds4_session_eval(s, &t, 1, NULL, NULL) == DS4_OK, "plain eval");
-    }
-}
-
 /* Speculative decoding of n tokens.  mode 0: prompt lookup (up to nd);
  * mode 1: oracle drafts from `ref`, right for a varying count then junk. */
 static void spec_decode(ds4_session *s, ds4_sampler *smp, int V, int n, int mode, int nd,
@@ -92,12 +73,8 @@ static void test_model(const char *name) {
     char path[512], seq[512];
     snprintf(path, sizeof path, "%s/golden/models/%s", test_shared(), name);
     snprintf(seq, sizeof seq, "%s/golden/sequences/seq_600a.ids.txt", test_shared());
+    ds4_model *m = test_load_model(path, 2);
     char *err = NULL;
-    ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = 2;
-    ds4_model *m = ds4_model_load(path, &mp, &err);
-    if (!m) { fprintf(stderr, "load %s: %s\n", path, err); exit(1); }
     ds4_model_info info;
     ds4_model_get_info(m, &info);
     const int V = info.n_vocab;
@@ -143,7 +120,7 @@ static void test_model(const char *name) {
                       "%s: logits after commit %d/%d at %d", name, keep, n, k);
                 ds4_session *b = test_new_session(m, 1024, 64);
                 CHECK(ds4_session_eval(b, ids.v, k + keep, NULL, NULL) == DS4_OK, "eval b");
-                CHECK(same_state(a, b), "%s: rolled-back state != never-drafted state (cut %d, pass %d, keep %d)",
+                CHECK(test_same_state(a, b), "%s: rolled-back state != never-drafted state (cut %d, pass %d, keep %d)",
                       name, k, n, keep);
                 /* both continue: decode a few, then a prefill */
                 int at = k + keep;
@@ -191,7 +168,7 @@ static void test_model(const char *name) {
         ds4_session_eval(pl, ids.v, P, NULL, NULL);
         ds4_sampler *s0 = sampled ? ds4_sampler_new(V, &sp) : NULL;
         ds4_tokens want = { 0 };
-        plain_decode(pl, s0, V, G, &want);
+        test_plain_decode(pl, s0, V, G, &want);
         for (int mode = 0; mode < 2; mode++) {
             ds4_session *sp_s = test_new_session(m, 1024, mode ? 64 : 12);
             ds4_session_eval(sp_s, ids.v, P, NULL, NULL);
@@ -203,7 +180,7 @@ static void test_model(const char *name) {
             CHECK(same, "%s: %s %s drafts: output differs from plain decoding", name,
                   sampled ? "sampled" : "greedy", mode ? "oracle" : "lookup");
             if (same)
-                CHECK(same_state(sp_s, pl), "%s: final state after speculative decoding differs", name);
+                CHECK(test_same_state(sp_s, pl), "%s: final state after speculative decoding differs", name);
             CHECK(st.emitted == (uint64_t)(G - 1) && st.accepted + st.passes == st.emitted, "stats add up");
             if (mode == 1) CHECK(st.accepted > 0 && st.accepted < st.drafted, "oracle drafts partly accepted");
             fprintf(stderr, "%s %s %s: %llu passes, %llu drafted, %llu accepted, %.2f tokens/pass\n", name,
