@@ -73,6 +73,24 @@ static int is_expert(const gguf_tensor *t) {
 
 /* --dist experts: every tensor, the expert tensors cut to the rank's share
  * (a contiguous byte range: the experts are the outer dimension). */
+/* Opens rank r's part file PREFIX-rank<r>.gguf of a P-way split and writes
+ * what every part carries: the whole file's metadata, ds4.split.ranks,
+ * ds4.split.rank, the split's boundary array `key` (P + 1 values) and the
+ * source fingerprint.  NULL (and the message printed) when it cannot be
+ * created. */
+static gguf_writer *open_part(const gguf_file *gf, const char *path, int r, int P, const char *key,
+                              const uint32_t *bounds, const uint8_t fp[20]) {
+    char *err = NULL;
+    gguf_writer *wr = gguf_writer_open(path, &err);
+    if (!wr) { fail("%s", err ? err : "cannot create the output"); free(err); return NULL; }
+    for (uint64_t i = 0; i < gf->n_kv; i++) gguf_w_copy_kv(wr, &gf->kv[i]);
+    gguf_w_u32(wr, "ds4.split.ranks", (uint32_t)P);
+    gguf_w_u32(wr, "ds4.split.rank", (uint32_t)r);
+    gguf_w_arr(wr, key, GGUF_U32, bounds, (uint64_t)P + 1);
+    gguf_w_arr(wr, "ds4.split.source_fingerprint", GGUF_U8, fp, 20);
+    return wr;
+}
+
 static int experts_split(const gguf_file *gf, int E, int P, const char *prefix) {
     if (E < P) {
         fprintf(stderr, "ds4-gguf: %d ranks but the model has only %d routed experts a layer "
@@ -102,13 +120,8 @@ static int experts_split(const gguf_file *gf, int E, int P, const char *prefix) 
     int rc = 0;
     for (int r = 0; r < P && !rc; r++) {
         snprintf(path, plen, "%s-rank%d.gguf", prefix, r);
-        gguf_writer *wr = gguf_writer_open(path, &err);
-        if (!wr) { rc = fail("%s", err ? err : "cannot create the output"); free(err); break; }
-        for (uint64_t i = 0; i < gf->n_kv; i++) gguf_w_copy_kv(wr, &gf->kv[i]);
-        gguf_w_u32(wr, "ds4.split.ranks", (uint32_t)P);
-        gguf_w_u32(wr, "ds4.split.rank", (uint32_t)r);
-        gguf_w_arr(wr, "ds4.split.experts", GGUF_U32, ex, (uint64_t)P + 1);
-        gguf_w_arr(wr, "ds4.split.source_fingerprint", GGUF_U8, fp, 20);
+        gguf_writer *wr = open_part(gf, path, r, P, "ds4.split.experts", ex, fp);
+        if (!wr) { rc = 1; break; }
         uint64_t n = ex[r + 1] - ex[r];
         for (uint64_t i = 0; i < gf->n_tensors; i++) {
             const gguf_tensor *t = &gf->tensors[i];
@@ -193,13 +206,8 @@ static int split_main(int argc, char **argv) {
     char *path = malloc(plen);
     for (int r = 0; r < P && !rc && path; r++) {
         snprintf(path, plen, "%s-rank%d.gguf", prefix, r);
-        gguf_writer *wr = gguf_writer_open(path, &err);
-        if (!wr) { rc = fail("%s", err ? err : "cannot create the output"); free(err); break; }
-        for (uint64_t i = 0; i < gf->n_kv; i++) gguf_w_copy_kv(wr, &gf->kv[i]);
-        gguf_w_u32(wr, "ds4.split.ranks", (uint32_t)P);
-        gguf_w_u32(wr, "ds4.split.rank", (uint32_t)r);
-        gguf_w_arr(wr, "ds4.split.first", GGUF_U32, first32, (uint64_t)P + 1);
-        gguf_w_arr(wr, "ds4.split.source_fingerprint", GGUF_U8, fp, 20);
+        gguf_writer *wr = open_part(gf, path, r, P, "ds4.split.first", first32, fp);
+        if (!wr) { rc = 1; break; }
         uint64_t bytes = 0;
         int nt = 0;
         for (uint64_t i = 0; i < gf->n_tensors; i++) {

@@ -210,23 +210,25 @@ static int part_needs(const binder *b, const char *name) {
     return b->hi == b->n_layer;
 }
 
-/* Reads the ds4.split keys of a part: 1 = a part (lo/hi set), 0 = a whole
- * file; a malformed split is a problem. */
-static int part_of(problems *p, const gguf_file *gf, int L, int *lo, int *hi) {
+/* This rank's range [*lo, *hi) of `what` (layers or experts, n of them)
+ * from the ds4.split keys of a part file: ds4.split.rank, ds4.split.ranks
+ * and the array `key` of ranks + 1 boundaries.  1 = set, 0 = malformed (a
+ * problem). */
+static int split_range(problems *p, const gguf_file *gf, const char *key, const char *what, int n,
+                       int *lo, int *hi) {
     uint32_t rank = 0, ranks = 0;
-    if (!gguf_find(gf, "ds4.split.ranks") || gguf_find(gf, "ds4.split.experts")) return 0;
-    const gguf_kv *kf = gguf_find(gf, "ds4.split.first");
+    const gguf_kv *k = gguf_find(gf, key);
     if (gguf_get_u32(gf, "ds4.split.rank", &rank) || gguf_get_u32(gf, "ds4.split.ranks", &ranks) ||
-        rank >= ranks || !kf || kf->type != GGUF_ARRAY || kf->v.arr.type != GGUF_U32 ||
-        kf->v.arr.n != (uint64_t)ranks + 1) {
-        prob(p, "malformed ds4.split metadata (ds4.split.rank, ranks, first)");
+        rank >= ranks || !k || k->type != GGUF_ARRAY || k->v.arr.type != GGUF_U32 ||
+        k->v.arr.n != (uint64_t)ranks + 1) {
+        prob(p, "malformed ds4.split metadata (ds4.split.rank, ranks, %s)", key + strlen("ds4.split."));
         return 0;
     }
     uint32_t a, z;
-    memcpy(&a, kf->v.arr.data + 4 * (size_t)rank, 4);
-    memcpy(&z, kf->v.arr.data + 4 * (size_t)rank + 4, 4);
-    if (a >= z || z > (uint32_t)L) {
-        prob(p, "ds4.split.first gives rank %u the layers %u..%u of %d", rank, a, z, L);
+    memcpy(&a, k->v.arr.data + 4 * (size_t)rank, 4);
+    memcpy(&z, k->v.arr.data + 4 * (size_t)rank + 4, 4);
+    if (a >= z || z > (uint32_t)n) {
+        prob(p, "%s gives rank %u the %s %u..%u of %d", key, rank, what, a, z, n);
         return 0;
     }
     *lo = (int)a;
@@ -234,30 +236,20 @@ static int part_of(problems *p, const gguf_file *gf, int L, int *lo, int *hi) {
     return 1;
 }
 
+/* Reads the ds4.split keys of a pipeline part: 1 = a part (lo/hi set), 0 =
+ * a whole file (or an experts part); a malformed split is a problem. */
+static int part_of(problems *p, const gguf_file *gf, int L, int *lo, int *hi) {
+    if (!gguf_find(gf, "ds4.split.ranks") || gguf_find(gf, "ds4.split.experts")) return 0;
+    return split_range(p, gf, "ds4.split.first", "layers", L, lo, hi);
+}
+
 /* The ds4.split.experts key of an experts split part (ds4-gguf split
  * --dist experts): 1 = a part (its experts [*e_lo, *e_hi) of E), 0 = not
  * one; a malformed key is a problem.  Which rank may run it is the
  * distributed runtime's check (src/dist/). */
 static int xpart_of(problems *p, const gguf_file *gf, int E, int *e_lo, int *e_hi) {
-    const gguf_kv *kx = gguf_find(gf, "ds4.split.experts");
-    if (!kx) return 0;
-    uint32_t rank = 0, ranks = 0;
-    if (gguf_get_u32(gf, "ds4.split.rank", &rank) || gguf_get_u32(gf, "ds4.split.ranks", &ranks) ||
-        rank >= ranks || kx->type != GGUF_ARRAY || kx->v.arr.type != GGUF_U32 ||
-        kx->v.arr.n != (uint64_t)ranks + 1) {
-        prob(p, "malformed ds4.split metadata (ds4.split.rank, ranks, experts)");
-        return 0;
-    }
-    uint32_t a, z;
-    memcpy(&a, kx->v.arr.data + 4 * (size_t)rank, 4);
-    memcpy(&z, kx->v.arr.data + 4 * (size_t)rank + 4, 4);
-    if (a >= z || z > (uint32_t)E) {
-        prob(p, "ds4.split.experts gives rank %u the experts %u..%u of %d", rank, a, z, E);
-        return 0;
-    }
-    *e_lo = (int)a;
-    *e_hi = (int)z;
-    return 1;
+    if (!gguf_find(gf, "ds4.split.experts")) return 0;
+    return split_range(p, gf, "ds4.split.experts", "experts", E, e_lo, e_hi);
 }
 
 static int type_ok(int kind, uint32_t t) {
