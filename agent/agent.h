@@ -129,6 +129,7 @@ typedef struct {
     const ag_msg *results;      /* the tool results (ok flags), may be NULL */
     const char *session;
     const char *event;          /* NULL, "summary", "compacted" */
+    ds4_spec_stats spec;        /* --lookup: passes, drafted, accepted */
 } ag_trace_rec;
 
 void ag_trace_write(FILE *f, const ag_trace_rec *r);
@@ -137,11 +138,17 @@ void ag_trace_write(FILE *f, const ag_trace_rec *r);
 /* The agent                                                         */
 /* ---------------------------------------------------------------- */
 
+/* Prompt-lookup drafts per pass by default (--lookup): coding turns copy
+ * spans of their context (edits, rewrites); the back-off in ag_generate
+ * keeps failed passes rare in free text. */
+#define AG_LOOKUP_DEFAULT 4
+
 typedef struct {
     /* options */
     const char *model, *dir, *sessions_dir, *trace_path, *script_path;
     const char *task, *dump_logits;
     int ctx, threads, yes, resume, max_turns, max_tokens;
+    int lookup;                     /* --lookup N: prompt-lookup drafts (0 = off) */
     int ssd_streaming;              /* --ssd-streaming */
     uint64_t ssd_cache_bytes;       /* --ssd-streaming-cache-experts (0 = default) */
     ds4_think think;
@@ -168,6 +175,7 @@ typedef struct {
     ds4_buf last_results;           /* /last */
     ds4_buf final_answer;           /* -p: the last answer */
     int compacted;                  /* the next turn starts a compacted session */
+    ds4_spec_stats spec;            /* this turn's drafting (trace, status line) */
 
     /* UI */
     FILE *ui;                       /* stdout (interactive) or stderr (-p) */

@@ -136,7 +136,7 @@ static char *ask_summary(agent *a) {
         if (t && *t) out = strdup(t);
     }
     s->turns++;
-    ag_trace_rec tr = { s->turns, prompt, before, prompt - before, n_gen, &m, NULL, s->id, "summary" };
+    ag_trace_rec tr = { s->turns, prompt, before, prompt - before, n_gen, &m, NULL, s->id, "summary", a->spec };
     ag_trace_write(a->trace, &tr);
     ag_msg_free(&m);
     return out;

@@ -32,7 +32,7 @@ static void on_sigterm(int sig) { (void)sig; ag_interrupt = 1; ag_terminate = 1;
 static void usage(FILE *f) {
     fprintf(f,
 "usage: ds4-agent [-m FILE] [--ctx N] [--dir DIR] [-t N] [--think|--think-max|--nothink]\n"
-"                 [--yes] [--resume] [--trace FILE] [-p TASK] [--script FILE]\n"
+"                 [--lookup N] [--yes] [--resume] [--trace FILE] [-p TASK] [--script FILE]\n"
 "\n"
 "A coding agent that runs DeepSeek V4 Flash in process: it reads, searches and\n"
 "edits the files of a working directory and runs commands there, through six\n"
@@ -57,6 +57,10 @@ static void usage(FILE *f) {
 "      --seed N          sampler seed (default: from the clock)\n"
 "      --max-tokens N    at most N tokens per model turn (default: up to the\n"
 "                        end of the context)\n"
+"      --lookup N        speculative decoding with up to N (0..16) prompt-lookup\n"
+"                        drafts a pass (default " DS4_XSTR(AG_LOOKUP_DEFAULT) "; 0 = off): text the model\n"
+"                        copies from the context (edits, file rewrites) is\n"
+"                        checked several tokens a pass; output unchanged\n"
 "\n"
 "work:\n"
 "      --dir DIR         working directory (default: the current one)\n"
@@ -76,7 +80,7 @@ static void usage(FILE *f) {
 "                        block; content only with --nothink), without the EOS\n"
 "      --trace FILE      append one JSON line per model turn: turn, prompt_tokens,\n"
 "                        cached_tokens, prefill_tokens, generated_tokens,\n"
-"                        tool_calls [{name, ok}], session\n"
+"                        tool_calls [{name, ok}], drafted, accepted, session\n"
 "      --dump-logits FILE  write float32 logits rows [n_vocab] of every position\n"
 "                        evaluated by each model turn (prefill and generation)\n"
 "  -h, --help            this help\n"
@@ -94,6 +98,7 @@ static void parse_args(int argc, char **argv, agent *a) {
     a->max_turns = 50;
     a->think = DS4_THINK_HIGH;
     a->dir = ".";
+    a->lookup = AG_LOOKUP_DEFAULT;
     ds4_sampler_params_default(&a->sp);
     int seed_set = 0;
     ds4_args ar;
@@ -122,6 +127,7 @@ static void parse_args(int argc, char **argv, agent *a) {
         else if (ds4_args_is(&ar, NULL, "--dump-logits")) a->dump_logits = ds4_args_value(&ar);
         else if (ds4_args_is(&ar, NULL, "--temp")) a->sp.temperature = (float)ds4_args_double(&ar, 0, 100);
         else if (ds4_args_is(&ar, NULL, "--seed")) { a->sp.seed = ds4_args_u64(&ar); seed_set = 1; }
+        else if (ds4_args_is(&ar, NULL, "--lookup")) a->lookup = ds4_args_int(&ar, 0, DS4_DRAFT_PASS_MAX - 1);
         else ds4_args_unknown(&ar);
     }
     if (!seed_set) a->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);

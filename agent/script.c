@@ -92,7 +92,8 @@ void ag_trace_write(FILE *f, const ag_trace_rec *r) {
             json_str(f, r->msg->calls[i].name);
             fprintf(f, ",\"ok\":%s}", ok ? "true" : "false");
         }
-    fprintf(f, "],\"session\":");
+    fprintf(f, "],\"drafted\":%llu,\"accepted\":%llu,\"session\":", (unsigned long long)r->spec.drafted,
+            (unsigned long long)r->spec.accepted);
     json_str(f, r->session);
     if (r->event) {
         fprintf(f, ",\"event\":");

@@ -19,6 +19,7 @@
 #include "agent.h"
 
 #define COMPACT_AT 0.85    /* compact when a prompt would fill this much */
+#define LOOKUP_BACKOFF_MAX 32   /* tokens without drafts after repeated failed passes */
 
 double ag_now(void) {
     struct timespec ts;
@@ -130,9 +131,42 @@ static void feed(gen_st *g, const char *p, size_t n) {
     }
 }
 
+/* The token after `lg`: DSML syntax greedily, payloads and prose with the
+ * sampler (one sampler draw per emitted token, as plain decoding). */
+static int32_t choose(gen_st *g, const float *lg) {
+    agent *a = g->a;
+    if (!g->in_reason && ds4_dsml_in_block(g->dsml) && !ds4_dsml_in_payload(g->dsml))
+        return ds4_sample_greedy(lg, a->n_vocab);
+    return ds4_sample(a->smp, lg);
+}
+
+/* Hand an emitted token (not EOS) to the reasoning / DSML / UI streams. */
+static void emit(gen_st *g, ds4_detok *dt, ds4_buf *piece, int32_t t) {
+    agent *a = g->a;
+    piece->n = 0;
+    if (g->in_reason && t == a->ids->think_end) {
+        ds4_detok_flush(dt, piece);
+        feed(g, piece->p, piece->n);
+        g->in_reason = 0;
+        ui_end_stream(a);
+    } else {
+        ds4_detok_push(dt, a->tok, t, piece);
+        feed(g, piece->p, piece->n);
+    }
+}
+
 /* Generate one assistant turn into `m` (reasoning, content, calls, exact
  * DSML).  The state ends with the turn closed by EOS.  Returns 0, 1 when
- * interrupted, 2 when cut by the context end or the budget, -1 on error. */
+ * interrupted, 2 when cut by the context end or the budget, -1 on error.
+ *
+ * With --lookup N (a->lookup > 0), a chosen token is evaluated together
+ * with up to N prompt-lookup drafts (docs/SPEC.md) in one staged pass; the
+ * token after each position is chosen by the same rule and in the same
+ * order as without drafts (so the sampler draws the same numbers), drafts
+ * are kept while they agree, and the pass is committed exactly up to the
+ * last kept one -- or up to the token that ends the DSML block, where
+ * plain decoding stops.  The turn is token for token the one without
+ * drafts, greedy or seeded. */
 int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
     gen_st g;
     memset(&g, 0, sizeof g);
@@ -144,6 +178,7 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
     size_t fi = 0;
     int rc = 0, n = 0;
     m->think = think;
+    memset(&a->spec, 0, sizeof a->spec);
     if (a->scripted) {
         if (a->script.next >= a->script.n) {
             ui_note(a, "script %s: no turn left for the model", a->script_path);
@@ -158,38 +193,102 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
     ds4_detok_init(&dt);
     ds4_buf piece = { 0 };
     const int ctx = ds4_session_ctx_size(a->s);
+    /* drafts: not with --dump-logits (it records every evaluated position,
+     * rejected drafts included) */
+    const int drafting = a->lookup > 0 && !a->dump;
+    ds4_tokens hist = { 0 };   /* the text drafts are looked up in */
+    if (drafting) {
+        ds4_tokens_append(&hist, ds4_session_tokens(a->s), (size_t)ds4_session_n_tokens(a->s));
+        if (ds4_tokens_failed(&hist)) { ui_note(a, "out of memory"); ds4_dsml_free(g.dsml); return -1; }
+    }
+    int32_t t = 0;
+    int have_t = 0;            /* t was chosen by the last pass */
+    /* back-off after passes that kept nothing (free text): skip drafting
+     * for `skip` tokens, doubling up to LOOKUP_BACKOFF_MAX while they keep
+     * failing, so a failed pass's extra cost is paid rarely there; an
+     * accepted draft resets it (copying resumes at full speed) */
+    int skip = 0, backoff = 0;
     for (;;) {
         if (ag_interrupt) { rc = 1; break; }
         /* two places stay free: </think> and EOS close a cut turn */
         if (ds4_session_n_tokens(a->s) >= ctx - 2 || (budget > 0 && n >= budget)) { rc = 2; break; }
-        int32_t t;
-        if (a->scripted) {
+        if (have_t) {
+            have_t = 0;
+        } else if (a->scripted) {
             t = fi < forced.n ? forced.v[fi++] : a->ids->eos;
         } else {
             const float *lg = ds4_session_logits(a->s);
             if (!lg) { rc = -1; break; }
-            /* DSML syntax greedily, payloads with the sampler */
-            if (!g.in_reason && ds4_dsml_in_block(g.dsml) && !ds4_dsml_in_payload(g.dsml))
-                t = ds4_sample_greedy(lg, a->n_vocab);
-            else
-                t = ds4_sample(a->smp, lg);
+            t = choose(&g, lg);
         }
+        /* (a --script turn's "choice" is its next forced token, also in a
+         * pass: the drafting path is tested with exactly known output) */
         if (t == a->ids->eos) break;
-        piece.n = 0;
-        if (g.in_reason && t == a->ids->think_end) {
-            ds4_detok_flush(&dt, &piece);
-            feed(&g, piece.p, piece.n);
-            g.in_reason = 0;
-            ui_end_stream(a);
-        } else {
-            ds4_detok_push(&dt, a->tok, t, &piece);
-            feed(&g, piece.p, piece.n);
+        emit(&g, &dt, &piece, t);
+        int32_t d[DS4_DRAFT_PASS_MAX];
+        int k = 0;
+        const int n0 = ds4_session_n_tokens(a->s);
+        if (drafting && !g.block_done && !g.block_error && skip > 0) skip--;
+        else if (drafting && !g.block_done && !g.block_error) {
+            /* every evaluated token must pass the checks above: the pass
+             * stays below ctx - 2 and within the budget */
+            int want = a->lookup;
+            if (want > ds4_session_draft_capacity(a->s) - 1) want = ds4_session_draft_capacity(a->s) - 1;
+            if (want > ctx - 3 - n0) want = ctx - 3 - n0;
+            if (budget > 0 && want > budget - n - 1) want = budget - n - 1;
+            ds4_tokens_push(&hist, t);
+            if (ds4_tokens_failed(&hist)) { ui_note(a, "out of memory"); rc = -1; break; }
+            k = want > 0 ? ds4_lookup_draft(hist.v, (int)hist.n, want, d) : 0;
+            /* plain decoding never evaluates EOS: drafts end before it */
+            for (int i = 0; i < k; i++)
+                if (d[i] == a->ids->eos) { k = i; break; }
         }
-        int e = ds4_session_eval(a->s, &t, 1, NULL, NULL);
+        if (k == 0) {
+            int e = ds4_session_eval(a->s, &t, 1, NULL, NULL);
+            if (e) { ui_note(a, "decode failed: %s", ds4_strerror(e)); rc = -1; break; }
+            n++;
+            if (g.block_done || g.block_error) break;
+            continue;
+        }
+        int32_t pass[DS4_DRAFT_PASS_MAX];
+        pass[0] = t;
+        memcpy(pass + 1, d, (size_t)k * sizeof *d);
+        int e = ds4_session_eval_draft(a->s, pass, 1 + k);
         if (e) { ui_note(a, "decode failed: %s", ds4_strerror(e)); rc = -1; break; }
         n++;
-        if (g.block_done || g.block_error) break;
+        int keep = 1, stop = 0, acc = 0;
+        for (int i = 0; i <= k; i++) {
+            /* the checks plain decoding makes before choosing this token */
+            if (ag_interrupt) { rc = 1; stop = 1; break; }
+            if (n0 + i + 1 >= ctx - 2 || (budget > 0 && n >= budget)) { rc = 2; stop = 1; break; }
+            int32_t u = a->scripted ? (fi < forced.n ? forced.v[fi++] : a->ids->eos)
+                                    : choose(&g, ds4_session_draft_logits(a->s, i));
+            if (i < k && u == d[i]) {
+                emit(&g, &dt, &piece, u);
+                ds4_tokens_push(&hist, u);
+                keep++;
+                acc++;
+                n++;
+                if (g.block_done || g.block_error) { stop = 1; break; }
+                continue;
+            }
+            t = u;
+            have_t = 1;
+            break;
+        }
+        a->spec.passes++;
+        a->spec.drafted += (uint64_t)k;
+        a->spec.accepted += (uint64_t)acc;
+        a->spec.emitted += (uint64_t)acc + (have_t ? 1 : 0);
+        if (acc) backoff = 0;
+        else backoff = backoff ? (backoff * 2 > LOOKUP_BACKOFF_MAX ? LOOKUP_BACKOFF_MAX : backoff * 2) : 1;
+        skip = backoff;
+        e = ds4_session_draft_commit(a->s, keep);
+        if (e) { ui_note(a, "decode failed: %s", ds4_strerror(e)); rc = -1; break; }
+        if (ds4_tokens_failed(&hist)) { ui_note(a, "out of memory"); rc = -1; break; }
+        if (stop) break;
     }
+    ds4_tokens_free(&hist);
     piece.n = 0;
     ds4_detok_flush(&dt, &piece);
     feed(&g, piece.p, piece.n);
@@ -416,7 +515,7 @@ int ag_model_turn(agent *a, int *called, int *cut) {
     ui_status(a, prompt - cached, pf_s, n_gen, g_s);
     ag_save(a, 1);
     ag_trace_rec tr = { s->turns, prompt, cached, prompt - cached, n_gen, m, gr == 3 ? NULL : res,
-                        s->id, a->compacted ? "compacted" : NULL };
+                        s->id, a->compacted ? "compacted" : NULL, a->spec };
     ag_trace_write(a->trace, &tr);
     a->compacted = 0;
     if (!m->n_calls && gr != 3) {

@@ -120,10 +120,13 @@ void ui_note(agent *a, const char *fmt, ...) {
 void ui_status(agent *a, int prefill, double prefill_s, int gen, double gen_s) {
     int n = ds4_session_n_tokens(a->s), ctx = ds4_session_ctx_size(a->s);
     newline_if_needed(a);
-    fprintf(a->ui, "%s[ctx %d/%d %d%% | prefill %d tok, %.0f tok/s | decode %d tok, %.1f tok/s]%s\n",
+    fprintf(a->ui, "%s[ctx %d/%d %d%% | prefill %d tok, %.0f tok/s | decode %d tok, %.1f tok/s",
             a->color ? DIM : "", n, ctx, ctx ? (int)(100.0 * n / ctx) : 0, prefill,
-            prefill_s > 0 ? prefill / prefill_s : 0.0, gen, gen_s > 0 ? gen / gen_s : 0.0,
-            a->color ? RESET : "");
+            prefill_s > 0 ? prefill / prefill_s : 0.0, gen, gen_s > 0 ? gen / gen_s : 0.0);
+    if (a->spec.drafted)
+        fprintf(a->ui, " | lookup %llu of %llu drafts kept", (unsigned long long)a->spec.accepted,
+                (unsigned long long)a->spec.drafted);
+    fprintf(a->ui, "]%s\n", a->color ? RESET : "");
     g_col = 0;
     fflush(a->ui);
 }
