@@ -748,7 +748,7 @@ int32_t ds4_sample_greedy(const float *logits, int n_vocab);
  * DS4_LOOKUP_NGRAM_MAX tokens) of hist[0..n) that occurred earlier in it;
  * writes up to max_draft tokens that followed its most recent earlier
  * occurrence to out.  Returns the count (0 = no proposal). */
-#define DS4_LOOKUP_NGRAM_MAX 3
+#define DS4_LOOKUP_NGRAM_MAX 8
 int ds4_lookup_draft(const int32_t *hist, int n, int max_draft, int32_t *out);
 
 typedef struct {
