@@ -196,6 +196,11 @@ const ds4_kernels *ds4_kernels_amx(void);
  * (bench_kernels, Q8_0 with weights from DRAM, GFLOP per CPU-second: amx
  * / avx512 = 0.8 at 32 tokens, 1.1 at 64, 1.6 at 256; docs/PERF_KERNELS.md). */
 #define DS4_AMX_MIN_TOK 64
+/* The same for the amx table's Q2_K, Q4_K and IQ2_XXS x Q8_K tiles (one C
+ * tile per 256-element block; docs/PERF_KERNELS.md). */
+#define DS4_AMX_MIN_TOK_Q2_K 16
+#define DS4_AMX_MIN_TOK_Q4_K 16
+#define DS4_AMX_MIN_TOK_IQ2_XXS 16
 /* "scalar", "avx2", "avx512", "avx512-packed", "amx" or "best"; NULL when
  * unknown or unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);
