@@ -309,7 +309,7 @@ typedef struct {
 typedef struct {
     int8_t q[KCK][16][256];
     float d[KCK][16];
-    int16_t bs[KCK][16][16];
+    int32_t bs[KCK][16][8];   /* bsums, two int16 per int32 (vpdpwssd pairs) */
 } kq_act;
 
 /* IQ2_XXS tables: two-bit grid codes (8 -> 0, 25 -> 1, 43 -> 2) of
@@ -578,8 +578,7 @@ VKI static void kfloat(int f, const kq_blk *pk, const kq_act *ak, int blk, const
     for (int t = 0; t < 16; t++) {
         __m512i is = _mm512_load_si512((const void *)c[t]);
         if (f == F_Q4_K) is = _mm512_add_epi32(is, _mm512_slli_epi32(_mm512_load_si512((const void *)ch[t]), 3));
-        int32_t bp[8];
-        memcpy(bp, ak->bs[blk][t], sizeof bp);
+        const int32_t *bp = ak->bs[blk][t];
         __m512i mn = _mm512_madd_epi16(_mm512_set1_epi32(bp[0]), pk->m[0]);
         __m512i mn1 = _mm512_madd_epi16(_mm512_set1_epi32(bp[1]), pk->m[1]);
         mn = _mm512_dpwssd_epi32(mn, _mm512_set1_epi32(bp[2]), pk->m[2]);
@@ -648,6 +647,42 @@ VKI static void ktile_blocks(int f, const kq_pack *pk, int kn, const kq_act *ak,
 #undef KFLOAT
 }
 
+/* Two token tiles x one packed strip, kn >= 1 blocks: the B tiles of each
+ * K step are loaded once for both, and the products of a block form two
+ * (Q2_K) or four (lo/hi planes) independent TDPBSSD chains instead of one
+ * or two -- four dependent TDPBSSD on one C wait for each other's
+ * latency.  All eight tiles are in use (C 0..3: tile 0 lo/hi, tile 1
+ * lo/hi; A 4, 5; B 6, 7), so the pipeline is one deep: block b's C
+ * stored, block b + 1's product issued, block b's float step. */
+#define KSTEPP(k, two)                                                           \
+    do {                                                                         \
+        TLOAD(4, ap0 + 64 * (k), 256); TLOAD(5, ap1 + 64 * (k), 256);           \
+        TLOAD(6, bp + 1024 * (k), 64); TDPBSSD(0, 4, 6); TDPBSSD(2, 5, 6);      \
+        if (two) { TLOAD(7, bp + 4096 + 1024 * (k), 64); TDPBSSD(1, 4, 7); TDPBSSD(3, 5, 7); } \
+    } while (0)
+VKI static void ktile2_blocks(int f, const kq_pack *pk, int kn, const kq_act *ak0, const kq_act *ak1,
+                              __m512 acc0[16], __m512 acc1[16], int32_t cb[4][16][16])
+{
+    const int two = f != F_Q2_K;
+    const int8_t *ap0, *ap1, *bp;
+#define KPRODP(bi)                                                        \
+    do {                                                                  \
+        ap0 = &ak0->q[bi][0][0]; ap1 = &ak1->q[bi][0][0];                 \
+        bp = &pk->blk[bi].b[0][0][0];                                     \
+        TZERO(0); TZERO(2); if (two) { TZERO(1); TZERO(3); }              \
+        KSTEPP(0, two); KSTEPP(1, two); KSTEPP(2, two); KSTEPP(3, two);   \
+    } while (0)
+    KPRODP(0);
+    for (int b = 0; b < kn; b++) {
+        TSTORE(0, cb[0], 64); TSTORE(2, cb[2], 64);
+        if (two) { TSTORE(1, cb[1], 64); TSTORE(3, cb[3], 64); }
+        if (b + 1 < kn) KPRODP(b + 1);
+        kfloat(f, &pk->blk[b], ak0, b, cb[0], cb[1], acc0);
+        kfloat(f, &pk->blk[b], ak1, b, cb[2], cb[3], acc1);
+    }
+#undef KPRODP
+}
+
 /* Token group [0, ntok) (ntok <= TGK) of the tile contract in quant.h. */
 VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
                           float *y, size_t ys, kq_pack *pk, kq_act *act)
@@ -656,6 +691,7 @@ VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, 
     const int nb = n / QK_K;
     const int ntile = (ntok + 15) / 16;
     int32_t cb[2][2][16][16] __attribute__((aligned(64)));   /* C tiles, stored */
+    int32_t cb2[4][16][16] __attribute__((aligned(64)));
     const __m512i perm = _mm512_load_si512(iq2_act_perm);
     for (int kb = 0; kb < nb; kb += KCK) {
         const int kn = nb - kb < KCK ? nb - kb : KCK;
@@ -701,20 +737,32 @@ VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, 
                 else if (f == F_Q4_K) kpack_q4_K(p, &pk->blk[b]);
                 else kpack_iq2_xxs(p, &pk->blk[b]);
             }
-            for (int ti = 0; ti < ntile; ti++) {
-                const int t0 = ti * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
-                __m512 acc[16];
+            for (int ti = 0; ti < ntile;) {
+                const int np = ti + 1 < ntile ? 2 : 1;   /* token tiles in this pass */
+                __m512 acc[2][16];
+                for (int u = 0; u < np; u++) {
+                    const int t0 = (ti + u) * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
 #pragma GCC unroll 16
-                for (int t = 0; t < 16; t++)
-                    acc[t] = kb == 0 || t >= nt ? _mm512_setzero_ps()
-                                                : _mm512_maskz_loadu_ps(m, y + (size_t)(t0 + t) * ys + r0);
-                if (f == F_Q2_K) ktile_blocks(F_Q2_K, pk, kn, &act[ti], acc, cb);
-                else if (f == F_Q4_K) ktile_blocks(F_Q4_K, pk, kn, &act[ti], acc, cb);
-                else ktile_blocks(F_IQ2_XXS, pk, kn, &act[ti], acc, cb);
-                if (last && f == F_IQ2_XXS)
-                    for (int t = 0; t < 16; t++) acc[t] = _mm512_mul_ps(_mm512_set1_ps(0.125f), acc[t]);
-#pragma GCC unroll 16
-                for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ys + r0, m, acc[t]);
+                    for (int t = 0; t < 16; t++)
+                        acc[u][t] = kb == 0 || t >= nt ? _mm512_setzero_ps()
+                                                       : _mm512_maskz_loadu_ps(m, y + (size_t)(t0 + t) * ys + r0);
+                }
+                if (np == 2) {
+                    if (f == F_Q2_K) ktile2_blocks(F_Q2_K, pk, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
+                    else if (f == F_Q4_K) ktile2_blocks(F_Q4_K, pk, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
+                    else ktile2_blocks(F_IQ2_XXS, pk, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
+                } else {
+                    if (f == F_Q2_K) ktile_blocks(F_Q2_K, pk, kn, &act[ti], acc[0], cb);
+                    else if (f == F_Q4_K) ktile_blocks(F_Q4_K, pk, kn, &act[ti], acc[0], cb);
+                    else ktile_blocks(F_IQ2_XXS, pk, kn, &act[ti], acc[0], cb);
+                }
+                for (int u = 0; u < np; u++) {
+                    const int t0 = (ti + u) * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
+                    if (last && f == F_IQ2_XXS)
+                        for (int t = 0; t < 16; t++) acc[u][t] = _mm512_mul_ps(_mm512_set1_ps(0.125f), acc[u][t]);
+                    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ys + r0, m, acc[u][t]);
+                }
+                ti += np;
             }
         }
     }
