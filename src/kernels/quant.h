@@ -198,9 +198,9 @@ const ds4_kernels *ds4_kernels_amx(void);
 #define DS4_AMX_MIN_TOK 64
 /* The same for the amx table's Q2_K, Q4_K and IQ2_XXS x Q8_K tiles (one C
  * tile per 256-element block; docs/PERF_KERNELS.md). */
-#define DS4_AMX_MIN_TOK_Q2_K 16
-#define DS4_AMX_MIN_TOK_Q4_K 16
-#define DS4_AMX_MIN_TOK_IQ2_XXS 16
+#define DS4_AMX_MIN_TOK_Q2_K 24
+#define DS4_AMX_MIN_TOK_Q4_K 32
+#define DS4_AMX_MIN_TOK_IQ2_XXS 32
 /* "scalar", "avx2", "avx512", "avx512-packed", "amx" or "best"; NULL when
  * unknown or unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);
