@@ -1,9 +1,9 @@
 /*
  * quant_amx.c -- the "amx" kernel table: Intel AMX-INT8 tiles (TDPBSSD) for
- * the batched matmuls of Q8_0 and MXFP4 weights with Q8_0a activations;
- * every other entry (single rows, i.e. decode, the K-quant and IQ2_XXS
- * tiles, the float tiles) and every batch of fewer than DS4_AMX_MIN_TOK
- * (64) tokens is the avx512 table's.
+ * the batched matmuls of Q8_0 and MXFP4 weights with Q8_0a activations and
+ * of Q2_K, Q4_K and IQ2_XXS weights with Q8_K activations; every other
+ * entry (single rows, i.e. decode, the float tiles) and every batch below
+ * its format's threshold (DS4_AMX_MIN_TOK*, quant.h) is the avx512 table's.
  *
  * Owns: the run-time AMX check (CPUID leaf 7 AMX-TILE/AMX-INT8 plus the
  * Linux permission request arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)),
@@ -47,8 +47,8 @@
  * tilestored, against one TDPBSSD; the kernel reaches about 1.6x the
  * avx512 tile (docs/PERF_KERNELS.md), not the 8x ratio of the two units'
  * peaks.  Formats whose integer sums span 256 elements before any float
- * step (Q2_K, IQ2_XXS, Q4_K) would amortize the store 8x; they are not
- * done yet and run the avx512 tiles.
+ * step (Q2_K, IQ2_XXS, Q4_K) amortize the store 8x: see the K-quant
+ * section below.
  *
  * GCC 12 implements the AMX intrinsics as asm statements without memory
  * operands, so it may drop or reorder the stores they read (the tile
@@ -769,7 +769,7 @@ VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, 
 }
 
 /* Per-thread buffers, shared by the two tile paths (a thread runs one
- * call at a time): Q8_0/MXFP4 ~313 KiB, K-quants ~327 KiB. */
+ * call at a time): Q8_0/MXFP4 313 kB, K-quants 334 kB. */
 static _Thread_local union {
     struct { amx_pack pk; amx_act act[TG / 16]; } q8;
     struct { kq_pack pk; kq_act act[TGK / 16]; } k;
