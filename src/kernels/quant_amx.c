@@ -314,7 +314,8 @@ typedef struct {
 
 /* IQ2_XXS tables: two-bit grid codes (8 -> 0, 25 -> 1, 43 -> 2) of
  * elements 0..3 and 4..7 of each grid entry; the weight bytes lo/hi of
- * +-g * ls indexed by code << 4 | (ls - 1) / 2. */
+ * +-g * ls indexed by negative << 6 | code << 4 | (ls - 1) / 2 (one
+ * 128-entry vpermi2b each: the sign costs no masked second lookup). */
 static uint8_t iq2_clo[256] __attribute__((aligned(64)));
 static uint8_t iq2_chi[256] __attribute__((aligned(64)));
 static int8_t iq2_wlo[2][64] __attribute__((aligned(64)));   /* [negative] */
@@ -515,6 +516,7 @@ VK static void kpack_iq2_xxs(const uint8_t *const *p, kq_blk *pk)
         }
     const __m512i msel = _mm512_set1_epi64((long long)shs), lsel = _mm512_set1_epi64((long long)shl);
     const __m512i k7f = _mm512_set1_epi8(0x7f), k0f = _mm512_set1_epi8(0x0f), k30 = _mm512_set1_epi8(0x30);
+    const __m512i k70 = _mm512_set1_epi8(0x70);
     for (int g = 0; g < 8; g++) {
         const __m512i idx = t[2 * g], aux = t[2 * g + 1];
         const __mmask64 hi = _mm512_movepi8_mask(idx);
@@ -534,12 +536,13 @@ VK static void kpack_iq2_xxs(const uint8_t *const *p, kq_blk *pk)
                                : e == 1 ? _mm512_slli_epi16(cs, 2)
                                : e == 2 ? cs
                                         : _mm512_srli_epi16(cs, 2);
-            const __m512i ix = _mm512_ternarylogic_epi32(cb, k30, lsb, 0xea);   /* (cb & k30) | lsb */
-            const __mmask64 neg = _mm512_test_epi8_mask(sb, _mm512_set1_epi8((char)(1u << s)));
-            _mm512_store_si512((void *)pk->b[0][8 * g + s],
-                               _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(ix, wlp), neg, ix, wln));
-            _mm512_store_si512((void *)pk->b[1][8 * g + s],
-                               _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(ix, whp), neg, ix, whn));
+            /* sign bit s of each entry -> bit 6 (word shifts: what crosses
+             * a byte boundary is masked off below) */
+            const __m512i ss = s < 6 ? _mm512_slli_epi16(sb, 6 - s) : s == 6 ? sb : _mm512_srli_epi16(sb, 1);
+            const __m512i cx = _mm512_ternarylogic_epi32(cb, ss, k30, 0xe4);    /* bits 4-5 of cb, others of ss */
+            const __m512i ix = _mm512_ternarylogic_epi32(cx, k70, lsb, 0xea);   /* (cx & 0x70) | lsb */
+            _mm512_store_si512((void *)pk->b[0][8 * g + s], _mm512_permutex2var_epi8(wlp, ix, wln));
+            _mm512_store_si512((void *)pk->b[1][8 * g + s], _mm512_permutex2var_epi8(whp, ix, whn));
         }
     }
     strip_f16(p, 0, 0, pk->d, pk->dm);
