@@ -399,7 +399,7 @@ VKI static void rows_tr4(const uint8_t *const *p, size_t off, __m512i *t)
 
 /* vpshufb control: bytes (b0, b1, b2, b3) of every dword from bytes
  * 4p + i of the same dword p (i >= 0x80: zero) */
-static inline __m512i dw_ctl(unsigned b0, unsigned b1, unsigned b2, unsigned b3)
+VKI static __m512i dw_ctl(unsigned b0, unsigned b1, unsigned b2, unsigned b3)
 {
     uint32_t c[4];
     for (unsigned p = 0; p < 4; p++) {
