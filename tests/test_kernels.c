@@ -575,8 +575,9 @@ static void test_driver(void) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* The amx table's tile path (batches of DS4_AMX_MIN_TOK tokens or more; the random   */
-/* cases above mostly stay below): Q8_0 and MXFP4 x Q8_0a, token rows      */
+/* The amx table's tile paths (batches at or above each format's threshold; */
+/* the random cases above mostly stay below): Q8_0 and MXFP4 x Q8_0a, Q2_K, */
+/* Q4_K and IQ2_XXS x Q8_K (raw codes and bsums too), token rows           */
 /* evenly spaced (read in place by tileloadd) and scattered (staged),      */
 /* token counts around DS4_AMX_MIN_TOK, the 16-token tiles and the 256-token groups, row   */
 /* lengths around the 32-block K chunks, partial 16-row strips, raw -128   */
@@ -587,15 +588,22 @@ static void test_driver(void) {
 static void test_amx_tiles(void) {
     const ds4_kernels *k = ds4_kernels_amx(), *sk = ds4_kernels_scalar();
     if (!k) { printf("info: amx table not available on this CPU\n"); return; }
-    static const int toks[] = { DS4_AMX_MIN_TOK - 1, DS4_AMX_MIN_TOK, DS4_AMX_MIN_TOK + 1, 79, 80, 100, 255, 256,
-                                257, 300, 511 };
-    static const int ns[] = { 32, 992, 1024, 1056, 2048, 4096 };
+    static const int ns8[] = { 32, 992, 1024, 1056, 2048, 4096 };
+    /* K-quants: 256-element blocks, 4-block K chunks */
+    static const int nsk[] = { 256, 768, 1024, 1280, 2048, 4096 };
     long bad = 0, badg = 0, cases = 0;
-    for (int fi = 0; fi < 2; fi++) {
-        const fmt *f = fi == 0 ? &FMTS[0] : &FMTS[NFMT - 1];
-        ds4_tile_fn tile = fi == 0 ? k->q8_0_q8_0a_tile : k->mxfp4_q8_0a_tile;
+    /* Q8_0, MXFP4, Q2_K, Q4_K, IQ2_XXS */
+    const int fidx[5] = { 0, NFMT - 1, 1, 2, 3 };
+    for (int fi = 0; fi < 5; fi++) {
+        const fmt *f = &FMTS[fidx[fi]];
+        const int kq = f->act == A_Q8_K;
+        ds4_tile_fn tile = fi == 0 ? k->q8_0_q8_0a_tile : fi == 1 ? k->mxfp4_q8_0a_tile
+                           : fi == 2 ? k->q2_K_q8_K_tile : fi == 3 ? k->q4_K_q8_K_tile : k->iq2_xxs_q8_K_tile;
+        const int mt = fi < 2 ? DS4_AMX_MIN_TOK : fi == 2 ? DS4_AMX_MIN_TOK_Q2_K
+                       : fi == 3 ? DS4_AMX_MIN_TOK_Q4_K : DS4_AMX_MIN_TOK_IQ2_XXS;
+        const int toks[13] = { mt - 1, mt, mt + 1, 31, 48, 79, 80, 100, 255, 256, 257, 300, 511 };
         for (int rep = 0; rep < 24; rep++) {
-            const int n = ns[rep % 6], ntok = toks[rnd() % 11], wild = rep & 1;
+            const int n = (kq ? nsk : ns8)[rep % 6], ntok = toks[rnd() % 13], wild = rep & 1;
             const int nrows = rep % 3 == 0 ? 16 : irand(1, 50), even = (rep >> 1) & 1;
             /* padded rows stay 2-byte aligned: Q8_0 blocks hold an f16 (rows
              * of a GGUF file are, 34 bytes a block) */
@@ -606,10 +614,21 @@ static void test_amx_tiles(void) {
             for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * ws, n, wild);
             for (int j = 0; j < ntok; j++) {
                 rand_act(x, n, wild);
-                block_q8_0a *q = (block_q8_0a *)(A + (size_t)j * as);
-                ds4_quantize_q8_0a(x, q, n);
-                if (rnd() % 4 == 0)   /* raw codes, -128 included */
-                    for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
+                if (kq) {
+                    block_q8_K *q = (block_q8_K *)(A + (size_t)j * as);
+                    ds4_quantize_q8_K(x, q, n);
+                    if (rnd() % 4 == 0)   /* raw codes (never -128) and bsums taken as given */
+                        for (int b = 0; b < n / 256; b++) {
+                            rand_bytes(q[b].qs, 256);
+                            for (int i = 0; i < 256; i++) if (q[b].qs[i] == -128) q[b].qs[i] = -127;
+                            for (int i = 0; i < 16; i++) q[b].bsums[i] = (int16_t)irand(-2032, 2032);
+                        }
+                } else {
+                    block_q8_0a *q = (block_q8_0a *)(A + (size_t)j * as);
+                    ds4_quantize_q8_0a(x, q, n);
+                    if (rnd() % 4 == 0)   /* raw codes, -128 included */
+                        for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
+                }
             }
             const void **ap = malloc(sizeof(void *) * (size_t)ntok);
             for (int j = 0; j < ntok; j++)
@@ -619,6 +638,7 @@ static void test_amx_tiles(void) {
             const uint32_t guard = 0x7fc0dead;
             for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
             tile(n, W, ws, nrows, ap, ntok, Y, ys);
+            long bad0 = bad;
             for (int j = 0; j < ntok; j++)
                 for (size_t r = 0; r < ys; r++) {
                     float v = Y[(size_t)j * ys + r];
@@ -627,6 +647,7 @@ static void test_amx_tiles(void) {
                     else
                         badg += memcmp(&v, &guard, 4) != 0;
                 }
+            if (bad != bad0) printf("amx %s n=%d ntok=%d nrows=%d: %ld differ\n", f->name, n, ntok, nrows, bad - bad0);
             for (size_t i = ys * (size_t)ntok; i < ny; i++) badg += memcmp(&Y[i], &guard, 4) != 0;
             cases++;
             free(W); free(A); free(x); free(ap); free(Y);
@@ -634,7 +655,8 @@ static void test_amx_tiles(void) {
     }
     CHECK(bad == 0, "amx tiles: %ld outputs differ from the scalar single-row kernel", bad);
     CHECK(badg == 0, "amx tiles: %ld writes outside the tile", badg);
-    printf("info: amx %ld batched cases (DS4_AMX_MIN_TOK - 1 .. 511 tokens): every output equals the scalar table\n", cases);
+    printf("info: amx %ld batched cases (Q8_0, MXFP4, Q2_K, Q4_K, IQ2_XXS around their thresholds .. 511 tokens): "
+           "every output equals the scalar table\n", cases);
 }
 
 int main(int argc, char **argv) {

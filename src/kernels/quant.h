@@ -187,8 +187,9 @@ const ds4_kernels *ds4_kernels_avx512(void);
  * kernels.  Same results bit for bit; kept for measurements and tests. */
 const ds4_kernels *ds4_kernels_avx512_packed(void);
 /* The avx512 table with Intel AMX-INT8 tiles (quant_amx.c) for the batched
- * Q8_0 and MXFP4 x Q8_0a matmuls of DS4_AMX_MIN_TOK tokens or more; everything else,
- * decode included, is the avx512 table's.  Same results bit for bit.  NULL
+ * Q8_0 and MXFP4 x Q8_0a matmuls of DS4_AMX_MIN_TOK tokens or more and the
+ * Q2_K, Q4_K and IQ2_XXS x Q8_K ones from DS4_AMX_MIN_TOK_Q2_K / _Q4_K /
+ * _IQ2_XXS tokens; everything else, decode included, is the avx512 table's.  Same results bit for bit.  NULL
  * when the CPU lacks AMX-TILE/AMX-INT8 or the avx512 table, or the kernel
  * refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM). */
 const ds4_kernels *ds4_kernels_amx(void);
@@ -196,6 +197,13 @@ const ds4_kernels *ds4_kernels_amx(void);
  * (bench_kernels, Q8_0 with weights from DRAM, GFLOP per CPU-second: amx
  * / avx512 = 0.8 at 32 tokens, 1.1 at 64, 1.6 at 256; docs/PERF_KERNELS.md). */
 #define DS4_AMX_MIN_TOK 64
+/* The same for the amx table's Q2_K, Q4_K and IQ2_XXS x Q8_K tiles (one C
+ * tile per 256-element block), from the same measurement: amx / avx512 at
+ * 24 tokens Q2_K 1.06-1.33, at 32 Q4_K 0.99-1.11 and IQ2_XXS 1.22-1.36
+ * (docs/PERF_KERNELS.md). */
+#define DS4_AMX_MIN_TOK_Q2_K 24
+#define DS4_AMX_MIN_TOK_Q4_K 32
+#define DS4_AMX_MIN_TOK_IQ2_XXS 32
 /* "scalar", "avx2", "avx512", "avx512-packed", "amx" or "best"; NULL when
  * unknown or unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);

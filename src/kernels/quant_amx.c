@@ -1,9 +1,9 @@
 /*
  * quant_amx.c -- the "amx" kernel table: Intel AMX-INT8 tiles (TDPBSSD) for
- * the batched matmuls of Q8_0 and MXFP4 weights with Q8_0a activations;
- * every other entry (single rows, i.e. decode, the K-quant and IQ2_XXS
- * tiles, the float tiles) and every batch of fewer than DS4_AMX_MIN_TOK
- * (64) tokens is the avx512 table's.
+ * the batched matmuls of Q8_0 and MXFP4 weights with Q8_0a activations and
+ * of Q2_K, Q4_K and IQ2_XXS weights with Q8_K activations; every other
+ * entry (single rows, i.e. decode, the float tiles) and every batch below
+ * its format's threshold (DS4_AMX_MIN_TOK*, quant.h) is the avx512 table's.
  *
  * Owns: the run-time AMX check (CPUID leaf 7 AMX-TILE/AMX-INT8 plus the
  * Linux permission request arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)),
@@ -47,8 +47,8 @@
  * tilestored, against one TDPBSSD; the kernel reaches about 1.6x the
  * avx512 tile (docs/PERF_KERNELS.md), not the 8x ratio of the two units'
  * peaks.  Formats whose integer sums span 256 elements before any float
- * step (Q2_K, IQ2_XXS, Q4_K) would amortize the store 8x; they are not
- * done yet and run the avx512 tiles.
+ * step (Q2_K, IQ2_XXS, Q4_K) amortize the store 8x: see the K-quant
+ * section below.
  *
  * GCC 12 implements the AMX intrinsics as asm statements without memory
  * operands, so it may drop or reorder the stores they read (the tile
@@ -112,14 +112,12 @@ typedef struct {
     float wd[KC][16];      /* weight block scale per row (0 for missing rows) */
 } amx_pack;
 
-static _Thread_local amx_pack tl_pack __attribute__((aligned(64)));
 /* Activations of a token group and K chunk in tile order: 16-token tiles,
  * per block the 16 x 32 codes (one dense A tile) and the 16 scales. */
 typedef struct {
     int8_t q[KC][16][32];
     float d[KC][16];
 } amx_act;
-static _Thread_local amx_act tl_act[TG / 16] __attribute__((aligned(64)));
 
 enum { F_Q8_0, F_MXFP4 };
 
@@ -237,6 +235,549 @@ VT __attribute__((always_inline)) static inline void tile_blocks(const amx_pack 
 
 static const ds4_kernels *amx_base;   /* the avx512 table */
 
+/* ------------------------------------------------------------------------ */
+/* K-quants and IQ2_XXS x Q8_K: one C tile per 256-element block            */
+/* ------------------------------------------------------------------------ */
+
+/* The scalar orders (quant.c) first form an exact integer sum over a whole
+ * 256-element block -- Q2_K sum_k (sc_k & 15) * sum(q * a), Q4_K
+ * sum_j sc_j * sum(q * a), IQ2_XXS sum_g ls_g * sumi_g -- and only then
+ * one float term per block.  So the weights are packed with their
+ * sub-block scale folded in (w_e = scale * code, signed), and the block's
+ * integer sum is one C tile accumulated over four TDPBSSD of K = 64 (A: 16
+ * tokens x 64 activation bytes, B: 16 rows x 64 weight bytes in the VNNI
+ * layout): one tile store and one float step per 256 elements, not per 32.
+ *   Q2_K:    w = (sc & 15) * q <= 45: one int8 plane;
+ *   Q4_K:    w = sc * q <= 945: two int8 planes, sc split as 8 sh + sl
+ *            (q * sl, q * sh <= 105), isum = 8 C_hi + C_lo;
+ *   IQ2_XXS: w = +-g * ls <= 1333 (g in {8, 25, 43}, ls odd <= 31): two
+ *            planes, w = 128 hi + lo (lo = w & 127, hi = w >> 7 in
+ *            [-11, 10]), bsum = 128 C_hi + C_lo.
+ * Every partial sum fits int32 (|C| <= 256 * 127 * 127), so the combined
+ * sums are the scalar integers exactly.  The K-quant mins are the scalar
+ * summs = sum_j min_j * bsums_j, from the activation's bsums themselves (8
+ * vpdpwssd per token and block); the float step then is the scalar
+ * expression in AVX-512 (dall * (float)isum - dmin * (float)summs, product
+ * and sum rounded separately; IQ2_XXS d * (float)bsum and the final
+ * 0.125f * sumf).  Q8_K activation codes are never -128, so every product
+ * is in range for the signed x signed TDPBSSD.
+ *
+ * IQ2_XXS codes are packed as the avx512 table does (quant_vnni.c): within
+ * a 32-element group, dword s of the packed row holds element s of each of
+ * the group's four grid entries, and the staged activations are permuted
+ * the same way (byte 4s + k = element 8k + s), so that each dword takes one
+ * two-bit grid code from each of four code bytes; the code, the group
+ * scale and the sign select the two weight bytes from four 64-entry vpermb
+ * tables.
+ *
+ * Weights are packed per call (per 16-row strip and K chunk, reused by
+ * every 16-token tile), not repacked at load: a repacked Q2_K row would
+ * take 256 (Q4_K and IQ2_XXS: 512) bytes per 256 elements against 84, 144
+ * and 66, i.e. 3-8x the resident expert weights. */
+
+#define VK __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,avx2,fma,f16c,bmi2")))
+#define VKI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,avx2,fma,f16c,bmi2"), always_inline)) inline
+
+/* 256-element blocks per K chunk, and tokens per group */
+#define KCK 4
+#define TGK 256
+
+/* every tile 16 rows x 64 bytes: 0..3 C (two sets of lo/hi), 4..5 A,
+ * 6..7 B */
+static const tilecfg_t amx_kcfg __attribute__((aligned(64))) = {
+    .palette = 1,
+    .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
+    .rows = { 16, 16, 16, 16, 16, 16, 16, 16 },
+};
+
+enum { F_Q2_K, F_Q4_K, F_IQ2_XXS };
+
+/* One 16-row strip x one block, packed. */
+typedef struct {
+    int8_t b[2][64][64];  /* plane, quad s: dword r = the four weights of row r
+                             at quad s (B tile k = quads 16k..16k+15) */
+    __m512i m[8];         /* K-quants: words (min of bsum 2p, min of bsum 2p+1) */
+    float d[16], dm[16];  /* f16 d and dmin of each row */
+} kq_blk;
+
+typedef struct {
+    kq_blk blk[KCK];
+} kq_pack;
+
+/* A token tile's activations of one K chunk: codes in tile order (IQ2_XXS:
+ * permuted), scales, bsums. */
+typedef struct {
+    int8_t q[KCK][16][256];
+    float d[KCK][16];
+    int32_t bs[KCK][16][8];   /* bsums, two int16 per int32 (vpdpwssd pairs) */
+} kq_act;
+
+/* IQ2_XXS tables: two-bit grid codes (8 -> 0, 25 -> 1, 43 -> 2) of
+ * elements 0..3 and 4..7 of each grid entry; the weight bytes lo/hi of
+ * +-g * ls indexed by negative << 6 | code << 4 | (ls - 1) / 2 (one
+ * 128-entry vpermi2b each: the sign costs no masked second lookup). */
+static uint8_t iq2_clo[256] __attribute__((aligned(64)));
+static uint8_t iq2_chi[256] __attribute__((aligned(64)));
+static int8_t iq2_wlo[2][64] __attribute__((aligned(64)));   /* [negative] */
+static int8_t iq2_whi[2][64] __attribute__((aligned(64)));
+static uint8_t iq2_act_perm[64] __attribute__((aligned(64)));
+static int iq2_ok;   /* the grid holds only 8, 25 and 43 (format data) */
+
+static void iq2_init(void)
+{
+    iq2_ok = 1;
+    for (int e = 0; e < 256; e++) {
+        unsigned code = 0;
+        for (int i = 0; i < 8; i++) {
+            unsigned v = (unsigned)(ds4_iq2xxs_grid[e] >> (8 * i)) & 0xff;
+            unsigned c = v == 8 ? 0 : v == 25 ? 1 : v == 43 ? 2 : 3;
+            if (c == 3) iq2_ok = 0;
+            code |= c << (2 * i);
+        }
+        iq2_clo[e] = (uint8_t)code;
+        iq2_chi[e] = (uint8_t)(code >> 8);
+    }
+    static const int gv[3] = { 8, 25, 43 };
+    for (int i = 0; i < 64; i++) {
+        const int c = i >> 4, ls = 2 * (i & 15) + 1;
+        const int w = c < 3 ? gv[c] * ls : 0;
+        for (int neg = 0; neg < 2; neg++) {
+            const int v = neg ? -w : w;
+            iq2_wlo[neg][i] = (int8_t)(v & 127);
+            iq2_whi[neg][i] = (int8_t)(v >> 7);   /* arithmetic: floor(v / 128) */
+        }
+    }
+    for (int h = 0; h < 2; h++)
+        for (int s = 0; s < 8; s++)
+            for (int k = 0; k < 4; k++) iq2_act_perm[32 * h + 4 * s + k] = (uint8_t)(32 * h + 8 * k + s);
+}
+
+/* 16 x 4 dwords (z[c] lanes L: dword c of rows 4L..4L+3 after the two
+ * unpack stages) helper: rows r0..r3 (one 128-bit lane each of z0..z3)
+ * -> v[c] = dword c of the four rows in each 128-bit lane. */
+VKI static void tr4x4(__m512i z0, __m512i z1, __m512i z2, __m512i z3, __m512i *v)
+{
+    const __m512i a0 = _mm512_unpacklo_epi32(z0, z1), a1 = _mm512_unpackhi_epi32(z0, z1);
+    const __m512i a2 = _mm512_unpacklo_epi32(z2, z3), a3 = _mm512_unpackhi_epi32(z2, z3);
+    v[0] = _mm512_unpacklo_epi64(a0, a2);
+    v[1] = _mm512_unpackhi_epi64(a0, a2);
+    v[2] = _mm512_unpacklo_epi64(a1, a3);
+    v[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+/* 64 bytes at p[r] + off of 16 rows -> t[s]: lane r = dword s of row r. */
+VKI static void rows_tr16(const uint8_t *const *p, size_t off, __m512i *t)
+{
+    __m512i v[4][4];   /* v[q][c] 128-bit lane L: dword 4L + c of rows 4q..4q+3 */
+    for (int q = 0; q < 4; q++)
+        tr4x4(_mm512_loadu_si512(p[4 * q] + off), _mm512_loadu_si512(p[4 * q + 1] + off),
+              _mm512_loadu_si512(p[4 * q + 2] + off), _mm512_loadu_si512(p[4 * q + 3] + off), v[q]);
+    for (int c = 0; c < 4; c++) {
+        const __m512i s0 = _mm512_shuffle_i32x4(v[0][c], v[1][c], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i s1 = _mm512_shuffle_i32x4(v[0][c], v[1][c], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i s2 = _mm512_shuffle_i32x4(v[2][c], v[3][c], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i s3 = _mm512_shuffle_i32x4(v[2][c], v[3][c], _MM_SHUFFLE(3, 2, 3, 2));
+        t[c] = _mm512_shuffle_i32x4(s0, s2, _MM_SHUFFLE(2, 0, 2, 0));
+        t[4 + c] = _mm512_shuffle_i32x4(s0, s2, _MM_SHUFFLE(3, 1, 3, 1));
+        t[8 + c] = _mm512_shuffle_i32x4(s1, s3, _MM_SHUFFLE(2, 0, 2, 0));
+        t[12 + c] = _mm512_shuffle_i32x4(s1, s3, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* 16 bytes at p[r] + off of 16 rows -> t[c]: lane r = dword c of row r. */
+VKI static void rows_tr4(const uint8_t *const *p, size_t off, __m512i *t)
+{
+    __m512i z[4];
+    for (int i = 0; i < 4; i++) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p[i] + off)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[4 + i] + off)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[8 + i] + off)), 2);
+        z[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[12 + i] + off)), 3);
+    }
+    tr4x4(z[0], z[1], z[2], z[3], t);
+}
+
+/* vpshufb control: bytes (b0, b1, b2, b3) of every dword from bytes
+ * 4p + i of the same dword p (i >= 0x80: zero) */
+VKI static __m512i dw_ctl(unsigned b0, unsigned b1, unsigned b2, unsigned b3)
+{
+    uint32_t c[4];
+    for (unsigned p = 0; p < 4; p++) {
+        const unsigned o = 4 * p;
+        c[p] = (b0 & 0x80 ? 0x80 : b0 + o) | (b1 & 0x80 ? 0x80 : b1 + o) << 8 | (b2 & 0x80 ? 0x80 : b2 + o) << 16 |
+               (b3 & 0x80 ? 0x80u : b3 + o) << 24;
+    }
+    return _mm512_set4_epi32((int)c[3], (int)c[2], (int)c[1], (int)c[0]);
+}
+
+/* f16 pair (d at off, dmin at off + 2) of every strip row */
+static void strip_f16(const uint8_t *const *p, size_t off, int two, float *d, float *dm)
+{
+    for (int r = 0; r < 16; r++) {
+        uint16_t h[2];
+        memcpy(h, p[r] + off, two ? 4 : 2);
+        d[r] = ds4_f16_to_f32(h[0]);
+        if (two) dm[r] = ds4_f16_to_f32(h[1]);
+    }
+}
+
+/* Q2_K: element h*128 + j*32 + l = bits 2j of qs[h*32 + l]; quad (4
+ * elements) h*32 + j*8 + m comes from qs dword h*8 + m; its 16-element
+ * scale is scales[h*8 + 2j + m/4]. */
+VK static void kpack_q2_K(const uint8_t *const *p, kq_blk *pk)
+{
+    __m512i sr[4], t[16];
+    rows_tr4(p, 0, sr);
+    rows_tr16(p, 16, t);
+    /* scale i & 15 in both words of each dword (vpmullw: a byte code x the
+     * scale word, no carry between the two bytes as 3 * 15 < 256) */
+    __m512i scw[16];
+    const __m512i lo4w = _mm512_set1_epi32(0x000f000f);
+    for (int i = 0; i < 16; i++)
+        scw[i] = _mm512_and_si512(_mm512_shuffle_epi8(sr[i / 4], dw_ctl((unsigned)i % 4, 0x80, (unsigned)i % 4, 0x80)), lo4w);
+    const __m512i k3 = _mm512_set1_epi8(3);
+    for (int s = 0; s < 16; s++) {
+        const int h = s / 8, m = s % 8;
+        for (int j = 0; j < 4; j++) {
+            const __m512i c = _mm512_and_si512(_mm512_srli_epi16(t[s], 2 * j), k3);
+            _mm512_store_si512((void *)pk->b[0][h * 32 + j * 8 + m],
+                               _mm512_mullo_epi16(c, scw[h * 8 + 2 * j + m / 4]));
+        }
+    }
+    /* mins: words (scales[2p] >> 4, scales[2p + 1] >> 4) */
+    for (int q = 0; q < 8; q++) {
+        const unsigned i = 2 * ((unsigned)q % 2);
+        pk->m[q] = _mm512_srli_epi16(_mm512_shuffle_epi8(sr[q / 2], dw_ctl(i, 0x80, i + 1, 0x80)), 4);
+    }
+    strip_f16(p, 80, 1, pk->d, pk->dm);
+}
+
+/* Q4_K: qs byte c*32 + l holds element c*64 + l (low nibble) and
+ * c*64 + 32 + l (high); 6-bit scales and mins as the scalar q4_K_scales. */
+VK static void kpack_q4_K(const uint8_t *const *p, kq_blk *pk)
+{
+    __m512i hd[4], t[32];
+    rows_tr4(p, 0, hd);
+    rows_tr16(p, 16, t);
+    rows_tr16(p, 80, t + 16);
+    const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i k03 = _mm512_set1_epi32(0x03030303);
+    const __m512i sc03 = _mm512_and_si512(hd[1], k3f);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(hd[3], k0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hd[1], 6), k03), 4));
+    const __m512i mn03 = _mm512_and_si512(hd[2], k3f);
+    const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(hd[3], 4), k0f),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hd[2], 6), k03), 4));
+    __m512i sl[8], sh[8];
+    const __m512i k7w = _mm512_set1_epi32(0x00070007);
+    for (int j = 0; j < 8; j++) {
+        const unsigned i = (unsigned)j % 4;
+        const __m512i ctl = dw_ctl(i, 0x80, i, 0x80);
+        const __m512i sw = _mm512_shuffle_epi8(j < 4 ? sc03 : sc47, ctl);   /* sc_j in both words */
+        sl[j] = _mm512_and_si512(sw, k7w);
+        sh[j] = _mm512_srli_epi16(sw, 3);
+        pk->m[j] = _mm512_shuffle_epi8(j < 4 ? mn03 : mn47, ctl);          /* (m_j, m_j) */
+    }
+    const __m512i k15 = _mm512_set1_epi8(15);
+    for (int s = 0; s < 32; s++) {
+        const int c = s / 8, m = s % 8;
+        const __m512i lo = _mm512_and_si512(t[s], k15);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(t[s], 4), k15);
+        _mm512_store_si512((void *)pk->b[0][16 * c + m], _mm512_mullo_epi16(lo, sl[2 * c]));
+        _mm512_store_si512((void *)pk->b[1][16 * c + m], _mm512_mullo_epi16(lo, sh[2 * c]));
+        _mm512_store_si512((void *)pk->b[0][16 * c + 8 + m], _mm512_mullo_epi16(hi, sl[2 * c + 1]));
+        _mm512_store_si512((void *)pk->b[1][16 * c + 8 + m], _mm512_mullo_epi16(hi, sh[2 * c + 1]));
+    }
+    strip_f16(p, 0, 1, pk->d, pk->dm);
+}
+
+/* IQ2_XXS: after the transpose, dword 2g of lane r holds the four grid
+ * indices of group g of row r, dword 2g + 1 its four 7-bit sign fields
+ * and the 4-bit scale.  Packed quad 8g + s: byte k = element s of grid
+ * entry k (the permuted order, see above). */
+VK static void kpack_iq2_xxs(const uint8_t *const *p, kq_blk *pk)
+{
+    __m512i t[16];
+    rows_tr16(p, 2, t);
+    const __m512i clo0 = _mm512_load_si512(iq2_clo), clo1 = _mm512_load_si512(iq2_clo + 64);
+    const __m512i clo2 = _mm512_load_si512(iq2_clo + 128), clo3 = _mm512_load_si512(iq2_clo + 192);
+    const __m512i chi0 = _mm512_load_si512(iq2_chi), chi1 = _mm512_load_si512(iq2_chi + 64);
+    const __m512i chi2 = _mm512_load_si512(iq2_chi + 128), chi3 = _mm512_load_si512(iq2_chi + 192);
+    const __m512i sg0 = _mm512_loadu_si512(ds4_iq2xxs_signs), sg1 = _mm512_loadu_si512(ds4_iq2xxs_signs + 64);
+    const __m512i wlp = _mm512_load_si512(iq2_wlo[0]), wln = _mm512_load_si512(iq2_wlo[1]);
+    const __m512i whp = _mm512_load_si512(iq2_whi[0]), whn = _mm512_load_si512(iq2_whi[1]);
+    /* vpmultishiftqb controls (per qword: two rows' dwords): byte k of a
+     * dword <- sign field k (bits 7k..), and <- the scale (bits 28..31) */
+    uint64_t shs = 0, shl = 0;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++) {
+            shs |= (uint64_t)(32 * h + 7 * k) << (8 * (4 * h + k));
+            shl |= (uint64_t)(32 * h + 28) << (8 * (4 * h + k));
+        }
+    const __m512i msel = _mm512_set1_epi64((long long)shs), lsel = _mm512_set1_epi64((long long)shl);
+    const __m512i k7f = _mm512_set1_epi8(0x7f), k0f = _mm512_set1_epi8(0x0f), k30 = _mm512_set1_epi8(0x30);
+    const __m512i k70 = _mm512_set1_epi8(0x70);
+    for (int g = 0; g < 8; g++) {
+        const __m512i idx = t[2 * g], aux = t[2 * g + 1];
+        const __mmask64 hi = _mm512_movepi8_mask(idx);
+        const __m512i clo = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(clo0, idx, clo1),
+                                                   _mm512_permutex2var_epi8(clo2, idx, clo3));
+        const __m512i chi = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(chi0, idx, chi1),
+                                                   _mm512_permutex2var_epi8(chi2, idx, chi3));
+        /* sign byte of each entry (ds4_iq2xxs_signs: 128 entries) */
+        const __m512i sf = _mm512_and_si512(_mm512_multishift_epi64_epi8(msel, aux), k7f);
+        const __m512i sb = _mm512_permutex2var_epi8(sg0, sf, sg1);
+        /* (ls - 1) / 2 in all four bytes */
+        const __m512i lsb = _mm512_and_si512(_mm512_multishift_epi64_epi8(lsel, aux), k0f);
+        for (int s = 0; s < 8; s++) {
+            const __m512i cs = s < 4 ? clo : chi;
+            const int e = s % 4;   /* code bits 2e, 2e + 1 -> bits 4, 5 */
+            const __m512i cb = e == 0   ? _mm512_slli_epi16(cs, 4)
+                               : e == 1 ? _mm512_slli_epi16(cs, 2)
+                               : e == 2 ? cs
+                                        : _mm512_srli_epi16(cs, 2);
+            /* sign bit s of each entry -> bit 6 (word shifts: what crosses
+             * a byte boundary is masked off below) */
+            const __m512i ss = s < 6 ? _mm512_slli_epi16(sb, 6 - s) : s == 6 ? sb : _mm512_srli_epi16(sb, 1);
+            const __m512i cx = _mm512_ternarylogic_epi32(cb, ss, k30, 0xe4);    /* bits 4-5 of cb, others of ss */
+            const __m512i ix = _mm512_ternarylogic_epi32(cx, k70, lsb, 0xea);   /* (cx & 0x70) | lsb */
+            _mm512_store_si512((void *)pk->b[0][8 * g + s], _mm512_permutex2var_epi8(wlp, ix, wln));
+            _mm512_store_si512((void *)pk->b[1][8 * g + s], _mm512_permutex2var_epi8(whp, ix, whn));
+        }
+    }
+    strip_f16(p, 0, 0, pk->d, pk->dm);
+}
+
+/* The product of one block into C set s (lo C = 2s, hi C = 2s + 1): four
+ * K = 64 steps, A alternating tmm4/5, B lo tmm6, hi tmm7. */
+#define KSTEP1(c, a, bt, k) do { TLOAD(a, ap + 64 * (k), 256); TLOAD(bt, bp + 1024 * (k), 64); \
+                                 TDPBSSD(c, a, bt); } while (0)
+#define KPROD1(c) do { TZERO(c); KSTEP1(c, 4, 6, 0); KSTEP1(c, 5, 7, 1); KSTEP1(c, 4, 6, 2); \
+                       KSTEP1(c, 5, 7, 3); } while (0)
+#define KSTEP2(c, ch, a, k) do { TLOAD(a, ap + 64 * (k), 256); TLOAD(6, bp + 1024 * (k), 64); \
+                                 TDPBSSD(c, a, 6); TLOAD(7, bp + 4096 + 1024 * (k), 64); \
+                                 TDPBSSD(ch, a, 7); } while (0)
+#define KPROD2(c, ch) do { TZERO(c); TZERO(ch); KSTEP2(c, ch, 4, 0); KSTEP2(c, ch, 5, 1); \
+                           KSTEP2(c, ch, 4, 2); KSTEP2(c, ch, 5, 3); } while (0)
+
+/* The float step of one block from its stored C tile(s) (c, ch: 16 x 16
+ * int32, token rows), in the scalar expression of each format. */
+VKI static void kfloat(int f, const kq_blk *pk, const kq_act *ak, int blk, const int32_t (*c)[16],
+                       const int32_t (*ch)[16], __m512 acc[16])
+{
+    const __m512 wd = _mm512_load_ps(pk->d);
+    if (f == F_IQ2_XXS) {
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++) {
+            const __m512i is = _mm512_add_epi32(_mm512_load_si512((const void *)c[t]),
+                                                _mm512_slli_epi32(_mm512_load_si512((const void *)ch[t]), 7));
+            const __m512 d = _mm512_mul_ps(wd, _mm512_set1_ps(ak->d[blk][t]));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(is)));
+        }
+        return;
+    }
+    const __m512 wm = _mm512_load_ps(pk->dm);
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) {
+        __m512i is = _mm512_load_si512((const void *)c[t]);
+        if (f == F_Q4_K) is = _mm512_add_epi32(is, _mm512_slli_epi32(_mm512_load_si512((const void *)ch[t]), 3));
+        const int32_t *bp = ak->bs[blk][t];
+        __m512i mn = _mm512_madd_epi16(_mm512_set1_epi32(bp[0]), pk->m[0]);
+        __m512i mn1 = _mm512_madd_epi16(_mm512_set1_epi32(bp[1]), pk->m[1]);
+        mn = _mm512_dpwssd_epi32(mn, _mm512_set1_epi32(bp[2]), pk->m[2]);
+        mn1 = _mm512_dpwssd_epi32(mn1, _mm512_set1_epi32(bp[3]), pk->m[3]);
+        mn = _mm512_dpwssd_epi32(mn, _mm512_set1_epi32(bp[4]), pk->m[4]);
+        mn1 = _mm512_dpwssd_epi32(mn1, _mm512_set1_epi32(bp[5]), pk->m[5]);
+        mn = _mm512_dpwssd_epi32(mn, _mm512_set1_epi32(bp[6]), pk->m[6]);
+        mn1 = _mm512_dpwssd_epi32(mn1, _mm512_set1_epi32(bp[7]), pk->m[7]);
+        mn = _mm512_add_epi32(mn, mn1);
+        const __m512 ad = _mm512_set1_ps(ak->d[blk][t]);
+        const __m512 dall = _mm512_mul_ps(wd, ad), dmin = _mm512_mul_ps(wm, ad);
+        acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(_mm512_mul_ps(dall, _mm512_cvtepi32_ps(is)),
+                                                     _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))));
+    }
+}
+
+/* One token tile x one packed strip, kn >= 1 blocks, pipelined as
+ * tile_blocks: block b's C stored, block b + 1's product issued, then the
+ * float step of block b - 1 from a C stored an iteration earlier. */
+VKI static void ktile_blocks(int f, const kq_pack *pk, int kn, const kq_act *ak, __m512 acc[16],
+                             int32_t cb[2][2][16][16])
+{
+    const int two = f != F_Q2_K;
+    const int8_t *ap, *bp;
+#define KPRODUCT(set, bi)                                         \
+    do {                                                           \
+        ap = &ak->q[bi][0][0];                                    \
+        bp = &pk->blk[bi].b[0][0][0];                             \
+        if (two) {                                                 \
+            if (set) KPROD2(2, 3); else KPROD2(0, 1);              \
+        } else {                                                   \
+            if (set) KPROD1(2); else KPROD1(0);                    \
+        }                                                          \
+    } while (0)
+#define KSTORE(set)                                                \
+    do {                                                           \
+        if (set) { TSTORE(2, cb[1][0], 64); if (two) TSTORE(3, cb[1][1], 64); } \
+        else { TSTORE(0, cb[0][0], 64); if (two) TSTORE(1, cb[0][1], 64); }     \
+    } while (0)
+#define KFLOAT(set, bi) kfloat(f, &pk->blk[bi], ak, bi, cb[set][0], cb[set][1], acc)
+    KPRODUCT(0, 0);
+    KSTORE(0);
+    if (kn == 1) {
+        KFLOAT(0, 0);
+        return;
+    }
+    KPRODUCT(1, 1);
+    for (int b = 1;; b += 2) {
+        KSTORE(1);
+        if (b + 1 < kn) KPRODUCT(0, b + 1);
+        KFLOAT(0, b - 1);
+        if (b + 1 >= kn) {
+            KFLOAT(1, b);
+            break;
+        }
+        KSTORE(0);
+        if (b + 2 < kn) KPRODUCT(1, b + 2);
+        KFLOAT(1, b);
+        if (b + 2 >= kn) {
+            KFLOAT(0, b + 1);
+            break;
+        }
+    }
+#undef KPRODUCT
+#undef KSTORE
+#undef KFLOAT
+}
+
+/* Two token tiles x one packed strip, kn >= 1 blocks: the B tiles of each
+ * K step are loaded once for both, and the products of a block form two
+ * (Q2_K) or four (lo/hi planes) independent TDPBSSD chains instead of one
+ * or two -- four dependent TDPBSSD on one C wait for each other's
+ * latency.  All eight tiles are in use (C 0..3: tile 0 lo/hi, tile 1
+ * lo/hi; A 4, 5; B 6, 7), so the pipeline is one deep: block b's C
+ * stored, block b + 1's product issued, block b's float step. */
+#define KSTEPP(k, two)                                                           \
+    do {                                                                         \
+        TLOAD(4, ap0 + 64 * (k), 256); TLOAD(5, ap1 + 64 * (k), 256);           \
+        TLOAD(6, bp + 1024 * (k), 64); TDPBSSD(0, 4, 6); TDPBSSD(2, 5, 6);      \
+        if (two) { TLOAD(7, bp + 4096 + 1024 * (k), 64); TDPBSSD(1, 4, 7); TDPBSSD(3, 5, 7); } \
+    } while (0)
+VKI static void ktile2_blocks(int f, const kq_pack *pk, int kn, const kq_act *ak0, const kq_act *ak1,
+                              __m512 acc0[16], __m512 acc1[16], int32_t cb[4][16][16])
+{
+    const int two = f != F_Q2_K;
+    const int8_t *ap0, *ap1, *bp;
+#define KPRODP(bi)                                                        \
+    do {                                                                  \
+        ap0 = &ak0->q[bi][0][0]; ap1 = &ak1->q[bi][0][0];                 \
+        bp = &pk->blk[bi].b[0][0][0];                                     \
+        TZERO(0); TZERO(2); if (two) { TZERO(1); TZERO(3); }              \
+        KSTEPP(0, two); KSTEPP(1, two); KSTEPP(2, two); KSTEPP(3, two);   \
+    } while (0)
+    KPRODP(0);
+    for (int b = 0; b < kn; b++) {
+        TSTORE(0, cb[0], 64); TSTORE(2, cb[2], 64);
+        if (two) { TSTORE(1, cb[1], 64); TSTORE(3, cb[3], 64); }
+        if (b + 1 < kn) KPRODP(b + 1);
+        kfloat(f, &pk->blk[b], ak0, b, cb[0], cb[1], acc0);
+        kfloat(f, &pk->blk[b], ak1, b, cb[2], cb[3], acc1);
+    }
+#undef KPRODP
+}
+
+/* Token group [0, ntok) (ntok <= TGK) of the tile contract in quant.h. */
+VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
+                          float *y, size_t ys, kq_pack *pk, kq_act *act)
+{
+    const size_t bsz = f == F_Q2_K ? sizeof(block_q2_K) : f == F_Q4_K ? sizeof(block_q4_K) : sizeof(block_iq2_xxs);
+    const int nb = n / QK_K;
+    const int ntile = (ntok + 15) / 16;
+    int32_t cb[2][2][16][16] __attribute__((aligned(64)));   /* C tiles, stored */
+    int32_t cb2[4][16][16] __attribute__((aligned(64)));
+    const __m512i perm = _mm512_load_si512(iq2_act_perm);
+    for (int kb = 0; kb < nb; kb += KCK) {
+        const int kn = nb - kb < KCK ? nb - kb : KCK;
+        const int last = kb + kn == nb;
+        for (int t = 0; t < ntile * 16; t++) {
+            kq_act *ak = &act[t / 16];
+            const int tr = t % 16;
+            for (int b = 0; b < kn; b++) {
+                if (t < ntok) {
+                    const block_q8_K *src = (const block_q8_K *)a[t] + kb + b;
+                    for (int q = 0; q < 4; q++) {
+                        __m512i v = _mm512_loadu_si512(src->qs + 64 * q);
+                        if (f == F_IQ2_XXS) v = _mm512_permutexvar_epi8(perm, v);
+                        _mm512_store_si512((void *)(ak->q[b][tr] + 64 * q), v);
+                    }
+                    ak->d[b][tr] = src->d;
+                    memcpy(ak->bs[b][tr], src->bsums, sizeof src->bsums);
+                } else {
+                    for (int q = 0; q < 4; q++) _mm512_store_si512((void *)(ak->q[b][tr] + 64 * q), _mm512_setzero_si512());
+                    ak->d[b][tr] = 0.0f;
+                    memset(ak->bs[b][tr], 0, sizeof ak->bs[b][tr]);
+                }
+            }
+        }
+        for (int r0 = 0; r0 < nrows; r0 += 16) {
+            const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+            const __mmask16 m = (__mmask16)((1u << nr) - 1);
+            /* rows past nr repeat the last one: computed, never stored */
+            const uint8_t *rows[16];
+            for (int r = 0; r < 16; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * ws + (size_t)kb * bsz;
+            /* the next strip's rows of this chunk into L2 meanwhile */
+            if (r0 + 16 < nrows) {
+                const int nx = nrows - r0 - 16 < 16 ? nrows - r0 - 16 : 16;
+                for (int r = 0; r < nx; r++) {
+                    const char *pp = (const char *)w + (size_t)(r0 + 16 + r) * ws + (size_t)kb * bsz;
+                    for (size_t o = 0; o < (size_t)kn * bsz; o += 64) _mm_prefetch(pp + o, _MM_HINT_T1);
+                }
+            }
+            for (int b = 0; b < kn; b++) {
+                const uint8_t *p[16];
+                for (int r = 0; r < 16; r++) p[r] = rows[r] + (size_t)b * bsz;
+                if (f == F_Q2_K) kpack_q2_K(p, &pk->blk[b]);
+                else if (f == F_Q4_K) kpack_q4_K(p, &pk->blk[b]);
+                else kpack_iq2_xxs(p, &pk->blk[b]);
+            }
+            for (int ti = 0; ti < ntile;) {
+                const int np = ti + 1 < ntile ? 2 : 1;   /* token tiles in this pass */
+                __m512 acc[2][16];
+                for (int u = 0; u < np; u++) {
+                    const int t0 = (ti + u) * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
+#pragma GCC unroll 16
+                    for (int t = 0; t < 16; t++)
+                        acc[u][t] = kb == 0 || t >= nt ? _mm512_setzero_ps()
+                                                       : _mm512_maskz_loadu_ps(m, y + (size_t)(t0 + t) * ys + r0);
+                }
+                if (np == 2) {
+                    if (f == F_Q2_K) ktile2_blocks(F_Q2_K, pk, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
+                    else if (f == F_Q4_K) ktile2_blocks(F_Q4_K, pk, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
+                    else ktile2_blocks(F_IQ2_XXS, pk, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
+                } else {
+                    if (f == F_Q2_K) ktile_blocks(F_Q2_K, pk, kn, &act[ti], acc[0], cb);
+                    else if (f == F_Q4_K) ktile_blocks(F_Q4_K, pk, kn, &act[ti], acc[0], cb);
+                    else ktile_blocks(F_IQ2_XXS, pk, kn, &act[ti], acc[0], cb);
+                }
+                for (int u = 0; u < np; u++) {
+                    const int t0 = (ti + u) * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
+                    if (last && f == F_IQ2_XXS)
+                        for (int t = 0; t < 16; t++) acc[u][t] = _mm512_mul_ps(_mm512_set1_ps(0.125f), acc[u][t]);
+                    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ys + r0, m, acc[u][t]);
+                }
+                ti += np;
+            }
+        }
+    }
+}
+
+/* Per-thread buffers, shared by the two tile paths (a thread runs one
+ * call at a time): Q8_0/MXFP4 313 kB, K-quants 334 kB. */
+static _Thread_local union {
+    struct { amx_pack pk; amx_act act[TG / 16]; } q8;
+    struct { kq_pack pk; kq_act act[TGK / 16]; } k;
+} tl __attribute__((aligned(64)));
+
 /* Token group [0, ntok) (ntok <= TG) of the tile contract in quant.h. */
 VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
                          float *y, size_t ys)
@@ -249,7 +790,7 @@ VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, c
         /* the activations of this chunk in tile order (dense A tiles),
          * zero past the last token */
         for (int t = 0; t < ntile * 16; t++) {
-            amx_act *ak = &tl_act[t / 16];
+            amx_act *ak = &tl.q8.act[t / 16];
             if (t < ntok) {
                 const block_q8_0a *src = (const block_q8_0a *)a[t] + kb;
                 for (int b = 0; b < kn; b++) {
@@ -277,7 +818,7 @@ VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, c
                     for (size_t o = 0; o < (size_t)kn * bb; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
                 }
             }
-            pack_strip(f, w + (size_t)r0 * ws, ws, nr, kb, kn, &tl_pack);
+            pack_strip(f, w + (size_t)r0 * ws, ws, nr, kb, kn, &tl.q8.pk);
             for (int ti = 0; ti < ntile; ti++) {
                 const int t0 = ti * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
                 __m512 acc[16];
@@ -285,7 +826,7 @@ VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, c
                 for (int t = 0; t < 16; t++)
                     acc[t] = kb == 0 || t >= nt ? _mm512_setzero_ps()
                                                 : _mm512_maskz_loadu_ps(m, y + (size_t)(t0 + t) * ys + r0);
-                tile_blocks(&tl_pack, kn, &tl_act[ti], acc, cb);
+                tile_blocks(&tl.q8.pk, kn, &tl.q8.act[ti], acc, cb);
 #pragma GCC unroll 16
                 for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ys + r0, m, acc[t]);
             }
@@ -322,6 +863,39 @@ static void amx_mxfp4_q8_0a_tile(int n, const void *w, size_t ws, int nrows, con
     amx_tile(F_MXFP4, amx_base->mxfp4_q8_0a_tile, n, w, ws, nrows, a, ntok, y, ys);
 }
 
+VK static void kamx_tile(int f, ds4_tile_fn fallback, int min_tok, int n, const void *w, size_t ws, int nrows,
+                         const void *const *a, int ntok, float *y, size_t ys)
+{
+    if (ntok < min_tok || nrows <= 0) {
+        fallback(n, w, ws, nrows, a, ntok, y, ys);
+        return;
+    }
+    TCFG(&amx_kcfg);
+    for (int j0 = 0; j0 < ntok; j0 += TGK) {
+        const int nt = ntok - j0 < TGK ? ntok - j0 : TGK;
+        kamx_group(f, n, w, ws, nrows, a + j0, nt, y + (size_t)j0 * ys, ys, &tl.k.pk, tl.k.act);
+    }
+    TRELEASE();
+}
+
+static void amx_q2_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                               float *y, size_t ys)
+{
+    kamx_tile(F_Q2_K, amx_base->q2_K_q8_K_tile, DS4_AMX_MIN_TOK_Q2_K, n, w, ws, nrows, a, ntok, y, ys);
+}
+
+static void amx_q4_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                               float *y, size_t ys)
+{
+    kamx_tile(F_Q4_K, amx_base->q4_K_q8_K_tile, DS4_AMX_MIN_TOK_Q4_K, n, w, ws, nrows, a, ntok, y, ys);
+}
+
+static void amx_iq2_xxs_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                  float *y, size_t ys)
+{
+    kamx_tile(F_IQ2_XXS, amx_base->iq2_xxs_q8_K_tile, DS4_AMX_MIN_TOK_IQ2_XXS, n, w, ws, nrows, a, ntok, y, ys);
+}
+
 static int amx_ok;
 static ds4_kernels amx_kernels;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
@@ -344,6 +918,10 @@ static void amx_init(void)
     amx_kernels.name = "amx";
     amx_kernels.q8_0_q8_0a_tile = amx_q8_0_q8_0a_tile;
     amx_kernels.mxfp4_q8_0a_tile = amx_mxfp4_q8_0a_tile;
+    amx_kernels.q2_K_q8_K_tile = amx_q2_K_q8_K_tile;
+    amx_kernels.q4_K_q8_K_tile = amx_q4_K_q8_K_tile;
+    iq2_init();
+    if (iq2_ok) amx_kernels.iq2_xxs_q8_K_tile = amx_iq2_xxs_q8_K_tile;
     amx_ok = 1;
 }
 
