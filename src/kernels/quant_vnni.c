@@ -41,7 +41,10 @@
  * decode and the scalar table agree bit for bit (Q4_K:
  * ds4_q4_K_q8_K_blockwise).
  *
- * Loop structure (tile_int).  Up to TOK_TILE tokens (decode): strip by
+ * Loop structure (tile_int).  One token: the reduction-axis kernels
+ * (d1_*); 2..TOK_TILE tokens of Q8_0 (verification passes, batched steps
+ * of a few sessions): dn_matvec_q8_0, 8 rows transposed by qwords, no pack
+ * buffer.  Otherwise up to TOK_TILE tokens: strip by
  * strip (16 rows), every 256-element chunk packed and used at once, the
  * next strip prefetched into L2; one token of Q2_K/Q4_K skips the pack
  * buffer altogether (dec_k).  More tokens (prefill): token super-tiles of
@@ -1415,7 +1418,7 @@ __attribute__((noinline)) VT static int d1_matvec(int f, int n, const uint8_t *w
 /* A verification pass (speculative decoding) or a batched step of a few
  * sessions multiplies every dense Q8_0 matrix by 2-8 tokens.  The packed
  * tiles transpose 16 rows x 32 codes into 8 vectors per block (24 shuffles,
- * a gather of the scales, 8 stores and reloads: measured ~47 cycles per 16
+ * a gather of the scales, 8 stores and reloads: measured ~40 cycles per 16
  * rows x 32 elements, more than four tokens' products), and the d1 scheme
  * reduces 8 pair vectors per block and token horizontally (7 transpose-add
  * steps per token).  Here 8 rows are transposed by qwords instead: vector
@@ -1550,8 +1553,9 @@ VTI static void act_prep(int f, const uint8_t *abj, int nbk, int32_t *corr, uint
         iq2_perm_act(abj, perm);
 }
 
-/* dec1: one token takes the reduction-axis path (d1_*); 0 keeps the packed
- * path (dec_k, pack + comp), as the "avx512-packed" table does */
+/* dec1: one token takes the reduction-axis path (d1_*), and 2..TOK_TILE
+ * tokens of Q8_0 dn_matvec_q8_0; 0 keeps the packed path (dec_k, pack +
+ * comp), as the "avx512-packed" table does */
 VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                         float *y, size_t ys, int dec1)
 {
