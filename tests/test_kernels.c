@@ -575,6 +575,65 @@ static void test_driver(void) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* Few tokens (2..8: verification passes, batched steps of a few sessions) */
+/* of Q8_0: the avx512 table's reduction-axis kernel for 2..8 tokens       */
+/* (dn_matvec_q8_0) and the packed path past its 256-block limit equal the */
+/* scalar single-row kernel bit for bit, for every T = 1..8, at the Flash  */
+/* row lengths and around the limits, ragged and whole 16-row strips,      */
+/* padded rows and output strides, raw activation codes (-128 included),   */
+/* wild scales, repeated and scattered token rows.                         */
+/* ---------------------------------------------------------------------- */
+
+static void test_few_tokens(void) {
+    const ds4_kernels *sk = ds4_kernels_scalar();
+    const ds4_kernels *tabs[3] = { ds4_kernels_avx512(), ds4_kernels_avx512_packed(), ds4_kernels_amx() };
+    static const int ns[] = { 32, 64, 224, 1024, 2048, 4096, 8192, 8224 };
+    static const int rws[] = { 1, 2, 15, 16, 17, 31, 33, 47, 64 };
+    const fmt *f = &FMTS[0];
+    for (int ti = 0; ti < 3; ti++) {
+        const ds4_kernels *k = tabs[ti];
+        if (!k) continue;
+        long bad = 0, badg = 0, cases = 0;
+        for (int ni = 0; ni < 8; ni++)
+            for (int ntok = 1; ntok <= 8; ntok++) {
+                const int n = ns[ni], wild = (ntok + ni) & 1, nrows = rws[rnd() % 9];
+                const size_t ws = rb_of(f, n) + (size_t)irand(0, 3) * 2, ab = act_bytes(f, n);
+                const size_t as = ab + (size_t)irand(0, 2) * 4;
+                uint8_t *W = malloc(ws * (size_t)nrows), *A = malloc(as * (size_t)ntok);
+                float *x = malloc(sizeof(float) * (size_t)n);
+                for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * ws, n, wild);
+                for (int j = 0; j < ntok; j++) {
+                    rand_act(x, n, wild);
+                    block_q8_0a *q = (block_q8_0a *)(A + (size_t)j * as);
+                    ds4_quantize_q8_0a(x, q, n);
+                    if (rnd() % 3 == 0)   /* raw codes, -128 included */
+                        for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
+                }
+                const void **ap = malloc(sizeof(void *) * (size_t)ntok);
+                const int even = rnd() % 2;
+                for (int j = 0; j < ntok; j++) ap[j] = A + (size_t)(even ? j : irand(0, ntok - 1)) * as;
+                const size_t ys = (size_t)nrows + (size_t)irand(0, 3), ny = ys * (size_t)ntok + 8;
+                float *Y = malloc(sizeof(float) * ny);
+                const uint32_t guard = 0x7fc0dead;
+                for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
+                k->q8_0_q8_0a_tile(n, W, ws, nrows, ap, ntok, Y, ys);
+                for (int j = 0; j < ntok; j++)
+                    for (size_t r = 0; r < ys; r++) {
+                        float v = Y[(size_t)j * ys + r];
+                        if (r < (size_t)nrows) bad += !same_value(v, row_dot(sk, f, n, W + r * ws, ap[j]));
+                        else badg += memcmp(&v, &guard, 4) != 0;
+                    }
+                for (size_t i = ys * (size_t)ntok; i < ny; i++) badg += memcmp(&Y[i], &guard, 4) != 0;
+                cases++;
+                free(W); free(A); free(x); free(ap); free(Y);
+            }
+        CHECK(bad == 0, "%s q8_0 few tokens: %ld outputs differ from the scalar single-row kernel", k->name, bad);
+        CHECK(badg == 0, "%s q8_0 few tokens: %ld writes outside the tile", k->name, badg);
+        printf("info: %s q8_0 %ld cases of 1..8 tokens: every output equals the scalar table\n", k->name, cases);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
 /* The amx table's tile paths (batches at or above each format's threshold; */
 /* the random cases above mostly stay below): Q8_0 and MXFP4 x Q8_0a, Q2_K, */
 /* Q4_K and IQ2_XXS x Q8_K (raw codes and bsums too), token rows           */
@@ -673,6 +732,7 @@ int main(int argc, char **argv) {
     printf("info: best table: %s\n", ds4_kernels_best()->name);
     test_tables();
     test_mxfp4();
+    test_few_tokens();
     test_amx_tiles();
     test_driver();
     printf("test_kernels: %d checks, %d failures\n", checks, failures);

@@ -182,9 +182,10 @@ const ds4_kernels *ds4_kernels_avx2(void);
  * gf2p8affineqb (quant_vnni.c).  NULL when not compiled in or the CPU/OS
  * lacks any of those. */
 const ds4_kernels *ds4_kernels_avx512(void);
-/* The avx512 table with the previous single-token (decode) formulation:
- * 16 rows packed transposed as for batches, instead of the reduction-axis
- * kernels.  Same results bit for bit; kept for measurements and tests. */
+/* The avx512 table with the previous decode formulation: 16 rows packed
+ * transposed as for batches, instead of the reduction-axis kernels (one
+ * token of every integer format, 2..8 tokens of Q8_0).  Same results bit
+ * for bit; kept for measurements and tests. */
 const ds4_kernels *ds4_kernels_avx512_packed(void);
 /* The avx512 table with Intel AMX-INT8 tiles (quant_amx.c) for the batched
  * Q8_0 and MXFP4 x Q8_0a matmuls of DS4_AMX_MIN_TOK tokens or more and the

@@ -41,7 +41,10 @@
  * decode and the scalar table agree bit for bit (Q4_K:
  * ds4_q4_K_q8_K_blockwise).
  *
- * Loop structure (tile_int).  Up to TOK_TILE tokens (decode): strip by
+ * Loop structure (tile_int).  One token: the reduction-axis kernels
+ * (d1_*); 2..TOK_TILE tokens of Q8_0 (verification passes, batched steps
+ * of a few sessions): dn_matvec_q8_0, 8 rows transposed by qwords, no pack
+ * buffer.  Otherwise up to TOK_TILE tokens: strip by
  * strip (16 rows), every 256-element chunk packed and used at once, the
  * next strip prefetched into L2; one token of Q2_K/Q4_K skips the pack
  * buffer altogether (dec_k).  More tokens (prefill): token super-tiles of
@@ -1408,6 +1411,138 @@ __attribute__((noinline)) VT static int d1_matvec(int f, int n, const uint8_t *w
     return 1;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Few tokens (2..TOK_TILE) of Q8_0 along the reduction axis (dn_*)         */
+/* ------------------------------------------------------------------------ */
+
+/* A verification pass (speculative decoding) or a batched step of a few
+ * sessions multiplies every dense Q8_0 matrix by 2-8 tokens.  The packed
+ * tiles transpose 16 rows x 32 codes into 8 vectors per block (24 shuffles,
+ * a gather of the scales, 8 stores and reloads: measured ~40 cycles per 16
+ * rows x 32 elements, more than four tokens' products), and the d1 scheme
+ * reduces 8 pair vectors per block and token horizontally (7 transpose-add
+ * steps per token).  Here 8 rows are transposed by qwords instead: vector
+ * s of an octet holds, in qword m, codes 8s..8s+7 of row m (4 unpacks and
+ * 4 lane shuffles per 8 rows and block, once for every token); the
+ * activation side is one broadcast qword load per vector and token.  Four
+ * chained vpdpbusd leave in dword lanes 2m, 2m + 1 two partial sums of row
+ * m; one transpose-add step of the two octets (hadd_p2) finishes the exact
+ * block sums of 16 rows for a token.  Per token and 16 rows x 32 elements:
+ * 8 vpdpbusd + 3 reduction ops + the float step, nothing on the weights.
+ * The float step is the scalar order (sumf += (float)sumi * (dw * da),
+ * block by block from 0), in the lane order the reduction leaves, so every
+ * output equals the single-row kernel bit for bit; the lanes are put back
+ * in row order once per strip and token.  Loads: the 16 rows walk their
+ * blocks side by side, each prefetched DNQ8_PF bytes ahead and into the
+ * next strip past its end (the d1 long-row scheme). */
+#define DNQ8_MAXB 256   /* blocks per row (n <= 8192): bounds corr[] (8 KB of stack) */
+#define DNQ8_PF 1024    /* prefetch distance per row stream, bytes */
+
+/* lane p of hadd_p2(octet 0, octet 1) holds row dn_rowof[p]: octet qword
+ * m is row (0, 2, 1, 3, 4, 6, 5, 7)[m] (dn_q8_0_oct), and hadd_p2 takes
+ * qwords 2L, 2L + 1 of each octet into 128-bit lane L */
+static const uint8_t dn_rowof[16] = { 0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15 };
+
+static inline int64_t ld_i64(const void *p) { int64_t v; memcpy(&v, p, 8); return v; }
+
+/* Block `off` of 8 rows (r8[m]) -> W[s] qword m' = codes 8s..8s+7 of row
+ * (0, 2, 1, 3, 4, 6, 5, 7)[m'], biased to unsigned. */
+VTI static void dn_q8_0_oct(const uint8_t *const *r8, size_t off, __m512i *W)
+{
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    __m512i c[4];
+    for (int p = 0; p < 4; p++)    /* c[p] = rows 2p | 2p + 1 */
+        c[p] = _mm512_xor_si512(cat256(r8[2 * p] + off + 2, r8[2 * p + 1] + off + 2), x80);
+    /* per 128-bit lane L: (row 2p qword L' of the pair, row 2p + 2 ...) */
+    const __m512i u0 = _mm512_unpacklo_epi64(c[0], c[1]), u1 = _mm512_unpackhi_epi64(c[0], c[1]);
+    const __m512i v0 = _mm512_unpacklo_epi64(c[2], c[3]), v1 = _mm512_unpackhi_epi64(c[2], c[3]);
+    W[0] = _mm512_shuffle_i64x2(u0, v0, _MM_SHUFFLE(2, 0, 2, 0));
+    W[1] = _mm512_shuffle_i64x2(u1, v1, _MM_SHUFFLE(2, 0, 2, 0));
+    W[2] = _mm512_shuffle_i64x2(u0, v0, _MM_SHUFFLE(3, 1, 3, 1));
+    W[3] = _mm512_shuffle_i64x2(u1, v1, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* One strip (nr valid rows; rows past nr repeat the last) x C tokens:
+ * y[j * ys + r] for r < nr.  corr[j * nb + kb] = -128 * sum of token j's
+ * codes in block kb. */
+VTI static void dn_strip_q8_0(const uint8_t *w, size_t ws, int nr, int nb, const uint8_t *const *a,
+                              const int32_t *corr, int C, float *y, size_t ys)
+{
+    const uint8_t *rows[16];
+    strip_rows(w, ws, nr, rows);
+    const size_t bb = sizeof(block_q8_0), ab = sizeof(block_q8_0a), rl = (size_t)nb * bb;
+    uint16_t hd[16] __attribute__((aligned(32)));
+    __m512 facc[TOK_TILE];
+    for (int j = 0; j < C; j++) facc[j] = _mm512_setzero_ps();
+    for (int kb = 0; kb < nb; kb++) {
+        const size_t off = (size_t)kb * bb;
+        /* a line per row per two blocks, DNQ8_PF ahead; past the row's
+         * end, the same row of the next strip */
+        if (!(kb & 1)) {
+            size_t po = off + DNQ8_PF;
+            const size_t skip = po >= rl ? 16 * ws : 0;
+            if (po >= rl) po -= rl;
+            for (int r = 0; r < 16; r++) _mm_prefetch((const char *)((uintptr_t)rows[r] + skip + po), _MM_HINT_T1);
+        }
+        for (int p = 0; p < 16; p++) memcpy(&hd[p], rows[dn_rowof[p]] + off, 2);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hd));
+        __m512i W0[4], W1[4];
+        dn_q8_0_oct(rows, off, W0);
+        dn_q8_0_oct(rows + 8, off, W1);
+        for (int j = 0; j < C; j++) {
+            const uint8_t *q = a[j] + (size_t)kb * ab;
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            for (int s = 0; s < 4; s++) {
+                const __m512i bq = _mm512_set1_epi64(ld_i64(q + 4 + 8 * s));
+                s0 = _mm512_dpbusd_epi32(s0, W0[s], bq);
+                s1 = _mm512_dpbusd_epi32(s1, W1[s], bq);
+            }
+            const __m512i sumi = _mm512_add_epi32(hadd_p2(s0, s1), _mm512_set1_epi32(corr[j * nb + kb]));
+            /* scalar order: sumf += (float)sumi * (dw * da), block by block */
+            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(q)));
+            facc[j] = _mm512_add_ps(facc[j], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), sc));
+        }
+    }
+    /* lane r <- lane holding row r (the inverse of dn_rowof) */
+    const __m512i pos = _mm512_set_epi32(15, 11, 14, 10, 7, 3, 6, 2, 13, 9, 12, 8, 5, 1, 4, 0);
+    const __mmask16 km = (__mmask16)((1u << nr) - 1);
+    for (int j = 0; j < C; j++)
+        _mm512_mask_storeu_ps(y + (size_t)j * ys, km, _mm512_permutexvar_ps(pos, facc[j]));
+}
+
+/* 2..TOK_TILE tokens of Q8_0 through dn_strip_q8_0: returns 0 (nothing
+ * done) for other token counts and rows longer than DNQ8_MAXB blocks. */
+__attribute__((noinline)) VT static int dn_matvec_q8_0(int n, const uint8_t *w, size_t ws, int nrows,
+                                                       const void *const *a, int ntok, float *y, size_t ys)
+{
+    const int nb = n / QK8_0;
+    if (nb > DNQ8_MAXB || ntok < 2 || ntok > TOK_TILE) return 0;
+    int32_t corr[TOK_TILE * DNQ8_MAXB];
+    const uint8_t *ap[TOK_TILE];
+    for (int j = 0; j < ntok; j++) {
+        ap[j] = a[j];
+        for (int kb = 0; kb < nb; kb++) corr[j * nb + kb] = q8_0a_corr(ap[j] + (size_t)kb * sizeof(block_q8_0a));
+    }
+    /* the reads start cold: the first DNQ8_PF bytes of the first strip's rows */
+    for (int r = 0; r < 16 && r < nrows; r++)
+        for (size_t o = 0; o < DNQ8_PF && o < ws; o += 64) _mm_prefetch((const char *)w + (size_t)r * ws + o, _MM_HINT_T1);
+    for (int r0 = 0; r0 < nrows; r0 += 16) {
+        const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+        const uint8_t *w0 = w + (size_t)r0 * ws;
+        float *y0 = y + r0;
+        switch (ntok) {
+        case 2: dn_strip_q8_0(w0, ws, nr, nb, ap, corr, 2, y0, ys); break;
+        case 3: dn_strip_q8_0(w0, ws, nr, nb, ap, corr, 3, y0, ys); break;
+        case 4: dn_strip_q8_0(w0, ws, nr, nb, ap, corr, 4, y0, ys); break;
+        case 5: dn_strip_q8_0(w0, ws, nr, nb, ap, corr, 5, y0, ys); break;
+        case 6: dn_strip_q8_0(w0, ws, nr, nb, ap, corr, 6, y0, ys); break;
+        case 7: dn_strip_q8_0(w0, ws, nr, nb, ap, corr, 7, y0, ys); break;
+        default: dn_strip_q8_0(w0, ws, nr, nb, ap, corr, 8, y0, ys); break;
+        }
+    }
+    return 1;
+}
+
 /* Per-chunk activation side of token j: Q8_0 block corrections, IQ2_XXS
  * permuted codes. */
 VTI static void act_prep(int f, const uint8_t *abj, int nbk, int32_t *corr, uint8_t *perm)
@@ -1418,8 +1553,9 @@ VTI static void act_prep(int f, const uint8_t *abj, int nbk, int32_t *corr, uint
         iq2_perm_act(abj, perm);
 }
 
-/* dec1: one token takes the reduction-axis path (d1_*); 0 keeps the packed
- * path (dec_k, pack + comp), as the "avx512-packed" table does */
+/* dec1: one token takes the reduction-axis path (d1_*), and 2..TOK_TILE
+ * tokens of Q8_0 dn_matvec_q8_0; 0 keeps the packed path (dec_k, pack +
+ * comp), as the "avx512-packed" table does */
 VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                         float *y, size_t ys, int dec1)
 {
@@ -1433,6 +1569,7 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
     const uint8_t *ab[TOK_SUPER], *aq[TOK_SUPER];
     if (nrows <= 0 || ntok <= 0) return;
     if (ntok == 1 && dec1 && d1_matvec(f, n, w, ws, nrows, a[0], y)) return;
+    if (f == VF_Q8_0 && dec1 && dn_matvec_q8_0(n, w, ws, nrows, a, ntok, y, ys)) return;
 
     if (ntok <= TOK_TILE) {
         /* few tokens (decode): strip by strip, all chunks; 16 weight rows
