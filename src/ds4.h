@@ -765,7 +765,10 @@ typedef struct {
  * rolls back the rest.  out (room for n_draft + 1) receives the accepted
  * drafts and then the target's own next token, which is the new `cur`
  * (not evaluated).  Drafts are cut before a `stop` token and to the
- * context and pass capacity.  Output equals plain decoding's. */
+ * context and pass capacity.  The drafts are taken as deterministic (a
+ * point-mass q: "draw from p and compare" is the speculative-sampling
+ * rule then), so output equals plain decoding's token for token, greedy
+ * or seeded. */
 int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *draft,
                   int n_draft, int32_t stop, int32_t *out, int *n_out, ds4_spec_stats *st);
 
@@ -784,6 +787,20 @@ int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *
  * which keeps output (greedy or sampled) exactly that of plain decoding.
  * The MTP state follows the session by itself (rollbacks, rewinds). */
 int ds4_mtp_draft(ds4_session *s, int32_t cur, int max_draft, int32_t *out);
+/* MTP drafting and verification in one step (what `ds4 --mtp` runs).
+ * Greedy (smp NULL or temperature 0): ds4_mtp_draft + ds4_spec_step,
+ * token for token plain greedy decoding.  Sampling: each of the up to
+ * max_draft drafts is drawn from q_i = the block's distribution after the
+ * sampler's transforms, and position i keeps draft d_i with probability
+ * min(1, p_i(d_i)/q_i(d_i)) (p_i = the target's distribution after the
+ * same transforms), else emits a draw from norm(max(0, p_i - q_i)) and
+ * ends; when every draft is kept, a bonus token is drawn from p.  Each
+ * emitted token is distributed exactly as plain sampling's; a seeded run
+ * is reproducible but not token-identical to plain seeded sampling (the
+ * stream's draws differ: docs/SPEC.md).  out: room for max_draft + 1.
+ * DS4_EUNSUP without an MTP block. */
+int ds4_spec_step_mtp(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t stop,
+                      int32_t *out, int *n_out, ds4_spec_stats *st);
 /* The logits of the last MTP draft step (tests), NULL before any. */
 const float *ds4_mtp_logits(const ds4_session *s);
 

@@ -160,6 +160,9 @@ typedef struct {
     float *hc;                /* [n_hc*n_embd] H_out of the last draft step */
     float *logits;            /* [vocab] the last draft step's logits */
     int64_t steps;            /* draft steps computed (for tests and stats) */
+    float *q;                 /* [DS4_DRAFT_PASS_MAX - 1][vocab] the distributions
+                                 the last sampled drafts were drawn from
+                                 (allocated on the first sampled draft) */
 } mtp_state;
 
 struct ds4_session {
@@ -201,6 +204,25 @@ void ds4_mtp_state_reset(ds4_session *s);
  * row depends only on its own input); mtp_step runs the whole block for
  * one token at position p0 from `hprev`, leaving H_out in ms->hc and the
  * draft logits in ms->logits. */
+/* mtp.c: up to max_draft drafts after `cur`.  smp NULL: the block's
+ * argmax (ds4_mtp_draft).  Otherwise draft i is one draw (ds4_sampler_draw)
+ * from q_i = the sampler's transforms of the block's logits, kept in
+ * ms->q + i * n_vocab for the verification (ds4_spec_step_mtp). */
+int ds4_mtp_draft_with(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t *out);
+
+/* sampler.c, for speculative sampling (spec.c, mtp.c).  dist: the
+ * normalized distribution ds4_sample would draw from (temperature, min-p,
+ * top-k, top-p), n_vocab floats, zero outside the kept candidates; a point
+ * mass on the argmax where ds4_sample takes it without a draw.  target: the
+ * same into the sampler's own buffer (valid until the next call).  draw:
+ * one uniform of the stream, a token from such a distribution.  unit: one
+ * uniform in [0, 1) of the stream. */
+int ds4_sampler_is_greedy(const ds4_sampler *s);
+void ds4_sampler_dist(ds4_sampler *s, const float *logits, float *dist);
+const float *ds4_sampler_target(ds4_sampler *s, const float *logits);
+int32_t ds4_sampler_draw(ds4_sampler *s, const float *dist);
+double ds4_sampler_unit(ds4_sampler *s);
+
 int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0);
 int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0);
 
