@@ -739,6 +739,8 @@ void ds4_sampler_reseed(ds4_sampler *s, uint64_t seed);
 void ds4_sampler_set_params(ds4_sampler *s, const ds4_sampler_params *p);
 int32_t ds4_sample(ds4_sampler *s, const float *logits);
 int32_t ds4_sample_greedy(const float *logits, int n_vocab);
+/* 1 when the sampler takes the argmax (temperature <= 0). */
+int ds4_sampler_is_greedy(const ds4_sampler *s);
 
 /* ------------------------------------------------------------------------ */
 /* Speculative decoding (docs/SPEC.md)                                       */
@@ -801,6 +803,20 @@ int ds4_mtp_draft(ds4_session *s, int32_t cur, int max_draft, int32_t *out);
  * DS4_EUNSUP without an MTP block. */
 int ds4_spec_step_mtp(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t stop,
                       int32_t *out, int *n_out, ds4_spec_stats *st);
+/* The pieces of ds4_spec_step_mtp, for a front end that makes its own
+ * choice at each position (ds4-server).  ds4_mtp_draft_sampled: drafts
+ * drawn from the block's distributions after smp's transforms (smp NULL
+ * or greedy: ds4_mtp_draft).  ds4_mtp_draft_dist: the q_i (n_vocab
+ * floats) draft i was drawn from, until the next draft call; NULL when
+ * the last chain was greedy or i is past it.  ds4_spec_judge: the token
+ * at a position whose draft was drawn from q: the draft with probability
+ * min(1, p(draft)/q(draft)), p = logits through smp's transforms, else a
+ * draw from norm(max(0, p - q)); *accepted (may be NULL) says which.  One
+ * uniform of smp's stream, a second one on a rejection. */
+int ds4_mtp_draft_sampled(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t *out);
+const float *ds4_mtp_draft_dist(const ds4_session *s, int i);
+int32_t ds4_spec_judge(ds4_sampler *smp, const float *logits, const float *q, int32_t draft,
+                       int *accepted);
 /* The logits of the last MTP draft step (tests), NULL before any. */
 const float *ds4_mtp_logits(const ds4_session *s);
 

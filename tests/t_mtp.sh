@@ -14,8 +14,9 @@
 #    misshapen tensor listed), a missing file, --mtp-draft out of range;
 #  - ds4-bench --mtp-draft times one MTP step and checks the MTP-drafted
 #    decode against plain greedy decoding;
-#  - ds4-server --mtp FILE: a request with "ds4_mtp_draft": 2 returns the
-#    text of one with 0, /metrics counts the passes; ds4_mtp_draft on a
+#  - ds4-server --mtp FILE: a greedy request with "ds4_mtp_draft": 2
+#    returns the text of one with 0; a seeded sampled one (sampled drafts)
+#    the same text twice; /metrics counts the passes; ds4_mtp_draft on a
 #    server whose model has no block is a 400.
 set -u
 cd "$(dirname "$0")/.."
@@ -121,18 +122,33 @@ start_server "$T/server.log" -m "$T/main.gguf" --mtp "$T/side.gguf" --mtp-draft 
 if [ -z "$URL" ]; then
     bad "ds4-server --mtp did not start"; cat "$T/server.log"
 else
-    for samp in '"temperature": 0' '"temperature": 1, "seed": 5'; do
-        for D in 0 2; do
-            curl -s "$URL/v1/completions" -H 'content-type: application/json' \
-                -d "{$P, $samp, \"ds4_mtp_draft\": $D}" > "$T/r$D.json"
-        done
-        if /usr/bin/python3 -c 'import json,sys; a,b=(json.load(open(f))["choices"][0]["text"] for f in sys.argv[1:]); sys.exit(0 if a==b and len(a)>0 else 1)' \
-                "$T/r0.json" "$T/r2.json"; then
-            ok "server ds4_mtp_draft 2 ($samp): same text as plain decoding"
-        else
-            bad "server ds4_mtp_draft 2 ($samp): text differs"; head -c 400 "$T/r0.json" "$T/r2.json"
-        fi
+    same_text() {   # same_text A.json B.json: same non-empty text
+        /usr/bin/python3 -c 'import json,sys; a,b=(json.load(open(f))["choices"][0]["text"] for f in sys.argv[1:]); sys.exit(0 if a==b and len(a)>0 else 1)' "$1" "$2"
+    }
+    samp='"temperature": 0'
+    for D in 0 2; do
+        curl -s "$URL/v1/completions" -H 'content-type: application/json' \
+            -d "{$P, $samp, \"ds4_mtp_draft\": $D}" > "$T/r$D.json"
     done
+    if same_text "$T/r0.json" "$T/r2.json"; then
+        ok "server ds4_mtp_draft 2 ($samp): same text as plain decoding"
+    else
+        bad "server ds4_mtp_draft 2 ($samp): text differs"; head -c 400 "$T/r0.json" "$T/r2.json"
+    fi
+    # sampling: sampled MTP drafts and the speculative-sampling rule (plain
+    # sampling's distribution, other draws): the same seed twice gives the
+    # same text; temperature 2 without min-p so that drafts are also kept
+    samp='"temperature": 2, "min_p": 0, "seed": 5'
+    for i in 1 2; do
+        curl -s "$URL/v1/completions" -H 'content-type: application/json' \
+            -d "{$P, $samp, \"ds4_mtp_draft\": 2}" > "$T/s$i.json"
+    done
+    acc0=$(curl -s "$URL/metrics" | sed -n 's/^ds4_spec_accepted_tokens_total //p')
+    if same_text "$T/s1.json" "$T/s2.json"; then
+        ok "server ds4_mtp_draft 2 ($samp): same seed, same text (drafts kept: ${acc0:-?} in all)"
+    else
+        bad "server ds4_mtp_draft 2 ($samp): not reproducible"; head -c 400 "$T/s1.json" "$T/s2.json"
+    fi
     if curl -s "$URL/metrics" | grep -q '^ds4_spec_drafted_tokens_total [1-9]'; then
         ok "/metrics counts MTP drafts"
     else

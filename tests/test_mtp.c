@@ -9,8 +9,9 @@
  *     also with every other pass drafted by an oracle (right for a varying
  *     count), so that passes keep several tokens and the MTP state must
  *     follow multi-token commits;
- *   - seeded sampling (temperature 1; 0.7 with top-k 40) with sampled MTP
- *     drafts (ds4_spec_step_mtp): a rerun with the same seed gives the same
+ *   - seeded sampling (temperature 1; 0.7 with top-k 40; 2 with no
+ *     min-p, where sampled drafts are kept) with sampled MTP drafts
+ *     (ds4_spec_step_mtp): a rerun with the same seed gives the same
  *     tokens and state, and the state after the passes and rollbacks is
  *     byte-identical to a plain evaluation of the emitted tokens;
  *   - statistically (the speculative-sampling rule end to end): from one
@@ -113,8 +114,9 @@ static ds4_sampler *mode_sampler(int mode, int V) {
     if (!mode) return NULL;
     ds4_sampler_params sp;
     ds4_sampler_params_default(&sp);
-    sp.temperature = mode == 1 ? 1.0f : 0.7f;
-    sp.top_k = mode == 1 ? 0 : 40;
+    sp.temperature = mode == 1 ? 1.0f : mode == 2 ? 0.7f : 2.0f;
+    sp.top_k = mode == 2 ? 40 : 0;
+    if (mode == 3) sp.min_p = 0.0f;   /* broad p and q: sampled drafts are kept */
     sp.seed = 11;
     return ds4_sampler_new(V, &sp);
 }
@@ -124,13 +126,15 @@ static void test_generation(ds4_model *m, const ds4_tokens *ids) {
     ds4_model_get_info(m, &info);
     const int V = info.n_vocab, P = 40;
     /* {mode, drafts, oracle mix, tokens}: mode 0 greedy, 1 seeded
-     * temperature 1, 2 seeded 0.7 with top-k 40; after the 40-token prompt
-     * 150 tokens cross the window (32) and the ratio-128 frontier */
+     * temperature 1, 2 seeded 0.7 with top-k 40, 3 seeded temperature 2
+     * without min-p (p and q broad enough that sampled drafts are kept,
+     * ~30 %: multi-token commits); after the 40-token prompt 150 tokens
+     * cross the window (32) and the ratio-128 frontier */
     static const int cfg[][4] = { {0, 2, 1, 300}, {0, 1, 0, 150}, {0, 4, 0, 150}, {1, 2, 1, 300},
-                                  {2, 2, 0, 150} };
+                                  {2, 2, 0, 150}, {3, 3, 0, 150} };
     for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
         const int mode = cfg[ci][0], nd = cfg[ci][1], mix = cfg[ci][2], N = quick ? 60 : cfg[ci][3];
-        if (quick && ci > 1 && ci != 3) continue;
+        if (quick && ci > 1 && ci != 5) continue;
         ds4_sampler *s1 = mode_sampler(mode, V), *s2 = mode_sampler(mode, V);
         ds4_session *a = test_new_session(m, 1024, 64), *b = test_new_session(m, 1024, 64);
         CHECK(ds4_session_eval(a, ids->v, P, NULL, NULL) == DS4_OK, "prompt");
@@ -176,6 +180,7 @@ static void test_generation(ds4_model *m, const ds4_tokens *ids) {
         }
         CHECK(st.passes > 0 && st.drafted > 0, "passes counted");
         if (mix && mode == 0) CHECK(st.accepted > 0, "oracle drafts accepted");
+        if (mode == 3) CHECK(st.accepted > 0, "sampled drafts accepted");
         printf("test_mtp: mode %d, %d drafts%s: %d tokens in %llu passes, %llu/%llu accepted\n",
                mode, nd, mix ? " + oracle drafts" : "", N, (unsigned long long)st.passes,
                (unsigned long long)st.accepted, (unsigned long long)st.drafted);

@@ -20,7 +20,11 @@
  *     (ds4_sampler_dist) is the one ds4_sample draws from, under
  *     temperature, min-p, top-k and top-p: same support, and 200000 draws
  *     of ds4_sample and of ds4_sampler_draw against it (chi-square at the
- *     0.1 % critical value); greedy gives a point mass on the argmax.
+ *     0.1 % critical value); greedy gives a point mass on the argmax;
+ *   - ds4_spec_judge (the rule as the server uses it): drafts drawn from a
+ *     q far from p, 200000 judgments: the emitted token follows p
+ *     (chi-square), stays in p's support, and drafts are kept at the rate
+ *     sum_x min(p(x), q(x)) (4.5 sigma).
  * DS4_SPEC_QUICK=1 (for sanitizer builds) runs one model, fewer cut
  * points and shorter generations.
  */
@@ -317,6 +321,51 @@ static void test_sampler_dist(void) {
         }
         CHECK(support > 1 && support < V, "cfg %zu: the filters cut (%d kept)", ci, support);
         ds4_sampler_free(smp);
+    }
+    /* ds4_spec_judge: drafts drawn from a q far from p (another sampler's
+     * distribution of shuffled logits, broader), judged against p = the
+     * logits through a truncating sampler: the emitted token follows p,
+     * never leaves its support, and the draft is kept at sum min(p, q) */
+    {
+        ds4_sampler_params sp, sq;
+        ds4_sampler_params_default(&sp);
+        sp.temperature = 0.9f; sp.min_p = 0.02f; sp.top_k = 20; sp.top_p = 0.8f; sp.seed = 5;
+        ds4_sampler_params_default(&sq);
+        sq.temperature = 2.0f; sq.min_p = 0.0f; sq.seed = 6;
+        ds4_sampler *smp = ds4_sampler_new(V, &sp), *qs = ds4_sampler_new(V, &sq);
+        float rev[V], q[V], p[V];
+        for (int i = 0; i < V; i++) rev[i] = lg[(i + 7) % V];   /* another order, some overlap */
+        ds4_sampler_dist(qs, rev, q);
+        ds4_sampler_dist(smp, lg, p);
+        double alpha = 0, tv = 0;
+        for (int i = 0; i < V; i++) { alpha += p[i] < q[i] ? p[i] : q[i]; tv += fabs((double)p[i] - q[i]) / 2; }
+        long cnt[V] = { 0 }, kept = 0;
+        for (int d = 0; d < DRAWS; d++) {
+            int32_t dr = ds4_sampler_draw(qs, q);
+            int ok = 0;
+            int32_t t = ds4_spec_judge(smp, lg, q, dr, &ok);
+            kept += ok;
+            CHECK(!ok || t == dr, "accepted means the draft");
+            if (t >= 0 && t < V) cnt[t]++;
+        }
+        double chi = 0;
+        int outside = 0, bins = 0;
+        for (int i = 0; i < V; i++) {
+            if (!(p[i] > 0)) { outside += cnt[i] != 0; continue; }
+            double e = (double)DRAWS * p[i];
+            chi += (cnt[i] - e) * (cnt[i] - e) / e;
+            bins++;
+        }
+        double sd = sqrt(DRAWS * alpha * (1 - alpha));
+        CHECK(tv > 0.3 && alpha > 0.02, "judge: q far from p but overlapping (TV %.3f, overlap %.3f)", tv, alpha);
+        CHECK(outside == 0, "judge: a token outside p's support");
+        CHECK(bins >= 2 && bins - 1 <= 30 && chi < crit001[bins - 1], "judge: emitted tokens follow p: chi2 %.2f, %d dof",
+              chi, bins - 1);
+        CHECK(fabs(kept - DRAWS * alpha) < 4.5 * sd + 1, "judge: kept %ld, expected %.1f", kept, DRAWS * alpha);
+        printf("test_spec: ds4_spec_judge: TV(p,q) %.3f, chi2 %.2f (%d dof), kept %ld, expected %.1f\n", tv, chi,
+               bins - 1, kept, DRAWS * alpha);
+        ds4_sampler_free(smp);
+        ds4_sampler_free(qs);
     }
     /* greedy: a point mass on the argmax, and no draw */
     ds4_sampler_params sp;

@@ -163,6 +163,7 @@ typedef struct {
     float *q;                 /* [DS4_DRAFT_PASS_MAX - 1][vocab] the distributions
                                  the last sampled drafts were drawn from
                                  (allocated on the first sampled draft) */
+    int nq;                   /* rows of q the last draft call left (0: greedy) */
 } mtp_state;
 
 struct ds4_session {
@@ -204,21 +205,16 @@ void ds4_mtp_state_reset(ds4_session *s);
  * row depends only on its own input); mtp_step runs the whole block for
  * one token at position p0 from `hprev`, leaving H_out in ms->hc and the
  * draft logits in ms->logits. */
-/* mtp.c: up to max_draft drafts after `cur`.  smp NULL: the block's
- * argmax (ds4_mtp_draft).  Otherwise draft i is one draw (ds4_sampler_draw)
- * from q_i = the sampler's transforms of the block's logits, kept in
- * ms->q + i * n_vocab for the verification (ds4_spec_step_mtp). */
-int ds4_mtp_draft_with(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t *out);
-
-/* sampler.c, for speculative sampling (spec.c, mtp.c).  dist: the
+/* sampler.c, for speculative sampling (spec.c, mtp.c; is_greedy is in
+ * ds4.h).  dist: the
  * normalized distribution ds4_sample would draw from (temperature, min-p,
  * top-k, top-p), n_vocab floats, zero outside the kept candidates; a point
  * mass on the argmax where ds4_sample takes it without a draw.  target: the
  * same into the sampler's own buffer (valid until the next call).  draw:
  * one uniform of the stream, a token from such a distribution.  unit: one
  * uniform in [0, 1) of the stream. */
-int ds4_sampler_is_greedy(const ds4_sampler *s);
 void ds4_sampler_dist(ds4_sampler *s, const float *logits, float *dist);
+int ds4_sampler_n_vocab(const ds4_sampler *s);
 const float *ds4_sampler_target(ds4_sampler *s, const float *logits);
 int32_t ds4_sampler_draw(ds4_sampler *s, const float *dist);
 double ds4_sampler_unit(ds4_sampler *s);

@@ -133,8 +133,13 @@ static int mtp_sync(ds4_session *s) {
     return DS4_OK;
 }
 
-int ds4_mtp_draft_with(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t *out) {
+/* Up to max_draft drafts after `cur`.  smp NULL: the block's argmax.
+ * Otherwise draft i is one draw (ds4_sampler_draw) from q_i = the
+ * sampler's transforms of the block's logits, kept in ms->q + i * n_vocab
+ * for the verification (ds4_spec_judge). */
+static int mtp_draft_with(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t *out) {
     if (!s->mtp) return DS4_EUNSUP;
+    s->mtp->nq = 0;
     const ds4_config *c = &s->m->w.cfg;
     if (cur < 0 || cur >= c->n_vocab || max_draft < 0) return DS4_EINVAL;
     if (max_draft > DS4_DRAFT_PASS_MAX - 1) max_draft = DS4_DRAFT_PASS_MAX - 1;
@@ -173,11 +178,23 @@ int ds4_mtp_draft_with(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_dr
         out[i] = tok;
         hprev = ms->hc;
     }
+    if (smp) ms->nq = max_draft;
     return max_draft;
 }
 
 int ds4_mtp_draft(ds4_session *s, int32_t cur, int max_draft, int32_t *out) {
-    return ds4_mtp_draft_with(s, NULL, cur, max_draft, out);
+    return mtp_draft_with(s, NULL, cur, max_draft, out);
+}
+
+int ds4_mtp_draft_sampled(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t *out) {
+    if (smp && ds4_sampler_is_greedy(smp)) smp = NULL;
+    return mtp_draft_with(s, smp, cur, max_draft, out);
+}
+
+const float *ds4_mtp_draft_dist(const ds4_session *s, int i) {
+    const mtp_state *ms = s->mtp;
+    if (!ms || i < 0 || i >= ms->nq) return NULL;
+    return ms->q + (size_t)i * s->m->w.cfg.n_vocab;
 }
 
 const float *ds4_mtp_logits(const ds4_session *s) {

@@ -182,6 +182,8 @@ int32_t ds4_sample(ds4_sampler *s, const float *logits) {
 
 int ds4_sampler_is_greedy(const ds4_sampler *s) { return s->p.temperature <= 0.0f; }
 
+int ds4_sampler_n_vocab(const ds4_sampler *s) { return s->n_vocab; }
+
 double ds4_sampler_unit(ds4_sampler *s) { return next_unit(s); }
 
 void ds4_sampler_dist(ds4_sampler *s, const float *logits, float *dist) {

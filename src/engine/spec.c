@@ -75,6 +75,15 @@ int32_t ds4_spec_resolve(const float *p, const float *q, int n, int32_t draft,
     return spec_residual(p, q, n, draft, u_resample);
 }
 
+int32_t ds4_spec_judge(ds4_sampler *smp, const float *logits, const float *q, int32_t draft,
+                       int *accepted) {
+    const float *p = ds4_sampler_target(smp, logits);
+    const int V = ds4_sampler_n_vocab(smp);
+    int ok = spec_accept(p, q, V, draft, ds4_sampler_unit(smp));
+    if (accepted) *accepted = ok;
+    return ok ? draft : spec_residual(p, q, V, draft, ds4_sampler_unit(smp));
+}
+
 /* One step; q (nd rows of n_vocab, or NULL) the distributions the drafts
  * were drawn from.  With q and a sampling sampler, position i < nd is
  * judged by the speculative-sampling rule against p_i = the sampler's
@@ -111,14 +120,10 @@ static int spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_
     for (int i = 0; i <= nd; i++) {
         const float *L = ds4_session_draft_logits(s, i);
         if (rule && (i < nd || judge_stop)) {
-            const float *p = ds4_sampler_target(smp, L), *qi = q + (size_t)i * V;
-            if (spec_accept(p, qi, V, draft[i], ds4_sampler_unit(smp))) {
-                out[k++] = draft[i];
-                if (i < nd) { acc++; continue; }
-                break;   /* the stop token, emitted and not evaluated */
-            }
-            out[k++] = spec_residual(p, qi, V, draft[i], ds4_sampler_unit(smp));
-            break;
+            int ok;
+            out[k++] = ds4_spec_judge(smp, L, q + (size_t)i * V, draft[i], &ok);
+            if (ok && i < nd) { acc++; continue; }
+            break;   /* rejected, or the stop token: emitted, not evaluated */
         }
         int32_t t = smp ? ds4_sample(smp, L) : ds4_sample_greedy(L, V);
         out[k++] = t;
@@ -146,9 +151,8 @@ int ds4_spec_step_mtp(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_dra
                       int32_t *out, int *n_out, ds4_spec_stats *st) {
     *n_out = 0;
     if (!s->mtp) return DS4_EUNSUP;
-    const int sampled = smp && !ds4_sampler_is_greedy(smp);
     int32_t d[DS4_DRAFT_PASS_MAX];
-    int k = ds4_mtp_draft_with(s, sampled ? smp : NULL, cur, max_draft, d);
+    int k = ds4_mtp_draft_sampled(s, smp, cur, max_draft, d);
     if (k < 0) return k;
-    return spec_step(s, smp, cur, d, sampled ? s->mtp->q : NULL, k, stop, out, n_out, st);
+    return spec_step(s, smp, cur, d, ds4_mtp_draft_dist(s, 0), k, stop, out, n_out, st);
 }
