@@ -286,7 +286,8 @@ static void out_bytes(const char *p, size_t n) {
 }
 
 /* Evaluate the chosen token `t`.  With --lookup, drafts that followed the
- * latest repeat of the recent text ride along in one verification pass;
+ * latest repeat of the recent text ride along in one verification pass
+ * (with --mtp, when the lookup finds none, the MTP block's drafts);
  * the tokens the target model then chooses (accepted drafts and its own
  * next token, already sampled) go to q[0..*qn).  Plain evaluation when
  * the pass would cross a disk-cache checkpoint (saved at exact counts),
@@ -316,12 +317,16 @@ static int spec_next(chat_app *a, int32_t t, int left, int raw, int32_t *q, int 
     int want = a->o.lookup < most ? a->o.lookup : most;
     int k = want > 0 ? ds4_lookup_draft(hist->v, (int)hist->n, want, d) : 0;
     want = a->o.mtp_draft < most ? a->o.mtp_draft : most;
-    if (k == 0 && want > 0) {
-        k = ds4_mtp_draft(a->s, t, want, d);
-        if (k < 0) return k;
+    int rc;
+    if (k > 0) {
+        rc = ds4_spec_step(a->s, a->smp, t, d, k, raw ? -1 : a->sp->eos, q, qn, &st->spec);
+    } else if (want > 0) {
+        /* MTP drafts, sampled from the block under sampling and judged by
+         * the speculative-sampling rule (docs/SPEC.md) */
+        rc = ds4_spec_step_mtp(a->s, a->smp, t, want, raw ? -1 : a->sp->eos, q, qn, &st->spec);
+    } else {
+        return eval_one(a, t);
     }
-    if (k == 0) return eval_one(a, t);
-    int rc = ds4_spec_step(a->s, a->smp, t, d, k, raw ? -1 : a->sp->eos, q, qn, &st->spec);
     if (rc) return rc;
     /* all but the last are evaluated; the last is the next chosen token */
     for (int i = 0; i + 1 < *qn; i++) hist->v[hist->n++] = q[i];

@@ -51,6 +51,11 @@ struct gen {
      * chosen; sp_acc: the token just chosen was a draft (evaluated) */
     int32_t sp_pass[DS4_DRAFT_PASS_MAX];
     int sp_n, sp_i, sp_acc;
+    /* positions [0, sp_jn) of the pass hold sampled MTP drafts
+     * (sp_pass[i + 1], drawn from ds4_mtp_draft_dist(s, i)), judged by
+     * the speculative-sampling rule where the request samples; the last
+     * one may be a drafted end-of-sequence, not evaluated */
+    int sp_jn;
     int failed;               /* gen_new could not allocate */
 };
 
@@ -312,11 +317,14 @@ static void test_tokens(gen *g, ds4_tokens *out) {
  * decoding (DSML syntax greedy, forced tokens, the request's sampler).  A
  * plain evaluation when no draft is found or the pass would cross a
  * disk-cache checkpoint (saved at exact counts by ds4_eval).  *sp_n = pass
- * length, 0 when no pass was started. */
-static int spec_eval(const gen_env *env, int32_t t, int want, int want_lookup, int want_mtp,
-                     int32_t *pass, int *sp_n, ds4_spec_stats *st) {
+ * length, 0 when no pass was started.  MTP drafts are drawn from the
+ * block's distributions after the request's sampler transforms (greedy
+ * under greedy sampling); *sp_jn = how many positions hold such a sampled
+ * draft (docs/SPEC.md, "Sampled MTP drafts"). */
+static int spec_eval(const gen_env *env, ds4_sampler *smp, int32_t t, int want, int want_lookup,
+                     int want_mtp, int32_t *pass, int *sp_n, int *sp_jn, ds4_spec_stats *st) {
     ds4_session *s = env->s;
-    *sp_n = 0;
+    *sp_n = *sp_jn = 0;
     int cur = ds4_session_n_tokens(s);
     if (want > ds4_session_draft_capacity(s) - 1) want = ds4_session_draft_capacity(s) - 1;
     if (want > ds4_session_ctx_size(s) - cur - 1) want = ds4_session_ctx_size(s) - cur - 1;
@@ -337,18 +345,28 @@ static int spec_eval(const gen_env *env, int32_t t, int want, int want_lookup, i
         }
     }
     /* the MTP block when the lookup found nothing (rq->mtp_draft) */
+    int sampled = 0;
     if (k == 0 && want_mtp > 0) {
-        k = ds4_mtp_draft(s, t, want_mtp, pass + 1);
+        k = ds4_mtp_draft_sampled(s, smp, t, want_mtp, pass + 1);
         if (k < 0) return k;
+        sampled = ds4_mtp_draft_dist(s, 0) != NULL;
     }
-    /* the end-of-sequence token is never evaluated: drafts end before it */
+    /* the end-of-sequence token is never evaluated: drafts end before it;
+     * a sampled one is still judged at its position (the pass's last row):
+     * dropping a draft for its value would bias that position */
+    int jn = sampled ? k : 0;
     for (int i = 0; i < k; i++)
-        if (pass[1 + i] == env->srv->sp->eos) { k = i; break; }
-    if (k == 0) return ds4_eval(s, &t, 1, env->ep);
+        if (pass[1 + i] == env->srv->sp->eos) {
+            k = i;
+            if (sampled) jn = i + 1;
+            break;
+        }
+    if (k == 0 && jn == 0) return ds4_eval(s, &t, 1, env->ep);
     pass[0] = t;
     int rc = ds4_session_eval_draft(s, pass, 1 + k);
     if (rc) return rc;
     *sp_n = 1 + k;
+    *sp_jn = jn;
     st->passes++;
     st->drafted += (uint64_t)k;
     return DS4_OK;
@@ -383,6 +401,11 @@ static finish_kind choose(gen *g, int32_t *out, int *evaluated) {
         /* DSML syntax greedily, payloads with the request's sampling */
         if (g->dsml && ds4_dsml_in_block(g->dsml) && !ds4_dsml_in_payload(g->dsml))
             t = ds4_sample_greedy(lg, srv->n_vocab);
+        else if (g->sp_n && g->sp_i < g->sp_jn)
+            /* a sampled MTP draft here: the speculative-sampling rule (a
+             * greedy or forced choice just compares: its token does not
+             * depend on the draft) */
+            t = ds4_spec_judge(g->smp, lg, ds4_mtp_draft_dist(env->s, g->sp_i), g->sp_pass[g->sp_i + 1], NULL);
         else
             t = ds4_sample(g->smp, lg);
     }
@@ -452,7 +475,8 @@ static int eval_self(gen *g, int32_t t) {
         int most = g->lookup > g->mtp_draft ? g->lookup : g->mtp_draft;
         if (most > left) most = left;
         g->sp_i = 0;
-        return spec_eval(env, t, most, g->lookup, g->mtp_draft, g->sp_pass, &g->sp_n, &g->j->res.spec);
+        return spec_eval(env, g->smp, t, most, g->lookup, g->mtp_draft, g->sp_pass, &g->sp_n, &g->sp_jn,
+                         &g->j->res.spec);
     }
     return ds4_eval(env->s, &t, 1, env->ep);
 }

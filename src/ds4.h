@@ -739,6 +739,8 @@ void ds4_sampler_reseed(ds4_sampler *s, uint64_t seed);
 void ds4_sampler_set_params(ds4_sampler *s, const ds4_sampler_params *p);
 int32_t ds4_sample(ds4_sampler *s, const float *logits);
 int32_t ds4_sample_greedy(const float *logits, int n_vocab);
+/* 1 when the sampler takes the argmax (temperature <= 0). */
+int ds4_sampler_is_greedy(const ds4_sampler *s);
 
 /* ------------------------------------------------------------------------ */
 /* Speculative decoding (docs/SPEC.md)                                       */
@@ -765,7 +767,10 @@ typedef struct {
  * rolls back the rest.  out (room for n_draft + 1) receives the accepted
  * drafts and then the target's own next token, which is the new `cur`
  * (not evaluated).  Drafts are cut before a `stop` token and to the
- * context and pass capacity.  Output equals plain decoding's. */
+ * context and pass capacity.  The drafts are taken as deterministic (a
+ * point-mass q: "draw from p and compare" is the speculative-sampling
+ * rule then), so output equals plain decoding's token for token, greedy
+ * or seeded. */
 int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *draft,
                   int n_draft, int32_t stop, int32_t *out, int *n_out, ds4_spec_stats *st);
 
@@ -784,6 +789,34 @@ int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *
  * which keeps output (greedy or sampled) exactly that of plain decoding.
  * The MTP state follows the session by itself (rollbacks, rewinds). */
 int ds4_mtp_draft(ds4_session *s, int32_t cur, int max_draft, int32_t *out);
+/* MTP drafting and verification in one step (what `ds4 --mtp` runs).
+ * Greedy (smp NULL or temperature 0): ds4_mtp_draft + ds4_spec_step,
+ * token for token plain greedy decoding.  Sampling: each of the up to
+ * max_draft drafts is drawn from q_i = the block's distribution after the
+ * sampler's transforms, and position i keeps draft d_i with probability
+ * min(1, p_i(d_i)/q_i(d_i)) (p_i = the target's distribution after the
+ * same transforms), else emits a draw from norm(max(0, p_i - q_i)) and
+ * ends; when every draft is kept, a bonus token is drawn from p.  Each
+ * emitted token is distributed exactly as plain sampling's; a seeded run
+ * is reproducible but not token-identical to plain seeded sampling (the
+ * stream's draws differ: docs/SPEC.md).  out: room for max_draft + 1.
+ * DS4_EUNSUP without an MTP block. */
+int ds4_spec_step_mtp(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t stop,
+                      int32_t *out, int *n_out, ds4_spec_stats *st);
+/* The pieces of ds4_spec_step_mtp, for a front end that makes its own
+ * choice at each position (ds4-server).  ds4_mtp_draft_sampled: drafts
+ * drawn from the block's distributions after smp's transforms (smp NULL
+ * or greedy: ds4_mtp_draft).  ds4_mtp_draft_dist: the q_i (n_vocab
+ * floats) draft i was drawn from, until the next draft call; NULL when
+ * the last chain was greedy or i is past it.  ds4_spec_judge: the token
+ * at a position whose draft was drawn from q: the draft with probability
+ * min(1, p(draft)/q(draft)), p = logits through smp's transforms, else a
+ * draw from norm(max(0, p - q)); *accepted (may be NULL) says which.  One
+ * uniform of smp's stream, a second one on a rejection. */
+int ds4_mtp_draft_sampled(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t *out);
+const float *ds4_mtp_draft_dist(const ds4_session *s, int i);
+int32_t ds4_spec_judge(ds4_sampler *smp, const float *logits, const float *q, int32_t draft,
+                       int *accepted);
 /* The logits of the last MTP draft step (tests), NULL before any. */
 const float *ds4_mtp_logits(const ds4_session *s);
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # MTP drafts (docs/MTP.md) from the command line, on a tiny model that
 # ds4-synth writes with --mtp:
-#  - ds4 --mtp-draft N prints exactly what plain decoding prints, greedy and
-#    seeded sampling, 300 tokens, and reports the acceptance in the run
-#    summary;
+#  - ds4 --mtp-draft N prints exactly what plain decoding prints under
+#    greedy decoding, 300 tokens; under seeded sampling (sampled drafts,
+#    the speculative-sampling rule: same distribution, other draws) two
+#    runs with the same seed print the same text, a run with another seed
+#    another text; both report the acceptance in the run summary;
 #  - the same block from a sidecar: the model split by tests/mtp_split.py
 #    into a main file without mtp.0.* and a sidecar, loaded with --mtp FILE,
 #    gives the same output;
@@ -12,8 +14,9 @@
 #    misshapen tensor listed), a missing file, --mtp-draft out of range;
 #  - ds4-bench --mtp-draft times one MTP step and checks the MTP-drafted
 #    decode against plain greedy decoding;
-#  - ds4-server --mtp FILE: a request with "ds4_mtp_draft": 2 returns the
-#    text of one with 0, /metrics counts the passes; ds4_mtp_draft on a
+#  - ds4-server --mtp FILE: a greedy request with "ds4_mtp_draft": 2
+#    returns the text of one with 0; a seeded sampled one (sampled drafts)
+#    the same text twice; /metrics counts the passes; ds4_mtp_draft on a
 #    server whose model has no block is a 400.
 set -u
 cd "$(dirname "$0")/.."
@@ -39,10 +42,23 @@ for mode in "${MODES[@]}"; do
     "$B/ds4" -m "$M" --tokens "$IDS" $mode -n $N --ctx 1024 > "$T/plain.out" 2> "$T/plain.err"
     # shellcheck disable=SC2086
     "$B/ds4" -m "$M" --tokens "$IDS" $mode -n $N --ctx 1024 --mtp-draft 2 > "$T/mtp.out" 2> "$T/mtp.err"
-    if cmp -s "$T/plain.out" "$T/mtp.out" && [ -s "$T/plain.out" ]; then
-        ok "--mtp-draft 2 ($mode): output identical to plain decoding"
+    if [ "$mode" = "--temp 0" ]; then
+        if cmp -s "$T/plain.out" "$T/mtp.out" && [ -s "$T/plain.out" ]; then
+            ok "--mtp-draft 2 ($mode): output identical to plain decoding"
+        else
+            bad "--mtp-draft 2 ($mode): output differs"
+        fi
     else
-        bad "--mtp-draft 2 ($mode): output differs"
+        # shellcheck disable=SC2086
+        "$B/ds4" -m "$M" --tokens "$IDS" $mode -n $N --ctx 1024 --mtp-draft 2 > "$T/mtp2.out" 2> /dev/null
+        # shellcheck disable=SC2086
+        "$B/ds4" -m "$M" --tokens "$IDS" ${mode/--seed 7/--seed 8} -n $N --ctx 1024 --mtp-draft 2 \
+            > "$T/mtp3.out" 2> /dev/null
+        if cmp -s "$T/mtp.out" "$T/mtp2.out" && [ -s "$T/mtp.out" ] && ! cmp -s "$T/mtp.out" "$T/mtp3.out"; then
+            ok "--mtp-draft 2 ($mode): sampled drafts, same seed same output, other seed other output"
+        else
+            bad "--mtp-draft 2 ($mode): not reproducible"
+        fi
     fi
     if grep -q '^\[mtp: [0-9]* passes, [0-9]* drafted, [0-9]* accepted' "$T/mtp.err"; then
         ok "--mtp-draft ($mode): acceptance in the run summary"
@@ -106,18 +122,33 @@ start_server "$T/server.log" -m "$T/main.gguf" --mtp "$T/side.gguf" --mtp-draft 
 if [ -z "$URL" ]; then
     bad "ds4-server --mtp did not start"; cat "$T/server.log"
 else
-    for samp in '"temperature": 0' '"temperature": 1, "seed": 5'; do
-        for D in 0 2; do
-            curl -s "$URL/v1/completions" -H 'content-type: application/json' \
-                -d "{$P, $samp, \"ds4_mtp_draft\": $D}" > "$T/r$D.json"
-        done
-        if /usr/bin/python3 -c 'import json,sys; a,b=(json.load(open(f))["choices"][0]["text"] for f in sys.argv[1:]); sys.exit(0 if a==b and len(a)>0 else 1)' \
-                "$T/r0.json" "$T/r2.json"; then
-            ok "server ds4_mtp_draft 2 ($samp): same text as plain decoding"
-        else
-            bad "server ds4_mtp_draft 2 ($samp): text differs"; head -c 400 "$T/r0.json" "$T/r2.json"
-        fi
+    same_text() {   # same_text A.json B.json: same non-empty text
+        /usr/bin/python3 -c 'import json,sys; a,b=(json.load(open(f))["choices"][0]["text"] for f in sys.argv[1:]); sys.exit(0 if a==b and len(a)>0 else 1)' "$1" "$2"
+    }
+    samp='"temperature": 0'
+    for D in 0 2; do
+        curl -s "$URL/v1/completions" -H 'content-type: application/json' \
+            -d "{$P, $samp, \"ds4_mtp_draft\": $D}" > "$T/r$D.json"
     done
+    if same_text "$T/r0.json" "$T/r2.json"; then
+        ok "server ds4_mtp_draft 2 ($samp): same text as plain decoding"
+    else
+        bad "server ds4_mtp_draft 2 ($samp): text differs"; head -c 400 "$T/r0.json" "$T/r2.json"
+    fi
+    # sampling: sampled MTP drafts and the speculative-sampling rule (plain
+    # sampling's distribution, other draws): the same seed twice gives the
+    # same text; temperature 2 without min-p so that drafts are also kept
+    samp='"temperature": 2, "min_p": 0, "seed": 5'
+    for i in 1 2; do
+        curl -s "$URL/v1/completions" -H 'content-type: application/json' \
+            -d "{$P, $samp, \"ds4_mtp_draft\": 2}" > "$T/s$i.json"
+    done
+    acc0=$(curl -s "$URL/metrics" | sed -n 's/^ds4_spec_accepted_tokens_total //p')
+    if same_text "$T/s1.json" "$T/s2.json"; then
+        ok "server ds4_mtp_draft 2 ($samp): same seed, same text (drafts kept: ${acc0:-?} in all)"
+    else
+        bad "server ds4_mtp_draft 2 ($samp): not reproducible"; head -c 400 "$T/s1.json" "$T/s2.json"
+    fi
     if curl -s "$URL/metrics" | grep -q '^ds4_spec_drafted_tokens_total [1-9]'; then
         ok "/metrics counts MTP drafts"
     else

@@ -9,17 +9,21 @@
  *     also with every other pass drafted by an oracle (right for a varying
  *     count), so that passes keep several tokens and the MTP state must
  *     follow multi-token commits;
- *   - seeded sampling (temperature 1; 0.7 with top-k 40) with MTP drafts
- *     equals plain seeded sampling token for token (every emitted token is
- *     one draw of the same sampler on the same logits: the target
- *     distribution exactly);
- *   - statistically: from one state, 800 seeded speculative steps with MTP
- *     drafts at temperature 1, top-k 4: the first emitted token's counts
- *     against the target p (chi-square at the 0.1 % critical value; bins
- *     expecting under 5 draws merged).  With random MTP weights the drafts
- *     are almost never in the top 4, so this checks the sampling path of a
- *     pass, not the acceptance rule (test_spec's ds4_spec_resolve test and
- *     the seeded token-for-token equality above cover that);
+ *   - seeded sampling (temperature 1; 0.7 with top-k 40; 2 with no
+ *     min-p, where sampled drafts are kept) with sampled MTP drafts
+ *     (ds4_spec_step_mtp): a rerun with the same seed gives the same
+ *     tokens and state, and the state after the passes and rollbacks is
+ *     byte-identical to a plain evaluation of the emitted tokens;
+ *   - statistically (the speculative-sampling rule end to end): from one
+ *     state, 2000 seeded ds4_spec_step_mtp steps at temperature 2 with no
+ *     truncation; the first emitted token against the target p (the test's
+ *     own softmax of the logits), chi-square over 10 bins of about equal p
+ *     mass at the 0.1 % critical value; the block's q is far from p (total
+ *     variation > 0.2), and the first draft is kept at the rate
+ *     sum_x min(p(x), q(x)) the rule predicts (within 4.5 sigma), so both
+ *     the accept and the residual paths run.  Again at temperature 1 with
+ *     the stop token = the token of largest min(p, q) (a drafted stop is
+ *     judged at its position, not dropped);
  *   - the MTP state follows the session exactly: after a speculative
  *     generation (staged passes, rollbacks) the next MTP logits are
  *     bit-identical to those of a fresh session that evaluated the same
@@ -63,12 +67,25 @@ static void mtp_decode(ds4_session *s, ds4_sampler *smp, int V, int n, int nd, c
                 int32_t r = at < ref->n ? ref->v[at] : 0;
                 draft[k] = k < good ? r : (r + 1 + k) % V;
             }
-        } else if (want > 0) {
+        } else if (want > 0 && !smp && step % 4 == 1) {
+            /* greedy: ds4_mtp_draft + ds4_spec_step by hand, once in a while */
             float before = ds4_session_logits(s)[7];
             k = ds4_mtp_draft(s, cur, want, draft);
             CHECK(k == want, "mtp draft %d of %d", k, want);
             CHECK(ds4_session_logits(s)[7] == before, "drafting leaves the session's logits alone");
             if (k < 0) break;
+        } else if (want > 0) {
+            /* what ds4 --mtp runs: sampled drafts under sampling */
+            int n_got = 0;
+            uint64_t d0 = st->drafted;
+            int rc = ds4_spec_step_mtp(s, smp, cur, want, -1, got, &n_got, st);
+            CHECK(rc == DS4_OK && n_got >= 1 && n_got <= want + 1, "mtp step rc %d n %d", rc, n_got);
+            CHECK(st->drafted - d0 == (uint64_t)want, "mtp step drafted %d", (int)(st->drafted - d0));
+            if (rc || n_got < 1) break;
+            for (int i = 0; i < n_got; i++) ds4_tokens_push(out, got[i]);
+            cur = got[n_got - 1];
+            step++;
+            continue;
         }
         int n_got = 0;
         int rc = ds4_spec_step(s, smp, cur, draft, k, -1, got, &n_got, st);
@@ -94,28 +111,32 @@ static void synth(const char *recipe, char *path, size_t cap) {
     if (system(cmd)) { fprintf(stderr, "failed: %s\n", cmd); exit(1); }
 }
 
+static ds4_sampler *mode_sampler(int mode, int V) {
+    if (!mode) return NULL;
+    ds4_sampler_params sp;
+    ds4_sampler_params_default(&sp);
+    sp.temperature = mode == 1 ? 1.0f : mode == 2 ? 0.7f : 2.0f;
+    sp.top_k = mode == 2 ? 40 : 0;
+    if (mode == 3) sp.min_p = 0.0f;   /* broad p and q: sampled drafts are kept */
+    sp.seed = 11;
+    return ds4_sampler_new(V, &sp);
+}
+
 static void test_generation(ds4_model *m, const ds4_tokens *ids) {
     ds4_model_info info;
     ds4_model_get_info(m, &info);
     const int V = info.n_vocab, P = 40;
     /* {mode, drafts, oracle mix, tokens}: mode 0 greedy, 1 seeded
-     * temperature 1, 2 seeded 0.7 with top-k 40; after the 40-token prompt
-     * 150 tokens cross the window (32) and the ratio-128 frontier */
+     * temperature 1, 2 seeded 0.7 with top-k 40, 3 seeded temperature 2
+     * without min-p (p and q broad enough that sampled drafts are kept,
+     * ~30 %: multi-token commits); after the 40-token prompt 150 tokens
+     * cross the window (32) and the ratio-128 frontier */
     static const int cfg[][4] = { {0, 2, 1, 300}, {0, 1, 0, 150}, {0, 4, 0, 150}, {1, 2, 1, 300},
-                                  {2, 2, 0, 150} };
+                                  {2, 2, 0, 150}, {3, 3, 0, 150} };
     for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
         const int mode = cfg[ci][0], nd = cfg[ci][1], mix = cfg[ci][2], N = quick ? 60 : cfg[ci][3];
-        if (quick && ci > 1) break;
-        ds4_sampler *s1 = NULL, *s2 = NULL;
-        if (mode) {
-            ds4_sampler_params sp;
-            ds4_sampler_params_default(&sp);
-            sp.temperature = mode == 1 ? 1.0f : 0.7f;
-            sp.top_k = mode == 1 ? 0 : 40;
-            sp.seed = 11;
-            s1 = ds4_sampler_new(V, &sp);
-            s2 = ds4_sampler_new(V, &sp);
-        }
+        if (quick && ci > 1 && ci != 5) continue;
+        ds4_sampler *s1 = mode_sampler(mode, V), *s2 = mode_sampler(mode, V);
         ds4_session *a = test_new_session(m, 1024, 64), *b = test_new_session(m, 1024, 64);
         CHECK(ds4_session_eval(a, ids->v, P, NULL, NULL) == DS4_OK, "prompt");
         CHECK(ds4_session_eval(b, ids->v, P, NULL, NULL) == DS4_OK, "prompt");
@@ -123,14 +144,44 @@ static void test_generation(ds4_model *m, const ds4_tokens *ids) {
         ds4_spec_stats st = { 0 };
         test_plain_decode(a, s1, V, N, &x);
         mtp_decode(b, s2, V, N, nd, mix ? &x : NULL, &y, &st);
-        CHECK(x.n == y.n && memcmp(x.v, y.v, x.n * sizeof(int32_t)) == 0,
-              "mode %d, %d MTP drafts%s: output differs from plain decoding", mode, nd,
-              mix ? " + oracle drafts" : "");
-        /* plain decoding stops before evaluating its last token */
-        if (ds4_session_n_tokens(b) == ds4_session_n_tokens(a))
-            CHECK(test_same_state(a, b), "mode %d nd %d: final state differs", mode, nd);
+        if (mode == 0) {
+            CHECK(x.n == y.n && memcmp(x.v, y.v, x.n * sizeof(int32_t)) == 0,
+                  "greedy, %d MTP drafts%s: output differs from plain decoding", nd,
+                  mix ? " + oracle drafts" : "");
+            /* plain decoding stops before evaluating its last token */
+            if (ds4_session_n_tokens(b) == ds4_session_n_tokens(a))
+                CHECK(test_same_state(a, b), "nd %d: final state differs", nd);
+        } else {
+            /* sampled MTP drafts: the same distribution as plain sampling
+             * (test_distribution), not the same draws.  Here: a rerun with
+             * the same seed gives the same tokens and the same state, and
+             * the state after the passes and rollbacks is exactly that of
+             * a plain evaluation of the tokens kept */
+            ds4_sampler *s3 = mode_sampler(mode, V);
+            ds4_session *c = test_new_session(m, 1024, 64);
+            CHECK(ds4_session_eval(c, ids->v, P, NULL, NULL) == DS4_OK, "prompt");
+            ds4_tokens z = { 0 };
+            ds4_spec_stats st2 = { 0 };
+            mtp_decode(c, s3, V, N, nd, mix ? &x : NULL, &z, &st2);
+            CHECK(y.n == (size_t)N && z.n == y.n && memcmp(y.v, z.v, y.n * sizeof(int32_t)) == 0,
+                  "mode %d, %d MTP drafts: same seed, different output", mode, nd);
+            CHECK(st2.passes == st.passes && st2.accepted == st.accepted, "same seed, same passes");
+            CHECK(test_same_state(b, c), "mode %d: same seed, different state", mode);
+            ds4_session_reset(c);
+            CHECK(ds4_session_eval(c, ids->v, P, NULL, NULL) == DS4_OK, "prompt");
+            for (size_t i = 0; i + 1 < y.n; i++) {
+                int32_t t = y.v[i];
+                CHECK(ds4_session_eval(c, &t, 1, NULL, NULL) == DS4_OK, "plain eval");
+            }
+            CHECK(test_same_state(b, c), "mode %d nd %d: state differs from plain evaluation of the output",
+                  mode, nd);
+            ds4_tokens_free(&z);
+            ds4_session_free(c);
+            ds4_sampler_free(s3);
+        }
         CHECK(st.passes > 0 && st.drafted > 0, "passes counted");
-        if (mix) CHECK(st.accepted > 0, "oracle drafts accepted");
+        if (mix && mode == 0) CHECK(st.accepted > 0, "oracle drafts accepted");
+        if (mode == 3) CHECK(st.accepted > 0, "sampled drafts accepted");
         printf("test_mtp: mode %d, %d drafts%s: %d tokens in %llu passes, %llu/%llu accepted\n",
                mode, nd, mix ? " + oracle drafts" : "", N, (unsigned long long)st.passes,
                (unsigned long long)st.accepted, (unsigned long long)st.drafted);
@@ -175,84 +226,136 @@ static void test_follow(ds4_model *m, const ds4_tokens *ids) {
     ds4_session_free(b);
 }
 
-/* The first emitted token of a speculative step with MTP drafts follows
- * the target distribution (top-k 8 at temperature 1). */
+/* softmax(l / T) in double, the test's own: the sampler at temperature T
+ * with no min-p, top-k or top-p */
+static void softmax_t(const float *l, int V, double T, double *p) {
+    double mx = -INFINITY, z = 0;
+    for (int i = 0; i < V; i++) if (l[i] > mx) mx = l[i];
+    for (int i = 0; i < V; i++) z += (p[i] = exp(((double)l[i] - mx) / T));
+    for (int i = 0; i < V; i++) p[i] /= z;
+}
+
+static const double *sort_key;
+static int by_p_desc(const void *a, const void *b) {
+    double x = sort_key[*(const int *)a], y = sort_key[*(const int *)b];
+    return x > y ? -1 : x < y ? 1 : (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+/* Sampled MTP drafts judged by the speculative-sampling rule: from one
+ * state, many seeded steps (ds4_spec_step_mtp, 2 drafts) and the first
+ * emitted token against the target p (the test's own softmax of the
+ * logits after `cur`, temperature T, no truncation), chi-square over 10
+ * bins of about equal p mass (bins expecting under 5 merged) at the 0.1 %
+ * critical value.  The block's own q (softmax of its logits, same T)
+ * differs clearly from p (total variation checked), so both paths of the
+ * rule run: the first draft is kept with probability
+ * sum_x min(p(x), q(x)), checked against the observed rate (4.5 sigma),
+ * and the other steps emit a residual draw.  Pass 0: temperature 2, no
+ * stop token.  Pass 1: temperature 1, stop = the token with the largest
+ * min(p, q) (a drafted stop is judged at its position, not dropped:
+ * spec.c), the same checks, and the stop drafted in some steps when q
+ * makes that likely. */
 static void test_distribution(ds4_model *m, const ds4_tokens *ids) {
     ds4_model_info info;
     ds4_model_get_info(m, &info);
-    const int V = info.n_vocab, K = 4, DRAWS = quick ? 200 : 800;
+    const int V = info.n_vocab, DRAWS = quick ? 500 : 2000;
     ds4_session *s = test_new_session(m, 1024, 64);
     CHECK(ds4_session_eval(s, ids->v, 45, NULL, NULL) == DS4_OK, "prompt");
+    int32_t cur = ds4_sample_greedy(ds4_session_logits(s), V);
     ds4_buf base = { 0 };
     CHECK(ds4_session_snapshot(s, &base) == DS4_OK, "snapshot");
-    /* the target: softmax over the top K logits */
-    const float *lg = ds4_session_logits(s);
-    int top[4];
-    for (int k = 0; k < K; k++) {
-        int best = -1;
-        for (int i = 0; i < V; i++) {
-            int used = 0;
-            for (int j = 0; j < k; j++) used |= top[j] == i;
-            if (!used && (best < 0 || lg[i] > lg[best])) best = i;
-        }
-        top[k] = best;
-    }
-    double p[4], z = 0;
-    for (int k = 0; k < K; k++) { p[k] = exp((double)lg[top[k]] - lg[top[0]]); z += p[k]; }
-    for (int k = 0; k < K; k++) p[k] /= z;
-    int32_t cur = top[0];
-    /* the state after `cur`: the target of the pass's first position */
+    double *p = malloc((size_t)V * sizeof *p), *q = malloc((size_t)V * sizeof *q);
+    int *ord = malloc((size_t)V * sizeof *ord), *bin = malloc((size_t)V * sizeof *bin);
+    float *tl = malloc((size_t)V * sizeof *tl), *ml = malloc((size_t)V * sizeof *ml);
+    /* the target of the pass's first position: the logits after `cur` */
     CHECK(ds4_session_eval(s, &cur, 1, NULL, NULL) == DS4_OK, "cur");
-    lg = ds4_session_logits(s);
-    for (int k = 0; k < K; k++) {
-        int best = -1;
-        for (int i = 0; i < V; i++) {
-            int used = 0;
-            for (int j = 0; j < k; j++) used |= top[j] == i;
-            if (!used && (best < 0 || lg[i] > lg[best])) best = i;
-        }
-        top[k] = best;
-    }
-    z = 0;
-    for (int k = 0; k < K; k++) { p[k] = exp((double)lg[top[k]] - lg[top[0]]); z += p[k]; }
-    for (int k = 0; k < K; k++) p[k] /= z;
-    long cnt[4] = { 0 };
+    memcpy(tl, ds4_session_logits(s), (size_t)V * sizeof *tl);
     char *err = NULL;
-    ds4_sampler_params sp;
-    ds4_sampler_params_default(&sp);
-    sp.temperature = 1.0f;
-    sp.top_k = K;
-    sp.top_p = 1.0f;
-    sp.min_p = 0.0f;
-    ds4_sampler *smp = ds4_sampler_new(V, &sp);
-    for (int d = 0; d < DRAWS; d++) {
-        CHECK(ds4_session_restore(s, base.p, base.n, &err) == DS4_OK, "restore");
-        ds4_sampler_reseed(smp, 1000 + (uint64_t)d);
-        int32_t draft[2], got[3];
-        int n_got = 0;
-        int k = ds4_mtp_draft(s, cur, 2, draft);
-        CHECK(k == 2, "drafts");
-        CHECK(ds4_spec_step(s, smp, cur, draft, k, -1, got, &n_got, NULL) == DS4_OK, "step");
-        int at = -1;
-        for (int j = 0; j < K; j++) if (top[j] == got[0]) at = j;
-        CHECK(at >= 0, "draw %d outside the top-k", got[0]);
-        if (at >= 0) cnt[at]++;
+    CHECK(ds4_session_restore(s, base.p, base.n, &err) == DS4_OK, "restore");
+    int32_t d1[1];
+    CHECK(ds4_mtp_draft(s, cur, 1, d1) == 1, "draft");
+    memcpy(ml, ds4_mtp_logits(s), (size_t)V * sizeof *ml);
+    static const double crit[] = { 0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88 };
+    for (int pass = 0; pass < 2; pass++) {
+        const double T = pass == 0 ? 2.0 : 1.0;
+        const int draws = pass == 0 ? DRAWS : DRAWS / 2;
+        softmax_t(tl, V, T, p);
+        softmax_t(ml, V, T, q);
+        double tv = 0, alpha = 0;
+        int both = 0;
+        for (int i = 0; i < V; i++) {
+            double mn = p[i] < q[i] ? p[i] : q[i];
+            tv += fabs(p[i] - q[i]) / 2;
+            alpha += mn;
+            if (mn > (p[both] < q[both] ? p[both] : q[both])) both = i;
+        }
+        const int32_t stop = pass == 0 ? -1 : both;
+        CHECK(tv > 0.2, "T %.0f: q differs clearly from p (total variation %.3f)", T, tv);
+        /* 10 bins of about equal p mass, tokens by decreasing p */
+        for (int i = 0; i < V; i++) ord[i] = i;
+        sort_key = p;
+        qsort(ord, (size_t)V, sizeof *ord, by_p_desc);
+        double pb[10] = { 0 }, acc = 0;
+        int nb = 0;
+        for (int j = 0; j < V; j++) {
+            int i = ord[j];
+            if (nb < 9 && acc >= (nb + 1) * 0.1) nb++;
+            bin[i] = nb;
+            pb[nb] += p[i];
+            acc += p[i];
+        }
+        nb++;
+        ds4_sampler_params sp;
+        ds4_sampler_params_default(&sp);
+        sp.temperature = (float)T;
+        sp.top_k = 0;
+        sp.top_p = 1.0f;
+        sp.min_p = 0.0f;
+        sp.seed = 1234 + (uint64_t)pass;
+        ds4_sampler *smp = ds4_sampler_new(V, &sp);
+        long cnt[10] = { 0 }, kept = 0, stops = 0;
+        for (int d = 0; d < draws; d++) {
+            CHECK(ds4_session_restore(s, base.p, base.n, &err) == DS4_OK, "restore");
+            int32_t got[3];
+            int n_got = 0;
+            ds4_spec_stats st = { 0 };
+            CHECK(ds4_spec_step_mtp(s, smp, cur, 2, stop, got, &n_got, &st) == DS4_OK && n_got >= 1,
+                  "step");
+            if (n_got < 1 || got[0] < 0 || got[0] >= V) continue;
+            cnt[bin[got[0]]]++;
+            kept += st.accepted > 0 || (st.drafted == 0 && got[0] == stop);
+            stops += st.drafted < 2;
+        }
+        /* chi-square; consecutive bins merged until each expects >= 5 */
+        double chi = 0, ge = 0, go = 0;
+        int groups = 0;
+        for (int k = 0; k < nb; k++) {
+            ge += draws * pb[k];
+            go += (double)cnt[k];
+            if (ge >= 5 || k == nb - 1) {
+                if (ge > 0) { chi += (go - ge) * (go - ge) / ge; groups++; }
+                ge = go = 0;
+            }
+        }
+        CHECK(groups >= 2 && chi < crit[groups - 1], "T %.0f stop %d: first emitted token follows p: chi2 %.2f, %d dof",
+              T, stop, chi, groups - 1);
+        double sd = sqrt(draws * alpha * (1 - alpha));
+        CHECK(fabs(kept - draws * alpha) < 4.5 * sd + 1, "T %.0f: first draft kept %ld times, expected %.1f", T,
+              kept, draws * alpha);
+        if (stop >= 0 && draws * q[stop] >= 20)
+            CHECK(stops > 0, "the stop token was drafted (q %.3f)", q[stop]);
+        printf("test_mtp: %d sampled-draft steps, T %.0f, stop %d (p %.3f, q %.3f): chi2 %.2f (%d dof); "
+               "TV(p,q) %.3f; first draft kept %ld, expected %.1f; drafts cut at stop %ld\n",
+               draws, T, stop, stop >= 0 ? p[stop] : 0.0, stop >= 0 ? q[stop] : 0.0, chi, groups - 1, tv, kept,
+               draws * alpha, stops);
+        ds4_sampler_free(smp);
     }
-    /* chi-square; bins expecting fewer than 5 draws are merged into one */
-    double chi = 0, eo = 0, oo = 0;
-    int bins = 0;
-    for (int k = 0; k < K; k++) {
-        double e = DRAWS * p[k];
-        if (e < 5) { eo += e; oo += (double)cnt[k]; continue; }
-        chi += (cnt[k] - e) * (cnt[k] - e) / e;
-        bins++;
-    }
-    if (eo > 0) { chi += (oo - eo) * (oo - eo) / eo; bins++; }
-    static const double crit[] = { 0, 10.83, 13.82, 16.27 };   /* 0.1 % critical values */
-    CHECK(bins >= 2, "at least two bins");
-    if (bins >= 2) CHECK(chi < crit[bins - 1], "first emitted token follows p: chi2 %.2f, %d dof", chi, bins - 1);
-    printf("test_mtp: %d speculative steps, chi2 %.2f (%d dof)\n", DRAWS, chi, bins - 1);
-    ds4_sampler_free(smp);
+    free(p);
+    free(q);
+    free(ord);
+    free(bin);
+    free(tl);
+    free(ml);
     ds4_buf_free(&base);
     ds4_session_free(s);
 }

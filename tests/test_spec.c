@@ -15,7 +15,16 @@
  *   - ds4_lookup_draft on hand-made histories;
  *   - ds4_spec_resolve: the emitted token is distributed as the target p
  *     (chi-square over 200000 draws, 9 degrees of freedom, threshold 27.88
- *     = the 0.1 % critical value; fixed seed).
+ *     = the 0.1 % critical value; fixed seed);
+ *   - the distribution speculative sampling uses for p and q
+ *     (ds4_sampler_dist) is the one ds4_sample draws from, under
+ *     temperature, min-p, top-k and top-p: same support, and 200000 draws
+ *     of ds4_sample and of ds4_sampler_draw against it (chi-square at the
+ *     0.1 % critical value); greedy gives a point mass on the argmax;
+ *   - ds4_spec_judge (the rule as the server uses it): drafts drawn from a
+ *     q far from p, 200000 judgments: the emitted token follows p
+ *     (chi-square), stays in p's support, and drafts are kept at the rate
+ *     sum_x min(p(x), q(x)) (4.5 sigma).
  * DS4_SPEC_QUICK=1 (for sanitizer builds) runs one model, fewer cut
  * points and shorter generations.
  */
@@ -25,6 +34,7 @@
 #include <string.h>
 
 #include "ds4.h"
+#include "engine/engine_internal.h"   /* ds4_sampler_dist / _draw / _target */
 
 #include "testutil.h"
 
@@ -261,9 +271,119 @@ static void test_resolve(void) {
     }
 }
 
+/* chi-square critical values at 0.1 %, 1..30 degrees of freedom */
+static const double crit001[31] = { 0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88,
+                                    29.59, 31.26, 32.91, 34.53, 36.12, 37.70, 39.25, 40.79, 42.31,
+                                    43.82, 45.31, 46.80, 48.27, 49.73, 51.18, 52.62, 54.05, 55.48,
+                                    56.89, 58.30, 59.70 };
+
+static void test_sampler_dist(void) {
+    enum { V = 64, DRAWS = 200000 };
+    float lg[V];
+    for (int i = 0; i < V; i++) lg[i] = (float)(3.0 * sin(i * 1.7) + 0.05 * i);
+    lg[9] = lg[10];   /* a tie */
+    /* {temperature, min_p, top_k, top_p} */
+    static const float cfg[][4] = { { 1.0f, 0.03f, 0, 1.0f }, { 0.7f, 0.05f, 0, 1.0f }, { 1.3f, 0.0f, 12, 1.0f },
+                                    { 0.9f, 0.02f, 20, 0.8f }, { 2.0f, 0.0f, 0, 0.6f } };
+    float dist[V];
+    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+        ds4_sampler_params sp;
+        ds4_sampler_params_default(&sp);
+        sp.temperature = cfg[ci][0];
+        sp.min_p = cfg[ci][1];
+        sp.top_k = (int)cfg[ci][2];
+        sp.top_p = cfg[ci][3];
+        sp.seed = 77 + ci;
+        ds4_sampler *smp = ds4_sampler_new(V, &sp);
+        ds4_sampler_dist(smp, lg, dist);
+        double z = 0;
+        int support = 0;
+        for (int i = 0; i < V; i++) { z += dist[i]; support += dist[i] > 0; }
+        CHECK(fabs(z - 1) < 1e-5, "cfg %zu: dist sums to %.7f", ci, z);
+        CHECK(memcmp(ds4_sampler_target(smp, lg), dist, sizeof dist) == 0, "cfg %zu: target == dist", ci);
+        for (int way = 0; way < 2; way++) {
+            long cnt[V] = { 0 };
+            for (int d = 0; d < DRAWS; d++) {
+                int32_t t = way == 0 ? ds4_sample(smp, lg) : ds4_sampler_draw(smp, dist);
+                if (t >= 0 && t < V) cnt[t]++;
+            }
+            double chi = 0;
+            int outside = 0, bins = 0;
+            for (int i = 0; i < V; i++) {
+                if (!(dist[i] > 0)) { outside += cnt[i] != 0; continue; }
+                double e = (double)DRAWS * dist[i];
+                chi += (cnt[i] - e) * (cnt[i] - e) / e;
+                bins++;
+            }
+            CHECK(outside == 0, "cfg %zu way %d: a draw outside the distribution's support", ci, way);
+            CHECK(bins >= 2 && bins - 1 <= 30 && chi < crit001[bins - 1],
+                  "cfg %zu way %d: draws follow ds4_sampler_dist: chi2 %.2f, %d dof", ci, way, chi, bins - 1);
+        }
+        CHECK(support > 1 && support < V, "cfg %zu: the filters cut (%d kept)", ci, support);
+        ds4_sampler_free(smp);
+    }
+    /* ds4_spec_judge: drafts drawn from a q far from p (another sampler's
+     * distribution of shuffled logits, broader), judged against p = the
+     * logits through a truncating sampler: the emitted token follows p,
+     * never leaves its support, and the draft is kept at sum min(p, q) */
+    {
+        ds4_sampler_params sp, sq;
+        ds4_sampler_params_default(&sp);
+        sp.temperature = 0.9f; sp.min_p = 0.02f; sp.top_k = 20; sp.top_p = 0.8f; sp.seed = 5;
+        ds4_sampler_params_default(&sq);
+        sq.temperature = 2.0f; sq.min_p = 0.0f; sq.seed = 6;
+        ds4_sampler *smp = ds4_sampler_new(V, &sp), *qs = ds4_sampler_new(V, &sq);
+        float rev[V], q[V], p[V];
+        for (int i = 0; i < V; i++) rev[i] = lg[(i + 7) % V];   /* another order, some overlap */
+        ds4_sampler_dist(qs, rev, q);
+        ds4_sampler_dist(smp, lg, p);
+        double alpha = 0, tv = 0;
+        for (int i = 0; i < V; i++) { alpha += p[i] < q[i] ? p[i] : q[i]; tv += fabs((double)p[i] - q[i]) / 2; }
+        long cnt[V] = { 0 }, kept = 0;
+        for (int d = 0; d < DRAWS; d++) {
+            int32_t dr = ds4_sampler_draw(qs, q);
+            int ok = 0;
+            int32_t t = ds4_spec_judge(smp, lg, q, dr, &ok);
+            kept += ok;
+            CHECK(!ok || t == dr, "accepted means the draft");
+            if (t >= 0 && t < V) cnt[t]++;
+        }
+        double chi = 0;
+        int outside = 0, bins = 0;
+        for (int i = 0; i < V; i++) {
+            if (!(p[i] > 0)) { outside += cnt[i] != 0; continue; }
+            double e = (double)DRAWS * p[i];
+            chi += (cnt[i] - e) * (cnt[i] - e) / e;
+            bins++;
+        }
+        double sd = sqrt(DRAWS * alpha * (1 - alpha));
+        CHECK(tv > 0.3 && alpha > 0.02, "judge: q far from p but overlapping (TV %.3f, overlap %.3f)", tv, alpha);
+        CHECK(outside == 0, "judge: a token outside p's support");
+        CHECK(bins >= 2 && bins - 1 <= 30 && chi < crit001[bins - 1], "judge: emitted tokens follow p: chi2 %.2f, %d dof",
+              chi, bins - 1);
+        CHECK(fabs(kept - DRAWS * alpha) < 4.5 * sd + 1, "judge: kept %ld, expected %.1f", kept, DRAWS * alpha);
+        printf("test_spec: ds4_spec_judge: TV(p,q) %.3f, chi2 %.2f (%d dof), kept %ld, expected %.1f\n", tv, chi,
+               bins - 1, kept, DRAWS * alpha);
+        ds4_sampler_free(smp);
+        ds4_sampler_free(qs);
+    }
+    /* greedy: a point mass on the argmax, and no draw */
+    ds4_sampler_params sp;
+    ds4_sampler_params_default(&sp);
+    sp.temperature = 0;
+    ds4_sampler *g = ds4_sampler_new(V, &sp);
+    CHECK(ds4_sampler_is_greedy(g), "greedy sampler");
+    ds4_sampler_dist(g, lg, dist);
+    int am = ds4_sample_greedy(lg, V), ok = dist[am] == 1.0f;
+    for (int i = 0; i < V; i++) ok &= i == am || dist[i] == 0.0f;
+    CHECK(ok, "greedy dist: point mass on the argmax");
+    ds4_sampler_free(g);
+}
+
 int main(void) {
     test_lookup();
     test_resolve();
+    test_sampler_dist();
     const char *q = getenv("DS4_SPEC_QUICK"), *dbg = getenv("DS4_DEBUG_BUILD");
     /* the sanitizer pass of `make test` (tests/run.sh sets DS4_DEBUG_BUILD) */
     quick = (q && *q && *q != '0') || (dbg && !strcmp(dbg, "1"));

@@ -160,6 +160,10 @@ typedef struct {
     float *hc;                /* [n_hc*n_embd] H_out of the last draft step */
     float *logits;            /* [vocab] the last draft step's logits */
     int64_t steps;            /* draft steps computed (for tests and stats) */
+    float *q;                 /* [DS4_DRAFT_PASS_MAX - 1][vocab] the distributions
+                                 the last sampled drafts were drawn from
+                                 (allocated on the first sampled draft) */
+    int nq;                   /* rows of q the last draft call left (0: greedy) */
 } mtp_state;
 
 struct ds4_session {
@@ -195,6 +199,19 @@ int ds4_mtp_state_new(ds4_session *s);
 void ds4_mtp_state_free(ds4_session *s);
 void ds4_mtp_note_hidden(ds4_session *s, const float *X, int64_t p0, int n);
 void ds4_mtp_state_reset(ds4_session *s);
+/* sampler.c, for speculative sampling (spec.c, mtp.c; is_greedy is in
+ * ds4.h).  dist: the normalized distribution ds4_sample would draw from
+ * (temperature, min-p, top-k, top-p), n_vocab floats, zero outside the
+ * kept candidates; a point mass on the argmax where ds4_sample takes it
+ * without a draw.  target: the same into the sampler's own buffer (valid
+ * until the next call).  draw: one uniform of the stream, a token from
+ * such a distribution.  unit: one uniform in [0, 1) of the stream. */
+void ds4_sampler_dist(ds4_sampler *s, const float *logits, float *dist);
+int ds4_sampler_n_vocab(const ds4_sampler *s);
+const float *ds4_sampler_target(ds4_sampler *s, const float *logits);
+int32_t ds4_sampler_draw(ds4_sampler *s, const float *dist);
+double ds4_sampler_unit(ds4_sampler *s);
+
 /* forward_cpu.c: the MTP block.  mtp_rows appends the window rows of
  * positions p0..p0+n-1 (inputs toks[i] and Hprev[i], the main state of the
  * previous position; NULL rows = zero) without the rest of the layer (a

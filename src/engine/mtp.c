@@ -11,9 +11,13 @@
  * depends only on its own input, so catching up recomputes exactly the
  * rows a token-by-token MTP would hold, whatever happened in between
  * (staged passes, rollbacks, rewinds).
+ * Drafts are the block's argmax (greedy), or under sampling one draw each
+ * from the block's distribution after the sampler's own transforms, kept
+ * (ms->q) for the speculative-sampling rule of the verifier (spec.c).
  * Must not: change the main session's state or logits -- drafts only ever
- * affect speed, never output (the verification decides) -- or compute
- * layer math itself (forward_cpu.c does, with the main layers' code).
+ * affect speed, never the output distribution (the verification decides)
+ * -- or compute layer math itself (forward_cpu.c does, with the main
+ * layers' code).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +60,7 @@ void ds4_mtp_state_free(ds4_session *s) {
     free(ms->hpos);
     free(ms->hc);
     free(ms->logits);
+    free(ms->q);
     free(ms);
     s->mtp = NULL;
 }
@@ -128,8 +133,13 @@ static int mtp_sync(ds4_session *s) {
     return DS4_OK;
 }
 
-int ds4_mtp_draft(ds4_session *s, int32_t cur, int max_draft, int32_t *out) {
+/* Up to max_draft drafts after `cur`.  smp NULL: the block's argmax.
+ * Otherwise draft i is one draw (ds4_sampler_draw) from q_i = the
+ * sampler's transforms of the block's logits, kept in ms->q + i * n_vocab
+ * for the verification (ds4_spec_judge). */
+static int mtp_draft_with(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t *out) {
     if (!s->mtp) return DS4_EUNSUP;
+    s->mtp->nq = 0;
     const ds4_config *c = &s->m->w.cfg;
     if (cur < 0 || cur >= c->n_vocab || max_draft < 0) return DS4_EINVAL;
     if (max_draft > DS4_DRAFT_PASS_MAX - 1) max_draft = DS4_DRAFT_PASS_MAX - 1;
@@ -137,9 +147,14 @@ int ds4_mtp_draft(ds4_session *s, int32_t cur, int max_draft, int32_t *out) {
     int room = s->ctx - (int)s->toks.n - 1;
     if (max_draft > room) max_draft = room;
     if (max_draft <= 0) return 0;
+    mtp_state *ms = s->mtp;
+    if (smp && !ms->q) {
+        /* once per session: the q of a whole chain, kept for the verifier */
+        ms->q = malloc((size_t)(DS4_DRAFT_PASS_MAX - 1) * c->n_vocab * sizeof(float));
+        if (!ms->q) return DS4_ENOMEM;
+    }
     int rc = mtp_sync(s);
     if (rc) return rc;
-    mtp_state *ms = s->mtp;
     const int64_t n = (int64_t)s->toks.n;
     const float *hprev = main_state(s, n - 1);
     int32_t tok = cur;
@@ -152,11 +167,34 @@ int ds4_mtp_draft(ds4_session *s, int32_t cur, int max_draft, int32_t *out) {
             return rc;
         }
         ms->n++;
-        tok = ds4_sample_greedy(ms->logits, c->n_vocab);
+        if (smp) {
+            /* a sampled draft: the verifier needs the q it came from */
+            float *q = ms->q + (size_t)i * c->n_vocab;
+            ds4_sampler_dist(smp, ms->logits, q);
+            tok = ds4_sampler_draw(smp, q);
+        } else {
+            tok = ds4_sample_greedy(ms->logits, c->n_vocab);
+        }
         out[i] = tok;
         hprev = ms->hc;
     }
+    if (smp) ms->nq = max_draft;
     return max_draft;
+}
+
+int ds4_mtp_draft(ds4_session *s, int32_t cur, int max_draft, int32_t *out) {
+    return mtp_draft_with(s, NULL, cur, max_draft, out);
+}
+
+int ds4_mtp_draft_sampled(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t *out) {
+    if (smp && ds4_sampler_is_greedy(smp)) smp = NULL;
+    return mtp_draft_with(s, smp, cur, max_draft, out);
+}
+
+const float *ds4_mtp_draft_dist(const ds4_session *s, int i) {
+    const mtp_state *ms = s->mtp;
+    if (!ms || i < 0 || i >= ms->nq) return NULL;
+    return ms->q + (size_t)i * s->m->w.cfg.n_vocab;
 }
 
 const float *ds4_mtp_logits(const ds4_session *s) {

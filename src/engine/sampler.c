@@ -4,8 +4,12 @@
  *
  * Owns: the candidate filter and the random stream.  Filters apply in this
  * order on the temperature-scaled distribution: min-p (relative to the most
- * likely token), top-k, top-p; then one draw.  All buffers are allocated
- * with the sampler: nothing is allocated per token.
+ * likely token), top-k, top-p; then one draw.  The same filter also gives
+ * the whole distribution a draw would come from (ds4_sampler_dist), which
+ * speculative sampling (spec.c, mtp.c) needs for the target p and the MTP
+ * draft q, and single uniforms from the same stream for its accept and
+ * residual draws.  All buffers are allocated with the sampler: nothing is
+ * allocated per token.
  * Must not: look at text or token meaning (stop sequences, DSML syntax are
  * the caller's business).
  */
@@ -13,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ds4.h"
+#include "engine/engine_internal.h"
 
 struct ds4_sampler {
     ds4_sampler_params p;
@@ -21,6 +25,7 @@ struct ds4_sampler {
     uint64_t s[4];           /* xoshiro256** state */
     int32_t *cand;
     float *prob;
+    float *dist;             /* [n_vocab] ds4_sampler_target's result */
 };
 
 void ds4_sampler_params_default(ds4_sampler_params *p) {
@@ -67,7 +72,8 @@ ds4_sampler *ds4_sampler_new(int n_vocab, const ds4_sampler_params *p) {
     s->n_vocab = n_vocab;
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     s->prob = malloc((size_t)n_vocab * sizeof *s->prob);
-    if (!s->cand || !s->prob) { ds4_sampler_free(s); return NULL; }
+    s->dist = malloc((size_t)n_vocab * sizeof *s->dist);
+    if (!s->cand || !s->prob || !s->dist) { ds4_sampler_free(s); return NULL; }
     ds4_sampler_reseed(s, s->p.seed);
     return s;
 }
@@ -76,6 +82,7 @@ void ds4_sampler_free(ds4_sampler *s) {
     if (!s) return;
     free(s->cand);
     free(s->prob);
+    free(s->dist);
     free(s);
 }
 
@@ -111,13 +118,17 @@ static void partial_top(int32_t *cand, int n, int k, const float *lg) {
     }
 }
 
-int32_t ds4_sample(ds4_sampler *s, const float *logits) {
+/* The candidates a draw chooses from: cand[0..n) with unnormalized
+ * probabilities prob[0..n) summing to *sum (in that order: a draw walks
+ * them so).  Returns 0 when the choice is the argmax without a draw
+ * (greedy, non-finite logits, nothing left), *best = the argmax. */
+static int filter(ds4_sampler *s, const float *logits, double *sum, int32_t *best) {
     const ds4_sampler_params *p = &s->p;
     const int V = s->n_vocab;
-    if (p->temperature <= 0.0f) return ds4_sample_greedy(logits, V);
-    int best = ds4_sample_greedy(logits, V);
-    float lmax = logits[best];
-    if (!isfinite(lmax)) return best;
+    *best = ds4_sample_greedy(logits, V);
+    if (p->temperature <= 0.0f) return 0;
+    float lmax = logits[*best];
+    if (!isfinite(lmax)) return 0;
     const float invT = 1.0f / p->temperature;
     /* min-p: p_i / p_max = exp((l_i - l_max) / T) >= min_p */
     float floor_l = -INFINITY;
@@ -125,7 +136,7 @@ int32_t ds4_sample(ds4_sampler *s, const float *logits) {
     int n = 0;
     for (int i = 0; i < V; i++)
         if (logits[i] >= floor_l && logits[i] == logits[i]) s->cand[n++] = i;
-    if (n == 0) return best;
+    if (n == 0) return 0;
     int sorted = 0;
     if (p->top_k > 0 && p->top_k < n) {
         partial_top(s->cand, n, p->top_k, logits);
@@ -135,27 +146,76 @@ int32_t ds4_sample(ds4_sampler *s, const float *logits) {
         qsort_r(s->cand, (size_t)n, sizeof *s->cand, cmp_desc, (void *)logits);
         sorted = 1;
     }
-    double sum = 0;
+    double z = 0;
     for (int i = 0; i < n; i++) {
         double e = exp((double)(logits[s->cand[i]] - lmax) * invT);
         s->prob[i] = (float)e;
-        sum += e;
+        z += e;
     }
     if (sorted) {
         double acc = 0;
         int keep = n;
         for (int i = 0; i < n; i++) {
             acc += s->prob[i];
-            if (acc >= p->top_p * sum) { keep = i + 1; break; }
+            if (acc >= p->top_p * z) { keep = i + 1; break; }
         }
         n = keep;
-        sum = 0;
-        for (int i = 0; i < n; i++) sum += s->prob[i];
+        z = 0;
+        for (int i = 0; i < n; i++) z += s->prob[i];
     }
+    *sum = z;
+    return n;
+}
+
+int32_t ds4_sample(ds4_sampler *s, const float *logits) {
+    double sum = 0;
+    int32_t best;
+    int n = filter(s, logits, &sum, &best);
+    if (n == 0) return best;
     double r = next_unit(s) * sum, acc = 0;
     for (int i = 0; i < n; i++) {
         acc += s->prob[i];
         if (r < acc) return s->cand[i];
     }
     return s->cand[n - 1];
+}
+
+int ds4_sampler_is_greedy(const ds4_sampler *s) { return s->p.temperature <= 0.0f; }
+
+int ds4_sampler_n_vocab(const ds4_sampler *s) { return s->n_vocab; }
+
+double ds4_sampler_unit(ds4_sampler *s) { return next_unit(s); }
+
+void ds4_sampler_dist(ds4_sampler *s, const float *logits, float *dist) {
+    double sum = 0;
+    int32_t best;
+    int n = filter(s, logits, &sum, &best);
+    memset(dist, 0, (size_t)s->n_vocab * sizeof *dist);
+    if (n == 0 || !(sum > 0)) {
+        dist[best] = 1.0f;
+        return;
+    }
+    for (int i = 0; i < n; i++) dist[s->cand[i]] = (float)(s->prob[i] / sum);
+}
+
+const float *ds4_sampler_target(ds4_sampler *s, const float *logits) {
+    ds4_sampler_dist(s, logits, s->dist);
+    return s->dist;
+}
+
+/* Walks the vocabulary in id order, so the token drawn depends only on
+ * dist and the uniform, not on how dist was built. */
+int32_t ds4_sampler_draw(ds4_sampler *s, const float *dist) {
+    const int V = s->n_vocab;
+    double z = 0;
+    int last = 0;
+    for (int i = 0; i < V; i++)
+        if (dist[i] > 0.0f) { z += dist[i]; last = i; }
+    double r = next_unit(s) * z, acc = 0;
+    for (int i = 0; i < V; i++) {
+        if (!(dist[i] > 0.0f)) continue;
+        acc += dist[i];
+        if (r < acc) return i;
+    }
+    return last;   /* rounding at the top end */
 }

@@ -293,12 +293,14 @@ void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
     }
     if (w->has_mtp) {
         /* the MTP block's state (mtp.c: raw rows, kept main states, its
-         * own state and logits) */
+         * own state and logits, and the q of a sampled draft chain, which
+         * is allocated only on the first sampled draft) */
         const ds4_config *c = &w->cfg;
         uint64_t nd = (uint64_t)c->n_hc * c->n_embd;
         b += (uint64_t)(c->n_swa + chunk + DS4_DRAFT_PASS_MAX) * c->head_dim * 2 +
              (uint64_t)(c->n_swa + DS4_DRAFT_PASS_MAX + 2) * (nd * sizeof(float) + 8) +
-             nd * sizeof(float) + (uint64_t)c->n_vocab * sizeof(float);
+             nd * sizeof(float) + (uint64_t)c->n_vocab * sizeof(float) +
+             (uint64_t)(DS4_DRAFT_PASS_MAX - 1) * c->n_vocab * sizeof(float);
     }
     *kv = b;
     cpu_scratch tmp;

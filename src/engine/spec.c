@@ -5,11 +5,16 @@
  *
  * Owns: choosing which drafted tokens the target model keeps.  The staged
  * pass and its exact rollback are the session's (session.c); the logits
- * are the forward's.  Must not: change what plain decoding would output --
- * greedy output is token for token that of plain greedy decoding, and with
- * a sampler every emitted token is one draw of the same sampler on the
- * same logits a plain decode would have used, so a seeded run also
- * matches token for token.
+ * are the forward's; the draws and distributions are the sampler's.
+ * Must not: change what plain decoding would output -- greedy output is
+ * token for token that of plain greedy decoding; with a sampler, each
+ * emitted token is distributed exactly as plain sampling's.  Deterministic
+ * drafts (prompt lookup, greedy MTP) are judged by "draw from p and
+ * compare", one sampler draw per emitted token in plain decoding's order,
+ * so a seeded run matches plain seeded decoding token for token.  Sampled
+ * MTP drafts (ds4_spec_step_mtp) are judged by the speculative-sampling
+ * rule, which draws differently: same distribution, same output for the
+ * same seed, not the same tokens as plain seeded decoding.
  */
 #include <math.h>
 #include <string.h>
@@ -37,18 +42,75 @@ int ds4_lookup_draft(const int32_t *hist, int n, int max_draft, int32_t *out) {
     return 0;
 }
 
-int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *draft,
-                  int n_draft, int32_t stop, int32_t *out, int *n_out, ds4_spec_stats *st) {
+/* Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): a draft
+ * d drawn from q is kept with probability min(1, p(d)/q(d)); otherwise a
+ * token is drawn from max(0, p - q), normalized.  The emitted token is
+ * then distributed exactly as p.  Split in two so that the verifier draws
+ * the residual's uniform only when a draft is rejected. */
+static int spec_accept(const float *p, const float *q, int n, int32_t draft, double u) {
+    if (draft < 0 || draft >= n || !(q[draft] > 0.0f)) return 0;
+    return u < (double)p[draft] / (double)q[draft];
+}
+
+static int32_t spec_residual(const float *p, const float *q, int n, int32_t draft, double u) {
+    double z = 0;
+    for (int i = 0; i < n; i++) z += p[i] > q[i] ? (double)p[i] - q[i] : 0.0;
+    /* p <= q everywhere means p == q (both sum to 1, up to rounding): the
+     * accept test passes then but for rounding, and the draft stands */
+    if (z <= 0) return draft;
+    double x = u * z, acc = 0;
+    int last = -1;
+    for (int i = 0; i < n; i++) {
+        if (p[i] <= q[i]) continue;
+        last = i;
+        acc += (double)p[i] - q[i];
+        if (x < acc) return i;
+    }
+    return last;   /* rounding at the top end */
+}
+
+int32_t ds4_spec_resolve(const float *p, const float *q, int n, int32_t draft,
+                         double u_accept, double u_resample) {
+    if (spec_accept(p, q, n, draft, u_accept)) return draft;
+    return spec_residual(p, q, n, draft, u_resample);
+}
+
+int32_t ds4_spec_judge(ds4_sampler *smp, const float *logits, const float *q, int32_t draft,
+                       int *accepted) {
+    const float *p = ds4_sampler_target(smp, logits);
+    const int V = ds4_sampler_n_vocab(smp);
+    int ok = spec_accept(p, q, V, draft, ds4_sampler_unit(smp));
+    if (accepted) *accepted = ok;
+    return ok ? draft : spec_residual(p, q, V, draft, ds4_sampler_unit(smp));
+}
+
+/* One step; q (nd rows of n_vocab, or NULL) the distributions the drafts
+ * were drawn from.  With q and a sampling sampler, position i < nd is
+ * judged by the speculative-sampling rule against p_i = the sampler's
+ * target; otherwise the target draws (or takes the argmax) and compares,
+ * which is the same rule for a point-mass q. */
+static int spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *draft,
+                     const float *q, int n_draft, int32_t stop, int32_t *out, int *n_out,
+                     ds4_spec_stats *st) {
     *n_out = 0;
     const int V = s->m->w.cfg.n_vocab;
+    const int rule = q && smp && !ds4_sampler_is_greedy(smp);
     int room = s->ctx - (int)s->toks.n;
     if (room < 1) return DS4_ECTX;
     int nd = n_draft < 0 ? 0 : n_draft;
     if (nd > ds4_session_draft_capacity(s) - 1) nd = ds4_session_draft_capacity(s) - 1;
     if (nd > room - 1) nd = room - 1;
-    /* a stop token is never evaluated by plain decoding: drafts end before it */
+    /* a stop token is never evaluated by plain decoding: drafts end before
+     * it.  A sampled stop draft is still judged by the rule at its position
+     * (row nd of the pass): dropping it, a choice that depends on the
+     * draft's value, would bias that position's emitted token. */
+    int judge_stop = 0;
     for (int i = 0; i < nd; i++)
-        if (draft[i] == stop || draft[i] < 0 || draft[i] >= V) { nd = i; break; }
+        if (draft[i] == stop || draft[i] < 0 || draft[i] >= V) {
+            judge_stop = rule && draft[i] == stop;
+            nd = i;
+            break;
+        }
     int32_t pass[DS4_DRAFT_PASS_MAX];
     pass[0] = cur;
     if (nd) memcpy(pass + 1, draft, (size_t)nd * sizeof *pass);
@@ -57,6 +119,12 @@ int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *
     int acc = 0, k = 0;
     for (int i = 0; i <= nd; i++) {
         const float *L = ds4_session_draft_logits(s, i);
+        if (rule && (i < nd || judge_stop)) {
+            int ok;
+            out[k++] = ds4_spec_judge(smp, L, q + (size_t)i * V, draft[i], &ok);
+            if (ok && i < nd) { acc++; continue; }
+            break;   /* rejected, or the stop token: emitted, not evaluated */
+        }
         int32_t t = smp ? ds4_sample(smp, L) : ds4_sample_greedy(L, V);
         out[k++] = t;
         if (i < nd && t == draft[i]) { acc++; continue; }
@@ -74,26 +142,17 @@ int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *
     return DS4_OK;
 }
 
-/* Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): a draft
- * d drawn from q is kept with probability min(1, p(d)/q(d)); otherwise a
- * token is drawn from max(0, p - q), normalized.  The emitted token is
- * then distributed exactly as p. */
-int32_t ds4_spec_resolve(const float *p, const float *q, int n, int32_t draft,
-                         double u_accept, double u_resample) {
-    if (draft >= 0 && draft < n && q[draft] > 0.0f) {
-        double a = (double)p[draft] / (double)q[draft];
-        if (u_accept < a) return draft;
-    }
-    double z = 0;
-    for (int i = 0; i < n; i++) z += p[i] > q[i] ? (double)p[i] - q[i] : 0.0;
-    if (z <= 0) return draft;   /* p == q: the accept test above always passes */
-    double x = u_resample * z, acc = 0;
-    int last = -1;
-    for (int i = 0; i < n; i++) {
-        if (p[i] <= q[i]) continue;
-        last = i;
-        acc += (double)p[i] - q[i];
-        if (x < acc) return i;
-    }
-    return last;   /* rounding at the top end */
+int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *draft,
+                  int n_draft, int32_t stop, int32_t *out, int *n_out, ds4_spec_stats *st) {
+    return spec_step(s, smp, cur, draft, NULL, n_draft, stop, out, n_out, st);
+}
+
+int ds4_spec_step_mtp(ds4_session *s, ds4_sampler *smp, int32_t cur, int max_draft, int32_t stop,
+                      int32_t *out, int *n_out, ds4_spec_stats *st) {
+    *n_out = 0;
+    if (!s->mtp) return DS4_EUNSUP;
+    int32_t d[DS4_DRAFT_PASS_MAX];
+    int k = ds4_mtp_draft_sampled(s, smp, cur, max_draft, d);
+    if (k < 0) return k;
+    return spec_step(s, smp, cur, d, ds4_mtp_draft_dist(s, 0), k, stop, out, n_out, st);
 }
