@@ -169,7 +169,7 @@ static int resolve(const char *root, const char *path, int must_exist, char *out
     }
     /* walk up to the deepest existing ancestor */
     char head[PATH_MAX];
-    snprintf(head, sizeof head, "%s", full);
+    memcpy(head, full, strlen(full) + 1);   /* shorter than PATH_MAX: checked above */
     char *tail_start = NULL;
     for (;;) {
         char *slash = strrchr(head, '/');
