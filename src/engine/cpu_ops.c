@@ -330,6 +330,48 @@ void rms_norm(const float *x, const float *w, int n, float eps, float *out) {
     else for (int i = 0; i < n; i++) out[i] = x[i] * s;
 }
 
+/* rms_scale's sum is one serial chain of double adds: each add waits for
+ * the previous one (4 cycles), so a 16K-wide HC row costs ~65K cycles
+ * while the core could issue two adds per cycle.  Reordering the sum
+ * would change the bits, so instead RMS_ROWS rows are summed side by
+ * side: each row keeps its own chain in exactly rms_scale's order (same
+ * products, same adds, same final float steps), and the chains of
+ * different rows overlap.  Rows past the last full group go through
+ * rms_scale itself. */
+#define RMS_ROWS 8
+
+void rms_scale_rows(const float *x, size_t xs, int nr, int n, float eps, float *out) {
+    int r0 = 0;
+    for (; r0 + RMS_ROWS <= nr; r0 += RMS_ROWS) {
+        const float *p[RMS_ROWS];
+        double ss[RMS_ROWS];
+        for (int r = 0; r < RMS_ROWS; r++) {
+            p[r] = x + (size_t)(r0 + r) * xs;
+            ss[r] = 0;
+        }
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < RMS_ROWS; r++) ss[r] += (double)p[r][i] * p[r][i];
+        for (int r = 0; r < RMS_ROWS; r++) out[r0 + r] = 1.0f / sqrtf((float)(ss[r] / n) + eps);
+    }
+    for (; r0 < nr; r0++) out[r0] = rms_scale(x + (size_t)r0 * xs, n, eps);
+}
+
+void rms_norm_rows(const float *x, size_t xs, const float *w, int nr, int n, float eps,
+                   float *out, size_t os) {
+    float sc[RMS_ROWS];
+    for (int r0 = 0; r0 < nr; r0 += RMS_ROWS) {
+        int nb = nr - r0 < RMS_ROWS ? nr - r0 : RMS_ROWS;
+        rms_scale_rows(x + (size_t)r0 * xs, xs, nb, n, eps, sc);
+        for (int r = 0; r < nb; r++) {
+            const float *xr = x + (size_t)(r0 + r) * xs;
+            float *o = out + (size_t)(r0 + r) * os, s = sc[r];
+            /* the same (x * s) * w as rms_norm */
+            if (w) for (int i = 0; i < n; i++) o[i] = xr[i] * s * w[i];
+            else for (int i = 0; i < n; i++) o[i] = xr[i] * s;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------- */
 /* RoPE                                                                    */
 /* ---------------------------------------------------------------------- */

@@ -70,6 +70,12 @@ void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
 /* Row helpers. */
 void rms_norm(const float *x, const float *w, int n, float eps, float *out);
 float rms_scale(const float *x, int n, float eps);
+/* The same per row, bit for bit, for nr rows at once (row r at x + r*xs,
+ * output row r at out + r*os; out may equal x when os == xs): faster
+ * because the rows' serial sums overlap (cpu_ops.c). */
+void rms_scale_rows(const float *x, size_t xs, int nr, int n, float eps, float *out);
+void rms_norm_rows(const float *x, size_t xs, const float *w, int nr, int n, float eps,
+                   float *out, size_t os);
 
 /* RoPE on the tail n_rot dims of one row, interleaved pairs. */
 typedef struct {

@@ -195,6 +195,31 @@ static void for_tokens(fwd *f, tok_fn fn, void *ud) {
     else ds4_pool_run(f->cc.pool, tok_task, &j);
 }
 
+/* Row-range steps: fn handles rows [t0, t0 + n), one contiguous range per
+ * thread, so row helpers can work on several rows at once
+ * (rms_norm_rows); a row's result does not depend on the range it is in. */
+typedef void (*rows_fn)(fwd *f, int t0, int n, void *ud);
+typedef struct { fwd *f; rows_fn fn; void *ud; int T; } rows_job;
+
+static void rows_task(void *ctx, int ith, int nth) {
+    rows_job *j = ctx;
+    long lo, hi;
+    ds4_split(j->T, ith, nth, &lo, &hi);
+    if (hi > lo) j->fn(j->f, (int)lo, (int)(hi - lo), j->ud);
+}
+
+static void for_rows(fwd *f, rows_fn fn, void *ud) {
+    rows_job j = { f, fn, ud, f->T };
+    if (f->T <= FOR_TOKENS_INLINE) rows_task(&j, 0, 1);
+    else ds4_pool_run(f->cc.pool, rows_task, &j);
+}
+
+/* min/max of a finite bound and a value, as fminf/fmaxf give them (a NaN
+ * value yields the bound) but inlined: the libm calls cost more than the
+ * SwiGLU they sit in.  Only for bounds that are not NaN. */
+static inline float min_bound(float v, float b) { return v < b ? v : b; }
+static inline float max_bound(float v, float b) { return v > b ? v : b; }
+
 static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 static inline float siluf(float z) { return z / (1.0f + expf(-z)); }
 
@@ -204,12 +229,12 @@ static inline float siluf(float z) { return z / (1.0f + expf(-z)); }
 
 typedef struct { const ds4_tensor *fn, *scale, *base; } hc_w;
 
-static void hc_flat_task(fwd *f, int t, void *ud) {
+static void hc_flat_rows(fwd *f, int t0, int nt, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     int n = c->n_hc * c->n_embd;
-    rms_norm(sc->X + (size_t)t * n, NULL, n, c->rms_eps, sc->flat + (size_t)t * n);
+    rms_norm_rows(sc->X + (size_t)t0 * n, n, NULL, nt, n, c->rms_eps, sc->flat + (size_t)t0 * n, n);
 }
 
 static void sinkhorn(float *C, int N, int iters, float eps) {
@@ -252,10 +277,12 @@ static void hc_mix_task(fwd *f, int t, void *ud) {
     sinkhorn(C, N, c->hc_iters, c->hc_eps);
     const float *X = sc->X + (size_t)t * N * D;
     float *x = sc->cur + (size_t)t * D;
-    for (int k = 0; k < D; k++) {
-        float acc = 0;
-        for (int s = 0; s < N; s++) acc += pre[s] * X[(size_t)s * D + k];
-        x[k] = acc;
+    /* x[k] = ((0 + pre0 X0[k]) + pre1 X1[k]) + ...: one vectorisable pass
+     * per stream, the same adds in the same order for every element */
+    for (int k = 0; k < D; k++) x[k] = 0.0f;
+    for (int s = 0; s < N; s++) {
+        const float *Xs = X + (size_t)s * D, p = pre[s];
+        for (int k = 0; k < D; k++) x[k] += p * Xs[k];
     }
 }
 
@@ -264,7 +291,7 @@ static void hc_pre(fwd *f, const hc_w *h) {
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     const int ND = c->n_hc * c->n_embd, M = (2 + c->n_hc) * c->n_hc;
-    for_tokens(f, hc_flat_task, NULL);
+    for_rows(f, hc_flat_rows, NULL);
     mm(f, h->fn, sc->flat, ND, sc->mix, M);
     for_tokens(f, hc_mix_task, (void *)h);
 }
@@ -279,12 +306,16 @@ static void hc_post_task(fwd *f, int t, void *ud) {
     const float *y = sc->y + (size_t)t * D;
     const float *post = sc->post + (size_t)t * N;
     const float *C = sc->comb + (size_t)t * N * N;
+    /* o[k] = ((post y[k] + C0b X0[k]) + C1b X1[k]) + ...: one vectorisable
+     * pass per stream over the output row (in L1), each element getting
+     * the same operations in the same order as a per-element loop */
     for (int b = 0; b < N; b++) {
         float *o = Xn + (size_t)b * D;
-        for (int k = 0; k < D; k++) {
-            float acc = post[b] * y[k];
-            for (int a = 0; a < N; a++) acc += C[a * N + b] * X[(size_t)a * D + k];
-            o[k] = acc;
+        const float pb = post[b];
+        for (int k = 0; k < D; k++) o[k] = pb * y[k];
+        for (int a = 0; a < N; a++) {
+            const float *Xa = X + (size_t)a * D, cab = C[a * N + b];
+            for (int k = 0; k < D; k++) o[k] += cab * Xa[k];
         }
     }
 }
@@ -336,13 +367,14 @@ static void hc_post(fwd *f, int il, int which) {
 /* Attention (docs/MODEL.md §4)                                            */
 /* ---------------------------------------------------------------------- */
 
-static void norm_rows_task(fwd *f, int t, void *ud) {
+/* cur -> a: the sublayer's input norm (attention and FFN alike) */
+static void norm_rows(fwd *f, int t0, int nt, void *ud) {
     const ds4_tensor *w = ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     int D = c->n_embd;
     /* weights are F32 by validation */
-    rms_norm(sc->cur + (size_t)t * D, f32_of(w), D, c->rms_eps, sc->a + (size_t)t * D);
+    rms_norm_rows(sc->cur + (size_t)t0 * D, D, f32_of(w), nt, D, c->rms_eps, sc->a + (size_t)t0 * D, D);
 }
 
 typedef struct { int il; const rope_t *rope; } layer_ud;
@@ -365,11 +397,8 @@ static void q_post_task(fwd *f, int t, void *ud) {
     const float *cs = sc->cs + (size_t)t * hr, *sn = sc->sn + (size_t)t * hr;
     /* queries: per-head RMSNorm without weight, then RoPE on the tail */
     float *q = sc->q + (size_t)t * c->n_head * d;
-    for (int h = 0; h < c->n_head; h++) {
-        float *qh = q + (size_t)h * d;
-        rms_norm(qh, NULL, d, c->rms_eps, qh);
-        rope_apply(qh, d, c->n_rot, cs, sn, 0);
-    }
+    rms_norm_rows(q, d, NULL, c->n_head, d, c->rms_eps, q, d);   /* the heads as rows */
+    for (int h = 0; h < c->n_head; h++) rope_apply(q + (size_t)h * d, d, c->n_rot, cs, sn, 0);
     kv_post(f, t, lw);
 }
 
@@ -393,12 +422,13 @@ static void kv_post_task(fwd *f, int t, void *ud) {
     kv_post(f, t, layer_w(f, L->il));
 }
 
-static void qr_norm_task(fwd *f, int t, void *ud) {
+static void qr_norm_rows(fwd *f, int t0, int nt, void *ud) {
     const layer_ud *L = ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
-    rms_norm(sc->qa + (size_t)t * c->q_lora, f32_of(&layer_w(f, L->il)->attn_q_a_norm),
-             c->q_lora, c->rms_eps, sc->qr + (size_t)t * c->q_lora);
+    const size_t ql = (size_t)c->q_lora;
+    rms_norm_rows(sc->qa + (size_t)t0 * ql, ql, f32_of(&layer_w(f, L->il)->attn_q_a_norm), nt,
+                  c->q_lora, c->rms_eps, sc->qr + (size_t)t0 * ql, ql);
 }
 
 /* Push one token's projected (kv, score) rows into a compressor frontier;
@@ -734,7 +764,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         for (int h = 0; h < nh; h++) {
             float *w = wbuf + (size_t)h * wcap;
             float sink = tval(&lw->attn_sinks, h0 + h), mx = sink;
-            for (int r = 0; r < nk; r++) mx = fmaxf(mx, w[r]);
+            for (int r = 0; r < nk; r++) mx = max_bound(w[r], mx);
             float den = expf(sink - mx);
             for (int r = 0; r < nk; r++) { w[r] = expf(w[r] - mx); den += w[r]; }
             inv[h] = 1.0f / den;   /* reciprocal, as the original engine */
@@ -800,7 +830,7 @@ static void attention(fwd *f, int il) {
 
     hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
     hc_pre(f, &h);
-    for_tokens(f, norm_rows_task, (void *)&lw->attn_norm);
+    for_rows(f, norm_rows, (void *)&lw->attn_norm);
     for_tokens(f, rope_tables_task, &L);
 
     /* every projection of the normed input in one section: queries'
@@ -819,7 +849,7 @@ static void attention(fwd *f, int il) {
         }
     }
     mm_multi(f, sc->a, D, D, sp, ns);
-    for_tokens(f, qr_norm_task, &L);
+    for_rows(f, qr_norm_rows, &L);
     /* the indexer's queries (a 16 MB matrix in Flash) only when some token
      * of the chunk sees more compressed rows than top_k */
     int need_idx = 0;
@@ -917,14 +947,6 @@ static void attention(fwd *f, int il) {
 /* MoE FFN (docs/MODEL.md §5)                                             */
 /* ---------------------------------------------------------------------- */
 
-static void ffn_norm_task(fwd *f, int t, void *ud) {
-    const ds4_tensor *w = ud;
-    const ds4_config *c = f->c;
-    cpu_scratch *sc = f->sc;
-    rms_norm(sc->cur + (size_t)t * c->n_embd, f32_of(w), c->n_embd, c->rms_eps,
-             sc->a + (size_t)t * c->n_embd);
-}
-
 static float softplus_stable(float x) {
     if (x > 20.0f) return x;
     if (x < -20.0f) return expf(x);
@@ -990,8 +1012,8 @@ static void swiglu_task(void *ctx, int ith, int nth) {
         for (int i = 0; i < j->F; i++) {
             float gv = g[i], uv = u[i];
             if (c > 1e-6f) {
-                gv = fminf(gv, c);
-                uv = fminf(fmaxf(uv, -c), c);
+                gv = min_bound(gv, c);
+                uv = min_bound(max_bound(uv, -c), c);
             }
             float m = siluf(gv) * uv;
             g[i] = j->wrow ? m * wt : m;
@@ -1066,6 +1088,37 @@ static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, cons
     return got < 0 ? got : DS4_OK;
 }
 
+/* Adding the routed outputs into their tokens' rows: pair i (sorted by
+ * expert) goes to token erows[i].  Threads take column ranges and each
+ * walks every pair in order, so every element still gets its experts in
+ * ascending expert order (the same adds as one thread); ~200 MB of `down`
+ * rows per layer at chunk 2048 no longer stream through one core while
+ * the others wait. */
+typedef struct { cpu_scratch *sc; int t0, npairs, D; } moe_scatter_job;
+
+static void moe_scatter_task(void *ctx, int ith, int nth) {
+    moe_scatter_job *j = ctx;
+    cpu_scratch *sc = j->sc;
+    long k0, k1;
+    /* 16-float column blocks: threads share at most the lines at a range edge */
+    ds4_split((j->D + 15) / 16, ith, nth, &k0, &k1);
+    k0 *= 16;
+    k1 = k1 * 16 < j->D ? k1 * 16 : j->D;
+    for (int i = 0; i < j->npairs; i++) {
+        float *o = sc->moe + (size_t)(j->t0 + sc->erows[i]) * j->D;
+        const float *dv = sc->dn + (size_t)i * j->D;
+        for (long k = k0; k < k1; k++) o[k] += dv[k];
+    }
+}
+
+/* y = routed + shared */
+static void moe_out_rows(fwd *f, int t0, int nt, void *ud) {
+    (void)ud;
+    cpu_scratch *sc = f->sc;
+    const size_t D = (size_t)f->c->n_embd;
+    for (size_t i = (size_t)t0 * D; i < (size_t)(t0 + nt) * D; i++) sc->y[i] = sc->moe[i] + sc->shared[i];
+}
+
 static int moe(fwd *f, int il, const int32_t *toks) {
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = layer_w(f, il);
@@ -1074,7 +1127,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
 
     hc_w h = { &lw->hc_ffn_fn, &lw->hc_ffn_scale, &lw->hc_ffn_base };
     hc_pre(f, &h);
-    for_tokens(f, ffn_norm_task, (void *)&lw->ffn_norm);
+    for_rows(f, norm_rows, (void *)&lw->ffn_norm);
 
     /* router and the shared expert's gate/up read the same input */
     int FS = (int)lw->ffn_gate_shexp.ne[1];
@@ -1168,17 +1221,15 @@ static int moe(fwd *f, int il, const int32_t *toks) {
         }
         /* per token, experts are added in ascending expert order whatever
          * the batch, so decode and prefill sum identically */
-        for (int i = 0; i < npairs; i++) {
-            float *o = sc->moe + (size_t)(t0 + sc->erows[i]) * D;
-            const float *dv = sc->dn + (size_t)i * D;
-            for (int k = 0; k < D; k++) o[k] += dv[k];
-        }
+        moe_scatter_job sj = { sc, t0, npairs, D };
+        if (npairs < 64) moe_scatter_task(&sj, 0, 1);
+        else ds4_pool_run(f->cc.pool, moe_scatter_task, &sj);
     }
 
     /* shared expert: same SwiGLU and clamp, no routing weight */
     swiglu(f, sc->shared_g, sc->shared_u, T, FS, lw->swiglu_clamp, NULL);
     mm(f, &lw->ffn_down_shexp, sc->shared_g, FS, sc->shared, D);
-    for (size_t i = 0; i < (size_t)T * D; i++) sc->y[i] = sc->moe[i] + sc->shared[i];
+    for_rows(f, moe_out_rows, NULL);
     hc_post(f, il, 1);
     return DS4_OK;
 }
@@ -1307,7 +1358,7 @@ int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hp
     /* the attention sublayer's input up to the KV head, as attention() */
     hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
     hc_pre(&f, &h);
-    for_tokens(&f, norm_rows_task, (void *)&lw->attn_norm);
+    for_rows(&f, norm_rows, (void *)&lw->attn_norm);
     layer_ud L = { il, &s->m->rope_dense };
     for_tokens(&f, rope_tables_task, &L);
     mm(&f, &lw->attn_kv, sc->a, D, sc->kv, d);
