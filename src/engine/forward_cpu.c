@@ -21,8 +21,10 @@
 #include <float.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "engine/imatrix.h"
@@ -69,6 +71,104 @@ static inline int64_t row_pos(const fwd *f, int t) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* DS4_PROFILE=1: where a pass's time goes (issue 16)                      */
+/* ---------------------------------------------------------------------- */
+
+/* Each leaf step of a pass (a parallel section, or a serial loop on the
+ * calling thread) adds its wall time and the process's CPU time (all
+ * threads: what the pool's workers used, idle spinning included) to its
+ * stage; the passes' totals less the stages is "other" (dispatch,
+ * bookkeeping, --dist transfers, SSD reads).  The table goes to stderr
+ * when the process exits.  Off, each leaf costs one predictable branch;
+ * on, two clock reads per leaf (a few hundred per layer), which slows
+ * decode by ~1 % and a 2048-token chunk by far less. */
+enum {
+    PS_MM,       /* cpu_matmul_groups: every weight product */
+    PS_QUANT,    /* activation rows quantized for the matmuls */
+    PS_ATTN,     /* attention over the window and compressed rows, window append */
+    PS_IDX,      /* indexer queries, scores, top-k */
+    PS_COMP,     /* compressor frontiers: ape, pooling, finishing rows */
+    PS_HC,       /* hyper-connections: HC input norm, mix, Sinkhorn, post; head mix */
+    PS_NORM,     /* sublayer norms, q/kv norms, RoPE, KV roundings */
+    PS_ROUTE,    /* router: softplus, top-k, weights */
+    PS_SWIGLU,   /* SwiGLU of routed and shared experts */
+    PS_MOEGS,    /* MoE gather (bucketing by expert) and scatter (sums), y */
+    PS_EMBED,    /* token embedding, MTP input */
+    PS_N
+};
+static const char *const prof_name[PS_N] = {
+    "matmul", "act quantize", "attention", "indexer", "compressor", "HC",
+    "norm/rope", "router", "swiglu", "moe gather/scatter", "embed",
+};
+static int prof_state;   /* 0 not read yet, 1 off, 2 on (set once, first pass) */
+static _Atomic uint64_t prof_wall[PS_N], prof_cpu[PS_N], prof_tot_wall, prof_tot_cpu;
+static _Atomic uint64_t prof_passes, prof_rows;
+
+typedef struct { uint64_t wall, cpu; } prof_t;
+
+static uint64_t clk_ns(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline prof_t prof_now(void) {
+    prof_t t = { 0, 0 };
+    if (prof_state == 2) {
+        t.wall = clk_ns(CLOCK_MONOTONIC);
+        t.cpu = clk_ns(CLOCK_PROCESS_CPUTIME_ID);
+    }
+    return t;
+}
+
+static inline void prof_add(int st, prof_t t0) {
+    if (prof_state != 2) return;
+    prof_t t = prof_now();
+    atomic_fetch_add_explicit(&prof_wall[st], t.wall - t0.wall, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_cpu[st], t.cpu - t0.cpu, memory_order_relaxed);
+}
+
+/* time one leaf statement */
+#define PROF(st, stmt) do { prof_t pt0_ = prof_now(); stmt; prof_add((st), pt0_); } while (0)
+
+static void prof_report(void) {
+    double tw = (double)prof_tot_wall * 1e-9, tc = (double)prof_tot_cpu * 1e-9, sw = 0, sc = 0;
+    fprintf(stderr, "ds4 profile (DS4_PROFILE): %llu passes, %llu rows, wall %.3f s, CPU %.3f s\n",
+            (unsigned long long)prof_passes, (unsigned long long)prof_rows, tw, tc);
+    fprintf(stderr, "  %-20s %10s %7s %10s %7s\n", "stage", "wall s", "wall %", "CPU s", "CPU %");
+    for (int i = 0; i <= PS_N; i++) {
+        double w, c;
+        if (i < PS_N) { w = (double)prof_wall[i] * 1e-9; c = (double)prof_cpu[i] * 1e-9; sw += w; sc += c; }
+        else { w = tw - sw; c = tc - sc; }
+        fprintf(stderr, "  %-20s %10.3f %6.1f%% %10.3f %6.1f%%\n", i < PS_N ? prof_name[i] : "other",
+                w, tw > 0 ? 100 * w / tw : 0, c, tc > 0 ? 100 * c / tc : 0);
+    }
+    double mw = (double)prof_wall[PS_MM] * 1e-9, mc = (double)prof_cpu[PS_MM] * 1e-9;
+    fprintf(stderr, "  outside the matmuls: %.1f%% of wall, %.1f%% of CPU\n",
+            tw > 0 ? 100 * (tw - mw) / tw : 0, tc > 0 ? 100 * (tc - mc) / tc : 0);
+}
+
+/* A pass begins: read DS4_PROFILE once (passes of one process run on
+ * one thread at a time, the first one decides before any other exists). */
+static prof_t prof_pass_begin(void) {
+    if (!prof_state) {
+        const char *e = getenv("DS4_PROFILE");
+        prof_state = e && *e && strcmp(e, "0") ? 2 : 1;
+        if (prof_state == 2) atexit(prof_report);
+    }
+    return prof_now();
+}
+
+static void prof_pass_end(prof_t t0, int rows) {
+    if (prof_state != 2) return;
+    prof_t t = prof_now();
+    atomic_fetch_add_explicit(&prof_tot_wall, t.wall - t0.wall, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_tot_cpu, t.cpu - t0.cpu, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_passes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_rows, (uint64_t)rows, memory_order_relaxed);
+}
+
+/* ---------------------------------------------------------------------- */
 /* helpers                                                                 */
 /* ---------------------------------------------------------------------- */
 
@@ -85,10 +185,6 @@ static float tval(const ds4_tensor *t, int i) {
     return 0.0f;
 }
 
-static void mm(fwd *f, const ds4_tensor *t, const float *x, size_t xs,
-               float *y, size_t ys) {
-    cpu_matmul(&f->cc, mat_of(t), f->no_qat, x, xs, f->T, y, ys, f->sc->qscratch);
-}
 
 /* Several weights applied to the same input rows in one parallel section:
  * fewer synchronisations per token and better balance than one section per
@@ -125,8 +221,10 @@ static void qrows_task(void *ctx, int ith, int nth) {
 static void quantize_rows(fwd *f, act_kind k, const float *x, size_t xs, int n, uint8_t *q,
                           size_t rb, int T) {
     qrows_job j = { k, x, xs, rb, n, q, T };
+    prof_t t0 = prof_now();
     if (T < 8) qrows_task(&j, 0, 1);
     else ds4_pool_run(f->cc.pool, qrows_task, &j);
+    prof_add(PS_QUANT, t0);
 }
 
 static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
@@ -168,8 +266,18 @@ static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *s
             }
             g[j] = gg;
         }
-        cpu_matmul_groups(&f->cc, g, ng);
+        PROF(PS_MM, cpu_matmul_groups(&f->cc, g, ng));
     }
+}
+
+/* One weight: mm_multi with a single spec, so the activation rows are
+ * quantized by the pool (cpu_matmul would quantize them all on the
+ * calling thread while the others wait: ~1 % of a prefill step for
+ * attn_output_b and the shared expert's down alone). */
+static void mm(fwd *f, const ds4_tensor *t, const float *x, size_t xs,
+               float *y, size_t ys) {
+    mm_spec sp = spec(t, y, ys);
+    mm_multi(f, x, xs, (int)t->ne[0], &sp, 1);
 }
 
 typedef void (*tok_fn)(fwd *f, int t, void *ud);
@@ -291,9 +399,9 @@ static void hc_pre(fwd *f, const hc_w *h) {
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     const int ND = c->n_hc * c->n_embd, M = (2 + c->n_hc) * c->n_hc;
-    for_rows(f, hc_flat_rows, NULL);
+    PROF(PS_HC, for_rows(f, hc_flat_rows, NULL));
     mm(f, h->fn, sc->flat, ND, sc->mix, M);
-    for_tokens(f, hc_mix_task, (void *)h);
+    PROF(PS_HC, for_tokens(f, hc_mix_task, (void *)h));
 }
 
 static void hc_post_task(fwd *f, int t, void *ud) {
@@ -344,8 +452,10 @@ static void steer_task(fwd *f, int t, void *ud) {
  * steered layer; optionally captured (the capture shows the steered state). */
 static void hc_post(fwd *f, int il, int which) {
     cpu_scratch *sc = f->sc;
+    prof_t t0 = prof_now();
     for_tokens(f, hc_post_task, NULL);
     float *t = sc->X; sc->X = sc->X2; sc->X2 = t;
+    prof_add(PS_HC, t0);
     if (il >= f->c->n_layer) return;   /* the MTP layer: no steering, no capture */
     int any = 0;
     for (int i = 0; i < f->n_it; i++) any |= steered(f->it[i].s, il);
@@ -830,8 +940,8 @@ static void attention(fwd *f, int il) {
 
     hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
     hc_pre(f, &h);
-    for_rows(f, norm_rows, (void *)&lw->attn_norm);
-    for_tokens(f, rope_tables_task, &L);
+    PROF(PS_NORM, for_rows(f, norm_rows, (void *)&lw->attn_norm));
+    PROF(PS_NORM, for_tokens(f, rope_tables_task, &L));
 
     /* every projection of the normed input in one section: queries'
      * low-rank path, the KV head, the compressors */
@@ -849,7 +959,7 @@ static void attention(fwd *f, int il) {
         }
     }
     mm_multi(f, sc->a, D, D, sp, ns);
-    for_rows(f, qr_norm_rows, &L);
+    PROF(PS_NORM, for_rows(f, qr_norm_rows, &L));
     /* the indexer's queries (a 16 MB matrix in Flash) only when some token
      * of the chunk sees more compressed rows than top_k */
     int need_idx = 0;
@@ -860,9 +970,10 @@ static void attention(fwd *f, int il) {
     if (need_idx) sp[ns++] = spec(&lw->idx_q_b, sc->iq, (size_t)c->idx_heads * c->idx_dim);
     mm_multi(f, sc->qr, c->q_lora, c->q_lora, sp, ns);
     if (need_idx) mm(f, &lw->idx_proj, sc->a, D, sc->iw, c->idx_heads);
-    for_tokens(f, q_post_task, &L);
+    PROF(PS_NORM, for_tokens(f, q_post_task, &L));
 
     /* append each item's new raw rows to its session's window */
+    prof_t t0 = prof_now();
     for (int i = 0; i < f->n_it; i++) {
         ds4_cpu_item *it = &f->it[i];
         layer_state *st = it->st = layer_st(it->s, il);
@@ -872,8 +983,10 @@ static void attention(fwd *f, int il) {
                kv_row(it->s, st->raw, (size_t)(st->raw_start + st->raw_len), d), (size_t)it->n, d);
         st->raw_len += it->n;
     }
+    prof_add(PS_ATTN, t0);
 
     if (lw->ratio) {
+        t0 = prof_now();
         const int R = lw->ratio, cw = cwid;
         add_ape(f, &lw->comp_ape, sc->csc);
         if (lw->has_indexer) add_ape(f, &lw->idx_comp_ape, sc->isc);
@@ -907,13 +1020,16 @@ static void attention(fwd *f, int il) {
                 }
             }
         }
+        prof_add(PS_COMP, t0);
         if (lw->has_indexer) {
+            t0 = prof_now();
             if (need_idx) {
                 for_tokens(f, idx_q_task, NULL);
                 idx_select(f, il);
             } else {
                 for (int t = 0; t < T; t++) sc->ntopk[t] = -1;
             }
+            prof_add(PS_IDX, t0);
         }
     }
 
@@ -925,7 +1041,7 @@ static void attention(fwd *f, int il) {
         j.grab = g < 1 ? 1 : g > 4 ? 4 : g;
         atomic_init(&j.next, 0);
     }
-    ds4_pool_run(f->cc.pool, attn_task, &j);
+    PROF(PS_ATTN, ds4_pool_run(f->cc.pool, attn_task, &j));
 
     /* grouped low-rank output: group g maps its heads through rows
      * [g*o_lora, (g+1)*o_lora) of attn_output_a */
@@ -1023,8 +1139,10 @@ static void swiglu_task(void *ctx, int ith, int nth) {
 
 static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const float *wrow) {
     swiglu_job j = { f, clamp, g, u, n, F, wrow };
+    prof_t t0 = prof_now();
     if ((long)n * F < 65536) swiglu_task(&j, 0, 1);
     else ds4_pool_run(f->cc.pool, swiglu_task, &j);
+    prof_add(PS_SWIGLU, t0);
 }
 
 /* --ssd-streaming (expert_cache.c): the routed products of one MoE
@@ -1068,7 +1186,7 @@ static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, cons
             gg.out = sc->u + (size_t)sc->eoff[e] * F;
             grp[ng++] = gg;
         }
-        cpu_matmul_groups(&f->cc, grp, ng);
+        PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
         ng = 0;
         for (int j = 0; j < got; j++) {
             int e = need[idx[j]], r0 = sc->eoff[e], n = sc->ecount[e];
@@ -1081,7 +1199,7 @@ static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, cons
             gd.W.w = w3[2];
             grp[ng++] = gd;
         }
-        cpu_matmul_groups(&f->cc, grp, ng);
+        PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
         xc_release(xc, idx, got);
     }
     xc_end(xc);
@@ -1127,7 +1245,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
 
     hc_w h = { &lw->hc_ffn_fn, &lw->hc_ffn_scale, &lw->hc_ffn_base };
     hc_pre(f, &h);
-    for_rows(f, norm_rows, (void *)&lw->ffn_norm);
+    PROF(PS_NORM, for_rows(f, norm_rows, (void *)&lw->ffn_norm));
 
     /* router and the shared expert's gate/up read the same input */
     int FS = (int)lw->ffn_gate_shexp.ne[1];
@@ -1136,10 +1254,10 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                       spec(&lw->ffn_up_shexp, sc->shared_u, FS) };
     mm_multi(f, sc->a, D, D, sp, 3);
     route_ud r = { il, toks };
-    for_tokens(f, route_task, &r);
+    PROF(PS_ROUTE, for_tokens(f, route_task, &r));
 
     /* routed experts in sub-batches of MOE_T tokens, grouped by expert */
-    memset(sc->moe, 0, (size_t)T * D * sizeof(float));
+    PROF(PS_MOEGS, memset(sc->moe, 0, (size_t)T * D * sizeof(float)));
     act_kind kin = act_kind_for(lw->ffn_gate_exps.type, f->no_qat);
     act_kind kdn = act_kind_for(lw->ffn_down_exps.type, f->no_qat);
     size_t rb_in = act_row_bytes(kin, D), rb_dn = act_row_bytes(kdn, F);
@@ -1153,6 +1271,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
         uint8_t *ain = sc->qscratch;
         quantize_rows(f, kin, sc->a + (size_t)t0 * D, D, D, ain, rb_in, nt);
         /* bucket (token, slot) pairs by expert, tokens ascending */
+        prof_t tb = prof_now();
         memset(sc->ecount, 0, (size_t)E * sizeof(int));
         for (int t = 0; t < nt; t++)
             for (int k = 0; k < K; k++) sc->ecount[sc->sel[(size_t)(t0 + t) * K + k]]++;
@@ -1167,6 +1286,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                 wrow[i] = sc->wts[(size_t)(t0 + t) * K + k];
             }
         int npairs = nt * K;
+        prof_add(PS_MOEGS, tb);
         /* this rank's (token, slot) rows: experts are contiguous in them */
         int r_lo = e_lo < E ? sc->eoff[e_lo] : npairs, r_hi = e_hi < E ? sc->eoff[e_hi] : npairs;
         if (f->s->m->xc && il < c->n_layer) {
@@ -1190,7 +1310,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                 gg.out = sc->u + (size_t)sc->eoff[e] * F;
                 grp[ng++] = gg;
             }
-            cpu_matmul_groups(&f->cc, grp, ng);
+            PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
             /* the routed weight multiplies the hidden vector before `down` */
             swiglu(f, sc->g + (size_t)r_lo * F, sc->u + (size_t)r_lo * F, r_hi - r_lo, F,
                    lw->swiglu_clamp, wrow + r_lo);
@@ -1211,7 +1331,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                                 .out = sc->dn + (size_t)sc->eoff[e] * D, .out_stride = D };
                 grp[ng++] = gd;
             }
-            cpu_matmul_groups(&f->cc, grp, ng);
+            PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
         }
         /* every rank gets every rank's rows, then sums them exactly as one
          * process does (not MPI_SUM): the results stay bit-identical */
@@ -1222,14 +1342,16 @@ static int moe(fwd *f, int il, const int32_t *toks) {
         /* per token, experts are added in ascending expert order whatever
          * the batch, so decode and prefill sum identically */
         moe_scatter_job sj = { sc, t0, npairs, D };
+        tb = prof_now();
         if (npairs < 64) moe_scatter_task(&sj, 0, 1);
         else ds4_pool_run(f->cc.pool, moe_scatter_task, &sj);
+        prof_add(PS_MOEGS, tb);
     }
 
     /* shared expert: same SwiGLU and clamp, no routing weight */
     swiglu(f, sc->shared_g, sc->shared_u, T, FS, lw->swiglu_clamp, NULL);
     mm(f, &lw->ffn_down_shexp, sc->shared_g, FS, sc->shared, D);
-    for_rows(f, moe_out_rows, NULL);
+    PROF(PS_MOEGS, for_rows(f, moe_out_rows, NULL));
     hc_post(f, il, 1);
     return DS4_OK;
 }
@@ -1292,9 +1414,9 @@ static void head(fwd *f, int nh, const head_w *hw) {
     cpu_scratch *sc = f->sc;
     int T = f->T;
     f->T = nh;
-    for_tokens(f, head_flat_task, NULL);
+    PROF(PS_HC, for_tokens(f, head_flat_task, NULL));
     mm(f, hw->fn, sc->flat, (size_t)c->n_hc * c->n_embd, sc->mix, c->n_hc);
-    for_tokens(f, head_mix_task, (void *)hw);
+    PROF(PS_HC, for_tokens(f, head_mix_task, (void *)hw));
     mm(f, &w->output, sc->ylast, c->n_embd, sc->logits, c->n_vocab);
     f->T = T;
 }
@@ -1323,6 +1445,7 @@ static void mtp_input(fwd *f, const int32_t *toks, const float *const *Hprev) {
     cpu_scratch *sc = f->sc;
     const int D = c->n_embd, N = c->n_hc, T = f->T;
     const ds4_tensor *E = &f->w->token_embd;
+    prof_t t0 = prof_now();
     for (int t = 0; t < T; t++) {
         ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, sc->cur + (size_t)t * D, D);
         rms_norm(sc->cur + (size_t)t * D, f32_of(&mw->enorm), D, c->rms_eps, sc->a + (size_t)t * D);
@@ -1332,21 +1455,24 @@ static void mtp_input(fwd *f, const int32_t *toks, const float *const *Hprev) {
             else memset(o, 0, (size_t)D * sizeof(float));
         }
     }
+    prof_add(PS_EMBED, t0);
     mm(f, &mw->e_proj, sc->a, D, sc->y, D);
     /* h_proj applies to every stream: T*N rows of width D (the flat and X2
      * blocks hold T rows of N*D) */
     f->T = T * N;
     mm(f, &mw->h_proj, sc->flat, D, sc->X2, D);
     f->T = T;
+    t0 = prof_now();
     for (int t = 0; t < T; t++)
         for (int s = 0; s < N; s++) {
             float *x = sc->X + ((size_t)t * N + s) * D;
             const float *e = sc->y + (size_t)t * D, *h = sc->X2 + ((size_t)t * N + s) * D;
             for (int k = 0; k < D; k++) x[k] = e[k] + h[k];
         }
+    prof_add(PS_EMBED, t0);
 }
 
-int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0) {
+static int mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0) {
     ds4_cpu_item it;
     fwd f = fwd_one(s, &it, toks, n, p0);
     const ds4_config *c = f.c;
@@ -1358,18 +1484,20 @@ int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hp
     /* the attention sublayer's input up to the KV head, as attention() */
     hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
     hc_pre(&f, &h);
-    for_rows(&f, norm_rows, (void *)&lw->attn_norm);
+    PROF(PS_NORM, for_rows(&f, norm_rows, (void *)&lw->attn_norm));
     layer_ud L = { il, &s->m->rope_dense };
-    for_tokens(&f, rope_tables_task, &L);
+    PROF(PS_NORM, for_tokens(&f, rope_tables_task, &L));
     mm(&f, &lw->attn_kv, sc->a, D, sc->kv, d);
-    for_tokens(&f, kv_post_task, &L);
+    PROF(PS_NORM, for_tokens(&f, kv_post_task, &L));
+    prof_t t0 = prof_now();
     raw_reserve(s, st, d, c->n_swa, n);
     kv_put(s, sc->kv, kv_row(s, st->raw, (size_t)(st->raw_start + st->raw_len), d), (size_t)n, d);
+    prof_add(PS_ATTN, t0);
     st->raw_len += n;
     return DS4_OK;
 }
 
-int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0) {
+static int mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0) {
     ds4_cpu_item it;
     fwd f = fwd_one(s, &it, &tok, 1, p0);
     const ds4_config *c = f.c;
@@ -1386,6 +1514,20 @@ int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0
     memcpy(s->mtp->logits, s->sc.logits, (size_t)c->n_vocab * sizeof(float));
     s->mtp->steps++;
     return DS4_OK;
+}
+
+int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0) {
+    prof_t t0 = prof_pass_begin();
+    int rc = mtp_rows(s, toks, Hprev, n, p0);
+    prof_pass_end(t0, n);
+    return rc;
+}
+
+int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0) {
+    prof_t t0 = prof_pass_begin();
+    int rc = mtp_step(s, tok, hprev, p0);
+    prof_pass_end(t0, 1);
+    return rc;
 }
 
 /* The layers of one pass.  `single` passes (one item) also serve the
@@ -1412,7 +1554,7 @@ static int eval_pass(fwd *f) {
         int rc = ds4_dist_chunk_begin(s, f->toks, n, &want_all, &lo, &hi);
         if (rc) return rc;
     }
-    if (lo == 0) embed(f, f->toks);
+    if (lo == 0) PROF(PS_EMBED, embed(f, f->toks));
     if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
     /* --dist pipeline: the chunk goes through this rank's layers in
      * micro-batches (ds4_dist_microbatch), so rank r+1 works on micro-batch
@@ -1518,7 +1660,10 @@ int ds4_cpu_eval_batch(ds4_session *owner, ds4_cpu_item *items, int n_items) {
     }
     if (n_items > owner->logits_rows) return DS4_EINVAL;
     f.T = T;
-    return eval_pass(&f);
+    prof_t p0 = prof_pass_begin();
+    int rc = eval_pass(&f);
+    prof_pass_end(p0, T);
+    return rc;
 }
 
 int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {
