@@ -329,7 +329,6 @@ static inline float min_bound(float v, float b) { return v < b ? v : b; }
 static inline float max_bound(float v, float b) { return v > b ? v : b; }
 
 static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
-static inline float siluf(float z) { return z / (1.0f + expf(-z)); }
 
 /* ---------------------------------------------------------------------- */
 /* Hyper-connections (docs/MODEL.md §3)                                    */
@@ -1037,8 +1036,11 @@ static void attention(fwd *f, int il) {
     {
         /* a few items per grab; one at a time when there are few (decode) */
         long nitem = (long)T * ((c->n_head + VEC_HB - 1) / VEC_HB);
-        long g = nitem / (8L * ds4_pool_size(f->cc.pool));
-        j.grab = g < 1 ? 1 : g > 4 ? 4 : g;
+        long g = nitem / (8L * ds4_pool_size(f->cc.pool)), nblk = (c->n_head + VEC_HB - 1) / VEC_HB;
+        /* at most one token's head blocks: a thread then converts an f16
+         * token's keys once rather than each thread converting them for
+         * its share of the token's blocks */
+        j.grab = g < 1 ? 1 : g > nblk ? nblk : g;
         atomic_init(&j.next, 0);
     }
     PROF(PS_ATTN, ds4_pool_run(f->cc.pool, attn_task, &j));
@@ -1117,22 +1119,35 @@ typedef struct {
     const float *wrow;   /* per-row weight or NULL */
 } swiglu_job;
 
+/* Per element: clamp, m = g / (1 + expf(-g)) * u (siluf), times the row's
+ * routing weight.  Done in blocks of SWIGLU_BLK: the expf calls (libm,
+ * scalar: their bits are the reference) in one loop, everything else in
+ * loops the compiler vectorises (the division above all), each element
+ * getting exactly the operations of the one-loop form. */
+#define SWIGLU_BLK 256
+
 static void swiglu_task(void *ctx, int ith, int nth) {
     swiglu_job *j = ctx;
     long lo, hi;
     ds4_split(j->n, ith, nth, &lo, &hi);
-    float c = j->clamp;
+    const float c = j->clamp;
+    const int clamped = c > 1e-6f;
+    float gv[SWIGLU_BLK], ex[SWIGLU_BLK];
     for (long r = lo; r < hi; r++) {
-        float *g = j->g + (size_t)r * j->F, *u = j->u + (size_t)r * j->F;
-        float wt = j->wrow ? j->wrow[r] : 1.0f;
-        for (int i = 0; i < j->F; i++) {
-            float gv = g[i], uv = u[i];
-            if (c > 1e-6f) {
-                gv = min_bound(gv, c);
-                uv = min_bound(max_bound(uv, -c), c);
+        float *g = j->g + (size_t)r * j->F;
+        const float *u = j->u + (size_t)r * j->F;
+        const float wt = j->wrow ? j->wrow[r] : 1.0f;
+        for (int i0 = 0; i0 < j->F; i0 += SWIGLU_BLK) {
+            const int nb = j->F - i0 < SWIGLU_BLK ? j->F - i0 : SWIGLU_BLK;
+            if (clamped) for (int i = 0; i < nb; i++) gv[i] = min_bound(g[i0 + i], c);
+            else for (int i = 0; i < nb; i++) gv[i] = g[i0 + i];
+            for (int i = 0; i < nb; i++) ex[i] = expf(-gv[i]);
+            for (int i = 0; i < nb; i++) {
+                float uv = u[i0 + i];
+                if (clamped) uv = min_bound(max_bound(uv, -c), c);
+                float m = gv[i] / (1.0f + ex[i]) * uv;
+                g[i0 + i] = j->wrow ? m * wt : m;
             }
-            float m = siluf(gv) * uv;
-            g[i] = j->wrow ? m * wt : m;
         }
     }
 }
