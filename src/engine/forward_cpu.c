@@ -367,6 +367,9 @@ static void sinkhorn(float *C, int N, int iters, float eps) {
     }
 }
 
+/* elements of an HC row mixed at once: 64 floats = 4 zmm accumulators */
+#define HC_KB 64
+
 static void hc_mix_task(fwd *f, int t, void *ud) {
     const hc_w *h = ud;
     const ds4_config *c = f->c;
@@ -384,12 +387,23 @@ static void hc_mix_task(fwd *f, int t, void *ud) {
     sinkhorn(C, N, c->hc_iters, c->hc_eps);
     const float *X = sc->X + (size_t)t * N * D;
     float *x = sc->cur + (size_t)t * D;
-    /* x[k] = ((0 + pre0 X0[k]) + pre1 X1[k]) + ...: one vectorisable pass
-     * per stream, the same adds in the same order for every element */
-    for (int k = 0; k < D; k++) x[k] = 0.0f;
-    for (int s = 0; s < N; s++) {
-        const float *Xs = X + (size_t)s * D, p = pre[s];
-        for (int k = 0; k < D; k++) x[k] += p * Xs[k];
+    /* x[k] = ((0 + pre0 X0[k]) + pre1 X1[k]) + ...: HC_KB elements at a
+     * time held in registers while the streams go past (one pass over the
+     * data, vectorised), the same adds in the same order for every element */
+    int k0 = 0;
+    for (; k0 + HC_KB <= D; k0 += HC_KB) {
+        float acc[HC_KB];
+        for (int i = 0; i < HC_KB; i++) acc[i] = 0.0f;
+        for (int s = 0; s < N; s++) {
+            const float *Xs = X + (size_t)s * D + k0, p = pre[s];
+            for (int i = 0; i < HC_KB; i++) acc[i] += p * Xs[i];
+        }
+        memcpy(x + k0, acc, sizeof acc);
+    }
+    for (int k = k0; k < D; k++) {
+        float acc = 0;
+        for (int s = 0; s < N; s++) acc += pre[s] * X[(size_t)s * D + k];
+        x[k] = acc;
     }
 }
 
@@ -413,16 +427,26 @@ static void hc_post_task(fwd *f, int t, void *ud) {
     const float *y = sc->y + (size_t)t * D;
     const float *post = sc->post + (size_t)t * N;
     const float *C = sc->comb + (size_t)t * N * N;
-    /* o[k] = ((post y[k] + C0b X0[k]) + C1b X1[k]) + ...: one vectorisable
-     * pass per stream over the output row (in L1), each element getting
-     * the same operations in the same order as a per-element loop */
+    /* o[k] = ((post y[k] + C0b X0[k]) + C1b X1[k]) + ...: HC_KB elements
+     * at a time in registers (as hc_mix_task), each element getting the
+     * same operations in the same order as a per-element loop */
     for (int b = 0; b < N; b++) {
         float *o = Xn + (size_t)b * D;
         const float pb = post[b];
-        for (int k = 0; k < D; k++) o[k] = pb * y[k];
-        for (int a = 0; a < N; a++) {
-            const float *Xa = X + (size_t)a * D, cab = C[a * N + b];
-            for (int k = 0; k < D; k++) o[k] += cab * Xa[k];
+        int k0 = 0;
+        for (; k0 + HC_KB <= D; k0 += HC_KB) {
+            float acc[HC_KB];
+            for (int i = 0; i < HC_KB; i++) acc[i] = pb * y[k0 + i];
+            for (int a = 0; a < N; a++) {
+                const float *Xa = X + (size_t)a * D + k0, cab = C[a * N + b];
+                for (int i = 0; i < HC_KB; i++) acc[i] += cab * Xa[i];
+            }
+            memcpy(o + k0, acc, sizeof acc);
+        }
+        for (int k = k0; k < D; k++) {
+            float acc = pb * y[k];
+            for (int a = 0; a < N; a++) acc += C[a * N + b] * X[(size_t)a * D + k];
+            o[k] = acc;
         }
     }
 }
