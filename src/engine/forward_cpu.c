@@ -100,7 +100,8 @@ static const char *const prof_name[PS_N] = {
     "matmul", "act quantize", "attention", "indexer", "compressor", "HC",
     "norm/rope", "router", "swiglu", "moe gather/scatter", "embed",
 };
-static int prof_state;   /* 0 not read yet, 1 off, 2 on (set once, first pass) */
+static _Atomic int prof_state;   /* 0 not read yet, 1 off, 2 on (set by the first pass) */
+#define PROF_ON() (atomic_load_explicit(&prof_state, memory_order_relaxed) == 2)
 static _Atomic uint64_t prof_wall[PS_N], prof_cpu[PS_N], prof_tot_wall, prof_tot_cpu;
 static _Atomic uint64_t prof_passes, prof_rows;
 
@@ -114,7 +115,7 @@ static uint64_t clk_ns(clockid_t id) {
 
 static inline prof_t prof_now(void) {
     prof_t t = { 0, 0 };
-    if (prof_state == 2) {
+    if (PROF_ON()) {
         t.wall = clk_ns(CLOCK_MONOTONIC);
         t.cpu = clk_ns(CLOCK_PROCESS_CPUTIME_ID);
     }
@@ -122,7 +123,7 @@ static inline prof_t prof_now(void) {
 }
 
 static inline void prof_add(int st, prof_t t0) {
-    if (prof_state != 2) return;
+    if (!PROF_ON()) return;
     prof_t t = prof_now();
     atomic_fetch_add_explicit(&prof_wall[st], t.wall - t0.wall, memory_order_relaxed);
     atomic_fetch_add_explicit(&prof_cpu[st], t.cpu - t0.cpu, memory_order_relaxed);
@@ -148,19 +149,19 @@ static void prof_report(void) {
             tw > 0 ? 100 * (tw - mw) / tw : 0, tc > 0 ? 100 * (tc - mc) / tc : 0);
 }
 
-/* A pass begins: read DS4_PROFILE once (passes of one process run on
- * one thread at a time, the first one decides before any other exists). */
+/* A pass begins: read DS4_PROFILE once (the first pass to get here
+ * registers the report; the others see the same setting). */
 static prof_t prof_pass_begin(void) {
-    if (!prof_state) {
+    if (!atomic_load_explicit(&prof_state, memory_order_relaxed)) {
         const char *e = getenv("DS4_PROFILE");
-        prof_state = e && *e && strcmp(e, "0") ? 2 : 1;
-        if (prof_state == 2) atexit(prof_report);
+        int want = e && *e && strcmp(e, "0") ? 2 : 1, expect = 0;
+        if (atomic_compare_exchange_strong(&prof_state, &expect, want) && want == 2) atexit(prof_report);
     }
     return prof_now();
 }
 
 static void prof_pass_end(prof_t t0, int rows) {
-    if (prof_state != 2) return;
+    if (!PROF_ON()) return;
     prof_t t = prof_now();
     atomic_fetch_add_explicit(&prof_tot_wall, t.wall - t0.wall, memory_order_relaxed);
     atomic_fetch_add_explicit(&prof_tot_cpu, t.cpu - t0.cpu, memory_order_relaxed);
@@ -1141,6 +1142,9 @@ typedef struct {
     float *g, *u;
     int n, F;
     const float *wrow;   /* per-row weight or NULL */
+    act_kind qk;         /* with q: each finished row is also quantized */
+    uint8_t *q;          /* ... into q + r * rb (the `down` input), or NULL */
+    size_t rb;
 } swiglu_job;
 
 /* Per element: clamp, m = g / (1 + expf(-g)) * u (siluf), times the row's
@@ -1173,15 +1177,26 @@ static void swiglu_task(void *ctx, int ith, int nth) {
                 g[i0 + i] = j->wrow ? m * wt : m;
             }
         }
+        /* the row is still in L1/L2: quantizing it here spares a second
+         * pass over all the rows from DRAM (100 MB per layer at chunk
+         * 2048); the bytes are the same as quantize_rows' */
+        if (j->q) act_quantize_row(j->qk, g, j->F, j->q + (size_t)r * j->rb);
     }
 }
 
-static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const float *wrow) {
-    swiglu_job j = { f, clamp, g, u, n, F, wrow };
+/* SwiGLU of n rows in place in g; with q, each row is then quantized as
+ * `qk` into q + r * rb (counted under "swiglu" by DS4_PROFILE). */
+static void swiglu_q(fwd *f, float *g, float *u, int n, int F, float clamp, const float *wrow,
+                     act_kind qk, uint8_t *q, size_t rb) {
+    swiglu_job j = { f, clamp, g, u, n, F, wrow, qk, q, rb };
     prof_t t0 = prof_now();
     if ((long)n * F < 65536) swiglu_task(&j, 0, 1);
     else ds4_pool_run(f->cc.pool, swiglu_task, &j);
     prof_add(PS_SWIGLU, t0);
+}
+
+static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const float *wrow) {
+    swiglu_q(f, g, u, n, F, clamp, wrow, ACT_F32, NULL, 0);
 }
 
 /* --ssd-streaming (expert_cache.c): the routed products of one MoE
@@ -1230,8 +1245,8 @@ static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, cons
         for (int j = 0; j < got; j++) {
             int e = need[idx[j]], r0 = sc->eoff[e], n = sc->ecount[e];
             xc_weights(xc, idx[j], w3);
-            swiglu(f, sc->g + (size_t)r0 * F, sc->u + (size_t)r0 * F, n, F, lw->swiglu_clamp, wrow + r0);
-            quantize_rows(f, kdn, sc->g + (size_t)r0 * F, F, F, amid + (size_t)r0 * rb_dn, rb_dn, n);
+            swiglu_q(f, sc->g + (size_t)r0 * F, sc->u + (size_t)r0 * F, n, F, lw->swiglu_clamp, wrow + r0,
+                     kdn, amid + (size_t)r0 * rb_dn, rb_dn);
             mm_group gd = { .W = mat_expert(&lw->ffn_down_exps, 0), .kind = kdn,
                             .act = amid + (size_t)r0 * rb_dn, .act_stride = rb_dn,
                             .rows = NULL, .n_rows = n, .out = sc->dn + (size_t)r0 * D, .out_stride = D };
@@ -1350,17 +1365,16 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                 grp[ng++] = gg;
             }
             PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
-            /* the routed weight multiplies the hidden vector before `down` */
-            swiglu(f, sc->g + (size_t)r_lo * F, sc->u + (size_t)r_lo * F, r_hi - r_lo, F,
-                   lw->swiglu_clamp, wrow + r_lo);
+            /* the routed weight multiplies the hidden vector before `down`;
+             * each row is quantized for `down` as soon as it is done */
+            uint8_t *amid = sc->qscratch;
+            swiglu_q(f, sc->g + (size_t)r_lo * F, sc->u + (size_t)r_lo * F, r_hi - r_lo, F,
+                     lw->swiglu_clamp, wrow + r_lo, kdn, amid + (size_t)r_lo * rb_dn, rb_dn);
             /* importance collection: reads the inputs of gate/up and down
              * (single process: --imatrix-out is not offered under --dist) */
             if (f->s->imatrix && il < c->n_layer)
                 ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
                                     sc->ecount);
-            uint8_t *amid = sc->qscratch;
-            quantize_rows(f, kdn, sc->g + (size_t)r_lo * F, F, F, amid + (size_t)r_lo * rb_dn, rb_dn,
-                          r_hi - r_lo);
             ng = 0;
             for (int e = e_lo; e < e_hi; e++) {
                 if (!sc->ecount[e]) continue;
