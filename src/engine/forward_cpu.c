@@ -1413,16 +1413,23 @@ static int moe(fwd *f, int il, const int32_t *toks) {
 /* Embedding and head (docs/MODEL.md §2, §6)                               */
 /* ---------------------------------------------------------------------- */
 
-static void embed(fwd *f, const int32_t *toks) {
+/* rows [t0, t0 + nt): a chunk's HC state is 128 MB at 2048 tokens, too
+ * much to write from the calling thread alone */
+static void embed_rows(fwd *f, int t0, int nt, void *ud) {
+    const int32_t *toks = ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     const ds4_tensor *E = &f->w->token_embd;
     const int D = c->n_embd, N = c->n_hc;
-    for (int t = 0; t < f->T; t++) {
+    for (int t = t0; t < t0 + nt; t++) {
         float *X = sc->X + (size_t)t * N * D;
         ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, X, D);
         for (int s = 1; s < N; s++) memcpy(X + (size_t)s * D, X, (size_t)D * sizeof(float));
     }
+}
+
+static void embed(fwd *f, const int32_t *toks) {
+    for_rows(f, embed_rows, (void *)toks);
 }
 
 /* An HC output head: the main model's output_hc_* / output_norm, or the
