@@ -38,6 +38,9 @@ mat_t mat_rows(mat_t m, int r0, int n);
 act_kind act_kind_for(uint32_t wtype, int no_qat);
 size_t act_row_bytes(act_kind k, int n);
 void act_quantize_row(act_kind k, const float *x, int n, void *out);
+/* The scalar quantizers (src/kernels/quant.c), the definition that
+ * act_quantize_row's AVX-512 path reproduces byte for byte. */
+void act_quantize_row_ref(act_kind k, const float *x, int n, void *out);
 
 /* One group of a grouped matmul: out[j][o] = W[o] . act[rows[j]] for
  * j < n_rows, o < W.n_out.  rows == NULL means rows 0..n_rows-1. */
@@ -70,6 +73,12 @@ void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
 /* Row helpers. */
 void rms_norm(const float *x, const float *w, int n, float eps, float *out);
 float rms_scale(const float *x, int n, float eps);
+/* The same per row, bit for bit, for nr rows at once (row r at x + r*xs,
+ * output row r at out + r*os; out may equal x when os == xs): faster
+ * because the rows' serial sums overlap (cpu_ops.c). */
+void rms_scale_rows(const float *x, size_t xs, int nr, int n, float eps, float *out);
+void rms_norm_rows(const float *x, size_t xs, const float *w, int nr, int n, float eps,
+                   float *out, size_t os);
 
 /* RoPE on the tail n_rot dims of one row, interleaved pairs. */
 typedef struct {

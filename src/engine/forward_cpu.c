@@ -21,8 +21,10 @@
 #include <float.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "engine/imatrix.h"
@@ -69,6 +71,105 @@ static inline int64_t row_pos(const fwd *f, int t) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* DS4_PROFILE=1: where a pass's time goes (issue 16)                      */
+/* ---------------------------------------------------------------------- */
+
+/* Each leaf step of a pass (a parallel section, or a serial loop on the
+ * calling thread) adds its wall time and the process's CPU time (all
+ * threads: what the pool's workers used, idle spinning included) to its
+ * stage; the passes' totals less the stages is "other" (dispatch,
+ * bookkeeping, --dist transfers, SSD reads).  The table goes to stderr
+ * when the process exits.  Off, each leaf costs one predictable branch;
+ * on, two clock reads per leaf (a few hundred per layer), which slows
+ * decode by ~1 % and a 2048-token chunk by far less. */
+enum {
+    PS_MM,       /* cpu_matmul_groups: every weight product */
+    PS_QUANT,    /* activation rows quantized for the matmuls */
+    PS_ATTN,     /* attention over the window and compressed rows, window append */
+    PS_IDX,      /* indexer queries, scores, top-k */
+    PS_COMP,     /* compressor frontiers: ape, pooling, finishing rows */
+    PS_HC,       /* hyper-connections: HC input norm, mix, Sinkhorn, post; head mix */
+    PS_NORM,     /* sublayer norms, q/kv norms, RoPE, KV roundings */
+    PS_ROUTE,    /* router: softplus, top-k, weights */
+    PS_SWIGLU,   /* SwiGLU of routed and shared experts */
+    PS_MOEGS,    /* MoE gather (bucketing by expert) and scatter (sums), y */
+    PS_EMBED,    /* token embedding, MTP input */
+    PS_N
+};
+static const char *const prof_name[PS_N] = {
+    "matmul", "act quantize", "attention", "indexer", "compressor", "HC",
+    "norm/rope", "router", "swiglu", "moe gather/scatter", "embed",
+};
+static _Atomic int prof_state;   /* 0 not read yet, 1 off, 2 on (set by the first pass) */
+#define PROF_ON() (atomic_load_explicit(&prof_state, memory_order_relaxed) == 2)
+static _Atomic uint64_t prof_wall[PS_N], prof_cpu[PS_N], prof_tot_wall, prof_tot_cpu;
+static _Atomic uint64_t prof_passes, prof_rows;
+
+typedef struct { uint64_t wall, cpu; } prof_t;
+
+static uint64_t clk_ns(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline prof_t prof_now(void) {
+    prof_t t = { 0, 0 };
+    if (PROF_ON()) {
+        t.wall = clk_ns(CLOCK_MONOTONIC);
+        t.cpu = clk_ns(CLOCK_PROCESS_CPUTIME_ID);
+    }
+    return t;
+}
+
+static inline void prof_add(int st, prof_t t0) {
+    if (!PROF_ON()) return;
+    prof_t t = prof_now();
+    atomic_fetch_add_explicit(&prof_wall[st], t.wall - t0.wall, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_cpu[st], t.cpu - t0.cpu, memory_order_relaxed);
+}
+
+/* time one leaf statement */
+#define PROF(st, stmt) do { prof_t pt0_ = prof_now(); stmt; prof_add((st), pt0_); } while (0)
+
+static void prof_report(void) {
+    double tw = (double)prof_tot_wall * 1e-9, tc = (double)prof_tot_cpu * 1e-9, sw = 0, sc = 0;
+    fprintf(stderr, "ds4 profile (DS4_PROFILE): %llu passes, %llu rows, wall %.3f s, CPU %.3f s\n",
+            (unsigned long long)prof_passes, (unsigned long long)prof_rows, tw, tc);
+    fprintf(stderr, "  %-20s %10s %7s %10s %7s\n", "stage", "wall s", "wall %", "CPU s", "CPU %");
+    for (int i = 0; i <= PS_N; i++) {
+        double w, c;
+        if (i < PS_N) { w = (double)prof_wall[i] * 1e-9; c = (double)prof_cpu[i] * 1e-9; sw += w; sc += c; }
+        else { w = tw - sw; c = tc - sc; }
+        fprintf(stderr, "  %-20s %10.3f %6.1f%% %10.3f %6.1f%%\n", i < PS_N ? prof_name[i] : "other",
+                w, tw > 0 ? 100 * w / tw : 0, c, tc > 0 ? 100 * c / tc : 0);
+    }
+    double mw = (double)prof_wall[PS_MM] * 1e-9, mc = (double)prof_cpu[PS_MM] * 1e-9;
+    fprintf(stderr, "  outside the matmuls: %.1f%% of wall, %.1f%% of CPU\n",
+            tw > 0 ? 100 * (tw - mw) / tw : 0, tc > 0 ? 100 * (tc - mc) / tc : 0);
+}
+
+/* A pass begins: read DS4_PROFILE once (the first pass to get here
+ * registers the report; the others see the same setting). */
+static prof_t prof_pass_begin(void) {
+    if (!atomic_load_explicit(&prof_state, memory_order_relaxed)) {
+        const char *e = getenv("DS4_PROFILE");
+        int want = e && *e && strcmp(e, "0") ? 2 : 1, expect = 0;
+        if (atomic_compare_exchange_strong(&prof_state, &expect, want) && want == 2) atexit(prof_report);
+    }
+    return prof_now();
+}
+
+static void prof_pass_end(prof_t t0, int rows) {
+    if (!PROF_ON()) return;
+    prof_t t = prof_now();
+    atomic_fetch_add_explicit(&prof_tot_wall, t.wall - t0.wall, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_tot_cpu, t.cpu - t0.cpu, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_passes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_rows, (uint64_t)rows, memory_order_relaxed);
+}
+
+/* ---------------------------------------------------------------------- */
 /* helpers                                                                 */
 /* ---------------------------------------------------------------------- */
 
@@ -85,10 +186,6 @@ static float tval(const ds4_tensor *t, int i) {
     return 0.0f;
 }
 
-static void mm(fwd *f, const ds4_tensor *t, const float *x, size_t xs,
-               float *y, size_t ys) {
-    cpu_matmul(&f->cc, mat_of(t), f->no_qat, x, xs, f->T, y, ys, f->sc->qscratch);
-}
 
 /* Several weights applied to the same input rows in one parallel section:
  * fewer synchronisations per token and better balance than one section per
@@ -125,8 +222,10 @@ static void qrows_task(void *ctx, int ith, int nth) {
 static void quantize_rows(fwd *f, act_kind k, const float *x, size_t xs, int n, uint8_t *q,
                           size_t rb, int T) {
     qrows_job j = { k, x, xs, rb, n, q, T };
+    prof_t t0 = prof_now();
     if (T < 8) qrows_task(&j, 0, 1);
     else ds4_pool_run(f->cc.pool, qrows_task, &j);
+    prof_add(PS_QUANT, t0);
 }
 
 static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
@@ -168,8 +267,18 @@ static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *s
             }
             g[j] = gg;
         }
-        cpu_matmul_groups(&f->cc, g, ng);
+        PROF(PS_MM, cpu_matmul_groups(&f->cc, g, ng));
     }
+}
+
+/* One weight: mm_multi with a single spec, so the activation rows are
+ * quantized by the pool (cpu_matmul would quantize them all on the
+ * calling thread while the others wait: ~1 % of a prefill step for
+ * attn_output_b and the shared expert's down alone). */
+static void mm(fwd *f, const ds4_tensor *t, const float *x, size_t xs,
+               float *y, size_t ys) {
+    mm_spec sp = spec(t, y, ys);
+    mm_multi(f, x, xs, (int)t->ne[0], &sp, 1);
 }
 
 typedef void (*tok_fn)(fwd *f, int t, void *ud);
@@ -195,8 +304,32 @@ static void for_tokens(fwd *f, tok_fn fn, void *ud) {
     else ds4_pool_run(f->cc.pool, tok_task, &j);
 }
 
+/* Row-range steps: fn handles rows [t0, t0 + n), one contiguous range per
+ * thread, so row helpers can work on several rows at once
+ * (rms_norm_rows); a row's result does not depend on the range it is in. */
+typedef void (*rows_fn)(fwd *f, int t0, int n, void *ud);
+typedef struct { fwd *f; rows_fn fn; void *ud; int T; } rows_job;
+
+static void rows_task(void *ctx, int ith, int nth) {
+    rows_job *j = ctx;
+    long lo, hi;
+    ds4_split(j->T, ith, nth, &lo, &hi);
+    if (hi > lo) j->fn(j->f, (int)lo, (int)(hi - lo), j->ud);
+}
+
+static void for_rows(fwd *f, rows_fn fn, void *ud) {
+    rows_job j = { f, fn, ud, f->T };
+    if (f->T <= FOR_TOKENS_INLINE) rows_task(&j, 0, 1);
+    else ds4_pool_run(f->cc.pool, rows_task, &j);
+}
+
+/* min/max of a finite bound and a value, as fminf/fmaxf give them (a NaN
+ * value yields the bound) but inlined: the libm calls cost more than the
+ * SwiGLU they sit in.  Only for bounds that are not NaN. */
+static inline float min_bound(float v, float b) { return v < b ? v : b; }
+static inline float max_bound(float v, float b) { return v > b ? v : b; }
+
 static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
-static inline float siluf(float z) { return z / (1.0f + expf(-z)); }
 
 /* ---------------------------------------------------------------------- */
 /* Hyper-connections (docs/MODEL.md §3)                                    */
@@ -204,12 +337,12 @@ static inline float siluf(float z) { return z / (1.0f + expf(-z)); }
 
 typedef struct { const ds4_tensor *fn, *scale, *base; } hc_w;
 
-static void hc_flat_task(fwd *f, int t, void *ud) {
+static void hc_flat_rows(fwd *f, int t0, int nt, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     int n = c->n_hc * c->n_embd;
-    rms_norm(sc->X + (size_t)t * n, NULL, n, c->rms_eps, sc->flat + (size_t)t * n);
+    rms_norm_rows(sc->X + (size_t)t0 * n, n, NULL, nt, n, c->rms_eps, sc->flat + (size_t)t0 * n, n);
 }
 
 static void sinkhorn(float *C, int N, int iters, float eps) {
@@ -235,6 +368,9 @@ static void sinkhorn(float *C, int N, int iters, float eps) {
     }
 }
 
+/* elements of an HC row mixed at once: 64 floats = 4 zmm accumulators */
+#define HC_KB 64
+
 static void hc_mix_task(fwd *f, int t, void *ud) {
     const hc_w *h = ud;
     const ds4_config *c = f->c;
@@ -252,7 +388,20 @@ static void hc_mix_task(fwd *f, int t, void *ud) {
     sinkhorn(C, N, c->hc_iters, c->hc_eps);
     const float *X = sc->X + (size_t)t * N * D;
     float *x = sc->cur + (size_t)t * D;
-    for (int k = 0; k < D; k++) {
+    /* x[k] = ((0 + pre0 X0[k]) + pre1 X1[k]) + ...: HC_KB elements at a
+     * time held in registers while the streams go past (one pass over the
+     * data, vectorised), the same adds in the same order for every element */
+    int k0 = 0;
+    for (; k0 + HC_KB <= D; k0 += HC_KB) {
+        float acc[HC_KB];
+        for (int i = 0; i < HC_KB; i++) acc[i] = 0.0f;
+        for (int s = 0; s < N; s++) {
+            const float *Xs = X + (size_t)s * D + k0, p = pre[s];
+            for (int i = 0; i < HC_KB; i++) acc[i] += p * Xs[i];
+        }
+        memcpy(x + k0, acc, sizeof acc);
+    }
+    for (int k = k0; k < D; k++) {
         float acc = 0;
         for (int s = 0; s < N; s++) acc += pre[s] * X[(size_t)s * D + k];
         x[k] = acc;
@@ -264,9 +413,9 @@ static void hc_pre(fwd *f, const hc_w *h) {
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     const int ND = c->n_hc * c->n_embd, M = (2 + c->n_hc) * c->n_hc;
-    for_tokens(f, hc_flat_task, NULL);
+    PROF(PS_HC, for_rows(f, hc_flat_rows, NULL));
     mm(f, h->fn, sc->flat, ND, sc->mix, M);
-    for_tokens(f, hc_mix_task, (void *)h);
+    PROF(PS_HC, for_tokens(f, hc_mix_task, (void *)h));
 }
 
 static void hc_post_task(fwd *f, int t, void *ud) {
@@ -279,10 +428,24 @@ static void hc_post_task(fwd *f, int t, void *ud) {
     const float *y = sc->y + (size_t)t * D;
     const float *post = sc->post + (size_t)t * N;
     const float *C = sc->comb + (size_t)t * N * N;
+    /* o[k] = ((post y[k] + C0b X0[k]) + C1b X1[k]) + ...: HC_KB elements
+     * at a time in registers (as hc_mix_task), each element getting the
+     * same operations in the same order as a per-element loop */
     for (int b = 0; b < N; b++) {
         float *o = Xn + (size_t)b * D;
-        for (int k = 0; k < D; k++) {
-            float acc = post[b] * y[k];
+        const float pb = post[b];
+        int k0 = 0;
+        for (; k0 + HC_KB <= D; k0 += HC_KB) {
+            float acc[HC_KB];
+            for (int i = 0; i < HC_KB; i++) acc[i] = pb * y[k0 + i];
+            for (int a = 0; a < N; a++) {
+                const float *Xa = X + (size_t)a * D + k0, cab = C[a * N + b];
+                for (int i = 0; i < HC_KB; i++) acc[i] += cab * Xa[i];
+            }
+            memcpy(o + k0, acc, sizeof acc);
+        }
+        for (int k = k0; k < D; k++) {
+            float acc = pb * y[k];
             for (int a = 0; a < N; a++) acc += C[a * N + b] * X[(size_t)a * D + k];
             o[k] = acc;
         }
@@ -313,8 +476,10 @@ static void steer_task(fwd *f, int t, void *ud) {
  * steered layer; optionally captured (the capture shows the steered state). */
 static void hc_post(fwd *f, int il, int which) {
     cpu_scratch *sc = f->sc;
+    prof_t t0 = prof_now();
     for_tokens(f, hc_post_task, NULL);
     float *t = sc->X; sc->X = sc->X2; sc->X2 = t;
+    prof_add(PS_HC, t0);
     if (il >= f->c->n_layer) return;   /* the MTP layer: no steering, no capture */
     int any = 0;
     for (int i = 0; i < f->n_it; i++) any |= steered(f->it[i].s, il);
@@ -336,13 +501,14 @@ static void hc_post(fwd *f, int il, int which) {
 /* Attention (docs/MODEL.md §4)                                            */
 /* ---------------------------------------------------------------------- */
 
-static void norm_rows_task(fwd *f, int t, void *ud) {
+/* cur -> a: the sublayer's input norm (attention and FFN alike) */
+static void norm_rows(fwd *f, int t0, int nt, void *ud) {
     const ds4_tensor *w = ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     int D = c->n_embd;
     /* weights are F32 by validation */
-    rms_norm(sc->cur + (size_t)t * D, f32_of(w), D, c->rms_eps, sc->a + (size_t)t * D);
+    rms_norm_rows(sc->cur + (size_t)t0 * D, D, f32_of(w), nt, D, c->rms_eps, sc->a + (size_t)t0 * D, D);
 }
 
 typedef struct { int il; const rope_t *rope; } layer_ud;
@@ -365,11 +531,8 @@ static void q_post_task(fwd *f, int t, void *ud) {
     const float *cs = sc->cs + (size_t)t * hr, *sn = sc->sn + (size_t)t * hr;
     /* queries: per-head RMSNorm without weight, then RoPE on the tail */
     float *q = sc->q + (size_t)t * c->n_head * d;
-    for (int h = 0; h < c->n_head; h++) {
-        float *qh = q + (size_t)h * d;
-        rms_norm(qh, NULL, d, c->rms_eps, qh);
-        rope_apply(qh, d, c->n_rot, cs, sn, 0);
-    }
+    rms_norm_rows(q, d, NULL, c->n_head, d, c->rms_eps, q, d);   /* the heads as rows */
+    for (int h = 0; h < c->n_head; h++) rope_apply(q + (size_t)h * d, d, c->n_rot, cs, sn, 0);
     kv_post(f, t, lw);
 }
 
@@ -393,12 +556,13 @@ static void kv_post_task(fwd *f, int t, void *ud) {
     kv_post(f, t, layer_w(f, L->il));
 }
 
-static void qr_norm_task(fwd *f, int t, void *ud) {
+static void qr_norm_rows(fwd *f, int t0, int nt, void *ud) {
     const layer_ud *L = ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
-    rms_norm(sc->qa + (size_t)t * c->q_lora, f32_of(&layer_w(f, L->il)->attn_q_a_norm),
-             c->q_lora, c->rms_eps, sc->qr + (size_t)t * c->q_lora);
+    const size_t ql = (size_t)c->q_lora;
+    rms_norm_rows(sc->qa + (size_t)t0 * ql, ql, f32_of(&layer_w(f, L->il)->attn_q_a_norm), nt,
+                  c->q_lora, c->rms_eps, sc->qr + (size_t)t0 * ql, ql);
 }
 
 /* Push one token's projected (kv, score) rows into a compressor frontier;
@@ -734,7 +898,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         for (int h = 0; h < nh; h++) {
             float *w = wbuf + (size_t)h * wcap;
             float sink = tval(&lw->attn_sinks, h0 + h), mx = sink;
-            for (int r = 0; r < nk; r++) mx = fmaxf(mx, w[r]);
+            for (int r = 0; r < nk; r++) mx = max_bound(w[r], mx);
             float den = expf(sink - mx);
             for (int r = 0; r < nk; r++) { w[r] = expf(w[r] - mx); den += w[r]; }
             inv[h] = 1.0f / den;   /* reciprocal, as the original engine */
@@ -800,8 +964,8 @@ static void attention(fwd *f, int il) {
 
     hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
     hc_pre(f, &h);
-    for_tokens(f, norm_rows_task, (void *)&lw->attn_norm);
-    for_tokens(f, rope_tables_task, &L);
+    PROF(PS_NORM, for_rows(f, norm_rows, (void *)&lw->attn_norm));
+    PROF(PS_NORM, for_tokens(f, rope_tables_task, &L));
 
     /* every projection of the normed input in one section: queries'
      * low-rank path, the KV head, the compressors */
@@ -819,7 +983,7 @@ static void attention(fwd *f, int il) {
         }
     }
     mm_multi(f, sc->a, D, D, sp, ns);
-    for_tokens(f, qr_norm_task, &L);
+    PROF(PS_NORM, for_rows(f, qr_norm_rows, &L));
     /* the indexer's queries (a 16 MB matrix in Flash) only when some token
      * of the chunk sees more compressed rows than top_k */
     int need_idx = 0;
@@ -830,9 +994,10 @@ static void attention(fwd *f, int il) {
     if (need_idx) sp[ns++] = spec(&lw->idx_q_b, sc->iq, (size_t)c->idx_heads * c->idx_dim);
     mm_multi(f, sc->qr, c->q_lora, c->q_lora, sp, ns);
     if (need_idx) mm(f, &lw->idx_proj, sc->a, D, sc->iw, c->idx_heads);
-    for_tokens(f, q_post_task, &L);
+    PROF(PS_NORM, for_tokens(f, q_post_task, &L));
 
     /* append each item's new raw rows to its session's window */
+    prof_t t0 = prof_now();
     for (int i = 0; i < f->n_it; i++) {
         ds4_cpu_item *it = &f->it[i];
         layer_state *st = it->st = layer_st(it->s, il);
@@ -842,8 +1007,10 @@ static void attention(fwd *f, int il) {
                kv_row(it->s, st->raw, (size_t)(st->raw_start + st->raw_len), d), (size_t)it->n, d);
         st->raw_len += it->n;
     }
+    prof_add(PS_ATTN, t0);
 
     if (lw->ratio) {
+        t0 = prof_now();
         const int R = lw->ratio, cw = cwid;
         add_ape(f, &lw->comp_ape, sc->csc);
         if (lw->has_indexer) add_ape(f, &lw->idx_comp_ape, sc->isc);
@@ -877,13 +1044,16 @@ static void attention(fwd *f, int il) {
                 }
             }
         }
+        prof_add(PS_COMP, t0);
         if (lw->has_indexer) {
+            t0 = prof_now();
             if (need_idx) {
                 for_tokens(f, idx_q_task, NULL);
                 idx_select(f, il);
             } else {
                 for (int t = 0; t < T; t++) sc->ntopk[t] = -1;
             }
+            prof_add(PS_IDX, t0);
         }
     }
 
@@ -891,11 +1061,14 @@ static void attention(fwd *f, int il) {
     {
         /* a few items per grab; one at a time when there are few (decode) */
         long nitem = (long)T * ((c->n_head + VEC_HB - 1) / VEC_HB);
-        long g = nitem / (8L * ds4_pool_size(f->cc.pool));
-        j.grab = g < 1 ? 1 : g > 4 ? 4 : g;
+        long g = nitem / (8L * ds4_pool_size(f->cc.pool)), nblk = (c->n_head + VEC_HB - 1) / VEC_HB;
+        /* at most one token's head blocks: a thread then converts an f16
+         * token's keys once rather than each thread converting them for
+         * its share of the token's blocks */
+        j.grab = g < 1 ? 1 : g > nblk ? nblk : g;
         atomic_init(&j.next, 0);
     }
-    ds4_pool_run(f->cc.pool, attn_task, &j);
+    PROF(PS_ATTN, ds4_pool_run(f->cc.pool, attn_task, &j));
 
     /* grouped low-rank output: group g maps its heads through rows
      * [g*o_lora, (g+1)*o_lora) of attn_output_a */
@@ -916,14 +1089,6 @@ static void attention(fwd *f, int il) {
 /* ---------------------------------------------------------------------- */
 /* MoE FFN (docs/MODEL.md §5)                                             */
 /* ---------------------------------------------------------------------- */
-
-static void ffn_norm_task(fwd *f, int t, void *ud) {
-    const ds4_tensor *w = ud;
-    const ds4_config *c = f->c;
-    cpu_scratch *sc = f->sc;
-    rms_norm(sc->cur + (size_t)t * c->n_embd, f32_of(w), c->n_embd, c->rms_eps,
-             sc->a + (size_t)t * c->n_embd);
-}
 
 static float softplus_stable(float x) {
     if (x > 20.0f) return x;
@@ -977,32 +1142,61 @@ typedef struct {
     float *g, *u;
     int n, F;
     const float *wrow;   /* per-row weight or NULL */
+    act_kind qk;         /* with q: each finished row is also quantized */
+    uint8_t *q;          /* ... into q + r * rb (the `down` input), or NULL */
+    size_t rb;
 } swiglu_job;
+
+/* Per element: clamp, m = g / (1 + expf(-g)) * u (siluf), times the row's
+ * routing weight.  Done in blocks of SWIGLU_BLK: the expf calls (libm,
+ * scalar: their bits are the reference) in one loop, everything else in
+ * loops the compiler vectorises (the division above all), each element
+ * getting exactly the operations of the one-loop form. */
+#define SWIGLU_BLK 256
 
 static void swiglu_task(void *ctx, int ith, int nth) {
     swiglu_job *j = ctx;
     long lo, hi;
     ds4_split(j->n, ith, nth, &lo, &hi);
-    float c = j->clamp;
+    const float c = j->clamp;
+    const int clamped = c > 1e-6f;
+    float gv[SWIGLU_BLK], ex[SWIGLU_BLK];
     for (long r = lo; r < hi; r++) {
-        float *g = j->g + (size_t)r * j->F, *u = j->u + (size_t)r * j->F;
-        float wt = j->wrow ? j->wrow[r] : 1.0f;
-        for (int i = 0; i < j->F; i++) {
-            float gv = g[i], uv = u[i];
-            if (c > 1e-6f) {
-                gv = fminf(gv, c);
-                uv = fminf(fmaxf(uv, -c), c);
+        float *g = j->g + (size_t)r * j->F;
+        const float *u = j->u + (size_t)r * j->F;
+        const float wt = j->wrow ? j->wrow[r] : 1.0f;
+        for (int i0 = 0; i0 < j->F; i0 += SWIGLU_BLK) {
+            const int nb = j->F - i0 < SWIGLU_BLK ? j->F - i0 : SWIGLU_BLK;
+            if (clamped) for (int i = 0; i < nb; i++) gv[i] = min_bound(g[i0 + i], c);
+            else for (int i = 0; i < nb; i++) gv[i] = g[i0 + i];
+            for (int i = 0; i < nb; i++) ex[i] = expf(-gv[i]);
+            for (int i = 0; i < nb; i++) {
+                float uv = u[i0 + i];
+                if (clamped) uv = min_bound(max_bound(uv, -c), c);
+                float m = gv[i] / (1.0f + ex[i]) * uv;
+                g[i0 + i] = j->wrow ? m * wt : m;
             }
-            float m = siluf(gv) * uv;
-            g[i] = j->wrow ? m * wt : m;
         }
+        /* the row is still in L1/L2: quantizing it here spares a second
+         * pass over all the rows from DRAM (100 MB per layer at chunk
+         * 2048); the bytes are the same as quantize_rows' */
+        if (j->q) act_quantize_row(j->qk, g, j->F, j->q + (size_t)r * j->rb);
     }
 }
 
-static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const float *wrow) {
-    swiglu_job j = { f, clamp, g, u, n, F, wrow };
+/* SwiGLU of n rows in place in g; with q, each row is then quantized as
+ * `qk` into q + r * rb (counted under "swiglu" by DS4_PROFILE). */
+static void swiglu_q(fwd *f, float *g, float *u, int n, int F, float clamp, const float *wrow,
+                     act_kind qk, uint8_t *q, size_t rb) {
+    swiglu_job j = { f, clamp, g, u, n, F, wrow, qk, q, rb };
+    prof_t t0 = prof_now();
     if ((long)n * F < 65536) swiglu_task(&j, 0, 1);
     else ds4_pool_run(f->cc.pool, swiglu_task, &j);
+    prof_add(PS_SWIGLU, t0);
+}
+
+static void swiglu(fwd *f, float *g, float *u, int n, int F, float clamp, const float *wrow) {
+    swiglu_q(f, g, u, n, F, clamp, wrow, ACT_F32, NULL, 0);
 }
 
 /* --ssd-streaming (expert_cache.c): the routed products of one MoE
@@ -1046,24 +1240,55 @@ static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, cons
             gg.out = sc->u + (size_t)sc->eoff[e] * F;
             grp[ng++] = gg;
         }
-        cpu_matmul_groups(&f->cc, grp, ng);
+        PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
         ng = 0;
         for (int j = 0; j < got; j++) {
             int e = need[idx[j]], r0 = sc->eoff[e], n = sc->ecount[e];
             xc_weights(xc, idx[j], w3);
-            swiglu(f, sc->g + (size_t)r0 * F, sc->u + (size_t)r0 * F, n, F, lw->swiglu_clamp, wrow + r0);
-            quantize_rows(f, kdn, sc->g + (size_t)r0 * F, F, F, amid + (size_t)r0 * rb_dn, rb_dn, n);
+            swiglu_q(f, sc->g + (size_t)r0 * F, sc->u + (size_t)r0 * F, n, F, lw->swiglu_clamp, wrow + r0,
+                     kdn, amid + (size_t)r0 * rb_dn, rb_dn);
             mm_group gd = { .W = mat_expert(&lw->ffn_down_exps, 0), .kind = kdn,
                             .act = amid + (size_t)r0 * rb_dn, .act_stride = rb_dn,
                             .rows = NULL, .n_rows = n, .out = sc->dn + (size_t)r0 * D, .out_stride = D };
             gd.W.w = w3[2];
             grp[ng++] = gd;
         }
-        cpu_matmul_groups(&f->cc, grp, ng);
+        PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
         xc_release(xc, idx, got);
     }
     xc_end(xc);
     return got < 0 ? got : DS4_OK;
+}
+
+/* Adding the routed outputs into their tokens' rows: pair i (sorted by
+ * expert) goes to token erows[i].  Threads take column ranges and each
+ * walks every pair in order, so every element still gets its experts in
+ * ascending expert order (the same adds as one thread); ~200 MB of `down`
+ * rows per layer at chunk 2048 no longer stream through one core while
+ * the others wait. */
+typedef struct { cpu_scratch *sc; int t0, npairs, D; } moe_scatter_job;
+
+static void moe_scatter_task(void *ctx, int ith, int nth) {
+    moe_scatter_job *j = ctx;
+    cpu_scratch *sc = j->sc;
+    long k0, k1;
+    /* 16-float column blocks: threads share at most the lines at a range edge */
+    ds4_split((j->D + 15) / 16, ith, nth, &k0, &k1);
+    k0 *= 16;
+    k1 = k1 * 16 < j->D ? k1 * 16 : j->D;
+    for (int i = 0; i < j->npairs; i++) {
+        float *o = sc->moe + (size_t)(j->t0 + sc->erows[i]) * j->D;
+        const float *dv = sc->dn + (size_t)i * j->D;
+        for (long k = k0; k < k1; k++) o[k] += dv[k];
+    }
+}
+
+/* y = routed + shared */
+static void moe_out_rows(fwd *f, int t0, int nt, void *ud) {
+    (void)ud;
+    cpu_scratch *sc = f->sc;
+    const size_t D = (size_t)f->c->n_embd;
+    for (size_t i = (size_t)t0 * D; i < (size_t)(t0 + nt) * D; i++) sc->y[i] = sc->moe[i] + sc->shared[i];
 }
 
 static int moe(fwd *f, int il, const int32_t *toks) {
@@ -1074,7 +1299,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
 
     hc_w h = { &lw->hc_ffn_fn, &lw->hc_ffn_scale, &lw->hc_ffn_base };
     hc_pre(f, &h);
-    for_tokens(f, ffn_norm_task, (void *)&lw->ffn_norm);
+    PROF(PS_NORM, for_rows(f, norm_rows, (void *)&lw->ffn_norm));
 
     /* router and the shared expert's gate/up read the same input */
     int FS = (int)lw->ffn_gate_shexp.ne[1];
@@ -1083,10 +1308,10 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                       spec(&lw->ffn_up_shexp, sc->shared_u, FS) };
     mm_multi(f, sc->a, D, D, sp, 3);
     route_ud r = { il, toks };
-    for_tokens(f, route_task, &r);
+    PROF(PS_ROUTE, for_tokens(f, route_task, &r));
 
     /* routed experts in sub-batches of MOE_T tokens, grouped by expert */
-    memset(sc->moe, 0, (size_t)T * D * sizeof(float));
+    PROF(PS_MOEGS, memset(sc->moe, 0, (size_t)T * D * sizeof(float)));
     act_kind kin = act_kind_for(lw->ffn_gate_exps.type, f->no_qat);
     act_kind kdn = act_kind_for(lw->ffn_down_exps.type, f->no_qat);
     size_t rb_in = act_row_bytes(kin, D), rb_dn = act_row_bytes(kdn, F);
@@ -1100,6 +1325,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
         uint8_t *ain = sc->qscratch;
         quantize_rows(f, kin, sc->a + (size_t)t0 * D, D, D, ain, rb_in, nt);
         /* bucket (token, slot) pairs by expert, tokens ascending */
+        prof_t tb = prof_now();
         memset(sc->ecount, 0, (size_t)E * sizeof(int));
         for (int t = 0; t < nt; t++)
             for (int k = 0; k < K; k++) sc->ecount[sc->sel[(size_t)(t0 + t) * K + k]]++;
@@ -1114,6 +1340,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                 wrow[i] = sc->wts[(size_t)(t0 + t) * K + k];
             }
         int npairs = nt * K;
+        prof_add(PS_MOEGS, tb);
         /* this rank's (token, slot) rows: experts are contiguous in them */
         int r_lo = e_lo < E ? sc->eoff[e_lo] : npairs, r_hi = e_hi < E ? sc->eoff[e_hi] : npairs;
         if (f->s->m->xc && il < c->n_layer) {
@@ -1137,18 +1364,17 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                 gg.out = sc->u + (size_t)sc->eoff[e] * F;
                 grp[ng++] = gg;
             }
-            cpu_matmul_groups(&f->cc, grp, ng);
-            /* the routed weight multiplies the hidden vector before `down` */
-            swiglu(f, sc->g + (size_t)r_lo * F, sc->u + (size_t)r_lo * F, r_hi - r_lo, F,
-                   lw->swiglu_clamp, wrow + r_lo);
+            PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
+            /* the routed weight multiplies the hidden vector before `down`;
+             * each row is quantized for `down` as soon as it is done */
+            uint8_t *amid = sc->qscratch;
+            swiglu_q(f, sc->g + (size_t)r_lo * F, sc->u + (size_t)r_lo * F, r_hi - r_lo, F,
+                     lw->swiglu_clamp, wrow + r_lo, kdn, amid + (size_t)r_lo * rb_dn, rb_dn);
             /* importance collection: reads the inputs of gate/up and down
              * (single process: --imatrix-out is not offered under --dist) */
             if (f->s->imatrix && il < c->n_layer)
                 ds4_imatrix_add_moe(f->s->imatrix, il, sc->a + (size_t)t0 * D, sc->g, sc->erows, sc->eoff,
                                     sc->ecount);
-            uint8_t *amid = sc->qscratch;
-            quantize_rows(f, kdn, sc->g + (size_t)r_lo * F, F, F, amid + (size_t)r_lo * rb_dn, rb_dn,
-                          r_hi - r_lo);
             ng = 0;
             for (int e = e_lo; e < e_hi; e++) {
                 if (!sc->ecount[e]) continue;
@@ -1158,7 +1384,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                                 .out = sc->dn + (size_t)sc->eoff[e] * D, .out_stride = D };
                 grp[ng++] = gd;
             }
-            cpu_matmul_groups(&f->cc, grp, ng);
+            PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
         }
         /* every rank gets every rank's rows, then sums them exactly as one
          * process does (not MPI_SUM): the results stay bit-identical */
@@ -1168,17 +1394,17 @@ static int moe(fwd *f, int il, const int32_t *toks) {
         }
         /* per token, experts are added in ascending expert order whatever
          * the batch, so decode and prefill sum identically */
-        for (int i = 0; i < npairs; i++) {
-            float *o = sc->moe + (size_t)(t0 + sc->erows[i]) * D;
-            const float *dv = sc->dn + (size_t)i * D;
-            for (int k = 0; k < D; k++) o[k] += dv[k];
-        }
+        moe_scatter_job sj = { sc, t0, npairs, D };
+        tb = prof_now();
+        if (npairs < 64) moe_scatter_task(&sj, 0, 1);
+        else ds4_pool_run(f->cc.pool, moe_scatter_task, &sj);
+        prof_add(PS_MOEGS, tb);
     }
 
     /* shared expert: same SwiGLU and clamp, no routing weight */
     swiglu(f, sc->shared_g, sc->shared_u, T, FS, lw->swiglu_clamp, NULL);
     mm(f, &lw->ffn_down_shexp, sc->shared_g, FS, sc->shared, D);
-    for (size_t i = 0; i < (size_t)T * D; i++) sc->y[i] = sc->moe[i] + sc->shared[i];
+    PROF(PS_MOEGS, for_rows(f, moe_out_rows, NULL));
     hc_post(f, il, 1);
     return DS4_OK;
 }
@@ -1187,16 +1413,23 @@ static int moe(fwd *f, int il, const int32_t *toks) {
 /* Embedding and head (docs/MODEL.md §2, §6)                               */
 /* ---------------------------------------------------------------------- */
 
-static void embed(fwd *f, const int32_t *toks) {
+/* rows [t0, t0 + nt): a chunk's HC state is 128 MB at 2048 tokens, too
+ * much to write from the calling thread alone */
+static void embed_rows(fwd *f, int t0, int nt, void *ud) {
+    const int32_t *toks = ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     const ds4_tensor *E = &f->w->token_embd;
     const int D = c->n_embd, N = c->n_hc;
-    for (int t = 0; t < f->T; t++) {
+    for (int t = t0; t < t0 + nt; t++) {
         float *X = sc->X + (size_t)t * N * D;
         ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, X, D);
         for (int s = 1; s < N; s++) memcpy(X + (size_t)s * D, X, (size_t)D * sizeof(float));
     }
+}
+
+static void embed(fwd *f, const int32_t *toks) {
+    for_rows(f, embed_rows, (void *)toks);
 }
 
 /* An HC output head: the main model's output_hc_* / output_norm, or the
@@ -1241,9 +1474,9 @@ static void head(fwd *f, int nh, const head_w *hw) {
     cpu_scratch *sc = f->sc;
     int T = f->T;
     f->T = nh;
-    for_tokens(f, head_flat_task, NULL);
+    PROF(PS_HC, for_tokens(f, head_flat_task, NULL));
     mm(f, hw->fn, sc->flat, (size_t)c->n_hc * c->n_embd, sc->mix, c->n_hc);
-    for_tokens(f, head_mix_task, (void *)hw);
+    PROF(PS_HC, for_tokens(f, head_mix_task, (void *)hw));
     mm(f, &w->output, sc->ylast, c->n_embd, sc->logits, c->n_vocab);
     f->T = T;
 }
@@ -1272,6 +1505,7 @@ static void mtp_input(fwd *f, const int32_t *toks, const float *const *Hprev) {
     cpu_scratch *sc = f->sc;
     const int D = c->n_embd, N = c->n_hc, T = f->T;
     const ds4_tensor *E = &f->w->token_embd;
+    prof_t t0 = prof_now();
     for (int t = 0; t < T; t++) {
         ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, sc->cur + (size_t)t * D, D);
         rms_norm(sc->cur + (size_t)t * D, f32_of(&mw->enorm), D, c->rms_eps, sc->a + (size_t)t * D);
@@ -1281,21 +1515,24 @@ static void mtp_input(fwd *f, const int32_t *toks, const float *const *Hprev) {
             else memset(o, 0, (size_t)D * sizeof(float));
         }
     }
+    prof_add(PS_EMBED, t0);
     mm(f, &mw->e_proj, sc->a, D, sc->y, D);
     /* h_proj applies to every stream: T*N rows of width D (the flat and X2
      * blocks hold T rows of N*D) */
     f->T = T * N;
     mm(f, &mw->h_proj, sc->flat, D, sc->X2, D);
     f->T = T;
+    t0 = prof_now();
     for (int t = 0; t < T; t++)
         for (int s = 0; s < N; s++) {
             float *x = sc->X + ((size_t)t * N + s) * D;
             const float *e = sc->y + (size_t)t * D, *h = sc->X2 + ((size_t)t * N + s) * D;
             for (int k = 0; k < D; k++) x[k] = e[k] + h[k];
         }
+    prof_add(PS_EMBED, t0);
 }
 
-int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0) {
+static int mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0) {
     ds4_cpu_item it;
     fwd f = fwd_one(s, &it, toks, n, p0);
     const ds4_config *c = f.c;
@@ -1307,18 +1544,20 @@ int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hp
     /* the attention sublayer's input up to the KV head, as attention() */
     hc_w h = { &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base };
     hc_pre(&f, &h);
-    for_tokens(&f, norm_rows_task, (void *)&lw->attn_norm);
+    PROF(PS_NORM, for_rows(&f, norm_rows, (void *)&lw->attn_norm));
     layer_ud L = { il, &s->m->rope_dense };
-    for_tokens(&f, rope_tables_task, &L);
+    PROF(PS_NORM, for_tokens(&f, rope_tables_task, &L));
     mm(&f, &lw->attn_kv, sc->a, D, sc->kv, d);
-    for_tokens(&f, kv_post_task, &L);
+    PROF(PS_NORM, for_tokens(&f, kv_post_task, &L));
+    prof_t t0 = prof_now();
     raw_reserve(s, st, d, c->n_swa, n);
     kv_put(s, sc->kv, kv_row(s, st->raw, (size_t)(st->raw_start + st->raw_len), d), (size_t)n, d);
+    prof_add(PS_ATTN, t0);
     st->raw_len += n;
     return DS4_OK;
 }
 
-int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0) {
+static int mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0) {
     ds4_cpu_item it;
     fwd f = fwd_one(s, &it, &tok, 1, p0);
     const ds4_config *c = f.c;
@@ -1335,6 +1574,20 @@ int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0
     memcpy(s->mtp->logits, s->sc.logits, (size_t)c->n_vocab * sizeof(float));
     s->mtp->steps++;
     return DS4_OK;
+}
+
+int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0) {
+    prof_t t0 = prof_pass_begin();
+    int rc = mtp_rows(s, toks, Hprev, n, p0);
+    prof_pass_end(t0, n);
+    return rc;
+}
+
+int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0) {
+    prof_t t0 = prof_pass_begin();
+    int rc = mtp_step(s, tok, hprev, p0);
+    prof_pass_end(t0, 1);
+    return rc;
 }
 
 /* The layers of one pass.  `single` passes (one item) also serve the
@@ -1361,7 +1614,7 @@ static int eval_pass(fwd *f) {
         int rc = ds4_dist_chunk_begin(s, f->toks, n, &want_all, &lo, &hi);
         if (rc) return rc;
     }
-    if (lo == 0) embed(f, f->toks);
+    if (lo == 0) PROF(PS_EMBED, embed(f, f->toks));
     if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
     /* --dist pipeline: the chunk goes through this rank's layers in
      * micro-batches (ds4_dist_microbatch), so rank r+1 works on micro-batch
@@ -1467,7 +1720,10 @@ int ds4_cpu_eval_batch(ds4_session *owner, ds4_cpu_item *items, int n_items) {
     }
     if (n_items > owner->logits_rows) return DS4_EINVAL;
     f.T = T;
-    return eval_pass(&f);
+    prof_t p0 = prof_pass_begin();
+    int rc = eval_pass(&f);
+    prof_pass_end(p0, T);
+    return rc;
 }
 
 int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {

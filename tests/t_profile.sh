@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# DS4_PROFILE (README "Performance", docs/PERF_KERNELS.md "The prefill step
+# outside the matmuls"): the per-stage table of the forward passes.
+#  - with DS4_PROFILE=1, ds4 prints the table on stderr at exit: every stage,
+#    "other", the passes/rows header and the share outside the matmuls, the
+#    stage times adding up to the total (other = total - stages);
+#  - the logits are the same bits with and without it (timing only);
+#  - without it (or with DS4_PROFILE=0) nothing is printed.
+set -u
+cd "$(dirname "$0")/.."
+BD="${DS4_BIN_DIR:-.}"
+S="${DS4_SHARED:-../shared}"
+G="$S/golden"
+PY=/usr/bin/python3
+M="$G/models/tiny-a-q2.gguf"
+SEQ="$G/sequences/seq_300.ids.txt"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+
+run() {   # run OUT.f32 ERR [env...]
+    local o=$1 e=$2; shift 2
+    env "$@" "$BD"/ds4 -q -m "$M" --tokens-file "$SEQ" --dump-logits "$o" -n 0 --chunk 64 -t 2 \
+        > "$T/out.log" 2> "$e" || { bad "ds4 failed ($*)"; cat "$e"; return 1; }
+}
+
+run "$T/off.f32" "$T/off.err" DS4_PROFILE=
+run "$T/on.f32" "$T/on.err" DS4_PROFILE=1
+run "$T/zero.f32" "$T/zero.err" DS4_PROFILE=0
+
+cmp -s "$T/off.f32" "$T/on.f32" && ok "logits identical with and without DS4_PROFILE" \
+    || bad "DS4_PROFILE changed the logits"
+grep -q "ds4 profile" "$T/off.err" && bad "profile printed without DS4_PROFILE" || ok "no table without DS4_PROFILE"
+grep -q "ds4 profile" "$T/zero.err" && bad "profile printed with DS4_PROFILE=0" || ok "no table with DS4_PROFILE=0"
+
+$PY - "$T/on.err" <<'PYEOF' > "$T/chk.log" 2>&1 && ok "table: $(cat "$T/chk.log")" || { bad "profile table"; cat "$T/chk.log"; cat "$T/on.err"; }
+import re, sys
+txt = open(sys.argv[1]).read()
+m = re.search(r"ds4 profile \(DS4_PROFILE\): (\d+) passes, (\d+) rows, wall ([\d.]+) s, CPU ([\d.]+) s", txt)
+assert m, "no header"
+passes, rows, wall, cpu = int(m[1]), int(m[2]), float(m[3]), float(m[4])
+# seq_300: 300 tokens in chunks of 64 -> 5 passes
+assert passes == 5 and rows == 300, (passes, rows)
+stages = ["matmul", "act quantize", "attention", "indexer", "compressor", "HC", "norm/rope",
+          "router", "swiglu", "moe gather/scatter", "embed", "other"]
+tw = tc = 0.0
+for s in stages:
+    r = re.search(r"^  " + re.escape(s) + r"\s+(-?[\d.]+)\s+(-?[\d.]+)%\s+(-?[\d.]+)\s+(-?[\d.]+)%$", txt, re.M)
+    assert r, "no row " + s
+    tw += float(r[1]); tc += float(r[3])
+    if s != "other":
+        assert float(r[1]) >= 0 and float(r[3]) >= 0, s
+# every stage of this model runs: matmuls, attention and the HC must have taken time
+for s in ["matmul", "attention", "HC", "swiglu"]:
+    r = re.search(r"^  " + re.escape(s) + r"\s+([\d.]+)", txt, re.M)
+    assert float(r[1]) > 0, s + " took no time"
+assert abs(tw - wall) < 0.01 and abs(tc - cpu) < 0.01, (tw, wall, tc, cpu)
+o = re.search(r"outside the matmuls: ([\d.]+)% of wall, ([\d.]+)% of CPU", txt)
+assert o and 0 < float(o[1]) < 100 and 0 < float(o[2]) < 100
+print(f"{passes} passes, {rows} rows, stages add up to the total, outside the matmuls {o[1]}% of wall")
+PYEOF
+
+echo "t_profile: $fail failure(s)"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,164 @@
+/*
+ * test_rowops.c -- the multi-row helpers of the prefill step (issue 16,
+ * src/engine/cpu_ops.c) against their one-row references on random data,
+ * BIT FOR BIT: rms_scale_rows == rms_scale and rms_norm_rows == rms_norm
+ * for every row, whatever the row count (full groups and tails), the row
+ * length (1..16384, the HC width) or the stride, in place and not, with
+ * and without a weight.  Values span several magnitudes so the double
+ * sums round differently from row to row; a helper that reordered any
+ * row's sum would be caught by some row.  And act_quantize_row (the
+ * AVX-512 activation quantizers where the CPU has them) against
+ * act_quantize_row_ref (the scalar definition) byte for byte, Q8_0a and
+ * Q8_K, on random rows and on blocks built to hit every branch: all zero,
+ * -0, subnormals, infinities, NaNs, ties of +a and -a for the largest
+ * magnitude, exact halves after scaling, one huge value among tiny ones.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "engine/cpu_ops.h"
+
+static unsigned long long rs = 0x9E3779B97F4A7C15ull;
+static float frand(void) {
+    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+    float u = (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+    /* a spread of magnitudes: 1e-3 .. 1e3 */
+    float m = (float)((rs >> 3) % 7) - 3.0f;
+    return u * powf(10.0f, m);
+}
+
+static int same_rows(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* Fill one 256-element stretch with a pattern that stresses one branch. */
+static void edge_block(float *x, int kind) {
+    for (int j = 0; j < 256; j++) x[j] = frand();
+    switch (kind) {
+    case 0: memset(x, 0, 256 * sizeof(float)); break;
+    case 1: for (int j = 0; j < 256; j++) x[j] = j & 1 ? -0.0f : 0.0f; break;
+    case 2: for (int j = 0; j < 256; j++) x[j] = frand() * 1e-40f; break;          /* subnormal */
+    case 3: x[17] = INFINITY; break;
+    case 4: x[3] = -INFINITY; x[40] = NAN; break;
+    case 5: x[5] = NAN; x[100] = NAN; break;
+    case 6: x[9] = 1000.0f; x[30] = -1000.0f; x[200] = 1000.0f; break;         /* ties */
+    case 7: x[2] = -1000.0f; x[31] = 1000.0f; break;
+    case 8: for (int j = 0; j < 256; j++) x[j] = (float)((j % 255) - 127) * 0.5f; break; /* halves */
+    case 9: for (int j = 0; j < 256; j++) x[j] = frand() * 1e-30f; x[77] = 3e30f; break;
+    case 10: for (int j = 0; j < 256; j++) x[j] = (float)(j % 7) * 127.0f / 6.0f; break;
+    case 11: for (int j = 0; j < 256; j++) x[j] = -3.0f; break;                 /* all equal */
+    }
+}
+
+static int test_quant(int *checks) {
+    int fails = 0;
+    enum { NMAX = 8192 };
+    static float x[NMAX];
+    static uint8_t q1[NMAX * 2], q2[NMAX * 2];
+    const act_kind kinds[2] = { ACT_Q8_0A, ACT_Q8_K };
+    for (int ki = 0; ki < 2; ki++) {
+        act_kind k = kinds[ki];
+        /* random rows of the widths the model quantizes (multiples of 256) */
+        const int widths[] = { 256, 512, 1024, 2048, 4096, 8192 };
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+            for (int rep = 0; rep < 20; rep++) {
+                int n = widths[wi];
+                for (int j = 0; j < n; j++) x[j] = frand();
+                size_t rb = act_row_bytes(k, n);
+                memset(q1, 0xA5, rb);
+                memset(q2, 0x5A, rb);
+                act_quantize_row_ref(k, x, n, q1);
+                act_quantize_row(k, x, n, q2);
+                (*checks)++;
+                if (memcmp(q1, q2, rb)) {
+                    fails++;
+                    fprintf(stderr, "FAIL act_quantize_row kind %d n=%d rep %d\n", (int)k, n, rep);
+                }
+            }
+        /* edge blocks, each at several offsets of a 1024-wide row */
+        for (int e = 0; e < 12; e++)
+            for (int off = 0; off < 1024; off += 256) {
+                for (int j = 0; j < 1024; j++) x[j] = frand();
+                edge_block(x + off, e);
+                size_t rb = act_row_bytes(k, 1024);
+                memset(q1, 0xA5, rb);
+                memset(q2, 0x5A, rb);
+                act_quantize_row_ref(k, x, 1024, q1);
+                act_quantize_row(k, x, 1024, q2);
+                (*checks)++;
+                if (memcmp(q1, q2, rb)) {
+                    fails++;
+                    fprintf(stderr, "FAIL act_quantize_row kind %d edge case %d at %d\n", (int)k, e, off);
+                }
+            }
+    }
+    return fails;
+}
+
+int main(void) {
+    int fails = 0, checks = 0;
+    fails += test_quant(&checks);
+    const int lens[] = { 1, 2, 7, 16, 127, 512, 1024, 4096, 16384 };
+    const int rows[] = { 1, 3, 7, 8, 9, 15, 16, 17, 33 };
+    const float eps = 1e-6f;
+    const size_t maxn = 16384 + 5, maxr = 33;
+    float *x = malloc(maxr * maxn * sizeof(float));
+    float *w = malloc(maxn * sizeof(float));
+    float *o1 = malloc(maxr * maxn * sizeof(float));
+    float *o2 = malloc(maxr * maxn * sizeof(float));
+    float *ip = malloc(maxr * maxn * sizeof(float));
+    float sc[64];
+    if (!x || !w || !o1 || !o2 || !ip) { fprintf(stderr, "out of memory\n"); return 1; }
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            int n = lens[li], nr = rows[ri];
+            if ((size_t)n * nr > 16384u * 9) continue;   /* keep the run short */
+            size_t xs = (size_t)n + (n & 1 ? 0 : 3);     /* padded and unpadded strides */
+            for (size_t i = 0; i < (size_t)nr * xs; i++) x[i] = frand();
+            for (int i = 0; i < n; i++) w[i] = frand();
+            /* scales */
+            rms_scale_rows(x, xs, nr, n, eps, sc);
+            for (int r = 0; r < nr; r++) {
+                float ref = rms_scale(x + (size_t)r * xs, n, eps);
+                checks++;
+                if (memcmp(&ref, &sc[r], sizeof ref)) {
+                    fails++;
+                    fprintf(stderr, "FAIL rms_scale_rows n=%d rows=%d row %d: %.9g != %.9g\n", n, nr, r,
+                            sc[r], ref);
+                }
+            }
+            /* norms, with and without weight, out of place (own stride) */
+            for (int wt = 0; wt < 2; wt++) {
+                const float *wp = wt ? w : NULL;
+                size_t os = (size_t)n + 1;
+                rms_norm_rows(x, xs, wp, nr, n, eps, o2, os);
+                for (int r = 0; r < nr; r++) {
+                    rms_norm(x + (size_t)r * xs, wp, n, eps, o1);
+                    checks++;
+                    if (!same_rows(o1, o2 + (size_t)r * os, (size_t)n)) {
+                        fails++;
+                        fprintf(stderr, "FAIL rms_norm_rows n=%d rows=%d row %d weight %d\n", n, nr, r, wt);
+                    }
+                }
+                /* in place (out == x, same stride), as q_post does */
+                memcpy(ip, x, (size_t)nr * xs * sizeof(float));
+                rms_norm_rows(ip, xs, wp, nr, n, eps, ip, xs);
+                for (int r = 0; r < nr; r++) {
+                    rms_norm(x + (size_t)r * xs, wp, n, eps, o1);
+                    checks++;
+                    if (!same_rows(o1, ip + (size_t)r * xs, (size_t)n)) {
+                        fails++;
+                        fprintf(stderr, "FAIL rms_norm_rows in place n=%d rows=%d row %d weight %d\n", n, nr,
+                                r, wt);
+                    }
+                }
+            }
+        }
+    free(x); free(w); free(o1); free(o2); free(ip);
+    if (fails) { fprintf(stderr, "test_rowops: %d of %d checks failed\n", fails, checks); return 1; }
+    printf("test_rowops: %d checks ok\n", checks);
+    return 0;
+}
