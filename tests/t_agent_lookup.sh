@@ -9,6 +9,7 @@
 # the saved transcript's tokens, the saved KV state files (byte for byte),
 # the written files and the trace (but its drafted/accepted counts) are
 # the same with --lookup 0, 1, 4 and 16.
+# ds4-test: optimized-only (2 minutes under ASan; the drafting path runs under ASan in t_agent_tmux, whose scripted turns draft by default)
 set -u
 cd "$(dirname "$0")/.."
 BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
