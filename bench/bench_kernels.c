@@ -525,7 +525,7 @@ int main(int argc, char **argv) {
             c.act_rb = act_row_bytes(kind, s->n_in);
             c.act = act;
             for (int r = 0; r < s->groups * maxT; r++)
-                act_quantize_row(kind, xf + (size_t)r * s->n_in, s->n_in, act + (size_t)r * c.act_rb);
+                act_quantize_row(ds4_kernels_scalar(), kind, xf + (size_t)r * s->n_in, s->n_in, act + (size_t)r * c.act_rb);
             for (int ti = 0; ti < opt.ntokens; ti++)
                 for (int k = 0; k < 2; k++)
                     for (int ki = 0; ki < opt.nkern; ki++) {

@@ -6,10 +6,10 @@
  * length (1..16384, the HC width) or the stride, in place and not, with
  * and without a weight.  Values span several magnitudes so the double
  * sums round differently from row to row; a helper that reordered any
- * row's sum would be caught by some row.  And act_quantize_row (the
- * AVX-512 activation quantizers where the CPU has them) against
- * act_quantize_row_ref (the scalar definition) byte for byte, Q8_0a and
- * Q8_K, on random rows and on blocks built to hit every branch: all zero,
+ * row's sum would be caught by some row.  And every kernel table's
+ * activation quantizers (the avx512 table's are AVX-512, in
+ * src/kernels/quant_vnni.c) against the scalar table's (the definition)
+ * byte for byte, Q8_0a and Q8_K, on random rows and on blocks built to hit every branch: all zero,
  * -0, subnormals, infinities, NaNs, ties of +a and -a for the largest
  * magnitude, exact halves after scaling, one huge value among tiny ones.
  */
@@ -53,11 +53,21 @@ static void edge_block(float *x, int kind) {
     }
 }
 
-static int test_quant(int *checks) {
+/* One row through a table's quantizer against the scalar table's bytes. */
+static int quant_row_differs(const ds4_kernels *kt, act_kind k, const float *x, int n) {
+    static uint8_t q1[8192 * 2], q2[8192 * 2];
+    size_t rb = act_row_bytes(k, n);
+    memset(q1, 0xA5, rb);
+    memset(q2, 0x5A, rb);
+    act_quantize_row(ds4_kernels_scalar(), k, x, n, q1);
+    act_quantize_row(kt, k, x, n, q2);
+    return memcmp(q1, q2, rb) != 0;
+}
+
+static int test_quant(const ds4_kernels *kt, int *checks) {
     int fails = 0;
     enum { NMAX = 8192 };
     static float x[NMAX];
-    static uint8_t q1[NMAX * 2], q2[NMAX * 2];
     const act_kind kinds[2] = { ACT_Q8_0A, ACT_Q8_K };
     for (int ki = 0; ki < 2; ki++) {
         act_kind k = kinds[ki];
@@ -67,15 +77,10 @@ static int test_quant(int *checks) {
             for (int rep = 0; rep < 20; rep++) {
                 int n = widths[wi];
                 for (int j = 0; j < n; j++) x[j] = frand();
-                size_t rb = act_row_bytes(k, n);
-                memset(q1, 0xA5, rb);
-                memset(q2, 0x5A, rb);
-                act_quantize_row_ref(k, x, n, q1);
-                act_quantize_row(k, x, n, q2);
                 (*checks)++;
-                if (memcmp(q1, q2, rb)) {
+                if (quant_row_differs(kt, k, x, n)) {
                     fails++;
-                    fprintf(stderr, "FAIL act_quantize_row kind %d n=%d rep %d\n", (int)k, n, rep);
+                    fprintf(stderr, "FAIL %s act_quantize_row kind %d n=%d rep %d\n", kt->name, (int)k, n, rep);
                 }
             }
         /* edge blocks, each at several offsets of a 1024-wide row */
@@ -83,15 +88,11 @@ static int test_quant(int *checks) {
             for (int off = 0; off < 1024; off += 256) {
                 for (int j = 0; j < 1024; j++) x[j] = frand();
                 edge_block(x + off, e);
-                size_t rb = act_row_bytes(k, 1024);
-                memset(q1, 0xA5, rb);
-                memset(q2, 0x5A, rb);
-                act_quantize_row_ref(k, x, 1024, q1);
-                act_quantize_row(k, x, 1024, q2);
                 (*checks)++;
-                if (memcmp(q1, q2, rb)) {
+                if (quant_row_differs(kt, k, x, 1024)) {
                     fails++;
-                    fprintf(stderr, "FAIL act_quantize_row kind %d edge case %d at %d\n", (int)k, e, off);
+                    fprintf(stderr, "FAIL %s act_quantize_row kind %d edge case %d at %d\n", kt->name, (int)k, e,
+                            off);
                 }
             }
     }
@@ -100,7 +101,12 @@ static int test_quant(int *checks) {
 
 int main(void) {
     int fails = 0, checks = 0;
-    fails += test_quant(&checks);
+    /* every table the CPU has (the avx512 table's quantizers are AVX-512;
+     * the others use the scalar ones and must match trivially) */
+    const ds4_kernels *tabs[] = { ds4_kernels_avx2(), ds4_kernels_avx512(), ds4_kernels_avx512_packed(),
+                                  ds4_kernels_amx() };
+    for (size_t ti = 0; ti < sizeof tabs / sizeof tabs[0]; ti++)
+        if (tabs[ti]) fails += test_quant(tabs[ti], &checks);
     const int lens[] = { 1, 2, 7, 16, 127, 512, 1024, 4096, 16384 };
     const int rows[] = { 1, 3, 7, 8, 9, 15, 16, 17, 33 };
     const float eps = 1e-6f;

@@ -44,106 +44,14 @@ size_t act_row_bytes(act_kind k, int n) {
     }
 }
 
-/* ---------------------------------------------------------------------- */
-/* Activation quantization, AVX-512                                        */
-/* ---------------------------------------------------------------------- */
-
-/* The activation quantizers run on every matmul input of a prefill (~5 %
- * of a 2048-token step with the scalar ones: a branchy clamp per element
- * keeps the compiler from vectorising them).  These give the reference
- * quantizers' bytes exactly (ds4_quantize_q8_0a / ds4_quantize_q8_K in
- * src/kernels/quant.c stay the definition; test_rowops compares them on
- * random and edge-case blocks):
- *  - amax: max(|x|, m) with the running maximum as the second operand,
- *    which is `|x| > m ? |x| : m` lane by lane (a NaN never wins, as in
- *    the scalar loop); max is exact, so the lane order does not matter;
- *  - Q8_K's signed max is the first element whose |x| equals amax, which
- *    is the one the scalar loop keeps (it only replaces on `>`);
- *  - the scale steps are the same scalar float operations; the products
- *    and rint (nearest-even) are IEEE per lane; clamp_i8 becomes min/max
- *    plus NaN -> 0; bsums are exact integer sums. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define ACT_AVX512 __attribute__((target("avx512f")))
-
-ACT_AVX512 static inline __m512i act_q_lanes(__m512 v, __m512 lo) {
-    __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __mmask16 ok = _mm512_cmp_ps_mask(r, r, _CMP_ORD_Q);
-    r = _mm512_max_ps(_mm512_min_ps(r, _mm512_set1_ps(127.0f)), lo);
-    return _mm512_maskz_cvtps_epi32(ok, r);   /* NaN -> 0 */
-}
-
-ACT_AVX512 static void q8_0a_avx512(const float *x, block_q8_0a *y, int64_t n) {
-    const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(-128.0f);
-    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-        __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
-        __m512 m = _mm512_max_ps(_mm512_abs_ps(a), zero);
-        m = _mm512_max_ps(_mm512_abs_ps(b), m);
-        float amax = _mm512_reduce_max_ps(m);
-        float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = d;
-        __m512 vid = _mm512_set1_ps(id);
-        _mm_storeu_si128((__m128i *)y[i].qs, _mm512_cvtepi32_epi8(act_q_lanes(_mm512_mul_ps(a, vid), lo)));
-        _mm_storeu_si128((__m128i *)(y[i].qs + 16),
-                         _mm512_cvtepi32_epi8(act_q_lanes(_mm512_mul_ps(b, vid), lo)));
-    }
-}
-
-ACT_AVX512 static void q8_K_avx512(const float *x, block_q8_K *y, int64_t n) {
-    const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(-127.0f);
-    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        __m512 m = zero;
-        for (int c = 0; c < QK_K / 16; c++) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * c)), m);
-        float amax = _mm512_reduce_max_ps(m);
-        if (amax == 0.0f) {
-            memset(&y[i], 0, sizeof(y[i]));
-            continue;
-        }
-        float max = 0.0f;
-        const __m512 va = _mm512_set1_ps(amax);
-        for (int c = 0; c < QK_K / 16; c++) {
-            __mmask16 eq = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * c)), va, _CMP_EQ_OQ);
-            if (eq) { max = x[16 * c + __builtin_ctz(eq)]; break; }
-        }
-        float iscale = -127.0f / max;
-        const __m512 vs = _mm512_set1_ps(iscale);
-        for (int c = 0; c < QK_K / 16; c++) {
-            __m512i q = act_q_lanes(_mm512_mul_ps(vs, _mm512_loadu_ps(x + 16 * c)), lo);
-            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * c), _mm512_cvtepi32_epi8(q));
-            y[i].bsums[c] = (int16_t)_mm512_reduce_add_epi32(q);
-        }
-        y[i].d = 1.0f / iscale;
-    }
-}
-
-static int act_avx512_ok(void) {
-    static int ok = -1;   /* a benign race: every thread computes the same */
-    if (ok < 0) {
-        __builtin_cpu_init();
-        ok = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return ok;
-}
-#endif
-
-void act_quantize_row_ref(act_kind k, const float *x, int n, void *out) {
-    switch (k) {
-    case ACT_Q8_0A: ds4_quantize_q8_0a(x, out, n); break;
-    case ACT_Q8_K: ds4_quantize_q8_K(x, out, n); break;
+/* Activation quantization: the kernel table's quantizers (scalar, or the
+ * avx512 table's, which give the same bytes: src/kernels/quant_vnni.c). */
+void act_quantize_row(const ds4_kernels *k, act_kind kind, const float *x, int n, void *out) {
+    switch (kind) {
+    case ACT_Q8_0A: k->quantize_q8_0a(x, out, n); break;
+    case ACT_Q8_K: k->quantize_q8_K(x, out, n); break;
     default: memcpy(out, x, (size_t)n * sizeof(float)); break;
     }
-}
-
-void act_quantize_row(act_kind k, const float *x, int n, void *out) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (k != ACT_F32 && act_avx512_ok()) {
-        if (k == ACT_Q8_0A) q8_0a_avx512(x, out, n);
-        else q8_K_avx512(x, out, n);
-        return;
-    }
-#endif
-    act_quantize_row_ref(k, x, n, out);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -399,7 +307,7 @@ void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,
     } else {
         size_t rb = act_row_bytes(kind, W.n_in);
         for (int t = 0; t < T; t++)
-            act_quantize_row(kind, x + (size_t)t * xs, W.n_in, (uint8_t *)scratch + (size_t)t * rb);
+            act_quantize_row(c->k, kind, x + (size_t)t * xs, W.n_in, (uint8_t *)scratch + (size_t)t * rb);
         g.act = scratch;
         g.act_stride = rb;
     }

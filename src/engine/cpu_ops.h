@@ -37,10 +37,9 @@ mat_t mat_rows(mat_t m, int r0, int n);
  * --no-qat diagnostic) see float activations (docs/MODEL.md §7.1). */
 act_kind act_kind_for(uint32_t wtype, int no_qat);
 size_t act_row_bytes(act_kind k, int n);
-void act_quantize_row(act_kind k, const float *x, int n, void *out);
-/* The scalar quantizers (src/kernels/quant.c), the definition that
- * act_quantize_row's AVX-512 path reproduces byte for byte. */
-void act_quantize_row_ref(act_kind k, const float *x, int n, void *out);
+/* One activation row through the kernel table's quantizer (every table
+ * gives the scalar quantizers' bytes); ACT_F32 copies the floats. */
+void act_quantize_row(const ds4_kernels *k, act_kind kind, const float *x, int n, void *out);
 
 /* One group of a grouped matmul: out[j][o] = W[o] . act[rows[j]] for
  * j < n_rows, o < W.n_out.  rows == NULL means rows 0..n_rows-1. */

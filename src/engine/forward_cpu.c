@@ -200,6 +200,7 @@ typedef struct {
 } mm_spec;
 
 typedef struct {
+    const ds4_kernels *kt;
     act_kind k;
     const float *x;
     size_t xs, rb;
@@ -213,7 +214,7 @@ static void qrows_task(void *ctx, int ith, int nth) {
     long lo, hi;
     ds4_split(j->T, ith, nth, &lo, &hi);
     for (long t = lo; t < hi; t++)
-        act_quantize_row(j->k, j->x + (size_t)t * j->xs, j->n, j->q + (size_t)t * j->rb);
+        act_quantize_row(j->kt, j->k, j->x + (size_t)t * j->xs, j->n, j->q + (size_t)t * j->rb);
 }
 
 /* Quantize T activation rows; a prefill's rows are split across threads
@@ -221,7 +222,7 @@ static void qrows_task(void *ctx, int ith, int nth) {
  * split). */
 static void quantize_rows(fwd *f, act_kind k, const float *x, size_t xs, int n, uint8_t *q,
                           size_t rb, int T) {
-    qrows_job j = { k, x, xs, rb, n, q, T };
+    qrows_job j = { f->cc.k, k, x, xs, rb, n, q, T };
     prof_t t0 = prof_now();
     if (T < 8) qrows_task(&j, 0, 1);
     else ds4_pool_run(f->cc.pool, qrows_task, &j);
@@ -1180,7 +1181,7 @@ static void swiglu_task(void *ctx, int ith, int nth) {
         /* the row is still in L1/L2: quantizing it here spares a second
          * pass over all the rows from DRAM (100 MB per layer at chunk
          * 2048); the bytes are the same as quantize_rows' */
-        if (j->q) act_quantize_row(j->qk, g, j->F, j->q + (size_t)r * j->rb);
+        if (j->q) act_quantize_row(j->f->cc.k, j->qk, g, j->F, j->q + (size_t)r * j->rb);
     }
 }
 

@@ -742,6 +742,8 @@ static const ds4_kernels scalar_kernels = {
     .mxfp4_q8_0a = s_mxfp4_q8_0a,
     .mxfp4_f32 = s_mxfp4_f32,
     .mxfp4_q8_0a_tile = s_mxfp4_q8_0a_tile,
+    .quantize_q8_0a = ds4_quantize_q8_0a,
+    .quantize_q8_K = ds4_quantize_q8_K,
 };
 
 const ds4_kernels *ds4_kernels_scalar(void)

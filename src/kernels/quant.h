@@ -172,6 +172,11 @@ typedef struct {
     float (*mxfp4_q8_0a)(int n, const void *w, const void *a);
     float (*mxfp4_f32)(int n, const void *w, const float *x);
     ds4_tile_fn mxfp4_q8_0a_tile;
+    /* activation quantizers (every matmul input of the engine): each
+     * table gives exactly the bytes of ds4_quantize_q8_0a /
+     * ds4_quantize_q8_K, the definitions (tests/test_kernels.c) */
+    void (*quantize_q8_0a)(const float *x, block_q8_0a *y, int64_t n);
+    void (*quantize_q8_K)(const float *x, block_q8_K *y, int64_t n);
 } ds4_kernels;
 
 const ds4_kernels *ds4_kernels_scalar(void);

@@ -963,6 +963,9 @@ static const ds4_kernels avx2_kernels = {
     .mxfp4_q8_0a = v_mxfp4_q8_0a,
     .mxfp4_f32 = v_mxfp4_f32,
     .mxfp4_q8_0a_tile = v_mxfp4_q8_0a_tile,
+    /* the scalar quantizers (the AVX-512 ones are the avx512 table's) */
+    .quantize_q8_0a = ds4_quantize_q8_0a,
+    .quantize_q8_K = ds4_quantize_q8_K,
 };
 
 /* F16C from CPUID leaf 1 (ECX bit 29): not every compiler accepts "f16c"

@@ -2048,6 +2048,75 @@ VT static void v_mxfp4_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, c
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Activation quantizers                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The activation quantizers run on every matmul input of a prefill (~5 %
+ * of a 2048-token step with the scalar ones: a branchy clamp per element
+ * keeps the compiler from vectorising them).  These give the reference
+ * quantizers' bytes exactly (ds4_quantize_q8_0a / ds4_quantize_q8_K in
+ * src/kernels/quant.c stay the definition; test_rowops compares them on
+ * random and edge-case blocks):
+ *  - amax: max(|x|, m) with the running maximum as the second operand,
+ *    which is `|x| > m ? |x| : m` lane by lane (a NaN never wins, as in
+ *    the scalar loop); max is exact, so the lane order does not matter;
+ *  - Q8_K's signed max is the first element whose |x| equals amax, which
+ *    is the one the scalar loop keeps (it only replaces on `>`);
+ *  - the scale steps are the same scalar float operations; the products
+ *    and rint (nearest-even) are IEEE per lane; clamp_i8 becomes min/max
+ *    plus NaN -> 0; bsums are exact integer sums. */
+VTI static __m512i act_q_lanes(__m512 v, __m512 lo) {
+    __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 ok = _mm512_cmp_ps_mask(r, r, _CMP_ORD_Q);
+    r = _mm512_max_ps(_mm512_min_ps(r, _mm512_set1_ps(127.0f)), lo);
+    return _mm512_maskz_cvtps_epi32(ok, r);   /* NaN -> 0 */
+}
+
+VT static void v_quantize_q8_0a(const float *x, block_q8_0a *y, int64_t n) {
+    const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(-128.0f);
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+        __m512 m = _mm512_max_ps(_mm512_abs_ps(a), zero);
+        m = _mm512_max_ps(_mm512_abs_ps(b), m);
+        float amax = _mm512_reduce_max_ps(m);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        __m512 vid = _mm512_set1_ps(id);
+        _mm_storeu_si128((__m128i *)y[i].qs, _mm512_cvtepi32_epi8(act_q_lanes(_mm512_mul_ps(a, vid), lo)));
+        _mm_storeu_si128((__m128i *)(y[i].qs + 16),
+                         _mm512_cvtepi32_epi8(act_q_lanes(_mm512_mul_ps(b, vid), lo)));
+    }
+}
+
+VT static void v_quantize_q8_K(const float *x, block_q8_K *y, int64_t n) {
+    const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(-127.0f);
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m512 m = zero;
+        for (int c = 0; c < QK_K / 16; c++) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * c)), m);
+        float amax = _mm512_reduce_max_ps(m);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof(y[i]));
+            continue;
+        }
+        float max = 0.0f;
+        const __m512 va = _mm512_set1_ps(amax);
+        for (int c = 0; c < QK_K / 16; c++) {
+            __mmask16 eq = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * c)), va, _CMP_EQ_OQ);
+            if (eq) { max = x[16 * c + __builtin_ctz(eq)]; break; }
+        }
+        float iscale = -127.0f / max;
+        const __m512 vs = _mm512_set1_ps(iscale);
+        for (int c = 0; c < QK_K / 16; c++) {
+            __m512i q = act_q_lanes(_mm512_mul_ps(vs, _mm512_loadu_ps(x + 16 * c)), lo);
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * c), _mm512_cvtepi32_epi8(q));
+            y[i].bsums[c] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
 static ds4_kernels avx512_kernels, avx512_packed_kernels;
 static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
 
@@ -2069,6 +2138,8 @@ static void avx512_init(void)
     avx512_kernels.f16_f32_tile = v_f16_f32_tile;
     avx512_kernels.mxfp4_q8_0a = s->mxfp4_q8_0a;
     avx512_kernels.mxfp4_q8_0a_tile = v_mxfp4_q8_0a_tile;
+    avx512_kernels.quantize_q8_0a = v_quantize_q8_0a;
+    avx512_kernels.quantize_q8_K = v_quantize_q8_K;
     d1_idx_init();
     avx512_packed_kernels = avx512_kernels;
     avx512_packed_kernels.name = "avx512-packed";
