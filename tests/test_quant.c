@@ -232,6 +232,16 @@ static void test_tables(void)
     for (int i = 0; i < 256; i++)
         for (int b = 0; b < 8; b++) img[8 * i + b] = (uint8_t)(ds4_iq2xxs_grid[i] >> (8 * b));
     CHECK(memcmp(img, g, 2048) == 0, "ds4_iq2xxs_grid differs from table/iq2xxs_grid");
+    /* the SIMD tables' two-bit codes give the grid back (so every grid
+     * byte is 8, 25 or 43) */
+    const uint8_t *codes = ds4_iq2xxs_codes();
+    static const unsigned mag[4] = { 8, 25, 43, 0 };
+    int code_bad = ((uintptr_t)codes & 63) != 0;
+    for (int i = 0; i < 256; i++) {
+        unsigned c = codes[i] | (unsigned)codes[256 + i] << 8;
+        for (int b = 0; b < 8; b++) code_bad += mag[(c >> (2 * b)) & 3] != ((ds4_iq2xxs_grid[i] >> (8 * b)) & 0xff);
+    }
+    CHECK(code_bad == 0, "ds4_iq2xxs_codes does not give the grid back (%d)", code_bad);
     CHECK(memcmp(ds4_iq2xxs_signs, s, 128) == 0, "ds4_iq2xxs_signs differs from table/iq2xxs_signs");
     char hex[65];
     sha256_hex(img, 2048, hex);

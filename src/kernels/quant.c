@@ -19,6 +19,7 @@
 #include "gguf/gguf.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,28 @@ static void deq_iq2_xxs_block(const block_iq2_xxs *b, float *y)
 /* MXFP4: value j and j + 16 share byte j; kvalues[code] * 2^(e-128) is
  * exact (a small integer times a power of two) unless it falls below the
  * normal range, where the float product rounds exactly as ggml's does. */
+static uint8_t iq2xxs_codes[512] __attribute__((aligned(64)));
+static pthread_once_t iq2xxs_codes_once = PTHREAD_ONCE_INIT;
+
+static void iq2xxs_codes_init(void)
+{
+    for (int e = 0; e < 256; e++) {
+        unsigned code = 0;
+        for (int i = 0; i < 8; i++) {
+            unsigned v = (unsigned)(ds4_iq2xxs_grid[e] >> (8 * i)) & 0xff;
+            code |= (v == 8 ? 0u : v == 25 ? 1u : 2u) << (2 * i);   /* test_quant checks the grid */
+        }
+        iq2xxs_codes[e] = (uint8_t)code;
+        iq2xxs_codes[256 + e] = (uint8_t)(code >> 8);
+    }
+}
+
+const uint8_t *ds4_iq2xxs_codes(void)
+{
+    pthread_once(&iq2xxs_codes_once, iq2xxs_codes_init);
+    return iq2xxs_codes;
+}
+
 const int8_t ds4_kvalues_mxfp4[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
 
 static void deq_mxfp4_block(const block_mxfp4 *b, float *y)

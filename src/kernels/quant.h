@@ -48,6 +48,11 @@ _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K");
 /* IQ2_XXS tables (format data, identical to ggml's). */
 extern const uint64_t ds4_iq2xxs_grid[256];
 extern const uint8_t ds4_iq2xxs_signs[128];
+/* The grid as two-bit codes (every grid byte is 8, 25 or 43 -> 0, 1, 2),
+ * for the SIMD tables' vpermi2b lookups: 512 bytes, 64-byte aligned, byte
+ * e = codes of elements 0..3 of entry e (element i at bits 2i), byte
+ * 256 + e = elements 4..7.  Built once, on first use. */
+const uint8_t *ds4_iq2xxs_codes(void);
 
 /* E2M1 values doubled: 0, .5, 1, 1.5, 2, 3, 4, 6 (times 2) and their
  * negatives (code 8 is -0, stored as 0).  Format data, as ggml's

@@ -316,27 +316,15 @@ typedef struct {
  * elements 0..3 and 4..7 of each grid entry; the weight bytes lo/hi of
  * +-g * ls indexed by negative << 6 | code << 4 | (ls - 1) / 2 (one
  * 128-entry vpermi2b each: the sign costs no masked second lookup). */
-static uint8_t iq2_clo[256] __attribute__((aligned(64)));
-static uint8_t iq2_chi[256] __attribute__((aligned(64)));
+static const uint8_t *iq2_clo, *iq2_chi;   /* ds4_iq2xxs_codes() */
 static int8_t iq2_wlo[2][64] __attribute__((aligned(64)));   /* [negative] */
 static int8_t iq2_whi[2][64] __attribute__((aligned(64)));
 static uint8_t iq2_act_perm[64] __attribute__((aligned(64)));
-static int iq2_ok;   /* the grid holds only 8, 25 and 43 (format data) */
 
 static void iq2_init(void)
 {
-    iq2_ok = 1;
-    for (int e = 0; e < 256; e++) {
-        unsigned code = 0;
-        for (int i = 0; i < 8; i++) {
-            unsigned v = (unsigned)(ds4_iq2xxs_grid[e] >> (8 * i)) & 0xff;
-            unsigned c = v == 8 ? 0 : v == 25 ? 1 : v == 43 ? 2 : 3;
-            if (c == 3) iq2_ok = 0;
-            code |= c << (2 * i);
-        }
-        iq2_clo[e] = (uint8_t)code;
-        iq2_chi[e] = (uint8_t)(code >> 8);
-    }
+    iq2_clo = ds4_iq2xxs_codes();
+    iq2_chi = iq2_clo + 256;
     static const int gv[3] = { 8, 25, 43 };
     for (int i = 0; i < 64; i++) {
         const int c = i >> 4, ls = 2 * (i & 15) + 1;
@@ -921,7 +909,7 @@ static void amx_init(void)
     amx_kernels.q2_K_q8_K_tile = amx_q2_K_q8_K_tile;
     amx_kernels.q4_K_q8_K_tile = amx_q4_K_q8_K_tile;
     iq2_init();
-    if (iq2_ok) amx_kernels.iq2_xxs_q8_K_tile = amx_iq2_xxs_q8_K_tile;
+    amx_kernels.iq2_xxs_q8_K_tile = amx_iq2_xxs_q8_K_tile;
     amx_ok = 1;
 }
 

@@ -321,24 +321,15 @@ VT static void pack_q4_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk
 /* IQ2_XXS tables: every grid magnitude is 8, 25 or 43, so a grid row is 8
  * two-bit codes; iq2_clo/chi[e] hold the codes of elements 0..3 / 4..7 of
  * entry e (256 bytes each = 4 zmm, looked up with vpermi2b). */
-static uint8_t iq2_clo[256] __attribute__((aligned(64)));
-static uint8_t iq2_chi[256] __attribute__((aligned(64)));
+static const uint8_t *iq2_clo, *iq2_chi;   /* ds4_iq2xxs_codes() */
 /* d1_iq2_perm[s] byte 32h + 4g + l = 32g + 8l + s (the single-token path's
  * activation order, see d1_prep_iq2) */
 static uint8_t d1_iq2_perm[8][64] __attribute__((aligned(64)));
 
 static void iq2_tables_init(void)
 {
-    for (int e = 0; e < 256; e++) {
-        unsigned code = 0;
-        for (int i = 0; i < 8; i++) {
-            unsigned v = (unsigned)(ds4_iq2xxs_grid[e] >> (8 * i)) & 0xff;
-            unsigned c = v == 8 ? 0 : v == 25 ? 1 : 2;
-            code |= c << (2 * i);
-        }
-        iq2_clo[e] = (uint8_t)code;
-        iq2_chi[e] = (uint8_t)(code >> 8);
-    }
+    iq2_clo = ds4_iq2xxs_codes();
+    iq2_chi = iq2_clo + 256;
     for (int sv = 0; sv < 8; sv++)
         for (int h = 0; h < 2; h++)
             for (int g = 0; g < 8; g++)
