@@ -277,6 +277,21 @@ static const double crit001[31] = { 0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46,
                                     43.82, 45.31, 46.80, 48.27, 49.73, 51.18, 52.62, 54.05, 55.48,
                                     56.89, 58.30, 59.70 };
 
+/* Pearson chi-square of draw counts against a distribution over its
+ * support; *outside counts tokens drawn where dist is 0, *bins the
+ * support's size. */
+static double chi_support(const long *cnt, const float *dist, int V, int draws, int *outside, int *bins) {
+    double chi = 0;
+    *outside = *bins = 0;
+    for (int i = 0; i < V; i++) {
+        if (!(dist[i] > 0)) { *outside += cnt[i] != 0; continue; }
+        double e = (double)draws * dist[i];
+        chi += (cnt[i] - e) * (cnt[i] - e) / e;
+        (*bins)++;
+    }
+    return chi;
+}
+
 static void test_sampler_dist(void) {
     enum { V = 64, DRAWS = 200000 };
     float lg[V];
@@ -307,14 +322,8 @@ static void test_sampler_dist(void) {
                 int32_t t = way == 0 ? ds4_sample(smp, lg) : ds4_sampler_draw(smp, dist);
                 if (t >= 0 && t < V) cnt[t]++;
             }
-            double chi = 0;
-            int outside = 0, bins = 0;
-            for (int i = 0; i < V; i++) {
-                if (!(dist[i] > 0)) { outside += cnt[i] != 0; continue; }
-                double e = (double)DRAWS * dist[i];
-                chi += (cnt[i] - e) * (cnt[i] - e) / e;
-                bins++;
-            }
+            int outside, bins;
+            double chi = chi_support(cnt, dist, V, DRAWS, &outside, &bins);
             CHECK(outside == 0, "cfg %zu way %d: a draw outside the distribution's support", ci, way);
             CHECK(bins >= 2 && bins - 1 <= 30 && chi < crit001[bins - 1],
                   "cfg %zu way %d: draws follow ds4_sampler_dist: chi2 %.2f, %d dof", ci, way, chi, bins - 1);
@@ -348,14 +357,8 @@ static void test_sampler_dist(void) {
             CHECK(!ok || t == dr, "accepted means the draft");
             if (t >= 0 && t < V) cnt[t]++;
         }
-        double chi = 0;
-        int outside = 0, bins = 0;
-        for (int i = 0; i < V; i++) {
-            if (!(p[i] > 0)) { outside += cnt[i] != 0; continue; }
-            double e = (double)DRAWS * p[i];
-            chi += (cnt[i] - e) * (cnt[i] - e) / e;
-            bins++;
-        }
+        int outside, bins;
+        double chi = chi_support(cnt, p, V, DRAWS, &outside, &bins);
         double sd = sqrt(DRAWS * alpha * (1 - alpha));
         CHECK(tv > 0.3 && alpha > 0.02, "judge: q far from p but overlapping (TV %.3f, overlap %.3f)", tv, alpha);
         CHECK(outside == 0, "judge: a token outside p's support");
