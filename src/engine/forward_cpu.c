@@ -31,6 +31,7 @@
 #include "kernels/vec_ops.h"
 #include "dist/dist.h"
 #include "engine/expert_cache.h"
+#include "engine/profile.h"
 
 
 /* A pass evaluates T rows that belong to one or more sessions (items):
@@ -68,105 +69,6 @@ static inline ds4_cpu_item *row_item(const fwd *f, int t) { return &f->it[f->rit
 static inline int64_t row_pos(const fwd *f, int t) {
     const ds4_cpu_item *i = row_item(f, t);
     return i->p0 + (t - i->r0);
-}
-
-/* ---------------------------------------------------------------------- */
-/* DS4_PROFILE=1: where a pass's time goes (issue 16)                      */
-/* ---------------------------------------------------------------------- */
-
-/* Each leaf step of a pass (a parallel section, or a serial loop on the
- * calling thread) adds its wall time and the process's CPU time (all
- * threads: what the pool's workers used, idle spinning included) to its
- * stage; the passes' totals less the stages is "other" (dispatch,
- * bookkeeping, --dist transfers, SSD reads).  The table goes to stderr
- * when the process exits.  Off, each leaf costs one predictable branch;
- * on, two clock reads per leaf (a few hundred per layer), which slows
- * decode by ~1 % and a 2048-token chunk by far less. */
-enum {
-    PS_MM,       /* cpu_matmul_groups: every weight product */
-    PS_QUANT,    /* activation rows quantized for the matmuls */
-    PS_ATTN,     /* attention over the window and compressed rows, window append */
-    PS_IDX,      /* indexer queries, scores, top-k */
-    PS_COMP,     /* compressor frontiers: ape, pooling, finishing rows */
-    PS_HC,       /* hyper-connections: HC input norm, mix, Sinkhorn, post; head mix */
-    PS_NORM,     /* sublayer norms, q/kv norms, RoPE, KV roundings */
-    PS_ROUTE,    /* router: softplus, top-k, weights */
-    PS_SWIGLU,   /* SwiGLU of routed and shared experts */
-    PS_MOEGS,    /* MoE gather (bucketing by expert) and scatter (sums), y */
-    PS_EMBED,    /* token embedding, MTP input */
-    PS_N
-};
-static const char *const prof_name[PS_N] = {
-    "matmul", "act quantize", "attention", "indexer", "compressor", "HC",
-    "norm/rope", "router", "swiglu", "moe gather/scatter", "embed",
-};
-static _Atomic int prof_state;   /* 0 not read yet, 1 off, 2 on (set by the first pass) */
-#define PROF_ON() (atomic_load_explicit(&prof_state, memory_order_relaxed) == 2)
-static _Atomic uint64_t prof_wall[PS_N], prof_cpu[PS_N], prof_tot_wall, prof_tot_cpu;
-static _Atomic uint64_t prof_passes, prof_rows;
-
-typedef struct { uint64_t wall, cpu; } prof_t;
-
-static uint64_t clk_ns(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline prof_t prof_now(void) {
-    prof_t t = { 0, 0 };
-    if (PROF_ON()) {
-        t.wall = clk_ns(CLOCK_MONOTONIC);
-        t.cpu = clk_ns(CLOCK_PROCESS_CPUTIME_ID);
-    }
-    return t;
-}
-
-static inline void prof_add(int st, prof_t t0) {
-    if (!PROF_ON()) return;
-    prof_t t = prof_now();
-    atomic_fetch_add_explicit(&prof_wall[st], t.wall - t0.wall, memory_order_relaxed);
-    atomic_fetch_add_explicit(&prof_cpu[st], t.cpu - t0.cpu, memory_order_relaxed);
-}
-
-/* time one leaf statement */
-#define PROF(st, stmt) do { prof_t pt0_ = prof_now(); stmt; prof_add((st), pt0_); } while (0)
-
-static void prof_report(void) {
-    double tw = (double)prof_tot_wall * 1e-9, tc = (double)prof_tot_cpu * 1e-9, sw = 0, sc = 0;
-    fprintf(stderr, "ds4 profile (DS4_PROFILE): %llu passes, %llu rows, wall %.3f s, CPU %.3f s\n",
-            (unsigned long long)prof_passes, (unsigned long long)prof_rows, tw, tc);
-    fprintf(stderr, "  %-20s %10s %7s %10s %7s\n", "stage", "wall s", "wall %", "CPU s", "CPU %");
-    for (int i = 0; i <= PS_N; i++) {
-        double w, c;
-        if (i < PS_N) { w = (double)prof_wall[i] * 1e-9; c = (double)prof_cpu[i] * 1e-9; sw += w; sc += c; }
-        else { w = tw - sw; c = tc - sc; }
-        fprintf(stderr, "  %-20s %10.3f %6.1f%% %10.3f %6.1f%%\n", i < PS_N ? prof_name[i] : "other",
-                w, tw > 0 ? 100 * w / tw : 0, c, tc > 0 ? 100 * c / tc : 0);
-    }
-    double mw = (double)prof_wall[PS_MM] * 1e-9, mc = (double)prof_cpu[PS_MM] * 1e-9;
-    fprintf(stderr, "  outside the matmuls: %.1f%% of wall, %.1f%% of CPU\n",
-            tw > 0 ? 100 * (tw - mw) / tw : 0, tc > 0 ? 100 * (tc - mc) / tc : 0);
-}
-
-/* A pass begins: read DS4_PROFILE once (the first pass to get here
- * registers the report; the others see the same setting). */
-static prof_t prof_pass_begin(void) {
-    if (!atomic_load_explicit(&prof_state, memory_order_relaxed)) {
-        const char *e = getenv("DS4_PROFILE");
-        int want = e && *e && strcmp(e, "0") ? 2 : 1, expect = 0;
-        if (atomic_compare_exchange_strong(&prof_state, &expect, want) && want == 2) atexit(prof_report);
-    }
-    return prof_now();
-}
-
-static void prof_pass_end(prof_t t0, int rows) {
-    if (!PROF_ON()) return;
-    prof_t t = prof_now();
-    atomic_fetch_add_explicit(&prof_tot_wall, t.wall - t0.wall, memory_order_relaxed);
-    atomic_fetch_add_explicit(&prof_tot_cpu, t.cpu - t0.cpu, memory_order_relaxed);
-    atomic_fetch_add_explicit(&prof_passes, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&prof_rows, (uint64_t)rows, memory_order_relaxed);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -57,6 +57,7 @@
  * "memory" clobber, and the configuration is a const object in memory.
  */
 #include "kernels/quant.h"
+#include "kernels/iq2_avx512.h"
 
 #include <string.h>
 
@@ -316,15 +317,14 @@ typedef struct {
  * elements 0..3 and 4..7 of each grid entry; the weight bytes lo/hi of
  * +-g * ls indexed by negative << 6 | code << 4 | (ls - 1) / 2 (one
  * 128-entry vpermi2b each: the sign costs no masked second lookup). */
-static const uint8_t *iq2_clo, *iq2_chi;   /* ds4_iq2xxs_codes() */
+static const uint8_t *iq2_codes;   /* ds4_iq2xxs_codes(): lo 0..255, hi 256..511 */
 static int8_t iq2_wlo[2][64] __attribute__((aligned(64)));   /* [negative] */
 static int8_t iq2_whi[2][64] __attribute__((aligned(64)));
 static uint8_t iq2_act_perm[64] __attribute__((aligned(64)));
 
 static void iq2_init(void)
 {
-    iq2_clo = ds4_iq2xxs_codes();
-    iq2_chi = iq2_clo + 256;
+    iq2_codes = ds4_iq2xxs_codes();
     static const int gv[3] = { 8, 25, 43 };
     for (int i = 0; i < 64; i++) {
         const int c = i >> 4, ls = 2 * (i & 15) + 1;
@@ -487,10 +487,8 @@ VK static void kpack_iq2_xxs(const uint8_t *const *p, kq_blk *pk)
 {
     __m512i t[16];
     rows_tr16(p, 2, t);
-    const __m512i clo0 = _mm512_load_si512(iq2_clo), clo1 = _mm512_load_si512(iq2_clo + 64);
-    const __m512i clo2 = _mm512_load_si512(iq2_clo + 128), clo3 = _mm512_load_si512(iq2_clo + 192);
-    const __m512i chi0 = _mm512_load_si512(iq2_chi), chi1 = _mm512_load_si512(iq2_chi + 64);
-    const __m512i chi2 = _mm512_load_si512(iq2_chi + 128), chi3 = _mm512_load_si512(iq2_chi + 192);
+    iq2_code_tab ct;
+    iq2_code_tab_load(&ct, iq2_codes);
     const __m512i sg0 = _mm512_loadu_si512(ds4_iq2xxs_signs), sg1 = _mm512_loadu_si512(ds4_iq2xxs_signs + 64);
     const __m512i wlp = _mm512_load_si512(iq2_wlo[0]), wln = _mm512_load_si512(iq2_wlo[1]);
     const __m512i whp = _mm512_load_si512(iq2_whi[0]), whn = _mm512_load_si512(iq2_whi[1]);
@@ -507,11 +505,8 @@ VK static void kpack_iq2_xxs(const uint8_t *const *p, kq_blk *pk)
     const __m512i k70 = _mm512_set1_epi8(0x70);
     for (int g = 0; g < 8; g++) {
         const __m512i idx = t[2 * g], aux = t[2 * g + 1];
-        const __mmask64 hi = _mm512_movepi8_mask(idx);
-        const __m512i clo = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(clo0, idx, clo1),
-                                                   _mm512_permutex2var_epi8(clo2, idx, clo3));
-        const __m512i chi = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(chi0, idx, chi1),
-                                                   _mm512_permutex2var_epi8(chi2, idx, chi3));
+        __m512i clo, chi;
+        iq2_idx_codes(&ct, idx, &clo, &chi);
         /* sign byte of each entry (ds4_iq2xxs_signs: 128 entries) */
         const __m512i sf = _mm512_and_si512(_mm512_multishift_epi64_epi8(msel, aux), k7f);
         const __m512i sb = _mm512_permutex2var_epi8(sg0, sf, sg1);

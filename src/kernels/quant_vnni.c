@@ -59,6 +59,7 @@
  * passes over L1-resident f32 weight slices (fbatch).
  */
 #include "kernels/quant.h"
+#include "kernels/iq2_avx512.h"
 
 #include <string.h>
 
@@ -319,17 +320,16 @@ VT static void pack_q4_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk
 }
 
 /* IQ2_XXS tables: every grid magnitude is 8, 25 or 43, so a grid row is 8
- * two-bit codes; iq2_clo/chi[e] hold the codes of elements 0..3 / 4..7 of
+ * two-bit codes; iq2_codes[e] / [256 + e] hold the codes of elements 0..3 / 4..7 of
  * entry e (256 bytes each = 4 zmm, looked up with vpermi2b). */
-static const uint8_t *iq2_clo, *iq2_chi;   /* ds4_iq2xxs_codes() */
+static const uint8_t *iq2_codes;   /* ds4_iq2xxs_codes(): lo 0..255, hi 256..511 */
 /* d1_iq2_perm[s] byte 32h + 4g + l = 32g + 8l + s (the single-token path's
  * activation order, see d1_prep_iq2) */
 static uint8_t d1_iq2_perm[8][64] __attribute__((aligned(64)));
 
 static void iq2_tables_init(void)
 {
-    iq2_clo = ds4_iq2xxs_codes();
-    iq2_chi = iq2_clo + 256;
+    iq2_codes = ds4_iq2xxs_codes();
     for (int sv = 0; sv < 8; sv++)
         for (int h = 0; h < 2; h++)
             for (int g = 0; g < 8; g++)
@@ -347,7 +347,7 @@ static void iq2_tables_init(void)
  *   layout: the raw 64 bytes of 16 rows are transposed first (dword 2g of
  *           lane r = the four grid indices of group g, dword 2g+1 = its
  *           signs and scale), so all the work below is 16 rows wide;
- *   codes:  every grid magnitude is 8, 25 or 43: iq2_clo/chi[e] hold the
+ *   codes:  every grid magnitude is 8, 25 or 43: iq2_codes[e] / [256 + e] hold the
  *           2-bit codes of elements 0..3 / 4..7 of entry e, looked up with
  *           vpermi2b (two 128-entry halves + blend);
  *   values: gf2p8affineqb (port 0) maps code c to {8, 25, 43} (the affine
@@ -373,10 +373,8 @@ VT static void pack_iq2_xxs(const uint8_t *w, size_t ws, int nr, int kb, pack_t 
         for (int r = 0; r < 16; r++) p[r] = rows[r] + off + 2 + 16 * q;
         tr16x4(p, t + 4 * q);
     }
-    const __m512i clo0 = _mm512_load_si512(iq2_clo), clo1 = _mm512_load_si512(iq2_clo + 64);
-    const __m512i clo2 = _mm512_load_si512(iq2_clo + 128), clo3 = _mm512_load_si512(iq2_clo + 192);
-    const __m512i chi0 = _mm512_load_si512(iq2_chi), chi1 = _mm512_load_si512(iq2_chi + 64);
-    const __m512i chi2 = _mm512_load_si512(iq2_chi + 128), chi3 = _mm512_load_si512(iq2_chi + 192);
+    iq2_code_tab ct;
+    iq2_code_tab_load(&ct, iq2_codes);
     /* value maps for code bits (2i, 2i+1): out bit 0 = c0^c1, bit 1 = c1,
      * bit 4 = c0, bit 5 = c1 (row of out bit k = matrix byte 7-k) */
     __m512i vmap[4];
@@ -414,11 +412,8 @@ VT static void pack_iq2_xxs(const uint8_t *w, size_t ws, int nr, int kb, pack_t 
     __m512i bias0 = zero, bias1 = zero;   /* sum_g ls_g * sum(w), two chains */
     for (int g = 0; g < 8; g++) {
         const __m512i idx = t[2 * g], s1 = t[2 * g + 1];
-        const __mmask64 hi = _mm512_movepi8_mask(idx);
-        const __m512i clo = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(clo0, idx, clo1),
-                                                   _mm512_permutex2var_epi8(clo2, idx, clo3));
-        const __m512i chi = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(chi0, idx, chi1),
-                                                   _mm512_permutex2var_epi8(chi2, idx, chi3));
+        __m512i clo, chi;
+        iq2_idx_codes(&ct, idx, &clo, &chi);
         /* ls = 2 * (a1 >> 28) + 1 */
         const __m512i ls = _mm512_or_si512(_mm512_slli_epi32(_mm512_srli_epi32(s1, 28), 1), _mm512_set1_epi32(1));
         pk->sc[g] = ls;
@@ -1201,7 +1196,7 @@ VT static __m512 d1_strip_q8_0(const uint8_t *w, size_t ws, int nr, int nb, cons
  * indices (row A bytes 0..31, B 32..63; byte 4g + l = entry l of group g)
  * and the 16 sign/scale words (dword g: group g of A, 8 + g: of B).  The
  * grid expansion is the packed tiles' one, on the pair instead of on 16
- * transposed rows: indices -> 2-bit codes (iq2_clo/chi, vpermi2b), codes of
+ * transposed rows: indices -> 2-bit codes (iq2_idx_codes, vpermi2b), codes of
  * element s of every entry -> 128 + magnitude (gf2p8affineqb), sign bytes
  * (7 stored bits + parity) -> per-element masks -> 128 - magnitude.  Then
  * vector s (element s of each entry) meets the activation codes of those
@@ -1234,7 +1229,7 @@ VTI static void d1_prep_iq2(const uint8_t *blk, d1iq2act_t *p)
 }
 
 typedef struct {
-    __m512i clo[4], chi[4];     /* iq2_clo / iq2_chi, 4 zmm each */
+    iq2_code_tab ct;            /* the grid's code tables */
     __m512i vmap[4];            /* code bits (2i, 2i+1) -> 128 + magnitude, xor 0x88 */
     __m512i sh_s7;              /* sign fields, byte 7 - m of a qword <- entry m */
     __m512i bitsel, gidx;
@@ -1243,9 +1238,8 @@ typedef struct {
 
 VTI static void d1_iq2_consts(d1iq2k_t *k)
 {
+    iq2_code_tab_load(&k->ct, iq2_codes);
     for (int i = 0; i < 4; i++) {
-        k->clo[i] = _mm512_load_si512(iq2_clo + 64 * i);
-        k->chi[i] = _mm512_load_si512(iq2_chi + 64 * i);
         k->vmap[i] = _mm512_set1_epi64((long long)((uint64_t)(3u << (2 * i)) << 56 | (uint64_t)(2u << (2 * i)) << 48 |
                                                    (uint64_t)(1u << (2 * i)) << 24 | (uint64_t)(2u << (2 * i)) << 16));
     }
@@ -1273,11 +1267,8 @@ VTI static __m512i d1_iq2_masks(__m512i sg, const d1iq2k_t *k)
 /* one row pair, one block: lane g = ls_g * (group sum) of row A, 8 + g of B */
 VTI static __m512i d1_pair_iq2(__m512i idx, __m512i sg, const __mmask64 *msk, const d1iq2act_t *p, const d1iq2k_t *k)
 {
-    const __mmask64 hi = _mm512_movepi8_mask(idx);
-    const __m512i clo = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(k->clo[0], idx, k->clo[1]),
-                                               _mm512_permutex2var_epi8(k->clo[2], idx, k->clo[3]));
-    const __m512i chi = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(k->chi[0], idx, k->chi[1]),
-                                               _mm512_permutex2var_epi8(k->chi[2], idx, k->chi[3]));
+    __m512i clo, chi;
+    iq2_idx_codes(&k->ct, idx, &clo, &chi);
     const __m512i z = _mm512_setzero_si512();
     __m512i acc0 = z, acc1 = z;
     for (int s = 0; s < 8; s += 2) {

@@ -1,0 +1,59 @@
+/*
+ * profile.c -- DS4_PROFILE=1 counters and the table printed at exit
+ * (profile.h says what is measured and how).
+ *
+ * Owns: the counters.  Must not: be read for anything but the report.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/profile.h"
+
+static const char *const prof_name[PS_N] = {
+    "matmul", "act quantize", "attention", "indexer", "compressor", "HC",
+    "norm/rope", "router", "swiglu", "moe gather/scatter", "embed",
+};
+_Atomic int ds4_prof_state;
+static _Atomic uint64_t prof_wall[PS_N], prof_cpu[PS_N], prof_tot_wall, prof_tot_cpu;
+static _Atomic uint64_t prof_passes, prof_rows;
+
+void ds4_prof_stage_add(int st, prof_t t0, prof_t t1) {
+    atomic_fetch_add_explicit(&prof_wall[st], t1.wall - t0.wall, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_cpu[st], t1.cpu - t0.cpu, memory_order_relaxed);
+}
+
+static void prof_report(void) {
+    double tw = (double)prof_tot_wall * 1e-9, tc = (double)prof_tot_cpu * 1e-9, sw = 0, sc = 0;
+    fprintf(stderr, "ds4 profile (DS4_PROFILE): %llu passes, %llu rows, wall %.3f s, CPU %.3f s\n",
+            (unsigned long long)prof_passes, (unsigned long long)prof_rows, tw, tc);
+    fprintf(stderr, "  %-20s %10s %7s %10s %7s\n", "stage", "wall s", "wall %", "CPU s", "CPU %");
+    for (int i = 0; i <= PS_N; i++) {
+        double w, c;
+        if (i < PS_N) { w = (double)prof_wall[i] * 1e-9; c = (double)prof_cpu[i] * 1e-9; sw += w; sc += c; }
+        else { w = tw - sw; c = tc - sc; }
+        fprintf(stderr, "  %-20s %10.3f %6.1f%% %10.3f %6.1f%%\n", i < PS_N ? prof_name[i] : "other",
+                w, tw > 0 ? 100 * w / tw : 0, c, tc > 0 ? 100 * c / tc : 0);
+    }
+    double mw = (double)prof_wall[PS_MM] * 1e-9, mc = (double)prof_cpu[PS_MM] * 1e-9;
+    fprintf(stderr, "  outside the matmuls: %.1f%% of wall, %.1f%% of CPU\n",
+            tw > 0 ? 100 * (tw - mw) / tw : 0, tc > 0 ? 100 * (tc - mc) / tc : 0);
+}
+
+prof_t prof_pass_begin(void) {
+    if (!atomic_load_explicit(&ds4_prof_state, memory_order_relaxed)) {
+        const char *e = getenv("DS4_PROFILE");
+        int want = e && *e && strcmp(e, "0") ? 2 : 1, expect = 0;
+        if (atomic_compare_exchange_strong(&ds4_prof_state, &expect, want) && want == 2) atexit(prof_report);
+    }
+    return prof_now();
+}
+
+void prof_pass_end(prof_t t0, int rows) {
+    if (!PROF_ON()) return;
+    prof_t t = prof_now();
+    atomic_fetch_add_explicit(&prof_tot_wall, t.wall - t0.wall, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_tot_cpu, t.cpu - t0.cpu, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_passes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_rows, (uint64_t)rows, memory_order_relaxed);
+}
