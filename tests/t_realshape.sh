@@ -61,9 +61,26 @@ ref() {   # ref LOG [ds4_ref.py flags]
     $PY "${REF[@]}" "$T/m.gguf" --tokens-file "$T/ids.txt" "$@" > "$log" 2>&1
 }
 
+# The four reference runs are single-threaded numpy and take most of this
+# test (1-3 minutes each here): after the two engine runs they go two at a
+# time (longest first), and the checks read their results afterwards.
+eng_n=0; eng "$T/n" --no-qat || eng_n=1
+eng_q=0; eng "$T/q" || eng_q=1
+refrc() { ref "$@"; echo $? > "$1.rc"; }   # refrc LOG FLAGS: exit status in LOG.rc
+{
+    [ $eng_n = 0 ] && refrc "$T/tn.log" --no-qat --dtype float32 --teacher "$T/n.h" --compare "$T/n.f32" --teacher-max-median 2e-5
+    [ $eng_n = 0 ] && refrc "$T/rn.log" --no-qat --dtype float32 --out "$T/rn.f32"
+} &
+{
+    [ $eng_q = 0 ] && refrc "$T/r64.log" --emulate-ds4 --dtype float64 --dump-hidden "$T/r64.h" --out "$T/r64.f32"
+    [ $eng_q = 0 ] && refrc "$T/r32.log" --emulate-ds4 --dtype float32 --dump-hidden "$T/r32.h" --out "$T/r32.f32"
+} &
+wait
+rc_of() { cat "$1.rc" 2>/dev/null || echo 1; }
+
 # ---- (1) QAT off --------------------------------------------------------
-if eng "$T/n" --no-qat; then
-    if ref "$T/rn.log" --no-qat --dtype float32 --out "$T/rn.f32"; then
+if [ $eng_n = 0 ]; then
+    if [ "$(rc_of "$T/rn.log")" = 0 ]; then
         if $PY - "$T/n.f32" "$T/rn.f32" > "$T/cmp.log" 2>&1 <<'PYEOF'
 import sys, numpy as np
 e = np.fromfile(sys.argv[1], dtype=np.float32).astype(np.float64)
@@ -79,7 +96,7 @@ PYEOF
         then ok "(1) no-qat free-running vs reference: $(cat "$T/cmp.log")"
         else bad "(1) no-qat free-running vs reference"; sed 's/^/    /' "$T/cmp.log"; fi
     else bad "(1) reference run (no-qat)"; tail -5 "$T/rn.log"; fi
-    if ref "$T/tn.log" --no-qat --dtype float32 --teacher "$T/n.h" --compare "$T/n.f32" --teacher-max-median 2e-5; then
+    if [ "$(rc_of "$T/tn.log")" = 0 ]; then
         ok "(1) no-qat teacher-forced ($(grep -o 'worst per-sublayer median relative error: [0-9.e+-]*' "$T/tn.log"))"
     else bad "(1) no-qat teacher-forced"; sed 's/^/    /' "$T/tn.log"; fi
 else
@@ -87,11 +104,9 @@ else
 fi
 
 # ---- (2) QAT on ---------------------------------------------------------
-if eng "$T/q"; then
-    ref "$T/r64.log" --emulate-ds4 --dtype float64 --dump-hidden "$T/r64.h" --out "$T/r64.f32" \
-        || { bad "(2) reference run (float64)"; tail -5 "$T/r64.log"; }
-    ref "$T/r32.log" --emulate-ds4 --dtype float32 --dump-hidden "$T/r32.h" --out "$T/r32.f32" \
-        || { bad "(2) reference run (float32)"; tail -5 "$T/r32.log"; }
+if [ $eng_q = 0 ]; then
+    [ "$(rc_of "$T/r64.log")" = 0 ] || { bad "(2) reference run (float64)"; tail -5 "$T/r64.log"; }
+    [ "$(rc_of "$T/r32.log")" = 0 ] || { bad "(2) reference run (float32)"; tail -5 "$T/r32.log"; }
     if [ -s "$T/r64.h" ] && [ -s "$T/r32.h" ]; then
         if $PY - "$T/q.h" "$T/r32.h" "$T/r64.h" "$QAT_FACTOR" > "$T/cmp.log" 2>&1 <<'PYEOF'
 import sys, numpy as np
