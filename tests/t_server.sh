@@ -5,7 +5,9 @@
 # stops the server.  Run from the repository root (tests/run.sh does).
 # Needs node + npm; installs tests/server/node_modules with `npm ci` when
 # missing.  DS4_SERVER_BIN runs another build of the server (e.g. an ASan
-# one); DS4_TEST_FILES picks test files; DS4_SERVER_ARGS adds flags.
+# one); DS4_TEST_FILES picks test files; DS4_SERVER_ARGS adds flags;
+# DS4_SERVER_THREADS sets the servers' -t (default 1; tests/run.sh uses 2
+# in the sanitizer pass).
 set -u
 cd "$(dirname "$0")/.."
 BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin under DEBUG=1)
@@ -23,7 +25,7 @@ fi
 LOG=$(mktemp "${TMPDIR:-/tmp}/ds4-server-test.XXXXXX")
 # --chunk 64: prefill checks for cancellation every 64 tokens (the
 # cancellation test aborts in the middle of a long prefill)
-"$BIN" -m "$MODEL" --port 0 --ctx 4096 --chunk 64 -t 1 --test-mode \
+"$BIN" -m "$MODEL" --port 0 --ctx 4096 --chunk 64 -t "${DS4_SERVER_THREADS:-1}" --test-mode \
     --max-body-bytes 1048576 --max-queue 32 --keepalive 1 ${DS4_SERVER_ARGS:-} 2> "$LOG" &
 PID=$!
 cleanup() {

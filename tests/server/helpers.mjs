@@ -19,6 +19,8 @@ export const DSML = '｜DSML｜';
 
 // Client timeout: the ASan/UBSan server (tests/run.sh sets DS4_DEBUG_BUILD=1)
 // runs ~10x slower, and a 3600-token prefill then outlasts 60 s.
+// Worker threads of the servers the tests start (tests/run.sh: 2 under ASan).
+export const SERVER_THREADS = process.env.DS4_SERVER_THREADS || '1';
 export const CLIENT_TIMEOUT_MS = process.env.DS4_DEBUG_BUILD === '1' ? 600000 : 60000;
 
 export function openai(opts = {}) {
@@ -95,7 +97,7 @@ export async function sse(res) {
 // listens (it prints its port: --port 0 picks a free one).
 export function startServer(args = [], env = {}) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(SERVER, ['-m', MODEL, '--port', '0', '--ctx', '1024', '-t', '1', ...args], {
+    const proc = spawn(SERVER, ['-m', MODEL, '--port', '0', '--ctx', '1024', '-t', SERVER_THREADS, ...args], {
       env: { ...process.env, ...env },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
