@@ -228,6 +228,12 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
         int32_t d[DS4_DRAFT_PASS_MAX];
         int k = 0;
         const int n0 = ds4_session_n_tokens(a->s);
+        /* hist follows the text token for token, backed-off tokens too:
+         * the lookup matches its suffix */
+        if (drafting) {
+            ds4_tokens_push(&hist, t);
+            if (ds4_tokens_failed(&hist)) { ui_note(a, "out of memory"); rc = -1; break; }
+        }
         if (drafting && !g.block_done && !g.block_error && skip > 0) skip--;
         else if (drafting && !g.block_done && !g.block_error) {
             /* every evaluated token must pass the checks above: the pass
@@ -236,8 +242,6 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
             if (want > ds4_session_draft_capacity(a->s) - 1) want = ds4_session_draft_capacity(a->s) - 1;
             if (want > ctx - 3 - n0) want = ctx - 3 - n0;
             if (budget > 0 && want > budget - n - 1) want = budget - n - 1;
-            ds4_tokens_push(&hist, t);
-            if (ds4_tokens_failed(&hist)) { ui_note(a, "out of memory"); rc = -1; break; }
             k = want > 0 ? ds4_lookup_draft(hist.v, (int)hist.n, want, d) : 0;
             /* plain decoding never evaluates EOS: drafts end before it */
             for (int i = 0; i < k; i++)

@@ -115,7 +115,11 @@ for l in ${LS#0 }; do
         || bad "scripted turns with --lookup $l differ"
 done
 read -r d a < <(counts s4)
-[ "$a" -gt 40 ] && ok "--lookup 4 kept drafts in copied spans ($a of $d)" || bad "--lookup 4 kept $a of $d"
+# most drafts of this copy-heavy script hold: 415 of 589 (70 %) since the
+# lookup history follows the text through the back-off too (53 % when the
+# backed-off tokens were missing from it)
+[ "$a" -gt 40 ] && [ $((100 * a)) -ge $((60 * d)) ] && ok "--lookup 4 kept drafts in copied spans ($a of $d)" \
+    || bad "--lookup 4 kept $a of $d (expected >= 60 %)"
 grep -q 'lookup [0-9]* of [0-9]* drafts kept' "$T/s4.err" && ok "status line reports the drafts" || bad "no lookup status"
 
 # a turn cut by --max-tokens inside a copied span
