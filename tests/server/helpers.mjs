@@ -17,10 +17,10 @@ export const MODEL = process.env.DS4_MODEL || '../shared/golden/models/tiny-a-q2
 
 export const DSML = '｜DSML｜';
 
-// Client timeout: the ASan/UBSan server (tests/run.sh sets DS4_DEBUG_BUILD=1)
-// runs ~10x slower, and a 3600-token prefill then outlasts 60 s.
 // Worker threads of the servers the tests start (tests/run.sh: 2 under ASan).
 export const SERVER_THREADS = process.env.DS4_SERVER_THREADS || '1';
+// Client timeout: the ASan/UBSan server (tests/run.sh sets DS4_DEBUG_BUILD=1)
+// runs ~10x slower, and a 3600-token prefill then outlasts 60 s.
 export const CLIENT_TIMEOUT_MS = process.env.DS4_DEBUG_BUILD === '1' ? 600000 : 60000;
 
 export function openai(opts = {}) {
