@@ -27,8 +27,9 @@ if [ "$DS4_DEBUG_BUILD" = 1 ]; then
     export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
     export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
     # The test servers compute ~9x slower under ASan: two threads instead of
-    # one (logits are the same bits at any thread count) took t_server from
-    # 229 to 184 s on the 2-core VM.
+    # one (logits are the same bits at any thread count) took t_server,
+    # t_server_kv and t_server_parallel from 229, 201 and 121 s to 145-166,
+    # 113-130 and 71-80 s on the 2-core VM.
     export DS4_SERVER_THREADS="${DS4_SERVER_THREADS:-2}"
 fi
 LOGS="$DS4_BUILD_DIR/logs"

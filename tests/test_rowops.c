@@ -9,8 +9,8 @@
  * row's sum would be caught by some row.  And every kernel table's
  * activation quantizers (the avx512 table's are AVX-512, in
  * src/kernels/quant_vnni.c) against the scalar table's (the definition)
- * byte for byte, Q8_0a and Q8_K, on random rows and on blocks built to hit every branch: all zero,
- * -0, subnormals, infinities, NaNs, ties of +a and -a for the largest
+ * byte for byte, Q8_0a and Q8_K, on random rows and on blocks built to
+ * hit every branch: all zero, -0, subnormals, infinities, NaNs, ties of +a and -a for the largest
  * magnitude, exact halves after scaling, one huge value among tiny ones.
  */
 #include <math.h>

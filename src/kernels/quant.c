@@ -249,9 +249,8 @@ static void deq_iq2_xxs_block(const block_iq2_xxs *b, float *y)
     }
 }
 
-/* MXFP4: value j and j + 16 share byte j; kvalues[code] * 2^(e-128) is
- * exact (a small integer times a power of two) unless it falls below the
- * normal range, where the float product rounds exactly as ggml's does. */
+/* The IQ2_XXS grid as two-bit codes (quant.h): the SIMD tables look them
+ * up instead of the 8-byte grid rows. */
 static uint8_t iq2xxs_codes[512] __attribute__((aligned(64)));
 static pthread_once_t iq2xxs_codes_once = PTHREAD_ONCE_INIT;
 
@@ -274,6 +273,9 @@ const uint8_t *ds4_iq2xxs_codes(void)
     return iq2xxs_codes;
 }
 
+/* MXFP4: value j and j + 16 share byte j; kvalues[code] * 2^(e-128) is
+ * exact (a small integer times a power of two) unless it falls below the
+ * normal range, where the float product rounds exactly as ggml's does. */
 const int8_t ds4_kvalues_mxfp4[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
 
 static void deq_mxfp4_block(const block_mxfp4 *b, float *y)

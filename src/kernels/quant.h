@@ -179,7 +179,8 @@ typedef struct {
     ds4_tile_fn mxfp4_q8_0a_tile;
     /* activation quantizers (every matmul input of the engine): each
      * table gives exactly the bytes of ds4_quantize_q8_0a /
-     * ds4_quantize_q8_K, the definitions (tests/test_kernels.c) */
+     * ds4_quantize_q8_K, the definitions (tests/test_rowops.c compares
+     * every table's with them) */
     void (*quantize_q8_0a)(const float *x, block_q8_0a *y, int64_t n);
     void (*quantize_q8_K)(const float *x, block_q8_K *y, int64_t n);
 } ds4_kernels;
