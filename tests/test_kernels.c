@@ -634,6 +634,59 @@ static void test_few_tokens(void) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* Few tokens of F16 and F32 (3..8: ftile_few, which slices the reduction  */
+/* axis when the tokens' activations pass 16 KB and keeps the partial      */
+/* sums in a stash between slices) equal the same table's single-row       */
+/* kernel bit for bit, T = 1..9, at the Flash row lengths (1024: indexer   */
+/* q_b; 4096: compressor, gate; 16384: HC) and around the slice and        */
+/* 32-element limits, ragged and whole 16-row strips, padded rows and      */
+/* output strides, repeated token rows.                                    */
+/* ---------------------------------------------------------------------- */
+
+static void test_few_tokens_float(void) {
+    const ds4_kernels *tabs[4] = { ds4_kernels_avx2(), ds4_kernels_avx512(), ds4_kernels_avx512_packed(),
+                                   ds4_kernels_amx() };
+    static const int ns[] = { 8, 31, 32, 100, 1024, 1027, 1344, 1376, 2048, 4096, 4104, 16384 };
+    static const int rws[] = { 1, 2, 3, 15, 16, 17, 31, 33, 47, 64 };
+    for (int ti = 0; ti < 4; ti++) {
+        const ds4_kernels *k = tabs[ti];
+        if (!k) continue;
+        long bad = 0, badg = 0, cases = 0;
+        for (int fi = 4; fi <= 5; fi++) {
+            const fmt *f = &FMTS[fi];
+            for (int ni = 0; ni < 12; ni++)
+                for (int ntok = 1; ntok <= 9; ntok++) {
+                    const int n = ns[ni], nrows = rws[rnd() % 10];
+                    const size_t ws = rb_of(f, n) + (size_t)irand(0, 3) * 4, as = (size_t)n * 4 + (size_t)irand(0, 2) * 4;
+                    uint8_t *W = malloc(ws * (size_t)nrows), *A = malloc(as * (size_t)ntok);
+                    for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * ws, n, 0);
+                    for (int j = 0; j < ntok; j++) rand_act((float *)(A + (size_t)j * as), n, (j + ni) & 1);
+                    const void **ap = malloc(sizeof(void *) * (size_t)ntok);
+                    const int even = rnd() % 2;
+                    for (int j = 0; j < ntok; j++) ap[j] = A + (size_t)(even ? j : irand(0, ntok - 1)) * as;
+                    const size_t ys = (size_t)nrows + (size_t)irand(0, 3), ny = ys * (size_t)ntok + 8;
+                    float *Y = malloc(sizeof(float) * ny);
+                    const uint32_t guard = 0x7fc0dead;
+                    for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
+                    tile_of(k, f)(n, W, ws, nrows, ap, ntok, Y, ys);
+                    for (int j = 0; j < ntok; j++)
+                        for (size_t r = 0; r < ys; r++) {
+                            float v = Y[(size_t)j * ys + r];
+                            if (r < (size_t)nrows) bad += !same_value(v, row_dot(k, f, n, W + r * ws, ap[j]));
+                            else badg += memcmp(&v, &guard, 4) != 0;
+                        }
+                    for (size_t i = ys * (size_t)ntok; i < ny; i++) badg += memcmp(&Y[i], &guard, 4) != 0;
+                    cases++;
+                    free(W); free(A); free(ap); free(Y);
+                }
+        }
+        CHECK(bad == 0, "%s f16/f32 few tokens: %ld outputs differ from the single-row kernel", k->name, bad);
+        CHECK(badg == 0, "%s f16/f32 few tokens: %ld writes outside the tile", k->name, badg);
+        printf("info: %s f16/f32 %ld cases of 1..9 tokens: every output equals the single-row kernel\n", k->name, cases);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
 /* The amx table's tile paths (batches at or above each format's threshold; */
 /* the random cases above mostly stay below): Q8_0 and MXFP4 x Q8_0a, Q2_K, */
 /* Q4_K and IQ2_XXS x Q8_K (raw codes and bsums too), token rows           */
@@ -733,6 +786,7 @@ int main(int argc, char **argv) {
     test_tables();
     test_mxfp4();
     test_few_tokens();
+    test_few_tokens_float();
     test_amx_tiles();
     test_driver();
     printf("test_kernels: %d checks, %d failures\n", checks, failures);

@@ -1728,14 +1728,14 @@ VTI static float reduce32(__m512 z0, __m512 z1)
 VTI static void ftile(int n, const uint8_t *w, size_t ws, int f16, const float *const *x, float *y, size_t ys,
                       int R, int C, size_t pf)
 {
-    __m512 acc[4][3][2];
+    __m512 acc[4][4][2];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < C; j++) acc[r][j][0] = acc[r][j][1] = _mm512_setzero_ps();
     const uint8_t *wr[4];
     for (int r = 0; r < R; r++) wr[r] = w + (size_t)r * ws;
     int i = 0;
     for (; i + 32 <= n; i += 32) {
-        __m512 x0[3], x1[3];
+        __m512 x0[4], x1[4];
         for (int j = 0; j < C; j++) {
             x0[j] = _mm512_loadu_ps(x[j] + i);
             x1[j] = _mm512_loadu_ps(x[j] + i + 16);
@@ -1856,12 +1856,139 @@ VT static void fbatch(int n, const uint8_t *w, size_t ws, int nrows, const float
     }
 }
 
+/* 3..FT_FEW tokens (a verification pass, a batched step of a few
+ * sessions).  The weights stream from DRAM once, as in decode; what
+ * limits the register tiles above is the activations: 4 tokens of a
+ * 4096-long row are 64 KB, more than L1, and their L2 misses take the
+ * fill buffers the weight streams need (4 tokens cost 1.4-1.6x one token,
+ * measured).  So a strip of FW_ROWS rows walks the reduction axis in
+ * slices of about 16 KB of activations, each slice loaded into L1 once
+ * and used by every row pair of the strip; the (row, token) accumulators
+ * wait in a stash between slices, and every lane sees the same FMAs in
+ * the same order as in ftile: the same bits. */
+#define FT_FEW 8
+#define FW_ROWS 16
+#define FW_ACT 4096          /* activation floats per slice (16 KB) */
+
+/* rows r, r + 1 (R = 2) or r (R = 1) x C tokens over [k0, k1): lanes of
+ * both halves in st[(j * FW_ROWS + r) * 2 + h] */
+VTI static void fw_kernel(const uint8_t *wr, size_t ws, int f16, const float *const *x, int k0, int k1,
+                          __m512 *st, int r, int R, int C, ptrdiff_t pf)
+{
+    __m512 acc[2][4][2];
+    for (int q = 0; q < R; q++)
+        for (int j = 0; j < C; j++)
+            for (int h = 0; h < 2; h++) acc[q][j][h] = st[(j * FW_ROWS + r + q) * 2 + h];
+    for (int i = k0; i < k1; i += 32) {
+        __m512 x0[4], x1[4];
+        for (int j = 0; j < C; j++) {
+            x0[j] = _mm512_loadu_ps(x[j] + i);
+            x1[j] = _mm512_loadu_ps(x[j] + i + 16);
+        }
+        for (int q = 0; q < R; q++) {
+            const uint8_t *wq = wr + (size_t)q * ws;
+            if (pf) {
+                const char *pp = (const char *)((uintptr_t)wq + (uintptr_t)pf) + (size_t)i * (f16 ? 2 : 4);
+                _mm_prefetch(pp, _MM_HINT_T0);
+                if (!f16) _mm_prefetch(pp + 64, _MM_HINT_T0);
+            }
+            const __m512 w0 = ldw16(wq, f16, i), w1 = ldw16(wq, f16, i + 16);
+            for (int j = 0; j < C; j++) {
+                acc[q][j][0] = _mm512_fmadd_ps(w0, x0[j], acc[q][j][0]);
+                acc[q][j][1] = _mm512_fmadd_ps(w1, x1[j], acc[q][j][1]);
+            }
+        }
+    }
+    for (int q = 0; q < R; q++)
+        for (int j = 0; j < C; j++)
+            for (int h = 0; h < 2; h++) st[(j * FW_ROWS + r + q) * 2 + h] = acc[q][j][h];
+}
+
+VT static void ftile_few(int n, const uint8_t *w, size_t ws, int nrows, const float *const *x, int ntok,
+                         float *y, size_t ys, int f16)
+{
+    __m512 st[FT_FEW * FW_ROWS * 2];
+    const int n32 = n & ~31;
+    const int kc = (FW_ACT / ntok) & ~31;
+    if (n32 <= kc) {
+        /* the activations fit in one slice: row pairs straight through
+         * ftile, the next row prefetched (measured better than the
+         * stash and than a longer distance) */
+        for (int r0 = 0; r0 < nrows; r0 += 2) {
+            const uint8_t *wr = w + (size_t)r0 * ws;
+            for (int j0 = 0; j0 < ntok; j0 += 4) {
+                const int C = ntok - j0 < 4 ? ntok - j0 : 4;
+                const size_t pf = j0 == 0 && r0 + 3 <= nrows ? ws : 0;
+                float *yy = y + (size_t)j0 * ys + r0;
+                const float *const *xx = x + j0;
+                if (r0 + 2 > nrows)
+                    for (int j = 0; j < C; j++) ftile(n, wr, ws, f16, xx + j, yy + (size_t)j * ys, ys, 1, 1, 0);
+                else if (C == 4) ftile(n, wr, ws, f16, xx, yy, ys, 2, 4, pf);
+                else if (C == 3) ftile(n, wr, ws, f16, xx, yy, ys, 2, 3, pf);
+                else if (C == 2) ftile(n, wr, ws, f16, xx, yy, ys, 2, 2, pf);
+                else ftile(n, wr, ws, f16, xx, yy, ys, 2, 1, pf);
+            }
+        }
+        return;
+    }
+    for (int r0 = 0; r0 < nrows; r0 += FW_ROWS) {
+        const int nr = nrows - r0 < FW_ROWS ? nrows - r0 : FW_ROWS;
+        const uint8_t *ws0 = w + (size_t)r0 * ws;
+        for (int i = 0; i < ntok * FW_ROWS * 2; i++) st[i] = _mm512_setzero_ps();
+        for (int k0 = 0; k0 < n32; k0 += kc) {
+            const int k1 = n32 - k0 < kc ? n32 : k0 + kc;
+            const ptrdiff_t eb = f16 ? 2 : 4;
+            for (int r = 0; r < nr; r += 2) {
+                const uint8_t *wr = ws0 + (size_t)r * ws;
+                const int R = nr - r >= 2 ? 2 : 1;
+                /* prefetch (into L1: a short distance) what is read next:
+                 * the next pair's slice, after the last pair the first
+                 * pair's next slice, after the last slice the next strip */
+                ptrdiff_t pf = 0;
+                if (r + 2 < nr) pf = 2 * (ptrdiff_t)ws;
+                else if (k1 < n32) pf = (ptrdiff_t)kc * eb - (ptrdiff_t)r * (ptrdiff_t)ws;
+                else if (r0 + 2 * FW_ROWS <= nrows) pf = (ptrdiff_t)(FW_ROWS - r) * (ptrdiff_t)ws - (ptrdiff_t)k0 * eb;
+                for (int j0 = 0; j0 < ntok; j0 += 4) {
+                    const int C = ntok - j0 < 4 ? ntok - j0 : 4;
+                    const ptrdiff_t p = j0 == 0 ? pf : 0;
+                    __m512 *sj = st + (size_t)j0 * FW_ROWS * 2;
+                    if (R == 2) {
+                        if (C == 4) fw_kernel(wr, ws, f16, x + j0, k0, k1, sj, r, 2, 4, p);
+                        else if (C == 3) fw_kernel(wr, ws, f16, x + j0, k0, k1, sj, r, 2, 3, p);
+                        else if (C == 2) fw_kernel(wr, ws, f16, x + j0, k0, k1, sj, r, 2, 2, p);
+                        else fw_kernel(wr, ws, f16, x + j0, k0, k1, sj, r, 2, 1, p);
+                    } else {
+                        for (int j = 0; j < C; j++) fw_kernel(wr, ws, f16, x + j0 + j, k0, k1, sj + (size_t)j * FW_ROWS * 2, r, 1, 1, 0);
+                    }
+                }
+            }
+        }
+        /* leftover groups of 8 into lanes 0..7, reduction, tail (ftile's) */
+        for (int j = 0; j < ntok; j++)
+            for (int r = 0; r < nr; r++) {
+                __m512 z0 = st[(j * FW_ROWS + r) * 2], z1 = st[(j * FW_ROWS + r) * 2 + 1];
+                const uint8_t *wrr = ws0 + (size_t)r * ws;
+                int i = n32;
+                for (; i + 8 <= n; i += 8)
+                    z0 = _mm512_mask3_fmadd_ps(ldw8(wrr, f16, i), _mm512_zextps256_ps512(_mm256_loadu_ps(x[j] + i)),
+                                               z0, 0x00ff);
+                float sum = reduce32(z0, z1);
+                for (; i < n; i++) sum += wval(wrr, f16, i) * x[j][i];
+                y[(size_t)j * ys + r0 + r] = sum;
+            }
+    }
+}
+
 VT static void ftile_drive(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                            float *y, size_t ys, int f16)
 {
     const uint8_t *w = vw;
     const float *const *x = (const float *const *)a;
     int rdone = 0;
+    if (ntok >= 3 && ntok <= FT_FEW) {
+        ftile_few(n, w, ws, nrows, x, ntok, y, ys, f16);
+        return;
+    }
     if (ntok >= 4 && n >= 64) {
         rdone = nrows / FR * FR;
         fbatch(n, w, ws, rdone, x, ntok, y, ys, f16);
