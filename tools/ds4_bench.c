@@ -732,7 +732,8 @@ static int on_progress(void *ud, int done, int total) {
 /* --spec N at one frontier (the session is restored from `snap` before
  * each measurement; `ref` holds the plain greedy tokens from there):
  *   - one verification pass of T = 1, 2, 4, 8, 16 tokens (<= N + 1),
- *     committed to one token, against T = 1 (a decode step), median of 5;
+ *     committed to one token, against T = 1 (a decode step): the sizes
+ *     interleaved in 9 rounds, the median of each;
  *   - decoding ref's length with prompt-lookup drafts (up to N);
  *   - decoding it with drafts that are always right (the next N tokens of
  *     ref): the speed-up at 100 % acceptance.
@@ -741,20 +742,30 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
                       double plain_tps, int N, int NM, int V, int target) {
     char *err = NULL;
     double base = 0;
-    for (int T = 1; T <= N + 1 && T <= n_ref && T <= ds4_session_draft_capacity(s); T *= 2) {
-        double tm[5];
-        for (int r = 0; r < 5; r++) {
+    /* the sizes are measured in interleaved rounds (1, 2, 4, 8, 1, 2, ...)
+     * so that a slow moment of the machine falls on all of them, not on
+     * one size's block; the median of SPEC_ROUNDS each */
+    enum { SPEC_ROUNDS = 9, SPEC_SIZES = 5 };
+    int Ts[SPEC_SIZES], nT = 0;
+    for (int T = 1; T <= N + 1 && T <= n_ref && T <= ds4_session_draft_capacity(s) && nT < SPEC_SIZES; T *= 2)
+        Ts[nT++] = T;
+    double tm[SPEC_SIZES][SPEC_ROUNDS];
+    for (int r = 0; r < SPEC_ROUNDS; r++)
+        for (int i = 0; i < nT; i++) {
             if (ds4_session_restore(s, snap->p, snap->n, &err)) { note("restore: %s", err); return 1; }
             double ta = now_s();
-            int e = ds4_session_eval_draft(s, ref, T);
+            int e = ds4_session_eval_draft(s, ref, Ts[i]);
             if (!e) e = ds4_session_draft_commit(s, 1);
-            tm[r] = now_s() - ta;
+            tm[i][r] = now_s() - ta;
             if (e) { note("verification pass failed: %s", ds4_strerror(e)); return 1; }
         }
-        qsort(tm, 5, sizeof tm[0], cmp_dbl);
-        if (T == 1) base = tm[2];
+    for (int i = 0; i < nT; i++) {
+        const int T = Ts[i];
+        qsort(tm[i], SPEC_ROUNDS, sizeof tm[i][0], cmp_dbl);
+        const double med = tm[i][SPEC_ROUNDS / 2];
+        if (T == 1) base = med;
         note("spec at %d: verification pass of %2d token%s %8.2f ms = %.2f x one decode step",
-             target, T, T == 1 ? " " : "s", tm[2] * 1e3, base > 0 ? tm[2] / base : 0);
+             target, T, T == 1 ? " " : "s", med * 1e3, base > 0 ? med / base : 0);
     }
     if (NM > 0) {
         /* one MTP draft step from a synced state (the first call catches
