@@ -20,6 +20,63 @@
 
 #define COMPACT_AT 0.85    /* compact when a prompt would fill this much */
 #define LOOKUP_BACKOFF_MAX 32   /* tokens without drafts after repeated failed passes */
+#define LOOKUP_CORPUS_BYTES (256 * 1024)   /* unnumbered tool results searched (newest first) */
+
+/* The read tool shows a file's lines numbered ("%6ld\t", tools.c); a turn
+ * that writes the file back drops the numbers, so the suffix of the copy
+ * matches the history only up to each line end, where the history goes on
+ * with the next number and the drafts fail.  The drafts are therefore
+ * also looked up in the tool results' numbered lines without their
+ * numbers (the newest results, up to LOOKUP_CORPUS_BYTES, tokenized once
+ * per turn), and that source wins where its match is at least as long as
+ * the history's.  Only which tokens are drafted changes, never what is
+ * emitted. */
+static int unnumbered(const char *r, ds4_buf *out) {
+    int lines = 0;
+    for (const char *q = r; *q;) {
+        const char *nl = strchr(q, '\n');
+        const char *e = nl ? nl : q + strlen(q);
+        const char *c = q;
+        while (c < e && *c == ' ') c++;
+        const char *d = c;
+        while (c < e && *c >= '0' && *c <= '9') c++;
+        if (c > d && c < e && *c == '\t') {
+            ds4_buf_append(out, c + 1, (size_t)(e - c - 1));
+            ds4_buf_puts(out, "\n");
+            lines++;
+        }
+        q = nl ? nl + 1 : e;
+    }
+    return lines;
+}
+
+static int lookup_corpus(agent *a, ds4_tokens *out) {
+    const ag_sess *s = a->cur;
+    ds4_buf txt[64];
+    int nt = 0;
+    size_t total = 0;
+    for (int i = s ? s->n_msgs - 1 : -1; i >= 0 && nt < 64 && total < LOOKUP_CORPUS_BYTES; i--) {
+        const ag_msg *m = &s->msgs[i];
+        if (m->kind != AG_TOOLS) continue;
+        for (int c = m->n_calls - 1; c >= 0 && nt < 64 && total < LOOKUP_CORPUS_BYTES; c--) {
+            if (!m->calls[c].result) continue;
+            ds4_buf b = { 0 };
+            if (unnumbered(m->calls[c].result, &b) > 0 && b.n) {
+                total += b.n;
+                txt[nt++] = b;
+            } else {
+                ds4_buf_free(&b);
+            }
+        }
+    }
+    int rc = 0;
+    for (int i = nt - 1; i >= 0; i--) {   /* oldest first: the newest is searched first */
+        if (!rc && (ds4_buf_failed(&txt[i]) || ds4_tokenize(a->tok, txt[i].p, txt[i].n, DS4_TOK_PLAIN, out)))
+            rc = -1;
+        ds4_buf_free(&txt[i]);
+    }
+    return rc || ds4_tokens_failed(out) ? -1 : 0;
+}
 
 double ag_now(void) {
     struct timespec ts;
@@ -197,9 +254,16 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
      * rejected drafts included) */
     const int drafting = a->lookup > 0 && !a->dump;
     ds4_tokens hist = { 0 };   /* the text drafts are looked up in */
+    ds4_tokens corpus = { 0 }; /* and the unnumbered tool results */
     if (drafting) {
         ds4_tokens_append(&hist, ds4_session_tokens(a->s), (size_t)ds4_session_n_tokens(a->s));
-        if (ds4_tokens_failed(&hist)) { ui_note(a, "out of memory"); ds4_dsml_free(g.dsml); return -1; }
+        if (ds4_tokens_failed(&hist) || lookup_corpus(a, &corpus)) {
+            ui_note(a, "out of memory");
+            ds4_tokens_free(&hist);
+            ds4_tokens_free(&corpus);
+            ds4_dsml_free(g.dsml);
+            return -1;
+        }
     }
     int32_t t = 0;
     int have_t = 0;            /* t was chosen by the last pass */
@@ -242,7 +306,17 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
             if (want > ds4_session_draft_capacity(a->s) - 1) want = ds4_session_draft_capacity(a->s) - 1;
             if (want > ctx - 3 - n0) want = ctx - 3 - n0;
             if (budget > 0 && want > budget - n - 1) want = budget - n - 1;
-            k = want > 0 ? ds4_lookup_draft(hist.v, (int)hist.n, want, d) : 0;
+            k = 0;
+            if (want > 0) {
+                int gh = 0, gc = 0;
+                int32_t dc[DS4_DRAFT_PASS_MAX];
+                k = ds4_lookup_draft_in(hist.v, (int)hist.n, NULL, 0, want, d, &gh);
+                int kc = corpus.n ? ds4_lookup_draft_in(hist.v, (int)hist.n, corpus.v, (int)corpus.n, want, dc, &gc) : 0;
+                if (kc > 0 && gc >= gh) {
+                    k = kc;
+                    memcpy(d, dc, (size_t)kc * sizeof *dc);
+                }
+            }
             /* plain decoding never evaluates EOS: drafts end before it */
             for (int i = 0; i < k; i++)
                 if (d[i] == a->ids->eos) { k = i; break; }
@@ -293,6 +367,7 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
         if (stop) break;
     }
     ds4_tokens_free(&hist);
+    ds4_tokens_free(&corpus);
     piece.n = 0;
     ds4_detok_flush(&dt, &piece);
     feed(&g, piece.p, piece.n);

@@ -752,6 +752,13 @@ int ds4_sampler_is_greedy(const ds4_sampler *s);
  * occurrence to out.  Returns the count (0 = no proposal). */
 #define DS4_LOOKUP_NGRAM_MAX 8
 int ds4_lookup_draft(const int32_t *hist, int n, int max_draft, int32_t *out);
+/* The same search for the suffix of hist[0..n) in another token sequence
+ * src[0..ns) (src == NULL: in hist itself, as ds4_lookup_draft); *match
+ * (may be NULL) gets the length of the matched suffix, 0 when none.  A
+ * front end with a second source (ds4-agent: file contents without the
+ * read tool's line numbers) compares the two matches' lengths. */
+int ds4_lookup_draft_in(const int32_t *hist, int n, const int32_t *src, int ns, int max_draft, int32_t *out,
+                        int *match);
 
 typedef struct {
     uint64_t passes;          /* verification passes */

@@ -26,6 +26,7 @@ run() {
     rm -rf "$T/w"
     mkdir -p "$T/w"
     printf 'alpha beta gamma\n' > "$T/w/seed.txt"
+    [ -n "${EXTRA:-}" ] && cp "$EXTRA" "$T/w/"
     "$AGENT" -m "$M" --ctx 4096 --yes --lookup "$l" --dir "$T/w" --trace "$T/$name.tr" "$@" \
         > "$T/$name.out" 2> "$T/$name.err"
     echo $? > "$T/$name.rc"
@@ -121,6 +122,38 @@ read -r d a < <(counts s4)
 [ "$a" -gt 40 ] && [ $((100 * a)) -ge $((60 * d)) ] && ok "--lookup 4 kept drafts in copied spans ($a of $d)" \
     || bad "--lookup 4 kept $a of $d (expected >= 60 %)"
 grep -q 'lookup [0-9]* of [0-9]* drafts kept' "$T/s4.err" && ok "status line reports the drafts" || bad "no lookup status"
+
+# a file read (the tool numbers its lines) and written back unchanged: the
+# drafts are also looked up in the read result without its line numbers,
+# so they hold across line ends (the write turn kept 623 of 672 drafts,
+# 93 %, against 568 of 808, 70 %, with the history alone, where every
+# line end drafts the next line number)
+/usr/bin/python3 - > "$T/poem.txt" <<'PY'
+import random
+random.seed(7)
+w = "river stone candle morning orchard silver lantern harbor meadow thunder violet copper whisper garden winter ember glass valley feather shadow".split()
+for i in range(40):
+    print(" ".join(random.choice(w) for _ in range(random.randint(4, 9))))
+PY
+{
+    printf 'Let me read the poem first.</think>Reading.'
+    call read path "poem.txt"
+    sep
+    printf 'Now I write it back unchanged.</think>Copying.'
+    call write path "poem2.txt" content "$(cat "$T/poem.txt")
+"
+    sep
+    printf 'Copied.</think>Done.'
+} > "$T/pscript"
+for l in 0 4; do EXTRA="$T/poem.txt" run "p$l" "$l" --think --script "$T/pscript" -p "copy the poem"; done
+same p0 p4 && ok "read + write back: same with drafts" || bad "read + write back differs"
+cmp -s "$T/poem.txt" "$T/p4.w/poem2.txt" && ok "the poem was written back" || bad "poem2.txt differs from poem.txt"
+read -r d a < <(/usr/bin/python3 -c '
+import json, sys
+rs = [json.loads(l) for l in open(sys.argv[1])]
+print(rs[1]["drafted"], rs[1]["accepted"])' "$T/p4.tr")
+[ "$a" -gt 300 ] && [ $((100 * a)) -ge $((85 * d)) ] && ok "write-back turn kept $a of $d drafts (line numbers skipped)" \
+    || bad "write-back turn kept $a of $d drafts (expected >= 85 %)"
 
 # a turn cut by --max-tokens inside a copied span
 for l in 0 4; do run "c$l" "$l" --think --max-tokens 45 --max-turns 2 --script "$T/script" -p "copy things"; done

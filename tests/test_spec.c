@@ -226,6 +226,30 @@ static void test_lookup(void) {
     n = ds4_lookup_draft(h4, 2, 5, out);
     CHECK(n == 1 && out[0] == 4, "draft stops at the end of the history");
     CHECK(ds4_lookup_draft(h1, 8, 0, out) == 0 && ds4_lookup_draft(h1, 1, 3, out) == 0, "degenerate");
+
+    /* a second source: the suffix of hist looked up in src, its length
+     * reported (ds4-agent: the read results without line numbers) */
+    int g = -1;
+    int32_t src[] = { 9, 2, 3, 4, 6, 1, 2, 3, 5, 7 };
+    n = ds4_lookup_draft_in(h1, 8, src, 10, 4, out, &g);   /* suffix ... 9 2 3: "9 2 3" is at src[0] */
+    CHECK(n == 4 && g == 3 && out[0] == 4 && out[1] == 6 && out[2] == 1 && out[3] == 2,
+          "lookup in src: n %d, match %d", n, g);
+    n = ds4_lookup_draft_in(h2, 11, src, 10, 2, out, &g);   /* "6 1 2 3" at src[4]: 5 7 */
+    CHECK(n == 2 && g == 4 && out[0] == 5 && out[1] == 7, "lookup in src, longest: n %d", n);
+    n = ds4_lookup_draft_in(h1, 8, NULL, 0, 3, out, &g);
+    CHECK(n == 3 && g == 2 && out[0] == 4, "src NULL is the history itself (match %d)", g);
+    int32_t s3[] = { 3 };
+    CHECK(ds4_lookup_draft_in(h1, 8, s3, 1, 3, out, &g) == 0 && g == 0, "a match with nothing after it");
+    /* src == NULL agrees with ds4_lookup_draft on random histories */
+    long same = 0;
+    for (int t = 0; t < 2000; t++) {
+        int32_t h[40], o1[8], o2[8];
+        int hn = 1 + (int)(rand() % 40);
+        for (int i = 0; i < hn; i++) h[i] = rand() % 4;
+        int a = ds4_lookup_draft(h, hn, 5, o1), b = ds4_lookup_draft_in(h, hn, NULL, 0, 5, o2, NULL);
+        same += a == b && !memcmp(o1, o2, (size_t)a * sizeof *o1);
+    }
+    CHECK(same == 2000, "ds4_lookup_draft_in(NULL) == ds4_lookup_draft: %ld of 2000", same);
 }
 
 static uint64_t rs = 88172645463325252ull;

@@ -22,24 +22,41 @@
 #include "engine/engine_internal.h"
 
 /* Longest suffix n-gram (DS4_LOOKUP_NGRAM_MAX .. 1 tokens) of hist that
- * occurred earlier; the most recent earlier occurrence wins (recent text
- * predicts best).  Proposes the tokens that followed it. */
-int ds4_lookup_draft(const int32_t *hist, int n, int max_draft, int32_t *out) {
-    if (!hist || n < 2 || max_draft < 1) return 0;
-    int gmax = DS4_LOOKUP_NGRAM_MAX < n - 1 ? DS4_LOOKUP_NGRAM_MAX : n - 1;
+ * occurred earlier -- in hist itself (src == NULL), or in src -- ; the
+ * most recent earlier occurrence wins (recent text predicts best).
+ * Proposes the tokens that followed it. */
+int ds4_lookup_draft_in(const int32_t *hist, int n, const int32_t *src, int ns, int max_draft, int32_t *out,
+                        int *match) {
+    if (match) *match = 0;
+    if (!hist || n < 1 || max_draft < 1) return 0;
+    /* in hist itself the match must end before the suffix does */
+    const int self = src == NULL;
+    if (self) { src = hist; ns = n; }
+    if (!src || ns < 2) return 0;
+    int gmax = DS4_LOOKUP_NGRAM_MAX < n ? DS4_LOOKUP_NGRAM_MAX : n;
+    if (gmax > ns - 1) gmax = ns - 1;
+    if (self && gmax > n - 1) gmax = n - 1;
     for (int g = gmax; g >= 1; g--) {
         const int32_t *suf = hist + n - g;
-        for (int i = n - g - 1; i >= 0; i--) {
-            if (hist[i] != suf[0] || memcmp(hist + i, suf, (size_t)g * sizeof *suf) != 0) continue;
+        for (int i = ns - g - 1; i >= 0; i--) {
+            if (src[i] != suf[0] || memcmp(src + i, suf, (size_t)g * sizeof *suf) != 0) continue;
             int k = 0;
-            while (k < max_draft && i + g + k < n) {
-                out[k] = hist[i + g + k];
+            while (k < max_draft && i + g + k < ns) {
+                out[k] = src[i + g + k];
                 k++;
             }
-            if (k > 0) return k;
+            if (k > 0) {
+                if (match) *match = g;
+                return k;
+            }
         }
     }
     return 0;
+}
+
+int ds4_lookup_draft(const int32_t *hist, int n, int max_draft, int32_t *out) {
+    if (!hist || n < 2) return 0;
+    return ds4_lookup_draft_in(hist, n, NULL, 0, max_draft, out, NULL);
 }
 
 /* Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): a draft
