@@ -27,29 +27,10 @@
  * matches the history only up to each line end, where the history goes on
  * with the next number and the drafts fail.  The drafts are therefore
  * also looked up in the tool results' numbered lines without their
- * numbers (the newest results, up to LOOKUP_CORPUS_BYTES, tokenized once
- * per turn), and that source wins where its match is at least as long as
- * the history's.  Only which tokens are drafted changes, never what is
- * emitted. */
-static int unnumbered(const char *r, ds4_buf *out) {
-    int lines = 0;
-    for (const char *q = r; *q;) {
-        const char *nl = strchr(q, '\n');
-        const char *e = nl ? nl : q + strlen(q);
-        const char *c = q;
-        while (c < e && *c == ' ') c++;
-        const char *d = c;
-        while (c < e && *c >= '0' && *c <= '9') c++;
-        if (c > d && c < e && *c == '\t') {
-            ds4_buf_append(out, c + 1, (size_t)(e - c - 1));
-            ds4_buf_puts(out, "\n");
-            lines++;
-        }
-        q = nl ? nl + 1 : e;
-    }
-    return lines;
-}
-
+ * numbers (ds4_lookup_unnumber; the newest results, up to
+ * LOOKUP_CORPUS_BYTES, tokenized once per turn), and that source wins
+ * where its match is at least as long as the history's.  Only which
+ * tokens are drafted changes, never what is emitted. */
 static int lookup_corpus(agent *a, ds4_tokens *out) {
     const ag_sess *s = a->cur;
     ds4_buf txt[64];
@@ -61,7 +42,7 @@ static int lookup_corpus(agent *a, ds4_tokens *out) {
         for (int c = m->n_calls - 1; c >= 0 && nt < 64 && total < LOOKUP_CORPUS_BYTES; c--) {
             if (!m->calls[c].result) continue;
             ds4_buf b = { 0 };
-            if (unnumbered(m->calls[c].result, &b) > 0 && b.n) {
+            if (ds4_lookup_unnumber(m->calls[c].result, strlen(m->calls[c].result), &b) > 0 && b.n) {
                 total += b.n;
                 txt[nt++] = b;
             } else {

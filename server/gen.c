@@ -56,8 +56,46 @@ struct gen {
      * the speculative-sampling rule where the request samples; the last
      * one may be a drafted end-of-sequence, not evaluated */
     int sp_jn;
+    /* the request's tool results with numbered lines, without the
+     * numbers: a second prompt-lookup source (built at the first pass) */
+    ds4_tokens corpus;
+    int corpus_built;
     int failed;               /* gen_new could not allocate */
 };
+
+/* Coding agents' read tools number a file's lines (cat -n style); a model
+ * that writes the file back drops the numbers, so in the prompt alone the
+ * lookup drafts the next line number at every line end.  The tool
+ * messages' numbered lines without their numbers (ds4_lookup_unnumber;
+ * the newest, up to LOOKUP_CORPUS_BYTES) are searched too, and win where
+ * their match is at least as long as the prompt's (docs/SPEC.md).  Only
+ * the drafts change, never the output. */
+#define LOOKUP_CORPUS_BYTES (256 * 1024)
+
+static void build_corpus(gen *g) {
+    g->corpus_built = 1;
+    const request *rq = g->rq;
+    int first = rq->n_msgs;
+    size_t total = 0;
+    /* the newest tool messages, as many as fit */
+    for (int i = rq->n_msgs - 1; i >= 0 && total < LOOKUP_CORPUS_BYTES; i--) {
+        const ds4_message *m = &rq->msgs[i];
+        if (m->role != DS4_ROLE_TOOL || !m->content) continue;
+        total += m->content_len;
+        first = i;
+    }
+    ds4_buf b = { 0 };
+    for (int i = first; i < rq->n_msgs; i++) {
+        const ds4_message *m = &rq->msgs[i];
+        if (m->role != DS4_ROLE_TOOL || !m->content) continue;
+        b.n = 0;
+        if (ds4_lookup_unnumber(m->content, m->content_len, &b) > 0 && !ds4_buf_failed(&b))
+            ds4_tokenize(g->tok, b.p, b.n, DS4_TOK_PLAIN, &g->corpus);
+    }
+    ds4_buf_free(&b);
+    /* out of memory: no second source (drafts are only guesses) */
+    if (ds4_tokens_failed(&g->corpus)) ds4_tokens_free(&g->corpus);
+}
 
 static void force_text(gen *g, const char *s) {
     if (!s || !*s) return;
@@ -322,7 +360,8 @@ static void test_tokens(gen *g, ds4_tokens *out) {
  * under greedy sampling); *sp_jn = how many positions hold such a sampled
  * draft (docs/SPEC.md, "Sampled MTP drafts"). */
 static int spec_eval(const gen_env *env, ds4_sampler *smp, int32_t t, int want, int want_lookup,
-                     int want_mtp, int32_t *pass, int *sp_n, int *sp_jn, ds4_spec_stats *st) {
+                     int want_mtp, const ds4_tokens *corpus, int32_t *pass, int *sp_n, int *sp_jn,
+                     ds4_spec_stats *st) {
     ds4_session *s = env->s;
     *sp_n = *sp_jn = 0;
     int cur = ds4_session_n_tokens(s);
@@ -340,7 +379,16 @@ static int spec_eval(const gen_env *env, ds4_sampler *smp, int32_t t, int want, 
         if (h) {
             memcpy(h, ds4_session_tokens(s), (size_t)cur * sizeof *h);
             h[cur] = t;
-            k = ds4_lookup_draft(h, cur + 1, want_lookup, pass + 1);
+            int gh = 0, gc = 0;
+            k = ds4_lookup_draft_in(h, cur + 1, NULL, 0, want_lookup, pass + 1, &gh);
+            if (corpus && corpus->n) {
+                int32_t dc[DS4_DRAFT_PASS_MAX];
+                int kc = ds4_lookup_draft_in(h, cur + 1, corpus->v, (int)corpus->n, want_lookup, dc, &gc);
+                if (kc > 0 && gc >= gh) {
+                    k = kc;
+                    memcpy(pass + 1, dc, (size_t)kc * sizeof *dc);
+                }
+            }
             free(h);
         }
     }
@@ -475,8 +523,9 @@ static int eval_self(gen *g, int32_t t) {
         int most = g->lookup > g->mtp_draft ? g->lookup : g->mtp_draft;
         if (most > left) most = left;
         g->sp_i = 0;
-        return spec_eval(env, g->smp, t, most, g->lookup, g->mtp_draft, g->sp_pass, &g->sp_n, &g->sp_jn,
-                         &g->j->res.spec);
+        if (g->lookup > 0 && !g->corpus_built) build_corpus(g);
+        return spec_eval(env, g->smp, t, most, g->lookup, g->mtp_draft, &g->corpus, g->sp_pass, &g->sp_n,
+                         &g->sp_jn, &g->j->res.spec);
     }
     return ds4_eval(env->s, &t, 1, env->ep);
 }
@@ -581,6 +630,7 @@ finish_kind gen_end(gen *g, finish_kind fin) {
     free(g->pend_len);
     ds4_tokens_free(&g->forced);
     ds4_tokens_free(&g->test);
+    ds4_tokens_free(&g->corpus);
     free(g);
     return fin;
 }

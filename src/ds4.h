@@ -759,6 +759,12 @@ int ds4_lookup_draft(const int32_t *hist, int n, int max_draft, int32_t *out);
  * read tool's line numbers) compares the two matches' lengths. */
 int ds4_lookup_draft_in(const int32_t *hist, int n, const int32_t *src, int ns, int max_draft, int32_t *out,
                         int *match);
+/* Such a second source from tool output that numbers its lines (cat -n,
+ * coding agents' read tools: optional spaces, the number, then a tab or
+ * U+2192): appends the numbered lines of text[0..len) to out without their
+ * numbers, one per line ('\n'), and returns how many (0: nothing
+ * appended).  A model that writes such a file back drops the numbers. */
+int ds4_lookup_unnumber(const char *text, size_t len, ds4_buf *out);
 
 typedef struct {
     uint64_t passes;          /* verification passes */

@@ -79,6 +79,33 @@ else
             bad "server ds4_lookup 8 ($samp): text differs"; head -c 400 "$T/r0.json" "$T/r8.json"
         fi
     done
+    # a tool result with numbered lines (cat -n style): its lines without
+    # the numbers are a second lookup source; the text stays plain decoding's
+    /usr/bin/python3 - > "$T/chat.json" <<'PY'
+import json
+lines = "".join("%6d\tuno due tre %s quattro cinque\n" % (i, w) for i, w in enumerate("sei sette otto nove dieci undici dodici".split() * 3, 1))
+print(json.dumps({"messages": [
+    {"role": "user", "content": "Read f.txt and write it back."},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "read", "arguments": "{\"path\": \"f.txt\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": lines}],
+    "tools": [{"type": "function", "function": {"name": "read", "description": "read a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}],
+    "max_tokens": 120}))
+PY
+    for samp in '"temperature": 0' '"temperature": 1, "seed": 7'; do
+        for L in 0 4; do
+            /usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j.update(json.loads("{" + sys.argv[2] + "}")); j["ds4_lookup"]=int(sys.argv[3]); print(json.dumps(j))' \
+                "$T/chat.json" "$samp" "$L" > "$T/chat$L.json"
+            curl -s "$URL/v1/chat/completions" -H 'content-type: application/json' -d @"$T/chat$L.json" > "$T/c$L.json"
+        done
+        if /usr/bin/python3 -c 'import json,sys; a,b=(json.load(open(f))["choices"][0]["message"] for f in sys.argv[1:]); sys.exit(0 if a==b and (a.get("content") or a.get("reasoning_content") or a.get("tool_calls")) else 1)' \
+                "$T/c0.json" "$T/c4.json"; then
+            ok "server ds4_lookup 4 with a numbered tool result ($samp): same message as plain decoding"
+        else
+            bad "server ds4_lookup 4 with a numbered tool result ($samp): message differs"; head -c 400 "$T/c0.json" "$T/c4.json"
+        fi
+    done
     if curl -s "$URL/metrics" | grep -q '^ds4_spec_passes_total [1-9]'; then
         ok "/metrics counts verification passes"
     else

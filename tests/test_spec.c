@@ -250,6 +250,22 @@ static void test_lookup(void) {
         same += a == b && !memcmp(o1, o2, (size_t)a * sizeof *o1);
     }
     CHECK(same == 2000, "ds4_lookup_draft_in(NULL) == ds4_lookup_draft: %ld of 2000", same);
+
+    /* numbered listings -> their lines without the numbers */
+    static const struct { const char *in, *out; int lines; } un[] = {
+        { "     1\tint x;\n     2\t\n     3\treturn x;\n[lines 1-3 of 3]\n", "int x;\n\nreturn x;\n", 3 },
+        { "9\tline9\n10\tline10", "line9\nline10\n", 2 },                        /* flush left, no final newline */
+        { "    12\xe2\x86\x92  indented\n    13\xe2\x86\x92}\n", "  indented\n}\n", 2 },   /* U+2192 */
+        { "plain text\n 12 apples\n\tx\n12:30\n", "", 0 },                    /* no number + separator */
+        { "", "", 0 },
+    };
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
+        ds4_buf b = { 0 };
+        int l = ds4_lookup_unnumber(un[i].in, strlen(un[i].in), &b);
+        CHECK(l == un[i].lines && b.n == strlen(un[i].out) && (!b.n || !memcmp(b.p, un[i].out, b.n)),
+              "ds4_lookup_unnumber case %zu: %d lines, '%.*s'", i, l, (int)b.n, b.p ? b.p : "");
+        ds4_buf_free(&b);
+    }
 }
 
 static uint64_t rs = 88172645463325252ull;

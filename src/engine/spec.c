@@ -17,6 +17,7 @@
  * same seed, not the same tokens as plain seeded decoding.
  */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -52,6 +53,33 @@ int ds4_lookup_draft_in(const int32_t *hist, int n, const int32_t *src, int ns, 
         }
     }
     return 0;
+}
+
+/* Numbered listings: cat -n (spaces, the number, a tab), Claude Code's
+ * Read (the number, a tab), other coding agents' read tools (the number,
+ * "\xe2\x86\x92" = U+2192).  A line counts when it has at least one
+ * digit followed by one of those separators. */
+int ds4_lookup_unnumber(const char *text, size_t len, ds4_buf *out) {
+    int lines = 0;
+    const char *q = text, *end = text ? text + len : NULL;
+    while (q && q < end) {
+        const char *nl = memchr(q, '\n', (size_t)(end - q));
+        const char *e = nl ? nl : end;
+        const char *c = q;
+        while (c < e && *c == ' ') c++;
+        const char *d = c;
+        while (c < e && *c >= '0' && *c <= '9') c++;
+        size_t sep = 0;
+        if (c > d && c < e && *c == '\t') sep = 1;
+        else if (c > d && e - c >= 3 && !memcmp(c, "\xe2\x86\x92", 3)) sep = 3;
+        if (sep) {
+            ds4_buf_append(out, c + sep, (size_t)(e - c - (ptrdiff_t)sep));
+            ds4_buf_append(out, "\n", 1);
+            lines++;
+        }
+        q = nl ? nl + 1 : end;
+    }
+    return lines;
 }
 
 int ds4_lookup_draft(const int32_t *hist, int n, int max_draft, int32_t *out) {
