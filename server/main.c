@@ -118,7 +118,7 @@ static void usage(FILE *f) {
 "                            to plain decoding; default 0 = off; a request\n"
 "                            may set \"ds4_lookup\"); drafts come from the\n"
 "                            prompt and from tool results' numbered lines\n"
-"                            (cat -n style) without their numbers\n"
+"                            (file listings) without their numbers\n"
 "      --mtp FILE            the MTP block (mtp.0.* tensors, docs/MTP.md) from\n"
 "                            FILE; turns on MTP drafts (--mtp-draft " DS4_XSTR(DS4_MTP_DRAFT_DEFAULT) ")\n"
 "      --mtp-draft N         speculative decoding with N = 0..16 MTP draft\n"
