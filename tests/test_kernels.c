@@ -243,6 +243,33 @@ static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
  * payload is not part of the promise) */
 static int same_value(float a, float b) { return same_bits(a, b) || (a != a && b != b); }
 
+/* Runs `tile` over ntok token rows of A (stride as: in order when `even`,
+ * else scattered and repeated) into an output of a random row stride
+ * guarded past its end, and compares every output with ref's single-row
+ * kernel bit for bit.  Adds the writes outside the tile to *badg; returns
+ * the outputs that differ. */
+static long tile_vs_rows(ds4_tile_fn tile, const ds4_kernels *ref, const fmt *f, int n, const uint8_t *W, size_t ws,
+                         int nrows, const uint8_t *A, size_t as, int ntok, int even, long *badg) {
+    const void **ap = malloc(sizeof(void *) * (size_t)ntok);
+    for (int j = 0; j < ntok; j++) ap[j] = A + (size_t)(even ? j : irand(0, ntok - 1)) * as;
+    const size_t ys = (size_t)nrows + (size_t)irand(0, 3), ny = ys * (size_t)ntok + 8;
+    float *Y = malloc(sizeof(float) * ny);
+    const uint32_t guard = 0x7fc0dead;
+    for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
+    tile(n, W, ws, nrows, ap, ntok, Y, ys);
+    long bad = 0;
+    for (int j = 0; j < ntok; j++)
+        for (size_t r = 0; r < ys; r++) {
+            float v = Y[(size_t)j * ys + r];
+            if (r < (size_t)nrows) bad += !same_value(v, row_dot(ref, f, n, W + r * ws, ap[j]));
+            else *badg += memcmp(&v, &guard, 4) != 0;
+        }
+    for (size_t i = ys * (size_t)ntok; i < ny; i++) *badg += memcmp(&Y[i], &guard, 4) != 0;
+    free(ap);
+    free(Y);
+    return bad;
+}
+
 /* ---------------------------------------------------------------------- */
 /* one random case                                                         */
 /* ---------------------------------------------------------------------- */
@@ -609,23 +636,10 @@ static void test_few_tokens(void) {
                     if (rnd() % 3 == 0)   /* raw codes, -128 included */
                         for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
                 }
-                const void **ap = malloc(sizeof(void *) * (size_t)ntok);
                 const int even = rnd() % 2;
-                for (int j = 0; j < ntok; j++) ap[j] = A + (size_t)(even ? j : irand(0, ntok - 1)) * as;
-                const size_t ys = (size_t)nrows + (size_t)irand(0, 3), ny = ys * (size_t)ntok + 8;
-                float *Y = malloc(sizeof(float) * ny);
-                const uint32_t guard = 0x7fc0dead;
-                for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
-                k->q8_0_q8_0a_tile(n, W, ws, nrows, ap, ntok, Y, ys);
-                for (int j = 0; j < ntok; j++)
-                    for (size_t r = 0; r < ys; r++) {
-                        float v = Y[(size_t)j * ys + r];
-                        if (r < (size_t)nrows) bad += !same_value(v, row_dot(sk, f, n, W + r * ws, ap[j]));
-                        else badg += memcmp(&v, &guard, 4) != 0;
-                    }
-                for (size_t i = ys * (size_t)ntok; i < ny; i++) badg += memcmp(&Y[i], &guard, 4) != 0;
+                bad += tile_vs_rows(k->q8_0_q8_0a_tile, sk, f, n, W, ws, nrows, A, as, ntok, even, &badg);
                 cases++;
-                free(W); free(A); free(x); free(ap); free(Y);
+                free(W); free(A); free(x);
             }
         CHECK(bad == 0, "%s q8_0 few tokens: %ld outputs differ from the scalar single-row kernel", k->name, bad);
         CHECK(badg == 0, "%s q8_0 few tokens: %ld writes outside the tile", k->name, badg);
@@ -661,23 +675,10 @@ static void test_few_tokens_float(void) {
                     uint8_t *W = malloc(ws * (size_t)nrows), *A = malloc(as * (size_t)ntok);
                     for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * ws, n, 0);
                     for (int j = 0; j < ntok; j++) rand_act((float *)(A + (size_t)j * as), n, (j + ni) & 1);
-                    const void **ap = malloc(sizeof(void *) * (size_t)ntok);
                     const int even = rnd() % 2;
-                    for (int j = 0; j < ntok; j++) ap[j] = A + (size_t)(even ? j : irand(0, ntok - 1)) * as;
-                    const size_t ys = (size_t)nrows + (size_t)irand(0, 3), ny = ys * (size_t)ntok + 8;
-                    float *Y = malloc(sizeof(float) * ny);
-                    const uint32_t guard = 0x7fc0dead;
-                    for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
-                    tile_of(k, f)(n, W, ws, nrows, ap, ntok, Y, ys);
-                    for (int j = 0; j < ntok; j++)
-                        for (size_t r = 0; r < ys; r++) {
-                            float v = Y[(size_t)j * ys + r];
-                            if (r < (size_t)nrows) bad += !same_value(v, row_dot(k, f, n, W + r * ws, ap[j]));
-                            else badg += memcmp(&v, &guard, 4) != 0;
-                        }
-                    for (size_t i = ys * (size_t)ntok; i < ny; i++) badg += memcmp(&Y[i], &guard, 4) != 0;
+                    bad += tile_vs_rows(tile_of(k, f), k, f, n, W, ws, nrows, A, as, ntok, even, &badg);
                     cases++;
-                    free(W); free(A); free(ap); free(Y);
+                    free(W); free(A);
                 }
         }
         CHECK(bad == 0, "%s f16/f32 few tokens: %ld outputs differ from the single-row kernel", k->name, bad);
@@ -742,27 +743,11 @@ static void test_amx_tiles(void) {
                         for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
                 }
             }
-            const void **ap = malloc(sizeof(void *) * (size_t)ntok);
-            for (int j = 0; j < ntok; j++)
-                ap[j] = A + (size_t)(even ? j : irand(0, ntok - 1)) * as;
-            const size_t ys = (size_t)nrows + (size_t)irand(0, 3), ny = ys * (size_t)ntok + 8;
-            float *Y = malloc(sizeof(float) * ny);
-            const uint32_t guard = 0x7fc0dead;
-            for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
-            tile(n, W, ws, nrows, ap, ntok, Y, ys);
-            long bad0 = bad;
-            for (int j = 0; j < ntok; j++)
-                for (size_t r = 0; r < ys; r++) {
-                    float v = Y[(size_t)j * ys + r];
-                    if (r < (size_t)nrows)
-                        bad += !same_value(v, row_dot(sk, f, n, W + r * ws, ap[j]));
-                    else
-                        badg += memcmp(&v, &guard, 4) != 0;
-                }
-            if (bad != bad0) printf("amx %s n=%d ntok=%d nrows=%d: %ld differ\n", f->name, n, ntok, nrows, bad - bad0);
-            for (size_t i = ys * (size_t)ntok; i < ny; i++) badg += memcmp(&Y[i], &guard, 4) != 0;
+            const long b = tile_vs_rows(tile, sk, f, n, W, ws, nrows, A, as, ntok, even, &badg);
+            if (b) printf("amx %s n=%d ntok=%d nrows=%d: %ld differ\n", f->name, n, ntok, nrows, b);
+            bad += b;
             cases++;
-            free(W); free(A); free(x); free(ap); free(Y);
+            free(W); free(A); free(x);
         }
     }
     CHECK(bad == 0, "amx tiles: %ld outputs differ from the scalar single-row kernel", bad);
