@@ -66,22 +66,32 @@ done
 if [ -z "$URL" ]; then
     bad "ds4-server did not start"; cat "$LOG"
 else
-    P='"prompt": "uno due tre quattro cinque sei sette otto nove dieci uno due tre quattro cinque sei sette otto nove dieci uno due", "max_tokens": 160'
+    # ask NAME ENDPOINT BASE SAMP L: the request BASE (a JSON object) with
+    # the sampling fields SAMP and "ds4_lookup": L; the answer in $T/NAME.L.json
+    ask() {
+        /usr/bin/python3 -c 'import json,sys; j=json.loads(sys.argv[1]); j.update(json.loads("{" + sys.argv[2] + "}")); j["ds4_lookup"]=int(sys.argv[3]); print(json.dumps(j))' \
+            "$3" "$4" "$5" > "$T/$1.req"
+        curl -s "$URL$2" -H 'content-type: application/json' -d @"$T/$1.req" > "$T/$1.$5.json"
+    }
+    # same_answer NAME L: the first choice of $T/NAME.0.json and NAME.L.json
+    # is the same and not empty (text; or message content, reasoning, calls)
+    same_answer() {
+        /usr/bin/python3 -c '
+import json, sys
+a, b = (json.load(open(f))["choices"][0] for f in sys.argv[1:])
+a, b = (c["text"] if "text" in c else c["message"] for c in (a, b))
+full = len(a) > 0 if isinstance(a, str) else bool(a.get("content") or a.get("reasoning_content") or a.get("tool_calls"))
+sys.exit(0 if a == b and full else 1)' "$T/$1.0.json" "$T/$1.$2.json" || { head -c 400 "$T/$1.0.json" "$T/$1.$2.json"; return 1; }
+    }
+    P='{"prompt": "uno due tre quattro cinque sei sette otto nove dieci uno due tre quattro cinque sei sette otto nove dieci uno due", "max_tokens": 160}'
     for samp in '"temperature": 0' '"temperature": 1, "seed": 5'; do
-        for L in 0 8; do
-            curl -s "$URL/v1/completions" -H 'content-type: application/json' \
-                -d "{$P, $samp, \"ds4_lookup\": $L}" > "$T/r$L.json"
-        done
-        if /usr/bin/python3 -c 'import json,sys; a,b=(json.load(open(f))["choices"][0]["text"] for f in sys.argv[1:]); sys.exit(0 if a==b and len(a)>0 else 1)' \
-                "$T/r0.json" "$T/r8.json"; then
-            ok "server ds4_lookup 8 ($samp): same text as plain decoding"
-        else
-            bad "server ds4_lookup 8 ($samp): text differs"; head -c 400 "$T/r0.json" "$T/r8.json"
-        fi
+        for L in 0 8; do ask r /v1/completions "$P" "$samp" $L; done
+        same_answer r 8 && ok "server ds4_lookup 8 ($samp): same text as plain decoding" \
+            || bad "server ds4_lookup 8 ($samp): text differs"
     done
     # a tool result with numbered lines (cat -n style): its lines without
     # the numbers are a second lookup source; the text stays plain decoding's
-    /usr/bin/python3 - > "$T/chat.json" <<'PY'
+    CHAT=$(/usr/bin/python3 - <<'PY'
 import json
 lines = "".join("%6d\tuno due tre %s quattro cinque\n" % (i, w) for i, w in enumerate("sei sette otto nove dieci undici dodici".split() * 3, 1))
 print(json.dumps({"messages": [
@@ -93,18 +103,11 @@ print(json.dumps({"messages": [
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}],
     "max_tokens": 120}))
 PY
+)
     for samp in '"temperature": 0' '"temperature": 1, "seed": 7'; do
-        for L in 0 4; do
-            /usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j.update(json.loads("{" + sys.argv[2] + "}")); j["ds4_lookup"]=int(sys.argv[3]); print(json.dumps(j))' \
-                "$T/chat.json" "$samp" "$L" > "$T/chat$L.json"
-            curl -s "$URL/v1/chat/completions" -H 'content-type: application/json' -d @"$T/chat$L.json" > "$T/c$L.json"
-        done
-        if /usr/bin/python3 -c 'import json,sys; a,b=(json.load(open(f))["choices"][0]["message"] for f in sys.argv[1:]); sys.exit(0 if a==b and (a.get("content") or a.get("reasoning_content") or a.get("tool_calls")) else 1)' \
-                "$T/c0.json" "$T/c4.json"; then
-            ok "server ds4_lookup 4 with a numbered tool result ($samp): same message as plain decoding"
-        else
-            bad "server ds4_lookup 4 with a numbered tool result ($samp): message differs"; head -c 400 "$T/c0.json" "$T/c4.json"
-        fi
+        for L in 0 4; do ask c /v1/chat/completions "$CHAT" "$samp" $L; done
+        same_answer c 4 && ok "server ds4_lookup 4 with a numbered tool result ($samp): same message as plain decoding" \
+            || bad "server ds4_lookup 4 with a numbered tool result ($samp): message differs"
     done
     if curl -s "$URL/metrics" | grep -q '^ds4_spec_passes_total [1-9]'; then
         ok "/metrics counts verification passes"
@@ -112,7 +115,7 @@ PY
         bad "/metrics: no ds4_spec_passes_total"
     fi
     code=$(curl -s -o "$T/bad.json" -w '%{http_code}' "$URL/v1/completions" -H 'content-type: application/json' \
-        -d "{$P, \"ds4_lookup\": 99}")
+        -d "${P%\}}, \"ds4_lookup\": 99}")
     if [ "$code" = 400 ] && grep -q ds4_lookup "$T/bad.json"; then ok "ds4_lookup 99 refused (400)"; else bad "ds4_lookup 99: $code"; fi
     kill "$PID"; wait "$PID" 2>/dev/null
 fi
