@@ -1723,6 +1723,20 @@ VTI static float reduce32(__m512 z0, __m512 z1)
     return _mm_cvtss_f32(s);
 }
 
+/* The end of one (row, token) sum after its 32-element steps up to i0
+ * (z0, z1: lanes 0..15, 16..31): leftover groups of 8 in lanes 0..7 (the
+ * avx2 kernel's a0), the reduction, the scalar tail -- every float tile's
+ * order. */
+VTI static float ftail(__m512 z0, __m512 z1, int i0, int n, const uint8_t *wr, int f16, const float *x)
+{
+    int i = i0;
+    for (; i + 8 <= n; i += 8)
+        z0 = _mm512_mask3_fmadd_ps(ldw8(wr, f16, i), _mm512_zextps256_ps512(_mm256_loadu_ps(x + i)), z0, 0x00ff);
+    float s = reduce32(z0, z1);
+    for (; i < n; i++) s += wval(wr, f16, i) * x[i];
+    return s;
+}
+
 /* R rows x C tokens, full row length.  pf: byte distance to prefetch the
  * weights at (the next row group, for decode), 0 = none. */
 VTI static void ftile(int n, const uint8_t *w, size_t ws, int f16, const float *const *x, float *y, size_t ys,
@@ -1754,20 +1768,8 @@ VTI static void ftile(int n, const uint8_t *w, size_t ws, int f16, const float *
             }
         }
     }
-    /* leftover groups of 8 go to lanes 0..7 (the avx2 kernel's a0) */
-    for (; i + 8 <= n; i += 8)
-        for (int r = 0; r < R; r++) {
-            const __m512 w0 = ldw8(wr[r], f16, i);
-            for (int j = 0; j < C; j++)
-                acc[r][j][0] = _mm512_mask3_fmadd_ps(w0, _mm512_zextps256_ps512(_mm256_loadu_ps(x[j] + i)),
-                                                     acc[r][j][0], 0x00ff);
-        }
     for (int r = 0; r < R; r++)
-        for (int j = 0; j < C; j++) {
-            float s = reduce32(acc[r][j][0], acc[r][j][1]);
-            for (int k = i; k < n; k++) s += wval(wr[r], f16, k) * x[j][k];
-            y[(size_t)j * ys + r] = s;
-        }
+        for (int j = 0; j < C; j++) y[(size_t)j * ys + r] = ftail(acc[r][j][0], acc[r][j][1], i, n, wr[r], f16, x[j]);
 }
 
 #define FT_ROWS 4
@@ -1839,19 +1841,10 @@ VT static void fbatch(int n, const uint8_t *w, size_t ws, int nrows, const float
                     else if (nt - j0 == 1) fbatch_kernel(wb, xt + j0, k0, kl, h, st + j0 * FR * 2, 1);
                 }
             }
-            /* leftover groups of 8 into lanes 0..7, reduction, tail */
             for (int j = 0; j < nt; j++)
-                for (int r = 0; r < FR; r++) {
-                    __m512 z0 = st[(j * FR + r) * 2], z1 = st[(j * FR + r) * 2 + 1];
-                    const uint8_t *wrr = wr + (size_t)r * ws;
-                    int i = n32;
-                    for (; i + 8 <= n; i += 8)
-                        z0 = _mm512_mask3_fmadd_ps(ldw8(wrr, f16, i), _mm512_zextps256_ps512(_mm256_loadu_ps(xt[j] + i)),
-                                                   z0, 0x00ff);
-                    float sum = reduce32(z0, z1);
-                    for (; i < n; i++) sum += wval(wrr, f16, i) * xt[j][i];
-                    y[(size_t)(t0 + j) * ys + r0 + r] = sum;
-                }
+                for (int r = 0; r < FR; r++)
+                    y[(size_t)(t0 + j) * ys + r0 + r] = ftail(st[(j * FR + r) * 2], st[(j * FR + r) * 2 + 1], n32, n,
+                                                              wr + (size_t)r * ws, f16, xt[j]);
         }
     }
 }
@@ -1963,19 +1956,10 @@ VT static void ftile_few(int n, const uint8_t *w, size_t ws, int nrows, const fl
                 }
             }
         }
-        /* leftover groups of 8 into lanes 0..7, reduction, tail (ftile's) */
         for (int j = 0; j < ntok; j++)
-            for (int r = 0; r < nr; r++) {
-                __m512 z0 = st[(j * FW_ROWS + r) * 2], z1 = st[(j * FW_ROWS + r) * 2 + 1];
-                const uint8_t *wrr = ws0 + (size_t)r * ws;
-                int i = n32;
-                for (; i + 8 <= n; i += 8)
-                    z0 = _mm512_mask3_fmadd_ps(ldw8(wrr, f16, i), _mm512_zextps256_ps512(_mm256_loadu_ps(x[j] + i)),
-                                               z0, 0x00ff);
-                float sum = reduce32(z0, z1);
-                for (; i < n; i++) sum += wval(wrr, f16, i) * x[j][i];
-                y[(size_t)j * ys + r0 + r] = sum;
-            }
+            for (int r = 0; r < nr; r++)
+                y[(size_t)j * ys + r0 + r] = ftail(st[(j * FW_ROWS + r) * 2], st[(j * FW_ROWS + r) * 2 + 1], n32, n,
+                                                   ws0 + (size_t)r * ws, f16, x[j]);
     }
 }
 
