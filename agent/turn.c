@@ -20,43 +20,38 @@
 
 #define COMPACT_AT 0.85    /* compact when a prompt would fill this much */
 #define LOOKUP_BACKOFF_MAX 32   /* tokens without drafts after repeated failed passes */
-#define LOOKUP_CORPUS_BYTES (256 * 1024)   /* unnumbered tool results searched (newest first) */
+#define LOOKUP_CORPUS_BYTES (256 * 1024)   /* tool results searched (newest first) */
 
 /* The read tool shows a file's lines numbered ("%6ld\t", tools.c); a turn
  * that writes the file back drops the numbers, so the suffix of the copy
  * matches the history only up to each line end, where the history goes on
  * with the next number and the drafts fail.  The drafts are therefore
  * also looked up in the tool results' numbered lines without their
- * numbers (ds4_lookup_unnumber; the newest results, up to
+ * numbers (ds4_lookup_corpus; the newest results, up to
  * LOOKUP_CORPUS_BYTES, tokenized once per turn), and that source wins
  * where its match is at least as long as the history's.  Only which
  * tokens are drafted changes, never what is emitted. */
 static int lookup_corpus(agent *a, ds4_tokens *out) {
     const ag_sess *s = a->cur;
-    ds4_buf txt[64];
-    int nt = 0;
-    size_t total = 0;
-    for (int i = s ? s->n_msgs - 1 : -1; i >= 0 && nt < 64 && total < LOOKUP_CORPUS_BYTES; i--) {
-        const ag_msg *m = &s->msgs[i];
-        if (m->kind != AG_TOOLS) continue;
-        for (int c = m->n_calls - 1; c >= 0 && nt < 64 && total < LOOKUP_CORPUS_BYTES; c--) {
-            if (!m->calls[c].result) continue;
-            ds4_buf b = { 0 };
-            if (ds4_lookup_unnumber(m->calls[c].result, strlen(m->calls[c].result), &b) > 0 && b.n) {
-                total += b.n;
-                txt[nt++] = b;
-            } else {
-                ds4_buf_free(&b);
+    int n = 0;
+    for (int i = 0; s && i < s->n_msgs; i++)
+        if (s->msgs[i].kind == AG_TOOLS) n += s->msgs[i].n_calls;
+    if (n == 0) return 0;
+    const char **texts = malloc((size_t)n * sizeof *texts);
+    size_t *lens = malloc((size_t)n * sizeof *lens);
+    int k = 0, rc = -1;
+    if (texts && lens) {
+        for (int i = 0; i < s->n_msgs; i++)
+            for (int c = 0; s->msgs[i].kind == AG_TOOLS && c < s->msgs[i].n_calls; c++) {
+                texts[k] = s->msgs[i].calls[c].result;
+                lens[k] = texts[k] ? strlen(texts[k]) : 0;
+                k++;
             }
-        }
+        rc = ds4_lookup_corpus(a->tok, texts, lens, n, LOOKUP_CORPUS_BYTES, out) ? -1 : 0;
     }
-    int rc = 0;
-    for (int i = nt - 1; i >= 0; i--) {   /* oldest first: the newest is searched first */
-        if (!rc && (ds4_buf_failed(&txt[i]) || ds4_tokenize(a->tok, txt[i].p, txt[i].n, DS4_TOK_PLAIN, out)))
-            rc = -1;
-        ds4_buf_free(&txt[i]);
-    }
-    return rc || ds4_tokens_failed(out) ? -1 : 0;
+    free(texts);
+    free(lens);
+    return rc;
 }
 
 double ag_now(void) {

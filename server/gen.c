@@ -66,7 +66,7 @@ struct gen {
 /* Coding agents' read tools number a file's lines (cat -n style); a model
  * that writes the file back drops the numbers, so in the prompt alone the
  * lookup drafts the next line number at every line end.  The tool
- * messages' numbered lines without their numbers (ds4_lookup_unnumber;
+ * messages' numbered lines without their numbers (ds4_lookup_corpus;
  * the newest, up to LOOKUP_CORPUS_BYTES) are searched too, and win where
  * their match is at least as long as the prompt's (docs/SPEC.md).  Only
  * the drafts change, never the output. */
@@ -75,26 +75,19 @@ struct gen {
 static void build_corpus(gen *g) {
     g->corpus_built = 1;
     const request *rq = g->rq;
-    int first = rq->n_msgs;
-    size_t total = 0;
-    /* the newest tool messages, as many as fit */
-    for (int i = rq->n_msgs - 1; i >= 0 && total < LOOKUP_CORPUS_BYTES; i--) {
-        const ds4_message *m = &rq->msgs[i];
-        if (m->role != DS4_ROLE_TOOL || !m->content) continue;
-        total += m->content_len;
-        first = i;
-    }
-    ds4_buf b = { 0 };
-    for (int i = first; i < rq->n_msgs; i++) {
-        const ds4_message *m = &rq->msgs[i];
-        if (m->role != DS4_ROLE_TOOL || !m->content) continue;
-        b.n = 0;
-        if (ds4_lookup_unnumber(m->content, m->content_len, &b) > 0 && !ds4_buf_failed(&b))
-            ds4_tokenize(g->tok, b.p, b.n, DS4_TOK_PLAIN, &g->corpus);
-    }
-    ds4_buf_free(&b);
+    const char **texts = malloc(((size_t)rq->n_msgs + 1) * sizeof *texts);
+    size_t *lens = malloc(((size_t)rq->n_msgs + 1) * sizeof *lens);
+    int n = 0;
+    for (int i = 0; texts && lens && i < rq->n_msgs; i++)
+        if (rq->msgs[i].role == DS4_ROLE_TOOL && rq->msgs[i].content) {
+            texts[n] = rq->msgs[i].content;
+            lens[n++] = rq->msgs[i].content_len;
+        }
     /* out of memory: no second source (drafts are only guesses) */
-    if (ds4_tokens_failed(&g->corpus)) ds4_tokens_free(&g->corpus);
+    if (!texts || !lens || ds4_lookup_corpus(g->tok, texts, lens, n, LOOKUP_CORPUS_BYTES, &g->corpus))
+        ds4_tokens_free(&g->corpus);
+    free(texts);
+    free(lens);
 }
 
 static void force_text(gen *g, const char *s) {

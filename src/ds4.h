@@ -765,6 +765,13 @@ int ds4_lookup_draft_in(const int32_t *hist, int n, const int32_t *src, int ns, 
  * numbers, one per line ('\n'), and returns how many (0: nothing
  * appended).  A model that writes such a file back drops the numbers. */
 int ds4_lookup_unnumber(const char *text, size_t len, ds4_buf *out);
+/* The second source itself: the numbered lines of texts[0..n) (oldest
+ * first, lens[i] bytes; NULL entries skipped) without their numbers, from
+ * the newest text back until max_bytes of such lines are taken, tokenized
+ * in plain mode oldest first into out (so the newest is searched first).
+ * DS4_OK, or DS4_ENOMEM. */
+int ds4_lookup_corpus(const ds4_tokenizer *tok, const char *const *texts, const size_t *lens, int n,
+                      size_t max_bytes, ds4_tokens *out);
 
 typedef struct {
     uint64_t passes;          /* verification passes */

@@ -79,6 +79,28 @@ static void spec_decode(ds4_session *s, ds4_sampler *smp, int V, int n, int mode
 
 static int quick;
 
+/* ds4_lookup_corpus: numbered lines of the newest texts, unnumbered, up to
+ * max_bytes of them, tokenized oldest first */
+static void test_corpus(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/golden/models/tiny-a-q2.gguf", test_shared());
+    ds4_model *m = test_load_model(path, 1);
+    const ds4_tokenizer *tok = ds4_model_tokenizer(m);
+    const char *texts[] = { "1\tone one\n2\ttwo two\n", "no numbers here\n", NULL, "     7\tseven\n" };
+    const size_t lens[] = { strlen(texts[0]), strlen(texts[1]), 0, strlen(texts[3]) };
+    ds4_tokens all = { 0 }, newest = { 0 }, want = { 0 }, want1 = { 0 };
+    const char *w = "one one\ntwo two\n", *w1 = "seven\n";
+    ds4_tokenize(tok, w, strlen(w), DS4_TOK_PLAIN, &want);
+    ds4_tokenize(tok, w1, strlen(w1), DS4_TOK_PLAIN, &want);
+    ds4_tokenize(tok, w1, strlen(w1), DS4_TOK_PLAIN, &want1);
+    CHECK(ds4_lookup_corpus(tok, texts, lens, 4, 1 << 20, &all) == DS4_OK && all.n == want.n &&
+          !memcmp(all.v, want.v, want.n * sizeof *want.v), "corpus of every numbered text, oldest first (%zu tokens)", all.n);
+    CHECK(ds4_lookup_corpus(tok, texts, lens, 4, 3, &newest) == DS4_OK && newest.n == want1.n &&
+          !memcmp(newest.v, want1.v, want1.n * sizeof *want1.v), "a small budget keeps the newest (%zu tokens)", newest.n);
+    ds4_tokens_free(&all); ds4_tokens_free(&newest); ds4_tokens_free(&want); ds4_tokens_free(&want1);
+    ds4_model_free(m);
+}
+
 static void test_model(const char *name) {
     char path[512], seq[512];
     snprintf(path, sizeof path, "%s/golden/models/%s", test_shared(), name);
@@ -425,6 +447,7 @@ static void test_sampler_dist(void) {
 
 int main(void) {
     test_lookup();
+    test_corpus();
     test_resolve();
     test_sampler_dist();
     const char *q = getenv("DS4_SPEC_QUICK"), *dbg = getenv("DS4_DEBUG_BUILD");

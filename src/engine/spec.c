@@ -18,6 +18,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -80,6 +81,29 @@ int ds4_lookup_unnumber(const char *text, size_t len, ds4_buf *out) {
         q = nl ? nl + 1 : end;
     }
     return lines;
+}
+
+int ds4_lookup_corpus(const ds4_tokenizer *tok, const char *const *texts, const size_t *lens, int n,
+                      size_t max_bytes, ds4_tokens *out) {
+    if (n <= 0) return DS4_OK;
+    /* newest first: each text's numbered lines, unnumbered, until
+     * max_bytes of them are kept; then tokenized oldest first */
+    ds4_buf *b = calloc((size_t)n, sizeof *b);
+    if (!b) return DS4_ENOMEM;
+    int first = n, failed = 0;
+    size_t total = 0;
+    while (first > 0 && total < max_bytes) {
+        first--;
+        if (texts[first]) ds4_lookup_unnumber(texts[first], lens[first], &b[first]);
+        failed |= ds4_buf_failed(&b[first]);
+        total += b[first].n;
+    }
+    for (int i = first; i < n; i++) {
+        if (!failed && b[i].n) ds4_tokenize(tok, b[i].p, b[i].n, DS4_TOK_PLAIN, out);
+        ds4_buf_free(&b[i]);
+    }
+    free(b);
+    return failed || ds4_tokens_failed(out) ? DS4_ENOMEM : DS4_OK;
 }
 
 int ds4_lookup_draft(const int32_t *hist, int n, int max_draft, int32_t *out) {
