@@ -199,5 +199,46 @@ if $BD/ds4-bench --help > "$T/help.txt" 2>&1; then
     else bad "--help lacks:$missing"; fi
 else bad "--help exit status"; fi
 
+# Pages of the weights.  Every GGUF writer (gguf_writer_close) drops its
+# output from the page cache, so the first reader brings it back in large
+# folios that the mapping (MADV_HUGEPAGE) can map with 2 MB pages; a copy
+# made by cat stays cached in small pages, and ds4-bench warns about it.
+# The 117 MB model (real vocabulary) holds enough 2 MB extents to tell.
+W="$T/w.gguf"
+if $BD/ds4-synth --preset tiny --recipe q2 -o "$W" > "$T/wsynth.txt" 2>&1; then
+    fs=$(stat -f -c %T "$T" 2>/dev/null)
+    if command -v fincore > /dev/null && [ "$fs" != tmpfs ]; then
+        res=$(fincore -b -n -o RES "$W" 2>/dev/null | tr -d ' ')
+        [ "$res" = 0 ] && ok "pages: ds4-synth's output is not left in the page cache" ||
+            bad "pages: ds4-synth left $res bytes of its output cached"
+    else
+        echo "skip pages: no fincore or a tmpfs ($fs): the page cache cannot be checked"
+    fi
+    cat "$W" > "$T/w2.gguf"
+    pct() { sed -n 's/^ds4-bench: weights: .* mapped, \([0-9]*\) % of them on 2 MB pages$/\1/p' "$1"; }
+    $BD/ds4-bench -m "$W" --prompt-file "$TEXT" -t 1 --no-probe --ctx-start 64 --ctx-max 64 --gen-tokens 2 \
+        > /dev/null 2> "$T/w1.err"
+    $BD/ds4-bench -m "$T/w2.gguf" --prompt-file "$TEXT" -t 1 --no-probe --ctx-start 64 --ctx-max 64 --gen-tokens 2 \
+        > /dev/null 2> "$T/w2.err"
+    p1=$(pct "$T/w1.err") p2=$(pct "$T/w2.err")
+    if [ -n "$p1" ] && [ -n "$p2" ]; then
+        ok "pages: ds4-bench reports the weights' pages ($p1 % and $p2 % on 2 MB pages)"
+        if [ "$p1" -ge 50 ]; then
+            [ "$p2" -lt "$p1" ] && grep -q "warning: most weights are mapped with 4 KB pages" "$T/w2.err" &&
+                ! grep -q "warning: most weights" "$T/w1.err" &&
+                ok "pages: the written model maps with 2 MB pages, a cached copy does not and is warned about" ||
+                bad "pages: $p1 % vs $p2 %, or the warning is wrong: $(grep weights "$T/w1.err" "$T/w2.err")"
+        else
+            echo "skip pages: this kernel mapped no file with 2 MB pages ($p1 %; THP off, or no large folios in this filesystem)"
+        fi
+    elif [ ! -r /proc/self/smaps ]; then
+        echo "skip pages: no /proc/self/smaps"
+    else
+        bad "pages: no 'weights:' line: $(tail -n 3 "$T/w1.err")"
+    fi
+else
+    bad "pages: cannot synthesize the 117 MB model: $(tail -n 2 "$T/wsynth.txt")"
+fi
+
 [ $fail = 0 ] && echo "t_bench: all ok" || echo "t_bench: FAILED"
 exit $fail

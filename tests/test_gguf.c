@@ -768,7 +768,29 @@ static void test_writer(void) {
                   !memcmp(t3->data, data + 224, 136), "tensor bytes identical");
         }
         CHECK(gguf_find_tensor(f, "t.none") == NULL && gguf_find(f, "none") == NULL, "absent lookups");
+        /* the mapping's page figures (Linux /proc/self/smaps): after every
+         * byte is read, all of the file's pages are resident */
+        uint64_t res = 1, huge = 1;
+        if (access("/proc/self/smaps", R_OK) == 0) {
+            volatile uint8_t sink = 0;
+            for (uint64_t o = 0; o < f->size; o++) sink ^= ((const uint8_t *)f->map)[o];
+            (void)sink;
+            CHECK(gguf_map_pages(f, &res, &huge) == 0, "map pages: mapping not found in smaps");
+            CHECK(res >= f->size && res < f->size + 4096 && huge <= res, "map pages: resident %llu huge %llu of %llu",
+                  (unsigned long long)res, (unsigned long long)huge, (unsigned long long)f->size);
+        } else {
+            printf("skip: map pages (no /proc/self/smaps)\n");
+        }
         gguf_close(f);
+    }
+    {
+        static const uint8_t junk[8] = { 0 };
+        char *e = NULL;
+        gguf_file *fm = gguf_open_mem(junk, sizeof junk, "junk", &e);
+        uint64_t res = 1, huge = 1;
+        CHECK(gguf_map_pages(fm, &res, &huge) == -1 && res == 0 && huge == 0, "map pages of no mapping");
+        gguf_close(fm);
+        free(e);
     }
     free(err);
     err = NULL;

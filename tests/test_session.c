@@ -66,6 +66,15 @@ static void test_model(const char *name) {
     CHECK(test_read_ids(seq, &ids) == 0 && ids.n == 600, "read %s", seq);
     const int N = 300;
 
+    /* the weights' mapping as ds4-bench reports it (Linux /proc) */
+    ds4_weight_pages wp;
+    if (ds4_model_weight_pages(m, &wp) == 0)
+        CHECK(wp.mapped == info.file_bytes && wp.resident <= wp.mapped + 4095 && wp.huge <= wp.resident,
+              "weight pages: %llu resident, %llu huge, %llu mapped", (unsigned long long)wp.resident,
+              (unsigned long long)wp.huge, (unsigned long long)wp.mapped);
+    else
+        CHECK(wp.mapped == 0 && wp.resident == 0 && wp.huge == 0, "weight pages unknown: fields not zeroed");
+
     /* reference: uninterrupted run, all logits */
     ds4_session *ref = test_new_session(m, 1024, 64);
     ds4_buf all = { 0 };

@@ -225,7 +225,9 @@ static void usage(FILE *f) {
 "    fraction of the int8 vector peak (and of the AMX peak where the CPU\n"
 "    has one), and decode GB/s of weights read as a\n"
 "    fraction of STREAM read (the decode roofline); a summary line gives\n"
-"    their medians over the frontiers against the mean of both probes.\n"
+"    their medians over the frontiers against the mean of both probes;\n"
+"    at the end, how much of the model file is mapped and the share of it\n"
+"    on 2 MB pages (Linux), with a warning when most of it is on 4 KB pages.\n"
 "\n"
 "checks: before loading anything the arguments and files are checked; once\n"
 "the model is loaded the session memory estimate (plus a snapshot buffer)\n"
@@ -1314,6 +1316,15 @@ int main(int argc, char **argv) {
     }
     if (g_stop) note("interrupted: %d of %d frontiers done", n_rows, n_front);
     else if (!rc) note("done: %d frontiers in %.1f s", n_rows, now_s() - t_all);
+    ds4_weight_pages wp;
+    if (n_rows > 0 && !ds4_model_weight_pages(m, &wp) && wp.resident > 0) {
+        note("weights: %.2f of %.2f GB of the model file mapped, %.0f %% of them on 2 MB pages", wp.resident / 1e9,
+             wp.mapped / 1e9, 100.0 * (double)wp.huge / (double)wp.resident);
+        if (wp.resident >= (32u << 20) && wp.huge * 2 < wp.resident)
+            note("warning: most weights are mapped with 4 KB pages, which costs decode and prefill speed (a file "
+                 "just written or copied stays in small pages until evicted: `dd if=%s iflag=nocache count=0` "
+                 "evicts it, the next run reads it back in 2 MB pages; README, \"Huge pages\")", o.model);
+    }
     if (probing && n_rows > 0 && !g_stop) {
         measure_machine(threads, &mf1);
         /* the machine is shared: ratios against the mean of the two probes */

@@ -259,6 +259,16 @@ void ds4_model_family_fingerprint(const ds4_model *m, uint8_t out[20]) {
     memcpy(out, m->family_fp, 20);
 }
 
+int ds4_model_weight_pages(const ds4_model *m, ds4_weight_pages *p) {
+    memset(p, 0, sizeof *p);
+    if (!m || !m->gf || gguf_map_pages(m->gf, &p->resident, &p->huge)) {
+        p->resident = p->huge = 0;
+        return -1;
+    }
+    p->mapped = m->gf->size;
+    return 0;
+}
+
 void ds4_model_expert_cache_stats(const ds4_model *m, ds4_expert_cache_stats *st) {
     if (m->xc) xc_stats(m->xc, st);
     else memset(st, 0, sizeof *st);
