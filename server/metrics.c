@@ -259,6 +259,14 @@ char *metrics_render(metrics *m) {
     GAUGE("ds4_tool_memory_ids", "Tool-call ids held by the DSML memory.", "%zu", tool_ids);
     GAUGE("ds4_context_size", "Context size of the session in tokens.", "%d",
           g_srv ? g_srv->ctx : 0);
+    ds4_weight_pages wp;
+    if (g_srv && g_srv->model && !ds4_model_weight_pages(g_srv->model, &wp)) {
+        GAUGE("ds4_weights_resident_bytes", "Bytes of the model file mapped in memory by the server.", "%llu",
+              (unsigned long long)wp.resident);
+        GAUGE("ds4_weights_huge_page_bytes",
+              "Of them, bytes mapped with 2 MB pages (4 KB pages cost decode and prefill speed; README, "
+              "\"Huge pages\").", "%llu", (unsigned long long)wp.huge);
+    }
     ds4_expert_cache_stats xc;
     memset(&xc, 0, sizeof xc);
     if (g_srv && g_srv->model) ds4_model_expert_cache_stats(g_srv->model, &xc);

@@ -363,7 +363,12 @@ test('context: the same figure on /v1/models, /health, /metrics and in every too
   const models = await (await fetch(`${BASE}/v1/models`)).json();
   for (const m of models.data) assert.equal(m.max_model_len, ctx);
   assert.equal((await (await fetch(`${BASE}/v1/models/deepseek-chat`)).json()).max_model_len, ctx);
-  assert.equal((await metrics()).ds4_context_size, ctx);
+  const mt = await metrics();
+  assert.equal(mt.ds4_context_size, ctx);
+  // the weights' mapping (Linux): resident bytes, and those on 2 MB pages
+  assert.ok(mt.ds4_weights_resident_bytes > 0, 'ds4_weights_resident_bytes');
+  assert.ok(mt.ds4_weights_huge_page_bytes >= 0 &&
+            mt.ds4_weights_huge_page_bytes <= mt.ds4_weights_resident_bytes, 'ds4_weights_huge_page_bytes');
   const long = 'word '.repeat(5000);
   const errs = [
     await post('/v1/chat/completions', { messages: [{ role: 'user', content: long }] }),
