@@ -263,8 +263,7 @@ static void print_stats(chat_app *a, const turn_stats *st) {
     /* once: weights on 4 KB pages (a model file just written or copied
      * stays cached in small pages until evicted; README, "Huge pages") */
     ds4_weight_pages wp;
-    if (!a->pages_warned && !ds4_model_weight_pages(a->m, &wp) && wp.resident >= ((uint64_t)1 << 30) &&
-        wp.huge * 2 < wp.resident) {
+    if (!a->pages_warned && !ds4_model_weight_pages(a->m, &wp) && ds4_weight_pages_small(&wp, (uint64_t)1 << 30)) {
         a->pages_warned = 1;
         fprintf(stderr, "[warning: %.0f %% of the %.1f GB of weights in use are mapped with 4 KB pages, which "
                 "slows decode and prefill: `dd if=%s iflag=nocache count=0` evicts the file from the page "

@@ -342,6 +342,9 @@ typedef struct {
     uint64_t huge;            /* of that, on 2 MB pages */
 } ds4_weight_pages;
 int ds4_model_weight_pages(const ds4_model *m, ds4_weight_pages *p);
+/* 1 when at least min_resident bytes are resident and most of them are on
+ * 4 KB pages: the front ends' warning rule (ds4, ds4-bench). */
+int ds4_weight_pages_small(const ds4_weight_pages *p, uint64_t min_resident);
 
 /* The routed-expert cache of a --ssd-streaming model (all zero otherwise).
  * Counters accumulate from the load; a front end takes two snapshots and

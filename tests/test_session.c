@@ -75,6 +75,13 @@ static void test_model(const char *name) {
     else
         CHECK(wp.mapped == 0 && wp.resident == 0 && wp.huge == 0, "weight pages unknown: fields not zeroed");
 
+    /* the warning rule: enough resident, and most of it on 4 KB pages */
+    ds4_weight_pages t1 = { 100 << 20, 80 << 20, 0 }, t2 = { 100 << 20, 80 << 20, 39 << 20 },
+                     t3 = { 100 << 20, 80 << 20, 40 << 20 }, t4 = { 0, 0, 0 };
+    CHECK(ds4_weight_pages_small(&t1, 64 << 20) && ds4_weight_pages_small(&t2, 64 << 20) &&
+          !ds4_weight_pages_small(&t3, 64 << 20) && !ds4_weight_pages_small(&t1, 96 << 20) &&
+          !ds4_weight_pages_small(&t4, 0), "ds4_weight_pages_small");
+
     /* reference: uninterrupted run, all logits */
     ds4_session *ref = test_new_session(m, 1024, 64);
     ds4_buf all = { 0 };

@@ -1320,7 +1320,7 @@ int main(int argc, char **argv) {
     if (n_rows > 0 && !ds4_model_weight_pages(m, &wp) && wp.resident > 0) {
         note("weights: %.2f of %.2f GB of the model file mapped, %.0f %% of them on 2 MB pages", wp.resident / 1e9,
              wp.mapped / 1e9, 100.0 * (double)wp.huge / (double)wp.resident);
-        if (wp.resident >= (32u << 20) && wp.huge * 2 < wp.resident)
+        if (ds4_weight_pages_small(&wp, (uint64_t)32 << 20))
             note("warning: most weights are mapped with 4 KB pages, which costs decode and prefill speed (a file "
                  "just written or copied stays in small pages until evicted: `dd if=%s iflag=nocache count=0` "
                  "evicts it, the next run reads it back in 2 MB pages; README, \"Huge pages\")", o.model);

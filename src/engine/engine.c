@@ -269,6 +269,10 @@ int ds4_model_weight_pages(const ds4_model *m, ds4_weight_pages *p) {
     return 0;
 }
 
+int ds4_weight_pages_small(const ds4_weight_pages *p, uint64_t min_resident) {
+    return p->resident > 0 && p->resident >= min_resident && p->huge * 2 < p->resident;
+}
+
 void ds4_model_expert_cache_stats(const ds4_model *m, ds4_expert_cache_stats *st) {
     if (m->xc) xc_stats(m->xc, st);
     else memset(st, 0, sizeof *st);
