@@ -240,6 +240,21 @@ bench-kernels: $(BUILD)/bench/bench_kernels
 bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 	$(BUILD)/bench/bench_tokenizer $(BENCH_TOK_ARGS)
 
+# ds4 against ggml, one-token matvecs at the Flash shapes (bench/bench_ggml.c).
+# GGML_DIR: a ggml checkout built with cmake into GGML_DIR/build (static
+# libraries, GGML_NATIVE=ON); never part of `all` or the tests.
+GGML_LIBS = -L$(GGML_DIR)/build/src -L$(GGML_DIR)/build/src/ggml-cpu -lggml-cpu -lggml-base -lstdc++ -fopenmp
+BENCH_GGML_SHAPES = "iq2_xxs 4096 2048" "iq2_xxs 2048 4096" "q2_k 4096 2048" "q2_k 2048 4096" \
+                    "q4_k 4096 2048" "q4_k 2048 4096" "q8_0 4096 2048" "q8_0 2048 4096" \
+                    "q8_0 1024 32768" "q8_0 4096 16384" "f16 4096 2048" "f16 4096 512"
+.PHONY: bench-ggml
+bench-ggml: $(LIB)
+	@test -n "$(GGML_DIR)" -a -f "$(GGML_DIR)/build/src/libggml-base.a" || \
+	    { echo "bench-ggml: set GGML_DIR to a ggml tree built with cmake into GGML_DIR/build"; exit 2; }
+	$(CC) $(CFLAGS) -Wno-unused-parameter -I$(GGML_DIR)/include -o $(BUILD)/bench/bench_ggml bench/bench_ggml.c \
+	    $(LIB) $(GGML_LIBS) $(LIBS)
+	@for r in 1 2; do for s in $(BENCH_GGML_SHAPES); do $(BUILD)/bench/bench_ggml $$s 7 2>/dev/null; done; done
+
 $(BUILD)/bench/bench_tokenizer: $(BUILD)/bench/bench_tokenizer.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
