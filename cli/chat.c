@@ -266,7 +266,7 @@ static void print_stats(chat_app *a, const turn_stats *st) {
     if (!a->pages_warned && !ds4_model_weight_pages(a->m, &wp) && ds4_weight_pages_small(&wp, (uint64_t)1 << 30)) {
         a->pages_warned = 1;
         fprintf(stderr, "[warning: %.0f %% of the %.1f GB of weights in use are mapped with 4 KB pages, which "
-                "slows decode and prefill: `dd if=%s iflag=nocache count=0` evicts the file from the page "
+                "slows decode and prefill: `sync; dd if=%s iflag=nocache count=0` evicts the file from the page "
                 "cache, the next run reads it back in 2 MB pages (README, \"Huge pages\")]\n",
                 100.0 * (double)(wp.resident - wp.huge) / (double)wp.resident, wp.resident / 1e9, a->o.model);
     }

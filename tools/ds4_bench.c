@@ -1322,7 +1322,7 @@ int main(int argc, char **argv) {
              wp.mapped / 1e9, 100.0 * (double)wp.huge / (double)wp.resident);
         if (ds4_weight_pages_small(&wp, (uint64_t)32 << 20))
             note("warning: most weights are mapped with 4 KB pages, which costs decode and prefill speed (a file "
-                 "just written or copied stays in small pages until evicted: `dd if=%s iflag=nocache count=0` "
+                 "just written or copied stays in small pages until evicted: `sync; dd if=%s iflag=nocache count=0` "
                  "evicts it, the next run reads it back in 2 MB pages; README, \"Huge pages\")", o.model);
     }
     if (probing && n_rows > 0 && !g_stop) {
