@@ -157,6 +157,10 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     m->tok = ds4_tokenizer_load(path, err);
     if (!m->tok) goto fail;
     if (p->ssd_streaming && ssd_setup(m, p, err) != DS4_OK) goto fail;
+    if (!p->ssd_streaming) {
+        gguf_map_hugepages(m->gf);   /* README, "Huge pages" */
+        gguf_map_hugepages(m->mtp_gf);
+    }
     if (check_data(m, err) != DS4_OK) goto fail;
 
     m->kern = ds4_kernels_best();

@@ -557,17 +557,21 @@ gguf_file *gguf_open(const char *path, char **err) {
         }
         f->map = m;
         f->owns_map = 1;
-        /* 2 MB pages for the weights where the page cache has them in 2 MB
-         * folios (Linux large folios: a file read cold from disk; with this
-         * hint the kernel's readahead for faults uses 2 MB folios too).  A
-         * weight matrix is read once per token in one sweep: with 4 KB
-         * pages every 4 KB of it is a TLB miss and a page walk, which the
-         * hardware prefetchers do not cross (medium q2 on a Zen 5 VM:
-         * decode 18 -> 23 tok/s, docs/PERF_KERNELS.md).  A hint only:
-         * EINVAL where THP is off changes nothing. */
-        (void)madvise(m, (size_t)f->size, MADV_HUGEPAGE);
     }
     return open_common(f, err);
+}
+
+/* 2 MB pages for the weights where the page cache has them in 2 MB folios
+ * (Linux large folios: a file read cold from disk; with this hint the
+ * kernel's readahead for faults in the mapping makes 2 MB folios too).  A
+ * weight matrix is read once per token in one sweep: with 4 KB pages every
+ * 4 KB of it is a TLB miss and a page walk (medium q2 on a Zen 5 VM: a
+ * 2048-token prefill 79-100 against 147 tok/s, README "Huge pages").  A
+ * hint only: where THP is off it changes nothing.  Not in gguf_open: the
+ * header parse and --ssd-streaming (which reads experts with pread and
+ * keeps the mapping's resident part to the metadata) want small reads. */
+void gguf_map_hugepages(const gguf_file *f) {
+    if (f && f->owns_map && f->map) (void)madvise((void *)f->map, (size_t)f->size, MADV_HUGEPAGE);
 }
 
 /* The mapping's resident bytes and how many of them the process maps with

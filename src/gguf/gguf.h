@@ -102,6 +102,9 @@ gguf_file *gguf_open(const char *path, char **err);
 gguf_file *gguf_open_mem(const void *data, size_t size, const char *name,
                          char **err);
 void gguf_close(gguf_file *f);
+/* Ask for 2 MB pages over a gguf_open mapping (MADV_HUGEPAGE; the model
+ * loader, for the weights it will sweep). */
+void gguf_map_hugepages(const gguf_file *f);
 /* Resident bytes of a gguf_open mapping and those mapped with 2 MB pages
  * (Linux /proc/self/smaps); -1 where unknown (gguf_open_mem, no /proc). */
 int gguf_map_pages(const gguf_file *f, uint64_t *resident, uint64_t *huge);
