@@ -60,16 +60,13 @@ int main(int argc,char**argv){
   ggml_backend_reg_t reg=ggml_backend_cpu_reg(); ggml_backend_dev_t dev=ggml_backend_reg_dev_get(reg,0);
   ggml_backend_dev_get_extra_bufts_t gx=(ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(reg,"ggml_backend_dev_get_extra_bufts");
   ggml_backend_buffer_type_t buft=ggml_backend_cpu_buffer_type(); const char*bname="CPU";
-  struct ggml_init_params ip={ (size_t)(M+4)*ggml_tensor_overhead()+ (size_t)(2*M+64)*ggml_tensor_overhead()+ggml_graph_overhead_custom(4*M+64,false), NULL, true };
+  struct ggml_init_params ip={ (size_t)(M+4)*ggml_tensor_overhead(), NULL, true };   /* the weights only */
   struct ggml_context*cw=ggml_init(ip);
   struct ggml_tensor**W=malloc(M*sizeof*W);
   for(int m=0;m<M;m++) W[m]=ggml_new_tensor_2d(cw,gt,n_in,n_out);
-  struct ggml_tensor*X=ggml_new_tensor_2d(cw,GGML_TYPE_F32,n_in,1); ggml_set_input(X);
-  struct ggml_tensor*Y0=ggml_mul_mat(cw,W[0],X);
   if(gx) for(ggml_backend_buffer_type_t*p=gx(dev);p&&*p;p++){
     if(!strcmp(ggml_backend_buft_name(*p),"CPU_REPACK") && (gt==GGML_TYPE_Q2_K||gt==GGML_TYPE_Q4_K)){
       buft=*p; bname="CPU_REPACK"; } }
-  (void)Y0;
   ggml_backend_buffer_t wb=ggml_backend_alloc_ctx_tensors_from_buft(cw,buft);
   if(!wb){fprintf(stderr,"alloc failed\n");return 1;}
   for(int m=0;m<M;m++) ggml_backend_tensor_set(W[m],w+(size_t)m*msz,0,msz);
@@ -83,13 +80,12 @@ int main(int argc,char**argv){
   ggml_backend_tensor_set(X2,x,0,n_in*4);
 
   /* ds4 */
-  const ds4_kernels*k=ds4_kernels_best(); ds4_tile_fn fn; void*aq=aligned_alloc(64,65536); const void*a=aq; int fl=0;
+  const ds4_kernels*k=ds4_kernels_best(); ds4_tile_fn fn; void*aq=aligned_alloc(64,65536); const void*a=aq;
   if(gt==GGML_TYPE_Q8_0){fn=k->q8_0_q8_0a_tile;k->quantize_q8_0a(x,aq,n_in);}
   else if(gt==GGML_TYPE_Q2_K){fn=k->q2_K_q8_K_tile;k->quantize_q8_K(x,aq,n_in);}
   else if(gt==GGML_TYPE_Q4_K){fn=k->q4_K_q8_K_tile;k->quantize_q8_K(x,aq,n_in);}
   else if(gt==GGML_TYPE_IQ2_XXS){fn=k->iq2_xxs_q8_K_tile;k->quantize_q8_K(x,aq,n_in);}
-  else {fn=k->f16_f32_tile;a=x;fl=1;}
-  (void)fl;
+  else {fn=k->f16_f32_tile;a=x;}
   float*y=malloc((size_t)n_out*4); const void*ap[1]={a};
 
   double tg[64],td[64]; float chk=0;

@@ -260,16 +260,19 @@ static void print_stats(chat_app *a, const turn_stats *st) {
             st->prefill_s > 0 ? st->prefill_tokens / st->prefill_s : 0.0,
             st->gen_tokens, st->gen_s, st->gen_s > 0 ? st->gen_tokens / st->gen_s : 0.0,
             ds4_session_n_tokens(a->s), ds4_session_ctx_size(a->s));
-    /* once: weights on 4 KB pages (a model file just written or copied
-     * stays cached in small pages until evicted; README, "Huge pages") */
+    /* once, after the first answer (every dense weight has been read by
+     * then; a smaps walk per turn would cost milliseconds on an 80 GB
+     * mapping): weights on 4 KB pages -- a model file just written or
+     * copied stays cached in small pages until evicted (README, "Huge
+     * pages") */
     ds4_weight_pages wp;
-    if (!a->pages_warned && !ds4_model_weight_pages(a->m, &wp) && ds4_weight_pages_small(&wp, (uint64_t)1 << 30)) {
-        a->pages_warned = 1;
+    const int first = !a->pages_checked;
+    a->pages_checked = 1;
+    if (first && !ds4_model_weight_pages(a->m, &wp) && ds4_weight_pages_small(&wp, (uint64_t)1 << 30))
         fprintf(stderr, "[warning: %.0f %% of the %.1f GB of weights in use are mapped with 4 KB pages, which "
                 "slows decode and prefill: `sync; dd if=%s iflag=nocache count=0` evicts the file from the page "
                 "cache, the next run reads it back in 2 MB pages (README, \"Huge pages\")]\n",
                 100.0 * (double)(wp.resident - wp.huge) / (double)wp.resident, wp.resident / 1e9, a->o.model);
-    }
     if ((a->o.lookup > 0 || a->o.mtp_draft > 0) && st->spec.passes)
         fprintf(stderr, "[%s: %llu passes, %llu drafted, %llu accepted (%.1f %%), "
                 "%.2f tokens/pass]\n",

@@ -54,7 +54,7 @@ typedef struct {
     uint64_t ctx_train;     /* the model's trained context (0 = unknown) */
     struct progress_ud *progress;   /* the prefill bar on screen, if any */
     ds4_expert_cache_stats xc0;     /* --ssd-streaming counters at the last summary */
-    int pages_warned;               /* the 4 KB-pages warning was printed */
+    int pages_checked;              /* the weights' pages were looked at (once) */
 } chat_app;
 
 int chat_open(chat_app *a, const chat_opts *o);

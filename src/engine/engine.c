@@ -264,11 +264,8 @@ void ds4_model_family_fingerprint(const ds4_model *m, uint8_t out[20]) {
 }
 
 int ds4_model_weight_pages(const ds4_model *m, ds4_weight_pages *p) {
-    memset(p, 0, sizeof *p);
-    if (!m || !m->gf || gguf_map_pages(m->gf, &p->resident, &p->huge)) {
-        p->resident = p->huge = 0;
-        return -1;
-    }
+    memset(p, 0, sizeof *p);   /* gguf_map_pages zeroes its two on failure */
+    if (!m || !m->gf || gguf_map_pages(m->gf, &p->resident, &p->huge)) return -1;
     p->mapped = m->gf->size;
     return 0;
 }

@@ -563,7 +563,7 @@ gguf_file *gguf_open(const char *path, char **err) {
 
 /* 2 MB pages for the weights where the page cache has them in 2 MB folios
  * (Linux large folios: a file read cold from disk; with this hint the
- * kernel's readahead for faults in the mapping makes 2 MB folios too).  A
+ * kernel's readahead for faults in the mapping may make 2 MB folios too).  A
  * weight matrix is read once per token in one sweep: with 4 KB pages every
  * 4 KB of it is a TLB miss and a page walk (medium q2 on a Zen 5 VM: a
  * 2048-token prefill 79-100 against 147 tok/s, README "Huge pages").  A
@@ -1143,7 +1143,8 @@ int gguf_writer_close(gguf_writer *w, char **err) {
      * mapped from them runs on 4 KB pages: TLB misses all through the
      * weight sweeps (medium q2 on a Zen 5 VM: prefill 79-100 against 147
      * tok/s).  Read back from disk, the kernel caches the file in large
-     * folios and maps them with 2 MB pages (gguf_open's MADV_HUGEPAGE). */
+     * folios, which the model loader's mapping (gguf_map_hugepages) gets
+     * as 2 MB pages. */
     if (!w->err) (void)posix_fadvise(fileno(w->fp), 0, 0, POSIX_FADV_DONTNEED);
     if (fclose(w->fp) && !w->err) w_fail(w, "close failed: %s", strerror(errno));
     w->fp = NULL;
