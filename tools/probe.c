@@ -251,6 +251,12 @@ probe_stream_res probe_stream(size_t bytes, int nthreads, int reps) {
     if (bytes < (1u << 20)) return r;
     void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return r;
+    /* 2 MB pages where the kernel gives them, as the model loader asks for
+     * the weights (gguf_map_hugepages): the roofline is measured on the
+     * page size the weights are read from */
+#ifdef MADV_HUGEPAGE
+    madvise(mem, bytes, MADV_HUGEPAGE);
+#endif
     stream_job *j = calloc(1, sizeof *j);
     if (!j) {
         munmap(mem, bytes);

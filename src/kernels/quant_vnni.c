@@ -1095,6 +1095,14 @@ VT static __m512 d1_strip_q4_K(const uint8_t *w, size_t ws, int nr, int nb, cons
 #define D1Q8_MAXB 256    /* n <= 8192 */
 #define D1Q8_PF 1024     /* long rows: prefetch distance per row stream */
 
+/* Layout-sensitive: one 8 KB field added before corr/d halved the Q8_0
+ * one-token kernel on Zen 5 (bench_kernels q8_0 T = 1: 19 -> 10-11 GB/s,
+ * six interleaved rounds) and 512 more bytes of it restored the speed;
+ * the cause (the walks' stack stores against these loads, modulo 4 KB?)
+ * was not pinned down without performance counters.  Re-run
+ * bench_kernels --formats q8_0 --tokens 1 against the previous build
+ * after any change here or to the d1_strip_q8_0* locals
+ * (docs/PERF_KERNELS.md, "Q8_0 decode: what did not help"). */
 typedef struct {
     __m512i a2[D1Q8_MAXB];      /* block codes, twice */
     int32_t corr[D1Q8_MAXB];    /* -128 * sum of the block's codes */
