@@ -91,6 +91,18 @@ results "$T/D" | grep -q "interrupted by the user" && ok "the session records th
 # interrupt lands; which prompt does that depends on the system prompt
 # (working directory, date), so a run that ended on its own is retried
 # with another prompt; a signal that reached a running agent must give 130.
+# The signal can also land just after the turn ended by itself, while the
+# agent saves the session and exits: exit 0 with a whole (uncut) last
+# turn, retried the same way.  An agent that ignored the signal during
+# generation would give exit 0 on every try, and fail below.
+turn_whole() {
+    /usr/bin/python3 - "$1" <<'PY'
+import json, glob, sys
+f = glob.glob(sys.argv[1] + "/.ds4/sessions/*.json")
+m = json.load(open(f[0]))["messages"][-1] if f else {}
+sys.exit(0 if m.get("kind") == "assistant" and not m.get("cut") else 1)
+PY
+}
 rc=none
 for try in 1 2 3 4 5 6; do
     rm -rf "$T/G" "$T/trG"; mkdir -p "$T/G"
@@ -98,8 +110,15 @@ for try in 1 2 3 4 5 6; do
     pid=$!
     for i in $(seq 1 1200); do grep -q "thinking" "$T/errG" 2>/dev/null && break; sleep 0.1; done
     sleep 0.3
-    if kill -INT $pid 2> /dev/null; then wait $pid; rc=$?; break; fi
-    wait $pid
+    if kill -INT $pid 2> /dev/null; then
+        wait $pid; rc=$?
+        if [ "$rc" = 0 ] && turn_whole "$T/G"; then
+            echo "    (try $try: the turn ended by itself as the interrupt landed; another prompt)"
+            continue
+        fi
+        break
+    fi
+    wait $pid; rc=$?
     echo "    (try $try: the turn ended by itself before the interrupt; another prompt)"
 done
 [ "$rc" = 130 ] && ok "Ctrl+C during generation: exit 130" || bad "generation interrupt rc=$rc"
