@@ -19,9 +19,10 @@
  *     (F16, F32).  Large matrices are cut to their first rows so that one
  *     measurement does about --prefill-gflop of work.
  *   - STREAM-style read (sum of a 2 GiB array with 64-byte loads, or a
- *     quarter of the free memory; tools/probe.c; the array and the weight
- *     pool on 2 MB pages where the kernel gives them, as the model's) and triad (a = b + s*c,
+ *     quarter of the free memory; tools/probe.c) and triad (a = b + s*c,
  *     counted as 12 bytes per float element, the STREAM convention); the
+ *     array and the weight pool on 2 MB pages where the kernel gives them
+ *     (probe_map), as the model's; the
  *     best of --reps, as STREAM reports (so the kernel ratios are
  *     conservative).
  *   - peaks: vpdpbusd zmm (AVX512-VNNI), vpdpbusd ymm (AVX-VNNI), AVX2
@@ -44,7 +45,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "engine/cpu_ops.h"
@@ -93,14 +93,8 @@ static uint64_t rnd(void) {
 static float frand(void) { return (float)((double)(rnd() >> 11) * 0x1p-53) * 2.0f - 1.0f; }
 
 static void *big_alloc(size_t n) {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) { perror("mmap"); exit(1); }
-    /* 2 MB pages where the kernel gives them, as the engine asks for the
-     * model's weights (gguf_map_hugepages) and the STREAM probe for its
-     * array: the kernels stream from the page size they will meet */
-#ifdef MADV_HUGEPAGE
-    madvise(p, n, MADV_HUGEPAGE);
-#endif
+    void *p = probe_map(n);   /* 2 MB pages, as the probe's array */
+    if (!p) { perror("mmap"); exit(1); }
     return p;
 }
 

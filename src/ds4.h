@@ -335,7 +335,8 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);
  * is a TLB miss (medium q2 on a Zen 5 VM: a 2048-token prefill 79-100
  * against 147 tok/s with 2 MB pages).  A file just written (downloaded,
  * ds4-synth, ds4-quantize) sits in the page cache in small pages until
- * evicted and read again (README, "Huge pages").  Returns 0, or -1 where unknown (all fields 0). */
+ * evicted and read again (README, "Huge pages").  Returns 0, or -1 where
+ * unknown (all fields 0). */
 typedef struct {
     uint64_t mapped;          /* size of the mapping (the file) */
     uint64_t resident;        /* of it, in memory and mapped by this process */

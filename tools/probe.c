@@ -245,18 +245,21 @@ size_t probe_read_size(void) {
     return want;
 }
 
+void *probe_map(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 probe_stream_res probe_stream(size_t bytes, int nthreads, int reps) {
     probe_stream_res r = { 0, 0 };
     bytes = bytes / 4096 * 4096;
     if (bytes < (1u << 20)) return r;
-    void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) return r;
-    /* 2 MB pages where the kernel gives them, as the model loader asks for
-     * the weights (gguf_map_hugepages): the roofline is measured on the
-     * page size the weights are read from */
-#ifdef MADV_HUGEPAGE
-    madvise(mem, bytes, MADV_HUGEPAGE);
-#endif
+    void *mem = probe_map(bytes);
+    if (!mem) return r;
     stream_job *j = calloc(1, sizeof *j);
     if (!j) {
         munmap(mem, bytes);

@@ -22,6 +22,12 @@
 typedef struct { double read_gbs, triad_gbs; } probe_stream_res;
 probe_stream_res probe_stream(size_t bytes, int nthreads, int reps);
 
+/* Anonymous memory for a bandwidth measurement (munmap to free), on 2 MB
+ * pages where the kernel gives them, as the model loader asks for the
+ * weights (gguf_map_hugepages): a roofline or a kernel sweep measured on
+ * the page size the weights are read from.  NULL when it cannot. */
+void *probe_map(size_t bytes);
+
 /* The read probe's size: 2 GiB, or a quarter of the available memory
  * when that is less (not below 256 MiB). */
 size_t probe_read_size(void);

@@ -1096,8 +1096,9 @@ VT static __m512 d1_strip_q4_K(const uint8_t *w, size_t ws, int nr, int nb, cons
 #define D1Q8_PF 1024     /* long rows: prefetch distance per row stream */
 
 /* Layout-sensitive: one 8 KB field added before corr/d halved the Q8_0
- * one-token kernel on Zen 5 (bench_kernels q8_0 T = 1: 19 -> 10-11 GB/s,
- * six interleaved rounds) and 512 more bytes of it restored the speed;
+ * one-token kernel on Zen 5 (bench_kernels q8_0 T = 1, head: 15-21 ->
+ * 8-12 GB/s in six runs alternated with the unchanged build) and 512 more
+ * bytes of it restored the speed (one run);
  * the cause (the walks' stack stores against these loads, modulo 4 KB?)
  * was not pinned down without performance counters.  Re-run
  * bench_kernels --formats q8_0 --tokens 1 against the previous build
