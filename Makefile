@@ -122,7 +122,7 @@ endif
 
 BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
 
-.PHONY: all test test-opt test-suite test-real bench bench-kernels bench-tokenizer install clean fuzz tests run FORCE
+.PHONY: all test test-opt test-suite test-real bench bench-kernels bench-attn bench-tokenizer install clean fuzz tests run FORCE
 all: $(BIN_PATHS) tests
 
 # The MPI flags this build uses (tests/t_mpich.sh links against them).
@@ -237,6 +237,10 @@ bench: all
 bench-kernels: $(BUILD)/bench/bench_kernels
 	$(BUILD)/bench/bench_kernels $(BENCH_ARGS)
 
+# attention score/value kernels at the Flash shape vs the fp32 FMA peak
+bench-attn: $(BUILD)/bench/bench_attn
+	$(BUILD)/bench/bench_attn $(BENCH_ATTN_ARGS)
+
 bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 	$(BUILD)/bench/bench_tokenizer $(BENCH_TOK_ARGS)
 
@@ -259,6 +263,9 @@ $(BUILD)/bench/bench_tokenizer: $(BUILD)/bench/bench_tokenizer.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/tools/probe.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/bench/bench_attn: $(BUILD)/bench/bench_attn.o $(BUILD)/tools/probe.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # the main job: chat with ./ds4flash.gguf, or with a generated demo model

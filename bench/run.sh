@@ -5,7 +5,8 @@
 #      synthetic bench/models/medium-q2.gguf (the real Flash per-layer shape,
 #      4 layers, q2 recipe, the real vocabulary, RANDOM weights, ~9.5 GB),
 #      created once by ds4-synth after a free-space check;
-#   2. runs `make bench-kernels` (kernel throughput vs the machine's peaks);
+#   2. runs `make bench-kernels` (kernel throughput vs the machine's peaks)
+#      and `make bench-attn` (the attention kernels);
 #   3. runs ds4-bench on bench/data/italian_sample.txt (repeated as needed)
 #      at contexts 2048, 4096, ... 32768 with 16 greedy tokens at each;
 #   4. writes bench/results/bench-DATE.{csv,svg,log} (and kernels-DATE.txt).
@@ -19,7 +20,7 @@
 #   BENCH_STEP_INCR   if set: frontier increment instead of the multiplier
 #   BENCH_GEN         greedy tokens per frontier (default 16)
 #   BENCH_THREADS     worker threads (default 0 = all cores)
-#   BENCH_KERNELS     0 = skip `make bench-kernels` (default 1)
+#   BENCH_KERNELS     0 = skip `make bench-kernels` and `bench-attn` (default 1)
 #   BENCH_OUT         results directory (default bench/results)
 #   DS4_SHARED        shared data (default ../shared): vocabulary fallback
 #
@@ -108,6 +109,9 @@ if [ "$KERNELS" != 0 ] && make -n bench-kernels >/dev/null 2>&1; then
     # BENCH_ARGS, if given, reaches it through the environment
     env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s bench-kernels 2>&1 | tee "$ktxt"
     [ "${PIPESTATUS[0]}" = 0 ] || die "make bench-kernels failed (see $ktxt)"
+    # the attention kernels (one thread, a few seconds), in the same file
+    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s bench-attn 2>&1 | tee -a "$ktxt"
+    [ "${PIPESTATUS[0]}" = 0 ] || die "make bench-attn failed (see $ktxt)"
 elif [ "$KERNELS" != 0 ]; then
     say "no bench-kernels target in the Makefile: skipping the kernel benchmarks"
 fi

@@ -310,6 +310,36 @@ AVX512 static void z_wsum4(float *o, size_t os, const float *const *keys, const 
         }
 }
 
+/* red16_avx512 of 16 accumulators at once, returned as one vector
+ * (lane m = the sum of a[m]): the same additions, operand for operand, as
+ * 16 separate trees, but each level adds two vectors of partial sums of
+ * several accumulators instead of one accumulator's halves (45 shuffles
+ * and adds instead of 128).
+ *   level 1: r8 of a[2p] | r8 of a[2p+1]              (256-bit halves)
+ *   level 2: r4 of a[4p .. 4p+3], one per 128-bit lane
+ *   level 3: r2 of two such groups, interleaved per 128-bit lane
+ *   level 4: the sums; lane 4g + k = a[4k + g], put back in order. */
+AVX512 static inline __m512 red16x16_avx512(const __m512 a[16]) {
+    __m512 b[8], c[4], d[2];
+    for (int p = 0; p < 8; p++)
+        b[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
+    for (int p = 0; p < 4; p++)
+        c[p] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * p], b[2 * p + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * p], b[2 * p + 1], 0xDD));
+    for (int p = 0; p < 2; p++)
+        d[p] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * p], c[2 * p + 1], 0x44),
+                             _mm512_shuffle_ps(c[2 * p], c[2 * p + 1], 0xEE));
+    __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+    const __m512i back = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(back, e);
+}
+
+/* An empty asm that claims to change v: the load before it stays one
+ * register load (GCC otherwise folds it into each FMA that uses it, and
+ * z_dot4x4 became 20 loads per 16 FMAs: load-port bound). */
+#define KEEP_IN_REG(v) __asm__("" : "+v"(v))
+
 /* 4 heads x 4 keys per 16-lane step: 8 loads feed 16 FMAs (dot4 alone
  * needs 8 loads for 4), 16 accumulators, one reduction each at the end. */
 AVX512 static void z_dot4x4(const float *q, size_t qs, const float *const *keys, int n,
@@ -320,13 +350,19 @@ AVX512 static void z_dot4x4(const float *q, size_t qs, const float *const *keys,
     for (; i + 16 <= n; i += 16) {
         __m512 k0 = _mm512_loadu_ps(keys[0] + i), k1 = _mm512_loadu_ps(keys[1] + i);
         __m512 k2 = _mm512_loadu_ps(keys[2] + i), k3 = _mm512_loadu_ps(keys[3] + i);
+        KEEP_IN_REG(k0); KEEP_IN_REG(k1); KEEP_IN_REG(k2); KEEP_IN_REG(k3);
         for (int h = 0; h < 4; h++) {
             __m512 qv = _mm512_loadu_ps(q + (size_t)h * qs + i);
+            KEEP_IN_REG(qv);
             a[h * 4 + 0] = _mm512_fmadd_ps(qv, k0, a[h * 4 + 0]);
             a[h * 4 + 1] = _mm512_fmadd_ps(qv, k1, a[h * 4 + 1]);
             a[h * 4 + 2] = _mm512_fmadd_ps(qv, k2, a[h * 4 + 2]);
             a[h * 4 + 3] = _mm512_fmadd_ps(qv, k3, a[h * 4 + 3]);
         }
+    }
+    if (i == n) {
+        _mm512_storeu_ps(out, red16x16_avx512(a));
+        return;
     }
     for (int h = 0; h < 4; h++)
         for (int j = 0; j < 4; j++) out[h * 4 + j] = fin16_avx512(a[h * 4 + j], q + (size_t)h * qs, keys[j], i, n);
