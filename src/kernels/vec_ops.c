@@ -341,7 +341,7 @@ AVX512 static inline __m512 red16x16_avx512(const __m512 a[16]) {
 #define KEEP_IN_REG(v) __asm__("" : "+v"(v))
 
 /* 4 heads x 4 keys per 16-lane step: 8 loads feed 16 FMAs (dot4 alone
- * needs 8 loads for 4), 16 accumulators, one reduction each at the end. */
+ * needs 8 loads for 4), 16 accumulators, reduced together at the end. */
 AVX512 static void z_dot4x4(const float *q, size_t qs, const float *const *keys, int n,
                             float *out) {
     __m512 a[16];
