@@ -17,7 +17,9 @@
  * a ratio-128 layer at ctx 8192).  One thread; every table the CPU has is
  * run side by side, interleaved per repetition, so compare inside one run;
  * medians of --reps.  % peak is over the fp32 FMA register-only peak of
- * the vector width the table uses (tools/probe.c), timed the same way.
+ * the vector width the table uses (tools/probe.c, the best of --reps on
+ * the thread's CPU clock; the kernels are timed on the wall clock, so a
+ * busy machine lowers their fraction, never raises it).
  *
  *   build/bench/bench_attn [--reps R] [--keys 640,192] [--heads 64]
  *       [--dim 512] [--tokens N] [--kernels scalar,avx2,avx512]
@@ -30,23 +32,7 @@
 
 #include "kernels/vec_ops.h"
 #include "../tools/probe.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static uint64_t rs = 0x9e3779b97f4a7c15ull;
-static float frand(void) {
-    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
-    return (float)((double)(rs >> 11) * 0x1p-53) * 2.0f - 1.0f;
-}
+#include "bench_util.h"
 
 /* name is an item of the comma-separated list */
 static int in_list(const char *list, const char *name) {
@@ -126,7 +112,12 @@ int main(int argc, char **argv) {
         /* default: the SIMD tables (the scalar one is 10x slower) */
         use[k] = kernels ? in_list(kernels, tab[k]->name) : k > 0;
     }
-    double peak256 = probe_peak(PROBE_FMA256, 1, 5), peak512 = probe_peak(PROBE_FMA512, 1, 5);
+    if (!use[0] && !use[1] && !use[2]) {
+        fprintf(stderr, "bench_attn: none of the tables '%s' is available on this CPU "
+                "(scalar, avx2, avx512)\n", kernels ? kernels : "avx2,avx512");
+        return 2;
+    }
+    double peak256 = probe_peak(PROBE_FMA256, 1, reps), peak512 = probe_peak(PROBE_FMA512, 1, reps);
 
     time_t tnow = time(NULL);
     char date[32];
@@ -147,27 +138,30 @@ int main(int argc, char **argv) {
         float *w = malloc((size_t)H * nk * sizeof(float));
         const float **kp = malloc((size_t)nk * sizeof(*kp));
         if (!kf || !q || !o || !w || !kp) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
-        for (size_t i = 0; i < (size_t)nk * d; i++) kf[i] = frand();
-        for (size_t i = 0; i < (size_t)4 * H * d; i++) q[i] = frand();
-        for (size_t i = 0; i < (size_t)H * nk; i++) w[i] = 0.5f + 0.5f * frand();
+        for (size_t i = 0; i < (size_t)nk * d; i++) kf[i] = bench_frand();
+        for (size_t i = 0; i < (size_t)4 * H * d; i++) q[i] = bench_frand();
+        for (size_t i = 0; i < (size_t)H * nk; i++) w[i] = 0.5f + 0.5f * bench_frand();
         for (int r = 0; r < nk; r++) kp[r] = kf + (size_t)r * d;
         double flop = 2.0 * H * (double)nk * d * tokens;
         for (int which = 0; which < 2; which++) {
             double *ms[3];
-            for (int k = 0; k < 3; k++) ms[k] = calloc((size_t)reps, sizeof(double));
+            for (int k = 0; k < 3; k++)
+                if (!(ms[k] = calloc((size_t)reps, sizeof(double)))) {
+                    fprintf(stderr, "bench_attn: out of memory\n");
+                    return 1;
+                }
             for (int k = 0; k < 3; k++)   /* warm-up */
                 if (use[k]) run(tab[k], which, q, o, kp, w, H, d, nk, 1);
             for (int rep = 0; rep < reps; rep++)
                 for (int k = 0; k < 3; k++) {
                     if (!use[k]) continue;
-                    double t0 = now();
+                    double t0 = bench_now();
                     run(tab[k], which, q, o, kp, w, H, d, nk, tokens);
-                    ms[k][rep] = now() - t0;
+                    ms[k][rep] = bench_now() - t0;
                 }
             for (int k = 0; k < 3; k++) {
                 if (!use[k]) continue;
-                qsort(ms[k], (size_t)reps, sizeof(double), cmp_double);
-                double s = ms[k][reps / 2], gf = flop / s * 1e-9;
+                double s = bench_median(ms[k], reps), gf = flop / s * 1e-9;
                 double pk = width[k] == 512 ? peak512 : width[k] == 256 ? peak256 : 0;
                 printf("%-8s %-8s %5d %10.1f %9.1f", tab[k]->name, which ? "wsum4" : "dot4x4", nk,
                        s / tokens * 1e6, gf);

@@ -52,45 +52,12 @@
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
 #include "../tools/probe.h"
+#include "bench_util.h"
 
 
 /* ---------------------------------------------------------------------- */
 /* small utilities                                                         */
 /* ---------------------------------------------------------------------- */
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* CPU time of the whole process: against wall time x threads it shows
- * how much of the machine this run actually had (other users' jobs steal
- * cores from a shared machine and halve a 2-thread figure). */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float frand(void) { return (float)((double)(rnd() >> 11) * 0x1p-53) * 2.0f - 1.0f; }
 
 static void *big_alloc(size_t n) {
     void *p = probe_map(n);   /* 2 MB pages, as the probe's array */
@@ -145,40 +112,40 @@ static void fill_pattern(const fmt_t *f, uint8_t *p, size_t nblk) {
     for (size_t b = 0; b < nblk; b++) {
         uint8_t *q = p + b * (size_t)f->bytes;
         switch (f->type) {
-        case GGML_F32: { float v = frand(); memcpy(q, &v, 4); break; }
-        case GGML_F16: { uint16_t h = ds4_f32_to_f16(frand()); memcpy(q, &h, 2); break; }
+        case GGML_F32: { float v = bench_frand(); memcpy(q, &v, 4); break; }
+        case GGML_F16: { uint16_t h = ds4_f32_to_f16(bench_frand()); memcpy(q, &h, 2); break; }
         case GGML_Q8_0: {
             block_q8_0 *x = (block_q8_0 *)q;
-            x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
-            for (int i = 0; i < 32; i++) x->qs[i] = (int8_t)rnd();
+            x->d = ds4_f32_to_f16(0.001f + 0.01f * (bench_frand() + 1));
+            for (int i = 0; i < 32; i++) x->qs[i] = (int8_t)bench_rnd();
             break;
         }
         case GGML_Q2_K: {
             block_q2_K *x = (block_q2_K *)q;
-            for (int i = 0; i < 16; i++) x->scales[i] = (uint8_t)rnd();
-            for (int i = 0; i < 64; i++) x->qs[i] = (uint8_t)rnd();
-            x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
-            x->dmin = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
+            for (int i = 0; i < 16; i++) x->scales[i] = (uint8_t)bench_rnd();
+            for (int i = 0; i < 64; i++) x->qs[i] = (uint8_t)bench_rnd();
+            x->d = ds4_f32_to_f16(0.001f + 0.01f * (bench_frand() + 1));
+            x->dmin = ds4_f32_to_f16(0.001f + 0.01f * (bench_frand() + 1));
             break;
         }
         case GGML_Q4_K: {
             block_q4_K *x = (block_q4_K *)q;
-            for (int i = 0; i < 12; i++) x->scales[i] = (uint8_t)rnd();
-            for (int i = 0; i < 128; i++) x->qs[i] = (uint8_t)rnd();
-            x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
-            x->dmin = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
+            for (int i = 0; i < 12; i++) x->scales[i] = (uint8_t)bench_rnd();
+            for (int i = 0; i < 128; i++) x->qs[i] = (uint8_t)bench_rnd();
+            x->d = ds4_f32_to_f16(0.001f + 0.01f * (bench_frand() + 1));
+            x->dmin = ds4_f32_to_f16(0.001f + 0.01f * (bench_frand() + 1));
             break;
         }
         case GGML_MXFP4: {
             block_mxfp4 *x = (block_mxfp4 *)q;
-            x->e = (uint8_t)(118 + rnd() % 8);   /* 2^-10 .. 2^-3 */
-            for (int i = 0; i < 16; i++) x->qs[i] = (uint8_t)rnd();
+            x->e = (uint8_t)(118 + bench_rnd() % 8);   /* 2^-10 .. 2^-3 */
+            for (int i = 0; i < 16; i++) x->qs[i] = (uint8_t)bench_rnd();
             break;
         }
         case GGML_IQ2_XXS: {
             block_iq2_xxs *x = (block_iq2_xxs *)q;
-            x->d = ds4_f32_to_f16(0.001f + 0.01f * (frand() + 1));
-            for (int i = 0; i < 32; i++) x->qs[i] = (uint16_t)rnd();
+            x->d = ds4_f32_to_f16(0.001f + 0.01f * (bench_frand() + 1));
+            for (int i = 0; i < 32; i++) x->qs[i] = (uint16_t)bench_rnd();
             break;
         }
         }
@@ -335,9 +302,9 @@ static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char
      * about 20 ms (one call of a few ms is dominated by wake-up and cache
      * warm-up effects) */
     int calls = 1;
-    double tw = now();
+    double tw = bench_now();
     run_one(c, cc, T, rows);   /* warm-up (code, pool threads, page tables) */
-    tw = now() - tw;
+    tw = bench_now() - tw;
     if (T == 1) {
         double want = opt.min_mb * 1048576.0 / (double)bytes_per_call;
         calls = want < 1 ? 1 : (int)ceil(want);
@@ -347,15 +314,15 @@ static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char
     }
     double t[32], sh[32];
     for (int rep = 0; rep < opt.reps; rep++) {
-        double t0 = now(), c0 = cpu_now();
+        double t0 = bench_now(), c0 = bench_cpu_now();
         for (int k = 0; k < calls; k++) run_one(c, cc, T, rows);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         t[rep] = dt / calls;
-        sh[rep] = (cpu_now() - c0) / (dt * ds4_pool_size(cc->pool));
+        sh[rep] = (bench_cpu_now() - c0) / (dt * ds4_pool_size(cc->pool));
     }
-    double tm = median(t, opt.reps);
+    double tm = bench_median(t, opt.reps);
     result r = { c->f, s, T, thr_idx, tm * 1e3, (double)bytes_per_call / tm * 1e-9,
-                 flop_per_row * rows / tm * 1e-9, kname, median(sh, opt.reps) };
+                 flop_per_row * rows / tm * 1e-9, kname, bench_median(sh, opt.reps) };
     add_result(r);
 }
 
@@ -481,7 +448,7 @@ int main(int argc, char **argv) {
     size_t act_bytes = (size_t)8 * maxT * 4096 * sizeof(float) + 4096;
     float *xf = malloc(act_bytes);
     uint8_t *act = malloc(act_bytes);
-    for (size_t i = 0; i < act_bytes / sizeof(float); i++) xf[i] = frand();
+    for (size_t i = 0; i < act_bytes / sizeof(float); i++) xf[i] = bench_frand();
     size_t out_floats = 0;
     for (int s = 0; s < NSHAPE; s++)
         for (int k = 0; k < opt.ntokens; k++) {

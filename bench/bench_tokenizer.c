@@ -20,17 +20,7 @@
 #include <time.h>
 
 #include "ds4.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv) {
     const char *vocab = NULL, *file = NULL;
@@ -69,17 +59,17 @@ int main(int argc, char **argv) {
     fclose(f);
     for (int r = 1; r < repeat; r++) memcpy(text + (size_t)r * n1, text, n1);
 
-    double t0 = now();
+    double t0 = bench_now();
     char *err = NULL;
     ds4_tokenizer *tok = ds4_tokenizer_load(vocab, &err);
     if (!tok) { fprintf(stderr, "%s\n", err ? err : "load failed"); return 1; }
-    double tload = now() - t0;
+    double tload = bench_now() - t0;
 
     ds4_tokens out = { 0 };
     double secs[5];
     for (int run = 0; run < 5; run++) {
         out.n = 0;
-        double a = now();
+        double a = bench_now();
         if (!chunk) {
             ds4_tokenize(tok, text, n, mode, &out);
         } else {
@@ -91,10 +81,9 @@ int main(int argc, char **argv) {
                 i = e;
             }
         }
-        secs[run] = now() - a;
+        secs[run] = bench_now() - a;
     }
-    qsort(secs, 5, sizeof secs[0], cmp_double);
-    double med = secs[2];
+    double med = bench_median(secs, 5);
     printf("file: %s (%zu bytes%s%s)\n", file, n, repeat > 1 ? ", repeated" : "",
            chunk ? ", chunked" : "");
     printf("vocab load: %.3f s\n", tload);
