@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/cpu_ops.h"
+#include "engine/profile.h"
 #include "gguf/gguf.h"
 
 mat_t mat_of(const ds4_tensor *t) {
@@ -119,6 +120,7 @@ typedef struct {
 } mm_range;
 
 #define MM_MAXRANGE 64
+#define MM_PROF_THREADS 512   /* DS4_PROFILE idle accounting up to this many threads */
 
 typedef struct {
     const cpu_ctx *c;
@@ -131,6 +133,7 @@ typedef struct {
     _Atomic long next;     /* next chunk to take (shared counter) */
     int nrange;            /* > 0: per-thread ranges instead */
     mm_range *range;
+    uint64_t *busy;        /* DS4_PROFILE: ns each thread spent in mm_task, or NULL */
 } mm_job;
 
 /* Output rows [o0, o1) of one group, every token. */
@@ -216,9 +219,18 @@ static long range_take(mm_range *r, int back) {
  *     in order, so its weight stream stays one sequential read (the
  *     kernels prefetch past the end of a chunk into the next); when its
  *     range is done it takes chunks from the back of the others'. */
+static void mm_task_run(mm_job *jb, int ith);
+
 static void mm_task(void *ctx, int ith, int nth) {
     (void)nth;
     mm_job *jb = ctx;
+    if (!jb->busy) { mm_task_run(jb, ith); return; }
+    uint64_t t0 = prof_clk_ns(CLOCK_MONOTONIC);
+    mm_task_run(jb, ith);
+    jb->busy[ith] = prof_clk_ns(CLOCK_MONOTONIC) - t0;
+}
+
+static void mm_task_run(mm_job *jb, int ith) {
     if (jb->nrange > 0) {
         for (;;) {
             long ci = range_take(&jb->range[ith], 0);
@@ -240,12 +252,17 @@ static void mm_task(void *ctx, int ith, int nth) {
 /* Chunks per thread when the work allows it, and the smallest chunk.
  * Matvecs (up to 8 tokens): 6 per thread of at least 2 strips, fine
  * enough to even out a thread slowed by the memory system or another
- * process.  Batches: 2 per thread of at least 32 strips (512 rows): every
- * chunk starts cold (activation preparation, first packs from DRAM), and
- * measured at T = 256 on 2 threads (1024 rows) 8-strip chunks gave 545
- * (Q8_0) / 606 (Q2_K) GFLOP/s, 32-strip ones 590 / 707. */
+ * process.  Batches: up to 16 per thread of at least 32 strips (512
+ * rows): every chunk starts cold (activation preparation, first packs
+ * from DRAM), and measured at T = 256 on 2 threads (1024 rows) 8-strip
+ * chunks gave 545 (Q8_0) / 606 (Q2_K) GFLOP/s, 32-strip ones 590 / 707.
+ * With only 2 per thread, the prefill's big sections (attn_q_b, the 512
+ * gate/up groups of a layer) ended with one thread idle for a quarter of
+ * the call, 12-15 % of the matmul thread time on medium q2 at chunk 2048
+ * (the cost model does not see cold experts or a slowed core); with 8-64
+ * per thread 2.5-3.5 % (DS4_PROFILE's "thread idle" line). */
 #define CHUNKS_PER_THREAD_DECODE 6
-#define CHUNKS_PER_THREAD_BATCH 2
+#define CHUNKS_PER_THREAD_BATCH 16
 #define MIN_CHUNK_STRIPS_DECODE 2
 #define MIN_CHUNK_STRIPS_BATCH 32
 
@@ -294,7 +311,25 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
             atomic_init(&rng[i].fb, ((long long)hi << 32) | lo);
         }
     }
+    uint64_t busy[MM_PROF_THREADS];
+    if (PROF_ON() && nth <= MM_PROF_THREADS) {
+        jb.busy = busy;
+        for (int i = 0; i < nth; i++) busy[i] = 0;
+        uint64_t t0 = prof_clk_ns(CLOCK_MONOTONIC);
+        ds4_pool_run(c->pool, mm_task, &jb);
+        uint64_t w = prof_clk_ns(CLOCK_MONOTONIC) - t0, idle = 0;
+        for (int i = 0; i < nth; i++) idle += busy[i] < w ? w - busy[i] : 0;
+        ds4_prof_mm_idle(idle, w * (uint64_t)nth);
+        return;
+    }
     ds4_pool_run(c->pool, mm_task, &jb);
+}
+
+double mm_groups_flops(const mm_group *g, int ng) {
+    double f = 0;
+    for (int i = 0; i < ng; i++)
+        if (g[i].n_rows > 0) f += 2.0 * g[i].n_rows * g[i].W.n_in * g[i].W.n_out;
+    return f;
 }
 
 void cpu_matmul(const cpu_ctx *c, mat_t W, int no_qat, const float *x,

@@ -63,6 +63,8 @@ typedef struct {
  * and each output element is always computed by the same row-dot kernel,
  * so a batch gives bit-identical results to one token at a time. */
 void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng);
+/* 2 * n_in * n_out * n_rows summed over the groups (DS4_PROFILE) */
+double mm_groups_flops(const mm_group *g, int ng);
 
 /* Convenience: quantize T float rows (stride xs floats) into `scratch` as
  * the weight needs, then Y[t] = W x[t]. */

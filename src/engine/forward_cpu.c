@@ -139,6 +139,14 @@ static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
  * one per output group (the binder bounds those by DS4_MAX_OUT_GROUPS). */
 #define MM_MULTI_MAX (DS4_MAX_OUT_GROUPS > 8 ? DS4_MAX_OUT_GROUPS : 8)
 
+/* The matmul leaves: run the groups, and under DS4_PROFILE count their
+ * time and FLOPs under PS_MM and the kind pm. */
+static void run_mm(fwd *f, int pm, const mm_group *g, int ng) {
+    prof_t t0 = prof_now();
+    cpu_matmul_groups(&f->cc, g, ng);
+    prof_mm(pm, PROF_ON() ? mm_groups_flops(g, ng) : 0, t0);
+}
+
 static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *sp, int n) {
     cpu_scratch *sc = f->sc;
     mm_group g[MM_MULTI_MAX];
@@ -169,7 +177,7 @@ static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *s
             }
             g[j] = gg;
         }
-        PROF(PS_MM, cpu_matmul_groups(&f->cc, g, ng));
+        run_mm(f, PM_DENSE, g, ng);
     }
 }
 
@@ -1142,7 +1150,7 @@ static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, cons
             gg.out = sc->u + (size_t)sc->eoff[e] * F;
             grp[ng++] = gg;
         }
-        PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
+        run_mm(f, PM_GATEUP, grp, ng);
         ng = 0;
         for (int j = 0; j < got; j++) {
             int e = need[idx[j]], r0 = sc->eoff[e], n = sc->ecount[e];
@@ -1155,7 +1163,7 @@ static int moe_streamed(fwd *f, int il, int nt, act_kind kin, act_kind kdn, cons
             gd.W.w = w3[2];
             grp[ng++] = gd;
         }
-        PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
+        run_mm(f, PM_DOWN, grp, ng);
         xc_release(xc, idx, got);
     }
     xc_end(xc);
@@ -1266,7 +1274,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                 gg.out = sc->u + (size_t)sc->eoff[e] * F;
                 grp[ng++] = gg;
             }
-            PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
+            run_mm(f, PM_GATEUP, grp, ng);
             /* the routed weight multiplies the hidden vector before `down`;
              * each row is quantized for `down` as soon as it is done */
             uint8_t *amid = sc->qscratch;
@@ -1286,7 +1294,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
                                 .out = sc->dn + (size_t)sc->eoff[e] * D, .out_stride = D };
                 grp[ng++] = gd;
             }
-            PROF(PS_MM, cpu_matmul_groups(&f->cc, grp, ng));
+            run_mm(f, PM_DOWN, grp, ng);
         }
         /* every rank gets every rank's rows, then sums them exactly as one
          * process does (not MPI_SUM): the results stay bit-identical */

@@ -14,13 +14,27 @@ static const char *const prof_name[PS_N] = {
     "matmul", "act quantize", "attention", "indexer", "compressor", "HC",
     "norm/rope", "router", "swiglu", "moe gather/scatter", "embed",
 };
+static const char *const prof_mm_name[PM_N] = { "dense", "routed gate/up", "routed down" };
 _Atomic int ds4_prof_state;
 static _Atomic uint64_t prof_wall[PS_N], prof_cpu[PS_N], prof_tot_wall, prof_tot_cpu;
 static _Atomic uint64_t prof_passes, prof_rows;
+static _Atomic uint64_t prof_mm_wall[PM_N], prof_mm_cpu[PM_N], prof_mm_mflop[PM_N];
+static _Atomic uint64_t prof_mm_idle, prof_mm_thr;
 
 void ds4_prof_stage_add(int st, prof_t t0, prof_t t1) {
     atomic_fetch_add_explicit(&prof_wall[st], t1.wall - t0.wall, memory_order_relaxed);
     atomic_fetch_add_explicit(&prof_cpu[st], t1.cpu - t0.cpu, memory_order_relaxed);
+}
+
+void ds4_prof_mm_add(int pm, double flops, prof_t t0, prof_t t1) {
+    atomic_fetch_add_explicit(&prof_mm_wall[pm], t1.wall - t0.wall, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_mm_cpu[pm], t1.cpu - t0.cpu, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_mm_mflop[pm], (uint64_t)(flops * 1e-6 + 0.5), memory_order_relaxed);
+}
+
+void ds4_prof_mm_idle(uint64_t idle, uint64_t total) {
+    atomic_fetch_add_explicit(&prof_mm_idle, idle, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_mm_thr, total, memory_order_relaxed);
 }
 
 static void prof_report(void) {
@@ -38,6 +52,23 @@ static void prof_report(void) {
     double mw = (double)prof_wall[PS_MM] * 1e-9, mc = (double)prof_cpu[PS_MM] * 1e-9;
     fprintf(stderr, "  outside the matmuls: %.1f%% of wall, %.1f%% of CPU\n",
             tw > 0 ? 100 * (tw - mw) / tw : 0, tc > 0 ? 100 * (tc - mc) / tc : 0);
+    /* GFLOP/s over wall time (what the step got) and per CPU-second (what
+     * the kernels do while they run, as bench_kernels' GF/cpu) */
+    fprintf(stderr, "  %-20s %10s %7s %10s %10s %10s\n", "matmul by kind", "wall s", "GFLOP", "GFLOP/s",
+            "CPU s", "GF/cpu-s");
+    double fl = 0;
+    for (int i = 0; i <= PM_N; i++) {
+        double w, c, g;
+        if (i < PM_N) {
+            w = (double)prof_mm_wall[i] * 1e-9; c = (double)prof_mm_cpu[i] * 1e-9;
+            g = (double)prof_mm_mflop[i] * 1e-3; fl += g;
+        } else { w = mw; c = mc; g = fl; }
+        fprintf(stderr, "  %-20s %10.3f %7.1f %10.1f %10.3f %10.1f\n", i < PM_N ? prof_mm_name[i] : "all",
+                w, g, w > 0 ? g / w : 0, c, c > 0 ? g / c : 0);
+    }
+    fprintf(stderr, "  matmul thread idle: %.1f%% of the parallel sections' thread time (%.3f of %.3f s)\n",
+            prof_mm_thr ? 100.0 * (double)prof_mm_idle / (double)prof_mm_thr : 0, (double)prof_mm_idle * 1e-9,
+            (double)prof_mm_thr * 1e-9);
 }
 
 prof_t prof_pass_begin(void) {

@@ -36,6 +36,16 @@ enum {
     PS_N
 };
 
+/* The matmul stage by kind of weight product, with the FLOPs each did
+ * (2 * n_in * n_out per token row), so the report gives the step's own
+ * GFLOP/s beside the kernels' benchmark figures. */
+enum {
+    PM_DENSE,    /* attention, shared expert, output head, MTP: every token row */
+    PM_GATEUP,   /* routed experts' gate and up */
+    PM_DOWN,     /* routed experts' down */
+    PM_N
+};
+
 typedef struct { uint64_t wall, cpu; } prof_t;
 
 /* 0 not read yet, 1 off, 2 on (set by the first pass, prof_pass_begin) */
@@ -63,6 +73,21 @@ static inline prof_t prof_now(void) {
 static inline void prof_add(int st, prof_t t0) {
     if (PROF_ON()) ds4_prof_stage_add(st, t0, prof_now());
 }
+
+/* a matmul leaf of kind pm that did `flops` (counted under PS_MM too) */
+void ds4_prof_mm_add(int pm, double flops, prof_t t0, prof_t t1);
+static inline void prof_mm(int pm, double flops, prof_t t0) {
+    if (PROF_ON()) {
+        prof_t t1 = prof_now();
+        ds4_prof_stage_add(PS_MM, t0, t1);
+        ds4_prof_mm_add(pm, flops, t0, t1);
+    }
+}
+
+/* a parallel matmul section: its threads spent `idle` ns of `total`
+ * (wall x threads) not in their share: waking up, or waiting for the last
+ * chunk */
+void ds4_prof_mm_idle(uint64_t idle, uint64_t total);
 
 /* time one leaf statement */
 #define PROF(st, stmt) do { prof_t pt0_ = prof_now(); stmt; prof_add((st), pt0_); } while (0)
