@@ -103,8 +103,11 @@ typedef struct {
     int *ecount, *eoff;       /* [E] */
     int *topk;                /* [T][topk] selected compressed rows */
     int *ntopk;               /* [T] (-1 = all visible) */
-    float *scores;            /* [comp_cap + 1] indexer scores of one token
-                                 (tokens are scored one after another) */
+    float *scores;            /* [nth][scores_rows] indexer scores: a token's
+                                 per thread (prefill: each thread scores its
+                                 own tokens), or one token's split across
+                                 the threads (decode: row 0) */
+    size_t scores_rows;       /* most compressed rows of a layer + 1 */
     float *attn_w;            /* [nth][VEC_HB][kf_rows] attention weights */
     float *attn_kf;           /* kv16: [nth][kf_rows][d] one token's keys as f32 */
     size_t kf_rows;           /* most keys of one token (session.c keys_max):
