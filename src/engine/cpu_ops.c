@@ -133,7 +133,7 @@ typedef struct {
     _Atomic long next;     /* next chunk to take (shared counter) */
     int nrange;            /* > 0: per-thread ranges instead */
     mm_range *range;
-    uint64_t *busy;        /* DS4_PROFILE: ns each thread spent in mm_task, or NULL */
+    uint64_t *busy;        /* DS4_PROFILE: ns each thread spent taking chunks, or NULL */
 } mm_job;
 
 /* Output rows [o0, o1) of one group, every token. */
@@ -219,18 +219,7 @@ static long range_take(mm_range *r, int back) {
  *     in order, so its weight stream stays one sequential read (the
  *     kernels prefetch past the end of a chunk into the next); when its
  *     range is done it takes chunks from the back of the others'. */
-static void mm_task_run(mm_job *jb, int ith);
-
-static void mm_task(void *ctx, int ith, int nth) {
-    (void)nth;
-    mm_job *jb = ctx;
-    if (!jb->busy) { mm_task_run(jb, ith); return; }
-    uint64_t t0 = prof_clk_ns(CLOCK_MONOTONIC);
-    mm_task_run(jb, ith);
-    jb->busy[ith] = prof_clk_ns(CLOCK_MONOTONIC) - t0;
-}
-
-static void mm_task_run(mm_job *jb, int ith) {
+static void mm_take_chunks(mm_job *jb, int ith) {
     if (jb->nrange > 0) {
         for (;;) {
             long ci = range_take(&jb->range[ith], 0);
@@ -249,6 +238,17 @@ static void mm_task_run(mm_job *jb, int ith) {
     }
 }
 
+/* The pool's task; under DS4_PROFILE it also records how long this thread
+ * worked, for the idle share (cpu_matmul_groups). */
+static void mm_task(void *ctx, int ith, int nth) {
+    (void)nth;
+    mm_job *jb = ctx;
+    if (!jb->busy) { mm_take_chunks(jb, ith); return; }
+    uint64_t t0 = prof_clk_ns(CLOCK_MONOTONIC);
+    mm_take_chunks(jb, ith);
+    jb->busy[ith] = prof_clk_ns(CLOCK_MONOTONIC) - t0;
+}
+
 /* Chunks per thread when the work allows it, and the smallest chunk.
  * Matvecs (up to 8 tokens): 6 per thread of at least 2 strips, fine
  * enough to even out a thread slowed by the memory system or another
@@ -260,7 +260,8 @@ static void mm_task_run(mm_job *jb, int ith) {
  * gate/up groups of a layer) ended with one thread idle for a quarter of
  * the call, 12-15 % of the matmul thread time on medium q2 at chunk 2048
  * (the cost model does not see cold experts or a slowed core); with 8-64
- * per thread 2.5-3.5 % (DS4_PROFILE's "thread idle" line). */
+ * per thread 2.5-3.5 % (DS4_PROFILE's "thread idle" line), and the
+ * matmul stage 0-4 % shorter (five of six alternated pairs; one +1 %). */
 #define CHUNKS_PER_THREAD_DECODE 6
 #define CHUNKS_PER_THREAD_BATCH 16
 #define MIN_CHUNK_STRIPS_DECODE 2

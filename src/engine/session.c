@@ -202,6 +202,9 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->eoff, E * 4);
     ITEM(sc->topk, (size_t)T * (c->idx_topk ? c->idx_topk : 1) * 4);
     ITEM(sc->ntopk, T * 4);
+    /* indexer scores, one row per thread: 1 MB each at 1M context (ratio 4) */
+    sc->scores_rows = comp_max + 1;
+    ITEM(sc->scores, (size_t)nth * (comp_max + 1) * 4);
     /* attention weights and key pointers: per thread, the most keys one
      * token can see (at 1M context 8.3K, not the 262K compressed rows of a
      * ratio-4 layer: the indexer keeps top_k of them) */
@@ -221,9 +224,6 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->ritem, (size_t)T * 4);
     ITEM(sc->rtok, (size_t)T * 4);
     ITEM(sc->hrow, (size_t)T * 4);
-    /* one row per thread: 1 MB each at 1M context (ratio 4) */
-    sc->scores_rows = comp_max + 1;
-    ITEM(sc->scores, (size_t)nth * (comp_max + 1) * 4);
 #undef ITEM
     *n_it = k;
     return DS4_OK;
