@@ -4,8 +4,8 @@
 #  - with DS4_PROFILE=1, ds4 prints the table on stderr at exit: every stage,
 #    "other", the passes/rows header and the share outside the matmuls, the
 #    stage times adding up to the total (other = total - stages); the
-#    matmul stage by kind (dense, routed gate/up, routed down) adding up to
-#    it, with its GFLOP, and the matmul threads' idle share;
+#    matmul stage by kind (dense, dense float, routed gate/up, routed down)
+#    adding up to it, with its GFLOP, and the matmul threads' idle share;
 #  - the logits are the same bits with and without it (timing only);
 #  - without it (or with DS4_PROFILE=0) nothing is printed.
 set -u
@@ -66,15 +66,18 @@ assert o and 0 < float(o[1]) < 100 and 0 < float(o[2]) < 100
 # totals are known from its shapes (dense > 0, routed gate/up = 2 x down)
 mm = re.search(r"^  matmul\s+([\d.]+)\s+[\d.]+%\s+([\d.]+)", txt, re.M)
 kinds = {}
-for k in ["dense", "routed gate/up", "routed down", "all"]:
+for k in ["dense", "dense float", "routed gate/up", "routed down", "all"]:
     r = re.search(r"^  " + re.escape(k) + r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", txt, re.M)
     assert r, "no matmul kind row " + k
     kinds[k] = [float(x) for x in r.groups()]
-w = sum(kinds[k][0] for k in ["dense", "routed gate/up", "routed down"])
-g = sum(kinds[k][1] for k in ["dense", "routed gate/up", "routed down"])
+parts = ["dense", "dense float", "routed gate/up", "routed down"]
+w = sum(kinds[k][0] for k in parts)
+g = sum(kinds[k][1] for k in parts)
 assert abs(w - kinds["all"][0]) < 0.005 and abs(kinds["all"][0] - float(mm[1])) < 0.002, (w, kinds["all"], mm[1])
 assert abs(g - kinds["all"][1]) < 0.15 and abs(kinds["all"][3] - float(mm[2])) < 0.002, (g, kinds["all"], mm[2])
 assert kinds["dense"][1] > 0 and kinds["routed down"][1] > 0, kinds
+# the F16 HC mixing and compressor projections of tiny-a are float products
+assert kinds["dense float"][1] > 0, kinds
 assert abs(kinds["routed gate/up"][1] - 2 * kinds["routed down"][1]) <= 0.1 + 0.01 * kinds["routed down"][1], kinds
 idle = re.search(r"^  matmul thread idle: ([\d.]+)% of the parallel sections' thread time \(([\d.]+) of ([\d.]+) s\)$", txt, re.M)
 assert idle and 0 <= float(idle[1]) <= 100 and float(idle[2]) <= float(idle[3]), "no idle line"

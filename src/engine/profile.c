@@ -14,7 +14,7 @@ static const char *const prof_name[PS_N] = {
     "matmul", "act quantize", "attention", "indexer", "compressor", "HC",
     "norm/rope", "router", "swiglu", "moe gather/scatter", "embed",
 };
-static const char *const prof_mm_name[PM_N] = { "dense", "routed gate/up", "routed down" };
+static const char *const prof_mm_name[PM_N] = { "dense", "dense float", "routed gate/up", "routed down" };
 _Atomic int ds4_prof_state;
 static _Atomic uint64_t prof_wall[PS_N], prof_cpu[PS_N], prof_tot_wall, prof_tot_cpu;
 static _Atomic uint64_t prof_passes, prof_rows;
