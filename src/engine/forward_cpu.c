@@ -144,8 +144,8 @@ static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
 static void run_mm(fwd *f, int pm, const mm_group *g, int ng) {
     prof_t t0 = prof_now();
     cpu_matmul_groups(&f->cc, g, ng);
-    /* a section of float-weight products only (the fp32 units, another
-     * peak) is counted apart (mm_multi never mixes the two in one) */
+    /* a section of float-activation products only (the fp32 units,
+     * another peak) is counted apart (mm_multi never mixes the two) */
     if (pm == PM_DENSE) {
         int fl = 1;
         for (int i = 0; i < ng; i++) fl &= g[i].kind == ACT_F32;
@@ -184,9 +184,9 @@ static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *s
             }
             g[j] = gg;
         }
-        /* float-weight groups (F16 compressor/indexer projections beside
-         * the Q8_0 ones) run in a section of their own: one more barrier,
-         * and the profile can time the two units apart */
+        /* float-activation groups (the F16 compressor/indexer projections
+         * beside the Q8_0 ones) run in a section of their own: one more
+         * barrier, and the profile can time the two units apart */
         mm_group gf[MM_MULTI_MAX];
         int nq = 0, nf = 0;
         for (int j = 0; j < ng; j++) {

@@ -41,8 +41,9 @@ enum {
  * GFLOP/s beside the kernels' benchmark figures. */
 enum {
     PM_DENSE,    /* attention, shared expert, output head, MTP: every token row */
-    PM_DENSE_F,  /* the same kind of product over float weights (F16/F32/BF16:
-                    compressor, indexer, router, HC), on the fp32 units */
+    PM_DENSE_F,  /* the same with float activations, on the fp32 units: the
+                    F16/F32/BF16 weights (compressor, indexer, router, HC),
+                    and every dense product under --no-qat */
     PM_GATEUP,   /* routed experts' gate and up */
     PM_DOWN,     /* routed experts' down */
     PM_N
