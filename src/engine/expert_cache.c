@@ -34,6 +34,32 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23   /* Linux 5.14 */
+#endif
+
+/* Advice only: a kernel without transparent huge pages keeps 4 KB ones. */
+static void huge_advise(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n, MADV_HUGEPAGE);
+#else
+    (void)p; (void)n;
+#endif
+}
+
+/* Asks for 2 MB pages, then commits every page of a fresh anonymous
+ * mapping: MADV_POPULATE_WRITE, which reports a lack of memory as ENOMEM
+ * (returns -1) instead of faulting; a kernel without it (EINVAL) gets a
+ * write per 4 KB. */
+static int commit_pages(void *p, size_t n) {
+    huge_advise(p, n);
+    if (madvise(p, n, MADV_POPULATE_WRITE) == 0) return 0;
+    if (errno != EINVAL) return -1;
+    volatile uint8_t *b = p;
+    for (size_t o = 0; o < n; o += 4096) b[o] = 0;
+    return 0;
+}
+
 #define XC_ALIGN 4096ull
 
 enum { S_EMPTY = 0, S_LOADING, S_READY, S_ERROR };
@@ -458,6 +484,9 @@ int xc_copy_resident(gguf_file *gf, ds4_weights *w, void **buf, uint64_t *bytes,
     }
     if (!total) return DS4_OK;
     uint8_t *b = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* 2 MB pages, as the model mapping asks for (gguf_advise_huge): these
+     * weights are swept every token, and faulted in by the reads below */
+    if (b != MAP_FAILED) huge_advise(b, (size_t)total);
     remap_t *rm = calloc(nt ? nt : 1, sizeof *rm);
     if (b == MAP_FAILED || !rm) {
         if (b != MAP_FAILED) munmap(b, (size_t)total);
@@ -582,11 +611,17 @@ int xc_open(ds4_xcache **out, gguf_file *gf, const ds4_weights *w, uint64_t budg
     if (ns > nsl) ns = nsl;
     c->n_slots = (int)ns;
     c->pool_bytes = (size_t)ns * c->slot_bytes;
-    /* committed now (MAP_POPULATE), as the session scratch is: the cache's
-     * memory is visible at start-up, and first-touch faults (0.3-0.5 GB/s
-     * on the test VM, slower than its disk) are not paid inside reads */
-    c->pool = mmap(NULL, c->pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                   -1, 0);
+    /* committed now, as the session scratch is: the cache's memory is
+     * visible at start-up, and first-touch faults (0.3-0.5 GB/s on the
+     * test VM, slower than its disk) are not paid inside reads.  Asked for
+     * 2 MB pages before it is committed (MAP_POPULATE would commit 4 KB
+     * ones first): the kernels sweep the cached experts like the mapped
+     * ones. */
+    c->pool = mmap(NULL, c->pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (c->pool != MAP_FAILED && commit_pages(c->pool, c->pool_bytes) != 0) {
+        munmap(c->pool, c->pool_bytes);
+        c->pool = MAP_FAILED;
+    }
     if (c->pool == MAP_FAILED) {
         c->pool = NULL;
         rc = ds4_set_err(err, DS4_ENOMEM, "%s: --ssd-streaming: cannot allocate the expert cache "
