@@ -36,7 +36,7 @@
  *
  *   build/bench/bench_kernels [--threads N] [--reps R] [--min-mb MB]
  *       [--prefill-gflop G] [--formats iq2_xxs,q2_k,q4_k,q8_0,mxfp4,f16,f32]
- *       [--shapes expert_up,expert_down,q_b,kv,out_a_grp,head]
+ *       [--shapes expert_up,expert_down,q_b,kv,out_a_grp,head,hc_fn]
  *       [--tokens 1,32,256] [--kernels best,avx2,scalar,...] [--csv]
  *       [--no-peaks] [--no-stream]
  */
@@ -100,6 +100,7 @@ static const shape_t SHAPES[] = {
     { "kv", 4096, 512, 1 },             /* attn_kv */
     { "out_a_grp", 4096, 1024, 8 },     /* attn_output_a, 8 groups */
     { "head", 4096, 129280, 1 },        /* output */
+    { "hc_fn", 16384, 24, 1 },          /* hc_attn_fn / hc_ffn_fn (F16): few rows, long ones */
 };
 #define NSHAPE (int)(sizeof SHAPES / sizeof SHAPES[0])
 

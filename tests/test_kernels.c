@@ -14,9 +14,10 @@
  *      equal the scalar table BIT FOR BIT, every format, every table, wild
  *      scales included (the same-answer-on-every-CPU rule, quant.h and
  *      docs/NUMERICS.md);
- *   3. nothing outside the tile's outputs is written, and nothing past the
+ *   3. nothing outside the tile's outputs is written, nothing past the
  *      weights or activations is read (exact-size buffers: run under ASan,
- *      as `make DEBUG=1` does, to check);
+ *      as `make DEBUG=1` does, to check), and no unwritten stack buffer is
+ *      read (the stack is filled with NaN bytes before each tile call);
  *   4. cpu_matmul_groups on pools of 1..3 threads, with grouped inputs,
  *      row index lists and sizes that do not divide the strip, gives the
  *      single-row values bit for bit.
@@ -243,6 +244,16 @@ static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
  * payload is not part of the promise) */
 static int same_value(float a, float b) { return same_bits(a, b) || (a != a && b != b); }
 
+/* Fills the stack below the caller with NaN bytes, so that a kernel that
+ * reads a stack buffer it never wrote (a stash not zeroed, say) sees
+ * garbage instead of the zeros of never-touched pages and fails the
+ * bit-for-bit comparison (ASan does not report uninitialised reads). */
+__attribute__((noinline)) static void dirty_stack(void) {
+    volatile uint8_t junk[512 * 1024];
+    memset((void *)junk, 0xff, sizeof junk);
+    __asm__ volatile("" : : "r"(junk) : "memory");
+}
+
 /* Runs `tile` over ntok token rows of A (stride as: in order when `even`,
  * else scattered and repeated) into an output of a random row stride
  * guarded past its end, and compares every output with ref's single-row
@@ -256,6 +267,7 @@ static long tile_vs_rows(ds4_tile_fn tile, const ds4_kernels *ref, const fmt *f,
     float *Y = malloc(sizeof(float) * ny);
     const uint32_t guard = 0x7fc0dead;
     for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
+    dirty_stack();
     tile(n, W, ws, nrows, ap, ntok, Y, ys);
     long bad = 0;
     for (int j = 0; j < ntok; j++)

@@ -1937,11 +1937,18 @@ VTI static void ftile(int n, const uint8_t *w, size_t ws, int f16, const float *
  * once into an L1 buffer and reused by every token; accumulators wait in a
  * stash between slices (float32 stored and reloaded: every lane sees the
  * same operations in the same order as in one pass, so the results are the
- * single-row kernel's bit for bit). */
+ * single-row kernel's bit for bit).  FG strips share a pass over the
+ * slices, so a slice of FTB tokens' activations (72 KB) is read from
+ * memory once for FG strips: for few long rows (the HC mixing, 24 x 16384:
+ * a stash's activations are 2.3 MB) that was a DRAM sweep per strip
+ * (bench_kernels hc_fn, T = 2048: 84 -> 105 GFLOP/s on one thread). */
 #define FKC 512
 #define FR 8                /* rows per batched tile */
 #define FC 3                /* tokens per batched tile */
 #define FTB 36              /* tokens per stash (36 x 8 x 2 x 64 B = 36 KB of stack) */
+#ifndef FG
+#define FG 3                /* strips per pass over a slice (FG stashes on the stack) */
+#endif
 
 /* one pass (half h: lanes 16h..16h+15) of C tokens over a slice */
 VTI static void fbatch_kernel(const float *wb, const float *const *x, int k0, int kl, int h, __m512 *st, int C)
@@ -1970,31 +1977,42 @@ VT static void fbatch(int n, const uint8_t *w, size_t ws, int nrows, const float
                       float *y, size_t ys, int f16)
 {
     float wb[FR * FKC] __attribute__((aligned(64)));
-    __m512 st[FTB * FR * 2];
+    __m512 st[FG * FTB * FR * 2];
     const int n32 = n & ~31;
     for (int t0 = 0; t0 < ntok; t0 += FTB) {
         const int nt = ntok - t0 < FTB ? ntok - t0 : FTB;
         const float *const *xt = x + t0;
-        for (int r0 = 0; r0 + FR <= nrows; r0 += FR) {
-            const uint8_t *wr = w + (size_t)r0 * ws;
-            for (int i = 0; i < nt * FR * 2; i++) st[i] = _mm512_setzero_ps();
+        for (int g0 = 0; g0 + FR <= nrows; g0 += FG * FR) {
+            int ng = (nrows - g0) / FR;
+            if (ng > FG) ng = FG;
+            for (int g = 0; g < ng; g++)
+                for (int i = 0; i < nt * FR * 2; i++) st[(size_t)g * FTB * FR * 2 + i] = _mm512_setzero_ps();
             for (int k0 = 0; k0 < n32; k0 += FKC) {
                 const int kl = n32 - k0 < FKC ? n32 - k0 : FKC;
-                for (int r = 0; r < FR; r++)
-                    for (int i = 0; i < kl; i += 16)
-                        _mm512_store_ps(wb + r * FKC + i, ldw16(wr + (size_t)r * ws, f16, k0 + i));
-                int j0 = 0;
-                for (; j0 + FC <= nt; j0 += FC)
-                    for (int h = 0; h < 2; h++) fbatch_kernel(wb, xt + j0, k0, kl, h, st + j0 * FR * 2, FC);
-                for (int h = 0; h < 2; h++) {
-                    if (nt - j0 == 2) fbatch_kernel(wb, xt + j0, k0, kl, h, st + j0 * FR * 2, 2);
-                    else if (nt - j0 == 1) fbatch_kernel(wb, xt + j0, k0, kl, h, st + j0 * FR * 2, 1);
+                for (int g = 0; g < ng; g++) {
+                    const uint8_t *wr = w + (size_t)(g0 + g * FR) * ws;
+                    __m512 *sg = st + (size_t)g * FTB * FR * 2;
+                    for (int r = 0; r < FR; r++)
+                        for (int i = 0; i < kl; i += 16)
+                            _mm512_store_ps(wb + r * FKC + i, ldw16(wr + (size_t)r * ws, f16, k0 + i));
+                    int j0 = 0;
+                    for (; j0 + FC <= nt; j0 += FC)
+                        for (int h = 0; h < 2; h++) fbatch_kernel(wb, xt + j0, k0, kl, h, sg + j0 * FR * 2, FC);
+                    for (int h = 0; h < 2; h++) {
+                        if (nt - j0 == 2) fbatch_kernel(wb, xt + j0, k0, kl, h, sg + j0 * FR * 2, 2);
+                        else if (nt - j0 == 1) fbatch_kernel(wb, xt + j0, k0, kl, h, sg + j0 * FR * 2, 1);
+                    }
                 }
             }
-            for (int j = 0; j < nt; j++)
-                for (int r = 0; r < FR; r++)
-                    y[(size_t)(t0 + j) * ys + r0 + r] = ftail(st[(j * FR + r) * 2], st[(j * FR + r) * 2 + 1], n32, n,
-                                                              wr + (size_t)r * ws, f16, xt[j]);
+            for (int g = 0; g < ng; g++) {
+                const int r0 = g0 + g * FR;
+                const uint8_t *wr = w + (size_t)r0 * ws;
+                const __m512 *sg = st + (size_t)g * FTB * FR * 2;
+                for (int j = 0; j < nt; j++)
+                    for (int r = 0; r < FR; r++)
+                        y[(size_t)(t0 + j) * ys + r0 + r] = ftail(sg[(j * FR + r) * 2], sg[(j * FR + r) * 2 + 1], n32,
+                                                                  n, wr + (size_t)r * ws, f16, xt[j]);
+            }
         }
     }
 }
