@@ -14,6 +14,7 @@
 #include "store/hash.h"
 #include "dist/dist.h"
 #include "engine/expert_cache.h"
+#include "engine/anon_map.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -216,7 +217,7 @@ void ds4_model_free(ds4_model *m) {
     if (!m) return;
     ds4_pool_free(m->pool);
     xc_free(m->xc);
-    if (m->resident) munmap(m->resident, (size_t)m->resident_bytes);
+    ds4_anon_unmap(m->resident, (size_t)m->resident_bytes);   /* xc_copy_resident's */
     if (m->tok) ds4_tokenizer_free(m->tok);
     if (m->gf) {
         ds4_weights_free(&m->w);

@@ -22,6 +22,7 @@
  *    least LOADING, and neither is ever evicted.
  */
 #include "engine/expert_cache.h"
+#include "engine/anon_map.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,32 +34,6 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23   /* Linux 5.14 */
-#endif
-
-/* Advice only: a kernel without transparent huge pages keeps 4 KB ones. */
-static void huge_advise(void *p, size_t n) {
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, n, MADV_HUGEPAGE);
-#else
-    (void)p; (void)n;
-#endif
-}
-
-/* Asks for 2 MB pages, then commits every page of a fresh anonymous
- * mapping: MADV_POPULATE_WRITE, which reports a lack of memory as ENOMEM
- * (returns -1) instead of faulting; a kernel without it (EINVAL) gets a
- * write per 4 KB. */
-static int commit_pages(void *p, size_t n) {
-    huge_advise(p, n);
-    if (madvise(p, n, MADV_POPULATE_WRITE) == 0) return 0;
-    if (errno != EINVAL) return -1;
-    volatile uint8_t *b = p;
-    for (size_t o = 0; o < n; o += 4096) b[o] = 0;
-    return 0;
-}
 
 #define XC_ALIGN 4096ull
 
@@ -483,13 +458,12 @@ int xc_copy_resident(gguf_file *gf, ds4_weights *w, void **buf, uint64_t *bytes,
         nt++;
     }
     if (!total) return DS4_OK;
-    uint8_t *b = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    /* 2 MB pages, as the model mapping asks for (gguf_advise_huge): these
-     * weights are swept every token, and faulted in by the reads below */
-    if (b != MAP_FAILED) huge_advise(b, (size_t)total);
+    /* on 2 MB pages, as the model mapping (gguf_map_hugepages): these
+     * weights are swept every token; the reads below fault them in */
+    uint8_t *b = ds4_anon_map((size_t)total, 0);
     remap_t *rm = calloc(nt ? nt : 1, sizeof *rm);
-    if (b == MAP_FAILED || !rm) {
-        if (b != MAP_FAILED) munmap(b, (size_t)total);
+    if (!b || !rm) {
+        ds4_anon_unmap(b, (size_t)total);
         free(rm);
         return ds4_set_err(err, DS4_ENOMEM, "%s: --ssd-streaming: cannot allocate %llu bytes for the "
                            "non-routed weights", gf->path, (unsigned long long)total);
@@ -505,7 +479,7 @@ int xc_copy_resident(gguf_file *gf, ds4_weights *w, void **buf, uint64_t *bytes,
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) {
                 int e = r < 0 ? errno : 0;
-                munmap(b, (size_t)total);
+                ds4_anon_unmap(b, (size_t)total);
                 free(rm);
                 return ds4_set_err(err, DS4_EIO, "%s: cannot read tensor %s: %s", gf->path, t->name,
                                    e ? strerror(e) : "the file ends early");
@@ -549,7 +523,7 @@ void xc_free(ds4_xcache *c) {
         pthread_cond_destroy(&c->cv_work);
         pthread_cond_destroy(&c->cv_done);
     }
-    if (c->pool) munmap(c->pool, c->pool_bytes);
+    ds4_anon_unmap(c->pool, c->pool_bytes);
     if (c->fd_direct >= 0 && c->fd_direct != c->fd_buf) close(c->fd_direct);
     if (c->fd_buf >= 0) close(c->fd_buf);
     free(c->th);
@@ -617,13 +591,8 @@ int xc_open(ds4_xcache **out, gguf_file *gf, const ds4_weights *w, uint64_t budg
      * 2 MB pages before it is committed (MAP_POPULATE would commit 4 KB
      * ones first): the kernels sweep the cached experts like the mapped
      * ones. */
-    c->pool = mmap(NULL, c->pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (c->pool != MAP_FAILED && commit_pages(c->pool, c->pool_bytes) != 0) {
-        munmap(c->pool, c->pool_bytes);
-        c->pool = MAP_FAILED;
-    }
-    if (c->pool == MAP_FAILED) {
-        c->pool = NULL;
+    c->pool = ds4_anon_map(c->pool_bytes, 1);
+    if (!c->pool) {
         rc = ds4_set_err(err, DS4_ENOMEM, "%s: --ssd-streaming: cannot allocate the expert cache "
                          "(%d slots of %zu bytes)", gf->path, c->n_slots, c->slot_bytes);
         goto fail;

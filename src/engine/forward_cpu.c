@@ -144,13 +144,6 @@ static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
 static void run_mm(fwd *f, int pm, const mm_group *g, int ng) {
     prof_t t0 = prof_now();
     cpu_matmul_groups(&f->cc, g, ng);
-    /* a section of float-activation products only (the fp32 units,
-     * another peak) is counted apart (mm_multi never mixes the two) */
-    if (pm == PM_DENSE) {
-        int fl = 1;
-        for (int i = 0; i < ng; i++) fl &= g[i].kind == ACT_F32;
-        if (fl) pm = PM_DENSE_F;
-    }
     prof_mm(pm, PROF_ON() ? mm_groups_flops(g, ng) : 0, t0);
 }
 
@@ -194,7 +187,7 @@ static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *s
             else g[nq++] = g[j];
         }
         if (nq) run_mm(f, PM_DENSE, g, nq);
-        if (nf) run_mm(f, PM_DENSE, gf, nf);
+        if (nf) run_mm(f, PM_DENSE_F, gf, nf);
     }
 }
 

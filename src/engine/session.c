@@ -12,9 +12,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "engine/engine_internal.h"
+#include "engine/anon_map.h"
 #include "engine/imatrix.h"
 #include "dist/dist.h"
 
@@ -230,38 +230,21 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     return DS4_OK;
 }
 
-/* Scratch blocks of 2 MB or more are anonymous mappings asked for 2 MB
- * pages (MADV_HUGEPAGE): the prefill sweeps them (activations, the HC
- * state, the MoE buffers: ~1.2 GB at chunk 2048 in Flash), and committing
- * them a 4 KB page at a time cost a fault per page, ~2 s of a
- * 2048-token session's creation in a VM (perf, docs/PERF_KERNELS.md).
- * Under AddressSanitizer everything stays on calloc, whose redzones catch
- * an overrun of any scratch block. */
+/* Scratch blocks of 2 MB or more go on 2 MB pages (anon_map.h): the
+ * prefill sweeps them (activations, the HC state, the MoE buffers: 1.2 GB
+ * at chunk 2048 for medium q2, whose layer shape is Flash's), and on 4 KB
+ * pages its 2048-token prefill ran 214-244 tok/s against 273-275
+ * (docs/PERF_KERNELS.md, "The prefill by function").  sc.logits grows by
+ * realloc, so it stays on calloc, as everything does under
+ * AddressSanitizer (whose redzones then guard every block). */
 #if defined(__SANITIZE_ADDRESS__)
 #define SCR_MAP_MIN ((size_t)-1)
 #else
 #define SCR_MAP_MIN ((size_t)2 << 20)
 #endif
 
-/* sc.logits grows by realloc (session.c below): always calloc'd */
 static int scr_mapped(const ds4_session *s, const scr_item *it) {
     return it->bytes >= SCR_MAP_MIN && it->ptr != (void **)&s->sc.logits;
-}
-
-static void *scr_alloc(size_t bytes, int mapped) {
-    if (!mapped) return calloc(1, bytes ? bytes : 1);
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes, MADV_HUGEPAGE);   /* advice only: 4 KB pages still work */
-#endif
-    return p;
-}
-
-static void scr_free(void *p, size_t bytes, int mapped) {
-    if (!p) return;
-    if (!mapped) free(p);
-    else munmap(p, bytes);
 }
 
 int ds4_cpu_scratch_init(ds4_session *s) {
@@ -271,15 +254,20 @@ int ds4_cpu_scratch_init(ds4_session *s) {
     s->sc.kf_rows = keys_max(s->m, s->ctx);
     s->sc.flat = s->sc.heads = s->sc.dn = NULL;
     for (int i = 0; i < n; i++) {
-        *it[i].ptr = scr_alloc(it[i].bytes, scr_mapped(s, &it[i]));
+        /* Every page committed now: large blocks are mapped lazily, and
+         * the first prefill chunk would otherwise pay a page fault and a
+         * page clear per page of scratch (~15 % of a first 2048-token
+         * chunk at the Flash shape with 4 KB pages, more in a VM).  Paying
+         * it at session creation also makes the memory cost visible up
+         * front, and a lack of memory an error here. */
+        if (scr_mapped(s, &it[i])) {
+            *it[i].ptr = ds4_anon_map(it[i].bytes, 1);
+        } else {
+            *it[i].ptr = calloc(1, it[i].bytes ? it[i].bytes : 1);
+            volatile uint8_t *b = *it[i].ptr;
+            for (size_t o = 0; b && o < it[i].bytes; o += 4096) b[o] = 0;
+        }
         if (!*it[i].ptr) return DS4_ENOMEM;
-        /* Commit every page now: large blocks are mapped lazily, and the
-         * first prefill chunk would otherwise pay a page fault and a page
-         * clear per page of scratch (~15 % of a first 2048-token chunk at
-         * the Flash shape with 4 KB pages, more in a VM).  Paying it at
-         * session creation also makes the memory cost visible up front. */
-        volatile uint8_t *b = *it[i].ptr;
-        for (size_t o = 0; o < it[i].bytes; o += 4096) b[o] = 0;
     }
     s->sc.flat = s->sc.heads = s->sc.dn = s->sc.q;   /* aliases, see scratch_plan */
     return DS4_OK;
@@ -291,7 +279,8 @@ void ds4_cpu_scratch_free(ds4_session *s) {
     /* the plan only records where each pointer lives; free what is there */
     scratch_plan(s->m, &s->sc, s->chunk, s->ctx, ds4_pool_size(s->m->pool), s->kv16, it, &n);
     for (int i = 0; i < n; i++) {
-        scr_free(*it[i].ptr, it[i].bytes, scr_mapped(s, &it[i]));
+        if (scr_mapped(s, &it[i])) ds4_anon_unmap(*it[i].ptr, it[i].bytes);
+        else free(*it[i].ptr);
         *it[i].ptr = NULL;
     }
     s->sc.flat = s->sc.heads = s->sc.dn = NULL;

@@ -1946,9 +1946,7 @@ VTI static void ftile(int n, const uint8_t *w, size_t ws, int f16, const float *
 #define FR 8                /* rows per batched tile */
 #define FC 3                /* tokens per batched tile */
 #define FTB 36              /* tokens per stash (36 x 8 x 2 x 64 B = 36 KB of stack) */
-#ifndef FG
 #define FG 3                /* strips per pass over a slice (FG stashes on the stack) */
-#endif
 
 /* one pass (half h: lanes 16h..16h+15) of C tokens over a slice */
 VTI static void fbatch_kernel(const float *wb, const float *const *x, int k0, int kl, int h, __m512 *st, int C)
