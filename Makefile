@@ -250,7 +250,8 @@ bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 GGML_LIBS = -L$(GGML_DIR)/build/src -L$(GGML_DIR)/build/src/ggml-cpu -lggml-cpu -lggml-base -lstdc++ -fopenmp
 BENCH_GGML_SHAPES = "iq2_xxs 4096 2048" "iq2_xxs 2048 4096" "q2_k 4096 2048" "q2_k 2048 4096" \
                     "q4_k 4096 2048" "q4_k 2048 4096" "q8_0 4096 2048" "q8_0 2048 4096" \
-                    "q8_0 1024 32768" "q8_0 4096 16384" "f16 4096 2048" "f16 4096 512"
+                    "q8_0 1024 32768" "q8_0 4096 16384" "mxfp4 4096 2048" "mxfp4 2048 4096" \
+                    "f16 4096 2048" "f16 4096 512"
 .PHONY: bench-ggml
 bench-ggml: $(LIB)
 	@test -n "$(GGML_DIR)" -a -f "$(GGML_DIR)/build/src/libggml-base.a" || \

@@ -8,7 +8,7 @@
  * README "Performance"); ggml is only linked here, never in the engine.
  *
  *   bench_ggml FORMAT N_IN N_OUT [REPS] [THREADS]
- *     FORMAT q8_0 | q2_k | q4_k | iq2_xxs | f16
+ *     FORMAT q8_0 | q2_k | q4_k | iq2_xxs | mxfp4 | f16
  *
  * Each measurement streams a pool of ~768 MB of random valid matrices
  * (sane block scales), so the weights come from DRAM.  ggml: a graph of
@@ -18,7 +18,7 @@
  * kernel table's tile function with one token, one thread (THREADS > 1 is
  * ggml only: compare at 1).  Prints GB/s of each, the ratio, and the
  * largest difference between the two engines' outputs on the first matrix
- * (their activation quantizations differ for Q8_0 and float paths).
+ * (their activation quantizations differ for Q8_0, MXFP4 and float paths).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +36,7 @@ static uint64_t rs=88172645463325252ull; static inline uint64_t xr(void){rs^=rs<
 static int cmpd(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return (x>y)-(x<y);}
 
 int main(int argc,char**argv){
-  if(argc<4||!strcmp(argv[1],"--help")){fprintf(stderr,"usage: bench_ggml q8_0|q2_k|q4_k|iq2_xxs|f16 N_IN N_OUT [REPS] [THREADS]\n");return argc<4?2:0;}
+  if(argc<4||!strcmp(argv[1],"--help")){fprintf(stderr,"usage: bench_ggml q8_0|q2_k|q4_k|iq2_xxs|mxfp4|f16 N_IN N_OUT [REPS] [THREADS]\n");return argc<4?2:0;}
   const char*fmt=argv[1]; int n_in=atoi(argv[2]), n_out=atoi(argv[3]); int reps=argc>4?atoi(argv[4]):7, nth=argc>5?atoi(argv[5]):1;
   if(reps<1||reps>64||nth<1||n_in<256||n_out<1||n_in%256){fprintf(stderr,"bench_ggml: bad arguments\n");return 2;}
   enum ggml_type gt; size_t bb; int bk; /* block bytes, block elements */
@@ -44,6 +44,7 @@ int main(int argc,char**argv){
   else if(!strcmp(fmt,"q2_k")){gt=GGML_TYPE_Q2_K;bb=84;bk=256;}
   else if(!strcmp(fmt,"q4_k")){gt=GGML_TYPE_Q4_K;bb=144;bk=256;}
   else if(!strcmp(fmt,"iq2_xxs")){gt=GGML_TYPE_IQ2_XXS;bb=66;bk=256;}
+  else if(!strcmp(fmt,"mxfp4")){gt=GGML_TYPE_MXFP4;bb=17;bk=32;}
   else {gt=GGML_TYPE_F16;bb=2;bk=1;}
   size_t ws=(size_t)n_in/bk*bb, msz=ws*n_out; int M=(int)((768ull<<20)/msz); if(M<2)M=2;
   uint8_t*w=aligned_alloc(64,msz*M);
@@ -52,6 +53,7 @@ int main(int argc,char**argv){
     if(gt==GGML_TYPE_Q8_0||gt==GGML_TYPE_IQ2_XXS) memcpy(w+b,&h,2);
     else if(gt==GGML_TYPE_Q2_K){memcpy(w+b+80,&h,2);memcpy(w+b+82,&h,2);}
     else if(gt==GGML_TYPE_Q4_K){memcpy(w+b,&h,2);memcpy(w+b+2,&h,2);}
+    else if(gt==GGML_TYPE_MXFP4) w[b]=(uint8_t)(120+xr()%12);   /* E8M0 scale 2^-8 .. 2^3 */
     else {uint16_t f=(uint16_t)(xr()&0xbbff); memcpy(w+b,&f,2);} }
   float*x=malloc(n_in*4); for(int i=0;i<n_in;i++)x[i]=(float)((int)(xr()%2001)-1000)/1000.f;
 
@@ -85,6 +87,7 @@ int main(int argc,char**argv){
   else if(gt==GGML_TYPE_Q2_K){fn=k->q2_K_q8_K_tile;k->quantize_q8_K(x,aq,n_in);}
   else if(gt==GGML_TYPE_Q4_K){fn=k->q4_K_q8_K_tile;k->quantize_q8_K(x,aq,n_in);}
   else if(gt==GGML_TYPE_IQ2_XXS){fn=k->iq2_xxs_q8_K_tile;k->quantize_q8_K(x,aq,n_in);}
+  else if(gt==GGML_TYPE_MXFP4){fn=k->mxfp4_q8_0a_tile;k->quantize_q8_0a(x,aq,n_in);}
   else {fn=k->f16_f32_tile;a=x;}
   float*y=malloc((size_t)n_out*4); const void*ap[1]={a};
 

@@ -937,8 +937,9 @@ VT static __m512 dec_k(int f, const uint8_t *w, size_t ws, int nr, int kb, const
  * lanes wide, on the strip's block headers transposed (tr16x4).  Same
  * integer sums, same float operations in the same order as the packed
  * tiles: bit-identical to them.  Loads: the 16 rows of a strip walk their
- * blocks side by side (16 short streams), the next strip prefetched into
- * L2 as the packed path does. */
+ * blocks side by side (16 short streams), the next strip prefetched ahead
+ * of them: into L1 for Q2_K, Q8_0, IQ2_XXS and MXFP4, into L2 for Q4_K
+ * (measured per format, docs/PERF_KERNELS.md "MXFP4 decode ..."). */
 
 /* activation side of one 256-block */
 typedef struct {
@@ -1111,8 +1112,8 @@ static void d1_idx_init(void)
  *   phase 2, per block: the horizontal reduction of vb (lane r = exact
  *     integer sum of row r), the min terms and the float work, 16 lanes
  *     wide on hb.
- * Prefetch: the bytes pfd ahead of the reads, into L2, at the pace of
- * phase 1 (one pair-block of bytes per pair-block). */
+ * Prefetch: the bytes pfd ahead of the reads, at the pace of phase 1 (one
+ * pair-block of bytes per pair-block). */
 VTI static __m512 d1_strip(int f, const uint8_t *w, size_t ws, int nr, int nb, const d1act_t *act,
                            uintptr_t pfa)
 {
@@ -1127,7 +1128,12 @@ VTI static __m512 d1_strip(int f, const uint8_t *w, size_t ws, int nr, int nb, c
     for (int pr = 0; pr < 8; pr++) {
         const uint8_t *ra = rows[2 * pr], *rb = rows[2 * pr + 1];
         for (int kb = 0; kb < nb; kb++) {
-            for (size_t o = 0; o < 2 * bb; o += 64) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T1);
+            /* into L1 for Q2_K (bench_kernels, one thread: +6 %), L2 for
+             * Q4_K (L1 measured 5-12 % slower on its n = 4096 rows) */
+            for (size_t o = 0; o < 2 * bb; o += 64) {
+                if (f == VF_Q2_K) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T0);
+                else _mm_prefetch((const char *)(pfa + o), _MM_HINT_T1);
+            }
             pfa += 2 * bb;
             const size_t off = (size_t)kb * bb;
             for (int q = 0; q < 4; q++) {
@@ -1275,7 +1281,7 @@ VT static __m512 d1_strip_q8_0_long(const uint8_t *w, size_t ws, int nr, int nb,
                 size_t po = off + D1Q8_PF;
                 const size_t skip = po >= rl ? 8 * ws : 0;
                 if (po >= rl) po -= rl;
-                for (int r = 0; r < 8; r++) _mm_prefetch((const char *)((uintptr_t)r8[r] + skip + po), _MM_HINT_T1);
+                for (int r = 0; r < 8; r++) _mm_prefetch((const char *)((uintptr_t)r8[r] + skip + po), _MM_HINT_T0);
             }
             __m512i pv[4];
             for (int pr = 0; pr < 4; pr++) {
@@ -1304,7 +1310,7 @@ VT static __m512 d1_strip_q8_0(const uint8_t *w, size_t ws, int nr, int nb, cons
     for (int pr = 0; pr < 8; pr++) {
         const uint8_t *ra = rows[2 * pr], *rb = rows[2 * pr + 1];
         for (int kb = 0; kb < nb; kb++) {
-            for (size_t o = 0; o < 2 * bb; o += 64) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T1);
+            for (size_t o = 0; o < 2 * bb; o += 64) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T0);
             pfa += 2 * bb;
             const size_t off = (size_t)kb * bb;
             memcpy(&hd[kb][2 * pr], ra + off, 2);
@@ -1430,7 +1436,7 @@ VT static __m512 d1_strip_iq2(const uint8_t *w, size_t ws, int nr, int nb, const
         __m512i idx = _mm512_permutex2var_epi32(la, k->even, lb), sg = _mm512_permutex2var_epi32(la, k->odd, lb);
         _mm512_store_si512(msk[0], d1_iq2_masks(sg, k));
         for (int kb = 0; kb < nb; kb++) {
-            for (size_t o = 0; o < 2 * bb; o += 64) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T1);
+            for (size_t o = 0; o < 2 * bb; o += 64) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T0);
             pfa += 2 * bb;
             const size_t off = (size_t)kb * bb;
             memcpy(&hd[kb][2 * pr], ra + off, 2);
@@ -2221,6 +2227,7 @@ VT static void pack_mxfp4(const uint8_t *w, size_t ws, int nr, int b0, int nbk, 
     }
 }
 
+
 /* -128 * (sum of the 32 codes of a Q8_0a block) */
 VTI static int32_t mx_corr(const uint8_t *blk)
 {
@@ -2229,6 +2236,151 @@ VTI static int32_t mx_corr(const uint8_t *blk)
     __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
     return -128 * (_mm_cvtsi128_si32(t) - 32 * 128);
+}
+
+/* MXFP4, one token (decode): the packed tile above transposes 16 rows per
+ * block for a single use (6 GB/s per thread).  Here each row is read along
+ * its own axis, four blocks (68 bytes) at a time: one 64-byte load at the
+ * group and 16 bytes at +52 give, by one vpermt2b, the 16 code bytes of
+ * block i in 128-bit lane i; vpermb looks up the biased table values of
+ * the low and high nibbles (elements 0..15 and 16..31) for vpdpbusd
+ * against the activation codes of the same blocks (laid out per call, lane
+ * i = block i), so lane i holds 4 partial dwords of (row, block i).  The
+ * 16 rows reduce (8 + 4 unpack/add steps, a 4 x 4 transpose of 128-bit
+ * lanes) to one vector per block, lane r = row r.  The scale bytes, at
+ * 0, 17, 34, 51 of each row's 64-byte load, are placed by a masked vpermb
+ * per row into one vector (lane i: the 16 rows' bytes of block i): no
+ * gather.  Same integer sums and the same float operations in the same
+ * order as the tiles: bit-identical.  The 16 rows walk their groups side
+ * by side, each prefetched D1MX_PF bytes ahead (past its end: into the same
+ * row of the next strip), into L1: 27-31 GB/s per thread against 21-22
+ * into L2 (these 64-byte loads straddle two lines). */
+#define D1MX_PF 1024
+#define D1MX_MAXB 512   /* blocks per row (n <= 16384): the activation layout on the stack */
+
+typedef struct {
+    __m512i lo[D1MX_MAXB / 4], hi[D1MX_MAXB / 4];   /* group g lane i: codes 0..15 / 16..31 of block 4g + i */
+    int32_t corr[D1MX_MAXB];                          /* -128 * sum of the block's codes */
+    float d[D1MX_MAXB];
+} d1mxact_t;
+
+/* Row r of the strip at byte offset o: full strips address rows as
+ * w + o + r * ws (x86 scaled index: w + 4q ws, ws and 3 ws), so the 16
+ * row pointers do not spill; partial ones take rows[] (the last row
+ * repeated). */
+#define MXROW(r, o) (full ? qb[(r) >> 2] + (o) + (((r) & 3) == 3 ? ws3 : (size_t)((r) & 3) * ws) : rows[r] + (o))
+
+VTI static __m512 d1_strip_mxfp4(const uint8_t *w, size_t ws, int nr, int nb, const d1mxact_t *act,
+                                 const int full)
+{
+    const uint8_t *rows[16];
+    strip_rows(w, ws, nr, rows);
+    const uint8_t *qb[4] = { w, w + 4 * ws, w + 8 * ws, w + 12 * ws };
+    const size_t ws3 = 3 * ws;
+    int8_t lut8[16];
+    for (int i = 0; i < 16; i++) lut8[i] = (int8_t)(ds4_kvalues_mxfp4[i] + 128);
+    /* vpermb reads 6 index bits; the table repeated in the 4 lanes makes
+     * bits 4..5 (the high nibble, or the next byte's bits after the shift)
+     * irrelevant: no masking */
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut8));
+    uint8_t qi[64], ei[64];
+    for (int p = 0; p < 64; p++) {
+        /* codes of block i: bytes 17 i + 1 .. of the group (block 3 from the
+         * second load, at +52); scale byte of block i: 17 i */
+        qi[p] = (uint8_t)(p < 48 ? 17 * (p >> 4) + 1 + (p & 15) : 64 + (p & 15));
+        ei[p] = (uint8_t)(17 * (p >> 4));
+    }
+    const __m512i qidx = _mm512_loadu_si512(qi), eidx = _mm512_loadu_si512(ei);
+    const size_t gb = 4 * sizeof(block_mxfp4), rl = (size_t)nb * sizeof(block_mxfp4);
+    __m512 facc = _mm512_setzero_ps();
+    for (int kb = 0; kb < nb; kb += 4) {
+        const int g = kb >> 2, nbg = nb - kb < 4 ? nb - kb : 4;
+        const size_t off = (size_t)kb * sizeof(block_mxfp4);
+        {   /* both lines of the group D1MX_PF ahead */
+            size_t po = off + D1MX_PF;
+            if (po >= rl) po += 16 * ws - rl;
+            for (int r = 0; r < 16; r++) {
+                _mm_prefetch((const char *)MXROW(r, po), _MM_HINT_T0);
+                _mm_prefetch((const char *)MXROW(r, po + gb - 1), _MM_HINT_T0);
+            }
+        }
+        const __m512i alo = act->lo[g], ahi = act->hi[g];
+        /* the tail group (1..3 blocks): masked loads, never past the row */
+        const __mmask64 km = nbg == 4 ? ~0ull : (1ull << (17 * nbg)) - 1;
+        __m512i v[16], E = _mm512_setzero_si512();
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *p = MXROW(r, off);
+            const __m512i l0 = nbg == 4 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(km, p);
+            const __m512i l1 = nbg == 4 ? _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 52)))
+                                        : _mm512_setzero_si512();
+            const __m512i x = _mm512_permutex2var_epi8(l0, qidx, l1);
+            const __m512i lo = _mm512_permutexvar_epi8(x, lut);
+            const __m512i hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(x, 4), lut);
+            v[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo), hi, ahi);
+            E = _mm512_mask_permutexvar_epi8(E, 0x0001000100010001ull << r, eidx, l0);
+        }
+        /* lane i of u[m]: (rows 4m .. 4m + 3) of block i; then S[i] lane r = row r */
+        __m512i u[4];
+        for (int m = 0; m < 4; m++)
+            u[m] = hadd_l2(hadd_l1(v[4 * m], v[4 * m + 1]), hadd_l1(v[4 * m + 2], v[4 * m + 3]));
+        const __m512i p0 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i p1 = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i p2 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i p3 = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 2, 3, 2));
+        __m512i S[4];
+        S[0] = _mm512_shuffle_i32x4(p0, p2, _MM_SHUFFLE(2, 0, 2, 0));
+        S[1] = _mm512_shuffle_i32x4(p0, p2, _MM_SHUFFLE(3, 1, 3, 1));
+        S[2] = _mm512_shuffle_i32x4(p1, p3, _MM_SHUFFLE(2, 0, 2, 0));
+        S[3] = _mm512_shuffle_i32x4(p1, p3, _MM_SHUFFLE(3, 1, 3, 1));
+        for (int i = 0; i < nbg; i++) {
+            const __m512i e = _mm512_cvtepu8_epi32(i == 0 ? _mm512_castsi512_si128(E)
+                                                   : i == 1 ? _mm512_extracti32x4_epi32(E, 1)
+                                                   : i == 2 ? _mm512_extracti32x4_epi32(E, 2)
+                                                   : _mm512_extracti32x4_epi32(E, 3));
+            /* e -> float bits of 2^(e-128), as pack_mxfp4 */
+            const __m512i nrm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+            const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+            const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+            const __m512 dw = _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, nrm, sub));
+            const __m512i sumi = _mm512_add_epi32(S[i], _mm512_set1_epi32(act->corr[kb + i]));
+            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(act->d[kb + i]));
+            facc = _mm512_add_ps(facc, _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), sc));
+        }
+    }
+    return facc;
+}
+#undef MXROW
+
+__attribute__((noinline)) VT static int d1_matvec_mxfp4(int n, const uint8_t *w, size_t ws, int nrows,
+                                                        const uint8_t *a, float *y)
+{
+    const int nb = n / QK_MXFP4;
+    if (nb > D1MX_MAXB) return 0;
+    d1mxact_t act __attribute__((aligned(64)));
+    for (int g = 0; g < (nb + 3) / 4; g++) {
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        for (int i = 0; i < 4 && 4 * g + i < nb; i++) {
+            const uint8_t *blk = a + (size_t)(4 * g + i) * sizeof(block_q8_0a);
+            lo = _mm512_mask_broadcast_i32x4(lo, (__mmask16)(0xf << (4 * i)), _mm_loadu_si128((const __m128i *)(blk + 4)));
+            hi = _mm512_mask_broadcast_i32x4(hi, (__mmask16)(0xf << (4 * i)), _mm_loadu_si128((const __m128i *)(blk + 20)));
+        }
+        act.lo[g] = lo;
+        act.hi[g] = hi;
+    }
+    for (int b = 0; b < nb; b++) {
+        act.corr[b] = mx_corr(a + (size_t)b * sizeof(block_q8_0a));
+        act.d[b] = ld_f32(a + (size_t)b * sizeof(block_q8_0a));
+    }
+    /* the reads start cold: the first D1MX_PF bytes of the first strip's rows */
+    for (int r = 0; r < 16 && r < nrows; r++)
+        for (size_t o = 0; o < D1MX_PF; o += 64) _mm_prefetch((const char *)w + (size_t)r * ws + o, _MM_HINT_T1);
+    for (int r0 = 0; r0 < nrows; r0 += 16) {
+        const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+        const __m512 v = nr == 16 ? d1_strip_mxfp4(w + (size_t)r0 * ws, ws, 16, nb, &act, 1)
+                                   : d1_strip_mxfp4(w + (size_t)r0 * ws, ws, nr, nb, &act, 0);
+        _mm512_mask_storeu_ps(y + r0, (__mmask16)((1u << nr) - 1), v);
+    }
+    return 1;
 }
 
 /* C tokens over nbk packed blocks; running sums in y between chunks
@@ -2274,10 +2426,11 @@ VT static void mx_tile(const pack_t *pk, int nbk, const uint8_t *const *ab, cons
 /* Token super-tiles, 256-row panels, chunks of 8 blocks: the activation
  * corrections once per (chunk, token), each (strip, chunk) packed once and
  * used by every token of the super-tile. */
-VT static void v_mxfp4_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
-                                  float *y, size_t ys)
+VT static void mxfp4_tile(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
+                          float *y, size_t ys, int dec1)
 {
     const uint8_t *w = vw;
+    if (ntok == 1 && dec1 && nrows > 0 && d1_matvec_mxfp4(n, w, ws, nrows, a[0], y)) return;
     const int nb = n / QK_MXFP4, nchunk = (nb + 7) / 8;
     pack_t pk __attribute__((aligned(64)));
     int32_t corr[TOK_SUPER * 8];
@@ -2305,6 +2458,18 @@ VT static void v_mxfp4_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, c
             }
         }
     }
+}
+
+VT static void v_mxfp4_q8_0a_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                  float *y, size_t ys)
+{
+    mxfp4_tile(n, w, ws, nrows, a, ntok, y, ys, 1);
+}
+
+VT static void v_mxfp4_q8_0a_tile_packed(int n, const void *w, size_t ws, int nrows, const void *const *a,
+                                         int ntok, float *y, size_t ys)
+{
+    mxfp4_tile(n, w, ws, nrows, a, ntok, y, ys, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2406,6 +2571,7 @@ static void avx512_init(void)
     avx512_packed_kernels.q2_K_q8_K_tile = v_q2_K_q8_K_tile_packed;
     avx512_packed_kernels.q4_K_q8_K_tile = v_q4_K_q8_K_tile_packed;
     avx512_packed_kernels.iq2_xxs_q8_K_tile = v_iq2_xxs_q8_K_tile_packed;
+    avx512_packed_kernels.mxfp4_q8_0a_tile = v_mxfp4_q8_0a_tile_packed;
     iq2_tables_init();
 }
 
