@@ -1215,11 +1215,14 @@ VT static __m512 d1_strip_q4_K(const uint8_t *w, size_t ws, int nr, int nb, cons
  * (biased to unsigned; the activation side removes 128 * sum(a) per block)
  * against the block's activation codes twice: one vpdpbusd per pair-block,
  * lanes 0..7 row A, 8..15 row B.  A row has n / 32 blocks, so the partials
- * of whole rows take room: rows of up to D1Q8_PAIRB blocks (n <= 2048) are
- * walked by pairs, their partials kept per pair (32 KB); longer ones by
+ * of whole rows take room: rows of up to D1Q8_PAIRB blocks (n <= 1024) are
+ * walked by pairs, their partials kept per pair (16 KB); longer ones by
  * two groups of 8 rows (4 pairs side by side, 8 streams), whose pair
- * partials are reduced to one vector per group and block on the fly. */
-#define D1Q8_PAIRB 64
+ * partials are reduced to one vector per group and block on the fly.
+ * n = 2048 (the shared expert's down) went from pairs to groups when the
+ * groups' prefetch stopped skipping lines: one thread 27 -> 32 GB/s, two
+ * unchanged; n = 1024 (q_b) stays faster by pairs. */
+#define D1Q8_PAIRB 32
 #define D1Q8_MAXB 256    /* n <= 8192 */
 #define D1Q8_PF 1024     /* long rows: prefetch distance per row stream */
 
@@ -1275,9 +1278,11 @@ VT static __m512 d1_strip_q8_0_long(const uint8_t *w, size_t ws, int nr, int nb,
         for (int kb = 0; kb < nb; kb++) {
             const size_t off = (size_t)kb * bb;
             /* each row D1Q8_PF bytes ahead, into the next group of 8 rows
-             * (then the next strip) past its end: a line per row per
-             * two blocks */
-            if (!(kb & 1)) {
+             * (then the next strip) past its end, at every block: one
+             * prefetch per two blocks (68 bytes) skipped a line in 16,
+             * and those demand misses cost 20 % (bench_kernels q8_0
+             * expert_up/head, one thread: 22-23 -> 28-31 GB/s) */
+            {
                 size_t po = off + D1Q8_PF;
                 const size_t skip = po >= rl ? 8 * ws : 0;
                 if (po >= rl) po -= rl;
@@ -1595,13 +1600,15 @@ VTI static void dn_strip_q8_0(const uint8_t *w, size_t ws, int nr, int nb, const
     for (int j = 0; j < C; j++) facc[j] = _mm512_setzero_ps();
     for (int kb = 0; kb < nb; kb++) {
         const size_t off = (size_t)kb * bb;
-        /* a line per row per two blocks, DNQ8_PF ahead; past the row's
-         * end, the same row of the next strip */
-        if (!(kb & 1)) {
+        /* DNQ8_PF ahead, at every block (one per two blocks skips a line
+         * in 16), into L1: bench_kernels q8_0, 2 and 4 tokens, one
+         * thread, +10-20 % over a line per two blocks into L2; past the
+         * row's end, the same row of the next strip */
+        {
             size_t po = off + DNQ8_PF;
             const size_t skip = po >= rl ? 16 * ws : 0;
             if (po >= rl) po -= rl;
-            for (int r = 0; r < 16; r++) _mm_prefetch((const char *)((uintptr_t)rows[r] + skip + po), _MM_HINT_T1);
+            for (int r = 0; r < 16; r++) _mm_prefetch((const char *)((uintptr_t)rows[r] + skip + po), _MM_HINT_T0);
         }
         for (int p = 0; p < 16; p++) memcpy(&hd[p], rows[dn_rowof[p]] + off, 2);
         const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hd));
