@@ -2439,7 +2439,7 @@ VT static void mxfp4_tile(int n, const void *vw, size_t ws, int nrows, const voi
     const uint8_t *w = vw;
     if (ntok == 1 && dec1 && nrows > 0 && d1_matvec_mxfp4(n, w, ws, nrows, a[0], y)) return;
     const int nb = n / QK_MXFP4, nchunk = (nb + 7) / 8;
-    pack_t pk __attribute__((aligned(64)));
+    pack_t pk __attribute__((aligned(64))), pk2 __attribute__((aligned(64)));
     int32_t corr[TOK_SUPER * 8];
     const uint8_t *ab[TOK_SUPER];
     if (nrows <= 0 || ntok <= 0) return;
@@ -2453,8 +2453,37 @@ VT static void mxfp4_tile(int n, const void *vw, size_t ws, int nrows, const voi
                     ab[j] = (const uint8_t *)a[t0 + j] + (size_t)kc * 8 * sizeof(block_q8_0a);
                     for (int b = 0; b < nbk; b++) corr[8 * j + b] = mx_corr(ab[j] + (size_t)b * sizeof(block_q8_0a));
                 }
-                for (int r0 = p0; r0 < p0 + np; r0 += 16) {
+                for (int r0 = p0; r0 < p0 + np; r0 += 32) {
                     const int nr = p0 + np - r0 < 16 ? p0 + np - r0 : 16;
+                    {   /* the next pair's chunk (or the panel's first at the next
+                         * chunk), into L2, as tile_int: T = 48 +15 %, T = 256 +8 % */
+                        int pr = r0 + 32, pk_kc = kc;
+                        if (pr >= p0 + np) { pr = p0; pk_kc = kc + 1; }
+                        if (pk_kc < nchunk) {
+                            const int pn = p0 + np - pr < 32 ? p0 + np - pr : 32;
+                            const size_t cb = 8 * sizeof(block_mxfp4);
+                            const uint8_t *q = w + (size_t)pr * ws + (size_t)pk_kc * cb;
+                            for (int r = 0; r < pn; r++, q += ws) {
+                                for (size_t o = 0; o < cb; o += 64) _mm_prefetch((const char *)q + o, _MM_HINT_T1);
+                                _mm_prefetch((const char *)q + cb - 1, _MM_HINT_T1);
+                            }
+                        }
+                    }
+                    if (r0 + 16 < p0 + np) {
+                        /* two strips per register tile: the pack has Q8_0's
+                         * layout (biased codes, scales as floats) and the
+                         * same float order, so Q8_0's pair tile applies */
+                        const int nr1 = p0 + np - (r0 + 16) < 16 ? p0 + np - (r0 + 16) : 16;
+                        pack_mxfp4(w + (size_t)r0 * ws, ws, 16, 8 * kc, nbk, &pk);
+                        pack_mxfp4(w + (size_t)(r0 + 16) * ws, ws, nr1, 8 * kc, nbk, &pk2);
+                        for (int j0 = 0, C; j0 < nt; j0 += C) {
+                            const int ntile = (nt - j0 + TOK_TILE2 - 1) / TOK_TILE2;
+                            C = (nt - j0 + ntile - 1) / ntile;
+                            run_tile_x2(VF_Q8_0, &pk, &pk2, nbk, ab + j0, ab + j0, corr + 8 * j0, C, kc == 0,
+                                        kc == nchunk - 1, y + (size_t)(t0 + j0) * ys + r0, ys, nr1);
+                        }
+                        continue;
+                    }
                     pack_mxfp4(w + (size_t)r0 * ws, ws, nr, 8 * kc, nbk, &pk);
                     for (int j0 = 0, C; j0 < nt; j0 += C) {
                         const int ntile = (nt - j0 + TOK_TILE - 1) / TOK_TILE;
