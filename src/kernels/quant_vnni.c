@@ -42,7 +42,7 @@
  * ds4_q4_K_q8_K_blockwise).
  *
  * Loop structure (tile_int).  One token: the reduction-axis kernels
- * (d1_*); 2..TOK_TILE tokens of Q8_0 (verification passes, batched steps
+ * (d1_*; MXFP4's is d1_matvec_mxfp4, beside its own tiles); 2..TOK_TILE tokens of Q8_0 (verification passes, batched steps
  * of a few sessions): dn_matvec_q8_0, 8 rows transposed by qwords, no pack
  * buffer.  Otherwise up to TOK_TILE tokens: strip by
  * strip (16 rows), every 256-element chunk packed and used at once, the
