@@ -42,9 +42,9 @@
  * ds4_q4_K_q8_K_blockwise).
  *
  * Loop structure (tile_int).  One token: the reduction-axis kernels
- * (d1_*; MXFP4's is d1_matvec_mxfp4, beside its own tiles); 2..TOK_TILE tokens of Q8_0 (verification passes, batched steps
- * of a few sessions): dn_matvec_q8_0, 8 rows transposed by qwords, no pack
- * buffer.  Otherwise up to TOK_TILE tokens: strip by
+ * (d1_*; MXFP4's is d1_matvec_mxfp4, beside its own tiles); 2..TOK_TILE
+ * tokens of Q8_0 (verification passes, batched steps of a few sessions):
+ * dn_matvec_q8_0, 8 rows transposed by qwords, no pack buffer.  Otherwise up to TOK_TILE tokens: strip by
  * strip (16 rows), every 256-element chunk packed and used at once, the
  * next strip prefetched into L2; one token of Q2_K/Q4_K skips the pack
  * buffer altogether (dec_k).  More tokens (prefill): token super-tiles of
@@ -2233,7 +2233,6 @@ VT static void pack_mxfp4(const uint8_t *w, size_t ws, int nr, int b0, int nbk, 
         pk->d[b] = _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, nrm, sub));
     }
 }
-
 
 /* -128 * (sum of the 32 codes of a Q8_0a block) */
 VTI static int32_t mx_corr(const uint8_t *blk)
