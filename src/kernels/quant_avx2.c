@@ -29,7 +29,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
-#define TGT __attribute__((target("avx2,fma,f16c")))
+#define TGT __attribute__((target("avx2,fma,f16c,bmi,bmi2")))
 
 TGT static inline float hsum8(__m256 v)
 {
@@ -48,7 +48,7 @@ TGT static inline float h2f(uint16_t h)
 /* Q8_0 x Q8_0 / Q8_0a                                                      */
 /* ------------------------------------------------------------------------ */
 
-#define TGTI __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+#define TGTI __attribute__((target("avx2,fma,f16c,bmi,bmi2"), always_inline)) inline
 
 TGT static inline int32_t hsum_i32x4(__m128i s)
 {
@@ -75,15 +75,16 @@ TGT static inline void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb)
 }
 
 /* Eight blocks' lane vectors -> one vector whose lane b is block b's total
- * (integer, exact): two rounds of vphaddd and one cross-lane add, about a
- * third of the work of eight separate horizontal sums. */
+ * (integer, exact): each folded to 128 bits, then two rounds of 128-bit
+ * vphaddd.  (256-bit vphaddd rounds and a vperm2i128 to finish cost twice
+ * the uops on cores that split 256-bit work, Zen 1: 8 uops a vperm2i128.) */
 TGT static inline __m256i red8_i32(const __m256i *s)
 {
-    const __m256i t0 = _mm256_hadd_epi32(s[0], s[1]), t1 = _mm256_hadd_epi32(s[2], s[3]);
-    const __m256i t2 = _mm256_hadd_epi32(s[4], s[5]), t3 = _mm256_hadd_epi32(s[6], s[7]);
-    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
-                            _mm256_permute2x128_si256(u0, u1, 0x31));
+    __m128i x[8];
+    for (int r = 0; r < 8; r++) x[r] = _mm_add_epi32(_mm256_castsi256_si128(s[r]), _mm256_extracti128_si256(s[r], 1));
+    const __m128i t0 = _mm_hadd_epi32(_mm_hadd_epi32(x[0], x[1]), _mm_hadd_epi32(x[2], x[3]));
+    const __m128i t1 = _mm_hadd_epi32(_mm_hadd_epi32(x[4], x[5]), _mm_hadd_epi32(x[6], x[7]));
+    return _mm256_set_m128i(t1, t0);
 }
 
 /* Q8_0 weights x Q8_0 (f16 scale, fa = 0) or Q8_0a (float scale, fa = 1)
@@ -448,6 +449,109 @@ TGT static float v_iq2_xxs_q8_K(int n, const void *vw, const void *va)
     return y;
 }
 
+#define KQ_MAXB 32   /* blocks per row (n <= 8192); longer rows go row by row */
+
+/* One token, IQ2_XXS, two rows at a time (iq2_d1_rows8).  iq2_xxs_tok
+ * builds each group's grid vector from four broadcasts and three blends
+ * and its signs with shuffles: ~12 cycles a group on Zen 1, a third of the
+ * multiplier's rate.  Here every group is table loads, in 128-bit halves
+ * (no lane crossing, one uop each on cores that split 256-bit work):
+ *   grid  -- entries b0, b1 / b2, b3 by vmovq + vmovhps (a load each);
+ *   signs -- the 7-bit indices s0..s3 pick qwords of iq2_sgn, +1 / -1 per
+ *            element (the eighth by parity), which vpsignb applies to the
+ *            activation bytes;
+ *   scale -- madd with iq2_lsx[ls], (2 ls + 1) in every int16 lane.
+ * The two halves' vpmaddubsw sums add in int16 (|each| <= 2 * 43 * 127,
+ * no overflow) before the one vpmaddwd, so a group costs three multiplier
+ * uops instead of four.  The block sum is the same exact integer as
+ * iq2_xxs_tok's, so the results are the same bits. */
+#define IQ2S_B(s, k) ((((s) >> (k)) & 1 ? 0xffull : 0x01ull) << (8 * (k)))
+#define IQ2S_PAR(s) (((s) ^ (s) >> 1 ^ (s) >> 2 ^ (s) >> 3 ^ (s) >> 4 ^ (s) >> 5 ^ (s) >> 6) & 1)
+#define IQ2S(s) (IQ2S_B(s, 0) | IQ2S_B(s, 1) | IQ2S_B(s, 2) | IQ2S_B(s, 3) | IQ2S_B(s, 4) | IQ2S_B(s, 5) | \
+                 IQ2S_B(s, 6) | (IQ2S_PAR(s) ? 0xffull : 0x01ull) << 56)
+#define IQ2S4(s) IQ2S(s), IQ2S((s) + 1), IQ2S((s) + 2), IQ2S((s) + 3)
+#define IQ2S16(s) IQ2S4(s), IQ2S4((s) + 4), IQ2S4((s) + 8), IQ2S4((s) + 12)
+static const uint64_t iq2_sgn[128] __attribute__((aligned(64))) = {
+    IQ2S16(0), IQ2S16(16), IQ2S16(32), IQ2S16(48), IQ2S16(64), IQ2S16(80), IQ2S16(96), IQ2S16(112)
+};
+#define IQ2L(l) { 2 * (l) + 1, 2 * (l) + 1, 2 * (l) + 1, 2 * (l) + 1, 2 * (l) + 1, 2 * (l) + 1, 2 * (l) + 1, 2 * (l) + 1 }
+static const int16_t iq2_lsx[16][8] __attribute__((aligned(16))) = {
+    IQ2L(0), IQ2L(1), IQ2L(2), IQ2L(3), IQ2L(4), IQ2L(5), IQ2L(6), IQ2L(7),
+    IQ2L(8), IQ2L(9), IQ2L(10), IQ2L(11), IQ2L(12), IQ2L(13), IQ2L(14), IQ2L(15)
+};
+
+/* two qwords of a table, by index, as one xmm (vmovq + vmovhps) */
+TGT static inline __m128i ld2q(const uint64_t *t, unsigned i0, unsigned i1)
+{
+    return _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i *)(t + i0))),
+                                         (const double *)(t + i1)));
+}
+
+/* 32-bit rotate: one rorx (BMI2, with every AVX2 CPU) leaves the source
+ * intact, where a shift needs a copy first */
+#define ROR32(x, k) ((uint32_t)(((x) >> (k)) | ((x) << (32 - (k)))))
+
+/* one group (32 elements) of one row: q -> its 8 bytes (grid indices, then
+ * signs and scale), a0 / a1 the activation's 16-byte halves */
+TGT static inline __m128i iq2_group1(const uint8_t *q, __m128i a0, __m128i a1, __m128i acc)
+{
+    uint32_t x, s;
+    memcpy(&x, q, 4);
+    memcpy(&s, q + 4, 4);
+    const uint32_t x2 = ROR32(x, 16);
+    const __m128i g0 = ld2q(ds4_iq2xxs_grid, x & 255, (x >> 8) & 255);
+    const __m128i g1 = ld2q(ds4_iq2xxs_grid, x2 & 255, (x2 >> 8) & 255);
+    const __m128i s0 = ld2q(iq2_sgn, s & 127, ROR32(s, 7) & 127);
+    const __m128i s1 = ld2q(iq2_sgn, ROR32(s, 14) & 127, ROR32(s, 21) & 127);
+    const __m128i p = _mm_add_epi16(_mm_maddubs_epi16(g0, _mm_sign_epi8(a0, s0)),
+                                    _mm_maddubs_epi16(g1, _mm_sign_epi8(a1, s1)));
+    return _mm_add_epi32(acc, _mm_madd_epi16(p, _mm_load_si128((const __m128i *)iq2_lsx[s >> 28])));
+}
+
+/* rows ra, rb over nb blocks: v[2i] / v[2i + 1] <- block i's four int32
+ * lanes (their sum: the block's exact integer sum) of row a / b */
+TGTI static void iq2_d1_pair(const uint8_t *ra, const uint8_t *rb, int nb, const block_q8_K *a, __m128i *va, __m128i *vb,
+                             const uint8_t *pf)
+{
+    for (int i = 0; i < nb; i++) {
+        /* the next 8 rows, linearly: 2 blocks' bytes a step */
+        for (int k = 0; k < 3; k++) _mm_prefetch((const char *)pf + 2 * sizeof(block_iq2_xxs) * (size_t)i + 64 * k, _MM_HINT_T0);
+        const uint8_t *qa = ra + (size_t)i * sizeof(block_iq2_xxs) + 2, *qb = rb + (size_t)i * sizeof(block_iq2_xxs) + 2;
+        const int8_t *q8 = a[i].qs;
+        __m128i acca = _mm_setzero_si128(), accb = acca;
+        for (int g = 0; g < 8; g++) {
+            const __m128i a0 = _mm_loadu_si128((const __m128i *)(q8 + 32 * g));
+            const __m128i a1 = _mm_loadu_si128((const __m128i *)(q8 + 32 * g + 16));
+            acca = iq2_group1(qa + 8 * g, a0, a1, acca);
+            accb = iq2_group1(qb + 8 * g, a0, a1, accb);
+        }
+        va[i] = acca;
+        vb[i] = accb;
+    }
+}
+
+/* one token, 8 rows: the float step of kq_rows8 (fmt 2), same bits */
+TGT static void iq2_d1_rows8(int n, const uint8_t *w, size_t ws, const void *va, float *y)
+{
+    const int nb = n / QK_K;
+    const block_q8_K *a = va;
+    __m128i v[8][KQ_MAXB];
+    for (int r = 0; r < 8; r += 2)
+        iq2_d1_pair(w + (size_t)r * ws, w + (size_t)(r + 1) * ws, nb, a, v[r], v[r + 1], w + (size_t)(8 + r) * ws);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        uint16_t hd[8];
+        for (int r = 0; r < 8; r++) memcpy(&hd[r], w + (size_t)r * ws + (size_t)i * sizeof(block_iq2_xxs), 2);
+        const __m128i t0 = _mm_hadd_epi32(_mm_hadd_epi32(v[0][i], v[1][i]), _mm_hadd_epi32(v[2][i], v[3][i]));
+        const __m128i t1 = _mm_hadd_epi32(_mm_hadd_epi32(v[4][i], v[5][i]), _mm_hadd_epi32(v[6][i], v[7][i]));
+        const __m256 isum = _mm256_cvtepi32_ps(_mm256_set_m128i(t1, t0));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)hd));
+        /* sumf += (wd * a.d) * (float)bsum */
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[i].d)), isum));
+    }
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_set1_ps(0.125f), acc));
+}
+
 /* ------------------------------------------------------------------------ */
 /* Float activations.  Weights are dequantized in registers to their exact  */
 /* values (the same floats ds4_dequantize_row gives) and fused-multiply-    */
@@ -678,7 +782,8 @@ TGT static void v_f16_to_f32_row(const uint16_t *src, float *dst, int n)
         int r0 = 0;                                                                         \
         if (FMT >= 0 && ntok == 1 && n / QK_K <= KQ_MAXB)                                   \
             for (; r0 + 8 <= nrows; r0 += 8)                                                \
-                kq_rows8(FMT, n, (const uint8_t *)w + (size_t)r0 * ws, ws, a[0], y + r0);   \
+                (FMT == 2 ? iq2_d1_rows8(n, (const uint8_t *)w + (size_t)r0 * ws, ws, a[0], y + r0) \
+                          : kq_rows8(FMT, n, (const uint8_t *)w + (size_t)r0 * ws, ws, a[0], y + r0)); \
         for (int r = r0; r < nrows; r++) {                                                  \
             const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;                        \
             int j0 = 0;                                                                     \
@@ -733,6 +838,40 @@ TGT static void q8_0a_rows8(int n, const uint8_t *w, size_t ws, const void *cons
     }
 }
 
+/* One token, 8 rows (the decode matvec): q8_0a_rows8's arithmetic with
+ * nothing kept across tokens -- each weight vector is used once, straight
+ * from the load (the token loop there keeps the 8 rows' vectors and their
+ * signs for the next token: register spills when there is none). */
+#ifndef PFH
+#define PFH _MM_HINT_T1
+#endif
+TGT static void q8_0a_rows8_1(int n, const uint8_t *w, size_t ws, const block_q8_0a *a, float *y)
+{
+    const int nb = n / QK8_0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *wb = w + (size_t)b * sizeof(block_q8_0);
+        for (int k = 0; k < 5; k++) _mm_prefetch((const char *)w + 8 * ws + 8 * sizeof(block_q8_0) * (size_t)b + 64 * k, PFH);
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)a[b].qs);
+        __m128i x[8];
+        for (int r = 0; r < 8; r++) {
+            const __m256i qw = _mm256_loadu_si256((const __m256i *)(wb + (size_t)r * ws + 2));
+            const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw)), ones);
+            x[r] = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        }
+        const __m128i t0 = _mm_hadd_epi32(_mm_hadd_epi32(x[0], x[1]), _mm_hadd_epi32(x[2], x[3]));
+        const __m128i t1 = _mm_hadd_epi32(_mm_hadd_epi32(x[4], x[5]), _mm_hadd_epi32(x[6], x[7]));
+        const __m256 tot = _mm256_cvtepi32_ps(_mm256_set_m128i(t1, t0));
+        uint16_t h[8];
+        for (int r = 0; r < 8; r++) memcpy(&h[r], wb + (size_t)r * ws, 2);
+        const __m256 dw = _mm256_cvtph_ps(_mm_set_epi16((short)h[7], (short)h[6], (short)h[5], (short)h[4],
+                                                        (short)h[3], (short)h[2], (short)h[1], (short)h[0]));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(tot, _mm256_mul_ps(dw, _mm256_set1_ps(a[b].d))));
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
 TGT static void v_q8_0_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                                   float *y, size_t ys)
 {
@@ -750,7 +889,10 @@ TGT static void v_q8_0_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, c
     }
     int r = 0;
     if (!any_bad)
-        for (; r + 8 <= nrows; r += 8) q8_0a_rows8(n, w + (size_t)r * ws, ws, a, ntok, y + r, ys);
+        for (; r + 8 <= nrows; r += 8) {
+            if (ntok == 1) q8_0a_rows8_1(n, w + (size_t)r * ws, ws, a[0], y + r);
+            else q8_0a_rows8(n, w + (size_t)r * ws, ws, a, ntok, y + r, ys);
+        }
     for (; r < nrows; r++)
         for (int j = 0; j < ntok; j++)
             y[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, a[j]);
@@ -761,7 +903,6 @@ TGT static void v_q8_0_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, c
  * float step runs in the 8 row lanes, blocks in order: the single-row bits
  * without a horizontal sum and a scalar float chain per row and block
  * (decode cost: see docs/NUMERICS.md). */
-#define KQ_MAXB 32   /* blocks per row (n <= 8192); longer rows go row by row */
 TGTI static void kq_rows8(int fmt, int n, const uint8_t *w, size_t ws, const void *va, float *y)
 {
     const int nb = n / QK_K;
@@ -769,6 +910,9 @@ TGTI static void kq_rows8(int fmt, int n, const uint8_t *w, size_t ws, const voi
     __m256i v[8][2 * KQ_MAXB];
     for (int r = 0; r < 8; r++) {
         const uint8_t *wr = w + (size_t)r * ws;
+        /* row r of the next 8 (short rows are short streams for the
+         * hardware prefetcher) */
+        for (size_t o = 0; o < ws; o += 64) _mm_prefetch((const char *)wr + 8 * ws + o, _MM_HINT_T0);
         if (fmt == 0) q2_K_tok(n, wr, &va, NULL, 1, v[r]);
         else if (fmt == 1) q4_K_tok(n, wr, &va, NULL, 1, v[r]);
         else iq2_xxs_tok(n, wr, &va, NULL, 1, v[r]);
