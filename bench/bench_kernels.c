@@ -38,7 +38,11 @@
  *       [--prefill-gflop G] [--formats iq2_xxs,q2_k,q4_k,q8_0,mxfp4,f16,f32]
  *       [--shapes expert_up,expert_down,q_b,kv,out_a_grp,head,hc_fn]
  *       [--tokens 1,32,256] [--kernels best,avx2,scalar,...] [--csv]
- *       [--no-peaks] [--no-stream]
+ *       [--no-peaks] [--no-stream] [--cached]
+ * --cached: decode over the first ~256 KiB per thread of one matrix, again
+ * and again, so from cache: with the DRAM figure it tells compute-bound
+ * kernels (the same speed) from memory-bound ones (%read then compares a
+ * cached rate with DRAM: > 100 % is the point).
  */
 #include <math.h>
 #include <stdint.h>
@@ -168,6 +172,7 @@ static struct {
     int tokens[8], ntokens;
     const ds4_kernels *kern[6];
     int nkern;
+    int cached;     /* --cached: decode over one ~256 KiB-per-thread slice, from cache */
 } opt;
 
 static int in_list(const char *list, const char *name) {
@@ -189,7 +194,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_kernels [--threads N] [--reps R] [--min-mb MB] [--prefill-gflop G]\n"
             "       [--formats LIST] [--shapes LIST] [--tokens LIST] [--kernels LIST]\n"
-            "       [--csv] [--no-peaks] [--no-stream]\n");
+            "       [--csv] [--no-peaks] [--no-stream] [--cached]\n");
     exit(2);
 }
 
@@ -269,7 +274,7 @@ static void run_one(mm_cfg *c, const cpu_ctx *cc, int T, int rows) {
     mm_group g[8];
     const shape_t *s = c->s;
     const uint8_t *base = c->pool + c->slot * c->mat_bytes;
-    c->slot = (c->slot + 1) % c->nslots;
+    if (!(opt.cached && T == 1)) c->slot = (c->slot + 1) % c->nslots;
     size_t rb = row_bytes_of(c->f, s->n_in);
     for (int gi = 0; gi < s->groups; gi++) {
         mat_t W = { base + (size_t)gi * s->n_out * rb, c->f->type, s->n_in, rows, rb };
@@ -283,8 +288,16 @@ static void run_one(mm_cfg *c, const cpu_ctx *cc, int T, int rows) {
 
 /* Rows of a measurement: the whole shape for decode; prefills cut to about
  * --prefill-gflop of work, a multiple of 64 rows. */
-static int rows_for(const shape_t *s, int T) {
+static int rows_for(const fmt_t *f, const shape_t *s, int T) {
     int rows = s->n_out;
+    if (T == 1 && opt.cached) {
+        /* ~256 KiB of weights a thread (fits L2 on every x86 core of the
+         * last decade): whole 16-row strips, at least one a thread */
+        double want = 262144.0 * opt.threads / ((double)s->groups * row_bytes_of(f, s->n_in));
+        int r = (int)want / 16 * 16;
+        if (r < 16 * opt.threads) r = 16 * opt.threads;
+        return r < rows ? r : rows;
+    }
     double flop_per_row = 2.0 * s->n_in * (double)T * s->groups;
     if (T > 1) {
         double want = opt.prefill_gflop * 1e9 / flop_per_row;
@@ -296,7 +309,7 @@ static int rows_for(const shape_t *s, int T) {
 
 static void measure(mm_cfg *c, const cpu_ctx *cc, int T, int thr_idx, const char *kname) {
     const shape_t *s = c->s;
-    const int rows = rows_for(s, T);
+    const int rows = rows_for(c->f, s, T);
     double flop_per_row = 2.0 * s->n_in * (double)T * s->groups;
     size_t bytes_per_call = (size_t)s->groups * rows * row_bytes_of(c->f, s->n_in);
     /* decode: enough calls to stream --min-mb; prefill: enough calls for
@@ -366,6 +379,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--csv")) opt.csv = 1;
         else if (!strcmp(a, "--no-peaks")) opt.peaks = 0;
         else if (!strcmp(a, "--no-stream")) opt.stream = 0;
+        else if (!strcmp(a, "--cached")) opt.cached = 1;
         else if (!v) usage();
         else if (!strcmp(a, "--threads")) { opt.threads = atoi(v); i++; }
         else if (!strcmp(a, "--reps")) { opt.reps = atoi(v); i++; }
@@ -452,10 +466,12 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < act_bytes / sizeof(float); i++) xf[i] = bench_frand();
     size_t out_floats = 0;
     for (int s = 0; s < NSHAPE; s++)
-        for (int k = 0; k < opt.ntokens; k++) {
-            size_t o = (size_t)SHAPES[s].groups * (size_t)rows_for(&SHAPES[s], opt.tokens[k]) * (size_t)opt.tokens[k];
-            if (o > out_floats) out_floats = o;
-        }
+        for (int k = 0; k < opt.ntokens; k++)
+            for (int f = 0; f < NFMT; f++) {
+                size_t o = (size_t)SHAPES[s].groups * (size_t)rows_for(&FMTS[f], &SHAPES[s], opt.tokens[k]) *
+                           (size_t)opt.tokens[k];
+                if (o > out_floats) out_floats = o;
+            }
     float *out = malloc(out_floats * sizeof(float));
     if (!xf || !act || !out) { perror("malloc"); return 1; }
 

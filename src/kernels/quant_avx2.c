@@ -952,12 +952,15 @@ TGT static inline __m256i mx_expand(const uint8_t *qs, __m256i lut)
 }
 
 /* rows r of MX_ROWS (lane r) x tokens a[0..C) over the whole row length */
-TGTI static void mx_strip(int n, const uint8_t *const *rows, const void *const *a, __m256 *facc, int C)
+TGTI static void mx_strip(int n, const uint8_t *const *rows, const void *const *a, __m256 *facc, int C,
+                         const uint8_t *pf)
 {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ds4_kvalues_mxfp4));
     const __m256i ones = _mm256_set1_epi16(1);
     for (int j = 0; j < C; j++) facc[j] = _mm256_setzero_ps();
     for (int ib = 0; ib < n / QK_MXFP4; ib++) {
+        if (pf)   /* the next 8 rows, linearly (see q8_0a_rows8_1) */
+            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)pf + MX_ROWS * sizeof(block_mxfp4) * (size_t)ib + 64 * k, _MM_HINT_T0);
         __m256i wq[MX_ROWS];
         float dw[MX_ROWS];
         for (int r = 0; r < MX_ROWS; r++) {
@@ -974,10 +977,7 @@ TGTI static void mx_strip(int n, const uint8_t *const *rows, const void *const *
             for (int r = 0; r < MX_ROWS; r++)
                 p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(wq[r], qa)), ones);
             /* lane r <- the 8 partial sums of row r (integer: any order) */
-            const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-            const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-            const __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
-                                                  _mm256_permute2x128_si256(h0, h1, 0x31));
+            const __m256i isum = red8_i32(p);
             /* scalar order: sumf += (float)sumi * (dw * a.d) */
             const __m256 sc = _mm256_mul_ps(dwv, _mm256_set1_ps(ab->d));
             facc[j] = _mm256_add_ps(facc[j], _mm256_mul_ps(_mm256_cvtepi32_ps(isum), sc));
@@ -998,11 +998,13 @@ TGT static void v_mxfp4_q8_0a_tile(int n, const void *w, size_t ws, int nrows, c
             const int C = ntok - j0 < MX_TOK ? ntok - j0 : MX_TOK;
             __m256 facc[MX_TOK];
             float out[MX_ROWS];
+            /* one pass over these rows (up to 4 tokens): prefetch the next */
+            const uint8_t *pf = ntok <= MX_TOK && nr == MX_ROWS ? rows[0] + MX_ROWS * ws : NULL;
             switch (C) {   /* C a constant in each call: facc[] in registers */
-            case 1: mx_strip(n, rows, a + j0, facc, 1); break;
-            case 2: mx_strip(n, rows, a + j0, facc, 2); break;
-            case 3: mx_strip(n, rows, a + j0, facc, 3); break;
-            default: mx_strip(n, rows, a + j0, facc, 4); break;
+            case 1: mx_strip(n, rows, a + j0, facc, 1, pf); break;
+            case 2: mx_strip(n, rows, a + j0, facc, 2, pf); break;
+            case 3: mx_strip(n, rows, a + j0, facc, 3, pf); break;
+            default: mx_strip(n, rows, a + j0, facc, 4, pf); break;
             }
             for (int j = 0; j < C; j++) {
                 _mm256_storeu_ps(out, facc[j]);
