@@ -160,14 +160,15 @@ TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
 /* Q2_K x Q8_K                                                              */
 /* ------------------------------------------------------------------------ */
 
-/* pshufb patterns that broadcast, within each 128-bit lane of a vector
- * holding 8 int16 sub-block scales, scale 2j to the low lane and 2j+1 to
- * the high lane (the two 16-element halves of a 32-element chunk). */
-#define SC_PAIR(j) _mm256_setr_epi8( \
-    4*(j), 4*(j)+1, 4*(j), 4*(j)+1, 4*(j), 4*(j)+1, 4*(j), 4*(j)+1, \
-    4*(j), 4*(j)+1, 4*(j), 4*(j)+1, 4*(j), 4*(j)+1, 4*(j), 4*(j)+1, \
-    4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, \
-    4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3, 4*(j)+2, 4*(j)+3)
+/* pshufb patterns that put, within each 128-bit lane of a vector holding
+ * the 16 sub-block scale bytes (low nibbles) in both lanes, scale 8h + 2j
+ * in every int16 word of the low lane and 8h + 2j + 1 in the high lane
+ * (the two 16-element halves of chunk j of half h), high bytes zeroed:
+ * vpmaddwd operands straight from the block's bytes (no widening, no lane
+ * crossing: vperm2i128 is 8 uops on Zen 1). */
+#define SC_PAIR(k) _mm256_setr_epi8( \
+    (k), -1, (k), -1, (k), -1, (k), -1, (k), -1, (k), -1, (k), -1, (k), -1, \
+    (k)+1, -1, (k)+1, -1, (k)+1, -1, (k)+1, -1, (k)+1, -1, (k)+1, -1, (k)+1, -1, (k)+1, -1)
 
 /* vout != NULL (one token): instead of the float step, store block i's
  * two lane vectors (sums, min sums) at vout[2i], vout[2i+1] for kq_rows8. */
@@ -177,7 +178,6 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
     const int nb = n / QK_K;
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m256i shuf0 = SC_PAIR(0), shuf1 = SC_PAIR(1), shuf2 = SC_PAIR(2), shuf3 = SC_PAIR(3);
     float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
     __m256i pms[4];
 
@@ -186,9 +186,8 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
         /* min term: sum_j (scales[j] >> 4) * bsums[j] */
         const __m128i raw = _mm_loadu_si128((const __m128i *)w[i].scales);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
-        /* scales of sub-blocks 0..7 (first 128 elements) and 8..15, each
-         * copied into both 128-bit lanes */
-        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m4));
+        /* the 16 scales (low nibbles) in both lanes */
+        const __m256i sc = _mm256_and_si256(_mm256_broadcastsi128_si256(raw), _mm256_set1_epi8(0x0f));
         __m256i sumi[4];
         for (int j = 0; j < C; j++) {
             const block_q8_K *a = va[j];
@@ -197,14 +196,13 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
             sumi[j] = _mm256_setzero_si256();
         }
         for (int h = 0; h < 2; h++) {
-            const __m256i sc = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
             const __m256i c0 = _mm256_and_si256(bits, m3);
             const __m256i c1 = _mm256_and_si256(_mm256_srli_epi16(bits, 2), m3);
             const __m256i c2 = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m3);
             const __m256i c3 = _mm256_and_si256(_mm256_srli_epi16(bits, 6), m3);
-            const __m256i s0 = _mm256_shuffle_epi8(sc, shuf0), s1 = _mm256_shuffle_epi8(sc, shuf1);
-            const __m256i s2 = _mm256_shuffle_epi8(sc, shuf2), s3 = _mm256_shuffle_epi8(sc, shuf3);
+            const __m256i s0 = _mm256_shuffle_epi8(sc, SC_PAIR(8 * h + 0)), s1 = _mm256_shuffle_epi8(sc, SC_PAIR(8 * h + 2));
+            const __m256i s2 = _mm256_shuffle_epi8(sc, SC_PAIR(8 * h + 4)), s3 = _mm256_shuffle_epi8(sc, SC_PAIR(8 * h + 6));
             for (int j = 0; j < C; j++) {
                 const int8_t *q8 = ((const block_q8_K *)va[j])[i].qs + 128 * h;
                 __m256i p0 = _mm256_maddubs_epi16(c0, _mm256_loadu_si256((const __m256i *)(q8 + 0)));
