@@ -186,7 +186,7 @@ typedef struct {
 } ds4_kernels;
 
 const ds4_kernels *ds4_kernels_scalar(void);
-/* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C/BMI1/BMI2. */
+/* NULL when not compiled in or the CPU lacks AVX2/FMA/F16C. */
 const ds4_kernels *ds4_kernels_avx2(void);
 /* AVX-512 (F, BW, VL, DQ, VNNI, VBMI, BITALG) + GFNI + F16C/FMA table:
  * packed int8 tiles on vpdpbusd, IQ2_XXS grid expansion with vpermi2b and

@@ -2,8 +2,7 @@
  * quant_avx2.c -- AVX2/FMA/F16C versions of every kernel of ds4_kernels.
  *
  * Owns: the "avx2" kernel table and the run-time check that the CPU can run
- * it.  Every function is compiled with target("avx2,fma,f16c,bmi,bmi2")
- * (BMI2 came with AVX2 on every Intel and AMD core), so the table
+ * it.  Every function is compiled with target("avx2,fma,f16c"), so the table
  * exists even in a build without -march=native; ds4_kernels_avx2() hands it
  * out only when __builtin_cpu_supports says so.
  * Must not: change results at all: every kernel keeps the operation order
@@ -30,7 +29,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
-#define TGT __attribute__((target("avx2,fma,f16c,bmi,bmi2")))
+#define TGT __attribute__((target("avx2,fma,f16c")))
 
 TGT static inline float hsum8(__m256 v)
 {
@@ -49,7 +48,7 @@ TGT static inline float h2f(uint16_t h)
 /* Q8_0 x Q8_0 / Q8_0a                                                      */
 /* ------------------------------------------------------------------------ */
 
-#define TGTI __attribute__((target("avx2,fma,f16c,bmi,bmi2"), always_inline)) inline
+#define TGTI __attribute__((target("avx2,fma,f16c"), always_inline)) inline
 
 TGT static inline int32_t hsum_i32x4(__m128i s)
 {
@@ -343,8 +342,7 @@ TGT static float v_q4_K_q8_K(int n, const void *vw, const void *va)
  * Products grid (u8) x signed activation go through vpmaddubsw (pair sums
  * <= 2 * 43 * 127); the two halves' sums add in int16 (<= 21844, no
  * overflow) before the one vpmaddwd, so a group costs three multiplier
- * uops instead of four.  Field extraction uses rorx (BMI2, on every AVX2
- * CPU; the table requires it).  The block's integer sum is exact and the
+ * uops instead of four.  The block's integer sum is exact and the
  * float step is the scalar kernel's: the same bits.  Zen 1, one thread,
  * matrix in L2: one token 1.8 -> 2.75 GB/s, 4 tokens 0.77 -> 1.0. */
 #define IQ2S_B(s, k) ((((s) >> (k)) & 1 ? 0xffull : 0x01ull) << (8 * (k)))
@@ -369,8 +367,9 @@ TGT static inline __m128i ld2q(const uint64_t *t, unsigned i0, unsigned i1)
                                          (const double *)(t + i1)));
 }
 
-/* 32-bit rotate: one rorx (BMI2, with every AVX2 CPU) leaves the source
- * intact, where a shift needs a copy first */
+/* 32-bit rotate (rorx where the compiler may use BMI2): the field
+ * extraction below needs only the low bits, which a rotate and a shift
+ * give alike */
 #define ROR32(x, k) ((uint32_t)(((x) >> (k)) | ((x) << (32 - (k)))))
 
 /* one group (32 elements) of one row: q -> its 8 bytes (grid indices, then
@@ -1087,8 +1086,7 @@ static int cpu_has_f16c(void)
 const ds4_kernels *ds4_kernels_avx2(void)
 {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
-        __builtin_cpu_supports("bmi2") && cpu_has_f16c())
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
         return &avx2_kernels;
     return NULL;
 }
