@@ -411,7 +411,7 @@ TGTI static void iq2_d1_pair(const uint8_t *ra, const uint8_t *rb, int nb, const
     }
 }
 
-/* One row, C tokens (1..4; the tiles and the single-row kernel): the
+/* One row, C tokens (1..8; the tiles and the single-row kernel): the
  * group step of iq2_group1 with the weight side (grid, signs, scale) done
  * once for the C tokens.  Same block sums, same float step as
  * iq2_xxs_tok, so the same bits. */
@@ -419,10 +419,10 @@ TGTI static void iq2_xxs_tokt(int n, const void *vw, const void *const *va, floa
 {
     const uint8_t *w = vw;
     const int nb = n / QK_K;
-    float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    float sumf[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
     for (int i = 0; i < nb; i++) {
         const uint8_t *q = w + (size_t)i * sizeof(block_iq2_xxs) + 2;
-        __m128i acc[4];
+        __m128i acc[8];
         for (int j = 0; j < C; j++) acc[j] = _mm_setzero_si128();
         for (int g = 0; g < 8; g++) {
             uint32_t x, s;
@@ -701,8 +701,8 @@ TGT static void v_f16_to_f32_row(const uint16_t *src, float *dst, int n)
  * a token needs 3-4 accumulators): the weight-side work of a row (loads,
  * unpacking, grid expansion, scale shuffles) is done once per group instead
  * of once per token, and each result is the single-row kernel's bit for
- * bit (same per-token operations, see q8_0a_tok).  FMT >= 0 (K-quants,
- * IQ2_XXS): one token (decode) runs 8 rows at a time through kq_rows8. */
+ * bit (same per-token operations, see q8_0a_tok).  FMT >= 0 (K-quants):
+ * one token (decode) runs 8 rows at a time through kq_rows8. */
 #define TOK_TILE(name, tok, CMAX, FMT)                                                      \
     TGT static void name(int n, const void *w, size_t ws, int nrows,                       \
                          const void *const *a, int ntok, float *y, size_t ys)              \
@@ -711,8 +711,7 @@ TGT static void v_f16_to_f32_row(const uint16_t *src, float *dst, int n)
         int r0 = 0;                                                                         \
         if (FMT >= 0 && ntok == 1 && n / QK_K <= KQ_MAXB)                                   \
             for (; r0 + 8 <= nrows; r0 += 8)                                                \
-                (FMT == 2 ? iq2_d1_rows8(n, (const uint8_t *)w + (size_t)r0 * ws, ws, a[0], y + r0) \
-                          : kq_rows8(FMT, n, (const uint8_t *)w + (size_t)r0 * ws, ws, a[0], y + r0)); \
+                kq_rows8(FMT, n, (const uint8_t *)w + (size_t)r0 * ws, ws, a[0], y + r0);   \
         for (int r = r0; r < nrows; r++) {                                                  \
             const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;                        \
             int j0 = 0;                                                                     \
@@ -904,12 +903,35 @@ TGTI static void kq_rows8(int fmt, int n, const uint8_t *w, size_t ws, const voi
 
 TOK_TILE(v_q2_K_q8_K_tile, q2_K_tok, 4, 0)
 TOK_TILE(v_q4_K_q8_K_tile, q4_K_tok, 4, 1)
-TGTI static void iq2_xxs_tokv(int n, const void *w, const void *const *a, float *out, int C, __m256i *unused)
+/* IQ2_XXS tile: one token through iq2_d1_rows8, 8 rows at a time; else
+ * each row meets the tokens 8 at a time (the weight side of a group --
+ * 8 table loads, the field extraction -- costs about as much as 3 tokens'
+ * products, so it is shared as widely as the 16 registers allow). */
+TGT static void v_iq2_xxs_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                    float *y, size_t ys)
 {
-    (void)unused;
-    iq2_xxs_tokt(n, w, a, out, C);
+    int r0 = 0;
+    if (ntok == 1 && n / QK_K <= KQ_MAXB)
+        for (; r0 + 8 <= nrows; r0 += 8) iq2_d1_rows8(n, (const uint8_t *)w + (size_t)r0 * ws, ws, a[0], y + r0);
+    for (int r = r0; r < nrows; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;
+        for (int j0 = 0; j0 < ntok; j0 += 8) {
+            float out[8];
+            const int C = ntok - j0 < 8 ? ntok - j0 : 8;
+            switch (C) {   /* C a constant in each call: acc[] in registers */
+            case 1: iq2_xxs_tokt(n, wr, a + j0, out, 1); break;
+            case 2: iq2_xxs_tokt(n, wr, a + j0, out, 2); break;
+            case 3: iq2_xxs_tokt(n, wr, a + j0, out, 3); break;
+            case 4: iq2_xxs_tokt(n, wr, a + j0, out, 4); break;
+            case 5: iq2_xxs_tokt(n, wr, a + j0, out, 5); break;
+            case 6: iq2_xxs_tokt(n, wr, a + j0, out, 6); break;
+            case 7: iq2_xxs_tokt(n, wr, a + j0, out, 7); break;
+            default: iq2_xxs_tokt(n, wr, a + j0, out, 8); break;
+            }
+            for (int j = 0; j < C; j++) y[(size_t)(j0 + j) * ys + r] = out[j];
+        }
+    }
 }
-TOK_TILE(v_iq2_xxs_q8_K_tile, iq2_xxs_tokv, 4, 2)
 
 TGTI static void f32_tok(int n, const void *w, const void *const *a, float *out, int C, __m256i *unused)
 {
