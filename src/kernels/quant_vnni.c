@@ -814,6 +814,19 @@ VTI static void run_tile_x2(int f, const pack_t *p0, const pack_t *p1, int nbk, 
     }
 }
 
+/* All nt tokens of a strip pair, in pair tiles as even as the count allows
+ * (see the single-strip loop in the batched tile): chunk kc's part. */
+VTI static void run_pair_tiles(int f, const pack_t *p0, const pack_t *p1, int nbk, const uint8_t *const *ab,
+                               const uint8_t *const *aq, const int32_t *corr, int nt, int first, int last,
+                               float *y, size_t ys, int nr1)
+{
+    for (int j0 = 0, C; j0 < nt; j0 += C) {
+        const int ntile = (nt - j0 + TOK_TILE2 - 1) / TOK_TILE2;
+        C = (nt - j0 + ntile - 1) / ntile;
+        run_tile_x2(f, p0, p1, nbk, ab + j0, aq + j0, corr + 8 * j0, C, first, last, y + (size_t)j0 * ys, ys, nr1);
+    }
+}
+
 /* Fused single-token K-quant block: the packing above and comp_k in one
  * pass, the packed vectors consumed from registers as they are made.  For
  * one token every packed vector is used once, so storing the 5.6 KB pack
@@ -1787,12 +1800,8 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
                         const int nr1 = p0 + np - (r0 + 16) < 16 ? p0 + np - (r0 + 16) : 16;
                         pack_any(f, w + (size_t)r0 * ws, ws, 16, kc, nbk, &pk);
                         pack_any(f, w + (size_t)(r0 + 16) * ws, ws, nr1, kc, nbk, &pk2);
-                        for (int j0 = 0, C; j0 < nt; j0 += C) {
-                            const int ntile = (nt - j0 + TOK_TILE2 - 1) / TOK_TILE2;
-                            C = (nt - j0 + ntile - 1) / ntile;
-                            run_tile_x2(f, &pk, &pk2, nbk, ab + j0, aq + j0, corr + 8 * j0, C, kc == 0,
-                                        kc == nchunk - 1, y + (size_t)(t0 + j0) * ys + r0, ys, nr1);
-                        }
+                        run_pair_tiles(f, &pk, &pk2, nbk, ab, aq, corr, nt, kc == 0, kc == nchunk - 1,
+                                       y + (size_t)t0 * ys + r0, ys, nr1);
                         continue;
                     }
                     pack_any(f, w + (size_t)r0 * ws, ws, nr, kc, nbk, &pk);
@@ -2475,12 +2484,8 @@ VT static void mxfp4_tile(int n, const void *vw, size_t ws, int nrows, const voi
                         const int nr1 = p0 + np - (r0 + 16) < 16 ? p0 + np - (r0 + 16) : 16;
                         pack_mxfp4(w + (size_t)r0 * ws, ws, 16, 8 * kc, nbk, &pk);
                         pack_mxfp4(w + (size_t)(r0 + 16) * ws, ws, nr1, 8 * kc, nbk, &pk2);
-                        for (int j0 = 0, C; j0 < nt; j0 += C) {
-                            const int ntile = (nt - j0 + TOK_TILE2 - 1) / TOK_TILE2;
-                            C = (nt - j0 + ntile - 1) / ntile;
-                            run_tile_x2(VF_Q8_0, &pk, &pk2, nbk, ab + j0, ab + j0, corr + 8 * j0, C, kc == 0,
-                                        kc == nchunk - 1, y + (size_t)(t0 + j0) * ys + r0, ys, nr1);
-                        }
+                        run_pair_tiles(VF_Q8_0, &pk, &pk2, nbk, ab, ab, corr, nt, kc == 0, kc == nchunk - 1,
+                                       y + (size_t)t0 * ys + r0, ys, nr1);
                         continue;
                     }
                     pack_mxfp4(w + (size_t)r0 * ws, ws, nr, 8 * kc, nbk, &pk);
