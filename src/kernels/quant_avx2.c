@@ -57,13 +57,6 @@ TGT static inline int32_t hsum_i32x4(__m128i s)
     return _mm_cvtsi128_si32(s);
 }
 
-/* Exact integer sum of the 8 int32 lanes (block sums are far from
- * overflowing: |sum| <= 256 * 127 * 127 * 63). */
-TGT static inline int32_t hsum_i32(__m256i v)
-{
-    return hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
-}
-
 /* The exact lane sums of two vectors at once (one shared reduction). */
 TGT static inline void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb)
 {
@@ -736,41 +729,16 @@ TGT static void v_f16_to_f32_row(const uint16_t *src, float *dst, int n)
  * over (fewer than 8) and tokens with a -128 code run the single-row
  * kernels (same bits).
  *
- * One token (the decode matvec): each weight vector is used once, straight
- * from the load; the next 8 rows are prefetched into L1 linearly, 5 lines
+ * One pass over the rows (up to 4 tokens, the decode matvec among them):
+ * each weight vector is used straight from the load (the former token loop
+ * kept the 8 rows' vectors across tokens and spilled them); the next 8
+ * rows are prefetched into L1 linearly, 5 lines
  * a block step (272 bytes of weights a step): for short rows (attn_q_b,
  * 1088 bytes) each row is a stream too short for the hardware prefetcher
  * (Zen 1, one thread, DRAM: 8.0 -> 13.6 GB/s at n = 1024, 8.8 -> 13.3 at
  * 4096). */
-TGT static void q8_0a_rows8_1(int n, const uint8_t *w, size_t ws, const block_q8_0a *a, float *y)
-{
-    const int nb = n / QK8_0;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *wb = w + (size_t)b * sizeof(block_q8_0);
-        for (int k = 0; k < 5; k++) _mm_prefetch((const char *)w + 8 * ws + 8 * sizeof(block_q8_0) * (size_t)b + 64 * k, _MM_HINT_T0);
-        const __m256i qa = _mm256_loadu_si256((const __m256i *)a[b].qs);
-        __m128i x[8];
-        for (int r = 0; r < 8; r++) {
-            const __m256i qw = _mm256_loadu_si256((const __m256i *)(wb + (size_t)r * ws + 2));
-            const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw)), ones);
-            x[r] = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        }
-        const __m128i t0 = _mm_hadd_epi32(_mm_hadd_epi32(x[0], x[1]), _mm_hadd_epi32(x[2], x[3]));
-        const __m128i t1 = _mm_hadd_epi32(_mm_hadd_epi32(x[4], x[5]), _mm_hadd_epi32(x[6], x[7]));
-        const __m256 tot = _mm256_cvtepi32_ps(_mm256_set_m128i(t1, t0));
-        uint16_t h[8];
-        for (int r = 0; r < 8; r++) memcpy(&h[r], wb + (size_t)r * ws, 2);
-        const __m256 dw = _mm256_cvtph_ps(_mm_set_epi16((short)h[7], (short)h[6], (short)h[5], (short)h[4],
-                                                        (short)h[3], (short)h[2], (short)h[1], (short)h[0]));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(tot, _mm256_mul_ps(dw, _mm256_set1_ps(a[b].d))));
-    }
-    _mm256_storeu_ps(y, acc);
-}
-
-/* 2..4 tokens, 8 rows (few-token passes: speculative drafts, batched
- * sessions; and the prefill tile in groups of 4): per block, each weight
+/* 1..4 tokens, 8 rows (decode, few-token passes: speculative drafts,
+ * batched sessions; and the prefill tile in groups of 4): per block, each weight
  * vector is loaded and made unsigned once, then meets the C tokens; each
  * (token, 4 rows) reduces to 4 totals right away, so what stays live is
  * 2 x C vectors of totals (the former loop kept the 8 rows' vectors across
@@ -785,7 +753,7 @@ TGTI static void q8_0a_rows8_c(int n, const uint8_t *w, size_t ws, const void *c
     for (int j = 0; j < C; j++) acc[j] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * sizeof(block_q8_0);
-        if (pf)   /* as q8_0a_rows8_1 */
+        if (pf)   /* the next 8 rows, linearly (above) */
             for (int k = 0; k < 5; k++) _mm_prefetch((const char *)w + 8 * ws + 8 * sizeof(block_q8_0) * (size_t)b + 64 * k, _MM_HINT_T0);
         __m128i t[2][4];
         for (int q = 0; q < 2; q++) {
@@ -823,7 +791,7 @@ TGT static void q8_0a_rows8_n(int n, const uint8_t *w, size_t ws, const void *co
         const void *const *a = va + j0;
         float *yj = y + (size_t)j0 * ys;
         switch (ntok - j0 < 4 ? ntok - j0 : 4) {   /* C a constant in each call */
-        case 1: q8_0a_rows8_1(n, w, ws, a[0], yj); break;
+        case 1: q8_0a_rows8_c(n, w, ws, a, yj, ys, 1, pf); break;
         case 2: q8_0a_rows8_c(n, w, ws, a, yj, ys, 2, pf); break;
         case 3: q8_0a_rows8_c(n, w, ws, a, yj, ys, 3, pf); break;
         default: q8_0a_rows8_c(n, w, ws, a, yj, ys, 4, pf); break;
@@ -978,7 +946,7 @@ TGTI static void mx_strip(int n, const uint8_t *const *rows, const void *const *
     const __m256i ones = _mm256_set1_epi16(1);
     for (int j = 0; j < C; j++) facc[j] = _mm256_setzero_ps();
     for (int ib = 0; ib < n / QK_MXFP4; ib++) {
-        if (pf)   /* the next 8 rows, linearly (see q8_0a_rows8_1) */
+        if (pf)   /* the next 8 rows, linearly (see the Q8_0 tiles) */
             for (int k = 0; k < 3; k++) _mm_prefetch((const char *)pf + MX_ROWS * sizeof(block_mxfp4) * (size_t)ib + 64 * k, _MM_HINT_T0);
         __m256i wq[MX_ROWS];
         float dw[MX_ROWS];
