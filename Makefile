@@ -4,18 +4,18 @@
 #   make                 optimized build for this machine (-O3 -march=native)
 #   make PORTABLE=1      no -march=native (SIMD kernels are still chosen at
 #                        run time from what the CPU supports)
-#   make DEBUG=1         -O0 -g with AddressSanitizer/UBSan, in its own
+#   make DEBUG=1         -O1 -g with AddressSanitizer/UBSan, in its own
 #                        tree: objects in build/debug, binaries in
 #                        build/debug/bin (the optimized ./ds4 etc. and
 #                        build/ stay as they are)
-#   make test            the whole suite on the optimized build, then again
-#                        on the DEBUG=1 build (what CI runs)
+#   make test            the whole suite on the optimized build and on the
+#                        DEBUG=1 build, in one pool (what CI runs)
 #   make test-opt        the optimized suite only
 #   make DEBUG=1 test    the sanitizer suite only
 #   make install PREFIX=/usr/local
 
 PREFIX ?= /usr/local
-# build in parallel by default (tests still run one after another)
+# build in parallel by default (tests/run.sh runs the tests in parallel too)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 CC ?= cc
 
@@ -26,7 +26,11 @@ ifeq ($(DEBUG),1)
   BIN_DIR ?= $(BUILD)/bin
   # float-cast-overflow: a double out of an integer's range (e.g. a JSON
   # number cast to int) is undefined behaviour; UBSan leaves it out by default
-  OPT = -O0 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
+  # -O1, ASan's recommended level: every access is still instrumented and
+  # every UBSan check still inserted, but the intrinsics inline -- the
+  # sanitizer suite took 2931 s at -O0 and ~2.4x less at -O1 on the 2-vCPU
+  # CI-like VM (t_oracle 504 -> 223 s, t_server 484 -> 188 s).
+  OPT = -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
   LDOPT = -fsanitize=address,undefined,float-cast-overflow
 else
   BUILD ?= build
@@ -208,17 +212,16 @@ $(BUILD)/tests/test_oom: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=reall
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-# In a DEBUG=1 make, `test` is the sanitizer suite alone; otherwise the
-# optimized suite, then the DEBUG=1 one (both run even if the first fails).
+# In a DEBUG=1 make, `test` is the sanitizer suite alone; otherwise both
+# trees are built and tests/run.sh runs the optimized and the sanitizer
+# suites in one pool (several tests at a time, the longest first).
 ifeq ($(DEBUG),1)
 test: test-suite
 else
-# (the suite's line holds no $(MAKE), so `make -n test` only prints it)
 test: all
-	@rm -f $(BUILD)/.test-opt-failed
-	DS4_BIN_DIR=$(BIN_DIR) DS4_BUILD_DIR=$(BUILD) tests/run.sh || touch $(BUILD)/.test-opt-failed
-	$(MAKE) --no-print-directory DEBUG=1 test
-	@if [ -e $(BUILD)/.test-opt-failed ]; then echo "make test: the optimized suite failed (above)"; exit 1; fi
+	$(MAKE) --no-print-directory DEBUG=1 all
+	DS4_TEST_PASSES="opt debug" DS4_BIN_DIR=$(BIN_DIR) DS4_BUILD_DIR=$(BUILD) \
+	  DS4_DEBUG_BIN_DIR=build/debug/bin DS4_DEBUG_BUILD_DIR=build/debug tests/run.sh
 endif
 
 test-opt: test-suite

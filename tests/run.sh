@@ -1,73 +1,186 @@
 #!/usr/bin/env bash
 # Runs every test of ds4: the C unit/golden tests ($DS4_BUILD_DIR/tests/test_*)
-# and the script tests (tests/t_*.sh).  Called by `make test` (and CI), once
-# for the optimized tree and once for the DEBUG=1 (ASan/UBSan) tree.
-# Needs ../shared (the oracles) beside the checkout; DS4_SHARED overrides.
+# and the script tests (tests/t_*.sh), several at a time.  Called by
+# `make test` (and CI) for both trees at once -- the optimized build and the
+# DEBUG=1 (ASan/UBSan) one -- and by `make test-opt` / `make DEBUG=1 test`
+# for one of them.  Needs ../shared (the oracles) beside the checkout;
+# DS4_SHARED overrides.
 #
 # Environment (set by the Makefile):
 #   DS4_BIN_DIR     where ds4, ds4-server, ... are (default .)
 #   DS4_BUILD_DIR   the build tree holding tests/test_* (default build)
-#   DS4_DEBUG_BUILD 1 for the sanitizer tree: UBSan reports then fail the
-#                   program that hits them, and the slow parts of some
-#                   script tests are trimmed (they check DS4_DEBUG_BUILD)
+#   DS4_DEBUG_BUILD 1 when that tree is the sanitizer one: UBSan reports then
+#                   fail the program that hits them, and the slow parts of
+#                   some script tests are trimmed (they check DS4_DEBUG_BUILD)
+#   DS4_TEST_PASSES "opt debug": both trees in one run, the sanitizer tree
+#                   from DS4_DEBUG_BIN_DIR / DS4_DEBUG_BUILD_DIR (default
+#                   build/debug/bin, build/debug); unset: the one tree above
+#   DS4_TEST_JOBS   tests run at once (default: the CPU count, at most 4)
 #   DS4_TESTS       optional: only the tests whose names match this regex
+#
+# Why in parallel: many tests are one thread for much of their time (Python
+# references, Node clients waiting on a server, single-threaded C tests),
+# so two at a time keep the 2-core CI machine busy.  Tests
+# share nothing: temporary directories, ports (--port 0) and process names
+# are their own.  The longest start first (EST below, seconds measured on a
+# 2-vCPU Zen 1 VM) so that the run does not end on one long test.  A script
+# marked `# ds4-test: alone` (with its reason) runs with no other test.
 set -u
 cd "$(dirname "$0")/.."
 export DS4_SHARED="${DS4_SHARED:-../shared}"
-export DS4_BIN_DIR="${DS4_BIN_DIR:-.}"
-export DS4_BUILD_DIR="${DS4_BUILD_DIR:-build}"
-export DS4_DEBUG_BUILD="${DS4_DEBUG_BUILD:-0}"
 if [ ! -d "$DS4_SHARED/golden" ]; then
     echo "tests: $DS4_SHARED/golden not found (set DS4_SHARED)" >&2
     exit 1
 fi
-if [ "$DS4_DEBUG_BUILD" = 1 ]; then
-    # A sanitizer finding must fail the test, not scroll by in a log: UBSan
-    # aborts at the first report; ASan (leaks included) exits non-zero.
-    export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-    export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
-    # The test servers compute ~9x slower under ASan: two threads instead of
-    # one (logits are the same bits at any thread count) took t_server,
-    # t_server_kv and t_server_parallel from 229, 201 and 121 s to 145-166,
-    # 113-130 and 71-80 s on the 2-core VM.
-    export DS4_SERVER_THREADS="${DS4_SERVER_THREADS:-2}"
+
+# the passes: kind, binaries, test programs
+P_KIND=(); P_BIN=(); P_BUILD=()
+if [ -n "${DS4_TEST_PASSES:-}" ]; then
+    for k in $DS4_TEST_PASSES; do
+        case "$k" in
+            opt) P_KIND+=(opt); P_BIN+=("${DS4_BIN_DIR:-.}"); P_BUILD+=("${DS4_BUILD_DIR:-build}") ;;
+            debug) P_KIND+=(debug); P_BIN+=("${DS4_DEBUG_BIN_DIR:-build/debug/bin}")
+                   P_BUILD+=("${DS4_DEBUG_BUILD_DIR:-build/debug}") ;;
+            *) echo "tests: unknown pass '$k' in DS4_TEST_PASSES (opt, debug)" >&2; exit 1 ;;
+        esac
+    done
+else
+    [ "${DS4_DEBUG_BUILD:-0}" = 1 ] && P_KIND+=(debug) || P_KIND+=(opt)
+    P_BIN+=("${DS4_BIN_DIR:-.}"); P_BUILD+=("${DS4_BUILD_DIR:-build}")
 fi
-LOGS="$DS4_BUILD_DIR/logs"
-pass=0; fail=0; failed=()
-run() {
-    local name="$1"; shift
+NP=${#P_KIND[@]}
+
+JOBS="${DS4_TEST_JOBS:-}"
+if [ -z "$JOBS" ]; then
+    JOBS=$(nproc 2>/dev/null || echo 2)
+    [ "$JOBS" -gt 4 ] && JOBS=4
+fi
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "tests: DS4_TEST_JOBS must be a positive integer" >&2; exit 1; }
+
+# The sanitizer pass: a finding must fail the test, not scroll by in a log:
+# UBSan aborts at the first report; ASan (leaks included) exits non-zero.
+SAN_UBSAN="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+SAN_ASAN="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
+# The test servers compute several times slower under ASan: two threads
+# instead of one (logits are the same bits at any thread count) took
+# t_server, t_server_kv and t_server_parallel from 229, 201 and 121 s to
+# 145-166, 113-130 and 71-80 s on the 2-core VM (an -O0 build, run alone).
+SAN_THREADS="${DS4_SERVER_THREADS:-2}"
+
+# Expected seconds (optimized / sanitizer pass) of the long tests; others 5.
+declare -A EST=(
+    [opt/t_realshape]=182 [opt/t_oracle]=131 [opt/test_mtp]=106 [opt/t_mpi]=62
+    [opt/t_eval]=59 [opt/t_server]=51 [opt/test_spec]=38 [opt/t_mtp]=31
+    [opt/t_server_kv]=28 [opt/t_quantize]=24 [opt/t_agent_lookup]=22
+    [opt/t_agent_session]=22 [opt/t_server_parallel]=21 [opt/t_agent]=20
+    [opt/t_bench]=19 [opt/test_session]=16 [opt/t_cli]=16 [opt/t_ssd]=15
+    [debug/test_mtp]=239 [debug/t_mtp]=218 [debug/test_session]=213
+    [debug/t_bench]=173 [debug/test_spec]=100 [debug/test_kvstore]=95
+    [debug/t_cli]=80 [debug/t_kvcache]=67 [debug/t_agent_tmux]=39
+    [debug/test_kernels]=16 [debug/t_limits]=15 [debug/test_expert_cache]=14
+    [debug/test_quant]=14
+)
+
+# the queue: one entry per (pass, test)
+Q_PASS=(); Q_NAME=(); Q_CMD=(); Q_ALONE=(); skipped=()
+queue() {   # queue PASS NAME ALONE CMD...
+    local p="$1" name="$2" alone="$3"; shift 3
     if [ -n "${DS4_TESTS:-}" ] && ! [[ "$name" =~ $DS4_TESTS ]]; then return; fi
-    local t0=$(date +%s)
-    if "$@" > "$LOGS/$name.log" 2>&1; then
-        pass=$((pass+1)); echo "PASS $name ($(( $(date +%s) - t0 ))s)"
+    Q_PASS+=("$p"); Q_NAME+=("$name"); Q_ALONE+=("$alone"); Q_CMD+=("$(printf '%q ' "$@")")
+}
+for ((p = 0; p < NP; p++)); do
+    mkdir -p "${P_BUILD[p]}/logs"
+    for t in "${P_BUILD[p]}"/tests/test_*; do
+        [ -x "$t" ] || continue
+        case "$t" in *.o|*.d) continue ;; esac
+        queue "$p" "$(basename "$t")" 0 "$t"
+    done
+    for t in tests/t_*.sh; do
+        [ -f "$t" ] || continue
+        # The sanitizer pass runs the script tests that start the binaries
+        # through DS4_BIN_DIR; the others would run the optimized binaries
+        # a second time and check nothing new, so they run in the optimized
+        # pass only (their code paths get ASan/UBSan through the C tests and
+        # the scripts that do use DS4_BIN_DIR).  A script marked
+        # `# ds4-test: optimized-only` (with its reason) is one whose
+        # sanitizer run would cost minutes of CI for code the C tests and
+        # the other scripts already run under ASan/UBSan.
+        if [ "${P_KIND[p]}" = debug ] && { ! grep -q DS4_BIN_DIR "$t" || grep -q '^# ds4-test: optimized-only' "$t"; }; then
+            [ -n "${DS4_TESTS:-}" ] && ! [[ "$(basename "$t" .sh)" =~ $DS4_TESTS ]] || skipped+=("$(basename "$t" .sh)")
+            continue
+        fi
+        alone=0; grep -q '^# ds4-test: alone' "$t" && alone=1
+        queue "$p" "$(basename "$t" .sh)" "$alone" bash "$t"
+    done
+done
+NQ=${#Q_NAME[@]}
+
+# longest first (stable for equal estimates)
+order=$(for ((i = 0; i < NQ; i++)); do
+    e=${EST[${P_KIND[${Q_PASS[i]}]}/${Q_NAME[i]}]:-5}
+    printf '%d %d\n' "$e" "$i"
+done | sort -k1,1nr -k2,2n | cut -d' ' -f2)
+
+# The server tests install their Node clients when missing; do it once here
+# rather than in two tests at once.
+if [ ! -d tests/server/node_modules ] && printf '%s\n' "${Q_NAME[@]}" | grep -q '^t_server'; then
+    (cd tests/server && npm ci --no-audit --no-fund) > /dev/null 2>&1 ||
+        echo "tests: npm ci in tests/server failed (the server tests will say why)"
+fi
+
+for ((p = 0; p < NP; p++)); do
+    echo "tests: binaries in ${P_BIN[p]}, test programs in ${P_BUILD[p]}/tests$([ "${P_KIND[p]}" = debug ] && echo ' (ASan/UBSan)')"
+done
+echo "tests: $NQ to run, $JOBS at a time"
+
+label() {   # the name a result line shows: the pass too when there are two
+    if [ "$NP" -gt 1 ]; then echo "${Q_NAME[$1]} [${P_KIND[${Q_PASS[$1]}]}]"; else echo "${Q_NAME[$1]}"; fi
+}
+log_of() { echo "${P_BUILD[${Q_PASS[$1]}]}/logs/${Q_NAME[$1]}.log"; }
+
+start() {   # start queue entry $1 in the background
+    local i=$1 p=${Q_PASS[$1]}
+    (
+        export DS4_BIN_DIR="${P_BIN[p]}" DS4_BUILD_DIR="${P_BUILD[p]}"
+        if [ "${P_KIND[p]}" = debug ]; then
+            export DS4_DEBUG_BUILD=1 UBSAN_OPTIONS="$SAN_UBSAN" ASAN_OPTIONS="$SAN_ASAN" DS4_SERVER_THREADS="$SAN_THREADS"
+        else
+            export DS4_DEBUG_BUILD=0
+        fi
+        eval "exec ${Q_CMD[i]}"
+    ) > "$(log_of "$i")" 2>&1 < /dev/null &
+    PID_OF[$!]=$i
+    T0[i]=$(date +%s)
+    running=$((running + 1))
+}
+
+declare -A PID_OF=()
+T0=(); running=0; pass=0; fail=0; failed=()
+reap() {   # wait for one test to end and report it
+    local pid rc i
+    wait -n -p pid; rc=$?
+    i=${PID_OF[$pid]}; unset "PID_OF[$pid]"
+    running=$((running - 1))
+    local secs=$(( $(date +%s) - T0[i] ))
+    if [ "$rc" -eq 0 ]; then
+        pass=$((pass + 1)); echo "PASS $(label "$i") (${secs}s)"
     else
-        fail=$((fail+1)); failed+=("$name"); echo "FAIL $name ($(( $(date +%s) - t0 ))s)"
-        tail -n 50 "$LOGS/$name.log" | sed 's/^/    /'
+        fail=$((fail + 1)); failed+=("$(label "$i")"); echo "FAIL $(label "$i") (${secs}s)"
+        tail -n 50 "$(log_of "$i")" | sed 's/^/    /'
     fi
 }
-mkdir -p "$LOGS"
-echo "tests: binaries in $DS4_BIN_DIR, test programs in $DS4_BUILD_DIR/tests$([ "$DS4_DEBUG_BUILD" = 1 ] && echo ' (ASan/UBSan)')"
-for t in "$DS4_BUILD_DIR"/tests/test_*; do
-    [ -x "$t" ] || continue
-    case "$t" in *.o|*.d) continue ;; esac
-    run "$(basename "$t")" "$t"
-done
-skipped=()
-for t in tests/t_*.sh; do
-    [ -f "$t" ] || continue
-    # The sanitizer pass runs the script tests that start the binaries
-    # through DS4_BIN_DIR; the others would run the optimized binaries a
-    # second time and check nothing new, so they run in the optimized pass
-    # only (their code paths get ASan/UBSan through the C tests and the
-    # scripts that do use DS4_BIN_DIR).
-    # A script marked `# ds4-test: optimized-only` (with its reason) is one
-    # whose sanitizer run would cost minutes of CI for code the C tests and
-    # the other scripts already run under ASan/UBSan.
-    if [ "$DS4_DEBUG_BUILD" = 1 ] && { ! grep -q DS4_BIN_DIR "$t" || grep -q '^# ds4-test: optimized-only' "$t"; }; then
-        skipped+=("$(basename "$t" .sh)"); continue
+
+for i in $order; do
+    if [ "${Q_ALONE[i]}" = 1 ]; then
+        while [ "$running" -gt 0 ]; do reap; done
+        start "$i"; reap
+        continue
     fi
-    run "$(basename "$t" .sh)" bash "$t"
+    while [ "$running" -ge "$JOBS" ]; do reap; done
+    start "$i"
 done
+while [ "$running" -gt 0 ]; do reap; done
+
 [ ${#skipped[@]} -eq 0 ] || echo "tests: sanitizer pass: not repeated (optimized binaries only, or marked optimized-only): ${skipped[*]}"
 echo "tests: $pass passed, $fail failed"
 [ "$fail" -eq 0 ] || { echo "failed: ${failed[*]}"; exit 1; }

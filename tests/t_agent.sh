@@ -6,7 +6,7 @@
 # truncation), confinement (outside paths, symlink escapes), declined
 # confirmations, and the trace: every turn after the first evaluates only
 # its new tokens.
-# ds4-test: optimized-only (minutes under ASan at -O0; the agent's tools, turn loop and UI run under ASan in t_agent_tmux)
+# ds4-test: optimized-only (minutes under ASan; the agent's tools, turn loop and UI run under ASan in t_agent_tmux)
 set -u
 cd "$(dirname "$0")/.."
 BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)

@@ -70,11 +70,11 @@ c=$(grep -o '"cached_tokens":[0-9]*' "$T/trC2" | cut -d: -f2)
 
 # Ctrl+C during a long bash
 mkdir -p "$T/D"
-{ printf 'Wait.</think>'; call bash command "sleep 100; echo never"; printf '\n---\nDone.</think>Stopped.'; } > "$T/sD"
+{ printf 'Wait.</think>'; call bash command "sleep 100; echo never-session-$$"; printf '\n---\nDone.</think>Stopped.'; } > "$T/sD"
 "$AGENT" "${common[@]}" --dir "$T/D" --script "$T/sD" -p "sleep" > "$T/outD" 2> "$T/errD" &
 pid=$!
-for i in $(seq 1 1200); do pgrep -f "sleep 100; echo never" > /dev/null && break; sleep 0.1; done
-pgrep -f "sleep 100; echo never" > /dev/null || bad "the command never started"
+for i in $(seq 1 1200); do pgrep -f "sleep 100; echo never-session-$$" > /dev/null && break; sleep 0.1; done
+pgrep -f "sleep 100; echo never-session-$$" > /dev/null || bad "the command never started"
 t0=$(date +%s%N)
 kill -INT $pid
 wait $pid
@@ -82,7 +82,7 @@ rc=$?
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ $ms -lt 1000 ] && ok "Ctrl+C during bash: returned in $ms ms (exit $rc)" || bad "Ctrl+C took $ms ms"
 sleep 0.2
-pgrep -f "sleep 100; echo never" > /dev/null && bad "the command survived" || ok "the command's process group was killed"
+pgrep -f "sleep 100; echo never-session-$$" > /dev/null && bad "the command survived" || ok "the command's process group was killed"
 results "$T/D" | grep -q "interrupted by the user" && ok "the session records the interrupted result" || bad "no interrupted result"
 
 # Ctrl+C during a (greedy) generation closes the turn; the session file

@@ -19,7 +19,7 @@ mkdir -p "$W"
 printf 'hello from the file\n' > "$W/greeting.txt"
 {
     printf 'I will read the file.</think>Reading it.'; call read path "greeting.txt"; sep
-    printf 'Now a long command.</think>'; call bash command "sleep 100; echo never"; sep
+    printf 'Now a long command.</think>'; call bash command "sleep 100; echo never-tmux-$$"; sep
     printf 'The user stopped it.</think>Understood, stopped.'; sep
     printf 'New session.</think>Fresh answer.'
 } > "$T/script"
@@ -42,8 +42,8 @@ wait_for "[ctx " && ok "status line with context use" || bad "no status line"
 wait_for "tok/s" && ok "status line with tokens/s" || bad "no speed"
 wait_for "allow \$ sleep 100" && ok "confirmation asked for bash" || { bad "no confirmation"; screen | tail -20; }
 tm send-keys -t ag "y" Enter
-for i in $(seq 1 50); do pgrep -f "sleep 100; echo never" > /dev/null && break; sleep 0.1; done
-pgrep -f "sleep 100; echo never" > /dev/null && ok "the command runs" || bad "the command did not start"
+for i in $(seq 1 50); do pgrep -f "sleep 100; echo never-tmux-$$" > /dev/null && break; sleep 0.1; done
+pgrep -f "sleep 100; echo never-tmux-$$" > /dev/null && ok "the command runs" || bad "the command did not start"
 t0=$(date +%s%N)
 tm send-keys -t ag C-c
 if wait_for "interrupted" 5; then
@@ -51,7 +51,7 @@ if wait_for "interrupted" 5; then
     [ $ms -lt 1000 ] && ok "Ctrl+C stopped the tool in $ms ms" || bad "Ctrl+C took $ms ms"
 else bad "Ctrl+C did nothing"; fi
 sleep 0.3
-pgrep -f "sleep 100; echo never" > /dev/null && bad "the command survived Ctrl+C" || ok "the command's process group was killed"
+pgrep -f "sleep 100; echo never-tmux-$$" > /dev/null && bad "the command survived Ctrl+C" || ok "the command's process group was killed"
 tm send-keys -t ag "/last" Enter
 wait_for "interrupted by the user after" && ok "/last shows the full result" || bad "/last"
 tm send-keys -t ag "ok, leave it" Enter

@@ -179,7 +179,7 @@ if ! command -v tmux > /dev/null; then
 fi
 export TERM=xterm-256color   # tmux itself needs a terminal type
 screen() { "${TM[@]}" capture-pane -p -J -S -300 -t chat 2>/dev/null; }
-# the sanitizer build (-O0, ASan) runs the model several times slower:
+# the sanitizer build (ASan, -O1) runs the model several times slower:
 # waits stretch by SLOW there (they are limits, not timings)
 SLOW=1; [ "${DS4_DEBUG_BUILD:-0}" = 1 ] && SLOW=4
 wait_for() {   # wait_for PATTERN SECONDS: the pane shows PATTERN (grep -E)
