@@ -16,7 +16,10 @@
 
 PREFIX ?= /usr/local
 # build in parallel by default (tests/run.sh runs the tests in parallel too)
+# (a sub-make shares its parent's job slots: setting -j again would reset them)
+ifeq ($(MAKELEVEL),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 CC ?= cc
 
 # Tests find the binaries through DS4_BIN_DIR and the test programs through

@@ -67,18 +67,23 @@ SAN_ASAN="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 # 145-166, 113-130 and 71-80 s on the 2-core VM (an -O0 build, run alone).
 SAN_THREADS="${DS4_SERVER_THREADS:-2}"
 
-# Expected seconds (optimized / sanitizer pass) of the long tests; others 5.
+# Expected seconds of the long tests (both trees in one pool of 2 on the
+# 2-vCPU VM, 2026-12-03, so with the other core busy); others 5.
 declare -A EST=(
-    [opt/t_realshape]=182 [opt/t_oracle]=131 [opt/test_mtp]=106 [opt/t_mpi]=62
-    [opt/t_eval]=59 [opt/t_server]=51 [opt/test_spec]=38 [opt/t_mtp]=31
-    [opt/t_server_kv]=28 [opt/t_quantize]=24 [opt/t_agent_lookup]=22
-    [opt/t_agent_session]=22 [opt/t_server_parallel]=21 [opt/t_agent]=20
-    [opt/t_bench]=19 [opt/test_session]=16 [opt/t_cli]=16 [opt/t_ssd]=15
-    [debug/test_mtp]=239 [debug/t_mtp]=218 [debug/test_session]=213
-    [debug/t_bench]=173 [debug/test_spec]=100 [debug/test_kvstore]=95
-    [debug/t_cli]=80 [debug/t_kvcache]=67 [debug/t_agent_tmux]=39
-    [debug/test_kernels]=16 [debug/t_limits]=15 [debug/test_expert_cache]=14
-    [debug/test_quant]=14
+    [debug/t_oracle]=374 [debug/t_server]=341 [debug/t_server_kv]=241
+    [debug/test_session]=192 [debug/t_server_parallel]=160
+    [debug/test_mtp]=148 [debug/t_bench]=147 [debug/t_mtp]=107
+    [debug/test_spec]=93 [debug/test_kvstore]=71 [debug/t_cli]=62
+    [debug/t_kvcache]=48 [debug/t_agent_tmux]=27 [debug/t_quality]=26
+    [debug/t_steer]=19 [debug/t_limits]=16 [debug/test_kernels]=14
+    [debug/t_profile]=12 [debug/t_synth]=10 [debug/test_expert_cache]=10
+    [debug/test_quant]=9 [debug/test_batch]=8
+    [opt/t_realshape]=326 [opt/t_oracle]=290 [opt/test_mtp]=231
+    [opt/test_spec]=103 [opt/t_mpi]=86 [opt/t_eval]=70 [opt/t_agent_lookup]=59
+    [opt/t_server]=53 [opt/t_mtp]=53 [opt/t_agent_session]=53
+    [opt/test_session]=53 [opt/t_agent]=50 [opt/t_quantize]=46 [opt/t_ssd]=42
+    [opt/t_cli]=38 [opt/t_server_kv]=33 [opt/t_server_parallel]=32
+    [opt/t_bench]=30 [opt/t_spec]=21 [opt/t_kvcache]=12 [opt/t_quality]=11
 )
 
 # the queue: one entry per (pass, test)
@@ -155,13 +160,14 @@ start() {   # start queue entry $1 in the background
 }
 
 declare -A PID_OF=()
-T0=(); running=0; pass=0; fail=0; failed=()
+T0=(); TIMES=(); running=0; pass=0; fail=0; failed=()
 reap() {   # wait for one test to end and report it
     local pid rc i
     wait -n -p pid; rc=$?
     i=${PID_OF[$pid]}; unset "PID_OF[$pid]"
     running=$((running - 1))
     local secs=$(( $(date +%s) - T0[i] ))
+    TIMES+=("$secs $(label "$i")")
     if [ "$rc" -eq 0 ]; then
         pass=$((pass + 1)); echo "PASS $(label "$i") (${secs}s)"
     else
@@ -181,6 +187,8 @@ for i in $order; do
 done
 while [ "$running" -gt 0 ]; do reap; done
 
+# the slowest, to keep EST above up to date
+printf '%s\n' "${TIMES[@]}" | sort -k1,1nr | head -n 8 | awk '{ t = $1; $1 = ""; s = s sep substr($0, 2) " " t "s"; sep = ", " } END { if (s != "") print "tests: slowest: " s }'
 [ ${#skipped[@]} -eq 0 ] || echo "tests: sanitizer pass: not repeated (optimized binaries only, or marked optimized-only): ${skipped[*]}"
 echo "tests: $pass passed, $fail failed"
 [ "$fail" -eq 0 ] || { echo "failed: ${failed[*]}"; exit 1; }
