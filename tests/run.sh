@@ -56,6 +56,10 @@ if [ -z "$JOBS" ]; then
     [ "$JOBS" -gt 4 ] && JOBS=4
 fi
 [[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "tests: DS4_TEST_JOBS must be a positive integer" >&2; exit 1; }
+# `wait -n -p` (which test ended) is bash 5.1; an older bash runs one at a time
+NEWBASH=0
+[ "${BASH_VERSINFO[0]}" -gt 5 ] || { [ "${BASH_VERSINFO[0]}" -eq 5 ] && [ "${BASH_VERSINFO[1]}" -ge 1 ]; } && NEWBASH=1
+[ "$NEWBASH" = 1 ] || JOBS=1
 
 # The sanitizer pass: a finding must fail the test, not scroll by in a log:
 # UBSan aborts at the first report; ASan (leaks included) exits non-zero.
@@ -155,6 +159,7 @@ start() {   # start queue entry $1 in the background
         eval "exec ${Q_CMD[i]}"
     ) > "$(log_of "$i")" 2>&1 < /dev/null &
     PID_OF[$!]=$i
+    LAST=$!
     T0[i]=$(date +%s)
     running=$((running + 1))
 }
@@ -163,7 +168,7 @@ declare -A PID_OF=()
 T0=(); TIMES=(); running=0; pass=0; fail=0; failed=()
 reap() {   # wait for one test to end and report it
     local pid rc i
-    wait -n -p pid; rc=$?
+    if [ "$NEWBASH" = 1 ]; then wait -n -p pid; rc=$?; else pid=$LAST; wait "$pid"; rc=$?; fi
     i=${PID_OF[$pid]}; unset "PID_OF[$pid]"
     running=$((running - 1))
     local secs=$(( $(date +%s) - T0[i] ))
