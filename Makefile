@@ -24,8 +24,9 @@ CC ?= cc
 
 # Tests find the binaries through DS4_BIN_DIR and the test programs through
 # DS4_BUILD_DIR (tests/run.sh), so both trees run the same suite.
+DEBUG_BUILD = build/debug
 ifeq ($(DEBUG),1)
-  BUILD ?= build/debug
+  BUILD ?= $(DEBUG_BUILD)
   BIN_DIR ?= $(BUILD)/bin
   # float-cast-overflow: a double out of an integer's range (e.g. a JSON
   # number cast to int) is undefined behaviour; UBSan leaves it out by default
@@ -224,7 +225,7 @@ else
 test: all
 	$(MAKE) --no-print-directory DEBUG=1 all
 	DS4_TEST_PASSES="opt debug" DS4_BIN_DIR=$(BIN_DIR) DS4_BUILD_DIR=$(BUILD) \
-	  DS4_DEBUG_BIN_DIR=build/debug/bin DS4_DEBUG_BUILD_DIR=build/debug tests/run.sh
+	  DS4_DEBUG_BIN_DIR=$(DEBUG_BUILD)/bin DS4_DEBUG_BUILD_DIR=$(DEBUG_BUILD) tests/run.sh
 endif
 
 test-opt: test-suite

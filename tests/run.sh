@@ -23,8 +23,7 @@
 # so two at a time keep the 2-core CI machine busy.  Tests
 # share nothing: temporary directories, ports (--port 0) and process names
 # are their own.  The longest start first (EST below, seconds measured on a
-# 2-vCPU Zen 1 VM) so that the run does not end on one long test.  A script
-# marked `# ds4-test: alone` (with its reason) runs with no other test.
+# 2-vCPU Zen 1 VM) so that the run does not end on one long test.
 set -u
 cd "$(dirname "$0")/.."
 export DS4_SHARED="${DS4_SHARED:-../shared}"
@@ -91,18 +90,19 @@ declare -A EST=(
 )
 
 # the queue: one entry per (pass, test)
-Q_PASS=(); Q_NAME=(); Q_CMD=(); Q_ALONE=(); skipped=()
-queue() {   # queue PASS NAME ALONE CMD...
-    local p="$1" name="$2" alone="$3"; shift 3
-    if [ -n "${DS4_TESTS:-}" ] && ! [[ "$name" =~ $DS4_TESTS ]]; then return; fi
-    Q_PASS+=("$p"); Q_NAME+=("$name"); Q_ALONE+=("$alone"); Q_CMD+=("$(printf '%q ' "$@")")
+Q_PASS=(); Q_NAME=(); Q_CMD=(); skipped=()
+wanted() { [ -z "${DS4_TESTS:-}" ] || [[ "$1" =~ $DS4_TESTS ]]; }
+queue() {   # queue PASS NAME CMD...
+    local p="$1" name="$2"; shift 2
+    wanted "$name" || return 0
+    Q_PASS+=("$p"); Q_NAME+=("$name"); Q_CMD+=("$(printf '%q ' "$@")")
 }
 for ((p = 0; p < NP; p++)); do
     mkdir -p "${P_BUILD[p]}/logs"
     for t in "${P_BUILD[p]}"/tests/test_*; do
         [ -x "$t" ] || continue
         case "$t" in *.o|*.d) continue ;; esac
-        queue "$p" "$(basename "$t")" 0 "$t"
+        queue "$p" "$(basename "$t")" "$t"
     done
     for t in tests/t_*.sh; do
         [ -f "$t" ] || continue
@@ -115,11 +115,10 @@ for ((p = 0; p < NP; p++)); do
         # sanitizer run would cost minutes of CI for code the C tests and
         # the other scripts already run under ASan/UBSan.
         if [ "${P_KIND[p]}" = debug ] && { ! grep -q DS4_BIN_DIR "$t" || grep -q '^# ds4-test: optimized-only' "$t"; }; then
-            [ -n "${DS4_TESTS:-}" ] && ! [[ "$(basename "$t" .sh)" =~ $DS4_TESTS ]] || skipped+=("$(basename "$t" .sh)")
+            wanted "$(basename "$t" .sh)" && skipped+=("$(basename "$t" .sh)")
             continue
         fi
-        alone=0; grep -q '^# ds4-test: alone' "$t" && alone=1
-        queue "$p" "$(basename "$t" .sh)" "$alone" bash "$t"
+        queue "$p" "$(basename "$t" .sh)" bash "$t"
     done
 done
 NQ=${#Q_NAME[@]}
@@ -182,11 +181,6 @@ reap() {   # wait for one test to end and report it
 }
 
 for i in $order; do
-    if [ "${Q_ALONE[i]}" = 1 ]; then
-        while [ "$running" -gt 0 ]; do reap; done
-        start "$i"; reap
-        continue
-    fi
     while [ "$running" -ge "$JOBS" ]; do reap; done
     start "$i"
 done
