@@ -263,8 +263,9 @@ BENCH_GGML_SHAPES = "iq2_xxs 4096 2048" "iq2_xxs 2048 4096" "q2_k 4096 2048" "q2
 bench-ggml: $(LIB)
 	@test -n "$(GGML_DIR)" -a -f "$(GGML_DIR)/build/src/libggml-base.a" || \
 	    { echo "bench-ggml: set GGML_DIR to a ggml tree built with cmake into GGML_DIR/build"; exit 2; }
+	$(CC) $(CFLAGS) -c -o $(BUILD)/bench/bench_ggml_ds4.o bench/bench_ggml_ds4.c
 	$(CC) $(CFLAGS) -Wno-unused-parameter -I$(GGML_DIR)/include -o $(BUILD)/bench/bench_ggml bench/bench_ggml.c \
-	    $(LIB) $(GGML_LIBS) $(LIBS)
+	    $(BUILD)/bench/bench_ggml_ds4.o $(LIB) $(GGML_LIBS) $(LIBS)
 	@for r in 1 2; do for s in $(BENCH_GGML_SHAPES); do $(BUILD)/bench/bench_ggml $$s 7 2>/dev/null; done; done
 
 $(BUILD)/bench/bench_tokenizer: $(BUILD)/bench/bench_tokenizer.o $(LIB)

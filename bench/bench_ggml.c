@@ -14,9 +14,9 @@
  * (sane block scales), so the weights come from DRAM.  ggml: a graph of
  * ggml_mul_mat nodes on the CPU backend (THREADS threads, default 1),
  * weights in ggml's CPU_REPACK buffer for the types it repacks on this
- * CPU (Q2_K, Q4_K on x86), else the plain CPU buffer; ds4: the best
- * kernel table's tile function with one token, one thread (THREADS > 1 is
- * ggml only: compare at 1).  Prints GB/s of each, the ratio, and the
+ * CPU (Q4_K with AVX2, Q2_K with AVX-512), else the plain CPU buffer; ds4: the engine's
+ * cpu_matmul_groups with the best kernel table, one token, a pool of
+ * THREADS threads.  Prints GB/s of each, the ratio, and the
  * largest difference between the two engines' outputs on the first matrix
  * (their activation quantizations differ for Q8_0, MXFP4 and float paths).
  */
@@ -25,14 +25,28 @@
 #include <string.h>
 #include <stdint.h>
 #include <time.h>
+#include <sys/mman.h>
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
-#include "kernels/quant.h"
+#include "bench_ggml_ds4.h"
 
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+1e-9*t.tv_nsec;}
 static uint64_t rs=88172645463325252ull; static inline uint64_t xr(void){rs^=rs<<13;rs^=rs>>7;rs^=rs<<17;return rs;}
+/* Both engines' weights on 2 MB pages (THP), as ds4 maps a model: with
+ * 4 KiB pages the TLB misses and the prefetchers' stops at page ends weigh
+ * differently on the two layouts (ds4 reads 8 rows at once, ggml's repacked
+ * types one interleaved stream), and the comparison would be of pages, not
+ * kernels.  Only the 2 MB-aligned interior can be huge. */
+static void huge(void*p,size_t n){
+#ifdef MADV_HUGEPAGE
+  uintptr_t a=((uintptr_t)p+(2u<<20)-1)&~(uintptr_t)((2u<<20)-1), e=((uintptr_t)p+n)&~(uintptr_t)((2u<<20)-1);
+  if(e>a) madvise((void*)a,e-a,MADV_HUGEPAGE);
+#else
+  (void)p;(void)n;
+#endif
+}
 static int cmpd(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return (x>y)-(x<y);}
 
 int main(int argc,char**argv){
@@ -47,7 +61,7 @@ int main(int argc,char**argv){
   else if(!strcmp(fmt,"mxfp4")){gt=GGML_TYPE_MXFP4;bb=17;bk=32;}
   else {gt=GGML_TYPE_F16;bb=2;bk=1;}
   size_t ws=(size_t)n_in/bk*bb, msz=ws*n_out; int M=(int)((768ull<<20)/msz); if(M<2)M=2;
-  uint8_t*w=aligned_alloc(64,msz*M);
+  size_t wsz=(msz*M+(2u<<20)-1)&~(size_t)((2u<<20)-1); uint8_t*w=aligned_alloc(2u<<20,wsz); if(!w){fprintf(stderr,"out of memory\n");return 1;} huge(w,wsz);
   for(size_t i=0;i<msz*M;i+=8){uint64_t v=xr(); memcpy(w+i,&v,8);}
   for(size_t b=0;b<msz*M;b+=bb){ uint16_t h=0x1c00|(uint16_t)(xr()&0xff);
     if(gt==GGML_TYPE_Q8_0||gt==GGML_TYPE_IQ2_XXS) memcpy(w+b,&h,2);
@@ -67,10 +81,15 @@ int main(int argc,char**argv){
   struct ggml_tensor**W=malloc(M*sizeof*W);
   for(int m=0;m<M;m++) W[m]=ggml_new_tensor_2d(cw,gt,n_in,n_out);
   if(gx) for(ggml_backend_buffer_type_t*p=gx(dev);p&&*p;p++){
-    if(!strcmp(ggml_backend_buft_name(*p),"CPU_REPACK") && (gt==GGML_TYPE_Q2_K||gt==GGML_TYPE_Q4_K)){
+    /* ggml repacks Q4_K on AVX2 CPUs and Q2_K only on AVX-512 ones; a type it
+     * does not repack here must stay in the plain buffer (its set_tensor
+     * crashes on one) */
+    if(!strcmp(ggml_backend_buft_name(*p),"CPU_REPACK") &&
+       ((gt==GGML_TYPE_Q2_K&&ggml_cpu_has_avx512())||(gt==GGML_TYPE_Q4_K&&ggml_cpu_has_avx2()))){
       buft=*p; bname="CPU_REPACK"; } }
   ggml_backend_buffer_t wb=ggml_backend_alloc_ctx_tensors_from_buft(cw,buft);
   if(!wb){fprintf(stderr,"alloc failed\n");return 1;}
+  huge(ggml_backend_buffer_get_base(wb),ggml_backend_buffer_get_size(wb));
   for(int m=0;m<M;m++) ggml_backend_tensor_set(W[m],w+(size_t)m*msz,0,msz);
   struct ggml_init_params ip2={ (size_t)(2*M+64)*ggml_tensor_overhead()+ggml_graph_overhead_custom(4*M+64,false), NULL, true };
   struct ggml_context*cg=ggml_init(ip2);
@@ -81,25 +100,20 @@ int main(int argc,char**argv){
   if(!ggml_gallocr_alloc_graph(ga,gf)){fprintf(stderr,"gallocr failed\n");return 1;}
   ggml_backend_tensor_set(X2,x,0,n_in*4);
 
-  /* ds4 */
-  const ds4_kernels*k=ds4_kernels_best(); ds4_tile_fn fn; void*aq=aligned_alloc(64,65536); const void*a=aq;
-  if(gt==GGML_TYPE_Q8_0){fn=k->q8_0_q8_0a_tile;k->quantize_q8_0a(x,aq,n_in);}
-  else if(gt==GGML_TYPE_Q2_K){fn=k->q2_K_q8_K_tile;k->quantize_q8_K(x,aq,n_in);}
-  else if(gt==GGML_TYPE_Q4_K){fn=k->q4_K_q8_K_tile;k->quantize_q8_K(x,aq,n_in);}
-  else if(gt==GGML_TYPE_IQ2_XXS){fn=k->iq2_xxs_q8_K_tile;k->quantize_q8_K(x,aq,n_in);}
-  else if(gt==GGML_TYPE_MXFP4){fn=k->mxfp4_q8_0a_tile;k->quantize_q8_0a(x,aq,n_in);}
-  else {fn=k->f16_f32_tile;a=x;}
-  float*y=malloc((size_t)n_out*4); const void*ap[1]={a};
+  /* ds4: the engine's own entry point (bench_ggml_ds4.c) */
+  ds4_side*ds=ds4_side_new((uint32_t)gt,n_in,n_out,ws,x,nth); if(!ds){fprintf(stderr,"ds4 side: setup failed\n");return 1;}
+  float*y=malloc((size_t)n_out*4);
+  #define DS4_MM(m) ds4_side_run(ds,w+(size_t)(m)*msz,y)
 
   double tg[64],td[64]; float chk=0;
-  ggml_backend_graph_compute(be,gf); for(int m=0;m<M;m++) fn(n_in,w+(size_t)m*msz,ws,n_out,ap,1,y,n_out);
+  ggml_backend_graph_compute(be,gf); for(int m=0;m<M;m++) DS4_MM(m);
   for(int r=0;r<reps;r++){
     double t0=now(); ggml_backend_graph_compute(be,gf); tg[r]=now()-t0;
-    t0=now(); for(int m=0;m<M;m++){fn(n_in,w+(size_t)m*msz,ws,n_out,ap,1,y,n_out);chk+=y[0];} td[r]=now()-t0;
+    t0=now(); for(int m=0;m<M;m++){DS4_MM(m);chk+=y[0];} td[r]=now()-t0;
   }
   /* same results? compare matrix 0 */
   struct ggml_tensor*y0=ggml_graph_node(gf,0); float*yg=malloc((size_t)n_out*4); ggml_backend_tensor_get(y0,yg,0,(size_t)n_out*4);
-  fn(n_in,w,ws,n_out,ap,1,y,n_out); double md=0,mx=0; for(int i=0;i<n_out;i++){double d=y[i]-yg[i]; if(d<0)d=-d; if(d>md)md=d; double ab=yg[i]<0?-yg[i]:yg[i]; if(ab>mx)mx=ab;}
+  DS4_MM(0); double md=0,mx=0; for(int i=0;i<n_out;i++){double d=y[i]-yg[i]; if(d<0)d=-d; if(d>md)md=d; double ab=yg[i]<0?-yg[i]:yg[i]; if(ab>mx)mx=ab;}
   qsort(tg,reps,sizeof(double),cmpd); qsort(td,reps,sizeof(double),cmpd);
   double gbs_g=(double)M*msz/tg[reps/2]/1e9, gbs_d=(double)M*msz/td[reps/2]/1e9;
   printf("%-8s %5d x %5d  ggml(%s, %d thr) %6.2f GB/s  ds4 %6.2f GB/s  ds4/ggml %.2f  (max |diff| %.3g of max |y| %.3g) chk %g\n",
