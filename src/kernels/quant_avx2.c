@@ -970,7 +970,6 @@ TGTI static void mx_strip(int n, const uint8_t *const *rows, const void *const *
                          const uint8_t *pf)
 {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ds4_kvalues_mxfp4));
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int j = 0; j < C; j++) facc[j] = _mm256_setzero_ps();
     for (int ib = 0; ib < n / QK_MXFP4; ib++) {
         if (pf)   /* the next 8 rows, linearly (see the Q8_0 tiles) */
@@ -988,10 +987,18 @@ TGTI static void mx_strip(int n, const uint8_t *const *rows, const void *const *
             const __m256i qa = _mm256_loadu_si256((const __m256i *)ab->qs);
             const __m256i ua = _mm256_abs_epi8(qa);
             __m256i p[MX_ROWS];
-            for (int r = 0; r < MX_ROWS; r++)
-                p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(wq[r], qa)), ones);
-            /* lane r <- the 8 partial sums of row r (integer: any order) */
-            const __m256i isum = red8_i32(p);
+            for (int r = 0; r < MX_ROWS; r++) p[r] = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(wq[r], qa));
+            /* lane r <- the sum of row r's 16 pair sums (integer: any order).
+             * |code| <= 12, |a| <= 128: a pair sum is <= 3072 and the sum of
+             * the 8 in one 128-bit lane <= 24576, so three rounds of vphaddw
+             * stay in int16; the two lanes add in int32.  This replaces a
+             * vpmaddwd per row (on Zen 1's one multiplier pipe) and the int32
+             * reduction: Zen 1, one thread, one token 4.8 -> 5.9 GB/s. */
+            const __m256i h01 = _mm256_hadd_epi16(p[0], p[1]), h23 = _mm256_hadd_epi16(p[2], p[3]);
+            const __m256i h45 = _mm256_hadd_epi16(p[4], p[5]), h67 = _mm256_hadd_epi16(p[6], p[7]);
+            const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(h01, h23), _mm256_hadd_epi16(h45, h67));
+            const __m256i isum = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(h)),
+                                                  _mm256_cvtepi16_epi32(_mm256_extracti128_si256(h, 1)));
             /* scalar order: sumf += (float)sumi * (dw * a.d) */
             const __m256 sc = _mm256_mul_ps(dwv, _mm256_set1_ps(ab->d));
             facc[j] = _mm256_add_ps(facc[j], _mm256_mul_ps(_mm256_cvtepi32_ps(isum), sc));
