@@ -16,7 +16,9 @@
  * weights in ggml's CPU_REPACK buffer for the types it repacks on this
  * CPU (Q4_K with AVX2, Q2_K with AVX-512), else the plain CPU buffer; ds4: the engine's
  * cpu_matmul_groups with the best kernel table, one token, a pool of
- * THREADS threads.  Prints GB/s of each, the ratio, and the
+ * THREADS threads.  Run it with OMP_WAIT_POLICY=passive (the Makefile does):
+ * ggml's OpenMP workers otherwise spin between its runs and take the cores
+ * from ds4's pool at THREADS > 1.  Prints GB/s of each, the ratio, and the
  * largest difference between the two engines' outputs on the first matrix
  * (their activation quantizations differ for Q8_0, MXFP4 and float paths).
  */
