@@ -257,7 +257,8 @@ bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 GGML_LIBS = -L$(GGML_DIR)/build/src -L$(GGML_DIR)/build/src/ggml-cpu -lggml-cpu -lggml-base -lstdc++ -fopenmp
 # BENCH_GGML_THREADS: threads of both engines.  ggml's OpenMP workers must
 # wait passively: spinning, they take the cores from ds4's pool between
-# ggml's runs (ds4 Q8_0 at 2 threads 11.8 GB/s against 21.9).
+# ggml's runs (Zen 1 VM, ds4 Q8_0 at 2 threads: 21.9 GB/s passive, ~17.8
+# with the default policy, 11.8 with OMP_WAIT_POLICY=active).
 BENCH_GGML_THREADS = 1
 BENCH_GGML_SHAPES = "iq2_xxs 4096 2048" "iq2_xxs 2048 4096" "q2_k 4096 2048" "q2_k 2048 4096" \
                     "q4_k 4096 2048" "q4_k 2048 4096" "q8_0 4096 2048" "q8_0 2048 4096" \

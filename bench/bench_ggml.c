@@ -105,17 +105,16 @@ int main(int argc,char**argv){
   /* ds4: the engine's own entry point (bench_ggml_ds4.c) */
   ds4_side*ds=ds4_side_new((uint32_t)gt,n_in,n_out,ws,x,nth); if(!ds){fprintf(stderr,"ds4 side: setup failed\n");return 1;}
   float*y=malloc((size_t)n_out*4);
-  #define DS4_MM(m) ds4_side_run(ds,w+(size_t)(m)*msz,y)
 
   double tg[64],td[64]; float chk=0;
-  ggml_backend_graph_compute(be,gf); for(int m=0;m<M;m++) DS4_MM(m);
+  ggml_backend_graph_compute(be,gf); for(int m=0;m<M;m++) ds4_side_run(ds,w+(size_t)m*msz,y);
   for(int r=0;r<reps;r++){
     double t0=now(); ggml_backend_graph_compute(be,gf); tg[r]=now()-t0;
-    t0=now(); for(int m=0;m<M;m++){DS4_MM(m);chk+=y[0];} td[r]=now()-t0;
+    t0=now(); for(int m=0;m<M;m++){ds4_side_run(ds,w+(size_t)m*msz,y);chk+=y[0];} td[r]=now()-t0;
   }
   /* same results? compare matrix 0 */
   struct ggml_tensor*y0=ggml_graph_node(gf,0); float*yg=malloc((size_t)n_out*4); ggml_backend_tensor_get(y0,yg,0,(size_t)n_out*4);
-  DS4_MM(0); double md=0,mx=0; for(int i=0;i<n_out;i++){double d=y[i]-yg[i]; if(d<0)d=-d; if(d>md)md=d; double ab=yg[i]<0?-yg[i]:yg[i]; if(ab>mx)mx=ab;}
+  ds4_side_run(ds,w,y); double md=0,mx=0; for(int i=0;i<n_out;i++){double d=y[i]-yg[i]; if(d<0)d=-d; if(d>md)md=d; double ab=yg[i]<0?-yg[i]:yg[i]; if(ab>mx)mx=ab;}
   qsort(tg,reps,sizeof(double),cmpd); qsort(td,reps,sizeof(double),cmpd);
   double gbs_g=(double)M*msz/tg[reps/2]/1e9, gbs_d=(double)M*msz/td[reps/2]/1e9;
   printf("%-8s %5d x %5d  ggml(%s, %d thr) %6.2f GB/s  ds4 %6.2f GB/s  ds4/ggml %.2f  (max |diff| %.3g of max |y| %.3g) chk %g\n",
