@@ -6,6 +6,10 @@
 #    stage times adding up to the total (other = total - stages); the
 #    matmul stage by kind (dense, dense float, routed gate/up, routed down)
 #    adding up to it, with its GFLOP, and the matmul threads' idle share;
+#  - decoding, the one-token products by weight format: per decoded token
+#    exactly the bytes of the model's matrices of that format (the routed
+#    experts' share n_used / n_expert), computed here from the GGUF; the
+#    rows add up to "all" and GB/s is MB over wall;
 #  - the logits are the same bits with and without it (timing only);
 #  - without it (or with DS4_PROFILE=0) nothing is printed.
 set -u
@@ -83,6 +87,59 @@ idle = re.search(r"^  matmul thread idle: ([\d.]+)% of the parallel sections' th
 assert idle and 0 <= float(idle[1]) <= 100 and float(idle[2]) <= float(idle[3]), "no idle line"
 print(f"{passes} passes, {rows} rows, stages add up to the total, outside the matmuls {o[1]}% of wall; "
       f"matmul kinds add up ({kinds['all'][1]} GFLOP), thread idle {idle[1]}%")
+PYEOF
+
+# decoding: 4 and 8 greedy tokens; their difference is 4 one-token passes
+for n in 4 8; do
+    DS4_PROFILE=1 "$BD"/ds4 -q -m "$M" -p "Hello there" -n $n -t 2 --temp 0 > "$T/gen$n.log" 2> "$T/gen$n.err" \
+        || { bad "ds4 -n $n failed"; cat "$T/gen$n.err"; }
+done
+$PY - "$T/gen4.err" "$T/gen8.err" "$S/oracle" "$M" <<'PYEOF' > "$T/tok.log" 2>&1 && ok "one-token table: $(cat "$T/tok.log")" || { bad "one-token table"; cat "$T/tok.log"; cat "$T/gen8.err"; }
+import re, sys
+sys.path.insert(0, sys.argv[3])
+import gguf_reader as g
+def table(path):
+    txt = open(path).read()
+    assert re.search(r"^  one-token by format\s+wall s\s+calls\s+MB\s+GB/s$", txt, re.M), "no one-token table"
+    rows = {}
+    for m in re.finditer(r"^  (F16|F32|BF16|Q8_0|Q2_K|Q4_K|IQ2_XXS|MXFP4|mixed|all)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)$", txt, re.M):
+        rows[m[1]] = (float(m[2]), int(m[3]), float(m[4]), float(m[5]))
+    assert "all" in rows, rows
+    parts = [k for k in rows if k != "all"]
+    a = rows["all"]
+    assert abs(sum(rows[k][0] for k in parts) - a[0]) < 0.005, rows
+    assert sum(rows[k][1] for k in parts) == a[1], rows
+    assert abs(sum(rows[k][2] for k in parts) - a[2]) < 0.005 * len(parts), rows
+    for k, (w, c, mb, gbs) in rows.items():
+        if w >= 0.002:   # GB/s = MB / wall, within the printed precision of both
+            lo, hi = (mb - 0.0005) / (w + 0.0005) / 1000, (mb + 0.0005) / (w - 0.0005) / 1000
+            assert lo - 0.005 <= gbs <= hi + 0.005, (k, rows[k])
+    return rows
+t4, t8 = table(sys.argv[1]), table(sys.argv[2])
+# expected MB per one-token pass, by format, from the GGUF: every matrix
+# but the embedding table and tid2eid, the routed experts' n_used / n_expert
+r = g.GGUFReader(sys.argv[4])
+nu = [v for k, v in r.kv.items() if k.endswith(".expert_used_count")][0]
+ne = [v for k, v in r.kv.items() if k.endswith(".expert_count")][0]
+offs = sorted(r.tensors[n][2] for n in r.tensor_order)
+end = r.size - r.data_offset
+exp = {}
+for n in r.tensor_order:
+    shape, typ, off = r.tensors[n]
+    if len(shape) < 2 or n == "token_embd.weight" or "tid2eid" in n: continue
+    nb = min([o for o in offs if o > off] + [end]) - off
+    if "_exps" in n: nb = nb * nu / ne
+    exp[g.type_name(typ)] = exp.get(g.type_name(typ), 0) + nb / 1e6
+got = {}
+for k in ["Q8_0", "Q2_K", "IQ2_XXS"]:
+    got[k] = (t8[k][2] - t4[k][2]) / 4
+    assert abs(got[k] - exp[k]) <= 0.001, (k, got[k], exp[k])
+    assert t8[k][1] > t4[k][1], (k, t4[k], t8[k])
+# F16: the HC, router and compressor matrices (the position tables are not
+# products, the indexer waits for enough compressed rows): some, not more
+got["F16"] = (t8["F16"][2] - t4["F16"][2]) / 4
+assert 0 < got["F16"] <= exp["F16"], (got["F16"], exp["F16"])
+print(", ".join(f"{k} {got[k]:.3f} MB/token" for k in got) + " (the GGUF's bytes)")
 PYEOF
 
 echo "t_profile: $fail failure(s)"

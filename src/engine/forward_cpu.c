@@ -144,7 +144,18 @@ static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
 static void run_mm(fwd *f, int pm, const mm_group *g, int ng) {
     prof_t t0 = prof_now();
     cpu_matmul_groups(&f->cc, g, ng);
-    prof_mm(pm, PROF_ON() ? mm_groups_flops(g, ng) : 0, t0);
+    if (!PROF_ON()) return;
+    prof_mm(pm, mm_groups_flops(g, ng), t0);
+    /* one-token leaves: the weight bytes they streamed, by format */
+    int maxrows = 0, type = -2;
+    double bytes = 0;
+    for (int i = 0; i < ng; i++) {
+        if (g[i].n_rows <= 0) continue;
+        if (g[i].n_rows > maxrows) maxrows = g[i].n_rows;
+        bytes += (double)g[i].W.row_bytes * g[i].W.n_out;
+        type = type == -2 || type == (int)g[i].W.type ? (int)g[i].W.type : -1;
+    }
+    if (maxrows == 1) ds4_prof_mm_tok(type, bytes, t0, prof_now());
 }
 
 static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *sp, int n) {

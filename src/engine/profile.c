@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/profile.h"
+#include "gguf/gguf.h"
 
 static const char *const prof_name[PS_N] = {
     "matmul", "act quantize", "attention", "indexer", "compressor", "HC",
@@ -20,6 +21,9 @@ static _Atomic uint64_t prof_wall[PS_N], prof_cpu[PS_N], prof_tot_wall, prof_tot
 static _Atomic uint64_t prof_passes, prof_rows;
 static _Atomic uint64_t prof_mm_wall[PM_N], prof_mm_cpu[PM_N], prof_mm_mflop[PM_N];
 static _Atomic uint64_t prof_mm_idle, prof_mm_thr;
+/* one-token leaves by weight type; slot PT_N: leaves mixing types */
+enum { PT_N = 64 };
+static _Atomic uint64_t prof_tok_wall[PT_N + 1], prof_tok_bytes[PT_N + 1], prof_tok_calls[PT_N + 1];
 
 void ds4_prof_stage_add(int st, prof_t t0, prof_t t1) {
     atomic_fetch_add_explicit(&prof_wall[st], t1.wall - t0.wall, memory_order_relaxed);
@@ -30,6 +34,13 @@ void ds4_prof_mm_add(int pm, double flops, prof_t t0, prof_t t1) {
     atomic_fetch_add_explicit(&prof_mm_wall[pm], t1.wall - t0.wall, memory_order_relaxed);
     atomic_fetch_add_explicit(&prof_mm_cpu[pm], t1.cpu - t0.cpu, memory_order_relaxed);
     atomic_fetch_add_explicit(&prof_mm_mflop[pm], (uint64_t)(flops * 1e-6 + 0.5), memory_order_relaxed);
+}
+
+void ds4_prof_mm_tok(int type, double bytes, prof_t t0, prof_t t1) {
+    int k = type >= 0 && type < PT_N ? type : PT_N;
+    atomic_fetch_add_explicit(&prof_tok_wall[k], t1.wall - t0.wall, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_tok_bytes[k], (uint64_t)(bytes + 0.5), memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof_tok_calls[k], 1, memory_order_relaxed);
 }
 
 void ds4_prof_mm_idle(uint64_t idle, uint64_t total) {
@@ -69,6 +80,24 @@ static void prof_report(void) {
     fprintf(stderr, "  matmul thread idle: %.1f%% of the parallel sections' thread time (%.3f of %.3f s)\n",
             prof_mm_thr ? 100.0 * (double)prof_mm_idle / (double)prof_mm_thr : 0, (double)prof_mm_idle * 1e-9,
             (double)prof_mm_thr * 1e-9);
+    /* one-token leaves (decode) by weight format: weight bytes over wall
+     * time, to set beside a read-bandwidth probe (ds4-bench prints one) */
+    uint64_t calls = 0, bytes = 0, wall = 0;
+    for (int i = 0; i <= PT_N; i++) calls += prof_tok_calls[i];
+    if (!calls) return;
+    fprintf(stderr, "  %-20s %10s %7s %10s %10s\n", "one-token by format", "wall s", "calls", "MB", "GB/s");
+    for (int i = 0; i <= PT_N + 1; i++) {
+        uint64_t w, b, c;
+        const char *name;
+        if (i <= PT_N) {
+            if (!prof_tok_calls[i]) continue;
+            w = prof_tok_wall[i]; b = prof_tok_bytes[i]; c = prof_tok_calls[i];
+            wall += w; bytes += b;
+            name = i < PT_N ? ggml_type_name((uint32_t)i) : "mixed";
+        } else { w = wall; b = bytes; c = calls; name = "all"; }
+        fprintf(stderr, "  %-20s %10.3f %7llu %10.3f %10.2f\n", name, (double)w * 1e-9, (unsigned long long)c,
+                (double)b * 1e-6, w ? (double)b / (double)w : 0);
+    }
 }
 
 prof_t prof_pass_begin(void) {

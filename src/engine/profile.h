@@ -87,6 +87,13 @@ static inline void prof_mm(int pm, double flops, prof_t t0) {
     }
 }
 
+/* A one-token matmul leaf (decode: every group has at most one token
+ * row) whose groups all have weight type `type` (GGML_*; -1 when they
+ * mix types): `bytes` of weights streamed in the time since t0 -- the
+ * per-format GB/s of the decode step, beside the read probe.  Counted in
+ * addition to prof_mm. */
+void ds4_prof_mm_tok(int type, double bytes, prof_t t0, prof_t t1);
+
 /* a parallel matmul section: its threads spent `idle` ns of `total`
  * (wall x threads) not in their share: waking up, or waiting for the last
  * chunk */
