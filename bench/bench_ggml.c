@@ -104,6 +104,7 @@ int main(int argc,char**argv){
 
   /* ds4: the engine's own entry point (bench_ggml_ds4.c) */
   ds4_side*ds=ds4_side_new((uint32_t)gt,n_in,n_out,ws,x,nth); if(!ds){fprintf(stderr,"ds4 side: setup failed\n");return 1;}
+  ds4_side_scan(ds,w,(size_t)M*msz);
   float*y=malloc((size_t)n_out*4);
 
   double tg[64],td[64]; float chk=0;

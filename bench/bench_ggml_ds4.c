@@ -20,6 +20,7 @@ struct ds4_side {
     int n_in, n_out;
     size_t ws, arb;
     void *act;
+    int sym;        /* Q8_0 weights without -128 codes, as the engine marks them */
 };
 
 ds4_side *ds4_side_new(uint32_t type, int n_in, int n_out, size_t ws, const float *x, int nth)
@@ -45,9 +46,14 @@ ds4_side *ds4_side_new(uint32_t type, int n_in, int n_out, size_t ws, const floa
     return s;
 }
 
+void ds4_side_scan(ds4_side *s, const uint8_t *w, size_t bytes)
+{
+    s->sym = s->type == GGML_Q8_0 && ds4_q8_0_sym(w, bytes / sizeof(block_q8_0));
+}
+
 void ds4_side_run(ds4_side *s, const uint8_t *w, float *y)
 {
-    mm_group g = { .W = { w, s->type, s->n_in, s->n_out, s->ws }, .kind = s->kind, .act = s->act,
+    mm_group g = { .W = { w, s->type, s->n_in, s->n_out, s->ws, s->sym }, .kind = s->kind, .act = s->act,
                    .act_stride = s->arb, .rows = NULL, .n_rows = 1, .out = y, .out_stride = (size_t)s->n_out };
     cpu_matmul_groups(&s->cc, &g, 1);
 }

@@ -122,7 +122,8 @@ static void fill_pattern(const fmt_t *f, uint8_t *p, size_t nblk) {
         case GGML_Q8_0: {
             block_q8_0 *x = (block_q8_0 *)q;
             x->d = ds4_f32_to_f16(0.001f + 0.01f * (bench_frand() + 1));
-            for (int i = 0; i < 32; i++) x->qs[i] = (int8_t)bench_rnd();
+            /* codes in [-127, 127], as every Q8_0 quantizer makes them */
+            for (int i = 0; i < 32; i++) x->qs[i] = (int8_t)((int)(bench_rnd() % 255) - 127);
             break;
         }
         case GGML_Q2_K: {
@@ -268,6 +269,7 @@ typedef struct {
     size_t act_rb;
     act_kind kind;
     float *out;
+    int sym;                /* Q8_0 without -128 codes: the engine's mark (ds4_q8_0_sym) */
 } mm_cfg;
 
 static void run_one(mm_cfg *c, const cpu_ctx *cc, int T, int rows) {
@@ -277,7 +279,7 @@ static void run_one(mm_cfg *c, const cpu_ctx *cc, int T, int rows) {
     if (!(opt.cached && T == 1)) c->slot = (c->slot + 1) % c->nslots;
     size_t rb = row_bytes_of(c->f, s->n_in);
     for (int gi = 0; gi < s->groups; gi++) {
-        mat_t W = { base + (size_t)gi * s->n_out * rb, c->f->type, s->n_in, rows, rb };
+        mat_t W = { base + (size_t)gi * s->n_out * rb, c->f->type, s->n_in, rows, rb, c->sym };
         mm_group x = { .W = W, .kind = c->kind, .act = c->act + (size_t)gi * T * c->act_rb,
                        .act_stride = c->act_rb, .rows = NULL, .n_rows = T,
                        .out = c->out + (size_t)gi * rows, .out_stride = (size_t)s->groups * rows };
@@ -503,7 +505,8 @@ int main(int argc, char **argv) {
         for (int si = 0; si < NSHAPE; si++) {
             if (!opt.shape_on[si]) continue;
             const shape_t *s = &SHAPES[si];
-            mm_cfg c = { .f = f, .s = s, .pool = pool, .fill = fill, .kind = kind, .out = out };
+            mm_cfg c = { .f = f, .s = s, .pool = pool, .fill = fill, .kind = kind, .out = out,
+                         .sym = f->type == GGML_Q8_0 && ds4_q8_0_sym(pool, fill / sizeof(block_q8_0)) };
             c.mat_bytes = (size_t)s->groups * s->n_out * row_bytes_of(f, s->n_in);
             c.nslots = fill / c.mat_bytes;
             if (c.nslots < 1) c.nslots = 1;

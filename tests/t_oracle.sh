@@ -104,6 +104,50 @@ for kt in scalar avx2 avx512 avx512-packed amx; do
     [ -z "$qat_stat" ] || check q2 ds4 $kern_seq "$T/kp.f32" qat-stat "(3) qat-stat q2 $kern_seq with DS4_KERNELS=$kt"
 done
 
+# Q8_0 weights holding the code -128 (valid in the format, though no
+# quantizer makes it): loading marks such matrices, which then keep the
+# general kernels (q8_0_q8_0a_tile_sym needs codes in [-127, 127]).  A copy
+# of tiny-a-q2 with one -128 code in every dense Q8_0 matrix gives the same
+# bits on every table, and other logits than the original.
+$PY - "$S/oracle" "$G/models/tiny-a-q2.gguf" "$T/m128.gguf" <<'PYEOF' > "$T/m128.log" 2>&1 || { bad "patching a -128 code"; cat "$T/m128.log"; }
+import shutil, sys
+sys.path.insert(0, sys.argv[1])
+import gguf_reader as g
+shutil.copyfile(sys.argv[2], sys.argv[3])
+r = g.GGUFReader(sys.argv[2])
+with open(sys.argv[3], "r+b") as f:
+    n = 0
+    for name in r.tensor_order:
+        shape, typ, off = r.tensors[name]
+        if g.type_name(typ) != "Q8_0" or len(shape) != 2: continue
+        f.seek(r.data_offset + off + 34 * 3 + 2 + 5)   # block 3, code 5 of row 0
+        f.write(b"\x80")
+        n += 1
+    assert n > 0
+print(n)
+PYEOF
+m128_run() {   # m128_run MODEL OUT TABLE [ds4 flags...]
+    local mf=$1 o=$2 kt=$3; shift 3
+    DS4_KERNELS=$kt $BD/ds4 -q -m "$mf" --tokens-file "$G/sequences/$kern_seq.ids.txt" --dump-logits "$o" \
+        -n 0 "$@" > "$T/run.log" 2>&1 || { cat "$T/run.log"; return 1; }
+}
+if m128_run "$T/m128.gguf" "$T/m128-scalar.f32" scalar; then
+    m128_run "$G/models/tiny-a-q2.gguf" "$T/m128-orig.f32" scalar || bad "q2 run"
+    cmp -s "$T/m128-scalar.f32" "$T/m128-orig.f32" && bad "the -128 codes changed no logit" \
+        || ok "-128 codes in $(cat "$T/m128.log") Q8_0 matrices change the logits"
+    for kt in avx2 avx512 avx512-packed amx; do
+        "${DS4_BUILD_DIR:-build}"/tests/test_kernels --has-table $kt > /dev/null 2>&1 || continue
+        m128_run "$T/m128.gguf" "$T/m128-k.f32" $kt && cmp -s "$T/m128-k.f32" "$T/m128-scalar.f32" \
+            && ok "Q8_0 with -128 codes: DS4_KERNELS=$kt == scalar (bitwise)" \
+            || bad "Q8_0 with -128 codes: DS4_KERNELS=$kt differs from scalar"
+        m128_run "$T/m128.gguf" "$T/m128-d.f32" $kt --decode-only && cmp -s "$T/m128-d.f32" "$T/m128-scalar.f32" \
+            && ok "Q8_0 with -128 codes: DS4_KERNELS=$kt decode == scalar prefill (bitwise)" \
+            || bad "Q8_0 with -128 codes: DS4_KERNELS=$kt decode differs from the scalar prefill"
+    done
+else
+    bad "ds4 on the model with -128 codes"
+fi
+
 if DS4_KERNELS=no-such-table "${DS4_BIN_DIR:-.}"/ds4 -q -m "$G/models/tiny-a-q2.gguf" --tokens 0 -n 0 > "$T/kt.log" 2>&1; then
     bad "DS4_KERNELS=no-such-table accepted"
 elif grep -q "DS4_KERNELS=no-such-table: no such kernel table" "$T/kt.log"; then

@@ -570,7 +570,7 @@ static void test_driver(void) {
                     rows[gi] = malloc(sizeof(int) * (size_t)nr);
                     for (int j = 0; j < nr; j++) rows[gi][j] = irand(0, nact - 1);
                     Ys[gi] = calloc((size_t)nr * n_out, sizeof(float));
-                    mat_t W = { Ws[gi], f->type, n, n_out, rb };
+                    mat_t W = { Ws[gi], f->type, n, n_out, rb, 0 };
                     mm_group x1 = { .W = W, .kind = f->act == A_Q8_0A ? ACT_Q8_0A : f->act == A_Q8_K ? ACT_Q8_K : ACT_F32,
                                     .act = A, .act_stride = ab, .rows = (gi & 1) ? rows[gi] : NULL,
                                     .n_rows = (gi & 1) ? nr : (nr < nact ? nr : nact), .out = Ys[gi],
@@ -602,7 +602,7 @@ static void test_driver(void) {
     for (int r = 0; r < n_out; r++) rand_row(q->type, W + (size_t)r * rb_of(q, n), n, 0);
     float *X = malloc(sizeof(float) * n * T), *Y = malloc(sizeof(float) * n_out * T);
     for (int j = 0; j < T; j++) rand_act(X + (size_t)j * n, n, 0);
-    mat_t M = { W, q->type, n, n_out, rb_of(q, n) };
+    mat_t M = { W, q->type, n, n_out, rb_of(q, n), 0 };
     cpu_matmul(&cc, M, 1, X, n, T, Y, n_out, NULL);
     long bad = 0;
     for (int j = 0; j < T; j++)
@@ -656,6 +656,80 @@ static void test_few_tokens(void) {
         CHECK(bad == 0, "%s q8_0 few tokens: %ld outputs differ from the scalar single-row kernel", k->name, bad);
         CHECK(badg == 0, "%s q8_0 few tokens: %ld writes outside the tile", k->name, badg);
         printf("info: %s q8_0 %ld cases of 1..8 tokens: every output equals the scalar table\n", k->name, cases);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Q8_0 weights without -128 codes: ds4_q8_0_sym finds any -128 (one code  */
+/* planted anywhere, at the Flash row lengths), and every table's          */
+/* q8_0_q8_0a_tile_sym (where it has one) equals the scalar single-row     */
+/* kernel bit for bit on such weights, 1..9 tokens, activations with raw   */
+/* codes (-128 included), ragged row counts, padded rows and strides.      */
+/* ---------------------------------------------------------------------- */
+
+static void sym_row(uint8_t *w, int n, int wild) {
+    rand_row(GGML_Q8_0, w, n, wild);
+    block_q8_0 *b = (block_q8_0 *)w;
+    for (int i = 0; i < n / 32; i++)
+        for (int k = 0; k < 32; k++)
+            if (b[i].qs[k] == -128) b[i].qs[k] = (int8_t)(rnd() % 2 ? -127 : 127);
+}
+
+static void test_q8_sym(void) {
+    const fmt *f = &FMTS[0];
+    long scan_bad = 0, scans = 0;
+    CHECK(ds4_q8_0_sym(NULL, 0) == 1, "ds4_q8_0_sym: no blocks is symmetric");
+    static const int sn[] = { 32, 1024, 4096, 8192, 40960 };
+    for (int si = 0; si < 5; si++)
+        for (int rep = 0; rep < 8; rep++) {
+            const int n = sn[si], nb = n / 32;
+            uint8_t *w = malloc((size_t)nb * sizeof(block_q8_0));
+            sym_row(w, n, rep & 1);
+            scan_bad += ds4_q8_0_sym(w, (size_t)nb) != 1;
+            block_q8_0 *b = (block_q8_0 *)w;
+            const int bi = irand(0, nb - 1), k = irand(0, 31);
+            b[bi].qs[k] = -128;
+            scan_bad += ds4_q8_0_sym(w, (size_t)nb) != 0;
+            memset(&b[bi].d, 0x80, 2);   /* 0x80 in a scale is not a code */
+            b[bi].qs[k] = 5;
+            scan_bad += ds4_q8_0_sym(w, (size_t)nb) != 1;
+            scans += 3;
+            free(w);
+        }
+    CHECK(scan_bad == 0, "ds4_q8_0_sym: %ld of %ld scans wrong", scan_bad, scans);
+
+    const ds4_kernels *sk = ds4_kernels_scalar();
+    const ds4_kernels *tabs[5] = { sk, ds4_kernels_avx2(), ds4_kernels_avx512(), ds4_kernels_avx512_packed(),
+                                   ds4_kernels_amx() };
+    static const int ns[] = { 32, 64, 224, 1024, 2048, 4096, 8192 };
+    static const int rws[] = { 1, 7, 8, 9, 15, 16, 17, 33, 64 };
+    for (int ti = 0; ti < 5; ti++) {
+        const ds4_kernels *k = tabs[ti];
+        if (!k || !k->q8_0_q8_0a_tile_sym) continue;
+        long bad = 0, badg = 0, cases = 0;
+        for (int ni = 0; ni < 7; ni++)
+            for (int ntok = 1; ntok <= 9; ntok++) {
+                const int n = ns[ni], wild = (ntok + ni) & 1, nrows = rws[rnd() % 9];
+                const size_t ws = rb_of(f, n) + (size_t)irand(0, 3) * 2, ab = act_bytes(f, n);
+                const size_t as = ab + (size_t)irand(0, 2) * 4;
+                uint8_t *W = malloc(ws * (size_t)nrows), *A = malloc(as * (size_t)ntok);
+                float *x = malloc(sizeof(float) * (size_t)n);
+                for (int r = 0; r < nrows; r++) sym_row(W + (size_t)r * ws, n, wild);
+                for (int j = 0; j < ntok; j++) {
+                    rand_act(x, n, wild);
+                    block_q8_0a *q = (block_q8_0a *)(A + (size_t)j * as);
+                    ds4_quantize_q8_0a(x, q, n);
+                    if (rnd() % 3 == 0)   /* raw codes, -128 included */
+                        for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
+                }
+                bad += tile_vs_rows(k->q8_0_q8_0a_tile_sym, sk, f, n, W, ws, nrows, A, as, ntok, rnd() % 2, &badg);
+                cases++;
+                free(W); free(A); free(x);
+            }
+        CHECK(bad == 0, "%s q8_0 sym tile: %ld outputs differ from the scalar single-row kernel", k->name, bad);
+        CHECK(badg == 0, "%s q8_0 sym tile: %ld writes outside the tile", k->name, badg);
+        printf("info: %s q8_0 sym tile, %ld cases of 1..9 tokens: every output equals the scalar table\n",
+               k->name, cases);
     }
 }
 
@@ -783,6 +857,7 @@ int main(int argc, char **argv) {
     test_tables();
     test_mxfp4();
     test_few_tokens();
+    test_q8_sym();
     test_few_tokens_float();
     test_amx_tiles();
     test_driver();

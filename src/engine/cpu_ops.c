@@ -10,7 +10,7 @@
 #include "gguf/gguf.h"
 
 mat_t mat_of(const ds4_tensor *t) {
-    mat_t m = { t->data, t->type, (int)t->ne[0], (int)t->ne[1], t->row_bytes };
+    mat_t m = { t->data, t->type, (int)t->ne[0], (int)t->ne[1], t->row_bytes, t->q8_sym };
     return m;
 }
 
@@ -87,8 +87,10 @@ static dotf_fn pick_f(const ds4_kernels *k, uint32_t type) {
     return NULL;
 }
 
-static ds4_tile_fn pick_tile(const ds4_kernels *k, uint32_t type, act_kind kind) {
-    if (kind == ACT_Q8_0A && type == GGML_Q8_0) return k->q8_0_q8_0a_tile;
+static ds4_tile_fn pick_tile(const ds4_kernels *k, mat_t W, act_kind kind) {
+    const uint32_t type = W.type;
+    if (kind == ACT_Q8_0A && type == GGML_Q8_0)
+        return W.sym && k->q8_0_q8_0a_tile_sym ? k->q8_0_q8_0a_tile_sym : k->q8_0_q8_0a_tile;
     if (kind == ACT_Q8_0A && type == GGML_MXFP4) return k->mxfp4_q8_0a_tile;
     if (kind == ACT_Q8_K) {
         if (type == GGML_Q2_K) return k->q2_K_q8_K_tile;
@@ -140,7 +142,7 @@ typedef struct {
 static void mm_group_rows(const cpu_ctx *c, const mm_group *g, int o0, int o1) {
     const int n = g->W.n_in;
     const size_t rb = g->W.row_bytes;
-    ds4_tile_fn tile = pick_tile(c->k, g->W.type, g->kind);
+    ds4_tile_fn tile = pick_tile(c->k, g->W, g->kind);
     if (tile) {
         const void *ap[AP_MAX];
         for (int j0 = 0; j0 < g->n_rows; j0 += AP_MAX) {

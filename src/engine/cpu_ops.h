@@ -26,6 +26,7 @@ typedef struct {
     uint32_t type;
     int n_in, n_out;
     size_t row_bytes;
+    int sym;                    /* Q8_0 without -128 codes (ds4_tensor.q8_sym) */
 } mat_t;
 
 mat_t mat_of(const ds4_tensor *t);

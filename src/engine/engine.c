@@ -7,6 +7,7 @@
  * experts), done once at load so the forward pass can trust the file.
  * Must not: compute (forward_cpu.c) or hold per-sequence state (session.c).
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,56 @@ static int check_data(ds4_model *m, char **err) {
         return ds4_set_err(err, DS4_EFORMAT, "%s: tokenizer has %d tokens but the model's vocab_size is %d",
                            m->path, nv, c->n_vocab);
     return DS4_OK;
+}
+
+/* Which Q8_0 matrices hold no -128 code (ds4_tensor.q8_sym): for those the
+ * avx2 table has a kernel with one sign operation per 32 weights instead of
+ * two (q8_0_q8_0a_tile_sym, quant.h; same bits).  Every code of every
+ * dense Q8_0 matrix is read once here, on the pool: these weights are read
+ * for every token anyway, so this moves their first read to the load.  The
+ * routed experts are not scanned (the whole file; they are not Q8_0 in the
+ * published recipes) and keep the general kernel, as does any matrix with
+ * a -128 code. */
+typedef struct {
+    const uint8_t *w;
+    size_t nblocks;
+    _Atomic int bad;
+} q8scan_job;
+
+static void q8scan_task(void *ctx, int ith, int nth) {
+    q8scan_job *j = ctx;
+    long lo, hi;
+    ds4_split((long)j->nblocks, ith, nth, &lo, &hi);
+    if (hi > lo && !ds4_q8_0_sym(j->w + (size_t)lo * sizeof(block_q8_0), (size_t)(hi - lo)))
+        atomic_store_explicit(&j->bad, 1, memory_order_relaxed);
+}
+
+static void q8_mark(ds4_pool *pool, ds4_tensor *t) {
+    if (!t->data || t->type != GGML_Q8_0 || t->ne[2] > 1) return;
+    q8scan_job j = { t->data, (size_t)(t->nbytes / sizeof(block_q8_0)), 0 };
+    ds4_pool_run(pool, q8scan_task, &j);
+    t->q8_sym = !atomic_load(&j.bad);
+}
+
+static void q8_mark_layer(ds4_pool *pool, ds4_layer_weights *l) {
+    ds4_tensor *ts[] = { &l->hc_attn_fn, &l->attn_q_a, &l->attn_q_b, &l->attn_kv, &l->attn_output_a,
+                         &l->attn_output_b, &l->comp_kv, &l->comp_gate, &l->idx_q_b, &l->idx_proj,
+                         &l->idx_comp_kv, &l->idx_comp_gate, &l->hc_ffn_fn, &l->ffn_gate_inp,
+                         &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp };
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) q8_mark(pool, ts[i]);
+}
+
+static void q8_mark_all(ds4_model *m) {
+    ds4_weights *w = &m->w;
+    q8_mark(m->pool, &w->output);
+    q8_mark(m->pool, &w->output_hc_fn);
+    for (int il = 0; il < w->cfg.n_layer; il++) q8_mark_layer(m->pool, &w->layers[il]);
+    if (w->has_mtp) {
+        q8_mark(m->pool, &w->mtp.e_proj);
+        q8_mark(m->pool, &w->mtp.h_proj);
+        q8_mark(m->pool, &w->mtp.hc_head_fn);
+        q8_mark_layer(m->pool, &w->mtp.block);
+    }
 }
 
 /* --ssd-streaming: the non-routed weights move to anonymous memory, the
@@ -172,6 +223,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         ds4_set_err(err, DS4_ENOMEM, "%s: cannot start %d worker threads", path, nth);
         goto fail;
     }
+    q8_mark_all(m);
 
     const ds4_config *c = &m->w.cfg;
     rope_init(&m->rope_dense, c->n_rot, c->rope_base, 0, 1.0f, c->rope_orig_ctx,

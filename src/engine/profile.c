@@ -36,6 +36,22 @@ void ds4_prof_mm_add(int pm, double flops, prof_t t0, prof_t t1) {
     atomic_fetch_add_explicit(&prof_mm_mflop[pm], (uint64_t)(flops * 1e-6 + 0.5), memory_order_relaxed);
 }
 
+/* the weight formats' names (not gguf.c's ggml_type_name: this file is
+ * linked into bench-ggml beside ggml itself, which defines that name) */
+static const char *prof_type_name(int t) {
+    switch (t) {
+    case GGML_F32: return "F32";
+    case GGML_F16: return "F16";
+    case GGML_BF16: return "BF16";
+    case GGML_Q8_0: return "Q8_0";
+    case GGML_Q2_K: return "Q2_K";
+    case GGML_Q4_K: return "Q4_K";
+    case GGML_IQ2_XXS: return "IQ2_XXS";
+    case GGML_MXFP4: return "MXFP4";
+    default: return "other";
+    }
+}
+
 void ds4_prof_mm_tok(int type, double bytes, prof_t t0, prof_t t1) {
     int k = type >= 0 && type < PT_N ? type : PT_N;
     atomic_fetch_add_explicit(&prof_tok_wall[k], t1.wall - t0.wall, memory_order_relaxed);
@@ -93,7 +109,7 @@ static void prof_report(void) {
             if (!prof_tok_calls[i]) continue;
             w = prof_tok_wall[i]; b = prof_tok_bytes[i]; c = prof_tok_calls[i];
             wall += w; bytes += b;
-            name = i < PT_N ? ggml_type_name((uint32_t)i) : "mixed";
+            name = i < PT_N ? prof_type_name(i) : "mixed";
         } else { w = wall; b = bytes; c = calls; name = "all"; }
         fprintf(stderr, "  %-20s %10.3f %7llu %10.3f %10.2f\n", name, (double)w * 1e-9, (unsigned long long)c,
                 (double)b * 1e-6, w ? (double)b / (double)w : 0);

@@ -76,6 +76,9 @@ typedef struct {
     int32_t e0;                /* expert tensor of an experts split part
                                 * (ds4-gguf split --dist experts): the first
                                 * expert it holds (ne[2] of them); else 0 */
+    uint8_t q8_sym;            /* Q8_0 known to hold no -128 code (set at
+                                * load, ds4_q8_0_sym): kernels may take
+                                * q8_0_q8_0a_tile_sym; 0 = not known */
 } ds4_tensor;
 
 typedef struct {

@@ -394,6 +394,25 @@ void ds4_quantize_q8_0_even(const float *x, block_q8_0 *y, int64_t n)
     }
 }
 
+int ds4_q8_0_sym(const void *w, size_t nblocks)
+{
+    /* a byte b of x is 0x80 iff byte b of x ^ 0x80.. is zero: the classic
+     * zero-byte test, on 8 codes at a time */
+    const uint64_t lo = 0x0101010101010101ull, hi = 0x8080808080808080ull;
+    const block_q8_0 *b = w;
+    uint64_t any = 0;
+    for (size_t i = 0; i < nblocks; i++) {
+        for (int k = 0; k < 4; k++) {
+            uint64_t x;
+            memcpy(&x, b[i].qs + 8 * k, 8);
+            x ^= hi;
+            any |= (x - lo) & ~x & hi;
+        }
+        if ((i & 1023) == 1023 && any) return 0;
+    }
+    return any == 0;
+}
+
 /* ds4's rule (docs/MODEL.md §7.1, oracle q8_0_act): d = amax/127
  * kept in float32, q = clamp(rint(x * (1/d)), -128, 127), halves to even.
  * -128 can only come out of blocks whose amax is a tiny subnormal. */

@@ -83,6 +83,11 @@ static inline float ds4_f16_round(float x) { return ds4_f16_to_f32(ds4_f32_to_f1
  * ggml.  Returns 0, or -1 for an unsupported type. */
 int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
+/* 1 when none of the nblocks Q8_0 blocks at w holds the code -128 (the
+ * q8_0_q8_0a_tile_sym contract), else 0.  ggml's and ds4's Q8_0 quantizers
+ * make codes in [-127, 127]; the format allows -128. */
+int ds4_q8_0_sym(const void *w, size_t nblocks);
+
 /* Activation quantizers.  n must be a multiple of the block size.
  * q8_0_ref: d = amax/127, q = roundf(x * (1/d)) (halves away from zero),
  *           fp16 d -- bit-exact with ggml's quantize_row_q8_0_ref.
@@ -163,6 +168,12 @@ typedef struct {
     void (*f16_to_f32_row)(const uint16_t *src, float *dst, int n);
     /* tiles (see ds4_tile_fn); NULL entries are run row by row by callers */
     ds4_tile_fn q8_0_q8_0a_tile;
+    /* The same for Q8_0 weights known to hold no -128 code (ggml's and
+     * ds4's quantizers make codes in [-127, 127]; the engine checks each
+     * tensor at load, ds4_q8_0_sym): the same bits, for tables where that
+     * saves work (avx2: one vpsignb a row instead of two).  NULL: callers
+     * use q8_0_q8_0a_tile.  Its reference is the scalar q8_0_q8_0a. */
+    ds4_tile_fn q8_0_q8_0a_tile_sym;
     ds4_tile_fn q2_K_q8_K_tile;
     ds4_tile_fn q4_K_q8_K_tile;
     ds4_tile_fn iq2_xxs_q8_K_tile;
