@@ -778,10 +778,11 @@ TGTI static void q8_0a_rows8_c(int n, const uint8_t *w, size_t ws, const void *c
         if (pf)   /* the next 8 rows, linearly (above) */
             for (int k = 0; k < 5; k++) _mm_prefetch((const char *)w + 8 * ws + 8 * sizeof(block_q8_0) * (size_t)b + 64 * k, _MM_HINT_T0);
         __m256i qa[4], ua[4];
-        for (int j = 0; j < C; j++) {
-            qa[j] = _mm256_loadu_si256((const __m256i *)((const block_q8_0a *)va[j])[b].qs);
-            if (sym) ua[j] = _mm256_abs_epi8(qa[j]);   /* |a| as u8: 128 for -128 */
-        }
+        if (sym)
+            for (int j = 0; j < C; j++) {
+                qa[j] = _mm256_loadu_si256((const __m256i *)((const block_q8_0a *)va[j])[b].qs);
+                ua[j] = _mm256_abs_epi8(qa[j]);   /* |a| as u8: 128 for -128 */
+            }
         __m128i t[2][4];
         for (int q = 0; q < 2; q++) {
             __m128i x[4][4];
@@ -796,7 +797,8 @@ TGTI static void q8_0a_rows8_c(int n, const uint8_t *w, size_t ws, const void *c
                 }
                 const __m256i aw = _mm256_sign_epi8(qw, qw);
                 for (int j = 0; j < C; j++) {
-                    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qa[j], qw)), ones);
+                    const __m256i qaj = _mm256_loadu_si256((const __m256i *)((const block_q8_0a *)va[j])[b].qs);
+                    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qaj, qw)), ones);
                     x[j][r] = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
                 }
             }
@@ -838,9 +840,9 @@ TGTI static void q8_0a_rows8_n(int n, const uint8_t *w, size_t ws, const void *c
  * (w with a's sign, which cannot wrap) instead of two (|w|, and a with w's
  * sign).  The activations may hold -128 (|a| = 128 as u8 is fine), so no
  * token needs the scalar kernel.  Same block sums, same float step: the
- * same bits.  Zen 1, 2 threads, from DRAM: one token 22.1 -> 23.4 GB/s
- * (Q8_0 Flash shapes, medians of four alternated rounds; one thread,
- * cached: 13.1 -> 14.5). */
+ * same bits.  Zen 1, one token, Q8_0 Flash shapes: one thread 12.2-13.1
+ * -> 13.3-14.0 GB/s from DRAM (cached 13.1 -> 14.5), two threads 22.1 ->
+ * 23.4 and 23.1 -> 23.7 (means of four alternated rounds, two sets). */
 TGT static void v_q8_0_q8_0a_tile_sym(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                                       float *y, size_t ys)
 {
