@@ -17,7 +17,9 @@
  * activations never contain -128, because the kernels apply signs with
  * _mm256_sign_epi8 to the activation bytes.  Q8_0 / Q8_0a activations may
  * (ds4's rule allows -128 for subnormal blocks); the Q8_0 kernels detect it
- * and fall back to the scalar kernel for that row.
+ * and fall back to the scalar kernel for that row -- except the tile for
+ * weights without -128 codes (q8_0_q8_0a_tile_sym), which puts the signs
+ * on the weights and takes any activation.
  */
 #include "kernels/quant.h"
 
