@@ -131,17 +131,32 @@ test('16 concurrent clients are all answered, in arrival order', async () => {
   // a margin the client's own scheduling on a loaded machine does not eat
   // (with ~8 tokens, two neighbours were once seen in swapped order)
   const finished = [];
+  const seenAt = [];
   const reqs = [];
   for (let i = 0; i < 16; i++) {
     reqs.push(openai().chat.completions.create(
       { model: 'deepseek-chat', messages: [{ role: 'user', content: `client ${i}` }] },
-      { headers: out(`answer number ${i} ` + 'x '.repeat(60)) }).then((r) => { finished.push(i); return r; }));
+      { headers: out(`answer number ${i} ` + 'x '.repeat(60)) }).then((r) => {
+      finished.push(i);
+      seenAt[i] = performance.now();
+      return r;
+    }));
     await sleep(40);
   }
   const res = await Promise.all(reqs);
   await blocker;
   res.forEach((r, i) => assert.equal(r.choices[0].message.content, `answer number ${i} ` + 'x '.repeat(60)));
-  assert.deepEqual(finished, [...Array(16).keys()], `FIFO: finished in the order sent (${finished})`);
+  // FIFO: every answer after the one sent before it.  The one worker runs
+  // one job at a time (each ~60 tokens, 80 ms or more), so answers come
+  // that far apart; two seen within a few ms of each other were both
+  // waiting when a stalled client (a loaded machine: once 6 and 7 swapped)
+  // looked, and say nothing of the server's order.
+  const late = [];
+  for (let a = 0; a < 16; a++)
+    for (let b = a + 1; b < 16; b++)
+      if (seenAt[b] < seenAt[a] && seenAt[a] - seenAt[b] > 25) late.push(`${a} ${(seenAt[a] - seenAt[b]).toFixed(0)} ms after ${b}`);
+  assert.deepEqual(late, [], `FIFO: finished in the order sent (${finished})`);
+  if (finished.some((v, k) => v !== k)) console.log(`note: the client read two ready answers out of order (${finished})`);
   const m1 = await metrics();
   const k = 'ds4_requests_total{endpoint="chat_completions",status="200"}';
   assert.equal((m1[k] || 0) - (m0[k] || 0), 17);
