@@ -484,6 +484,8 @@ int main(int argc, char **argv) {
         size_t pat_blk = (1u << 20) / (size_t)f->bytes;
         uint8_t *pat = malloc(pat_blk * (size_t)f->bytes);
         fill_pattern(f, pat, pat_blk);
+        /* the engine's load-time mark (ds4_q8_0_sym): the pool only repeats the pattern */
+        const int sym = f->type == GGML_Q8_0 && ds4_q8_0_sym(pat, pat_blk);
         size_t need = 0;
         for (int s = 0; s < NSHAPE; s++) {
             if (!opt.shape_on[s]) continue;
@@ -505,8 +507,7 @@ int main(int argc, char **argv) {
         for (int si = 0; si < NSHAPE; si++) {
             if (!opt.shape_on[si]) continue;
             const shape_t *s = &SHAPES[si];
-            mm_cfg c = { .f = f, .s = s, .pool = pool, .fill = fill, .kind = kind, .out = out,
-                         .sym = f->type == GGML_Q8_0 && ds4_q8_0_sym(pool, fill / sizeof(block_q8_0)) };
+            mm_cfg c = { .f = f, .s = s, .pool = pool, .fill = fill, .kind = kind, .out = out, .sym = sym };
             c.mat_bytes = (size_t)s->groups * s->n_out * row_bytes_of(f, s->n_in);
             c.nslots = fill / c.mat_bytes;
             if (c.nslots < 1) c.nslots = 1;

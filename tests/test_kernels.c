@@ -623,35 +623,56 @@ static void test_driver(void) {
 /* wild scales, repeated and scattered token rows.                         */
 /* ---------------------------------------------------------------------- */
 
+/* a random Q8_0 row whose codes avoid -128 (the q8_0_q8_0a_tile_sym contract) */
+static void sym_row(uint8_t *w, int n, int wild) {
+    rand_row(GGML_Q8_0, w, n, wild);
+    block_q8_0 *b = (block_q8_0 *)w;
+    for (int i = 0; i < n / 32; i++)
+        for (int k = 0; k < 32; k++)
+            if (b[i].qs[k] == -128) b[i].qs[k] = (int8_t)(rnd() % 2 ? -127 : 127);
+}
+
+/* One Q8_0 x Q8_0a tile case against the scalar single-row kernel: nrows
+ * random rows (codes without -128 when sym), padded rows and activation
+ * strides, ntok activations of which a third hold raw codes (-128
+ * included), repeated or scattered token rows. */
+static long q8_tile_case(ds4_tile_fn tile, const ds4_kernels *sk, int n, int ntok, int nrows, int wild, int sym,
+                         long *badg) {
+    const fmt *f = &FMTS[0];
+    const size_t ws = rb_of(f, n) + (size_t)irand(0, 3) * 2, ab = act_bytes(f, n);
+    const size_t as = ab + (size_t)irand(0, 2) * 4;
+    uint8_t *W = malloc(ws * (size_t)nrows), *A = malloc(as * (size_t)ntok);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int r = 0; r < nrows; r++) {
+        if (sym) sym_row(W + (size_t)r * ws, n, wild);
+        else rand_row(f->type, W + (size_t)r * ws, n, wild);
+    }
+    for (int j = 0; j < ntok; j++) {
+        rand_act(x, n, wild);
+        block_q8_0a *q = (block_q8_0a *)(A + (size_t)j * as);
+        ds4_quantize_q8_0a(x, q, n);
+        if (rnd() % 3 == 0)   /* raw codes, -128 included */
+            for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
+    }
+    const int even = rnd() % 2;
+    long bad = tile_vs_rows(tile, sk, f, n, W, ws, nrows, A, as, ntok, even, badg);
+    free(W); free(A); free(x);
+    return bad;
+}
+
 static void test_few_tokens(void) {
     const ds4_kernels *sk = ds4_kernels_scalar();
     const ds4_kernels *tabs[3] = { ds4_kernels_avx512(), ds4_kernels_avx512_packed(), ds4_kernels_amx() };
     static const int ns[] = { 32, 64, 224, 1024, 2048, 4096, 8192, 8224 };
     static const int rws[] = { 1, 2, 15, 16, 17, 31, 33, 47, 64 };
-    const fmt *f = &FMTS[0];
     for (int ti = 0; ti < 3; ti++) {
         const ds4_kernels *k = tabs[ti];
         if (!k) continue;
         long bad = 0, badg = 0, cases = 0;
         for (int ni = 0; ni < 8; ni++)
             for (int ntok = 1; ntok <= 8; ntok++) {
-                const int n = ns[ni], wild = (ntok + ni) & 1, nrows = rws[rnd() % 9];
-                const size_t ws = rb_of(f, n) + (size_t)irand(0, 3) * 2, ab = act_bytes(f, n);
-                const size_t as = ab + (size_t)irand(0, 2) * 4;
-                uint8_t *W = malloc(ws * (size_t)nrows), *A = malloc(as * (size_t)ntok);
-                float *x = malloc(sizeof(float) * (size_t)n);
-                for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * ws, n, wild);
-                for (int j = 0; j < ntok; j++) {
-                    rand_act(x, n, wild);
-                    block_q8_0a *q = (block_q8_0a *)(A + (size_t)j * as);
-                    ds4_quantize_q8_0a(x, q, n);
-                    if (rnd() % 3 == 0)   /* raw codes, -128 included */
-                        for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
-                }
-                const int even = rnd() % 2;
-                bad += tile_vs_rows(k->q8_0_q8_0a_tile, sk, f, n, W, ws, nrows, A, as, ntok, even, &badg);
+                bad += q8_tile_case(k->q8_0_q8_0a_tile, sk, ns[ni], ntok, rws[rnd() % 9], (ntok + ni) & 1, 0, &badg);
                 cases++;
-                free(W); free(A); free(x);
             }
         CHECK(bad == 0, "%s q8_0 few tokens: %ld outputs differ from the scalar single-row kernel", k->name, bad);
         CHECK(badg == 0, "%s q8_0 few tokens: %ld writes outside the tile", k->name, badg);
@@ -667,16 +688,7 @@ static void test_few_tokens(void) {
 /* codes (-128 included), ragged row counts, padded rows and strides.      */
 /* ---------------------------------------------------------------------- */
 
-static void sym_row(uint8_t *w, int n, int wild) {
-    rand_row(GGML_Q8_0, w, n, wild);
-    block_q8_0 *b = (block_q8_0 *)w;
-    for (int i = 0; i < n / 32; i++)
-        for (int k = 0; k < 32; k++)
-            if (b[i].qs[k] == -128) b[i].qs[k] = (int8_t)(rnd() % 2 ? -127 : 127);
-}
-
 static void test_q8_sym(void) {
-    const fmt *f = &FMTS[0];
     long scan_bad = 0, scans = 0;
     CHECK(ds4_q8_0_sym(NULL, 0) == 1, "ds4_q8_0_sym: no blocks is symmetric");
     static const int sn[] = { 32, 1024, 4096, 8192, 40960 };
@@ -709,22 +721,8 @@ static void test_q8_sym(void) {
         long bad = 0, badg = 0, cases = 0;
         for (int ni = 0; ni < 7; ni++)
             for (int ntok = 1; ntok <= 9; ntok++) {
-                const int n = ns[ni], wild = (ntok + ni) & 1, nrows = rws[rnd() % 9];
-                const size_t ws = rb_of(f, n) + (size_t)irand(0, 3) * 2, ab = act_bytes(f, n);
-                const size_t as = ab + (size_t)irand(0, 2) * 4;
-                uint8_t *W = malloc(ws * (size_t)nrows), *A = malloc(as * (size_t)ntok);
-                float *x = malloc(sizeof(float) * (size_t)n);
-                for (int r = 0; r < nrows; r++) sym_row(W + (size_t)r * ws, n, wild);
-                for (int j = 0; j < ntok; j++) {
-                    rand_act(x, n, wild);
-                    block_q8_0a *q = (block_q8_0a *)(A + (size_t)j * as);
-                    ds4_quantize_q8_0a(x, q, n);
-                    if (rnd() % 3 == 0)   /* raw codes, -128 included */
-                        for (int b = 0; b < n / 32; b++) rand_bytes(q[b].qs, 32);
-                }
-                bad += tile_vs_rows(k->q8_0_q8_0a_tile_sym, sk, f, n, W, ws, nrows, A, as, ntok, rnd() % 2, &badg);
+                bad += q8_tile_case(k->q8_0_q8_0a_tile_sym, sk, ns[ni], ntok, rws[rnd() % 9], (ntok + ni) & 1, 1, &badg);
                 cases++;
-                free(W); free(A); free(x);
             }
         CHECK(bad == 0, "%s q8_0 sym tile: %ld outputs differ from the scalar single-row kernel", k->name, bad);
         CHECK(badg == 0, "%s q8_0 sym tile: %ld writes outside the tile", k->name, badg);

@@ -115,11 +115,8 @@ static void q8_mark(ds4_pool *pool, ds4_tensor *t) {
 }
 
 static void q8_mark_layer(ds4_pool *pool, ds4_layer_weights *l) {
-    ds4_tensor *ts[] = { &l->hc_attn_fn, &l->attn_q_a, &l->attn_q_b, &l->attn_kv, &l->attn_output_a,
-                         &l->attn_output_b, &l->comp_kv, &l->comp_gate, &l->idx_q_b, &l->idx_proj,
-                         &l->idx_comp_kv, &l->idx_comp_gate, &l->hc_ffn_fn, &l->ffn_gate_inp,
-                         &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp };
-    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) q8_mark(pool, ts[i]);
+    for (size_t f = 0; f < ds4_n_layer_tensor_fields; f++)
+        q8_mark(pool, (ds4_tensor *)((char *)l + ds4_layer_tensor_fields[f]));
 }
 
 static void q8_mark_all(ds4_model *m) {

@@ -405,27 +405,6 @@ uint64_t xc_default_budget(uint64_t resident_bytes) {
 
 static int is_routed(const char *name) { return strstr(name, "_exps.") != NULL; }
 
-/* Every tensor of the bound layout (the fields of ds4_layer_weights that
- * are tensors, by offset).  A tensor not listed keeps its mmap pointer:
- * it still works, it only is not copied. */
-static const size_t layer_fields[] = {
-    offsetof(ds4_layer_weights, hc_attn_fn), offsetof(ds4_layer_weights, hc_attn_scale),
-    offsetof(ds4_layer_weights, hc_attn_base), offsetof(ds4_layer_weights, attn_norm),
-    offsetof(ds4_layer_weights, attn_q_a), offsetof(ds4_layer_weights, attn_q_a_norm),
-    offsetof(ds4_layer_weights, attn_q_b), offsetof(ds4_layer_weights, attn_kv),
-    offsetof(ds4_layer_weights, attn_kv_a_norm), offsetof(ds4_layer_weights, attn_sinks),
-    offsetof(ds4_layer_weights, attn_output_a), offsetof(ds4_layer_weights, attn_output_b),
-    offsetof(ds4_layer_weights, comp_ape), offsetof(ds4_layer_weights, comp_kv),
-    offsetof(ds4_layer_weights, comp_gate), offsetof(ds4_layer_weights, comp_norm),
-    offsetof(ds4_layer_weights, idx_q_b), offsetof(ds4_layer_weights, idx_proj),
-    offsetof(ds4_layer_weights, idx_comp_ape), offsetof(ds4_layer_weights, idx_comp_kv),
-    offsetof(ds4_layer_weights, idx_comp_gate), offsetof(ds4_layer_weights, idx_comp_norm),
-    offsetof(ds4_layer_weights, hc_ffn_fn), offsetof(ds4_layer_weights, hc_ffn_scale),
-    offsetof(ds4_layer_weights, hc_ffn_base), offsetof(ds4_layer_weights, ffn_norm),
-    offsetof(ds4_layer_weights, ffn_gate_inp), offsetof(ds4_layer_weights, exp_probs_b),
-    offsetof(ds4_layer_weights, tid2eid), offsetof(ds4_layer_weights, ffn_gate_shexp),
-    offsetof(ds4_layer_weights, ffn_up_shexp), offsetof(ds4_layer_weights, ffn_down_shexp),
-};
 
 typedef struct { const uint8_t *from; uint8_t *to; uint64_t n; } remap_t;
 
@@ -501,8 +480,8 @@ int xc_copy_resident(gguf_file *gf, ds4_weights *w, void **buf, uint64_t *bytes,
     remap(&w->output_norm, rm, k);
     remap(&w->output, rm, k);
     for (int il = 0; il < w->cfg.n_layer; il++)
-        for (size_t f = 0; f < sizeof layer_fields / sizeof layer_fields[0]; f++)
-            remap((ds4_tensor *)((char *)&w->layers[il] + layer_fields[f]), rm, k);
+        for (size_t f = 0; f < ds4_n_layer_tensor_fields; f++)
+            remap((ds4_tensor *)((char *)&w->layers[il] + ds4_layer_tensor_fields[f]), rm, k);
     free(rm);
     /* the weights are read only from here on */
     mprotect(b, (size_t)total, PROT_READ);

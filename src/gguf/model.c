@@ -751,3 +751,24 @@ uint64_t ds4_weights_layer_macs(const ds4_weights *w) {
     }
     return s;
 }
+
+/* model.h: every tensor field of ds4_layer_weights but the routed experts */
+const size_t ds4_layer_tensor_fields[] = {
+    offsetof(ds4_layer_weights, hc_attn_fn), offsetof(ds4_layer_weights, hc_attn_scale),
+    offsetof(ds4_layer_weights, hc_attn_base), offsetof(ds4_layer_weights, attn_norm),
+    offsetof(ds4_layer_weights, attn_q_a), offsetof(ds4_layer_weights, attn_q_a_norm),
+    offsetof(ds4_layer_weights, attn_q_b), offsetof(ds4_layer_weights, attn_kv),
+    offsetof(ds4_layer_weights, attn_kv_a_norm), offsetof(ds4_layer_weights, attn_sinks),
+    offsetof(ds4_layer_weights, attn_output_a), offsetof(ds4_layer_weights, attn_output_b),
+    offsetof(ds4_layer_weights, comp_ape), offsetof(ds4_layer_weights, comp_kv),
+    offsetof(ds4_layer_weights, comp_gate), offsetof(ds4_layer_weights, comp_norm),
+    offsetof(ds4_layer_weights, idx_q_b), offsetof(ds4_layer_weights, idx_proj),
+    offsetof(ds4_layer_weights, idx_comp_ape), offsetof(ds4_layer_weights, idx_comp_kv),
+    offsetof(ds4_layer_weights, idx_comp_gate), offsetof(ds4_layer_weights, idx_comp_norm),
+    offsetof(ds4_layer_weights, hc_ffn_fn), offsetof(ds4_layer_weights, hc_ffn_scale),
+    offsetof(ds4_layer_weights, hc_ffn_base), offsetof(ds4_layer_weights, ffn_norm),
+    offsetof(ds4_layer_weights, ffn_gate_inp), offsetof(ds4_layer_weights, exp_probs_b),
+    offsetof(ds4_layer_weights, tid2eid), offsetof(ds4_layer_weights, ffn_gate_shexp),
+    offsetof(ds4_layer_weights, ffn_up_shexp), offsetof(ds4_layer_weights, ffn_down_shexp),
+};
+const size_t ds4_n_layer_tensor_fields = sizeof ds4_layer_tensor_fields / sizeof ds4_layer_tensor_fields[0];

@@ -110,6 +110,12 @@ typedef struct {
     ds4_tensor ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
 } ds4_layer_weights;
 
+/* The tensor fields of ds4_layer_weights (offsets), the routed experts'
+ * excepted: for code that walks every dense tensor of a layer (the
+ * --ssd-streaming copy, the Q8_0 scan at load). */
+extern const size_t ds4_layer_tensor_fields[];
+extern const size_t ds4_n_layer_tensor_fields;
+
 typedef struct {
     int n_layer, n_embd, n_vocab;
     int n_head, n_head_kv, head_dim, n_rot;

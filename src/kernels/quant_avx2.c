@@ -842,8 +842,8 @@ TGTI static void q8_0a_rows8_n(int n, const uint8_t *w, size_t ws, const void *c
  * (w with a's sign, which cannot wrap) instead of two (|w|, and a with w's
  * sign).  The activations may hold -128 (|a| = 128 as u8 is fine), so no
  * token needs the scalar kernel.  Same block sums, same float step: the
- * same bits.  Zen 1, one token, Q8_0 Flash shapes: one thread 12.2-13.1
- * -> 13.3-14.0 GB/s from DRAM (cached 13.1 -> 14.5), two threads 22.1 ->
+ * same bits.  Zen 1, one token, Q8_0 Flash shapes: one thread 12.7 ->
+ * 13.8 GB/s from DRAM (medians; cached 13.1 -> 14.5), two threads 22.1 ->
  * 23.4 and 23.1 -> 23.7 (means of four alternated rounds, two sets). */
 TGT static void v_q8_0_q8_0a_tile_sym(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                                       float *y, size_t ys)
