@@ -453,7 +453,11 @@ typedef struct {
     uint64_t total;              /* weights + kv + scratch */
     uint64_t mem_total, mem_available;
 } ds4_mem_plan;
-/* n_threads <= 0: the online CPUs (the per-thread attention buffers). */
+/* The thread count used where none is given: DS4_THREADS (a positive
+ * integer), else the CPUs of the process's affinity mask (taskset, a
+ * container's cpuset), else the online CPUs. */
+int ds4_default_threads(void);
+/* n_threads <= 0: ds4_default_threads() (the per-thread attention buffers). */
 int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan *out, char **err);
 /* The plan as text; `fit` lines say whether it fits in RAM. */
 void ds4_memory_plan_print(const ds4_mem_plan *p, FILE *out);

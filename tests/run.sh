@@ -17,6 +17,8 @@
 #                   build/debug/bin, build/debug); unset: the one tree above
 #   DS4_TEST_JOBS   tests run at once (default: the CPU count, at most 4)
 #   DS4_TESTS       optional: only the tests whose names match this regex
+#   DS4_THREADS     the engine's default thread count in the tests (default:
+#                   the CPU count / DS4_TEST_JOBS, at least 1)
 #
 # Why in parallel: many tests are one thread for much of their time (Python
 # references, Node clients waiting on a server, single-threaded C tests),
@@ -59,6 +61,12 @@ fi
 NEWBASH=0
 [ "${BASH_VERSINFO[0]}" -gt 5 ] || { [ "${BASH_VERSINFO[0]}" -eq 5 ] && [ "${BASH_VERSINFO[1]}" -ge 1 ]; } && NEWBASH=1
 [ "$NEWBASH" = 1 ] || JOBS=1
+# Each test's engine gets its share of the CPUs as its default thread count
+# (ds4_default_threads; an explicit -t still wins): two tests' pools of
+# two threads on two cores wait on descheduled threads at every section
+# (t_oracle: 171 s alone, 445 s beside another test of the suite).
+NCPU=$(nproc 2>/dev/null || echo 1)
+export DS4_THREADS="${DS4_THREADS:-$(( NCPU / JOBS > 0 ? NCPU / JOBS : 1 ))}"
 
 # The sanitizer pass: a finding must fail the test, not scroll by in a log:
 # UBSan aborts at the first report; ASan (leaks included) exits non-zero.
@@ -139,7 +147,7 @@ fi
 for ((p = 0; p < NP; p++)); do
     echo "tests: binaries in ${P_BIN[p]}, test programs in ${P_BUILD[p]}/tests$([ "${P_KIND[p]}" = debug ] && echo ' (ASan/UBSan)')"
 done
-echo "tests: $NQ to run, $JOBS at a time"
+echo "tests: $NQ to run, $JOBS at a time, DS4_THREADS=$DS4_THREADS"
 
 label() {   # the name a result line shows: the pass too when there are two
     if [ "$NP" -gt 1 ]; then echo "${Q_NAME[$1]} [${P_KIND[${Q_PASS[$1]}]}]"; else echo "${Q_NAME[$1]}"; fi

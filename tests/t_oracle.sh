@@ -42,6 +42,7 @@ splits="1 37 128 300"
 sched_seq=seq_600a
 sched_args=("--decode-only" "--chunk 7" "--chunk 100 --split 257" "-t 1" "--chunk 33 -t 3")
 kern_seq=seq_300
+mx_kern_seq=seq_300
 qat_short="seq_007 seq_040 seq_300 seq_600a"
 qat_stat="seq_300 seq_600a"
 # The sanitizer suite (DS4_DEBUG_BUILD=1, ASan ~10x slower) runs a subset:
@@ -51,7 +52,7 @@ qat_stat="seq_300 seq_600a"
 if [ "${DS4_DEBUG_BUILD:-0}" = 1 ]; then
     seqs="seq_007 seq_300"; splits="37"; sched_seq=seq_300
     sched_args=("--decode-only" "--chunk 100 --split 257" "--chunk 33 -t 3")
-    kern_seq=seq_040; qat_short="seq_040"; qat_stat=""
+    kern_seq=seq_040; mx_kern_seq=seq_040; qat_short="seq_040"; qat_stat=""
 fi
 
 # (1) QAT off, tight, every sequence and evaluation mode
@@ -228,8 +229,8 @@ for kt in scalar avx2 avx512 avx512-packed amx; do
     if ! "${DS4_BUILD_DIR:-build}"/tests/test_kernels --has-table $kt > /dev/null 2>&1; then
         echo "info: table $kt not available on this CPU (mxfp4)"; continue
     fi
-    DS4_KERNELS=$kt mx_noqat seq_300 "(1) noqat mxfp4 seq_300 with DS4_KERNELS=$kt"
-    DS4_KERNELS=$kt run mxfp4 seq_300 "$T/kp.f32" && DS4_KERNELS=$kt run mxfp4 seq_300 "$T/kd.f32" --decode-only && \
+    DS4_KERNELS=$kt mx_noqat $mx_kern_seq "(1) noqat mxfp4 $mx_kern_seq with DS4_KERNELS=$kt"
+    DS4_KERNELS=$kt run mxfp4 $mx_kern_seq "$T/kp.f32" && DS4_KERNELS=$kt run mxfp4 $mx_kern_seq "$T/kd.f32" --decode-only && \
         cmp -s "$T/kp.f32" "$T/kd.f32" && ok "mxfp4 DS4_KERNELS=$kt: decode == prefill (bitwise)" \
         || bad "mxfp4 DS4_KERNELS=$kt: decode differs from prefill"
 done

@@ -2,12 +2,16 @@
  * test_args.c -- the shared argument helpers (src/common/args.c): number
  * and size parsing with their ranges and messages, the argv cursor
  * (--flag value, --flag=value, optional values, positionals) and the
- * version string.  Exiting paths (bad values, --help, --version) are
+ * version string; the default thread count (DS4_THREADS, then the
+ * affinity mask).  Exiting paths (bad values, --help, --version) are
  * covered by tests/t_cli.sh through the binaries.
  */
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ds4.h"
 #include "common/args.h"
@@ -122,7 +126,36 @@ static void test_version(void) {
     CHECK(v && !strncmp(v, DS4_VERSION, strlen(DS4_VERSION)), "version '%s' starts with %s", v, DS4_VERSION);
 }
 
+/* ds4_default_threads: DS4_THREADS when it is a positive integer, else the
+ * CPUs this process may run on (restricted here to one CPU). */
+static void test_default_threads(void) {
+    unsetenv("DS4_THREADS");
+    const int all = ds4_default_threads();
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK(all >= 1 && all <= (online > 0 ? online : all), "default %d, online %ld", all, online);
+    setenv("DS4_THREADS", "3", 1);
+    CHECK(ds4_default_threads() == 3, "DS4_THREADS=3 gives %d", ds4_default_threads());
+    const char *bad[] = { "0", "-2", "x", "3x", "", "99999", NULL };
+    for (int i = 0; bad[i]; i++) {
+        setenv("DS4_THREADS", bad[i], 1);
+        CHECK(ds4_default_threads() == all, "DS4_THREADS='%s' ignored", bad[i]);
+    }
+    unsetenv("DS4_THREADS");
+    cpu_set_t old, one;
+    if (sched_getaffinity(0, sizeof old, &old) == 0) {
+        int c = 0;
+        while (c < CPU_SETSIZE && !CPU_ISSET(c, &old)) c++;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        if (c < CPU_SETSIZE && sched_setaffinity(0, sizeof one, &one) == 0) {
+            CHECK(ds4_default_threads() == 1, "one CPU in the mask gives %d", ds4_default_threads());
+            sched_setaffinity(0, sizeof old, &old);
+        }
+    }
+}
+
 int main(void) {
+    test_default_threads();
     test_i64();
     test_u64();
     test_double();

@@ -128,7 +128,8 @@ static void usage(FILE *f) {
 "  --step-mul F         next frontier = previous x F, F > 1 (the default,\n"
 "                       with F = 2, when neither is given)\n"
 "  --gen-tokens N       greedy tokens decoded at each frontier (default 16)\n"
-"  -t, --threads N      worker threads (default: all online cores)\n"
+"  -t, --threads N      worker threads (default: $DS4_THREADS, else every CPU\n"
+"                       this process may use)\n"
 "  --chunk N            prefill chunk size in tokens (default 2048)\n"
 "  --plot FILE          also write an SVG plot of prefill and decode\n"
 "                       tokens/s against context (created before the run,\n"
@@ -1031,7 +1032,7 @@ int main(int argc, char **argv) {
     double t_load = now_s() - t0;
     ds4_model_info info;
     ds4_model_get_info(m, &info);
-    int threads = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = o.threads > 0 ? o.threads : ds4_default_threads();
     note("model %s: %s, %d layers, n_embd %d, %d experts (%d used), vocab %d, %.2f GB, "
          "%.1f MB of weights per decoded token, loaded in %.2f s",
          o.model, info.name, info.n_layer, info.n_embd, info.n_expert, info.n_expert_used,

@@ -378,26 +378,33 @@ TGT static inline __m128i ld2q(const uint64_t *t, unsigned i0, unsigned i1)
                                          (const double *)(t + i1)));
 }
 
-/* 32-bit rotate (rorx where the compiler may use BMI2): the field
+/* 64-bit rotate (rorx where the compiler may use BMI2): the field
  * extraction below needs only the low bits, which a rotate and a shift
- * give alike */
-#define ROR32(x, k) ((uint32_t)(((x) >> (k)) | ((x) << (32 - (k)))))
+ * give alike, and rorx leaves its source intact */
+#define ROR64(x, k) ((uint64_t)(((x) >> (k)) | ((x) << (64 - (k)))))
+
+/* The weight side of one group from its 8 bytes, read as one qword (one
+ * load instead of two: the group step is load-port bound on Zen 1, and
+ * the fields come out by rorx + and/movzx, which GCC folds into the
+ * scaled table offsets): the grid halves, the sign qwords, and the scale
+ * row's byte offset in iq2_lsx. */
+#define IQ2_WSIDE(v, g0, g1, s0, s1, lsoff)                                              \
+    const __m128i g0 = ld2q(ds4_iq2xxs_grid, (v) & 255, ROR64(v, 8) & 255);             \
+    const __m128i g1 = ld2q(ds4_iq2xxs_grid, ROR64(v, 16) & 255, ROR64(v, 24) & 255);   \
+    const __m128i s0 = ld2q(iq2_sgn, ROR64(v, 32) & 127, ROR64(v, 39) & 127);           \
+    const __m128i s1 = ld2q(iq2_sgn, ROR64(v, 46) & 127, ROR64(v, 53) & 127);           \
+    const size_t lsoff = ROR64(v, 56) & 0xf0
 
 /* one group (32 elements) of one row: q -> its 8 bytes (grid indices, then
  * signs and scale), a0 / a1 the activation's 16-byte halves */
 TGT static inline __m128i iq2_group1(const uint8_t *q, __m128i a0, __m128i a1, __m128i acc)
 {
-    uint32_t x, s;
-    memcpy(&x, q, 4);
-    memcpy(&s, q + 4, 4);
-    const uint32_t x2 = ROR32(x, 16);
-    const __m128i g0 = ld2q(ds4_iq2xxs_grid, x & 255, (x >> 8) & 255);
-    const __m128i g1 = ld2q(ds4_iq2xxs_grid, x2 & 255, (x2 >> 8) & 255);
-    const __m128i s0 = ld2q(iq2_sgn, s & 127, ROR32(s, 7) & 127);
-    const __m128i s1 = ld2q(iq2_sgn, ROR32(s, 14) & 127, ROR32(s, 21) & 127);
+    uint64_t v;
+    memcpy(&v, q, 8);
+    IQ2_WSIDE(v, g0, g1, s0, s1, lsoff);
     const __m128i p = _mm_add_epi16(_mm_maddubs_epi16(g0, _mm_sign_epi8(a0, s0)),
                                     _mm_maddubs_epi16(g1, _mm_sign_epi8(a1, s1)));
-    return _mm_add_epi32(acc, _mm_madd_epi16(p, _mm_load_si128((const __m128i *)iq2_lsx[s >> 28])));
+    return _mm_add_epi32(acc, _mm_madd_epi16(p, _mm_load_si128((const __m128i *)((const char *)iq2_lsx + lsoff))));
 }
 
 /* One row, C tokens (1..8; the tiles and the single-row kernel): the
@@ -414,15 +421,10 @@ TGTI static void iq2_xxs_tokt(int n, const void *vw, const void *const *va, floa
         __m128i acc[8];
         for (int j = 0; j < C; j++) acc[j] = _mm_setzero_si128();
         for (int g = 0; g < 8; g++) {
-            uint32_t x, s;
-            memcpy(&x, q + 8 * g, 4);
-            memcpy(&s, q + 8 * g + 4, 4);
-            const uint32_t x2 = ROR32(x, 16);
-            const __m128i g0 = ld2q(ds4_iq2xxs_grid, x & 255, (x >> 8) & 255);
-            const __m128i g1 = ld2q(ds4_iq2xxs_grid, x2 & 255, (x2 >> 8) & 255);
-            const __m128i s0 = ld2q(iq2_sgn, s & 127, ROR32(s, 7) & 127);
-            const __m128i s1 = ld2q(iq2_sgn, ROR32(s, 14) & 127, ROR32(s, 21) & 127);
-            const __m128i ls = _mm_load_si128((const __m128i *)iq2_lsx[s >> 28]);
+            uint64_t v;
+            memcpy(&v, q + 8 * g, 8);
+            IQ2_WSIDE(v, g0, g1, s0, s1, lsoff);
+            const __m128i ls = _mm_load_si128((const __m128i *)((const char *)iq2_lsx + lsoff));
             for (int j = 0; j < C; j++) {
                 const int8_t *q8 = ((const block_q8_K *)va[j])[i].qs + 32 * g;
                 const __m128i p = _mm_add_epi16(

@@ -109,7 +109,22 @@ static void *worker_main(void *arg) {
     }
 }
 
+/* The default thread count.  DS4_THREADS (a positive integer) sets it for
+ * every program that takes its defaults from here; otherwise the CPUs this
+ * process may run on (taskset, a container's cpuset), not every online CPU
+ * of the machine: a pool larger than its CPUs waits on descheduled threads
+ * at every section. */
 int ds4_ncpu(void) {
+    const char *e = getenv("DS4_THREADS");
+    if (e && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (*end == 0 && v >= 1 && v <= 4096) return (int)v;
+    }
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
