@@ -36,6 +36,7 @@
 #include "gguf/safetensors.h"
 #include "kernels/quant.h"
 #include "kernels/quantize.h"
+#include "kernels/threadpool.h"   /* ds4_ncpu */
 
 #define ALIGNMENT 32
 #define MAX_THREADS 256
@@ -69,7 +70,8 @@ static void usage(FILE *o) {
 "                  expert): weights of the Q2_K, Q4_K and IQ2_XXS expert\n"
 "                  quantizers.  Without it Q2_K/Q4_K use ggml's reference\n"
 "                  rule and IQ2_XXS the column sums of squares of each expert.\n"
-"  --threads N     worker threads (default: online CPUs).\n"
+"  --threads N     worker threads (default: $DS4_THREADS or the CPUs it may\n"
+"                  use).\n"
 "  --stats         print, per tensor class, the RMSE and relative RMSE of the\n"
 "                  output against the dequantized checkpoint; for routed\n"
 "                  experts also the imatrix-weighted relative RMSE\n"
@@ -886,8 +888,8 @@ int main(int argc, char **argv) {
     if (!dir) usage_error("CHECKPOINT_DIR is required");
     if (!out) usage_error("-o OUT.gguf is required");
     if (!threads) {
-        long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = nc < 1 ? 1 : nc > MAX_THREADS ? MAX_THREADS : nc;
+        long nc = ds4_ncpu();
+        threads = nc > MAX_THREADS ? MAX_THREADS : nc;
     }
     g_threads = (int)threads;
     const double t0 = now_s();

@@ -102,8 +102,9 @@ static void usage(FILE *o) {
 "                  layout of docs/MTP.md, for the engine's MTP drafts.\n"
 "  --seed S        64-bit seed (default 1).  Same seed and options give a\n"
 "                  byte-identical file (whatever --threads is).\n"
-"  --threads N     generator threads (default: online CPUs, at most 8); the\n"
-"                  calling thread writes.  Memory: (N + 2) x 8 MiB buffers.\n"
+"  --threads N     generator threads (default: $DS4_THREADS or the CPUs it\n"
+"                  may use, at most 8); the calling thread writes.\n"
+"                  Memory: (N + 2) x 8 MiB buffers.\n"
 "  --set K=V       override a deepseek4.* key (the prefix is optional),\n"
 "                  applied after the preset and --layers, before the layout\n"
 "                  is derived; repeatable.  Integer keys: block_count,\n"
@@ -1863,8 +1864,8 @@ int main(int argc, char **argv) {
     }
 
     if (!threads) {
-        long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = nc < 1 ? 1 : nc > 8 ? 8 : nc;
+        long nc = ds4_default_threads();
+        threads = nc > 8 ? 8 : nc;
     }
     const int quantized = strcmp(recipe, "f16") != 0;
     finalize_config(&c, quantized, recipe);

@@ -383,11 +383,12 @@ TGT static inline __m128i ld2q(const uint64_t *t, unsigned i0, unsigned i1)
  * give alike, and rorx leaves its source intact */
 #define ROR64(x, k) ((uint64_t)(((x) >> (k)) | ((x) << (64 - (k)))))
 
-/* The weight side of one group from its 8 bytes, read as one qword (one
- * load instead of two: the group step is load-port bound on Zen 1, and
- * the fields come out by rorx + and/movzx, which GCC folds into the
- * scaled table offsets): the grid halves, the sign qwords, and the scale
- * row's byte offset in iq2_lsx. */
+/* The weight side of one group from its 8 bytes, read as one qword: the
+ * grid halves, the sign qwords, and the byte offset of the scale row in
+ * iq2_lsx ((v >> 60) * 16).  Each field is a rorx and an and/movzx, which
+ * GCC folds into the scaled table offsets: ~34 instructions and 11 loads
+ * per group and row instead of ~45 and 12 with two dword loads (the same
+ * speed on Zen 1, docs/PERF_KERNELS.md "fifth session"). */
 #define IQ2_WSIDE(v, g0, g1, s0, s1, lsoff)                                              \
     const __m128i g0 = ld2q(ds4_iq2xxs_grid, (v) & 255, ROR64(v, 8) & 255);             \
     const __m128i g1 = ld2q(ds4_iq2xxs_grid, ROR64(v, 16) & 255, ROR64(v, 24) & 255);   \
