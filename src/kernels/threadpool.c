@@ -21,6 +21,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -120,6 +121,9 @@ int ds4_ncpu(void) {
         char *end;
         long v = strtol(e, &end, 10);
         if (*end == 0 && v >= 1 && v <= 4096) return (int)v;
+        static _Atomic int warned;
+        if (!atomic_exchange(&warned, 1))
+            fprintf(stderr, "ds4: DS4_THREADS='%s' is not a thread count (1-4096); ignored\n", e);
     }
 #ifdef CPU_COUNT
     cpu_set_t set;
