@@ -51,6 +51,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ds4.h"   /* ds4_default_threads */
 #include "engine/cpu_ops.h"
 #include "gguf/gguf.h"
 #include "kernels/quant.h"
@@ -366,7 +367,7 @@ static void cpu_name(char *buf, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    opt.threads = ds4_ncpu();
+    opt.threads = ds4_default_threads();
     opt.reps = 5;
     opt.min_mb = 512;
     opt.prefill_gflop = 4.0;

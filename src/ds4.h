@@ -453,9 +453,10 @@ typedef struct {
     uint64_t total;              /* weights + kv + scratch */
     uint64_t mem_total, mem_available;
 } ds4_mem_plan;
-/* The thread count used where none is given: DS4_THREADS (a positive
- * integer), else the CPUs of the process's affinity mask (taskset, a
- * container's cpuset), else the online CPUs. */
+/* The thread count used where none is given: DS4_THREADS (1-4096; another
+ * value is reported once on stderr and ignored), else the CPUs of the
+ * process's affinity mask (taskset, a container's cpuset), else the online
+ * CPUs. */
 int ds4_default_threads(void);
 /* n_threads <= 0: ds4_default_threads() (the per-thread attention buffers). */
 int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan *out, char **err);

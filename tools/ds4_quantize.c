@@ -30,13 +30,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ds4.h"   /* ds4_default_threads */
 #include "common/args.h"
 #include "engine/imatrix.h"
 #include "gguf/gguf.h"
 #include "gguf/safetensors.h"
 #include "kernels/quant.h"
 #include "kernels/quantize.h"
-#include "kernels/threadpool.h"   /* ds4_ncpu */
 
 #define ALIGNMENT 32
 #define MAX_THREADS 256
@@ -888,7 +888,7 @@ int main(int argc, char **argv) {
     if (!dir) usage_error("CHECKPOINT_DIR is required");
     if (!out) usage_error("-o OUT.gguf is required");
     if (!threads) {
-        long nc = ds4_ncpu();
+        long nc = ds4_default_threads();
         threads = nc > MAX_THREADS ? MAX_THREADS : nc;
     }
     g_threads = (int)threads;

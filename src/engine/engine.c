@@ -214,7 +214,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
 
     m->kern = ds4_kernels_best();
     m->vk = vec_kernels_best();
-    int nth = p->n_threads > 0 ? p->n_threads : ds4_ncpu();
+    int nth = p->n_threads > 0 ? p->n_threads : ds4_default_threads();
     m->pool = ds4_pool_new(nth);
     if (!m->pool) {
         ds4_set_err(err, DS4_ENOMEM, "%s: cannot start %d worker threads", path, nth);

@@ -18,7 +18,6 @@
 #include "ds4.h"
 #include "gguf/model.h"
 #include "engine/engine_internal.h"   /* ds4_session_plan_weights */
-#include "kernels/threadpool.h"       /* ds4_ncpu */
 
 /* ---------------------------------------------------------------------- */
 /* Memory plan                                                             */
@@ -40,8 +39,6 @@ static void meminfo(uint64_t *total, uint64_t *avail) {
     }
     fclose(f);
 }
-
-int ds4_default_threads(void) { return ds4_ncpu(); }
 
 int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan *out, char **err) {
     if (err) *err = NULL;
@@ -65,7 +62,7 @@ int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan 
         gguf_close(gf);
         return rc;
     }
-    if (n_threads <= 0) n_threads = ds4_ncpu();
+    if (n_threads <= 0) n_threads = ds4_default_threads();
     out->ctx_size = ctx_size;
     out->n_threads = n_threads;
     for (uint64_t i = 0; i < gf->n_tensors; i++) out->weights += gf->tensors[i].nbytes;

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ds4.h"   /* ds4_default_threads */
 #include "kernels/threadpool.h"
 
 #define SPIN_NS 50000        /* 50 us of pause-spinning */
@@ -110,12 +111,11 @@ static void *worker_main(void *arg) {
     }
 }
 
-/* The default thread count.  DS4_THREADS (a positive integer) sets it for
- * every program that takes its defaults from here; otherwise the CPUs this
- * process may run on (taskset, a container's cpuset), not every online CPU
- * of the machine: a pool larger than its CPUs waits on descheduled threads
- * at every section. */
-int ds4_ncpu(void) {
+/* ds4.h.  DS4_THREADS sets it for every program that takes its default
+ * from here; otherwise the CPUs this process may run on (taskset, a
+ * container's cpuset), not every online CPU of the machine: a pool larger
+ * than its CPUs waits on descheduled threads at every section. */
+int ds4_default_threads(void) {
     const char *e = getenv("DS4_THREADS");
     if (e && *e) {
         char *end;

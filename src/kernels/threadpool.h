@@ -26,8 +26,4 @@ static inline void ds4_split(long n, int ith, int nth, long *lo, long *hi) {
     *hi = *lo + q + (ith < r ? 1 : 0);
 }
 
-/* default thread count: DS4_THREADS, else the CPUs of this process's
- * affinity mask, else the online CPUs */
-int ds4_ncpu(void);
-
 #endif
