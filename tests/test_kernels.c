@@ -684,8 +684,9 @@ static void test_few_tokens(void) {
 /* Q8_0 weights without -128 codes: ds4_q8_0_sym finds any -128 (one code  */
 /* planted anywhere, at the Flash row lengths), and every table's          */
 /* q8_0_q8_0a_tile_sym (where it has one) equals the scalar single-row     */
-/* kernel bit for bit on such weights, 1..9 tokens, activations with raw   */
-/* codes (-128 included), ragged row counts, padded rows and strides.      */
+/* kernel bit for bit on such weights, 1..9 and 16..67 tokens, activations */
+/* with raw codes (-128 included), ragged row counts, padded rows and      */
+/* strides.                                                                */
 /* ---------------------------------------------------------------------- */
 
 static void test_q8_sym(void) {
@@ -724,9 +725,19 @@ static void test_q8_sym(void) {
                 bad += q8_tile_case(k->q8_0_q8_0a_tile_sym, sk, ns[ni], ntok, rws[rnd() % 9], (ntok + ni) & 1, 1, &badg);
                 cases++;
             }
+        /* batches: whole and ragged groups of 8 tokens, several token
+         * slices of avx2's token-lane tile (n = 8192: 16 tokens a slice;
+         * 16384: 8), and rows too long for it (16416) */
+        static const int bn[] = { 1024, 4096, 8192, 16384, 16416 };
+        static const int bt[] = { 16, 17, 23, 40, 67 };
+        for (int bi = 0; bi < 5; bi++) {
+            bad += q8_tile_case(k->q8_0_q8_0a_tile_sym, sk, bn[bi], bt[bi], rws[rnd() % 9], bi & 1, 1, &badg);
+            bad += q8_tile_case(k->q8_0_q8_0a_tile_sym, sk, bn[4 - bi], bt[bi], rws[rnd() % 9], bi & 1, 1, &badg);
+            cases += 2;
+        }
         CHECK(bad == 0, "%s q8_0 sym tile: %ld outputs differ from the scalar single-row kernel", k->name, bad);
         CHECK(badg == 0, "%s q8_0 sym tile: %ld writes outside the tile", k->name, badg);
-        printf("info: %s q8_0 sym tile, %ld cases of 1..9 tokens: every output equals the scalar table\n",
+        printf("info: %s q8_0 sym tile, %ld cases of 1..9 and 16..67 tokens: every output equals the scalar table\n",
                k->name, cases);
     }
 }

@@ -848,15 +848,124 @@ TGTI static void q8_0a_rows8_n(int n, const uint8_t *w, size_t ws, const void *c
  * same bits.  Zen 1, one token, Q8_0 Flash shapes: one thread 12.7 ->
  * 13.8 GB/s from DRAM (medians; cached 13.1 -> 14.5), two threads 22.1 ->
  * 23.4 and 23.1 -> 23.7 (means of four alternated rounds, two sets). */
+/* Batches of 8 tokens and more (prefill), weights without -128 codes:
+ * tokens in the 8 lanes.  The 4-row tiles above spend, per row, token and
+ * block, a 128-bit fold and a share of three vphaddd to reduce the block's
+ * lanes to one exact sum (on Zen 1, ~6.4 cycles where the two multiplier
+ * instructions take 4).  Here the activations of 8 tokens are repacked
+ * once per call, step s of block b holding each token's bytes 4s..4s+3 in
+ * its lane; a row's 4 weight bytes are broadcast (vpbroadcastd from the
+ * row itself, no weight packing), and vpmaddubsw + vpmaddwd leave in every
+ * lane the sum of 4 products of that token.  After the 8 steps of a block
+ * each lane holds the token's exact block sum, so nothing is reduced
+ * across lanes, and the float step of the scalar order runs in the token
+ * lanes: acc = acc + (float)tot * (dw * da), blocks in order: the same
+ * bits as the single-row kernel.  4 rows share each activation load and
+ * its |a| (vpabsb); the 4 rows' weights (~17 KB at n = 4096) stay in L1
+ * while the token groups pass.  The repacked activations of up to TL_TOK
+ * tokens live on the stack (TL_BUF bytes); rows longer than TL_BUF / 8
+ * elements take the 4-row tiles. */
+#define TL_BUF (128 * 1024)
+
+/* 4 rows x 8 token lanes: pa / pd the group's packed codes and scales */
+TGTI static void q8_0a_tl4(int nb, const uint8_t *w, size_t ws, const int8_t *pa, const float *pd, __m256 *f)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *wb = w + (size_t)b * sizeof(block_q8_0) + 2;
+        const int8_t *ab = pa + (size_t)b * 256;
+        __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
+        for (int st = 0; st < 8; st++) {
+            const __m256i av = _mm256_load_si256((const __m256i *)(ab + 32 * st));
+            const __m256i ua = _mm256_abs_epi8(av);   /* |a| as u8: 128 for -128 */
+            int32_t q0, q1, q2, q3;
+            memcpy(&q0, wb + 4 * st, 4);
+            memcpy(&q1, wb + ws + 4 * st, 4);
+            memcpy(&q2, wb + 2 * ws + 4 * st, 4);
+            memcpy(&q3, wb + 3 * ws + 4 * st, 4);
+            /* w in [-127, 127] with a's sign never wraps */
+            i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(_mm256_set1_epi32(q0), av)), ones));
+            i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(_mm256_set1_epi32(q1), av)), ones));
+            i2 = _mm256_add_epi32(i2, _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(_mm256_set1_epi32(q2), av)), ones));
+            i3 = _mm256_add_epi32(i3, _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(_mm256_set1_epi32(q3), av)), ones));
+            /* keep the four sums in registers: without this GCC 12 reassociates
+             * the 8 steps' adds into a tree and spills its 32 terms (36 -> 30
+             * GFLOP/s on Zen 1) */
+            __asm__("" : "+x"(i0), "+x"(i1), "+x"(i2), "+x"(i3));
+        }
+        const __m256 da = _mm256_load_ps(pd + 8 * b);
+        uint16_t h;
+        memcpy(&h, wb - 2, 2);
+        f0 = _mm256_add_ps(f0, _mm256_mul_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(_mm256_set1_ps(h2f(h)), da)));
+        memcpy(&h, wb + ws - 2, 2);
+        f1 = _mm256_add_ps(f1, _mm256_mul_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(_mm256_set1_ps(h2f(h)), da)));
+        memcpy(&h, wb + 2 * ws - 2, 2);
+        f2 = _mm256_add_ps(f2, _mm256_mul_ps(_mm256_cvtepi32_ps(i2), _mm256_mul_ps(_mm256_set1_ps(h2f(h)), da)));
+        memcpy(&h, wb + 3 * ws - 2, 2);
+        f3 = _mm256_add_ps(f3, _mm256_mul_ps(_mm256_cvtepi32_ps(i3), _mm256_mul_ps(_mm256_set1_ps(h2f(h)), da)));
+    }
+    f[0] = f0;
+    f[1] = f1;
+    f[2] = f2;
+    f[3] = f3;
+}
+
+/* ntok a multiple of 8, n <= TL_BUF / 8, nrows a multiple of 4 */
+TGT static void q8_0a_tlanes_sym(int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    const int nb = n / QK8_0;
+    _Alignas(32) int8_t pa[TL_BUF];
+    _Alignas(32) float pd[TL_BUF / 8 / sizeof(float)];
+    const int ts = TL_BUF / n / 8 * 8;   /* tokens per slice: >= 8 */
+    for (int j0 = 0; j0 < ntok; j0 += ts) {
+        const int ng = (ntok - j0 < ts ? ntok - j0 : ts) / 8;
+        for (int g = 0; g < ng; g++)
+            for (int l = 0; l < 8; l++) {
+                const block_q8_0a *src = a[j0 + 8 * g + l];
+                int8_t *dst = pa + (size_t)g * nb * 256 + 4 * l;
+                float *dd = pd + (size_t)g * nb * 8 + l;
+                for (int b = 0; b < nb; b++) {
+                    dd[8 * b] = src[b].d;
+                    for (int st = 0; st < 8; st++) memcpy(dst + (size_t)b * 256 + 32 * st, src[b].qs + 4 * st, 4);
+                }
+            }
+        for (int r = 0; r < nrows; r += 4)
+            for (int g = 0; g < ng; g++) {
+                __m256 f[4];
+                q8_0a_tl4(nb, w + (size_t)r * ws, ws, pa + (size_t)g * nb * 256, pd + (size_t)g * nb * 8, f);
+                for (int k = 0; k < 4; k++) {
+                    float o[8];
+                    _mm256_storeu_ps(o, f[k]);
+                    float *yr = y + (size_t)(j0 + 8 * g) * ys + r + k;
+                    for (int l = 0; l < 8; l++) yr[(size_t)l * ys] = o[l];
+                }
+            }
+    }
+}
+
 TGT static void v_q8_0_q8_0a_tile_sym(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                                       float *y, size_t ys)
 {
     const uint8_t *w = vw;
-    int r = 0;
-    for (; r + 8 <= nrows; r += 8) q8_0a_rows8_n(n, w + (size_t)r * ws, ws, a, ntok, y + r, ys, 1);
+    int r = 0, j0 = 0;
+    if (ntok >= 8 && n <= TL_BUF / 8 && nrows >= 4) {   /* whole groups of 8 tokens, rows by 4 */
+        j0 = ntok / 8 * 8;
+        q8_0a_tlanes_sym(n, w, ws, nrows / 4 * 4, a, j0, y, ys);
+        for (r = nrows / 4 * 4; r < nrows; r++)
+            for (int j = 0; j < j0; j++) y[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, a[j]);
+        if (j0 == ntok) return;
+        r = 0;
+    }
+    /* the remaining tokens (all of them below 8) */
+    const void *const *ar = a + j0;
+    float *yr = y + (size_t)j0 * ys;
+    const int nt = ntok - j0;
+    for (; r + 8 <= nrows; r += 8) q8_0a_rows8_n(n, w + (size_t)r * ws, ws, ar, nt, yr + r, ys, 1);
     for (; r < nrows; r++)
-        for (int j = 0; j < ntok; j++)
-            y[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, a[j]);
+        for (int j = 0; j < nt; j++)
+            yr[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, ar[j]);
 }
 
 TGT static void v_q8_0_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
