@@ -431,6 +431,18 @@ static void test_tables(void) {
                     }
             }
         }
+        /* batches of the K-quants at the Flash row lengths, several
+         * token slices of avx2's token-lane tiles (56 tokens a slice at
+         * n = 2048 for Q2_K, 24 at 4096, 8 at 8192) */
+        for (int fi = 0; fi < NFMT; fi++) {
+            const fmt *f = &FMTS[fi];
+            if (f->blk != 256) continue;
+            static const int bn[] = { 2048, 4096, 8192 };
+            for (int ni = 0; ni < 3; ni++) {
+                one_case(ti, k, f, bn[ni], irand(4, 40), irand(57, 90), ni & 1);
+                ncase++;
+            }
+        }
         printf("info: %-6s %d random cases; worst error/tolerance:", k->name, ncase);
         for (int fi = 0; fi < NFMT; fi++) printf(" %s %.3f", FMTS[fi].name, worst_ratio[ti][fi]);
         printf("\n");

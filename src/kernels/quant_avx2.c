@@ -1039,8 +1039,250 @@ TGTI static void kq_rows8(int fmt, int n, const uint8_t *w, size_t ws, const voi
     _mm256_storeu_ps(y, acc);
 }
 
-TOK_TILE(v_q2_K_q8_K_tile, q2_K_tok, 4, 0)
-TOK_TILE(v_q4_K_q8_K_tile, q4_K_tok, 4, 1)
+/* Q2_K and Q4_K x Q8_K, batches of 8 tokens and more: tokens in the lanes,
+ * as the Q8_0 prefill tile above.  Per row, token and 128 elements the
+ * 4-token tiles spend four vpmaddubsw and four vpmaddwd (the sub-block
+ * scales as int16), then a horizontal sum and a scalar float step per
+ * block and token.  Here each row's block is unpacked once per slice of
+ * tokens into 256 bytes, and step s of the tokens' activations (bytes
+ * 4s..4s+3 of each token in its lane) meets the broadcast dword s of it:
+ *   Q2_K: the bytes are code x sub-block scale (<= 3 x 15 = 45, by a
+ *     vpshufb table per 16-element lane); two vpmaddubsw (pair sums <= 2 x
+ *     45 x 127) add in int16 (<= 22860) before one vpmaddwd: 3 multiplier
+ *     instructions per 64 products instead of 4;
+ *   Q4_K: the bytes are the codes (<= 15); the 8 steps of a 32-element
+ *     sub-block add in int16 (<= 8 x 2 x 15 x 127 = 30480) and one vpmaddwd
+ *     applies its scale: 9 multiplier instructions per 256 products
+ *     instead of 16.
+ * The min term sum_j m_j bsums_j is one vpmaddwd per pair of bsums (the
+ * mins as int16 pairs broadcast, the tokens' bsums pairs in the lanes).
+ * Each lane ends with the token's exact isum and summs, and the scalar
+ * kernel's float step runs in the lanes, blocks in order:
+ * sumf = sumf + (d * isum - dmin * summs), d = w.d * a.d: the same bits.
+ * A slice's repacked activations (KTL_BLK bytes per block and 8 tokens)
+ * live on the stack (TL_BUF bytes). */
+#define KTL_BLK (2048 + 256 + 32)   /* codes, bsums pairs, scales of 8 tokens */
+
+/* one block of 4 rows, unpacked */
+typedef struct {
+    _Alignas(32) uint8_t wq[4][256];   /* Q2_K: code x scale; Q4_K: code */
+    _Alignas(32) int32_t mp[4][8];     /* mins as int16 pairs: Q2_K (m_2k, m_2k+1), Q4_K (m_k, m_k) */
+    _Alignas(32) int32_t sp[4][8];     /* Q4_K: scales as int16 pairs (sc_j, sc_j) */
+    float wd[4], wdm[4];
+} kq_unp;
+
+/* the min terms and the float step of 4 rows (i0..i3: the isums in the
+ * token lanes), into f[0..3] */
+TGTI static void ktl_finish(const kq_unp *u, const int8_t *ab, __m256i i0, __m256i i1, __m256i i2, __m256i i3,
+                            float *const *f)
+{
+    const int8_t *bp = ab + 2048;
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+    for (int k = 0; k < 8; k++) {
+        const __m256i bs = _mm256_load_si256((const __m256i *)(bp + 32 * k));
+        m0 = _mm256_add_epi32(m0, _mm256_madd_epi16(_mm256_set1_epi32(u->mp[0][k]), bs));
+        m1 = _mm256_add_epi32(m1, _mm256_madd_epi16(_mm256_set1_epi32(u->mp[1][k]), bs));
+        m2 = _mm256_add_epi32(m2, _mm256_madd_epi16(_mm256_set1_epi32(u->mp[2][k]), bs));
+        m3 = _mm256_add_epi32(m3, _mm256_madd_epi16(_mm256_set1_epi32(u->mp[3][k]), bs));
+    }
+    const __m256 ad = _mm256_load_ps((const float *)(ab + 2048 + 256));
+#define KTL_F(r, ii, mm)                                                                                       \
+    _mm256_store_ps(f[r], _mm256_add_ps(_mm256_load_ps(f[r]),                                                  \
+        _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(u->wd[r]), ad), _mm256_cvtepi32_ps(ii)),      \
+                      _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(u->wdm[r]), ad), _mm256_cvtepi32_ps(mm)))))
+    KTL_F(0, i0, m0);
+    KTL_F(1, i1, m1);
+    KTL_F(2, i2, m2);
+    KTL_F(3, i3, m3);
+#undef KTL_F
+}
+
+/* Q2_K: 4 rows x 8 tokens, one block */
+TGTI static void q2_K_tl4(const kq_unp *u, const int8_t *ab, float *const *f)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
+    for (int s2 = 0; s2 < 32; s2++) {
+        const __m256i a0 = _mm256_load_si256((const __m256i *)(ab + 64 * s2));
+        const __m256i a1 = _mm256_load_si256((const __m256i *)(ab + 64 * s2 + 32));
+        int32_t p, q;
+#define Q2TL_ROW(r, acc)                                                                                   \
+        memcpy(&p, u->wq[r] + 8 * s2, 4);                                                                 \
+        memcpy(&q, u->wq[r] + 8 * s2 + 4, 4);                                                             \
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(                                   \
+                  _mm256_maddubs_epi16(_mm256_set1_epi32(p), a0), _mm256_maddubs_epi16(_mm256_set1_epi32(q), a1)), ones))
+        Q2TL_ROW(0, i0);
+        Q2TL_ROW(1, i1);
+        Q2TL_ROW(2, i2);
+        Q2TL_ROW(3, i3);
+#undef Q2TL_ROW
+        __asm__("" : "+x"(i0), "+x"(i1), "+x"(i2), "+x"(i3));   /* no add tree, no spills */
+    }
+    ktl_finish(u, ab, i0, i1, i2, i3, f);
+}
+
+/* Q4_K: 4 rows x 8 tokens, one block */
+TGTI static void q4_K_tl4(const kq_unp *u, const int8_t *ab, float *const *f)
+{
+    __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
+    for (int j = 0; j < 8; j++) {
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+        for (int st = 0; st < 8; st++) {
+            const __m256i av = _mm256_load_si256((const __m256i *)(ab + 32 * (8 * j + st)));
+            int32_t p;
+#define Q4TL_ROW(r, acc)                                                                                   \
+            memcpy(&p, u->wq[r] + 32 * j + 4 * st, 4);                                                    \
+            acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(_mm256_set1_epi32(p), av))
+            Q4TL_ROW(0, s0);
+            Q4TL_ROW(1, s1);
+            Q4TL_ROW(2, s2);
+            Q4TL_ROW(3, s3);
+#undef Q4TL_ROW
+            __asm__("" : "+x"(s0), "+x"(s1), "+x"(s2), "+x"(s3));
+        }
+        i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(s0, _mm256_set1_epi32(u->sp[0][j])));
+        i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(s1, _mm256_set1_epi32(u->sp[1][j])));
+        i2 = _mm256_add_epi32(i2, _mm256_madd_epi16(s2, _mm256_set1_epi32(u->sp[2][j])));
+        i3 = _mm256_add_epi32(i3, _mm256_madd_epi16(s3, _mm256_set1_epi32(u->sp[3][j])));
+    }
+    ktl_finish(u, ab, i0, i1, i2, i3, f);
+}
+
+/* block i of rows r0..r0+3 into u */
+TGTI static void ktl_unpack(int fmt, const uint8_t *w, size_t ws, int i, kq_unp *u)
+{
+    const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
+    /* [0, s, 2s, 3s] from s in every byte of a lane: (s & ka) + (2s & kb) */
+    const __m256i ka = _mm256_setr_epi8(0, -1, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, -1, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i kb = _mm256_setr_epi8(0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int r = 0; r < 4; r++) {
+        if (fmt == 0) {
+            const block_q2_K *b = (const block_q2_K *)(w + (size_t)r * ws) + i;
+            u->wd[r] = h2f(b->d);
+            u->wdm[r] = h2f(b->dmin);
+            const __m128i raw = _mm_loadu_si128((const __m128i *)b->scales);
+            _mm256_store_si256((__m256i *)u->mp[r],
+                               _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15))));
+            const __m256i sc = _mm256_and_si256(_mm256_broadcastsi128_si256(raw), m15);
+            for (int h = 0; h < 2; h++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+                for (int sh = 0; sh < 4; sh++) {
+                    /* lane 0: sub-block 8h + 2sh, lane 1: the next */
+                    const int j = 8 * h + 2 * sh;
+                    const __m256i sj = _mm256_shuffle_epi8(sc, _mm256_setr_epi8(
+                        j, j, j, j, j, j, j, j, j, j, j, j, j, j, j, j,
+                        j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j + 1,
+                        j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j + 1));
+                    const __m256i tbl = _mm256_add_epi8(_mm256_and_si256(sj, ka),
+                                                        _mm256_and_si256(_mm256_add_epi8(sj, sj), kb));
+                    const __m256i c = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * sh), m3);
+                    _mm256_store_si256((__m256i *)(u->wq[r] + 128 * h + 32 * sh), _mm256_shuffle_epi8(tbl, c));
+                }
+            }
+        } else {
+            const block_q4_K *b = (const block_q4_K *)(w + (size_t)r * ws) + i;
+            u->wd[r] = h2f(b->d);
+            u->wdm[r] = h2f(b->dmin);
+            /* the 12 packed bytes: 8 scales and 8 mins of 6 bits (as q4_K_tok) */
+            uint32_t v[4];
+            memcpy(v, b->scales, 12);
+            v[3] = ((v[2] >> 4) & 0x0f0f0f0fu) | (((v[1] >> 6) & 0x03030303u) << 4);
+            const uint32_t mins_lo = v[1] & 0x3f3f3f3fu;
+            v[1] = (v[2] & 0x0f0f0f0fu) | (((v[0] >> 6) & 0x03030303u) << 4);
+            v[2] = mins_lo;
+            v[0] &= 0x3f3f3f3fu;
+            uint8_t sm[16];
+            memcpy(sm, v, 16);
+            for (int j = 0; j < 8; j++) {
+                u->sp[r][j] = (int32_t)((uint32_t)sm[j] * 0x10001u);
+                u->mp[r][j] = (int32_t)((uint32_t)sm[8 + j] * 0x10001u);
+            }
+            for (int c = 0; c < 4; c++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+                _mm256_store_si256((__m256i *)(u->wq[r] + 64 * c), _mm256_and_si256(bits, m15));
+                _mm256_store_si256((__m256i *)(u->wq[r] + 64 * c + 32),
+                                   _mm256_and_si256(_mm256_srli_epi16(bits, 4), m15));
+            }
+        }
+    }
+}
+
+/* fmt 0 Q2_K, 1 Q4_K; ntok a multiple of 8, nrows of 4, nb <= TL_BUF / KTL_BLK */
+TGTI static void kq_tlanes(int fmt, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
+                           float *y, size_t ys)
+{
+    const int nb = n / QK_K;
+    _Alignas(32) int8_t pa[TL_BUF];
+    _Alignas(32) float facc[4][TL_BUF / KTL_BLK][8];
+    kq_unp u;
+    const int gs = TL_BUF / KTL_BLK / nb;   /* token groups per slice: >= 1 */
+    for (int j0 = 0; j0 < ntok; j0 += 8 * gs) {
+        const int ng = (ntok - j0) / 8 < gs ? (ntok - j0) / 8 : gs;
+        for (int g = 0; g < ng; g++)
+            for (int l = 0; l < 8; l++) {
+                const block_q8_K *src = a[j0 + 8 * g + l];
+                for (int i = 0; i < nb; i++) {
+                    int8_t *ab = pa + ((size_t)g * nb + i) * KTL_BLK;
+                    for (int st = 0; st < 64; st++) memcpy(ab + 32 * st + 4 * l, src[i].qs + 4 * st, 4);
+                    for (int k = 0; k < 8; k++) memcpy(ab + 2048 + 32 * k + 4 * l, src[i].bsums + 2 * k, 4);
+                    memcpy(ab + 2048 + 256 + 4 * l, &src[i].d, 4);
+                }
+            }
+        for (int r0 = 0; r0 < nrows; r0 += 4) {
+            for (int g = 0; g < ng; g++)
+                for (int r = 0; r < 4; r++) _mm256_store_ps(facc[r][g], _mm256_setzero_ps());
+            for (int i = 0; i < nb; i++) {
+                ktl_unpack(fmt, w + (size_t)r0 * ws, ws, i, &u);
+                for (int g = 0; g < ng; g++) {
+                    float *const f[4] = { facc[0][g], facc[1][g], facc[2][g], facc[3][g] };
+                    const int8_t *ab = pa + ((size_t)g * nb + i) * KTL_BLK;
+                    if (fmt == 0) q2_K_tl4(&u, ab, f);
+                    else q4_K_tl4(&u, ab, f);
+                }
+            }
+            for (int g = 0; g < ng; g++)
+                for (int r = 0; r < 4; r++)
+                    for (int l = 0; l < 8; l++) y[(size_t)(j0 + 8 * g + l) * ys + r0 + r] = facc[r][g][l];
+        }
+    }
+}
+
+TGT static void q2_K_tlanes(int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok, float *y,
+                            size_t ys)
+{
+    kq_tlanes(0, n, w, ws, nrows, a, ntok, y, ys);
+}
+
+TGT static void q4_K_tlanes(int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok, float *y,
+                            size_t ys)
+{
+    kq_tlanes(1, n, w, ws, nrows, a, ntok, y, ys);
+}
+
+TOK_TILE(q2_K_q8_K_tile4, q2_K_tok, 4, 0)
+TOK_TILE(q4_K_q8_K_tile4, q4_K_tok, 4, 1)
+
+/* 8 tokens and more through the token-lane tiles, the rest (rows beyond a
+ * multiple of 4, tokens beyond a multiple of 8, rows longer than a slice
+ * holds) through the 4-token tiles: the same bits either way */
+#define KQ_TILE(name, tl, tile4)                                                                        \
+    TGT static void name(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,  \
+                         float *y, size_t ys)                                                           \
+    {                                                                                                   \
+        const uint8_t *w = vw;                                                                          \
+        if (ntok < 8 || nrows < 4 || n / QK_K > TL_BUF / KTL_BLK) {                                     \
+            tile4(n, vw, ws, nrows, a, ntok, y, ys);                                                    \
+            return;                                                                                     \
+        }                                                                                               \
+        const int j0 = ntok / 8 * 8, r4 = nrows / 4 * 4;                                                \
+        tl(n, w, ws, r4, a, j0, y, ys);                                                                 \
+        if (r4 < nrows) tile4(n, w + (size_t)r4 * ws, ws, nrows - r4, a, j0, y + r4, ys);               \
+        if (j0 < ntok) tile4(n, vw, ws, nrows, a + j0, ntok - j0, y + (size_t)j0 * ys, ys);             \
+    }
+KQ_TILE(v_q2_K_q8_K_tile, q2_K_tlanes, q2_K_q8_K_tile4)
+KQ_TILE(v_q4_K_q8_K_tile, q4_K_tlanes, q4_K_q8_K_tile4)
 /* IQ2_XXS tile: one token through iq2_d1_rows8, 8 rows at a time; else
  * each row meets the tokens 8 at a time (the weight side of a group --
  * 8 table loads, the field extraction -- costs about as much as 3 tokens'
