@@ -1148,6 +1148,46 @@ TGTI static void q4_K_tl4(const kq_unp *u, const int8_t *ab, float *const *f)
     ktl_finish(u, ab, i0, i1, i2, i3, f);
 }
 
+/* IQ2_XXS: 4 rows x 8 tokens, one block.  The unpacked bytes are the
+ * signed weights (grid x sign, |w| <= 43); each meets |a| with a's sign
+ * moved onto it (vpsignb; Q8_K has no -128): pair sums <= 2 x 127 x 43,
+ * two steps added in int16 (<= 21844) before the vpmaddwd that applies
+ * the group's 2 ls + 1: 3 multiplier instructions per 64 products, as in
+ * the 8-token tile, without its per-token reduction and float step. */
+TGTI static void iq2_tl4(const kq_unp *u, const int8_t *ab, float *const *f)
+{
+    __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
+    for (int g = 0; g < 8; g++)
+        for (int s2 = 0; s2 < 4; s2++) {
+            const __m256i a0 = _mm256_load_si256((const __m256i *)(ab + 32 * (8 * g + 2 * s2)));
+            const __m256i a1 = _mm256_load_si256((const __m256i *)(ab + 32 * (8 * g + 2 * s2) + 32));
+            const __m256i u0 = _mm256_abs_epi8(a0), u1 = _mm256_abs_epi8(a1);
+            int32_t p, q;
+#define IQTL_ROW(r, acc)                                                                                   \
+            memcpy(&p, u->wq[r] + 32 * g + 8 * s2, 4);                                                    \
+            memcpy(&q, u->wq[r] + 32 * g + 8 * s2 + 4, 4);                                                \
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(                               \
+                      _mm256_maddubs_epi16(u0, _mm256_sign_epi8(_mm256_set1_epi32(p), a0)),                \
+                      _mm256_maddubs_epi16(u1, _mm256_sign_epi8(_mm256_set1_epi32(q), a1))),               \
+                  _mm256_set1_epi32(u->sp[r][g])))
+            IQTL_ROW(0, i0);
+            IQTL_ROW(1, i1);
+            IQTL_ROW(2, i2);
+            IQTL_ROW(3, i3);
+#undef IQTL_ROW
+            __asm__("" : "+x"(i0), "+x"(i1), "+x"(i2), "+x"(i3));
+        }
+    const __m256 ad = _mm256_load_ps((const float *)(ab + 2048 + 256));
+#define IQTL_F(r, ii)                                                                                      \
+    _mm256_store_ps(f[r], _mm256_add_ps(_mm256_load_ps(f[r]),                                              \
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(u->wd[r]), ad), _mm256_cvtepi32_ps(ii))))
+    IQTL_F(0, i0);
+    IQTL_F(1, i1);
+    IQTL_F(2, i2);
+    IQTL_F(3, i3);
+#undef IQTL_F
+}
+
 /* block i of rows r0..r0+3 into u */
 TGTI static void ktl_unpack(int fmt, const uint8_t *w, size_t ws, int i, kq_unp *u)
 {
@@ -1181,6 +1221,20 @@ TGTI static void ktl_unpack(int fmt, const uint8_t *w, size_t ws, int i, kq_unp 
                     _mm256_store_si256((__m256i *)(u->wq[r] + 128 * h + 32 * sh), _mm256_shuffle_epi8(tbl, c));
                 }
             }
+        } else if (fmt == 2) {
+            const uint8_t *b = w + (size_t)r * ws + (size_t)i * sizeof(block_iq2_xxs);
+            uint16_t h;
+            memcpy(&h, b, 2);
+            u->wd[r] = h2f(h);
+            for (int g = 0; g < 8; g++) {
+                uint64_t v;
+                memcpy(&v, b + 2 + 8 * g, 8);
+                IQ2_WSIDE(v, g0, g1, s0, s1, lsoff);
+                u->sp[r][g] = (int32_t)((uint32_t)(2 * (v >> 60) + 1) * 0x10001u);
+                (void)lsoff;
+                _mm_store_si128((__m128i *)(u->wq[r] + 32 * g), _mm_sign_epi8(g0, s0));
+                _mm_store_si128((__m128i *)(u->wq[r] + 32 * g + 16), _mm_sign_epi8(g1, s1));
+            }
         } else {
             const block_q4_K *b = (const block_q4_K *)(w + (size_t)r * ws) + i;
             u->wd[r] = h2f(b->d);
@@ -1209,7 +1263,7 @@ TGTI static void ktl_unpack(int fmt, const uint8_t *w, size_t ws, int i, kq_unp 
     }
 }
 
-/* fmt 0 Q2_K, 1 Q4_K; ntok a multiple of 8, nrows of 4, nb <= TL_BUF / KTL_BLK */
+/* fmt 0 Q2_K, 1 Q4_K, 2 IQ2_XXS; ntok a multiple of 8, nrows of 4, nb <= TL_BUF / KTL_BLK */
 TGTI static void kq_tlanes(int fmt, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
                            float *y, size_t ys)
 {
@@ -1239,12 +1293,14 @@ TGTI static void kq_tlanes(int fmt, int n, const uint8_t *w, size_t ws, int nrow
                     float *const f[4] = { facc[0][g], facc[1][g], facc[2][g], facc[3][g] };
                     const int8_t *ab = pa + ((size_t)g * nb + i) * KTL_BLK;
                     if (fmt == 0) q2_K_tl4(&u, ab, f);
-                    else q4_K_tl4(&u, ab, f);
+                    else if (fmt == 1) q4_K_tl4(&u, ab, f);
+                    else iq2_tl4(&u, ab, f);
                 }
             }
             for (int g = 0; g < ng; g++)
                 for (int r = 0; r < 4; r++)
-                    for (int l = 0; l < 8; l++) y[(size_t)(j0 + 8 * g + l) * ys + r0 + r] = facc[r][g][l];
+                    for (int l = 0; l < 8; l++)   /* IQ2_XXS: the scalar kernel's final 1/8 */
+                        y[(size_t)(j0 + 8 * g + l) * ys + r0 + r] = fmt == 2 ? 0.125f * facc[r][g][l] : facc[r][g][l];
         }
     }
 }
@@ -1253,6 +1309,12 @@ TGT static void q2_K_tlanes(int n, const uint8_t *w, size_t ws, int nrows, const
                             size_t ys)
 {
     kq_tlanes(0, n, w, ws, nrows, a, ntok, y, ys);
+}
+
+TGT static void iq2_xxs_tlanes(int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
+                               float *y, size_t ys)
+{
+    kq_tlanes(2, n, w, ws, nrows, a, ntok, y, ys);
 }
 
 TGT static void q4_K_tlanes(int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok, float *y,
@@ -1264,15 +1326,19 @@ TGT static void q4_K_tlanes(int n, const uint8_t *w, size_t ws, int nrows, const
 TOK_TILE(q2_K_q8_K_tile4, q2_K_tok, 4, 0)
 TOK_TILE(q4_K_q8_K_tile4, q4_K_tok, 4, 1)
 
-/* 8 tokens and more through the token-lane tiles, the rest (rows beyond a
- * multiple of 4, tokens beyond a multiple of 8, rows longer than a slice
- * holds) through the 4-token tiles: the same bits either way */
-#define KQ_TILE(name, tl, tile4)                                                                        \
+/* MIN tokens and more through the token-lane tiles, the rest (rows beyond
+ * a multiple of 4, tokens beyond a multiple of 8, rows longer than a slice
+ * holds) through the few-token tiles: the same bits either way.  IQ2_XXS
+ * starts at 16: its 8-token tile already shares the weight side (grid and
+ * sign lookups) among 8 tokens, and for one group of 8 the unpacking costs
+ * about as much as the group (Zen 1, one thread, T = 8: 30.5-34 against
+ * 34-40 GFLOP/s; T = 48: 40-41 against 33-39). */
+#define KQ_TILE(name, tl, tile4, MIN)                                                                   \
     TGT static void name(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,  \
                          float *y, size_t ys)                                                           \
     {                                                                                                   \
         const uint8_t *w = vw;                                                                          \
-        if (ntok < 8 || nrows < 4 || n / QK_K > TL_BUF / KTL_BLK) {                                     \
+        if (ntok < (MIN) || nrows < 4 || n / QK_K > TL_BUF / KTL_BLK) {                                 \
             tile4(n, vw, ws, nrows, a, ntok, y, ys);                                                    \
             return;                                                                                     \
         }                                                                                               \
@@ -1281,14 +1347,14 @@ TOK_TILE(q4_K_q8_K_tile4, q4_K_tok, 4, 1)
         if (r4 < nrows) tile4(n, w + (size_t)r4 * ws, ws, nrows - r4, a, j0, y + r4, ys);               \
         if (j0 < ntok) tile4(n, vw, ws, nrows, a + j0, ntok - j0, y + (size_t)j0 * ys, ys);             \
     }
-KQ_TILE(v_q2_K_q8_K_tile, q2_K_tlanes, q2_K_q8_K_tile4)
-KQ_TILE(v_q4_K_q8_K_tile, q4_K_tlanes, q4_K_q8_K_tile4)
+KQ_TILE(v_q2_K_q8_K_tile, q2_K_tlanes, q2_K_q8_K_tile4, 8)
+KQ_TILE(v_q4_K_q8_K_tile, q4_K_tlanes, q4_K_q8_K_tile4, 8)
 /* IQ2_XXS tile: one token through iq2_d1_rows8, 8 rows at a time; else
  * each row meets the tokens 8 at a time (the weight side of a group --
  * 8 table loads, the field extraction -- costs about as much as 3 tokens'
  * products, so it is shared as widely as the 16 registers allow). */
-TGT static void v_iq2_xxs_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
-                                    float *y, size_t ys)
+TGT static void iq2_xxs_tile8(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                              float *y, size_t ys)
 {
     int r0 = 0;
     if (ntok == 1 && n / QK_K <= KQ_MAXB)
@@ -1312,6 +1378,7 @@ TGT static void v_iq2_xxs_q8_K_tile(int n, const void *w, size_t ws, int nrows, 
         }
     }
 }
+KQ_TILE(v_iq2_xxs_q8_K_tile, iq2_xxs_tlanes, iq2_xxs_tile8, 16)
 
 TGTI static void f32_tok(int n, const void *w, const void *const *a, float *out, int C, __m256i *unused,
                          const uint8_t *unused_pf)
