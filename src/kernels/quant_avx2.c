@@ -2,7 +2,10 @@
  * quant_avx2.c -- AVX2/FMA/F16C versions of every kernel of ds4_kernels.
  *
  * Owns: the "avx2" kernel table and the run-time check that the CPU can run
- * it.  Every function is compiled with target("avx2,fma,f16c"), so the table
+ * it.  Shapes: one token (decode) runs rows-wide kernels reduced 8 rows at
+ * a time; a few tokens run tiles that share each row's unpacking among up
+ * to 4 or 8 tokens; batches (prefill, from 8 or 16 tokens) run tiles with
+ * tokens in the 8 lanes, activations repacked per slice on the stack.  Every function is compiled with target("avx2,fma,f16c"), so the table
  * exists even in a build without -march=native; ds4_kernels_avx2() hands it
  * out only when __builtin_cpu_supports says so.
  * Must not: change results at all: every kernel keeps the operation order
