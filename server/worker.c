@@ -713,7 +713,11 @@ worker *worker_start(server_ctx *srv, char **err) {
         }
     }
     metrics_sessions(srv->m, n, 0, 0);
-    if (pthread_create(&w->th, NULL, n > 1 ? worker_main_par : worker_main, w)) {
+    pthread_attr_t attr;   /* room for the kernels' stack buffers (ds4.h) */
+    const int have_attr = ds4_thread_attr(&attr) == 0;
+    const int perr = pthread_create(&w->th, have_attr ? &attr : NULL, n > 1 ? worker_main_par : worker_main, w);
+    if (have_attr) pthread_attr_destroy(&attr);
+    if (perr) {
         if (err) *err = strdup("cannot start the inference thread");
         worker_free(w);
         return NULL;

@@ -24,6 +24,7 @@
 #ifndef DS4_H
 #define DS4_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -458,6 +459,13 @@ typedef struct {
  * process's affinity mask (taskset, a container's cpuset), else the online
  * CPUs. */
 int ds4_default_threads(void);
+/* Stack for a thread that calls into the engine: the CPU kernels keep up to
+ * ~150 KiB of repacked activations on the stack.  ds4_thread_attr sets a
+ * pthread attribute's stack size to at least this (a process started with
+ * a small `ulimit -s` gives its threads small default stacks); it returns
+ * 0 or an errno value. */
+#define DS4_THREAD_STACK_MIN ((size_t)4 << 20)
+int ds4_thread_attr(pthread_attr_t *attr);
 /* n_threads <= 0: ds4_default_threads() (the per-thread attention buffers). */
 int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan *out, char **err);
 /* The plan as text; `fit` lines say whether it fits in RAM. */

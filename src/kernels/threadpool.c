@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ds4.h"   /* ds4_default_threads */
+#include "ds4.h"   /* ds4_default_threads, ds4_thread_attr */
 #include "kernels/threadpool.h"
 
 #define SPIN_NS 50000        /* 50 us of pause-spinning */
@@ -133,6 +133,16 @@ int ds4_default_threads(void) {
     return n > 0 ? (int)n : 1;
 }
 
+int ds4_thread_attr(pthread_attr_t *attr) {
+    int e = pthread_attr_init(attr);
+    if (e) return e;
+    size_t sz = 0;
+    if (pthread_attr_getstacksize(attr, &sz) == 0 && sz < DS4_THREAD_STACK_MIN)
+        e = pthread_attr_setstacksize(attr, DS4_THREAD_STACK_MIN);
+    if (e) pthread_attr_destroy(attr);
+    return e;
+}
+
 ds4_pool *ds4_pool_new(int n_threads) {
     if (n_threads < 1) n_threads = 1;
     ds4_pool *p = calloc(1, sizeof *p);
@@ -142,14 +152,17 @@ ds4_pool *ds4_pool_new(int n_threads) {
     pthread_cond_init(&p->cv, NULL);
     p->w = calloc((size_t)n_threads, sizeof *p->w);
     if (!p->w) { free(p); return NULL; }
+    pthread_attr_t attr;   /* the kernels' stack (ds4.h) */
+    const int have_attr = n_threads > 1 && ds4_thread_attr(&attr) == 0;
     for (int i = 1; i < n_threads; i++) {
         p->w[i].pool = p;
         p->w[i].ith = i;
-        if (pthread_create(&p->w[i].th, NULL, worker_main, &p->w[i]) != 0) {
+        if (pthread_create(&p->w[i].th, have_attr ? &attr : NULL, worker_main, &p->w[i]) != 0) {
             p->nth = i;   /* run with the threads we got */
             break;
         }
     }
+    if (have_attr) pthread_attr_destroy(&attr);
     return p;
 }
 
