@@ -6,6 +6,7 @@
  * affinity mask).  Exiting paths (bad values, --help, --version) are
  * covered by tests/t_cli.sh through the binaries.
  */
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -128,6 +129,31 @@ static void test_version(void) {
 
 /* ds4_default_threads: DS4_THREADS when it is a positive integer, else the
  * CPUs this process may run on (restricted here to one CPU). */
+/* ds4_thread_attr: at least DS4_THREAD_STACK_MIN of stack, never less than
+ * the default, and a thread made with it runs */
+static void *stack_user(void *arg) {
+    volatile char buf[256 * 1024];   /* more than the kernels keep */
+    buf[0] = 1;
+    buf[sizeof buf - 1] = 2;
+    *(int *)arg = buf[0] + buf[sizeof buf - 1];
+    return NULL;
+}
+
+static void test_thread_attr(void) {
+    pthread_attr_t def, a;
+    size_t dsz = 0, sz = 0;
+    CHECK(pthread_attr_init(&def) == 0 && pthread_attr_getstacksize(&def, &dsz) == 0, "default attr");
+    pthread_attr_destroy(&def);
+    CHECK(ds4_thread_attr(&a) == 0, "ds4_thread_attr");
+    CHECK(pthread_attr_getstacksize(&a, &sz) == 0 && sz >= DS4_THREAD_STACK_MIN && sz >= dsz,
+          "stack %zu (default %zu, minimum %zu)", sz, dsz, (size_t)DS4_THREAD_STACK_MIN);
+    pthread_t th;
+    int got = 0;
+    CHECK(pthread_create(&th, &a, stack_user, &got) == 0 && pthread_join(th, NULL) == 0 && got == 3,
+          "a thread with 256 KiB on its stack");
+    pthread_attr_destroy(&a);
+}
+
 static void test_default_threads(void) {
     unsetenv("DS4_THREADS");
     const int all = ds4_default_threads();
@@ -156,6 +182,7 @@ static void test_default_threads(void) {
 
 int main(void) {
     test_default_threads();
+    test_thread_attr();
     test_i64();
     test_u64();
     test_double();
