@@ -5,7 +5,8 @@
  * it.  Shapes: one token (decode) runs rows-wide kernels reduced 8 rows at
  * a time; a few tokens run tiles that share each row's unpacking among up
  * to 4 or 8 tokens; batches (prefill, from 8 or 16 tokens) run tiles with
- * tokens in the 8 lanes, activations repacked per slice on the stack.  Every function is compiled with target("avx2,fma,f16c"), so the table
+ * tokens in the 8 lanes, activations repacked per slice on the stack.
+ * Every function is compiled with target("avx2,fma,f16c"), so the table
  * exists even in a build without -march=native; ds4_kernels_avx2() hands it
  * out only when __builtin_cpu_supports says so.
  * Must not: change results at all: every kernel keeps the operation order
@@ -179,6 +180,12 @@ TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
 
 /* vout != NULL (one token): instead of the float step, store block i's
  * two lane vectors (sums, min sums) at vout[2i], vout[2i+1] for kq_rows8. */
+/* a Q2_K block's 16 mins (high nibbles of its scale bytes) as int16 */
+TGT static inline __m256i q2k_mins(__m128i raw)
+{
+    return _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+}
+
 TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *out, int C, __m256i *vout,
                           const uint8_t *pf)
 {
@@ -186,7 +193,6 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
     const int nb = n / QK_K;
     uintptr_t pl = (uintptr_t)pf & ~(uintptr_t)63;
     const __m256i m3 = _mm256_set1_epi8(3);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
     float sumf[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
     __m256i pms[4];
 
@@ -195,7 +201,7 @@ TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *o
         const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
         /* min term: sum_j (scales[j] >> 4) * bsums[j] */
         const __m128i raw = _mm_loadu_si128((const __m128i *)w[i].scales);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+        const __m256i mins = q2k_mins(raw);
         /* the 16 scales (low nibbles) in both lanes */
         const __m256i sc = _mm256_and_si256(_mm256_broadcastsi128_si256(raw), _mm256_set1_epi8(0x0f));
         __m256i sumi[4];
@@ -259,6 +265,18 @@ TGT static float v_q2_K_q8_K(int n, const void *vw, const void *va)
     2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, \
     2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1, 2*(k), 2*(k)+1)
 
+/* the 12 packed bytes of a Q4_K block into 8 scales (u[0..1]) and 8 mins
+ * (u[2..3]) of 6 bits, one byte each */
+static inline void q4k_scales_mins(const uint8_t *scales, uint32_t u[4])
+{
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3fu;
+}
+
 TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *out, int C, __m256i *vout,
                           const uint8_t *pf)
 {
@@ -275,15 +293,8 @@ TGTI static void q4_K_tok(int n, const void *vw, const void *const *va, float *o
         PF_SPREAD(pf, pl, (size_t)(i + 1) * sizeof(block_q4_K));
         const float wd = h2f(w[i].d), wdmin = h2f(w[i].dmin);
 
-        /* unpack the 12 packed bytes into 8 scales (u[0..1]) and 8 mins
-         * (u[2..3]), one byte each */
         uint32_t u[4];
-        memcpy(u, w[i].scales, 12);
-        u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-        const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
-        u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-        u[2] = mins_lo;
-        u[0] &= 0x3f3f3f3fu;
+        q4k_scales_mins(w[i].scales, u);
         const __m256i ms = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
         const __m128i mhi = _mm256_extracti128_si256(ms, 1);
 
@@ -861,14 +872,6 @@ TGTI static void q8_0a_rows8_n(int n, const uint8_t *w, size_t ws, const void *c
     }
 }
 
-/* Weights with no -128 code (the q8_0_q8_0a_tile_sym contract, quant.h):
- * |a| is made once per block and token, and each row needs one vpsignb
- * (w with a's sign, which cannot wrap) instead of two (|w|, and a with w's
- * sign).  The activations may hold -128 (|a| = 128 as u8 is fine), so no
- * token needs the scalar kernel.  Same block sums, same float step: the
- * same bits.  Zen 1, one token, Q8_0 Flash shapes: one thread 12.7 ->
- * 13.8 GB/s from DRAM (medians; cached 13.1 -> 14.5), two threads 22.1 ->
- * 23.4 and 23.1 -> 23.7 (means of four alternated rounds, two sets). */
 /* Batches of 8 tokens and more (prefill), weights without -128 codes:
  * tokens in the 8 lanes.  The 4-row tiles above spend, per row, token and
  * block, a 128-bit fold and a share of three vphaddd to reduce the block's
@@ -883,10 +886,12 @@ TGTI static void q8_0a_rows8_n(int n, const uint8_t *w, size_t ws, const void *c
  * lanes: acc = acc + (float)tot * (dw * da), blocks in order: the same
  * bits as the single-row kernel.  4 rows share each activation load and
  * its |a| (vpabsb); the 4 rows' weights (~17 KB at n = 4096) stay in L1
- * while the token groups pass.  The repacked activations of up to TL_TOK
- * tokens live on the stack (TL_BUF bytes); rows longer than TL_BUF / 8
- * elements take the 4-row tiles. */
+ * while the token groups pass.  The repacked activations of a slice of
+ * tokens (TL_BUF / n, a multiple of 8) live on the stack; rows longer than
+ * TL_BUF / 8 elements take the 4-row tiles. */
 #define TL_BUF (128 * 1024)
+#define KTL_BLK (2048 + 256 + 32)   /* Q8_K: codes, bsums pairs, scales of 8 tokens a block */
+#define TL_MAXG (TL_BUF / KTL_BLK)  /* token groups a slice holds at most (K-quants; MXFP4 capped) */
 
 /* 4 rows x 8 token lanes: pa / pd the group's packed codes and scales */
 TGTI static void q8_0a_tl4(int nb, const uint8_t *w, size_t ws, const int8_t *pa, const float *pd, __m256 *f)
@@ -932,6 +937,36 @@ TGTI static void q8_0a_tl4(int nb, const uint8_t *w, size_t ws, const int8_t *pa
     f[3] = f3;
 }
 
+/* the token-lane tiles' sums f[r][g] (4 rows from r0, ng groups of 8
+ * tokens from j0) into y, each times scale */
+static void tl_store(float (*f)[TL_MAXG][8], int ng, int r0, int j0, float scale, float *y, size_t ys)
+{
+    for (int g = 0; g < ng; g++)
+        for (int r = 0; r < 4; r++)
+            for (int l = 0; l < 8; l++) y[(size_t)(j0 + 8 * g + l) * ys + r0 + r] = scale * f[r][g][l];
+}
+
+/* A token-lane tile (whole groups of 8 tokens, rows in fours) and the
+ * few-token tile that takes the rest: rows beyond a multiple of 4, tokens
+ * beyond a multiple of 8, and everything when there are fewer than min_tok
+ * tokens or the rows do not fit a slice.  The same bits either way. */
+typedef void (*tl_fn)(int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok, float *y,
+                      size_t ys);
+
+static void tl_split(tl_fn tl, ds4_tile_fn few, int min_tok, int fits, int n, const void *vw, size_t ws, int nrows,
+                     const void *const *a, int ntok, float *y, size_t ys)
+{
+    const uint8_t *w = vw;
+    if (ntok < min_tok || nrows < 4 || !fits) {
+        few(n, vw, ws, nrows, a, ntok, y, ys);
+        return;
+    }
+    const int j0 = ntok / 8 * 8, r4 = nrows / 4 * 4;
+    tl(n, w, ws, r4, a, j0, y, ys);
+    if (r4 < nrows) few(n, w + (size_t)r4 * ws, ws, nrows - r4, a, j0, y + r4, ys);
+    if (j0 < ntok) few(n, vw, ws, nrows, a + j0, ntok - j0, y + (size_t)j0 * ys, ys);
+}
+
 /* the Q8_0a activations of ng groups of 8 tokens (a[0 .. 8 ng)), nb blocks
  * each, into pa ([group][block][step][token lane] dwords) and pd
  * ([group][block][token lane] scales) */
@@ -974,27 +1009,30 @@ TGT static void q8_0a_tlanes_sym(int n, const uint8_t *w, size_t ws, int nrows, 
     }
 }
 
+/* Weights with no -128 code (the q8_0_q8_0a_tile_sym contract, quant.h):
+ * |a| is made once per block and token, and each row needs one vpsignb
+ * (w with a's sign, which cannot wrap) instead of two (|w|, and a with w's
+ * sign).  The activations may hold -128 (|a| = 128 as u8 is fine), so no
+ * token needs the scalar kernel.  Same block sums, same float step: the
+ * same bits.  Zen 1, one token, Q8_0 Flash shapes: one thread 12.7 ->
+ * 13.8 GB/s from DRAM (medians; cached 13.1 -> 14.5), two threads 22.1 ->
+ * 23.4 and 23.1 -> 23.7 (means of four alternated rounds, two sets). */
+TGT static void q8_0_sym_tile4(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
+                               float *y, size_t ys)
+{
+    const uint8_t *w = vw;
+    int r = 0;
+    for (; r + 8 <= nrows; r += 8) q8_0a_rows8_n(n, w + (size_t)r * ws, ws, a, ntok, y + r, ys, 1);
+    for (; r < nrows; r++)
+        for (int j = 0; j < ntok; j++)
+            y[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, a[j]);
+}
+
+/* 8 tokens and more through the token lanes (above) */
 TGT static void v_q8_0_q8_0a_tile_sym(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                                       float *y, size_t ys)
 {
-    const uint8_t *w = vw;
-    int r = 0, j0 = 0;
-    if (ntok >= 8 && n <= TL_BUF / 8 && nrows >= 4) {   /* whole groups of 8 tokens, rows by 4 */
-        j0 = ntok / 8 * 8;
-        q8_0a_tlanes_sym(n, w, ws, nrows / 4 * 4, a, j0, y, ys);
-        for (r = nrows / 4 * 4; r < nrows; r++)
-            for (int j = 0; j < j0; j++) y[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, a[j]);
-        if (j0 == ntok) return;
-        r = 0;
-    }
-    /* the remaining tokens (all of them below 8) */
-    const void *const *ar = a + j0;
-    float *yr = y + (size_t)j0 * ys;
-    const int nt = ntok - j0;
-    for (; r + 8 <= nrows; r += 8) q8_0a_rows8_n(n, w + (size_t)r * ws, ws, ar, nt, yr + r, ys, 1);
-    for (; r < nrows; r++)
-        for (int j = 0; j < nt; j++)
-            yr[(size_t)j * ys + r] = v_q8_0_q8_0a(n, w + (size_t)r * ws, ar[j]);
+    tl_split(q8_0a_tlanes_sym, q8_0_sym_tile4, 8, n <= TL_BUF / 8, n, vw, ws, nrows, a, ntok, y, ys);
 }
 
 TGT static void v_q8_0_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
@@ -1090,7 +1128,6 @@ TGTI static void kq_rows8(int fmt, int n, const uint8_t *w, size_t ws, const voi
  * sumf = sumf + (d * isum - dmin * summs), d = w.d * a.d: the same bits.
  * A slice's repacked activations (KTL_BLK bytes per block and 8 tokens)
  * live on the stack (TL_BUF bytes). */
-#define KTL_BLK (2048 + 256 + 32)   /* codes, bsums pairs, scales of 8 tokens */
 
 /* one block of 4 rows, unpacked */
 typedef struct {
@@ -1232,8 +1269,7 @@ TGTI static void ktl_unpack(int fmt, const uint8_t *w, size_t ws, int i, kq_unp 
             u->wd[r] = h2f(b->d);
             u->wdm[r] = h2f(b->dmin);
             const __m128i raw = _mm_loadu_si128((const __m128i *)b->scales);
-            _mm256_store_si256((__m256i *)u->mp[r],
-                               _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15))));
+            _mm256_store_si256((__m256i *)u->mp[r], q2k_mins(raw));
             const __m256i sc = _mm256_and_si256(_mm256_broadcastsi128_si256(raw), m15);
             for (int h = 0; h < 2; h++) {
                 const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
@@ -1259,8 +1295,7 @@ TGTI static void ktl_unpack(int fmt, const uint8_t *w, size_t ws, int i, kq_unp 
                 uint64_t v;
                 memcpy(&v, b + 2 + 8 * g, 8);
                 IQ2_WSIDE(v, g0, g1, s0, s1, lsoff);
-                u->sp[r][g] = (int32_t)((uint32_t)(2 * (v >> 60) + 1) * 0x10001u);
-                (void)lsoff;
+                memcpy(&u->sp[r][g], (const char *)iq2_lsx + lsoff, 4);   /* (2 ls + 1) x 2 */
                 _mm_store_si128((__m128i *)(u->wq[r] + 32 * g), _mm_sign_epi8(g0, s0));
                 _mm_store_si128((__m128i *)(u->wq[r] + 32 * g + 16), _mm_sign_epi8(g1, s1));
             }
@@ -1268,14 +1303,8 @@ TGTI static void ktl_unpack(int fmt, const uint8_t *w, size_t ws, int i, kq_unp 
             const block_q4_K *b = (const block_q4_K *)(w + (size_t)r * ws) + i;
             u->wd[r] = h2f(b->d);
             u->wdm[r] = h2f(b->dmin);
-            /* the 12 packed bytes: 8 scales and 8 mins of 6 bits (as q4_K_tok) */
             uint32_t v[4];
-            memcpy(v, b->scales, 12);
-            v[3] = ((v[2] >> 4) & 0x0f0f0f0fu) | (((v[1] >> 6) & 0x03030303u) << 4);
-            const uint32_t mins_lo = v[1] & 0x3f3f3f3fu;
-            v[1] = (v[2] & 0x0f0f0f0fu) | (((v[0] >> 6) & 0x03030303u) << 4);
-            v[2] = mins_lo;
-            v[0] &= 0x3f3f3f3fu;
+            q4k_scales_mins(b->scales, v);
             uint8_t sm[16];
             memcpy(sm, v, 16);
             for (int j = 0; j < 8; j++) {
@@ -1292,15 +1321,15 @@ TGTI static void ktl_unpack(int fmt, const uint8_t *w, size_t ws, int i, kq_unp 
     }
 }
 
-/* fmt 0 Q2_K, 1 Q4_K, 2 IQ2_XXS; ntok a multiple of 8, nrows of 4, nb <= TL_BUF / KTL_BLK */
+/* fmt 0 Q2_K, 1 Q4_K, 2 IQ2_XXS; ntok a multiple of 8, nrows of 4, nb <= TL_MAXG */
 TGTI static void kq_tlanes(int fmt, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
                            float *y, size_t ys)
 {
     const int nb = n / QK_K;
     _Alignas(32) int8_t pa[TL_BUF];
-    _Alignas(32) float facc[4][TL_BUF / KTL_BLK][8];
+    _Alignas(32) float facc[4][TL_MAXG][8];
     kq_unp u;
-    const int gs = TL_BUF / KTL_BLK / nb;   /* token groups per slice: >= 1 */
+    const int gs = TL_MAXG / nb;   /* token groups per slice: >= 1 */
     for (int j0 = 0; j0 < ntok; j0 += 8 * gs) {
         const int ng = (ntok - j0) / 8 < gs ? (ntok - j0) / 8 : gs;
         for (int g = 0; g < ng; g++)
@@ -1326,10 +1355,7 @@ TGTI static void kq_tlanes(int fmt, int n, const uint8_t *w, size_t ws, int nrow
                     else iq2_tl4(&u, ab, f);
                 }
             }
-            for (int g = 0; g < ng; g++)
-                for (int r = 0; r < 4; r++)
-                    for (int l = 0; l < 8; l++)   /* IQ2_XXS: the scalar kernel's final 1/8 */
-                        y[(size_t)(j0 + 8 * g + l) * ys + r0 + r] = fmt == 2 ? 0.125f * facc[r][g][l] : facc[r][g][l];
+            tl_store(facc, ng, r0, j0, fmt == 2 ? 0.125f : 1.0f, y, ys);   /* IQ2_XXS: the scalar final 1/8 */
         }
     }
 }
@@ -1355,9 +1381,7 @@ TGT static void q4_K_tlanes(int n, const uint8_t *w, size_t ws, int nrows, const
 TOK_TILE(q2_K_q8_K_tile4, q2_K_tok, 4, 0)
 TOK_TILE(q4_K_q8_K_tile4, q4_K_tok, 4, 1)
 
-/* MIN tokens and more through the token-lane tiles, the rest (rows beyond
- * a multiple of 4, tokens beyond a multiple of 8, rows longer than a slice
- * holds) through the few-token tiles: the same bits either way.  IQ2_XXS
+/* MIN tokens and more through the token-lane tiles (tl_split).  IQ2_XXS
  * starts at 16: its 8-token tile already shares the weight side (grid and
  * sign lookups) among 8 tokens, and for one group of 8 the unpacking costs
  * about as much as the group (Zen 1, one thread, T = 8: 30.5-34 against
@@ -1366,15 +1390,7 @@ TOK_TILE(q4_K_q8_K_tile4, q4_K_tok, 4, 1)
     TGT static void name(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,  \
                          float *y, size_t ys)                                                           \
     {                                                                                                   \
-        const uint8_t *w = vw;                                                                          \
-        if (ntok < (MIN) || nrows < 4 || n / QK_K > TL_BUF / KTL_BLK) {                                 \
-            tile4(n, vw, ws, nrows, a, ntok, y, ys);                                                    \
-            return;                                                                                     \
-        }                                                                                               \
-        const int j0 = ntok / 8 * 8, r4 = nrows / 4 * 4;                                                \
-        tl(n, w, ws, r4, a, j0, y, ys);                                                                 \
-        if (r4 < nrows) tile4(n, w + (size_t)r4 * ws, ws, nrows - r4, a, j0, y + r4, ys);               \
-        if (j0 < ntok) tile4(n, vw, ws, nrows, a + j0, ntok - j0, y + (size_t)j0 * ys, ys);             \
+        tl_split(tl, tile4, MIN, n / QK_K <= TL_MAXG, n, vw, ws, nrows, a, ntok, y, ys);                \
     }
 KQ_TILE(v_q2_K_q8_K_tile, q2_K_tlanes, q2_K_q8_K_tile4, 8)
 KQ_TILE(v_q4_K_q8_K_tile, q4_K_tlanes, q4_K_q8_K_tile4, 8)
@@ -1501,7 +1517,6 @@ TGTI static void mx_strip(int n, const uint8_t *const *rows, const void *const *
  * instructions per 256 products.  Each lane ends with its token's exact
  * block sum; the float step of the scalar order runs in the token lanes:
  * sumf = sumf + (float)sumi * (2^(e-128) * a.d). */
-#define MX_TL_MAXTOK 256
 
 TGT static void mxfp4_tlanes(int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok, float *y,
                              size_t ys)
@@ -1509,12 +1524,12 @@ TGT static void mxfp4_tlanes(int n, const uint8_t *w, size_t ws, int nrows, cons
     const int nb = n / QK_MXFP4;
     _Alignas(32) int8_t pa[TL_BUF];
     _Alignas(32) float pd[TL_BUF / 8 / sizeof(float)];
-    _Alignas(32) float facc[4][MX_TL_MAXTOK / 8][8];
+    _Alignas(32) float facc[4][TL_MAXG][8];
     _Alignas(32) int8_t wq[4][32];
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ds4_kvalues_mxfp4));
     const __m256i ones = _mm256_set1_epi16(1);
     int ts = TL_BUF / n / 8 * 8;   /* tokens per slice: >= 8 */
-    if (ts > MX_TL_MAXTOK) ts = MX_TL_MAXTOK;
+    if (ts > 8 * TL_MAXG) ts = 8 * TL_MAXG;
     for (int j0 = 0; j0 < ntok; j0 += ts) {
         const int ng = (ntok - j0 < ts ? ntok - j0 : ts) / 8;
         q8a_pack(nb, a + j0, ng, pa, pd);
@@ -1557,9 +1572,7 @@ TGT static void mxfp4_tlanes(int n, const uint8_t *w, size_t ws, int nrows, cons
 #undef MXTL_F
                 }
             }
-            for (int g = 0; g < ng; g++)
-                for (int r = 0; r < 4; r++)
-                    for (int l = 0; l < 8; l++) y[(size_t)(j0 + 8 * g + l) * ys + r0 + r] = facc[r][g][l];
+            tl_store(facc, ng, r0, j0, 1.0f, y, ys);
         }
     }
 }
@@ -1594,21 +1607,13 @@ TGT static void mxfp4_tile8(int n, const void *w, size_t ws, int nrows, const vo
 }
 
 /* 16 tokens and more (rows <= TL_BUF / 8 elements) through the token
- * lanes, the rest through the 8-row tile: the same bits.  With one group
+ * lanes (tl_split), the rest through the 8-row tile.  With one group
  * of 8 the expansion per row and block is not amortised (Zen 1, one
  * thread, T = 8: 29 against 32 GFLOP/s; T = 48: 41.5 against 33.6). */
 TGT static void v_mxfp4_q8_0a_tile(int n, const void *vw, size_t ws, int nrows, const void *const *a, int ntok,
                                    float *y, size_t ys)
 {
-    const uint8_t *w = vw;
-    if (ntok < 16 || nrows < 4 || n > TL_BUF / 8) {
-        mxfp4_tile8(n, vw, ws, nrows, a, ntok, y, ys);
-        return;
-    }
-    const int j0 = ntok / 8 * 8, r4 = nrows / 4 * 4;
-    mxfp4_tlanes(n, w, ws, r4, a, j0, y, ys);
-    if (r4 < nrows) mxfp4_tile8(n, w + (size_t)r4 * ws, ws, nrows - r4, a, j0, y + r4, ys);
-    if (j0 < ntok) mxfp4_tile8(n, vw, ws, nrows, a + j0, ntok - j0, y + (size_t)j0 * ys, ys);
+    tl_split(mxfp4_tlanes, mxfp4_tile8, 16, n <= TL_BUF / 8, n, vw, ws, nrows, a, ntok, y, ys);
 }
 
 TGT static float v_mxfp4_q8_0a(int n, const void *vw, const void *va)
