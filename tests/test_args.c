@@ -127,8 +127,6 @@ static void test_version(void) {
     CHECK(v && !strncmp(v, DS4_VERSION, strlen(DS4_VERSION)), "version '%s' starts with %s", v, DS4_VERSION);
 }
 
-/* ds4_default_threads: DS4_THREADS when it is a positive integer, else the
- * CPUs this process may run on (restricted here to one CPU). */
 /* ds4_thread_attr: at least DS4_THREAD_STACK_MIN of stack, never less than
  * the default, and a thread made with it runs */
 static void *stack_user(void *arg) {
@@ -154,6 +152,8 @@ static void test_thread_attr(void) {
     pthread_attr_destroy(&a);
 }
 
+/* ds4_default_threads: DS4_THREADS when it is a positive integer, else the
+ * CPUs this process may run on (restricted here to one CPU). */
 static void test_default_threads(void) {
     unsetenv("DS4_THREADS");
     const int all = ds4_default_threads();
