@@ -752,6 +752,25 @@ static void test_q8_sym(void) {
         printf("info: %s q8_0 sym tile, %ld cases of 1..9 and 16..67 tokens: every output equals the scalar table\n",
                k->name, cases);
     }
+
+    /* The AVX-512 tables start as a copy of the avx2 one: an avx2 batch
+     * tile left in them (q8_0_q8_0a_tile_sym once was, taking every real
+     * Q8_0 matrix off the VNNI and AMX tiles at a third of their speed)
+     * gives the same bits, so only this check sees it. */
+    const ds4_kernels *v2 = ds4_kernels_avx2();
+    for (int ti = 2; ti < 5 && v2; ti++) {
+        const ds4_kernels *k = tabs[ti];
+        if (!k) continue;
+        const ds4_tile_fn mine[] = { k->q8_0_q8_0a_tile, k->q8_0_q8_0a_tile_sym, k->q2_K_q8_K_tile,
+                                     k->q4_K_q8_K_tile, k->iq2_xxs_q8_K_tile, k->f32_f32_tile,
+                                     k->f16_f32_tile, k->mxfp4_q8_0a_tile };
+        const ds4_tile_fn avx2[] = { v2->q8_0_q8_0a_tile, v2->q8_0_q8_0a_tile_sym, v2->q2_K_q8_K_tile,
+                                     v2->q4_K_q8_K_tile, v2->iq2_xxs_q8_K_tile, v2->f32_f32_tile,
+                                     v2->f16_f32_tile, v2->mxfp4_q8_0a_tile };
+        int inherited = 0;
+        for (int f = 0; f < 8; f++) inherited += mine[f] && mine[f] == avx2[f];
+        CHECK(inherited == 0, "%s: %d batch tile entries are the avx2 table's kernels", k->name, inherited);
+    }
 }
 
 /* ---------------------------------------------------------------------- */
