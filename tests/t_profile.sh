@@ -6,6 +6,7 @@
 #    stage times adding up to the total (other = total - stages); the
 #    matmul stage by kind (dense, dense float, routed gate/up, routed down)
 #    adding up to it, with its GFLOP, and the matmul threads' idle share;
+#    the batched leaves by shape (no more time or GFLOP than the stage);
 #  - decoding, the one-token products by weight format: per decoded token
 #    exactly the bytes of the model's matrices of that format (the routed
 #    experts' share n_used / n_expert), computed here from the GGUF; the
@@ -83,6 +84,20 @@ assert kinds["dense"][1] > 0 and kinds["routed down"][1] > 0, kinds
 # the F16 HC mixing and compressor projections of tiny-a are float products
 assert kinds["dense float"][1] > 0, kinds
 assert abs(kinds["routed gate/up"][1] - 2 * kinds["routed down"][1]) <= 0.1 + 0.01 * kinds["routed down"][1], kinds
+# batched leaves by shape (every leaf of these 44..64-token passes with
+# more than 8 rows in some group): rows parse, GFLOP/s = GFLOP / wall, and
+# they add up to no more than the matmul stage
+assert re.search(r"^  batched matmul by shape\s+calls\s+tokens\s+wall s\s+GFLOP\s+GFLOP/s\s+GF/cpu-s$", txt, re.M), "no shape table"
+shp = re.findall(r"^  ((?:F16|F32|BF16|Q8_0|Q2_K|Q4_K|IQ2_XXS|MXFP4|mixed) \d+x\d+(?: grp\d+)?)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", txt, re.M)
+assert shp, "no shape rows"
+for name, calls, tok, sw, sg, sgs, scpu in shp:
+    assert int(calls) > 0 and 8 < int(tok) <= 64, (name, calls, tok)
+    if float(sw) >= 0.002:   # within the printed precision of both
+        lo = (float(sg) - 0.05) / (float(sw) + 0.0005)
+        hi = (float(sg) + 0.05) / (float(sw) - 0.0005)
+        assert lo - 0.05 <= float(sgs) <= hi + 0.05, (name, sw, sg, sgs)
+assert sum(float(x[4]) for x in shp) <= kinds["all"][1] + 0.15, (shp, kinds["all"])
+assert sum(float(x[3]) for x in shp) <= kinds["all"][0] + 0.005, (shp, kinds["all"])
 idle = re.search(r"^  matmul thread idle: ([\d.]+)% of the parallel sections' thread time \(([\d.]+) of ([\d.]+) s\)$", txt, re.M)
 assert idle and 0 <= float(idle[1]) <= 100 and float(idle[2]) <= float(idle[3]), "no idle line"
 print(f"{passes} passes, {rows} rows, stages add up to the total, outside the matmuls {o[1]}% of wall; "

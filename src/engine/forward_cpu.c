@@ -156,6 +156,11 @@ static void run_mm(fwd *f, int pm, const mm_group *g, int ng) {
         type = type == -2 || type == (int)g[i].W.type ? (int)g[i].W.type : -1;
     }
     if (maxrows == 1) ds4_prof_mm_tok(type, bytes, t0, prof_now());
+    if (maxrows > 8) {
+        long n_out = 0;
+        for (int i = 0; i < ng; i++) n_out += g[i].W.n_out;
+        ds4_prof_mm_shape(type, g[0].W.n_in, n_out, ng, maxrows, mm_groups_flops(g, ng), t0, prof_now());
+    }
 }
 
 static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *sp, int n) {

@@ -4,6 +4,7 @@
  *
  * Owns: the counters.  Must not: be read for anything but the report.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,48 @@ void ds4_prof_mm_tok(int type, double bytes, prof_t t0, prof_t t1) {
     atomic_fetch_add_explicit(&prof_tok_calls[k], 1, memory_order_relaxed);
 }
 
+/* Batched leaves by shape; the key is (type, n_in, n_out, ng), maxrows is
+ * the largest seen.  A mutex: only DS4_PROFILE runs reach it. */
+enum { PSH_N = 48 };
+typedef struct {
+    int type, n_in, ng, maxrows;
+    long n_out;
+    uint64_t calls, wall, cpu;
+    double flops;
+} prof_shape;
+static prof_shape prof_shapes[PSH_N];
+static int prof_nshapes;
+static uint64_t prof_shape_other_wall;
+static pthread_mutex_t prof_shape_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void ds4_prof_mm_shape(int type, int n_in, long n_out, int ng, int maxrows, double flops, prof_t t0, prof_t t1) {
+    pthread_mutex_lock(&prof_shape_mu);
+    prof_shape *e = NULL;
+    for (int i = 0; i < prof_nshapes && !e; i++) {
+        prof_shape *s = &prof_shapes[i];
+        if (s->type == type && s->n_in == n_in && s->n_out == n_out && s->ng == ng) e = s;
+    }
+    if (!e && prof_nshapes < PSH_N) {
+        e = &prof_shapes[prof_nshapes++];
+        *e = (prof_shape){ .type = type, .n_in = n_in, .n_out = n_out, .ng = ng };
+    }
+    if (e) {
+        e->calls++;
+        e->wall += t1.wall - t0.wall;
+        e->cpu += t1.cpu - t0.cpu;
+        e->flops += flops;
+        if (maxrows > e->maxrows) e->maxrows = maxrows;
+    } else {
+        prof_shape_other_wall += t1.wall - t0.wall;
+    }
+    pthread_mutex_unlock(&prof_shape_mu);
+}
+
+static int prof_shape_cmp(const void *a, const void *b) {
+    const prof_shape *x = a, *y = b;
+    return x->wall < y->wall ? 1 : x->wall > y->wall ? -1 : 0;
+}
+
 void ds4_prof_mm_idle(uint64_t idle, uint64_t total) {
     atomic_fetch_add_explicit(&prof_mm_idle, idle, memory_order_relaxed);
     atomic_fetch_add_explicit(&prof_mm_thr, total, memory_order_relaxed);
@@ -96,6 +139,25 @@ static void prof_report(void) {
     fprintf(stderr, "  matmul thread idle: %.1f%% of the parallel sections' thread time (%.3f of %.3f s)\n",
             prof_mm_thr ? 100.0 * (double)prof_mm_idle / (double)prof_mm_thr : 0, (double)prof_mm_idle * 1e-9,
             (double)prof_mm_thr * 1e-9);
+    if (prof_nshapes) {
+        /* batched leaves by shape, slowest first: where the step's figures
+         * and bench_kernels' (one shape, one call) part */
+        qsort(prof_shapes, (size_t)prof_nshapes, sizeof prof_shapes[0], prof_shape_cmp);
+        fprintf(stderr, "  %-30s %7s %7s %10s %8s %10s %10s\n", "batched matmul by shape", "calls", "tokens",
+                "wall s", "GFLOP", "GFLOP/s", "GF/cpu-s");
+        for (int i = 0; i < prof_nshapes; i++) {
+            const prof_shape *e = &prof_shapes[i];
+            char name[64];
+            snprintf(name, sizeof name, "%s %dx%ld%s", e->type < 0 ? "mixed" : prof_type_name(e->type), e->n_in,
+                     e->n_out, e->ng > 1 ? " grp" : "");
+            if (e->ng > 1) snprintf(name + strlen(name), sizeof name - strlen(name), "%d", e->ng);
+            const double w = (double)e->wall * 1e-9, c = (double)e->cpu * 1e-9, g = e->flops * 1e-9;
+            fprintf(stderr, "  %-30s %7llu %7d %10.3f %8.1f %10.1f %10.1f\n", name, (unsigned long long)e->calls,
+                    e->maxrows, w, g, w > 0 ? g / w : 0, c > 0 ? g / c : 0);
+        }
+        if (prof_shape_other_wall)
+            fprintf(stderr, "  (further shapes: %.3f s)\n", (double)prof_shape_other_wall * 1e-9);
+    }
     /* one-token leaves (decode) by weight format: weight bytes over wall
      * time, to set beside a read-bandwidth probe (ds4-bench prints one) */
     uint64_t calls = 0, bytes = 0, wall = 0;

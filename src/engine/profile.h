@@ -94,6 +94,13 @@ static inline void prof_mm(int pm, double flops, prof_t t0) {
  * addition to prof_mm. */
 void ds4_prof_mm_tok(int type, double bytes, prof_t t0, prof_t t1);
 
+/* A batched matmul leaf (some group has more than 8 token rows): its
+ * shape -- weight type (-1: mixed), row length n_in, output rows summed
+ * over the ng groups, the most token rows of a group -- with its time and
+ * FLOPs since t0, for the report's per-shape table (where the kernels'
+ * bench figures and the step's differ).  Counted in addition to prof_mm. */
+void ds4_prof_mm_shape(int type, int n_in, long n_out, int ng, int maxrows, double flops, prof_t t0, prof_t t1);
+
 /* a parallel matmul section: its threads spent `idle` ns of `total`
  * (wall x threads) not in their share: waking up, or waiting for the last
  * chunk */
