@@ -133,20 +133,21 @@ typedef struct {
     double chunk;          /* cost of one work chunk */
     long nchunk;
     _Atomic long next;     /* next chunk to take (shared counter) */
+    int tok_split;         /* chunks are token ranges, not row strips */
     int nrange;            /* > 0: per-thread ranges instead */
     mm_range *range;
     uint64_t *busy;        /* DS4_PROFILE: ns each thread spent taking chunks, or NULL */
 } mm_job;
 
-/* Output rows [o0, o1) of one group, every token. */
-static void mm_group_rows(const cpu_ctx *c, const mm_group *g, int o0, int o1) {
+/* Output rows [o0, o1) of one group, token rows [t0, t1). */
+static void mm_group_rows(const cpu_ctx *c, const mm_group *g, int o0, int o1, int t0, int t1) {
     const int n = g->W.n_in;
     const size_t rb = g->W.row_bytes;
     ds4_tile_fn tile = pick_tile(c->k, g->W, g->kind);
     if (tile) {
         const void *ap[AP_MAX];
-        for (int j0 = 0; j0 < g->n_rows; j0 += AP_MAX) {
-            int nt = g->n_rows - j0 < AP_MAX ? g->n_rows - j0 : AP_MAX;
+        for (int j0 = t0; j0 < t1; j0 += AP_MAX) {
+            int nt = t1 - j0 < AP_MAX ? t1 - j0 : AP_MAX;
             for (int j = 0; j < nt; j++) {
                 int row = g->rows ? g->rows[j0 + j] : j0 + j;
                 ap[j] = g->act + (size_t)row * g->act_stride;
@@ -164,7 +165,7 @@ static void mm_group_rows(const cpu_ctx *c, const mm_group *g, int o0, int o1) {
     else fq = pick_q(c->k, g->W.type, g->kind);
     for (int r0 = o0; r0 < o1; r0 += STRIP) {
         int r1 = r0 + STRIP < o1 ? r0 + STRIP : o1;
-        for (int j = 0; j < g->n_rows; j++) {
+        for (int j = t0; j < t1; j++) {
             int row = g->rows ? g->rows[j] : j;
             const uint8_t *a = g->act + (size_t)row * g->act_stride;
             float *y = g->out + (size_t)j * g->out_stride;
@@ -185,6 +186,16 @@ static inline double row_cost(const mm_group *g) {
  * expression, and the last one takes everything up to the end, so every
  * strip is computed exactly once. */
 static void mm_chunk(mm_job *jb, long ci) {
+    if (jb->tok_split) {
+        /* chunk ci: token rows [T ci / n, T (ci + 1) / n) of every group */
+        for (int gi = 0; gi < jb->ng; gi++) {
+            const mm_group *g = &jb->g[gi];
+            long t0, t1;
+            ds4_split(g->n_rows, (int)ci, (int)jb->nchunk, &t0, &t1);
+            if (t0 < t1 && g->W.n_out > 0) mm_group_rows(jb->c, g, 0, g->W.n_out, (int)t0, (int)t1);
+        }
+        return;
+    }
     const int last = ci == jb->nchunk - 1;
     const double c0 = jb->chunk * (double)ci, c1 = jb->chunk * (double)(ci + 1);
     for (int gi = 0; gi < jb->ng; gi++) {
@@ -196,7 +207,7 @@ static void mm_chunk(mm_job *jb, long ci) {
         long o0 = c0 <= s ? 0 : (long)ceil((c0 - s) / k) * STRIP;
         long o1 = last ? g->W.n_out : (long)ceil((c1 - s) / k) * STRIP;
         if (o1 > g->W.n_out) o1 = g->W.n_out;
-        if (o0 < o1) mm_group_rows(jb->c, g, (int)o0, (int)o1);
+        if (o0 < o1) mm_group_rows(jb->c, g, (int)o0, (int)o1, 0, g->n_rows);
     }
 }
 
@@ -269,6 +280,29 @@ static void mm_task(void *ctx, int ith, int nth) {
 #define MIN_CHUNK_STRIPS_DECODE 2
 #define MIN_CHUNK_STRIPS_BATCH 32
 
+/* Few strips (< TOK_SPLIT_STRIPS per thread) and at least TOK_SPLIT_MIN
+ * tokens per thread: chunks of token rows, at least TOK_SPLIT_MIN each
+ * (the packed tiles' 16-token tiles, the AMX thresholds). */
+#define TOK_SPLIT_STRIPS 4
+#define TOK_SPLIT_MIN 64
+
+/* Run the job's chunks on the pool; under DS4_PROFILE also count the
+ * threads' idle time. */
+static void mm_run_job(const cpu_ctx *c, mm_job *jb, int nth) {
+    uint64_t busy[MM_PROF_THREADS];
+    if (PROF_ON() && nth <= MM_PROF_THREADS) {
+        jb->busy = busy;
+        for (int i = 0; i < nth; i++) busy[i] = 0;
+        uint64_t t0 = prof_clk_ns(CLOCK_MONOTONIC);
+        ds4_pool_run(c->pool, mm_task, jb);
+        uint64_t w = prof_clk_ns(CLOCK_MONOTONIC) - t0, idle = 0;
+        for (int i = 0; i < nth; i++) idle += busy[i] < w ? w - busy[i] : 0;
+        ds4_prof_mm_idle(idle, w * (uint64_t)nth);
+        return;
+    }
+    ds4_pool_run(c->pool, mm_task, jb);
+}
+
 void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
     enum { MAXG = 1024 };
     double start[MAXG];
@@ -296,6 +330,30 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
         return;
     }
     const int batch = maxtok > 8;
+    /* Few rows and many tokens (the HC mixing: 24 rows of 16384 for every
+     * token of a prefill): strips would leave a thread one strip of two
+     * (24 rows = 16 + 8) and every thread would stream all the tokens'
+     * activations; so the chunks are token ranges instead, each over every
+     * row.  Only where every group has the same token rows (dense leaves;
+     * routed experts differ).  Any token split gives the same bits (the
+     * tiles' contract, quant.h). */
+    if (batch) {
+        long strips = 0;
+        int same = 1;
+        for (int i = 0; i < ng; i++) {
+            strips += (g[i].W.n_out + STRIP - 1) / STRIP;
+            same &= g[i].n_rows == maxtok;
+        }
+        if (same && strips < (long)TOK_SPLIT_STRIPS * nth && maxtok >= TOK_SPLIT_MIN * nth) {
+            long n = maxtok / TOK_SPLIT_MIN;
+            if (n > (long)nth * CHUNKS_PER_THREAD_BATCH) n = (long)nth * CHUNKS_PER_THREAD_BATCH;
+            jb.tok_split = 1;
+            jb.nchunk = n;
+            atomic_init(&jb.next, 0);
+            mm_run_job(c, &jb, nth);
+            return;
+        }
+    }
     double minc = (batch ? MIN_CHUNK_STRIPS_BATCH : MIN_CHUNK_STRIPS_DECODE) * STRIP *
                   ((double)maxtok + ROW_FIXED);
     long n = (long)nth * (batch ? CHUNKS_PER_THREAD_BATCH : CHUNKS_PER_THREAD_DECODE);
@@ -314,18 +372,7 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
             atomic_init(&rng[i].fb, ((long long)hi << 32) | lo);
         }
     }
-    uint64_t busy[MM_PROF_THREADS];
-    if (PROF_ON() && nth <= MM_PROF_THREADS) {
-        jb.busy = busy;
-        for (int i = 0; i < nth; i++) busy[i] = 0;
-        uint64_t t0 = prof_clk_ns(CLOCK_MONOTONIC);
-        ds4_pool_run(c->pool, mm_task, &jb);
-        uint64_t w = prof_clk_ns(CLOCK_MONOTONIC) - t0, idle = 0;
-        for (int i = 0; i < nth; i++) idle += busy[i] < w ? w - busy[i] : 0;
-        ds4_prof_mm_idle(idle, w * (uint64_t)nth);
-        return;
-    }
-    ds4_pool_run(c->pool, mm_task, &jb);
+    mm_run_job(c, &jb, nth);
 }
 
 double mm_groups_flops(const mm_group *g, int ng) {
