@@ -13,8 +13,10 @@
  * Each measurement streams a pool of ~768 MB of random valid matrices
  * (sane block scales), so the weights come from DRAM.  ggml: a graph of
  * ggml_mul_mat nodes on the CPU backend (THREADS threads, default 1),
- * weights in ggml's CPU_REPACK buffer for the types it repacks on this
- * CPU (Q4_K with AVX2, Q2_K with AVX-512), else the plain CPU buffer; ds4: the engine's
+ * weights in ggml's AMX buffer where ggml was built with it and takes the
+ * type (Q8_0, Q4_K), else its CPU_REPACK buffer for the types it repacks on
+ * this CPU (Q4_K with AVX2, Q2_K with AVX-512), else the plain CPU buffer
+ * (BENCH_GGML_BUFT=CPU|CPU_REPACK|AMX forces one); ds4: the engine's
  * cpu_matmul_groups with the best kernel table, one token, a pool of
  * THREADS threads.  Run it with OMP_WAIT_POLICY=passive (the Makefile does):
  * ggml's OpenMP workers otherwise spin between its runs and take the cores
@@ -82,13 +84,21 @@ int main(int argc,char**argv){
   struct ggml_context*cw=ggml_init(ip);
   struct ggml_tensor**W=malloc(M*sizeof*W);
   for(int m=0;m<M;m++) W[m]=ggml_new_tensor_2d(cw,gt,n_in,n_out);
-  if(gx) for(ggml_backend_buffer_type_t*p=gx(dev);p&&*p;p++){
+  /* ggml's buffer type for these weights: BENCH_GGML_BUFT=CPU|CPU_REPACK|AMX
+   * forces one (where it takes the type), else the fastest that does:
+   * AMX (ggml built on an AMX CPU; it pre-packs Q8_0 and Q4_K and runs one
+   * token as AVX-512 VNNI over that layout), then CPU_REPACK, then CPU */
+  const char*want=getenv("BENCH_GGML_BUFT");
+  if(gx) for(int pass=0;pass<2;pass++) for(ggml_backend_buffer_type_t*p=gx(dev);p&&*p;p++){
+    const char*nm=ggml_backend_buft_name(*p);
     /* ggml repacks Q4_K on AVX2 CPUs and Q2_K only on AVX-512 ones; a type it
      * does not repack here must stay in the plain buffer (its set_tensor
      * crashes on one) */
-    if(!strcmp(ggml_backend_buft_name(*p),"CPU_REPACK") &&
-       ((gt==GGML_TYPE_Q2_K&&ggml_cpu_has_avx512())||(gt==GGML_TYPE_Q4_K&&ggml_cpu_has_avx2()))){
-      buft=*p; bname="CPU_REPACK"; } }
+    int ok=(!strcmp(nm,"CPU_REPACK") &&
+            ((gt==GGML_TYPE_Q2_K&&ggml_cpu_has_avx512())||(gt==GGML_TYPE_Q4_K&&ggml_cpu_has_avx2()))) ||
+           (!strcmp(nm,"AMX") && (gt==GGML_TYPE_Q8_0||gt==GGML_TYPE_Q4_K));
+    if(!ok || strcmp(bname,"CPU")) continue;
+    if(want ? !strcmp(nm,want) : (pass==0 ? !strcmp(nm,"AMX") : 1)){ buft=*p; bname=!strcmp(nm,"AMX")?"AMX":"CPU_REPACK"; } }
   ggml_backend_buffer_t wb=ggml_backend_alloc_ctx_tensors_from_buft(cw,buft);
   if(!wb){fprintf(stderr,"alloc failed\n");return 1;}
   huge(ggml_backend_buffer_get_base(wb),ggml_backend_buffer_get_size(wb));
