@@ -132,9 +132,12 @@ int main(int argc, char **argv) {
     for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         int nk = atoi(p);
         if (nk < 1 || nk > 1 << 20) usage(2);
-        float *kf = malloc((size_t)nk * d * sizeof(float));
-        float *q = malloc((size_t)4 * H * d * sizeof(float));
-        float *o = malloc((size_t)4 * H * d * sizeof(float));
+        /* 64-byte aligned, as the engine's scratch rows are: malloc's
+         * large blocks start 16 bytes into a page, and every 64-byte load
+         * of such a row splits two cache lines */
+        float *kf = aligned_alloc(64, (((size_t)nk * d * sizeof(float)) + 63) & ~(size_t)63);
+        float *q = aligned_alloc(64, (size_t)4 * H * d * sizeof(float));
+        float *o = aligned_alloc(64, (size_t)4 * H * d * sizeof(float));
         float *w = malloc((size_t)H * nk * sizeof(float));
         const float **kp = malloc((size_t)nk * sizeof(*kp));
         if (!kf || !q || !o || !w || !kp) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
