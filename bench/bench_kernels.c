@@ -541,7 +541,8 @@ int main(int argc, char **argv) {
          * threshold) use the AMX tile unit */
         const int amx_min = r->f->type == GGML_Q2_K ? DS4_AMX_MIN_TOK_Q2_K
                             : r->f->type == GGML_Q4_K ? DS4_AMX_MIN_TOK_Q4_K
-                            : r->f->type == GGML_IQ2_XXS ? DS4_AMX_MIN_TOK_IQ2_XXS : DS4_AMX_MIN_TOK;
+                            : r->f->type == GGML_IQ2_XXS ? DS4_AMX_MIN_TOK_IQ2_XXS
+                            : r->f->type == GGML_MXFP4 ? DS4_AMX_MIN_TOK_MXFP4 : DS4_AMX_MIN_TOK;
         int on_amx = r->f->is_int && r->T >= amx_min && !strcmp(r->kname, "amx");
         double pk = on_amx ? peaks[PROBE_AMX_INT8][k] : r->f->is_int ? int8_peak(k) : fp32_peak(k);
         if (opt.csv) {
@@ -569,13 +570,14 @@ int main(int argc, char **argv) {
     if (!opt.csv)
         printf("\n%%read/%%triad: decode GB/s over the STREAM figure at the same thread count;"
                " %%peak: prefill GFLOP/s over the peak of the unit the kernel uses at the same thread count:"
-               " the AMX int8 tile peak (amx table, q8_0/mxfp4 T >= %d, q2_k T >= %d, q4_k T >= %d, iq2_xxs T >= %d),"
+               " the AMX int8 tile peak (amx table, q8_0 T >= %d, mxfp4 T >= %d, q2_k T >= %d, q4_k T >= %d,"
+               " iq2_xxs T >= %d),"
                " else the int8 vector peak"
                " (integer formats) or the fp32 FMA peak (f16, f32); cpu: CPU time the run got over wall time x"
                " threads (\"!\" below 90%%: other jobs took cores, the figure is low); GF/cpu, %%peak/c: GFLOP/s over"
                " that share, i.e. per CPU-second of its threads (what the kernel does while it runs; the"
                " peaks are timed on each thread's CPU clock too), and its fraction of the peak.\n", DS4_AMX_MIN_TOK,
-               DS4_AMX_MIN_TOK_Q2_K, DS4_AMX_MIN_TOK_Q4_K, DS4_AMX_MIN_TOK_IQ2_XXS);
+               DS4_AMX_MIN_TOK_MXFP4, DS4_AMX_MIN_TOK_Q2_K, DS4_AMX_MIN_TOK_Q4_K, DS4_AMX_MIN_TOK_IQ2_XXS);
     ds4_pool_free(pools[0]);
     ds4_pool_free(pools[1]);
     return 0;

@@ -210,21 +210,21 @@ const ds4_kernels *ds4_kernels_avx512(void);
  * for bit; kept for measurements and tests. */
 const ds4_kernels *ds4_kernels_avx512_packed(void);
 /* The avx512 table with Intel AMX-INT8 tiles (quant_amx.c) for the batched
- * Q8_0 and MXFP4 x Q8_0a matmuls of DS4_AMX_MIN_TOK tokens or more and the
- * Q2_K, Q4_K and IQ2_XXS x Q8_K ones from DS4_AMX_MIN_TOK_Q2_K / _Q4_K /
- * _IQ2_XXS tokens; everything else, decode included, is the avx512 table's.  Same results bit for bit.  NULL
+ * Q8_0 and MXFP4 x Q8_0a matmuls of DS4_AMX_MIN_TOK / DS4_AMX_MIN_TOK_MXFP4
+ * tokens or more and the Q2_K, Q4_K and IQ2_XXS x Q8_K ones from
+ * DS4_AMX_MIN_TOK_Q2_K / _Q4_K / _IQ2_XXS tokens; everything else, decode included, is the avx512 table's.  Same results bit for bit.  NULL
  * when the CPU lacks AMX-TILE/AMX-INT8 or the avx512 table, or the kernel
  * refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM). */
 const ds4_kernels *ds4_kernels_amx(void);
-/* Batches below this many tokens run the avx512 tile in the amx table
- * (bench_kernels, Q8_0 with weights from DRAM, GFLOP per CPU-second: amx
- * / avx512 = 0.8 at 32 tokens, 1.1 at 64, 1.6 at 256; docs/PERF_KERNELS.md). */
-#define DS4_AMX_MIN_TOK 64
-/* The same for the amx table's Q2_K, Q4_K and IQ2_XXS x Q8_K tiles (one C
- * tile per 256-element block), from the same measurement: amx / avx512 at
- * 24 tokens Q2_K 1.06-1.33, at 32 Q4_K 0.99-1.11 and IQ2_XXS 1.22-1.36
- * (docs/PERF_KERNELS.md). */
-#define DS4_AMX_MIN_TOK_Q2_K 24
+/* Batches below these many tokens run the avx512 tile in the amx table.
+ * Measured on a quiet AMX machine (2026-12-04; bench_kernels, one thread,
+ * weights from DRAM, expert_up / expert_down / q_b, amx / avx512): Q8_0
+ * 0.92-1.10 at 32 tokens, 1.03-1.17 at 48; MXFP4 0.96-1.00 at 48, 1.05-1.09
+ * at 64; Q2_K 1.07 at 16, 1.05-1.10 at 24; Q4_K 0.99-1.01 at 32, 1.14-1.18
+ * at 48; IQ2_XXS 0.91 at 24, 1.10-1.12 at 32 (docs/PERF_KERNELS.md). */
+#define DS4_AMX_MIN_TOK 48
+#define DS4_AMX_MIN_TOK_MXFP4 64
+#define DS4_AMX_MIN_TOK_Q2_K 16
 #define DS4_AMX_MIN_TOK_Q4_K 32
 #define DS4_AMX_MIN_TOK_IQ2_XXS 32
 /* "scalar", "avx2", "avx512", "avx512-packed", "amx" or "best"; NULL when

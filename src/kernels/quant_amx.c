@@ -70,9 +70,6 @@
 
 #define VT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")))
 
-/* Fewer tokens than this: the avx512 tile (an A tile would be mostly
- * padding, and the weight transpose would not be amortized; quant.h). */
-#define AMX_MIN_TOK DS4_AMX_MIN_TOK
 /* 32-element blocks per K chunk: pack = KC * (512 + 64) bytes. */
 #define KC 32
 /* Tokens staged per group (the staging buffer holds TG x KC blocks). */
@@ -820,9 +817,11 @@ VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, c
 VT static void amx_tile(int f, ds4_tile_fn fallback, int n, const void *w, size_t ws, int nrows,
                         const void *const *a, int ntok, float *y, size_t ys)
 {
-    /* small batches, and row strides the 32-bit gather indices cannot
-     * hold: the avx512 tile */
-    if (ntok < AMX_MIN_TOK || nrows <= 0 || ws > (size_t)INT32_MAX / 16) {
+    /* small batches (an A tile would be mostly padding, and the weight
+     * transpose would not be amortized; quant.h), and row strides the
+     * 32-bit gather indices cannot hold: the avx512 tile */
+    const int min_tok = f == F_Q8_0 ? DS4_AMX_MIN_TOK : DS4_AMX_MIN_TOK_MXFP4;
+    if (ntok < min_tok || nrows <= 0 || ws > (size_t)INT32_MAX / 16) {
         fallback(n, w, ws, nrows, a, ntok, y, ys);
         return;
     }
