@@ -18,7 +18,8 @@
  *      weights or activations is read (exact-size buffers: run under ASan,
  *      as `make DEBUG=1` does, to check), and no unwritten stack buffer is
  *      read (the stack is filled with NaN bytes before each tile call);
- *   4. cpu_matmul_groups on pools of 1..3 threads, with grouped inputs,
+ *   4. cpu_matmul_groups on pools of 1..3 threads, with grouped inputs
+ *      (also few rows x many tokens, which it splits by token ranges),
  *      row index lists and sizes that do not divide the strip, gives the
  *      single-row values bit for bit.
  * DS4_TEST_SEED varies the random data.
@@ -559,10 +560,14 @@ static void test_driver(void) {
         cpu_ctx cc = { pool, k };
         for (int fi = 0; fi < NFMT; fi++) {
             const fmt *f = &FMTS[fi];
-            for (int trial = 0; trial < 3; trial++) {
+            for (int trial = 0; trial < 4; trial++) {
+                /* trial 3: few rows, every group with the same 130-300
+                 * token rows -- the leaves cpu_matmul_groups cuts into
+                 * token ranges instead of row strips (HC mixing) */
+                const int wide = trial == 3;
                 const int n = f->blk == 256 ? 512 : 256;
                 const int ng = irand(1, 5);
-                const int nact = irand(1, 12);
+                const int nact = wide ? irand(130, 300) : irand(1, 12);
                 const size_t ab = act_bytes(f, n), rb = rb_of(f, n);
                 uint8_t *A = malloc(ab * (size_t)nact);
                 float *x = malloc(sizeof(float) * (size_t)n);
@@ -575,8 +580,8 @@ static void test_driver(void) {
                 float *Ys[5];
                 int *rows[5];
                 for (int gi = 0; gi < ng; gi++) {
-                    int n_out = trial == 0 ? irand(1, 40) : irand(100, 700);
-                    int nr = irand(1, 9);
+                    int n_out = trial == 0 || wide ? irand(1, 40) : irand(100, 700);
+                    int nr = wide ? nact : irand(1, 9);
                     Ws[gi] = malloc(rb * (size_t)n_out);
                     for (int r = 0; r < n_out; r++) rand_row(f->type, Ws[gi] + (size_t)r * rb, n, 0);
                     rows[gi] = malloc(sizeof(int) * (size_t)nr);
