@@ -464,8 +464,12 @@ int main(int argc, char **argv) {
     int maxT = 1;
     for (int k = 0; k < opt.ntokens; k++) if (opt.tokens[k] > maxT) maxT = opt.tokens[k];
     size_t act_bytes = (size_t)8 * maxT * 4096 * sizeof(float) + 4096;
-    float *xf = malloc(act_bytes);
-    uint8_t *act = malloc(act_bytes);
+    /* 64-byte aligned, as the engine's activation rows are (its scratch
+     * is page-aligned and float rows are whole lines): malloc's large
+     * blocks start 16 bytes into a page, and then every 64-byte load of a
+     * float row splits two lines */
+    float *xf = aligned_alloc(64, act_bytes);
+    uint8_t *act = aligned_alloc(64, act_bytes);
     for (size_t i = 0; i < act_bytes / sizeof(float); i++) xf[i] = bench_frand();
     size_t out_floats = 0;
     for (int s = 0; s < NSHAPE; s++)
