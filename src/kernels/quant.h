@@ -212,8 +212,9 @@ const ds4_kernels *ds4_kernels_avx512_packed(void);
 /* The avx512 table with Intel AMX-INT8 tiles (quant_amx.c) for the batched
  * Q8_0 and MXFP4 x Q8_0a matmuls of DS4_AMX_MIN_TOK / DS4_AMX_MIN_TOK_MXFP4
  * tokens or more and the Q2_K, Q4_K and IQ2_XXS x Q8_K ones from
- * DS4_AMX_MIN_TOK_Q2_K / _Q4_K / _IQ2_XXS tokens; everything else, decode included, is the avx512 table's.  Same results bit for bit.  NULL
- * when the CPU lacks AMX-TILE/AMX-INT8 or the avx512 table, or the kernel
+ * DS4_AMX_MIN_TOK_Q2_K / _Q4_K / _IQ2_XXS tokens; everything else, decode
+ * included, is the avx512 table's.  Same results bit for bit.  NULL when
+ * the CPU lacks AMX-TILE/AMX-INT8 or the avx512 table, or the kernel
  * refuses the tile state (arch_prctl ARCH_REQ_XCOMP_PERM). */
 const ds4_kernels *ds4_kernels_amx(void);
 /* Batches below these many tokens run the avx512 tile in the amx table.
