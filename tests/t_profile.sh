@@ -96,8 +96,9 @@ for name, calls, tok, sw, sg, sgs, scpu in shp:
         lo = (float(sg) - 0.05) / (float(sw) + 0.0005)
         hi = (float(sg) + 0.05) / (float(sw) - 0.0005)
         assert lo - 0.05 <= float(sgs) <= hi + 0.05, (name, sw, sg, sgs)
-assert sum(float(x[4]) for x in shp) <= kinds["all"][1] + 0.15, (shp, kinds["all"])
-assert sum(float(x[3]) for x in shp) <= kinds["all"][0] + 0.005, (shp, kinds["all"])
+# (each row rounded to the printed precision: half a unit each)
+assert sum(float(x[4]) for x in shp) <= kinds["all"][1] + 0.05 * (len(shp) + 1), (shp, kinds["all"])
+assert sum(float(x[3]) for x in shp) <= kinds["all"][0] + 0.0005 * (len(shp) + 1), (shp, kinds["all"])
 idle = re.search(r"^  matmul thread idle: ([\d.]+)% of the parallel sections' thread time \(([\d.]+) of ([\d.]+) s\)$", txt, re.M)
 assert idle and 0 <= float(idle[1]) <= 100 and float(idle[2]) <= float(idle[3]), "no idle line"
 print(f"{passes} passes, {rows} rows, stages add up to the total, outside the matmuls {o[1]}% of wall; "

@@ -145,7 +145,11 @@ static void run_mm(fwd *f, int pm, const mm_group *g, int ng) {
     prof_t t0 = prof_now();
     cpu_matmul_groups(&f->cc, g, ng);
     if (!PROF_ON()) return;
-    prof_mm(pm, mm_groups_flops(g, ng), t0);
+    /* one end time for every table, so that their rows add up */
+    const prof_t t1 = prof_now();
+    const double flops = mm_groups_flops(g, ng);
+    ds4_prof_stage_add(PS_MM, t0, t1);
+    ds4_prof_mm_add(pm, flops, t0, t1);
     /* one-token leaves: the weight bytes they streamed, by format */
     int maxrows = 0, type = -2;
     double bytes = 0;
@@ -155,11 +159,11 @@ static void run_mm(fwd *f, int pm, const mm_group *g, int ng) {
         bytes += (double)g[i].W.row_bytes * g[i].W.n_out;
         type = type == -2 || type == (int)g[i].W.type ? (int)g[i].W.type : -1;
     }
-    if (maxrows == 1) ds4_prof_mm_tok(type, bytes, t0, prof_now());
+    if (maxrows == 1) ds4_prof_mm_tok(type, bytes, t0, t1);
     if (maxrows > 8) {
         long n_out = 0;
         for (int i = 0; i < ng; i++) n_out += g[i].W.n_out;
-        ds4_prof_mm_shape(type, g[0].W.n_in, n_out, ng, maxrows, mm_groups_flops(g, ng), t0, prof_now());
+        ds4_prof_mm_shape(type, g[0].W.n_in, n_out, ng, maxrows, flops, t0, t1);
     }
 }
 

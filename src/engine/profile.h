@@ -77,15 +77,9 @@ static inline void prof_add(int st, prof_t t0) {
     if (PROF_ON()) ds4_prof_stage_add(st, t0, prof_now());
 }
 
-/* a matmul leaf of kind pm that did `flops` (counted under PS_MM too) */
+/* a matmul leaf of kind pm that did `flops` from t0 to t1 (the caller,
+ * run_mm, also counts it under PS_MM with the same t0, t1) */
 void ds4_prof_mm_add(int pm, double flops, prof_t t0, prof_t t1);
-static inline void prof_mm(int pm, double flops, prof_t t0) {
-    if (PROF_ON()) {
-        prof_t t1 = prof_now();
-        ds4_prof_stage_add(PS_MM, t0, t1);
-        ds4_prof_mm_add(pm, flops, t0, t1);
-    }
-}
 
 /* A one-token matmul leaf (decode: every group has at most one token
  * row) whose groups all have weight type `type` (GGML_*; -1 when they
