@@ -1,6 +1,7 @@
 /*
  * cpu_ops.c -- see cpu_ops.h.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -312,9 +313,12 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
         return;
     }
     double t = 0, macs = 0;
-    int maxtok = 0;
+    int maxtok = 0, mintok = INT_MAX;
+    long strips = 0;
     for (int i = 0; i < ng; i++) {
         start[i] = t;
+        strips += (g[i].W.n_out + STRIP - 1) / STRIP;
+        if (g[i].n_rows < mintok) mintok = g[i].n_rows;
         if (g[i].n_rows <= 0) continue;
         t += row_cost(&g[i]) * g[i].W.n_out;
         macs += ((double)g[i].n_rows + ROW_FIXED) * g[i].W.n_out * g[i].W.n_in;
@@ -337,22 +341,14 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
      * row.  Only where every group has the same token rows (dense leaves;
      * routed experts differ).  Any token split gives the same bits (the
      * tiles' contract, quant.h). */
-    if (batch) {
-        long strips = 0;
-        int same = 1;
-        for (int i = 0; i < ng; i++) {
-            strips += (g[i].W.n_out + STRIP - 1) / STRIP;
-            same &= g[i].n_rows == maxtok;
-        }
-        if (same && strips < (long)TOK_SPLIT_STRIPS * nth && maxtok >= TOK_SPLIT_MIN * nth) {
-            long n = maxtok / TOK_SPLIT_MIN;
-            if (n > (long)nth * CHUNKS_PER_THREAD_BATCH) n = (long)nth * CHUNKS_PER_THREAD_BATCH;
-            jb.tok_split = 1;
-            jb.nchunk = n;
-            atomic_init(&jb.next, 0);
-            mm_run_job(c, &jb, nth);
-            return;
-        }
+    if (batch && mintok == maxtok && strips < (long)TOK_SPLIT_STRIPS * nth && maxtok >= TOK_SPLIT_MIN * nth) {
+        long n = maxtok / TOK_SPLIT_MIN;
+        if (n > (long)nth * CHUNKS_PER_THREAD_BATCH) n = (long)nth * CHUNKS_PER_THREAD_BATCH;
+        jb.tok_split = 1;
+        jb.nchunk = n;
+        atomic_init(&jb.next, 0);
+        mm_run_job(c, &jb, nth);
+        return;
     }
     double minc = (batch ? MIN_CHUNK_STRIPS_BATCH : MIN_CHUNK_STRIPS_DECODE) * STRIP *
                   ((double)maxtok + ROW_FIXED);

@@ -178,14 +178,14 @@ TGT static float v_q8_0_q8_0a(int n, const void *vw, const void *va)
                 _mm_prefetch((const char *)(pl), _MM_HINT_T0);                        \
     } while (0)
 
-/* vout != NULL (one token): instead of the float step, store block i's
- * two lane vectors (sums, min sums) at vout[2i], vout[2i+1] for kq_rows8. */
 /* a Q2_K block's 16 mins (high nibbles of its scale bytes) as int16 */
 TGT static inline __m256i q2k_mins(__m128i raw)
 {
     return _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
 }
 
+/* vout != NULL (one token): instead of the float step, store block i's
+ * two lane vectors (sums, min sums) at vout[2i], vout[2i+1] for kq_rows8. */
 TGTI static void q2_K_tok(int n, const void *vw, const void *const *va, float *out, int C, __m256i *vout,
                           const uint8_t *pf)
 {
