@@ -326,8 +326,8 @@ VT static void pack_q4_K(const uint8_t *w, size_t ws, int nr, int kb, pack_t *pk
  * two-bit codes; iq2_codes[e] / [256 + e] hold the codes of elements 0..3 / 4..7 of
  * entry e (256 bytes each = 4 zmm, looked up with vpermi2b). */
 static const uint8_t *iq2_codes;   /* ds4_iq2xxs_codes(): lo 0..255, hi 256..511 */
-/* d1_iq2_perm[s] byte 32h + 4g + l = 32g + 8l + s (the single-token path's
- * activation order, see d1_prep_iq2) */
+/* d1_iq2_perm[s] byte 8g + 4h + l = 32g + 8l + s (the single-token path's
+ * activation order, the same for both rows h of a pair: see d1_prep_iq2) */
 static uint8_t d1_iq2_perm[8][64] __attribute__((aligned(64)));
 
 static void iq2_tables_init(void)
@@ -336,7 +336,7 @@ static void iq2_tables_init(void)
     for (int sv = 0; sv < 8; sv++)
         for (int h = 0; h < 2; h++)
             for (int g = 0; g < 8; g++)
-                for (int l = 0; l < 4; l++) d1_iq2_perm[sv][32 * h + 4 * g + l] = (uint8_t)(32 * g + 8 * l + sv);
+                for (int l = 0; l < 4; l++) d1_iq2_perm[sv][8 * g + 4 * h + l] = (uint8_t)(32 * g + 8 * l + sv);
 }
 
 /* IQ2_XXS.  The packed vector s (0..7) of group g holds, in lane r, element
@@ -1347,21 +1347,28 @@ VT static __m512 d1_strip_q8_0(const uint8_t *w, size_t ws, int nr, int nb, cons
 }
 
 /* IQ2_XXS, one token, one strip (nr valid): the scheme of d1_strip.  A row
- * pair's two 64-byte blocks give, by one vpermt2d each, the 64 grid
- * indices (row A bytes 0..31, B 32..63; byte 4g + l = entry l of group g)
- * and the 16 sign/scale words (dword g: group g of A, 8 + g: of B).  The
- * grid expansion is the packed tiles' one, on the pair instead of on 16
+ * pair's two 64-byte blocks (qword g: the four grid indices of group g,
+ * then its sign/scale word) are merged by a shift and a blend each into the
+ * 64 grid indices (qword g: row A's four of group g, then row B's) and the
+ * 16 sign/scale words (dword 2g: group g of A, 2g + 1: of B).  The grid
+ * expansion is the packed tiles' one, on the pair instead of on 16
  * transposed rows: indices -> 2-bit codes (iq2_idx_codes, vpermi2b), codes of
  * element s of every entry -> 128 + magnitude (gf2p8affineqb), sign bytes
  * (7 stored bits + parity) -> per-element masks -> 128 - magnitude.  Then
  * vector s (element s of each entry) meets the activation codes of those
  * elements: every vpdpbusd lands a group's products in that group's dword,
- * so the eight vectors accumulate into one: lanes 0..7 the biased group
- * sums of row A, 8..15 of row B.  Bias out (the activation's bsums), the
- * group scales in (vpmulld), and the horizontal reduction as for Q8_0. */
+ * so the eight vectors accumulate into one: even lanes the biased group
+ * sums of row A, odd lanes of row B.  Bias out (the activation's bsums),
+ * the group scales in (vpmulld), and a horizontal reduction that leaves
+ * the rows in order (see d1_strip_iq2 for the pairing).
+ * Port 5 is this kernel's limit on AVX-512 Intel cores (measured on one:
+ * vpermi2b takes it two cycles, vpermt2d/vpermb/vpmultishiftqb/vpopcntb
+ * one; gf2p8affineqb and shifts go to port 0, vpdpbusd, blends, masked
+ * subtracts and ternary logic to either): the merge used two vpermt2d and
+ * the parity a vpopcntb, now shifts, blends and one gf2p8affineqb. */
 typedef struct {
-    __m512i a[8];       /* a[s] byte 4g + l (and 32 + 4g + l): code of element 32g + 8l + s */
-    __m512i corr;       /* lane g and 8 + g: 128 * (bsum_2g + bsum_2g+1) */
+    __m512i a[8];       /* a[s] byte 8g + l (and 8g + 4 + l): code of element 32g + 8l + s */
+    __m512i corr;       /* lanes 2g and 2g + 1: 128 * (bsum_2g + bsum_2g+1) */
     float d;
     int32_t pad[15];
 } d1iq2act_t;
@@ -1376,9 +1383,9 @@ VTI static void d1_prep_iq2(const uint8_t *blk, d1iq2act_t *p)
         p->a[s] = _mm512_mask_blend_epi8(_mm512_movepi8_mask(ix), lo, hi);
     }
     const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(blk + 4 + QK_K)));
-    /* dword g = bsum_2g + bsum_2g+1, twice */
-    const __m512i pr = _mm512_add_epi32(_mm512_permutexvar_epi32(_mm512_set_epi32(14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0), bs),
-                                        _mm512_permutexvar_epi32(_mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1), bs));
+    /* dwords 2g and 2g + 1 = bsum_2g + bsum_2g+1 */
+    const __m512i pr = _mm512_add_epi32(_mm512_permutexvar_epi32(_mm512_set_epi32(14, 14, 12, 12, 10, 10, 8, 8, 6, 6, 4, 4, 2, 2, 0, 0), bs),
+                                        _mm512_permutexvar_epi32(_mm512_set_epi32(15, 15, 13, 13, 11, 11, 9, 9, 7, 7, 5, 5, 3, 3, 1, 1), bs));
     p->corr = _mm512_slli_epi32(pr, 7);
     p->d = ld_f32(blk);
 }
@@ -1387,8 +1394,8 @@ typedef struct {
     iq2_code_tab ct;            /* the grid's code tables */
     __m512i vmap[4];            /* code bits (2i, 2i+1) -> 128 + magnitude, xor 0x88 */
     __m512i sh_s7;              /* sign fields, byte 7 - m of a qword <- entry m */
+    __m512i par7;               /* gf2p8affineqb: bits 0..6 kept, bit 7 <- their parity */
     __m512i bitsel, gidx;
-    __m512i even, odd;          /* vpermt2d: index dwords, sign dwords of two rows */
 } d1iq2k_t;
 
 VTI static void d1_iq2_consts(d1iq2k_t *k)
@@ -1401,25 +1408,25 @@ VTI static void d1_iq2_consts(d1iq2k_t *k)
     uint64_t shs = 0;
     for (int m = 0; m < 8; m++) shs |= (uint64_t)(32 * (m >> 2) + 7 * (m & 3)) << (8 * (7 - m));
     k->sh_s7 = _mm512_set1_epi64((long long)shs);
+    /* matrix byte 7 - i = the input bits of output bit i: bit i for i < 7,
+     * bits 0..6 for bit 7 (the stored sign field's parity) */
+    k->par7 = _mm512_set1_epi64(0x010204081020407Fll);
     k->bitsel = _mm512_set1_epi64(0x8040201008040201ll);
     uint8_t gi[64];
     for (int i = 0; i < 64; i++) gi[i] = (uint8_t)(8 * (i & 7) + (i >> 3));
     k->gidx = _mm512_loadu_si512(gi);
-    k->even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    k->odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
 }
 
 /* sign masks of a row pair's block: qword s = bit s of the 64 entries'
  * sign bytes (stored, then read as mask registers) */
 VTI static __m512i d1_iq2_masks(__m512i sg, const d1iq2k_t *k)
 {
-    const __m512i s7 = _mm512_and_si512(_mm512_multishift_epi64_epi8(k->sh_s7, sg), _mm512_set1_epi8(0x7f));
-    const __m512i par = _mm512_slli_epi16(_mm512_popcnt_epi8(s7), 7);
-    const __m512i sb = _mm512_ternarylogic_epi32(s7, par, _mm512_set1_epi8((char)0x80), 0xf8);   /* s7 | (par & 0x80) */
+    /* the multishift's bit 7 is the next field's: the matrix ignores it */
+    const __m512i sb = _mm512_gf2p8affine_epi64_epi8(_mm512_multishift_epi64_epi8(k->sh_s7, sg), k->par7, 0);
     return _mm512_permutexvar_epi8(k->gidx, _mm512_gf2p8affine_epi64_epi8(k->bitsel, sb, 0));
 }
 
-/* one row pair, one block: lane g = ls_g * (group sum) of row A, 8 + g of B */
+/* one row pair, one block: lane 2g = ls_g * (group sum) of row A, 2g + 1 of B */
 VTI static __m512i d1_pair_iq2(__m512i idx, __m512i sg, const __mmask64 *msk, const d1iq2act_t *p, const d1iq2k_t *k)
 {
     __m512i clo, chi;
@@ -1437,6 +1444,17 @@ VTI static __m512i d1_pair_iq2(__m512i idx, __m512i sg, const __mmask64 *msk, co
     return _mm512_mullo_epi32(_mm512_sub_epi32(_mm512_add_epi32(acc0, acc1), p->corr), ls);
 }
 
+/* index qwords (A's four, B's four) and sign/scale dwords (A, B) of the
+ * group qwords of two rows' blocks */
+VTI static void d1_iq2_merge(__m512i la, __m512i lb, __m512i *idx, __m512i *sg)
+{
+    *idx = _mm512_mask_blend_epi32(0xaaaa, la, _mm512_slli_epi64(lb, 32));
+    *sg = _mm512_mask_blend_epi32(0xaaaa, _mm512_srli_epi64(la, 32), lb);
+}
+
+/* Pair slot q takes rows 4k + j and 4k + j + 2 (k = q / 2, j = q % 2), not
+ * two adjacent rows: the reduction below then leaves row r in lane r with
+ * no final permutation.  The strip is still read almost sequentially. */
 VT static __m512 d1_strip_iq2(const uint8_t *w, size_t ws, int nr, int nb, const d1iq2act_t *act,
                               const d1iq2k_t *k, uintptr_t pfa)
 {
@@ -1448,37 +1466,36 @@ VT static __m512 d1_strip_iq2(const uint8_t *w, size_t ws, int nr, int nb, const
     /* masks of block kb + 1 are made while block kb computes: a 64-bit mask
      * load right after the 64-byte store that wrote it would stall */
     __mmask64 msk[2][8] __attribute__((aligned(64)));
-    for (int pr = 0; pr < 8; pr++) {
-        const uint8_t *ra = rows[2 * pr], *rb = rows[2 * pr + 1];
-        __m512i la = _mm512_loadu_si512(ra + 2), lb = _mm512_loadu_si512(rb + 2);
-        __m512i idx = _mm512_permutex2var_epi32(la, k->even, lb), sg = _mm512_permutex2var_epi32(la, k->odd, lb);
+    for (int q = 0; q < 8; q++) {
+        const int r = 4 * (q >> 1) + (q & 1);
+        const uint8_t *ra = rows[r], *rb = rows[r + 2];
+        __m512i idx, sg;
+        d1_iq2_merge(_mm512_loadu_si512(ra + 2), _mm512_loadu_si512(rb + 2), &idx, &sg);
         _mm512_store_si512(msk[0], d1_iq2_masks(sg, k));
         for (int kb = 0; kb < nb; kb++) {
             for (size_t o = 0; o < 2 * bb; o += 64) _mm_prefetch((const char *)(pfa + o), _MM_HINT_T0);
             pfa += 2 * bb;
             const size_t off = (size_t)kb * bb;
-            memcpy(&hd[kb][2 * pr], ra + off, 2);
-            memcpy(&hd[kb][2 * pr + 1], rb + off, 2);
+            memcpy(&hd[kb][r], ra + off, 2);
+            memcpy(&hd[kb][r + 2], rb + off, 2);
             __m512i idx1 = idx, sg1 = sg;
             if (kb + 1 < nb) {
-                la = _mm512_loadu_si512(ra + off + bb + 2);
-                lb = _mm512_loadu_si512(rb + off + bb + 2);
-                idx1 = _mm512_permutex2var_epi32(la, k->even, lb);
-                sg1 = _mm512_permutex2var_epi32(la, k->odd, lb);
+                d1_iq2_merge(_mm512_loadu_si512(ra + off + bb + 2), _mm512_loadu_si512(rb + off + bb + 2), &idx1, &sg1);
                 _mm512_store_si512(msk[(kb + 1) & 1], d1_iq2_masks(sg1, k));
             }
-            vb[8 * kb + pr] = d1_pair_iq2(idx, sg, msk[kb & 1], act + kb, k);
+            vb[8 * kb + q] = d1_pair_iq2(idx, sg, msk[kb & 1], act + kb, k);
             idx = idx1;
             sg = sg1;
         }
     }
-    const __m512i unperm = _mm512_set_epi32(15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
     __m512 facc = _mm512_setzero_ps();
     for (int kb = 0; kb < nb; kb++) {
         const __m512i *v = vb + 8 * kb;
-        const __m512i s = _mm512_permutexvar_epi32(unperm,
-            hadd_l3(hadd_l2(hadd_l1(v[0], v[1]), hadd_l1(v[2], v[3])),
-                    hadd_l2(hadd_l1(v[4], v[5]), hadd_l1(v[6], v[7]))));
+        /* hadd_l1 of slots 2k, 2k + 1: per 128-bit lane (A, A', B, B')
+         * partials; three hadd_l3 sum the lanes, leaving 128-bit lane k =
+         * slots 2k, 2k + 1 = rows (4k, 4k + 1, 4k + 2, 4k + 3) */
+        const __m512i s = hadd_l3(hadd_l3(hadd_l1(v[0], v[1]), hadd_l1(v[2], v[3])),
+                                  hadd_l3(hadd_l1(v[4], v[5]), hadd_l1(v[6], v[7])));
         /* scalar order: sumf += (f16(w.d) * a.d) * (float)bsum */
         const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hd[kb])),
                                        _mm512_set1_ps(act[kb].d));
