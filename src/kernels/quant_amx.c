@@ -666,6 +666,24 @@ VKI static void ktile2_blocks(int f, const kq_pack *pk, int kn, const kq_act *ak
 #undef KPRODP
 }
 
+/* Blocks per K chunk for ntile token tiles.  A chunk's working set is
+ * ntile x kc x 4.5 KiB of staged activations (A tiles) plus kc x 8.6 KiB
+ * of packed weights: at KCK = 4 and 3 token tiles (the routed experts'
+ * ~48 tokens a call) that is about 90 KiB, and every tile load came from L2.
+ * One block per chunk keeps a few tiles' working set in L1 for the
+ * price of reloading the float sums from y once per block instead of
+ * once per KCK blocks (what makes it slower for many tiles).  Measured
+ * (bench_kernels --cached, one thread, amx, expert_up, Intel AMX VM,
+ * docs/PERF_KERNELS.md): kc = 1 is faster up to 96 tokens for IQ2_XXS
+ * (48 tokens: -17 %), up to 80 for Q4_K, up to 48 for Q2_K (-11 %), and
+ * KCK beyond; the float order per block is the same either way (the sums
+ * wait in y as float32 between chunks), so the results are too. */
+static int kq_chunk(int f, int ntile)
+{
+    const int lim = f == F_IQ2_XXS ? 6 : f == F_Q4_K ? 5 : 3;
+    return ntile <= lim ? 1 : KCK;
+}
+
 /* Token group [0, ntok) (ntok <= TGK) of the tile contract in quant.h. */
 VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
                           float *y, size_t ys, kq_pack *pk, kq_act *act)
@@ -676,8 +694,9 @@ VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, 
     int32_t cb[2][2][16][16] __attribute__((aligned(64)));   /* C tiles, stored */
     int32_t cb2[4][16][16] __attribute__((aligned(64)));
     const __m512i perm = _mm512_load_si512(iq2_act_perm);
-    for (int kb = 0; kb < nb; kb += KCK) {
-        const int kn = nb - kb < KCK ? nb - kb : KCK;
+    const int kc = kq_chunk(f, ntile);
+    for (int kb = 0; kb < nb; kb += kc) {
+        const int kn = nb - kb < kc ? nb - kb : kc;
         const int last = kb + kn == nb;
         for (int t = 0; t < ntile * 16; t++) {
             kq_act *ak = &act[t / 16];
