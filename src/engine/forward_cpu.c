@@ -892,8 +892,9 @@ static void attn_task(void *ctx, int ith, int nth) {
             float *w = wbuf + (size_t)h * wcap;
             float sink = tval(&lw->attn_sinks, h0 + h), mx = sink;
             for (int r = 0; r < nk; r++) mx = max_bound(w[r], mx);
-            float den = expf(sink - mx);
-            for (int r = 0; r < nk; r++) { w[r] = expf(w[r] - mx); den += w[r]; }
+            /* the keys' terms in 16 lanes (vec_ops exp_sum), then the sink's */
+            float den = vk->exp_sum(w, nk, mx);
+            den += vec_expf(sink - mx);
             inv[h] = 1.0f / den;   /* reciprocal, as the original engine */
         }
         /* values are the keys: weighted sums in key order */
@@ -1140,10 +1141,11 @@ typedef struct {
     size_t rb;
 } swiglu_job;
 
-/* Per element: clamp, m = g / (1 + expf(-g)) * u (siluf), times the row's
- * routing weight.  Done in blocks of SWIGLU_BLK: the expf calls (libm,
- * scalar: their bits are the reference) in one loop, everything else in
- * loops the compiler vectorises (the division above all), each element
+/* Per element: clamp, m = g / (1 + exp(-g)) * u (siluf), times the row's
+ * routing weight.  Done in blocks of SWIGLU_BLK: the exponentials in one
+ * call of the vec table's exp (vec_expf, the same bits in every table:
+ * libm's scalar expf was more than half of this stage), everything else
+ * in loops the compiler vectorises (the division above all), each element
  * getting exactly the operations of the one-loop form. */
 #define SWIGLU_BLK 256
 
@@ -1153,6 +1155,7 @@ static void swiglu_task(void *ctx, int ith, int nth) {
     ds4_split(j->n, ith, nth, &lo, &hi);
     const float c = j->clamp;
     const int clamped = c > 1e-6f;
+    const vec_kernels *vk = j->f->m->vk;
     float gv[SWIGLU_BLK], ex[SWIGLU_BLK];
     for (long r = lo; r < hi; r++) {
         float *g = j->g + (size_t)r * j->F;
@@ -1162,7 +1165,8 @@ static void swiglu_task(void *ctx, int ith, int nth) {
             const int nb = j->F - i0 < SWIGLU_BLK ? j->F - i0 : SWIGLU_BLK;
             if (clamped) for (int i = 0; i < nb; i++) gv[i] = min_bound(g[i0 + i], c);
             else for (int i = 0; i < nb; i++) gv[i] = g[i0 + i];
-            for (int i = 0; i < nb; i++) ex[i] = expf(-gv[i]);
+            for (int i = 0; i < nb; i++) ex[i] = -gv[i];
+            vk->exp(ex, ex, nb);
             for (int i = 0; i < nb; i++) {
                 float uv = u[i0 + i];
                 if (clamped) uv = min_bound(max_bound(uv, -c), c);

@@ -11,10 +11,18 @@
  *    hands its lanes to the same scalar tail and reduction (lanes16_finish).
  *  - axpy4 / wsum4: per output element o = fma(e_r, k_r, o) in key order
  *    (wsum4 from o = +0).
+ *  - exp (vec_expf): n = nearest-even integer of (x * log2 e) (product
+ *    rounded), r = fma(n, -C1, x), r = fma(n, C2', r) (Cody-Waite split
+ *    of ln 2), p = Horner in fma over the 6 Cephes expf coefficients,
+ *    y = fma(p, r * r, r) + 1, times 2^n by adding n to the exponent
+ *    field.  exp_sum adds its outputs into 16 lanes as the dots do.
+ *    Not libm's expf: that one differs between libms and is scalar; this
+ *    one is 8-16 lanes wide (attention softmax, SwiGLU) and pinned.
  * The scalar versions write each FMA out with fmaf (the build has
  * -ffp-contract=off, so nothing else is fused).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,12 +30,10 @@
 
 /* Finish a dot from its 16 lanes: elements i0..n-1 (fewer than a SIMD
  * group) into lane i mod 16, then the reduction tree. */
+static inline float lanes16_tree(const float *l);
 static inline float lanes16_finish(float *l, const float *a, const float *b, int i0, int n) {
     for (int i = i0; i < n; i++) l[i & 15] = fmaf(a[i], b[i], l[i & 15]);
-    float r8[8], r4[4];
-    for (int j = 0; j < 8; j++) r8[j] = l[j] + l[j + 8];
-    for (int j = 0; j < 4; j++) r4[j] = r8[j] + r8[j + 4];
-    return (r4[0] + r4[2]) + (r4[1] + r4[3]);
+    return lanes16_tree(l);
 }
 
 static float s_dot(const float *a, const float *b, int n) {
@@ -66,7 +72,64 @@ static void s_dot4x4(const float *q, size_t qs, const float *const *keys, int n,
     }
 }
 
-static const vec_kernels k_scalar = { "scalar", s_dot4, s_axpy4, s_dot, s_dot4x4, s_wsum4 };
+/* The 16-lane reduction tree of lanes16_finish. */
+static inline float lanes16_tree(const float *l) {
+    float r8[8], r4[4];
+    for (int j = 0; j < 8; j++) r8[j] = l[j] + l[j + 8];
+    for (int j = 0; j < 4; j++) r4[j] = r8[j] + r8[j + 4];
+    return (r4[0] + r4[2]) + (r4[1] + r4[3]);
+}
+
+/* vec_expf constants: log2 e; ln 2 = C1 - C2 with C1 exact in 9 bits (n * C1
+ * is exact for |n| <= 128); Cephes' expf polynomial for
+ * (e^r - 1 - r) / r^2 on |r| <= ln(2)/2; the range ends. */
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_C1 0.693359375f
+#define EXP_C2 2.12194440e-4f
+#define EXP_P0 1.9875691500e-4f
+#define EXP_P1 1.3981999507e-3f
+#define EXP_P2 8.3334519073e-3f
+#define EXP_P3 4.1665795894e-2f
+#define EXP_P4 1.6666665459e-1f
+#define EXP_P5 5.0000001201e-1f
+#define EXP_LO -87.33654f              /* ln(FLT_MIN): below it the result would be subnormal */
+#define EXP_HI 88.72283935546875f      /* 128 ln 2 rounded up: e^x overflows from here */
+
+float vec_expf(float x) {
+    if (x != x) return x;
+    if (x < EXP_LO) return 0.0f;
+    if (x >= EXP_HI) return INFINITY;
+    const float n = nearbyintf(x * EXP_LOG2E);
+    float r = fmaf(n, -EXP_C1, x);
+    r = fmaf(n, EXP_C2, r);
+    float p = fmaf(EXP_P0, r, EXP_P1);
+    p = fmaf(p, r, EXP_P2);
+    p = fmaf(p, r, EXP_P3);
+    p = fmaf(p, r, EXP_P4);
+    p = fmaf(p, r, EXP_P5);
+    float y = fmaf(p, r * r, r) + 1.0f;
+    /* y in [0.7, 1.5) and n in [-126, 128]: a normal float, scaled exactly */
+    uint32_t b;
+    memcpy(&b, &y, 4);
+    b += (uint32_t)(int32_t)n << 23;
+    memcpy(&y, &b, 4);
+    return y;
+}
+
+static void s_exp(const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = vec_expf(x[i]);
+}
+
+static float s_exp_sum(float *w, int n, float m) {
+    float l[16] = { 0 };
+    for (int i = 0; i < n; i++) {
+        w[i] = vec_expf(w[i] - m);
+        l[i & 15] += w[i];
+    }
+    return lanes16_tree(l);
+}
+
+static const vec_kernels k_scalar = { "scalar", s_dot4, s_axpy4, s_dot, s_dot4x4, s_wsum4, s_exp, s_exp_sum };
 
 const vec_kernels *vec_kernels_scalar(void) { return &k_scalar; }
 
@@ -195,7 +258,53 @@ AVX2 static void v_dot4x4(const float *q, size_t qs, const float *const *keys, i
     }
 }
 
-static const vec_kernels k_avx2 = { "avx2", v_dot4, v_axpy4, v_dot, v_dot4x4, v_wsum4 };
+/* vec_expf on 8 lanes: the scalar steps; the special cases by blends */
+AVX2 static inline __m256 v_exp8(__m256 x) {
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_C1), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(EXP_C2), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EXP_P0), r, _mm256_set1_ps(EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
+    const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
+    e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ));
+    e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(EXP_HI), _CMP_GE_OQ));
+    return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+AVX2 static void v_exp(const float *x, float *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, v_exp8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = vec_expf(x[i]);
+}
+
+AVX2 static float v_exp_sum(float *w, int n, float m) {
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = v_exp8(_mm256_sub_ps(_mm256_loadu_ps(w + i), mv));
+        const __m256 b = v_exp8(_mm256_sub_ps(_mm256_loadu_ps(w + i + 8), mv));
+        _mm256_storeu_ps(w + i, a);
+        _mm256_storeu_ps(w + i + 8, b);
+        lo = _mm256_add_ps(lo, a);
+        hi = _mm256_add_ps(hi, b);
+    }
+    if (i == n) return red16_avx2(lo, hi);
+    float l[16];
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(l + 8, hi);
+    for (; i < n; i++) {
+        w[i] = vec_expf(w[i] - m);
+        l[i & 15] += w[i];
+    }
+    return lanes16_tree(l);
+}
+
+static const vec_kernels k_avx2 = { "avx2", v_dot4, v_axpy4, v_dot, v_dot4x4, v_wsum4, v_exp, v_exp_sum };
 
 const vec_kernels *vec_kernels_avx2(void) {
     __builtin_cpu_init();
@@ -368,7 +477,49 @@ AVX512 static void z_dot4x4(const float *q, size_t qs, const float *const *keys,
         for (int j = 0; j < 4; j++) out[h * 4 + j] = fin16_avx512(a[h * 4 + j], q + (size_t)h * qs, keys[j], i, n);
 }
 
-static const vec_kernels k_avx512 = { "avx512", z_dot4, z_axpy4, z_dot, z_dot4x4, z_wsum4 };
+/* vec_expf on 16 lanes */
+AVX512 static inline __m512 z_exp16(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_C1), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(EXP_C2), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_P0), r, _mm512_set1_ps(EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
+    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512 e = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23)));
+    e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_LT_OQ), e, _mm512_setzero_ps());
+    e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_HI), _CMP_GE_OQ), e, _mm512_set1_ps(INFINITY));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), e, x);
+}
+
+AVX512 static void z_exp(const float *x, float *y, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, z_exp16(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = vec_expf(x[i]);
+}
+
+AVX512 static float z_exp_sum(float *w, int n, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 a = z_exp16(_mm512_sub_ps(_mm512_loadu_ps(w + i), mv));
+        _mm512_storeu_ps(w + i, a);
+        acc = _mm512_add_ps(acc, a);
+    }
+    if (i == n) return red16_avx512(acc);
+    float l[16];
+    _mm512_storeu_ps(l, acc);
+    for (; i < n; i++) {
+        w[i] = vec_expf(w[i] - m);
+        l[i & 15] += w[i];
+    }
+    return lanes16_tree(l);
+}
+
+static const vec_kernels k_avx512 = { "avx512", z_dot4, z_axpy4, z_dot, z_dot4x4, z_wsum4, z_exp, z_exp_sum };
 
 const vec_kernels *vec_kernels_avx512(void) {
     __builtin_cpu_init();

@@ -4,8 +4,10 @@
  * model has a single KV head, so every key row is read once for a block of
  * heads) and the matching weighted accumulation.
  *
- * Owns: these kernels, a scalar reference beside each SIMD version, and the
- * run-time choice between them.  Every output element is computed in a
+ * Owns: these kernels and the exponential of the softmax and SwiGLU
+ * (vec_expf: one polynomial, the same bits in every table and on every
+ * libm), a scalar reference beside each SIMD version, and the run-time
+ * choice between them.  Every output element is computed in a
  * fixed order whatever the caller's batching, so results are reproducible
  * (decode == prefill).
  */
@@ -32,7 +34,19 @@ typedef struct {
      * registers across the keys. */
     void (*wsum4)(float *o, size_t os, const float *const *keys, const float *e,
                   size_t es, int nk, int n);
+    /* y[i] = vec_expf(x[i]) for i < n (x == y allowed) */
+    void (*exp)(const float *x, float *y, int n);
+    /* w[i] = vec_expf(w[i] - m) in place for i < n; returns their sum with
+     * element i added into lane i mod 16 in element order and the lanes
+     * reduced by the dots' tree (the softmax denominator) */
+    float (*exp_sum)(float *w, int n, float m);
 } vec_kernels;
+
+/* ds4's exp, the one every table computes (vec_ops.c): within 1.01 ulp of
+ * e^x (measured over every float), 0 below -87.33654 (no subnormals), +inf
+ * from 88.72284, NaN for NaN.  The scalar reference, for callers outside
+ * the tables. */
+float vec_expf(float x);
 
 const vec_kernels *vec_kernels_scalar(void);
 const vec_kernels *vec_kernels_avx2(void);   /* NULL when unsupported */
