@@ -1361,11 +1361,14 @@ VT static __m512 d1_strip_q8_0(const uint8_t *w, size_t ws, int nr, int nb, cons
  * sums of row A, odd lanes of row B.  Bias out (the activation's bsums),
  * the group scales in (vpmulld), and a horizontal reduction that leaves
  * the rows in order (see d1_strip_iq2 for the pairing).
- * Port 5 is this kernel's limit on AVX-512 Intel cores (measured on one:
- * vpermi2b takes it two cycles, vpermt2d/vpermb/vpmultishiftqb/vpopcntb
- * one; gf2p8affineqb and shifts go to port 0, vpdpbusd, blends, masked
- * subtracts and ternary logic to either): the merge used two vpermt2d and
- * the parity a vpopcntb, now shifts, blends and one gf2p8affineqb. */
+ * Shuffles take port 5 only on AVX-512 Intel cores (measured on one:
+ * vpermi2b two cycles, vpermt2d/vpermb/vpmultishiftqb/vpopcntb one;
+ * gf2p8affineqb and shifts go to port 0; vpdpbusd, blends, masked
+ * subtracts and ternary logic to either), so the merge (once two
+ * vpermt2d) and the parity (once vpopcntb + shift + ternary logic) are
+ * shifts, blends and one gf2p8affineqb: 10 port-5 cycles per pair and
+ * block instead of 13.  It did not measurably speed this kernel up there
+ * (docs/PERF_KERNELS.md, eighth session): port 5 is not its limit. */
 typedef struct {
     __m512i a[8];       /* a[s] byte 8g + l (and 8g + 4 + l): code of element 32g + 8l + s */
     __m512i corr;       /* lanes 2g and 2g + 1: 128 * (bsum_2g + bsum_2g+1) */

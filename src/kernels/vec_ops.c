@@ -12,8 +12,8 @@
  *  - axpy4 / wsum4: per output element o = fma(e_r, k_r, o) in key order
  *    (wsum4 from o = +0).
  *  - exp (vec_expf): n = nearest-even integer of (x * log2 e) (product
- *    rounded), r = fma(n, -C1, x), r = fma(n, C2', r) (Cody-Waite split
- *    of ln 2), p = Horner in fma over the 6 Cephes expf coefficients,
+ *    rounded), r = fma(n, -C1, x), r = fma(n, C2, r) (Cody-Waite split
+ *    ln 2 = C1 - C2), p = Horner in fma over the 6 Cephes expf coefficients,
  *    y = fma(p, r * r, r) + 1, times 2^n by adding n to the exponent
  *    field.  exp_sum adds its outputs into 16 lanes as the dots do.
  *    Not libm's expf: that one differs between libms and is scalar; this
