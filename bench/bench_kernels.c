@@ -543,11 +543,7 @@ int main(int argc, char **argv) {
         /* each kernel against the peak of the unit it runs on: the amx
          * table's batched integer tiles (at or above each format's
          * threshold) use the AMX tile unit */
-        const int amx_min = r->f->type == GGML_Q2_K ? DS4_AMX_MIN_TOK_Q2_K
-                            : r->f->type == GGML_Q4_K ? DS4_AMX_MIN_TOK_Q4_K
-                            : r->f->type == GGML_IQ2_XXS ? DS4_AMX_MIN_TOK_IQ2_XXS
-                            : r->f->type == GGML_MXFP4 ? DS4_AMX_MIN_TOK_MXFP4 : DS4_AMX_MIN_TOK;
-        int on_amx = r->f->is_int && r->T >= amx_min && !strcmp(r->kname, "amx");
+        int on_amx = r->f->is_int && r->T >= ds4_amx_min_tok(r->f->type) && !strcmp(r->kname, "amx");
         double pk = on_amx ? peaks[PROBE_AMX_INT8][k] : r->f->is_int ? int8_peak(k) : fp32_peak(k);
         if (opt.csv) {
             printf("\"%s\",%s,%s,%s,%s,%d,%d,%d,%d,%d,%.4f,%.3f,%.3f,%.2f,%.2f,%.4f,%.4f,%.1f,%.4f,%.3f,%.3f\n",

@@ -843,8 +843,7 @@ static void test_amx_tiles(void) {
         const int kq = f->act == A_Q8_K;
         ds4_tile_fn tile = fi == 0 ? k->q8_0_q8_0a_tile : fi == 1 ? k->mxfp4_q8_0a_tile
                            : fi == 2 ? k->q2_K_q8_K_tile : fi == 3 ? k->q4_K_q8_K_tile : k->iq2_xxs_q8_K_tile;
-        const int mt = fi == 0 ? DS4_AMX_MIN_TOK : fi == 1 ? DS4_AMX_MIN_TOK_MXFP4 : fi == 2 ? DS4_AMX_MIN_TOK_Q2_K
-                       : fi == 3 ? DS4_AMX_MIN_TOK_Q4_K : DS4_AMX_MIN_TOK_IQ2_XXS;
+        const int mt = ds4_amx_min_tok(f->type);
         const int toks[13] = { mt - 1, mt, mt + 1, 31, 48, 79, 80, 100, 255, 256, 257, 300, 511 };
         for (int rep = 0; rep < 24; rep++) {
             const int n = (kq ? nsk : ns8)[rep % 6], ntok = toks[rnd() % 13], wild = rep & 1;

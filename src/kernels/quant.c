@@ -394,6 +394,17 @@ void ds4_quantize_q8_0_even(const float *x, block_q8_0 *y, int64_t n)
     }
 }
 
+int ds4_amx_min_tok(int type)
+{
+    switch (type) {
+    case GGML_MXFP4: return DS4_AMX_MIN_TOK_MXFP4;
+    case GGML_Q2_K: return DS4_AMX_MIN_TOK_Q2_K;
+    case GGML_Q4_K: return DS4_AMX_MIN_TOK_Q4_K;
+    case GGML_IQ2_XXS: return DS4_AMX_MIN_TOK_IQ2_XXS;
+    default: return DS4_AMX_MIN_TOK;
+    }
+}
+
 int ds4_q8_0_sym(const void *w, size_t nblocks)
 {
     /* a byte b of x is 0x80 iff byte b of x ^ 0x80.. is zero: the classic

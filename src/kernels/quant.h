@@ -228,6 +228,9 @@ const ds4_kernels *ds4_kernels_amx(void);
 #define DS4_AMX_MIN_TOK_Q2_K 16
 #define DS4_AMX_MIN_TOK_Q4_K 32
 #define DS4_AMX_MIN_TOK_IQ2_XXS 32
+/* That threshold for weights of GGML type `type` (DS4_AMX_MIN_TOK for a
+ * type without its own). */
+int ds4_amx_min_tok(int type);
 /* "scalar", "avx2", "avx512", "avx512-packed", "amx" or "best"; NULL when
  * unknown or unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);

@@ -28,9 +28,16 @@
 
 #include "kernels/vec_ops.h"
 
+/* The 16-lane reduction tree of the dots and of exp_sum. */
+static inline float lanes16_tree(const float *l) {
+    float r8[8], r4[4];
+    for (int j = 0; j < 8; j++) r8[j] = l[j] + l[j + 8];
+    for (int j = 0; j < 4; j++) r4[j] = r8[j] + r8[j + 4];
+    return (r4[0] + r4[2]) + (r4[1] + r4[3]);
+}
+
 /* Finish a dot from its 16 lanes: elements i0..n-1 (fewer than a SIMD
  * group) into lane i mod 16, then the reduction tree. */
-static inline float lanes16_tree(const float *l);
 static inline float lanes16_finish(float *l, const float *a, const float *b, int i0, int n) {
     for (int i = i0; i < n; i++) l[i & 15] = fmaf(a[i], b[i], l[i & 15]);
     return lanes16_tree(l);
@@ -70,14 +77,6 @@ static void s_dot4x4(const float *q, size_t qs, const float *const *keys, int n,
         s_dot4(q, qs, keys[j], n, o);
         for (int h = 0; h < 4; h++) out[h * 4 + j] = o[h];
     }
-}
-
-/* The 16-lane reduction tree of lanes16_finish. */
-static inline float lanes16_tree(const float *l) {
-    float r8[8], r4[4];
-    for (int j = 0; j < 8; j++) r8[j] = l[j] + l[j + 8];
-    for (int j = 0; j < 4; j++) r4[j] = r8[j] + r8[j + 4];
-    return (r4[0] + r4[2]) + (r4[1] + r4[3]);
 }
 
 /* vec_expf constants: log2 e; ln 2 = C1 - C2 with C1 exact in 9 bits (n * C1
@@ -120,13 +119,19 @@ static void s_exp(const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = vec_expf(x[i]);
 }
 
-static float s_exp_sum(float *w, int n, float m) {
-    float l[16] = { 0 };
-    for (int i = 0; i < n; i++) {
+/* Finish exp_sum from its 16 lanes: elements i0..n-1 (fewer than a SIMD
+ * group) exponentiated and added into lane i mod 16, then the tree. */
+static inline float exp_sum_finish(float *l, float *w, int i0, int n, float m) {
+    for (int i = i0; i < n; i++) {
         w[i] = vec_expf(w[i] - m);
         l[i & 15] += w[i];
     }
     return lanes16_tree(l);
+}
+
+static float s_exp_sum(float *w, int n, float m) {
+    float l[16] = { 0 };
+    return exp_sum_finish(l, w, 0, n, m);
 }
 
 static const vec_kernels k_scalar = { "scalar", s_dot4, s_axpy4, s_dot, s_dot4x4, s_wsum4, s_exp, s_exp_sum };
@@ -278,7 +283,7 @@ AVX2 static inline __m256 v_exp8(__m256 x) {
 AVX2 static void v_exp(const float *x, float *y, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, v_exp8(_mm256_loadu_ps(x + i)));
-    for (; i < n; i++) y[i] = vec_expf(x[i]);
+    s_exp(x + i, y + i, n - i);
 }
 
 AVX2 static float v_exp_sum(float *w, int n, float m) {
@@ -297,11 +302,7 @@ AVX2 static float v_exp_sum(float *w, int n, float m) {
     float l[16];
     _mm256_storeu_ps(l, lo);
     _mm256_storeu_ps(l + 8, hi);
-    for (; i < n; i++) {
-        w[i] = vec_expf(w[i] - m);
-        l[i & 15] += w[i];
-    }
-    return lanes16_tree(l);
+    return exp_sum_finish(l, w, i, n, m);
 }
 
 static const vec_kernels k_avx2 = { "avx2", v_dot4, v_axpy4, v_dot, v_dot4x4, v_wsum4, v_exp, v_exp_sum };
@@ -497,7 +498,7 @@ AVX512 static inline __m512 z_exp16(__m512 x) {
 AVX512 static void z_exp(const float *x, float *y, int n) {
     int i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, z_exp16(_mm512_loadu_ps(x + i)));
-    for (; i < n; i++) y[i] = vec_expf(x[i]);
+    s_exp(x + i, y + i, n - i);
 }
 
 AVX512 static float z_exp_sum(float *w, int n, float m) {
@@ -512,11 +513,7 @@ AVX512 static float z_exp_sum(float *w, int n, float m) {
     if (i == n) return red16_avx512(acc);
     float l[16];
     _mm512_storeu_ps(l, acc);
-    for (; i < n; i++) {
-        w[i] = vec_expf(w[i] - m);
-        l[i & 15] += w[i];
-    }
-    return lanes16_tree(l);
+    return exp_sum_finish(l, w, i, n, m);
 }
 
 static const vec_kernels k_avx512 = { "avx512", z_dot4, z_axpy4, z_dot, z_dot4x4, z_wsum4, z_exp, z_exp_sum };
