@@ -667,7 +667,7 @@ VKI static void ktile2_blocks(int f, const kq_pack *pk, int kn, const kq_act *ak
 }
 
 /* Blocks per K chunk for ntile token tiles.  A chunk's working set is
- * ntile x kc x 4.5 KiB of staged activations (A tiles) plus kc x 8.6 KiB
+ * ntile x kc x 4.6 KiB of staged activations (A tiles) plus kc x 8.6 KiB
  * of packed weights: at KCK = 4 and 3 token tiles (the routed experts'
  * ~48 tokens a call) that is about 90 KiB, and every tile load came from L2.
  * One block per chunk keeps a few tiles' working set in L1 for the
