@@ -87,11 +87,12 @@ assert abs(kinds["routed gate/up"][1] - 2 * kinds["routed down"][1]) <= 0.1 + 0.
 # batched leaves by shape (every leaf of these 44..64-token passes with
 # more than 8 rows in some group): rows parse, GFLOP/s = GFLOP / wall, and
 # they add up to no more than the matmul stage
-assert re.search(r"^  batched matmul by shape\s+calls\s+tokens\s+wall s\s+GFLOP\s+GFLOP/s\s+GF/cpu-s$", txt, re.M), "no shape table"
-shp = re.findall(r"^  ((?:F16|F32|BF16|Q8_0|Q2_K|Q4_K|IQ2_XXS|MXFP4|mixed) \d+x\d+(?: grp\d+)?)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", txt, re.M)
+assert re.search(r"^  batched matmul by shape\s+calls\s+tokens\s+wall s\s+GFLOP\s+GFLOP/s\s+GF/cpu-s\s+idle %$", txt, re.M), "no shape table"
+shp = re.findall(r"^  ((?:F16|F32|BF16|Q8_0|Q2_K|Q4_K|IQ2_XXS|MXFP4|mixed) \d+x\d+(?: grp\d+)?)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%$", txt, re.M)
 assert shp, "no shape rows"
-for name, calls, tok, sw, sg, sgs, scpu in shp:
+for name, calls, tok, sw, sg, sgs, scpu, sidle in shp:
     assert int(calls) > 0 and 8 < int(tok) <= 64, (name, calls, tok)
+    assert 0 <= float(sidle) <= 100, (name, sidle)
     if float(sw) >= 0.002:   # within the printed precision of both
         lo = (float(sg) - 0.05) / (float(sw) + 0.0005)
         hi = (float(sg) + 0.05) / (float(sw) - 0.0005)

@@ -560,14 +560,17 @@ static void test_driver(void) {
         cpu_ctx cc = { pool, k };
         for (int fi = 0; fi < NFMT; fi++) {
             const fmt *f = &FMTS[fi];
-            for (int trial = 0; trial < 4; trial++) {
+            for (int trial = 0; trial < 5; trial++) {
                 /* trial 3: few rows, every group with the same 130-300
                  * token rows -- the leaves cpu_matmul_groups cuts into
-                 * token ranges instead of row strips (HC mixing) */
-                const int wide = trial == 3;
+                 * token ranges instead of row strips (HC mixing);
+                 * trial 4: more rows and more than AP_MAX (256) token rows,
+                 * the same in every group -- row chunks split into token
+                 * ranges too (the dense products of a prefill chunk) */
+                const int wide = trial >= 3, dense = trial == 4;
                 const int n = f->blk == 256 ? 512 : 256;
-                const int ng = irand(1, 5);
-                const int nact = wide ? irand(130, 300) : irand(1, 12);
+                const int ng = dense ? irand(1, 3) : irand(1, 5);
+                const int nact = dense ? irand(257, 600) : wide ? irand(130, 300) : irand(1, 12);
                 const size_t ab = act_bytes(f, n), rb = rb_of(f, n);
                 uint8_t *A = malloc(ab * (size_t)nact);
                 float *x = malloc(sizeof(float) * (size_t)n);
@@ -580,7 +583,7 @@ static void test_driver(void) {
                 float *Ys[5];
                 int *rows[5];
                 for (int gi = 0; gi < ng; gi++) {
-                    int n_out = trial == 0 || wide ? irand(1, 40) : irand(100, 700);
+                    int n_out = dense ? irand(100, 260) : trial == 0 || wide ? irand(1, 40) : irand(100, 700);
                     int nr = wide ? nact : irand(1, 9);
                     Ws[gi] = malloc(rb * (size_t)n_out);
                     for (int r = 0; r < n_out; r++) rand_row(f->type, Ws[gi] + (size_t)r * rb, n, 0);

@@ -135,6 +135,9 @@ typedef struct {
     long nchunk;
     _Atomic long next;     /* next chunk to take (shared counter) */
     int tok_split;         /* chunks are token ranges, not row strips */
+    long nrc;              /* row chunks: nchunk = nrc * ntb */
+    int ntb;               /* token ranges per row chunk (1: all tokens) */
+    long ntblk;            /* AP_MAX-token blocks, split over the ntb ranges */
     int nrange;            /* > 0: per-thread ranges instead */
     mm_range *range;
     uint64_t *busy;        /* DS4_PROFILE: ns each thread spent taking chunks, or NULL */
@@ -197,8 +200,18 @@ static void mm_chunk(mm_job *jb, long ci) {
         }
         return;
     }
-    const int last = ci == jb->nchunk - 1;
-    const double c0 = jb->chunk * (double)ci, c1 = jb->chunk * (double)(ci + 1);
+    /* chunk ci: row chunk rc, token range tb of it (ntb > 1: the dense
+     * batches, every group with the same token rows) */
+    const long rc = ci / jb->ntb;
+    int t0 = 0, t1 = INT_MAX;
+    if (jb->ntb > 1) {
+        long b0, b1;
+        ds4_split(jb->ntblk, (int)(ci % jb->ntb), jb->ntb, &b0, &b1);
+        t0 = (int)(b0 * AP_MAX);
+        t1 = (int)(b1 * AP_MAX);
+    }
+    const int last = rc == jb->nrc - 1;
+    const double c0 = jb->chunk * (double)rc, c1 = jb->chunk * (double)(rc + 1);
     for (int gi = 0; gi < jb->ng; gi++) {
         const mm_group *g = &jb->g[gi];
         if (g->n_rows <= 0 || g->W.n_out <= 0) continue;
@@ -208,7 +221,8 @@ static void mm_chunk(mm_job *jb, long ci) {
         long o0 = c0 <= s ? 0 : (long)ceil((c0 - s) / k) * STRIP;
         long o1 = last ? g->W.n_out : (long)ceil((c1 - s) / k) * STRIP;
         if (o1 > g->W.n_out) o1 = g->W.n_out;
-        if (o0 < o1) mm_group_rows(jb->c, g, (int)o0, (int)o1, 0, g->n_rows);
+        int u1 = t1 < g->n_rows ? t1 : g->n_rows;
+        if (o0 < o1 && t0 < u1) mm_group_rows(jb->c, g, (int)o0, (int)o1, t0, u1);
     }
 }
 
@@ -281,6 +295,15 @@ static void mm_task(void *ctx, int ith, int nth) {
 #define MIN_CHUNK_STRIPS_DECODE 2
 #define MIN_CHUNK_STRIPS_BATCH 32
 
+/* Dense batches of more than AP_MAX tokens whose row chunks come to fewer
+ * than TOK_RANGE_BELOW per thread (16 threads: the 4096-row products of a
+ * 2048-token chunk make 256 strips, so 16 chunks, one a thread; a thread
+ * slowed by anything made the others wait, 14-16 % of the matmul thread
+ * time on a 16-core Xeon) split each row chunk's tokens too, in whole
+ * AP_MAX blocks: the tiles already take AP_MAX tokens a call, so this adds
+ * no packing, only one more read of the chunk's weights per range. */
+#define TOK_RANGE_BELOW 8
+
 /* Few strips (< TOK_SPLIT_STRIPS per thread) and at least TOK_SPLIT_MIN
  * tokens per thread: chunks of token rows, at least TOK_SPLIT_MIN each
  * (the packed tiles' 16-token tiles, the AMX thresholds). */
@@ -325,11 +348,11 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
         if (g[i].n_rows > maxtok) maxtok = g[i].n_rows;
     }
     if (t == 0) return;
-    mm_job jb = { .c = c, .g = g, .ng = ng, .total = t, .start = start };
+    mm_job jb = { .c = c, .g = g, .ng = ng, .total = t, .start = start, .ntb = 1 };
     const int nth = ds4_pool_size(c->pool);
     if (macs < MIN_PARALLEL_MACS || nth == 1) {
         jb.chunk = t;
-        jb.nchunk = 1;
+        jb.nchunk = jb.nrc = 1;
         mm_chunk(&jb, 0);
         return;
     }
@@ -356,6 +379,13 @@ void cpu_matmul_groups(const cpu_ctx *c, const mm_group *g, int ng) {
     if (t / n < minc) n = (long)(t / minc);
     if (n < nth) n = nth;
     jb.chunk = t / (double)n;
+    jb.nrc = n;
+    if (batch && mintok == maxtok && maxtok > AP_MAX && n < (long)TOK_RANGE_BELOW * nth) {
+        jb.ntblk = (maxtok + AP_MAX - 1) / AP_MAX;
+        long want = ((long)TOK_RANGE_BELOW * nth + n - 1) / n;
+        jb.ntb = (int)(jb.ntblk < want ? jb.ntblk : want);
+        n *= jb.ntb;
+    }
     jb.nchunk = n;
     atomic_init(&jb.next, 0);
     mm_range rng[MM_MAXRANGE];

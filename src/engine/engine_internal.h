@@ -114,7 +114,6 @@ typedef struct {
                                  the per-thread row count of attn_w, attn_kp
                                  and attn_kf */
     float *idx_kf;            /* kv16: [nth][4][idx_dim] indexer rows as f32 */
-    float *kvrow;             /* kv16: one compressed row before storage */
     const float **attn_kp;    /* [nth][kf_rows] key row pointers */
     void *qscratch;           /* quantized activations */
     void *qscratch2;
@@ -186,7 +185,6 @@ struct ds4_session {
     layer_stage *stg;         /* [n_layer], allocated on first use */
     int stg_cap, stg_on, stg_n;
     int64_t stg_p0;
-    float *stg_pool;          /* scratch output of frontier replays */
     /* steering (ds4_session_set_steering): scale * direction, added to every
      * HC copy after the FFN of layers [steer_l0, steer_l1]; NULL = off */
     float *steer;
@@ -228,10 +226,11 @@ int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0
  * `il` (scores with APE) are ready, while a staged pass is running. */
 void ds4_stage_rows(ds4_session *s, int il, const float *ckv, const float *csc, int cw,
                     const float *ikv, const float *isc, int iw, int T);
-/* forward_cpu.c: push one token's rows into a frontier (the compressor's
- * own step); a pooled row, if the window closes, goes to `out`. */
-int ds4_cpu_frontier_push(float *st_kv, float *st_sc, int R, int coff, int w,
-                          const float *kv, const float *score, int64_t pos, float *out);
+/* forward_cpu.c: a compressor frontier's state after rows [p0, p0 + n)
+ * (kv/score, stride coff w) are pushed in order -- the state the forward
+ * leaves; the pooled rows of the windows closing there are not made. */
+void ds4_cpu_frontier_advance(float *st_kv, float *st_sc, int R, int coff, int w,
+                              const float *kv, const float *score, int64_t p0, int n);
 
 /* forward_cpu.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);
  * updates the layer states and s->logits.  Returns DS4_OK. */

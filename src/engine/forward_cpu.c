@@ -143,6 +143,10 @@ static mm_spec spec(const ds4_tensor *t, float *out, size_t ostride) {
  * time and FLOPs under PS_MM and the kind pm. */
 static void run_mm(fwd *f, int pm, const mm_group *g, int ng) {
     prof_t t0 = prof_now();
+    if (PROF_ON()) {   /* this leaf's sections' idle time only */
+        uint64_t i_, t_;
+        ds4_prof_mm_idle_take(&i_, &t_);
+    }
     cpu_matmul_groups(&f->cc, g, ng);
     if (!PROF_ON()) return;
     /* one end time for every table, so that their rows add up */
@@ -505,47 +509,85 @@ static void qr_norm_rows(fwd *f, int t0, int nt, void *ud) {
                   c->q_lora, c->rms_eps, sc->qr + (size_t)t0 * ql, ql);
 }
 
-/* Push one token's projected (kv, score) rows into a compressor frontier;
- * when its window closes, pool the window into `out` and return 1. */
-static int comp_push(float *st_kv, float *st_sc, int R, int coff, int w,
-                     const float *kv, const float *score, int64_t pos, float *out) {
-    int cw = coff * w;
-    int row = coff == 2 ? R + (int)(pos % R) : (int)(pos % R);
-    memcpy(st_kv + (size_t)row * cw, kv, (size_t)cw * sizeof(float));
-    memcpy(st_sc + (size_t)row * cw, score, (size_t)cw * sizeof(float));
-    if ((pos + 1) % R != 0) return 0;
+/* The compressor frontier (MODEL.md §4.4).  A layer state holds the rows
+ * of the window being filled (coff 2: and of the previous, closed one);
+ * when a window closes, each column j is pooled: a softmax over its rows'
+ * scores weighting their kv values -- with coff 2 column j of the previous
+ * window's rows and column w + j of this one's.  The model pushes rows one
+ * position at a time; a chunk (one token in decode, thousands in a
+ * prefill) instead pools every window that closes inside it in parallel,
+ * reading the rows before the chunk from the state as the chunk found it
+ * and the others from the chunk's projections (comp_close), then brings
+ * the state to where pushing each row would have left it
+ * (comp_chunk_state).  A pooled row's operations are the same whatever
+ * the chunking, so its bits are too. */
+
+/* n consecutive window rows (stride cw) from kv/sc, read at column col + j */
+typedef struct { const float *kv, *sc; int n, col; } comp_run;
+
+/* Pool one closed window, its rows in order as runs. */
+static void comp_pool(const comp_run *run, int nrun, int cw, int w, float *out) {
     for (int j = 0; j < w; j++) {
-        /* coff 2: first half of the previous window + second half of this one */
         float mx = -INFINITY;
-        if (coff == 2) {
-            for (int r = 0; r < R; r++) mx = fmaxf(mx, st_sc[(size_t)r * cw + j]);
-            for (int r = R; r < 2 * R; r++) mx = fmaxf(mx, st_sc[(size_t)r * cw + w + j]);
-        } else {
-            for (int r = 0; r < R; r++) mx = fmaxf(mx, st_sc[(size_t)r * cw + j]);
-        }
+        for (int k = 0; k < nrun; k++)
+            for (int r = 0; r < run[k].n; r++) mx = fmaxf(mx, run[k].sc[(size_t)r * cw + run[k].col + j]);
         float num = 0, den = 0;
-        if (coff == 2) {
-            for (int r = 0; r < R; r++) {
-                float e = expf(st_sc[(size_t)r * cw + j] - mx);
-                num += e * st_kv[(size_t)r * cw + j];
+        for (int k = 0; k < nrun; k++)
+            for (int r = 0; r < run[k].n; r++) {
+                size_t o = (size_t)r * cw + run[k].col + j;
+                float e = expf(run[k].sc[o] - mx);
+                num += e * run[k].kv[o];
                 den += e;
             }
-            for (int r = R; r < 2 * R; r++) {
-                float e = expf(st_sc[(size_t)r * cw + w + j] - mx);
-                num += e * st_kv[(size_t)r * cw + w + j];
-                den += e;
-            }
-        } else {
-            for (int r = 0; r < R; r++) {
-                float e = expf(st_sc[(size_t)r * cw + j] - mx);
-                num += e * st_kv[(size_t)r * cw + j];
-                den += e;
-            }
-        }
         out[j] = num / den;
     }
-    /* roll the window: the closed one becomes "previous" (coff 2); the
-     * current rows are reset so the state does not depend on history */
+}
+
+/* The rows of the window that closes at position p (coff * R of them, from
+ * position p + 1 - coff R), as at most 4 runs: positions before p0 are
+ * state rows (row q - sbase), the others rows of the chunk (row q - p0). */
+static int comp_runs(const float *st_kv, const float *st_sc, int64_t sbase, const float *kv,
+                     const float *sc, int64_t p0, int R, int coff, int w, int64_t p, comp_run *run) {
+    const int cw = coff * w;
+    int n = 0;
+    for (int part = 0; part < coff; part++) {
+        int64_t a = p + 1 - (int64_t)(coff - part) * R, b = a + R;
+        int col = coff == 2 && part == 1 ? w : 0;
+        if (a < p0) {
+            int64_t e = b < p0 ? b : p0;
+            size_t o = (size_t)(a - sbase) * cw;
+            run[n++] = (comp_run){ st_kv + o, st_sc + o, (int)(e - a), col };
+            a = e;
+        }
+        if (a < b) {
+            size_t o = (size_t)(a - p0) * cw;
+            run[n++] = (comp_run){ kv + o, sc + o, (int)(b - a), col };
+        }
+    }
+    return n;
+}
+
+/* the state row of position q while its window is open (coff 2 keeps the
+ * previous window in rows [0, R)) */
+static inline int comp_state_row(int64_t q, int R, int coff) {
+    return (int)(q % R) + (coff == 2 ? R : 0);
+}
+
+/* Positions [a, b) into their state rows, from rows (stride cw) that start
+ * at position p0. */
+static void comp_put_rows(float *st_kv, float *st_sc, int R, int coff, int cw, const float *kv,
+                          const float *sc, int64_t p0, int64_t a, int64_t b) {
+    for (int64_t q = a; q < b; q++) {
+        size_t o = (size_t)comp_state_row(q, R, coff) * cw, i = (size_t)(q - p0) * cw;
+        memcpy(st_kv + o, kv + i, (size_t)cw * sizeof(float));
+        memcpy(st_sc + o, sc + i, (size_t)cw * sizeof(float));
+    }
+}
+
+/* The rows of the window after a close: coff 2 moves the closed window to
+ * "previous"; the current rows are reset so the state does not depend on
+ * history. */
+static void comp_roll(float *st_kv, float *st_sc, int R, int coff, int cw) {
     int first = 0;
     if (coff == 2) {
         memcpy(st_kv, st_kv + (size_t)R * cw, (size_t)R * cw * sizeof(float));
@@ -557,12 +599,30 @@ static int comp_push(float *st_kv, float *st_sc, int R, int coff, int w,
             st_kv[(size_t)r * cw + j] = 0.0f;
             st_sc[(size_t)r * cw + j] = -INFINITY;
         }
-    return 1;
 }
 
-int ds4_cpu_frontier_push(float *st_kv, float *st_sc, int R, int coff, int w,
-                          const float *kv, const float *score, int64_t pos, float *out) {
-    return comp_push(st_kv, st_sc, R, coff, w, kv, score, pos, out);
+/* After a chunk's windows are pooled: the state as pushing the item's rows
+ * [p0, p0 + n) (kv/sc, stride cw) one by one would leave it.  Only the
+ * last closed window (coff 2) and the rows after it matter. */
+static void comp_chunk_state(float *st_kv, float *st_sc, int R, int coff, int w,
+                             const float *kv, const float *sc, int64_t p0, int n) {
+    const int cw = coff * w;
+    const int64_t P = p0 + n, cs = P - P % R;
+    int64_t q = p0;
+    if (P / R > p0 / R) {
+        /* a window closed in the chunk, the last one at cs - 1: its rows
+         * into the current rows (those before p0 are there already), then
+         * the roll of that close */
+        if (coff == 2) comp_put_rows(st_kv, st_sc, R, coff, cw, kv, sc, p0, cs - R > p0 ? cs - R : p0, cs);
+        comp_roll(st_kv, st_sc, R, coff, cw);
+        q = cs;
+    }
+    comp_put_rows(st_kv, st_sc, R, coff, cw, kv, sc, p0, q, P);
+}
+
+void ds4_cpu_frontier_advance(float *st_kv, float *st_sc, int R, int coff, int w,
+                              const float *kv, const float *score, int64_t p0, int n) {
+    comp_chunk_state(st_kv, st_sc, R, coff, w, kv, score, p0, n);
 }
 
 /* Finish a pooled compressed row: norm, RoPE at the window's first
@@ -581,19 +641,61 @@ static void comp_finish(fwd *f, float *row, int w, const ds4_tensor *norm,
     }
 }
 
-/* score += ape[pos mod R] for T rows of width cw */
-static void add_ape(fwd *f, const ds4_tensor *ape, float *score) {
+/* score += ape[pos mod R] for row t (width cw) */
+static void add_ape_row(fwd *f, const ds4_tensor *ape, float *score, int t) {
     int cw = (int)ape->ne[0], R = (int)ape->ne[1];
-    for (int t = 0; t < f->T; t++) {
-        int p = (int)(row_pos(f, t) % R);
-        float *s = score + (size_t)t * cw;
-        if (ape->type == GGML_F16) {
-            const uint16_t *a = (const uint16_t *)ape->data + (size_t)p * cw;
-            for (int j = 0; j < cw; j++) s[j] += ds4_f16_to_f32(a[j]);
-        } else {
-            for (int j = 0; j < cw; j++) s[j] += tval(ape, p * cw + j);
-        }
+    int p = (int)(row_pos(f, t) % R);
+    float *s = score + (size_t)t * cw;
+    if (ape->type == GGML_F16) {
+        const uint16_t *a = (const uint16_t *)ape->data + (size_t)p * cw;
+        for (int j = 0; j < cw; j++) s[j] += ds4_f16_to_f32(a[j]);
+    } else {
+        for (int j = 0; j < cw; j++) s[j] += tval(ape, p * cw + j);
     }
+}
+
+/* the compressor's (and indexer's) position embeddings on row t's scores */
+static void comp_ape_task(fwd *f, int t, void *ud) {
+    const ds4_layer_weights *lw = ud;
+    add_ape_row(f, &lw->comp_ape, f->sc->csc, t);
+    if (lw->has_indexer) add_ape_row(f, &lw->idx_comp_ape, f->sc->isc, t);
+}
+
+/* Pool and finish the window of one frontier that closes at row t's
+ * position pos: item it's rows of the chunk are kv/sc (stride coff w),
+ * st_kv/st_sc its state as the chunk found it; the row is the item's k-th
+ * close in the chunk, so it goes to stored row n_stored + k. */
+static void comp_close(fwd *f, const ds4_cpu_item *it, int64_t pos, int R, int coff, int w,
+                       const float *st_kv, const float *st_sc, const float *kv, const float *sc,
+                       void *store, int n_stored, const ds4_tensor *norm, int is_indexer) {
+    ds4_session *s = it->s;
+    const int64_t p0 = it->p0, k = (pos + 1) / R - p0 / R - 1;
+    const size_t off = (size_t)it->r0 * (size_t)(coff * w);
+    float buf[DS4_MAX_HEAD_DIM];   /* kv16: the row is finished in float, then stored */
+    comp_run run[4];
+    int nrun = comp_runs(st_kv, st_sc, p0 - p0 % R - (int64_t)(coff - 1) * R, kv + off, sc + off, p0, R, coff,
+                         w, pos, run);
+    void *dst = kv_row(s, store, (size_t)(n_stored + k), w);
+    float *row = s->kv16 ? buf : dst;
+    comp_pool(run, nrun, coff * w, w, row);
+    comp_finish(f, row, w, norm, pos + 1 - R, is_indexer);
+    if (s->kv16) kv_put(s, row, dst, 1, w);
+}
+
+/* the windows closing at row t: the compressor's, the indexer's */
+static void comp_close_task(fwd *f, int t, void *ud) {
+    const ds4_layer_weights *lw = ud;
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = f->sc;
+    const int64_t pos = row_pos(f, t);
+    if ((pos + 1) % lw->ratio) return;
+    const ds4_cpu_item *it = row_item(f, t);
+    const layer_state *st = it->st;
+    comp_close(f, it, pos, lw->ratio, lw->coff, c->head_dim, st->st_kv, st->st_sc, sc->ckv, sc->csc,
+               st->comp, st->n_comp, &lw->comp_norm, 0);
+    if (lw->has_indexer)
+        comp_close(f, it, pos, lw->ratio, 2, c->idx_dim, st->ist_kv, st->ist_sc, sc->ikv, sc->isc,
+                   st->icomp, st->n_icomp, &lw->idx_comp_norm, 1);
 }
 
 /* Indexer score of one compressed row for token t (MODEL.md §4.5):
@@ -1006,36 +1108,23 @@ static void attention(fwd *f, int il) {
     if (lw->ratio) {
         t0 = prof_now();
         const int R = lw->ratio, cw = cwid;
-        add_ape(f, &lw->comp_ape, sc->csc);
-        if (lw->has_indexer) add_ape(f, &lw->idx_comp_ape, sc->isc);
+        for_tokens(f, comp_ape_task, (void *)lw);
         if (f->s->stg_on)   /* speculative pass (one item): keep the rows for a rollback */
             ds4_stage_rows(f->s, il, sc->ckv, sc->csc, cw, sc->ikv, sc->isc, iw2, T);
-        /* advance the frontiers token by token (the decode functions); an
-         * item's rows are consecutive, so each session's frontier sees its
-         * own tokens in order */
-        for (int t = 0; t < T; t++) {
-            const ds4_cpu_item *it = row_item(f, t);
-            ds4_session *s = it->s;
+        /* the windows that close in the chunk, in parallel; then each
+         * item's frontier as its rows, pushed in order, leave it */
+        for_tokens(f, comp_close_task, (void *)lw);
+        for (int i = 0; i < f->n_it; i++) {
+            const ds4_cpu_item *it = &f->it[i];
             layer_state *st = it->st;
-            int64_t pos = row_pos(f, t);
-            /* kv16: the row is finished (rounded) in float, then stored */
-            void *dst = kv_row(s, st->comp, (size_t)st->n_comp, d);
-            float *row = s->kv16 ? sc->kvrow : dst;
-            if (comp_push(st->st_kv, st->st_sc, R, lw->coff, d, sc->ckv + (size_t)t * cw,
-                          sc->csc + (size_t)t * cw, pos, row)) {
-                comp_finish(f, row, d, &lw->comp_norm, pos + 1 - R, 0);
-                if (s->kv16) kv_put(s, row, dst, 1, d);
-                st->n_comp++;
-            }
+            const int nclose = (int)((it->p0 + it->n) / R - it->p0 / R);
+            comp_chunk_state(st->st_kv, st->st_sc, R, lw->coff, d, sc->ckv + (size_t)it->r0 * cw,
+                             sc->csc + (size_t)it->r0 * cw, it->p0, it->n);
+            st->n_comp += nclose;
             if (lw->has_indexer) {
-                void *idst = kv_row(s, st->icomp, (size_t)st->n_icomp, c->idx_dim);
-                float *irow = s->kv16 ? sc->kvrow : idst;
-                if (comp_push(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, sc->ikv + (size_t)t * iw2,
-                              sc->isc + (size_t)t * iw2, pos, irow)) {
-                    comp_finish(f, irow, c->idx_dim, &lw->idx_comp_norm, pos + 1 - R, 1);
-                    if (s->kv16) kv_put(s, irow, idst, 1, c->idx_dim);
-                    st->n_icomp++;
-                }
+                comp_chunk_state(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, sc->ikv + (size_t)it->r0 * iw2,
+                                 sc->isc + (size_t)it->r0 * iw2, it->p0, it->n);
+                st->n_icomp += nclose;
             }
         }
         prof_add(PS_COMP, t0);

@@ -66,7 +66,7 @@ enum { PSH_N = 48 };
 typedef struct {
     int type, n_in, ng, maxrows;
     long n_out;
-    uint64_t calls, wall, cpu;
+    uint64_t calls, wall, cpu, idle, thr;
     double flops;
 } prof_shape;
 static prof_shape prof_shapes[PSH_N];
@@ -75,6 +75,7 @@ static uint64_t prof_shape_other_wall;
 static pthread_mutex_t prof_shape_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void ds4_prof_mm_shape(int type, int n_in, long n_out, int ng, int maxrows, double flops, prof_t t0, prof_t t1) {
+    uint64_t idle, thr;
     pthread_mutex_lock(&prof_shape_mu);
     prof_shape *e = NULL;
     for (int i = 0; i < prof_nshapes && !e; i++) {
@@ -90,6 +91,9 @@ void ds4_prof_mm_shape(int type, int n_in, long n_out, int ng, int maxrows, doub
         e->wall += t1.wall - t0.wall;
         e->cpu += t1.cpu - t0.cpu;
         e->flops += flops;
+        ds4_prof_mm_idle_take(&idle, &thr);
+        e->idle += idle;
+        e->thr += thr;
         if (maxrows > e->maxrows) e->maxrows = maxrows;
     } else {
         prof_shape_other_wall += t1.wall - t0.wall;
@@ -102,9 +106,21 @@ static int prof_shape_cmp(const void *a, const void *b) {
     return x->wall < y->wall ? 1 : x->wall > y->wall ? -1 : 0;
 }
 
+/* the sections this thread ran since its last take (a leaf runs its
+ * sections on the calling thread) */
+static _Thread_local uint64_t prof_last_idle, prof_last_thr;
+
 void ds4_prof_mm_idle(uint64_t idle, uint64_t total) {
     atomic_fetch_add_explicit(&prof_mm_idle, idle, memory_order_relaxed);
     atomic_fetch_add_explicit(&prof_mm_thr, total, memory_order_relaxed);
+    prof_last_idle += idle;
+    prof_last_thr += total;
+}
+
+void ds4_prof_mm_idle_take(uint64_t *idle, uint64_t *total) {
+    *idle = prof_last_idle;
+    *total = prof_last_thr;
+    prof_last_idle = prof_last_thr = 0;
 }
 
 static void prof_report(void) {
@@ -143,8 +159,8 @@ static void prof_report(void) {
         /* batched leaves by shape, slowest first: where the step's figures
          * and bench_kernels' (one shape, one call) part */
         qsort(prof_shapes, (size_t)prof_nshapes, sizeof prof_shapes[0], prof_shape_cmp);
-        fprintf(stderr, "  %-30s %7s %7s %10s %8s %10s %10s\n", "batched matmul by shape", "calls", "tokens",
-                "wall s", "GFLOP", "GFLOP/s", "GF/cpu-s");
+        fprintf(stderr, "  %-30s %7s %7s %10s %8s %10s %10s %7s\n", "batched matmul by shape", "calls", "tokens",
+                "wall s", "GFLOP", "GFLOP/s", "GF/cpu-s", "idle %");
         for (int i = 0; i < prof_nshapes; i++) {
             const prof_shape *e = &prof_shapes[i];
             char name[64];
@@ -152,8 +168,9 @@ static void prof_report(void) {
                      e->n_out, e->ng > 1 ? " grp" : "");
             if (e->ng > 1) snprintf(name + strlen(name), sizeof name - strlen(name), "%d", e->ng);
             const double w = (double)e->wall * 1e-9, c = (double)e->cpu * 1e-9, g = e->flops * 1e-9;
-            fprintf(stderr, "  %-30s %7llu %7d %10.3f %8.1f %10.1f %10.1f\n", name, (unsigned long long)e->calls,
-                    e->maxrows, w, g, w > 0 ? g / w : 0, c > 0 ? g / c : 0);
+            fprintf(stderr, "  %-30s %7llu %7d %10.3f %8.1f %10.1f %10.1f %6.1f%%\n", name,
+                    (unsigned long long)e->calls, e->maxrows, w, g, w > 0 ? g / w : 0, c > 0 ? g / c : 0,
+                    e->thr ? 100.0 * (double)e->idle / (double)e->thr : 0);
         }
         if (prof_shape_other_wall)
             fprintf(stderr, "  (further shapes: %.3f s)\n", (double)prof_shape_other_wall * 1e-9);

@@ -92,13 +92,18 @@ void ds4_prof_mm_tok(int type, double bytes, prof_t t0, prof_t t1);
  * shape -- weight type (-1: mixed), row length n_in, output rows summed
  * over the ng groups, the most token rows of a group -- with its time and
  * FLOPs since t0, for the report's per-shape table (where the kernels'
- * bench figures and the step's differ).  Counted in addition to prof_mm. */
+ * bench figures and the step's differ), and its sections' thread idle time
+ * (ds4_prof_mm_idle_take).  Counted in addition to prof_mm. */
 void ds4_prof_mm_shape(int type, int n_in, long n_out, int ng, int maxrows, double flops, prof_t t0, prof_t t1);
 
 /* a parallel matmul section: its threads spent `idle` ns of `total`
  * (wall x threads) not in their share: waking up, or waiting for the last
  * chunk */
 void ds4_prof_mm_idle(uint64_t idle, uint64_t total);
+
+/* The idle and total thread time of the sections this thread ran since
+ * the last call (the leaf's own share, for the per-shape table); resets. */
+void ds4_prof_mm_idle_take(uint64_t *idle, uint64_t *total);
 
 /* time one leaf statement */
 #define PROF(st, stmt) do { prof_t pt0_ = prof_now(); stmt; prof_add((st), pt0_); } while (0)

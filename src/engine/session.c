@@ -217,7 +217,6 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
      * thread, one compressed row being finished */
     ITEM(sc->attn_kf, kv16 ? (size_t)nth * kmax * d * 4 : 0);
     ITEM(sc->idx_kf, kv16 ? (size_t)nth * 4 * (ID ? ID : 1) * 4 : 0);
-    ITEM(sc->kvrow, kv16 ? (d > ID ? d : ID) * 4 : 0);
     ITEM(sc->qscratch, 2 * qbytes);   /* two activation kinds at once (mm_multi) */
     ITEM(sc->qscratch2, 2 * E * sizeof(mm_group));
     ITEM(sc->ylast, T * D * 4);
@@ -1023,9 +1022,7 @@ static void stage_free(ds4_session *s) {
             free(g->ckv); free(g->csc); free(g->ikv); free(g->isc);
         }
     free(s->stg);
-    free(s->stg_pool);
     s->stg = NULL;
-    s->stg_pool = NULL;
     s->stg_cap = 0;
 }
 
@@ -1052,9 +1049,7 @@ static int stage_alloc_layers(ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
     int cap = DS4_DRAFT_PASS_MAX < s->chunk ? DS4_DRAFT_PASS_MAX : s->chunk;
     s->stg = calloc((size_t)c->n_layer, sizeof *s->stg);
-    int wmax = c->head_dim > c->idx_dim ? c->head_dim : c->idx_dim;
-    s->stg_pool = malloc((size_t)wmax * sizeof(float));
-    if (!s->stg || !s->stg_pool) return DS4_ENOMEM;
+    if (!s->stg) return DS4_ENOMEM;
     for (int il = 0; il < c->n_layer; il++) {
         const ds4_layer_weights *lw = &s->m->w.layers[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
@@ -1150,21 +1145,15 @@ int ds4_session_draft_commit(ds4_session *s, int n_keep) {
         layer_state *st = &s->ls[il];
         st->raw_len -= drop;
         if (!z.comp) continue;
-        const int R = lw->ratio, cw = lw->coff * c->head_dim, iw = 2 * c->idx_dim;
+        const int R = lw->ratio;
         memcpy(st->st_kv, g->st_kv, z.st * sizeof(float));
         memcpy(st->st_sc, g->st_sc, z.st * sizeof(float));
-        for (int t = 0; t < n_keep; t++)
-            ds4_cpu_frontier_push(st->st_kv, st->st_sc, R, lw->coff, c->head_dim,
-                                  g->ckv + (size_t)t * cw, g->csc + (size_t)t * cw, p0 + t,
-                                  s->stg_pool);
+        ds4_cpu_frontier_advance(st->st_kv, st->st_sc, R, lw->coff, c->head_dim, g->ckv, g->csc, p0, n_keep);
         st->n_comp = (int)(end / R);
         if (z.icomp) {
             memcpy(st->ist_kv, g->ist_kv, z.ist * sizeof(float));
             memcpy(st->ist_sc, g->ist_sc, z.ist * sizeof(float));
-            for (int t = 0; t < n_keep; t++)
-                ds4_cpu_frontier_push(st->ist_kv, st->ist_sc, R, 2, c->idx_dim,
-                                      g->ikv + (size_t)t * iw, g->isc + (size_t)t * iw, p0 + t,
-                                      s->stg_pool);
+            ds4_cpu_frontier_advance(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, g->ikv, g->isc, p0, n_keep);
             st->n_icomp = (int)(end / R);
         }
     }
