@@ -108,6 +108,22 @@ static void test_model(const char *name) {
         CHECK(ds4_session_snapshot(a, &snap) == DS4_OK, "snapshot");
         CHECK(snap.n == ds4_session_snapshot_size(a), "snapshot size %zu vs %llu", snap.n,
               (unsigned long long)ds4_session_snapshot_size(a));
+        /* the same tokens evaluated otherwise -- the first few one at a
+         * time (decode), the rest in chunks of 17 -- leave the same state,
+         * byte for byte: KV rows, compressed rows, the compressor frontiers
+         * (pooled per chunk, forward_cpu.c comp_close) */
+        {
+            ds4_session *c = test_new_session(m, 1024, 17);
+            int k1 = k < 5 ? k : 5, ok = 1;
+            for (int i = 0; i < k1; i++) ok &= ds4_session_eval(c, ids.v + i, 1, NULL, NULL) == DS4_OK;
+            if (k > k1) ok &= ds4_session_eval(c, ids.v + k1, k - k1, NULL, NULL) == DS4_OK;
+            ds4_buf snap2 = { 0 };
+            CHECK(ok && ds4_session_snapshot(c, &snap2) == DS4_OK, "eval/snapshot in pieces at %d", k);
+            CHECK(snap2.n == snap.n && memcmp(snap2.p, snap.p, snap.n) == 0,
+                  "%s: state after %d tokens in pieces == in chunks of 64", name, k);
+            ds4_buf_free(&snap2);
+            ds4_session_free(c);
+        }
         ds4_session *b = test_new_session(m, 1024, 17);   /* other chunking too */
         CHECK(ds4_session_restore(b, snap.p, snap.n, &err) == DS4_OK, "restore at %d: %s", k, err ? err : "");
         CHECK(ds4_session_n_tokens(b) == k, "restored n_tokens");
