@@ -35,7 +35,8 @@
  * bytes) with the 16 weight scales as floats, into an 18 KiB per-thread
  * buffer reused by every token tile.  Weights are not repacked at load,
  * so the table costs no resident weight memory (the per-thread buffers
- * are 313 KiB of static TLS in every thread); the transpose is paid once per
+ * are 361 KiB of static TLS in every thread, the union with the K-quant
+ * buffers below); the transpose is paid once per
  * strip, K chunk and call, against ntok / 16 TDPs.  C (16 tokens x 16
  * rows) rows are y rows: the running float sums live in 16 zmm
  * accumulators over a K chunk and wait in y between chunks (stored and
@@ -480,10 +481,22 @@ VK static void kpack_q4_K(const uint8_t *const *p, kq_blk *pk)
  * indices of group g of row r, dword 2g + 1 its four 7-bit sign fields
  * and the 4-bit scale.  Packed quad 8g + s: byte k = element s of grid
  * entry k (the permuted order, see above). */
-VK static void kpack_iq2_xxs(const uint8_t *const *p, kq_blk *pk)
+/* The IQ2_XXS pack of one strip and block in pieces, so that a tile pass
+ * can interleave it with its products (kq_pjob): piece 0 transposes the
+ * 16 rows' dwords into t, pieces 1..8 expand group g = piece - 1 (32
+ * elements of the 16 rows: 16 of the 64 B rows of each plane), piece 9
+ * converts the row scales.  kpack_iq2_xxs runs them in order. */
+typedef struct {
+    const uint8_t *p[16];   /* the block of each strip row */
+    kq_blk *pk;
+    int next;               /* next piece, KQ_PIECES when done */
+    __m512i t[16];          /* piece 0's transpose: t[2g] grid indices, t[2g + 1] signs and scale */
+} kq_pjob;
+
+#define KQ_PIECES 10
+
+VKI static void kpiece_iq2_xxs(kq_pjob *j, int g)
 {
-    __m512i t[16];
-    rows_tr16(p, 2, t);
     iq2_code_tab ct;
     iq2_code_tab_load(&ct, iq2_codes);
     const __m512i sg0 = _mm512_loadu_si512(ds4_iq2xxs_signs), sg1 = _mm512_loadu_si512(ds4_iq2xxs_signs + 64);
@@ -500,32 +513,50 @@ VK static void kpack_iq2_xxs(const uint8_t *const *p, kq_blk *pk)
     const __m512i msel = _mm512_set1_epi64((long long)shs), lsel = _mm512_set1_epi64((long long)shl);
     const __m512i k7f = _mm512_set1_epi8(0x7f), k0f = _mm512_set1_epi8(0x0f), k30 = _mm512_set1_epi8(0x30);
     const __m512i k70 = _mm512_set1_epi8(0x70);
-    for (int g = 0; g < 8; g++) {
-        const __m512i idx = t[2 * g], aux = t[2 * g + 1];
-        __m512i clo, chi;
-        iq2_idx_codes(&ct, idx, &clo, &chi);
-        /* sign byte of each entry (ds4_iq2xxs_signs: 128 entries) */
-        const __m512i sf = _mm512_and_si512(_mm512_multishift_epi64_epi8(msel, aux), k7f);
-        const __m512i sb = _mm512_permutex2var_epi8(sg0, sf, sg1);
-        /* (ls - 1) / 2 in all four bytes */
-        const __m512i lsb = _mm512_and_si512(_mm512_multishift_epi64_epi8(lsel, aux), k0f);
-        for (int s = 0; s < 8; s++) {
-            const __m512i cs = s < 4 ? clo : chi;
-            const int e = s % 4;   /* code bits 2e, 2e + 1 -> bits 4, 5 */
-            const __m512i cb = e == 0   ? _mm512_slli_epi16(cs, 4)
-                               : e == 1 ? _mm512_slli_epi16(cs, 2)
-                               : e == 2 ? cs
-                                        : _mm512_srli_epi16(cs, 2);
-            /* sign bit s of each entry -> bit 6 (word shifts: what crosses
-             * a byte boundary is masked off below) */
-            const __m512i ss = s < 6 ? _mm512_slli_epi16(sb, 6 - s) : s == 6 ? sb : _mm512_srli_epi16(sb, 1);
-            const __m512i cx = _mm512_ternarylogic_epi32(cb, ss, k30, 0xe4);    /* bits 4-5 of cb, others of ss */
-            const __m512i ix = _mm512_ternarylogic_epi32(cx, k70, lsb, 0xea);   /* (cx & 0x70) | lsb */
-            _mm512_store_si512((void *)pk->b[0][8 * g + s], _mm512_permutex2var_epi8(wlp, ix, wln));
-            _mm512_store_si512((void *)pk->b[1][8 * g + s], _mm512_permutex2var_epi8(whp, ix, whn));
-        }
+    const __m512i idx = j->t[2 * g], aux = j->t[2 * g + 1];
+    __m512i clo, chi;
+    iq2_idx_codes(&ct, idx, &clo, &chi);
+    /* sign byte of each entry (ds4_iq2xxs_signs: 128 entries) */
+    const __m512i sf = _mm512_and_si512(_mm512_multishift_epi64_epi8(msel, aux), k7f);
+    const __m512i sb = _mm512_permutex2var_epi8(sg0, sf, sg1);
+    /* (ls - 1) / 2 in all four bytes */
+    const __m512i lsb = _mm512_and_si512(_mm512_multishift_epi64_epi8(lsel, aux), k0f);
+    kq_blk *pk = j->pk;
+    for (int s = 0; s < 8; s++) {
+        const __m512i cs = s < 4 ? clo : chi;
+        const int e = s % 4;   /* code bits 2e, 2e + 1 -> bits 4, 5 */
+        const __m512i cb = e == 0   ? _mm512_slli_epi16(cs, 4)
+                           : e == 1 ? _mm512_slli_epi16(cs, 2)
+                           : e == 2 ? cs
+                                    : _mm512_srli_epi16(cs, 2);
+        /* sign bit s of each entry -> bit 6 (word shifts: what crosses
+         * a byte boundary is masked off below) */
+        const __m512i ss = s < 6 ? _mm512_slli_epi16(sb, 6 - s) : s == 6 ? sb : _mm512_srli_epi16(sb, 1);
+        const __m512i cx = _mm512_ternarylogic_epi32(cb, ss, k30, 0xe4);    /* bits 4-5 of cb, others of ss */
+        const __m512i ix = _mm512_ternarylogic_epi32(cx, k70, lsb, 0xea);   /* (cx & 0x70) | lsb */
+        _mm512_store_si512((void *)pk->b[0][8 * g + s], _mm512_permutex2var_epi8(wlp, ix, wln));
+        _mm512_store_si512((void *)pk->b[1][8 * g + s], _mm512_permutex2var_epi8(whp, ix, whn));
     }
-    strip_f16(p, 0, 0, pk->d, pk->dm);
+}
+
+/* the job's pieces up to (not including) `upto` */
+VKI static void kq_pjob_run(kq_pjob *j, int upto)
+{
+    for (; j->next < upto && j->next < KQ_PIECES; j->next++) {
+        if (j->next == 0) rows_tr16(j->p, 2, j->t);
+        else if (j->next <= 8) kpiece_iq2_xxs(j, j->next - 1);
+        else strip_f16(j->p, 0, 0, j->pk->d, j->pk->dm);
+    }
+}
+
+/* one strip and block at once: every piece in order */
+VK static void kpack_iq2_xxs(const uint8_t *const *p, kq_blk *pk)
+{
+    kq_pjob j;
+    memcpy(j.p, p, sizeof j.p);
+    j.pk = pk;
+    j.next = 0;
+    kq_pjob_run(&j, KQ_PIECES);
 }
 
 /* The product of one block into C set s (lo C = 2s, hi C = 2s + 1): four
@@ -666,6 +697,60 @@ VKI static void ktile2_blocks(int f, const kq_pack *pk, int kn, const kq_act *ak
 #undef KPRODP
 }
 
+/* IQ2_XXS, one block a K chunk (kn == 1): np (1 or 2) token tiles x one
+ * packed strip, tile registers as ktile2_blocks.  The float sums are read
+ * from y only after the products are issued and written back after the
+ * float step, so no accumulator is live across the products, and the
+ * pieces of the next strip's pack (job, or NULL; up to piece `upto`) run
+ * between the K steps: vector work the core overlaps with the tile unit
+ * (bench_kernels, one thread, expert_up: 32 tokens +20 %, 48 +4-10 %, 64
+ * +10 %, against the whole pack before the strip's passes).  Each sum gets
+ * the operations of ktile(2)_blocks with kn = 1 and kamx_group's
+ * load/store, so the same bits. */
+VKI static void ktile_one_iq2(const kq_pack *pk, int np, const kq_act *ak0, const kq_act *ak1, kq_pjob *job,
+                              int upto, float *y, size_t ys, __mmask16 m, const int nt[2], int first, int last,
+                              int32_t cb[4][16][16])
+{
+    const int from = job ? job->next : 0;
+    const int8_t *bp = &pk->blk[0].b[0][0][0], *ap0 = &ak0->q[0][0][0], *ap1 = &ak1->q[0][0][0];
+    TZERO(0);
+    TZERO(1);
+    if (np == 2) {
+        TZERO(2);
+        TZERO(3);
+    }
+    for (int k = 0; k < 4; k++) {
+        TLOAD(4, ap0 + 64 * k, 256);
+        TLOAD(6, bp + 1024 * k, 64);
+        TDPBSSD(0, 4, 6);
+        if (np == 2) {
+            TLOAD(5, ap1 + 64 * k, 256);
+            TDPBSSD(2, 5, 6);
+        }
+        TLOAD(7, bp + 4096 + 1024 * k, 64);
+        TDPBSSD(1, 4, 7);
+        if (np == 2) TDPBSSD(3, 5, 7);
+        if (job) kq_pjob_run(job, from + (upto - from) * (k + 1) / 4);
+    }
+    TSTORE(0, cb[0], 64);
+    TSTORE(1, cb[1], 64);
+    if (np == 2) {
+        TSTORE(2, cb[2], 64);
+        TSTORE(3, cb[3], 64);
+    }
+    for (int u = 0; u < np; u++) {
+        float *yu = y + (size_t)(16 * u) * ys;
+        __m512 acc[16];
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++)
+            acc[t] = first || t >= nt[u] ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, yu + (size_t)t * ys);
+        kfloat(F_IQ2_XXS, &pk->blk[0], u ? ak1 : ak0, 0, cb[2 * u], cb[2 * u + 1], acc);
+        if (last)
+            for (int t = 0; t < 16; t++) acc[t] = _mm512_mul_ps(_mm512_set1_ps(0.125f), acc[t]);
+        for (int t = 0; t < nt[u]; t++) _mm512_mask_storeu_ps(yu + (size_t)t * ys, m, acc[t]);
+    }
+}
+
 /* Blocks per K chunk for ntile token tiles.  A chunk's working set is
  * ntile x kc x 4.6 KiB of staged activations (A tiles) plus kc x 8.6 KiB
  * of packed weights: at KCK = 4 and 3 token tiles (the routed experts'
@@ -682,6 +767,47 @@ static int kq_chunk(int f, int ntile)
 {
     const int lim = f == F_IQ2_XXS ? 6 : f == F_Q4_K ? 5 : 3;
     return ntile <= lim ? 1 : KCK;
+}
+
+/* Bytes [off, off + len) of strip r0's rows into L2, if there is such a
+ * strip: the one after the strip being packed, while it is computed. */
+static void strip_prefetch(const uint8_t *w, size_t ws, int nrows, int r0, size_t off, size_t len)
+{
+    const int nx = nrows - r0 < 16 ? nrows - r0 : 16;
+    for (int r = 0; r < nx; r++) {
+        const char *pp = (const char *)w + (size_t)(r0 + r) * ws + off;
+        for (size_t o = 0; o < len; o += 64) _mm_prefetch(pp + o, _MM_HINT_T1);
+    }
+}
+
+/* Pack strip r0 (rows r0 .. r0 + 15; rows past nrows repeat the last one:
+ * computed, never stored) of K chunk [kb, kb + kn), and prefetch the
+ * strip after it into L2. */
+VK static void kpack_strip(int f, const uint8_t *w, size_t ws, int nrows, int r0, int kb, int kn, size_t bsz,
+                           kq_pack *pk)
+{
+    const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+    const uint8_t *rows[16];
+    for (int r = 0; r < 16; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * ws + (size_t)kb * bsz;
+    strip_prefetch(w, ws, nrows, r0 + 16, (size_t)kb * bsz, (size_t)kn * bsz);
+    for (int b = 0; b < kn; b++) {
+        const uint8_t *p[16];
+        for (int r = 0; r < 16; r++) p[r] = rows[r] + (size_t)b * bsz;
+        if (f == F_Q2_K) kpack_q2_K(p, &pk->blk[b]);
+        else if (f == F_Q4_K) kpack_q4_K(p, &pk->blk[b]);
+        else kpack_iq2_xxs(p, &pk->blk[b]);
+    }
+}
+
+/* A pack job for block kb of strip r0 (rows past nrows repeat the last
+ * one), with the strip after it prefetched into L2 as kpack_strip does. */
+static void kq_pjob_init(kq_pjob *j, const uint8_t *w, size_t ws, int nrows, int r0, int kb, size_t bsz, kq_blk *pk)
+{
+    const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
+    for (int r = 0; r < 16; r++) j->p[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * ws + (size_t)kb * bsz;
+    strip_prefetch(w, ws, nrows, r0 + 16, (size_t)kb * bsz, bsz);
+    j->pk = pk;
+    j->next = 0;
 }
 
 /* Token group [0, ntok) (ntok <= TGK) of the tile contract in quant.h. */
@@ -718,26 +844,35 @@ VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, 
                 }
             }
         }
+        /* the strips' packs alternate between two buffers, so that strip
+         * r0 + 16 is packed while strip r0's token tiles still read theirs
+         * (packing into the buffer the tile loads read made the pack wait
+         * for them): vector work the core overlaps with the tile unit */
+        kq_pack *pkc = &pk[0], *pkn = &pk[1];
+        kpack_strip(f, w, ws, nrows, 0, kb, kn, bsz, pkc);
         for (int r0 = 0; r0 < nrows; r0 += 16) {
             const int nr = nrows - r0 < 16 ? nrows - r0 : 16;
             const __mmask16 m = (__mmask16)((1u << nr) - 1);
-            /* rows past nr repeat the last one: computed, never stored */
-            const uint8_t *rows[16];
-            for (int r = 0; r < 16; r++) rows[r] = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * ws + (size_t)kb * bsz;
-            /* the next strip's rows of this chunk into L2 meanwhile */
-            if (r0 + 16 < nrows) {
-                const int nx = nrows - r0 - 16 < 16 ? nrows - r0 - 16 : 16;
-                for (int r = 0; r < nx; r++) {
-                    const char *pp = (const char *)w + (size_t)(r0 + 16 + r) * ws + (size_t)kb * bsz;
-                    for (size_t o = 0; o < (size_t)kn * bsz; o += 64) _mm_prefetch(pp + o, _MM_HINT_T1);
+            int packed = r0 + 16 >= nrows;
+            if (kn == 1 && f == F_IQ2_XXS) {
+                /* the next strip's pack in pieces spread over the passes */
+                kq_pjob job, *jp = NULL;
+                if (!packed) {
+                    kq_pjob_init(&job, w, ws, nrows, r0 + 16, kb, bsz, &pkn->blk[0]);
+                    jp = &job;
                 }
-            }
-            for (int b = 0; b < kn; b++) {
-                const uint8_t *p[16];
-                for (int r = 0; r < 16; r++) p[r] = rows[r] + (size_t)b * bsz;
-                if (f == F_Q2_K) kpack_q2_K(p, &pk->blk[b]);
-                else if (f == F_Q4_K) kpack_q4_K(p, &pk->blk[b]);
-                else kpack_iq2_xxs(p, &pk->blk[b]);
+                const int npass = (ntile + 1) / 2;
+                for (int ti = 0, pass = 0; ti < ntile; pass++) {
+                    const int np = ti + 1 < ntile ? 2 : 1;
+                    const int nt[2] = { ntok - 16 * ti < 16 ? ntok - 16 * ti : 16,
+                                        ntok - 16 * (ti + 1) < 16 ? ntok - 16 * (ti + 1) : 16 };
+                    ktile_one_iq2(pkc, np, &act[ti], &act[ti + np - 1], jp, (pass + 1) * KQ_PIECES / npass,
+                                  y + (size_t)(16 * ti) * ys + r0, ys, m, nt, kb == 0, last, cb2);
+                    ti += np;
+                }
+                if (jp) kq_pjob_run(jp, KQ_PIECES);
+                kq_pack *tmp = pkc; pkc = pkn; pkn = tmp;
+                continue;
             }
             for (int ti = 0; ti < ntile;) {
                 const int np = ti + 1 < ntile ? 2 : 1;   /* token tiles in this pass */
@@ -750,13 +885,21 @@ VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, 
                                                        : _mm512_maskz_loadu_ps(m, y + (size_t)(t0 + t) * ys + r0);
                 }
                 if (np == 2) {
-                    if (f == F_Q2_K) ktile2_blocks(F_Q2_K, pk, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
-                    else if (f == F_Q4_K) ktile2_blocks(F_Q4_K, pk, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
-                    else ktile2_blocks(F_IQ2_XXS, pk, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
+                    if (f == F_Q2_K) ktile2_blocks(F_Q2_K, pkc, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
+                    else if (f == F_Q4_K) ktile2_blocks(F_Q4_K, pkc, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
+                    else ktile2_blocks(F_IQ2_XXS, pkc, kn, &act[ti], &act[ti + 1], acc[0], acc[1], cb2);
                 } else {
-                    if (f == F_Q2_K) ktile_blocks(F_Q2_K, pk, kn, &act[ti], acc[0], cb);
-                    else if (f == F_Q4_K) ktile_blocks(F_Q4_K, pk, kn, &act[ti], acc[0], cb);
-                    else ktile_blocks(F_IQ2_XXS, pk, kn, &act[ti], acc[0], cb);
+                    if (f == F_Q2_K) ktile_blocks(F_Q2_K, pkc, kn, &act[ti], acc[0], cb);
+                    else if (f == F_Q4_K) ktile_blocks(F_Q4_K, pkc, kn, &act[ti], acc[0], cb);
+                    else ktile_blocks(F_IQ2_XXS, pkc, kn, &act[ti], acc[0], cb);
+                }
+                /* the next strip whole: after the first pass for one
+                 * block (overlapping its products' tail), after the last
+                 * for more (a KCK-block pack between the passes pushed the
+                 * current strip's tiles out of L1) */
+                if (!packed && (kn == 1 || ti + np >= ntile)) {
+                    kpack_strip(f, w, ws, nrows, r0 + 16, kb, kn, bsz, pkn);
+                    packed = 1;
                 }
                 for (int u = 0; u < np; u++) {
                     const int t0 = (ti + u) * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;
@@ -766,15 +909,16 @@ VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, 
                 }
                 ti += np;
             }
+            kq_pack *tmp = pkc; pkc = pkn; pkn = tmp;
         }
     }
 }
 
 /* Per-thread buffers, shared by the two tile paths (a thread runs one
- * call at a time): Q8_0/MXFP4 313 kB, K-quants 334 kB. */
+ * call at a time): Q8_0/MXFP4 313 kB, K-quants 370 kB (two strip packs). */
 static _Thread_local union {
     struct { amx_pack pk; amx_act act[TG / 16]; } q8;
-    struct { kq_pack pk; kq_act act[TGK / 16]; } k;
+    struct { kq_pack pk[2]; kq_act act[TGK / 16]; } k;
 } tl __attribute__((aligned(64)));
 
 /* Token group [0, ntok) (ntok <= TG) of the tile contract in quant.h. */
@@ -874,7 +1018,7 @@ VK static void kamx_tile(int f, ds4_tile_fn fallback, int min_tok, int n, const 
     TCFG(&amx_kcfg);
     for (int j0 = 0; j0 < ntok; j0 += TGK) {
         const int nt = ntok - j0 < TGK ? ntok - j0 : TGK;
-        kamx_group(f, n, w, ws, nrows, a + j0, nt, y + (size_t)j0 * ys, ys, &tl.k.pk, tl.k.act);
+        kamx_group(f, n, w, ws, nrows, a + j0, nt, y + (size_t)j0 * ys, ys, tl.k.pk, tl.k.act);
     }
     TRELEASE();
 }
