@@ -214,7 +214,7 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     ITEM(sc->attn_kp, (size_t)nth * kmax * sizeof(float *));
     /* f16 rows are read through float copies: a token's keys per thread
      * (converted once for all its head blocks), four indexer rows per
-     * thread, one compressed row being finished */
+     * thread (a compressed row being finished is on its task's stack) */
     ITEM(sc->attn_kf, kv16 ? (size_t)nth * kmax * d * 4 : 0);
     ITEM(sc->idx_kf, kv16 ? (size_t)nth * 4 * (ID ? ID : 1) * 4 : 0);
     ITEM(sc->qscratch, 2 * qbytes);   /* two activation kinds at once (mm_multi) */
