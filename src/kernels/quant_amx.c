@@ -810,7 +810,8 @@ static void kq_pjob_init(kq_pjob *j, const uint8_t *w, size_t ws, int nrows, int
     j->next = 0;
 }
 
-/* Token group [0, ntok) (ntok <= TGK) of the tile contract in quant.h. */
+/* Token group [0, ntok) (ntok <= TGK) of the tile contract in quant.h;
+ * pk: the thread's two strip packs, act: its staged token tiles. */
 VK static void kamx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
                           float *y, size_t ys, kq_pack *pk, kq_act *act)
 {
