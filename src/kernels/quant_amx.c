@@ -703,8 +703,8 @@ VKI static void ktile2_blocks(int f, const kq_pack *pk, int kn, const kq_act *ak
  * float step, so no accumulator is live across the products, and the
  * pieces of the next strip's pack (job, or NULL; up to piece `upto`) run
  * between the K steps: vector work the core overlaps with the tile unit
- * (bench_kernels, one thread, expert_up: 32 tokens +20 %, 48 +4-10 %, 64
- * +10 %, against the whole pack before the strip's passes).  Each sum gets
+ * (bench_kernels, one thread, expert_up: 32 tokens +18-27 %, 48 +2-10 %,
+ * 64 +9-12 %, against the whole pack before the strip's passes).  Each sum gets
  * the operations of ktile(2)_blocks with kn = 1 and kamx_group's
  * load/store, so the same bits. */
 VKI static void ktile_one_iq2(const kq_pack *pk, int np, const kq_act *ak0, const kq_act *ak1, kq_pjob *job,
@@ -770,7 +770,8 @@ static int kq_chunk(int f, int ntile)
 }
 
 /* Bytes [off, off + len) of strip r0's rows into L2, if there is such a
- * strip: the one after the strip being packed, while it is computed. */
+ * strip: the one after the strip being packed, while it is computed (the
+ * Q8_0/MXFP4 and K-quant paths alike). */
 static void strip_prefetch(const uint8_t *w, size_t ws, int nrows, int r0, size_t off, size_t len)
 {
     const int nx = nrows - r0 < 16 ? nrows - r0 : 16;
@@ -954,14 +955,8 @@ VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, c
             /* the next strip's rows of this chunk into L2 while this one
              * is computed: the gathers of pack_strip do not hide DRAM
              * latency as the streaming loads of the avx512 pack do */
-            if (r0 + 16 < nrows) {
-                const size_t bb = f == F_Q8_0 ? sizeof(block_q8_0) : sizeof(block_mxfp4);
-                const int nx = nrows - r0 - 16 < 16 ? nrows - r0 - 16 : 16;
-                for (int r = 0; r < nx; r++) {
-                    const char *p = (const char *)w + (size_t)(r0 + 16 + r) * ws + (size_t)kb * bb;
-                    for (size_t o = 0; o < (size_t)kn * bb; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
-                }
-            }
+            const size_t bb = f == F_Q8_0 ? sizeof(block_q8_0) : sizeof(block_mxfp4);
+            strip_prefetch(w, ws, nrows, r0 + 16, (size_t)kb * bb, (size_t)kn * bb);
             pack_strip(f, w + (size_t)r0 * ws, ws, nr, kb, kn, &tl.q8.pk);
             for (int ti = 0; ti < ntile; ti++) {
                 const int t0 = ti * 16, nt = ntok - t0 < 16 ? ntok - t0 : 16;

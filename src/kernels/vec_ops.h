@@ -44,8 +44,7 @@ typedef struct {
 
 /* ds4's exp, the one every table computes (vec_ops.c): within 1.01 ulp of
  * e^x (measured over every float in between), 0 below -87.33654 (no
- * subnormals), +inf
- * from 88.72284, NaN for NaN.  The scalar reference, for callers outside
+ * subnormals), +inf from 88.72284, NaN for NaN.  The scalar reference, for callers outside
  * the tables. */
 float vec_expf(float x);
 
