@@ -9,7 +9,11 @@
  * random arguments of every magnitude and on the range ends, NaN and
  * infinities; vec_expf stays within 1.5 ulp of e^x (float64) on random
  * arguments (the bound measured over every float is 1.01); exp_sum's
- * sum is the 16-lane tree of its outputs.
+ * sum is the 16-lane tree of its outputs.  The rows' sums of squares
+ * (sumsq_rows): every table equals a plain per-row double loop bit for
+ * bit, for row counts around the lane groups (1..41: full groups of 8/4,
+ * four groups at once, tails), lengths around the 16/8-element steps,
+ * padded strides, values of every magnitude and some rows of inf/NaN.
  */
 #include <math.h>
 #include <stdio.h>
@@ -196,6 +200,37 @@ static int test_table(const vec_kernels *s, const vec_kernels *v) {
     return fails;
 }
 
+/* sumsq_rows against the definition: one double chain per row */
+static int test_sumsq(const vec_kernels *v) {
+    int fails = 0, checks = 0;
+    enum { MAXR = 41, MAXN = 530 };
+    static float x[MAXR * (MAXN + 3)];
+    double ss[MAXR];
+    const int lens[] = { 1, 7, 8, 15, 16, 17, 31, 32, 33, 100, 512, 513, 530 };
+    for (int nr = 1; nr <= MAXR; nr++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int n = lens[li];
+            const size_t xs = (size_t)n + (size_t)(nr % 4);   /* padded and unpadded strides */
+            for (size_t i = 0; i < (size_t)nr * xs; i++)
+                x[i] = frand() * powf(10.0f, (float)((int)(i % 11) - 5) * 3.0f);
+            if (nr % 5 == 0) x[(size_t)(nr - 1) * xs] = INFINITY;
+            if (nr % 7 == 0) x[(size_t)(nr / 2) * xs + (size_t)n - 1] = NAN;
+            v->sumsq_rows(x, xs, nr, n, ss);
+            for (int r = 0; r < nr; r++) {
+                double ref = 0;
+                for (int i = 0; i < n; i++) ref += (double)x[(size_t)r * xs + i] * x[(size_t)r * xs + i];
+                checks++;
+                if (memcmp(&ref, &ss[r], sizeof ref) && !(isnan(ref) && isnan(ss[r]))) {
+                    fails++;
+                    if (fails < 10)
+                        printf("%s sumsq_rows rows=%d n=%d row %d: %.17g != %.17g\n", v->name, nr, n, r, ss[r], ref);
+                }
+            }
+        }
+    printf("test_vec (%s sumsq_rows): %d checks, %d failures\n", v->name, checks, fails);
+    return fails;
+}
+
 /* vec_expf against e^x in float64: ulps of the float result's binade */
 static int test_exp_accuracy(void) {
     int fails = 0;
@@ -227,9 +262,9 @@ static int test_exp_accuracy(void) {
 int main(void) {
     const vec_kernels *s = vec_kernels_scalar();
     const vec_kernels *t[2] = { vec_kernels_avx2(), vec_kernels_avx512() };
-    int fails = test_exp_accuracy(), tested = 0;
+    int fails = test_exp_accuracy() + test_sumsq(s), tested = 0;
     for (int i = 0; i < 2; i++)
-        if (t[i]) { fails += test_table(s, t[i]); tested++; }
+        if (t[i]) { fails += test_table(s, t[i]) + test_sumsq(t[i]); tested++; }
     if (!tested) { printf("test_vec: no SIMD table on this CPU; scalar only\n"); fails += test_table(s, s); }
     printf("test_vec: %s (%d SIMD table(s), best: %s)\n", fails ? "FAIL" : "ok", tested,
            vec_kernels_best()->name);

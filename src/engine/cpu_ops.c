@@ -446,35 +446,35 @@ void rms_norm(const float *x, const float *w, int n, float eps, float *out) {
 /* rms_scale's sum is one serial chain of double adds: each add waits for
  * the previous one (4 cycles), so a 16K-wide HC row costs ~65K cycles
  * while the core could issue two adds per cycle.  Reordering the sum
- * would change the bits, so instead RMS_ROWS rows are summed side by
- * side: each row keeps its own chain in exactly rms_scale's order (same
- * products, same adds, same final float steps), and the chains of
- * different rows overlap.  Rows past the last full group go through
- * rms_scale itself. */
-#define RMS_ROWS 8
+ * would change the bits, so instead the rows are summed side by side, one
+ * row per SIMD lane (vk->sumsq_rows): each row keeps its own chain in
+ * exactly rms_scale's order (same products, same adds, same final float
+ * steps), and the chains of different rows overlap. */
+#define RMS_ROWS_MAX 32
 
-void rms_scale_rows(const float *x, size_t xs, int nr, int n, float eps, float *out) {
-    int r0 = 0;
-    for (; r0 + RMS_ROWS <= nr; r0 += RMS_ROWS) {
-        const float *p[RMS_ROWS];
-        double ss[RMS_ROWS];
-        for (int r = 0; r < RMS_ROWS; r++) {
-            p[r] = x + (size_t)(r0 + r) * xs;
-            ss[r] = 0;
-        }
-        for (int i = 0; i < n; i++)
-            for (int r = 0; r < RMS_ROWS; r++) ss[r] += (double)p[r][i] * p[r][i];
-        for (int r = 0; r < RMS_ROWS; r++) out[r0 + r] = 1.0f / sqrtf((float)(ss[r] / n) + eps);
+void rms_scale_rows(const vec_kernels *vk, const float *x, size_t xs, int nr, int n, float eps, float *out) {
+    double ss[RMS_ROWS_MAX];
+    for (int r0 = 0; r0 < nr; r0 += RMS_ROWS_MAX) {
+        const int nb = nr - r0 < RMS_ROWS_MAX ? nr - r0 : RMS_ROWS_MAX;
+        vk->sumsq_rows(x + (size_t)r0 * xs, xs, nb, n, ss);
+        for (int r = 0; r < nb; r++) out[r0 + r] = 1.0f / sqrtf((float)(ss[r] / n) + eps);
     }
-    for (; r0 < nr; r0++) out[r0] = rms_scale(x + (size_t)r0 * xs, n, eps);
 }
 
-void rms_norm_rows(const float *x, size_t xs, const float *w, int nr, int n, float eps,
+/* Rows a pass sums side by side before scaling them: enough to fill four
+ * groups of lanes (32 rows) where they stay in L2 for the scaling pass
+ * (<= 128 KB), fewer for long rows (the 16K-wide HC rows: 8, 512 KB). */
+static int rms_rows_for(int n) {
+    return n <= 1024 ? 32 : n <= 4096 ? 16 : 8;
+}
+
+void rms_norm_rows(const vec_kernels *vk, const float *x, size_t xs, const float *w, int nr, int n, float eps,
                    float *out, size_t os) {
-    float sc[RMS_ROWS];
-    for (int r0 = 0; r0 < nr; r0 += RMS_ROWS) {
-        int nb = nr - r0 < RMS_ROWS ? nr - r0 : RMS_ROWS;
-        rms_scale_rows(x + (size_t)r0 * xs, xs, nb, n, eps, sc);
+    float sc[RMS_ROWS_MAX];
+    const int rb = rms_rows_for(n);
+    for (int r0 = 0; r0 < nr; r0 += rb) {
+        int nb = nr - r0 < rb ? nr - r0 : rb;
+        rms_scale_rows(vk, x + (size_t)r0 * xs, xs, nb, n, eps, sc);
         for (int r = 0; r < nb; r++) {
             const float *xr = x + (size_t)(r0 + r) * xs;
             float *o = out + (size_t)(r0 + r) * os, s = sc[r];

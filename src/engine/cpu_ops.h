@@ -17,6 +17,7 @@
 #include "gguf/model.h"
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
+#include "kernels/vec_ops.h"
 
 typedef enum { ACT_F32 = 0, ACT_Q8_0A = 1, ACT_Q8_K = 2 } act_kind;
 
@@ -77,9 +78,10 @@ void rms_norm(const float *x, const float *w, int n, float eps, float *out);
 float rms_scale(const float *x, int n, float eps);
 /* The same per row, bit for bit, for nr rows at once (row r at x + r*xs,
  * output row r at out + r*os; out may equal x when os == xs): faster
- * because the rows' serial sums overlap (cpu_ops.c). */
-void rms_scale_rows(const float *x, size_t xs, int nr, int n, float eps, float *out);
-void rms_norm_rows(const float *x, size_t xs, const float *w, int nr, int n, float eps,
+ * because the rows' serial sums overlap, side by side in the lanes of vk's
+ * sumsq_rows (cpu_ops.c). */
+void rms_scale_rows(const vec_kernels *vk, const float *x, size_t xs, int nr, int n, float eps, float *out);
+void rms_norm_rows(const vec_kernels *vk, const float *x, size_t xs, const float *w, int nr, int n, float eps,
                    float *out, size_t os);
 
 /* RoPE on the tail n_rot dims of one row, interleaved pairs. */

@@ -286,7 +286,7 @@ static void hc_flat_rows(fwd *f, int t0, int nt, void *ud) {
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     int n = c->n_hc * c->n_embd;
-    rms_norm_rows(sc->X + (size_t)t0 * n, n, NULL, nt, n, c->rms_eps, sc->flat + (size_t)t0 * n, n);
+    rms_norm_rows(f->m->vk, sc->X + (size_t)t0 * n, n, NULL, nt, n, c->rms_eps, sc->flat + (size_t)t0 * n, n);
 }
 
 static void sinkhorn(float *C, int N, int iters, float eps) {
@@ -452,7 +452,7 @@ static void norm_rows(fwd *f, int t0, int nt, void *ud) {
     cpu_scratch *sc = f->sc;
     int D = c->n_embd;
     /* weights are F32 by validation */
-    rms_norm_rows(sc->cur + (size_t)t0 * D, D, f32_of(w), nt, D, c->rms_eps, sc->a + (size_t)t0 * D, D);
+    rms_norm_rows(f->m->vk, sc->cur + (size_t)t0 * D, D, f32_of(w), nt, D, c->rms_eps, sc->a + (size_t)t0 * D, D);
 }
 
 typedef struct { int il; const rope_t *rope; } layer_ud;
@@ -466,19 +466,6 @@ static void rope_tables_task(fwd *f, int t, void *ud) {
 
 static void kv_post(fwd *f, int t, const ds4_layer_weights *lw);
 
-static void q_post_task(fwd *f, int t, void *ud) {
-    const layer_ud *L = ud;
-    const ds4_config *c = f->c;
-    const ds4_layer_weights *lw = layer_w(f, L->il);
-    cpu_scratch *sc = f->sc;
-    const int d = c->head_dim, hr = c->n_rot / 2;
-    const float *cs = sc->cs + (size_t)t * hr, *sn = sc->sn + (size_t)t * hr;
-    /* queries: per-head RMSNorm without weight, then RoPE on the tail */
-    float *q = sc->q + (size_t)t * c->n_head * d;
-    rms_norm_rows(q, d, NULL, c->n_head, d, c->rms_eps, q, d);   /* the heads as rows */
-    for (int h = 0; h < c->n_head; h++) rope_apply(q + (size_t)h * d, d, c->n_rot, cs, sn, 0);
-    kv_post(f, t, lw);
-}
 
 /* the single KV head: norm, rope, FP8 on the nope dims, f16 storage */
 static void kv_post(fwd *f, int t, const ds4_layer_weights *lw) {
@@ -495,6 +482,8 @@ static void kv_post(fwd *f, int t, const ds4_layer_weights *lw) {
     }
 }
 
+/* (the queries' own norm and RoPE are done by the attention items that
+ * read them, attn_task) */
 static void kv_post_task(fwd *f, int t, void *ud) {
     const layer_ud *L = ud;
     kv_post(f, t, layer_w(f, L->il));
@@ -505,7 +494,7 @@ static void qr_norm_rows(fwd *f, int t0, int nt, void *ud) {
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     const size_t ql = (size_t)c->q_lora;
-    rms_norm_rows(sc->qa + (size_t)t0 * ql, ql, f32_of(&layer_w(f, L->il)->attn_q_a_norm), nt,
+    rms_norm_rows(f->m->vk, sc->qa + (size_t)t0 * ql, ql, f32_of(&layer_w(f, L->il)->attn_q_a_norm), nt,
                   c->q_lora, c->rms_eps, sc->qr + (size_t)t0 * ql, ql);
 }
 
@@ -939,8 +928,16 @@ static void attn_task(void *ctx, int ith, int nth) {
         const ds4_session *s = it->s;
         layer_state *st = it->st;
         int64_t pos = row_pos(f, t);
-        const float *q = sc->q + ((size_t)t * H + h0) * d;
+        float *q = sc->q + ((size_t)t * H + h0) * d;
         float *o = sc->heads + ((size_t)t * H + h0) * d;
+        /* the queries: per-head RMSNorm without weight, then RoPE on the
+         * tail, here on the item's own heads rather than in a pass of its
+         * own over the chunk's queries (268 MB a layer at 2048 tokens,
+         * read from memory and written back before the attention read
+         * them again); per row the same operations */
+        rms_norm_rows(vk, q, d, NULL, nh, d, c->rms_eps, q, d);
+        for (int h = 0; h < nh; h++)
+            rope_apply(q + (size_t)h * d, d, c->n_rot, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr, 0);
         /* keys: raw rows of positions (pos - n_swa, pos], then the visible
          * (or indexer-selected) compressed rows; values are the keys */
         int64_t first = pos - c->n_swa + 1;
@@ -1090,7 +1087,7 @@ static void attention(fwd *f, int il) {
     if (need_idx) sp[ns++] = spec(&lw->idx_q_b, sc->iq, (size_t)c->idx_heads * c->idx_dim);
     mm_multi(f, sc->qr, c->q_lora, c->q_lora, sp, ns);
     if (need_idx) mm(f, &lw->idx_proj, sc->a, D, sc->iw, c->idx_heads);
-    PROF(PS_NORM, for_tokens(f, q_post_task, &L));
+    PROF(PS_NORM, for_tokens(f, kv_post_task, &L));
 
     /* append each item's new raw rows to its session's window */
     prof_t t0 = prof_now();

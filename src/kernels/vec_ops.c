@@ -18,6 +18,10 @@
  *    field.  exp_sum adds its outputs into 16 lanes as the dots do.
  *    Not libm's expf: that one differs between libms and is scalar; this
  *    one is 8-16 lanes wide (attention softmax, SwiGLU) and pinned.
+ *  - sumsq_rows: each row's sum of (double)x * x, one chain in element
+ *    order from +0.  The double product of two floats is exact (24 + 24
+ *    significand bits), so fma(x, x, s) rounds once where x * x + s does:
+ *    the SIMD kernels use FMA and give the scalar bits.
  * The scalar versions write each FMA out with fmaf (the build has
  * -ffp-contract=off, so nothing else is fused).
  */
@@ -134,7 +138,17 @@ static float s_exp_sum(float *w, int n, float m) {
     return exp_sum_finish(l, w, 0, n, m);
 }
 
-static const vec_kernels k_scalar = { "scalar", s_dot4, s_axpy4, s_dot, s_dot4x4, s_wsum4, s_exp, s_exp_sum };
+static void s_sumsq_rows(const float *x, size_t xs, int nr, int n, double *ss) {
+    for (int r = 0; r < nr; r++) {
+        const float *p = x + (size_t)r * xs;
+        double s = 0;
+        for (int i = 0; i < n; i++) s += (double)p[i] * p[i];
+        ss[r] = s;
+    }
+}
+
+static const vec_kernels k_scalar = { "scalar", s_dot4, s_axpy4, s_dot, s_dot4x4, s_wsum4, s_exp, s_exp_sum,
+                                      s_sumsq_rows };
 
 const vec_kernels *vec_kernels_scalar(void) { return &k_scalar; }
 
@@ -305,7 +319,57 @@ AVX2 static float v_exp_sum(float *w, int n, float m) {
     return exp_sum_finish(l, w, i, n, m);
 }
 
-static const vec_kernels k_avx2 = { "avx2", v_dot4, v_axpy4, v_dot, v_dot4x4, v_wsum4, v_exp, v_exp_sum };
+/* Sums of squares with the rows in the lanes: 4 rows a ymm of doubles, up
+ * to four such groups at once, so that four FMA chains (one per group)
+ * cover the FMA latency.  8 elements of 4 rows are transposed in registers
+ * (two unpack levels: vector u[j] holds element j of the rows in its low
+ * 128 bits, element 4 + j in its high), and each row's squares are added
+ * in element order. */
+AVX2 static inline __m256d v_sq4x8(const float *p, size_t xs, __m256d acc) {
+    __m256 r[4], t[4], u[4];
+    for (int k = 0; k < 4; k++) r[k] = _mm256_loadu_ps(p + (size_t)k * xs);
+    t[0] = _mm256_unpacklo_ps(r[0], r[1]);
+    t[1] = _mm256_unpackhi_ps(r[0], r[1]);
+    t[2] = _mm256_unpacklo_ps(r[2], r[3]);
+    t[3] = _mm256_unpackhi_ps(r[2], r[3]);
+    for (int h = 0; h < 2; h++) {
+        const __m256d a = _mm256_castps_pd(t[h]), b = _mm256_castps_pd(t[h + 2]);
+        u[2 * h] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, b));
+        u[2 * h + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, b));
+    }
+    for (int e = 0; e < 8; e++) {
+        const __m128 c = e < 4 ? _mm256_castps256_ps128(u[e]) : _mm256_extractf128_ps(u[e - 4], 1);
+        const __m256d d = _mm256_cvtps_pd(c);
+        acc = _mm256_fmadd_pd(d, d, acc);
+    }
+    return acc;
+}
+
+AVX2 static void v_sumsq_rows(const float *x, size_t xs, int nr, int n, double *ss) {
+    int r0 = 0;
+    while (r0 + 4 <= nr) {
+        int G = (nr - r0) / 4;
+        if (G > 4) G = 4;
+        const float *p = x + (size_t)r0 * xs;
+        __m256d acc[4];
+        for (int g = 0; g < 4; g++) acc[g] = _mm256_setzero_pd();
+        int i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int g = 0; g < G; g++) acc[g] = v_sq4x8(p + (size_t)4 * g * xs + i, xs, acc[g]);
+        for (; i < n; i++)
+            for (int g = 0; g < G; g++) {
+                const float *q = p + (size_t)4 * g * xs + i;
+                const __m256d d = _mm256_cvtps_pd(_mm_setr_ps(q[0], q[xs], q[2 * xs], q[3 * xs]));
+                acc[g] = _mm256_fmadd_pd(d, d, acc[g]);
+            }
+        for (int g = 0; g < G; g++) _mm256_storeu_pd(ss + r0 + 4 * g, acc[g]);
+        r0 += 4 * G;
+    }
+    s_sumsq_rows(x + (size_t)r0 * xs, xs, nr - r0, n, ss + r0);
+}
+
+static const vec_kernels k_avx2 = { "avx2", v_dot4, v_axpy4, v_dot, v_dot4x4, v_wsum4, v_exp, v_exp_sum,
+                                    v_sumsq_rows };
 
 const vec_kernels *vec_kernels_avx2(void) {
     __builtin_cpu_init();
@@ -516,7 +580,71 @@ AVX512 static float z_exp_sum(float *w, int n, float m) {
     return exp_sum_finish(l, w, i, n, m);
 }
 
-static const vec_kernels k_avx512 = { "avx512", z_dot4, z_axpy4, z_dot, z_dot4x4, z_wsum4, z_exp, z_exp_sum };
+/* Sums of squares with the rows in the lanes: 8 rows a zmm of doubles, up
+ * to four such groups at once (four FMA chains cover the latency).  16
+ * elements of 8 rows are transposed in registers: two unpack levels give,
+ * per 128-bit lane L, element 4L + j of rows 0-3 (u[j]) and of rows 4-7
+ * (u[4 + j]); a two-source permute pairs them, lanes 0 and 1 into w[j]
+ * (elements j and 4 + j of the 8 rows, one per 256-bit half), lanes 2 and
+ * 3 into w[4 + j] (elements 8 + j and 12 + j).  Each row's squares are
+ * then added in element order. */
+AVX512 static inline __m512d z_sq8x16(const float *p, size_t xs, __m512d acc) {
+    __m512 r[8], t[8], u[8], w[8];
+    for (int k = 0; k < 8; k++) r[k] = _mm512_loadu_ps(p + (size_t)k * xs);
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int h = 0; h < 2; h++)
+        for (int q = 0; q < 2; q++) {
+            const __m512d a = _mm512_castps_pd(t[4 * h + q]), b = _mm512_castps_pd(t[4 * h + q + 2]);
+            u[4 * h + 2 * q] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            u[4 * h + 2 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (int j = 0; j < 4; j++) {
+        w[j] = _mm512_permutex2var_ps(u[j], lo, u[4 + j]);
+        w[4 + j] = _mm512_permutex2var_ps(u[j], hi, u[4 + j]);
+    }
+    for (int e = 0; e < 16; e++) {
+        const __m512 v = w[(e / 8) * 4 + e % 4];
+        const __m256 c = (e / 4) % 2 ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
+                                     : _mm512_castps512_ps256(v);
+        const __m512d d = _mm512_cvtps_pd(c);
+        acc = _mm512_fmadd_pd(d, d, acc);
+    }
+    return acc;
+}
+
+AVX512 static void z_sumsq_rows(const float *x, size_t xs, int nr, int n, double *ss) {
+    int r0 = 0;
+    while (r0 + 8 <= nr) {
+        int G = (nr - r0) / 8;
+        if (G > 4) G = 4;
+        const float *p = x + (size_t)r0 * xs;
+        __m512d acc[4];
+        for (int g = 0; g < 4; g++) acc[g] = _mm512_setzero_pd();
+        int i = 0;
+        for (; i + 16 <= n; i += 16)
+            for (int g = 0; g < G; g++) acc[g] = z_sq8x16(p + (size_t)8 * g * xs + i, xs, acc[g]);
+        for (; i < n; i++)
+            for (int g = 0; g < G; g++) {
+                const float *q = p + (size_t)8 * g * xs + i;
+                const __m512d d = _mm512_cvtps_pd(_mm256_setr_ps(q[0], q[xs], q[2 * xs], q[3 * xs], q[4 * xs],
+                                                                 q[5 * xs], q[6 * xs], q[7 * xs]));
+                acc[g] = _mm512_fmadd_pd(d, d, acc[g]);
+            }
+        for (int g = 0; g < G; g++) _mm512_storeu_pd(ss + r0 + 8 * g, acc[g]);
+        r0 += 8 * G;
+    }
+    /* the last 1-7 rows (an attention item's 4 heads): 4 a ymm, then
+     * scalar (every AVX-512 CPU has AVX2 and FMA) */
+    v_sumsq_rows(x + (size_t)r0 * xs, xs, nr - r0, n, ss + r0);
+}
+
+static const vec_kernels k_avx512 = { "avx512", z_dot4, z_axpy4, z_dot, z_dot4x4, z_wsum4, z_exp, z_exp_sum,
+                                      z_sumsq_rows };
 
 const vec_kernels *vec_kernels_avx512(void) {
     __builtin_cpu_init();

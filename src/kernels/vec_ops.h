@@ -4,12 +4,12 @@
  * model has a single KV head, so every key row is read once for a block of
  * heads) and the matching weighted accumulation.
  *
- * Owns: these kernels and the exponential of the softmax and SwiGLU
- * (vec_expf: one polynomial, the same bits in every table and on every
- * libm), a scalar reference beside each SIMD version, and the run-time
- * choice between them.  Every output element is computed in a
- * fixed order whatever the caller's batching, so results are reproducible
- * (decode == prefill).
+ * Owns: these kernels, the rows' sums of squares of the RMS norms, and
+ * the exponential of the softmax and SwiGLU (vec_expf: one polynomial, the
+ * same bits in every table and on every libm), a scalar reference beside
+ * each SIMD version, and the run-time choice between them.  Every output
+ * element is computed in a fixed order whatever the caller's batching, so
+ * results are reproducible (decode == prefill).
  */
 #ifndef DS4_VEC_OPS_H
 #define DS4_VEC_OPS_H
@@ -40,6 +40,10 @@ typedef struct {
      * element i added into lane i mod 16 in element order and the lanes
      * reduced by the dots' tree (the softmax denominator) */
     float (*exp_sum)(float *w, int n, float m);
+    /* ss[r] = sum_i (double)x[r*xs + i]^2 for r < nr: each row's sum one
+     * chain in element order from +0 (rms_scale's), rows side by side in
+     * the lanes so that the chains overlap */
+    void (*sumsq_rows)(const float *x, size_t xs, int nr, int n, double *ss);
 } vec_kernels;
 
 /* ds4's exp, the one every table computes (vec_ops.c): within 1.01 ulp of
