@@ -171,7 +171,9 @@ static void run_mm(fwd *f, int pm, const mm_group *g, int ng) {
     }
 }
 
-static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *sp, int n) {
+/* pre: an activation kind whose rows the caller has already quantized at
+ * the start of qscratch (ACT_F32: none) */
+static void mm_multi_pre(fwd *f, const float *x, size_t xs, int nx, const mm_spec *sp, int n, act_kind pre) {
     cpu_scratch *sc = f->sc;
     mm_group g[MM_MULTI_MAX];
     uint8_t *area[3] = { NULL, NULL, NULL };
@@ -187,7 +189,7 @@ static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *s
             if (k != ACT_F32 && !area[k]) {
                 rb[k] = act_row_bytes(k, nx);
                 area[k] = q;
-                quantize_rows(f, k, x, xs, nx, q, rb[k], f->T);
+                if (k != pre || q != sc->qscratch) quantize_rows(f, k, x, xs, nx, q, rb[k], f->T);
                 q += (size_t)f->T * rb[k];
             }
             mm_group gg = { .W = s->W, .kind = k, .n_rows = f->T, .out = s->out,
@@ -213,6 +215,10 @@ static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *s
         if (nq) run_mm(f, PM_DENSE, g, nq);
         if (nf) run_mm(f, PM_DENSE_F, gf, nf);
     }
+}
+
+static void mm_multi(fwd *f, const float *x, size_t xs, int nx, const mm_spec *sp, int n) {
+    mm_multi_pre(f, x, xs, nx, sp, n, ACT_F32);
 }
 
 /* One weight: mm_multi with a single spec, so the activation rows are
@@ -886,6 +892,14 @@ typedef struct {
     int il;
     _Atomic long next; /* next (token, head block) item to take */
     long grab;         /* items taken at once */
+    /* attn_output_a's activation kind when it is quantized (not ACT_F32):
+     * each item quantizes its heads' outputs straight into row t of qa
+     * (qrb bytes a row), where mm_multi would put them, instead of
+     * writing the chunk's float outputs (268 MB a layer at 2048 tokens)
+     * for a pass of their own to read back */
+    act_kind qk;
+    uint8_t *qa;
+    size_t qrb;
 } attn_job;
 
 static void attn_task(void *ctx, int ith, int nth) {
@@ -902,6 +916,8 @@ static void attn_task(void *ctx, int ith, int nth) {
      * rows where an indexer selects): not the whole compressed capacity */
     const size_t wcap = sc->kf_rows;
     float *wbuf = sc->attn_w + (size_t)ith * VEC_HB * wcap;
+    /* an item's outputs when they are quantized right away (j->qk) */
+    float obuf[VEC_HB * DS4_MAX_HEAD_DIM] __attribute__((aligned(64)));
     /* f16 rows: a token's keys are converted once into this thread's
      * float rows and reused while its next items are head blocks of the
      * same token (conversion is exact, so the kernels see the same
@@ -929,7 +945,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         layer_state *st = it->st;
         int64_t pos = row_pos(f, t);
         float *q = sc->q + ((size_t)t * H + h0) * d;
-        float *o = sc->heads + ((size_t)t * H + h0) * d;
+        float *o = j->qk != ACT_F32 ? obuf : sc->heads + ((size_t)t * H + h0) * d;
         /* the queries: per-head RMSNorm without weight, then RoPE on the
          * tail, here on the item's own heads rather than in a pass of its
          * own over the chunk's queries (268 MB a layer at 2048 tokens,
@@ -1016,6 +1032,10 @@ static void attn_task(void *ctx, int ith, int nth) {
             /* de-rotate at the query position before the output projection */
             rope_apply(oh, d, c->n_rot, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr, 1);
         }
+        /* blocks of whole heads: the bytes a quantization of the whole row
+         * gives (attention() checks the block size) */
+        if (j->qk != ACT_F32)
+            act_quantize_row(f->cc.k, j->qk, o, nh * d, j->qa + (size_t)t * j->qrb + act_row_bytes(j->qk, h0 * d));
     }
 }
 
@@ -1147,6 +1167,13 @@ static void attention(fwd *f, int il) {
          * its share of the token's blocks */
         j.grab = g < 1 ? 1 : g > nblk ? nblk : g;
         atomic_init(&j.next, 0);
+        /* attn_output_a's activations quantized by the items, when its
+         * blocks are whole heads (each item quantizes whole blocks) */
+        act_kind k = act_kind_for(lw->attn_output_a.type, f->no_qat);
+        const int blk = k == ACT_Q8_0A ? QK8_0 : k == ACT_Q8_K ? QK_K : 0;
+        j.qk = blk && d % blk == 0 ? k : ACT_F32;
+        j.qa = sc->qscratch;
+        j.qrb = act_row_bytes(k, c->n_head * d);
     }
     PROF(PS_ATTN, ds4_pool_run(f->cc.pool, attn_task, &j));
 
@@ -1161,7 +1188,7 @@ static void attention(fwd *f, int il) {
         og[g].out = sc->low + (size_t)g * c->o_lora;
         og[g].ostride = (size_t)G * c->o_lora;
     }
-    mm_multi(f, sc->heads, (size_t)c->n_head * d, c->n_head * d, og, G);
+    mm_multi_pre(f, sc->heads, (size_t)c->n_head * d, c->n_head * d, og, G, j.qk);
     mm(f, &lw->attn_output_b, sc->low, (size_t)G * c->o_lora, sc->y, D);
     hc_post(f, il, 0);
 }
