@@ -889,6 +889,66 @@ static void test_amx_tiles(void) {
            "every output equals the scalar table\n", cases);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Streamed outputs (ds4_stream_out): a product with output rows of 16384+ */
+/* floats and 256+ tokens writes its whole 16-row strips with streaming    */
+/* stores.  Every table against the scalar single-row kernel, a ragged     */
+/* last strip (masked stores), outputs past nrows in each row untouched,   */
+/* and the same call on an unaligned y (no streaming) alike.               */
+/* ---------------------------------------------------------------------- */
+static void test_stream_out(void) {
+    const ds4_kernels *tabs[NTAB] = { ds4_kernels_scalar(), ds4_kernels_avx2(), ds4_kernels_avx512(),
+                                      ds4_kernels_avx512_packed(), ds4_kernels_amx() };
+    const ds4_kernels *sk = ds4_kernels_scalar();
+    long bad = 0, badg = 0, cases = 0;
+    const int ntok = 260, nrows = 40;
+    const size_t ys = DS4_STREAM_OUT_ROW;
+    const size_t ny = ys * (size_t)ntok + 32;
+    float *Y = NULL;
+    if (posix_memalign((void **)&Y, 64, sizeof(float) * ny)) { CHECK(0, "stream test: out of memory"); return; }
+    const int fidx[3] = { 0, NFMT - 1, 1 };   /* Q8_0, MXFP4, Q2_K */
+    for (int fi = 0; fi < 3; fi++) {
+        const fmt *f = &FMTS[fidx[fi]];
+        const int n = f->blk == 32 ? 1056 : 512;
+        const size_t ws = rb_of(f, n), ab = act_bytes(f, n);
+        uint8_t *W = malloc(ws * nrows), *A = malloc(ab * ntok);
+        float *x = malloc(sizeof(float) * n);
+        const void **ap = malloc(sizeof(void *) * ntok);
+        for (int r = 0; r < nrows; r++) rand_row(f->type, W + (size_t)r * ws, n, 0);
+        for (int j = 0; j < ntok; j++) {
+            rand_act(x, n, 0);
+            if (f->act == A_Q8_K) ds4_quantize_q8_K(x, (block_q8_K *)(A + (size_t)j * ab), n);
+            else ds4_quantize_q8_0a(x, (block_q8_0a *)(A + (size_t)j * ab), n);
+            ap[j] = A + (size_t)j * ab;
+        }
+        float *ref = malloc(sizeof(float) * (size_t)nrows * ntok);
+        for (int j = 0; j < ntok; j++)
+            for (int r = 0; r < nrows; r++) ref[(size_t)j * nrows + r] = row_dot(sk, f, n, W + (size_t)r * ws, ap[j]);
+        for (int ti = 0; ti < NTAB; ti++) {
+            if (!tabs[ti]) continue;
+            for (int off = 0; off < 2; off++) {   /* aligned (streamed), then 4 bytes off */
+                float *y = Y + off;
+                const uint32_t guard = 0x7fc0dead;
+                for (size_t i = 0; i < ny; i++) memcpy(&Y[i], &guard, 4);
+                CHECK(ds4_stream_out(y, ys, ntok) == !off, "stream test: ds4_stream_out(off %d)", off);
+                tile_of(tabs[ti], f)(n, W, ws, nrows, (const void *const *)ap, ntok, y, ys);
+                for (size_t i = 0; i < ny; i++) {
+                    const long p = (long)i - off, j = p / (long)ys, r = p % (long)ys;
+                    if (p >= 0 && j < ntok && r < nrows) bad += !same_value(Y[i], ref[(size_t)j * nrows + r]);
+                    else badg += memcmp(&Y[i], &guard, 4) != 0;
+                }
+                cases++;
+            }
+        }
+        free(W); free(A); free(x); free(ap); free(ref);
+    }
+    free(Y);
+    CHECK(bad == 0, "streamed outputs: %ld differ from the scalar single-row kernel", bad);
+    CHECK(badg == 0, "streamed outputs: %ld writes outside the outputs", badg);
+    printf("info: %ld streamed-output cases (Q8_0, MXFP4, Q2_K; %d tokens, rows of %zu floats, aligned and not)\n",
+           cases, ntok, ys);
+}
+
 int main(int argc, char **argv) {
     /* `test_kernels --has-table NAME`: exit 0 when this CPU runs that table
      * (tests/t_realshape.sh asks before comparing tables end to end) */
@@ -907,6 +967,7 @@ int main(int argc, char **argv) {
     test_q8_sym();
     test_few_tokens_float();
     test_amx_tiles();
+    test_stream_out();
     test_driver();
     printf("test_kernels: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

@@ -925,7 +925,7 @@ static _Thread_local union {
 
 /* Token group [0, ntok) (ntok <= TG) of the tile contract in quant.h. */
 VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, const void *const *a, int ntok,
-                         float *y, size_t ys)
+                         float *y, size_t ys, int nts)
 {
     const int nb = n / 32;
     const int ntile = (ntok + 15) / 16;
@@ -966,8 +966,14 @@ VT static void amx_group(int f, int n, const uint8_t *w, size_t ws, int nrows, c
                     acc[t] = kb == 0 || t >= nt ? _mm512_setzero_ps()
                                                 : _mm512_maskz_loadu_ps(m, y + (size_t)(t0 + t) * ys + r0);
                 tile_blocks(&tl.q8.pk, kn, &tl.q8.act[ti], acc, cb);
+                /* the last chunk's sums, streamed where ds4_stream_out says */
+                if (nts && kb + kn == nb && nr == 16) {
 #pragma GCC unroll 16
-                for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ys + r0, m, acc[t]);
+                    for (int t = 0; t < nt; t++) _mm512_stream_ps(y + (size_t)(t0 + t) * ys + r0, acc[t]);
+                } else {
+#pragma GCC unroll 16
+                    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ys + r0, m, acc[t]);
+                }
             }
         }
     }
@@ -984,11 +990,13 @@ VT static void amx_tile(int f, ds4_tile_fn fallback, int n, const void *w, size_
         fallback(n, w, ws, nrows, a, ntok, y, ys);
         return;
     }
+    const int nts = ds4_stream_out(y, ys, ntok);
     TCFG(&amx_cfg);
     for (int j0 = 0; j0 < ntok; j0 += TG) {
         const int nt = ntok - j0 < TG ? ntok - j0 : TG;
-        amx_group(f, n, w, ws, nrows, a + j0, nt, y + (size_t)j0 * ys, ys);
+        amx_group(f, n, w, ws, nrows, a + j0, nt, y + (size_t)j0 * ys, ys, nts);
     }
+    if (nts) _mm_sfence();   /* streamed stores visible before the pool's barrier */
     TRELEASE();
 }
 
