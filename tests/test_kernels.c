@@ -892,9 +892,9 @@ static void test_amx_tiles(void) {
 /* ---------------------------------------------------------------------- */
 /* Streamed outputs (ds4_stream_out): a product with output rows of 16384+ */
 /* floats and 256+ tokens writes its whole 16-row strips with streaming    */
-/* stores.  Every table against the scalar single-row kernel, a ragged     */
-/* last strip (masked stores), outputs past nrows in each row untouched,   */
-/* and the same call on an unaligned y (no streaming) alike.               */
+/* stores (amx, one K chunk).  Every table against the scalar single-row  */
+/* kernel, a ragged last strip (masked stores), outputs past nrows in each */
+/* row untouched, and the same call on an unaligned y (no streaming).     */
 /* ---------------------------------------------------------------------- */
 static void test_stream_out(void) {
     const ds4_kernels *tabs[NTAB] = { ds4_kernels_scalar(), ds4_kernels_avx2(), ds4_kernels_avx512(),
@@ -906,10 +906,12 @@ static void test_stream_out(void) {
     const size_t ny = ys * (size_t)ntok + 32;
     float *Y = NULL;
     if (posix_memalign((void **)&Y, 64, sizeof(float) * ny)) { CHECK(0, "stream test: out of memory"); return; }
-    const int fidx[3] = { 0, NFMT - 1, 1 };   /* Q8_0, MXFP4, Q2_K */
-    for (int fi = 0; fi < 3; fi++) {
+    /* Q8_0 and MXFP4 with one K chunk (streamed by the amx table) and two
+     * (sums through y, prefetched for writing), Q2_K */
+    const int fidx[5] = { 0, 0, NFMT - 1, NFMT - 1, 1 };
+    for (int fi = 0; fi < 5; fi++) {
         const fmt *f = &FMTS[fidx[fi]];
-        const int n = f->blk == 32 ? 1056 : 512;
+        const int n = f->blk == 32 ? (fi & 1 ? 1056 : 1024) : 512;
         const size_t ws = rb_of(f, n), ab = act_bytes(f, n);
         uint8_t *W = malloc(ws * nrows), *A = malloc(ab * ntok);
         float *x = malloc(sizeof(float) * n);

@@ -232,15 +232,17 @@ const ds4_kernels *ds4_kernels_amx(void);
  * type without its own). */
 int ds4_amx_min_tok(int type);
 
-/* Batched tiles write a product's outputs with streaming (non-temporal)
- * stores when its output rows are at least DS4_STREAM_OUT_ROW floats and it
- * has DS4_STREAM_OUT_TOK tokens or more: attn_q_b (32768 outputs a token,
- * 268 MB for a 2048-token chunk) writes each 16-row strip as one 64-byte
- * piece per token row, 128 KB apart, and ordinary stores first read every
- * such line (write-allocate) at full DRAM latency, a third of the
- * product's time on a 2-core AMX machine (docs/PERF_KERNELS.md); outputs
- * of 8192 floats a token (67 MB) measured slower streamed: their reader
- * finds them in the cache.  Bit-identical either way. */
+/* The amx table's Q8_0/MXFP4 tiles write a product's outputs with
+ * streaming (non-temporal) stores when its output rows are at least
+ * DS4_STREAM_OUT_ROW floats and it has DS4_STREAM_OUT_TOK tokens or more
+ * (and its rows fit one K chunk, so the first stores are the last):
+ * attn_q_b (32768 outputs a token, 268 MB for a 2048-token chunk) writes
+ * each 16-row strip as one 64-byte piece per token row, 128 KB apart, and
+ * ordinary stores first read every such line (write-allocate) at full DRAM
+ * latency, a third of the product's time on a 2-core AMX machine
+ * (docs/PERF_KERNELS.md); outputs of 8192 floats a token (67 MB) measured
+ * slower streamed: their reader finds them in the cache.  Bit-identical
+ * either way. */
 #define DS4_STREAM_OUT_ROW 16384
 #define DS4_STREAM_OUT_TOK 256
 static inline int ds4_stream_out(const float *y, size_t ys, int ntok)

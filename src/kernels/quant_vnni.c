@@ -750,18 +750,14 @@ VTI static void comp_any(int f, const pack_t *pk, int nbk, const uint8_t *const 
 }
 
 /* Stores the 16 (or nr) lanes of each token's accumulator; the last chunk
- * of IQ2_XXS applies the final 1/8 (exact, as in the scalar kernel).
- * last: 1 on the last chunk, | LAST_STREAM when whole strips go out with
- * streaming stores (ds4_stream_out). */
-#define LAST_STREAM 2
+ * of IQ2_XXS applies the final 1/8 (exact, as in the scalar kernel). */
 VTI static void store_y(int f, int last, const __m512 *facc, int C, float *y, size_t ys, int nr)
 {
     const __mmask16 km = (__mmask16)((1u << nr) - 1);
     for (int j = 0; j < C; j++) {
         __m512 v = facc[j];
         if (last && f == VF_IQ2) v = _mm512_mul_ps(_mm512_set1_ps(0.125f), v);
-        if ((last & LAST_STREAM) && nr == 16) _mm512_stream_ps(y + (size_t)j * ys, v);
-        else _mm512_mask_storeu_ps(y + (size_t)j * ys, km, v);
+        _mm512_mask_storeu_ps(y + (size_t)j * ys, km, v);
     }
 }
 
@@ -1786,7 +1782,6 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
     /* weight bytes of one row per chunk */
     const size_t cb = f == VF_Q8_0 ? 8 * sizeof(block_q8_0) : f == VF_Q2_K ? sizeof(block_q2_K)
                     : f == VF_Q4_K ? sizeof(block_q4_K) : sizeof(block_iq2_xxs);
-    const int lastf = 1 | (ds4_stream_out(y, ys, ntok) ? LAST_STREAM : 0);
     for (int t0 = 0; t0 < ntok; t0 += TOK_SUPER) {
         const int nt = ntok - t0 < TOK_SUPER ? ntok - t0 : TOK_SUPER;
         for (int j = 0; j < nt; j++) aq[j] = f == VF_IQ2 ? perm + (size_t)j * QK_K : NULL;
@@ -1825,7 +1820,7 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
                         const int nr1 = p0 + np - (r0 + 16) < 16 ? p0 + np - (r0 + 16) : 16;
                         pack_any(f, w + (size_t)r0 * ws, ws, 16, kc, nbk, &pk);
                         pack_any(f, w + (size_t)(r0 + 16) * ws, ws, nr1, kc, nbk, &pk2);
-                        run_pair_tiles(f, &pk, &pk2, nbk, ab, aq, corr, nt, kc == 0, kc == nchunk - 1 ? lastf : 0,
+                        run_pair_tiles(f, &pk, &pk2, nbk, ab, aq, corr, nt, kc == 0, kc == nchunk - 1,
                                        y + (size_t)t0 * ys + r0, ys, nr1);
                         continue;
                     }
@@ -1836,14 +1831,13 @@ VT static void tile_int(int f, int n, const void *vw, size_t ws, int nrows, cons
                     for (int j0 = 0, C; j0 < nt; j0 += C) {
                         const int ntile = (nt - j0 + TOK_TILE - 1) / TOK_TILE;
                         C = (nt - j0 + ntile - 1) / ntile;
-                        run_tile(f, &pk, nbk, ab + j0, aq + j0, corr + 8 * j0, C, kc == 0,
-                                 kc == nchunk - 1 ? lastf : 0, y + (size_t)(t0 + j0) * ys + r0, ys, nr);
+                        run_tile(f, &pk, nbk, ab + j0, aq + j0, corr + 8 * j0, C, kc == 0, kc == nchunk - 1,
+                                 y + (size_t)(t0 + j0) * ys + r0, ys, nr);
                     }
                 }
             }
         }
     }
-    if (lastf & LAST_STREAM) _mm_sfence();   /* streamed stores visible before the pool's barrier */
 }
 
 VT static void v_q8_0_q8_0a_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
