@@ -924,6 +924,7 @@ static void attn_task(void *ctx, int ith, int nth) {
      * values as with float32 storage) */
     float *kf = f->s->kv16 ? sc->attn_kf + (size_t)ith * wcap * d : NULL;
     int kf_t = -1;
+    int qn_t = -1;   /* the token whose queries this thread normalized whole */
     /* Items are taken from a shared counter, not split statically: a
      * token's key count grows with its position (compressed rows, the
      * indexer's top-k filling up), so in a first chunk the later tokens
@@ -947,13 +948,21 @@ static void attn_task(void *ctx, int ith, int nth) {
         float *q = sc->q + ((size_t)t * H + h0) * d;
         float *o = j->qk != ACT_F32 ? obuf : sc->heads + ((size_t)t * H + h0) * d;
         /* the queries: per-head RMSNorm without weight, then RoPE on the
-         * tail, here on the item's own heads rather than in a pass of its
-         * own over the chunk's queries (268 MB a layer at 2048 tokens,
-         * read from memory and written back before the attention read
-         * them again); per row the same operations */
-        rms_norm_rows(vk, q, d, NULL, nh, d, c->rms_eps, q, d);
-        for (int h = 0; h < nh; h++)
-            rope_apply(q + (size_t)h * d, d, c->n_rot, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr, 0);
+         * tail, here rather than in a pass of its own over the chunk's
+         * queries (268 MB a layer at 2048 tokens, read from memory and
+         * written back before the attention read them again); per row the
+         * same operations.  A grab that holds all of a token's head blocks
+         * does the token's heads at once (their serial norm sums side by
+         * side: 4 heads alone wait on one 512-long add chain), otherwise
+         * the item does its own heads. */
+        if (qn_t != t) {
+            const int whole = h0 == 0 && tb + nblk <= hi;
+            const int hn = whole ? H : nh;
+            rms_norm_rows(vk, q, d, NULL, hn, d, c->rms_eps, q, d);
+            for (int h = 0; h < hn; h++)
+                rope_apply(q + (size_t)h * d, d, c->n_rot, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr, 0);
+            if (whole) qn_t = t;
+        }
         /* keys: raw rows of positions (pos - n_swa, pos], then the visible
          * (or indexer-selected) compressed rows; values are the keys */
         int64_t first = pos - c->n_swa + 1;
