@@ -69,7 +69,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define VT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")))
+#define VT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,prfchw")))
 
 /* 32-element blocks per K chunk: pack = KC * (512 + 64) bytes. */
 #define KC 32
@@ -112,7 +112,8 @@ static const tilecfg_t amx_cfg __attribute__((aligned(64))) = {
  * those reads off the stores' path.  Measured (amx, medium q2, chunk 2048,
  * 2 threads, three alternated pairs): the dense Q8_0 products 6-16 %
  * faster each (docs/PERF_KERNELS.md).  nt rows from y, ys apart. */
-#define VPF __attribute__((target("prfchw"), always_inline)) inline
+/* prfchw: PREFETCHW, which every AMX CPU has (the table is picked only there) */
+#define VPF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,prfchw"), always_inline)) inline
 VPF static void y_prefetchw(const float *y, size_t ys, int nt)
 {
     for (int t = 0; t < nt; t++) __builtin_prefetch(y + (size_t)t * ys, 1, 3);
@@ -287,8 +288,8 @@ static const ds4_kernels *amx_base;   /* the avx512 table */
  * take 256 (Q4_K and IQ2_XXS: 512) bytes per 256 elements against 84, 144
  * and 66, i.e. 3-8x the resident expert weights. */
 
-#define VK __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,avx2,fma,f16c,bmi2")))
-#define VKI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,avx2,fma,f16c,bmi2"), always_inline)) inline
+#define VK __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,avx2,fma,f16c,bmi2,prfchw")))
+#define VKI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,avx2,fma,f16c,bmi2,prfchw"), always_inline)) inline
 
 /* 256-element blocks per K chunk, and tokens per group */
 #define KCK 4
