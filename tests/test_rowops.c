@@ -117,7 +117,7 @@ int main(void) {
     float *o1 = malloc(maxr * maxn * sizeof(float));
     float *o2 = malloc(maxr * maxn * sizeof(float));
     float *ip = malloc(maxr * maxn * sizeof(float));
-    float sc[64];
+    float sc[65];   /* maxr */
     if (!x || !w || !o1 || !o2 || !ip) { fprintf(stderr, "out of memory\n"); return 1; }
     const vec_kernels *vts[] = { vec_kernels_scalar(), vec_kernels_avx2(), vec_kernels_avx512() };
     for (size_t vi = 0; vi < sizeof vts / sizeof vts[0]; vi++) {
