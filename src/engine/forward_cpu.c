@@ -365,7 +365,6 @@ static void sinkhorn(float *C, int N, int iters, float eps) {
     }
 }
 
-
 static void hc_mix_task(fwd *f, int t, void *ud) {
     const hc_w *h = ud;
     const ds4_config *c = f->c;
@@ -520,7 +519,6 @@ static void rope_tables_task(fwd *f, int t, void *ud) {
 }
 
 static void kv_post(fwd *f, int t, const ds4_layer_weights *lw);
-
 
 /* the single KV head: norm, rope, FP8 on the nope dims, f16 storage */
 static void kv_post(fwd *f, int t, const ds4_layer_weights *lw) {
