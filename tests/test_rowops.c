@@ -141,22 +141,27 @@ int main(void) {
                             sc[r], ref);
                 }
             }
-            /* norms, with and without weight, out of place (own stride) */
+            /* norms, with and without weight, out of place (own stride),
+             * stored plainly and streamed (rows_store64: 16-byte aligned
+             * rows when n is a multiple of 4, the plain fallback else) */
             for (int wt = 0; wt < 2; wt++) {
                 const float *wp = wt ? w : NULL;
-                size_t os = (size_t)n + 1;
-                rms_norm_rows(vk, x, xs, wp, nr, n, eps, o2, os);
-                for (int r = 0; r < nr; r++) {
-                    rms_norm(x + (size_t)r * xs, wp, n, eps, o1);
-                    checks++;
-                    if (!same_rows(o1, o2 + (size_t)r * os, (size_t)n)) {
-                        fails++;
-                        fprintf(stderr, "FAIL rms_norm_rows (%s) n=%d rows=%d row %d weight %d\n", vk->name, n, nr, r, wt);
+                for (int st = 0; st < 2; st++) {
+                    size_t os = (size_t)n + (st ? 4 : 1);
+                    rms_norm_rows(vk, x, xs, wp, nr, n, eps, o2, os, st);
+                    for (int r = 0; r < nr; r++) {
+                        rms_norm(x + (size_t)r * xs, wp, n, eps, o1);
+                        checks++;
+                        if (!same_rows(o1, o2 + (size_t)r * os, (size_t)n)) {
+                            fails++;
+                            fprintf(stderr, "FAIL rms_norm_rows (%s) n=%d rows=%d row %d weight %d stream %d\n",
+                                    vk->name, n, nr, r, wt, st);
+                        }
                     }
                 }
-                /* in place (out == x, same stride), as q_post does */
+                /* in place (out == x, same stride), as the attention's query norm does */
                 memcpy(ip, x, (size_t)nr * xs * sizeof(float));
-                rms_norm_rows(vk, ip, xs, wp, nr, n, eps, ip, xs);
+                rms_norm_rows(vk, ip, xs, wp, nr, n, eps, ip, xs, 0);
                 for (int r = 0; r < nr; r++) {
                     rms_norm(x + (size_t)r * xs, wp, n, eps, o1);
                     checks++;

@@ -38,11 +38,16 @@ act_kind act_kind_for(uint32_t wtype, int no_qat) {
     }
 }
 
+int act_block_elems(act_kind k) {
+    return k == ACT_Q8_0A ? QK8_0 : k == ACT_Q8_K ? QK_K : 1;
+}
+
 size_t act_row_bytes(act_kind k, int n) {
+    const size_t blocks = (size_t)(n / act_block_elems(k));
     switch (k) {
-    case ACT_Q8_0A: return (size_t)(n / QK8_0) * sizeof(block_q8_0a);
-    case ACT_Q8_K: return (size_t)(n / QK_K) * sizeof(block_q8_K);
-    default: return (size_t)n * sizeof(float);
+    case ACT_Q8_0A: return blocks * sizeof(block_q8_0a);
+    case ACT_Q8_K: return blocks * sizeof(block_q8_K);
+    default: return blocks * sizeof(float);
     }
 }
 
@@ -469,7 +474,7 @@ static int rms_rows_for(int n) {
 }
 
 void rms_norm_rows(const vec_kernels *vk, const float *x, size_t xs, const float *w, int nr, int n, float eps,
-                   float *out, size_t os) {
+                   float *out, size_t os, int stream) {
     float sc[RMS_ROWS_MAX];
     const int rb = rms_rows_for(n);
     for (int r0 = 0; r0 < nr; r0 += rb) {
@@ -478,11 +483,20 @@ void rms_norm_rows(const vec_kernels *vk, const float *x, size_t xs, const float
         for (int r = 0; r < nb; r++) {
             const float *xr = x + (size_t)(r0 + r) * xs;
             float *o = out + (size_t)(r0 + r) * os, s = sc[r];
-            /* the same (x * s) * w as rms_norm */
-            if (w) for (int i = 0; i < n; i++) o[i] = xr[i] * s * w[i];
-            else for (int i = 0; i < n; i++) o[i] = xr[i] * s;
+            /* the same (x * s) * w as rms_norm; streamed 64 at a time */
+            int i = 0;
+            if (stream)
+                for (; i + 64 <= n; i += 64) {
+                    float v[64];
+                    if (w) for (int k = 0; k < 64; k++) v[k] = xr[i + k] * s * w[i + k];
+                    else for (int k = 0; k < 64; k++) v[k] = xr[i + k] * s;
+                    rows_store64(o + i, v, 1);
+                }
+            if (w) for (; i < n; i++) o[i] = xr[i] * s * w[i];
+            else for (; i < n; i++) o[i] = xr[i] * s;
         }
     }
+    rows_store_fence(stream);
 }
 
 /* ---------------------------------------------------------------------- */

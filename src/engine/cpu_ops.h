@@ -19,6 +19,11 @@
 #include "kernels/threadpool.h"
 #include "kernels/vec_ops.h"
 
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 typedef enum { ACT_F32 = 0, ACT_Q8_0A = 1, ACT_Q8_K = 2 } act_kind;
 
 /* A 2-D weight view (one expert of a 3-D tensor, or a row slice). */
@@ -39,6 +44,8 @@ mat_t mat_rows(mat_t m, int r0, int n);
  * --no-qat diagnostic) see float activations (docs/MODEL.md §7.1). */
 act_kind act_kind_for(uint32_t wtype, int no_qat);
 size_t act_row_bytes(act_kind k, int n);
+/* elements a quantized block of kind k covers (1 for ACT_F32) */
+int act_block_elems(act_kind k);
 /* One activation row through the kernel table's quantizer (every table
  * gives the scalar quantizers' bytes); ACT_F32 copies the floats. */
 void act_quantize_row(const ds4_kernels *k, act_kind kind, const float *x, int n, void *out);
@@ -79,10 +86,34 @@ float rms_scale(const float *x, int n, float eps);
 /* The same per row, bit for bit, for nr rows at once (row r at x + r*xs,
  * output row r at out + r*os; out may equal x when os == xs): faster
  * because the rows' serial sums overlap, side by side in the lanes of vk's
- * sumsq_rows (cpu_ops.c). */
+ * sumsq_rows (cpu_ops.c).  stream: the outputs go out with streaming
+ * stores (rows_store64) and are fenced at the end. */
 void rms_scale_rows(const vec_kernels *vk, const float *x, size_t xs, int nr, int n, float eps, float *out);
 void rms_norm_rows(const vec_kernels *vk, const float *x, size_t xs, const float *w, int nr, int n, float eps,
-                   float *out, size_t os);
+                   float *out, size_t os, int stream);
+
+/* 64 floats out, with streaming stores when `stream`: for rows written
+ * once and read after they have left the cache (a prefill chunk's HC
+ * rows, 134 MB at 2048 tokens), whose lines ordinary stores would read
+ * first (write-allocate).  A thread that streamed calls rows_store_fence
+ * before the others may read.  SSE2 is in every x86-64. */
+static inline void rows_store64(float *o, const float *v, int stream) {
+#if defined(__SSE2__)
+    if (stream && ((uintptr_t)o & 15) == 0) {
+        for (int i = 0; i < 64; i += 4) _mm_stream_ps(o + i, _mm_loadu_ps(v + i));
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(o, v, 64 * sizeof(float));
+}
+
+static inline void rows_store_fence(int stream) {
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();
+#endif
+    (void)stream;
+}
 
 /* RoPE on the tail n_rot dims of one row, interleaved pairs. */
 typedef struct {

@@ -25,10 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "engine/engine_internal.h"
 #include "engine/imatrix.h"
 #include "kernels/vec_ops.h"
@@ -291,55 +287,16 @@ static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 typedef struct { const ds4_tensor *fn, *scale, *base; } hc_w;
 
-/* elements of an HC row mixed at once: 64 floats = 4 zmm accumulators */
-#define HC_KB 64
-
-/* 64 floats out: with streaming stores when `nt` (a prefill chunk's HC
- * rows, 134 MB at 2048 tokens, written to lines nobody has: ordinary
- * stores read each one first), else plainly.  SSE2 is in every x86-64. */
-static inline void hc_out64(float *o, const float *acc, int nt) {
-#if defined(__SSE2__)
-    if (nt && ((uintptr_t)o & 15) == 0) {
-        for (int i = 0; i < HC_KB; i += 4) _mm_stream_ps(o + i, _mm_loadu_ps(acc + i));
-        return;
-    }
-#endif
-    (void)nt;
-    memcpy(o, acc, HC_KB * sizeof(float));
-}
-
 static void hc_flat_rows(fwd *f, int t0, int nt, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     int n = c->n_hc * c->n_embd;
-    if (f->T < 256) {
-        rms_norm_rows(f->m->vk, sc->X + (size_t)t0 * n, n, NULL, nt, n, c->rms_eps, sc->flat + (size_t)t0 * n, n);
-        return;
-    }
     /* a prefill chunk's flat rows (134 MB at 2048 tokens, lines nobody
-     * has) streamed out: rms_norm_rows' x * s per element, 8 rows' scales
-     * at a time (HC stage 0.24 -> 0.21 s, the HC products unchanged) */
-    for (int r0 = 0; r0 < nt; r0 += 8) {
-        const int nb = nt - r0 < 8 ? nt - r0 : 8;
-        const float *x = sc->X + (size_t)(t0 + r0) * n;
-        float *o = sc->flat + (size_t)(t0 + r0) * n, sv[8];
-        rms_scale_rows(f->m->vk, x, n, nb, n, c->rms_eps, sv);
-        for (int r = 0; r < nb; r++) {
-            const float *xr = x + (size_t)r * n;
-            float *orow = o + (size_t)r * n;
-            int k0 = 0;
-            for (; k0 + HC_KB <= n; k0 += HC_KB) {
-                float acc[HC_KB];
-                for (int i = 0; i < HC_KB; i++) acc[i] = xr[k0 + i] * sv[r];
-                hc_out64(orow + k0, acc, 1);
-            }
-            for (; k0 < n; k0++) orow[k0] = xr[k0] * sv[r];
-        }
-    }
-#if defined(__SSE2__)
-    _mm_sfence();
-#endif
+     * has) are streamed out (HC stage 0.24 -> 0.21 s, the HC products
+     * that read them unchanged) */
+    rms_norm_rows(f->m->vk, sc->X + (size_t)t0 * n, n, NULL, nt, n, c->rms_eps, sc->flat + (size_t)t0 * n, n,
+                  f->T >= 256);
 }
 
 static void sinkhorn(float *C, int N, int iters, float eps) {
@@ -364,6 +321,10 @@ static void sinkhorn(float *C, int N, int iters, float eps) {
         }
     }
 }
+
+/* elements of an HC row mixed at once: 64 floats = 4 zmm accumulators */
+#define HC_KB 64
+_Static_assert(HC_KB == 64, "hc_post_task stores HC_KB floats with rows_store64");
 
 static void hc_mix_task(fwd *f, int t, void *ud) {
     const hc_w *h = ud;
@@ -437,7 +398,7 @@ static void hc_post_task(fwd *f, int t, void *ud) {
                 const float *Xa = X + (size_t)a * D + k0, cab = C[a * N + b];
                 for (int i = 0; i < HC_KB; i++) acc[i] += cab * Xa[i];
             }
-            hc_out64(o + k0, acc, nt);
+            rows_store64(o + k0, acc, nt);
         }
         for (int k = k0; k < D; k++) {
             float acc = pb * y[k];
@@ -445,9 +406,7 @@ static void hc_post_task(fwd *f, int t, void *ud) {
             o[k] = acc;
         }
     }
-#if defined(__SSE2__)
-    if (nt) _mm_sfence();   /* the streamed rows visible before the pool's barrier */
-#endif
+    rows_store_fence(nt);   /* the streamed rows visible before the pool's barrier */
 }
 
 /* Steering: the session's scaled direction added to every HC copy of
@@ -506,7 +465,7 @@ static void norm_rows(fwd *f, int t0, int nt, void *ud) {
     cpu_scratch *sc = f->sc;
     int D = c->n_embd;
     /* weights are F32 by validation */
-    rms_norm_rows(f->m->vk, sc->cur + (size_t)t0 * D, D, f32_of(w), nt, D, c->rms_eps, sc->a + (size_t)t0 * D, D);
+    rms_norm_rows(f->m->vk, sc->cur + (size_t)t0 * D, D, f32_of(w), nt, D, c->rms_eps, sc->a + (size_t)t0 * D, D, 0);
 }
 
 typedef struct { int il; const rope_t *rope; } layer_ud;
@@ -548,7 +507,7 @@ static void qr_norm_rows(fwd *f, int t0, int nt, void *ud) {
     cpu_scratch *sc = f->sc;
     const size_t ql = (size_t)c->q_lora;
     rms_norm_rows(f->m->vk, sc->qa + (size_t)t0 * ql, ql, f32_of(&layer_w(f, L->il)->attn_q_a_norm), nt,
-                  c->q_lora, c->rms_eps, sc->qr + (size_t)t0 * ql, ql);
+                  c->q_lora, c->rms_eps, sc->qr + (size_t)t0 * ql, ql, 0);
 }
 
 /* The compressor frontier (MODEL.md §4.4).  A layer state holds the rows
@@ -561,7 +520,7 @@ static void qr_norm_rows(fwd *f, int t0, int nt, void *ud) {
  * reading the rows before the chunk from the state as the chunk found it
  * and the others from the chunk's projections (comp_close), then brings
  * the state to where pushing each row would have left it
- * (comp_chunk_state).  A pooled row's operations are the same whatever
+ * (ds4_cpu_frontier_advance).  A pooled row's operations are the same whatever
  * the chunking, so its bits are too. */
 
 /* n consecutive window rows (stride cw) from kv/sc, read at column col + j */
@@ -646,8 +605,8 @@ static void comp_roll(float *st_kv, float *st_sc, int R, int coff, int cw) {
 /* After a chunk's windows are pooled: the state as pushing the item's rows
  * [p0, p0 + n) (kv/sc, stride cw) one by one would leave it.  Only the
  * last closed window (coff 2) and the rows after it matter. */
-static void comp_chunk_state(float *st_kv, float *st_sc, int R, int coff, int w,
-                             const float *kv, const float *sc, int64_t p0, int n) {
+void ds4_cpu_frontier_advance(float *st_kv, float *st_sc, int R, int coff, int w,
+                              const float *kv, const float *sc, int64_t p0, int n) {
     const int cw = coff * w;
     const int64_t P = p0 + n, cs = P - P % R;
     int64_t q = p0;
@@ -660,11 +619,6 @@ static void comp_chunk_state(float *st_kv, float *st_sc, int R, int coff, int w,
         q = cs;
     }
     comp_put_rows(st_kv, st_sc, R, coff, cw, kv, sc, p0, q, P);
-}
-
-void ds4_cpu_frontier_advance(float *st_kv, float *st_sc, int R, int coff, int w,
-                              const float *kv, const float *score, int64_t p0, int n) {
-    comp_chunk_state(st_kv, st_sc, R, coff, w, kv, score, p0, n);
 }
 
 /* Finish a pooled compressed row: norm, RoPE at the window's first
@@ -1005,7 +959,7 @@ static void attn_task(void *ctx, int ith, int nth) {
         if (qn_t != t) {
             const int whole = h0 == 0 && tb + nblk <= hi;
             const int hn = whole ? H : nh;
-            rms_norm_rows(vk, q, d, NULL, hn, d, c->rms_eps, q, d);
+            rms_norm_rows(vk, q, d, NULL, hn, d, c->rms_eps, q, d, 0);
             for (int h = 0; h < hn; h++)
                 rope_apply(q + (size_t)h * d, d, c->n_rot, sc->cs + (size_t)t * hr, sc->sn + (size_t)t * hr, 0);
             if (whole) qn_t = t;
@@ -1191,11 +1145,11 @@ static void attention(fwd *f, int il) {
             const ds4_cpu_item *it = &f->it[i];
             layer_state *st = it->st;
             const int nclose = (int)((it->p0 + it->n) / R - it->p0 / R);
-            comp_chunk_state(st->st_kv, st->st_sc, R, lw->coff, d, sc->ckv + (size_t)it->r0 * cw,
+            ds4_cpu_frontier_advance(st->st_kv, st->st_sc, R, lw->coff, d, sc->ckv + (size_t)it->r0 * cw,
                              sc->csc + (size_t)it->r0 * cw, it->p0, it->n);
             st->n_comp += nclose;
             if (lw->has_indexer) {
-                comp_chunk_state(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, sc->ikv + (size_t)it->r0 * iw2,
+                ds4_cpu_frontier_advance(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, sc->ikv + (size_t)it->r0 * iw2,
                                  sc->isc + (size_t)it->r0 * iw2, it->p0, it->n);
                 st->n_icomp += nclose;
             }
@@ -1226,8 +1180,7 @@ static void attention(fwd *f, int il) {
         /* attn_output_a's activations quantized by the items, when its
          * blocks are whole heads (each item quantizes whole blocks) */
         act_kind k = act_kind_for(lw->attn_output_a.type, f->no_qat);
-        const int blk = k == ACT_Q8_0A ? QK8_0 : k == ACT_Q8_K ? QK_K : 0;
-        j.qk = blk && d % blk == 0 ? k : ACT_F32;
+        j.qk = k != ACT_F32 && d % act_block_elems(k) == 0 ? k : ACT_F32;
         j.qa = sc->qscratch;
         j.qrb = act_row_bytes(k, c->n_head * d);
     }

@@ -110,8 +110,9 @@ static const tilecfg_t amx_cfg __attribute__((aligned(64))) = {
  * DRAM latency, one 64-byte piece per token row: prefetching the next
  * strip's lines for writing (prefetchw) while this one computes takes
  * those reads off the stores' path.  Measured (amx, medium q2, chunk 2048,
- * 2 threads, three alternated pairs): the dense Q8_0 products 6-16 %
- * faster each (docs/PERF_KERNELS.md).  nt rows from y, ys apart.
+ * 2 threads, three alternated pairs): most dense Q8_0 products 6-16 %
+ * faster, attn_output_b within the noise, the routed Q2_K down 3-12 %
+ * (docs/PERF_KERNELS.md).  nt rows from y, ys apart.
  * prfchw: PREFETCHW, which every AMX CPU has (the table is picked only
  * there); VT and VK name it too, so that this inlines into them. */
 #define VPF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,prfchw"), always_inline)) inline
