@@ -14,6 +14,7 @@
  * bit, for row counts around the lane groups (1..41: full groups of 8/4,
  * four groups at once, tails), lengths around the 16/8-element steps,
  * padded strides, values of every magnitude and some rows of inf/NaN.
+ * The indexer's integer scores (idx_score16): see test_idx.
  */
 #include <math.h>
 #include <stdio.h>
@@ -231,6 +232,78 @@ static int test_sumsq(const vec_kernels *v) {
     return fails;
 }
 
+/* idx_score16 on random codes: every table equals the scalar one bit for
+ * bit (head counts around the 4-head steps, 1..5 blocks, powers of two
+ * over the whole range the coder allows, rows of zeros), and where the
+ * exponents of a row and a head stay within a few binades (the float path
+ * then rounds nothing either), the scalar kernel equals the float path of
+ * forward_cpu.c: dot (lanes and tree) of the decoded values, then the
+ * weighted relu summed over the heads in order. */
+static int test_idx(const vec_kernels *s, const vec_kernels *v) {
+    int fails = 0, checks = 0, exact = 0;
+    enum { MAXH = 64, MAXB = 5 };
+    static int8_t qc[MAXH * 32 * MAXB];
+    static uint8_t kc[8 * MAXB * 64];
+    static float pq[MAXH * MAXB], pk[MAXB * 16], w[MAXH], qf[MAXH * 32 * MAXB], kf[16][32 * MAXB];
+    static int32_t qs[MAXH * MAXB];
+    const int heads[] = { 1, 3, 4, 5, 8, 13, 64 };
+    for (int rep = 0; rep < 60; rep++)
+        for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+            for (int nb = 1; nb <= MAXB; nb++) {
+                const int nh = heads[hi], id = 32 * nb, narrow = rep % 3 != 0;
+                for (int h = 0; h < nh; h++) {
+                    w[h] = frand() * 4.0f;
+                    for (int b = 0; b < nb; b++) {
+                        const int e = narrow ? (int)(frand() * 2.0f) - 4 : (int)(frand() * 58.0f);
+                        pq[h * nb + b] = ldexpf(1.0f, e);
+                        int32_t sum = 0;
+                        for (int i = 32 * b; i < 32 * b + 32; i++) {
+                            const int c = (int)(frand() * 15.99f);
+                            qc[h * id + i] = (int8_t)c;
+                            qf[h * id + i] = (float)c * pq[h * nb + b];
+                            sum += c;
+                        }
+                        qs[h * nb + b] = 16 * sum;
+                    }
+                }
+                for (int b = 0; b < nb; b++)
+                    for (int r = 0; r < 16; r++) {
+                        const int e = narrow ? (int)(frand() * 2.0f) - 2 : (int)(frand() * 58.0f);
+                        pk[16 * b + r] = ldexpf(1.0f, e);
+                        for (int i = 32 * b; i < 32 * b + 32; i++) {
+                            const int c = r == 5 ? 0 : (int)(frand() * 15.99f);
+                            kc[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)(c + 16);
+                            kf[r][i] = (float)c * pk[16 * b + r];
+                        }
+                    }
+                float o1[16], o2[16];
+                s->idx_score16(qc, pq, qs, w, nh, nb, kc, pk, o1);
+                v->idx_score16(qc, pq, qs, w, nh, nb, kc, pk, o2);
+                for (int r = 0; r < 16; r++) {
+                    checks++;
+                    if (!same(o1[r], o2[r])) {
+                        fails++;
+                        if (fails < 10)
+                            printf("idx_score16 nh=%d nb=%d row %d: scalar %.9g %s %.9g\n", nh, nb, r, o1[r], v->name, o2[r]);
+                    }
+                    if (!narrow) continue;
+                    float f = 0.0f;
+                    for (int h = 0; h < nh; h++) {
+                        const float d = s->dot(qf + (size_t)h * id, kf[r], id);
+                        f += d > 0 ? w[h] * d : 0.0f;
+                    }
+                    exact++;
+                    if (!same(o1[r], f)) {
+                        fails++;
+                        if (fails < 10) printf("idx_score16 nh=%d nb=%d row %d: %.9g, float path %.9g\n", nh, nb, r, o1[r], f);
+                    }
+                }
+            }
+    printf("test_vec (%s idx_score16): %d checks (%d against the float path), %d failures\n", v->name, checks, exact,
+           fails);
+    return fails;
+}
+
 /* vec_expf against e^x in float64: ulps of the float result's binade */
 static int test_exp_accuracy(void) {
     int fails = 0;
@@ -264,8 +337,11 @@ int main(void) {
     const vec_kernels *t[2] = { vec_kernels_avx2(), vec_kernels_avx512() };
     int fails = test_exp_accuracy() + test_sumsq(s), tested = 0;
     for (int i = 0; i < 2; i++)
-        if (t[i]) { fails += test_table(s, t[i]) + test_sumsq(t[i]); tested++; }
-    if (!tested) { printf("test_vec: no SIMD table on this CPU; scalar only\n"); fails += test_table(s, s); }
+        if (t[i]) { fails += test_table(s, t[i]) + test_sumsq(t[i]) + test_idx(s, t[i]); tested++; }
+    if (!tested) {
+        printf("test_vec: no SIMD table on this CPU; scalar only\n");
+        fails += test_table(s, s) + test_idx(s, s);
+    }
     printf("test_vec: %s (%d SIMD table(s), best: %s)\n", fails ? "FAIL" : "ok", tested,
            vec_kernels_best()->name);
     return fails != 0;

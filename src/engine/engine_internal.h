@@ -69,6 +69,11 @@ typedef struct {
     float *ist_kv, *ist_sc;    /* [2R][2*ID] */
 } layer_state;
 
+/* The indexer's coded path (forward_cpu.c idx_code_row) takes head dims
+ * that are multiples of 32 up to this (Flash and PRO: 128); larger ones go
+ * through the float path (stack buffers are sized by it). */
+#define DS4_IDX_CODE_MAX 512
+
 /* Scratch sized for the largest chunk at session creation: nothing is
  * allocated per token. */
 typedef struct {
@@ -114,6 +119,16 @@ typedef struct {
                                  the per-thread row count of attn_w, attn_kp
                                  and attn_kf */
     float *idx_kf;            /* kv16: [nth][4][idx_dim] indexer rows as f32 */
+    /* FP4-coded indexer queries and rows (forward_cpu.c idx_code_row;
+     * none unless idx_dim is a multiple of 32, at most DS4_IDX_CODE_MAX) */
+    int8_t *iqc;              /* [T][IH][ID] query codes */
+    float *iqp;               /* [T][IH][ID/32] their block scales */
+    int32_t *iqs;             /* [T][IH][ID/32] 16 x each block's code sum */
+    int *iqok;                /* [T] the token's heads are all coded */
+    uint8_t *ikc;             /* [ik_rows/16][ID/4][16][4] one item's rows: codes + 16 */
+    float *ikp;               /* [ik_rows/16][ID/32][16] their block scales */
+    uint8_t *ikok;            /* [ik_rows] the row is coded */
+    size_t ik_rows;           /* rows ikc holds (a multiple of 16) */
     const float **attn_kp;    /* [nth][kf_rows] key row pointers */
     void *qscratch;           /* quantized activations */
     void *qscratch2;

@@ -53,6 +53,8 @@ typedef struct {
     int T;            /* rows in this pass */
     int qat;          /* storage roundings on */
     int no_qat;
+    int ik_n;         /* indexer rows coded in sc->ikc for the item being
+                         scored (idx_select), 0: none */
 } fwd;
 
 /* The weights of layer il; il == n_layer names the MTP block's layer
@@ -794,10 +796,11 @@ static int select_topk(const float *scores, int n, int k, int *out) {
     return hn;
 }
 
-/* Scores of compressed rows [4 lo, 4 hi) of token t's n_vis into scores:
- * rows in aligned groups of four (the grouping, hence every score, is the
- * same whatever the thread count or the split); kf: this thread's four
- * float rows for f16 storage (the conversion is exact). */
+/* Scores of compressed rows [4 lo, 4 hi) of token t's n_vis into scores
+ * through the float path: rows in aligned groups of four (the grouping,
+ * hence every score, is the same whatever the thread count or the split);
+ * kf: this thread's four float rows for f16 storage (the conversion is
+ * exact). */
 static void idx_score_groups(fwd *f, const ds4_session *s, const layer_state *st, int t, int n_vis,
                              long lo, long hi, float *kf, float *scores) {
     const int ID = f->c->idx_dim;
@@ -815,6 +818,140 @@ static void idx_score_groups(fwd *f, const ds4_session *s, const layer_state *st
     }
 }
 
+/* FP4-coded indexer rows.  With QAT every indexer query head and
+ * compressed row is, per block of 32, FP4 values (0, 0.5, .. 6) times a
+ * power of two (MODEL.md §4.5), and the f16 storage of the rows keeps them
+ * exactly.  With u = 2^(floor(log2 amax) - 3) each value of a block is an
+ * integer c times u with |c| <= 15, so each block's dot product is an
+ * exact integer (int8 products: vec_ops idx_score16, 3-4x the float
+ * path's speed) and the whole score the same bits as the float path,
+ * which rounds nothing on such values either (test_vec checks both).  A
+ * row codes when every value is such a multiple and every u lies in
+ * [2^-60, 2^57]: a product of two u and an integer below 2^13 then stays a
+ * normal float, so the kernel's scalings are exact.  Otherwise (no QAT; a
+ * row the f16 rounding did not leave on the FP4 grid; inf, NaN) the row
+ * takes the float path.  x: n values (n % 32 == 0); c: n codes; p: n / 32
+ * block scales.  Returns whether the row codes. */
+static int idx_code_row(const float *x, int n, int8_t *c, float *p) {
+    int ok = 1;
+    for (int b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));   /* NaN: caught below */
+        int e = 0;
+        frexpf(amax, &e);   /* amax = m 2^e, m in [0.5, 1) */
+        const int u = e - 4;
+        if (amax == 0.0f) {
+            memset(c + 32 * b, 0, 32);
+            p[b] = 1.0f;
+            continue;
+        }
+        if (!(amax < 0x1p61f) || u < -60) return 0;
+        const float inv = ldexpf(1.0f, -u), pb = ldexpf(1.0f, u);
+        for (int i = 0; i < 32; i++) {
+            const float v = xb[i] * inv, cv = fminf(fmaxf(rintf(v), -15.0f), 15.0f);
+            ok &= (cv == v) & (cv * pb == xb[i]);   /* the product catches a v that underflowed */
+            c[32 * b + i] = (int8_t)(int)cv;
+        }
+        p[b] = pb;
+    }
+    return ok;
+}
+
+/* Code rows [16 g0, 16 g1) of an item's first n indexer rows into
+ * sc->ikc/ikp/ikok (rows past n: zero codes, not coded); kf: ID floats of
+ * this thread (f16 storage). */
+static void idx_code_groups(fwd *f, const ds4_session *s, const layer_state *st, int n, long g0, long g1,
+                            float *kf) {
+    cpu_scratch *sc = f->sc;
+    const int ID = f->c->idx_dim, NB = ID / 32;
+    int8_t c[DS4_IDX_CODE_MAX];
+    float p[DS4_IDX_CODE_MAX / 32];
+    for (long g = g0; g < g1; g++) {
+        uint8_t *kc = sc->ikc + (size_t)g * 16 * ID;
+        float *kp = sc->ikp + (size_t)g * 16 * NB;
+        for (int r = 0; r < 16; r++) {
+            const long row = 16 * g + r;
+            int ok = 0;
+            if (row < n) {
+                const float *x = (const float *)st->icomp + (size_t)row * ID;
+                if (s->kv16) {
+                    kv_get(s, kv_row(s, st->icomp, (size_t)row, ID), kf, 1, ID);
+                    x = kf;
+                }
+                ok = idx_code_row(x, ID, c, p);
+            }
+            if (!ok) {
+                memset(c, 0, (size_t)ID);
+                for (int b = 0; b < NB; b++) p[b] = 1.0f;
+            }
+            sc->ikok[row] = (uint8_t)ok;
+            for (int i = 0; i < ID; i++) kc[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)(c[i] + 16);
+            for (int b = 0; b < NB; b++) kp[16 * b + r] = p[b];
+        }
+    }
+}
+
+typedef struct {
+    fwd *f;
+    const ds4_session *s;
+    const layer_state *st;
+    int n;
+} idx_code_job;
+
+static void idx_code_task(void *ctx, int ith, int nth) {
+    idx_code_job *j = ctx;
+    long lo, hi;
+    ds4_split((j->n + 15) / 16, ith, nth, &lo, &hi);
+    idx_code_groups(j->f, j->s, j->st, j->n, lo, hi, j->f->sc->idx_kf + (size_t)ith * 4 * j->f->c->idx_dim);
+}
+
+/* Whether token t's scores take the coded path: its heads coded and the
+ * item's rows coded (the same for a token in prefill and in decode: a
+ * function of its own data). */
+static int idx_coded(const fwd *f, int t, int n_vis) {
+    return f->ik_n >= n_vis && f->sc->iqok[t];   /* ik_n > 0: iqok exists */
+}
+
+/* Scores of rows [16 g0, 16 g1) of token t's n_vis through the coded
+ * kernel; rows that did not code (rare with QAT) get the float path's
+ * score one by one (idx_score: per row the same bits as idx_score4). */
+static void idx_score_coded(fwd *f, const ds4_session *s, const layer_state *st, int t, int n_vis, long g0,
+                            long g1, float *kf, float *scores) {
+    const ds4_config *c = f->c;
+    cpu_scratch *sc = f->sc;
+    const int IH = c->idx_heads, ID = c->idx_dim, NB = ID / 32;
+    const int8_t *qc = sc->iqc + (size_t)t * IH * ID;
+    const float *qp = sc->iqp + (size_t)t * IH * NB, *w = sc->iw + (size_t)t * IH;
+    const int32_t *qs = sc->iqs + (size_t)t * IH * NB;
+    for (long g = g0; g < g1; g++) {
+        const long r0 = 16 * g;
+        const int nr = n_vis - r0 < 16 ? (int)(n_vis - r0) : 16;
+        float out[16];
+        f->m->vk->idx_score16(qc, qp, qs, w, IH, NB, sc->ikc + (size_t)g * 16 * ID, sc->ikp + (size_t)g * 16 * NB,
+                              out);
+        memcpy(scores + r0, out, (size_t)nr * sizeof(float));
+        for (int k = 0; k < nr; k++) {
+            if (sc->ikok[r0 + k]) continue;
+            const float *x = (const float *)st->icomp + (size_t)(r0 + k) * ID;
+            if (s->kv16) {
+                kv_get(s, kv_row(s, st->icomp, (size_t)(r0 + k), ID), kf, 1, ID);
+                x = kf;
+            }
+            scores[r0 + k] = idx_score(f, t, x);
+        }
+    }
+}
+
+/* Token t's scores of row units [lo, hi): 16-row groups on the coded
+ * path, else 4-row groups */
+static int idx_unit(const fwd *f, int t, int n_vis) { return idx_coded(f, t, n_vis) ? 16 : 4; }
+static void idx_score_rows(fwd *f, const ds4_session *s, const layer_state *st, int t, int n_vis, long lo, long hi,
+                           float *kf, float *scores) {
+    if (idx_coded(f, t, n_vis)) idx_score_coded(f, s, st, t, n_vis, lo, hi, kf, scores);
+    else idx_score_groups(f, s, st, t, n_vis, lo, hi, kf, scores);
+}
+
 /* One token, its rows split across the threads (decode, a few tokens). */
 typedef struct {
     fwd *f;
@@ -828,20 +965,22 @@ typedef struct {
 static void idx_rows_task(void *ctx, int ith, int nth) {
     idx_rows_job *j = ctx;
     long lo, hi;
-    ds4_split((j->n_vis + 3) / 4, ith, nth, &lo, &hi);
-    idx_score_groups(j->f, j->s, j->st, j->t, j->n_vis, lo, hi,
-                     j->f->sc->idx_kf + (size_t)ith * 4 * j->f->c->idx_dim, j->scores);
+    const int u = idx_unit(j->f, j->t, j->n_vis);
+    ds4_split((j->n_vis + u - 1) / u, ith, nth, &lo, &hi);
+    idx_score_rows(j->f, j->s, j->st, j->t, j->n_vis, lo, hi,
+                   j->f->sc->idx_kf + (size_t)ith * 4 * j->f->c->idx_dim, j->scores);
 }
 
 /* Many tokens (prefill): each thread takes whole tokens, scores all their
  * rows into its own score row and selects their top-k itself, instead of
  * one parallel section per token and a top-k on the calling thread while
  * the others wait (~10 % of the indexer stage at ctx 8192, medium q2, 2
- * threads).  Tokens are taken one at a time from a shared counter: later
- * tokens see more rows. */
+ * threads).  Tokens [next, end) of one item are taken one at a time from
+ * a shared counter: later tokens see more rows. */
 typedef struct {
     fwd *f;
     int R;
+    int end;
     _Atomic int next;
 } idx_tok_job;
 
@@ -855,36 +994,56 @@ static void idx_tok_task(void *ctx, int ith, int nth) {
     float *kf = sc->idx_kf + (size_t)ith * 4 * c->idx_dim;
     for (;;) {
         int t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (t >= f->T) break;
+        if (t >= j->end) break;
         int n_vis = (int)((row_pos(f, t) + 1) / j->R);
         if (n_vis <= c->idx_topk) { sc->ntopk[t] = -1; continue; }
         const ds4_cpu_item *it = row_item(f, t);
-        idx_score_groups(f, it->s, it->st, t, n_vis, 0, (n_vis + 3) / 4, kf, scores);
+        const int u = idx_unit(f, t, n_vis);
+        idx_score_rows(f, it->s, it->st, t, n_vis, 0, (n_vis + u - 1) / u, kf, scores);
         sc->ntopk[t] = select_topk(scores, n_vis, c->idx_topk, sc->topk + (size_t)t * c->idx_topk);
     }
 }
 
+/* Item by item: its visible rows coded once (when its queries can use
+ * them), then its tokens scored and their top-k selected. */
 static void idx_select(fwd *f, int il) {
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     int R = layer_w(f, il)->ratio;
     const int nth = ds4_pool_size(f->cc.pool);
-    if (f->T >= 2 * nth && nth > 1) {
-        idx_tok_job j = { .f = f, .R = R };
-        atomic_init(&j.next, 0);
-        ds4_pool_run(f->cc.pool, idx_tok_task, &j);
-        return;
+    for (int i = 0; i < f->n_it; i++) {
+        const ds4_cpu_item *it = &f->it[i];
+        const int nmax = (int)((it->p0 + it->n) / R);
+        if (nmax <= c->idx_topk) {
+            for (int t = it->r0; t < it->r0 + it->n; t++) sc->ntopk[t] = -1;
+            continue;
+        }
+        int anyq = 0;
+        for (int t = it->r0; t < it->r0 + it->n && sc->ik_rows; t++) anyq |= sc->iqok[t];
+        f->ik_n = 0;
+        if (anyq && (size_t)nmax <= sc->ik_rows) {
+            idx_code_job cj = { f, it->s, it->st, nmax };
+            if (nmax < 256) idx_code_task(&cj, 0, 1);
+            else ds4_pool_run(f->cc.pool, idx_code_task, &cj);
+            f->ik_n = nmax;
+        }
+        if (it->n >= 2 * nth && nth > 1) {
+            idx_tok_job j = { .f = f, .R = R, .end = it->r0 + it->n };
+            atomic_init(&j.next, it->r0);
+            ds4_pool_run(f->cc.pool, idx_tok_task, &j);
+            continue;
+        }
+        for (int t = it->r0; t < it->r0 + it->n; t++) {
+            int n_vis = (int)((row_pos(f, t) + 1) / R);
+            if (n_vis <= c->idx_topk) { sc->ntopk[t] = -1; continue; }
+            idx_rows_job j = { f, it->s, it->st, t, n_vis, sc->scores };
+            if (n_vis < 256) idx_rows_task(&j, 0, 1);
+            else ds4_pool_run(f->cc.pool, idx_rows_task, &j);
+            sc->ntopk[t] = select_topk(sc->scores, n_vis, c->idx_topk,
+                                       sc->topk + (size_t)t * c->idx_topk);
+        }
     }
-    for (int t = 0; t < f->T; t++) {
-        int n_vis = (int)((row_pos(f, t) + 1) / R);
-        if (n_vis <= c->idx_topk) { sc->ntopk[t] = -1; continue; }
-        const ds4_cpu_item *it = row_item(f, t);
-        idx_rows_job j = { f, it->s, it->st, t, n_vis, sc->scores };
-        if (n_vis < 256) idx_rows_task(&j, 0, 1);
-        else ds4_pool_run(f->cc.pool, idx_rows_task, &j);
-        sc->ntopk[t] = select_topk(sc->scores, n_vis, c->idx_topk,
-                                   sc->topk + (size_t)t * c->idx_topk);
-    }
+    f->ik_n = 0;
 }
 
 /* Attention for every (token, head). */
@@ -1062,6 +1221,23 @@ static void idx_q_task(fwd *f, int t, void *ud) {
         float *qh = iq + (size_t)h * c->idx_dim;
         rope_apply(qh, c->idx_dim, c->n_rot, cs, sn, 0);
         if (f->qat) indexer_qat(qh, c->idx_dim);
+    }
+    /* the FP4 codes of the coded path (idx_code_row; ik_rows 0: no such
+     * path for this head dim) */
+    if (sc->ik_rows) {
+        const int IH = c->idx_heads, ID = c->idx_dim, NB = ID / 32;
+        int ok = f->qat;
+        for (int h = 0; h < IH && ok; h++) {
+            const size_t hq = ((size_t)t * IH + h);
+            int8_t *qc = sc->iqc + hq * ID;
+            ok = idx_code_row(iq + (size_t)h * ID, ID, qc, sc->iqp + hq * NB);
+            for (int b = 0; b < NB; b++) {
+                int32_t sum = 0;
+                for (int i = 0; i < 32; i++) sum += qc[32 * b + i];
+                sc->iqs[hq * NB + b] = 16 * sum;
+            }
+        }
+        sc->iqok[t] = ok;
     }
     float s = 1.0f / sqrtf((float)(c->idx_dim * c->idx_heads));
     float *iw = sc->iw + (size_t)t * c->idx_heads;

@@ -217,6 +217,21 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
      * thread (a compressed row being finished is on its task's stack) */
     ITEM(sc->attn_kf, kv16 ? (size_t)nth * kmax * d * 4 : 0);
     ITEM(sc->idx_kf, kv16 ? (size_t)nth * 4 * (ID ? ID : 1) * 4 : 0);
+    /* the indexer's FP4-coded queries and rows (forward_cpu.c idx_code_row:
+     * integer block dots): codes, block scales and code sums of the
+     * chunk's queries (a quarter of iq), and the visible rows of one item,
+     * re-coded once per layer and call, 16 rows a group (at 1M context
+     * 262K rows of a ratio-4 layer: 36 MB) */
+    const int coded = IH > 0 && ID > 0 && ID % 32 == 0 && ID <= DS4_IDX_CODE_MAX;
+    const size_t NB = coded ? ID / 32 : 0, ikr = coded ? (comp_max + 15) / 16 * 16 : 0;
+    sc->ik_rows = ikr;
+    ITEM(sc->iqc, coded ? (size_t)T * IH * ID : 0);
+    ITEM(sc->iqp, coded ? (size_t)T * IH * NB * 4 : 0);
+    ITEM(sc->iqs, coded ? (size_t)T * IH * NB * 4 : 0);
+    ITEM(sc->iqok, coded ? (size_t)T * 4 : 0);
+    ITEM(sc->ikc, ikr * ID);
+    ITEM(sc->ikp, ikr * NB * 4);
+    ITEM(sc->ikok, ikr);
     ITEM(sc->qscratch, 2 * qbytes);   /* two activation kinds at once (mm_multi) */
     ITEM(sc->qscratch2, 2 * E * sizeof(mm_group));
     ITEM(sc->ylast, T * D * 4);

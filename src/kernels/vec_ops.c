@@ -18,6 +18,9 @@
  *    field.  exp_sum adds its outputs into 16 lanes as the dots do.
  *    Not libm's expf: that one differs between libms and is scalar; this
  *    one is 8-16 lanes wide (attention softmax, SwiGLU) and pinned.
+ *  - idx_score16: each block's dot an exact integer, then the float
+ *    steps of vec_ops.h in its order (all exact but the block sum and the
+ *    head sum), so any table, any instruction gives the scalar bits.
  *  - sumsq_rows: each row's sum of (double)x * x, one chain in element
  *    order from +0.  The double product of two floats is exact (24 + 24
  *    significand bits), so fma(x, x, s) rounds once where x * x + s does:
@@ -147,8 +150,32 @@ static void s_sumsq_rows(const float *x, size_t xs, int nr, int n, double *ss) {
     }
 }
 
+/* The indexer's relu and head weight (forward_cpu.c relu_w): w * d where
+ * d > 0, else +0. */
+static inline float idx_relu_w(float w, float d) { return d > 0 ? w * d : 0.0f; }
+
+static void s_idx_score16(const int8_t *qc, const float *pq, const int32_t *qs, const float *w, int nh, int nb,
+                          const uint8_t *kc, const float *pk, float *out) {
+    (void)qs;
+    for (int r = 0; r < 16; r++) {
+        float s = 0.0f;
+        for (int h = 0; h < nh; h++) {
+            const int8_t *q = qc + (size_t)h * 32 * nb;
+            float d = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int32_t I = 0;
+                for (int i = 32 * b; i < 32 * b + 32; i++) I += q[i] * (kc[64 * (i / 4) + 4 * r + i % 4] - 16);
+                const float t = ((float)I * pq[h * nb + b]) * pk[16 * b + r];
+                d = b ? d + t : t;
+            }
+            s += idx_relu_w(w[h], d);
+        }
+        out[r] = s;
+    }
+}
+
 static const vec_kernels k_scalar = { "scalar", s_dot4, s_axpy4, s_dot, s_dot4x4, s_wsum4, s_exp, s_exp_sum,
-                                      s_sumsq_rows };
+                                      s_sumsq_rows, s_idx_score16 };
 
 const vec_kernels *vec_kernels_scalar(void) { return &k_scalar; }
 
@@ -368,8 +395,56 @@ AVX2 static void v_sumsq_rows(const float *x, size_t xs, int nr, int n, double *
     s_sumsq_rows(x + (size_t)r0 * xs, xs, nr - r0, n, ss + r0);
 }
 
+/* idx_score16 on 8 rows a ymm (rows 0..7, then 8..15: the low and high 32
+ * bytes of each 64-byte quad): vpmaddubsw (row bytes code + 16, unsigned,
+ * times the broadcast query quad: pairs <= 2 x 31 x 15, no saturation),
+ * vpmaddwd by ones to the quad sums, added per block; four heads at once. */
+AVX2 static inline void v_idx_heads(int nhh, const int8_t *qc, const float *pq, const int32_t *qs, const float *w,
+                                    int nb, const uint8_t *kc, const float *pk, __m256 *s) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const size_t id = (size_t)32 * nb;
+    __m256 d[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    for (int b = 0; b < nb; b++) {
+        __m256i a[4];
+        for (int j = 0; j < nhh; j++) a[j] = _mm256_setzero_si256();
+        for (int q = 0; q < 8; q++) {
+            const __m256i kv = _mm256_loadu_si256((const __m256i *)(kc + 64 * (8 * b + q)));
+            for (int j = 0; j < nhh; j++) {
+                int32_t qq;
+                memcpy(&qq, qc + j * id + 32 * b + 4 * q, 4);
+                const __m256i p = _mm256_maddubs_epi16(kv, _mm256_set1_epi32(qq));
+                a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(p, ones));
+            }
+        }
+        const __m256 pkv = _mm256_loadu_ps(pk + 16 * b);
+        for (int j = 0; j < nhh; j++) {
+            const __m256i I = _mm256_sub_epi32(a[j], _mm256_set1_epi32(qs[j * nb + b]));
+            const __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(pq[j * nb + b])), pkv);
+            d[j] = b ? _mm256_add_ps(d[j], t) : t;
+        }
+    }
+    for (int j = 0; j < nhh; j++) {
+        const __m256 m = _mm256_cmp_ps(d[j], _mm256_setzero_ps(), _CMP_GT_OQ);
+        *s = _mm256_add_ps(*s, _mm256_and_ps(m, _mm256_mul_ps(_mm256_set1_ps(w[j]), d[j])));
+    }
+}
+
+AVX2 static void v_idx_score16(const int8_t *qc, const float *pq, const int32_t *qs, const float *w, int nh, int nb,
+                               const uint8_t *kc, const float *pk, float *out) {
+    const size_t id = (size_t)32 * nb;
+    for (int half = 0; half < 2; half++) {
+        __m256 s = _mm256_setzero_ps();
+        int h = 0;
+        for (; h + 4 <= nh; h += 4)
+            v_idx_heads(4, qc + h * id, pq + h * nb, qs + h * nb, w + h, nb, kc + 32 * half, pk + 8 * half, &s);
+        for (; h < nh; h++)
+            v_idx_heads(1, qc + h * id, pq + h * nb, qs + h * nb, w + h, nb, kc + 32 * half, pk + 8 * half, &s);
+        _mm256_storeu_ps(out + 8 * half, s);
+    }
+}
+
 static const vec_kernels k_avx2 = { "avx2", v_dot4, v_axpy4, v_dot, v_dot4x4, v_wsum4, v_exp, v_exp_sum,
-                                    v_sumsq_rows };
+                                    v_sumsq_rows, v_idx_score16 };
 
 const vec_kernels *vec_kernels_avx2(void) {
     __builtin_cpu_init();
@@ -643,8 +718,64 @@ AVX512 static void z_sumsq_rows(const float *x, size_t xs, int nr, int n, double
     v_sumsq_rows(x + (size_t)r0 * xs, xs, nr - r0, n, ss + r0);
 }
 
+/* idx_score16 with AVX-512 VNNI, the 16 rows in the lanes: vpdpbusd of
+ * each row quad (code + 16, unsigned) with the broadcast query quad
+ * (signed), four heads x two blocks = eight independent chains. */
+#define ZVNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+ZVNNI static inline void z_idx_heads(int nhh, const int8_t *qc, const float *pq, const int32_t *qs, const float *w,
+                                     int nb, const uint8_t *kc, const float *pk, __m512 *s) {
+    const size_t id = (size_t)32 * nb;
+    __m512 d[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    for (int b = 0; b < nb; b += 2) {
+        const int nu = b + 1 < nb ? 2 : 1;
+        __m512i a[4][2];
+        for (int j = 0; j < nhh; j++) a[j][0] = a[j][1] = _mm512_setzero_si512();
+        for (int q = 0; q < 8; q++)
+            for (int u = 0; u < nu; u++) {
+                const __m512i kv = _mm512_loadu_si512(kc + 64 * (8 * (b + u) + q));
+                for (int j = 0; j < nhh; j++) {
+                    int32_t qq;
+                    memcpy(&qq, qc + j * id + 32 * (b + u) + 4 * q, 4);
+                    a[j][u] = _mm512_dpbusd_epi32(a[j][u], kv, _mm512_set1_epi32(qq));
+                }
+            }
+        for (int u = 0; u < nu; u++) {
+            const __m512 pkv = _mm512_loadu_ps(pk + 16 * (b + u));
+            for (int j = 0; j < nhh; j++) {
+                const int k = j * nb + b + u;
+                const __m512i I = _mm512_sub_epi32(a[j][u], _mm512_set1_epi32(qs[k]));
+                const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(pq[k])), pkv);
+                d[j] = b + u ? _mm512_add_ps(d[j], t) : t;
+            }
+        }
+    }
+    for (int j = 0; j < nhh; j++) {
+        const __mmask16 m = _mm512_cmp_ps_mask(d[j], _mm512_setzero_ps(), _CMP_GT_OQ);
+        *s = _mm512_mask_add_ps(*s, m, *s, _mm512_mul_ps(_mm512_set1_ps(w[j]), d[j]));
+    }
+}
+
+ZVNNI static void z_idx_score16_vnni(const int8_t *qc, const float *pq, const int32_t *qs, const float *w, int nh,
+                                     int nb, const uint8_t *kc, const float *pk, float *out) {
+    const size_t id = (size_t)32 * nb;
+    __m512 s = _mm512_setzero_ps();
+    int h = 0;
+    for (; h + 4 <= nh; h += 4) z_idx_heads(4, qc + h * id, pq + h * nb, qs + h * nb, w + h, nb, kc, pk, &s);
+    for (; h < nh; h++) z_idx_heads(1, qc + h * id, pq + h * nb, qs + h * nb, w + h, nb, kc, pk, &s);
+    _mm512_storeu_ps(out, s);
+}
+
+/* AVX-512F without VNNI (Skylake-X): the avx2 kernel, same bits */
+static void z_idx_score16(const int8_t *qc, const float *pq, const int32_t *qs, const float *w, int nh, int nb,
+                          const uint8_t *kc, const float *pk, float *out) {
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
+        z_idx_score16_vnni(qc, pq, qs, w, nh, nb, kc, pk, out);
+    else
+        v_idx_score16(qc, pq, qs, w, nh, nb, kc, pk, out);
+}
+
 static const vec_kernels k_avx512 = { "avx512", z_dot4, z_axpy4, z_dot, z_dot4x4, z_wsum4, z_exp, z_exp_sum,
-                                      z_sumsq_rows };
+                                      z_sumsq_rows, z_idx_score16 };
 
 const vec_kernels *vec_kernels_avx512(void) {
     __builtin_cpu_init();

@@ -4,8 +4,8 @@
  * model has a single KV head, so every key row is read once for a block of
  * heads) and the matching weighted accumulation.
  *
- * Owns: these kernels, the rows' sums of squares of the RMS norms, and
- * the exponential of the softmax and SwiGLU (vec_expf: one polynomial, the
+ * Owns: these kernels, the indexer's integer scores of FP4-coded rows,
+ * the rows' sums of squares of the RMS norms, and the exponential of the softmax and SwiGLU (vec_expf: one polynomial, the
  * same bits in every table and on every libm), a scalar reference beside
  * each SIMD version, and the run-time choice between them.  Every output
  * element is computed in a fixed order whatever the caller's batching, so
@@ -15,6 +15,7 @@
 #define DS4_VEC_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define VEC_HB 4   /* heads per block */
 
@@ -44,6 +45,20 @@ typedef struct {
      * chain in element order from +0 (rms_scale's), rows side by side in
      * the lanes so that the chains overlap */
     void (*sumsq_rows)(const float *x, size_t xs, int nr, int n, double *ss);
+    /* Indexer scores of 16 compressed rows for one token, from FP4-coded
+     * queries and rows (forward_cpu.c idx_code_row): every value is a code
+     * c (|c| <= 15) times a power of two p per block of 32, so each block's
+     * dot product is an exact integer I, and for row r
+     *   t_b = ((float)I[h][b][r] * pq[h][b]) * pk[b][r]  (exact: the coder
+     *         keeps every p, p * p and t a normal float)
+     *   dot = ((t_0 + t_1) + t_2) + ...                  (block order)
+     *   out[r] = sum over heads h = 0.. in order, from +0, of
+     *            w[h] * dot where dot > 0, else +0 (the float path's relu)
+     * qc: [nh][32 nb] codes; pq, qs: [nh][nb], qs = 16 x the block's code
+     * sum (removes kc's bias); kc: [8 nb][16][4], byte j of row r's quad s
+     * (elements 4s..4s+3) at kc[64 s + 4 r + j] = code + 16; pk: [nb][16]. */
+    void (*idx_score16)(const int8_t *qc, const float *pq, const int32_t *qs, const float *w, int nh, int nb,
+                        const uint8_t *kc, const float *pk, float *out);
 } vec_kernels;
 
 /* ds4's exp, the one every table computes (vec_ops.c): within 1.01 ulp of
