@@ -13,6 +13,8 @@
  * byte for byte, Q8_0a and Q8_K, on random rows and on blocks built to
  * hit every branch: all zero, -0, subnormals, infinities, NaNs, ties of +a and -a for the largest
  * magnitude, exact halves after scaling, one huge value among tiny ones.
+ * And indexer_qat (its FP4 step written for vectorization) against the
+ * plain form with libm fmaxf/fminf and e2m1_round (test_qat).
  */
 #include <math.h>
 #include <stdio.h>
@@ -100,8 +102,86 @@ static int test_quant(const ds4_kernels *kt, int *checks) {
     return fails;
 }
 
+/* indexer_qat against its plain form (the rotation, then per block of 32
+ * fmaxf for the largest magnitude, x / scale clamped by fminf/fmaxf and
+ * e2m1_round) bit for bit, on random rows of every magnitude and rows with
+ * zeros, -0, subnormals, infinities, NaNs and values on the E2M1 ties. */
+static void qat_plain(float *x, int n) {
+    for (int h = 1; h < n; h <<= 1)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    float s = (float)(1.0 / sqrt((double)n));
+    for (int i = 0; i < n; i++) x[i] *= s;
+    for (int off = 0; off < n; off += 32) {
+        int end = off + 32 < n ? off + 32 : n;
+        float amax = 0;
+        for (int i = off; i < end; i++) amax = fmaxf(amax, fabsf(x[i]));
+        amax = fmaxf(amax, 7.052966104933725e-38f);
+        int e;
+        float m = frexpf(amax / 6.0f, &e);
+        float scale = ldexpf(1.0f, m == 0.5f ? e - 1 : e);
+        for (int i = off; i < end; i++) {
+            float v = x[i] / scale;
+            v = fminf(fmaxf(v, -6.0f), 6.0f);
+            x[i] = e2m1_round(v) * scale;
+        }
+    }
+}
+
+static int test_qat(int *checks) {
+    int fails = 0;
+    enum { N = 128 };
+    float a[N], b[N], src[N];
+    const float ties[] = { 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 3.0f };   /* all below the 6 of the block max */
+    for (int rep = 0; rep < 20000; rep++) {
+        const int n = rep % 4 == 3 ? 32 : N;
+        for (int i = 0; i < n; i++) {
+            src[i] = frand() * powf(10.0f, (float)(rep % 13) * 3.0f - 18.0f);
+            if (rep % 5 == 1 && i % 7 == 0) src[i] = 0.0f;
+            if (rep % 5 == 2 && i % 9 == 0) src[i] = -0.0f;
+        }
+        if (rep % 97 == 5) src[rep % n] = INFINITY;
+        if (rep % 89 == 6) src[rep % n] = NAN;
+        if (rep % 83 == 7) for (int i = 0; i < n; i++) src[i] = 1e-44f * (float)(i % 5);
+        memcpy(a, src, sizeof(float) * (size_t)n);
+        memcpy(b, src, sizeof(float) * (size_t)n);
+        int m = n;
+        /* every E2M1 tie, +-, after the rotation: for n = 64 the rotation
+         * is H x / 8 (H the +-1 Sylvester matrix, H H = 64 I), so the row
+         * H t / 8, exact in float for these t, rotates back to t exactly;
+         * t holds 6 * 2^k (the block's scale is then 2^k) and ties * 2^k */
+        if (rep % 11 == 4) {
+            m = 64;
+            double t[64], u[64];
+            const int k = rep % 17 - 8;
+            for (int i = 0; i < 64; i++)
+                t[i] = ldexp(i % 32 == 0 ? 6.0 : (i & 1 ? -1.0 : 1.0) * ties[(i + rep) % 9], k);
+            for (int i = 0; i < 64; i++) {
+                u[i] = 0;
+                for (int j = 0; j < 64; j++) u[i] += (__builtin_popcount((unsigned)(i & j)) & 1 ? -t[j] : t[j]);
+                a[i] = b[i] = (float)(u[i] / 8.0);
+            }
+        }
+        indexer_qat(a, m);
+        qat_plain(b, m);
+        for (int i = 0; i < m; i++) {
+            (*checks)++;
+            if (memcmp(&a[i], &b[i], sizeof(float)) && !(isnan(a[i]) && isnan(b[i]))) {
+                fails++;
+                if (fails < 10) printf("indexer_qat rep %d [%d]: %.9g, plain %.9g\n", rep, i, a[i], b[i]);
+            }
+        }
+    }
+    return fails;
+}
+
 int main(void) {
     int fails = 0, checks = 0;
+    fails += test_qat(&checks);
     /* every table the CPU has (the avx512 table's quantizers are AVX-512;
      * the others use the scalar ones and must match trivially) */
     const ds4_kernels *tabs[] = { ds4_kernels_avx2(), ds4_kernels_avx512(), ds4_kernels_avx512_packed(),

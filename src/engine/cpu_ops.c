@@ -609,6 +609,29 @@ void fp8_kv_round(float *x, int n_nope) {
     }
 }
 
+/* The FP4 step of indexer_qat for one block, written so that GCC turns it
+ * into vector code (the scalar form, with libm fmaxf/fminf calls and a
+ * chain of branches, was most of the indexer stage at 8K context): the
+ * same values as `fminf(fmaxf(x / scale, -6), 6)` rounded by e2m1_round
+ * and times scale.  Dividing by the power of two `scale` (2^-126 .. 2^126:
+ * amax is at least 7.05e-38) equals multiplying by its exact inverse; the
+ * clamps as comparisons send NaN to -6 as fmaxf does; the E2M1 value is a
+ * sum of the steps its magnitude passes (each exact).  tests/test_rowops.c
+ * checks it against that plain form bit for bit. */
+static void fp4_block(float *x, int n, float scale) {
+    const float inv = 1.0f / scale;
+    for (int i = 0; i < n; i++) {
+        float v = x[i] * inv;
+        v = v > -6.0f ? v : -6.0f;
+        v = v < 6.0f ? v : 6.0f;
+        const float a = fabsf(v);
+        const float q = 0.5f * (float)(a > 0.25f) + 0.5f * (float)(a >= 0.75f) + 0.5f * (float)(a > 1.25f) +
+                        0.5f * (float)(a >= 1.75f) + 1.0f * (float)(a > 2.5f) + 1.0f * (float)(a >= 3.5f) +
+                        2.0f * (float)(a > 5.0f);
+        x[i] = (q == 0.0f ? 0.0f : copysignf(q, v)) * scale;
+    }
+}
+
 void indexer_qat(float *x, int n) {
     /* normalised Sylvester-Hadamard rotation by butterflies */
     for (int h = 1; h < n; h <<= 1)
@@ -622,10 +645,20 @@ void indexer_qat(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= s;
     for (int off = 0; off < n; off += 32) {
         int end = off + 32 < n ? off + 32 : n;
+        /* fmaxf's value: a NaN element is skipped */
         float amax = 0;
-        for (int i = off; i < end; i++) amax = fmaxf(amax, fabsf(x[i]));
-        amax = fmaxf(amax, 7.052966104933725e-38f);
+        for (int i = off; i < end; i++) {
+            const float a = fabsf(x[i]);
+            amax = a > amax ? a : amax;
+        }
+        amax = amax > 7.052966104933725e-38f ? amax : 7.052966104933725e-38f;
         float scale = pow2_ceil(amax / 6.0f);
+        if (scale >= 0x1p-126f && scale <= 0x1p126f) {
+            fp4_block(x + off, end - off, scale);
+            continue;
+        }
+        /* an infinite element: the plain form (scale's exponent is then
+         * frexpf's unspecified one) */
         for (int i = off; i < end; i++) {
             float v = x[i] / scale;
             v = fminf(fmaxf(v, -6.0f), 6.0f);

@@ -786,8 +786,21 @@ static int select_topk(const float *scores, int n, int k, int *out) {
         }
     }
 #undef WEAKER
-    /* the kept indices in ascending order (insertion sort: at most top_k
-     * of them) */
+    /* the kept indices in ascending order: marked in a bit set and read
+     * back in order (an insertion sort of 512 indices took as long as
+     * scoring 1500 rows), or, for more rows than the set holds (beyond a
+     * 1M context), sorted by insertion */
+    enum { SETW = 4096 };   /* 262144 rows: a 1M context at ratio 4 */
+    if (n <= 64 * SETW) {
+        uint64_t set[SETW];
+        const int nw = (n + 63) / 64;
+        memset(set, 0, (size_t)nw * sizeof set[0]);
+        for (int i = 0; i < hn; i++) set[out[i] / 64] |= (uint64_t)1 << (out[i] % 64);
+        int m = 0;
+        for (int wi = 0; wi < nw; wi++)
+            for (uint64_t b = set[wi]; b; b &= b - 1) out[m++] = 64 * wi + __builtin_ctzll(b);
+        return hn;
+    }
     for (int i = 1; i < hn; i++) {
         int v = out[i], j = i - 1;
         while (j >= 0 && out[j] > v) { out[j + 1] = out[j]; j--; }
