@@ -858,7 +858,10 @@ static int idx_code_row(const float *x, int n, int8_t *c, float *p) {
     for (int b = 0; b < n / 32; b++) {
         const float *xb = x + 32 * b;
         float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));   /* NaN: caught below */
+        for (int i = 0; i < 32; i++) {   /* comparisons, not libm fmaxf: vector code; a NaN is caught below */
+            const float a = fabsf(xb[i]);
+            amax = a > amax ? a : amax;
+        }
         int e = 0;
         frexpf(amax, &e);   /* amax = m 2^e, m in [0.5, 1) */
         const int u = e - 4;
@@ -870,7 +873,9 @@ static int idx_code_row(const float *x, int n, int8_t *c, float *p) {
         if (!(amax < 0x1p61f) || u < -60) return 0;
         const float inv = ldexpf(1.0f, -u), pb = ldexpf(1.0f, u);
         for (int i = 0; i < 32; i++) {
-            const float v = xb[i] * inv, cv = fminf(fmaxf(rintf(v), -15.0f), 15.0f);
+            const float v = xb[i] * inv, r = rintf(v);
+            float cv = r > -15.0f ? r : -15.0f;   /* NaN -> -15, then != v */
+            cv = cv < 15.0f ? cv : 15.0f;
             ok &= (cv == v) & (cv * pb == xb[i]);   /* the product catches a v that underflowed */
             c[32 * b + i] = (int8_t)(int)cv;
         }
@@ -907,7 +912,9 @@ static void idx_code_groups(fwd *f, const ds4_session *s, const layer_state *st,
                 for (int b = 0; b < NB; b++) p[b] = 1.0f;
             }
             sc->ikok[row] = (uint8_t)ok;
-            for (int i = 0; i < ID; i++) kc[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)(c[i] + 16);
+            uint8_t cb[DS4_IDX_CODE_MAX];
+            for (int i = 0; i < ID; i++) cb[i] = (uint8_t)(c[i] + 16);
+            for (int q = 0; q < ID / 4; q++) memcpy(kc + 64 * q + 4 * r, cb + 4 * q, 4);
             for (int b = 0; b < NB; b++) kp[16 * b + r] = p[b];
         }
     }
