@@ -102,20 +102,12 @@ static int test_quant(const ds4_kernels *kt, int *checks) {
     return fails;
 }
 
-/* indexer_qat against its plain form (the rotation, then per block of 32
+/* indexer_qat against its plain form (the same rotation, then per block of 32
  * fmaxf for the largest magnitude, x / scale clamped by fminf/fmaxf and
  * e2m1_round) bit for bit, on random rows of every magnitude and rows with
  * zeros, -0, subnormals, infinities, NaNs and values on the E2M1 ties. */
 static void qat_plain(float *x, int n) {
-    for (int h = 1; h < n; h <<= 1)
-        for (int i = 0; i < n; i += 2 * h)
-            for (int j = i; j < i + h; j++) {
-                float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-    float s = (float)(1.0 / sqrt((double)n));
-    for (int i = 0; i < n; i++) x[i] *= s;
+    hadamard_rotate(x, n);
     for (int off = 0; off < n; off += 32) {
         int end = off + 32 < n ? off + 32 : n;
         float amax = 0;

@@ -632,8 +632,7 @@ static void fp4_block(float *x, int n, float scale) {
     }
 }
 
-void indexer_qat(float *x, int n) {
-    /* normalised Sylvester-Hadamard rotation by butterflies */
+void hadamard_rotate(float *x, int n) {
     for (int h = 1; h < n; h <<= 1)
         for (int i = 0; i < n; i += 2 * h)
             for (int j = i; j < i + h; j++) {
@@ -643,6 +642,10 @@ void indexer_qat(float *x, int n) {
             }
     float s = (float)(1.0 / sqrt((double)n));
     for (int i = 0; i < n; i++) x[i] *= s;
+}
+
+void indexer_qat(float *x, int n) {
+    hadamard_rotate(x, n);
     for (int off = 0; off < n; off += 32) {
         int end = off + 32 < n ? off + 32 : n;
         /* fmaxf's value: a NaN element is skipped */

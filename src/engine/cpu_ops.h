@@ -134,6 +134,9 @@ void rope_apply(float *x, int dim, int n_rot, const float *cs,
 /* KV storage roundings (docs/MODEL.md §4.3). */
 void fp8_kv_round(float *x, int n_nope);
 void indexer_qat(float *x, int n);   /* Hadamard + FP4, n a power of two */
+/* the normalised Sylvester-Hadamard rotation (butterflies, then times
+ * 1/sqrt(n)), indexer_qat's first step */
+void hadamard_rotate(float *x, int n);
 void f16_round_row(float *x, int n);
 float e4m3_round(float v);
 float e2m1_round(float v);

@@ -1259,6 +1259,7 @@ static void idx_q_task(fwd *f, int t, void *ud) {
             const size_t hq = ((size_t)t * IH + h);
             int8_t *qc = sc->iqc + hq * ID;
             ok = idx_code_row(iq + (size_t)h * ID, ID, qc, sc->iqp + hq * NB);
+            if (!ok) break;   /* the token takes the float path: its codes are not read */
             for (int b = 0; b < NB; b++) {
                 int32_t sum = 0;
                 for (int i = 0; i < 32; i++) sum += qc[32 * b + i];
