@@ -397,9 +397,11 @@ AVX2 static void v_sumsq_rows(const float *x, size_t xs, int nr, int n, double *
 
 /* idx_score16 on 8 rows a ymm (rows 0..7, then 8..15: the low and high 32
  * bytes of each 64-byte quad): vpmaddubsw (row bytes code + 16, unsigned,
- * times the broadcast query quad: pairs <= 2 x 31 x 15, no saturation),
- * vpmaddwd by ones to the quad sums, added per block; four heads at once. */
-AVX2 static inline void v_idx_heads(int nhh, const int8_t *qc, const float *pq, const int32_t *qs, const float *w,
+ * times the broadcast query quad: pairs <= 2 x 31 x 15 = 930, no
+ * saturation) added up in 16 bits over a block's eight quads (<= 7440),
+ * then vpmaddwd by ones to the block sums; four heads at once. */
+#define AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) static inline
+AVX2_INLINE void v_idx_heads(int nhh, const int8_t *qc, const float *pq, const int32_t *qs, const float *w,
                                     int nb, const uint8_t *kc, const float *pk, __m256 *s) {
     const __m256i ones = _mm256_set1_epi16(1);
     const size_t id = (size_t)32 * nb;
@@ -407,18 +409,18 @@ AVX2 static inline void v_idx_heads(int nhh, const int8_t *qc, const float *pq, 
     for (int b = 0; b < nb; b++) {
         __m256i a[4];
         for (int j = 0; j < nhh; j++) a[j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
         for (int q = 0; q < 8; q++) {
             const __m256i kv = _mm256_loadu_si256((const __m256i *)(kc + 64 * (8 * b + q)));
             for (int j = 0; j < nhh; j++) {
                 int32_t qq;
                 memcpy(&qq, qc + j * id + 32 * b + 4 * q, 4);
-                const __m256i p = _mm256_maddubs_epi16(kv, _mm256_set1_epi32(qq));
-                a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(p, ones));
+                a[j] = _mm256_add_epi16(a[j], _mm256_maddubs_epi16(kv, _mm256_set1_epi32(qq)));
             }
         }
         const __m256 pkv = _mm256_loadu_ps(pk + 16 * b);
         for (int j = 0; j < nhh; j++) {
-            const __m256i I = _mm256_sub_epi32(a[j], _mm256_set1_epi32(qs[j * nb + b]));
+            const __m256i I = _mm256_sub_epi32(_mm256_madd_epi16(a[j], ones), _mm256_set1_epi32(qs[j * nb + b]));
             const __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(pq[j * nb + b])), pkv);
             d[j] = b ? _mm256_add_ps(d[j], t) : t;
         }
@@ -720,39 +722,65 @@ AVX512 static void z_sumsq_rows(const float *x, size_t xs, int nr, int n, double
 
 /* idx_score16 with AVX-512 VNNI, the 16 rows in the lanes: vpdpbusd of
  * each row quad (code + 16, unsigned) with the broadcast query quad
- * (signed), four heads x two blocks = eight independent chains. */
+ * (signed).  NH heads x NU blocks at a time, all constants so that GCC
+ * keeps the NH x NU accumulators in registers (4 x 2 = eight independent
+ * chains of eight: enough to cover vpdpbusd's latency). */
 #define ZVNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
-ZVNNI static inline void z_idx_heads(int nhh, const int8_t *qc, const float *pq, const int32_t *qs, const float *w,
-                                     int nb, const uint8_t *kc, const float *pk, __m512 *s) {
+#define ZVNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline
+
+/* the integer sums of blocks b .. b + NU - 1 of NH heads, then their float
+ * terms added to d[] in block order */
+#define Z_IDX_BLOCKS(NH, NU)                                                                            \
+    do {                                                                                                \
+        __m512i a[NH][NU];                                                                              \
+        for (int j = 0; j < NH; j++) /* from -qs: the bias of the row codes taken off */                \
+            for (int u = 0; u < NU; u++) a[j][u] = _mm512_set1_epi32(-qs[j * nb + b + u]);              \
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)                                              \
+        {                                                                                               \
+            for (int u = 0; u < NU; u++) {                                                              \
+                const __m512i kv = _mm512_loadu_si512(kc + 64 * (8 * (b + u) + q));                     \
+                for (int j = 0; j < NH; j++) {                                                          \
+                    int32_t qq;                                                                         \
+                    memcpy(&qq, qc + j * id + 32 * (b + u) + 4 * q, 4);                                 \
+                    a[j][u] = _mm512_dpbusd_epi32(a[j][u], kv, _mm512_set1_epi32(qq));                  \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
+        for (int u = 0; u < NU; u++) {                                                                  \
+            const __m512 pkv = _mm512_loadu_ps(pk + 16 * (b + u));                                      \
+            for (int j = 0; j < NH; j++) {                                                              \
+                const int k = j * nb + b + u;                                                           \
+                const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a[j][u]), _mm512_set1_ps(pq[k])), pkv); \
+                d[j] = b + u ? _mm512_add_ps(d[j], t) : t;                                              \
+            }                                                                                           \
+        }                                                                                               \
+    } while (0)
+
+/* NH heads: their dots over all blocks, then their weighted relu added to
+ * *s in head order */
+#define Z_IDX_HEADS(NH)                                                                                 \
+    do {                                                                                                \
+        __m512 d[NH];                                                                                   \
+        for (int j = 0; j < NH; j++) d[j] = _mm512_setzero_ps();                                        \
+        int b = 0;                                                                                      \
+        for (; b + 2 <= nb; b += 2) Z_IDX_BLOCKS(NH, 2);                                                \
+        if (b < nb) Z_IDX_BLOCKS(NH, 1);                                                                \
+        for (int j = 0; j < NH; j++) {                                                                  \
+            const __mmask16 m = _mm512_cmp_ps_mask(d[j], _mm512_setzero_ps(), _CMP_GT_OQ);             \
+            *s = _mm512_mask_add_ps(*s, m, *s, _mm512_mul_ps(_mm512_set1_ps(w[j]), d[j]));              \
+        }                                                                                               \
+    } while (0)
+
+ZVNNI_INLINE void z_idx_heads4(const int8_t *qc, const float *pq, const int32_t *qs, const float *w, int nb,
+                               const uint8_t *kc, const float *pk, __m512 *s) {
     const size_t id = (size_t)32 * nb;
-    __m512 d[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
-    for (int b = 0; b < nb; b += 2) {
-        const int nu = b + 1 < nb ? 2 : 1;
-        __m512i a[4][2];
-        for (int j = 0; j < nhh; j++) a[j][0] = a[j][1] = _mm512_setzero_si512();
-        for (int q = 0; q < 8; q++)
-            for (int u = 0; u < nu; u++) {
-                const __m512i kv = _mm512_loadu_si512(kc + 64 * (8 * (b + u) + q));
-                for (int j = 0; j < nhh; j++) {
-                    int32_t qq;
-                    memcpy(&qq, qc + j * id + 32 * (b + u) + 4 * q, 4);
-                    a[j][u] = _mm512_dpbusd_epi32(a[j][u], kv, _mm512_set1_epi32(qq));
-                }
-            }
-        for (int u = 0; u < nu; u++) {
-            const __m512 pkv = _mm512_loadu_ps(pk + 16 * (b + u));
-            for (int j = 0; j < nhh; j++) {
-                const int k = j * nb + b + u;
-                const __m512i I = _mm512_sub_epi32(a[j][u], _mm512_set1_epi32(qs[k]));
-                const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(pq[k])), pkv);
-                d[j] = b + u ? _mm512_add_ps(d[j], t) : t;
-            }
-        }
-    }
-    for (int j = 0; j < nhh; j++) {
-        const __mmask16 m = _mm512_cmp_ps_mask(d[j], _mm512_setzero_ps(), _CMP_GT_OQ);
-        *s = _mm512_mask_add_ps(*s, m, *s, _mm512_mul_ps(_mm512_set1_ps(w[j]), d[j]));
-    }
+    Z_IDX_HEADS(4);
+}
+
+ZVNNI_INLINE void z_idx_heads1(const int8_t *qc, const float *pq, const int32_t *qs, const float *w, int nb,
+                               const uint8_t *kc, const float *pk, __m512 *s) {
+    const size_t id = (size_t)32 * nb;
+    Z_IDX_HEADS(1);
 }
 
 ZVNNI static void z_idx_score16_vnni(const int8_t *qc, const float *pq, const int32_t *qs, const float *w, int nh,
@@ -760,8 +788,8 @@ ZVNNI static void z_idx_score16_vnni(const int8_t *qc, const float *pq, const in
     const size_t id = (size_t)32 * nb;
     __m512 s = _mm512_setzero_ps();
     int h = 0;
-    for (; h + 4 <= nh; h += 4) z_idx_heads(4, qc + h * id, pq + h * nb, qs + h * nb, w + h, nb, kc, pk, &s);
-    for (; h < nh; h++) z_idx_heads(1, qc + h * id, pq + h * nb, qs + h * nb, w + h, nb, kc, pk, &s);
+    for (; h + 4 <= nh; h += 4) z_idx_heads4(qc + h * id, pq + h * nb, qs + h * nb, w + h, nb, kc, pk, &s);
+    for (; h < nh; h++) z_idx_heads1(qc + h * id, pq + h * nb, qs + h * nb, w + h, nb, kc, pk, &s);
     _mm512_storeu_ps(out, s);
 }
 
