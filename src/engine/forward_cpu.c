@@ -289,6 +289,12 @@ static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 typedef struct { const ds4_tensor *fn, *scale, *base; } hc_w;
 
+/* Whether a pass writes its HC rows (flat rows, residual) with streaming
+ * stores: a prefill chunk's (256 tokens and more: 16 MB a sublayer and up
+ * at n_embd 4096) leave the cache before anyone reads them, and ordinary
+ * stores would first read every line (write-allocate); decode's stay. */
+static int hc_stream(const fwd *f) { return f->T >= 256; }
+
 static void hc_flat_rows(fwd *f, int t0, int nt, void *ud) {
     (void)ud;
     const ds4_config *c = f->c;
@@ -298,7 +304,7 @@ static void hc_flat_rows(fwd *f, int t0, int nt, void *ud) {
      * has) are streamed out (HC stage 0.24 -> 0.21 s, the HC products
      * that read them unchanged) */
     rms_norm_rows(f->m->vk, sc->X + (size_t)t0 * n, n, NULL, nt, n, c->rms_eps, sc->flat + (size_t)t0 * n, n,
-                  f->T >= 256);
+                  hc_stream(f));
 }
 
 static void sinkhorn(float *C, int N, int iters, float eps) {
@@ -377,7 +383,7 @@ static void hc_pre(fwd *f, const hc_w *h) {
 
 static void hc_post_task(fwd *f, int t, void *ud) {
     (void)ud;
-    const int nt = f->T >= 256;   /* a prefill chunk: its residual leaves the cache anyway */
+    const int nt = hc_stream(f);
     const ds4_config *c = f->c;
     cpu_scratch *sc = f->sc;
     const int N = c->n_hc, D = c->n_embd;
@@ -817,6 +823,14 @@ static int select_topk(const float *scores, int n, int k, int *out) {
     return hn;
 }
 
+/* Indexer rows [r, r + nr) of a session as floats: the stored rows
+ * themselves (f32 storage), or converted into kf (f16 storage: exact). */
+static const float *idx_rows_f32(const ds4_session *s, const layer_state *st, long r, int nr, int ID, float *kf) {
+    if (!s->kv16) return (const float *)st->icomp + (size_t)r * ID;
+    kv_get(s, kv_row(s, st->icomp, (size_t)r, ID), kf, (size_t)nr, ID);
+    return kf;
+}
+
 /* Scores of compressed rows [4 lo, 4 hi) of token t's n_vis into scores
  * through the float path: rows in aligned groups of four (the grouping,
  * hence every score, is the same whatever the thread count or the split);
@@ -828,8 +842,7 @@ static void idx_score_groups(fwd *f, const ds4_session *s, const layer_state *st
     for (long g = lo; g < hi; g++) {
         long r = 4 * g;
         int nr = n_vis - r < 4 ? (int)(n_vis - r) : 4;
-        const float *rows = s->kv16 ? kf : (const float *)st->icomp + (size_t)r * ID;
-        if (s->kv16) kv_get(s, kv_row(s, st->icomp, (size_t)r, ID), kf, (size_t)nr, ID);
+        const float *rows = idx_rows_f32(s, st, r, nr, ID, kf);
         if (nr == 4) {
             idx_score4(f, t, rows, scores + r);
         } else {
@@ -899,14 +912,7 @@ static void idx_code_groups(fwd *f, const ds4_session *s, const layer_state *st,
         for (int r = 0; r < 16; r++) {
             const long row = 16 * g + r;
             int ok = 0;
-            if (row < n) {
-                const float *x = (const float *)st->icomp + (size_t)row * ID;
-                if (s->kv16) {
-                    kv_get(s, kv_row(s, st->icomp, (size_t)row, ID), kf, 1, ID);
-                    x = kf;
-                }
-                ok = idx_code_row(x, ID, c, p);
-            }
+            if (row < n) ok = idx_code_row(idx_rows_f32(s, st, row, 1, ID, kf), ID, c, p);
             if (!ok) {
                 memset(c, 0, (size_t)ID);
                 for (int b = 0; b < NB; b++) p[b] = 1.0f;
@@ -960,13 +966,7 @@ static void idx_score_coded(fwd *f, const ds4_session *s, const layer_state *st,
                               out);
         memcpy(scores + r0, out, (size_t)nr * sizeof(float));
         for (int k = 0; k < nr; k++) {
-            if (sc->ikok[r0 + k]) continue;
-            const float *x = (const float *)st->icomp + (size_t)(r0 + k) * ID;
-            if (s->kv16) {
-                kv_get(s, kv_row(s, st->icomp, (size_t)(r0 + k), ID), kf, 1, ID);
-                x = kf;
-            }
-            scores[r0 + k] = idx_score(f, t, x);
+            if (!sc->ikok[r0 + k]) scores[r0 + k] = idx_score(f, t, idx_rows_f32(s, st, r0 + k, 1, ID, kf));
         }
     }
 }
@@ -1351,11 +1351,12 @@ static void attention(fwd *f, int il) {
             layer_state *st = it->st;
             const int nclose = (int)((it->p0 + it->n) / R - it->p0 / R);
             ds4_cpu_frontier_advance(st->st_kv, st->st_sc, R, lw->coff, d, sc->ckv + (size_t)it->r0 * cw,
-                             sc->csc + (size_t)it->r0 * cw, it->p0, it->n);
+                                     sc->csc + (size_t)it->r0 * cw, it->p0, it->n);
             st->n_comp += nclose;
             if (lw->has_indexer) {
-                ds4_cpu_frontier_advance(st->ist_kv, st->ist_sc, R, 2, c->idx_dim, sc->ikv + (size_t)it->r0 * iw2,
-                                 sc->isc + (size_t)it->r0 * iw2, it->p0, it->n);
+                ds4_cpu_frontier_advance(st->ist_kv, st->ist_sc, R, 2, c->idx_dim,
+                                         sc->ikv + (size_t)it->r0 * iw2, sc->isc + (size_t)it->r0 * iw2, it->p0,
+                                         it->n);
                 st->n_icomp += nclose;
             }
         }

@@ -221,8 +221,9 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
      * integer block dots): codes, block scales and code sums of the
      * chunk's queries (a quarter of iq), and the visible rows of one item,
      * re-coded once per layer and call, 16 rows a group (at 1M context
-     * 262K rows of a ratio-4 layer: 36 MB) */
-    const int coded = IH > 0 && ID > 0 && ID % 32 == 0 && ID <= DS4_IDX_CODE_MAX;
+     * 262K rows of a ratio-4 layer: 36 MB).  Only with the storage
+     * roundings (kv16): without them nothing codes (idx_q_task). */
+    const int coded = kv16 && IH > 0 && ID > 0 && ID % 32 == 0 && ID <= DS4_IDX_CODE_MAX;
     const size_t NB = coded ? ID / 32 : 0, ikr = coded ? (comp_max + 15) / 16 * 16 : 0;
     sc->ik_rows = ikr;
     ITEM(sc->iqc, coded ? (size_t)T * IH * ID : 0);
