@@ -216,6 +216,9 @@ $(BUILD)/tests/test_oom: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=reall
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# test_probe checks the benchmarks' machine probes (tools/probe.c)
+$(BUILD)/tests/test_probe: $(BUILD)/tools/probe.o
+
 # In a DEBUG=1 make, `test` is the sanitizer suite alone; otherwise both
 # trees are built and tests/run.sh runs the optimized and the sanitizer
 # suites in one pool (several tests at a time, the longest first).

@@ -457,6 +457,13 @@ int main(int argc, char **argv) {
             for (int kind = 0; kind < PROBE_NKIND; kind++)
                 if (peaks[kind][0] > 0)
                     printf("peak    %-44s %7.1f / %7.1f GOP/s\n", probe_kind_name(kind), peaks[kind][0], peaks[kind][1]);
+        if (opt.peaks && peaks[PROBE_AMX_INT8][0] > 0) {
+            /* what bounds the exact Q8_0/MXFP4 tiles (quant_amx.c) */
+            probe_amx_share ov = probe_amx_overlap(opt.reps);
+            printf("amx     fp32 multiplies beside one tdpbusd / tilestored per 64: zmm %.0f%% / %.0f%%, "
+                   "ymm %.0f%% / %.0f%% of their rate alone (1 thread)\n",
+                   100 * ov.zmm_tdp, 100 * ov.zmm_store, 100 * ov.ymm_tdp, 100 * ov.ymm_store);
+        }
         printf("\n");
     }
 

@@ -50,4 +50,15 @@ double probe_peak(int kind, int nthreads, int reps);
  * kernels can use); *kind receives which one (may be NULL). */
 double probe_int8_peak(int nthreads, int reps, int *kind);
 
+/* How the AMX tile unit shares a core with vector floating point: the
+ * rate of independent fp32 multiplies, zmm and ymm, with one TDPBUSD or
+ * one TILESTORED issued per 64 of them, as a fraction of their rate alone
+ * (1 = no interference); one thread, its own CPU clock, the best of
+ * `reps`.  All 0 where AMX is not usable.  The exact Q8_0/MXFP4 tiles
+ * store a C tile and run their float step once per 32-element block
+ * (quant_amx.c), so on a core where these fractions are near 1/2 the two
+ * cannot overlap (docs/PERF_KERNELS.md, twelfth session). */
+typedef struct { double zmm_tdp, zmm_store, ymm_tdp, ymm_store; } probe_amx_share;
+probe_amx_share probe_amx_overlap(int reps);
+
 #endif
