@@ -32,7 +32,7 @@ static void test_peaks(void) {
 }
 
 static void test_amx_overlap(void) {
-    const probe_amx_share s = probe_amx_overlap(1);
+    const probe_amx_share s = probe_amx_overlap(3);   /* best of 3: robust on a busy machine */
     const double v[4] = { s.zmm_tdp, s.zmm_store, s.ymm_tdp, s.ymm_store };
     const char *name[4] = { "zmm beside tdpbusd", "zmm beside tilestored", "ymm beside tdpbusd",
                             "ymm beside tilestored" };
