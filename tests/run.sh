@@ -89,6 +89,7 @@ declare -A EST=(
     [debug/t_steer]=19 [debug/t_limits]=16 [debug/test_kernels]=14
     [debug/t_profile]=12 [debug/t_synth]=10 [debug/test_expert_cache]=10
     [debug/test_quant]=9 [debug/test_batch]=8
+    [debug/t_ssd]=60 [debug/t_spec]=35 [debug/t_server_quality]=12
     [opt/t_realshape]=326 [opt/t_oracle]=290 [opt/test_mtp]=231
     [opt/test_spec]=103 [opt/t_mpi]=86 [opt/t_eval]=70 [opt/t_agent_lookup]=59
     [opt/t_server]=53 [opt/t_mtp]=53 [opt/t_agent_session]=53

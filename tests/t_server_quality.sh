@@ -14,6 +14,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 /usr/bin/python3 - "$M" "$T" <<'PYEOF'
 import json, os, re, subprocess, sys, time, urllib.request, urllib.error
+BD = os.environ.get("DS4_BIN_DIR", ".")   # build/debug/bin in the sanitizer pass
 M, T = sys.argv[1], sys.argv[2]
 fail = 0
 def ok(m): print("ok   " + m)
@@ -24,7 +25,7 @@ def bad(m):
 
 def start(*extra):
     log = open(T + "/server.log", "w")
-    p = subprocess.Popen(["./ds4-server", "-m", M, "--port", "0", "--ctx", "2048", "-t", "1", *extra],
+    p = subprocess.Popen([os.path.join(BD, "ds4-server"), "-m", M, "--port", "0", "--ctx", "2048", "-t", "1", *extra],
                          stderr=log, stdout=subprocess.DEVNULL)
     for _ in range(300):
         s = open(T + "/server.log").read()
@@ -62,9 +63,9 @@ def post(url, path, body, stream=False):
     return status, chunks
 
 def dump_logprobs(prompt_text, n, k):
-    ids = json.loads(subprocess.run(["./ds4", "-m", M, "--tokenize", "--special", "--prompt-file", "/dev/stdin"],
+    ids = json.loads(subprocess.run([os.path.join(BD, "ds4"), "-m", M, "--tokenize", "--special", "--prompt-file", "/dev/stdin"],
                                     input=prompt_text.encode(), capture_output=True, check=True).stdout)
-    subprocess.run(["./ds4", "-q", "-m", M, "--tokens", ",".join(map(str, ids)), "-n", str(n), "--temp", "0",
+    subprocess.run([os.path.join(BD, "ds4"), "-q", "-m", M, "--tokens", ",".join(map(str, ids)), "-n", str(n), "--temp", "0",
                     "--dump-logprobs", T + "/lp.json", "--logprobs-top-k", str(k)], check=True, capture_output=True)
     return json.load(open(T + "/lp.json"))["steps"]
 
@@ -181,7 +182,7 @@ else:
     bad("--trace tool events: %s" % t)
 
 # steering flags: scale 0 gives the unsteered numbers; bad combinations refused
-subprocess.run(["./ds4-steer", "build", "-m", M, "--positive", "/dev/stdin", "--negative", T + "/neg.txt",
+subprocess.run([os.path.join(BD, "ds4-steer"), "build", "-m", M, "--positive", "/dev/stdin", "--negative", T + "/neg.txt",
                 "--layer", "1", "-o", T + "/dir"], input=b"good happy\n", capture_output=True) if open(T + "/neg.txt", "w").write("bad sad\n") else None
 p, url = start("--steer", T + "/dir/direction.f32", "--steer-scale", "0")
 try:
@@ -201,7 +202,7 @@ for args, frag in ((["--steer", T + "/dir/direction.f32"], "--steer needs --stee
                    (["--steer-scale", "1"], "need --steer FILE"),
                    (["--steer", T + "/dir/direction.f32", "--steer-scale", "1", "--kv-disk-dir", T + "/kv"], "cannot be combined"),
                    (["--steer", T + "/dir/direction.f32", "--steer-scale", "1", "--steer-layers", "2:9"], "--steer-layers: bad layers")):
-    r = subprocess.run(["./ds4-server", "-m", M, "--port", "0", *args], capture_output=True, timeout=60)
+    r = subprocess.run([os.path.join(BD, "ds4-server"), "-m", M, "--port", "0", *args], capture_output=True, timeout=60)
     ok("ds4-server refuses %s" % " ".join(a.replace(T, "") for a in args)) if r.returncode != 0 and frag in r.stderr.decode() \
         else bad("ds4-server %s: rc %d %s" % (args, r.returncode, r.stderr.decode()[-200:]))
 print("t_server_quality: %d failure(s)" % fail)

@@ -11,6 +11,7 @@
 #    one without (greedy and seeded sampling), /metrics counts the passes,
 #    an out-of-range ds4_lookup is a 400.
 set -u
+BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 cd "$(dirname "$0")/.."
 S="${DS4_SHARED:-../shared}"
 M="$S/golden/models/tiny-a-q2.gguf"
@@ -23,9 +24,9 @@ bad() { echo "FAIL $*"; fail=$((fail+1)); }
 IDS="$(seq -s, 100 160),$(seq -s, 100 160),$(seq -s, 100 130)"
 for mode in "--temp 0" "--temp 1 --seed 7" "--temp 0.7 --top-k 40 --seed 3"; do
     # shellcheck disable=SC2086
-    ./ds4 -m "$M" --tokens "$IDS" $mode -n 300 --ctx 1024 > "$T/plain.out" 2> "$T/plain.err"
+    "$BD"/ds4 -m "$M" --tokens "$IDS" $mode -n 300 --ctx 1024 > "$T/plain.out" 2> "$T/plain.err"
     # shellcheck disable=SC2086
-    ./ds4 -m "$M" --tokens "$IDS" $mode -n 300 --ctx 1024 --lookup 8 > "$T/spec.out" 2> "$T/spec.err"
+    "$BD"/ds4 -m "$M" --tokens "$IDS" $mode -n 300 --ctx 1024 --lookup 8 > "$T/spec.out" 2> "$T/spec.err"
     if cmp -s "$T/plain.out" "$T/spec.out" && [ -s "$T/plain.out" ]; then
         ok "--lookup 8 ($mode): output identical to plain decoding"
     else
@@ -38,11 +39,11 @@ for mode in "--temp 0" "--temp 1 --seed 7" "--temp 0.7 --top-k 40 --seed 3"; do
     fi
 done
 
-./ds4 -m "$M" --tokens 1,2,3 --lookup 99 > "$T/o" 2> "$T/e"
+"$BD"/ds4 -m "$M" --tokens 1,2,3 --lookup 99 > "$T/o" 2> "$T/e"
 rc=$?
 if [ "$rc" -eq 2 ] && grep -q -- "--lookup: bad value" "$T/e"; then ok "--lookup 99 refused"; else bad "--lookup 99: rc $rc"; cat "$T/e"; fi
 
-if ./ds4-bench -m "$M" --prompt-file bench/data/italian_sample.txt -t 1 --no-warmup --no-probe \
+if "$BD"/ds4-bench -m "$M" --prompt-file bench/data/italian_sample.txt -t 1 --no-warmup --no-probe \
         --ctx-start 150 --ctx-max 150 --gen-tokens 40 --spec 4 > "$T/b.csv" 2> "$T/b.err"; then
     n=$(grep -c 'verification pass of' "$T/b.err")
     if [ "$n" -eq 3 ] && grep -q 'oracle drafts: 40 tokens in 8 passes, 100.0 %' "$T/b.err" &&
@@ -55,7 +56,7 @@ else
     bad "ds4-bench --spec failed"; cat "$T/b.err"
 fi
 LOG="$T/server.log"
-./ds4-server -m "$M" --port 0 --ctx 2048 -t 1 2> "$LOG" &
+"$BD"/ds4-server -m "$M" --port 0 --ctx 2048 -t 1 2> "$LOG" &
 PID=$!
 URL=""
 for _ in $(seq 300); do
