@@ -133,12 +133,21 @@ static int time_tables(const vec_kernels *const tab[3], const int use[3], int re
     return 0;
 }
 
-/* One result line: GFLOP/s and, where pk > 0, the fraction of that peak. */
-static void print_row(const char *table, const char *op, int n, double sec, int tokens, double flop, double pk) {
-    const double gf = flop / sec * 1e-9;
-    printf("%-8s %-10s %5d %10.1f %9.1f", table, op, n, sec / tokens * 1e6, gf);
-    if (pk > 0) printf("  %5.1f%%\n", 100.0 * gf / pk);
-    else printf("       -\n");
+/* One op timed on every table in use (time_tables), then one result line
+ * per table: GFLOP/s and, where pk[k] > 0, the fraction of that peak.
+ * -1: out of memory. */
+static int time_and_print(const vec_kernels *const tab[3], const int use[3], int reps, int tokens, bench_op op,
+                          const void *ctx, const char *name, int n, double flop, const double pk[3]) {
+    double med[3];
+    if (time_tables(tab, use, reps, tokens, op, ctx, med)) return -1;
+    for (int k = 0; k < 3; k++) {
+        if (!use[k]) continue;
+        const double gf = flop / med[k] * 1e-9;
+        printf("%-8s %-10s %5d %10.1f %9.1f", tab[k]->name, name, n, med[k] / tokens * 1e6, gf);
+        if (pk[k] > 0) printf("  %5.1f%%\n", 100.0 * gf / pk[k]);
+        else printf("       -\n");
+    }
+    return 0;
 }
 
 /* The indexer data of one token: float queries and rows holding FP4
@@ -254,7 +263,6 @@ int main(int argc, char **argv) {
         usage(2);
 
     const vec_kernels *tab[3] = { vec_kernels_scalar(), vec_kernels_avx2(), vec_kernels_avx512() };
-    const int width[3] = { 0, 256, 512 };
     int use[3] = { 0, 0, 0 };
     for (int k = 0; k < 3; k++) {
         if (!tab[k]) continue;
@@ -267,6 +275,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     double peak256 = probe_peak(PROBE_FMA256, 1, reps), peak512 = probe_peak(PROBE_FMA512, 1, reps);
+    /* each table's fp32 FMA peak: none for scalar, ymm for avx2, zmm for avx512 */
+    const double fma_pk[3] = { 0, peak256, peak512 };
 
     time_t tnow = time(NULL);
     char date[32];
@@ -297,15 +307,10 @@ int main(int argc, char **argv) {
         double flop = 2.0 * H * (double)nk * d * tokens;
         for (int which = 0; which < 2; which++) {
             const attn_ctx a = { which, H, d, nk, q, o, w, kp };
-            double med[3];
-            if (time_tables(tab, use, reps, tokens, attn_op, &a, med)) {
+            if (time_and_print(tab, use, reps, tokens, attn_op, &a, which ? "wsum4" : "dot4x4", nk, flop, fma_pk)) {
                 fprintf(stderr, "bench_attn: out of memory\n");
                 return 1;
             }
-            for (int k = 0; k < 3; k++)
-                if (use[k])
-                    print_row(tab[k]->name, which ? "wsum4" : "dot4x4", nk, med[k], tokens, flop,
-                              width[k] == 512 ? peak512 : width[k] == 256 ? peak256 : 0);
         }
         free(kf); free(q); free(o); free(w); free(kp);
     }
@@ -313,6 +318,10 @@ int main(int argc, char **argv) {
      * the int8 dot peak of the instructions the table uses (avx512:
      * vpdpbusd zmm where the CPU has VNNI, avx2: vpmaddubsw) */
     const double vnni = probe_peak(PROBE_VNNI512, 1, reps);
+    /* the avx2 coded kernel adds its vpmaddubsw pairs in 16 bits (two
+     * instructions per 32 multiply-adds): the three-instruction avx2
+     * probe is no peak for it */
+    const double int8_pk[3] = { 0, 0, probe_kind_supported(PROBE_VNNI512) ? vnni : 0 };
     snprintf(buf, sizeof buf, "%s", idx_rows);
     int idx_header = 0;
     for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
@@ -330,19 +339,11 @@ int main(int argc, char **argv) {
         const double flop = 2.0 * IH * (double)n * ID * tokens;
         for (int which = 0; which < 2; which++) {
             const idx_ctx ic = { which, &x, out };
-            double med[3];
-            if (time_tables(tab, use, reps, tokens, idx_op, &ic, med)) {
+            if (time_and_print(tab, use, reps, tokens, idx_op, &ic, which ? "idx-int8" : "idx-f32", n, flop,
+                               which ? int8_pk : fma_pk)) {
                 fprintf(stderr, "bench_attn: out of memory\n");
                 return 1;
             }
-            /* the avx2 coded kernel adds its vpmaddubsw pairs in 16 bits
-             * (two instructions per 32 multiply-adds): the
-             * three-instruction avx2 probe is no peak for it */
-            for (int k = 0; k < 3; k++)
-                if (use[k])
-                    print_row(tab[k]->name, which ? "idx-int8" : "idx-f32", n, med[k], tokens, flop,
-                              which == 0 ? (width[k] == 512 ? peak512 : width[k] == 256 ? peak256 : 0)
-                              : width[k] == 512 && probe_kind_supported(PROBE_VNNI512) ? vnni : 0);
         }
         idx_data_free(&x);
         free(out);

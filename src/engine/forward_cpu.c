@@ -1046,8 +1046,9 @@ static void idx_select(fwd *f, int il) {
             for (int t = it->r0; t < it->r0 + it->n; t++) sc->ntopk[t] = -1;
             continue;
         }
-        int anyq = 0;
-        for (int t = it->r0; t < it->r0 + it->n && sc->ik_rows; t++) anyq |= sc->iqok[t];
+        int anyq = 0;   /* iqok exists only with the coded scratch (ik_rows) */
+        if (sc->ik_rows)
+            for (int t = it->r0; t < it->r0 + it->n; t++) anyq |= sc->iqok[t];
         f->ik_n = 0;
         if (anyq && (size_t)nmax <= sc->ik_rows) {
             idx_code_job cj = { f, it->s, it->st, nmax };
@@ -1250,16 +1251,17 @@ static void idx_q_task(fwd *f, int t, void *ud) {
         rope_apply(qh, c->idx_dim, c->n_rot, cs, sn, 0);
         if (f->qat) indexer_qat(qh, c->idx_dim);
     }
-    /* the FP4 codes of the coded path (idx_code_row; ik_rows 0: no such
-     * path for this head dim) */
+    /* the FP4 codes of the coded path (idx_code_row; ik_rows 0: no coded
+     * scratch -- no storage roundings, or a head dim it does not take) */
     if (sc->ik_rows) {
         const int IH = c->idx_heads, ID = c->idx_dim, NB = ID / 32;
         int ok = f->qat;
+        /* a head that does not code sends the token to the float path:
+         * its codes are not read, so the rest is not coded */
         for (int h = 0; h < IH && ok; h++) {
-            const size_t hq = ((size_t)t * IH + h);
+            const size_t hq = (size_t)t * IH + h;
             int8_t *qc = sc->iqc + hq * ID;
             ok = idx_code_row(iq + (size_t)h * ID, ID, qc, sc->iqp + hq * NB);
-            if (!ok) break;   /* the token takes the float path: its codes are not read */
             for (int b = 0; b < NB; b++) {
                 int32_t sum = 0;
                 for (int i = 0; i < 32; i++) sum += qc[32 * b + i];

@@ -793,22 +793,17 @@ ZVNNI static void z_idx_score16_vnni(const int8_t *qc, const float *pq, const in
     _mm512_storeu_ps(out, s);
 }
 
-/* AVX-512F without VNNI (Skylake-X): the avx2 kernel, same bits */
-static void z_idx_score16(const int8_t *qc, const float *pq, const int32_t *qs, const float *w, int nh, int nb,
-                          const uint8_t *kc, const float *pk, float *out) {
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
-        z_idx_score16_vnni(qc, pq, qs, w, nh, nb, kc, pk, out);
-    else
-        v_idx_score16(qc, pq, qs, w, nh, nb, kc, pk, out);
-}
-
-static const vec_kernels k_avx512 = { "avx512", z_dot4, z_axpy4, z_dot, z_dot4x4, z_wsum4, z_exp, z_exp_sum,
-                                      z_sumsq_rows, z_idx_score16 };
+/* The avx512 table in two builds that differ only in idx_score16, chosen
+ * once: the VNNI kernel, or on AVX-512F without VNNI (Skylake-X) the avx2
+ * one (same bits). */
+#define K_AVX512(idx) { "avx512", z_dot4, z_axpy4, z_dot, z_dot4x4, z_wsum4, z_exp, z_exp_sum, z_sumsq_rows, idx }
+static const vec_kernels k_avx512_vnni = K_AVX512(z_idx_score16_vnni);
+static const vec_kernels k_avx512 = K_AVX512(v_idx_score16);
 
 const vec_kernels *vec_kernels_avx512(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &k_avx512;
-    return NULL;
+    if (!__builtin_cpu_supports("avx512f")) return NULL;
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") ? &k_avx512_vnni : &k_avx512;
 }
 #else
 const vec_kernels *vec_kernels_avx2(void) { return NULL; }

@@ -5,8 +5,9 @@
  * heads) and the matching weighted accumulation.
  *
  * Owns: these kernels, the indexer's integer scores of FP4-coded rows,
- * the rows' sums of squares of the RMS norms, and the exponential of the softmax and SwiGLU (vec_expf: one polynomial, the
- * same bits in every table and on every libm), a scalar reference beside
+ * the rows' sums of squares of the RMS norms, and the exponential of the
+ * softmax and SwiGLU (vec_expf: one polynomial, the same bits in every
+ * table and on every libm), a scalar reference beside
  * each SIMD version, and the run-time choice between them.  Every output
  * element is computed in a fixed order whatever the caller's batching, so
  * results are reproducible (decode == prefill).
