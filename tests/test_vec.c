@@ -235,8 +235,9 @@ static int test_sumsq(const vec_kernels *v) {
 /* idx_score16 on random codes: every table equals the scalar one bit for
  * bit (head counts around the 4-head steps, 1..5 blocks, powers of two
  * over the whole range the coder allows, rows of zeros), and where the
- * exponents of a row and a head stay within a few binades (the float path
- * then rounds nothing either), the scalar kernel equals the float path of
+ * block exponents of each head and row span at most vec_idx_spread (a
+ * few binades, or exactly the bound with every code +-15 of one sign: the
+ * largest sums it allows), the scalar kernel equals the float path of
  * forward_cpu.c: dot (lanes and tree) of the decoded values, then the
  * weighted relu summed over the heads in order. */
 static int test_idx(const vec_kernels *s, const vec_kernels *v) {
@@ -253,14 +254,19 @@ static int test_idx(const vec_kernels *s, const vec_kernels *v) {
                 /* extreme: every code +-15, the largest pair and block
                  * sums (the avx2 kernel adds pairs in 16 bits) */
                 const int nh = heads[hi], id = 32 * nb, narrow = rep % 3 != 0, extreme = rep % 10 == 1;
+                /* at the bound (rep % 3 == 2): block 0 at exponent 0, the others
+                 * at 0 or S; half the time every code +-15 (the largest
+                 * sums), else random codes (sums that round if the span
+                 * were wider) */
+                const int S = vec_idx_spread(id), bound = rep % 3 == 2;
                 for (int h = 0; h < nh; h++) {
                     w[h] = frand() * 4.0f;
                     for (int b = 0; b < nb; b++) {
-                        const int e = narrow ? (int)(frand() * 2.0f) - 4 : (int)(frand() * 58.0f);
+                        const int e = bound ? (b > 0 && (rep % 2 || frand() > 0)) * S - 4 : narrow ? (int)(frand() * 2.0f) - 4 : (int)(frand() * 58.0f);
                         pq[h * nb + b] = ldexpf(1.0f, e);
                         int32_t sum = 0;
                         for (int i = 32 * b; i < 32 * b + 32; i++) {
-                            const int c = extreme ? (b % 2 ? -15 : 15) : (int)(frand() * 15.99f);
+                            const int c = bound && rep % 2 ? 15 : extreme ? (b % 2 ? -15 : 15) : (int)(frand() * 15.99f);
                             qc[h * id + i] = (int8_t)c;
                             qf[h * id + i] = (float)c * pq[h * nb + b];
                             sum += c;
@@ -270,10 +276,11 @@ static int test_idx(const vec_kernels *s, const vec_kernels *v) {
                 }
                 for (int b = 0; b < nb; b++)
                     for (int r = 0; r < 16; r++) {
-                        const int e = narrow ? (int)(frand() * 2.0f) - 2 : (int)(frand() * 58.0f);
+                        const int e = bound ? (b > 0 && (rep % 2 || frand() > 0)) * S - 2 : narrow ? (int)(frand() * 2.0f) - 2 : (int)(frand() * 58.0f);
                         pk[16 * b + r] = ldexpf(1.0f, e);
                         for (int i = 32 * b; i < 32 * b + 32; i++) {
-                            const int c = r == 5 ? 0 : extreme ? (r % 2 ? -15 : 15) : (int)(frand() * 15.99f);
+                            const int c = r == 5 ? 0 : bound && rep % 2 ? (r % 3 ? 15 : -15) : extreme ? (r % 2 ? -15 : 15)
+                                                                                  : (int)(frand() * 15.99f);
                             kc[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)(c + 16);
                             kf[r][i] = (float)c * pk[16 * b + r];
                         }

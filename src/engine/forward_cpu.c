@@ -858,16 +858,20 @@ static void idx_score_groups(fwd *f, const ds4_session *s, const layer_state *st
  * exactly.  With u = 2^(floor(log2 amax) - 3) each value of a block is an
  * integer c times u with |c| <= 15, so each block's dot product is an
  * exact integer (int8 products: vec_ops idx_score16, 3-4x the float
- * path's speed) and the whole score the same bits as the float path,
- * which rounds nothing on such values either (test_vec checks both).  A
- * row codes when every value is such a multiple and every u lies in
- * [2^-60, 2^57]: a product of two u and an integer below 2^13 then stays a
- * normal float, so the kernel's scalings are exact.  Otherwise (no QAT; a
- * row the f16 rounding did not leave on the FP4 grid; inf, NaN) the row
- * takes the float path.  x: n values (n % 32 == 0); c: n codes; p: n / 32
- * block scales.  Returns whether the row codes. */
+ * path's speed).  A vector codes when every value is such a multiple,
+ * every u lies in [2^-60, 2^57] (a product of two u and an integer below
+ * 2^13 then stays a normal float, so the kernel's scalings are exact) and
+ * its non-zero blocks' exponents span at most vec_idx_spread(n): then, for a
+ * coded query head and a coded row, every partial sum of their n products,
+ * in any order, is an integer multiple of the smallest block product scale
+ * below 2^24 of them, i.e. exact -- so the coded score and the float
+ * path's (lanes, tree) both equal the exact dot, the same bits (test_vec
+ * checks it at the bound).  Otherwise (no QAT; a row the f16 rounding did
+ * not leave on the FP4 grid; blocks of very different sizes; inf, NaN) the
+ * vector takes the float path.  x: n values (n % 32 == 0); c: n codes; p:
+ * n / 32 block scales.  Returns whether the vector codes. */
 static int idx_code_row(const float *x, int n, int8_t *c, float *p) {
-    int ok = 1;
+    int ok = 1, emin = 1000, emax = -1000;
     for (int b = 0; b < n / 32; b++) {
         const float *xb = x + 32 * b;
         float amax = 0.0f;
@@ -884,6 +888,8 @@ static int idx_code_row(const float *x, int n, int8_t *c, float *p) {
             continue;
         }
         if (!(amax < 0x1p61f) || u < -60) return 0;
+        emin = e < emin ? e : emin;
+        emax = e > emax ? e : emax;
         const float inv = ldexpf(1.0f, -u), pb = ldexpf(1.0f, u);
         for (int i = 0; i < 32; i++) {
             const float v = xb[i] * inv, r = rintf(v);
@@ -894,7 +900,7 @@ static int idx_code_row(const float *x, int n, int8_t *c, float *p) {
         }
         p[b] = pb;
     }
-    return ok;
+    return ok && emax - emin <= vec_idx_spread(n);
 }
 
 /* Code rows [16 g0, 16 g1) of an item's first n indexer rows into

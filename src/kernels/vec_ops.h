@@ -62,6 +62,18 @@ typedef struct {
                         const uint8_t *kc, const float *pk, float *out);
 } vec_kernels;
 
+/* The widest span of block exponents (log2 of the block scales) that two
+ * coded vectors of n elements may each have for every partial sum of their
+ * n products, in any order, to be exact: each product is an integer
+ * |c c'| <= 225 times a block scale, and the sums stay integer multiples of
+ * the smallest scale below 2^24 of them while n * 225 * 4^s < 2^24 (n =
+ * 128: 4).  Within it idx_score16 gives the float path's bits. */
+static inline int vec_idx_spread(int n) {
+    int s = 0;
+    while ((double)n * 225.0 * (double)(1L << (2 * (s + 1))) < 16777216.0) s++;
+    return s;
+}
+
 /* ds4's exp, the one every table computes (vec_ops.c): within 1.01 ulp of
  * e^x (measured over every float in between), 0 below -87.33654 (no
  * subnormals), +inf from 88.72284, NaN for NaN.  The scalar reference, for callers outside
