@@ -113,6 +113,9 @@ static void usage(FILE *f) {
 "                          after consuming tokens[0..t]\n"
 "      --dump-hidden FILE  float32 [n_positions][n_layer][2][n_hc][n_embd]:\n"
 "                          HC state after each attention and FFN sublayer\n"
+"      --dump-indexer FILE float32 [n_positions][n_layer][2]: per layer the\n"
+"                          lowest indexer score kept and the highest\n"
+"                          rejected (NaN where the layer selects nothing)\n"
 "      --imatrix-out FILE  prefill --prompt-file (raw text) and write the routed\n"
 "                          experts' importance matrix (input of ds4-quantize)\n"
 "      --decode-only       feed the prompt one token at a time\n"
@@ -181,7 +184,7 @@ typedef struct {
     const char *tokenize_text;
     const char *detok;
     const char *tokens, *tokens_file;
-    const char *dump_logits, *dump_hidden;
+    const char *dump_logits, *dump_hidden, *dump_indexer;
     const char *imatrix_out;
     int decode_only, no_qat, split;
     int lookup;
@@ -283,6 +286,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--tokens-file")) o->tokens_file = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dump-logits")) o->dump_logits = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--dump-hidden")) o->dump_hidden = ds4_args_value(&a);
+        else if (ds4_args_is(&a, NULL, "--dump-indexer")) o->dump_indexer = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--imatrix-out")) o->imatrix_out = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--decode-only")) o->decode_only = 1;
         else if (ds4_args_is(&a, NULL, "--lookup")) o->lookup = ds4_args_int(&a, 0, DS4_DRAFT_PASS_MAX - 1);
@@ -664,11 +668,14 @@ int main(int argc, char **argv) {
         }
         if (parse_ids(src, &ids) || ids.n == 0) die("bad token list");
         free(file);
-        int n_gen = o.n_predict_set ? o.n_predict : ((o.dump_logits || o.dump_hidden || o.dump_logprobs) ? 0 : o.n_predict);
-        ds4_buf lg = { 0 }, hd = { 0 };
+        int n_gen = o.n_predict_set ? o.n_predict :
+                    ((o.dump_logits || o.dump_hidden || o.dump_indexer || o.dump_logprobs) ? 0 : o.n_predict);
+        ds4_buf lg = { 0 }, hd = { 0 }, ix = { 0 };
         int want_rows = o.dump_logits || (o.dump_logprobs && !gen_lp);
+        if (o.dump_indexer) ds4_session_capture_indexer(app.s, &ix);
         rc = chat_run_tokens(&app, ids.v, (int)ids.n, o.split, n_gen,
                              want_rows ? &lg : NULL, o.dump_hidden ? &hd : NULL);
+        ds4_session_capture_indexer(app.s, NULL);
         if (rc == 0 && o.dump_logprobs && !gen_lp) {
             /* step t: the distribution after tokens[0..t]; its id is the
              * prompt token that actually follows */
@@ -681,6 +688,9 @@ int main(int argc, char **argv) {
             die("cannot write %s: %s", o.dump_logits, strerror(errno));
         if (rc == 0 && o.dump_hidden && write_file(o.dump_hidden, hd.p, hd.n))
             die("cannot write %s: %s", o.dump_hidden, strerror(errno));
+        if (rc == 0 && o.dump_indexer && write_file(o.dump_indexer, ix.p, ix.n))
+            die("cannot write %s: %s", o.dump_indexer, strerror(errno));
+        ds4_buf_free(&ix);
         ds4_buf_free(&lg);
         ds4_buf_free(&hd);
         ds4_tokens_free(&ids);

@@ -525,6 +525,12 @@ const float *ds4_session_logits(const ds4_session *s);
  * ([n_layer][2][n_hc][n_embd] floats) to these buffers. */
 void ds4_session_capture(ds4_session *s, ds4_buf *logits_rows,
                          ds4_buf *hidden_rows);
+/* Diagnostics: every evaluated position appends [n_layer][2] floats, per
+ * layer the lowest score the indexer kept and the highest it rejected
+ * (NaN, NaN where the layer selects nothing: no indexer, or no more rows
+ * visible than its top_k).  Their gap says how close a top-k choice was
+ * to a tie (docs/NUMERICS.md "Indexer ties"). */
+void ds4_session_capture_indexer(ds4_session *s, ds4_buf *rows);
 /* Steering: from the next evaluated token on, add scale * dir (n_embd
  * floats, copied; normally a unit vector) to every hyper-connection copy of
  * the residual stream right after the FFN sublayer of each layer in

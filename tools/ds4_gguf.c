@@ -84,6 +84,9 @@ static gguf_writer *open_part(const gguf_file *gf, const char *path, int r, int 
     gguf_writer *wr = gguf_writer_open(path, &err);
     if (!wr) { fail("%s", err ? err : "cannot create the output"); free(err); return NULL; }
     for (uint64_t i = 0; i < gf->n_kv; i++) gguf_w_copy_kv(wr, &gf->kv[i]);
+    /* files written before the key existed: add it (other loaders need it) */
+    if (!gguf_find(gf, "deepseek4.expert_gating_func"))
+        gguf_w_u32(wr, "deepseek4.expert_gating_func", DS4_EXPERT_GATING_SQRT_SOFTPLUS);
     gguf_w_u32(wr, "ds4.split.ranks", (uint32_t)P);
     gguf_w_u32(wr, "ds4.split.rank", (uint32_t)r);
     gguf_w_arr(wr, key, GGUF_U32, bounds, (uint64_t)P + 1);

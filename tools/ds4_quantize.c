@@ -34,6 +34,7 @@
 #include "common/args.h"
 #include "engine/imatrix.h"
 #include "gguf/gguf.h"
+#include "gguf/model.h"
 #include "gguf/safetensors.h"
 #include "kernels/quant.h"
 #include "kernels/quantize.h"
@@ -813,6 +814,8 @@ static void write_meta(gguf_writer *w, const hcfg *c, const vocab *V, const char
     U("expert_feed_forward_length", c->n_ff);
     FL("expert_weights_scale", c->expert_scale);
     gguf_w_bool(w, "deepseek4.expert_weights_norm", c->expert_norm);
+    /* llama.cpp and other loaders require the router's scoring function */
+    U("expert_gating_func", DS4_EXPERT_GATING_SQRT_SOFTPLUS);
     U("hash_layer_count", c->n_hash);
     gguf_w_arr(w, "deepseek4.swiglu_clamp_exp", GGUF_F32, ca, (uint64_t)c->n_layer);
     U("hyper_connection.count", c->n_hc);

@@ -54,7 +54,7 @@
 
 static void usage(FILE *o) {
     fputs(
-"usage: ds4-synth --preset tiny|medium|flash --recipe f16|q2|q4 -o OUT.gguf\n"
+"usage: ds4-synth --preset tiny|medium|flash --recipe f16|f32|q2|q4 -o OUT.gguf\n"
 "                 [--vocab VOCAB.gguf] [--layers N] [--seed S] [--mtp]\n"
 "                 [--set key=value ...] [--threads N] [--dry-run [--list]] [--hf-out DIR]\n"
 "       ds4-synth --limits | --help | --version\n"
@@ -72,10 +72,14 @@ static void usage(FILE *o) {
 "                           64 heads x 512, 256 experts x 2048), 4 layers\n"
 "                  flash  = the real Flash model, 43 layers\n"
 "  --recipe R      f16 = every matrix F16;\n"
+"                  f32 = the f16 recipe's model (same --seed: the same\n"
+"                        values) with every F16 tensor stored as F32, for\n"
+"                        engines whose exact mode needs F32 weights\n"
+"                        (llama.cpp: bench/llamacpp.sh);\n"
 "                  q2  = routed gate/up IQ2_XXS, routed down Q2_K,\n"
 "                        attention projections, shared expert and output Q8_0;\n"
 "                  q4  = as q2 with every routed expert Q4_K.\n"
-"                  In all recipes the token embedding, HC, compressor,\n"
+"                  In all other recipes the token embedding, HC, compressor,\n"
 "                  indexer and router matrices are F16, 1-D tensors F32 and\n"
 "                  ffn_gate_tid2eid I32 (docs/GGUF.md section 5).\n"
 "  --vocab FILE    GGUF whose tokenizer.* keys are copied; vocab_size is the\n"
@@ -471,6 +475,9 @@ typedef struct {
     int dist;
     float a, b;          /* D_NORMAL: mean, std; D_UNIFORM: [a, b) */
     int boost;           /* experts: a quarter of them get 4x the std */
+    int round16;         /* F32 holding F16 values (recipe f32): each drawn
+                          * value rounded to F16 first, so the file is the
+                          * f16 recipe's model value for value */
     int layer;
     int active;
     uint32_t n_choices;  /* tid2eid: expert_count */
@@ -646,6 +653,19 @@ static void build_layout(const config *c, const char *recipe, int mtp, layout *L
         else if (t->type == GGML_F16 || t->type == GGML_F32) t->unit_elems = 256;
         else t->unit_elems = ggml_block_size(t->type);
         t->units = (nel + t->unit_elems - 1) / t->unit_elems;
+    }
+}
+
+/* Recipe f32: the f16 layout with every F16 tensor stored as F32 holding
+ * the same (F16-rounded) values; units stay 256 elements, so the draws are
+ * the f16 recipe's. */
+static void widen_f16(layout *L) {
+    for (size_t i = 0; i < L->n; i++) {
+        tspec *t = &L->t[i];
+        if (t->type != GGML_F16) continue;
+        t->type = GGML_F32;
+        t->round16 = 1;
+        t->nbytes = ggml_row_size(GGML_F32, t->ne[0]) * t->ne[1] * t->ne[2];
     }
 }
 
@@ -901,6 +921,11 @@ static size_t gen_units(const genctx *G, const tspec *t, uint64_t key, uint64_t 
                     for (uint64_t k = b - e0; k < end - e0; k++) v[k] = mean + (v[k] - mean) * s2;
                 }
             }
+            if (t->type == GGML_F32 && t->round16) {
+                uint16_t h[256];
+                f32_to_f16_row(v, h, n_el);
+                for (int k = 0; k < n_el; k++) v[k] = ds4_f16_to_f32(h[k]);
+            }
             if (t->type == GGML_F32) { memcpy(o, v, 4 * (size_t)n_el); o += 4 * n_el; }
             else { f32_to_f16_row(v, (uint16_t *)(void *)o, n_el); o += 2 * n_el; }
             break;
@@ -1024,6 +1049,10 @@ static void write_meta(meta *m, const config *c, const gguf_file *vocab, const c
         /* Written by converters (not read by ds4); same place as in the golden files. */
         if (!strcmp(d->key, "rope.freq_base")) m_str(m, "deepseek4.rope.scaling.type", "yarn");
     }
+    /* The router's scoring function, as llama.cpp's enum names it (4 =
+     * sqrt(softplus), the only one DeepSeek V4 uses): ds4 knows it from the
+     * architecture, other loaders require the key. */
+    m_u32(m, "deepseek4.expert_gating_func", DS4_EXPERT_GATING_SQRT_SOFTPLUS);
     m_str(m, "general.quantization_source", "ds4-synth");
     for (uint64_t i = 0; i < vocab->n_kv; i++)
         if (!strncmp(vocab->kv[i].key, "tokenizer.", 10)) m_copy(m, &vocab->kv[i]);
@@ -1831,9 +1860,9 @@ int main(int argc, char **argv) {
     if (hf_out && !recipe && !out) recipe = "f16";
     if (hf_out && mtp) usage_error("--mtp cannot be combined with --hf-out (the checkpoint has no MTP layout)");
     if (hf_out && dry) usage_error("--hf-out cannot be combined with --dry-run");
-    if (!recipe) usage_error("--recipe is required (f16, q2 or q4)");
-    if (strcmp(recipe, "f16") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
-        usage_error("--recipe \"%s\" is unknown (f16, q2 or q4)", recipe);
+    if (!recipe) usage_error("--recipe is required (f16, f32, q2 or q4)");
+    if (strcmp(recipe, "f16") && strcmp(recipe, "f32") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
+        usage_error("--recipe \"%s\" is unknown (f16, f32, q2 or q4)", recipe);
     if (!out && !dry && !hf_out) usage_error("-o OUT.gguf is required (or --dry-run, or --hf-out DIR)");
     if (list && !dry) usage_error("--list only applies to --dry-run");
     if (!vocab_path) vocab_path = default_vocab(argv[0]);
@@ -1867,11 +1896,13 @@ int main(int argc, char **argv) {
         long nc = ds4_default_threads();
         threads = nc > 8 ? 8 : nc;
     }
-    const int quantized = strcmp(recipe, "f16") != 0;
+    const int wide = !strcmp(recipe, "f32");
+    const int quantized = strcmp(recipe, "f16") != 0 && !wide;
     finalize_config(&c, quantized, recipe);
     init_tables();
     layout L = {0};
-    build_layout(&c, recipe, mtp, &L);
+    build_layout(&c, wide ? "f16" : recipe, mtp, &L);
+    if (wide) widen_f16(&L);
     meta m = {NULL, 0, 0};
     write_meta(&m, &c, vocab, preset, recipe, seed);
     const uint64_t total = file_size(&L, m.bytes);

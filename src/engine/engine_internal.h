@@ -192,7 +192,7 @@ struct ds4_session {
     int has_logits;
     layer_state *ls;          /* [n_layer] */
     cpu_scratch sc;
-    ds4_buf *cap_logits, *cap_hidden;
+    ds4_buf *cap_logits, *cap_hidden, *cap_indexer;
     session_ckpt ck[DS4_SESSION_CKPTS];
     struct ds4_imatrix *imatrix;   /* importance collection (imatrix.c), or NULL */
     int logits_rows;          /* rows sc.logits holds */

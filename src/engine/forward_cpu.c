@@ -1005,6 +1005,24 @@ static void idx_rows_task(void *ctx, int ith, int nth) {
                    j->f->sc->idx_kf + (size_t)ith * 4 * j->f->c->idx_dim, j->scores);
 }
 
+/* --dump-indexer: row t's kept minimum and rejected maximum at layer il
+ * (the buffer's rows for this pass were reserved by eval_pass). */
+static void idx_capture(fwd *f, int il, int t, const float *scores, int n_vis) {
+    ds4_buf *b = f->s->cap_indexer;
+    if (!b) return;
+    const ds4_config *c = f->c;
+    const int k = f->sc->ntopk[t];
+    const int *kept = f->sc->topk + (size_t)t * c->idx_topk;
+    float lo = INFINITY, hi = -INFINITY;
+    for (int i = 0, j = 0; i < n_vis; i++) {   /* kept is ascending */
+        if (j < k && kept[j] == i) { lo = fminf(lo, scores[i]); j++; }
+        else hi = fmaxf(hi, scores[i]);
+    }
+    float *row = (float *)(b->p + b->n) + ((size_t)t * c->n_layer + (size_t)il) * 2;
+    row[0] = lo;
+    row[1] = hi;
+}
+
 /* Many tokens (prefill): each thread takes whole tokens, scores all their
  * rows into its own score row and selects their top-k itself, instead of
  * one parallel section per token and a top-k on the calling thread while
@@ -1013,7 +1031,7 @@ static void idx_rows_task(void *ctx, int ith, int nth) {
  * a shared counter: later tokens see more rows. */
 typedef struct {
     fwd *f;
-    int R;
+    int R, il;
     int end;
     _Atomic int next;
 } idx_tok_job;
@@ -1035,6 +1053,7 @@ static void idx_tok_task(void *ctx, int ith, int nth) {
         const int u = idx_unit(f, t, n_vis);
         idx_score_rows(f, it->s, it->st, t, n_vis, 0, (n_vis + u - 1) / u, kf, scores);
         sc->ntopk[t] = select_topk(scores, n_vis, c->idx_topk, sc->topk + (size_t)t * c->idx_topk);
+        idx_capture(f, j->il, t, scores, n_vis);
     }
 }
 
@@ -1063,7 +1082,7 @@ static void idx_select(fwd *f, int il) {
             f->ik_n = nmax;
         }
         if (it->n >= 2 * nth && nth > 1) {
-            idx_tok_job j = { .f = f, .R = R, .end = it->r0 + it->n };
+            idx_tok_job j = { .f = f, .R = R, .il = il, .end = it->r0 + it->n };
             atomic_init(&j.next, it->r0);
             ds4_pool_run(f->cc.pool, idx_tok_task, &j);
             continue;
@@ -1076,6 +1095,7 @@ static void idx_select(fwd *f, int il) {
             else ds4_pool_run(f->cc.pool, idx_rows_task, &j);
             sc->ntopk[t] = select_topk(sc->scores, n_vis, c->idx_topk,
                                        sc->topk + (size_t)t * c->idx_topk);
+            idx_capture(f, il, t, sc->scores, n_vis);
         }
     }
     f->ik_n = 0;
@@ -1931,12 +1951,20 @@ static int eval_pass(fwd *f) {
     const ds4_config *c = f->c;
     const int n = f->T, single = f->n_it == 1;
 
-    if (!single && (s->cap_hidden || s->cap_logits || s->stg_on || s->imatrix || ds4_dist_on()))
+    if (!single && (s->cap_hidden || s->cap_logits || s->cap_indexer || s->stg_on || s->imatrix ||
+                    ds4_dist_on()))
         return DS4_EINVAL;   /* the caller keeps those sessions out of a batch */
     if (s->cap_hidden) {
         /* hc_post writes this chunk's rows past the end of the buffer */
         size_t per_tok = (size_t)c->n_layer * 2 * c->n_hc * c->n_embd * sizeof(float);
         if (ds4_buf_reserve(s->cap_hidden, per_tok * (size_t)n)) return DS4_ENOMEM;
+    }
+    if (s->cap_indexer) {
+        /* idx_capture fills the selecting layers; the rest stay NaN */
+        size_t nf = (size_t)c->n_layer * 2 * (size_t)n;
+        if (ds4_buf_reserve(s->cap_indexer, nf * sizeof(float))) return DS4_ENOMEM;
+        float *r = (float *)(s->cap_indexer->p + s->cap_indexer->n);
+        for (size_t i = 0; i < nf; i++) r[i] = NAN;
     }
 
     int want_all = s->cap_logits != NULL || s->stg_on;
@@ -2025,6 +2053,7 @@ static int eval_pass(fwd *f) {
     }
     if (s->cap_hidden)
         s->cap_hidden->n += (size_t)c->n_layer * 2 * c->n_hc * c->n_embd * sizeof(float) * n;
+    if (s->cap_indexer) s->cap_indexer->n += (size_t)c->n_layer * 2 * sizeof(float) * n;
     return DS4_OK;
 }
 

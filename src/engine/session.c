@@ -513,6 +513,8 @@ void ds4_session_capture(ds4_session *s, ds4_buf *logits_rows, ds4_buf *hidden_r
     s->cap_logits = logits_rows;
 }
 
+void ds4_session_capture_indexer(ds4_session *s, ds4_buf *rows) { s->cap_indexer = rows; }
+
 int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
                      ds4_progress_fn progress, void *ud) {
     if (n < 0) return DS4_EINVAL;
@@ -555,6 +557,7 @@ int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
  * batch: it is applied per row. */
 static int batchable(const ds4_session *s, int n) {
     return n <= s->chunk && !(s->decode_only && n > 1) && !s->cap_logits && !s->cap_hidden &&
+           !s->cap_indexer &&
            !s->imatrix && !s->stg_on && !ds4_dist_on();
 }
 

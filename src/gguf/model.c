@@ -399,6 +399,18 @@ static void read_config(problems *p, const gguf_file *gf, ds4_config *c, int *sh
         if (r == -2) prob(p, "metadata deepseek4.expert_weights_norm is not a bool");
     }
 
+    {
+        /* other loaders require it; ds4 implements only the V4 router */
+        const gguf_kv *kv = gguf_find(gf, "deepseek4.expert_gating_func");
+        int64_t gfn;
+        if (kv && (!is_int_type(kv->type) || gguf_get_i64(gf, "deepseek4.expert_gating_func", &gfn)))
+            prob(p, "metadata deepseek4.expert_gating_func has type %s, expected an integer", vt_name(kv->type));
+        else if (kv && gfn != DS4_EXPERT_GATING_SQRT_SOFTPLUS)
+            prob(p, "metadata deepseek4.expert_gating_func = %" PRId64 " (%s): DeepSeek V4's router scores "
+                 "experts with sqrt(softplus) (4), the only function ds4 implements", gfn,
+                 gfn == 1 ? "softmax" : gfn == 2 ? "sigmoid" : gfn == 3 ? "softmax of the weights" : "unknown");
+    }
+
     /* Internal consistency of what was read. */
     if (c->n_head && c->o_groups && c->n_head % c->o_groups) {
         prob(p, "metadata deepseek4.attention.head_count = %d is not a multiple of output_group_count = %d",

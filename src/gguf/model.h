@@ -45,6 +45,13 @@
 #define DS4_MAX_HC_ITERS   1000
 #define DS4_MAX_CTX        (1 << 24)   /* context_length; a session's ctx_size */
 
+/* deepseek4.expert_gating_func: the router's scoring function, numbered as
+ * llama.cpp's enum (1 softmax, 2 sigmoid, 3 softmax-weight, 4 sqrt of
+ * softplus).  DeepSeek V4 uses 4; the key is optional for ds4 (absent:
+ * 4), written by every tool that makes a GGUF because other loaders
+ * require it. */
+#define DS4_EXPERT_GATING_SQRT_SOFTPLUS 4
+
 /* One integer metadata value: `key` without the "deepseek4." prefix, its
  * accepted range, and what bounds it.  Cross-key rules (rope dims even and
  * <= key_length, head_count a multiple of output_group_count, ...) are
