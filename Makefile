@@ -130,7 +130,7 @@ endif
 
 BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
 
-.PHONY: all test test-opt test-suite test-real bench bench-kernels bench-attn bench-tokenizer install clean fuzz tests run FORCE
+.PHONY: all test test-opt test-suite test-real bench bench-kernels bench-attn bench-tokenizer bench-llamacpp install clean fuzz tests run FORCE
 all: $(BIN_PATHS) tests
 
 # The MPI flags this build uses (tests/t_mpich.sh links against them).
@@ -250,6 +250,11 @@ bench-kernels: $(BUILD)/bench/bench_kernels
 # attention score/value kernels at the Flash shape vs the fp32 FMA peak
 bench-attn: $(BUILD)/bench/bench_attn
 	$(BUILD)/bench/bench_attn $(BENCH_ATTN_ARGS)
+
+# ds4 against llama.cpp's own DeepSeek V4 (npm node-llama-cpp@3.22.1), whole
+# model and servers, same file, alternating rounds (bench/llamacpp.sh)
+bench-llamacpp: $(BIN_DIR)/ds4 $(BIN_DIR)/ds4-bench $(BIN_DIR)/ds4-synth $(BIN_DIR)/ds4-server
+	bench/llamacpp.sh
 
 bench-tokenizer: $(BUILD)/bench/bench_tokenizer
 	$(BUILD)/bench/bench_tokenizer $(BENCH_TOK_ARGS)

@@ -814,13 +814,14 @@ static void write_meta(gguf_writer *w, const hcfg *c, const vocab *V, const char
     U("expert_feed_forward_length", c->n_ff);
     FL("expert_weights_scale", c->expert_scale);
     gguf_w_bool(w, "deepseek4.expert_weights_norm", c->expert_norm);
-    /* llama.cpp and other loaders require the router's scoring function */
-    U("expert_gating_func", DS4_EXPERT_GATING_SQRT_SOFTPLUS);
     U("hash_layer_count", c->n_hash);
     gguf_w_arr(w, "deepseek4.swiglu_clamp_exp", GGUF_F32, ca, (uint64_t)c->n_layer);
     U("hyper_connection.count", c->n_hc);
     U("hyper_connection.sinkhorn_iterations", c->hc_iters);
     FL("hyper_connection.epsilon", c->hc_eps);
+    /* the router's scoring function: other loaders (llama.cpp) require it;
+     * last of the deepseek4.* keys, as ds4-synth writes it */
+    U("expert_gating_func", DS4_EXPERT_GATING_SQRT_SOFTPLUS);
 #undef U
 #undef FL
     free(ra);

@@ -19,9 +19,10 @@
  *       all at once).
  *   llama_logits bench -m MODEL --prefill N --decode M [-t THREADS]
  *                [--reps R] [--repack]
- *       R rounds of: a fresh context, a prefill of N tokens (one
- *       llama_decode), then M decoded tokens one at a time (greedy); prints
- *       one line per round: "prefill N tok/s X decode M tok/s Y".
+ *       R rounds of: a fresh context with llama.cpp's default settings
+ *       (as llama-bench / llama-cli run it), a prefill of N tokens in
+ *       n_batch pieces, then M decoded tokens one at a time (greedy);
+ *       prints one line per round: "prefill N tok/s X decode M tok/s Y".
  *
  * --gating-override supplies deepseek4.expert_gating_func = 4 (sqrt
  * softplus) for files written before ds4 stored the key.  The CPU backend
@@ -106,18 +107,25 @@ static struct llama_model *load_model(const opts *o) {
     return m;
 }
 
-static struct llama_context *new_ctx(struct llama_model *m, const opts *o, int n_ctx, int n_batch) {
+/* exact: the cross-check's mode (F32 KV, no flash attention, one ubatch
+ * per llama_decode); otherwise llama.cpp's defaults as its own tools use
+ * them (F16 KV, flash attention when the backend takes it, n_batch 2048,
+ * n_ubatch 512), which is what the benchmark measures. */
+static struct llama_context *new_ctx(struct llama_model *m, const opts *o, int n_ctx, int n_batch,
+                                     int exact) {
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)n_ctx;
-    cp.n_batch = (uint32_t)n_batch;
-    cp.n_ubatch = (uint32_t)n_batch;
     cp.n_seq_max = 1;
     cp.n_threads = o->threads;
     cp.n_threads_batch = o->threads;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = GGML_TYPE_F32;
-    cp.type_v = GGML_TYPE_F32;
     cp.no_perf = 1;
+    if (exact) {
+        cp.n_batch = (uint32_t)n_batch;
+        cp.n_ubatch = (uint32_t)n_batch;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        cp.type_k = GGML_TYPE_F32;
+        cp.type_v = GGML_TYPE_F32;
+    }
     struct llama_context *c = llama_init_from_model(m, cp);
     if (!c) die("llama.cpp could not create a context for %s", o->model);
     return c;
@@ -128,7 +136,7 @@ static int run_logits(const opts *o) {
     llama_token *ids = read_ids(o->ids, &n);
     struct llama_model *m = load_model(o);
     int nb = o->batch > 0 && o->batch < n ? o->batch : n;
-    struct llama_context *c = new_ctx(m, o, n + 16, nb);
+    struct llama_context *c = new_ctx(m, o, n + 16, nb, 1);
     const struct llama_vocab *voc = llama_model_get_vocab(m);
     int nv = llama_vocab_n_tokens(voc);
     FILE *f = fopen(o->out, "wb");
@@ -185,20 +193,24 @@ static int run_bench(const opts *o) {
         ids[i] = (llama_token)(1000 + s % (uint64_t)(nv > 2000 ? nv - 1000 : nv / 2));
     }
     for (int r = 0; r < o->reps; r++) {
-        struct llama_context *c = new_ctx(m, o, n + o->decode + 16, n);
-        struct llama_batch b = llama_batch_init(n, 0, 1);
-        b.n_tokens = n;
-        for (int i = 0; i < n; i++) {
-            b.token[i] = ids[i];
-            b.pos[i] = i;
-            b.n_seq_id[i] = 1;
-            b.seq_id[i][0] = 0;
-            b.logits[i] = i == n - 1;
-        }
+        struct llama_context *c = new_ctx(m, o, n + o->decode + 16, 0, 0);
+        const int nb = (int)llama_n_batch(c);   /* tokens per llama_decode */
+        struct llama_batch b = llama_batch_init(nb, 0, 1);
         double t0 = now_s();
-        if (llama_decode(c, b) != 0) die("llama_decode failed in the prefill of %s", o->model);
+        for (int p0 = 0; p0 < n; p0 += nb) {
+            int k = n - p0 < nb ? n - p0 : nb;
+            b.n_tokens = k;
+            for (int i = 0; i < k; i++) {
+                b.token[i] = ids[p0 + i];
+                b.pos[i] = p0 + i;
+                b.n_seq_id[i] = 1;
+                b.seq_id[i][0] = 0;
+                b.logits[i] = p0 + i == n - 1;
+            }
+            if (llama_decode(c, b) != 0) die("llama_decode failed in the prefill of %s", o->model);
+        }
         double t1 = now_s();
-        llama_token tok = (llama_token)argmax(llama_get_logits_ith(c, n - 1), nv);
+        llama_token tok = (llama_token)argmax(llama_get_logits_ith(c, (n - 1) % nb), nv);
         double t2 = now_s();
         for (int i = 0; i < o->decode; i++) {
             b.n_tokens = 1;
