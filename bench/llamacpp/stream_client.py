@@ -26,8 +26,8 @@ def main():
     url, path, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
     want = int(sys.argv[4]) if len(sys.argv) > 4 else 500
     words = open(path, encoding="utf-8").read().split()
-    # ~1.3 tokens a word in this Italian text with DeepSeek's vocabulary
-    prompt = " ".join(words[: max(1, int(want / 1.3))])
+    # ~1.65 tokens a word in this Italian text with DeepSeek's vocabulary (measured: 646 tokens for 500 words)
+    prompt = " ".join(words[: max(1, int(want / 1.65))])
     body = json.dumps({
         "model": "bench", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
         "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
