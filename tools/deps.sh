@@ -5,7 +5,8 @@
 #                              reference, Node.js for the SDK tests, tmux
 #                              for the terminal tests, clang for UBSan/fuzz,
 #                              Open MPI for the --dist tests, MPICH for the
-#                              build check against the other MPI: ~10 s)
+#                              build check against the other MPI, git for
+#                              the llama.cpp source bundle: ~10 s)
 # The README's two set-up commands and .ci/run call this, so a fresh machine
 # and CI install the same packages.  Debian packages only.
 set -eu
@@ -16,7 +17,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libedit-dev"
 if [ "${1:-}" = "--test" ]; then
-    PKGS="$PKGS python3 python3-numpy clang libclang-rt-dev tmux procps curl ca-certificates openmpi-bin libopenmpi-dev mpich libmpich-dev"
+    PKGS="$PKGS python3 python3-numpy clang libclang-rt-dev tmux procps curl ca-certificates git openmpi-bin libopenmpi-dev mpich libmpich-dev"
     # Node.js for the server tests: Debian's, unless a node + npm is already there
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
         PKGS="$PKGS nodejs npm"
