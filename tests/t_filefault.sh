@@ -125,7 +125,7 @@ fi
 
 # 3. --ssd-streaming: the expert read fails with the details
 fresh
-start_server "$T/log" --ssd-streaming-cache-experts 1
+start_server "$T/log" --ssd-streaming-cache-experts 1B
 if [ -n "$URL" ]; then
     c1=$(post /v1/chat/completions "$CHAT" "$T/r1")
     cut_half
