@@ -2,8 +2,9 @@
  * gguf.h -- the GGUF v3 container: read-only mmap parsing and a streaming
  * writer.
  *
- * Owns: the file mapping, the metadata table, the tensor directory, bounds
- * checking of every count, length, offset and size against the file.
+ * Owns: the file mapping (and its SIGBUS guard on request, mapguard.h), the
+ * metadata table, the tensor directory, bounds checking of every count,
+ * length, offset and size against the file.
  * Must not: interpret model semantics (that is model.c), copy tensor data,
  * or allocate sizes taken from the file before checking them against the
  * file size.
