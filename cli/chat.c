@@ -243,11 +243,11 @@ typedef struct {
     ds4_spec_stats spec;    /* --lookup, --mtp-draft */
 } turn_stats;
 
-/* An evaluation failure as text: an expert read failure has its own
- * message (file, layer, expert, reason). */
+/* An evaluation failure as text: an expert read failure or a model file
+ * damaged under the run has its own message (file, tensor, layer, expert,
+ * bytes). */
 static const char *eval_errstr(chat_app *a, int rc) {
-    const char *m = rc == DS4_EIO ? ds4_model_expert_cache_error(a->m) : NULL;
-    return m ? m : ds4_strerror(rc);
+    return ds4_model_strerror(a->m, rc);
 }
 
 static void print_stats(chat_app *a, const turn_stats *st) {
@@ -727,6 +727,7 @@ int chat_interactive(chat_app *a) {
                 chat_turn(a, file.p ? file.p : "", file.n);
                 input_busy_end(in);
                 ds4_buf_free(&file);
+                if (ds4_model_broken(a->m)) break;
             }
             else printf("unknown command %s (/help)\n", line);
             fflush(stdout);
@@ -735,8 +736,11 @@ int chat_interactive(chat_app *a) {
         input_busy_begin(in);
         chat_turn(a, msg.p, msg.n);
         input_busy_end(in);
+        /* the weights are no longer the file's (ds4.h): nothing more can
+         * be evaluated; chat_turn printed why */
+        if (ds4_model_broken(a->m)) break;
     }
     ds4_buf_free(&msg);
     input_close(in);
-    return 0;
+    return ds4_model_broken(a->m) ? -1 : 0;
 }

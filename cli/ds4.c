@@ -416,7 +416,7 @@ static int imatrix_main(const opts *o) {
         size_t n = ids.n - at < (size_t)sp.ctx_size ? ids.n - at : (size_t)sp.ctx_size;
         ds4_session_reset(s);
         int rc = ds4_session_eval(s, ids.v + at, (int)n, NULL, NULL);
-        if (rc) die("prefill failed: %s", ds4_strerror(rc));
+        if (rc) die("prefill failed: %s", ds4_model_strerror(m, rc));
         if (!o->quiet) fprintf(stderr, "\rds4: imatrix: %zu / %zu tokens", at + n, ids.n);
     }
     if (!o->quiet) fputc('\n', stderr);

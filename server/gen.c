@@ -498,7 +498,7 @@ finish_kind gen_evaluated(gen *g, int rc) {
     if (rc == DS4_ECTX) return FIN_LENGTH;
     if (rc) {
         api_err_set(&res->err, 500, "server_error", NULL, NULL, "decode failed: %s",
-                    ds4_strerror(rc));
+                    ds4_model_strerror(g->env->srv->model, rc));
         return FIN_ERROR;
     }
     if (g->in_reasoning && rq->think_budget > 0 && res->reasoning_tokens >= rq->think_budget &&

@@ -531,7 +531,7 @@ int main(int argc, char **argv) {
     worker_stop(srv.w);
     http_stop(h);
     h = NULL;
-    rc = 0;
+    rc = ds4_model_broken(srv.model) ? 1 : 0;   /* the worker stopped it (worker.c check_model) */
 out:
     http_stop(h);
     worker_free(srv.w);

@@ -19,9 +19,11 @@
  * away; the prefill checks it between chunks through the progress
  * callback, the decode loop before every token.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "worker.h"
 #include "gen.h"
@@ -88,11 +90,27 @@ struct worker {
     job *current;
     uint64_t seq;
     ds4_buf live;        /* scratch: the text of the live session */
+    int model_failed;    /* check_model stopped the server */
 };
 
 /* ------------------------------------------------------------------------ */
 /* one job                                                                   */
 /* ------------------------------------------------------------------------ */
+
+/* The model's file was truncated (or became unreadable) under the run
+ * (ds4.h, ds4_model_broken): the job that hit it has its answer, a 500
+ * naming the file, tensor and bytes, and nothing can be evaluated any
+ * more.  The server then stops as SIGTERM stops it (the queued jobs get
+ * 503, answers already made reach their clients, the connections close)
+ * and exits with status 1 (main.c): a supervisor restarts it on an intact
+ * file, where a server that stayed up would fail every request while
+ * looking alive to its health checks. */
+static void check_model(worker *w) {
+    if (w->model_failed || !ds4_model_broken(w->srv->model)) return;
+    w->model_failed = 1;
+    log_msg("fatal: %s; stopping the server", ds4_model_error(w->srv->model));
+    kill(getpid(), SIGTERM);
+}
 
 static int on_progress(void *ud, int done, int total) {
     (void)done; (void)total;
@@ -196,7 +214,7 @@ static finish_kind prefill(worker *w, job *j, prep *p) {
                     w->srv->ctx, res->prompt_tokens);
     } else {
         api_err_set(&res->err, 500, "server_error", NULL, NULL, "prefill failed: %s",
-                    ds4_strerror(rc));
+                    ds4_model_strerror(w->srv->model, rc));
     }
     return FIN_ERROR;
 }
@@ -510,7 +528,7 @@ static finish_kind prefill_error(worker *w, slot *sl, int rc) {
                     w->srv->ctx, res->prompt_tokens);
     else
         api_err_set(&res->err, 500, "server_error", NULL, NULL, "prefill failed: %s",
-                    ds4_strerror(rc));
+                    ds4_model_strerror(w->srv->model, rc));
     return FIN_ERROR;
 }
 
@@ -612,6 +630,7 @@ static void *worker_main_par(void *arg) {
         slot_sessions_metrics(w);
         par_step(w);
         slot_sessions_metrics(w);
+        check_model(w);
     }
     slot_sessions_metrics(w);
     /* clean exit: keep the live conversations for the next start */
@@ -654,6 +673,7 @@ static void *worker_main(void *arg) {
             metrics_job_done(w->srv->m, &m);
         } else {
             run_job(w, j);
+            check_model(w);
         }
         metrics_busy(w->srv->m, 0);
         metrics_sessions(w->srv->m, 1, ds4_session_n_tokens(w->s) > 0, 0);

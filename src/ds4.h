@@ -369,6 +369,24 @@ void ds4_model_expert_cache_stats(const ds4_model *m, ds4_expert_cache_stats *st
 /* The message of the last expert read failure (an evaluation that returned
  * DS4_EIO), or NULL. */
 const char *ds4_model_expert_cache_error(const ds4_model *m);
+/* The message behind an evaluation's DS4_EIO, or NULL: the model's file
+ * damaged under the run (below), else the last expert read failure
+ * (ds4_model_expert_cache_error).  ds4_model_strerror(m, rc) is what a
+ * front end prints for an evaluation that returned rc: that message for
+ * DS4_EIO when there is one, else ds4_strerror(rc).
+ *
+ * The weights are read through a mapping of the file (without
+ * --ssd-streaming).  A file truncated (or unreadable) under a running
+ * process does not kill it with SIGBUS: the lost pages read as zeros, and
+ * the evaluation that touched them fails with DS4_EIO and a message naming
+ * the file, the tensor (for a routed expert, the layer and expert) and its
+ * bytes.  From then on the model is broken (ds4_model_broken returns 1):
+ * its weights are no longer the file's, every evaluation of any of its
+ * sessions fails at once with the same message, and the only way on is
+ * to load the model again from an intact file. */
+const char *ds4_model_error(const ds4_model *m);
+const char *ds4_model_strerror(const ds4_model *m, int rc);
+int ds4_model_broken(const ds4_model *m);
 const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m);
 /* A hash over the GGUF metadata and tensor directory (not the data):
  * identifies "this exact model file layout and quantization". */

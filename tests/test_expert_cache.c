@@ -169,7 +169,11 @@ static void run_case(const char *orig, const char *copy, uint64_t cache, int exp
         int rc = ds4_session_eval(b, &t, 1, NULL, NULL);
         const char *msg = ds4_model_expert_cache_error(s);
         CHECK(rc == DS4_EIO, "truncated file: rc %d, expected DS4_EIO", rc);
-        CHECK(msg && strstr(msg, "truncated"), "truncated file: message '%s'", msg ? msg : "(none)");
+        CHECK(msg && strstr(msg, "truncated") && strstr(msg, "cannot read routed expert ") && strstr(msg, " of layer ") &&
+              strstr(msg, "(tensor blk.") && strstr(msg, "_exps.weight, bytes "),
+              "truncated file: message '%s' (file, layer, expert, tensor, bytes)", msg ? msg : "(none)");
+        CHECK(ds4_model_strerror(s, rc) == msg, "ds4_model_strerror gives the expert read's message");
+        CHECK(!ds4_model_broken(s), "a failed expert read does not break the model (the read is tried again)");
         rc = ds4_session_eval(b, &t, 1, NULL, NULL);
         CHECK(rc == DS4_EIO, "truncated file, again: rc %d", rc);
     }

@@ -555,6 +555,39 @@ static void expect_bind_fail(const char *label, const mut *m, const char *frag, 
     unlink(path);
 }
 
+/* Files without tensors: one line saying what the file is, instead of the
+ * list of every missing deepseek4.* key. */
+static void not_a_model_files(void) {
+    for (int kind = 0; kind < 3; kind++) {
+        char *path = tpath("notmodel.gguf");
+        char *err = NULL;
+        gguf_writer *w = gguf_writer_open(path, &err);
+        CHECK(w != NULL, "writer: %s", err ? err : "");
+        if (!w) { free(err); return; }
+        gguf_w_str(w, "general.architecture", kind == 2 ? "llama" : "deepseek4", kind == 2 ? 5 : 9);
+        if (kind != 1) {
+            gguf_str toks[3] = { {"a", 1}, {"b", 1}, {"ab", 2} };
+            gguf_w_str(w, "tokenizer.ggml.model", "gpt2", 4);
+            gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+            gguf_w_u32(w, "deepseek4.vocab_size", 3);
+        }
+        CHECK(gguf_writer_close(w, &err) == 0, "write: %s", err ? err : "");
+        free(err);
+        char *e = bind_err(path, NULL);
+        const char *want[3] = {
+            "notmodel.gguf: a vocabulary-only GGUF (tokenizer \"gpt2\", 3 tokens, no weights): it cannot run as a model. "
+            "Such a file is a tokenizer (ds4-synth --vocab builds random-weight test models around it",
+            "notmodel.gguf: a GGUF with no tensors and no tokenizer (metadata only): it cannot run as a model",
+            "notmodel.gguf: a vocabulary-only GGUF (tokenizer \"gpt2\", 3 tokens, architecture \"llama\", no weights)",
+        };
+        CHECK(e && strstr(e, want[kind]) && count_lines(e) == 1, "file without tensors, case %d: one line with "
+              "\"%s\", got:\n%s", kind, want[kind], e ? e : "(accepted)");
+        CHECK(!e || !strstr(e, "missing metadata"), "case %d lists missing metadata", kind);
+        free(e);
+        unlink(path);
+    }
+}
+
 static void test_tiny_model(void) {
     /* The unmodified tiny model binds; check what bind derived. */
     mut m = M();
@@ -620,9 +653,11 @@ static void test_tiny_model(void) {
 
     /* Rejections. */
     m = M(); m.kv_key = "general.architecture"; m.kv_kind = 's'; m.s = "llama";
-    expect_bind_fail("arch", &m, "general.architecture is \"llama\", expected \"deepseek4\"", NULL);
+    expect_bind_fail("arch", &m, "general.architecture is \"llama\", expected \"deepseek4\": this is a model of "
+                     "another family", "ds4 runs only GGUFs of architecture \"deepseek4\" (DeepSeek V4 Flash and PRO)");
     m = M(); m.skip_kv = "general.architecture";
-    expect_bind_fail("no arch", &m, "missing metadata general.architecture", NULL);
+    expect_bind_fail("no arch", &m, "missing metadata general.architecture", "not a DeepSeek V4 model file");
+    not_a_model_files();
     m = M(); m.skip_tensor = "blk.2.attn_compressor_kv.weight";
     expect_bind_fail("missing", &m, "missing tensor blk.2.attn_compressor_kv.weight", NULL);
     m = M(); m.t_name = "blk.3.attn_q_b.weight"; m.t_dim = 1; m.t_val = 96;

@@ -174,7 +174,7 @@ static int cmd_verify(const char *dir, const char *model) {
     if (model) {
         char *err = NULL;
         m = ds4_model_load(model, NULL, &err);
-        if (!m) { fprintf(stderr, "ds4-kv: %s\n", err ? err : "cannot load model"); return 2; }
+        if (!m) { fprintf(stderr, "ds4-kv: %s\n", err ? err : "cannot load model"); free(err); return 2; }
         ds4_model_fingerprint(m, fp);
         ds4_model_family_fingerprint(m, fam);
     }

@@ -18,7 +18,10 @@
 #include "engine/anon_map.h"
 
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void ds4_model_params_default(ds4_model_params *p) {
@@ -132,6 +135,70 @@ static void q8_mark_all(ds4_model *m) {
     }
 }
 
+/* The layer (-1: the MTP block) and first expert of the bound routed
+ * expert tensor whose data starts at `data`; 0 if it is none. */
+static int routed_of(const ds4_model *m, const void *data, int *il, int *e0) {
+    for (int l = -1; l < m->w.cfg.n_layer; l++) {
+        const ds4_layer_weights *L = l < 0 ? (m->w.has_mtp ? &m->w.mtp.block : NULL) : &m->w.layers[l];
+        if (!L) continue;
+        const ds4_tensor *t3[3] = { &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
+        for (int k = 0; k < 3; k++)
+            if (t3[k]->data && (const void *)t3[k]->data == data && t3[k]->ne[2] > 1) {
+                *il = l;
+                *e0 = t3[k]->e0;
+                return 1;
+            }
+    }
+    return 0;
+}
+
+/* The message of a fault at file offset `off` of gf (ds4_model_check):
+ * the file, why (its size now against at load), the tensor holding the
+ * byte and its bytes -- for a routed expert tensor, the expert's slice. */
+static void fault_message(ds4_model *m, const gguf_file *gf, uint64_t off) {
+    char where[512] = "outside the tensor data";
+    for (uint64_t i = 0; i < gf->n_tensors; i++) {
+        const gguf_tensor *t = &gf->tensors[i];
+        uint64_t a = gf->data_offset + t->offset;
+        if (off < a || off - a >= t->nbytes) continue;
+        uint64_t lo = a, hi = a + t->nbytes;
+        int il, e0;
+        char rx[96] = "";
+        if (routed_of(m, t->data, &il, &e0)) {
+            uint64_t slice = t->nbytes / t->ne[2], e = (off - a) / slice;
+            lo = a + e * slice;
+            hi = lo + slice;
+            if (il >= 0) snprintf(rx, sizeof rx, "routed expert %d of layer %d, ", (int)e + e0, il);
+            else snprintf(rx, sizeof rx, "routed expert %d of the MTP block, ", (int)e + e0);
+        }
+        snprintf(where, sizeof where, "tensor %s, %sbytes %" PRIu64 "..%" PRIu64, GGUF_ESC(t->name), rx, lo, hi);
+        break;
+    }
+    struct stat st;
+    const int gone = gf->fd >= 0 && fstat(gf->fd, &st) == 0 && (uint64_t)st.st_size <= off;
+    if (gone)
+        snprintf(m->fault_msg, sizeof m->fault_msg,
+                 "%s: the model file was truncated while in use: byte %" PRIu64 " (%s) is gone; the file "
+                 "is now %" PRIu64 " bytes, %" PRIu64 " when loaded.  The model cannot be used any more: "
+                 "restart with the intact file", gf->path, off, where, (uint64_t)st.st_size, gf->size);
+    else
+        snprintf(m->fault_msg, sizeof m->fault_msg,
+                 "%s: cannot read the model file: byte %" PRIu64 " (%s) could not be read (an I/O error "
+                 "of its storage, or the file was replaced while in use).  The model cannot be used any "
+                 "more: restart with the intact file", gf->path, off, where);
+}
+
+int ds4_model_check(ds4_model *m) {
+    if (atomic_load_explicit(&m->broken, memory_order_acquire)) return DS4_EIO;
+    uint64_t off;
+    const gguf_file *gf = gguf_fault(m->gf, &off) ? m->gf
+                        : gguf_fault(m->mtp_gf, &off) ? m->mtp_gf : NULL;
+    if (!gf) return DS4_OK;
+    fault_message(m, gf, off);
+    atomic_store_explicit(&m->broken, 1, memory_order_release);
+    return DS4_EIO;
+}
+
 /* --ssd-streaming: the non-routed weights move to anonymous memory, the
  * routed experts are read into the cache on demand, and the mmap'd data
  * section is dropped from this process (nothing reaches it again; the
@@ -183,6 +250,9 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     path = m->path;
     m->gf = gguf_open(path, err);
     if (!m->gf) goto fail;
+    /* from the first read of a weight on: a truncated file fails the
+     * evaluation that needs the lost bytes, not the process (SIGBUS) */
+    gguf_guard(m->gf);
     if (ds4_weights_bind(m->gf, &m->w, err) != DS4_OK) goto fail;
     if (!ds4_dist_on() && gguf_find(m->gf, "ds4.split.ranks")) {
         ds4_set_err(err, DS4_EFORMAT, "%s: holds one rank's part of a split model (ds4-gguf split): "
@@ -199,6 +269,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     }
     if (p->mtp_path) {
         m->mtp_gf = gguf_open(p->mtp_path, err);
+        gguf_guard(m->mtp_gf);
         if (!m->mtp_gf || ds4_weights_bind_mtp(m->mtp_gf, &m->w, 1, err) != DS4_OK) goto fail;
     } else if (!ds4_dist_on() && ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
         goto fail;
@@ -221,6 +292,12 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         goto fail;
     }
     q8_mark_all(m);
+    /* the scans above read the dense weights: a file cut since it was
+     * opened shows here */
+    if (ds4_model_check(m) != DS4_OK) {
+        ds4_set_err(err, DS4_EIO, "%s", m->fault_msg);
+        goto fail;
+    }
 
     const ds4_config *c = &m->w.cfg;
     rope_init(&m->rope_dense, c->n_rot, c->rope_base, 0, 1.0f, c->rope_orig_ctx,
@@ -331,4 +408,19 @@ void ds4_model_expert_cache_stats(const ds4_model *m, ds4_expert_cache_stats *st
 
 const char *ds4_model_expert_cache_error(const ds4_model *m) {
     return m->xc ? xc_error(m->xc) : NULL;
+}
+
+const char *ds4_model_error(const ds4_model *m) {
+    if (!m) return NULL;
+    if (atomic_load_explicit(&m->broken, memory_order_acquire)) return m->fault_msg;
+    return ds4_model_expert_cache_error(m);
+}
+
+const char *ds4_model_strerror(const ds4_model *m, int rc) {
+    const char *e = rc == DS4_EIO ? ds4_model_error(m) : NULL;
+    return e ? e : ds4_strerror(rc);
+}
+
+int ds4_model_broken(const ds4_model *m) {
+    return m && atomic_load_explicit(&m->broken, memory_order_acquire);
 }

@@ -8,6 +8,8 @@
 #ifndef DS4_ENGINE_INTERNAL_H
 #define DS4_ENGINE_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "ds4.h"
 #include "gguf/gguf.h"
 #include "gguf/model.h"
@@ -42,7 +44,20 @@ struct ds4_model {
     struct ds4_xcache *xc;
     void *resident;
     uint64_t resident_bytes;
+    /* the weights' mapping lost pages under the run (ds4_model_check):
+     * fault_msg is written once, before `broken` is set (release), and
+     * never changes after */
+    _Atomic int broken;
+    char fault_msg[1024];
 };
+
+/* engine.c: DS4_EIO once a page of the model's file mappings faulted
+ * (mapguard.h: truncated or unreadable file; the page now reads as zeros,
+ * so whatever used it is garbage), DS4_OK otherwise.  The first call that
+ * sees the fault writes the message (file, tensor, routed expert, bytes)
+ * and marks the model broken: every later evaluation fails at once with
+ * it.  The forward calls it before and after each pass. */
+int ds4_model_check(ds4_model *m);
 
 /* Per-layer decode state (docs/MODEL.md §8.1).  The KV rows (raw window,
  * compressed, indexer) are stored as f16 when the session's storage

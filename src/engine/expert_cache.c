@@ -146,17 +146,19 @@ static int load_slot(ds4_xcache *c, int s, uint64_t *nread, char *msg, size_t ms
         uint8_t *dst = sl->buf + c->part_base[p];
         int direct;
         int64_t got = read_span(c, dst, a0, span, &direct);
+        /* the message names all a user needs to find the damage: file,
+         * layer, expert, tensor and the slice's bytes */
         if (got < 0) {
-            snprintf(msg, msg_n, "%s: cannot read routed expert %d of layer %d (%s, bytes %llu..%llu): %s",
-                     c->path, e, il, part[p], (unsigned long long)off, (unsigned long long)(off + len),
-                     strerror((int)-got));
+            snprintf(msg, msg_n, "%s: cannot read routed expert %d of layer %d (tensor blk.%d.ffn_%s_exps.weight, "
+                     "bytes %llu..%llu): %s", c->path, e, il, il, part[p], (unsigned long long)off,
+                     (unsigned long long)(off + len), strerror((int)-got));
             return DS4_EIO;
         }
         *nread += (uint64_t)got;
         if ((uint64_t)got < off + len - a0) {
-            snprintf(msg, msg_n, "%s: routed expert %d of layer %d (%s) needs bytes up to %llu but the file "
-                     "ends at %llu: it was truncated or replaced while in use",
-                     c->path, e, il, part[p], (unsigned long long)(off + len),
+            snprintf(msg, msg_n, "%s: cannot read routed expert %d of layer %d (tensor blk.%d.ffn_%s_exps.weight, "
+                     "bytes %llu..%llu): the file ends at byte %llu: it was truncated or replaced while in use",
+                     c->path, e, il, il, part[p], (unsigned long long)off, (unsigned long long)(off + len),
                      (unsigned long long)(a0 + (uint64_t)got));
             return DS4_EIO;
         }

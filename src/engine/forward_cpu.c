@@ -1929,18 +1929,27 @@ static int mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0)
     return DS4_OK;
 }
 
+/* Every pass checks the weights' mapping before (a broken model fails at
+ * once) and after (pages lost during the pass read as zeros: its result
+ * is garbage and must not be used), engine.c ds4_model_check. */
 int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0) {
+    int rc = ds4_model_check(s->m);
+    if (rc) return rc;
     prof_t t0 = prof_pass_begin();
-    int rc = mtp_rows(s, toks, Hprev, n, p0);
+    rc = mtp_rows(s, toks, Hprev, n, p0);
     prof_pass_end(t0, n);
-    return rc;
+    int frc = ds4_model_check(s->m);
+    return frc ? frc : rc;
 }
 
 int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0) {
+    int rc = ds4_model_check(s->m);
+    if (rc) return rc;
     prof_t t0 = prof_pass_begin();
-    int rc = mtp_step(s, tok, hprev, p0);
+    rc = mtp_step(s, tok, hprev, p0);
     prof_pass_end(t0, 1);
-    return rc;
+    int frc = ds4_model_check(s->m);
+    return frc ? frc : rc;
 }
 
 /* The layers of one pass.  `single` passes (one item) also serve the
@@ -2081,11 +2090,14 @@ int ds4_cpu_eval_batch(ds4_session *owner, ds4_cpu_item *items, int n_items) {
         T += it->n;
     }
     if (n_items > owner->logits_rows) return DS4_EINVAL;
+    int rc = ds4_model_check(m);   /* before and after: see ds4_cpu_mtp_rows */
+    if (rc) return rc;
     f.T = T;
     prof_t p0 = prof_pass_begin();
-    int rc = eval_pass(&f);
+    rc = eval_pass(&f);
     prof_pass_end(p0, T);
-    return rc;
+    int frc = ds4_model_check(m);
+    return frc ? frc : rc;
 }
 
 int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n) {

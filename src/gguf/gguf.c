@@ -24,6 +24,7 @@
 
 #include "ds4.h"
 #include "gguf/gguf.h"
+#include "gguf/mapguard.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf.c reads little-endian files with plain loads: big-endian hosts are not supported"
@@ -574,6 +575,14 @@ void gguf_map_hugepages(const gguf_file *f) {
     if (f && f->owns_map && f->map) (void)madvise((void *)f->map, (size_t)f->size, MADV_HUGEPAGE);
 }
 
+void gguf_guard(gguf_file *f) {
+    if (f && f->owns_map && f->map && !f->guard) f->guard = mapguard_add(f->map, (size_t)f->size, f->fd);
+}
+
+int gguf_fault(const gguf_file *f, uint64_t *off) {
+    return f ? mapguard_fault(f->guard, off) : 0;
+}
+
 /* The mapping's resident bytes and how many of them the process maps with
  * 2 MB pages, from its entry in /proc/self/smaps ("Rss", "FilePmdMapped").
  * 0, or -1 where there is no mapping or no such file (not Linux, no /proc). */
@@ -634,6 +643,7 @@ void gguf_close(gguf_file *f) {
         free(f->idx->t_slots);
         free(f->idx);
     }
+    mapguard_remove(f->guard);   /* before the pages go */
     if (f->owns_map && f->map) munmap((void *)f->map, (size_t)f->size);
     if (f->fd >= 0) close(f->fd);
     free(f->path);

@@ -2,8 +2,9 @@
  * gguf.h -- the GGUF v3 container: read-only mmap parsing and a streaming
  * writer.
  *
- * Owns: the file mapping, the metadata table, the tensor directory, bounds
- * checking of every count, length, offset and size against the file.
+ * Owns: the file mapping (and its SIGBUS guard on request, mapguard.h), the
+ * metadata table, the tensor directory, bounds checking of every count,
+ * length, offset and size against the file.
  * Must not: interpret model semantics (that is model.c), copy tensor data,
  * or allocate sizes taken from the file before checking them against the
  * file size.
@@ -83,6 +84,7 @@ typedef struct gguf_file {
     uint64_t data_offset;      /* start of the tensor data section */
     uint64_t dir_end;          /* end of the tensor directory (before padding) */
     int owns_map;              /* 1: munmap at close (gguf_open) */
+    int guard;                 /* mapguard handle (gguf_guard), 0 = none */
     struct gguf_index *idx;
 } gguf_file;
 
@@ -105,6 +107,14 @@ void gguf_close(gguf_file *f);
 /* Ask for 2 MB pages over a gguf_open mapping (MADV_HUGEPAGE; the model
  * loader, for the weights it will sweep). */
 void gguf_map_hugepages(const gguf_file *f);
+/* Guard a gguf_open mapping against SIGBUS (mapguard.h): a page lost to
+ * a truncation of the file, or unreadable, then reads as zeros and is
+ * recorded instead of killing the process; gguf_fault tells.  The model
+ * loader guards its files and checks after every forward pass. */
+void gguf_guard(gguf_file *f);
+/* 1 and the file offset of the first byte that faulted since gguf_guard;
+ * 0 when none did (or the mapping is not guarded). */
+int gguf_fault(const gguf_file *f, uint64_t *off);
 /* Resident bytes of a gguf_open mapping and those mapped with 2 MB pages
  * (Linux /proc/self/smaps); -1 where unknown (gguf_open_mem, no /proc). */
 int gguf_map_pages(const gguf_file *f, uint64_t *resident, uint64_t *huge);

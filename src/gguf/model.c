@@ -596,6 +596,29 @@ static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights
     bind_l(b, &L->ffn_down_shexp, il, "ffn_down_shexp.weight", T_MATRIX, 2, sh, D, 0, 0);
 }
 
+/* A file without tensors: a vocabulary-only GGUF (a tokenizer), or only
+ * metadata.  One problem line that says what it is and what it is for. */
+static void not_a_model(problems *p, const gguf_file *gf, const gguf_str *arch, int ds4_arch) {
+    const gguf_kv *toks = gguf_find(gf, "tokenizer.ggml.tokens");
+    char fam[320] = "";
+    if (arch && !ds4_arch)
+        snprintf(fam, sizeof fam, ", architecture \"%s\"", gguf_esc(arch->p, arch->len > 64 ? 64 : (size_t)arch->len).s);
+    if (!toks || toks->type != GGUF_ARRAY) {
+        prob(p, "a GGUF with no tensors and no tokenizer (metadata only%s): it cannot run as a model; -m needs a "
+             "DeepSeek V4 model GGUF (such as ds4flash.gguf)", fam);
+        return;
+    }
+    gguf_str tm;
+    char model[320] = "";
+    if (gguf_get_str(gf, "tokenizer.ggml.model", &tm) == 0)
+        snprintf(model, sizeof model, "tokenizer \"%s\", ", gguf_esc(tm.p, tm.len > 32 ? 32 : (size_t)tm.len).s);
+    prob(p, "a vocabulary-only GGUF (%s%" PRIu64 " tokens%s, no weights): it cannot run as a model. "
+         "Such a file is a tokenizer (%s; ds4 --inspect shows it); -m needs a DeepSeek V4 model GGUF "
+         "(such as ds4flash.gguf)", model, toks->v.arr.n, fam,
+         ds4_arch ? "ds4-synth --vocab builds random-weight test models around it"
+                  : "of another model family: not DeepSeek V4's either");
+}
+
 int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
     memset(w, 0, sizeof *w);
     if (err) *err = NULL;
@@ -604,12 +627,25 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
 
     gguf_str arch;
     int r = gguf_get_str(gf, "general.architecture", &arch);
-    if (r == -1) prob(&P, "missing metadata general.architecture (expected \"deepseek4\")");
+    const int ds4_arch = r == 0 && arch.len == 9 && !memcmp(arch.p, "deepseek4", 9);
+    /* Not a model at all, or another family: one line that says what the
+     * file is, not the dozens of missing keys every later check would list */
+    if (gf->n_tensors == 0) {
+        not_a_model(&P, gf, r == 0 ? &arch : NULL, ds4_arch);
+        goto fail;
+    }
+    if (r == -1) prob(&P, "missing metadata general.architecture (expected \"deepseek4\"): not a DeepSeek V4 "
+                      "model file (ds4 runs only GGUFs of architecture \"deepseek4\": DeepSeek V4 Flash and PRO)");
     else if (r == -2) prob(&P, "metadata general.architecture is not a string");
-    else if (arch.len != 9 || memcmp(arch.p, "deepseek4", 9)) {
+    else if (!ds4_arch) {
         size_t n = arch.len > 64 ? 64 : (size_t)arch.len;
-        prob(&P, "general.architecture is \"%s\"%s, expected \"deepseek4\"", gguf_esc(arch.p, n).s,
-             arch.len > 64 ? "..." : "");
+        gguf_str name;
+        char nm[320] = "";
+        if (gguf_get_str(gf, "general.name", &name) == 0)
+            snprintf(nm, sizeof nm, " (\"%s\")", gguf_esc(name.p, name.len > 64 ? 64 : (size_t)name.len).s);
+        prob(&P, "general.architecture is \"%s\"%s, expected \"deepseek4\": this is a model of another family%s; "
+             "ds4 runs only GGUFs of architecture \"deepseek4\" (DeepSeek V4 Flash and PRO)",
+             gguf_esc(arch.p, n).s, arch.len > 64 ? "..." : "", nm);
     }
     if (P.n) goto fail;   /* another family: every other check would be noise */
 
