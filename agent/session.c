@@ -125,8 +125,10 @@ static void dir_key(const char *root, char *out, size_t cap) {
         name[k++] = safe ? (char)c : '_';
     }
     name[k] = 0;
-    snprintf(out, cap, "%s-%016llx", k ? name : "root",
-             (unsigned long long)ag_hash(root, strlen(root), AG_HASH_SEED));
+    /* FNV-1a 64 here, not ag_hash: the name must never change with it */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *q = (const unsigned char *)root; *q; q++) { h ^= *q; h *= 0x100000001b3ull; }
+    snprintf(out, cap, "%s-%016llx", k ? name : "root", (unsigned long long)h);
 }
 
 static int has_sessions(const char *dir) {
