@@ -29,7 +29,7 @@ sep() { printf '\n---\n'; }
 # The agent keeps its sessions per user, under $XDG_STATE_HOME/ds4/agent/
 # NAME-HASH/sessions (README "Sessions"): every test points XDG_STATE_HOME
 # at a directory of its own (agent_state) and reads them there (sessdir).
-agent_state() { export XDG_STATE_HOME="$1"; mkdir -p "$1"; }
+agent_state() { export XDG_STATE_HOME="$1"; }   # the agent creates it (0700)
 
 # sessdir WORKDIR: the sessions directory of that working directory: NAME
 # is its name (bytes other than letters, digits, '.', '_', '-' -- or a
