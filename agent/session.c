@@ -8,7 +8,9 @@
  * session files under the sessions directory (ID.json: transcript, token
  * ids, read tracking; kv/: the KV states, one per session, in the disk KV
  * store format, with the exact DSML of the tool calls in their tool
- * section), /list, and restoring a session exactly (no prefill).
+ * section), where that directory is (per user and working directory, see
+ * ag_sessions_locate; DIR/.ds4/sessions of older versions read only),
+ * /list, and restoring a session exactly (no prefill).
  * Must not: sample, run tools, or draw the screen beyond one-line notes.
  *
  * Tokenization: markers are pushed as ids and the text between them is
@@ -364,18 +366,17 @@ static int write_file_atomic(const char *path, const char *data, size_t n) {
         if (fd < 0 && errno != EEXIST) return -1;
     }
     if (fd < 0) return -1;
-    int bad = 0;
-    for (size_t off = 0; off < n && !bad; ) {
+    int e = 0;   /* the first error */
+    for (size_t off = 0; off < n && !e; ) {
         ssize_t w = write(fd, data + off, n - off);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) bad = 1;
+        if (w <= 0) e = w < 0 ? errno : EIO;
         else off += (size_t)w;
     }
-    bad |= fsync(fd) != 0;
-    int e = errno;
-    bad |= close(fd) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        e = bad ? e : errno;
+    if (!e && fsync(fd)) e = errno;
+    if (close(fd) && !e) e = errno;
+    if (!e && rename(tmp, path)) e = errno;
+    if (e) {
         unlink(tmp);
         errno = e;
         return -1;
