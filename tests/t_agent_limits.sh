@@ -67,7 +67,10 @@ rc=$?
     && ok "exactly 3 turns ran, each cut at --max-tokens" || bad "turns: $(wc -l < "$T/trb")"
 grep -q "3 turns in a row were cut" "$T/eb" && ok "the user is told why it stopped" || bad "no stop note"
 
-# 3. a turn cut by the context end is still reported as that
+# 3. a turn cut by the context end is still reported as that (optimized
+# pass only: 2600 generated tokens take half a minute under ASan, and the
+# stop reasons' code runs there in 1 and 2)
+if [ "${DS4_DEBUG_BUILD:-0}" != 1 ]; then
 mkdir -p "$T/c"
 { printf 'Long.</think>'; words word 3000; sep; printf 'Short.</think>Done after the context cut.'; } > "$T/sc"
 "$AGENT" -m "$M" --ctx 4096 --yes --dir "$T/c" --script "$T/sc" --trace "$T/trc" -p "long" > "$T/oc" 2> "$T/ec"
@@ -75,6 +78,7 @@ rc=$?
 [ $rc -eq 0 ] && grep -qx "Done after the context cut." "$T/oc" && sed -n 1p "$T/trc" | grep -q '"stopped":"context"' \
     && grep -q "cut by the end of the context" "$T/ec" && ! grep -q "max-tokens" "$T/ec" \
     && ok "context cut: reported as the context end, continued" || { bad "context cut rc=$rc"; tail -5 "$T/ec"; }
+fi
 
 # 4. a request of 100 KB in a 2048-token context: its middle is cut with
 # a marker; the model answers

@@ -3,7 +3,7 @@
 #  - $XDG_STATE_HOME/ds4/agent/NAME-HASH/sessions (NAME the working
 #    directory's name, HASH the FNV-1a 64 of its real path), directories
 #    created 0700, session files 0600, no temporary file left behind;
-#    nothing written into the working directory;
+#    nothing written into the working directory (the line history neither);
 #  - XDG_STATE_HOME unset or relative: ~/.local/state; no HOME either, or
 #    a state path that cannot be a directory: a clear error, exit 1;
 #  - --resume finds the sessions of the same directory from anywhere (a
@@ -76,6 +76,8 @@ oldf=$(ls "$O/.ds4/sessions/"*.json); oid=$(basename "$oldf" .json); sum=$(md5su
 printf '/list\n/quit\n' | "$AGENT" "${common[@]}" --dir "$O" --script "$T/s2" > "$T/o9" 2>&1 || bad "run 9"
 grep -q "those in $O/.ds4/sessions (older versions) are still listed" "$T/o9" && ok "a note names the old location" || { bad "no note"; head -5 "$T/o9"; }
 grep -q "$oid .*old task  (old location)" "$T/o9" && ok "/list shows the old session, marked" || { bad "/list"; cat "$T/o9"; }
+[ -f "$(dirname "$(sessdir "$O")")/history" ] && [ ! -e "$O/.ds4/history" ] \
+    && ok "the line history is kept beside the sessions, not in the project" || bad "history: $(find "$T/state" "$O" -name history)"
 "$AGENT" "${common[@]}" --dir "$O" --script "$T/s2" --resume -p "continue it" > "$T/o10" 2> "$T/e10" || bad "run 10"
 grep -q "resumed session $oid" "$T/e10" && grep -qx "Second answer." "$T/o10" && ok "--resume continues the old session" || { bad "old resume"; cat "$T/e10"; }
 /usr/bin/python3 - "$(sessdir "$O")/$oid.json" <<'PY' && ok "it is saved in the new place, with both turns" || bad "old session not saved anew"
