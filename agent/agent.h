@@ -42,6 +42,14 @@ typedef struct {
 
 typedef enum { AG_USER = 1, AG_ASSISTANT = 2, AG_TOOLS = 3 } ag_kind;
 
+/* Why an assistant turn ended before the model ended it (0: it did). */
+typedef enum {
+    AG_STOP_NONE = 0,
+    AG_STOP_INTERRUPT,   /* Ctrl+C */
+    AG_STOP_CONTEXT,     /* the end of the context */
+    AG_STOP_BUDGET,      /* the turn's token budget (--max-tokens) */
+} ag_stop;
+
 typedef struct {
     ag_kind kind;
     char *text;          /* user text / assistant content before the DSML block */
@@ -50,7 +58,9 @@ typedef struct {
     ag_call *calls;      /* assistant: the calls; tools: their results */
     int n_calls;
     int think;           /* assistant: generated in thinking mode */
-    int cut;             /* assistant: interrupted or cut at the context end */
+    int stop;            /* assistant: ag_stop, the turn was cut */
+    int note;            /* user: written by the agent (compaction, a cut
+                          * turn), not a request of the user */
 } ag_msg;
 
 typedef struct {
@@ -133,6 +143,8 @@ typedef struct {
 } ag_trace_rec;
 
 void ag_trace_write(FILE *f, const ag_trace_rec *r);
+/* "interrupt", "context", "max_tokens" (trace and session files); "" for none */
+const char *ag_stop_name(int stop);
 
 /* ---------------------------------------------------------------- */
 /* The agent                                                         */
@@ -145,7 +157,7 @@ void ag_trace_write(FILE *f, const ag_trace_rec *r);
 
 typedef struct {
     /* options */
-    const char *model, *dir, *sessions_dir, *trace_path, *script_path;
+    const char *model, *dir, *sessions_opt, *trace_path, *script_path;
     const char *task, *dump_logits;
     int ctx, threads, yes, resume, max_turns, max_tokens;
     int lookup;                     /* --lookup N: prompt-lookup drafts (0 = off) */
@@ -157,6 +169,8 @@ typedef struct {
 
     /* runtime */
     char *root;                     /* real path of --dir */
+    char *sessions_dir;             /* this directory's sessions (ag_sessions_locate) */
+    char *legacy_dir;               /* DIR/.ds4/sessions of older versions, read only; NULL if none */
     char *kv_dir;
     ds4_model *m;
     const ds4_tokenizer *tok;
@@ -182,7 +196,14 @@ typedef struct {
     int color;
 } agent;
 
+/* The context must leave this many tokens beside the system prompt (and
+ * tool schemas): the least a compacted conversation and an answer need. */
+#define AG_CTX_MIN_ROOM 512
+
 /* session.c */
+/* Where the sessions of the working directory live (--sessions, else the
+ * per-user state directory); creates it.  -1 with a message on stderr. */
+int ag_sessions_locate(agent *a);
 int ag_sys_tokens(agent *a);
 void ag_sess_new(agent *a);
 /* Tokens of messages [from, n) plus the opening of the next assistant turn
@@ -201,18 +222,21 @@ typedef struct {
     int tool_calls;     /* the last turn called tools */
     int error;
 } ag_result;
-/* Append a user message and run model turns until one calls no tool (or
- * max_turns, an interrupt or an error).  Returns 0, or -1 on error. */
+/* Turns cut in a row (by --max-tokens or the context end) before ag_run
+ * stops and hands back to the user. */
+#define AG_CUT_TURNS_MAX 3
+/* Append a user message and run model turns until one calls no tool.
+ * Returns 0; 1 interrupted; 2 stopped by a limit (--max-turns, or
+ * AG_CUT_TURNS_MAX cut turns in a row); -1 on error. */
 int ag_run(agent *a, const char *user_text);
-/* One model turn on top of the pending messages.  `summary` marks a
- * compaction summary turn (not added to the transcript: its text is
- * returned in *out_text). */
-int ag_model_turn(agent *a, int *called_tools, int *cut);
+/* One model turn on top of the pending messages; *stop = its ag_stop. */
+int ag_model_turn(agent *a, int *called_tools, int *stop);
 int ag_prefill(agent *a, const int32_t *ids, int n);
 int ag_generate(agent *a, int budget, ag_msg *out, int think, int *n_gen);
 
 /* compact.c */
-/* Make room: 0 when the pending turn now fits, -1 on error. */
+/* Make room: 0 when the pending turn now fits (always, but for a failed
+ * allocation), -1 on error. */
 int ag_compact(agent *a, int pending_tokens);
 
 /* ui.c */

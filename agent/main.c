@@ -43,7 +43,8 @@ static void usage(FILE *f) {
 "\n"
 "model and runtime:\n"
 "  -m, --model FILE      GGUF model (default ./ds4flash.gguf)\n"
-"  -c, --ctx N           context size in tokens (default 32768)\n"
+"  -c, --ctx N           context size in tokens (default 32768; at least the\n"
+"                        system prompt and tool schemas + " DS4_XSTR(AG_CTX_MIN_ROOM) ", about 1500)\n"
 "  -t, --threads N       worker threads (default: $DS4_THREADS, else\n"
 "                        every CPU this process may use)\n"
 "  --ssd-streaming       read the routed experts from the file on demand into a\n"
@@ -57,7 +58,8 @@ static void usage(FILE *f) {
 "      --temp F          sampling temperature (default 1.0; 0 = greedy)\n"
 "      --seed N          sampler seed (default: from the clock)\n"
 "      --max-tokens N    at most N tokens per model turn (default: up to the\n"
-"                        end of the context)\n"
+"                        end of the context); a cut turn is continued by the\n"
+"                        model, told why, at most " DS4_XSTR(AG_CUT_TURNS_MAX) " cut turns in a row\n"
 "      --lookup N        speculative decoding with up to N (0..16) prompt-lookup\n"
 "                        drafts a pass (default " DS4_XSTR(AG_LOOKUP_DEFAULT) "; 0 = off): text the model\n"
 "                        copies from the context (edits, file rewrites) is\n"
@@ -65,13 +67,16 @@ static void usage(FILE *f) {
 "\n"
 "work:\n"
 "      --dir DIR         working directory (default: the current one)\n"
-"      --sessions DIR    saved sessions (default DIR/.ds4/sessions)\n"
+"      --sessions DIR    saved sessions (default: per user and working directory,\n"
+"                        $XDG_STATE_HOME/ds4/agent/NAME-HASH/sessions, where\n"
+"                        XDG_STATE_HOME defaults to ~/.local/state)\n"
 "      --yes             run write, edit and bash without asking\n"
 "      --resume          continue the most recently used session\n"
 "  -p, --prompt TASK     non-interactive: work on TASK until the model answers\n"
 "                        without calling a tool, print that answer on stdout\n"
-"                        and exit (0; 1 on error, 3 past --max-turns, 130 on\n"
-"                        Ctrl+C).  Confirmations are read from stdin.\n"
+"                        and exit (0; 1 on error, 3 past --max-turns or after\n"
+"                        " DS4_XSTR(AG_CUT_TURNS_MAX) " cut turns in a row, 130 on Ctrl+C).  Confirmations\n"
+"                        are read from stdin.\n"
 "      --max-turns N     model turns per request (default 50)\n"
 "\n"
 "tests and diagnostics (stable contracts):\n"
@@ -81,7 +86,8 @@ static void usage(FILE *f) {
 "                        block; content only with --nothink), without the EOS\n"
 "      --trace FILE      append one JSON line per model turn: turn, prompt_tokens,\n"
 "                        cached_tokens, prefill_tokens, generated_tokens,\n"
-"                        tool_calls [{name, ok}], drafted, accepted, session\n"
+"                        tool_calls [{name, ok}], drafted, accepted, session,\n"
+"                        stopped (a cut turn: max_tokens, context, interrupt)\n"
 "      --dump-logits FILE  write float32 logits rows [n_vocab] of every position\n"
 "                        evaluated by each model turn (prefill and generation)\n"
 "  -h, --help            this help\n"
@@ -114,7 +120,7 @@ static void parse_args(int argc, char **argv, agent *a) {
             a->ssd_streaming = 1;
         }
         else if (ds4_args_is(&ar, NULL, "--dir")) a->dir = ds4_args_value(&ar);
-        else if (ds4_args_is(&ar, NULL, "--sessions")) a->sessions_dir = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--sessions")) a->sessions_opt = ds4_args_value(&ar);
         else if (ds4_args_is(&ar, NULL, "--think")) a->think = DS4_THINK_HIGH;
         else if (ds4_args_is(&ar, NULL, "--think-max")) a->think = DS4_THINK_MAX;
         else if (ds4_args_is(&ar, NULL, "--nothink")) a->think = DS4_THINK_NONE;
@@ -134,16 +140,6 @@ static void parse_args(int argc, char **argv, agent *a) {
     if (!seed_set) a->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
-static int mkdirs(const char *path) {
-    char p[PATH_MAX];
-    size_t n = strlen(path);
-    if (n >= sizeof p) { errno = ENAMETOOLONG; return -1; }
-    memcpy(p, path, n + 1);
-    for (char *q = p + 1; *q; q++)
-        if (*q == '/') { *q = 0; if (mkdir(p, 0755) && errno != EEXIST) return -1; *q = '/'; }
-    return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 static void print_history(agent *a) {
     ag_sess *s = a->cur;
     if (!s->n_msgs) { ui_note(a, "the session is empty"); return; }
@@ -151,7 +147,9 @@ static void print_history(agent *a) {
         const ag_msg *m = &s->msgs[i];
         if (m->kind == AG_USER) fprintf(a->ui, "\nuser: %s\n", m->text ? m->text : "");
         else if (m->kind == AG_ASSISTANT) {
-            fprintf(a->ui, "assistant%s: %s\n", m->cut ? " (cut)" : "", m->text ? m->text : "");
+            fprintf(a->ui, "assistant%s: %s\n",
+                    m->stop == AG_STOP_BUDGET ? " (cut at --max-tokens)" : m->stop == AG_STOP_CONTEXT
+                    ? " (cut at the context end)" : m->stop ? " (interrupted)" : "", m->text ? m->text : "");
             for (int k = 0; k < m->n_calls; k++) {
                 ds4_buf d = { 0 };
                 ag_tool_describe(m->calls[k].name, m->calls[k].args, &d);
@@ -185,6 +183,11 @@ static void help_cmds(agent *a) {
 static int resize_ctx(agent *a, int ctx) {
     int n = ds4_session_n_tokens(a->s);
     if (n > ctx) { ui_note(a, "the session holds %d tokens: /ctx must be at least that", n); return -1; }
+    if (ctx < (int)a->sys_ids.n + AG_CTX_MIN_ROOM) {
+        ui_note(a, "/ctx must be at least %d (the system prompt and tool schemas take %zu tokens)",
+                (int)a->sys_ids.n + AG_CTX_MIN_ROOM, a->sys_ids.n);
+        return -1;
+    }
     ds4_session_params sp;
     ds4_session_params_default(&sp);
     sp.ctx_size = ctx;
@@ -298,15 +301,12 @@ int main(int argc, char **argv) {
     if (!realpath(a->dir, real) || stat(real, &sb) || !S_ISDIR(sb.st_mode))
         die("--dir %s: not a directory", a->dir);
     a->root = strdup(real);
-    char sd[PATH_MAX + 32], sessions_default[PATH_MAX + 32];
-    if (!a->sessions_dir) {
-        snprintf(sessions_default, sizeof sessions_default, "%s/.ds4/sessions", a->root);
-        a->sessions_dir = sessions_default;
-    }
-    if (mkdirs(a->sessions_dir)) die("cannot create %s: %s", a->sessions_dir, strerror(errno));
-    snprintf(sd, sizeof sd, "%s/kv", a->sessions_dir);
-    a->kv_dir = strdup(sd);
+    if (ag_sessions_locate(a)) exit(1);
     ui_init(a);
+    if (a->legacy_dir)
+        ui_note(a, "sessions are kept in %s now; those in %s (older versions) are still listed and "
+                "resumable, never changed: remove that directory when done with them",
+                a->sessions_dir, a->legacy_dir);
 
     char *err = NULL;
     if (a->script_path) {
@@ -356,6 +356,11 @@ int main(int argc, char **argv) {
     a->kv = ds4_kvstore_open(a->m, &kp, &err);
     if (!a->kv) die("%s", err ? err : "cannot open the session store");
     if (ag_sys_tokens(a)) die("cannot build the system prompt");
+    /* every later shortage of room is compaction's (which always fits when
+     * this much is left beside the system prompt) */
+    if (a->ctx < (int)a->sys_ids.n + AG_CTX_MIN_ROOM)
+        die("--ctx %d is too small: the system prompt and tool schemas take %zu tokens; use --ctx %d or more",
+            a->ctx, a->sys_ids.n, (int)a->sys_ids.n + AG_CTX_MIN_ROOM);
     a->tools.root = a->root;
     a->tools.yes = a->yes;
     a->tools.confirm = ui_confirm;
@@ -406,5 +411,7 @@ int main(int argc, char **argv) {
     ds4_buf_free(&a->final_answer);
     free(a->root);
     free(a->kv_dir);
+    free(a->sessions_dir);
+    free(a->legacy_dir);
     return rc;
 }

@@ -69,6 +69,15 @@ void ag_script_free(ag_script *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
+const char *ag_stop_name(int stop) {
+    switch (stop) {
+    case AG_STOP_INTERRUPT: return "interrupt";
+    case AG_STOP_CONTEXT: return "context";
+    case AG_STOP_BUDGET: return "max_tokens";
+    default: return "";
+    }
+}
+
 static void json_str(FILE *f, const char *s) {
     fputc('"', f);
     for (; s && *s; s++) {
@@ -95,6 +104,9 @@ void ag_trace_write(FILE *f, const ag_trace_rec *r) {
     fprintf(f, "],\"drafted\":%llu,\"accepted\":%llu,\"session\":", (unsigned long long)r->spec.drafted,
             (unsigned long long)r->spec.accepted);
     json_str(f, r->session);
+    /* added after the first version: only on a turn that was cut */
+    if (r->msg && r->msg->stop)
+        fprintf(f, ",\"stopped\":\"%s\"", ag_stop_name(r->msg->stop));
     if (r->event) {
         fprintf(f, ",\"event\":");
         json_str(f, r->event);

@@ -8,7 +8,9 @@
  * session files under the sessions directory (ID.json: transcript, token
  * ids, read tracking; kv/: the KV states, one per session, in the disk KV
  * store format, with the exact DSML of the tool calls in their tool
- * section), /list, and restoring a session exactly (no prefill).
+ * section), where that directory is (per user and working directory, see
+ * ag_sessions_locate; DIR/.ds4/sessions of older versions read only),
+ * /list, and restoring a session exactly (no prefill).
  * Must not: sample, run tools, or draw the screen beyond one-line notes.
  *
  * Tokenization: markers are pushed as ids and the text between them is
@@ -21,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +81,113 @@ void ag_sess_free(ag_sess *s) {
     free(s->title);
     ds4_buf_free(&s->saved_text);
     free(s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Where sessions live                                                 */
+/* ------------------------------------------------------------------ */
+
+/* Sessions are per-user state (megabytes of KV state, transcripts that
+ * may quote secrets), not part of the project: they live under
+ * $XDG_STATE_HOME/ds4 (default ~/.local/state/ds4), one directory per
+ * working directory, agent/<name>-<hash of its real path>/sessions, so
+ * two checkouts called "src" never mix and a symbolic link to a directory
+ * finds that directory's sessions.  Everything is created 0700. */
+
+/* mkdir -p with mode 0700 for what it creates (existing parts keep theirs) */
+static int mkdirs_private(const char *path) {
+    char p[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof p) { errno = ENAMETOOLONG; return -1; }
+    memcpy(p, path, n + 1);
+    for (char *q = p + 1; *q; q++)
+        if (*q == '/') {
+            *q = 0;
+            if (mkdir(p, 0700) && errno != EEXIST) return -1;
+            *q = '/';
+        }
+    if (mkdir(p, 0700) && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(p, &st)) return -1;
+    if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
+    return 0;
+}
+
+/* The state directory's name for a working directory: its name (what is
+ * safe in a file name, at most 32 bytes) and a hash of its real path. */
+static void dir_key(const char *root, char *out, size_t cap) {
+    const char *b = strrchr(root, '/');
+    b = b ? b + 1 : root;
+    char name[33];
+    size_t k = 0;
+    for (; *b && k < sizeof name - 1; b++) {
+        unsigned char c = (unsigned char)*b;
+        int safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   c == '-' || c == '_' || (c == '.' && k > 0);
+        name[k++] = safe ? (char)c : '_';
+    }
+    name[k] = 0;
+    /* FNV-1a 64 here, not ag_hash: the name must never change with it */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *q = (const unsigned char *)root; *q; q++) { h ^= *q; h *= 0x100000001b3ull; }
+    snprintf(out, cap, "%s-%016llx", k ? name : "root", (unsigned long long)h);
+}
+
+static int has_sessions(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    int n = 0;
+    while (!n && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        n = l > 5 && !strcmp(de->d_name + l - 5, ".json");
+    }
+    closedir(d);
+    return n;
+}
+
+int ag_sessions_locate(agent *a) {
+    char p[PATH_MAX];
+    if (a->sessions_opt) {
+        snprintf(p, sizeof p, "%s", a->sessions_opt);
+    } else {
+        /* XDG: a relative XDG_STATE_HOME is ignored */
+        const char *x = getenv("XDG_STATE_HOME"), *h = getenv("HOME");
+        char key[64];
+        dir_key(a->root, key, sizeof key);
+        int n;
+        if (x && x[0] == '/') n = snprintf(p, sizeof p, "%s/ds4/agent/%s/sessions", x, key);
+        else if (h && h[0] == '/') n = snprintf(p, sizeof p, "%s/.local/state/ds4/agent/%s/sessions", h, key);
+        else {
+            fprintf(stderr, "ds4-agent: no place for the sessions: neither XDG_STATE_HOME nor HOME is "
+                    "an absolute path; set one of them, or use --sessions DIR\n");
+            return -1;
+        }
+        if (n < 0 || (size_t)n >= sizeof p) {
+            fprintf(stderr, "ds4-agent: the session directory's path is too long; use --sessions DIR\n");
+            return -1;
+        }
+    }
+    if (mkdirs_private(p)) {
+        fprintf(stderr, "ds4-agent: cannot create the session directory %s: %s%s\n", p, strerror(errno),
+                a->sessions_opt ? "" : " (set XDG_STATE_HOME, or use --sessions DIR)");
+        return -1;
+    }
+    char kv[PATH_MAX + 8];
+    snprintf(kv, sizeof kv, "%s/kv", p);
+    if (mkdirs_private(kv)) {
+        fprintf(stderr, "ds4-agent: cannot create %s: %s\n", kv, strerror(errno));
+        return -1;
+    }
+    a->sessions_dir = strdup(p);
+    a->kv_dir = strdup(kv);
+    if (!a->sessions_dir || !a->kv_dir) { fprintf(stderr, "ds4-agent: out of memory\n"); return -1; }
+    /* older versions kept the sessions in the project: still listed and
+     * resumable from there, never written */
+    char old[PATH_MAX + 32];
+    snprintf(old, sizeof old, "%s/.ds4/sessions", a->root);
+    if (!a->sessions_opt && has_sessions(old)) a->legacy_dir = strdup(old);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -221,8 +331,12 @@ static json_t *msg_json(const ag_msg *m) {
     if (m->dsml) json_object_set_new(o, "dsml", jtext(m->dsml));
     if (m->kind == AG_ASSISTANT) {
         json_object_set_new(o, "think", json_boolean(m->think));
-        if (m->cut) json_object_set_new(o, "cut", json_true());
+        if (m->stop) {
+            json_object_set_new(o, "cut", json_true());
+            json_object_set_new(o, "stopped", json_string(ag_stop_name(m->stop)));
+        }
     }
+    if (m->note) json_object_set_new(o, "note", json_true());
     if (m->n_calls) {
         json_t *c = json_array();
         for (int i = 0; i < m->n_calls; i++) {
@@ -239,20 +353,59 @@ static json_t *msg_json(const ag_msg *m) {
     return o;
 }
 
+/* Write `path` whole or not at all: a private temporary file beside it
+ * (O_EXCL: never someone else's file, nor a link planted under that name),
+ * synced, renamed over the old one, and the directory synced. */
 static int write_file_atomic(const char *path, const char *data, size_t n) {
+    static unsigned seq;
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return -1;
-    int bad = n && fwrite(data, 1, n, f) != n;
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) { unlink(tmp); return -1; }
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 100; tries++) {
+        snprintf(tmp, sizeof tmp, "%s.tmp-%d-%u", path, (int)getpid(), seq++);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST) return -1;
+    }
+    if (fd < 0) return -1;
+    int e = 0;   /* the first error */
+    for (size_t off = 0; off < n && !e; ) {
+        ssize_t w = write(fd, data + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) e = w < 0 ? errno : EIO;
+        else off += (size_t)w;
+    }
+    if (!e && fsync(fd)) e = errno;
+    if (close(fd) && !e) e = errno;
+    if (!e && rename(tmp, path)) e = errno;
+    if (e) {
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+    char dir[4300];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *sl = strrchr(dir, '/');
+    if (sl) {
+        *sl = 0;
+        int dfd = open(*dir ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) { fsync(dfd); close(dfd); }
+    }
     return 0;
 }
 
 static void meta_path(agent *a, const char *id, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s.json", a->sessions_dir, id);
+}
+
+/* The file a session is read from: ours, else the old project location's.
+ * Returns 1 for the old location. */
+static int find_meta(agent *a, const char *id, char *out, size_t cap) {
+    meta_path(a, id, out, cap);
+    if (!a->legacy_dir || access(out, F_OK) == 0) return 0;
+    char old[4200];
+    snprintf(old, sizeof old, "%s/%s.json", a->legacy_dir, id);
+    if (access(old, F_OK) != 0) return 0;
+    snprintf(out, cap, "%s", old);
+    return 1;
 }
 
 /* Another session whose saved state is this very text (same tokens): its
@@ -326,7 +479,7 @@ int ag_save(agent *a, int quiet) {
     ag_sess *s = a->cur;
     int n = ds4_session_n_tokens(a->s);
     if (!s || s->n_msgs == 0) return 0;
-    if (mkdir(a->sessions_dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(a->sessions_dir, 0700) != 0 && errno != EEXIST) {
         ui_note(a, "cannot create %s: %s", a->sessions_dir, strerror(errno));
         return -1;
     }
@@ -383,6 +536,14 @@ static char *jdup(json_t *o, const char *k) {
     return json_is_string(v) ? ag_strndup(json_string_value(v), json_string_length(v)) : NULL;
 }
 
+static int stop_of(json_t *m) {
+    const char *w = json_string_value(json_object_get(m, "stopped"));
+    for (int k = AG_STOP_INTERRUPT; w && k <= AG_STOP_BUDGET; k++)
+        if (!strcmp(w, ag_stop_name(k))) return k;
+    /* files of older versions say "cut" without why */
+    return json_is_true(json_object_get(m, "cut")) ? AG_STOP_INTERRUPT : AG_STOP_NONE;
+}
+
 typedef struct { const int32_t *ids; int n; } exact_ud;
 
 /* Only the state of exactly these tokens will do. */
@@ -394,10 +555,14 @@ static int accept_exact(void *ud, const int32_t *t, int n, size_t used) {
 
 int ag_restore(agent *a, const char *id) {
     char p[4200];
-    meta_path(a, id, p, sizeof p);
+    /* a session of the old location is read there; its state is not in
+     * our KV store, so it is evaluated again and saved here from then on */
+    int old = find_meta(a, id, p, sizeof p);
     json_error_t je;
     json_t *o = json_load_file(p, 0, &je);
     if (!o) { ui_note(a, "cannot read session %s: %s", id, je.text); return -1; }
+    if (old) ui_note(a, "session %s is in the old location %s; it will be saved in %s", id, a->legacy_dir,
+                     a->sessions_dir);
     ag_sess *s = calloc(1, sizeof *s);
     ds4_tokens ids = { 0 };
     int rc = -1;
@@ -419,7 +584,8 @@ int ag_restore(agent *a, const char *id) {
         x->reasoning = jdup(m, "reasoning");
         x->dsml = jdup(m, "dsml");
         x->think = json_is_true(json_object_get(m, "think"));
-        x->cut = json_is_true(json_object_get(m, "cut"));
+        x->stop = stop_of(m);
+        x->note = json_is_true(json_object_get(m, "note"));
         json_t *calls = json_object_get(m, "calls"), *c;
         size_t j;
         x->n_calls = (int)json_array_size(calls);
@@ -494,6 +660,7 @@ typedef struct {
     char title[80];
     int tokens;
     double last_used;
+    int old;             /* in the old project location (read only) */
 } sess_info;
 
 static int cmp_last(const void *x, const void *y) {
@@ -501,17 +668,19 @@ static int cmp_last(const void *x, const void *y) {
     return (a->last_used < b->last_used) - (a->last_used > b->last_used);
 }
 
-static int scan(agent *a, sess_info **out) {
-    *out = NULL;
-    DIR *d = opendir(a->sessions_dir);
-    if (!d) return 0;
-    int n = 0;
+static int scan_dir(const char *dir, int old, sess_info **out, int n) {
+    DIR *d = opendir(dir);
+    if (!d) return n;
     struct dirent *de;
     while ((de = readdir(d))) {
         size_t l = strlen(de->d_name);
         if (l < 6 || l - 5 >= 40 || strcmp(de->d_name + l - 5, ".json")) continue;
+        /* a session saved again here hides its old copy */
+        int dup = 0;
+        for (int i = 0; i < n && !dup; i++) dup = strlen((*out)[i].id) == l - 5 && !memcmp((*out)[i].id, de->d_name, l - 5);
+        if (dup) continue;
         char p[4200];
-        snprintf(p, sizeof p, "%s/%s", a->sessions_dir, de->d_name);
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
         json_t *o = json_load_file(p, 0, NULL);
         if (!o) continue;
         sess_info *v = realloc(*out, (size_t)(n + 1) * sizeof *v);
@@ -524,10 +693,18 @@ static int scan(agent *a, sess_info **out) {
         snprintf(x->title, sizeof x->title, "%s", t ? t : "");
         x->tokens = (int)json_integer_value(json_object_get(o, "state_tokens"));
         x->last_used = json_number_value(json_object_get(o, "last_used"));
+        x->old = old;
         json_decref(o);
     }
     closedir(d);
-    qsort(*out, (size_t)n, sizeof **out, cmp_last);
+    return n;
+}
+
+static int scan(agent *a, sess_info **out) {
+    *out = NULL;
+    int n = scan_dir(a->sessions_dir, 0, out, 0);
+    if (a->legacy_dir) n = scan_dir(a->legacy_dir, 1, out, n);
+    if (n) qsort(*out, (size_t)n, sizeof **out, cmp_last);
     return n;
 }
 
@@ -543,8 +720,8 @@ void ag_list(agent *a) {
         localtime_r(&t, &tm);
         strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
         int cur = a->cur && !strcmp(a->cur->id, v[i].id);
-        fprintf(a->ui, "%-25s %7d  %-16s  %s%s\n", v[i].id, v[i].tokens, when, v[i].title,
-                cur ? "  (current)" : "");
+        fprintf(a->ui, "%-25s %7d  %-16s  %s%s%s\n", v[i].id, v[i].tokens, when, v[i].title,
+                cur ? "  (current)" : "", v[i].old ? "  (old location)" : "");
     }
     free(v);
 }

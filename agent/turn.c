@@ -190,7 +190,8 @@ static void emit(gen_st *g, ds4_detok *dt, ds4_buf *piece, int32_t t) {
 
 /* Generate one assistant turn into `m` (reasoning, content, calls, exact
  * DSML).  The state ends with the turn closed by EOS.  Returns 0, 1 when
- * interrupted, 2 when cut by the context end or the budget, -1 on error.
+ * interrupted, 2 when cut by the context end or the budget (m->stop says
+ * which), 3 for a malformed tool call, -1 on error.
  *
  * With --lookup N (a->lookup > 0), a chosen token is evaluated together
  * with up to N prompt-lookup drafts (docs/SPEC.md) in one staged pass; the
@@ -210,6 +211,7 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
     ds4_tokens forced = { 0 };
     size_t fi = 0;
     int rc = 0, n = 0;
+    ag_stop stop = AG_STOP_NONE;
     m->think = think;
     memset(&a->spec, 0, sizeof a->spec);
     if (a->scripted) {
@@ -249,9 +251,10 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
      * accepted draft resets it (copying resumes at full speed) */
     int skip = 0, backoff = 0;
     for (;;) {
-        if (ag_interrupt) { rc = 1; break; }
+        if (ag_interrupt) { rc = 1; stop = AG_STOP_INTERRUPT; break; }
         /* two places stay free: </think> and EOS close a cut turn */
-        if (ds4_session_n_tokens(a->s) >= ctx - 2 || (budget > 0 && n >= budget)) { rc = 2; break; }
+        if (ds4_session_n_tokens(a->s) >= ctx - 2) { rc = 2; stop = AG_STOP_CONTEXT; break; }
+        if (budget > 0 && n >= budget) { rc = 2; stop = AG_STOP_BUDGET; break; }
         if (have_t) {
             have_t = 0;
         } else if (a->scripted) {
@@ -310,11 +313,12 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
         int e = ds4_session_eval_draft(a->s, pass, 1 + k);
         if (e) { ui_note(a, "decode failed: %s", ds4_strerror(e)); rc = -1; break; }
         n++;
-        int keep = 1, stop = 0, acc = 0;
+        int keep = 1, done = 0, acc = 0;
         for (int i = 0; i <= k; i++) {
             /* the checks plain decoding makes before choosing this token */
-            if (ag_interrupt) { rc = 1; stop = 1; break; }
-            if (n0 + i + 1 >= ctx - 2 || (budget > 0 && n >= budget)) { rc = 2; stop = 1; break; }
+            if (ag_interrupt) { rc = 1; stop = AG_STOP_INTERRUPT; done = 1; break; }
+            if (n0 + i + 1 >= ctx - 2) { rc = 2; stop = AG_STOP_CONTEXT; done = 1; break; }
+            if (budget > 0 && n >= budget) { rc = 2; stop = AG_STOP_BUDGET; done = 1; break; }
             int32_t u = a->scripted ? (fi < forced.n ? forced.v[fi++] : a->ids->eos)
                                     : choose(&g, ds4_session_draft_logits(a->s, i));
             if (i < k && u == d[i]) {
@@ -323,7 +327,7 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
                 keep++;
                 acc++;
                 n++;
-                if (g.block_done || g.block_error) { stop = 1; break; }
+                if (g.block_done || g.block_error) { done = 1; break; }
                 continue;
             }
             t = u;
@@ -340,7 +344,7 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
         e = ds4_session_draft_commit(a->s, keep);
         if (e) { ui_note(a, "decode failed: %s", ds4_strerror(e)); rc = -1; break; }
         if (ds4_tokens_failed(&hist)) { ui_note(a, "out of memory"); rc = -1; break; }
-        if (stop) break;
+        if (done) break;
     }
     ds4_tokens_free(&hist);
     ds4_tokens_free(&corpus);
@@ -377,13 +381,12 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
         m->n_calls = 0;
         if (g.block_error && rc == 0) {
             /* tell the model: it can write the call again */
-            m->cut = 0;
             ds4_buf_free(&a->last_results);
             ds4_buf_printf(&a->last_results, "malformed tool call: %.*s", (int)g.err.n, g.err.p ? g.err.p : "");
             rc = 3;
         }
     }
-    if (rc == 1 || rc == 2) m->cut = 1;
+    m->stop = rc == 1 || rc == 2 ? (int)stop : AG_STOP_NONE;
     *n_gen = n;
     ds4_buf_free(&piece);
     ds4_buf_free(&g.reasoning);
@@ -444,11 +447,11 @@ static void dump_capture(agent *a, ds4_buf *lg) {
 }
 
 /* Returns 0 (done), 1 interrupted, -1 error; *called = the turn called
- * tools (their results are now pending), *cut = cut by the context end. */
-int ag_model_turn(agent *a, int *called, int *cut) {
+ * tools (their results are now pending), *stop = why it was cut (ag_stop). */
+int ag_model_turn(agent *a, int *called, int *stop) {
     ag_sess *s = a->cur;
     *called = 0;
-    *cut = 0;
+    *stop = AG_STOP_NONE;
     const int ctx = ds4_session_ctx_size(a->s);
     ds4_tokens pend = { 0 };
     int compacted = 0;
@@ -462,12 +465,15 @@ int ag_model_turn(agent *a, int *called, int *cut) {
         }
         ag_render_from(a, s, s->live, 1, &pend);
         int total = ds4_session_n_tokens(a->s) + (int)pend.n;
-        if (total <= (int)(COMPACT_AT * ctx) || compacted > 1) break;
+        /* one compaction is enough: it brings the prompt below its own
+         * target (which can exceed COMPACT_AT of a small context) */
+        if (total <= (int)(COMPACT_AT * ctx) || compacted) break;
         if (ag_compact(a, (int)pend.n)) { ds4_tokens_free(&pend); return -1; }
         compacted++;
     }
     if (ds4_session_n_tokens(a->s) + (int)pend.n > ctx - 16) {
-        ui_note(a, "the prompt (%zu tokens) cannot fit the context (%d)", pend.n, ctx);
+        /* not reached: compaction always fits (ag_compact) */
+        ui_note(a, "internal error: the prompt (%zu tokens) cannot fit the context (%d)", pend.n, ctx);
         ds4_tokens_free(&pend);
         return -1;
     }
@@ -577,7 +583,7 @@ int ag_model_turn(agent *a, int *called, int *cut) {
         a->final_answer.n = 0;
         ds4_buf_puts(&a->final_answer, m->text ? m->text : "");
     }
-    *cut = gr == 2;
+    *stop = m->stop;
     if (gr == 1 || ag_interrupt) return 1;
     return 0;
 }
@@ -593,17 +599,42 @@ int ag_run(agent *a, const char *text) {
     ag_msg *u = ag_sess_push(s, AG_USER);
     if (!u) return -1;
     u->text = strdup(text);
+    int cuts = 0;   /* turns cut in a row */
     for (int t = 0; t < a->max_turns; t++) {
-        int called = 0, cut = 0;
-        int rc = ag_model_turn(a, &called, &cut);
+        int called = 0, stop = 0;
+        int rc = ag_model_turn(a, &called, &stop);
         if (rc < 0) return -1;
         if (rc == 1) return 1;
-        if (cut && !called) {
-            ag_msg *c = ag_sess_push(s, AG_USER);
-            c->text = strdup("[Your last answer was cut off by the end of the context. "
+        if (stop && !called) {
+            /* A cut turn is continued by the model, told why it was cut.
+             * A model that never ends its turn (or a --max-tokens too
+             * small for what it writes) would go on until --max-turns:
+             * after AG_CUT_TURNS_MAX in a row the user decides. */
+            const char *why = stop == AG_STOP_BUDGET ? "at the --max-tokens limit" : "by the end of the context";
+            if (++cuts >= AG_CUT_TURNS_MAX) {
+                ui_note(a, "stopped: %d turns in a row were cut (the last %s); send a message to continue",
+                        cuts, why);
+                return 2;
+            }
+            ds4_buf b = { 0 };
+            if (stop == AG_STOP_BUDGET) {
+                ui_note(a, "the turn stopped at the --max-tokens limit of %d tokens; the model continues",
+                        a->max_tokens);
+                ds4_buf_printf(&b, "[Your last turn was stopped at the --max-tokens limit of %d tokens. "
+                               "Continue from where it stopped, in turns shorter than that: a tool call "
+                               "cut by the limit did not run.]", a->max_tokens);
+            } else {
+                ui_note(a, "the turn was cut by the end of the context; the model continues");
+                ds4_buf_puts(&b, "[Your last answer was cut off by the end of the context. "
                              "Continue from where it stopped.]");
+            }
+            ag_msg *c = ag_sess_push(s, AG_USER);
+            if (!c) { ds4_buf_free(&b); return -1; }
+            c->text = b.p;
+            c->note = 1;
             continue;
         }
+        cuts = 0;
         if (!called) return 0;
     }
     ui_note(a, "stopped after %d model turns (--max-turns)", a->max_turns);

@@ -23,6 +23,7 @@ ROUNDS="${2:-3}"
 [ -f "$MODEL" ] || { echo "lookup_copy: no model $MODEL (bench/run.sh makes bench/models/medium-q2.gguf)" >&2; exit 2; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+export XDG_STATE_HOME="$T/state"   # the agent's sessions: not in the user's state directory
 D='｜DSML｜'
 LINES="${LOOKUP_LINES:-60}"       # lines of src/engine/sampler.c the task copies
 SRC="$T/sampler.c"

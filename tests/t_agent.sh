@@ -13,6 +13,7 @@ BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the saniti
 . tests/agent/lib.sh
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+agent_state "$T/state"
 W="$T/work"
 mkdir -p "$W/src" "$W/build" "$W/.git" "$T/outside"
 printf 'alpha\nbeta\ngamma\nbeta\n' > "$W/src/a.txt"
@@ -126,9 +127,9 @@ mkdir -p "$T/rv"
 { printf 'Check it.</think>Listing.'; call list; sep; printf 'Done.</think>Listed.'; } > "$T/s4.txt"
 "$AGENT" -m "$T/rv.gguf" --yes --ctx 4096 --dir "$T/rv" --script "$T/s4.txt" --trace "$T/tr4" -p "list" > "$T/out4" 2>&1 \
     && grep -q '"name":"list","ok":true' "$T/tr4" && ok "real vocabulary: scripted call and answer" || bad "real vocabulary run"
-/usr/bin/python3 - "$T/rv" <<'PY' && ok "real vocabulary: ｜DSML｜ (128825) and </think> (128822) forced as special tokens" || bad "special ids"
+/usr/bin/python3 - "$(sessdir "$T/rv")" <<'PY' && ok "real vocabulary: ｜DSML｜ (128825) and </think> (128822) forced as special tokens" || bad "special ids"
 import json, glob, sys
-t = json.load(open(glob.glob(sys.argv[1] + "/.ds4/sessions/*.json")[0]))["tokens"]
+t = json.load(open(glob.glob(sys.argv[1] + "/*.json")[0]))["tokens"]
 assert 128825 in t and 128822 in t and t[-1] == 1
 PY
 "$AGENT" --help | grep -q -- "--script FILE" && ok "--help" || bad "--help"

@@ -19,7 +19,8 @@ T=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 
 # run NAME LOOKUP ARGS...: one agent run in $T/w (the same path each time:
-# the system prompt names the directory), kept as $T/NAME.*
+# the system prompt names the directory), kept as $T/NAME.*; its sessions
+# in a state directory of its own, $T/NAME.state
 run() {
     local name=$1 l=$2
     shift 2
@@ -27,9 +28,11 @@ run() {
     mkdir -p "$T/w"
     printf 'alpha beta gamma\n' > "$T/w/seed.txt"
     [ -n "${EXTRA:-}" ] && cp "$EXTRA" "$T/w/"
+    agent_state "$T/$name.state"
     "$AGENT" -m "$M" --ctx 4096 --yes --lookup "$l" --dir "$T/w" --trace "$T/$name.tr" "$@" \
         > "$T/$name.out" 2> "$T/$name.err"
     echo $? > "$T/$name.rc"
+    sessdir "$T/w" > "$T/$name.sess"
     mv "$T/w" "$T/$name.w"
 }
 
@@ -41,13 +44,15 @@ same() {
     /usr/bin/python3 - "$T/$a" "$T/$b" <<'PY' || r=1
 import glob, json, os, sys, filecmp
 a, b = sys.argv[1], sys.argv[2]
+def sd(p):
+    return open(p + ".sess").read().strip()
 def sess(p):
-    fs = glob.glob(p + ".w/.ds4/sessions/*.json")
+    fs = glob.glob(sd(p) + "/*.json")
     assert len(fs) == 1, fs
     s = json.load(open(fs[0]))
     return s["tokens"], s["state_tokens"], [m["kind"] for m in s["messages"]]
 assert sess(a) == sess(b), "saved sessions differ"
-ka = sorted(os.listdir(a + ".w/.ds4/sessions/kv")); kb = sorted(os.listdir(b + ".w/.ds4/sessions/kv"))
+ka = sorted(os.listdir(sd(a) + "/kv")); kb = sorted(os.listdir(sd(b) + "/kv"))
 assert ka == kb, ("kv file names", ka, kb)
 def kv(p):
     # header fields but the times (created, last_used, hits: bytes 24..43),
@@ -59,7 +64,7 @@ def kv(p):
     return d[:24] + d[44:64] + d[72:128 + tl + pl]
 for f in ka:
     if f.endswith(".ds4kv"):
-        assert kv(a + ".w/.ds4/sessions/kv/" + f) == kv(b + ".w/.ds4/sessions/kv/" + f), "kv " + f
+        assert kv(sd(a) + "/kv/" + f) == kv(sd(b) + "/kv/" + f), "kv " + f
 for f in glob.glob(a + ".w/*"):
     g = b + ".w/" + os.path.basename(f)
     assert os.path.isfile(g) and filecmp.cmp(f, g, shallow=False), "file " + f

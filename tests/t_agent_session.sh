@@ -15,6 +15,7 @@ BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the saniti
 . tests/agent/lib.sh
 T=$(mktemp -d)
 [ -n "${KEEP:-}" ] && echo "kept $T" || trap 'rm -rf "$T"' EXIT
+agent_state "$T/state"
 common=(-m "$M" --ctx 8192 --yes)
 
 { printf 'Look first.</think>Listing.'; call list; } > "$T/t1"
@@ -24,9 +25,10 @@ printf 'Other.</think>Other task answered.' > "$T/o1"
 cat_turns() { local f first=1; for f in "$@"; do [ $first = 1 ] || printf '\n---\n'; first=0; cat "$f"; done; }
 
 # A: one process, never leaves the session.  The system prompt names the
-# working directory, so A, B and C run in the same one, emptied between.
+# working directory, so A, B and C run in the same one, emptied between
+# (its sessions too).
 W="$T/w"
-fresh() { rm -rf "$W"; mkdir -p "$W"; }
+fresh() { rm -rf "$W"; mkdir -p "$W"; rm -rf "$(dirname "$(sessdir "$W")")"; }
 fresh
 cat_turns "$T/t1" "$T/t2" "$T/t3" > "$T/sA"
 printf 'task one\nsecond request\n/quit\n' | "$AGENT" "${common[@]}" --dir "$W" --script "$T/sA" \
@@ -35,7 +37,7 @@ printf 'task one\nsecond request\n/quit\n' | "$AGENT" "${common[@]}" --dir "$W" 
 cat_turns "$T/t1" "$T/t2" > "$T/sB1"
 fresh
 "$AGENT" "${common[@]}" --dir "$W" --script "$T/sB1" --trace "$T/trB" -p "task one" > /dev/null 2>&1 || bad "run B1"
-id1=$(basename "$(ls "$W/.ds4/sessions/"*.json)" .json)
+id1=$(basename "$(ls "$(sessdir "$W")/"*.json)" .json)
 cat_turns "$T/o1" "$T/t3" > "$T/sB2"
 printf 'a different task\n/list\n/switch %s\nsecond request\n/quit\n' "$id1" | "$AGENT" "${common[@]}" --dir "$W" \
     --script "$T/sB2" --trace "$T/trB" --dump-logits "$T/B.f32" > "$T/outB" 2>&1 || bad "run B2"
@@ -96,16 +98,16 @@ results "$T/D" | grep -q "interrupted by the user" && ok "the session records th
 # turn, retried the same way.  An agent that ignored the signal during
 # generation would give exit 0 on every try, and fail below.
 turn_whole() {
-    /usr/bin/python3 - "$1" <<'PY'
+    /usr/bin/python3 - "$(sessdir "$1")" <<'PY'
 import json, glob, sys
-f = glob.glob(sys.argv[1] + "/.ds4/sessions/*.json")
+f = glob.glob(sys.argv[1] + "/*.json")
 m = json.load(open(f[0]))["messages"][-1] if f else {}
 sys.exit(0 if m.get("kind") == "assistant" and not m.get("cut") else 1)
 PY
 }
 rc=none
 for try in 1 2 3 4 5 6; do
-    rm -rf "$T/G" "$T/trG"; mkdir -p "$T/G"
+    rm -rf "$T/G" "$T/trG" "$(sessdir "$T/G")"; mkdir -p "$T/G"
     "$AGENT" -m "$M" --ctx 8192 --yes --dir "$T/G" --temp 0 --trace "$T/trG" -p "talk $try" > /dev/null 2> "$T/errG" &
     pid=$!
     for i in $(seq 1 1200); do grep -q "thinking" "$T/errG" 2>/dev/null && break; sleep 0.1; done
@@ -122,9 +124,9 @@ for try in 1 2 3 4 5 6; do
     echo "    (try $try: the turn ended by itself before the interrupt; another prompt)"
 done
 [ "$rc" = 130 ] && ok "Ctrl+C during generation: exit 130" || bad "generation interrupt rc=$rc"
-/usr/bin/python3 - "$T/G" "$T/trG" <<'PY' && ok "interrupted turn closed and saved consistently" || bad "interrupted session inconsistent"
+/usr/bin/python3 - "$(sessdir "$T/G")" "$T/trG" <<'PY' && ok "interrupted turn closed and saved consistently" || bad "interrupted session inconsistent"
 import json, glob, sys
-s = json.load(open(glob.glob(sys.argv[1] + "/.ds4/sessions/*.json")[0]))
+s = json.load(open(glob.glob(sys.argv[1] + "/*.json")[0]))
 t = json.loads(open(sys.argv[2]).readline())
 m = s["messages"][-1]
 assert m["kind"] == "assistant" and m.get("cut"), m

@@ -11,6 +11,7 @@ BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the saniti
 . tests/agent/lib.sh
 command -v tmux > /dev/null || { echo "t_agent_tmux: tmux is not installed"; exit 1; }
 T=$(mktemp -d)
+agent_state "$T/state"
 SOCK="$T/tmux.sock"
 tm() { tmux -S "$SOCK" "$@"; }
 trap 'tm kill-server 2>/dev/null; rm -rf "$T"' EXIT
@@ -33,7 +34,7 @@ wait_for() {
 }
 
 tm new-session -d -s ag -x 160 -y 50 -c "$W" \
-    "TERM=xterm-256color '$AGENT' -m '$M' --ctx 8192 --dir '$W' --script '$T/script'; echo AGENT-EXITED; sleep 30"
+    "TERM=xterm-256color XDG_STATE_HOME='$XDG_STATE_HOME' '$AGENT' -m '$M' --ctx 8192 --dir '$W' --script '$T/script'; echo AGENT-EXITED; sleep 30"
 wait_for "ds4>" 30 && ok "prompt shown" || { bad "no prompt"; screen; exit 1; }
 tm send-keys -t ag "please read greeting.txt" Enter
 wait_for "read greeting.txt" && ok "tool call shown compactly: read greeting.txt" || bad "no read line"
@@ -65,7 +66,7 @@ tm send-keys -t ag "something else" Enter
 wait_for "Fresh answer." && ok "answer in the new session" || bad "new session answer"
 tm send-keys -t ag "/list" Enter
 wait_for "please read greeting.txt" && wait_for "(current)" && ok "/list: both sessions, titles, current marked" || bad "/list"
-id1=$(cd "$W/.ds4/sessions" && ls -tr *.json | head -1 | sed 's/.json$//')
+id1=$(cd "$(sessdir "$W")" && ls -tr *.json | head -1 | sed 's/.json$//')
 tm send-keys -t ag "/switch ${id1:0:17}" Enter
 wait_for "restored without prefill" && ok "/switch by unique prefix" || bad "/switch"
 tm send-keys -t ag Up

@@ -26,12 +26,33 @@ call() {
 }
 sep() { printf '\n---\n'; }
 
-# results DIR: the tool results of the only (or newest) session, one per
-# call, separated by lines "=====".
-results() {
+# The agent keeps its sessions per user, under $XDG_STATE_HOME/ds4/agent/
+# NAME-HASH/sessions (README "Sessions"): every test points XDG_STATE_HOME
+# at a directory of its own (agent_state) and reads them there (sessdir).
+agent_state() { export XDG_STATE_HOME="$1"; }   # the agent creates it (0700)
+
+# sessdir WORKDIR: the sessions directory of that working directory: NAME
+# is its name (bytes other than letters, digits, '.', '_', '-' -- or a
+# leading '.' -- as '_', at most 32), HASH the FNV-1a 64 of its real path.
+sessdir() {
     /usr/bin/python3 - "$1" <<'PY'
+import os, re, sys
+p = os.path.realpath(sys.argv[1])
+b = os.path.basename(p).encode()[:32]
+name = "".join(chr(c) if re.match(rb"[A-Za-z0-9_-]", bytes([c])) or (c == 46 and i > 0) else "_" for i, c in enumerate(b)) or "root"
+h = 0xcbf29ce484222325
+for c in p.encode():
+    h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
+print("%s/ds4/agent/%s-%016x/sessions" % (os.environ["XDG_STATE_HOME"], name, h))
+PY
+}
+
+# results DIR: the tool results of the only (or newest) session of working
+# directory DIR, one per call, separated by lines "=====".
+results() {
+    /usr/bin/python3 - "$(sessdir "$1")" <<'PY'
 import json, sys, glob, os
-fs = sorted(glob.glob(os.path.join(sys.argv[1], ".ds4/sessions/*.json")), key=os.path.getmtime)
+fs = sorted(glob.glob(os.path.join(sys.argv[1], "*.json")), key=os.path.getmtime)
 s = json.load(open(fs[-1]))
 for m in s["messages"]:
     if m["kind"] == "tools":
