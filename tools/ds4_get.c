@@ -451,7 +451,7 @@ static int cmd_get(const opts *o, const char *name) {
         token = pick_token(o->token, url);
         fprintf(stderr, "%s: %s -> %s\n", PROG, url, final);
         fetch_job j = {
-            .url = url, .part = part, .dir = o->dir, .label = file, .token = token,
+            .url = url, .part = part, .dir = o->dir, .label = e ? e->name : file, .token = token,
             .want_size = want_size, .want_sha = want_sha, .sha_from = sha_from,
             .retries = o->retries, .stall_secs = o->stall,
         };

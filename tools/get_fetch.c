@@ -198,6 +198,7 @@ typedef struct {
     int complete;               /* 416 with the whole file already here */
     int hard;                   /* stop: error[] says why, no retry */
     int soft;                   /* retry: error[] says why */
+    double t_last_byte;         /* when the attempt began or a byte last came */
     char error[512];
 } attempt;
 
@@ -392,7 +393,7 @@ static void decide(attempt *a) {
             progress_break(&a->prog);
             fprintf(stderr, "%s: %s: %s holds more bytes than the file's %" PRIu64 ": starting again\n",
                     PROG, j->label, j->part, t);
-            if (restart_part(a) == 0) fail_soft(a, "restarting");
+            if (restart_part(a) == 0) fail_soft(a, "the partial file was longer than the file");
         } else {
             fail_hard(a, "the server refused the range bytes=%" PRIu64 "- (416) without saying the "
                       "file's size; remove %s to start again", a->have, j->part);
@@ -412,8 +413,10 @@ static void decide(attempt *a) {
         fail_hard(a, "HTTP %ld from %s: cannot download", s, j->url);
         return;
     }
-    uint64_t t = a->total ? a->total : j->want_size ? j->want_size : a->hub_size;
-    if (t) check_space(a, t);
+    /* no size in the answer (a 200 without Content-Length): the expected
+     * one bounds the body, and a short body is resumed */
+    if (!a->total) a->total = j->want_size ? j->want_size : a->hub_size;
+    if (a->total) check_space(a, a->total);
 }
 
 static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
@@ -487,6 +490,7 @@ static size_t on_body(char *buf, size_t size, size_t nmemb, void *ud) {
     }
     ds4_sha256_update(&a->sha, buf, n);
     a->have += n;
+    a->t_last_byte = now_s();
     return n;
 }
 
@@ -494,6 +498,13 @@ static int on_xfer(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ul
     (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
     attempt *a = ud;
     if (g_stop) return 1;
+    /* a stall: nothing for stall_secs, headers included (libcurl's own
+     * low-speed limit averages over seconds of history, so it would notice
+     * a stall after a fast burst late) */
+    if (now_s() - a->t_last_byte > (double)a->job->stall_secs) {
+        fail_soft(a, "nothing received for %ld s", a->job->stall_secs);
+        return 1;
+    }
     if (a->decided && !a->complete && !a->hard && !a->soft)
         progress_show(&a->prog, a->have, a->total, 0);
     return 0;
@@ -529,9 +540,6 @@ static int setup(CURL *c, attempt *a, char *range, size_t range_n) {
 #endif
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
-    /* a stall: under 1 byte/s for stall_secs ends the attempt (retried) */
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, j->stall_secs);
     if (a->have > 0) {
         /* CURLOPT_RANGE, not RESUME_FROM: the answer (200 / 206 / 416) is
          * ours to judge, and the Range header is kept across redirects */
@@ -636,6 +644,14 @@ int fetch_run(const fetch_job *j, fetch_result *r) {
         fprintf(stderr, "%s: %s is not a regular file\n", PROG, j->part);
         goto out;
     }
+    /* the lock was free because another ds4-get just finished and renamed
+     * this very file to its final name: not ours to append to */
+    struct stat sp;
+    if (stat(j->part, &sp) != 0 || sp.st_ino != st.st_ino || sp.st_dev != st.st_dev) {
+        fprintf(stderr, "%s: %s was just completed by another ds4-get\n", PROG, j->part);
+        close(a.fd);
+        return FETCH_FAIL;
+    }
     a.have = (uint64_t)st.st_size;
     ds4_sha256_init(&a.sha);
     if (j->want_size && a.have > j->want_size) {
@@ -669,6 +685,7 @@ int fetch_run(const fetch_job *j, fetch_result *r) {
         a.cr_ok = 0;
         a.hub_size = 0;
         a.error[0] = 0;
+        a.t_last_byte = now_s();
         char range[48];
         curl_easy_reset(c);
         setup(c, &a, range, sizeof range);
@@ -712,8 +729,16 @@ int fetch_run(const fetch_job *j, fetch_result *r) {
         nap(wait);
         if (g_stop) { rc = FETCH_INTERRUPTED; goto stopped; }
     }
-    progress_show(&a.prog, a.have, a.total ? a.total : a.have, 1);
     progress_break(&a.prog);
+    {
+        /* the summary: what this run brought, at its average rate */
+        double dt = now_s() - a.prog.t_start;
+        uint64_t got = a.have - (a.have >= a.prog.bytes_start ? a.prog.bytes_start : a.have);
+        char n1[32], n2[32], n3[32];
+        fprintf(stderr, "%s: %s: complete, %s (%s in this run, %.1f s, %s/s)\n", PROG, j->label,
+                human(a.have, n1, sizeof n1), human(got, n2, sizeof n2), dt,
+                human(dt > 0 ? (uint64_t)((double)got / dt) : got, n3, sizeof n3));
+    }
 
     /* complete: the size, then the checksum */
     if (j->want_size && a.have != j->want_size) {
