@@ -127,6 +127,15 @@ endif
 ifneq ($(wildcard tools/ds4_gguf.c),)
   BINS += ds4-gguf
 endif
+# ds4-get (model downloads) needs libcurl's headers (libcurl4-openssl-dev,
+# tools/deps.sh); without them it is left out, and make says so.
+ifneq ($(wildcard tools/ds4_get.c),)
+  ifneq ($(wildcard /usr/include/curl/curl.h /usr/include/*/curl/curl.h)$(shell pkg-config --exists libcurl 2>/dev/null && echo y),)
+    BINS += ds4-get
+  else
+    $(warning libcurl headers not found (sh tools/deps.sh installs them): ds4-get is not built)
+  endif
+endif
 
 BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
 
@@ -206,6 +215,11 @@ $(BUILD)/tests/test_eval: $(BUILD)/tests/test_eval.o $(EVAL_OBJS) $(LIB)
 $(BIN_DIR)/ds4-gguf: $(BUILD)/tools/ds4_gguf.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# model downloads (README "The model file")
+$(BIN_DIR)/ds4-get: $(BUILD)/tools/ds4_get.o $(BUILD)/tools/get_fetch.o $(BUILD)/tools/get_catalog.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcurl
 
 tests: $(TEST_BINS)
 
@@ -306,7 +320,7 @@ install: $(BIN_PATHS)
 	install -m 644 vocab/deepseek-v4-vocab.gguf $(DESTDIR)$(PREFIX)/share/ds4/vocab/
 
 clean:
-	rm -rf $(BUILD) build-ubsan $(addprefix $(BIN_DIR)/,ds4 ds4-server ds4-agent ds4-synth ds4-bench ds4-kv ds4-quantize ds4-eval ds4-steer ds4-gguf) demo/*.gguf
+	rm -rf $(BUILD) build-ubsan $(addprefix $(BIN_DIR)/,ds4 ds4-server ds4-agent ds4-synth ds4-bench ds4-kv ds4-quantize ds4-eval ds4-steer ds4-gguf ds4-get) demo/*.gguf
 
 # keep the objects of tests and benches (intermediate files of a chain)
 .SECONDARY:
