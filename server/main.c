@@ -346,8 +346,8 @@ int main(int argc, char **argv) {
     if (kv_flags && !c->kv_dir)
         fprintf(stderr, "ds4-server: note: the --kv-* options do nothing without --kv-disk-dir\n");
 
-    /* libmicrohttpd counts a stream that sends nothing as idle: keep-alive
-     * comments must come more often than the idle timeout */
+    /* clients and proxies time out silent streams: keep-alive comments
+     * come well within the idle timeout a client may also apply */
     if (c->keepalive_s * 2 > c->idle_timeout_s)
         c->keepalive_s = c->idle_timeout_s / 2 > 0 ? c->idle_timeout_s / 2 : 1;
 
