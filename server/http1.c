@@ -134,8 +134,9 @@ static long fill(http1_conn *c, double deadline) {
 /* Wait for one request head at the start of c->in.  >0: its length; 0:
  * the client closed before sending a byte of it; -1: the deadline passed
  * (*partial: some of it had come); -2: error or a close inside the head;
- * or a status >= 400 with the reason in why. */
-static long read_head(http1_conn *c, double deadline, int *partial, char *why, size_t cap) {
+ * -3: refused with *status, the reason in why. */
+static long read_head(http1_conn *c, double deadline, int *partial, int *status, char *why,
+                      size_t cap) {
     size_t limit = c->s->cfg.max_header_bytes;
     size_t pos = 0;
     *partial = 0;
@@ -151,17 +152,20 @@ static long read_head(http1_conn *c, double deadline, int *partial, char *why, s
             long e = http1_head_end(c->in, c->in_n, &pos);
             if (e < 0) {
                 snprintf(why, cap, "a line of the request head ends in a bare LF (CRLF is required)");
-                return 400;
+                *status = 400;
+                return -3;
             }
             if ((e > 0 && (size_t)e > limit) || (e == 0 && c->in_n >= limit)) {
                 if (memchr(c->in, '\n', c->in_n < limit ? c->in_n : limit)) {
                     snprintf(why, cap, "the request head exceeds the limit of %zu bytes "
                              "(--max-header-bytes)", limit);
-                    return 431;
+                    *status = 431;
+                    return -3;
                 }
                 snprintf(why, cap, "the request line exceeds the limit of %zu bytes "
                          "(--max-header-bytes)", limit);
-                return 414;
+                *status = 414;
+                return -3;
             }
             if (e > 0) return e;
         }
@@ -492,9 +496,9 @@ static void *conn_main(void *arg) {
     int first = 1;
     char why[600];
     for (;;) {
-        int partial = 0;
+        int partial = 0, st = 0;
         why[0] = 0;
-        long r = read_head(c, deadline, &partial, why, sizeof why);
+        long r = read_head(c, deadline, &partial, &st, why, sizeof why);
         if (r == 0 || r == -2) break;
         if (r == -1) {
             if (partial || first) {
@@ -507,11 +511,11 @@ static void *conn_main(void *arg) {
             }
             break;
         }
-        if (r >= 400) {
-            reject(c, (int)r, why);
+        if (r == -3) {
+            reject(c, st, why);
             break;
         }
-        int st = take_head(c, (size_t)r, why, sizeof why);
+        st = take_head(c, (size_t)r, why, sizeof why);
         if (st) {
             reject(c, st, why);
             break;

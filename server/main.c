@@ -29,6 +29,7 @@
 #include "toolmem.h"
 #include "worker.h"
 #include "common/args.h"
+#include "common/model_file.h"
 #include "common/steer.h"
 
 server_ctx *g_srv;
@@ -225,7 +226,7 @@ int main(int argc, char **argv) {
     server_ctx srv;
     memset(&srv, 0, sizeof srv);
     server_config *c = &srv.cfg;
-    c->model_path = "./ds4flash.gguf";
+    c->model_path = DS4_DEFAULT_MODEL;
     c->mtp_draft = -1;
     c->host = "127.0.0.1";
     c->port = 8000;
@@ -356,6 +357,9 @@ int main(int argc, char **argv) {
                 "an API key: set --api-key / DS4_API_KEY, or pass --insecure-no-auth\n", c->host);
         return 2;
     }
+    /* before the port and the memory plan: the most basic mistake first
+     * (--dist: the ranks may name files of their own) */
+    if (!dist && ds4_model_file_check("ds4-server", c->model_path)) return 1;
     if (dist) {
         /* ranks > 0 serve rank 0 (src/dist/); only rank 0 listens */
         char *derr = NULL;
