@@ -57,12 +57,15 @@ static void quote(char *dst, size_t cap, const char *s) {
 }
 
 long http1_head_end(const char *buf, size_t n, size_t *pos) {
+    /* empty lines before the request line do not end the head (RFC 9112
+     * 2.2; http1_parse_head skips them) */
+    size_t start = 0;
+    while (start + 1 < n && buf[start] == '\r' && buf[start + 1] == '\n') start += 2;
     for (size_t i = *pos; i < n; i++) {
         if (buf[i] != '\n') continue;
         if (i == 0 || buf[i - 1] != '\r') return -1;
-        /* an empty line ends the head (the one right at the start is a
-         * leading CRLF, which http1_parse_head skips) */
-        if (i >= 3 && buf[i - 2] == '\n' && buf[i - 3] == '\r') return (long)(i + 1);
+        /* an empty line after the request line ends the head */
+        if (i >= start + 3 && buf[i - 2] == '\n' && buf[i - 3] == '\r') return (long)(i + 1);
     }
     *pos = n;
     return 0;
