@@ -810,6 +810,13 @@ static void on_header_timeout(void *cls) {
     metrics_header_timeouts(h->srv->m, 1);
 }
 
+/* Connections over a limit are closed unread: no request to log, and a
+ * flood of them must not flood the log, so only with -v. */
+static void on_refused_connection(void *cls, const char *peer, const char *why) {
+    http_server *h = cls;
+    if (h->srv->cfg.verbose) log_msg("closed a connection from %s at once (%s)", peer, why);
+}
+
 /* ------------------------------------------------------------------------ */
 /* start and stop                                                            */
 /* ------------------------------------------------------------------------ */
@@ -898,13 +905,13 @@ http_server *http_start(server_ctx *srv, int fd, int port, char **err) {
         .header_timeout_s = srv->cfg.header_timeout_s,
         .idle_timeout_s = srv->cfg.idle_timeout_s,
         .request_timeout_s = srv->cfg.request_timeout_s,
-        .verbose = srv->cfg.verbose,
         .cls = h,
         .on_head = on_head,
         .on_request = on_request,
         .on_reject = on_reject,
         .on_complete = on_complete,
         .on_header_timeout = on_header_timeout,
+        .on_refused_connection = on_refused_connection,
     };
     h->h1 = http1_start(&hc, fd, err);
     if (!h->h1) {

@@ -452,7 +452,10 @@ static int take_head(http1_conn *c, size_t len, char *why, size_t cap) {
 
 static void close_conn(http1_conn *c) {
     http1_server *s = c->s;
-    if (!c->dead && !s->stopping) {
+    pthread_mutex_lock(&s->mu);
+    int stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (!c->dead && !stopping) {
         /* graceful: our answer first, then a short read of what the client
          * still sends (a close with unread input would reset the
          * connection and could destroy the answer in flight) */
@@ -640,11 +643,10 @@ static void *accept_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         if (!c) {
-            /* refused at once, as libmicrohttpd did: no request was read */
-            if (s->cfg.verbose)
-                fprintf(stderr, "ds4-server: refused a connection from %s (%s)\n", peer,
-                        refuse ? refuse : "out of memory");
+            /* refused at once: no request was read */
             close(fd);
+            if (s->cfg.on_refused_connection)
+                s->cfg.on_refused_connection(s->cfg.cls, peer, refuse ? refuse : "out of memory");
         }
     }
     return NULL;

@@ -90,7 +90,6 @@ typedef struct {
     int header_timeout_s;         /* the first request's head, from accept */
     int idle_timeout_s;           /* the next head after an answer; any silence */
     int request_timeout_s;        /* receiving one request */
-    int verbose;
 
     void *cls;
     /* The head is in and valid; the body is not read yet.  The handler may
@@ -107,6 +106,8 @@ typedef struct {
     void (*on_complete)(void *cls, http1_conn *c);
     /* A connection missed its head's deadline. */
     void (*on_header_timeout)(void *cls);
+    /* A connection was closed at once, unread: `why` names the limit. */
+    void (*on_refused_connection)(void *cls, const char *peer, const char *why);
 } http1_config;
 
 /* Serve on a bound, listening socket (taken over; closed on failure). */

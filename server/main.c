@@ -39,7 +39,7 @@ static void usage(FILE *f) {
 "usage: ds4-server [options]\n"
 "\n"
 "OpenAI- and Anthropic-compatible HTTP API for DeepSeek V4 Flash:\n"
-"  GET  /v1/models, /v1/models/{id}, /health, /metrics\n"
+"  GET  /, /v1/models, /v1/models/{id}, /health, /metrics\n"
 "  POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages,\n"
 "       /v1/messages/count_tokens\n"
 "\n"
