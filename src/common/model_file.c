@@ -23,9 +23,9 @@ int ds4_model_file_check(const char *prog, const char *path) {
     if (!err) return 0;
     fprintf(stderr,
             "%s: cannot open model %s: %s\n"
-            "(use -m FILE; the default is " DS4_DEFAULT_MODEL ", the DeepSeek V4 Flash GGUF: see "
-            "README \"The model file\"; or `make run` to create a demo model with random "
-            "weights, demo/ds4-demo.gguf)\n",
+            "(use -m FILE; the default is " DS4_DEFAULT_MODEL ": `ds4-get q2-imatrix` downloads "
+            "the DeepSeek V4 Flash GGUF and links it there, see README \"The model file\"; or "
+            "`make run` to create a demo model with random weights, demo/ds4-demo.gguf)\n",
             prog, path, strerror(err));
     return -1;
 }

@@ -12,7 +12,7 @@
 
 /* 0 when `path` is a readable file; otherwise prints to stderr
  *   PROG: cannot open model PATH: REASON
- *   (use -m FILE; the default is ./ds4flash.gguf ... `make run` ...)
+ *   (use -m FILE; the default is ./ds4flash.gguf: `ds4-get` ... `make run` ...)
  * and returns -1. */
 int ds4_model_file_check(const char *prog, const char *path);
 
