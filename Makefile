@@ -175,7 +175,7 @@ $(BIN_DIR)/ds4: $(CLI_SRCS:%.c=$(BUILD)/%.o) $(LIB)
 
 $(BIN_DIR)/ds4-server: $(SERVER_SRCS:%.c=$(BUILD)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lmicrohttpd
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # the coding agent: the model in process, line editing as the CLI
 $(BIN_DIR)/ds4-agent: $(AGENT_SRCS:%.c=$(BUILD)/%.o) $(LIB)
@@ -347,5 +347,5 @@ LDOPT = $(UBSAN_OPT)
 # without it (tests/test_quant checks them against the scalar kernels)
 $(BUILD)/src/kernels/quant_vnni.o: OPT = -O1 -g
 $(BUILD)/ds4-server: $(SERVER_SRCS:%.c=$(BUILD)/%.o) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lmicrohttpd
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 endif

@@ -21,6 +21,7 @@
 
 #include "agent.h"
 #include "common/args.h"
+#include "common/model_file.h"
 
 volatile sig_atomic_t ag_interrupt = 0, ag_terminate = 0;
 
@@ -317,8 +318,7 @@ int main(int argc, char **argv) {
         die("cannot open %s: %s", a->trace_path, strerror(errno));
     if (a->dump_logits && !(a->dump = fopen(a->dump_logits, "wb")))
         die("cannot open %s: %s", a->dump_logits, strerror(errno));
-    if (access(a->model, R_OK) != 0)
-        die("cannot open model %s: %s (use -m FILE)", a->model, strerror(errno));
+    if (ds4_model_file_check("ds4-agent", a->model)) exit(1);
 
     ds4_model_params mp;
     ds4_model_params_default(&mp);

@@ -22,6 +22,7 @@
 #include "ds4.h"
 #include "chat.h"
 #include "common/args.h"
+#include "common/model_file.h"
 #include "common/logprob.h"
 #include "common/steer.h"
 
@@ -582,9 +583,7 @@ int main(int argc, char **argv) {
     }
     if (o.dump_tokens) return dump_tokens_main(&o);
 
-    if (!o.dist && access(o.model, R_OK) != 0)   /* --dist: may name per-rank files */
-        die("cannot open model %s: %s\n(use -m FILE, or `make run` to create a demo model)",
-            o.model, strerror(errno));
+    if (!o.dist && ds4_model_file_check("ds4", o.model)) exit(1);   /* --dist: may name per-rank files */
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -16,8 +16,9 @@ clang $CF fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/model.c src/gguf/inspect.c s
 cc -std=c11 -D_GNU_SOURCE -DDS4_FUZZ_SEEDGEN -Isrc fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/model.c src/engine/util.c src/text/escape.c src/text/unicode.c -lm -o $B/fuzz_gguf_seeds
 clang $CF fuzz/fuzz_tokenizer.c src/text/tokenizer.c src/text/unicode.c src/text/escape.c src/gguf/gguf.c src/store/hash.c src/engine/util.c -lm -o $B/fuzz_tokenizer
 clang $CF fuzz/fuzz_dsml.c src/text/dsml.c src/text/json_py.c src/text/escape.c src/text/unicode.c src/engine/util.c -ljansson -lm -o $B/fuzz_dsml
+clang $CF fuzz/fuzz_http1.c -o $B/fuzz_http1
 
-mkdir -p $B/corpus-gguf $B/corpus-tok $B/corpus-dsml
+mkdir -p $B/corpus-gguf $B/corpus-tok $B/corpus-dsml $B/corpus-http1
 $B/fuzz_gguf_seeds $B/corpus-gguf
 # tokenizer seeds: the golden texts; DSML seeds: the canonical tool-call blocks
 if [ -f "$S/golden/tokenizer/encode.jsonl" ] && [ -z "$(ls -A $B/corpus-tok)" ]; then
@@ -32,10 +33,16 @@ if [ -z "$(ls -A $B/corpus-dsml)" ]; then
     printf '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">x</｜DSML｜parameter>\n<｜DSML｜parameter name="b" string="false">{"k": [1, 2.5]}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>' > $B/corpus-dsml/seed0
 fi
 
+# HTTP seeds: a head (mode byte 0) and a chunked body (mode byte 1)
+if [ -z "$(ls -A $B/corpus-http1)" ]; then
+    printf '\000POST /v1/messages?beta=true HTTP/1.1\r\nHost: localhost:8000\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n' > $B/corpus-http1/seed0
+    printf '\0015;a=b\r\nhello\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\r\n' > $B/corpus-http1/seed1
+fi
+
 set +e   # from here each target reports its own status
 export DS4_SHARED="$S"
 status=0
-for t in gguf:corpus-gguf:65536 tokenizer:corpus-tok:4096 dsml:corpus-dsml:4096; do
+for t in gguf:corpus-gguf:65536 tokenizer:corpus-tok:4096 dsml:corpus-dsml:4096 http1:corpus-http1:4096; do
     IFS=: read -r name corpus maxlen <<< "$t"
     echo "== fuzz_$name for ${secs}s"
     (cd $B && ./fuzz_$name -max_total_time="$secs" -max_len="$maxlen" -print_final_stats=1 \

@@ -726,6 +726,59 @@ static int anthropic_system(request *r, json_t *b, api_error *e) {
     return set_content_json(r, m, s, "system", ANTHROPIC_TEXT_KINDS, e);
 }
 
+/* A system message inside Anthropic `messages` (Claude Code sends one right
+ * after the first user message; Anthropic's API takes it as an instruction
+ * of the operator that holds from that point of the conversation on).  In
+ * the model's format system text carries no marker and only a turn
+ * boundary can hold it (PROMPT_FORMAT.md 3): after the user's text it would
+ * stand where the assistant turn opens, and as the last message it would
+ * leave the prompt without its <｜Assistant｜>.  So it is rendered just
+ * before the user turn it follows -- after the previous assistant turn's
+ * end, or after the top-level system text (joined by a blank line) when it
+ * follows the first user turn.  The prompt up to that turn, and so the KV
+ * state kept of the earlier conversation, does not change.  As in
+ * Anthropic's API it must directly follow a user message: not open the
+ * conversation (that is the top-level `system`), not follow an assistant
+ * message or another system message. */
+static int anthropic_mid_system(request *r, json_t *m, const char *param, const char *prev,
+                                api_error *e) {
+    if (!prev || strcmp(prev, "user"))
+        return api_bad(e, "messages", "%s: a system message in messages must directly follow a "
+                       "user message (%s); put instructions for the whole conversation in the "
+                       "top-level 'system'", param, prev ? "it follows a message of another role"
+                       : "it is the first message");
+    json_t *c = json_object_get(m, "content");
+    if (!c || json_is_null(c)) return api_bad(e, "messages", "%s.content: field required", param);
+    /* the user turn it follows: the trailing run of user and tool-result
+     * messages (the renderer merges them into one turn) */
+    int k = r->n_msgs;
+    while (k > 0 && (r->msgs[k - 1].role == DS4_ROLE_USER || r->msgs[k - 1].role == DS4_ROLE_TOOL)) k--;
+    char cp[80];
+    snprintf(cp, sizeof cp, "%s.content", param);
+    ds4_buf t = { 0 };
+    if (k > 0 && r->msgs[k - 1].role == DS4_ROLE_SYSTEM) ds4_buf_puts(&t, "\n\n");
+    size_t pre = t.n;
+    if (content_text(c, cp, ANTHROPIC_TEXT_KINDS, &t, e)) {
+        ds4_buf_free(&t);
+        return e->status ? -1 : api_oom(e);
+    }
+    if (t.n == pre) {            /* empty: nothing to render */
+        ds4_buf_free(&t);
+        return 0;
+    }
+    if (!add_msg(r, DS4_ROLE_SYSTEM)) {
+        ds4_buf_free(&t);
+        return api_oom(e);
+    }
+    memmove(r->msgs + k + 1, r->msgs + k, (size_t)(r->n_msgs - 1 - k) * sizeof *r->msgs);
+    ds4_message *x = &r->msgs[k];
+    memset(x, 0, sizeof *x);
+    x->role = DS4_ROLE_SYSTEM;
+    x->content_len = t.n;
+    if (!(x->content = request_own(r, t.p))) return api_oom(e);
+    return 0;
+}
+
 static int anthropic_messages(request *r, json_t *b, api_error *e) {
     json_t *ms = json_object_get(b, "messages");
     if (!ms || json_is_null(ms)) return api_bad(e, "messages", "messages: field required");
@@ -734,14 +787,22 @@ static int anthropic_messages(request *r, json_t *b, api_error *e) {
     size_t i;
     json_t *m;
     char param[64];
+    const char *prev = NULL;     /* the role of the message before */
     json_array_foreach(ms, i, m) {
         snprintf(param, sizeof param, "messages.%zu", i);
         if (!json_is_object(m)) return api_bad(e, "messages", "%s: must be an object", param);
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role) return api_bad(e, "messages", "%s.role: field required", param);
+        const char *before = prev;
+        prev = role;
+        if (!strcmp(role, "system")) {
+            if (anthropic_mid_system(r, m, param, before, e)) return -1;
+            continue;
+        }
         int user = !strcmp(role, "user");
         if (!user && strcmp(role, "assistant"))
-            return api_bad(e, "messages", "%s.role: unexpected role '%s' (user or assistant)", param, role);
+            return api_bad(e, "messages", "%s.role: unexpected role '%s' (user, assistant or system)",
+                           param, role);
         json_t *c = json_object_get(m, "content");
         if (!c || json_is_null(c)) return api_bad(e, "messages", "%s.content: field required", param);
         if (json_is_string(c)) {

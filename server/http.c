@@ -1,36 +1,31 @@
 /*
- * http.c -- libmicrohttpd glue: routing, request limits, auth, CORS, the
- * JSON endpoints that need no model (models, health, metrics), queueing of
- * generation jobs, waiting for them, and SSE delivery.
+ * http.c -- the HTTP front of ds4-server: routing, auth, CORS, the Host /
+ * Origin guard, the JSON endpoints that need no model (models, health,
+ * metrics, the "/" page), queueing of generation jobs, waiting for them,
+ * SSE delivery, and one log line for every request the server refuses.
  *
- * Owns: connection threads (MHD thread-per-connection mode).  A connection
- * thread reads the body, parses and converts it (conv.c), renders and
- * tokenizes the prompt, queues a job (worker.c) and then either blocks
- * until the job is done (non-streaming) or returns a callback response
- * whose reader blocks until the worker has produced more SSE bytes.
- * Must not: touch the session.
+ * Owns: what a request means.  The bytes on the wire (framing, limits,
+ * deadlines, keep-alive, the strict RFC 9112 parse) are http1.c's: it
+ * calls on_head when a request's head is in (the body not read yet),
+ * on_request when the body is in, on_reject when it refuses a malformed
+ * request itself.  A connection thread parses and converts the body
+ * (conv.c), renders and tokenizes the prompt, queues a job (worker.c) and
+ * then either blocks until the job is done (non-streaming) or relays the
+ * worker's SSE bytes as they come.  Must not: touch the session.
  *
- * Disconnects: while a connection thread waits (in the handler or in the
- * stream reader) it polls its socket every 100 ms; a peer that closed it
- * (EOF / RDHUP / error) cancels the job, which the worker sees between
- * prefill chunks and before each token.  A failed write does the same
- * through the response's free callback.
+ * Disconnects: while a connection thread waits for its job it polls its
+ * socket every 100 ms; a peer that closed it (EOF / RDHUP / error) cancels
+ * the job, which the worker sees between prefill chunks and before each
+ * token.  A failed write does the same.
  *
- * Limits: bodies over --max-body-bytes get 413 (read and discarded up to
- * 64 MiB beyond the limit so the client sees the answer, larger ones are cut
- * off); headers must fit --max-header-bytes (libmicrohttpd answers 431 on
- * its own); idle keep-alive connections close after --idle-timeout; a
- * request still being received after --request-timeout is cut off.
- *
- * Slow clients: every connection costs a thread, and --max-connections of
- * them fill the server.  libmicrohttpd's timeout only counts silence, so a
- * client that sends one header byte every few seconds would hold its thread
- * for ever.  Hence a deadline (the reaper thread below): a new connection
- * must deliver its request line and headers within --header-timeout, a
- * kept-alive one its next request's within --idle-timeout of the previous
- * answer; past it the socket is shut down, which wakes the connection
- * thread and closes it.  --max-connections-per-ip keeps one address from
- * taking every slot (libmicrohttpd refuses its excess connections).
+ * Limits (http1.c): bodies over --max-body-bytes get 413 (a Content-Length
+ * body is read and discarded up to 64 MiB beyond the limit so the client
+ * sees the answer; larger ones, and chunked ones, are answered at once and
+ * the connection closed); heads must fit --max-header-bytes (431); a new
+ * connection must deliver its head within --header-timeout, a kept-alive
+ * one its next head within --idle-timeout of the previous answer; a body
+ * must be in within --request-timeout.  --max-connections-per-ip keeps one
+ * address from taking every one of the --max-connections threads.
  *
  * Browsers: a keyless server on loopback trusts whoever can reach it, and a
  * web page can reach it (a cross-site "simple" POST, or DNS rebinding, where
@@ -56,119 +51,130 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include <microhttpd.h>
 
 #include "http.h"
+#include "http1.h"
 #include "conv.h"
 #include "text/json_py.h"
 #include "metrics.h"
 #include "worker.h"
 
-#define DRAIN_MAX (64u << 20)
-
-/* A connection, for the header deadline (from accept to close). */
-typedef struct conn_track {
-    struct conn_track *prev, *next;
-    int fd;               /* valid until the CLOSED notification returns */
-    int busy;             /* a request is being handled: no deadline */
-    int shut;             /* the reaper has shut it down */
-    double deadline;      /* the next request's headers must be in by then */
-} conn_track;
-
 struct http_server {
     server_ctx *srv;
-    struct MHD_Daemon *d;
-    atomic_int inflight;     /* requests between their first call and completion */
+    http1_server *h1;
+    atomic_int inflight;     /* requests between their head and their completion */
     int port;                /* bound port */
     int guard;               /* keyless on loopback: Host/Origin are checked */
-    /* the header deadline */
-    pthread_mutex_t cmu;
-    pthread_cond_t ccv;
-    conn_track *conns;
-    pthread_t reaper;
-    int reaper_on, stopping;
 };
 
 typedef struct {
     endpoint ep;
+    int root;             /* GET / (counted as "other" in the metrics) */
     int anthropic;        /* error shape */
     int allowed_post;     /* the endpoint's method */
-    ds4_buf body;
-    http_server *h;
-    int too_big;
-    size_t drained;       /* bytes discarded after too_big */
     double t0;
-    char path[1024];      /* the URL (a longer one is cut: model ids past 256 bytes are refused anyway) */
+    char path[1024];      /* the decoded path (a longer one is cut: model ids past 256 bytes are refused anyway) */
 } req_ctx;
 
-typedef struct {
-    http_server *h;
-    job *j;
-    struct MHD_Connection *c;
-    double last;
-} stream_ctx;
-
 /* ------------------------------------------------------------------------ */
-/* helpers                                                                   */
+/* the log of refused requests                                               */
 /* ------------------------------------------------------------------------ */
 
-static void add_cors(http_server *h, struct MHD_Response *r) {
+/* Up to `max` bytes of s[0..n) for a log line: control characters,
+ * backslashes and bytes >= 0x7f as \xNN, "..." when cut. */
+static void log_escape(char *dst, size_t cap, const char *s, size_t n, size_t max) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 8 < cap; i++) {
+        if (i == max) {
+            memcpy(dst + k, "...", 3);
+            k += 3;
+            break;
+        }
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\\') dst[k++] = (char)ch;
+        else k += (size_t)snprintf(dst + k, cap - k, "\\x%02x", ch);
+    }
+    dst[k] = 0;
+}
+
+/* One line for a request the server answers with an error itself (bad
+ * HTTP, Host/Origin, auth, limits, invalid JSON or fields, queue full, a
+ * failed generation): status, method, target, peer, and the reason the
+ * client was given.  -v adds the first bytes of the body. */
+static void log_refused(http_server *h, http1_conn *c, int status, const char *reason) {
+    const char *m = http1_method(c), *t = http1_target(c);
+    char tq[400], rq[700];
+    log_escape(tq, sizeof tq, t ? t : "-", t ? strlen(t) : 1, 200);
+    log_escape(rq, sizeof rq, reason, strlen(reason), 300);
+    log_msg("refused %d %s %s from %s: %s", status, m ? m : "-", tq, http1_peer(c), rq);
+    size_t bn = 0;
+    const char *b = http1_body(c, &bn);
+    if (h->srv->cfg.verbose && bn) {
+        char bq[700];
+        log_escape(bq, sizeof bq, b, bn, 200);
+        log_msg("  body (%zu bytes): %s", bn, bq);
+    }
+}
+
+/* The message of an error body (either API's shape), for the log. */
+static void error_message(const char *body, char *out, size_t cap) {
+    snprintf(out, cap, "(no message)");
+    json_t *v = json_loads(body, 0, NULL);
+    const char *m = json_string_value(json_object_get(json_object_get(v, "error"), "message"));
+    if (m) snprintf(out, cap, "%s", m);
+    json_decref(v);
+}
+
+/* ------------------------------------------------------------------------ */
+/* answers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void cors_headers(http_server *h, ds4_buf *b) {
     if (!h->srv->cfg.cors) return;
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-    MHD_add_response_header(r, "Access-Control-Expose-Headers", "*");
+    ds4_buf_puts(b, "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: *\r\n");
 }
 
-static enum MHD_Result send_buf(http_server *h, struct MHD_Connection *c, req_ctx *rc, int status,
-                                const char *ctype, const char *body, size_t len) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body,
-                                                             MHD_RESPMEM_MUST_COPY);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", ctype);
-    add_cors(h, r);
-    if (status == 405) MHD_add_response_header(r, "Allow", rc->allowed_post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
-    if (status == 401 && !rc->anthropic) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
+static void send_buf(http_server *h, http1_conn *c, req_ctx *rc, int status, const char *ctype,
+                     const char *body, size_t len) {
+    ds4_buf hd = { 0 };
+    cors_headers(h, &hd);
+    if (status == 405)
+        ds4_buf_printf(&hd, "Allow: %s\r\n", rc->allowed_post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    if (status == 401 && !rc->anthropic) ds4_buf_puts(&hd, "WWW-Authenticate: Bearer\r\n");
+    http1_respond(c, status, ctype, hd.p, body, len);
+    ds4_buf_free(&hd);
     metrics_request(h->srv->m, rc->ep, status);
-    return ret;
 }
 
-static enum MHD_Result send_json(http_server *h, struct MHD_Connection *c, req_ctx *rc, int status,
-                                 json_t *v) {
+static void send_json(http_server *h, http1_conn *c, req_ctx *rc, int status, json_t *v) {
     char *s = jdump(v);
     json_decref(v);
-    enum MHD_Result r = send_buf(h, c, rc, status, "application/json", s, strlen(s));
+    send_buf(h, c, rc, status, "application/json", s, strlen(s));
     free(s);
-    return r;
 }
 
-static enum MHD_Result send_error(http_server *h, struct MHD_Connection *c, req_ctx *rc,
-                                  const api_error *e) {
+static void send_error(http_server *h, http1_conn *c, req_ctx *rc, const api_error *e) {
     char *s = api_error_body(rc->anthropic, e);
-    enum MHD_Result r = send_buf(h, c, rc, e->status, "application/json", s, strlen(s));
+    log_refused(h, c, e->status, e->message);
+    send_buf(h, c, rc, e->status, "application/json", s, strlen(s));
     free(s);
-    return r;
 }
 
-static enum MHD_Result send_err(http_server *h, struct MHD_Connection *c, req_ctx *rc, int status,
-                                const char *type, const char *code, const char *param,
-                                const char *msg) {
+static void send_err(http_server *h, http1_conn *c, req_ctx *rc, int status, const char *type,
+                     const char *code, const char *param, const char *msg) {
     api_error e;
     api_err_set(&e, status, type, code, param, "%s", msg);
-    return send_error(h, c, rc, &e);
+    send_error(h, c, rc, &e);
 }
 
 /* 1 when the peer has closed its side or the socket failed. */
-static int client_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 0;
-    struct pollfd p = { ci->connect_fd, POLLIN | POLLRDHUP, 0 };
+static int client_gone(http1_conn *c) {
+    struct pollfd p = { http1_fd(c), POLLIN | POLLRDHUP, 0 };
     if (poll(&p, 1, 0) <= 0) return 0;
     if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return 1;
     if (p.revents & POLLIN) {
         char b;
-        ssize_t k = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        ssize_t k = recv(p.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
         return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
     }
     return 0;
@@ -204,20 +210,21 @@ static void route(req_ctx *rc, const char *url) {
         else if (!strncmp(p, "/models/", 8) && p[8]) rc->ep = EP_MODEL;
         else if (!strcmp(url, "/health")) rc->ep = EP_HEALTH;
         else if (!strcmp(url, "/metrics")) rc->ep = EP_METRICS;
+        else if (!strcmp(url, "/")) rc->root = 1;
     }
     rc->anthropic = !strncmp(p, "/messages", 9);
 }
 
-static int check_auth(http_server *h, struct MHD_Connection *c) {
+static int check_auth(http_server *h, http1_conn *c) {
     const char *key = h->srv->cfg.api_key;
     if (!key || !*key) return 1;
-    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *a = http1_header(c, "Authorization");
     if (a && !strncasecmp(a, "Bearer ", 7)) {
         a += 7;
         while (*a == ' ') a++;
         if (util_secret_eq(a, key)) return 1;
     }
-    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    const char *x = http1_header(c, "x-api-key");
     return x && util_secret_eq(x, key);
 }
 
@@ -290,14 +297,15 @@ static int host_allowed(http_server *h, const char *name, int port, int default_
 }
 
 /* NULL when the request may proceed, else the error to answer (403). */
-static const char *foreign_request(http_server *h, struct MHD_Connection *c, char *msg,
-                                   size_t cap) {
+static const char *foreign_request(http_server *h, http1_conn *c, char *msg, size_t cap) {
     if (!h->guard) return NULL;
     char name[300];
     int port;
-    /* HTTP/1.1 without Host is refused by libmicrohttpd; HTTP/1.0 clients
-     * may omit it, and no browser does */
-    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    /* HTTP/1.1 without Host is refused by the parser (http1_parse.c);
+     * HTTP/1.0 clients may omit it, and no browser does.  An absolute-form
+     * target's authority replaces Host (RFC 9112 3.2.2). */
+    const http1_head *hd = http1_request_head(c);
+    const char *host = hd && hd->authority ? hd->authority : http1_header(c, "Host");
     if (host && (split_hostport(host, strlen(host), name, sizeof name, &port) ||
                  !host_allowed(h, name, port, 80))) {
         snprintf(msg, cap, "Host '%.200s' is not allowed: this server has no API key and answers "
@@ -305,7 +313,7 @@ static const char *foreign_request(http_server *h, struct MHD_Connection *c, cha
                  "--allow-host, or set --api-key)", host, h->port);
         return "forbidden_host";
     }
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *origin = http1_header(c, "Origin");
     if (origin && !h->srv->cfg.cors) {
         const char *a = NULL;
         int def = 0;
@@ -349,8 +357,110 @@ static json_t *model_obj(server_ctx *s, const char *id) {
     return m;
 }
 
-static enum MHD_Result do_get(http_server *h, struct MHD_Connection *c, req_ctx *rc) {
+/* The routes, for the "/" page (HTML and JSON). */
+static const struct { const char *method, *path, *what; } ROUTES[] = {
+    { "POST", "/v1/chat/completions", "OpenAI Chat Completions (streaming or not)" },
+    { "POST", "/v1/completions", "OpenAI Completions (a raw prompt)" },
+    { "POST", "/v1/responses", "OpenAI Responses" },
+    { "POST", "/v1/messages", "Anthropic Messages (streaming or not)" },
+    { "POST", "/v1/messages/count_tokens", "Anthropic token counting" },
+    { "GET", "/v1/models", "the served model and its aliases" },
+    { "GET", "/health", "status, model, context, queue (no API key needed)" },
+    { "GET", "/metrics", "Prometheus metrics" },
+};
+
+static void html_put(ds4_buf *b, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': ds4_buf_puts(b, "&lt;"); break;
+        case '>': ds4_buf_puts(b, "&gt;"); break;
+        case '&': ds4_buf_puts(b, "&amp;"); break;
+        case '"': ds4_buf_puts(b, "&quot;"); break;
+        case '\'': ds4_buf_puts(b, "&#39;"); break;
+        default: ds4_buf_append(b, s, 1);
+        }
+    }
+}
+
+/* Only these characters go into the page's curl line unchanged. */
+static int plain(const char *s, const char *extra) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              strchr("._-", *s) || strchr(extra, *s)))
+            return 0;
+    return 1;
+}
+
+/* GET / and HEAD /: what this server is, without the API key (like
+ * /health it reveals the model name only; the Host/Origin guard applies
+ * as everywhere).  A client that asks for JSON gets the same as JSON. */
+static void do_root(http_server *h, http1_conn *c, req_ctx *rc) {
     server_ctx *s = h->srv;
+    const char *acc = http1_header(c, "Accept");
+    int keyed = s->cfg.api_key && *s->cfg.api_key;
+    if (acc && strstr(acc, "application/json") && !strstr(acc, "text/html")) {
+        json_t *o = json_object(), *a = json_array();
+        json_object_set_new(o, "server", json_string("ds4-server"));
+        json_object_set_new(o, "model", json_string(s->model_id));
+        json_object_set_new(o, "ctx", json_integer(s->ctx));
+        json_object_set_new(o, "api_key_required", json_boolean(keyed));
+        for (size_t i = 0; i < sizeof ROUTES / sizeof *ROUTES; i++) {
+            json_t *r = json_object();
+            json_object_set_new(r, "method", json_string(ROUTES[i].method));
+            json_object_set_new(r, "path", json_string(ROUTES[i].path));
+            json_object_set_new(r, "description", json_string(ROUTES[i].what));
+            json_array_append_new(a, r);
+        }
+        json_object_set_new(o, "endpoints", a);
+        send_json(h, c, rc, 200, o);
+        return;
+    }
+    /* the address the client used, for the examples (a name only when it
+     * is plainly one: the page repeats it) */
+    char host[300];
+    const char *hh = http1_header(c, "Host");
+    if (hh && strlen(hh) < sizeof host && plain(hh, ":[]"))
+        snprintf(host, sizeof host, "%s", hh);
+    else
+        snprintf(host, sizeof host, "127.0.0.1:%d", h->port);
+    const char *model = plain(s->model_id, "") ? s->model_id : "deepseek-chat";
+    ds4_buf b = { 0 };
+    ds4_buf_puts(&b, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>ds4-server: ");
+    html_put(&b, s->model_id);
+    ds4_buf_puts(&b, "</title>\n<style>body{font-family:system-ui,sans-serif;max-width:48em;margin:2em auto;"
+                 "padding:0 1em;line-height:1.45}code,pre{background:#f3f3f3}pre{padding:.6em;"
+                 "overflow-x:auto}td{padding:.1em 1em .1em 0}</style>\n</head><body>\n<h1>ds4-server</h1>\n"
+                 "<p>A local inference server for DeepSeek V4 Flash (ds4), serving the model <b>");
+    html_put(&b, s->model_id);
+    ds4_buf_printf(&b, "</b> with a context of %d tokens. It speaks the OpenAI and the Anthropic HTTP "
+                   "APIs: give a client the base URL <code>http://", s->ctx);
+    html_put(&b, host);
+    ds4_buf_puts(&b, "/v1</code> (OpenAI) or <code>http://");
+    html_put(&b, host);
+    ds4_buf_printf(&b, "</code> (Anthropic)%s.</p>\n<h2>Endpoints</h2>\n<table>\n",
+                   keyed ? ", and the API key as <code>Authorization: Bearer KEY</code> or "
+                           "<code>x-api-key: KEY</code>" : "");
+    for (size_t i = 0; i < sizeof ROUTES / sizeof *ROUTES; i++)
+        ds4_buf_printf(&b, "<tr><td>%s</td><td><code>%s</code></td><td>%s</td></tr>\n",
+                       ROUTES[i].method, ROUTES[i].path, ROUTES[i].what);
+    ds4_buf_puts(&b, "</table>\n<h2>Try it</h2>\n<pre>curl http://");
+    html_put(&b, host);
+    ds4_buf_printf(&b, "/v1/chat/completions -H 'Content-Type: application/json' \\\n%s"
+                   "  -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'</pre>\n"
+                   "</body></html>\n",
+                   keyed ? "  -H \"Authorization: Bearer $DS4_API_KEY\" \\\n" : "", model);
+    if (ds4_buf_failed(&b)) send_err(h, c, rc, 500, "server_error", NULL, NULL, "out of memory");
+    else send_buf(h, c, rc, 200, "text/html; charset=utf-8", b.p, b.n);
+    ds4_buf_free(&b);
+}
+
+static void do_get(http_server *h, http1_conn *c, req_ctx *rc) {
+    server_ctx *s = h->srv;
+    if (rc->root) {
+        do_root(h, c, rc);
+        return;
+    }
     switch (rc->ep) {
     case EP_MODELS: {
         json_t *o = json_object(), *a = json_array();
@@ -359,7 +469,8 @@ static enum MHD_Result do_get(http_server *h, struct MHD_Connection *c, req_ctx 
         json_array_append_new(a, model_obj(s, "deepseek-chat"));
         json_array_append_new(a, model_obj(s, "deepseek-reasoner"));
         json_object_set_new(o, "data", a);
-        return send_json(h, c, rc, 200, o);
+        send_json(h, c, rc, 200, o);
+        return;
     }
     case EP_MODEL: {
         const char *id = strstr(rc->path, "/models/") + 8;
@@ -367,9 +478,11 @@ static enum MHD_Result do_get(http_server *h, struct MHD_Connection *c, req_ctx 
             char msg[400];
             snprintf(msg, sizeof msg, "The model '%.100s...' does not exist: model names are at "
                      "most %d bytes", id, CONV_MODEL_NAME_MAX);
-            return send_err(h, c, rc, 404, "invalid_request_error", "model_not_found", "model", msg);
+            send_err(h, c, rc, 404, "invalid_request_error", "model_not_found", "model", msg);
+            return;
         }
-        return send_json(h, c, rc, 200, model_obj(s, id));
+        send_json(h, c, rc, 200, model_obj(s, id));
+        return;
     }
     case EP_HEALTH: {
         json_t *o = json_object();
@@ -377,35 +490,47 @@ static enum MHD_Result do_get(http_server *h, struct MHD_Connection *c, req_ctx 
         json_object_set_new(o, "model", json_string(s->model_id));
         json_object_set_new(o, "ctx", json_integer(s->ctx));
         json_object_set_new(o, "queue", json_integer(worker_queue_depth(s->w)));
-        return send_json(h, c, rc, 200, o);
+        send_json(h, c, rc, 200, o);
+        return;
     }
     case EP_METRICS: {
         char *t = metrics_render(s->m);
-        if (!t) return send_err(h, c, rc, 500, "server_error", NULL, NULL, "out of memory");
-        enum MHD_Result r = send_buf(h, c, rc, 200, "text/plain; version=0.0.4; charset=utf-8",
-                                     t, strlen(t));
+        if (!t) {
+            send_err(h, c, rc, 500, "server_error", NULL, NULL, "out of memory");
+            return;
+        }
+        send_buf(h, c, rc, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t));
         free(t);
-        return r;
+        return;
     }
     default:
-        return send_err(h, c, rc, 404, "invalid_request_error", NULL, NULL, "not found");
+        send_err(h, c, rc, 404, "invalid_request_error", NULL, NULL, "not found");
     }
 }
 
 /* ------------------------------------------------------------------------ */
-/* streaming                                                                 */
+/* generation endpoints                                                      */
 /* ------------------------------------------------------------------------ */
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    stream_ctx *sc = cls;
-    job *j = sc->j;
+/* Relay the job's SSE bytes as the worker produces them; an SSE comment
+ * while the queue or a long prefill keeps the stream silent (proxies and
+ * clients with read timeouts keep it open).  Takes the reference to j. */
+static void stream_job(http_server *h, http1_conn *c, req_ctx *rc, job *j) {
     static const char KA[] = ": keep-alive\n\n";
+    ds4_buf hd = { 0 };
+    ds4_buf_puts(&hd, "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+    cors_headers(h, &hd);
+    int bad = http1_stream_begin(c, 200, "text/event-stream; charset=utf-8", hd.p);
+    ds4_buf_free(&hd);
+    metrics_request(h->srv->m, rc->ep, 200);
+    double last = util_now();
+    char buf[16384];
+    int finished = 0;
     pthread_mutex_lock(&j->mu);
-    for (;;) {
+    while (!bad) {
         size_t avail = j->out.n - j->out_off;
         if (avail) {
-            size_t k = avail < max ? avail : max;
+            size_t k = avail < sizeof buf ? avail : sizeof buf;
             memcpy(buf, j->out.p + j->out_off, k);
             j->out_off += k;
             if (j->out_off == j->out.n) {
@@ -416,73 +541,70 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 j->out_off = 0;
             }
             pthread_mutex_unlock(&j->mu);
-            sc->last = util_now();
-            return (ssize_t)k;
+            bad = http1_stream_write(c, buf, k);
+            last = util_now();
+            pthread_mutex_lock(&j->mu);
+            continue;
         }
         if (j->done) {
-            pthread_mutex_unlock(&j->mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            finished = 1;
+            break;
         }
         wait_100ms(j);
         if (!j->done && j->out.n == j->out_off) {
-            if (client_gone(sc->c)) {
-                atomic_store(&j->cancel, CANCEL_CLIENT);
+            if (client_gone(c)) break;
+            if (util_now() - last >= h->srv->cfg.keepalive_s) {
                 pthread_mutex_unlock(&j->mu);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-            /* SSE comment while the queue or a long prefill keeps us silent:
-             * proxies and clients with read timeouts keep the stream open */
-            if (util_now() - sc->last >= sc->h->srv->cfg.keepalive_s && max >= sizeof KA - 1) {
-                memcpy(buf, KA, sizeof KA - 1);
-                sc->last = util_now();
-                pthread_mutex_unlock(&j->mu);
-                return (ssize_t)(sizeof KA - 1);
+                bad = http1_stream_write(c, KA, sizeof KA - 1);
+                last = util_now();
+                pthread_mutex_lock(&j->mu);
             }
         }
     }
+    pthread_mutex_unlock(&j->mu);
+    if (finished && !bad) bad = http1_stream_end(c);
+    if (!finished || bad) {
+        /* the client went away (or cannot be written to): stop the job;
+         * the unfinished stream ends the connection */
+        atomic_store(&j->cancel, CANCEL_CLIENT);
+        http1_set_close(c);
+    }
+    job_unref(j);
 }
 
-static void stream_free(void *cls) {
-    stream_ctx *sc = cls;
-    pthread_mutex_lock(&sc->j->mu);
-    int done = sc->j->done;
-    pthread_mutex_unlock(&sc->j->mu);
-    if (!done) atomic_store(&sc->j->cancel, CANCEL_CLIENT);
-    job_unref(sc->j);
-    free(sc);
-}
-
-/* ------------------------------------------------------------------------ */
-/* generation endpoints                                                      */
-/* ------------------------------------------------------------------------ */
-
-static enum MHD_Result do_post(http_server *h, struct MHD_Connection *c, req_ctx *rc) {
+static void do_post(http_server *h, http1_conn *c, req_ctx *rc) {
     server_ctx *s = h->srv;
-    if (rc->too_big) {
+    if (http1_too_big(c)) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes",
                  s->cfg.max_body_bytes);
-        return send_err(h, c, rc, 413, "invalid_request_error", "request_too_large", NULL, msg);
+        send_err(h, c, rc, 413, "invalid_request_error", "request_too_large", NULL, msg);
+        return;
     }
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    const char *ct = http1_header(c, "Content-Type");
     if (!json_content_type(ct)) {
         char msg[400];
         snprintf(msg, sizeof msg, "Content-Type must be application/json (got %s%.200s%s)",
                  ct ? "'" : "", ct ? ct : "none", ct ? "'" : "");
-        return send_err(h, c, rc, 415, "invalid_request_error", "unsupported_media_type", NULL,
-                        msg);
+        send_err(h, c, rc, 415, "invalid_request_error", "unsupported_media_type", NULL, msg);
+        return;
     }
-    if (rc->body.n == 0)
-        return send_err(h, c, rc, 400, "invalid_request_error", NULL, NULL,
-                        "the request body is empty: a JSON object is required");
+    size_t bn = 0;
+    const char *bp = http1_body(c, &bn);
+    if (bn == 0) {
+        send_err(h, c, rc, 400, "invalid_request_error", NULL, NULL,
+                 "the request body is empty: a JSON object is required");
+        return;
+    }
     char *perr = NULL;
-    json_t *body = ds4_json_parse(rc->body.p, rc->body.n, &perr);
+    json_t *body = ds4_json_parse(bp, bn, &perr);
     if (!body) {
         char msg[600];
         snprintf(msg, sizeof msg, "We could not parse the JSON body of your request: %.500s",
                  perr ? perr : "invalid JSON");
         free(perr);
-        return send_err(h, c, rc, 400, "invalid_request_error", NULL, NULL, msg);
+        send_err(h, c, rc, 400, "invalid_request_error", NULL, NULL, msg);
+        return;
     }
     api_kind api = rc->ep == EP_CHAT ? API_CHAT : rc->ep == EP_COMPLETIONS ? API_COMPLETIONS :
                    rc->ep == EP_RESPONSES ? API_RESPONSES : API_MESSAGES;
@@ -493,70 +615,60 @@ static enum MHD_Result do_post(http_server *h, struct MHD_Connection *c, req_ctx
         json_object_set_new(body, "max_tokens", json_integer(1));
     request *rq = conv_parse(api, body, &e);
     json_decref(body);
-    if (!rq) return send_error(h, c, rc, &e);
+    if (!rq) {
+        send_error(h, c, rc, &e);
+        return;
+    }
     /* count_tokens measures any prompt: a client asks precisely to learn
      * whether it fits */
     if ((rc->ep == EP_COUNT_TOKENS ? conv_render : conv_prepare)(rq, &e)) {
         request_free(rq);
-        return send_error(h, c, rc, &e);
+        send_error(h, c, rc, &e);
+        return;
     }
     if (rc->ep == EP_COUNT_TOKENS) {
         json_t *o = json_object();
         json_object_set_new(o, "input_tokens", json_integer((json_int_t)rq->tokens.n));
         request_free(rq);
-        return send_json(h, c, rc, 200, o);
+        send_json(h, c, rc, 200, o);
+        return;
     }
     if (s->cfg.test_mode) {
-        const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-DS4-Test-Output");
+        const char *t = http1_header(c, "X-DS4-Test-Output");
         if (t) {
             rq->test_output = util_base64_decode(t, &rq->test_output_len);
             if (!rq->test_output) {
                 request_free(rq);
-                return send_err(h, c, rc, 400, "invalid_request_error", NULL, NULL,
-                                "X-DS4-Test-Output must be base64");
+                send_err(h, c, rc, 400, "invalid_request_error", NULL, NULL,
+                         "X-DS4-Test-Output must be base64");
+                return;
             }
         }
     }
     job *j = job_new(rq);
     if (!j) {
         request_free(rq);
-        return send_err(h, c, rc, 500, "server_error", NULL, NULL, "out of memory");
+        send_err(h, c, rc, 500, "server_error", NULL, NULL, "out of memory");
+        return;
     }
     j->arrived = rc->t0;     /* queued by arrival, not by when parsing ended */
     int q = worker_submit(s->w, j);
     if (q < 0) {
         job_unref(j);
-        if (q == -2)
-            return send_err(h, c, rc, 503, "server_error", NULL, NULL, "the server is shutting down");
+        if (q == -2) {
+            send_err(h, c, rc, 503, "server_error", NULL, NULL, "the server is shutting down");
+            return;
+        }
         api_err_set(&e, 429, rc->anthropic ? "rate_limit_error" : "rate_limit_exceeded",
                     "queue_full", NULL, "too many queued requests (%d); retry later",
                     s->cfg.max_queue);
         if (rc->anthropic) e.status = 529;   /* Anthropic's "overloaded" */
-        return send_error(h, c, rc, &e);
+        send_error(h, c, rc, &e);
+        return;
     }
-
     if (rq->stream) {
-        stream_ctx *sc = calloc(1, sizeof *sc);
-        if (!sc) {
-            atomic_store(&j->cancel, CANCEL_CLIENT);
-            job_unref(j);
-            return MHD_NO;
-        }
-        sc->h = h;
-        sc->j = j;       /* the connection's reference moves to the stream */
-        sc->c = c;
-        sc->last = util_now();
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
-                                                                   stream_read, sc, stream_free);
-        if (!r) { stream_free(sc); return MHD_NO; }
-        MHD_add_response_header(r, "Content-Type", "text/event-stream; charset=utf-8");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        add_cors(h, r);
-        enum MHD_Result ret = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        metrics_request(s->m, rc->ep, 200);
-        return ret;
+        stream_job(h, c, rc, j);
+        return;
     }
 
     /* non-streaming: wait here, watching the client */
@@ -571,221 +683,143 @@ static enum MHD_Result do_post(http_server *h, struct MHD_Connection *c, req_ctx
         pthread_mutex_unlock(&j->mu);
         job_unref(j);
         metrics_request(s->m, rc->ep, 499);
-        return MHD_NO;
+        http1_set_close(c);      /* nothing is answered: the connection ends */
+        return;
     }
     int status = j->status ? j->status : 500;
     char *b = j->body.p ? strdup(j->body.p) : strdup("{}");
     pthread_mutex_unlock(&j->mu);
     job_unref(j);
-    enum MHD_Result r = send_buf(h, c, rc, status, "application/json", b, strlen(b));
+    if (!b) {
+        send_err(h, c, rc, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    if (status >= 400) {
+        char m[600];
+        error_message(b, m, sizeof m);
+        log_refused(h, c, status, m);
+    }
+    send_buf(h, c, rc, status, "application/json", b, strlen(b));
     free(b);
-    return r;
 }
 
 /* ------------------------------------------------------------------------ */
-/* the header deadline                                                       */
+/* the callbacks of http1.c                                                  */
 /* ------------------------------------------------------------------------ */
 
-static conn_track *conn_of(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
-}
-
-/* A request's headers are in (busy = 1: its own limits apply from here), or
- * its answer is out (0: the next request's headers are due within the idle
- * timeout). */
-static void conn_busy(http_server *h, struct MHD_Connection *c, int busy) {
-    conn_track *t = conn_of(c);
-    if (!t) return;
-    pthread_mutex_lock(&h->cmu);
-    t->busy = busy;
-    if (!busy) t->deadline = util_now() + h->srv->cfg.idle_timeout_s;
-    pthread_mutex_unlock(&h->cmu);
-}
-
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe) {
+/* The head is in, the body is not read: refuse what the head alone decides
+ * (Host/Origin) before reading a byte of the body. */
+static void on_head(void *cls, http1_conn *c) {
     http_server *h = cls;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        conn_track *t = ci ? calloc(1, sizeof *t) : NULL;
-        if (!t) return;      /* untracked: libmicrohttpd's idle timeout still applies */
-        t->fd = ci->connect_fd;
-        t->deadline = util_now() + h->srv->cfg.header_timeout_s;
-        pthread_mutex_lock(&h->cmu);
-        t->next = h->conns;
-        if (h->conns) h->conns->prev = t;
-        h->conns = t;
-        pthread_mutex_unlock(&h->cmu);
-        *socket_context = t;
-    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
-        conn_track *t = *socket_context;
-        if (!t) return;
-        /* libmicrohttpd closes the socket after this returns: once unlinked
-         * under the lock, the reaper can no longer touch a reused fd */
-        pthread_mutex_lock(&h->cmu);
-        if (t->prev) t->prev->next = t->next;
-        else h->conns = t->next;
-        if (t->next) t->next->prev = t->prev;
-        pthread_mutex_unlock(&h->cmu);
-        free(t);
-        *socket_context = NULL;
-    }
+    req_ctx *rc = calloc(1, sizeof *rc);
+    if (!rc) return;         /* unanswered: http1.c closes the connection */
+    rc->t0 = util_now();
+    route(rc, http1_path(c));
+    http1_set_user(c, rc);
+    atomic_fetch_add(&h->inflight, 1);
+    char msg[600];
+    const char *why = foreign_request(h, c, msg, sizeof msg);
+    if (why)
+        send_err(h, c, rc, 403, rc->anthropic ? "permission_error" : "invalid_request_error",
+                 why, NULL, msg);
 }
 
-static void *reaper_main(void *arg) {
-    http_server *h = arg;
-    pthread_mutex_lock(&h->cmu);
-    while (!h->stopping) {
-        double now = util_now();
-        int n = 0;
-        for (conn_track *t = h->conns; t; t = t->next) {
-            if (t->busy || t->shut || now <= t->deadline) continue;
-            /* wakes the connection thread (EOF), which closes the socket */
-            shutdown(t->fd, SHUT_RDWR);
-            t->shut = 1;
-            n++;
-        }
-        if (n) {
-            metrics_header_timeouts(h->srv->m, n);
-            if (h->srv->cfg.verbose)
-                log_msg("closed %d connection%s that sent no complete request in time", n,
-                        n > 1 ? "s" : "");
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-        pthread_cond_timedwait(&h->ccv, &h->cmu, &ts);
-    }
-    pthread_mutex_unlock(&h->cmu);
-    return NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* MHD callbacks                                                             */
-/* ------------------------------------------------------------------------ */
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
+static void on_request(void *cls, http1_conn *c) {
     http_server *h = cls;
     server_ctx *s = h->srv;
-    req_ctx *rc = *con_cls;
-    if (!rc) {
-        rc = calloc(1, sizeof *rc);
-        if (!rc) return MHD_NO;
-        rc->t0 = util_now();
-        rc->h = h;
-        route(rc, url);
-        *con_cls = rc;
-        atomic_fetch_add(&h->inflight, 1);
-        conn_busy(h, c, 1);
-        char msg[600];
-        const char *why = foreign_request(h, c, msg, sizeof msg);
-        if (why) {
-            if (s->cfg.verbose) log_msg("refused: %s", msg);
-            /* answered before the body is read: libmicrohttpd closes after */
-            return send_err(h, c, rc, 403, rc->anthropic ? "permission_error" : "invalid_request_error",
-                            why, NULL, msg);
-        }
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl) {
-            char *end = NULL;
-            unsigned long long n = strtoull(cl, &end, 10);
-            if (n > s->cfg.max_body_bytes) rc->too_big = 1;
-            if (n > s->cfg.max_body_bytes + DRAIN_MAX) {
-                /* too large to drain: answer now, libmicrohttpd closes after */
-                return do_post(h, c, rc);
-            }
-        }
-        return MHD_YES;
-    }
-    if (*upload_size) {
-        if (util_now() - rc->t0 > s->cfg.request_timeout_s) {
-            log_msg("request body not received within %d s: closing", s->cfg.request_timeout_s);
-            return MHD_NO;
-        }
-        if (!rc->too_big && rc->body.n + *upload_size > s->cfg.max_body_bytes) {
-            rc->too_big = 1;
-            ds4_buf_free(&rc->body);
-        }
-        if (rc->too_big) {
-            rc->drained += *upload_size;
-            if (rc->drained > DRAIN_MAX) return MHD_NO;
-        } else if (ds4_buf_append(&rc->body, upload, *upload_size)) {
-            return MHD_NO;
-        }
-        *upload_size = 0;
-        return MHD_YES;
-    }
-
+    req_ctx *rc = http1_user(c);
+    if (!rc) return;
+    const char *method = http1_method(c);
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     int is_post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS")) {
-        if (!s->cfg.cors)
-            return send_err(h, c, rc, 405, "invalid_request_error", NULL, NULL,
-                            "OPTIONS is only answered with --cors");
-        struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-        add_cors(h, r);
-        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        const char *rh = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                     "Access-Control-Request-Headers");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                                rh ? rh : "Authorization, Content-Type, x-api-key, "
-                                          "anthropic-version, anthropic-beta");
-        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
-        enum MHD_Result ret = MHD_queue_response(c, 204, r);
-        MHD_destroy_response(r);
+        if (!s->cfg.cors) {
+            send_err(h, c, rc, 405, "invalid_request_error", NULL, NULL,
+                     "OPTIONS is only answered with --cors");
+            return;
+        }
+        ds4_buf hd = { 0 };
+        cors_headers(h, &hd);
+        const char *rh = http1_header(c, "Access-Control-Request-Headers");
+        ds4_buf_printf(&hd, "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+                       "Access-Control-Allow-Headers: %s\r\nAccess-Control-Max-Age: 600\r\n",
+                       rh ? rh : "Authorization, Content-Type, x-api-key, anthropic-version, "
+                                 "anthropic-beta");
+        http1_respond(c, 204, NULL, hd.p, "", 0);
+        ds4_buf_free(&hd);
         metrics_request(s->m, rc->ep, 204);
-        return ret;
+        return;
     }
-    if (rc->ep == EP_OTHER) {
+    const char *url = http1_target(c);
+    if (rc->ep == EP_OTHER && !rc->root) {
         char msg[400];
         snprintf(msg, sizeof msg, "Invalid URL (%.16s %.300s)", method, url);
-        return send_err(h, c, rc, 404, "invalid_request_error", NULL, NULL, msg);
+        send_err(h, c, rc, 404, "invalid_request_error", NULL, NULL, msg);
+        return;
     }
     if ((rc->allowed_post && !is_post) || (!rc->allowed_post && !is_get)) {
         char msg[400];
         snprintf(msg, sizeof msg, "Method %.16s is not allowed on %.300s (use %s)", method, url,
                  rc->allowed_post ? "POST" : "GET");
-        return send_err(h, c, rc, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
+        send_err(h, c, rc, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
+        return;
     }
-    if (rc->ep != EP_HEALTH && !check_auth(h, c)) {
+    /* /health and the "/" page reveal the model name only */
+    if (rc->ep != EP_HEALTH && !rc->root && !check_auth(h, c)) {
         if (rc->anthropic)
-            return send_err(h, c, rc, 401, "authentication_error", NULL, NULL, "invalid x-api-key");
-        return send_err(h, c, rc, 401, "invalid_request_error", "invalid_api_key", NULL,
-                        "Incorrect API key provided. Send it as 'Authorization: Bearer KEY' "
-                        "or 'x-api-key: KEY'.");
+            send_err(h, c, rc, 401, "authentication_error", NULL, NULL, "invalid x-api-key");
+        else
+            send_err(h, c, rc, 401, "invalid_request_error", "invalid_api_key", NULL,
+                     "Incorrect API key provided. Send it as 'Authorization: Bearer KEY' "
+                     "or 'x-api-key: KEY'.");
+        return;
     }
-    if (is_get) return do_get(h, c, rc);
-    return do_post(h, c, rc);
+    if (is_get) do_get(h, c, rc);
+    else do_post(h, c, rc);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                         enum MHD_RequestTerminationCode toe) {
-    (void)toe;
-    conn_busy(cls, c, 0);
-    req_ctx *rc = *con_cls;
+/* http1.c refuses a malformed request: the answer in the shape of the API
+ * its path names (OpenAI unless /v1/messages*). */
+static void on_reject(void *cls, http1_conn *c, int status, const char *reason) {
+    http_server *h = cls;
+    req_ctx tmp, *rc = http1_user(c);
+    if (!rc) {
+        memset(&tmp, 0, sizeof tmp);
+        tmp.ep = EP_OTHER;
+        const char *p = http1_path(c);
+        if (p) route(&tmp, p);
+        rc = &tmp;
+    }
+    api_error e;
+    api_err_set(&e, status, rc->anthropic ? anthropic_error_type(status) :
+                status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL, "%s", reason);
+    send_error(h, c, rc, &e);
+}
+
+static void on_complete(void *cls, http1_conn *c) {
+    http_server *h = cls;
+    req_ctx *rc = http1_user(c);
     if (!rc) return;
-    atomic_fetch_sub(&rc->h->inflight, 1);
-    ds4_buf_free(&rc->body);
+    atomic_fetch_sub(&h->inflight, 1);
     free(rc);
-    *con_cls = NULL;
+    http1_set_user(c, NULL);
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    server_ctx *s = g_srv;
-    if (!s || !s->cfg.verbose) return;
-    char line[1024];
-    vsnprintf(line, sizeof line, fmt, ap);
-    line[strcspn(line, "\n")] = 0;
-    log_msg("http: %s", line);
+static void on_header_timeout(void *cls) {
+    http_server *h = cls;
+    metrics_header_timeouts(h->srv->m, 1);
 }
+
+/* Connections over a limit are closed unread: no request to log, and a
+ * flood of them must not flood the log, so only with -v. */
+static void on_refused_connection(void *cls, const char *peer, const char *why) {
+    http_server *h = cls;
+    if (h->srv->cfg.verbose) log_msg("closed a connection from %s at once (%s)", peer, why);
+}
+
+/* ------------------------------------------------------------------------ */
+/* start and stop                                                            */
+/* ------------------------------------------------------------------------ */
 
 /* Bind and listen on the first address of --host.  SO_REUSEADDR only (a
  * restart need not wait for the old connections' TIME_WAIT); never
@@ -862,72 +896,44 @@ http_server *http_start(server_ctx *srv, int fd, int port, char **err) {
     if (!h) { close(fd); return NULL; }
     h->srv = srv;
     h->port = port;
-    pthread_mutex_init(&h->cmu, NULL);
-    pthread_cond_init(&h->ccv, NULL);
     h->guard = !(srv->cfg.api_key && *srv->cfg.api_key) && bound_to_loopback(fd);
-    if (pthread_create(&h->reaper, NULL, reaper_main, h)) {
-        close(fd);
-        if (err) *err = strdup("cannot start a thread");
-        http_stop(h);
-        return NULL;
-    }
-    h->reaper_on = 1;
-    struct sockaddr_storage sa;
-    socklen_t sl = sizeof sa;
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    if (sa.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    /* the logger first: libmicrohttpd warns (on its own logger) about any
-     * option that comes before it */
-    h->d = MHD_start_daemon(flags, (uint16_t)h->port, NULL, NULL, on_request, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-                            MHD_OPTION_LISTEN_SOCKET, fd,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)srv->cfg.max_header_bytes,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->cfg.idle_timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.max_conn_per_ip,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-                            MHD_OPTION_END);
-    if (!h->d) {
-        close(fd);
-        if (err) {
-            char m[300];
-            snprintf(m, sizeof m, "libmicrohttpd could not start on %s port %d", srv->cfg.host,
-                     h->port);
-            *err = strdup(m);
-        }
-        http_stop(h);
+    http1_config hc = {
+        .max_header_bytes = srv->cfg.max_header_bytes,
+        .max_body_bytes = srv->cfg.max_body_bytes,
+        .max_connections = srv->cfg.max_connections,
+        .max_per_ip = srv->cfg.max_conn_per_ip,
+        .header_timeout_s = srv->cfg.header_timeout_s,
+        .idle_timeout_s = srv->cfg.idle_timeout_s,
+        .request_timeout_s = srv->cfg.request_timeout_s,
+        .cls = h,
+        .on_head = on_head,
+        .on_request = on_request,
+        .on_reject = on_reject,
+        .on_complete = on_complete,
+        .on_header_timeout = on_header_timeout,
+        .on_refused_connection = on_refused_connection,
+    };
+    h->h1 = http1_start(&hc, fd, err);
+    if (!h->h1) {
+        free(h);
         return NULL;
     }
     return h;
 }
 
 void http_quiesce(http_server *h) {
-    if (!h || !h->d) return;
-    MHD_socket fd = MHD_quiesce_daemon(h->d);
-    if (fd != MHD_INVALID_SOCKET) close(fd);
+    if (h) http1_quiesce(h->h1);
 }
 
 void http_stop(http_server *h) {
     if (!h) return;
     /* Let answers that are complete on the worker side (the cancelled
      * stream's error event, the 503s of the queue) reach their clients
-     * before the sockets are shut: MHD_stop_daemon does not wait for them. */
+     * before the sockets are shut: http1_stop does not wait for them. */
     for (int i = 0; i < 300 && atomic_load(&h->inflight) > 0; i++) {
         struct timespec ts = { 0, 10 * 1000000L };
         nanosleep(&ts, NULL);
     }
-    if (h->d) MHD_stop_daemon(h->d);
-    if (h->reaper_on) {
-        pthread_mutex_lock(&h->cmu);
-        h->stopping = 1;
-        pthread_cond_signal(&h->ccv);
-        pthread_mutex_unlock(&h->cmu);
-        pthread_join(h->reaper, NULL);
-    }
-    pthread_cond_destroy(&h->ccv);
-    pthread_mutex_destroy(&h->cmu);
+    http1_stop(h->h1);
     free(h);
 }

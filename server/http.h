@@ -1,6 +1,6 @@
 /*
- * http.h -- the HTTP front of ds4-server (http.c): libmicrohttpd setup,
- * routing, limits, auth, CORS, SSE delivery.
+ * http.h -- the HTTP front of ds4-server (http.c): routing, auth, CORS,
+ * the Host/Origin guard, SSE delivery, on the HTTP/1.1 layer of http1.c.
  */
 #ifndef DS4_SERVER_HTTP_H
 #define DS4_SERVER_HTTP_H

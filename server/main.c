@@ -29,6 +29,7 @@
 #include "toolmem.h"
 #include "worker.h"
 #include "common/args.h"
+#include "common/model_file.h"
 #include "common/steer.h"
 
 server_ctx *g_srv;
@@ -38,7 +39,7 @@ static void usage(FILE *f) {
 "usage: ds4-server [options]\n"
 "\n"
 "OpenAI- and Anthropic-compatible HTTP API for DeepSeek V4 Flash:\n"
-"  GET  /v1/models, /v1/models/{id}, /health, /metrics\n"
+"  GET  /, /v1/models, /v1/models/{id}, /health, /metrics\n"
 "  POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages,\n"
 "       /v1/messages/count_tokens\n"
 "\n"
@@ -225,7 +226,7 @@ int main(int argc, char **argv) {
     server_ctx srv;
     memset(&srv, 0, sizeof srv);
     server_config *c = &srv.cfg;
-    c->model_path = "./ds4flash.gguf";
+    c->model_path = DS4_DEFAULT_MODEL;
     c->mtp_draft = -1;
     c->host = "127.0.0.1";
     c->port = 8000;
@@ -346,8 +347,8 @@ int main(int argc, char **argv) {
     if (kv_flags && !c->kv_dir)
         fprintf(stderr, "ds4-server: note: the --kv-* options do nothing without --kv-disk-dir\n");
 
-    /* libmicrohttpd counts a stream that sends nothing as idle: keep-alive
-     * comments must come more often than the idle timeout */
+    /* clients and proxies time out silent streams: keep-alive comments
+     * come well within the idle timeout a client may also apply */
     if (c->keepalive_s * 2 > c->idle_timeout_s)
         c->keepalive_s = c->idle_timeout_s / 2 > 0 ? c->idle_timeout_s / 2 : 1;
 
@@ -356,6 +357,9 @@ int main(int argc, char **argv) {
                 "an API key: set --api-key / DS4_API_KEY, or pass --insecure-no-auth\n", c->host);
         return 2;
     }
+    /* before the port and the memory plan: the most basic mistake first
+     * (--dist: the ranks may name files of their own) */
+    if (!dist && ds4_model_file_check("ds4-server", c->model_path)) return 1;
     if (dist) {
         /* ranks > 0 serve rank 0 (src/dist/); only rank 0 listens */
         char *derr = NULL;

@@ -8,7 +8,7 @@
  * shapers (api_*.c) turn into response bodies and SSE streams, and small
  * helpers (util.c).  Only ds4.h and json_py.h of the engine are used.
  *
- * Threads: connection threads (libmicrohttpd, one per connection) parse,
+ * Threads: connection threads (http1.c, one per connection) parse,
  * render and tokenize a request, then queue a job; the single inference
  * worker (worker.c) owns the ds4_sessions and runs jobs one at a time, or
  * with --parallel N up to N at once, stepped together.  The

@@ -15,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null 2>&1 || { echo "deps.sh: run as root or install sudo" >&2; exit 1; }
     SUDO=sudo
 fi
-PKGS="build-essential pkg-config libjansson-dev libmicrohttpd-dev libedit-dev libcurl4-openssl-dev"
+PKGS="build-essential pkg-config libjansson-dev libedit-dev libcurl4-openssl-dev"
 if [ "${1:-}" = "--test" ]; then
     PKGS="$PKGS python3 python3-numpy clang libclang-rt-dev tmux procps curl ca-certificates git openmpi-bin libopenmpi-dev mpich libmpich-dev"
     # Node.js for the server tests: Debian's, unless a node + npm is already there

@@ -101,7 +101,7 @@ function rawExchange(payload, { end = true, wait = 2000 } = {}) {
 }
 
 test('raw garbage, truncated requests and header floods never take the server down', async () => {
-  // libmicrohttpd answers broken HTTP itself (a 4xx, or it just closes)
+  // the HTTP layer answers broken HTTP itself (a 4xx, then it closes)
   const a = await rawExchange('GARBAGE\r\n\r\n');
   assert.ok(a === '' || /^HTTP\/1\.[01] 4\d\d/.test(a), a);
   const host = `Host: ${new URL(BASE).host}`;   // a keyless loopback server checks it
