@@ -163,6 +163,7 @@ static int path_fail(ds4_buf *r, ds4_buf *sum, const char *path, int e) {
     case EINVAL: return fail(r, sum, "%s: '..' after a missing directory; refused", path);
     case EISDIR: return fail(r, sum, "%s is a directory, not a file", path);
     case ENODEV:
+    case ENXIO:   /* open(2) of a socket */
         return fail(r, sum, "%s is not a regular file (a FIFO, socket or device); refused", path);
     default: return fail(r, sum, "%s: %s", path, strerror(e));
     }
