@@ -29,9 +29,10 @@ int fc_use_openat2 = 1;
 static int g_no_openat2;    /* the kernel said ENOSYS once: never try again */
 
 int fc_root_open(fc_root *r, const char *path) {
+    size_t n = strlen(path);
     r->fd = -1;
-    if (strlen(path) >= sizeof r->path) { errno = ENAMETOOLONG; return -1; }
-    snprintf(r->path, sizeof r->path, "%s", path);
+    if (n >= sizeof r->path) { errno = ENAMETOOLONG; return -1; }
+    memcpy(r->path, path, n + 1);
     r->fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     return r->fd < 0 ? -1 : 0;
 }
