@@ -5,7 +5,10 @@
  *   main.c     arguments, start-up, the interactive loop and its /commands
  *   ui.c       terminal presentation (streaming, colours, status line,
  *              progress bar, confirmations, line editing)
- *   tools.c    the six tools, their schemas, path confinement
+ *   tools.c    the six tools, their schemas, the confirmation gate
+ *   fsconf.c   file access confined beneath the working directory (fds)
+ *   diff.c     the unified diff shown in write/edit confirmations
+ *   contain.c  every process of a bash call, killed together
  *   session.c  transcript -> tokens, saving/restoring sessions through the
  *              disk KV store, the session list
  *   turn.c     one model turn (prefill, sampling or forced script output,
@@ -97,8 +100,10 @@ uint64_t ag_hash(const void *p, size_t n, uint64_t h);
 
 enum { AG_T_READ, AG_T_LIST, AG_T_SEARCH, AG_T_WRITE, AG_T_EDIT, AG_T_BASH, AG_NTOOLS };
 
-/* 1 = yes, 0 = no, 2 = always (for this tool, for the rest of the run) */
-typedef int (*ag_confirm_fn)(void *ud, const char *tool, const char *what);
+/* 1 = yes, 0 = no, 2 = always (for this tool, for the rest of the run).
+ * `what` is the one-line description; `detail` the unified diff of a
+ * write or edit (NULL for bash). */
+typedef int (*ag_confirm_fn)(void *ud, const char *tool, const char *what, const char *detail);
 
 typedef struct {
     const char *root;    /* real path of the working directory */
@@ -250,7 +255,7 @@ void ui_result(agent *a, int ok, const char *summary);
 void ui_note(agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ui_status(agent *a, int prefill, double prefill_s, int gen, double gen_s);
 int ui_progress(void *ud, int done, int total);
-int ui_confirm(void *ud, const char *tool, const char *what);
+int ui_confirm(void *ud, const char *tool, const char *what, const char *detail);
 char *ui_readline(agent *a, const char *prompt);
 void ui_history_load(agent *a);
 void ui_history_add(agent *a, const char *line);

@@ -2,12 +2,16 @@
  * tools.c -- the agent's tools: read, list, search, write, edit, bash.
  *
  * Owns: the tool schemas declared to the model (names and parameters are a
- * stable contract), argument checking, path confinement (every file tool
- * resolves its path with realpath -- symlinks included -- and refuses
- * anything outside the working directory), the confirmation gate of the
- * tools that change things (write, edit, bash), read tracking (an edit to a
- * file that changed on disk since the model last saw it is refused), and
- * running shell commands in their own process group with a time limit.
+ * stable contract), argument checking, the file tools' confinement (every
+ * path is opened beneath one fd of the working directory through
+ * fsconf.c, and every later step uses the fds it gave, never the path
+ * again), refusing what is not a regular file (a FIFO, socket or device
+ * is opened non-blocking and never read), the confirmation gate of the
+ * tools that change things (write and edit show the unified diff of the
+ * change about to be made, diff.c), read tracking (an edit to a file that
+ * changed on disk since the model last saw it is refused), and running
+ * shell commands with a time limit, every process they start killed at
+ * the end (contain.c).
  * Must not: touch the model, the session or the screen (confirmation goes
  * through a callback); a failure is a result text for the model, never an
  * exit.
@@ -32,6 +36,9 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "contain.h"
+#include "diff.h"
+#include "fsconf.h"
 
 #define READ_MAX_LINES 400
 #define READ_MAX_BYTES (48 * 1024)
@@ -42,6 +49,8 @@
 #define BASH_HEAD (8 * 1024)
 #define BASH_TAIL (8 * 1024)
 #define BASH_MAX_TIMEOUT 3600
+#define DIFF_SHOW_LINES 400     /* diff lines a confirmation shows */
+#define IGNORE_MAX_BYTES (1u << 20)
 
 static const char TOOLS_JSON[] =
 "[{\"type\": \"function\", \"function\": {\"name\": \"read\", \"description\": "
@@ -131,112 +140,62 @@ static int arg_int(json_t *o, const char *k, long *out) {
 /* Paths                                                               */
 /* ------------------------------------------------------------------ */
 
-static int inside(const char *root, const char *real) {
-    size_t n = strlen(root);
-    if (n == 1 && root[0] == '/') return 1;
-    return !strncmp(real, root, n) && (real[n] == 0 || real[n] == '/');
-}
+/* The working directory's fd, opened at the first file tool call and kept
+ * (reopened only when the agent is given another root). */
+static fc_root g_fs = { -1, "" };
 
-/* Resolve `path` (relative to root) to a real path inside root.  With
- * must_exist = 0 a missing tail is allowed (write): the deepest existing
- * ancestor is resolved and the missing components appended, which may not
- * contain "..".  Returns 0, or -1 with a message in err. */
-static int resolve(const char *root, const char *path, int must_exist, char *out, char *err,
-                   size_t errcap) {
-    if (!path || !*path) { snprintf(err, errcap, "empty path"); return -1; }
-    char full[PATH_MAX * 2];
-    if (path[0] == '/') snprintf(full, sizeof full, "%s", path);
-    else snprintf(full, sizeof full, "%s/%s", root, path);
-    if (strlen(full) >= PATH_MAX) { snprintf(err, errcap, "path too long"); return -1; }
-    char real[PATH_MAX];
-    if (realpath(full, real)) {
-        if (!inside(root, real)) {
-            snprintf(err, errcap, "%s resolves to %s, outside the working directory %s; refused",
-                     path, real, root);
-            return -1;
-        }
-        snprintf(out, PATH_MAX, "%s", real);
-        return 0;
-    }
-    if (errno != ENOENT || must_exist) {
-        snprintf(err, errcap, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat ls;
-    if (lstat(full, &ls) == 0) {
-        snprintf(err, errcap, "%s is a symbolic link whose target does not exist; refused", path);
-        return -1;
-    }
-    /* walk up to the deepest existing ancestor */
-    char head[PATH_MAX];
-    memcpy(head, full, strlen(full) + 1);   /* shorter than PATH_MAX: checked above */
-    char *tail_start = NULL;
-    for (;;) {
-        char *slash = strrchr(head, '/');
-        if (!slash) { snprintf(err, errcap, "%s: no existing parent", path); return -1; }
-        if (tail_start) *tail_start = '/';
-        *slash = 0;
-        tail_start = slash;
-        const char *h = head[0] ? head : "/";
-        if (realpath(h, real)) break;
-        if (errno != ENOENT) { snprintf(err, errcap, "%s: %s", path, strerror(errno)); return -1; }
-        if (lstat(h, &ls) == 0) {
-            snprintf(err, errcap, "%s: a symbolic link on the way does not resolve; refused", path);
-            return -1;
-        }
-    }
-    const char *tail = full + (tail_start - head) + 1;
-    /* no ".." among the missing components */
-    const char *p = tail;
-    while (*p) {
-        const char *e = strchr(p, '/');
-        size_t l = e ? (size_t)(e - p) : strlen(p);
-        if (l == 2 && p[0] == '.' && p[1] == '.') {
-            snprintf(err, errcap, "%s: '..' after a missing directory; refused", path);
-            return -1;
-        }
-        p += l;
-        while (*p == '/') p++;
-    }
-    if (!inside(root, real)) {
-        snprintf(err, errcap, "%s is outside the working directory %s; refused", path, root);
-        return -1;
-    }
-    if ((size_t)snprintf(out, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "", tail) >= PATH_MAX) {
-        snprintf(err, errcap, "path too long");
+static int fs_ready(ag_tools *t, ds4_buf *r, ds4_buf *sum) {
+    if (g_fs.fd >= 0 && !strcmp(g_fs.path, t->root)) return 0;
+    fc_root_close(&g_fs);
+    if (fc_root_open(&g_fs, t->root) != 0) {
+        fail(r, sum, "cannot open the working directory %s: %s", t->root, strerror(errno));
         return -1;
     }
     return 0;
 }
 
-static const char *rel(const char *root, const char *real) {
-    size_t n = strlen(root);
-    if (!strncmp(real, root, n)) {
-        if (real[n] == 0) return ".";
-        if (real[n] == '/') return real + n + 1;
+static int path_fail(ds4_buf *r, ds4_buf *sum, const char *path, int e) {
+    switch (e) {
+    case EXDEV:
+        return fail(r, sum, "%s is outside the working directory %s (the path, or a symbolic link on the way, leads out of it); refused",
+                    path, g_fs.path);
+    case ELOOP: return fail(r, sum, "%s: too many levels of symbolic links", path);
+    case EINVAL: return fail(r, sum, "%s: '..' after a missing directory; refused", path);
+    case EISDIR: return fail(r, sum, "%s is a directory, not a file", path);
+    case ENODEV:
+    case ENXIO:   /* open(2) of a socket */
+        return fail(r, sum, "%s is not a regular file (a FIFO, socket or device); refused", path);
+    default: return fail(r, sum, "%s: %s", path, strerror(e));
     }
-    return real;
 }
 
-/* Whole file into memory (NUL-terminated); -1 with errno on failure. */
-static char *slurp(const char *path, size_t *len, size_t max) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* The model's path relative to the root, or a refusal (-1). */
+static int rel_of(const char *path, char *rel, size_t cap, ds4_buf *r, ds4_buf *sum) {
+    if (!*path) { fail(r, sum, "empty path"); return -1; }
+    if (fc_relpath(&g_fs, path, rel, cap) != 0) { path_fail(r, sum, path, errno); return -1; }
+    return 0;
+}
+
+/* Where a file is, for messages (relative) and read tracking (absolute,
+ * as the session files keep them). */
+static void where(int fd, const char *name, const char *fallback, char *rel, size_t relcap,
+                  char *key, size_t keycap) {
+    fc_fdpath(&g_fs, fd, name, fallback, rel, relcap);
+    if (!strcmp(rel, ".")) snprintf(key, keycap, "%s", g_fs.path);
+    else snprintf(key, keycap, "%s/%s", strcmp(g_fs.path, "/") ? g_fs.path : "", rel);
+}
+
+/* A regular file's content from `name` in directory dfd (not following a
+ * link there, not blocking on a FIFO).  NULL with errno. */
+static char *slurp_at(int dfd, const char *name, size_t *n, struct stat *sb) {
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) return NULL;
-    struct stat sb;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) { close(fd); errno = EISDIR; return NULL; }
-    if ((uint64_t)sb.st_size > max) { close(fd); errno = EFBIG; return NULL; }
-    char *b = malloc((size_t)sb.st_size + 1);
-    size_t n = 0;
-    if (!b) { close(fd); return NULL; }
-    for (;;) {
-        ssize_t k = read(fd, b + n, (size_t)sb.st_size - n);
-        if (k < 0) { if (errno == EINTR) continue; free(b); close(fd); return NULL; }
-        if (k == 0 || (n += (size_t)k) == (size_t)sb.st_size) break;
-    }
+    char *p = fc_slurp(fd, n, FILE_MAX_BYTES);
+    int e = errno;
+    if (p && sb && fstat(fd, sb) != 0) { e = errno; free(p); p = NULL; }
     close(fd);
-    b[n] = 0;
-    *len = n;
-    return b;
+    errno = e;
+    return p;
 }
 
 static int is_binary(const char *p, size_t n) {
@@ -271,35 +230,6 @@ static int count_lines(const char *p, size_t n) {
     return l;
 }
 
-/* Write atomically: temp file beside it, then rename (keeping the mode of
- * the file it replaces). */
-static int write_atomic(const char *real, const char *data, size_t n, char *err, size_t errcap) {
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.ds4tmp-%d", real, (int)getpid());
-    mode_t mode = 0644;
-    struct stat sb;
-    if (stat(real, &sb) == 0) mode = sb.st_mode & 07777;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
-    if (fd < 0) { snprintf(err, errcap, "cannot create %s: %s", tmp, strerror(errno)); return -1; }
-    size_t off = 0;
-    while (off < n) {
-        ssize_t k = write(fd, data + off, n - off);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            snprintf(err, errcap, "write failed: %s", strerror(errno));
-            close(fd); unlink(tmp); return -1;
-        }
-        off += (size_t)k;
-    }
-    fchmod(fd, mode);
-    if (close(fd) != 0 || rename(tmp, real) != 0) {
-        snprintf(err, errcap, "cannot replace %s: %s", real, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
 /* ------------------------------------------------------------------ */
 /* read                                                                */
 /* ------------------------------------------------------------------ */
@@ -310,19 +240,25 @@ static int t_read(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
     int hs = arg_int(a, "start_line", &s0), he = arg_int(a, "end_line", &e0);
     if (!path) return fail(r, sum, "read needs a string parameter \"path\"");
     if (hs < 0 || he < 0) return fail(r, sum, "start_line and end_line must be integers");
-    char real[PATH_MAX], err[PATH_MAX * 3];
-    if (resolve(t->root, path, 1, real, err, sizeof err)) return fail(r, sum, "%s", err);
-    struct stat sb;
-    if (stat(real, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return fail(r, sum, "%s is a directory (use list)", path);
+    char rel[PATH_MAX * 2], shown[PATH_MAX * 2], key[PATH_MAX * 3];
+    if (fs_ready(t, r, sum) || rel_of(path, rel, sizeof rel, r, sum)) return 0;
+    /* O_NONBLOCK: a FIFO opens at once (and is then refused, unread) */
+    int fd = fc_open(&g_fs, rel, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return path_fail(r, sum, path, errno);
     size_t n;
-    char *p = slurp(real, &n, FILE_MAX_BYTES);
+    char *p = fc_slurp(fd, &n, FILE_MAX_BYTES);
+    int e = errno;
+    where(fd, NULL, rel, shown, sizeof shown, key, sizeof key);
+    close(fd);
     if (!p) {
-        if (errno == EFBIG) return fail(r, sum, "%s is larger than %u MiB; use bash (head, sed -n)", path, FILE_MAX_BYTES >> 20);
-        return fail(r, sum, "cannot read %s: %s", path, strerror(errno));
+        if (e == EISDIR) return fail(r, sum, "%s is a directory (use list)", path);
+        if (e == EFBIG) return fail(r, sum, "%s is larger than %u MiB; use bash (head, sed -n)", path, FILE_MAX_BYTES >> 20);
+        if (e == ENODEV) return path_fail(r, sum, path, e);
+        return fail(r, sum, "cannot read %s: %s", path, strerror(e));
     }
     if (is_binary(p, n)) { free(p); return fail(r, sum, "%s is a binary file; refused", path); }
-    seen_set(t->sess, real, p, n);
+    seen_set(t->sess, key, p, n);
+
     int total = count_lines(p, n);
     if (s0 < 1) s0 = 1;
     if (total == 0) {
@@ -377,13 +313,11 @@ static int cmp_str(const void *x, const void *y) {
     return strcmp(*(char *const *)x, *(char *const *)y);
 }
 
-static int t_list(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
-    const char *path = arg_str(a, "path");
-    if (!path || !*path) path = ".";
-    char real[PATH_MAX], err[PATH_MAX * 3];
-    if (resolve(t->root, path, 1, real, err, sizeof err)) return fail(r, sum, "%s", err);
-    DIR *d = opendir(real);
-    if (!d) return fail(r, sum, "cannot list %s: %s", path, strerror(errno));
+/* The names in directory fd (sorted, without . and ..); -1 on failure. */
+static int dir_names(int fd, char ***out) {
+    int dfd = dup(fd);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) { if (dfd >= 0) close(dfd); return -1; }
     char **names = NULL;
     int n = 0, cap = 0;
     struct dirent *de;
@@ -395,28 +329,46 @@ static int t_list(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
             if (!v) break;
             names = v;
         }
-        names[n++] = strdup(de->d_name);
+        if (!(names[n] = strdup(de->d_name))) break;
+        n++;
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
-    ds4_buf_printf(r, "%s/ (%d entries)\n", rel(t->root, real), n);
+    if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
+    *out = names;
+    return n;
+}
+
+static int t_list(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
+    const char *path = arg_str(a, "path");
+    if (!path || !*path) path = ".";
+    char rel[PATH_MAX * 2], shown[PATH_MAX * 2], key[PATH_MAX * 3];
+    if (fs_ready(t, r, sum) || rel_of(path, rel, sizeof rel, r, sum)) return 0;
+    int fd = fc_open(&g_fs, rel, O_RDONLY | O_DIRECTORY | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOTDIR) return fail(r, sum, "cannot list %s: not a directory", path);
+        return path_fail(r, sum, path, errno);
+    }
+    char **names = NULL;
+    int n = dir_names(fd, &names);
+    if (n < 0) { int e = errno; close(fd); return fail(r, sum, "cannot list %s: %s", path, strerror(e)); }
+    where(fd, NULL, rel, shown, sizeof shown, key, sizeof key);
+    ds4_buf_printf(r, "%s/ (%d entries)\n", shown, n);
     for (int i = 0; i < n; i++) {
         if (i < LIST_MAX) {
-            char fp[PATH_MAX * 2];
-            snprintf(fp, sizeof fp, "%s/%s", real, names[i]);
             struct stat sb;
-            if (lstat(fp, &sb) != 0) ds4_buf_printf(r, "?     %10s  %s\n", "-", names[i]);
+            if (fstatat(fd, names[i], &sb, AT_SYMLINK_NOFOLLOW) != 0) ds4_buf_printf(r, "?     %10s  %s\n", "-", names[i]);
             else if (S_ISDIR(sb.st_mode)) ds4_buf_printf(r, "dir   %10s  %s/\n", "-", names[i]);
             else if (S_ISREG(sb.st_mode)) ds4_buf_printf(r, "file  %10lld  %s\n", (long long)sb.st_size, names[i]);
             else if (S_ISLNK(sb.st_mode)) {
                 char tg[PATH_MAX];
-                ssize_t k = readlink(fp, tg, sizeof tg - 1);
+                ssize_t k = readlinkat(fd, names[i], tg, sizeof tg - 1);
                 tg[k > 0 ? k : 0] = 0;
                 ds4_buf_printf(r, "link  %10s  %s -> %s\n", "-", names[i], tg);
             } else ds4_buf_printf(r, "other %10s  %s\n", "-", names[i]);
         }
         free(names[i]);
     }
+    close(fd);
     if (n > LIST_MAX) ds4_buf_printf(r, "[%d more entries not shown]\n", n - LIST_MAX);
     free(names);
     ds4_buf_printf(sum, "%d entries", n);
@@ -433,24 +385,29 @@ typedef struct {
 } ignore_set;
 
 /* The top-level .gitignore's plain patterns (no negations): build outputs
- * and the like are skipped by search. */
-static void ignore_load(const char *root, ignore_set *ig) {
+ * and the like are skipped by search.  Read beneath the root as any file
+ * (a FIFO or a link out of the tree there is no .gitignore). */
+static void ignore_load(ignore_set *ig) {
     memset(ig, 0, sizeof *ig);
-    char fp[PATH_MAX + 16];
-    snprintf(fp, sizeof fp, "%s/.gitignore", root);
-    FILE *f = fopen(fp, "r");
-    if (!f) return;
-    char line[1024];
-    while (fgets(line, sizeof line, f)) {
+    int fd = fc_open(&g_fs, ".gitignore", O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return;
+    size_t n;
+    char *p = fc_slurp(fd, &n, IGNORE_MAX_BYTES);
+    close(fd);
+    if (!p) return;
+    for (char *line = p, *next; line < p + n; line = next) {
+        char *nl = memchr(line, '\n', (size_t)(p + n - line));
+        next = nl ? nl + 1 : p + n;
+        if (nl) *nl = 0;
         size_t l = strlen(line);
-        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r' || line[l - 1] == ' ')) line[--l] = 0;
-        if (!l || line[0] == '#' || line[0] == '!') continue;
+        while (l && (line[l - 1] == '\r' || line[l - 1] == ' ')) line[--l] = 0;
+        if (!l || l >= 1024 || line[0] == '#' || line[0] == '!') continue;
         char **v = realloc(ig->pat, (size_t)(ig->n + 1) * sizeof *v);
         if (!v) break;
         ig->pat = v;
         ig->pat[ig->n++] = strdup(line);
     }
-    fclose(f);
+    free(p);
 }
 
 static void ignore_free(ignore_set *ig) {
@@ -478,16 +435,18 @@ static int ignored(const ignore_set *ig, const char *relpath, const char *base, 
 
 typedef struct {
     regex_t re;
-    const char *root;
     ignore_set ig;
     ds4_buf *r;
-    int matches, files, capped;
+    int matches, files, capped, special;
 } search_ctx;
 
-static void search_file(search_ctx *c, const char *real) {
+/* One file, from an fd opened O_NONBLOCK (fc_slurp refuses what is not
+ * regular: counted, never read). */
+static void search_file(search_ctx *c, int fd, const char *relpath) {
     size_t n;
-    char *p = slurp(real, &n, FILE_MAX_BYTES);
-    if (!p || is_binary(p, n)) { free(p); return; }
+    char *p = fc_slurp(fd, &n, FILE_MAX_BYTES);
+    if (!p) { if (errno == ENODEV) c->special++; return; }
+    if (is_binary(p, n)) { free(p); return; }
     int ln = 1, hit = 0;
     char *q = p, *end = p + n;
     while (q < end) {
@@ -496,7 +455,7 @@ static void search_file(search_ctx *c, const char *real) {
         if (regexec(&c->re, q, 0, NULL, 0) == 0) {
             if (c->matches >= SEARCH_MAX) { c->capped = 1; break; }
             size_t l = strlen(q);
-            ds4_buf_printf(c->r, "%s:%d:%.*s%s\n", rel(c->root, real), ln,
+            ds4_buf_printf(c->r, "%s:%d:%.*s%s\n", relpath, ln,
                            (int)(l > 300 ? 300 : l), q, l > 300 ? " [...]" : "");
             c->matches++;
             hit = 1;
@@ -508,30 +467,27 @@ static void search_file(search_ctx *c, const char *real) {
     free(p);
 }
 
-static void search_dir(search_ctx *c, const char *real, int depth) {
+/* A directory by its fd: every entry is looked at and opened relative to
+ * it with O_NOFOLLOW (symbolic links are not followed: they may lead
+ * outside), so the walk cannot be diverted by a rename under it. */
+static void search_dir(search_ctx *c, int dfd, const char *relpath, int depth) {
     if (depth > 64 || c->capped) return;
-    DIR *d = opendir(real);
-    if (!d) return;
     char **names = NULL;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char **v = realloc(names, (size_t)(n + 1) * sizeof *v);
-        if (!v) break;
-        names = v;
-        names[n++] = strdup(de->d_name);
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    int n = dir_names(dfd, &names);
     for (int i = 0; i < n; i++) {
         char fp[PATH_MAX * 2];
-        snprintf(fp, sizeof fp, "%s/%s", real, names[i]);
+        if (!strcmp(relpath, ".")) snprintf(fp, sizeof fp, "%s", names[i]);
+        else snprintf(fp, sizeof fp, "%s/%s", relpath, names[i]);
         struct stat sb;
-        /* symbolic links are not followed: they may lead outside */
-        if (!c->capped && lstat(fp, &sb) == 0 && !ignored(&c->ig, rel(c->root, fp), names[i], S_ISDIR(sb.st_mode))) {
-            if (S_ISDIR(sb.st_mode)) search_dir(c, fp, depth + 1);
-            else if (S_ISREG(sb.st_mode)) search_file(c, fp);
+        if (!c->capped && fstatat(dfd, names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+            !ignored(&c->ig, fp, names[i], S_ISDIR(sb.st_mode))) {
+            if (S_ISDIR(sb.st_mode)) {
+                int fd = openat(dfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                if (fd >= 0) { search_dir(c, fd, fp, depth + 1); close(fd); }
+            } else if (S_ISREG(sb.st_mode)) {
+                int fd = openat(dfd, names[i], O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+                if (fd >= 0) { search_file(c, fd, fp); close(fd); }
+            } else if (!S_ISLNK(sb.st_mode)) c->special++;
         }
         free(names[i]);
     }
@@ -542,28 +498,59 @@ static int t_search(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
     const char *pat = arg_str(a, "pattern"), *path = arg_str(a, "path");
     if (!pat || !*pat) return fail(r, sum, "search needs a non-empty string parameter \"pattern\"");
     if (!path || !*path) path = ".";
-    char real[PATH_MAX], err[PATH_MAX * 3];
-    if (resolve(t->root, path, 1, real, err, sizeof err)) return fail(r, sum, "%s", err);
+    char rel[PATH_MAX * 2], shown[PATH_MAX * 2], key[PATH_MAX * 3];
+    if (fs_ready(t, r, sum) || rel_of(path, rel, sizeof rel, r, sum)) return 0;
+    int fd = fc_open(&g_fs, rel, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return path_fail(r, sum, path, errno);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) { int e = errno; close(fd); return path_fail(r, sum, path, e); }
+    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)) { close(fd); return path_fail(r, sum, path, ENODEV); }
     search_ctx c;
     memset(&c, 0, sizeof c);
     int e = regcomp(&c.re, pat, REG_EXTENDED | REG_NOSUB);
     if (e) {
         char m[256];
         regerror(e, &c.re, m, sizeof m);
+        close(fd);
         return fail(r, sum, "bad regular expression: %s", m);
     }
-    c.root = t->root;
     c.r = r;
-    ignore_load(t->root, &c.ig);
-    struct stat sb;
-    if (stat(real, &sb) == 0 && S_ISDIR(sb.st_mode)) search_dir(&c, real, 0);
-    else search_file(&c, real);
+    ignore_load(&c.ig);
+    where(fd, NULL, rel, shown, sizeof shown, key, sizeof key);
+    if (S_ISDIR(sb.st_mode)) search_dir(&c, fd, shown, 0);
+    else search_file(&c, fd, shown);
+    close(fd);
     regfree(&c.re);
     ignore_free(&c.ig);
     if (c.capped) ds4_buf_printf(r, "[stopped at %d matches; narrow the pattern or the path]\n", SEARCH_MAX);
     if (!c.matches) ds4_buf_printf(r, "no matches\n");
+    if (c.special)
+        ds4_buf_printf(r, "[%d special file%s skipped (FIFO, socket or device)]\n", c.special, c.special == 1 ? "" : "s");
     ds4_buf_printf(sum, "%d match%s in %d file%s%s", c.matches, c.matches == 1 ? "" : "es",
                    c.files, c.files == 1 ? "" : "s", c.capped ? " (capped)" : "");
+    return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Confirmation                                                        */
+/* ------------------------------------------------------------------ */
+
+static void describe_json(int ti, json_t *a, ds4_buf *out);
+
+/* Ask before a change (unless --yes or "always"); `detail` (the diff) is
+ * shown with the question.  1 = go ahead; 0 = declined, the result says so. */
+static int gate(ag_tools *t, int ti, json_t *a, const char *detail, ds4_buf *r, ds4_buf *sum) {
+    if (t->yes || t->always[ti]) return 1;
+    ds4_buf d = { 0 };
+    describe_json(ti, a, &d);
+    int ans = t->confirm ? t->confirm(t->ud, NAMES[ti], d.p ? d.p : NAMES[ti], detail) : 0;
+    ds4_buf_free(&d);
+    if (ans == 0) {
+        ds4_buf_printf(r, "The user declined this %s call; nothing was done. Ask the user or try something else.", NAMES[ti]);
+        ds4_buf_printf(sum, "declined by the user");
+        return 0;
+    }
+    if (ans == 2) t->always[ti] = 1;
     return 1;
 }
 
@@ -571,26 +558,15 @@ static int t_search(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
 /* write / edit                                                        */
 /* ------------------------------------------------------------------ */
 
-/* mkdir -p of real's parent, which resolve() has proven to be inside root. */
-static int make_parents(const char *real, char *err, size_t errcap) {
-    char d[PATH_MAX];
-    snprintf(d, sizeof d, "%s", real);
-    char *slash = strrchr(d, '/');
-    if (!slash || slash == d) return 0;
-    *slash = 0;
-    for (char *p = d + 1; ; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(d, 0755) != 0 && errno != EEXIST) {
-                snprintf(err, errcap, "cannot create directory %s: %s", d, strerror(errno));
-                return -1;
-            }
-            *p = c;
-            if (!c) break;
-        }
-    }
-    return 0;
+/* What the file holds now, compared with what the diff was made from:
+ * the user may take a while to answer. */
+static int unchanged_since(int dfd, const char *name, int existed, uint64_t h) {
+    size_t n;
+    char *p = slurp_at(dfd, name, &n, NULL);
+    if (!p) return !existed && errno == ENOENT;
+    int same = existed && ag_hash(p, n, AG_HASH_SEED) == h;
+    free(p);
+    return same;
 }
 
 static int t_write(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
@@ -600,18 +576,74 @@ static int t_write(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
     if (!json_is_string(cv)) return fail(r, sum, "write needs a string parameter \"content\"");
     const char *content = json_string_value(cv);
     size_t n = json_string_length(cv);
-    char real[PATH_MAX], err[PATH_MAX * 3];
-    if (resolve(t->root, path, 0, real, err, sizeof err)) return fail(r, sum, "%s", err);
+    char rel[PATH_MAX * 2], shown[PATH_MAX * 2], key[PATH_MAX * 3], name[NAME_MAX + 1], err[PATH_MAX * 3];
+    if (fs_ready(t, r, sum) || rel_of(path, rel, sizeof rel, r, sum)) return 0;
+    int followed = 0, existed = 0;
+    /* missing directories are made only once the user said yes */
+    int dfd = fc_parent(&g_fs, rel, 0, name, sizeof name, &followed);
+    if (dfd < 0 && (errno != ENOENT || followed)) {
+        if (errno == ENOENT) return fail(r, sum, "%s is a symbolic link whose target's directory does not exist; refused", path);
+        return path_fail(r, sum, path, errno);
+    }
+    char *old = NULL;
+    size_t on = 0;
+    uint64_t oh = 0;
+    mode_t mode = 0644;
     struct stat sb;
-    int existed = stat(real, &sb) == 0;
-    if (existed && !S_ISREG(sb.st_mode)) return fail(r, sum, "%s exists and is not a regular file", path);
-    if (make_parents(real, err, sizeof err) || write_atomic(real, content, n, err, sizeof err))
-        return fail(r, sum, "%s", err);
-    seen_set(t->sess, real, content, n);
+    if (dfd >= 0) {
+        if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+            existed = 1;
+            if (!S_ISREG(sb.st_mode)) { close(dfd); return fail(r, sum, "%s exists and is not a regular file", path); }
+            mode = sb.st_mode & 07777;
+            if (!(old = slurp_at(dfd, name, &on, NULL))) {
+                int e = errno;
+                close(dfd);
+                if (e == EFBIG) return fail(r, sum, "%s is larger than %u MiB; refused", path, FILE_MAX_BYTES >> 20);
+                return fail(r, sum, "cannot read %s: %s", path, strerror(e));
+            }
+            oh = ag_hash(old, on, AG_HASH_SEED);
+        } else if (errno != ENOENT) {
+            int e = errno;
+            close(dfd);
+            return path_fail(r, sum, path, e);
+        } else if (followed) {
+            close(dfd);
+            return fail(r, sum, "%s is a symbolic link whose target does not exist; refused", path);
+        }
+        where(dfd, name, rel, shown, sizeof shown, key, sizeof key);
+    } else {
+        snprintf(shown, sizeof shown, "%s", rel);
+    }
+    ds4_buf df = { 0 };
+    ag_diffstat ds;
+    if (old && is_binary(old, on)) {
+        ds4_buf_printf(&df, "--- a/%s\n+++ b/%s\n[a binary file of %zu bytes replaced by %zu bytes of text]\n", shown, shown, on, n);
+        memset(&ds, 0, sizeof ds);
+        ds.added = count_lines(content, n);
+    } else {
+        ag_diff(old ? old : "", on, content, n, shown, !existed, DIFF_SHOW_LINES, &df, &ds);
+    }
+    free(old);
+    int go = gate(t, AG_T_WRITE, a, df.p, r, sum);
+    ds4_buf_free(&df);
+    if (!go) { if (dfd >= 0) close(dfd); return 0; }
+    if (dfd < 0) {
+        dfd = fc_parent(&g_fs, rel, 1, name, sizeof name, &followed);
+        if (dfd < 0) return path_fail(r, sum, path, errno);
+        where(dfd, name, rel, shown, sizeof shown, key, sizeof key);
+    }
+    if (!unchanged_since(dfd, name, existed, oh)) {
+        close(dfd);
+        return fail(r, sum, "%s changed on disk while the confirmation was pending (no change made); read it again", path);
+    }
+    int rc = fc_replace(dfd, name, content, n, mode, err, sizeof err);
+    close(dfd);
+    if (rc) return fail(r, sum, "%s", err);
+    seen_set(t->sess, key, content, n);
     int lines = count_lines(content, n);
-    ds4_buf_printf(r, "%s %s: %d lines, %zu bytes", existed ? "replaced" : "created",
-                   rel(t->root, real), lines, n);
+    ds4_buf_printf(r, "%s %s: %d lines, %zu bytes", existed ? "replaced" : "created", shown, lines, n);
     ds4_buf_printf(sum, "%s, %d lines, %zu bytes", existed ? "replaced" : "created", lines, n);
+    if (existed) ds4_buf_printf(sum, " (-%d +%d lines)", ds.removed, ds.added);
     return 1;
 }
 
@@ -624,15 +656,28 @@ static int t_edit(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
     const char *old = json_string_value(ov), *nw = json_string_value(nv);
     size_t ol = json_string_length(ov), nl = json_string_length(nv);
     if (ol == 0) return fail(r, sum, "\"old\" is empty; give the exact text to replace");
-    char real[PATH_MAX], err[PATH_MAX * 3];
-    if (resolve(t->root, path, 1, real, err, sizeof err)) return fail(r, sum, "%s", err);
+    char rel[PATH_MAX * 2], shown[PATH_MAX * 2], key[PATH_MAX * 3], name[NAME_MAX + 1], err[PATH_MAX * 3];
+    if (fs_ready(t, r, sum) || rel_of(path, rel, sizeof rel, r, sum)) return 0;
+    int followed = 0;
+    int dfd = fc_parent(&g_fs, rel, 0, name, sizeof name, &followed);
+    if (dfd < 0) return path_fail(r, sum, path, errno);
     size_t n;
-    char *p = slurp(real, &n, FILE_MAX_BYTES);
-    if (!p) return fail(r, sum, "cannot read %s: %s", path, strerror(errno));
-    if (is_binary(p, n)) { free(p); return fail(r, sum, "%s is a binary file; refused", path); }
-    ag_seen *s = seen_find(t->sess, real);
-    if (s && s->hash != ag_hash(p, n, AG_HASH_SEED)) {
+    struct stat sb;
+    char *p = slurp_at(dfd, name, &n, &sb);
+    if (!p) {
+        int e = errno;
+        close(dfd);
+        if (e == EFBIG) return fail(r, sum, "%s is larger than %u MiB; refused", path, FILE_MAX_BYTES >> 20);
+        if (e == ENODEV || e == EISDIR || e == ELOOP) return path_fail(r, sum, path, e == ELOOP ? ENODEV : e);
+        return fail(r, sum, "cannot read %s: %s", path, strerror(e));
+    }
+    where(dfd, name, rel, shown, sizeof shown, key, sizeof key);
+    if (is_binary(p, n)) { free(p); close(dfd); return fail(r, sum, "%s is a binary file; refused", path); }
+    uint64_t ph = ag_hash(p, n, AG_HASH_SEED);
+    ag_seen *s = seen_find(t->sess, key);
+    if (s && s->hash != ph) {
         free(p);
+        close(dfd);
         return fail(r, sum, "%s changed on disk since you last read it; read it again before editing (no change made)", path);
     }
     int count = 0;
@@ -641,31 +686,42 @@ static int t_edit(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
         if (!count) first = q;
         count++;
     }
-    if (count == 0) {
+    if (count != 1) {
         free(p);
-        return fail(r, sum, "the old text was not found in %s (no change made); read the file and copy the text exactly", path);
-    }
-    if (count > 1) {
-        free(p);
+        close(dfd);
+        if (count == 0)
+            return fail(r, sum, "the old text was not found in %s (no change made); read the file and copy the text exactly", path);
         return fail(r, sum, "the old text occurs %d times in %s (no change made); include more surrounding lines to make it unique", count, path);
     }
     size_t off = (size_t)(first - p), outn = n - ol + nl;
     char *o = malloc(outn + 1);
-    if (!o) { free(p); return fail(r, sum, "out of memory"); }
+    if (!o) { free(p); close(dfd); return fail(r, sum, "out of memory"); }
     memcpy(o, p, off);
     memcpy(o + off, nw, nl);
     memcpy(o + off + nl, p + off + ol, n - off - ol);
     o[outn] = 0;
     int line = count_lines(p, off) + (off && p[off - 1] == '\n' ? 1 : 0);
     if (line < 1) line = 1;
+    /* the counts are the diff's: an edit inside one line is -1 +1 */
+    ds4_buf df = { 0 };
+    ag_diffstat ds;
+    ag_diff(p, n, o, outn, shown, 0, DIFF_SHOW_LINES, &df, &ds);
     free(p);
-    if (write_atomic(real, o, outn, err, sizeof err)) { free(o); return fail(r, sum, "%s", err); }
-    seen_set(t->sess, real, o, outn);
+    int go = gate(t, AG_T_EDIT, a, df.p, r, sum);
+    ds4_buf_free(&df);
+    if (go && !unchanged_since(dfd, name, 1, ph)) {
+        go = 0;
+        fail(r, sum, "%s changed on disk while the confirmation was pending (no change made); read it again", path);
+    }
+    int rc = go ? fc_replace(dfd, name, o, outn, sb.st_mode & 07777, err, sizeof err) : -1;
+    close(dfd);
+    if (!go) { free(o); return 0; }
+    if (rc) { free(o); return fail(r, sum, "%s", err); }
+    seen_set(t->sess, key, o, outn);
     free(o);
-    int a_l = count_lines(old, ol), b_l = count_lines(nw, nl);
-    ds4_buf_printf(r, "edited %s at line %d: %d line%s replaced by %d", rel(t->root, real), line,
-                   a_l, a_l == 1 ? "" : "s", b_l);
-    ds4_buf_printf(sum, "line %d: -%d +%d lines", line, a_l, b_l);
+    ds4_buf_printf(r, "edited %s at line %d: %d line%s removed, %d added", shown, line, ds.removed,
+                   ds.removed == 1 ? "" : "s", ds.added);
+    ds4_buf_printf(sum, "line %d: -%d +%d lines", line, ds.removed, ds.added);
     return 1;
 }
 
@@ -683,11 +739,19 @@ static int t_bash(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
     if (to > BASH_MAX_TIMEOUT) to = BASH_MAX_TIMEOUT;
     int pfd[2];
     if (pipe(pfd)) return fail(r, sum, "pipe: %s", strerror(errno));
+    /* its own cgroup where the machine allows, its own session always */
+    ag_contain ct;
+    ag_contain_prepare(&ct);
     fflush(NULL);
     pid_t pid = fork();
-    if (pid < 0) { close(pfd[0]); close(pfd[1]); return fail(r, sum, "fork: %s", strerror(errno)); }
+    if (pid < 0) {
+        int e = errno;
+        close(pfd[0]); close(pfd[1]);
+        ag_contain_release(&ct);
+        return fail(r, sum, "fork: %s", strerror(e));
+    }
     if (pid == 0) {
-        setpgid(0, 0);
+        ag_contain_child(&ct);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
@@ -701,7 +765,7 @@ static int t_bash(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    setpgid(pid, pid);   /* also here: no race with the child's own call */
+    ct.pid = pid;
     close(pfd[1]);
     fcntl(pfd[0], F_SETFL, O_NONBLOCK);
     char *head = malloc(BASH_HEAD), *tail = malloc(BASH_TAIL);
@@ -732,10 +796,12 @@ static int t_bash(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
         if (!exited && waitpid(pid, &status, WNOHANG) == pid) { exited = 1; exit_at = ag_now(); }
     }
     close(pfd[0]);
-    /* the whole process group goes: on a time limit or Ctrl+C, and any
-     * background leftovers of a finished command */
-    kill(-pid, SIGKILL);
+    /* everything the command started goes: on a time limit or Ctrl+C, and
+     * any background leftovers of a finished command (a daemon that left
+     * the session included) */
+    int leftovers = ag_contain_kill(&ct);
     if (!exited) { waitpid(pid, &status, 0); }
+    ag_contain_release(&ct);
     double el = ag_now() - t0;
     /* the output: head, a marker for what was cut, the tail */
     if (hn) ds4_buf_append(r, head, hn);
@@ -752,13 +818,16 @@ static int t_bash(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
     if (total && last != '\n') lines++;
     int ok = 0;
     if (interrupted) {
-        ds4_buf_printf(r, "[interrupted by the user after %.1f s; the process group was killed]", el);
+        ds4_buf_printf(r, "[interrupted by the user after %.1f s; the command and every process it started were killed]", el);
         ds4_buf_printf(sum, "interrupted after %.1f s, %d lines, %zu bytes", el, lines, total);
     } else if (timed_out) {
         ds4_buf_printf(r, "[killed: time limit of %ld s reached]", to);
         ds4_buf_printf(sum, "timed out after %ld s, %d lines, %zu bytes", to, lines, total);
     } else if (WIFEXITED(status)) {
         int code = WEXITSTATUS(status);
+        if (leftovers)
+            ds4_buf_printf(r, "[%d background process%s still running at the end %s killed]\n", leftovers,
+                           leftovers == 1 ? "" : "es", leftovers == 1 ? "was" : "were");
         ds4_buf_printf(r, "[exit code %d]", code);
         ds4_buf_printf(sum, "exit %d, %d lines, %zu bytes", code, lines, total);
         ok = code == 0;
@@ -825,18 +894,10 @@ int ag_tool_run(ag_tools *t, const char *name, const char *args, ds4_buf *r, ds4
         return fail(r, sum, "the arguments of %s are not a JSON object", name);
     }
     int ok;
-    if ((ti == AG_T_WRITE || ti == AG_T_EDIT || ti == AG_T_BASH) && !t->yes && !t->always[ti]) {
-        ds4_buf d = { 0 };
-        describe_json(ti, a, &d);
-        int ans = t->confirm ? t->confirm(t->ud, name, d.p ? d.p : name) : 0;
-        ds4_buf_free(&d);
-        if (ans == 0) {
-            json_decref(a);
-            ds4_buf_printf(r, "The user declined this %s call; nothing was done. Ask the user or try something else.", name);
-            ds4_buf_printf(sum, "declined by the user");
-            return 0;
-        }
-        if (ans == 2) t->always[ti] = 1;
+    /* write and edit ask themselves, once their diff is known */
+    if (ti == AG_T_BASH && !gate(t, ti, a, NULL, r, sum)) {
+        json_decref(a);
+        return 0;
     }
     switch (ti) {
     case AG_T_READ: ok = t_read(t, a, r, sum); break;

@@ -4,7 +4,8 @@
  * Owns: how the conversation looks: streamed output (reasoning dimmed),
  * one compact line per tool call while it streams and a summary of its
  * result, notes, the status line (context used/size, prefill and decode
- * speed), the prefill progress bar, confirmation questions, line editing
+ * speed), the prefill progress bar, confirmation questions (with the diff
+ * of a write or edit), line editing
  * and history (libedit, as the CLI).  Interactive runs draw on stdout; with
  * -p everything but the final answer goes to stderr.  Colours only on a
  * terminal.  Must not: decide anything about the conversation.
@@ -154,9 +155,30 @@ int ui_progress(void *ud, int done, int total) {
     return 0;
 }
 
-int ui_confirm(void *ud, const char *tool, const char *what) {
+/* A write's or edit's diff before its question: removed lines red, added
+ * green, hunk headers cyan on a terminal; as is otherwise. */
+static void ui_diff(agent *a, const char *d) {
+    while (*d) {
+        const char *nl = strchr(d, '\n');
+        int l = nl ? (int)(nl - d) : (int)strlen(d);
+        const char *c = NULL;
+        if (a->color) {
+            if (!strncmp(d, "---", 3) || !strncmp(d, "+++", 3)) c = BOLD;
+            else if (d[0] == '@') c = CYAN;
+            else if (d[0] == '-') c = RED;
+            else if (d[0] == '+') c = GREEN;
+            else if (d[0] != ' ') c = DIM;
+        }
+        fprintf(a->ui, "%s%.*s%s\n", c ? c : "", l, d, c ? RESET : "");
+        d += l + (nl ? 1 : 0);
+    }
+    g_col = 0;
+}
+
+int ui_confirm(void *ud, const char *tool, const char *what, const char *detail) {
     agent *a = ud;
     newline_if_needed(a);
+    if (detail && *detail) ui_diff(a, detail);
     char q[600];
     snprintf(q, sizeof q, "allow %s? [y]es / [n]o / [a]lways for %s: ", what, tool);
     char *line = NULL;
