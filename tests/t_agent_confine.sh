@@ -24,6 +24,7 @@ cd "$(dirname "$0")/.."
 BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 . tests/agent/lib.sh
 T=$(mktemp -d)
+agent_state "$T/state"   # sessions per user: this test's own (tests/agent/lib.sh)
 T=$(realpath "$T")
 PIDS=()
 cleanup() {
@@ -261,7 +262,7 @@ for cgmode in cgroup fallback; do
         && ok "$cgmode: the result says two leftovers were killed" || bad "$cgmode: leftover note: $(tail -3 "$T/end.res")"
     if alive ${b}21 || alive ${b}22; then bad "$cgmode: a daemon outlived its command: $(pgrep -af "$mk" | head -3)"
     else ok "$cgmode: daemons left by a finished command were killed"; fi
-    rm -rf "$W/.ds4"
+    rm -rf "$(sessdir "$W")"
 done
 if [ $cg_ok = 1 ]; then
     # (another agent may be running: only those of agents that are gone)
