@@ -26,6 +26,9 @@ elif [ -n "${1:-}" ]; then
     echo "usage: sh tools/deps.sh [--test]" >&2; exit 2
 fi
 export DEBIAN_FRONTEND=noninteractive
+# A machine whose last dpkg run was cut off refuses every install until the
+# half-configured packages are finished; finishing them is always safe.
+$SUDO dpkg --configure -a
 $SUDO apt-get update
 # shellcheck disable=SC2086
 $SUDO apt-get install -y --no-install-recommends $PKGS
