@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "kvdisk.h"
 #include "text/json_py.h"
 #include "toolmem.h"
 #include "metrics.h"
@@ -178,7 +179,7 @@ static int get_bool(json_t *o, const char *k, int *out, api_error *e) {
 /* ------------------------------------------------------------------------ */
 
 static int parse_sampling(request *r, json_t *b, double max_temp, api_error *e) {
-    server_config *c = &g_srv->cfg;
+    const server_config *c = &r->srv->cfg;
     r->sp = c->sp;
     double d = 0;
     long long x = 0;
@@ -234,14 +235,14 @@ static int parse_max_tokens(request *r, json_t *b, const char *const *names, int
         int rc;
         TRY(rc = get_int(b, names[i], 1, 1LL << 40, &x, e));
         if (!rc) continue;
-        if (x > g_srv->ctx)
+        if (x > r->srv->ctx)
             return api_bad(e, names[i], "%s is too large: %lld. This model's context is %d "
-                           "tokens (prompt included)", names[i], x, g_srv->ctx);
+                           "tokens (prompt included)", names[i], x, r->srv->ctx);
         r->max_tokens = (int)x;
         return 0;
     }
     if (required) return api_bad(e, names[0], "%s: field required", names[0]);
-    r->max_tokens = g_srv->cfg.default_max_tokens;
+    r->max_tokens = r->srv->cfg.default_max_tokens;
     return 0;
 }
 
@@ -286,7 +287,7 @@ static int effort_to_think(const char *s, ds4_think *t) {
 }
 
 static int parse_thinking(request *r, json_t *b, api_error *e) {
-    ds4_think t = g_srv->cfg.default_think;
+    ds4_think t = r->srv->cfg.default_think;
     if (r->model && !strcmp(r->model, "deepseek-chat")) t = DS4_THINK_NONE;
     if (r->model && !strcmp(r->model, "deepseek-reasoner")) t = DS4_THINK_HIGH;
 
@@ -304,7 +305,7 @@ static int parse_thinking(request *r, json_t *b, api_error *e) {
                 long long bt = 0;
                 int rc;
                 TRY(rc = get_int(th, "budget_tokens", 1, 1LL << 40, &bt, e));
-                if (rc) r->think_budget = bt > g_srv->ctx ? g_srv->ctx : (int)bt;
+                if (rc) r->think_budget = bt > r->srv->ctx ? r->srv->ctx : (int)bt;
             } else {
                 return api_bad(e, "thinking.type", "thinking.type must be 'enabled', 'disabled' "
                                "or 'adaptive', got '%s'", ty);
@@ -346,7 +347,7 @@ static int parse_thinking(request *r, json_t *b, api_error *e) {
     }
     if (eff) r->effort = request_strdup(r, eff, strlen(eff));
     /* think-max only where the context allows it (PROMPT_FORMAT.md 4) */
-    if (t == DS4_THINK_MAX && g_srv->ctx < DS4_THINK_MAX_MIN_CTX) t = DS4_THINK_HIGH;
+    if (t == DS4_THINK_MAX && r->srv->ctx < DS4_THINK_MAX_MIN_CTX) t = DS4_THINK_HIGH;
     r->ro.think = t;
     return 0;
 }
@@ -404,7 +405,7 @@ static int parse_tools(request *r, json_t *b, api_error *e) {
         } else if (r->api == API_RESPONSES) {
             if (!ty || strcmp(ty, "function")) {
                 /* hosted tools (web_search, file_search, ...) do not exist here */
-                if (g_srv->cfg.verbose)
+                if (r->srv->cfg.verbose)
                     log_msg("responses: ignoring tool of type '%s'", ty ? ty : "?");
                 continue;
             }
@@ -418,7 +419,7 @@ static int parse_tools(request *r, json_t *b, api_error *e) {
             TRY(rc);
         } else {   /* Anthropic: {name, description, input_schema} */
             if (ty && strcmp(ty, "custom")) {
-                if (g_srv->cfg.verbose)
+                if (r->srv->cfg.verbose)
                     log_msg("messages: ignoring server tool of type '%s'", ty);
                 continue;
             }
@@ -1059,9 +1060,9 @@ static int completions_prompt(request *r, json_t *b, api_error *e) {
                 return api_bad(e, "prompt", "'prompt' must be a string, or one array of token ids"
                                " (several prompts are not supported)");
             long long id = json_integer_value(v);
-            if (id < 0 || id >= g_srv->n_vocab)
+            if (id < 0 || id >= r->srv->n_vocab)
                 return api_bad(e, "prompt", "prompt[%zu]: token id %lld is out of range", i, id);
-            if (i == 0 && id != g_srv->sp->bos) ds4_tokens_push(&r->tokens, g_srv->sp->bos);
+            if (i == 0 && id != r->srv->sp->bos) ds4_tokens_push(&r->tokens, r->srv->sp->bos);
             ds4_tokens_push(&r->tokens, (int32_t)id);
         }
         r->raw_ids = 1;
@@ -1080,7 +1081,7 @@ static void replay_tool_calls(request *r) {
         ds4_message *m = &r->msgs[i];
         if (m->role != DS4_ROLE_ASSISTANT || m->n_tool_calls <= 0) continue;
         char *block = NULL, *reasoning = NULL;
-        if (toolmem_match(g_srv->tm, m->tool_calls, m->n_tool_calls, &block, &reasoning)) {
+        if (toolmem_match(r->srv->tm, m->tool_calls, m->n_tool_calls, &block, &reasoning)) {
             m->dsml_exact = request_own(r, block);
             /* a client that dropped the reasoning, or whose SDK mangled it
              * while merging stream deltas, gets the one the model wrote */
@@ -1153,7 +1154,7 @@ int conv_model_name_ok(const char *id, size_t n) {
     return n >= 1 && n <= CONV_MODEL_NAME_MAX && !memchr(id, 0, n);
 }
 
-request *conv_parse(api_kind api, json_t *b, api_error *e) {
+request *conv_parse(const server_ctx *srv, api_kind api, json_t *b, api_error *e) {
     if (!json_is_object(b)) {
         api_bad(e, NULL, "the request body must be a JSON object");
         return NULL;
@@ -1161,6 +1162,7 @@ request *conv_parse(api_kind api, json_t *b, api_error *e) {
     if (check_nuls(b, e)) return NULL;
     request *r = request_new(api);
     if (!r) { api_err_set(e, 500, "server_error", NULL, NULL, "out of memory"); return NULL; }
+    r->srv = srv;
     const char *model = NULL;
     if (get_str(b, "model", &model, e) < 0) goto fail;
     /* any name is served by the one model (agents send their own names);
@@ -1172,7 +1174,7 @@ request *conv_parse(api_kind api, json_t *b, api_error *e) {
         goto fail;
     }
     if (model && *model) r->model = request_strdup(r, model, strlen(model));
-    else r->model = request_strdup(r, g_srv->model_id, strlen(g_srv->model_id));
+    else r->model = request_strdup(r, r->srv->model_id, strlen(r->srv->model_id));
     if (parse_stream(r, b, e) < 0) goto fail;
     if (parse_sampling(r, b, api == API_MESSAGES ? 1.0 : 2.0, e) < 0) goto fail;
 
@@ -1202,7 +1204,7 @@ request *conv_parse(api_kind api, json_t *b, api_error *e) {
         }
         if (oc && get_str(oc, "effort", &eff, e) < 0) goto fail;
         if (eff && r->ro.think != DS4_THINK_NONE && !strcmp(eff, "max") &&
-            g_srv->ctx >= DS4_THINK_MAX_MIN_CTX)
+            r->srv->ctx >= DS4_THINK_MAX_MIN_CTX)
             r->ro.think = DS4_THINK_MAX;
         if (parse_tools(r, b, e) < 0) goto fail;
         if (parse_tool_choice(r, b, e) < 0) goto fail;
@@ -1280,10 +1282,10 @@ request *conv_parse(api_kind api, json_t *b, api_error *e) {
     if (r->n_msgs == 0) { api_bad(e, "messages", "the conversation is empty"); goto fail; }
     if (attach_tools(r, e) < 0) goto fail;
     replay_tool_calls(r);
-    /* with the disk KV cache the worker may still find the exact DSML of a
-     * miss (after a restart): it counts the replays once it has looked */
-    if (!(g_srv->cfg.kv_dir && r->tool_misses > 0))
-        metrics_tool_replay(g_srv->m, r->replay_exact, r->replay_canonical);
+    /* with the disk KV cache conv_render may still find the exact DSML of
+     * a miss (after a restart): it counts the replays once it has looked */
+    if (!(r->srv->kvf && r->tool_misses > 0))
+        metrics_tool_replay(r->srv->m, r->replay_exact, r->replay_canonical);
     /* A trailing assistant message is a prefix to continue (Anthropic's
      * prefill; DeepSeek's "prefix": true): no EOS, and the continuation is
      * content, since the renderer closed the reasoning before it. */
@@ -1306,6 +1308,14 @@ fail:
 }
 
 int conv_render(request *r, api_error *e) {
+    /* Tool-call turns the tool memory did not know (a restart, or its LRU
+     * cap): the cache files may hold their exact DSML.  Looked up before
+     * the one rendering, so the prompt is rendered and tokenized once. */
+    if (r->srv->kvf && r->tool_misses > 0) {
+        kvdisk_finder_resolve(r->srv->kvf, r);
+        r->tool_misses = 0;
+        metrics_tool_replay(r->srv->m, r->replay_exact, r->replay_canonical);
+    }
     if (r->api != API_COMPLETIONS) {
         char *err = NULL;
         int rc = ds4_render_chat(r->msgs, r->n_msgs, &r->ro, &r->prompt, &err);
@@ -1322,7 +1332,8 @@ int conv_render(request *r, api_error *e) {
     /* the prompt text and raw ids were built with sticky appends: a failure
      * anywhere shows here, before anything is tokenized or evaluated */
     if (r->oom || ds4_buf_failed(&r->prompt) || ds4_tokens_failed(&r->tokens)) return api_oom(e);
-    if (!r->raw_ids && ds4_tokenize(g_srv->tok, r->prompt.p ? r->prompt.p : "", r->prompt.n,
+    metrics_render_prompt(r->srv->m);
+    if (!r->raw_ids && ds4_tokenize(r->srv->tok, r->prompt.p ? r->prompt.p : "", r->prompt.n,
                                     DS4_TOK_SPECIAL, &r->tokens)) {
         api_err_set(e, 500, "server_error", NULL, NULL, "out of memory tokenizing the prompt");
         return -1;
@@ -1337,7 +1348,7 @@ int conv_render(request *r, api_error *e) {
  * for "prompt + answer too long" (which clients such as Claude Code parse). */
 int conv_prepare(request *r, api_error *e) {
     if (conv_render(r, e)) return -1;
-    int n = (int)r->tokens.n, ctx = g_srv->ctx;
+    int n = (int)r->tokens.n, ctx = r->srv->ctx;
     if (n < ctx) return 0;
     const char *what = r->api == API_COMPLETIONS ? "prompt" : "messages";
     if (r->api == API_MESSAGES && n > ctx)

@@ -8,10 +8,14 @@
 
 #include "server.h"
 
-/* Validate and convert a request body.  NULL + *e on a bad request. */
-request *conv_parse(api_kind api, json_t *body, api_error *e);
+/* Validate and convert a request body for the server `srv` (its defaults,
+ * context size, tokenizer and tool memory: conv.c reaches no global).
+ * NULL + *e on a bad request. */
+request *conv_parse(const server_ctx *srv, api_kind api, json_t *body, api_error *e);
 
-/* Render the conversation (or take the raw prompt) and tokenize it. */
+/* Render the conversation (or take the raw prompt) and tokenize it: once
+ * per request (the worker uses these tokens).  Tool-call turns the tool
+ * memory missed are first looked up in the disk KV cache (srv->kvf). */
 int conv_render(request *r, api_error *e);
 /* conv_render, then check that the prompt fits the context with room for at
  * least one generated token (the error in the request's API's words). */

@@ -613,7 +613,7 @@ static void do_post(http_server *h, http1_conn *c, req_ctx *rc) {
     /* count_tokens takes a messages request without max_tokens */
     if (rc->ep == EP_COUNT_TOKENS && json_is_object(body) && !json_object_get(body, "max_tokens"))
         json_object_set_new(body, "max_tokens", json_integer(1));
-    request *rq = conv_parse(api, body, &e);
+    request *rq = conv_parse(s, api, body, &e);
     json_decref(body);
     if (!rq) {
         send_error(h, c, rc, &e);

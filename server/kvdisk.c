@@ -18,10 +18,12 @@
  *     the tool-call ids whose exact DSML its text holds, so a client that
  *     comes back after a restart still replays them exactly;
  *   - tool ids the in-memory tool memory does not know are looked up in the
- *     files before the prompt is rendered again (conv.c marks them).
+ *     files (kvdisk_finder, on the connection thread) before the prompt is
+ *     rendered, so it is rendered and tokenized once.
  * A failed save (full disk) is logged once per run of failures and counted;
  * the request goes on.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,10 +289,8 @@ static int dsml_matches(const char *blk, size_t len, const ds4_tool_call *calls,
 /* Assistant tool-call turns the tool memory did not know (a restart, or
  * its LRU cap): the files may hold their exact DSML (and the reasoning
  * before it).  Every id of the turn must give the same block, and the
- * block must hold the calls the client sent.  When any turn is found the
- * prompt is rendered and tokenized again.  Returns -1 (with *e) when the
- * new prompt no longer fits. */
-int kvdisk_resolve_tools(kvdisk *w, request *rq, api_error *e) {
+ * block must hold the calls the client sent.  Returns the turns found. */
+static int resolve_tools(ds4_kvstore *kv, server_ctx *srv, request *rq) {
     int found = 0;
     ds4_buf b = { 0 }, o = { 0 };
     for (int i = 0; i < rq->n_msgs; i++) {
@@ -299,10 +299,10 @@ int kvdisk_resolve_tools(kvdisk *w, request *rq, api_error *e) {
         int ok = 1;
         for (int k = 0; k < m->n_tool_calls; k++) ok = ok && m->tool_calls[k].id;
         b.n = 0;
-        if (!ok || !ds4_kvstore_tool_dsml(w->kv, m->tool_calls[0].id, &b) || !b.n) continue;
+        if (!ok || !ds4_kvstore_tool_dsml(kv, m->tool_calls[0].id, &b) || !b.n) continue;
         for (int k = 1; ok && k < m->n_tool_calls; k++) {
             o.n = 0;
-            ok = ds4_kvstore_tool_dsml(w->kv, m->tool_calls[k].id, &o) && o.n == b.n &&
+            ok = ds4_kvstore_tool_dsml(kv, m->tool_calls[k].id, &o) && o.n == b.n &&
                  !memcmp(o.p, b.p, b.n);
         }
         if (!ok || !dsml_matches(b.p, b.n, m->tool_calls, m->n_tool_calls)) continue;
@@ -315,7 +315,7 @@ int kvdisk_resolve_tools(kvdisk *w, request *rq, api_error *e) {
             if (rid) {
                 memcpy(rid, m->tool_calls[0].id, il);
                 memcpy(rid + il, KV_REASONING_SUFFIX, sizeof KV_REASONING_SUFFIX);
-                if (ds4_kvstore_tool_dsml(w->kv, rid, &o) && o.n) {
+                if (ds4_kvstore_tool_dsml(kv, rid, &o) && o.n) {
                     m->reasoning = request_strdup(rq, o.p, o.n);
                     m->reasoning_len = m->reasoning ? o.n : 0;
                 }
@@ -332,7 +332,7 @@ int kvdisk_resolve_tools(kvdisk *w, request *rq, api_error *e) {
                 names[k] = m->tool_calls[k].name;
                 args[k] = m->tool_calls[k].arguments;
             }
-            toolmem_put(w->srv->tm, ids, names, args, m->n_tool_calls, b.p, b.n,
+            toolmem_put(srv->tm, ids, names, args, m->n_tool_calls, b.p, b.n,
                         m->reasoning, m->reasoning ? m->reasoning_len : 0);
         }
         free(ids); free(names); free(args);
@@ -342,14 +342,51 @@ int kvdisk_resolve_tools(kvdisk *w, request *rq, api_error *e) {
     ds4_buf_free(&o);
     rq->replay_exact += found;
     rq->replay_canonical -= found;
-    metrics_tool_replay(w->srv->m, rq->replay_exact, rq->replay_canonical);
-    if (!found) return 0;
-    log_msg("disk KV cache: exact DSML of %d tool-call turn%s found in the cache files", found,
-            found == 1 ? "" : "s");
-    rq->prompt.n = 0;
-    rq->tokens.n = 0;
-    return conv_prepare(rq, e) ? -1 : 0;
+    if (found)
+        log_msg("disk KV cache: exact DSML of %d tool-call turn%s found in the cache files", found,
+                found == 1 ? "" : "s");
+    return found;
 }
+
+/* The connection threads' view of the files: its own store handle (the
+ * worker's handle is the worker's alone, and a store handle is not
+ * thread-safe), one lookup at a time.  Several handles on one directory
+ * are what the store is made for (several processes share one). */
+struct kvdisk_finder {
+    server_ctx *srv;
+    ds4_kvstore *kv;
+    pthread_mutex_t mu;
+};
+
+kvdisk_finder *kvdisk_finder_open(server_ctx *srv, char **err) {
+    kvdisk_finder *f = calloc(1, sizeof *f);
+    if (!f) { if (err) *err = strdup("out of memory"); return NULL; }
+    ds4_kvstore_params kp;
+    ds4_kvstore_params_default(&kp);
+    kp.dir = srv->cfg.kv_dir;
+    kp.space_bytes = srv->cfg.kv_space_mb << 20;
+    kp.allow_quant_variants = srv->cfg.kv_allow_variants;
+    f->kv = ds4_kvstore_open(srv->model, &kp, err);
+    if (!f->kv) { free(f); return NULL; }
+    f->srv = srv;
+    pthread_mutex_init(&f->mu, NULL);
+    return f;
+}
+
+void kvdisk_finder_close(kvdisk_finder *f) {
+    if (!f) return;
+    ds4_kvstore_close(f->kv);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+int kvdisk_finder_resolve(kvdisk_finder *f, request *rq) {
+    pthread_mutex_lock(&f->mu);
+    int found = resolve_tools(f->kv, f->srv, rq);
+    pthread_mutex_unlock(&f->mu);
+    return found;
+}
+
 
 /* Which candidate states the prompt can continue (the veto the kvstore
  * asks before touching the session): the prompt's own tokens continue the

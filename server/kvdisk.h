@@ -5,7 +5,7 @@
  *
  * Owns: the ds4_kvstore handle, the save bookkeeping, and the tool calls
  * whose DSML the live session holds (stored with each saved file).
- * Driven by the worker thread only.  Must not: decide reuse of the live
+ * Driven by the worker thread only (kvdisk_finder: any thread).  Must not: decide reuse of the live
  * session (reuse.c) or evaluate anything (ds4_eval does, calling back).
  */
 #ifndef DS4_SERVER_KVDISK_H
@@ -46,10 +46,15 @@ void kvdisk_tools_add(kvdisk *w, const char *id, const char *dsml, size_t dsml_l
  * tool calls. */
 void kvdisk_tools_from_request(kvdisk *w, const request *rq);
 
-/* Assistant tool-call turns the tool memory did not know: take their
- * exact DSML from the files and prepare the prompt again.  -1 (with *e)
- * when the new prompt no longer fits. */
-int kvdisk_resolve_tools(kvdisk *w, request *rq, api_error *e);
+/* The connection threads' lookups in the files (thread-safe; opened once
+ * by main.c when --kv-disk-dir is set): assistant tool-call turns the tool
+ * memory did not know get their exact DSML (and the reasoning before it)
+ * from the files, before the request's one rendering.  Returns the turns
+ * found (they also go back into the tool memory). */
+typedef struct kvdisk_finder kvdisk_finder;
+kvdisk_finder *kvdisk_finder_open(server_ctx *srv, char **err);
+void kvdisk_finder_close(kvdisk_finder *f);
+int kvdisk_finder_resolve(kvdisk_finder *f, request *rq);
 /* Restore the longest saved state the prompt starts with that holds more
  * than `better_than` tokens; returns its token count (0 = miss, session
  * untouched) and the tokens still to evaluate in `todo`; *retok: they

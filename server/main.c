@@ -25,6 +25,7 @@
 
 #include "server.h"
 #include "http.h"
+#include "kvdisk.h"
 #include "metrics.h"
 #include "toolmem.h"
 #include "worker.h"
@@ -502,6 +503,13 @@ int main(int argc, char **argv) {
     srv.tm = toolmem_new(c->tool_memory_max_ids);
     if (!srv.m || !srv.tm) { fprintf(stderr, "ds4-server: out of memory\n"); close(lfd); goto out; }
     srv.w = worker_start(&srv, &err);
+    /* after the worker opened (and checked) the cache directory */
+    if (srv.w && c->kv_dir && !(srv.kvf = kvdisk_finder_open(&srv, &err))) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot open the disk KV cache");
+        free(err);
+        close(lfd);
+        goto out;
+    }
     if (!srv.w) {
         fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start the worker");
         free(err);
@@ -539,6 +547,7 @@ int main(int argc, char **argv) {
 out:
     http_stop(h);
     worker_free(srv.w);
+    kvdisk_finder_close(srv.kvf);
     toolmem_free(srv.tm);
     metrics_free(srv.m);
     ds4_model_free(srv.model);

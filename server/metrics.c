@@ -27,6 +27,7 @@ struct metrics {
     unsigned long long cancelled_client, cancelled_shutdown;
     unsigned long long header_timeouts;
     unsigned long long tool_calls, replay_exact, replay_canonical;
+    unsigned long long renders;          /* prompts rendered and tokenized */
     int queue_depth, queue_peak, busy, session_tokens;
     /* --parallel: sessions and the batched steps */
     int sessions, sessions_live, sessions_busy;
@@ -147,6 +148,12 @@ void metrics_tool_replay(metrics *m, int exact, int canonical) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_render_prompt(metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->renders++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_kv(metrics *m, const ds4_kvstore_stats *st, const uint64_t saves_by_reason[6]) {
     pthread_mutex_lock(&m->mu);
     m->kv_on = 1;
@@ -256,6 +263,9 @@ char *metrics_render(metrics *m) {
     COUNTER("ds4_tool_replay_canonical_total",
             "Assistant tool-call turns rendered canonically (id unknown or changed).",
             m->replay_canonical);
+    COUNTER("ds4_prompt_renders_total",
+            "Prompts rendered and tokenized: once per request (count_tokens included).",
+            m->renders);
     GAUGE("ds4_tool_memory_ids", "Tool-call ids held by the DSML memory.", "%zu", tool_ids);
     GAUGE("ds4_context_size", "Context size of the session in tokens.", "%d",
           g_srv ? g_srv->ctx : 0);

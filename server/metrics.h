@@ -36,6 +36,8 @@ typedef struct {
 } metrics_job;
 void metrics_job_done(metrics *m, const metrics_job *j);
 void metrics_tool_replay(metrics *m, int exact, int canonical);
+/* A prompt rendered and tokenized (conv_render: once per request). */
+void metrics_render_prompt(metrics *m);
 /* The disk KV cache's counters (a copy: the store belongs to the worker)
  * and the saves by reason (indexed by ds4_kv_reason). */
 void metrics_kv(metrics *m, const ds4_kvstore_stats *st, const uint64_t saves_by_reason[6]);

@@ -121,7 +121,11 @@ char *api_error_body(int anthropic, const api_error *e);
 /* A parsed request                                                          */
 /* ------------------------------------------------------------------------ */
 
+typedef struct server_ctx server_ctx;
+typedef struct kvdisk_finder kvdisk_finder;
+
 typedef struct {
+    const server_ctx *srv;        /* the server it was made for (conv_parse) */
     api_kind api;
     int stream, include_usage;
     char *model;                  /* echoed back */
@@ -171,8 +175,8 @@ typedef struct {
     /* stats of the conversion */
     int replay_exact, replay_canonical;
     /* assistant tool-call turns the tool memory did not know (all their ids
-     * present): the worker asks the disk KV cache for their exact DSML and
-     * renders again; replay metrics are then counted by the worker */
+     * present): conv_render asks the disk KV cache for their exact DSML
+     * before rendering; replay metrics are then counted there */
     int tool_misses;
 } request;
 
@@ -281,7 +285,7 @@ typedef struct worker worker;
 typedef struct toolmem toolmem;
 typedef struct metrics metrics;
 
-typedef struct {
+struct server_ctx {
     server_config cfg;
     ds4_model *model;
     const ds4_tokenizer *tok;
@@ -296,7 +300,8 @@ typedef struct {
     FILE *trace;                  /* --trace (written by the worker thread) */
     float *steer;                 /* --steer: the direction (NULL = off) */
     int steer_l0, steer_l1;
-} server_ctx;
+    kvdisk_finder *kvf;           /* --kv-disk-dir: tool DSML lookups for conv.c */
+};
 
 extern server_ctx *g_srv;
 

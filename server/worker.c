@@ -314,17 +314,6 @@ static void finish_job(worker *w, ds4_session *s, job *j, const prep *p, finish_
 static void run_job(worker *w, job *j) {
     request *rq = j->rq;
     gen_result *res = &j->res;
-    /* 0. Tool-call turns the tool memory did not know: the disk cache may
-     * hold their exact DSML (then the prompt is rendered again). */
-    if (w->kv && rq->tool_misses > 0 && kvdisk_resolve_tools(w->kv, rq, &res->err) < 0) {
-        res->finish = FIN_ERROR;
-        job_event(j, EV_FINISH, 0, NULL, 0);
-        job_finish_stream(j);
-        metrics_job m0 = { .session_tokens = ds4_session_n_tokens(w->s) };
-        metrics_job_done(w->srv->m, &m0);
-        log_msg("job %llu: %s", (unsigned long long)j->seq, res->err.message);
-        return;
-    }
     /* 1-2. What the prompt keeps. */
     prep p = { 0 };
     prepare_session(w, w->s, j, &p);
@@ -464,13 +453,6 @@ static void slot_admit(worker *w, slot *sl, job *j) {
         sl->start = sl->end = ds4_session_n_tokens(sl->s);
         sl->t0 = util_now();
         slot_finish(w, sl, FIN_CANCEL);
-        return;
-    }
-    if (w->kv && rq->tool_misses > 0 && kvdisk_resolve_tools(w->kv, rq, &res->err) < 0) {
-        sl->st = SLOT_PREFILL;
-        sl->start = sl->end = ds4_session_n_tokens(sl->s);
-        sl->t0 = util_now();
-        slot_finish(w, sl, FIN_ERROR);
         return;
     }
     sl->t0 = util_now();

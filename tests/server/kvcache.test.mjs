@@ -321,6 +321,8 @@ test('tool-call ids after a restart: the exact DSML (and reasoning) come from th
     const m1 = await metrics(b.url);
     assert.equal(delta(m0, m1, 'ds4_tool_replay_exact_total'), 1);
     assert.equal(delta(m0, m1, 'ds4_tool_replay_canonical_total'), 0);
+    // looked up before the one rendering: rendered and tokenized once
+    assert.equal(delta(m0, m1, 'ds4_prompt_renders_total'), 1);
     // everything of turn 1 but its last token (never evaluated)
     assert.equal(r.usage.prompt_tokens_details.cached_tokens, t1.usage.prompt_tokens + t1.usage.completion_tokens - 1);
     assert.equal(delta(m0, m1, 'ds4_kv_disk_hits_total'), 1);
