@@ -3,14 +3,10 @@
  *
  * The policy, with the CLI's ds4_kv_policy arithmetic (ds4_eval stops the
  * evaluation exactly at each point and calls kvdisk_save_cb):
- *   - lookup: when the live session (or a RAM checkpoint) does not already
- *     cover more of the new prompt, the longest saved state whose text is a
- *     prefix of the rendered prompt is restored (the store leaves the
- *     session alone on a miss); when its tokens are a prefix of the
- *     prompt's own tokenization the rest of those tokens is evaluated
- *     (exactly what a fresh server evaluates), otherwise -- a different BPE
- *     split of earlier assistant text -- only the remaining text is
- *     tokenized;
+ *   - lookup: ds4_session_sync_begin (src/store/sync.c) restores the
+ *     longest saved state the prompt can continue when the live session
+ *     (or a RAM checkpoint) does not already cover more of it; this file
+ *     gives it the store, the minimum and the callbacks below;
  *   - saves: cold (a prompt evaluated from scratch is split at its cold
  *     point), continued (prefill and generation stop exactly at each
  *     frontier), evict (before a request that does not continue the live
@@ -29,9 +25,7 @@
 #include <string.h>
 
 #include "kvdisk.h"
-#include "conv.h"
 #include "metrics.h"
-#include "reuse.h"
 #include "toolmem.h"
 
 /* The tool section of a cache file maps an id to its exact DSML; the
@@ -388,86 +382,30 @@ int kvdisk_finder_resolve(kvdisk_finder *f, request *rq) {
 }
 
 
-/* Which candidate states the prompt can continue (the veto the kvstore
- * asks before touching the session): the prompt's own tokens continue the
- * state, or -- for the same text split into other tokens -- the cut falls
- * on a character boundary, outside any special token, every marker is a
- * real marker on both sides, ids were not sent as ids, and the rest still
- * fits the context.  The second case tokenizes the rest into `todo`. */
-typedef struct {
-    kvdisk *w;
-    request *rq;
-    const char *text;
-    size_t len;
-    ds4_tokens *todo;
-    int mode;                /* 1: prompt tokens continue it; 2: re-tokenized rest */
-} kv_accept_ud;
+/* ds4_session_sync_begin's callbacks for the selected session: save it before a
+ * prompt replaces it, forget what was saved when it is reset or rewound,
+ * and a restored state is the one last saved (not written again). */
+static void sync_evict(void *ud) { kvdisk_save(ud, DS4_KV_EVICT); }
+static void sync_replaced(void *ud) { kvdisk_session_replaced(ud); }
+static void sync_restored(void *ud, int n, size_t used, double seconds) {
+    kvdisk *w = ud;
+    w->cur->saved_n = n;
+    log_msg("disk KV cache: restored %d tokens (%zu bytes of the prompt) in %.0f ms", n, used,
+            seconds * 1e3);
+}
+static void sync_log(void *ud, const char *line) { (void)ud; log_msg("%s", line); }
 
-static int kv_accept(void *ud, const int32_t *tok, int n, size_t used) {
-    kv_accept_ud *a = ud;
-    server_ctx *srv = a->w->srv;
-    request *rq = a->rq;
-    a->mode = 0;
-    if (rq->tokens.n >= (size_t)n && !memcmp(tok, rq->tokens.v, (size_t)n * sizeof *tok)) {
-        a->mode = 1;
-        return 1;
-    }
-    if (rq->raw_ids || !reuse_char_boundary(a->text, a->len, used) ||
-        reuse_cut_splits_special(srv->tok, srv->sp, &rq->tokens, used) ||
-        !reuse_same_specials(srv->tok, srv->sp, tok, (size_t)n, &rq->tokens, used)) {
-        log_msg("disk KV cache: a %d-token state matches the text but this prompt's tokens "
-                "cannot continue it (a marker cut or spelled as text); skipped", n);
-        return 0;
-    }
-    a->todo->n = 0;
-    ds4_tokenize(srv->tok, a->text + used, a->len - used, DS4_TOK_SPECIAL, a->todo);
-    if ((size_t)n + a->todo->n >= (size_t)srv->ctx) return 0;
-    a->mode = 2;
-    return 1;
+void kvdisk_sync_params(kvdisk *w, ds4_sync_params *p) {
+    p->store = w->kv;
+    p->store_min_tokens = w->pol.min_tokens;
+    p->evict = sync_evict;
+    p->replaced = sync_replaced;
+    p->restored = sync_restored;
+    p->log = sync_log;
+    p->ud = w;
 }
 
-/* Restore the longest saved state whose text starts the prompt, holds
- * more than `better_than` tokens and that the prompt can continue.  On a
- * hit, `todo` receives the tokens still to evaluate and the restored count
- * is returned; 0 = miss (the session is as it was). */
-int kvdisk_lookup(kvdisk *w, request *rq, int better_than, ds4_tokens *todo, int *retok) {
-    server_ctx *srv = w->srv;
-    ds4_session *s = w->cur->s;
-    ds4_buf ids_text = { 0 };
-    const char *text = rq->prompt.p;
-    size_t len = rq->prompt.n;
-    if (rq->raw_ids) {
-        /* token ids: their text finds the file; the tokens must then match */
-        ds4_detokenize(srv->tok, rq->tokens.v, rq->tokens.n, &ids_text);
-        text = ids_text.p;
-        len = ids_text.n;
-    }
-    size_t used = 0;
-    *retok = 0;
-    todo->n = 0;
-    double t0 = util_now();
-    kv_accept_ud acc = { w, rq, text, len, todo, 0 };
-    int got = text && len ? ds4_kvstore_restore_if(w->kv, s, text, len, w->pol.min_tokens,
-                                                   better_than, kv_accept, &acc, &used) : 0;
-    kv_publish(w);
-    ds4_buf_free(&ids_text);
-    if (got <= 0) { todo->n = 0; return 0; }
-    double dt = util_now() - t0;
-    w->cur->saved_n = got;
-    if (acc.mode == 1) {
-        /* the prompt's own tokenization continues the state: evaluate the
-         * same tokens a server without the cache would */
-        todo->n = 0;
-        ds4_tokens_reserve(todo, rq->tokens.n - (size_t)got + 1);
-        for (size_t i = (size_t)got; i < rq->tokens.n; i++) ds4_tokens_push(todo, rq->tokens.v[i]);
-    } else {
-        /* a different BPE split of earlier text: only the rest was tokenized */
-        *retok = 1;
-    }
-    log_msg("disk KV cache: restored %d tokens (%zu bytes of the prompt) in %.0f ms", got, used,
-            dt * 1e3);
-    return got;
-}
+void kvdisk_publish(kvdisk *w) { kv_publish(w); }
 
 kvdisk *kvdisk_open(server_ctx *srv, ds4_session *s, char **err) {
     kvdisk *w = calloc(1, sizeof *w);

@@ -5,13 +5,15 @@
  *
  * Owns: the ds4_kvstore handle, the save bookkeeping, and the tool calls
  * whose DSML the live session holds (stored with each saved file).
- * Driven by the worker thread only (kvdisk_finder: any thread).  Must not: decide reuse of the live
- * session (reuse.c) or evaluate anything (ds4_eval does, calling back).
+ * Driven by the worker thread only (kvdisk_finder: any thread).  Must not:
+ * decide what a prompt reuses (ds4_session_sync does) or evaluate anything
+ * (ds4_eval does, calling back).
  */
 #ifndef DS4_SERVER_KVDISK_H
 #define DS4_SERVER_KVDISK_H
 
 #include "server.h"
+#include "ds4_sync.h"
 
 typedef struct kvdisk kvdisk;
 
@@ -55,10 +57,10 @@ typedef struct kvdisk_finder kvdisk_finder;
 kvdisk_finder *kvdisk_finder_open(server_ctx *srv, char **err);
 void kvdisk_finder_close(kvdisk_finder *f);
 int kvdisk_finder_resolve(kvdisk_finder *f, request *rq);
-/* Restore the longest saved state the prompt starts with that holds more
- * than `better_than` tokens; returns its token count (0 = miss, session
- * untouched) and the tokens still to evaluate in `todo`; *retok: they
- * were tokenized on their own (another BPE split of earlier text). */
-int kvdisk_lookup(kvdisk *w, request *rq, int better_than, ds4_tokens *todo, int *retok);
+/* The disk half of ds4_session_sync's parameters for the selected session
+ * (the store, the minimum state, evict-save / replaced / restored / log
+ * callbacks); kvdisk_publish then copies the store's counters to /metrics. */
+void kvdisk_sync_params(kvdisk *w, ds4_sync_params *p);
+void kvdisk_publish(kvdisk *w);
 
 #endif

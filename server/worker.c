@@ -8,9 +8,9 @@
  * Owns: the ds4_sessions (only this thread touches them), the queue (ordered
  * by arrival: job->arrived, when the request's first bytes came, not when
  * its parsing finished -- a large body that trickles in is parsed last but
- * keeps its place), and the order of a job's steps: tool-call DSML from
- * the disk cache, the reuse plan (reuse.c), the disk cache lookup and
- * saves (kvdisk.c), the prefill (ds4_eval: chunks, cancellation, disk and
+ * keeps its place), and the order of a job's steps: what the session
+ * keeps (ds4_session_sync_begin: live session, RAM checkpoint or disk
+ * state; kvdisk.c gives it the cache's policy and saves), the prefill (ds4_eval: chunks, cancellation, disk and
  * RAM checkpoints), the generation (gen.c), metrics and the log line.
  * Must not: parse requests (conv.c), shape responses (api_*.c, reached
  * only through job_event), or decide reuse or disk policy itself.
@@ -29,8 +29,8 @@
 #include "gen.h"
 #include "job.h"
 #include "kvdisk.h"
+#include "ds4_sync.h"
 #include "metrics.h"
-#include "reuse.h"
 #include "toolmem.h"
 
 /* RAM checkpoints at the end of each prompt and this many tokens before
@@ -45,7 +45,7 @@ typedef struct {
     int disk, disk_retok;        /* restored from the disk cache */
     int rewound;                 /* went back to a RAM checkpoint */
     int evaluated;
-    reuse_plan plan;
+    ds4_sync_result sync;        /* what was kept, and the rest to evaluate */
 } prep;
 
 /* --parallel > 1: one live session and what it is doing. */
@@ -59,7 +59,7 @@ typedef struct {
     uint64_t used;       /* when it last finished a job (LRU) */
     uint64_t admitted;   /* when it took its job (the prefill order) */
     prep p;
-    /* the prefill: tokens [start, end) of the session are p.plan.suffix */
+    /* the prefill: tokens [start, end) of the session are p.sync.rest */
     int start, end, cold;
     int max_gen;
     double t0, t1;
@@ -89,7 +89,6 @@ struct worker {
     int stopping;
     job *current;
     uint64_t seq;
-    ds4_buf live;        /* scratch: the text of the live session */
     int model_failed;    /* check_model stopped the server */
 };
 
@@ -143,43 +142,28 @@ static void on_block(void *ud, const gen_result *r, int first, const char *dsml,
 
 /* Steps 1-2: bring the session to the state the prompt continues (live,
  * RAM checkpoint, disk, or empty) and leave the tokens to evaluate in
- * p->plan.suffix. */
-static void prepare_session(worker *w, ds4_session *s, job *j, prep *p) {
+ * p->sync.rest. */
+static int prepare_session(worker *w, ds4_session *s, job *j, prep *p) {
     request *rq = j->rq;
-    const int n_sess = ds4_session_n_tokens(s);
-    reuse_decide(w->srv, s, rq, &w->live, &p->plan);
-    reuse_plan *pl = &p->plan;
-    if (w->kv) {
-        /* a request that does not continue the live session replaces it:
-         * save it first (evict); then a saved state that covers more of
-         * the prompt than what is kept wins */
-        if (!pl->live_prefix && n_sess > 0) kvdisk_save(w->kv, DS4_KV_EVICT);
-        ds4_tokens todo = { 0 };
-        p->disk = kvdisk_lookup(w->kv, rq, pl->keep, &todo, &p->disk_retok);
-        if (p->disk > 0) {
-            ds4_tokens_free(&pl->suffix);
-            pl->suffix = todo;
-            pl->keep = p->disk;
-            pl->rewind_to = pl->text_hit = pl->retok = 0;
-        } else {
-            ds4_tokens_free(&todo);
-        }
+    ds4_sync_params sp;
+    ds4_sync_params_default(&sp);
+    sp.tok = w->srv->tok;
+    sp.text = rq->raw_ids ? NULL : rq->prompt.p ? rq->prompt.p : "";
+    sp.text_len = rq->raw_ids ? 0 : rq->prompt.n;
+    sp.ctx = w->srv->ctx;
+    if (w->kv) kvdisk_sync_params(w->kv, &sp);
+    int rc = ds4_session_sync_begin(s, rq->tokens.v, (int)rq->tokens.n, &sp, &p->sync);
+    if (w->kv) kvdisk_publish(w->kv);
+    p->disk = p->sync.source == DS4_SYNC_DISK ? p->sync.kept : 0;
+    p->disk_retok = p->disk > 0 && p->sync.retok;
+    p->rewound = p->sync.source == DS4_SYNC_RAM;
+    if (rc) {
+        /* never evaluate a truncated prompt */
+        api_err_set(&j->res.err, 500, "server_error", NULL, NULL,
+                    "out of memory preparing the prompt");
+        return -1;
     }
-    if (pl->rewind_to > 0) {
-        if (ds4_session_rewind(s, pl->rewind_to) == DS4_OK) {
-            p->rewound = 1;
-            if (w->kv) kvdisk_session_replaced(w->kv);
-        } else {
-            pl->keep = 0;
-        }
-    }
-    if (pl->keep == 0) {
-        /* nothing kept: the whole prompt from an empty session */
-        ds4_session_reset(s);
-        if (w->kv) kvdisk_session_replaced(w->kv);
-        pl->suffix.n = 0;
-        for (size_t i = 0; i < rq->tokens.n; i++) ds4_tokens_push(&pl->suffix, rq->tokens.v[i]);
-    }
+    return 0;
 }
 
 static void eval_params(worker *w, ds4_eval_params *ep) {
@@ -202,7 +186,7 @@ static finish_kind prefill(worker *w, job *j, prep *p) {
     ep.ram_tail = REWIND_TAIL;
     double t0 = util_now();
     int before = ds4_session_n_tokens(w->s);
-    int rc = ds4_eval(w->s, p->plan.suffix.v, (int)p->plan.suffix.n, &ep);
+    int rc = ds4_eval(w->s, p->sync.rest.v, (int)p->sync.rest.n, &ep);
     res->prefill_s = util_now() - t0;
     p->evaluated = ds4_session_n_tokens(w->s) - before;
     if (p->evaluated < 0) p->evaluated = 0;
@@ -238,10 +222,10 @@ static void trace_job(worker *w, job *j, const prep *p, finish_kind fin) {
     json_object_set_new(cache, "reused_tokens", json_integer(res->cached_tokens));
     json_object_set_new(cache, "source", json_string(res->cached_tokens == 0 ? "none" : p->disk > 0 ? "disk" :
                                                     p->rewound ? "RAM checkpoint" :
-                                                    p->plan.text_hit ? "live session (text match)" :
+                                                    p->sync.text_hit ? "live session (text match)" :
                                                     "live session (token prefix)"));
     json_object_set_new(cache, "retokenized", json_boolean(p->disk > 0 ? p->disk_retok :
-                                                           p->plan.text_hit && p->plan.retok));
+                                                           p->sync.text_hit && p->sync.retok));
     json_object_set_new(cache, "evaluated_tokens", json_integer(p->evaluated));
     json_object_set_new(cache, "from_scratch", json_boolean(res->cached_tokens == 0));
     json_object_set_new(o, "cache", cache);
@@ -286,8 +270,8 @@ static void finish_job(worker *w, ds4_session *s, job *j, const prep *p, finish_
         .evaluated_tokens = p->evaluated, .generated_tokens = res->completion_tokens,
         .prefill_s = res->prefill_s, .decode_s = res->decode_s,
         .reuse_hit = res->cached_tokens > 0 && p->disk == 0,
-        .text_reuse = p->plan.text_hit && res->cached_tokens > 0,
-        .retokenized = p->plan.text_hit && p->plan.retok, .tool_calls = res->n_calls,
+        .text_reuse = p->sync.text_hit && res->cached_tokens > 0,
+        .retokenized = p->sync.text_hit && p->sync.retok, .tool_calls = res->n_calls,
         .cancelled = fin == FIN_CANCEL ? CANCEL_CLIENT :
                      atomic_load(&j->cancel) == CANCEL_SHUTDOWN ? CANCEL_SHUTDOWN : 0,
         .session_tokens = ds4_session_n_tokens(s),
@@ -316,9 +300,18 @@ static void run_job(worker *w, job *j) {
     gen_result *res = &j->res;
     /* 1-2. What the prompt keeps. */
     prep p = { 0 };
-    prepare_session(w, w->s, j, &p);
-    res->cached_tokens = p.plan.keep;
-    res->prompt_tokens = p.plan.keep + (int)p.plan.suffix.n;
+    if (prepare_session(w, w->s, j, &p)) {
+        res->finish = FIN_ERROR;
+        job_event(j, EV_FINISH, 0, NULL, 0);
+        job_finish_stream(j);
+        metrics_job m0 = { .session_tokens = ds4_session_n_tokens(w->s) };
+        metrics_job_done(w->srv->m, &m0);
+        log_msg("job %llu: %s", (unsigned long long)j->seq, res->err.message);
+        ds4_sync_result_free(&p.sync);
+        return;
+    }
+    res->cached_tokens = p.sync.kept;
+    res->prompt_tokens = p.sync.kept + (int)p.sync.rest.n;
     int room = w->srv->ctx - res->prompt_tokens;
     int max_gen = rq->max_tokens > 0 && rq->max_tokens < room ? rq->max_tokens : room;
     /* from here on the live session is this request's */
@@ -336,7 +329,7 @@ static void run_job(worker *w, job *j) {
         res->decode_s = util_now() - t1;
     }
     finish_job(w, w->s, j, &p, fin);
-    reuse_plan_free(&p.plan);
+    ds4_sync_result_free(&p.sync);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -412,7 +405,7 @@ static void slot_finish(worker *w, slot *sl, finish_kind fin) {
     if (sl->st == SLOT_GEN) sl->p.evaluated = sl->end - sl->start;
     if (sl->p.evaluated < 0) sl->p.evaluated = 0;
     finish_job(w, sl->s, j, &sl->p, fin);
-    reuse_plan_free(&sl->p.plan);
+    ds4_sync_result_free(&sl->p.sync);
     memset(&sl->p, 0, sizeof sl->p);
     sl->st = SLOT_IDLE;
     sl->used = ++w->clock;
@@ -437,9 +430,8 @@ static void slot_start_gen(worker *w, slot *sl) {
     }
 }
 
-/* A job taken from the queue starts on slot sl: steps 0-2 of run_job
- * (tool DSML from the disk, the reuse plan, the disk lookup), then the
- * prefill is stepped. */
+/* A job taken from the queue starts on slot sl: steps 1-2 of run_job
+ * (what the session keeps), then the prefill is stepped. */
 static void slot_admit(worker *w, slot *sl, job *j) {
     request *rq = j->rq;
     gen_result *res = &j->res;
@@ -456,16 +448,21 @@ static void slot_admit(worker *w, slot *sl, job *j) {
         return;
     }
     sl->t0 = util_now();
-    prepare_session(w, sl->s, j, &sl->p);
-    res->cached_tokens = sl->p.plan.keep;
-    res->prompt_tokens = sl->p.plan.keep + (int)sl->p.plan.suffix.n;
+    if (prepare_session(w, sl->s, j, &sl->p)) {
+        sl->st = SLOT_PREFILL;
+        sl->start = sl->end = ds4_session_n_tokens(sl->s);
+        slot_finish(w, sl, FIN_ERROR);
+        return;
+    }
+    res->cached_tokens = sl->p.sync.kept;
+    res->prompt_tokens = sl->p.sync.kept + (int)sl->p.sync.rest.n;
     int room = w->srv->ctx - res->prompt_tokens;
     sl->max_gen = rq->max_tokens > 0 && rq->max_tokens < room ? rq->max_tokens : room;
     if (w->kv) kvdisk_tools_from_request(w->kv, rq);
     job_event(j, EV_START, 0, NULL, 0);
     sl->st = SLOT_PREFILL;
     sl->start = ds4_session_n_tokens(sl->s);
-    sl->end = sl->start + (int)sl->p.plan.suffix.n;
+    sl->end = sl->start + (int)sl->p.sync.rest.n;
     if (sl->end > ds4_session_ctx_size(sl->s)) {
         api_err_set(&res->err, 400, "invalid_request_error", "context_length_exceeded", NULL,
                     "This model's maximum context length is %d tokens; the prompt needs %d.",
@@ -555,7 +552,7 @@ static int par_step(worker *w) {
         int cur = ds4_session_n_tokens(pf->s);
         int stop = prefill_stop(w, pf, cur, cur + budget);
         pf->n_step = stop - cur;
-        items[ni] = (ds4_batch_item){ pf->s, pf->p.plan.suffix.v + (cur - pf->start), pf->n_step, 0 };
+        items[ni] = (ds4_batch_item){ pf->s, pf->p.sync.rest.v + (cur - pf->start), pf->n_step, 0 };
         owner[ni++] = pf;
         tokens += pf->n_step;
     }
@@ -788,7 +785,6 @@ void worker_free(worker *w) {
     free(w->slots);
     free(w->items);
     free(w->owners);
-    ds4_buf_free(&w->live);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);
