@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "chat.h"
+#include "ds4_sync.h"
 #include "input.h"
 
 #define DS4_STR_(x) #x
@@ -423,27 +424,23 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
     return rc;
 }
 
-static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_stats *st) {
+/* Evaluate ids after what the session holds (chat_turn has brought it to
+ * the prompt's reusable prefix); `cold`: the tokens start a prompt, so an
+ * empty session is checkpointed at its trimmed, aligned cold point. */
+static int eval_prompt(chat_app *a, const int32_t *ids, int n, int cold, turn_stats *st) {
     progress_ud pu;
-    progress_begin(&pu, a, append ? n : 0);
-    int before = ds4_session_n_tokens(a->s), reused = 0, rc;
+    progress_begin(&pu, a, n);
+    int before = ds4_session_n_tokens(a->s), reused = before, rc;
     ds4_eval_params ep;
     eval_params(a, &ep, &pu);
-    if (append) {
-        rc = ds4_eval(a->s, ids, n, &ep);
-        reused = before;
-    } else {
-        /* keep what the live session shares, else start over; a cold
-         * prompt is checkpointed at its trimmed, aligned point */
-        ep.cold = 1;
-        rc = ds4_eval_sync(a->s, ids, n, &ep, &reused);
-    }
+    ep.cold = cold;
+    rc = ds4_eval(a->s, ids, n, &ep);
     st->prefill_s = now_s() - pu.t0;
     st->prefill_tokens = ds4_session_n_tokens(a->s) - reused;
     progress_end(&pu);
     if (rc == DS4_ECTX) {
         fprintf(stderr, "ds4: the prompt (%d tokens) does not fit the context (%d tokens); "
-                "use --ctx or /ctx\n", append ? before + n : n, ds4_session_ctx_size(a->s));
+                "use --ctx or /ctx\n", before + n, ds4_session_ctx_size(a->s));
         return -1;
     }
     if (rc == DS4_ECANCEL) {
@@ -454,22 +451,17 @@ static int eval_prompt(chat_app *a, const int32_t *ids, int n, int append, turn_
     return 0;
 }
 
-/* Tokens of `text` after the longest prefix restored from the disk cache
- * (if any): the restored state covers text[0..used), the rest is tokenized
- * on its own. */
-static void tokens_after_disk(chat_app *a, const char *text, size_t len, ds4_tokens *ids,
-                              int *restored) {
-    size_t used = 0;
-    *restored = 0;
-    if (a->kv) {
-        *restored = ds4_kvstore_restore(a->kv, a->s, text, len, a->o.kv_policy.min_tokens, 0, &used);
-        if (*restored > 0) {
-            if (!a->o.quiet)
-                fprintf(stderr, "ds4: disk KV cache: restored %d tokens (%zu bytes of the prompt)\n",
-                        *restored, used);
-        }
-    }
-    ds4_tokenize(a->tok, text + used, len - used, DS4_TOK_SPECIAL, ids);
+static void on_restored(void *ud, int n, size_t used, double seconds) {
+    chat_app *a = ud;
+    (void)seconds;
+    if (!a->o.quiet)
+        fprintf(stderr, "ds4: disk KV cache: restored %d tokens (%zu bytes of the prompt)\n", n,
+                used);
+}
+
+static void on_sync_log(void *ud, const char *line) {
+    chat_app *a = ud;
+    if (!a->o.quiet) fprintf(stderr, "ds4: %s\n", line);
 }
 
 int chat_turn(chat_app *a, const char *text, size_t len) {
@@ -517,22 +509,39 @@ int chat_turn(chat_app *a, const char *text, size_t len) {
         }
     }
     ds4_tokens ids = { 0 };
-    int restored = 0;
-    if (!append && a->kv) {
-        ds4_session_reset(a->s);
-        tokens_after_disk(a, prompt.p, prompt.n, &ids, &restored);
-    } else {
-        ds4_tokenize(a->tok, prompt.p, prompt.n, DS4_TOK_SPECIAL, &ids);
+    ds4_tokenize(a->tok, prompt.p, prompt.n, DS4_TOK_SPECIAL, &ids);
+    /* A new conversation: the session keeps the longest prefix it can
+     * (itself, a RAM checkpoint, or a state from the disk cache), as the
+     * server does; only the rest is evaluated. */
+    ds4_sync_result sr = { 0 };
+    if (!append && !ds4_tokens_failed(&ids)) {
+        ds4_sync_params sp;
+        ds4_sync_params_default(&sp);
+        sp.tok = a->tok;
+        sp.text = prompt.p ? prompt.p : "";
+        sp.text_len = prompt.n;
+        sp.ctx = ds4_session_ctx_size(a->s);
+        sp.log = on_sync_log;
+        sp.ud = a;
+        if (a->kv) {
+            sp.store = a->kv;
+            sp.store_min_tokens = a->o.kv_policy.min_tokens;
+            sp.restored = on_restored;
+        }
+        if (ds4_session_sync_begin(a->s, ids.v, (int)ids.n, &sp, &sr)) ids.err = DS4_ENOMEM;
     }
     ds4_buf_free(&prompt);
     if (ds4_tokens_failed(&ids)) {   /* never evaluate a truncated prompt */
         fprintf(stderr, "ds4: out of memory tokenizing the prompt\n");
         ds4_tokens_free(&ids);
+        ds4_sync_result_free(&sr);
         return -1;
     }
     turn_stats st = { 0 };
-    int rc = eval_prompt(a, ids.v, (int)ids.n, append || restored > 0, &st);
+    const ds4_tokens *ev = append ? &ids : &sr.rest;
+    int rc = eval_prompt(a, ev->v, (int)ev->n, !append, &st);
     ds4_tokens_free(&ids);
+    ds4_sync_result_free(&sr);
     if (rc) return rc;
     *a->o.interrupt = 0;
     rc = generate(a, a->o.n_predict, think != DS4_THINK_NONE, 0, &st);
@@ -568,13 +577,13 @@ int chat_run_tokens(chat_app *a, const int32_t *ids, int n, int split, int n_gen
     ds4_session_capture(a->s, logits, hidden);
     if (split >= 0) {
         if (split > n) split = n;
-        rc = eval_prompt(a, ids, split, 1, &st);
+        rc = eval_prompt(a, ids, split, 0, &st);
         ds4_session_set_decode_only(a->s, 1);
-        if (!rc) rc = eval_prompt(a, ids + split, n - split, 1, &st);
+        if (!rc) rc = eval_prompt(a, ids + split, n - split, 0, &st);
         ds4_session_set_decode_only(a->s, a->o.decode_only);
         st.prefill_tokens = n;
     } else {
-        rc = eval_prompt(a, ids, n, 1, &st);
+        rc = eval_prompt(a, ids, n, 0, &st);
     }
     ds4_session_capture(a->s, NULL, NULL);
     if (rc) return rc;
