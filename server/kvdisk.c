@@ -346,6 +346,15 @@ static int resolve_tools(ds4_kvstore *kv, server_ctx *srv, request *rq) {
  * worker's handle is the worker's alone, and a store handle is not
  * thread-safe), one lookup at a time.  Several handles on one directory
  * are what the store is made for (several processes share one). */
+static ds4_kvstore *open_store(server_ctx *srv, char **err) {
+    ds4_kvstore_params kp;
+    ds4_kvstore_params_default(&kp);
+    kp.dir = srv->cfg.kv_dir;
+    kp.space_bytes = srv->cfg.kv_space_mb << 20;
+    kp.allow_quant_variants = srv->cfg.kv_allow_variants;
+    return ds4_kvstore_open(srv->model, &kp, err);
+}
+
 struct kvdisk_finder {
     server_ctx *srv;
     ds4_kvstore *kv;
@@ -355,12 +364,7 @@ struct kvdisk_finder {
 kvdisk_finder *kvdisk_finder_open(server_ctx *srv, char **err) {
     kvdisk_finder *f = calloc(1, sizeof *f);
     if (!f) { if (err) *err = strdup("out of memory"); return NULL; }
-    ds4_kvstore_params kp;
-    ds4_kvstore_params_default(&kp);
-    kp.dir = srv->cfg.kv_dir;
-    kp.space_bytes = srv->cfg.kv_space_mb << 20;
-    kp.allow_quant_variants = srv->cfg.kv_allow_variants;
-    f->kv = ds4_kvstore_open(srv->model, &kp, err);
+    f->kv = open_store(srv, err);
     if (!f->kv) { free(f); return NULL; }
     f->srv = srv;
     pthread_mutex_init(&f->mu, NULL);
@@ -414,12 +418,7 @@ kvdisk *kvdisk_open(server_ctx *srv, ds4_session *s, char **err) {
     w->own.s = s;
     w->own.saved_n = -1;
     w->cur = &w->own;
-    ds4_kvstore_params kp;
-    ds4_kvstore_params_default(&kp);
-    kp.dir = srv->cfg.kv_dir;
-    kp.space_bytes = srv->cfg.kv_space_mb << 20;
-    kp.allow_quant_variants = srv->cfg.kv_allow_variants;
-    w->kv = ds4_kvstore_open(srv->model, &kp, err);
+    w->kv = open_store(srv, err);
     if (!w->kv) { free(w); return NULL; }
     w->pol = srv->cfg.kv_policy;
     kv_publish(w);
