@@ -119,7 +119,17 @@ test('raw garbage, truncated requests and header floods never take the server do
 });
 
 test('16 concurrent clients are all answered, in arrival order', async () => {
-  const m0 = await metrics();
+  // the server counts a request once its answer is sent, so the previous
+  // test's last request may still be uncounted when its client has read
+  // the answer: wait for the counter to settle before taking the baseline
+  const key200 = 'ds4_requests_total{endpoint="chat_completions",status="200"}';
+  let m0 = await metrics();
+  for (let i = 0; i < 20; i++) {
+    await sleep(100);
+    const again = await metrics();
+    if ((again[key200] || 0) === (m0[key200] || 0)) break;
+    m0 = again;
+  }
   // a longer job first keeps the worker busy while the 16 arrive and queue
   // (shorter in the ASan/UBSan suite, where 900 tokens alone take ~60 s:
   // 150 still outlast the 0.7 s in which the 16 arrive)
