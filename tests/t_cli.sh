@@ -57,12 +57,14 @@ else bad "--version strings differ (binaries from different builds? run make): $
 # ---- 2. --help lists what the parser accepts ------------------------------
 # Options the parsers match (ds4_args_is calls; ARG() in the server; -h,
 # --help and --version answered by the shared cursor) against every option
-# named in --help, both ways.
+# named in --help, both ways; the shared model/runtime flags count for the
+# binaries that name their DS4_MO_* groups.
 if "$PY" - > "$T/help.txt" 2>&1 <<'EOF'
 import os, re, subprocess, sys
 bins = {"ds4": "cli/ds4.c", "ds4-synth": "tools/ds4_synth.c", "ds4-bench": "tools/ds4_bench.c",
         "ds4-kv": "tools/ds4_kv.c", "ds4-server": "server/main.c"}
 flag_re = re.compile(r'(?<![\w-])(--?[a-zA-Z][\w-]*)')
+mo_src = open("src/common/model_opts.c").read()
 bad = 0
 for b, f in bins.items():
     t = open(f).read()
@@ -73,6 +75,12 @@ for b, f in bins.items():
         src.add(m.group(1))
     if "ds4_args_next" in t:
         src.update(["-h", "--help", "--version"])
+    # the shared model/runtime flags (src/common/model_opts.c) of the
+    # DS4_MO_* groups this binary names
+    groups = set(re.findall(r'\b(DS4_MO_[A-Z]+)\b', t))
+    for m in re.finditer(r'is\(o, (DS4_MO_[A-Z]+), a, (?:NULL|"([^"]+)"), "([^"]+)"\)', mo_src):
+        if m.group(1) in groups:
+            src.update(x for x in m.groups()[1:] if x)
     h = subprocess.run([os.path.join(os.environ.get("DS4_BIN_DIR", "."), b), "--help"], capture_output=True, text=True)
     helps = set(flag_re.findall(h.stdout))
     if h.returncode != 0 or len(src) < 4 or src != helps:
