@@ -30,12 +30,25 @@
 #include "toolmem.h"
 #include "worker.h"
 #include "common/args.h"
+#include "common/model_opts.h"
 #include "common/model_file.h"
 #include "common/steer.h"
 
 server_ctx *g_srv;
 
+/* The shared model/runtime flags the server takes (model_opts.h). */
+#define SERVER_GROUPS (DS4_MO_MODEL | DS4_MO_CTX | DS4_MO_CHUNK | DS4_MO_SSD | DS4_MO_DIST | \
+                       DS4_MO_LOOKUP | DS4_MO_MTP | DS4_MO_THINK | DS4_MO_TEMP | \
+                       DS4_MO_FILTERS | DS4_MO_KV | DS4_MO_STEER)
+
+static void server_opts_defaults(ds4_model_opts *o) {
+    ds4_model_opts_init(o, "ds4-server", SERVER_GROUPS);
+    o->seed_default = "0 = a random seed per request";
+}
+
 static void usage(FILE *f) {
+    ds4_model_opts d;
+    server_opts_defaults(&d);
     fprintf(f,
 "usage: ds4-server [options]\n"
 "\n"
@@ -44,19 +57,7 @@ static void usage(FILE *f) {
 "  POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages,\n"
 "       /v1/messages/count_tokens\n"
 "\n"
-"model and runtime:\n"
-"  -m, --model FILE          GGUF model (default ./ds4flash.gguf)\n"
-"  -c, --ctx N               context size in tokens (default 32768)\n"
-"  -t, --threads N           worker threads (default: $DS4_THREADS, else\n"
-"                            every CPU this process may use)\n"
-"      --chunk N             prefill chunk size in tokens (default 2048)\n"
-"      --ssd-streaming       read the routed experts from the file on demand\n"
-"                            into a bounded cache (models larger than the RAM;\n"
-"                            identical results); /metrics ds4_expert_cache_*\n"
-"      --ssd-streaming-cache-experts SIZE\n"
-"                            expert cache size (512MB, 8GB, ...; implies\n"
-"                            --ssd-streaming; default: half of the available\n"
-"                            RAM after the resident weights)\n"
+"sessions:\n"
 "      --parallel N          live sessions served at once (default 1): each\n"
 "                            engine step advances every generating request\n"
 "                            by one token, plus a prefill chunk of one that\n"
@@ -66,19 +67,18 @@ static void usage(FILE *f) {
 "                            (saved to the disk KV cache first when it is on).\n"
 "                            Needs N x the KV state of --ctx; --lookup and\n"
 "                            --mtp-draft drafts are off when N > 1; not with\n"
-"                            --dist\n"
+"                            --dist (under --dist rank 0 serves HTTP)\n"
 "      --step-tokens N       tokens one step evaluates at most with --parallel\n"
 "                            > 1: the decode tokens, and the rest for the\n"
 "                            prefill chunk (at least 1; default 256)\n"
-"      --dist MODE           under mpirun: one model over the ranks\n"
-"                            (pipeline or experts); rank 0 serves HTTP%s\n"
-"      --dist-layers SPEC    pipeline split per rank (0:20,21:42)\n"
-"      --dist-timeout SEC    a rank silent this long is named and the job\n"
-"                            stopped (default 300; 0 = wait forever)\n"
 "      --model-name NAME     model id reported by /v1/models (default: the\n"
 "                            file name without .gguf); the aliases\n"
 "                            deepseek-chat (thinking off) and deepseek-reasoner\n"
 "                            (thinking on) are always accepted\n"
+"      --max-tokens N        generation limit when a request sets none\n"
+"                            (default 0 = the rest of the context)\n"
+"      --tool-memory-max-ids N  tool-call ids whose exact sampled DSML is\n"
+"                            remembered for replay (default 100000)\n"
 "\n"
 "network and safety:\n"
 "      --host ADDR           listen address (default 127.0.0.1)\n"
@@ -111,71 +111,23 @@ static void usage(FILE *f) {
 "      --max-queue N         requests waiting for the model (default 64;\n"
 "                            more get 429, Anthropic 529)\n"
 "\n"
-"generation defaults (a request's own fields win):\n"
-"      --temp F              temperature (default 1.0; 0 = greedy)\n"
-"      --top-k N             top-k (default 0 = off)\n"
-"      --top-p F             nucleus sampling (default 1.0 = off)\n"
-"      --min-p F             min-p (default 0.05)\n"
-"      --lookup N            speculative decoding with prompt-lookup drafts\n"
-"                            (up to N = 0..16 tokens a pass; output identical\n"
-"                            to plain decoding; default 0 = off; a request\n"
-"                            may set \"ds4_lookup\"); drafts come from the\n"
-"                            prompt and from tool results' numbered lines\n"
-"                            (file listings) without their numbers\n"
-"      --mtp FILE            the MTP block (mtp.0.* tensors, docs/MTP.md) from\n"
-"                            FILE; turns on MTP drafts (--mtp-draft " DS4_XSTR(DS4_MTP_DRAFT_DEFAULT) ")\n"
-"      --mtp-draft N         speculative decoding with N = 0..16 MTP draft\n"
-"                            tokens a pass (from --mtp or the model's own\n"
-"                            block; output identical to plain decoding;\n"
-"                            default 0 = off; a request may set\n"
-"                            \"ds4_mtp_draft\"; a lookup draft wins when found)\n"
-"      --seed N              sampler seed (default 0 = random per request)\n"
-"      --max-tokens N        generation limit when a request sets none\n"
-"                            (default 0 = the rest of the context)\n"
-"      --think               thinking on, effort high (default)\n"
-"      --think-max           thinking, max effort (needs --ctx >= %d;\n"
-"                            below that it is high)\n"
-"      --nothink             thinking off by default\n"
-"      --tool-memory-max-ids N  tool-call ids whose exact sampled DSML is\n"
-"                            remembered for replay (default 100000)\n"
-"\n"
-"disk KV cache (README \"Disk KV cache\"; off without --kv-disk-dir):\n"
-"      --kv-disk-dir DIR     keep session states in DIR (created if missing):\n"
-"                            a prompt that starts with a saved state's text\n"
-"                            resumes from it, across conversations and restarts\n"
-"      --kv-disk-space-mb N  space cap; least recently used files go first\n"
-"                            (default 4096)\n"
-"      --kv-cache-min-tokens N  never save or restore fewer tokens (default 512)\n"
-"      --kv-cache-cold-max-tokens N  checkpoint a prompt evaluated from scratch\n"
-"                            at up to N tokens (default 30000; 0 = off)\n"
-"      --kv-cache-continued-interval-tokens N  checkpoint every N tokens of\n"
-"                            growth, prefill or generation (default 10000;\n"
-"                            0 = off)\n"
-"      --kv-cache-boundary-trim-tokens N  tail tokens a cold checkpoint leaves\n"
-"                            out (default 32)\n"
-"      --kv-cache-boundary-align-tokens N  checkpoints sit on multiples of N\n"
-"                            tokens (default 2048)\n"
-"      --kv-cache-allow-quant-variants  also resume states saved by the same\n"
-"                            model in another routed-expert quantization\n"
-"                            (2-bit <-> 4-bit)\n"
-"\n"
 "testing and diagnostics:\n"
 "      --test-mode           TEST ONLY: honour the X-DS4-Test-Output header\n"
 "                            (base64 text emitted instead of sampling)\n"
 "  -v, --verbose             log HTTP-level problems and ignored fields\n"
-"  -h, --help                this help\n"
-"      --version             print the version and exit\n"
-"\n"
-"quality tools (README \"Debugging a bad answer\", \"Steering\"):\n"
 "      --trace FILE          append one JSON line per request: rendered prompt,\n"
 "                            cache decision, reasoning and content, tool calls\n"
 "                            and DSML parser events, finish, timings\n"
-"      --steer FILE          a direction with its JSON sidecar (ds4-steer build)\n"
-"      --steer-scale S       add S times it after the FFN of the steered layers\n"
-"                            (required with --steer; not with --kv-disk-dir)\n"
-"      --steer-layers A:B    0-based, inclusive (default: the sidecar's layers)\n",
-            ds4_dist_supported() ? "" : " (this build has no MPI support)",
-            DS4_THINK_MAX_MIN_CTX);
+"  -h, --help                this help\n"
+"      --version             print the version and exit\n");
+    ds4_model_opts_help(f, &d);
+    fprintf(f,
+"\n"
+"notes:\n"
+"  The sampling, thinking and draft flags are defaults: a request's own\n"
+"  fields win (\"ds4_lookup\" and \"ds4_mtp_draft\" set the drafts; lookup\n"
+"  drafts also come from tool results' numbered lines without their\n"
+"  numbers).  The disk KV cache options do nothing without --kv-disk-dir.\n");
 }
 
 /* A value that must not be empty (paths, names). */
@@ -253,29 +205,21 @@ int main(int argc, char **argv) {
     ds4_sampler_params_default(&c->sp);
     c->kv_space_mb = 4096;
     ds4_kv_policy_default(&c->kv_policy);
-    int kv_flags = 0, steer_scale_set = 0, step_set = 0;
-    const char *dist = NULL, *dist_layers = NULL;
-    double dist_timeout = -1;   /* < 0: the default */
+    int step_set = 0;
     const char *env_key = getenv("DS4_API_KEY");
     if (env_key && *env_key) c->api_key = env_key;
 
+    /* the shared model/runtime flags (src/common/model_opts.h), with the
+     * server's defaults: seed 0 = a random seed per request */
+    ds4_model_opts mo;
+    server_opts_defaults(&mo);
+    mo.model = c->model_path;
     ds4_args ar;
     ds4_args_init(&ar, "ds4-server", argc, argv, usage);
     while (ds4_args_next(&ar)) {
-        if (ds4_args_is(&ar, "-m", "--model")) c->model_path = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--host")) c->host = nonempty(&ar);
+        if (ds4_model_opts_parse(&mo, &ar)) continue;
+        if (ds4_args_is(&ar, NULL, "--host")) c->host = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--port")) { c->port = (int)ds4_args_i64(&ar, 0, 65535); }
-        else if (ds4_args_is(&ar, "-c", "--ctx")) { c->ctx = (int)ds4_args_i64(&ar, 16, 1 << 24); }
-        else if (ds4_args_is(&ar, "-t", "--threads")) { c->threads = (int)ds4_args_i64(&ar, 0, 4096); }
-        else if (ds4_args_is(&ar, NULL, "--ssd-streaming")) c->ssd_streaming = 1;
-        else if (ds4_args_is(&ar, NULL, "--ssd-streaming-cache-experts")) {
-            c->ssd_cache_bytes = ds4_args_size(&ar, 1 << 20, 1, UINT64_MAX);
-            c->ssd_streaming = 1;
-        }
-        else if (ds4_args_is(&ar, NULL, "--dist")) dist = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--dist-layers")) dist_layers = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--dist-timeout")) dist_timeout = ds4_args_double(&ar, 0, 1e6);
-        else if (ds4_args_is(&ar, NULL, "--chunk")) { c->chunk = (int)ds4_args_i64(&ar, 1, 1 << 20); }
         else if (ds4_args_is(&ar, NULL, "--parallel")) { c->parallel = (int)ds4_args_i64(&ar, 1, 256); }
         else if (ds4_args_is(&ar, NULL, "--step-tokens")) { c->step_tokens = (int)ds4_args_i64(&ar, 1, 1 << 20); step_set = 1; }
         else if (ds4_args_is(&ar, NULL, "--model-name")) c->model_name = nonempty(&ar);
@@ -299,34 +243,31 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&ar, NULL, "--max-connections")) { c->max_connections = (int)ds4_args_i64(&ar, 1, 100000); }
         else if (ds4_args_is(&ar, NULL, "--max-queue")) { c->max_queue = (int)ds4_args_i64(&ar, 1, 1000000); }
         else if (ds4_args_is(&ar, NULL, "--tool-memory-max-ids")) { c->tool_memory_max_ids = (size_t)ds4_args_i64(&ar, 0, 1L << 40); }
-        else if (ds4_args_is(&ar, NULL, "--temp")) { c->sp.temperature = (float)ds4_args_double(&ar, 0, 100); }
-        else if (ds4_args_is(&ar, NULL, "--top-k")) { c->sp.top_k = (int)ds4_args_i64(&ar, 0, 1 << 30); }
-        else if (ds4_args_is(&ar, NULL, "--top-p")) { c->sp.top_p = (float)ds4_args_double(&ar, 0, 1); }
-        else if (ds4_args_is(&ar, NULL, "--min-p")) { c->sp.min_p = (float)ds4_args_double(&ar, 0, 1); }
-        else if (ds4_args_is(&ar, NULL, "--lookup")) { c->lookup = (int)ds4_args_i64(&ar, 0, DS4_DRAFT_PASS_MAX - 1); }
-        else if (ds4_args_is(&ar, NULL, "--mtp")) { c->mtp_path = nonempty(&ar); }
-        else if (ds4_args_is(&ar, NULL, "--mtp-draft")) { c->mtp_draft = (int)ds4_args_i64(&ar, 0, DS4_DRAFT_PASS_MAX - 1); }
-        else if (ds4_args_is(&ar, NULL, "--seed")) c->sp.seed = ds4_args_u64(&ar);
         else if (ds4_args_is(&ar, NULL, "--max-tokens")) { c->default_max_tokens = (int)ds4_args_i64(&ar, 0, 1 << 24); }
-        else if (ds4_args_is(&ar, NULL, "--think")) c->default_think = DS4_THINK_HIGH;
-        else if (ds4_args_is(&ar, NULL, "--think-max")) c->default_think = DS4_THINK_MAX;
-        else if (ds4_args_is(&ar, NULL, "--nothink")) c->default_think = DS4_THINK_NONE;
-        else if (ds4_args_is(&ar, NULL, "--kv-disk-dir")) c->kv_dir = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--kv-disk-space-mb")) { c->kv_space_mb = (uint64_t)ds4_args_i64(&ar, 1, 1L << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-min-tokens")) { c->kv_policy.min_tokens = (int)ds4_args_i64(&ar, 1, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-cold-max-tokens")) { c->kv_policy.cold_max_tokens = (int)ds4_args_i64(&ar, 0, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-continued-interval-tokens")) { c->kv_policy.continued_interval = (int)ds4_args_i64(&ar, 0, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-boundary-trim-tokens")) { c->kv_policy.trim_tokens = (int)ds4_args_i64(&ar, 0, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-boundary-align-tokens")) { c->kv_policy.align_tokens = (int)ds4_args_i64(&ar, 1, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-allow-quant-variants")) { c->kv_allow_variants = 1; kv_flags = 1; }
         else if (ds4_args_is(&ar, NULL, "--test-mode")) c->test_mode = 1;
         else if (ds4_args_is(&ar, "-v", "--verbose")) c->verbose = 1;
         else if (ds4_args_is(&ar, NULL, "--trace")) c->trace_path = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--steer")) c->steer_path = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--steer-scale")) { c->steer_scale = ds4_args_double(&ar, -1e6, 1e6); steer_scale_set = 1; }
-        else if (ds4_args_is(&ar, NULL, "--steer-layers")) c->steer_layers = nonempty(&ar);
         else ds4_args_unknown(&ar);
     }
+    c->model_path = mo.model;
+    c->threads = mo.threads;
+    c->ctx = mo.ctx;
+    c->chunk = mo.chunk;
+    c->ssd_streaming = mo.ssd_streaming;
+    c->ssd_cache_bytes = mo.ssd_cache_bytes;
+    c->sp = mo.sp;
+    c->lookup = mo.lookup;
+    c->mtp_path = mo.mtp;
+    c->mtp_draft = mo.mtp_draft;
+    c->default_think = mo.think;
+    c->kv_dir = mo.kv_dir;
+    c->kv_space_mb = mo.kv_space_mb;
+    c->kv_policy = mo.kv_policy;
+    c->kv_allow_variants = mo.kv_variants;
+    c->steer_path = mo.steer;
+    c->steer_scale = mo.steer_scale;
+    c->steer_layers = mo.steer_layers;
+    const int kv_flags = mo.kv_flags, steer_scale_set = mo.steer_scale_set;
 
     if (c->steer_path && !steer_scale_set) { fprintf(stderr, "ds4-server: --steer needs --steer-scale S\n"); return 2; }
     if (!c->steer_path && (steer_scale_set || c->steer_layers)) {
@@ -337,7 +278,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ds4-server: --steer cannot be combined with --kv-disk-dir (cached states were computed unsteered)\n");
         return 2;
     }
-    if (dist && c->parallel > 1) {
+    if (mo.dist && c->parallel > 1) {
         /* the ranks serve one session's passes at a time; a batched step
          * over MPI is not built (nor tested), so say so instead */
         fprintf(stderr, "ds4-server: --parallel > 1 cannot be combined with --dist (use --parallel 1)\n");
@@ -360,21 +301,13 @@ int main(int argc, char **argv) {
     }
     /* before the port and the memory plan: the most basic mistake first
      * (--dist: the ranks may name files of their own) */
-    if (!dist && ds4_model_file_check("ds4-server", c->model_path)) return 1;
-    if (dist) {
-        /* ranks > 0 serve rank 0 (src/dist/); only rank 0 listens */
+    if (!mo.dist && ds4_model_file_check("ds4-server", c->model_path)) return 1;
+    {
+        /* --dist: ranks > 0 serve rank 0; only rank 0 listens */
         char *derr = NULL;
-        if (dist_timeout >= 0) ds4_dist_set_timeout(dist_timeout);
-        int r = ds4_dist_init(&argc, &argv, dist, dist_layers, &derr);
-        if (r < 0) { fprintf(stderr, "ds4-server: %s\n", derr ? derr : ds4_strerror(r)); free(derr); return 2; }
-        if (r > 0) {
-            ds4_model_params wp;
-            ds4_model_params_default(&wp);
-            wp.n_threads = c->threads;
-            wp.ssd_streaming = c->ssd_streaming;
-            wp.ssd_cache_bytes = c->ssd_cache_bytes;
-            return ds4_dist_worker(c->model_path, &wp);
-        }
+        int wrc = 0, r = ds4_model_opts_start_dist(&mo, &argc, &argv, &wrc, &derr);
+        if (r < 0) { fprintf(stderr, "ds4-server: %s\n", derr ? derr : "cannot start MPI"); free(derr); return 2; }
+        if (r > 0) return wrc;
     }
     if (util_random_init()) {
         fprintf(stderr, "ds4-server: cannot open /dev/urandom\n");
@@ -430,11 +363,7 @@ int main(int argc, char **argv) {
         }
     }
     ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = c->threads;
-    mp.ssd_streaming = c->ssd_streaming;
-    mp.ssd_cache_bytes = c->ssd_cache_bytes;
-    mp.mtp_path = c->mtp_path;
+    ds4_model_opts_model_params(&mo, &mp);
     srv.model = ds4_model_load(c->model_path, &mp, &err);
     if (!srv.model) {
         fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the model");

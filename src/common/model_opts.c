@@ -24,6 +24,7 @@ void ds4_model_opts_init(ds4_model_opts *o, const char *prog, unsigned groups) {
     o->mtp_draft = -1;
     o->think = DS4_THINK_HIGH;
     ds4_sampler_params_default(&o->sp);
+    o->seed_default = "from the clock";
     o->kv_space_mb = 4096;
     ds4_kv_policy_default(&o->kv_policy);
 }
@@ -133,7 +134,7 @@ static const char *const heading[H_N] = {
 
 /* One help entry; `text` may hold one %d or %s filled by `arg`. */
 typedef enum { A_NONE, A_CTX, A_CTXMIN, A_CHUNK, A_THINK, A_TEMP, A_MINP, A_MTPDEF, A_THINKMAX,
-               A_MPI, A_LOOKUP } arg_kind;
+               A_MPI, A_LOOKUP, A_SEED } arg_kind;
 typedef struct {
     unsigned group;
     int heading;
@@ -180,8 +181,8 @@ static const help_line lines[] = {
 "      --top-p F             nucleus sampling, 0 < F <= 1 (default 1.0 = off)\n" },
     { DS4_MO_FILTERS, H_GEN, A_MINP,
 "      --min-p F             drop tokens below F x p(best) (default %s)\n" },
-    { DS4_MO_TEMP, H_GEN, A_NONE,
-"      --seed N              sampler seed (default: from the clock)\n" },
+    { DS4_MO_TEMP, H_GEN, A_SEED,
+"      --seed N              sampler seed (default: %s)\n" },
     { DS4_MO_LOOKUP, H_SPEC, A_LOOKUP,
 "      --lookup N            prompt-lookup drafts: up to N (1..16) tokens that\n"
 "                            followed the latest repeat of the recent text are\n"
@@ -239,6 +240,7 @@ void ds4_model_opts_help(FILE *f, const ds4_model_opts *o) {
             case A_CTXMIN: fprintf(f, l->text, o->ctx_min); break;
             case A_CHUNK: fprintf(f, l->text, o->chunk); break;
             case A_LOOKUP: fprintf(f, l->text, o->lookup); break;
+            case A_SEED: fprintf(f, l->text, o->seed_default); break;
             case A_MTPDEF: fprintf(f, l->text, DS4_MTP_DRAFT_DEFAULT); break;
             case A_THINKMAX: fprintf(f, l->text, DS4_THINK_MAX_MIN_CTX); break;
             case A_THINK: fprintf(f, l->text, o->think == DS4_THINK_HIGH ? " (default)" : ""); break;

@@ -63,6 +63,7 @@ typedef struct {
     ds4_think think;           /* default DS4_THINK_HIGH */
     ds4_sampler_params sp;     /* ds4_sampler_params_default */
     int seed_set;
+    const char *seed_default;  /* help: what happens without --seed */
     /* DS4_MO_KV */
     const char *kv_dir;
     uint64_t kv_space_mb;      /* default 4096 */
