@@ -191,8 +191,8 @@ static const help_line lines[] = {
 "      --mtp FILE            the MTP block (mtp.0.* tensors, docs/MTP.md) from\n"
 "                            FILE; turns on MTP drafts (--mtp-draft %d)\n"
 "      --mtp-draft N         N (1..16) MTP draft tokens per pass, from --mtp or\n"
-"                            the model's own MTP block (default 0 = off; with\n"
-"                            --lookup, a lookup draft is used when one is found)\n" },
+"                            the model's own MTP block (default 0 = off; a\n"
+"                            prompt-lookup draft, where one is found, goes first)\n" },
     { DS4_MO_DIST, H_DIST, A_MPI,
 "      --dist MODE           under mpirun: one model over the ranks; MODE is\n"
 "                            pipeline (consecutive layers per rank) or experts\n"
