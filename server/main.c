@@ -175,10 +175,10 @@ static void derive_model_id(server_ctx *s) {
     if (n > 5 && !strcmp(s->model_id + n - 5, ".gguf")) s->model_id[n - 5] = 0;
 }
 
-int main(int argc, char **argv) {
-    server_ctx srv;
-    memset(&srv, 0, sizeof srv);
-    server_config *c = &srv.cfg;
+/* Defaults, the flags, and the checks that need no file: 0, or the exit
+ * status of a usage error (2). */
+static int parse_config(server_ctx *srv, ds4_model_opts *mo_out, int argc, char **argv) {
+    server_config *c = &srv->cfg;
     c->model_path = DS4_DEFAULT_MODEL;
     c->mtp_draft = -1;
     c->host = "127.0.0.1";
@@ -299,6 +299,186 @@ int main(int argc, char **argv) {
                 "an API key: set --api-key / DS4_API_KEY, or pass --insecure-no-auth\n", c->host);
         return 2;
     }
+    *mo_out = mo;
+    return 0;
+}
+
+/* A model that does not fit in RAM pages its weights from disk over and
+ * over: say so with the plan instead of looking hung.  0, or 1 when the
+ * --parallel sessions cannot fit at all. */
+static int check_memory(server_ctx *srv) {
+    server_config *c = &srv->cfg;
+    if (!c->ssd_streaming) {
+        ds4_mem_plan plan;
+        if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK) {
+            /* --parallel N: N sessions, each with its KV state and scratch.
+             * The weights are mmap'd (they page, slowly); the sessions'
+             * memory cannot: more than is available is an error */
+            uint64_t per = plan.kv + plan.scratch;
+            uint64_t sessions = per * (uint64_t)c->parallel;
+            if (c->parallel > 1 && plan.mem_available && sessions > plan.mem_available) {
+                fprintf(stderr, "ds4-server: --parallel %d needs %.1f GiB for its sessions "
+                        "(%d x %.2f GiB: KV state at --ctx %d + scratch) but %.1f GiB is "
+                        "available: lower --parallel or --ctx\n", c->parallel,
+                        sessions / 1073741824.0, c->parallel, per / 1073741824.0, c->ctx,
+                        plan.mem_available / 1073741824.0);
+                return 1;
+            }
+            plan.total += sessions - per;
+            if (plan.mem_available && plan.total > plan.mem_available) {
+                fprintf(stderr, "ds4-server: warning: this run needs more memory than is available:\n");
+                ds4_memory_plan_print(&plan, stderr);
+                if (c->parallel > 1)
+                    fprintf(stderr, "  (with --parallel %d: %.1f GiB more for the other sessions)\n",
+                            c->parallel, (sessions - per) / 1073741824.0);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Load the model and what goes with it (MTP check, steering direction,
+ * trace file).  0, or the exit status. */
+static int load_model(server_ctx *srv, const ds4_model_opts *mo, ds4_model_info *info) {
+    server_config *c = &srv->cfg;
+    char *err = NULL;
+    ds4_model_params mp;
+    ds4_model_opts_model_params(mo, &mp);
+    srv->model = ds4_model_load(c->model_path, &mp, &err);
+    if (!srv->model) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the model");
+        free(err);
+        return 1;
+    }
+    {
+        ds4_expert_cache_stats x;
+        ds4_model_expert_cache_stats(srv->model, &x);
+        if (x.enabled)
+            fprintf(stderr, "ds4-server: ssd streaming: expert cache %.1f MiB = %llu slots of %.2f MiB "
+                    "(%.1f %% of the %llu routed expert slices), %s reads\n", x.cache_bytes / 1048576.0,
+                    (unsigned long long)x.slots, x.slot_bytes / 1048576.0,
+                    100.0 * (double)x.slots / (double)x.n_slices, (unsigned long long)x.n_slices,
+                    x.direct_io ? "O_DIRECT" : "buffered");
+    }
+    c->has_mtp = ds4_model_has_mtp(srv->model);
+    if (c->mtp_draft < 0) c->mtp_draft = c->mtp_path ? DS4_MTP_DRAFT_DEFAULT : 0;
+    if (c->mtp_draft > 0 && !c->has_mtp) {
+        fprintf(stderr, "ds4-server: --mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with "
+                "--mtp FILE\n", c->model_path);
+        ds4_model_free(srv->model);
+        return 1;
+    }
+    srv->tok = ds4_model_tokenizer(srv->model);
+    srv->sp = ds4_tok_special(srv->tok);
+    ds4_model_get_info(srv->model, info);
+    srv->n_vocab = info->n_vocab;
+    srv->started = util_unix_time();
+    derive_model_id(srv);
+    srv->ctx = c->ctx;
+    g_srv = srv;
+    if (c->steer_path) {
+        ds4_steer_meta meta;
+        if (ds4_steer_load(c->steer_path, info->n_embd, &srv->steer, &meta, &err)) {
+            fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the direction");
+            free(err);
+            ds4_model_free(srv->model);
+            return 1;
+        }
+        srv->steer_l0 = meta.layer_first;
+        srv->steer_l1 = meta.layer_last;
+        if ((c->steer_layers && ds4_steer_parse_layers(c->steer_layers, info->n_layer, &srv->steer_l0, &srv->steer_l1)) ||
+            srv->steer_l0 < 0 || srv->steer_l1 >= info->n_layer || srv->steer_l0 > srv->steer_l1) {
+            fprintf(stderr, "ds4-server: --steer-layers: bad layers (expected A:B with 0 <= A <= B < %d)\n", info->n_layer);
+            free(srv->steer);
+            ds4_model_free(srv->model);
+            return 2;
+        }
+        if (strcmp(meta.model, info->name))
+            log_msg("warning: the steering direction was computed on '%s', this model is '%s'", meta.model, info->name);
+    }
+    if (c->trace_path && !(srv->trace = fopen(c->trace_path, "a"))) {
+        fprintf(stderr, "ds4-server: cannot open %s: %s\n", c->trace_path, strerror(errno));
+        free(srv->steer);
+        ds4_model_free(srv->model);
+        return 1;
+    }
+
+    return 0;
+}
+
+/* Start the worker and HTTP, serve until SIGINT/SIGTERM, stop in order.
+ * Returns the exit status. */
+static int serve(server_ctx *srv, const ds4_model_info *info, int lfd, int port, sigset_t *sigs) {
+    server_config *c = &srv->cfg;
+    char *err = NULL;
+    int rc = 1;
+    http_server *h = NULL;
+    srv->m = metrics_new();
+    srv->tm = toolmem_new(c->tool_memory_max_ids);
+    if (!srv->m || !srv->tm) { fprintf(stderr, "ds4-server: out of memory\n"); close(lfd); goto out; }
+    srv->w = worker_start(srv, &err);
+    /* after the worker opened (and checked) the cache directory */
+    if (srv->w && c->kv_dir && !(srv->kvf = kvdisk_finder_open(srv, &err))) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot open the disk KV cache");
+        free(err);
+        close(lfd);
+        goto out;
+    }
+    if (!srv->w) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start the worker");
+        free(err);
+        close(lfd);
+        goto out;
+    }
+    h = http_start(srv, lfd, port, &err);
+    if (!h) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start HTTP");
+        free(err);
+        goto out;
+    }
+    log_msg("%s: %d layers, vocab %d, context %d tokens%s%s", srv->model_id, info->n_layer,
+            info->n_vocab, srv->ctx, c->test_mode ? ", TEST MODE (X-DS4-Test-Output honoured)" : "",
+            c->api_key ? ", API key required" : "");
+    if (strstr(info->name, "RANDOM") || strstr(info->name, "random") || strstr(info->name, "tiny"))
+        log_msg("note: %s looks like a synthetic random-weight model: its output is noise",
+                info->name);
+    fprintf(stderr, "ds4-server: listening on http://%s%s%s:%d\n",
+            strchr(c->host, ':') ? "[" : "", c->host, strchr(c->host, ':') ? "]" : "", port);
+    fflush(stderr);
+
+    int sig = 0;
+    sigwait(sigs, &sig);
+    /* a second signal ends the process immediately */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, sigs, NULL);
+    log_msg("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_quiesce(h);
+    worker_stop(srv->w);
+    http_stop(h);
+    h = NULL;
+    rc = ds4_model_broken(srv->model) ? 1 : 0;   /* the worker stopped it (worker.c check_model) */
+out:
+    http_stop(h);
+    worker_free(srv->w);
+    kvdisk_finder_close(srv->kvf);
+    toolmem_free(srv->tm);
+    metrics_free(srv->m);
+    ds4_model_free(srv->model);
+    if (srv->trace) fclose(srv->trace);
+    free(srv->steer);
+    g_srv = NULL;
+    if (rc == 0) log_msg("stopped");
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    server_ctx srv;
+    memset(&srv, 0, sizeof srv);
+    server_config *c = &srv.cfg;
+    ds4_model_opts mo;
+    int rc = parse_config(&srv, &mo, argc, argv);
+    if (rc) return rc;
     /* before the port and the memory plan: the most basic mistake first
      * (--dist: the ranks may name files of their own) */
     if (!mo.dist && ds4_model_file_check("ds4-server", c->model_path)) return 1;
@@ -332,157 +512,10 @@ int main(int argc, char **argv) {
         free(err);
         return 1;
     }
-
-    /* a model that does not fit in RAM pages its weights from disk over
-     * and over: say so with the plan instead of looking hung */
-    if (!c->ssd_streaming) {
-        ds4_mem_plan plan;
-        if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK) {
-            /* --parallel N: N sessions, each with its KV state and scratch.
-             * The weights are mmap'd (they page, slowly); the sessions'
-             * memory cannot: more than is available is an error */
-            uint64_t per = plan.kv + plan.scratch;
-            uint64_t sessions = per * (uint64_t)c->parallel;
-            if (c->parallel > 1 && plan.mem_available && sessions > plan.mem_available) {
-                fprintf(stderr, "ds4-server: --parallel %d needs %.1f GiB for its sessions "
-                        "(%d x %.2f GiB: KV state at --ctx %d + scratch) but %.1f GiB is "
-                        "available: lower --parallel or --ctx\n", c->parallel,
-                        sessions / 1073741824.0, c->parallel, per / 1073741824.0, c->ctx,
-                        plan.mem_available / 1073741824.0);
-                close(lfd);
-                return 1;
-            }
-            plan.total += sessions - per;
-            if (plan.mem_available && plan.total > plan.mem_available) {
-                fprintf(stderr, "ds4-server: warning: this run needs more memory than is available:\n");
-                ds4_memory_plan_print(&plan, stderr);
-                if (c->parallel > 1)
-                    fprintf(stderr, "  (with --parallel %d: %.1f GiB more for the other sessions)\n",
-                            c->parallel, (sessions - per) / 1073741824.0);
-            }
-        }
-    }
-    ds4_model_params mp;
-    ds4_model_opts_model_params(&mo, &mp);
-    srv.model = ds4_model_load(c->model_path, &mp, &err);
-    if (!srv.model) {
-        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the model");
-        free(err);
-        close(lfd);
-        return 1;
-    }
-    {
-        ds4_expert_cache_stats x;
-        ds4_model_expert_cache_stats(srv.model, &x);
-        if (x.enabled)
-            fprintf(stderr, "ds4-server: ssd streaming: expert cache %.1f MiB = %llu slots of %.2f MiB "
-                    "(%.1f %% of the %llu routed expert slices), %s reads\n", x.cache_bytes / 1048576.0,
-                    (unsigned long long)x.slots, x.slot_bytes / 1048576.0,
-                    100.0 * (double)x.slots / (double)x.n_slices, (unsigned long long)x.n_slices,
-                    x.direct_io ? "O_DIRECT" : "buffered");
-    }
-    c->has_mtp = ds4_model_has_mtp(srv.model);
-    if (c->mtp_draft < 0) c->mtp_draft = c->mtp_path ? DS4_MTP_DRAFT_DEFAULT : 0;
-    if (c->mtp_draft > 0 && !c->has_mtp) {
-        fprintf(stderr, "ds4-server: --mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with "
-                "--mtp FILE\n", c->model_path);
-        ds4_model_free(srv.model);
-        close(lfd);
-        return 1;
-    }
-    srv.tok = ds4_model_tokenizer(srv.model);
-    srv.sp = ds4_tok_special(srv.tok);
     ds4_model_info info;
-    ds4_model_get_info(srv.model, &info);
-    srv.n_vocab = info.n_vocab;
-    srv.started = util_unix_time();
-    derive_model_id(&srv);
-    srv.ctx = c->ctx;
-    g_srv = &srv;
-    if (c->steer_path) {
-        ds4_steer_meta meta;
-        if (ds4_steer_load(c->steer_path, info.n_embd, &srv.steer, &meta, &err)) {
-            fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the direction");
-            free(err);
-            ds4_model_free(srv.model);
-            return 1;
-        }
-        srv.steer_l0 = meta.layer_first;
-        srv.steer_l1 = meta.layer_last;
-        if ((c->steer_layers && ds4_steer_parse_layers(c->steer_layers, info.n_layer, &srv.steer_l0, &srv.steer_l1)) ||
-            srv.steer_l0 < 0 || srv.steer_l1 >= info.n_layer || srv.steer_l0 > srv.steer_l1) {
-            fprintf(stderr, "ds4-server: --steer-layers: bad layers (expected A:B with 0 <= A <= B < %d)\n", info.n_layer);
-            free(srv.steer);
-            ds4_model_free(srv.model);
-            return 2;
-        }
-        if (strcmp(meta.model, info.name))
-            log_msg("warning: the steering direction was computed on '%s', this model is '%s'", meta.model, info.name);
-    }
-    if (c->trace_path && !(srv.trace = fopen(c->trace_path, "a"))) {
-        fprintf(stderr, "ds4-server: cannot open %s: %s\n", c->trace_path, strerror(errno));
-        free(srv.steer);
-        ds4_model_free(srv.model);
-        return 1;
-    }
-
-    int rc = 1;
-    http_server *h = NULL;
-    srv.m = metrics_new();
-    srv.tm = toolmem_new(c->tool_memory_max_ids);
-    if (!srv.m || !srv.tm) { fprintf(stderr, "ds4-server: out of memory\n"); close(lfd); goto out; }
-    srv.w = worker_start(&srv, &err);
-    /* after the worker opened (and checked) the cache directory */
-    if (srv.w && c->kv_dir && !(srv.kvf = kvdisk_finder_open(&srv, &err))) {
-        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot open the disk KV cache");
-        free(err);
+    if (check_memory(&srv) || (rc = load_model(&srv, &mo, &info))) {
         close(lfd);
-        goto out;
+        return rc ? rc : 1;
     }
-    if (!srv.w) {
-        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start the worker");
-        free(err);
-        close(lfd);
-        goto out;
-    }
-    h = http_start(&srv, lfd, port, &err);
-    if (!h) {
-        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start HTTP");
-        free(err);
-        goto out;
-    }
-    log_msg("%s: %d layers, vocab %d, context %d tokens%s%s", srv.model_id, info.n_layer,
-            info.n_vocab, srv.ctx, c->test_mode ? ", TEST MODE (X-DS4-Test-Output honoured)" : "",
-            c->api_key ? ", API key required" : "");
-    if (strstr(info.name, "RANDOM") || strstr(info.name, "random") || strstr(info.name, "tiny"))
-        log_msg("note: %s looks like a synthetic random-weight model: its output is noise",
-                info.name);
-    fprintf(stderr, "ds4-server: listening on http://%s%s%s:%d\n",
-            strchr(c->host, ':') ? "[" : "", c->host, strchr(c->host, ':') ? "]" : "", port);
-    fflush(stderr);
-
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    /* a second signal ends the process immediately */
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
-    log_msg("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    http_quiesce(h);
-    worker_stop(srv.w);
-    http_stop(h);
-    h = NULL;
-    rc = ds4_model_broken(srv.model) ? 1 : 0;   /* the worker stopped it (worker.c check_model) */
-out:
-    http_stop(h);
-    worker_free(srv.w);
-    kvdisk_finder_close(srv.kvf);
-    toolmem_free(srv.tm);
-    metrics_free(srv.m);
-    ds4_model_free(srv.model);
-    if (srv.trace) fclose(srv.trace);
-    free(srv.steer);
-    g_srv = NULL;
-    if (rc == 0) log_msg("stopped");
-    return rc;
+    return serve(&srv, &info, lfd, port, &sigs);
 }
