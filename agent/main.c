@@ -21,6 +21,7 @@
 
 #include "agent.h"
 #include "common/args.h"
+#include "common/model_opts.h"
 #include "common/model_file.h"
 
 volatile sig_atomic_t ag_interrupt = 0, ag_terminate = 0;
@@ -29,6 +30,16 @@ static void on_sigint(int sig) { (void)sig; ag_interrupt = 1; }
 static void on_sigterm(int sig) { (void)sig; ag_interrupt = 1; ag_terminate = 1; }
 
 #define die(...) ds4_die("ds4-agent", __VA_ARGS__)
+
+/* The shared model/runtime flags the agent takes (model_opts.h). */
+#define AGENT_GROUPS (DS4_MO_MODEL | DS4_MO_CTX | DS4_MO_SSD | DS4_MO_THINK | DS4_MO_TEMP | \
+                      DS4_MO_LOOKUP)
+
+static void agent_opts_defaults(ds4_model_opts *o) {
+    ds4_model_opts_init(o, "ds4-agent", AGENT_GROUPS);
+    o->ctx_min = 256;
+    o->lookup = AG_LOOKUP_DEFAULT;
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -42,29 +53,10 @@ static void usage(FILE *f) {
 "Every turn is saved as a session (KV state + transcript) that /switch and\n"
 "--resume restore exactly; a full context is compacted, never an error.\n"
 "\n"
-"model and runtime:\n"
-"  -m, --model FILE      GGUF model (default ./ds4flash.gguf)\n"
-"  -c, --ctx N           context size in tokens (default 32768; at least the\n"
-"                        system prompt and tool schemas + " DS4_XSTR(AG_CTX_MIN_ROOM) ", about 1500)\n"
-"  -t, --threads N       worker threads (default: $DS4_THREADS, else\n"
-"                        every CPU this process may use)\n"
-"  --ssd-streaming       read the routed experts from the file on demand into a\n"
-"                        bounded cache (models larger than the RAM)\n"
-"  --ssd-streaming-cache-experts SIZE\n"
-"                        expert cache size (512MB, 8GB, ...; implies\n"
-"                        --ssd-streaming; default: half of the available RAM)\n"
-"      --think           thinking mode, effort high (default)\n"
-"      --think-max       maximum effort (needs --ctx >= %d, else --think)\n"
-"      --nothink         answer without reasoning\n"
-"      --temp F          sampling temperature (default 1.0; 0 = greedy)\n"
-"      --seed N          sampler seed (default: from the clock)\n"
+"model turns:\n"
 "      --max-tokens N    at most N tokens per model turn (default: up to the\n"
 "                        end of the context); a cut turn is continued by the\n"
 "                        model, told why, at most " DS4_XSTR(AG_CUT_TURNS_MAX) " cut turns in a row\n"
-"      --lookup N        speculative decoding with up to N (0..16) prompt-lookup\n"
-"                        drafts a pass (default " DS4_XSTR(AG_LOOKUP_DEFAULT) "; 0 = off): text the model\n"
-"                        copies from the context (edits, file rewrites) is\n"
-"                        checked several tokens a pass; output unchanged\n"
 "\n"
 "work:\n"
 "      --dir DIR         working directory (default: the current one)\n"
@@ -96,35 +88,30 @@ static void usage(FILE *f) {
 "\n"
 "Interactive commands: /help /new /list /switch ID /save /history /last\n"
 "/think /nothink /ctx N /quit.  Ctrl+C stops a generation or a tool; Ctrl+D\n"
-"saves and quits.\n", DS4_THINK_MAX_MIN_CTX);
+"saves and quits.\n");
+    ds4_model_opts d;
+    agent_opts_defaults(&d);
+    ds4_model_opts_help(f, &d);
+    fprintf(f,
+"\n"
+"notes:\n"
+"  --ctx must hold at least the system prompt and tool schemas + " DS4_XSTR(AG_CTX_MIN_ROOM) "\n"
+"  (about 1500 tokens).  --lookup drafts text the model copies from the\n"
+"  context (edits, file rewrites), checked several tokens a pass.\n");
 }
 
 static void parse_args(int argc, char **argv, agent *a) {
     memset(a, 0, sizeof *a);
-    a->model = "./ds4flash.gguf";
-    a->ctx = 32768;
     a->max_turns = 50;
-    a->think = DS4_THINK_HIGH;
     a->dir = ".";
-    a->lookup = AG_LOOKUP_DEFAULT;
-    ds4_sampler_params_default(&a->sp);
-    int seed_set = 0;
+    ds4_model_opts mo;
+    agent_opts_defaults(&mo);
     ds4_args ar;
     ds4_args_init(&ar, "ds4-agent", argc, argv, usage);
     while (ds4_args_next(&ar)) {
-        if (ds4_args_is(&ar, "-m", "--model")) a->model = ds4_args_value(&ar);
-        else if (ds4_args_is(&ar, "-c", "--ctx")) a->ctx = ds4_args_int(&ar, 256, 1 << 24);
-        else if (ds4_args_is(&ar, "-t", "--threads")) a->threads = ds4_args_int(&ar, 0, 4096);
-        else if (ds4_args_is(&ar, NULL, "--ssd-streaming")) a->ssd_streaming = 1;
-        else if (ds4_args_is(&ar, NULL, "--ssd-streaming-cache-experts")) {
-            a->ssd_cache_bytes = ds4_args_size(&ar, 1 << 20, 1, UINT64_MAX);
-            a->ssd_streaming = 1;
-        }
-        else if (ds4_args_is(&ar, NULL, "--dir")) a->dir = ds4_args_value(&ar);
+        if (ds4_model_opts_parse(&mo, &ar)) continue;
+        if (ds4_args_is(&ar, NULL, "--dir")) a->dir = ds4_args_value(&ar);
         else if (ds4_args_is(&ar, NULL, "--sessions")) a->sessions_opt = ds4_args_value(&ar);
-        else if (ds4_args_is(&ar, NULL, "--think")) a->think = DS4_THINK_HIGH;
-        else if (ds4_args_is(&ar, NULL, "--think-max")) a->think = DS4_THINK_MAX;
-        else if (ds4_args_is(&ar, NULL, "--nothink")) a->think = DS4_THINK_NONE;
         else if (ds4_args_is(&ar, NULL, "--yes")) a->yes = 1;
         else if (ds4_args_is(&ar, NULL, "--resume")) a->resume = 1;
         else if (ds4_args_is(&ar, NULL, "--trace")) a->trace_path = ds4_args_value(&ar);
@@ -133,12 +120,17 @@ static void parse_args(int argc, char **argv, agent *a) {
         else if (ds4_args_is(&ar, NULL, "--max-turns")) a->max_turns = ds4_args_int(&ar, 1, 1000000);
         else if (ds4_args_is(&ar, NULL, "--max-tokens")) a->max_tokens = ds4_args_int(&ar, 1, 1 << 24);
         else if (ds4_args_is(&ar, NULL, "--dump-logits")) a->dump_logits = ds4_args_value(&ar);
-        else if (ds4_args_is(&ar, NULL, "--temp")) a->sp.temperature = (float)ds4_args_double(&ar, 0, 100);
-        else if (ds4_args_is(&ar, NULL, "--seed")) { a->sp.seed = ds4_args_u64(&ar); seed_set = 1; }
-        else if (ds4_args_is(&ar, NULL, "--lookup")) a->lookup = ds4_args_int(&ar, 0, DS4_DRAFT_PASS_MAX - 1);
         else ds4_args_unknown(&ar);
     }
-    if (!seed_set) a->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    a->model = mo.model;
+    a->ctx = mo.ctx;
+    a->threads = mo.threads;
+    a->ssd_streaming = mo.ssd_streaming;
+    a->ssd_cache_bytes = mo.ssd_cache_bytes;
+    a->think = mo.think;
+    a->sp = mo.sp;
+    a->lookup = mo.lookup;
+    if (!mo.seed_set) a->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
 static void print_history(agent *a) {

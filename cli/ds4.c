@@ -22,6 +22,7 @@
 #include "ds4.h"
 #include "chat.h"
 #include "common/args.h"
+#include "common/model_opts.h"
 #include "common/model_file.h"
 #include "common/logprob.h"
 #include "common/steer.h"
@@ -43,61 +44,31 @@ static void on_sigterm(int sig) {
 
 #define die(...) ds4_die("ds4", __VA_ARGS__)
 
+/* The shared model/runtime flags ds4 takes (src/common/model_opts.h). */
+#define CLI_GROUPS (DS4_MO_MODEL | DS4_MO_CTX | DS4_MO_CHUNK | DS4_MO_QAT | DS4_MO_SSD | \
+                    DS4_MO_DIST | DS4_MO_LOOKUP | DS4_MO_MTP | DS4_MO_THINK | DS4_MO_TEMP | \
+                    DS4_MO_FILTERS | DS4_MO_KV | DS4_MO_STEER)
+
 static void usage(FILE *f) {
+    ds4_model_opts d;
+    ds4_model_opts_init(&d, "ds4", CLI_GROUPS);
     fprintf(f,
 "usage: ds4 [options]\n"
 "\n"
 "Runs DeepSeek V4 Flash from a GGUF file.  Without -p / --prompt-file it\n"
 "starts an interactive chat that keeps its KV state between turns.\n"
 "\n"
-"model and runtime:\n"
-"  -m, --model FILE        GGUF model (default ./ds4flash.gguf)\n"
-"  -t, --threads N         worker threads (default: $DS4_THREADS, else\n"
-"                          every CPU this process may use)\n"
-"  --ssd-streaming         read the routed experts from the file on demand into\n"
-"                          a bounded cache (models larger than the RAM); logits\n"
-"                          are identical to a resident run\n"
-"  --ssd-streaming-cache-experts SIZE\n"
-"                          expert cache size (512MB, 8GB, ...; implies\n"
-"                          --ssd-streaming; default: half of the available RAM\n"
-"                          after the resident weights)\n"
-"  -c, --ctx N             context size in tokens (16 .. 16777216,\n"
-"                          default 32768)\n"
-"      --chunk N           prefill chunk size in tokens (default 2048)\n"
-"      --dist MODE         under mpirun: one model over the ranks; MODE is\n"
-"                          pipeline (consecutive layers per rank) or experts\n"
-"                          (a share of every layer's routed experts)%s\n"
-"      --dist-layers SPEC  pipeline split, inclusive ranges per rank\n"
-"                          (0:20,21:42; default: balanced by weight bytes)\n"
-"      --dist-timeout SEC  a rank silent this long is named and the job\n"
-"                          stopped (default 300; 0 = wait forever)\n"
-"\n"
 "prompt and generation:\n"
 "  -p, --prompt TEXT       user message: generate one answer and exit\n"
 "      --prompt-file FILE  read the user message from FILE\n"
 "  -sys, --system TEXT     system prompt\n"
 "  -n, --n-predict N       maximum tokens to generate (default 4096)\n"
-"      --think             thinking mode, effort high (default)\n"
-"      --think-max         thinking, maximum effort (needs --ctx >= %d;\n"
-"                          below that it falls back to --think)\n"
-"      --nothink           chat mode: answer without reasoning\n"
-"      --temp F            temperature (default 1.0; 0 = greedy)\n"
-"      --top-k N           keep the N most likely tokens (default 0 = off)\n"
-"      --top-p F           nucleus sampling (default 1.0 = off)\n"
-"      --min-p F           drop tokens below F x p(best) (default 0.05)\n"
-"      --seed N            sampler seed (default: from the clock)\n"
-"      --lookup N          speculative decoding with prompt-lookup drafts:\n"
-"                          up to N (1..16) tokens that followed the latest\n"
-"                          repeat of the recent text are verified in one\n"
-"                          pass; output identical to plain decoding\n"
-"                          (default 0 = off)\n"
-"      --mtp FILE          the MTP block (mtp.0.* tensors, docs/MTP.md) from\n"
-"                          FILE; turns on MTP drafts (--mtp-draft " DS4_XSTR(DS4_MTP_DRAFT_DEFAULT) ")\n"
-"      --mtp-draft N       speculative decoding with N (1..16) MTP draft\n"
-"                          tokens per pass, from --mtp or the model's own\n"
-"                          MTP block; output identical to plain decoding\n"
-"                          (default 0 = off; with --lookup, a lookup draft\n"
-"                          is used when one is found)\n"
+"  -q, --quiet             no banner or statistics on stderr\n"
+"  -h, --help              this help\n"
+"      --version           print the version and exit\n");
+    ds4_model_opts_help(f, &d);
+    fprintf(f,
+"\nnotes:\n  With --kv-disk-dir the interactive chat resumes the last conversation.\n"
 "\n"
 "diagnostics (stable contracts):\n"
 "      --inspect           print metadata, shapes, tensor types and sizes,\n"
@@ -122,8 +93,6 @@ static void usage(FILE *f) {
 "      --decode-only       feed the prompt one token at a time\n"
 "      --split N           prefill the first N prompt tokens, then decode\n"
 "                          the rest one at a time\n"
-"      --no-qat            no FP8/FP4/f16 cache roundings and float\n"
-"                          activations in every matmul (smooth numerics)\n"
 "      --dump-tokens       print the prompt's tokens (rendered -p / --prompt-file\n"
 "                          text, or --tokens) one a line: position, id and\n"
 "                          the token's bytes escaped; then exit\n"
@@ -133,77 +102,27 @@ static void usage(FILE *f) {
 "                          per prompt position (id = the next prompt token)\n"
 "      --logprobs-top-k K  alternatives per step in \"top\" (default 20)\n"
 "\n"
-"steering (README \"Steering\"):\n"
-"      --steer FILE        a direction (float32 x n_embd, e.g. from ds4-steer\n"
-"                          build) with its JSON sidecar beside it\n"
-"      --steer-scale S     add S times the direction to every hyper-connection\n"
-"                          copy of the residual after the FFN of the steered\n"
-"                          layers (required with --steer; 0 = no effect)\n"
-"      --steer-layers A:B  0-based, inclusive (default: the sidecar's layers)\n"
-"\n"
-"disk KV cache (conversations that survive restarts):\n"
-"      --kv-disk-dir DIR   keep session states in DIR: a prompt whose rendered\n"
-"                          text starts with a saved one resumes from it; the\n"
-"                          chat resumes the last conversation\n"
-"      --kv-disk-space SIZE          space cap, LRU by last use (default 4GB)\n"
-"      --kv-disk-space-mb N          the same in MiB (default 4096)\n"
-"      --kv-cache-min-tokens N       never save fewer tokens (default 512)\n"
-"      --kv-cache-cold-max-tokens N  checkpoint a first prompt up to N\n"
-"                                    tokens (default 30000; 0 = off)\n"
-"      --kv-cache-continued-interval-tokens N  checkpoint every N tokens\n"
-"                                    of growth (default 10000; 0 = off)\n"
-"      --kv-cache-boundary-trim-tokens N   tail left out of a cold\n"
-"                                    checkpoint (default 32)\n"
-"      --kv-cache-boundary-align-tokens N  checkpoints on multiples of N\n"
-"                                    (default 2048)\n"
-"      --kv-cache-allow-quant-variants     also resume states saved by the\n"
-"                                    same model in another expert quantization\n"
-"  -q, --quiet             no banner or statistics on stderr\n"
-"  -h, --help              this help\n"
-"      --version           print the version and exit\n"
-"\n"
 "Values follow the option or are attached with = (--ctx=65536); sizes\n"
-"take a unit (512MB, 8GB; powers of 1024).  A --ctx (or /ctx) above the\n"
-"model's trained context (deepseek4.context_length) works, with a warning.\n"
-"\n",
-            ds4_dist_supported() ? "" : "\n                          (this build has no MPI support)",
-            DS4_THINK_MAX_MIN_CTX);
+"take a unit (512MB, 8GB; powers of 1024).\n"
+"\n");
     chat_print_commands(f);
 }
 
 typedef struct {
-    const char *model;
+    ds4_model_opts mo;         /* the shared model/runtime flags */
     const char *prompt, *prompt_file, *sys;
     int n_predict, n_predict_set;
-    ds4_sampler_params sp;
-    int seed_set;
-    int ctx, threads, chunk;
-    ds4_think think;
     int inspect, tokenize, special;
-    const char *dist, *dist_layers;
-    double dist_timeout;       /* < 0: the default */
     const char *tokenize_text;
     const char *detok;
     const char *tokens, *tokens_file;
     const char *dump_logits, *dump_hidden, *dump_indexer;
     const char *imatrix_out;
-    int decode_only, no_qat, split;
-    int lookup;
-    const char *mtp;
-    int mtp_draft;          /* -1 = not given */
-    int quiet, ctx_set;
-    const char *kv_dir;
-    uint64_t kv_space_mb;
-    int kv_variants;
-    ds4_kv_policy kv_policy;
+    int decode_only, split;
+    int quiet;
     int dump_tokens;
     const char *dump_logprobs;
     int lp_top_k;
-    const char *steer, *steer_layers;
-    double steer_scale;
-    int steer_scale_set;
-    int ssd_streaming;
-    uint64_t ssd_cache_bytes;
 } opts;
 
 static char *read_file(const char *path, size_t *len) {
@@ -240,45 +159,18 @@ static int parse_ids(const char *s, ds4_tokens *out) {
 
 static void parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
-    o->model = "./ds4flash.gguf";
+    ds4_model_opts_init(&o->mo, "ds4", CLI_GROUPS);
     o->n_predict = 4096;
-    o->ctx = 32768;
-    o->dist_timeout = -1;
-    o->chunk = 2048;
-    o->think = DS4_THINK_HIGH;
     o->split = -1;
     o->lp_top_k = 20;
-    o->mtp_draft = -1;
-    ds4_sampler_params_default(&o->sp);
-    ds4_kv_policy_default(&o->kv_policy);
     ds4_args a;
     ds4_args_init(&a, "ds4", argc, argv, usage);
     while (ds4_args_next(&a)) {
-        if (ds4_args_is(&a, "-m", "--model")) o->model = ds4_args_value(&a);
-        else if (ds4_args_is(&a, "-t", "--threads")) o->threads = ds4_args_int(&a, 0, 4096);
-        else if (ds4_args_is(&a, "-c", "--ctx")) { o->ctx = ds4_args_int(&a, 16, 1 << 24); o->ctx_set = 1; }
-        else if (ds4_args_is(&a, NULL, "--ssd-streaming")) o->ssd_streaming = 1;
-        else if (ds4_args_is(&a, NULL, "--ssd-streaming-cache-experts")) {
-            o->ssd_cache_bytes = ds4_args_size(&a, 1 << 20, 1, UINT64_MAX);
-            o->ssd_streaming = 1;
-        }
-        else if (ds4_args_is(&a, NULL, "--chunk")) o->chunk = ds4_args_int(&a, 1, 1 << 20);
-        else if (ds4_args_is(&a, "-p", "--prompt")) o->prompt = ds4_args_value(&a);
+        if (ds4_model_opts_parse(&o->mo, &a)) continue;
+        if (ds4_args_is(&a, "-p", "--prompt")) o->prompt = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--prompt-file")) o->prompt_file = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-sys", "--system")) o->sys = ds4_args_value(&a);
         else if (ds4_args_is(&a, "-n", "--n-predict")) { o->n_predict = ds4_args_int(&a, 0, 1 << 30); o->n_predict_set = 1; }
-        else if (ds4_args_is(&a, NULL, "--think")) o->think = DS4_THINK_HIGH;
-        else if (ds4_args_is(&a, NULL, "--think-max")) o->think = DS4_THINK_MAX;
-        else if (ds4_args_is(&a, NULL, "--nothink")) o->think = DS4_THINK_NONE;
-        else if (ds4_args_is(&a, NULL, "--temp")) o->sp.temperature = (float)ds4_args_double(&a, 0, 100);
-        else if (ds4_args_is(&a, NULL, "--top-k")) o->sp.top_k = ds4_args_int(&a, 0, 1 << 30);
-        else if (ds4_args_is(&a, NULL, "--top-p")) {
-            const char *v = a.inline_val ? a.inline_val : (a.i + 1 < argc ? argv[a.i + 1] : "");
-            o->sp.top_p = (float)ds4_args_double(&a, 0, 1);
-            if (o->sp.top_p <= 0) ds4_args_fail("ds4", "--top-p: bad value '%s' (expected a number in (0, 1])", v);
-        }
-        else if (ds4_args_is(&a, NULL, "--min-p")) o->sp.min_p = (float)ds4_args_double(&a, 0, 1);
-        else if (ds4_args_is(&a, NULL, "--seed")) { o->sp.seed = ds4_args_u64(&a); o->seed_set = 1; }
         else if (ds4_args_is(&a, NULL, "--inspect")) o->inspect = 1;
         else if (ds4_args_is(&a, NULL, "--tokenize")) { o->tokenize = 1; o->tokenize_text = ds4_args_optional(&a); }
         else if (ds4_args_is(&a, NULL, "--special")) o->special = 1;
@@ -290,38 +182,18 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--dump-indexer")) o->dump_indexer = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--imatrix-out")) o->imatrix_out = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--decode-only")) o->decode_only = 1;
-        else if (ds4_args_is(&a, NULL, "--lookup")) o->lookup = ds4_args_int(&a, 0, DS4_DRAFT_PASS_MAX - 1);
-        else if (ds4_args_is(&a, NULL, "--mtp")) o->mtp = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--mtp-draft")) o->mtp_draft = ds4_args_int(&a, 0, DS4_DRAFT_PASS_MAX - 1);
         else if (ds4_args_is(&a, NULL, "--split")) o->split = ds4_args_int(&a, 0, 1 << 24);
-        else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
         else if (ds4_args_is(&a, NULL, "--dump-tokens")) o->dump_tokens = 1;
         else if (ds4_args_is(&a, NULL, "--dump-logprobs")) o->dump_logprobs = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--logprobs-top-k")) o->lp_top_k = ds4_args_int(&a, 0, 1 << 24);
-        else if (ds4_args_is(&a, NULL, "--steer")) o->steer = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--steer-scale")) { o->steer_scale = ds4_args_double(&a, -1e6, 1e6); o->steer_scale_set = 1; }
-        else if (ds4_args_is(&a, NULL, "--steer-layers")) o->steer_layers = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--dist")) o->dist = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--dist-layers")) o->dist_layers = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--dist-timeout")) o->dist_timeout = ds4_args_double(&a, 0, 1e6);
         else if (ds4_args_is(&a, "-q", "--quiet")) o->quiet = 1;
-        else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--kv-disk-space-mb")) o->kv_space_mb = (uint64_t)ds4_args_i64(&a, 1, (int64_t)1 << 30);
-        else if (ds4_args_is(&a, NULL, "--kv-disk-space"))
-            o->kv_space_mb = ds4_args_size(&a, 1ull << 20, 1ull << 20, 1ull << 50) >> 20;
-        else if (ds4_args_is(&a, NULL, "--kv-cache-min-tokens")) o->kv_policy.min_tokens = ds4_args_int(&a, 1, 1 << 30);
-        else if (ds4_args_is(&a, NULL, "--kv-cache-cold-max-tokens")) o->kv_policy.cold_max_tokens = ds4_args_int(&a, 0, 1 << 30);
-        else if (ds4_args_is(&a, NULL, "--kv-cache-continued-interval-tokens")) o->kv_policy.continued_interval = ds4_args_int(&a, 0, 1 << 30);
-        else if (ds4_args_is(&a, NULL, "--kv-cache-boundary-trim-tokens")) o->kv_policy.trim_tokens = ds4_args_int(&a, 0, 1 << 30);
-        else if (ds4_args_is(&a, NULL, "--kv-cache-boundary-align-tokens")) o->kv_policy.align_tokens = ds4_args_int(&a, 1, 1 << 30);
-        else if (ds4_args_is(&a, NULL, "--kv-cache-allow-quant-variants")) o->kv_variants = 1;
         else ds4_args_unknown(&a);
     }
-    if (o->steer && !o->steer_scale_set) ds4_args_fail("ds4", "--steer needs --steer-scale S");
-    if (!o->steer && (o->steer_scale_set || o->steer_layers)) ds4_args_fail("ds4", "--steer-scale / --steer-layers need --steer FILE");
-    if (o->steer && o->kv_dir)
+    if (o->mo.steer && !o->mo.steer_scale_set) ds4_args_fail("ds4", "--steer needs --steer-scale S");
+    if (!o->mo.steer && (o->mo.steer_scale_set || o->mo.steer_layers)) ds4_args_fail("ds4", "--steer-scale / --steer-layers need --steer FILE");
+    if (o->mo.steer && o->mo.kv_dir)
         ds4_args_fail("ds4", "--steer cannot be combined with --kv-disk-dir (cached states were computed unsteered)");
-    if (!o->seed_set) o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (!o->mo.seed_set) o->mo.sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
 /* --------------------------------------------------------------------- */
@@ -338,7 +210,7 @@ static int write_file(const char *path, const void *data, size_t n) {
 
 static int tokenize_main(const opts *o) {
     char *err = NULL;
-    ds4_tokenizer *tok = ds4_tokenizer_load(o->model, &err);
+    ds4_tokenizer *tok = ds4_tokenizer_load(o->mo.model, &err);
     if (!tok) die("%s", err ? err : "cannot load tokenizer");
     size_t len = 0;
     char *text = NULL;
@@ -362,7 +234,7 @@ static int tokenize_main(const opts *o) {
 
 static int detokenize_main(const opts *o) {
     char *err = NULL;
-    ds4_tokenizer *tok = ds4_tokenizer_load(o->model, &err);
+    ds4_tokenizer *tok = ds4_tokenizer_load(o->mo.model, &err);
     if (!tok) die("%s", err ? err : "cannot load tokenizer");
     ds4_tokens ids = { 0 };
     if (parse_ids(o->detok, &ids)) die("--detokenize expects comma-separated ids");
@@ -386,11 +258,11 @@ static int imatrix_main(const opts *o) {
         die("--imatrix-out needs a calibration text: --prompt-file FILE (or -p TEXT, --tokens-file FILE)");
     ds4_model_params mp;
     ds4_model_params_default(&mp);
-    mp.n_threads = o->threads;
-    mp.ssd_streaming = o->ssd_streaming;
-    mp.ssd_cache_bytes = o->ssd_cache_bytes;
+    mp.n_threads = o->mo.threads;
+    mp.ssd_streaming = o->mo.ssd_streaming;
+    mp.ssd_cache_bytes = o->mo.ssd_cache_bytes;
     char *err = NULL;
-    ds4_model *m = ds4_model_load(o->model, &mp, &err);
+    ds4_model *m = ds4_model_load(o->mo.model, &mp, &err);
     if (!m) die("%s", err ? err : "cannot load the model");
     ds4_tokens ids = { 0 };
     size_t len = 0;
@@ -407,9 +279,9 @@ static int imatrix_main(const opts *o) {
     if (!ids.n) die("the calibration text is empty");
     ds4_session_params sp;
     ds4_session_params_default(&sp);
-    sp.ctx_size = (size_t)o->ctx < ids.n ? o->ctx : (int)ids.n;
-    sp.prefill_chunk = o->chunk;
-    sp.no_qat = o->no_qat;
+    sp.ctx_size = (size_t)o->mo.ctx < ids.n ? o->mo.ctx : (int)ids.n;
+    sp.prefill_chunk = o->mo.chunk;
+    sp.no_qat = o->mo.no_qat;
     ds4_session *s = ds4_session_new(m, &sp, &err);
     if (!s) die("%s", err ? err : "cannot create a session");
     if (ds4_session_imatrix_begin(s)) die("out of memory for the importance matrix");
@@ -448,8 +320,8 @@ static int render_prompt(const opts *o, const char *text, size_t len, ds4_buf *o
     msgs[nm].content = text;
     msgs[nm].content_len = len;
     nm++;
-    ds4_think think = o->think;
-    if (think == DS4_THINK_MAX && o->ctx < DS4_THINK_MAX_MIN_CTX) think = DS4_THINK_HIGH;
+    ds4_think think = o->mo.think;
+    if (think == DS4_THINK_MAX && o->mo.ctx < DS4_THINK_MAX_MIN_CTX) think = DS4_THINK_HIGH;
     ds4_render_opts ro = { think, 0 };
     char *err = NULL;
     if (ds4_render_chat(msgs, nm, &ro, out, &err)) die("%s", err ? err : "cannot render the prompt");
@@ -477,7 +349,7 @@ static void put_escaped(FILE *f, const unsigned char *p, size_t n) {
 
 static int dump_tokens_main(const opts *o) {
     char *err = NULL;
-    ds4_tokenizer *tok = ds4_tokenizer_load(o->model, &err);
+    ds4_tokenizer *tok = ds4_tokenizer_load(o->mo.model, &err);
     if (!tok) die("%s", err ? err : "cannot load tokenizer");
     ds4_tokens ids = { 0 };
     if (o->tokens || o->tokens_file) {
@@ -552,12 +424,12 @@ int main(int argc, char **argv) {
     parse_args(argc, argv, &o);
     if (o.inspect) {
         char *err = NULL;
-        int rc = ds4_inspect(o.model, stdout, &err);
+        int rc = ds4_inspect(o.mo.model, stdout, &err);
         if (rc) { fprintf(stderr, "ds4: %s\n", err ? err : ds4_strerror(rc)); free(err); return 1; }
         /* what a run at --ctx needs against this machine's RAM (vocab-only
          * files have no plan: nothing to print) */
         ds4_mem_plan mp;
-        if (ds4_memory_plan(o.model, o.ctx, o.threads, &mp, NULL) == DS4_OK) {
+        if (ds4_memory_plan(o.mo.model, o.mo.ctx, o.mo.threads, &mp, NULL) == DS4_OK) {
             fputc('\n', stdout);
             ds4_memory_plan_print(&mp, stdout);
         }
@@ -566,24 +438,16 @@ int main(int argc, char **argv) {
     if (o.tokenize) return tokenize_main(&o);
     if (o.imatrix_out) return imatrix_main(&o);
     if (o.detok) return detokenize_main(&o);
-    if (o.dist) {
-        /* ranks > 0 serve rank 0 (src/dist/) and never reach the front end */
+    {
+        /* --dist: ranks > 0 serve rank 0 and never reach the front end */
         char *err = NULL;
-        if (o.dist_timeout >= 0) ds4_dist_set_timeout(o.dist_timeout);
-        int r = ds4_dist_init(&argc, &argv, o.dist, o.dist_layers, &err);
-        if (r < 0) die("%s", err ? err : ds4_strerror(r));
-        if (r > 0) {
-            ds4_model_params mp;
-            ds4_model_params_default(&mp);
-            mp.n_threads = o.threads;
-            mp.ssd_streaming = o.ssd_streaming;
-            mp.ssd_cache_bytes = o.ssd_cache_bytes;
-            return ds4_dist_worker(o.model, &mp);
-        }
+        int wrc = 0, r = ds4_model_opts_start_dist(&o.mo, &argc, &argv, &wrc, &err);
+        if (r < 0) die("%s", err ? err : "cannot start MPI");
+        if (r > 0) return wrc;
     }
     if (o.dump_tokens) return dump_tokens_main(&o);
 
-    if (!o.dist && ds4_model_file_check("ds4", o.model)) exit(1);   /* --dist: may name per-rank files */
+    if (!o.mo.dist && ds4_model_file_check("ds4", o.mo.model)) exit(1);   /* --dist: may name per-rank files */
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -596,9 +460,9 @@ int main(int argc, char **argv) {
     /* A model that does not fit in RAM would not fail: its mmap'd weights
      * would be paged in from disk again and again, a thrashing run that
      * looks like a hang.  Say so up front, with the numbers. */
-    if (!o.ssd_streaming) {
+    if (!o.mo.ssd_streaming) {
         ds4_mem_plan mp;
-        if (ds4_memory_plan(o.model, o.ctx, o.threads, &mp, NULL) == DS4_OK &&
+        if (ds4_memory_plan(o.mo.model, o.mo.ctx, o.mo.threads, &mp, NULL) == DS4_OK &&
             mp.mem_available && mp.total > mp.mem_available) {
             fprintf(stderr, "ds4: warning: this run needs more memory than is available:\n");
             ds4_memory_plan_print(&mp, stderr);
@@ -607,43 +471,43 @@ int main(int argc, char **argv) {
 
     chat_app app;
     chat_opts co = {
-        .model = o.model, .threads = o.threads, .ctx = o.ctx, .ctx_explicit = o.ctx_set, .chunk = o.chunk,
-        .no_qat = o.no_qat, .decode_only = o.decode_only, .quiet = o.quiet, .lookup = o.lookup,
-        .mtp_path = o.mtp, .mtp_draft = o.mtp_draft >= 0 ? o.mtp_draft : o.mtp ? DS4_MTP_DRAFT_DEFAULT : 0,
-        .sp = o.sp, .think = o.think, .sys = o.sys, .n_predict = o.n_predict,
+        .model = o.mo.model, .threads = o.mo.threads, .ctx = o.mo.ctx, .ctx_explicit = o.mo.ctx_set, .chunk = o.mo.chunk,
+        .no_qat = o.mo.no_qat, .decode_only = o.decode_only, .quiet = o.quiet, .lookup = o.mo.lookup,
+        .mtp_path = o.mo.mtp, .mtp_draft = o.mo.mtp_draft >= 0 ? o.mo.mtp_draft : o.mo.mtp ? DS4_MTP_DRAFT_DEFAULT : 0,
+        .sp = o.mo.sp, .think = o.mo.think, .sys = o.sys, .n_predict = o.n_predict,
         .interrupt = &g_interrupt, .terminate = &g_terminate,
-        .kv_dir = o.kv_dir, .kv_space_mb = o.kv_space_mb, .kv_allow_variants = o.kv_variants,
-        .kv_policy = o.kv_policy,
-        .ssd_streaming = o.ssd_streaming, .ssd_cache_bytes = o.ssd_cache_bytes,
+        .kv_dir = o.mo.kv_dir, .kv_space_mb = o.mo.kv_space_mb, .kv_allow_variants = o.mo.kv_variants,
+        .kv_policy = o.mo.kv_policy,
+        .ssd_streaming = o.mo.ssd_streaming, .ssd_cache_bytes = o.mo.ssd_cache_bytes,
     };
     lp_dump lpd;
     memset(&lpd, 0, sizeof lpd);
     int gen_lp = 0;   /* logprob steps come from the sampled tokens */
     if (o.dump_logprobs) {
-        if (o.kv_dir) die("--dump-logprobs cannot be combined with --kv-disk-dir (restored positions have no logits)");
+        if (o.mo.kv_dir) die("--dump-logprobs cannot be combined with --kv-disk-dir (restored positions have no logits)");
         gen_lp = !(o.tokens || o.tokens_file) || (o.n_predict_set && o.n_predict > 0);
         if (gen_lp) { co.on_token = lp_on_token; co.token_ud = &lpd; }
     }
     if (chat_open(&app, &co) != 0) return 1;
     float *steer = NULL;
-    if (o.steer) {
+    if (o.mo.steer) {
         ds4_model_info mi;
         ds4_model_get_info(app.m, &mi);
         ds4_steer_meta meta;
         char *err = NULL;
-        if (ds4_steer_load(o.steer, mi.n_embd, &steer, &meta, &err)) die("%s", err ? err : "cannot load the direction");
+        if (ds4_steer_load(o.mo.steer, mi.n_embd, &steer, &meta, &err)) die("%s", err ? err : "cannot load the direction");
         int l0 = meta.layer_first, l1 = meta.layer_last;
-        if (o.steer_layers && ds4_steer_parse_layers(o.steer_layers, mi.n_layer, &l0, &l1))
-            die("--steer-layers: bad value '%s' (expected A:B with 0 <= A <= B < %d)", o.steer_layers, mi.n_layer);
+        if (o.mo.steer_layers && ds4_steer_parse_layers(o.mo.steer_layers, mi.n_layer, &l0, &l1))
+            die("--steer-layers: bad value '%s' (expected A:B with 0 <= A <= B < %d)", o.mo.steer_layers, mi.n_layer);
         if (l0 < 0 || l1 >= mi.n_layer || l0 > l1)
-            die("%s: layers %d:%d do not fit this model (%d layers); use --steer-layers", o.steer, l0, l1, mi.n_layer);
+            die("%s: layers %d:%d do not fit this model (%d layers); use --steer-layers", o.mo.steer, l0, l1, mi.n_layer);
         if (strcmp(meta.model, mi.name) && !o.quiet)
             fprintf(stderr, "ds4: warning: the direction was computed on '%s', this model is '%s'\n", meta.model, mi.name);
         app.o.steer = steer;
-        app.o.steer_scale = (float)o.steer_scale;
+        app.o.steer_scale = (float)o.mo.steer_scale;
         app.o.steer_l0 = l0;
         app.o.steer_l1 = l1;
-        int rc = ds4_session_set_steering(app.s, steer, (float)o.steer_scale, l0, l1);
+        int rc = ds4_session_set_steering(app.s, steer, (float)o.mo.steer_scale, l0, l1);
         if (rc) die("--steer: %s", ds4_strerror(rc));
     }
     if (o.dump_logprobs) {

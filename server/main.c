@@ -30,12 +30,25 @@
 #include "toolmem.h"
 #include "worker.h"
 #include "common/args.h"
+#include "common/model_opts.h"
 #include "common/model_file.h"
 #include "common/steer.h"
 
 server_ctx *g_srv;
 
+/* The shared model/runtime flags the server takes (model_opts.h). */
+#define SERVER_GROUPS (DS4_MO_MODEL | DS4_MO_CTX | DS4_MO_CHUNK | DS4_MO_SSD | DS4_MO_DIST | \
+                       DS4_MO_LOOKUP | DS4_MO_MTP | DS4_MO_THINK | DS4_MO_TEMP | \
+                       DS4_MO_FILTERS | DS4_MO_KV | DS4_MO_STEER)
+
+static void server_opts_defaults(ds4_model_opts *o) {
+    ds4_model_opts_init(o, "ds4-server", SERVER_GROUPS);
+    o->seed_default = "0 = a random seed per request";
+}
+
 static void usage(FILE *f) {
+    ds4_model_opts d;
+    server_opts_defaults(&d);
     fprintf(f,
 "usage: ds4-server [options]\n"
 "\n"
@@ -44,19 +57,7 @@ static void usage(FILE *f) {
 "  POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages,\n"
 "       /v1/messages/count_tokens\n"
 "\n"
-"model and runtime:\n"
-"  -m, --model FILE          GGUF model (default ./ds4flash.gguf)\n"
-"  -c, --ctx N               context size in tokens (default 32768)\n"
-"  -t, --threads N           worker threads (default: $DS4_THREADS, else\n"
-"                            every CPU this process may use)\n"
-"      --chunk N             prefill chunk size in tokens (default 2048)\n"
-"      --ssd-streaming       read the routed experts from the file on demand\n"
-"                            into a bounded cache (models larger than the RAM;\n"
-"                            identical results); /metrics ds4_expert_cache_*\n"
-"      --ssd-streaming-cache-experts SIZE\n"
-"                            expert cache size (512MB, 8GB, ...; implies\n"
-"                            --ssd-streaming; default: half of the available\n"
-"                            RAM after the resident weights)\n"
+"sessions:\n"
 "      --parallel N          live sessions served at once (default 1): each\n"
 "                            engine step advances every generating request\n"
 "                            by one token, plus a prefill chunk of one that\n"
@@ -66,19 +67,18 @@ static void usage(FILE *f) {
 "                            (saved to the disk KV cache first when it is on).\n"
 "                            Needs N x the KV state of --ctx; --lookup and\n"
 "                            --mtp-draft drafts are off when N > 1; not with\n"
-"                            --dist\n"
+"                            --dist (under --dist rank 0 serves HTTP)\n"
 "      --step-tokens N       tokens one step evaluates at most with --parallel\n"
 "                            > 1: the decode tokens, and the rest for the\n"
 "                            prefill chunk (at least 1; default 256)\n"
-"      --dist MODE           under mpirun: one model over the ranks\n"
-"                            (pipeline or experts); rank 0 serves HTTP%s\n"
-"      --dist-layers SPEC    pipeline split per rank (0:20,21:42)\n"
-"      --dist-timeout SEC    a rank silent this long is named and the job\n"
-"                            stopped (default 300; 0 = wait forever)\n"
 "      --model-name NAME     model id reported by /v1/models (default: the\n"
 "                            file name without .gguf); the aliases\n"
 "                            deepseek-chat (thinking off) and deepseek-reasoner\n"
 "                            (thinking on) are always accepted\n"
+"      --max-tokens N        generation limit when a request sets none\n"
+"                            (default 0 = the rest of the context)\n"
+"      --tool-memory-max-ids N  tool-call ids whose exact sampled DSML is\n"
+"                            remembered for replay (default 100000)\n"
 "\n"
 "network and safety:\n"
 "      --host ADDR           listen address (default 127.0.0.1)\n"
@@ -111,71 +111,23 @@ static void usage(FILE *f) {
 "      --max-queue N         requests waiting for the model (default 64;\n"
 "                            more get 429, Anthropic 529)\n"
 "\n"
-"generation defaults (a request's own fields win):\n"
-"      --temp F              temperature (default 1.0; 0 = greedy)\n"
-"      --top-k N             top-k (default 0 = off)\n"
-"      --top-p F             nucleus sampling (default 1.0 = off)\n"
-"      --min-p F             min-p (default 0.05)\n"
-"      --lookup N            speculative decoding with prompt-lookup drafts\n"
-"                            (up to N = 0..16 tokens a pass; output identical\n"
-"                            to plain decoding; default 0 = off; a request\n"
-"                            may set \"ds4_lookup\"); drafts come from the\n"
-"                            prompt and from tool results' numbered lines\n"
-"                            (file listings) without their numbers\n"
-"      --mtp FILE            the MTP block (mtp.0.* tensors, docs/MTP.md) from\n"
-"                            FILE; turns on MTP drafts (--mtp-draft " DS4_XSTR(DS4_MTP_DRAFT_DEFAULT) ")\n"
-"      --mtp-draft N         speculative decoding with N = 0..16 MTP draft\n"
-"                            tokens a pass (from --mtp or the model's own\n"
-"                            block; output identical to plain decoding;\n"
-"                            default 0 = off; a request may set\n"
-"                            \"ds4_mtp_draft\"; a lookup draft wins when found)\n"
-"      --seed N              sampler seed (default 0 = random per request)\n"
-"      --max-tokens N        generation limit when a request sets none\n"
-"                            (default 0 = the rest of the context)\n"
-"      --think               thinking on, effort high (default)\n"
-"      --think-max           thinking, max effort (needs --ctx >= %d;\n"
-"                            below that it is high)\n"
-"      --nothink             thinking off by default\n"
-"      --tool-memory-max-ids N  tool-call ids whose exact sampled DSML is\n"
-"                            remembered for replay (default 100000)\n"
-"\n"
-"disk KV cache (README \"Disk KV cache\"; off without --kv-disk-dir):\n"
-"      --kv-disk-dir DIR     keep session states in DIR (created if missing):\n"
-"                            a prompt that starts with a saved state's text\n"
-"                            resumes from it, across conversations and restarts\n"
-"      --kv-disk-space-mb N  space cap; least recently used files go first\n"
-"                            (default 4096)\n"
-"      --kv-cache-min-tokens N  never save or restore fewer tokens (default 512)\n"
-"      --kv-cache-cold-max-tokens N  checkpoint a prompt evaluated from scratch\n"
-"                            at up to N tokens (default 30000; 0 = off)\n"
-"      --kv-cache-continued-interval-tokens N  checkpoint every N tokens of\n"
-"                            growth, prefill or generation (default 10000;\n"
-"                            0 = off)\n"
-"      --kv-cache-boundary-trim-tokens N  tail tokens a cold checkpoint leaves\n"
-"                            out (default 32)\n"
-"      --kv-cache-boundary-align-tokens N  checkpoints sit on multiples of N\n"
-"                            tokens (default 2048)\n"
-"      --kv-cache-allow-quant-variants  also resume states saved by the same\n"
-"                            model in another routed-expert quantization\n"
-"                            (2-bit <-> 4-bit)\n"
-"\n"
 "testing and diagnostics:\n"
 "      --test-mode           TEST ONLY: honour the X-DS4-Test-Output header\n"
 "                            (base64 text emitted instead of sampling)\n"
 "  -v, --verbose             log HTTP-level problems and ignored fields\n"
-"  -h, --help                this help\n"
-"      --version             print the version and exit\n"
-"\n"
-"quality tools (README \"Debugging a bad answer\", \"Steering\"):\n"
 "      --trace FILE          append one JSON line per request: rendered prompt,\n"
 "                            cache decision, reasoning and content, tool calls\n"
 "                            and DSML parser events, finish, timings\n"
-"      --steer FILE          a direction with its JSON sidecar (ds4-steer build)\n"
-"      --steer-scale S       add S times it after the FFN of the steered layers\n"
-"                            (required with --steer; not with --kv-disk-dir)\n"
-"      --steer-layers A:B    0-based, inclusive (default: the sidecar's layers)\n",
-            ds4_dist_supported() ? "" : " (this build has no MPI support)",
-            DS4_THINK_MAX_MIN_CTX);
+"  -h, --help                this help\n"
+"      --version             print the version and exit\n");
+    ds4_model_opts_help(f, &d);
+    fprintf(f,
+"\n"
+"notes:\n"
+"  The sampling, thinking and draft flags are defaults: a request's own\n"
+"  fields win (\"ds4_lookup\" and \"ds4_mtp_draft\" set the drafts; lookup\n"
+"  drafts also come from tool results' numbered lines without their\n"
+"  numbers).  The disk KV cache options do nothing without --kv-disk-dir.\n");
 }
 
 /* A value that must not be empty (paths, names). */
@@ -223,10 +175,10 @@ static void derive_model_id(server_ctx *s) {
     if (n > 5 && !strcmp(s->model_id + n - 5, ".gguf")) s->model_id[n - 5] = 0;
 }
 
-int main(int argc, char **argv) {
-    server_ctx srv;
-    memset(&srv, 0, sizeof srv);
-    server_config *c = &srv.cfg;
+/* Defaults, the flags, and the checks that need no file: 0, or the exit
+ * status of a usage error (2). */
+static int parse_config(server_ctx *srv, ds4_model_opts *mo_out, int argc, char **argv) {
+    server_config *c = &srv->cfg;
     c->model_path = DS4_DEFAULT_MODEL;
     c->mtp_draft = -1;
     c->host = "127.0.0.1";
@@ -253,29 +205,21 @@ int main(int argc, char **argv) {
     ds4_sampler_params_default(&c->sp);
     c->kv_space_mb = 4096;
     ds4_kv_policy_default(&c->kv_policy);
-    int kv_flags = 0, steer_scale_set = 0, step_set = 0;
-    const char *dist = NULL, *dist_layers = NULL;
-    double dist_timeout = -1;   /* < 0: the default */
+    int step_set = 0;
     const char *env_key = getenv("DS4_API_KEY");
     if (env_key && *env_key) c->api_key = env_key;
 
+    /* the shared model/runtime flags (src/common/model_opts.h), with the
+     * server's defaults: seed 0 = a random seed per request */
+    ds4_model_opts mo;
+    server_opts_defaults(&mo);
+    mo.model = c->model_path;
     ds4_args ar;
     ds4_args_init(&ar, "ds4-server", argc, argv, usage);
     while (ds4_args_next(&ar)) {
-        if (ds4_args_is(&ar, "-m", "--model")) c->model_path = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--host")) c->host = nonempty(&ar);
+        if (ds4_model_opts_parse(&mo, &ar)) continue;
+        if (ds4_args_is(&ar, NULL, "--host")) c->host = nonempty(&ar);
         else if (ds4_args_is(&ar, NULL, "--port")) { c->port = (int)ds4_args_i64(&ar, 0, 65535); }
-        else if (ds4_args_is(&ar, "-c", "--ctx")) { c->ctx = (int)ds4_args_i64(&ar, 16, 1 << 24); }
-        else if (ds4_args_is(&ar, "-t", "--threads")) { c->threads = (int)ds4_args_i64(&ar, 0, 4096); }
-        else if (ds4_args_is(&ar, NULL, "--ssd-streaming")) c->ssd_streaming = 1;
-        else if (ds4_args_is(&ar, NULL, "--ssd-streaming-cache-experts")) {
-            c->ssd_cache_bytes = ds4_args_size(&ar, 1 << 20, 1, UINT64_MAX);
-            c->ssd_streaming = 1;
-        }
-        else if (ds4_args_is(&ar, NULL, "--dist")) dist = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--dist-layers")) dist_layers = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--dist-timeout")) dist_timeout = ds4_args_double(&ar, 0, 1e6);
-        else if (ds4_args_is(&ar, NULL, "--chunk")) { c->chunk = (int)ds4_args_i64(&ar, 1, 1 << 20); }
         else if (ds4_args_is(&ar, NULL, "--parallel")) { c->parallel = (int)ds4_args_i64(&ar, 1, 256); }
         else if (ds4_args_is(&ar, NULL, "--step-tokens")) { c->step_tokens = (int)ds4_args_i64(&ar, 1, 1 << 20); step_set = 1; }
         else if (ds4_args_is(&ar, NULL, "--model-name")) c->model_name = nonempty(&ar);
@@ -299,34 +243,31 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&ar, NULL, "--max-connections")) { c->max_connections = (int)ds4_args_i64(&ar, 1, 100000); }
         else if (ds4_args_is(&ar, NULL, "--max-queue")) { c->max_queue = (int)ds4_args_i64(&ar, 1, 1000000); }
         else if (ds4_args_is(&ar, NULL, "--tool-memory-max-ids")) { c->tool_memory_max_ids = (size_t)ds4_args_i64(&ar, 0, 1L << 40); }
-        else if (ds4_args_is(&ar, NULL, "--temp")) { c->sp.temperature = (float)ds4_args_double(&ar, 0, 100); }
-        else if (ds4_args_is(&ar, NULL, "--top-k")) { c->sp.top_k = (int)ds4_args_i64(&ar, 0, 1 << 30); }
-        else if (ds4_args_is(&ar, NULL, "--top-p")) { c->sp.top_p = (float)ds4_args_double(&ar, 0, 1); }
-        else if (ds4_args_is(&ar, NULL, "--min-p")) { c->sp.min_p = (float)ds4_args_double(&ar, 0, 1); }
-        else if (ds4_args_is(&ar, NULL, "--lookup")) { c->lookup = (int)ds4_args_i64(&ar, 0, DS4_DRAFT_PASS_MAX - 1); }
-        else if (ds4_args_is(&ar, NULL, "--mtp")) { c->mtp_path = nonempty(&ar); }
-        else if (ds4_args_is(&ar, NULL, "--mtp-draft")) { c->mtp_draft = (int)ds4_args_i64(&ar, 0, DS4_DRAFT_PASS_MAX - 1); }
-        else if (ds4_args_is(&ar, NULL, "--seed")) c->sp.seed = ds4_args_u64(&ar);
         else if (ds4_args_is(&ar, NULL, "--max-tokens")) { c->default_max_tokens = (int)ds4_args_i64(&ar, 0, 1 << 24); }
-        else if (ds4_args_is(&ar, NULL, "--think")) c->default_think = DS4_THINK_HIGH;
-        else if (ds4_args_is(&ar, NULL, "--think-max")) c->default_think = DS4_THINK_MAX;
-        else if (ds4_args_is(&ar, NULL, "--nothink")) c->default_think = DS4_THINK_NONE;
-        else if (ds4_args_is(&ar, NULL, "--kv-disk-dir")) c->kv_dir = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--kv-disk-space-mb")) { c->kv_space_mb = (uint64_t)ds4_args_i64(&ar, 1, 1L << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-min-tokens")) { c->kv_policy.min_tokens = (int)ds4_args_i64(&ar, 1, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-cold-max-tokens")) { c->kv_policy.cold_max_tokens = (int)ds4_args_i64(&ar, 0, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-continued-interval-tokens")) { c->kv_policy.continued_interval = (int)ds4_args_i64(&ar, 0, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-boundary-trim-tokens")) { c->kv_policy.trim_tokens = (int)ds4_args_i64(&ar, 0, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-boundary-align-tokens")) { c->kv_policy.align_tokens = (int)ds4_args_i64(&ar, 1, 1 << 30); kv_flags = 1; }
-        else if (ds4_args_is(&ar, NULL, "--kv-cache-allow-quant-variants")) { c->kv_allow_variants = 1; kv_flags = 1; }
         else if (ds4_args_is(&ar, NULL, "--test-mode")) c->test_mode = 1;
         else if (ds4_args_is(&ar, "-v", "--verbose")) c->verbose = 1;
         else if (ds4_args_is(&ar, NULL, "--trace")) c->trace_path = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--steer")) c->steer_path = nonempty(&ar);
-        else if (ds4_args_is(&ar, NULL, "--steer-scale")) { c->steer_scale = ds4_args_double(&ar, -1e6, 1e6); steer_scale_set = 1; }
-        else if (ds4_args_is(&ar, NULL, "--steer-layers")) c->steer_layers = nonempty(&ar);
         else ds4_args_unknown(&ar);
     }
+    c->model_path = mo.model;
+    c->threads = mo.threads;
+    c->ctx = mo.ctx;
+    c->chunk = mo.chunk;
+    c->ssd_streaming = mo.ssd_streaming;
+    c->ssd_cache_bytes = mo.ssd_cache_bytes;
+    c->sp = mo.sp;
+    c->lookup = mo.lookup;
+    c->mtp_path = mo.mtp;
+    c->mtp_draft = mo.mtp_draft;
+    c->default_think = mo.think;
+    c->kv_dir = mo.kv_dir;
+    c->kv_space_mb = mo.kv_space_mb;
+    c->kv_policy = mo.kv_policy;
+    c->kv_allow_variants = mo.kv_variants;
+    c->steer_path = mo.steer;
+    c->steer_scale = mo.steer_scale;
+    c->steer_layers = mo.steer_layers;
+    const int kv_flags = mo.kv_flags, steer_scale_set = mo.steer_scale_set;
 
     if (c->steer_path && !steer_scale_set) { fprintf(stderr, "ds4-server: --steer needs --steer-scale S\n"); return 2; }
     if (!c->steer_path && (steer_scale_set || c->steer_layers)) {
@@ -337,7 +278,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ds4-server: --steer cannot be combined with --kv-disk-dir (cached states were computed unsteered)\n");
         return 2;
     }
-    if (dist && c->parallel > 1) {
+    if (mo.dist && c->parallel > 1) {
         /* the ranks serve one session's passes at a time; a batched step
          * over MPI is not built (nor tested), so say so instead */
         fprintf(stderr, "ds4-server: --parallel > 1 cannot be combined with --dist (use --parallel 1)\n");
@@ -358,23 +299,195 @@ int main(int argc, char **argv) {
                 "an API key: set --api-key / DS4_API_KEY, or pass --insecure-no-auth\n", c->host);
         return 2;
     }
+    *mo_out = mo;
+    return 0;
+}
+
+/* A model that does not fit in RAM pages its weights from disk over and
+ * over: say so with the plan instead of looking hung.  0, or 1 when the
+ * --parallel sessions cannot fit at all. */
+static int check_memory(server_ctx *srv) {
+    server_config *c = &srv->cfg;
+    if (!c->ssd_streaming) {
+        ds4_mem_plan plan;
+        if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK) {
+            /* --parallel N: N sessions, each with its KV state and scratch.
+             * The weights are mmap'd (they page, slowly); the sessions'
+             * memory cannot: more than is available is an error */
+            uint64_t per = plan.kv + plan.scratch;
+            uint64_t sessions = per * (uint64_t)c->parallel;
+            if (c->parallel > 1 && plan.mem_available && sessions > plan.mem_available) {
+                fprintf(stderr, "ds4-server: --parallel %d needs %.1f GiB for its sessions "
+                        "(%d x %.2f GiB: KV state at --ctx %d + scratch) but %.1f GiB is "
+                        "available: lower --parallel or --ctx\n", c->parallel,
+                        sessions / 1073741824.0, c->parallel, per / 1073741824.0, c->ctx,
+                        plan.mem_available / 1073741824.0);
+                return 1;
+            }
+            plan.total += sessions - per;
+            if (plan.mem_available && plan.total > plan.mem_available) {
+                fprintf(stderr, "ds4-server: warning: this run needs more memory than is available:\n");
+                ds4_memory_plan_print(&plan, stderr);
+                if (c->parallel > 1)
+                    fprintf(stderr, "  (with --parallel %d: %.1f GiB more for the other sessions)\n",
+                            c->parallel, (sessions - per) / 1073741824.0);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Load the model and what goes with it (MTP check, steering direction,
+ * trace file).  0, or the exit status. */
+static int load_model(server_ctx *srv, const ds4_model_opts *mo, ds4_model_info *info) {
+    server_config *c = &srv->cfg;
+    char *err = NULL;
+    ds4_model_params mp;
+    ds4_model_opts_model_params(mo, &mp);
+    srv->model = ds4_model_load(c->model_path, &mp, &err);
+    if (!srv->model) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the model");
+        free(err);
+        return 1;
+    }
+    {
+        ds4_expert_cache_stats x;
+        ds4_model_expert_cache_stats(srv->model, &x);
+        if (x.enabled)
+            fprintf(stderr, "ds4-server: ssd streaming: expert cache %.1f MiB = %llu slots of %.2f MiB "
+                    "(%.1f %% of the %llu routed expert slices), %s reads\n", x.cache_bytes / 1048576.0,
+                    (unsigned long long)x.slots, x.slot_bytes / 1048576.0,
+                    100.0 * (double)x.slots / (double)x.n_slices, (unsigned long long)x.n_slices,
+                    x.direct_io ? "O_DIRECT" : "buffered");
+    }
+    c->has_mtp = ds4_model_has_mtp(srv->model);
+    if (c->mtp_draft < 0) c->mtp_draft = c->mtp_path ? DS4_MTP_DRAFT_DEFAULT : 0;
+    if (c->mtp_draft > 0 && !c->has_mtp) {
+        fprintf(stderr, "ds4-server: --mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with "
+                "--mtp FILE\n", c->model_path);
+        ds4_model_free(srv->model);
+        return 1;
+    }
+    srv->tok = ds4_model_tokenizer(srv->model);
+    srv->sp = ds4_tok_special(srv->tok);
+    ds4_model_get_info(srv->model, info);
+    srv->n_vocab = info->n_vocab;
+    srv->started = util_unix_time();
+    derive_model_id(srv);
+    srv->ctx = c->ctx;
+    g_srv = srv;
+    if (c->steer_path) {
+        ds4_steer_meta meta;
+        if (ds4_steer_load(c->steer_path, info->n_embd, &srv->steer, &meta, &err)) {
+            fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the direction");
+            free(err);
+            ds4_model_free(srv->model);
+            return 1;
+        }
+        srv->steer_l0 = meta.layer_first;
+        srv->steer_l1 = meta.layer_last;
+        if ((c->steer_layers && ds4_steer_parse_layers(c->steer_layers, info->n_layer, &srv->steer_l0, &srv->steer_l1)) ||
+            srv->steer_l0 < 0 || srv->steer_l1 >= info->n_layer || srv->steer_l0 > srv->steer_l1) {
+            fprintf(stderr, "ds4-server: --steer-layers: bad layers (expected A:B with 0 <= A <= B < %d)\n", info->n_layer);
+            free(srv->steer);
+            ds4_model_free(srv->model);
+            return 2;
+        }
+        if (strcmp(meta.model, info->name))
+            log_msg("warning: the steering direction was computed on '%s', this model is '%s'", meta.model, info->name);
+    }
+    if (c->trace_path && !(srv->trace = fopen(c->trace_path, "a"))) {
+        fprintf(stderr, "ds4-server: cannot open %s: %s\n", c->trace_path, strerror(errno));
+        free(srv->steer);
+        ds4_model_free(srv->model);
+        return 1;
+    }
+
+    return 0;
+}
+
+/* Start the worker and HTTP, serve until SIGINT/SIGTERM, stop in order.
+ * Returns the exit status. */
+static int serve(server_ctx *srv, const ds4_model_info *info, int lfd, int port, sigset_t *sigs) {
+    server_config *c = &srv->cfg;
+    char *err = NULL;
+    int rc = 1;
+    http_server *h = NULL;
+    srv->m = metrics_new();
+    srv->tm = toolmem_new(c->tool_memory_max_ids);
+    if (!srv->m || !srv->tm) { fprintf(stderr, "ds4-server: out of memory\n"); close(lfd); goto out; }
+    srv->w = worker_start(srv, &err);
+    /* after the worker opened (and checked) the cache directory */
+    if (srv->w && c->kv_dir && !(srv->kvf = kvdisk_finder_open(srv, &err))) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot open the disk KV cache");
+        free(err);
+        close(lfd);
+        goto out;
+    }
+    if (!srv->w) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start the worker");
+        free(err);
+        close(lfd);
+        goto out;
+    }
+    h = http_start(srv, lfd, port, &err);
+    if (!h) {
+        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start HTTP");
+        free(err);
+        goto out;
+    }
+    log_msg("%s: %d layers, vocab %d, context %d tokens%s%s", srv->model_id, info->n_layer,
+            info->n_vocab, srv->ctx, c->test_mode ? ", TEST MODE (X-DS4-Test-Output honoured)" : "",
+            c->api_key ? ", API key required" : "");
+    if (strstr(info->name, "RANDOM") || strstr(info->name, "random") || strstr(info->name, "tiny"))
+        log_msg("note: %s looks like a synthetic random-weight model: its output is noise",
+                info->name);
+    fprintf(stderr, "ds4-server: listening on http://%s%s%s:%d\n",
+            strchr(c->host, ':') ? "[" : "", c->host, strchr(c->host, ':') ? "]" : "", port);
+    fflush(stderr);
+
+    int sig = 0;
+    sigwait(sigs, &sig);
+    /* a second signal ends the process immediately */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, sigs, NULL);
+    log_msg("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_quiesce(h);
+    worker_stop(srv->w);
+    http_stop(h);
+    h = NULL;
+    rc = ds4_model_broken(srv->model) ? 1 : 0;   /* the worker stopped it (worker.c check_model) */
+out:
+    http_stop(h);
+    worker_free(srv->w);
+    kvdisk_finder_close(srv->kvf);
+    toolmem_free(srv->tm);
+    metrics_free(srv->m);
+    ds4_model_free(srv->model);
+    if (srv->trace) fclose(srv->trace);
+    free(srv->steer);
+    g_srv = NULL;
+    if (rc == 0) log_msg("stopped");
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    server_ctx srv;
+    memset(&srv, 0, sizeof srv);
+    server_config *c = &srv.cfg;
+    ds4_model_opts mo;
+    int rc = parse_config(&srv, &mo, argc, argv);
+    if (rc) return rc;
     /* before the port and the memory plan: the most basic mistake first
      * (--dist: the ranks may name files of their own) */
-    if (!dist && ds4_model_file_check("ds4-server", c->model_path)) return 1;
-    if (dist) {
-        /* ranks > 0 serve rank 0 (src/dist/); only rank 0 listens */
+    if (!mo.dist && ds4_model_file_check("ds4-server", c->model_path)) return 1;
+    {
+        /* --dist: ranks > 0 serve rank 0; only rank 0 listens */
         char *derr = NULL;
-        if (dist_timeout >= 0) ds4_dist_set_timeout(dist_timeout);
-        int r = ds4_dist_init(&argc, &argv, dist, dist_layers, &derr);
-        if (r < 0) { fprintf(stderr, "ds4-server: %s\n", derr ? derr : ds4_strerror(r)); free(derr); return 2; }
-        if (r > 0) {
-            ds4_model_params wp;
-            ds4_model_params_default(&wp);
-            wp.n_threads = c->threads;
-            wp.ssd_streaming = c->ssd_streaming;
-            wp.ssd_cache_bytes = c->ssd_cache_bytes;
-            return ds4_dist_worker(c->model_path, &wp);
-        }
+        int wrc = 0, r = ds4_model_opts_start_dist(&mo, &argc, &argv, &wrc, &derr);
+        if (r < 0) { fprintf(stderr, "ds4-server: %s\n", derr ? derr : "cannot start MPI"); free(derr); return 2; }
+        if (r > 0) return wrc;
     }
     if (util_random_init()) {
         fprintf(stderr, "ds4-server: cannot open /dev/urandom\n");
@@ -399,161 +512,10 @@ int main(int argc, char **argv) {
         free(err);
         return 1;
     }
-
-    /* a model that does not fit in RAM pages its weights from disk over
-     * and over: say so with the plan instead of looking hung */
-    if (!c->ssd_streaming) {
-        ds4_mem_plan plan;
-        if (ds4_memory_plan(c->model_path, c->ctx, c->threads, &plan, NULL) == DS4_OK) {
-            /* --parallel N: N sessions, each with its KV state and scratch.
-             * The weights are mmap'd (they page, slowly); the sessions'
-             * memory cannot: more than is available is an error */
-            uint64_t per = plan.kv + plan.scratch;
-            uint64_t sessions = per * (uint64_t)c->parallel;
-            if (c->parallel > 1 && plan.mem_available && sessions > plan.mem_available) {
-                fprintf(stderr, "ds4-server: --parallel %d needs %.1f GiB for its sessions "
-                        "(%d x %.2f GiB: KV state at --ctx %d + scratch) but %.1f GiB is "
-                        "available: lower --parallel or --ctx\n", c->parallel,
-                        sessions / 1073741824.0, c->parallel, per / 1073741824.0, c->ctx,
-                        plan.mem_available / 1073741824.0);
-                close(lfd);
-                return 1;
-            }
-            plan.total += sessions - per;
-            if (plan.mem_available && plan.total > plan.mem_available) {
-                fprintf(stderr, "ds4-server: warning: this run needs more memory than is available:\n");
-                ds4_memory_plan_print(&plan, stderr);
-                if (c->parallel > 1)
-                    fprintf(stderr, "  (with --parallel %d: %.1f GiB more for the other sessions)\n",
-                            c->parallel, (sessions - per) / 1073741824.0);
-            }
-        }
-    }
-    ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = c->threads;
-    mp.ssd_streaming = c->ssd_streaming;
-    mp.ssd_cache_bytes = c->ssd_cache_bytes;
-    mp.mtp_path = c->mtp_path;
-    srv.model = ds4_model_load(c->model_path, &mp, &err);
-    if (!srv.model) {
-        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the model");
-        free(err);
-        close(lfd);
-        return 1;
-    }
-    {
-        ds4_expert_cache_stats x;
-        ds4_model_expert_cache_stats(srv.model, &x);
-        if (x.enabled)
-            fprintf(stderr, "ds4-server: ssd streaming: expert cache %.1f MiB = %llu slots of %.2f MiB "
-                    "(%.1f %% of the %llu routed expert slices), %s reads\n", x.cache_bytes / 1048576.0,
-                    (unsigned long long)x.slots, x.slot_bytes / 1048576.0,
-                    100.0 * (double)x.slots / (double)x.n_slices, (unsigned long long)x.n_slices,
-                    x.direct_io ? "O_DIRECT" : "buffered");
-    }
-    c->has_mtp = ds4_model_has_mtp(srv.model);
-    if (c->mtp_draft < 0) c->mtp_draft = c->mtp_path ? DS4_MTP_DRAFT_DEFAULT : 0;
-    if (c->mtp_draft > 0 && !c->has_mtp) {
-        fprintf(stderr, "ds4-server: --mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with "
-                "--mtp FILE\n", c->model_path);
-        ds4_model_free(srv.model);
-        close(lfd);
-        return 1;
-    }
-    srv.tok = ds4_model_tokenizer(srv.model);
-    srv.sp = ds4_tok_special(srv.tok);
     ds4_model_info info;
-    ds4_model_get_info(srv.model, &info);
-    srv.n_vocab = info.n_vocab;
-    srv.started = util_unix_time();
-    derive_model_id(&srv);
-    srv.ctx = c->ctx;
-    g_srv = &srv;
-    if (c->steer_path) {
-        ds4_steer_meta meta;
-        if (ds4_steer_load(c->steer_path, info.n_embd, &srv.steer, &meta, &err)) {
-            fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot load the direction");
-            free(err);
-            ds4_model_free(srv.model);
-            return 1;
-        }
-        srv.steer_l0 = meta.layer_first;
-        srv.steer_l1 = meta.layer_last;
-        if ((c->steer_layers && ds4_steer_parse_layers(c->steer_layers, info.n_layer, &srv.steer_l0, &srv.steer_l1)) ||
-            srv.steer_l0 < 0 || srv.steer_l1 >= info.n_layer || srv.steer_l0 > srv.steer_l1) {
-            fprintf(stderr, "ds4-server: --steer-layers: bad layers (expected A:B with 0 <= A <= B < %d)\n", info.n_layer);
-            free(srv.steer);
-            ds4_model_free(srv.model);
-            return 2;
-        }
-        if (strcmp(meta.model, info.name))
-            log_msg("warning: the steering direction was computed on '%s', this model is '%s'", meta.model, info.name);
-    }
-    if (c->trace_path && !(srv.trace = fopen(c->trace_path, "a"))) {
-        fprintf(stderr, "ds4-server: cannot open %s: %s\n", c->trace_path, strerror(errno));
-        free(srv.steer);
-        ds4_model_free(srv.model);
-        return 1;
-    }
-
-    int rc = 1;
-    http_server *h = NULL;
-    srv.m = metrics_new();
-    srv.tm = toolmem_new(c->tool_memory_max_ids);
-    if (!srv.m || !srv.tm) { fprintf(stderr, "ds4-server: out of memory\n"); close(lfd); goto out; }
-    srv.w = worker_start(&srv, &err);
-    /* after the worker opened (and checked) the cache directory */
-    if (srv.w && c->kv_dir && !(srv.kvf = kvdisk_finder_open(&srv, &err))) {
-        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot open the disk KV cache");
-        free(err);
+    if (check_memory(&srv) || (rc = load_model(&srv, &mo, &info))) {
         close(lfd);
-        goto out;
+        return rc ? rc : 1;
     }
-    if (!srv.w) {
-        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start the worker");
-        free(err);
-        close(lfd);
-        goto out;
-    }
-    h = http_start(&srv, lfd, port, &err);
-    if (!h) {
-        fprintf(stderr, "ds4-server: %s\n", err ? err : "cannot start HTTP");
-        free(err);
-        goto out;
-    }
-    log_msg("%s: %d layers, vocab %d, context %d tokens%s%s", srv.model_id, info.n_layer,
-            info.n_vocab, srv.ctx, c->test_mode ? ", TEST MODE (X-DS4-Test-Output honoured)" : "",
-            c->api_key ? ", API key required" : "");
-    if (strstr(info.name, "RANDOM") || strstr(info.name, "random") || strstr(info.name, "tiny"))
-        log_msg("note: %s looks like a synthetic random-weight model: its output is noise",
-                info.name);
-    fprintf(stderr, "ds4-server: listening on http://%s%s%s:%d\n",
-            strchr(c->host, ':') ? "[" : "", c->host, strchr(c->host, ':') ? "]" : "", port);
-    fflush(stderr);
-
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    /* a second signal ends the process immediately */
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
-    log_msg("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    http_quiesce(h);
-    worker_stop(srv.w);
-    http_stop(h);
-    h = NULL;
-    rc = ds4_model_broken(srv.model) ? 1 : 0;   /* the worker stopped it (worker.c check_model) */
-out:
-    http_stop(h);
-    worker_free(srv.w);
-    kvdisk_finder_close(srv.kvf);
-    toolmem_free(srv.tm);
-    metrics_free(srv.m);
-    ds4_model_free(srv.model);
-    if (srv.trace) fclose(srv.trace);
-    free(srv.steer);
-    g_srv = NULL;
-    if (rc == 0) log_msg("stopped");
-    return rc;
+    return serve(&srv, &info, lfd, port, &sigs);
 }

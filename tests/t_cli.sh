@@ -57,12 +57,14 @@ else bad "--version strings differ (binaries from different builds? run make): $
 # ---- 2. --help lists what the parser accepts ------------------------------
 # Options the parsers match (ds4_args_is calls; ARG() in the server; -h,
 # --help and --version answered by the shared cursor) against every option
-# named in --help, both ways.
+# named in --help, both ways; the shared model/runtime flags count for the
+# binaries that name their DS4_MO_* groups.
 if "$PY" - > "$T/help.txt" 2>&1 <<'EOF'
 import os, re, subprocess, sys
-bins = {"ds4": "cli/ds4.c", "ds4-synth": "tools/ds4_synth.c", "ds4-bench": "tools/ds4_bench.c",
-        "ds4-kv": "tools/ds4_kv.c", "ds4-server": "server/main.c"}
+bins = {"ds4": "cli/ds4.c", "ds4-synth": "tools/ds4_synth.c", "ds4-bench": "tools/ds4_bench.c", "ds4-eval": "tools/ds4_eval.c", "ds4-steer": "tools/ds4_steer.c",
+        "ds4-kv": "tools/ds4_kv.c", "ds4-server": "server/main.c", "ds4-agent": "agent/main.c"}
 flag_re = re.compile(r'(?<![\w-])(--?[a-zA-Z][\w-]*)')
+mo_src = open("src/common/model_opts.c").read()
 bad = 0
 for b, f in bins.items():
     t = open(f).read()
@@ -73,6 +75,12 @@ for b, f in bins.items():
         src.add(m.group(1))
     if "ds4_args_next" in t:
         src.update(["-h", "--help", "--version"])
+    # the shared model/runtime flags (src/common/model_opts.c) of the
+    # DS4_MO_* groups this binary names
+    groups = set(re.findall(r'\b(DS4_MO_[A-Z]+)\b', t))
+    for m in re.finditer(r'is\(o, (DS4_MO_[A-Z]+), a, (?:NULL|"([^"]+)"), "([^"]+)"\)', mo_src):
+        if m.group(1) in groups:
+            src.update(x for x in m.groups()[1:] if x)
     h = subprocess.run([os.path.join(os.environ.get("DS4_BIN_DIR", "."), b), "--help"], capture_output=True, text=True)
     helps = set(flag_re.findall(h.stdout))
     if h.returncode != 0 or len(src) < 4 or src != helps:
@@ -85,6 +93,16 @@ sys.exit(1 if bad else 0)
 EOF
 then ok "--help lists exactly the accepted options: $(tr '\n' ' ' < "$T/help.txt")"
 else bad "--help vs parser: $(cat "$T/help.txt")"; fi
+
+# The shared model/runtime flags (src/common/model_opts.c) read the same in
+# every binary that takes them: the --threads entry, two lines, verbatim.
+same=""
+for b in ds4 ds4-server ds4-agent ds4-bench ds4-eval ds4-steer; do
+    h=$("$BD"/$b --help | grep -A1 -- '-t, --threads N')
+    [ -z "$same" ] && same="$h"
+    [ "$h" = "$same" ] && [ -n "$h" ] || { bad "$b --help: the shared --threads entry differs: '$h'"; same=x; }
+done
+[ "$same" != x ] && ok "the shared flags' help reads the same in all six model-loading binaries"
 
 # --help shows every interactive command, the same list /help prints
 "$BD"/ds4 --help > "$T/dh.txt"

@@ -29,6 +29,7 @@
 
 #include "ds4.h"
 #include "common/args.h"
+#include "common/model_opts.h"
 #include "probe.h"
 
 #define CSV_HEADER "ctx,prefill_tokens,prefill_tps,decode_tokens,decode_tps,kv_bytes,weight_bytes_per_token"
@@ -93,6 +94,9 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The shared model/runtime flags ds4-bench takes (model_opts.h). */
+#define BENCH_GROUPS (DS4_MO_MODEL | DS4_MO_CHUNK | DS4_MO_QAT | DS4_MO_SSD | DS4_MO_DIST | DS4_MO_MTP)
+
 static void usage(FILE *f) {
     fprintf(f,
 "usage: ds4-bench -m MODEL --prompt-file TEXT [--ctx-start N] [--ctx-max N]\n"
@@ -119,7 +123,6 @@ static void usage(FILE *f) {
 "generated tokens.\n"
 "\n"
 "options:\n"
-"  -m, --model FILE     GGUF model (default ./ds4flash.gguf)\n"
 "  --prompt-file FILE   UTF-8 text to prefill (required; e.g.\n"
 "                       bench/data/italian_sample.txt)\n"
 "  --ctx-start N        first frontier in tokens (default 2048)\n"
@@ -128,30 +131,11 @@ static void usage(FILE *f) {
 "  --step-mul F         next frontier = previous x F, F > 1 (the default,\n"
 "                       with F = 2, when neither is given)\n"
 "  --gen-tokens N       greedy tokens decoded at each frontier (default 16)\n"
-"  -t, --threads N      worker threads (default: $DS4_THREADS, else every CPU\n"
-"                       this process may use)\n"
-"  --chunk N            prefill chunk size in tokens (default 2048)\n"
 "  --plot FILE          also write an SVG plot of prefill and decode\n"
 "                       tokens/s against context (created before the run,\n"
 "                       filled in at the end, also after Ctrl+C)\n"
-"  --no-qat             no FP8/FP4/f16 cache roundings, float activations\n"
-"                       (the same diagnostic mode as ds4 --no-qat)\n"
-"  --dist MODE          under mpirun: pipeline or experts over the ranks\n"
-"                       (README \"Several machines\"); snapshots are not\n"
-"                       distributed, so a RAM checkpoint rewinds after each\n"
-"                       decode instead, and the communication time per\n"
-"                       token is reported\n"
-"  --dist-layers SPEC   pipeline split per rank (0:20,21:42)\n"
-"  --dist-timeout SEC   a rank silent this long is named and the job stopped\n"
-"                       (default 300; 0 = wait forever)\n"
 "  --kv-disk-dir DIR    also time saving each frontier's state to a disk KV\n"
 "                       cache in DIR and restoring it by its text (stderr)\n"
-"  --ssd-streaming      stream the routed experts from the file (see ds4\n"
-"                       --help); no warm-up; the CSV gets four more columns:\n"
-"                       " CSV_SSD "\n"
-"  --ssd-streaming-cache-experts SIZE\n"
-"                       expert cache size (512MB, 8GB, ...; implies\n"
-"                       --ssd-streaming)\n"
 "  --no-warmup          do not read the model file once before timing (the\n"
 "                       warm-up pulls the weights into the page cache so the\n"
 "                       first frontier does not time disk reads; it is\n"
@@ -185,17 +169,25 @@ static void usage(FILE *f) {
 "                       uses it, counted for experts chosen uniformly --\n"
 "                       against N separate decode steps).  Every stream's\n"
 "                       tokens are checked to be the same whatever N.\n"
-"  --mtp FILE           the MTP block (mtp.0.*, docs/MTP.md) from FILE\n"
-"  --mtp-draft N        with --spec (or alone: --spec N): also time one MTP\n"
-"                       draft step and decode --gen-tokens with N MTP drafts\n"
-"                       a pass (default " DS4_XSTR(DS4_MTP_DRAFT_DEFAULT) " with --mtp; the model's own\n"
-"                       block without --mtp), checked like the others\n"
 "  -v, --verbose        print the generated token ids of every frontier on\n"
 "                       stderr (\"ds4-bench: gen ctx=N: id id ...\"); they do\n"
 "                       not depend on the frontier schedule or chunk size\n"
 "  -h, --help           this text\n"
 "  --version            print the version and exit\n"
-"Values follow the option or are attached with = (--ctx-max=8192).\n"
+"Values follow the option or are attached with = (--ctx-max=8192).\n");
+    ds4_model_opts d;
+    ds4_model_opts_init(&d, "ds4-bench", BENCH_GROUPS);
+    ds4_model_opts_help(f, &d);
+    fprintf(f,
+"\n"
+"notes:\n"
+"  --mtp-draft N, with --spec (or alone: --spec N), also times one MTP draft\n"
+"  step and decodes --gen-tokens with N MTP drafts a pass (default " DS4_XSTR(DS4_MTP_DRAFT_DEFAULT) "\n"
+"  with --mtp; the model's own block without --mtp), checked like the\n"
+"  others.  --ssd-streaming: no warm-up; the CSV gets four more columns:\n"
+"  " CSV_SSD ".  --dist: snapshots are not distributed, so a RAM\n"
+"  checkpoint rewinds after each decode instead, and the communication\n"
+"  time per token is reported.\n"
 "\n"
 "output:\n"
 "  stdout: CSV, one row per frontier, with this header:\n"
@@ -259,11 +251,11 @@ typedef struct {
     int spec;                /* --spec N: speculative-decoding costs */
     const char *mtp;         /* --mtp FILE */
     int mtp_draft;           /* --mtp-draft N (-1 = not given) */
-    const char *dist, *dist_layers;  /* --dist: under mpirun (src/dist/) */
-    double dist_timeout;             /* < 0: the default */
+    const char *dist;                /* --dist: under mpirun (src/dist/) */
     int ssd_streaming;       /* --ssd-streaming: expert columns in the CSV */
     uint64_t ssd_cache_bytes;
     int par[64], n_par, rounds;      /* --parallel LIST, --rounds R */
+    ds4_model_opts mo;               /* the shared flags (copied above) */
 } opts;
 
 /* --parallel: a comma-separated list of stream counts 1..64 */
@@ -285,47 +277,40 @@ static void parse_par_list(const char *v, opts *o) {
 
 static void parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
-    o->model = "./ds4flash.gguf";
     o->ctx_start = 2048;
     o->ctx_max = 32768;
-    o->dist_timeout = -1;
     o->step_mul = 2.0;
     o->gen = 16;
-    o->chunk = 2048;
-    o->mtp_draft = -1;
+    ds4_model_opts_init(&o->mo, "ds4-bench", BENCH_GROUPS);
     ds4_args a;
     ds4_args_init(&a, "ds4-bench", argc, argv, usage);
     while (ds4_args_next(&a)) {
-        if (ds4_args_is(&a, "-m", "--model")) o->model = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--prompt-file")) o->text = ds4_args_value(&a);
+        if (ds4_model_opts_parse(&o->mo, &a)) continue;
+        if (ds4_args_is(&a, NULL, "--prompt-file")) o->text = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--ctx-start")) o->ctx_start = ds4_args_int(&a, 1, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--ctx-max")) o->ctx_max = ds4_args_int(&a, 1, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--step-incr")) { o->step_incr = ds4_args_int(&a, 1, 1 << 24); o->have_incr = 1; }
         else if (ds4_args_is(&a, NULL, "--step-mul")) { o->step_mul = ds4_args_double(&a, -1e9, 1e9); o->have_mul = 1; }
         else if (ds4_args_is(&a, NULL, "--gen-tokens")) o->gen = ds4_args_int(&a, 1, 1 << 24);
-        else if (ds4_args_is(&a, "-t", "--threads")) o->threads = ds4_args_int(&a, 0, 4096);
-        else if (ds4_args_is(&a, NULL, "--chunk")) o->chunk = ds4_args_int(&a, 1, 1 << 20);
         else if (ds4_args_is(&a, NULL, "--plot")) o->plot = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--no-qat")) o->no_qat = 1;
         else if (ds4_args_is(&a, NULL, "--no-warmup")) o->no_warmup = 1;
-        else if (ds4_args_is(&a, NULL, "--ssd-streaming")) o->ssd_streaming = 1;
-        else if (ds4_args_is(&a, NULL, "--ssd-streaming-cache-experts")) {
-            o->ssd_cache_bytes = ds4_args_size(&a, 1 << 20, 1, UINT64_MAX);
-            o->ssd_streaming = 1;
-        }
         else if (ds4_args_is(&a, NULL, "--no-probe")) o->no_probe = 1;
         else if (ds4_args_is(&a, NULL, "--spec")) o->spec = ds4_args_int(&a, 1, DS4_DRAFT_PASS_MAX - 1);
-        else if (ds4_args_is(&a, NULL, "--mtp")) o->mtp = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--mtp-draft")) o->mtp_draft = ds4_args_int(&a, 0, DS4_DRAFT_PASS_MAX - 1);
         else if (ds4_args_is(&a, NULL, "--kv-disk-dir")) o->kv_dir = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--dist")) o->dist = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--dist-layers")) o->dist_layers = ds4_args_value(&a);
-        else if (ds4_args_is(&a, NULL, "--dist-timeout")) o->dist_timeout = ds4_args_double(&a, 0, 1e6);
         else if (ds4_args_is(&a, NULL, "--parallel")) parse_par_list(ds4_args_value(&a), o);
         else if (ds4_args_is(&a, NULL, "--rounds")) o->rounds = ds4_args_int(&a, 1, 1000);
         else if (ds4_args_is(&a, "-v", "--verbose")) o->verbose = 1;
         else ds4_args_unknown(&a);
     }
+    o->model = o->mo.model;
+    o->threads = o->mo.threads;
+    o->chunk = o->mo.chunk;
+    o->no_qat = o->mo.no_qat;
+    o->ssd_streaming = o->mo.ssd_streaming;
+    o->ssd_cache_bytes = o->mo.ssd_cache_bytes;
+    o->mtp = o->mo.mtp;
+    o->mtp_draft = o->mo.mtp_draft;
+    o->dist = o->mo.dist;
     if (!o->text) die_usage("--prompt-file FILE is required (the text to prefill)");
     if (o->rounds && !o->n_par) die_usage("--rounds goes with --parallel");
     if (!o->rounds) o->rounds = 3;
@@ -960,17 +945,9 @@ int main(int argc, char **argv) {
         /* ranks > 0 serve rank 0 and never reach the measurements */
         if (o.kv_dir) die_usage("--kv-disk-dir does not work with --dist (snapshots are not distributed)");
         char *derr = NULL;
-        if (o.dist_timeout >= 0) ds4_dist_set_timeout(o.dist_timeout);
-        int r = ds4_dist_init(&argc, &argv, o.dist, o.dist_layers, &derr);
-        if (r < 0) die_usage("%s", derr ? derr : ds4_strerror(r));
-        if (r > 0) {
-            ds4_model_params wp;
-            ds4_model_params_default(&wp);
-            wp.n_threads = o.threads;
-            wp.ssd_streaming = o.ssd_streaming;
-            wp.ssd_cache_bytes = o.ssd_cache_bytes;
-            return ds4_dist_worker(o.model, &wp);
-        }
+        int wrc = 0, r = ds4_model_opts_start_dist(&o.mo, &argc, &argv, &wrc, &derr);
+        if (r < 0) die_usage("%s", derr ? derr : "cannot start MPI");
+        if (r > 0) return wrc;
     }
 
     /* Files first: everything that can be checked before the long part. */

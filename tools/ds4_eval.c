@@ -37,10 +37,21 @@
 
 #include "ds4.h"
 #include "common/args.h"
+#include "common/model_opts.h"
 #include "common/logprob.h"
 #include "eval/grade.h"
 
 static const char *PROG = "ds4-eval";
+
+/* The shared model/runtime flags ds4-eval takes (model_opts.h), with its
+ * defaults: a 16K context, greedy, seed 1 (a run is reproducible). */
+static void eval_opts_defaults(ds4_model_opts *o) {
+    ds4_model_opts_init(o, PROG, DS4_MO_MODEL | DS4_MO_CTX | DS4_MO_TEMP);
+    o->ctx = 16384;
+    o->sp.temperature = 0;
+    o->sp.seed = 1;
+    o->seed_default = "1";
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -49,10 +60,6 @@ static void usage(FILE *f) {
 "       ds4-eval --list                 print the questions (id, topic, kind,\n"
 "                                       expected, tool arguments, prompt) and exit\n"
 "\n"
-"  -m, --model FILE      GGUF model (default ./ds4flash.gguf)\n"
-"  -t, --threads N       worker threads (default: $DS4_THREADS, else\n"
-"                        every CPU this process may use)\n"
-"  -c, --ctx N           context size (default 16384)\n"
 "      --think           thinking mode, effort high (default)\n"
 "      --nothink         answer without reasoning\n"
 "      --think-soft N    after N reasoning tokens, close the reasoning at the\n"
@@ -61,8 +68,6 @@ static void usage(FILE *f) {
 "                        0 = none; a smaller value also lowers the default\n"
 "                        soft budget to it)\n"
 "  -n, --max-answer N    answer tokens after the reasoning (default 512)\n"
-"      --temp F          temperature (default 0 = greedy)\n"
-"      --seed N          sampler seed (default 1)\n"
 "      --ids LIST        only these question ids (comma separated)\n"
 "      --limit N         only the first N questions\n"
 "      --report PREFIX   write PREFIX.json and PREFIX.txt\n"
@@ -75,7 +80,11 @@ static void usage(FILE *f) {
 "                        negative log-likelihood (nats) per continuation token\n"
 "                        given its prompt; both texts are tokenized apart, as\n"
 "                        they are (control tokens recognised, no template)\n"
-"  -h, --help, --version\n"
+"  -h, --help, --version\n");
+    ds4_model_opts d;
+    eval_opts_defaults(&d);
+    ds4_model_opts_help(f, &d);
+    fprintf(f,
 "\n"
 "Terminal view (stdout a terminal): questions with their status on the\n"
 "left, the selected one's reasoning (dim) and answer on the right.  Keys:\n"
@@ -603,29 +612,22 @@ static int nll_main(opts *o, ds4_model *m) {
 
 static void parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
-    o->model = "./ds4flash.gguf";
-    o->ctx = 16384;
     o->think = DS4_THINK_HIGH;
     o->soft = 1024;
     o->hard = 2048;
     o->max_answer = 512;
-    ds4_sampler_params_default(&o->sp);
-    o->sp.temperature = 0;
-    o->sp.seed = 1;
+    ds4_model_opts mo;
+    eval_opts_defaults(&mo);
     int soft_set = 0;
     ds4_args a;
     ds4_args_init(&a, PROG, argc, argv, usage);
     while (ds4_args_next(&a)) {
-        if (ds4_args_is(&a, "-m", "--model")) o->model = ds4_args_value(&a);
-        else if (ds4_args_is(&a, "-t", "--threads")) o->threads = ds4_args_int(&a, 0, 4096);
-        else if (ds4_args_is(&a, "-c", "--ctx")) o->ctx = ds4_args_int(&a, 16, 1 << 24);
-        else if (ds4_args_is(&a, NULL, "--think")) o->think = DS4_THINK_HIGH;
+        if (ds4_model_opts_parse(&mo, &a)) continue;
+        if (ds4_args_is(&a, NULL, "--think")) o->think = DS4_THINK_HIGH;
         else if (ds4_args_is(&a, NULL, "--nothink")) o->think = DS4_THINK_NONE;
         else if (ds4_args_is(&a, NULL, "--think-soft")) { o->soft = ds4_args_int(&a, 0, 1 << 24); soft_set = 1; }
         else if (ds4_args_is(&a, NULL, "--think-hard")) o->hard = ds4_args_int(&a, 0, 1 << 24);
         else if (ds4_args_is(&a, "-n", "--max-answer")) o->max_answer = ds4_args_int(&a, 1, 1 << 24);
-        else if (ds4_args_is(&a, NULL, "--temp")) o->sp.temperature = (float)ds4_args_double(&a, 0, 100);
-        else if (ds4_args_is(&a, NULL, "--seed")) o->sp.seed = ds4_args_u64(&a);
         else if (ds4_args_is(&a, NULL, "--ids")) o->ids = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--limit")) o->limit = ds4_args_int(&a, 1, 1 << 24);
         else if (ds4_args_is(&a, NULL, "--report")) o->report = ds4_args_value(&a);
@@ -636,6 +638,10 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (ds4_args_is(&a, NULL, "--list")) o->list = 1;
         else ds4_args_unknown(&a);
     }
+    o->model = mo.model;
+    o->threads = mo.threads;
+    o->ctx = mo.ctx;
+    o->sp = mo.sp;
     if (o->soft && o->hard && o->soft > o->hard) {
         /* a lone --think-hard below the default soft budget moves it */
         if (soft_set) ds4_args_fail(PROG, "--think-soft %d is above --think-hard %d", o->soft, o->hard);

@@ -26,9 +26,17 @@
 
 #include "ds4.h"
 #include "common/args.h"
+#include "common/model_opts.h"
 #include "common/steer.h"
 
 static const char *PROG = "ds4-steer";
+
+/* The shared model/runtime flags ds4-steer takes (model_opts.h); each
+ * prompt is evaluated alone, so a 4096-token context is plenty. */
+static void steer_opts_defaults(ds4_model_opts *o) {
+    ds4_model_opts_init(o, PROG, DS4_MO_MODEL | DS4_MO_CTX);
+    o->ctx = 4096;
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -40,8 +48,19 @@ static void usage(FILE *f) {
 "a line (empty lines are skipped); each is BOS + the line tokenized as plain\n"
 "text.  The direction is mean(positive) - mean(negative) of the hidden state\n"
 "after the FFN of layer L (0-based), averaged over the hyper-connection\n"
-"copies and the positions after BOS, normalized.  Use it with\n"
-"  ds4 --steer DIR/direction.f32 --steer-scale S [--steer-layers A:B]\n");
+"copies and the positions after BOS, normalized.  ds4 and ds4-server apply\n"
+"it (their --help, \"steering\": DIR/direction.f32 with a scale).\n"
+"\n"
+"build:\n"
+"      --positive FILE       prompts of the behaviour to steer towards\n"
+"      --negative FILE       prompts of the behaviour to steer away from\n"
+"      --layer L             the layer whose FFN output is read (0-based)\n"
+"  -o, --out DIR             where direction.f32 and direction.json go\n"
+"  -h, --help                this help\n"
+"      --version             print the version and exit\n");
+    ds4_model_opts d;
+    steer_opts_defaults(&d);
+    ds4_model_opts_help(f, &d);
 }
 
 #define die(...) ds4_die(PROG, __VA_ARGS__)
@@ -113,24 +132,26 @@ static int set_mean(ctx *c, const char *path, double *mean) {
 }
 
 int main(int argc, char **argv) {
-    const char *model = "./ds4flash.gguf", *pos = NULL, *neg = NULL, *out = NULL;
-    int layer = -1, threads = 0, ctxn = 4096, cmd = 0;
+    const char *pos = NULL, *neg = NULL, *out = NULL;
+    int layer = -1, cmd = 0;
+    ds4_model_opts mo;
+    steer_opts_defaults(&mo);
     ds4_args a;
     ds4_args_init(&a, PROG, argc, argv, usage);
     while (ds4_args_next(&a)) {
+        if (ds4_model_opts_parse(&mo, &a)) continue;
         if (ds4_args_positional(&a)) {
             if (cmd || strcmp(a.cur, "build")) ds4_args_fail(PROG, "unknown command '%s' (expected build)", a.cur);
             cmd = 1;
         }
-        else if (ds4_args_is(&a, "-m", "--model")) model = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--positive")) pos = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--negative")) neg = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--layer")) layer = ds4_args_int(&a, 0, 1 << 16);
         else if (ds4_args_is(&a, "-o", "--out")) out = ds4_args_value(&a);
-        else if (ds4_args_is(&a, "-t", "--threads")) threads = ds4_args_int(&a, 0, 4096);
-        else if (ds4_args_is(&a, "-c", "--ctx")) ctxn = ds4_args_int(&a, 16, 1 << 24);
         else ds4_args_unknown(&a);
     }
+    const char *model = mo.model;
+    const int threads = mo.threads, ctxn = mo.ctx;
     if (!cmd) ds4_args_fail(PROG, "missing command (ds4-steer build ...)");
     if (!pos || !neg || layer < 0 || !out) ds4_args_fail(PROG, "build needs --positive, --negative, --layer and -o");
 
