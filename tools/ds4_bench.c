@@ -938,63 +938,76 @@ static int run_parallel(const opts *o, ds4_model *m, const ds4_model_info *info,
     return rc;
 }
 
-int main(int argc, char **argv) {
+/* Everything one run holds, shared by the steps of main. */
+typedef struct {
     opts o;
-    parse_args(argc, argv, &o);
-    if (o.dist) {
-        /* ranks > 0 serve rank 0 and never reach the measurements */
-        if (o.kv_dir) die_usage("--kv-disk-dir does not work with --dist (snapshots are not distributed)");
-        char *derr = NULL;
-        int wrc = 0, r = ds4_model_opts_start_dist(&o.mo, &argc, &argv, &wrc, &derr);
-        if (r < 0) die_usage("%s", derr ? derr : "cannot start MPI");
-        if (r > 0) return wrc;
-    }
+    ds4_model *m;
+    ds4_model_info info;
+    int threads;
+    char host[256], cpu[256];
+    int *front, n_front, last, ctx_size;
+    ds4_tokens seq;
+    FILE *plot;
+    uint64_t est, avail;
+    int weights_fit, probing;
+    machine_fig mf0, mf1;
+    ds4_session *s;
+    ds4_kvstore *kv;
+    uint64_t kv_bytes_before;
+    row *rows;
+    int n_rows;
+    int32_t *gen_ids;
+    ds4_buf snap;
+    int tty;
+} bench;
 
+/* Files first: everything that can be checked before the long part (the
+ * prompt text is returned), then the frontier schedule. */
+static char *check_inputs(bench *b, size_t *text_len_out) {
     /* Files first: everything that can be checked before the long part. */
     size_t text_len = 0;
-    char *text = read_file(o.text, &text_len);
-    if (!text) die_usage("cannot read the prompt file %s: %s", o.text, strerror(errno));
-    if (text_len == 0) die_usage("the prompt file %s is empty", o.text);
-    if (o.dist && strchr(o.model, '%'))
+    char *text = read_file(b->o.text, &text_len);
+    if (!text) die_usage("cannot read the prompt file %s: %s", b->o.text, strerror(errno));
+    if (text_len == 0) die_usage("the prompt file %s is empty", b->o.text);
+    if (b->o.dist && strchr(b->o.model, '%'))
         die_usage("ds4-bench --dist reads the whole model file (it warms the page cache from it); "
                   "per-rank files (PREFIX-rank%%d.gguf) run with ds4 and ds4-server");
     struct stat mst;
-    if (stat(o.model, &mst) != 0)
-        die_usage("cannot open the model %s: %s", o.model, strerror(errno));
-    if (S_ISDIR(mst.st_mode)) die_usage("the model %s is a directory", o.model);
-    if (access(o.model, R_OK) != 0)
-        die_usage("cannot read the model %s: %s", o.model, strerror(errno));
-    FILE *plot = NULL;
-    if (o.plot) {
-        plot = fopen(o.plot, "w");
-        if (!plot) die_usage("cannot write the plot %s: %s", o.plot, strerror(errno));
+    if (stat(b->o.model, &mst) != 0)
+        die_usage("cannot open the model %s: %s", b->o.model, strerror(errno));
+    if (S_ISDIR(mst.st_mode)) die_usage("the model %s is a directory", b->o.model);
+    if (access(b->o.model, R_OK) != 0)
+        die_usage("cannot read the model %s: %s", b->o.model, strerror(errno));
+    b->plot = NULL;
+    if (b->o.plot) {
+        b->plot = fopen(b->o.plot, "w");
+        if (!b->plot) die_usage("cannot write the plot %s: %s", b->o.plot, strerror(errno));
     }
 
-    int n_front = 0;
-    int *front = make_frontiers(&o, &n_front);
-    int last = front[n_front - 1];
-    int ctx_size = last + o.gen;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    b->n_front = 0;
+    b->front = make_frontiers(&b->o, &b->n_front);
+    b->last = b->front[b->n_front - 1];
+    b->ctx_size = b->last + b->o.gen;
+    *text_len_out = text_len;
+    return text;
+}
 
+/* Load the model (and check the MTP block --mtp-draft needs). */
+static void load_model(bench *b) {
     /* Model. */
     ds4_model_params mp;
     ds4_model_params_default(&mp);
-    mp.n_threads = o.threads;
-    mp.ssd_streaming = o.ssd_streaming;
-    mp.ssd_cache_bytes = o.ssd_cache_bytes;
-    mp.mtp_path = o.mtp;
+    mp.n_threads = b->o.threads;
+    mp.ssd_streaming = b->o.ssd_streaming;
+    mp.ssd_cache_bytes = b->o.ssd_cache_bytes;
+    mp.mtp_path = b->o.mtp;
     char *err = NULL;
     double t0 = now_s();
-    ds4_model *m = ds4_model_load(o.model, &mp, &err);
-    if (!m) die("%s", err ? err : "cannot load the model");
+    b->m = ds4_model_load(b->o.model, &mp, &err);
+    if (!b->m) die("%s", err ? err : "cannot load the model");
     ds4_expert_cache_stats xs;
-    ds4_model_expert_cache_stats(m, &xs);
+    ds4_model_expert_cache_stats(b->m, &xs);
     if (xs.enabled)
         note("ssd streaming: expert cache %.1f MiB = %llu slots of %.2f MiB (%.1f %% of the %llu routed "
              "expert slices, %.1f MiB), %.1f MiB resident, %s reads, %d readers",
@@ -1002,23 +1015,26 @@ int main(int argc, char **argv) {
              100.0 * (double)xs.slots / (double)xs.n_slices, (unsigned long long)xs.n_slices,
              xs.routed_bytes / 1048576.0, xs.resident_bytes / 1048576.0,
              xs.direct_io ? "O_DIRECT" : "buffered", xs.readers);
-    if (o.mtp_draft < 0) o.mtp_draft = o.mtp ? DS4_MTP_DRAFT_DEFAULT : 0;
-    if (o.mtp_draft > 0 && !ds4_model_has_mtp(m))
-        die("--mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with --mtp FILE", o.model);
-    if (o.mtp_draft > 0 && !o.spec) o.spec = o.mtp_draft;
+    if (b->o.mtp_draft < 0) b->o.mtp_draft = b->o.mtp ? DS4_MTP_DRAFT_DEFAULT : 0;
+    if (b->o.mtp_draft > 0 && !ds4_model_has_mtp(b->m))
+        die("--mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with --mtp FILE", b->o.model);
+    if (b->o.mtp_draft > 0 && !b->o.spec) b->o.spec = b->o.mtp_draft;
     double t_load = now_s() - t0;
-    ds4_model_info info;
-    ds4_model_get_info(m, &info);
-    int threads = o.threads > 0 ? o.threads : ds4_default_threads();
+    ds4_model_get_info(b->m, &b->info);
+    b->threads = b->o.threads > 0 ? b->o.threads : ds4_default_threads();
     note("model %s: %s, %d layers, n_embd %d, %d experts (%d used), vocab %d, %.2f GB, "
          "%.1f MB of weights per decoded token, loaded in %.2f s",
-         o.model, info.name, info.n_layer, info.n_embd, info.n_expert, info.n_expert_used,
-         info.n_vocab, info.file_bytes / 1e9, info.active_bytes_per_token / 1e6, t_load);
+         b->o.model, b->info.name, b->info.n_layer, b->info.n_embd, b->info.n_expert, b->info.n_expert_used,
+         b->info.n_vocab, b->info.file_bytes / 1e9, b->info.active_bytes_per_token / 1e6, t_load);
 
-    char host[256] = "unknown host", cpu[256];
+}
+
+/* The machine in one line: host, CPU, cores, threads, load average. */
+static void note_machine(bench *b) {
+    snprintf(b->host, sizeof b->host, "unknown host");
     struct utsname un;
-    if (uname(&un) == 0) snprintf(host, sizeof host, "%s", un.nodename);
-    cpu_model(cpu, sizeof cpu);
+    if (uname(&un) == 0) snprintf(b->host, sizeof b->host, "%s", un.nodename);
+    cpu_model(b->cpu, sizeof b->cpu);
     char load[64] = "?";
     FILE *lf = fopen("/proc/loadavg", "r");
     if (lf) {
@@ -1028,328 +1044,385 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 3 && sp3; k++) sp3 = strchr(sp3 + 1, ' ');
         if (sp3) *sp3 = 0;   /* keep the 1, 5 and 15 minute averages */
     }
-    note("machine %s: %s, %ld online cores, %d thread%s, load average %s%s", host, cpu,
-         sysconf(_SC_NPROCESSORS_ONLN), threads, threads == 1 ? "" : "s", load,
+    note("machine %s: %s, %ld online cores, %d thread%s, load average %s%s", b->host, b->cpu,
+         sysconf(_SC_NPROCESSORS_ONLN), b->threads, b->threads == 1 ? "" : "s", load,
          atof(load) >= 0.5 ? " (other work is running: it skews the timings)" : "");
 
-    /* Memory and context checks (warnings: the run may still work). */
-    uint64_t est = ds4_session_memory_estimate(m, ctx_size);
-    uint64_t avail = meminfo("MemAvailable"), total = meminfo("MemTotal");
+}
+
+/* Memory and context checks (warnings: the run may still work). */
+static void check_memory(bench *b) {
+    b->est = ds4_session_memory_estimate(b->m, b->ctx_size);
+    b->avail = meminfo("MemAvailable");
+    uint64_t total = meminfo("MemTotal");
     note("session of %d tokens (last frontier %d + %d generated): ~%.1f MB, plus a snapshot "
          "buffer of at most about as much; MemAvailable %.1f GB, MemTotal %.1f GB",
-         ctx_size, last, o.gen, est / 1e6, avail / 1e9, total / 1e9);
-    if (total && est > total)
+         b->ctx_size, b->last, b->o.gen, b->est / 1e6, b->avail / 1e9, total / 1e9);
+    if (total && b->est > total)
         die("a session of %d tokens needs ~%.1f GB but this machine has %.1f GB of RAM: "
-            "lower --ctx-max", ctx_size, est / 1e9, total / 1e9);
-    if (avail && 2 * est > avail)
+            "lower --ctx-max", b->ctx_size, b->est / 1e9, total / 1e9);
+    if (b->avail && 2 * b->est > b->avail)
         note("WARNING: the session (~%.1f GB) and its snapshot may not fit in the available "
-             "memory (%.1f GB): lower --ctx-max", 2 * est / 1e9, avail / 1e9);
-    int weights_fit = !total || info.file_bytes + 2 * est <= total;
-    if (!weights_fit)
+             "memory (%.1f GB): lower --ctx-max", 2 * b->est / 1e9, b->avail / 1e9);
+    b->weights_fit = !total || b->info.file_bytes + 2 * b->est <= total;
+    if (!b->weights_fit)
         note("WARNING: the weights (%.1f GB) and the session do not fit in RAM (%.1f GB): "
              "weights will be re-read from disk and the speeds measure the disk",
-             info.file_bytes / 1e9, total / 1e9);
-    long model_ctx = model_context_length(o.model);
-    if (model_ctx && ctx_size > model_ctx)
+             b->info.file_bytes / 1e9, total / 1e9);
+    long model_ctx = model_context_length(b->o.model);
+    if (model_ctx && b->ctx_size > model_ctx)
         note("WARNING: %d tokens exceed the model's context_length (%ld): positions beyond it "
              "are outside what the model was made for (speeds are still measured)",
-             ctx_size, model_ctx);
+             b->ctx_size, model_ctx);
 
-    /* Text -> tokens (BOS, then the text repeated). */
-    const ds4_tokenizer *tok = ds4_model_tokenizer(m);
-    ds4_tokens piece = { 0 }, seq = { 0 };
+}
+
+/* Text -> tokens (BOS, then the text repeated up to the last frontier). */
+static void build_sequence(bench *b, char *text, size_t text_len) {
+    const ds4_tokenizer *tok = ds4_model_tokenizer(b->m);
+    ds4_tokens piece = { 0 };
     if (ds4_tokenize(tok, text, text_len, DS4_TOK_PLAIN, &piece)) die("out of memory tokenizing");
-    if (piece.n == 0) die_usage("the prompt file %s gives no tokens", o.text);
-    if (ds4_tokens_reserve(&seq, (size_t)last + 1)) die("out of memory");
+    if (piece.n == 0) die_usage("the prompt file %s gives no tokens", b->o.text);
+    if (ds4_tokens_reserve(&b->seq, (size_t)b->last + 1)) die("out of memory");
     int bos = ds4_tok_special(tok)->bos;
-    if (bos >= 0) ds4_tokens_push(&seq, bos);
+    if (bos >= 0) ds4_tokens_push(&b->seq, bos);
     int copies = 0;
-    while (seq.n < (size_t)last) {
+    while (b->seq.n < (size_t)b->last) {
         size_t k = piece.n;
-        if (k > (size_t)last - seq.n) k = (size_t)last - seq.n;
-        memcpy(seq.v + seq.n, piece.v, k * sizeof(int32_t));
-        seq.n += k;
+        if (k > (size_t)b->last - b->seq.n) k = (size_t)b->last - b->seq.n;
+        memcpy(b->seq.v + b->seq.n, piece.v, k * sizeof(int32_t));
+        b->seq.n += k;
         copies++;
     }
     note("text %s: %zu bytes, %zu tokens; %s%d cop%s used to reach %d tokens",
-         o.text, text_len, piece.n, bos >= 0 ? "BOS + " : "", copies,
-         copies == 1 ? "y (possibly partial)" : "ies (the last possibly partial)", last);
+         b->o.text, text_len, piece.n, bos >= 0 ? "BOS + " : "", copies,
+         copies == 1 ? "y (possibly partial)" : "ies (the last possibly partial)", b->last);
     free(text);
     ds4_tokens_free(&piece);
 
-    fprintf(stderr, "ds4-bench: frontiers (%d):", n_front);
-    for (int i = 0; i < n_front; i++) fprintf(stderr, " %d", front[i]);
-    fprintf(stderr, "; %d greedy tokens at each; prefill chunk %d%s\n", o.gen, o.chunk,
-            o.no_qat ? "; --no-qat" : "");
-    if (front[n_front - 1] < o.ctx_max)
-        note("(ctx-max %d is not on the schedule: the last frontier is %d)", o.ctx_max, last);
+    fprintf(stderr, "ds4-bench: frontiers (%d):", b->n_front);
+    for (int i = 0; i < b->n_front; i++) fprintf(stderr, " %d", b->front[i]);
+    fprintf(stderr, "; %d greedy tokens at each; prefill chunk %d%s\n", b->o.gen, b->o.chunk,
+            b->o.no_qat ? "; --no-qat" : "");
+    if (b->front[b->n_front - 1] < b->o.ctx_max)
+        note("(ctx-max %d is not on the schedule: the last frontier is %d)", b->o.ctx_max, b->last);
 
-    if (!o.no_warmup && o.ssd_streaming) {
+    if (!b->o.no_warmup && b->o.ssd_streaming) {
         note("warm-up skipped: --ssd-streaming (the cache starts cold, as a real run does)");
-    } else if (!o.no_warmup) {
-        if (weights_fit) warm_up(o.model);
+    } else if (!b->o.no_warmup) {
+        if (b->weights_fit) warm_up(b->o.model);
         else note("warm-up skipped: the model file is larger than RAM");
     }
 
-    /* Machine figures, before the run (and again after it). */
-    machine_fig mf0 = { 0 }, mf1 = { 0 };
-    int probing = !o.no_probe && (!avail || avail > est + probe_read_size() + (1ull << 30));
-    if (!o.no_probe && !probing) note("machine figures skipped: not enough free memory for the bandwidth run");
-    if (probing) {
-        measure_machine(threads, &mf0);
+}
+
+/* Machine figures before the run (and again after it). */
+static void probe_before(bench *b) {
+    b->probing = !b->o.no_probe && (!b->avail || b->avail > b->est + probe_read_size() + (1ull << 30));
+    if (!b->o.no_probe && !b->probing) note("machine figures skipped: not enough free memory for the bandwidth run");
+    if (b->probing) {
+        measure_machine(b->threads, &b->mf0);
         note("machine figures (%d thread%s, before): STREAM read %.1f GB/s, triad %.1f GB/s; %s peak %.0f GOP/s; "
              "decode roofline %.2f tok/s (read / weights per token); AMX int8 tile peak %.0f GOP/s%s",
-             threads, threads == 1 ? "" : "s", mf0.read, mf0.triad, mf0.kind >= 0 ? probe_kind_name(mf0.kind) : "int8",
-             mf0.int8, mf0.read * 1e9 / (double)info.active_bytes_per_token, mf0.amx, mf0.amx > 0 ? "" : " (no AMX)");
+             b->threads, b->threads == 1 ? "" : "s", b->mf0.read, b->mf0.triad, b->mf0.kind >= 0 ? probe_kind_name(b->mf0.kind) : "int8",
+             b->mf0.int8, b->mf0.read * 1e9 / (double)b->info.active_bytes_per_token, b->mf0.amx, b->mf0.amx > 0 ? "" : " (no AMX)");
     }
 
-    if (o.n_par) {
-        int prc = run_parallel(&o, m, &info, &seq, o.ctx_start, probing ? mf0.read : 0);
-        free(front);
-        ds4_tokens_free(&seq);
-        ds4_model_free(m);
-        return prc;
-    }
+}
 
-    /* Session. */
+/* The session (room for the last frontier and the generated tokens), the
+ * disk KV cache when asked, the CSV header and the per-run buffers. */
+static int open_session(bench *b) {
+    char *err = NULL;
     ds4_session_params sp;
     ds4_session_params_default(&sp);
-    sp.ctx_size = ctx_size;
-    sp.prefill_chunk = o.chunk;
-    sp.no_qat = o.no_qat;
-    ds4_session *s = ds4_session_new(m, &sp, &err);
-    if (!s) die("%s", err ? err : "cannot create the session");
-    ds4_kvstore *kv = NULL;
-    uint64_t kv_bytes_before = 0;
-    if (o.kv_dir) {
+    sp.ctx_size = b->ctx_size;
+    sp.prefill_chunk = b->o.chunk;
+    sp.no_qat = b->o.no_qat;
+    b->s = ds4_session_new(b->m, &sp, &err);
+    if (!b->s) die("%s", err ? err : "cannot create the session");
+    if (b->o.kv_dir) {
         ds4_kvstore_params kp;
         ds4_kvstore_params_default(&kp);
-        kp.dir = o.kv_dir;
+        kp.dir = b->o.kv_dir;
         kp.space_bytes = 1ull << 40;   /* the bench measures, it does not evict */
-        kv = ds4_kvstore_open(m, &kp, &err);
-        if (!kv) { note("%s", err ? err : "cannot open the KV cache directory"); return 1; }
+        b->kv = ds4_kvstore_open(b->m, &kp, &err);
+        if (!b->kv) { note("%s", err ? err : "cannot open the KV cache directory"); return 1; }
     }
 
-    if (o.ssd_streaming) printf("%s,%s\n", CSV_HEADER, CSV_SSD);
+    if (b->o.ssd_streaming) printf("%s,%s\n", CSV_HEADER, CSV_SSD);
     else printf("%s\n", CSV_HEADER);
     fflush(stdout);
 
-    row *rows = calloc((size_t)n_front, sizeof *rows);
-    int32_t *gen_ids = malloc((size_t)o.gen * sizeof *gen_ids);
-    if (!rows || !gen_ids) die("out of memory");
-    ds4_buf snap = { 0 };
-    int n_rows = 0, rc = 0, pos = 0;
-    int tty = isatty(2);
-    double t_all = now_s();
+    b->rows = calloc((size_t)b->n_front, sizeof *b->rows);
+    b->gen_ids = malloc((size_t)b->o.gen * sizeof *b->gen_ids);
+    if (!b->rows || !b->gen_ids) die("out of memory");
+    b->tty = isatty(2);
 
-    for (int fi = 0; fi < n_front && !g_stop; fi++) {
-        int target = front[fi];
-        row *r = &rows[fi];
-        r->ctx = target;
-        r->prefill_tokens = target - pos;
+    return 0;
+}
 
-        /* 1. incremental prefill */
-        prog_ud pu = { now_s(), target, tty, 0 };
-        double comm0 = ds4_dist_comm_seconds();
-        ds4_expert_cache_stats x0, x1, x2;
-        ds4_model_expert_cache_stats(m, &x0);
-        double ta = now_s();
-        int e = ds4_session_eval(s, seq.v + pos, target - pos, on_progress, &pu);
-        double tp = now_s() - ta;
-        if (e == DS4_ECANCEL) break;
-        if (e) { note("prefill to %d failed: %s", target, xc_err(m, e)); rc = 1; break; }
-        pos = target;
-        double comm_p = ds4_dist_comm_seconds() - comm0;
-        r->prefill_tps = tp > 0 ? r->prefill_tokens / tp : 0;
-        r->kv_bytes = ds4_session_kv_bytes(s);
+/* One frontier: incremental prefill, snapshot, greedy decode (with the
+ * --spec measurements), restore, the disk KV cache round trip; one CSV row.
+ * 0 done, 1 an error (said), -1 interrupted. */
+static int measure_frontier(bench *b, int fi, int *pos_io) {
+    char *err = NULL;
+    int pos = *pos_io;
+    int target = b->front[fi];
+    row *r = &b->rows[fi];
+    r->ctx = target;
+    r->prefill_tokens = target - pos;
 
-        /* 2. snapshot (the buffer is grown and touched before timing);
-         * --dist: a RAM checkpoint to come back to instead */
-        if (o.dist) {
-            e = ds4_session_checkpoint(s, 0);
-            if (e) { note("checkpoint at %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
-        }
-        if (!o.dist) {
-            uint64_t need = ds4_session_snapshot_size(s);
-            snap.n = 0;
-            if (snap.cap <= need) {
-                size_t old = snap.cap;
-                if (ds4_buf_reserve(&snap, need)) { note("out of memory for a %.1f MB snapshot", need / 1e6); rc = 1; break; }
-                if (snap.cap > old) memset(snap.p, 0, snap.cap);
-            }
-            ta = now_s();
-            e = ds4_session_snapshot(s, &snap);
-            double ts = now_s() - ta;
-            if (e) { note("snapshot at %d failed: %s", target, ds4_strerror(e)); rc = 1; break; }
-            r->snap_bytes = snap.n;
-            r->save_mbs = ts > 0 ? snap.n / 1e6 / ts : 0;
-        }
+    /* 1. incremental prefill */
+    prog_ud pu = { now_s(), target, b->tty, 0 };
+    double comm0 = ds4_dist_comm_seconds();
+    ds4_expert_cache_stats x0, x1, x2;
+    ds4_model_expert_cache_stats(b->m, &x0);
+    double ta = now_s();
+    int e = ds4_session_eval(b->s, b->seq.v + pos, target - pos, on_progress, &pu);
+    double tp = now_s() - ta;
+    if (e == DS4_ECANCEL) return -1;
+    if (e) { note("prefill to %d failed: %s", target, xc_err(b->m, e)); return 1; }
+    pos = *pos_io = target;
+    double comm_p = ds4_dist_comm_seconds() - comm0;
+    r->prefill_tps = tp > 0 ? r->prefill_tokens / tp : 0;
+    r->kv_bytes = ds4_session_kv_bytes(b->s);
 
-        /* 3. greedy decode */
-        ds4_model_expert_cache_stats(m, &x1);
-        int ng = 0;
-        comm0 = ds4_dist_comm_seconds();
-        ta = now_s();
-        for (; ng < o.gen && !g_stop; ng++) {
-            const float *lg = ds4_session_logits(s);
-            if (!lg) { e = DS4_EINVAL; break; }
-            int32_t t = ds4_sample_greedy(lg, info.n_vocab);
-            gen_ids[ng] = t;
-            e = ds4_session_eval(s, &t, 1, NULL, NULL);
-            if (e) break;
-        }
-        double td = now_s() - ta;
-        ds4_model_expert_cache_stats(m, &x2);
-        double comm_d = ds4_dist_comm_seconds() - comm0;
-        if (e) { note("decode at %d failed: %s", target, xc_err(m, e)); rc = 1; break; }
-        if (ng < o.gen) break;   /* interrupted */
-        r->decode_tokens = ng;
-        r->decode_tps = td > 0 ? ng / td : 0;
-        if (o.spec && spec_bench(s, &snap, gen_ids, ng, r->decode_tps, o.spec, o.mtp_draft, info.n_vocab, target)) {
-            rc = 1;
-            break;
-        }
-
-        /* 4. restore (--dist: rewind to the checkpoint) */
-        ta = now_s();
-        e = o.dist ? ds4_session_rewind(s, target) : ds4_session_restore(s, snap.p, snap.n, &err);
-        double tr = now_s() - ta;
-        if (e) { note("restore at %d failed: %s", target, err ? err : ds4_strerror(e)); rc = 1; break; }
-        if (ds4_session_n_tokens(s) != target) {
-            note("restore at %d left %d tokens", target, ds4_session_n_tokens(s));
-            rc = 1;
-            break;
-        }
-        r->restore_mbs = tr > 0 ? snap.n / 1e6 / tr : 0;
-
-        /* 5. disk KV cache: save the state, then restore it by its text */
-        if (kv) {
-            char *kerr = NULL;
-            ta = now_s();
-            e = ds4_kvstore_save(kv, s, DS4_KV_MANUAL, NULL, 0, &kerr);
-            double tks = now_s() - ta;
-            if (e) { note("disk save at %d failed: %s", target, kerr ? kerr : ds4_strerror(e)); free(kerr); rc = 1; break; }
-            ds4_buf text = { 0 };
-            if (ds4_detokenize(ds4_model_tokenizer(m), seq.v, (size_t)target, &text)) {
-                note("out of memory detokenizing %d tokens", target);
-                ds4_buf_free(&text);
-                rc = 1;
-                break;
-            }
-            ds4_session_reset(s);
-            size_t used = 0;
-            ta = now_s();
-            int got = ds4_kvstore_restore(kv, s, text.p, text.n, 1, 0, &used);
-            double tkr = now_s() - ta;
-            ds4_buf_free(&text);
-            if (got != target) { note("disk restore at %d gave %d tokens", target, got); rc = 1; break; }
-            ds4_kvstore_stats ks;
-            ds4_kvstore_get_stats(kv, &ks);
-            double fb = (double)(ks.save_bytes - kv_bytes_before);   /* this frontier's file */
-            kv_bytes_before = ks.save_bytes;
-            note("ctx %d: disk KV cache file %.2f MB: save %.0f MB/s (%.3f s), restore %.0f MB/s (%.3f s)",
-                 target, fb / 1e6, tks > 0 ? fb / 1e6 / tks : 0, tks, tkr > 0 ? fb / 1e6 / tkr : 0, tkr);
-        }
-
-        printf("%d,%d,%.2f,%d,%.3f,%llu,%llu", r->ctx, r->prefill_tokens, r->prefill_tps,
-               r->decode_tokens, r->decode_tps, (unsigned long long)r->kv_bytes,
-               (unsigned long long)info.active_bytes_per_token);
-        if (o.ssd_streaming) {
-            uint64_t ph = x1.hits - x0.hits, pm = x1.misses - x0.misses;
-            uint64_t dh = x2.hits - x1.hits, dm = x2.misses - x1.misses;
-            uint64_t db = x2.bytes_read - x1.bytes_read;
-            double drs = x2.read_seconds - x1.read_seconds;
-            printf(",%.4f,%.4f,%.0f,%.3f", ph + pm ? (double)ph / (double)(ph + pm) : 0.0,
-                   dh + dm ? (double)dh / (double)(dh + dm) : 0.0, ng ? (double)db / ng : 0.0,
-                   drs > 0 ? (double)db / drs / 1e9 : 0.0);
-            note("ctx %d: experts: prefill hit rate %.1f %%, decode hit rate %.1f %%, %.2f MiB read per "
-                 "decoded token, %.2f GB/s while reading, decode waited %.2f s for reads", target,
-                 ph + pm ? 100.0 * (double)ph / (double)(ph + pm) : 0.0,
-                 dh + dm ? 100.0 * (double)dh / (double)(dh + dm) : 0.0, ng ? db / 1048576.0 / ng : 0.0,
-                 drs > 0 ? (double)db / drs / 1e9 : 0.0, x2.wait_seconds - x1.wait_seconds);
-        }
-        printf("\n");
-        fflush(stdout);
-        note("ctx %d: prefill %d tokens in %.2f s (%.2f tok/s) | decode %d tokens in %.2f s "
-             "(%.3f tok/s) | kv %.2f MB | snapshot %.2f MB: save %.0f MB/s, restore %.0f MB/s",
-             r->ctx, r->prefill_tokens, tp, r->prefill_tps, ng, td, r->decode_tps,
-             r->kv_bytes / 1e6, r->snap_bytes / 1e6, r->save_mbs, r->restore_mbs);
-        if (o.dist)
-            note("ctx %d: --dist %s over %d ranks: rank 0 sends/waits %.3f ms a prefill token, "
-                 "%.3f ms a decoded token (%.0f %% / %.0f %% of the time)", r->ctx, o.dist,
-                 ds4_dist_size(), r->prefill_tokens ? 1e3 * comm_p / r->prefill_tokens : 0,
-                 ng ? 1e3 * comm_d / ng : 0, tp > 0 ? 100 * comm_p / tp : 0, td > 0 ? 100 * comm_d / td : 0);
-        r->prefill_gflops = r->prefill_tps * 2.0 * (double)info.layer_macs_per_token * 1e-9;
-        r->decode_gbs = r->decode_tps * (double)info.active_bytes_per_token * 1e-9;
-        if (probing && mf0.read > 0 && mf0.int8 > 0)
-            note("ctx %d: prefill %.0f GFLOP/s of layer matmuls = %.0f %% of the int8 peak | decode %.1f GB/s "
-                 "of weights = %.0f %% of STREAM read; prefill = %.1f %% of the AMX peak", r->ctx, r->prefill_gflops,
-                 100 * r->prefill_gflops / mf0.int8, r->decode_gbs, 100 * r->decode_gbs / mf0.read,
-                 mf0.amx > 0 ? 100 * r->prefill_gflops / mf0.amx : 0.0);
-        if (o.verbose) {
-            fprintf(stderr, "ds4-bench: gen ctx=%d:", target);
-            for (int i = 0; i < ng; i++) fprintf(stderr, " %d", gen_ids[i]);
-            fputc('\n', stderr);
-        }
-        n_rows++;
+    /* 2. snapshot (the buffer is grown and touched before timing);
+     * --dist: a RAM checkpoint to come back to instead */
+    if (b->o.dist) {
+        e = ds4_session_checkpoint(b->s, 0);
+        if (e) { note("checkpoint at %d failed: %s", target, ds4_strerror(e)); return 1; }
     }
-    if (g_stop) note("interrupted: %d of %d frontiers done", n_rows, n_front);
-    else if (!rc) note("done: %d frontiers in %.1f s", n_rows, now_s() - t_all);
+    if (!b->o.dist) {
+        uint64_t need = ds4_session_snapshot_size(b->s);
+        b->snap.n = 0;
+        if (b->snap.cap <= need) {
+            size_t old = b->snap.cap;
+            if (ds4_buf_reserve(&b->snap, need)) { note("out of memory for a %.1f MB snapshot", need / 1e6); return 1; }
+            if (b->snap.cap > old) memset(b->snap.p, 0, b->snap.cap);
+        }
+        ta = now_s();
+        e = ds4_session_snapshot(b->s, &b->snap);
+        double ts = now_s() - ta;
+        if (e) { note("snapshot at %d failed: %s", target, ds4_strerror(e)); return 1; }
+        r->snap_bytes = b->snap.n;
+        r->save_mbs = ts > 0 ? b->snap.n / 1e6 / ts : 0;
+    }
+
+    /* 3. greedy decode */
+    ds4_model_expert_cache_stats(b->m, &x1);
+    int ng = 0;
+    comm0 = ds4_dist_comm_seconds();
+    ta = now_s();
+    for (; ng < b->o.gen && !g_stop; ng++) {
+        const float *lg = ds4_session_logits(b->s);
+        if (!lg) { e = DS4_EINVAL; break; }
+        int32_t t = ds4_sample_greedy(lg, b->info.n_vocab);
+        b->gen_ids[ng] = t;
+        e = ds4_session_eval(b->s, &t, 1, NULL, NULL);
+        if (e) break;
+    }
+    double td = now_s() - ta;
+    ds4_model_expert_cache_stats(b->m, &x2);
+    double comm_d = ds4_dist_comm_seconds() - comm0;
+    if (e) { note("decode at %d failed: %s", target, xc_err(b->m, e)); return 1; }
+    if (ng < b->o.gen) return -1;   /* interrupted */
+    r->decode_tokens = ng;
+    r->decode_tps = td > 0 ? ng / td : 0;
+    if (b->o.spec && spec_bench(b->s, &b->snap, b->gen_ids, ng, r->decode_tps, b->o.spec, b->o.mtp_draft, b->info.n_vocab, target)) {
+        return 1;
+    }
+
+    /* 4. restore (--dist: rewind to the checkpoint) */
+    ta = now_s();
+    e = b->o.dist ? ds4_session_rewind(b->s, target) : ds4_session_restore(b->s, b->snap.p, b->snap.n, &err);
+    double tr = now_s() - ta;
+    if (e) { note("restore at %d failed: %s", target, err ? err : ds4_strerror(e)); return 1; }
+    if (ds4_session_n_tokens(b->s) != target) {
+        note("restore at %d left %d tokens", target, ds4_session_n_tokens(b->s));
+        return 1;
+    }
+    r->restore_mbs = tr > 0 ? b->snap.n / 1e6 / tr : 0;
+
+    /* 5. disk KV cache: save the state, then restore it by its text */
+    if (b->kv) {
+        char *kerr = NULL;
+        ta = now_s();
+        e = ds4_kvstore_save(b->kv, b->s, DS4_KV_MANUAL, NULL, 0, &kerr);
+        double tks = now_s() - ta;
+        if (e) { note("disk save at %d failed: %s", target, kerr ? kerr : ds4_strerror(e)); free(kerr); return 1; }
+        ds4_buf text = { 0 };
+        if (ds4_detokenize(ds4_model_tokenizer(b->m), b->seq.v, (size_t)target, &text)) {
+            note("out of memory detokenizing %d tokens", target);
+            ds4_buf_free(&text);
+            return 1;
+        }
+        ds4_session_reset(b->s);
+        size_t used = 0;
+        ta = now_s();
+        int got = ds4_kvstore_restore(b->kv, b->s, text.p, text.n, 1, 0, &used);
+        double tkr = now_s() - ta;
+        ds4_buf_free(&text);
+        if (got != target) { note("disk restore at %d gave %d tokens", target, got); return 1; }
+        ds4_kvstore_stats ks;
+        ds4_kvstore_get_stats(b->kv, &ks);
+        double fb = (double)(ks.save_bytes - b->kv_bytes_before);   /* this frontier'b->s file */
+        b->kv_bytes_before = ks.save_bytes;
+        note("ctx %d: disk KV cache file %.2f MB: save %.0f MB/s (%.3f s), restore %.0f MB/s (%.3f s)",
+             target, fb / 1e6, tks > 0 ? fb / 1e6 / tks : 0, tks, tkr > 0 ? fb / 1e6 / tkr : 0, tkr);
+    }
+
+    printf("%d,%d,%.2f,%d,%.3f,%llu,%llu", r->ctx, r->prefill_tokens, r->prefill_tps,
+           r->decode_tokens, r->decode_tps, (unsigned long long)r->kv_bytes,
+           (unsigned long long)b->info.active_bytes_per_token);
+    if (b->o.ssd_streaming) {
+        uint64_t ph = x1.hits - x0.hits, pm = x1.misses - x0.misses;
+        uint64_t dh = x2.hits - x1.hits, dm = x2.misses - x1.misses;
+        uint64_t db = x2.bytes_read - x1.bytes_read;
+        double drs = x2.read_seconds - x1.read_seconds;
+        printf(",%.4f,%.4f,%.0f,%.3f", ph + pm ? (double)ph / (double)(ph + pm) : 0.0,
+               dh + dm ? (double)dh / (double)(dh + dm) : 0.0, ng ? (double)db / ng : 0.0,
+               drs > 0 ? (double)db / drs / 1e9 : 0.0);
+        note("ctx %d: experts: prefill hit rate %.1f %%, decode hit rate %.1f %%, %.2f MiB read per "
+             "decoded token, %.2f GB/s while reading, decode waited %.2f s for reads", target,
+             ph + pm ? 100.0 * (double)ph / (double)(ph + pm) : 0.0,
+             dh + dm ? 100.0 * (double)dh / (double)(dh + dm) : 0.0, ng ? db / 1048576.0 / ng : 0.0,
+             drs > 0 ? (double)db / drs / 1e9 : 0.0, x2.wait_seconds - x1.wait_seconds);
+    }
+    printf("\n");
+    fflush(stdout);
+    note("ctx %d: prefill %d tokens in %.2f s (%.2f tok/s) | decode %d tokens in %.2f s "
+         "(%.3f tok/s) | kv %.2f MB | snapshot %.2f MB: save %.0f MB/s, restore %.0f MB/s",
+         r->ctx, r->prefill_tokens, tp, r->prefill_tps, ng, td, r->decode_tps,
+         r->kv_bytes / 1e6, r->snap_bytes / 1e6, r->save_mbs, r->restore_mbs);
+    if (b->o.dist)
+        note("ctx %d: --dist %s over %d ranks: rank 0 sends/waits %.3f ms a prefill token, "
+             "%.3f ms a decoded token (%.0f %% / %.0f %% of the time)", r->ctx, b->o.dist,
+             ds4_dist_size(), r->prefill_tokens ? 1e3 * comm_p / r->prefill_tokens : 0,
+             ng ? 1e3 * comm_d / ng : 0, tp > 0 ? 100 * comm_p / tp : 0, td > 0 ? 100 * comm_d / td : 0);
+    r->prefill_gflops = r->prefill_tps * 2.0 * (double)b->info.layer_macs_per_token * 1e-9;
+    r->decode_gbs = r->decode_tps * (double)b->info.active_bytes_per_token * 1e-9;
+    if (b->probing && b->mf0.read > 0 && b->mf0.int8 > 0)
+        note("ctx %d: prefill %.0f GFLOP/s of layer matmuls = %.0f %% of the int8 peak | decode %.1f GB/s "
+             "of weights = %.0f %% of STREAM read; prefill = %.1f %% of the AMX peak", r->ctx, r->prefill_gflops,
+             100 * r->prefill_gflops / b->mf0.int8, r->decode_gbs, 100 * r->decode_gbs / b->mf0.read,
+             b->mf0.amx > 0 ? 100 * r->prefill_gflops / b->mf0.amx : 0.0);
+    if (b->o.verbose) {
+        fprintf(stderr, "ds4-bench: gen ctx=%d:", target);
+        for (int i = 0; i < ng; i++) fprintf(stderr, " %d", b->gen_ids[i]);
+        fputc('\n', stderr);
+    }
+    b->n_rows++;
+    free(err);
+    return 0;
+}
+
+/* After the frontiers: the summary, the weights' page sizes, the second
+ * machine probe and the plot.  Returns the exit status. */
+static int report(bench *b, int rc, double t_all) {
+    if (g_stop) note("interrupted: %d of %d frontiers done", b->n_rows, b->n_front);
+    else if (!rc) note("done: %d frontiers in %.1f s", b->n_rows, now_s() - t_all);
     ds4_weight_pages wp;
-    if (n_rows > 0 && !ds4_model_weight_pages(m, &wp) && wp.resident > 0) {
+    if (b->n_rows > 0 && !ds4_model_weight_pages(b->m, &wp) && wp.resident > 0) {
         note("weights: %.2f of %.2f GB of the model file mapped, %.0f %% of them on 2 MB pages", wp.resident / 1e9,
              wp.mapped / 1e9, 100.0 * (double)wp.huge / (double)wp.resident);
         if (ds4_weight_pages_small(&wp, (uint64_t)32 << 20))
             note("warning: most weights are mapped with 4 KB pages, which costs decode and prefill speed (a file "
                  "just written or copied stays in small pages until evicted: `sync; dd if=%s iflag=nocache count=0` "
-                 "evicts it, the next run reads it back in 2 MB pages; README, \"Huge pages\")", o.model);
+                 "evicts it, the next run reads it back in 2 MB pages; README, \"Huge pages\")", b->o.model);
     }
-    if (probing && n_rows > 0 && !g_stop) {
-        measure_machine(threads, &mf1);
+    if (b->probing && b->n_rows > 0 && !g_stop) {
+        measure_machine(b->threads, &b->mf1);
         /* the machine is shared: ratios against the mean of the two probes */
-        double rd = 0.5 * (mf0.read + mf1.read), pk = 0.5 * (mf0.int8 + mf1.int8);
+        double rd = 0.5 * (b->mf0.read + b->mf1.read), pk = 0.5 * (b->mf0.int8 + b->mf1.int8);
         note("machine figures (after): STREAM read %.1f GB/s, triad %.1f GB/s; int8 peak %.0f GOP/s; "
-             "AMX peak %.0f GOP/s", mf1.read, mf1.triad, mf1.int8, mf1.amx);
-        double pf[n_rows], dc[n_rows];
-        for (int i = 0; i < n_rows; i++) {
-            pf[i] = rows[i].prefill_gflops;
-            dc[i] = rows[i].decode_gbs;
+             "AMX peak %.0f GOP/s", b->mf1.read, b->mf1.triad, b->mf1.int8, b->mf1.amx);
+        double pf[b->n_rows], dc[b->n_rows];
+        for (int i = 0; i < b->n_rows; i++) {
+            pf[i] = b->rows[i].prefill_gflops;
+            dc[i] = b->rows[i].decode_gbs;
         }
-        double mp = median(pf, n_rows), md = median(dc, n_rows);
+        double mp = median(pf, b->n_rows), md = median(dc, b->n_rows);
         if (rd > 0 && pk > 0)
             note("summary (medians over %d frontiers, against the mean of both machine probes: read %.1f GB/s, "
                  "int8 peak %.0f GOP/s): prefill %.0f GFLOP/s = %.0f %% of the int8 peak; decode %.1f GB/s = "
                  "%.0f %% of the roofline (%.2f of %.2f tok/s); decode at ctx %d is %.0f %% of ctx %d",
-                 n_rows, rd, pk, mp, 100 * mp / pk, md, 100 * md / rd,
-                 md * 1e9 / (double)info.active_bytes_per_token, rd * 1e9 / (double)info.active_bytes_per_token,
-                 rows[n_rows - 1].ctx, rows[0].decode_tps > 0 ? 100 * rows[n_rows - 1].decode_tps / rows[0].decode_tps : 0,
-                 rows[0].ctx);
+                 b->n_rows, rd, pk, mp, 100 * mp / pk, md, 100 * md / rd,
+                 md * 1e9 / (double)b->info.active_bytes_per_token, rd * 1e9 / (double)b->info.active_bytes_per_token,
+                 b->rows[b->n_rows - 1].ctx, b->rows[0].decode_tps > 0 ? 100 * b->rows[b->n_rows - 1].decode_tps / b->rows[0].decode_tps : 0,
+                 b->rows[0].ctx);
     }
 
-    if (plot) {
+    if (b->plot) {
         char date[64];
         time_t now = time(NULL);
         struct tm tmv;
         localtime_r(&now, &tmv);
         strftime(date, sizeof date, "%Y-%m-%d %H:%M", &tmv);
-        int logx = !o.have_incr;
-        if (write_svg(plot, rows, n_rows, info.name ? info.name : o.model, host, cpu, threads,
-                      o.gen, logx, date) || fclose(plot)) {
-            note("cannot write the plot %s: %s", o.plot, strerror(errno));
+        int logx = !b->o.have_incr;
+        if (write_svg(b->plot, b->rows, b->n_rows, b->info.name ? b->info.name : b->o.model, b->host, b->cpu, b->threads,
+                      b->o.gen, logx, date) || fclose(b->plot)) {
+            note("cannot write the plot %s: %s", b->o.plot, strerror(errno));
             rc = 1;
         } else {
-            note("plot written to %s", o.plot);
+            note("plot written to %s", b->o.plot);
         }
     }
 
-    ds4_buf_free(&snap);
-    free(rows);
-    free(gen_ids);
-    free(front);
-    free(err);
-    ds4_tokens_free(&seq);
-    ds4_session_free(s);
-    ds4_model_free(m);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    static bench B;   /* zeroed; one per process */
+    bench *b = &B;
+    parse_args(argc, argv, &b->o);
+    if (b->o.dist) {
+        /* ranks > 0 serve rank 0 and never reach the measurements */
+        if (b->o.kv_dir) die_usage("--kv-disk-dir does not work with --dist (snapshots are not distributed)");
+        char *derr = NULL;
+        int wrc = 0, r = ds4_model_opts_start_dist(&b->o.mo, &argc, &argv, &wrc, &derr);
+        if (r < 0) die_usage("%s", derr ? derr : "cannot start MPI");
+        if (r > 0) return wrc;
+    }
+    size_t text_len = 0;
+    char *text = check_inputs(b, &text_len);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    load_model(b);
+    note_machine(b);
+    check_memory(b);
+    build_sequence(b, text, text_len);
+    probe_before(b);
+    if (b->o.n_par) {
+        int prc = run_parallel(&b->o, b->m, &b->info, &b->seq, b->o.ctx_start,
+                               b->probing ? b->mf0.read : 0);
+        free(b->front);
+        ds4_tokens_free(&b->seq);
+        ds4_model_free(b->m);
+        return prc;
+    }
+    if (open_session(b)) return 1;
+    int rc = 0, pos = 0;
+    double t_all = now_s();
+    for (int fi = 0; fi < b->n_front && !g_stop; fi++) {
+        int r = measure_frontier(b, fi, &pos);
+        if (r) { if (r > 0) rc = 1; break; }
+    }
+    rc = report(b, rc, t_all);
+    ds4_buf_free(&b->snap);
+    free(b->rows);
+    free(b->gen_ids);
+    free(b->front);
+    ds4_tokens_free(&b->seq);
+    ds4_session_free(b->s);
+    ds4_model_free(b->m);
     if (g_stop) return 130;
     return rc;
 }
