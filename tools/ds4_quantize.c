@@ -861,103 +861,312 @@ static void fail_out(const char *fmt, ...) {
     exit(1);
 }
 
-int main(int argc, char **argv) {
-    const char *recipe_s = NULL, *imatrix_path = NULL, *out = NULL, *dir = NULL;
-    const char *statw_path = NULL;
-    int q4_last = 6, stats = 0, q4_set = 0;
-    long threads = 0;
+/* One run: the options, the inputs, the output's progress. */
+typedef struct {
+    const char *recipe_s, *imatrix_path, *out, *dir, *statw_path;
+    int q4_last, stats, q4_set, recipe;
+    long threads;
+    double t0;
+    hcfg c;
+    vocab V;
+    st_checkpoint *ck;
+    ds4_imatrix *im, *sw;      /* --imatrix; the --stats weights (im unless --stats-weights) */
+    layout L;
+    uint64_t in_bytes, done_in;
+    work *w;
+    float *imat, *statw, *fbuf;
+    uint8_t *obuf;
+    size_t fcap, ocap;
+    uint64_t out_total;        /* bytes of tensor data the output gets */
+    statsum S;
+    int tty;
+    double last;               /* the last progress line */
+} qrun;
+
+/* The command line, checked before anything is read. */
+static void parse_args(qrun *q, int argc, char **argv) {
+    q->q4_last = 6;
     ds4_args ar;
     ds4_args_init(&ar, "ds4-quantize", argc, argv, usage);
     while (ds4_args_next(&ar)) {
-        if (ds4_args_is(&ar, NULL, "--stats")) stats = 1;
-        else if (ds4_args_is(&ar, NULL, "--recipe")) recipe_s = ds4_args_value(&ar);
-        else if (ds4_args_is(&ar, NULL, "--imatrix")) imatrix_path = ds4_args_value(&ar);
-        else if (ds4_args_is(&ar, NULL, "--stats-weights")) { statw_path = ds4_args_value(&ar); stats = 1; }
-        else if (ds4_args_is(&ar, "-o", "--output")) out = ds4_args_value(&ar);
-        else if (ds4_args_is(&ar, NULL, "--q4-last")) { q4_last = ds4_args_int(&ar, 0, 1024); q4_set = 1; }
-        else if (ds4_args_is(&ar, NULL, "--threads")) threads = ds4_args_int(&ar, 1, MAX_THREADS);
+        if (ds4_args_is(&ar, NULL, "--stats")) q->stats = 1;
+        else if (ds4_args_is(&ar, NULL, "--recipe")) q->recipe_s = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--imatrix")) q->imatrix_path = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--stats-weights")) { q->statw_path = ds4_args_value(&ar); q->stats = 1; }
+        else if (ds4_args_is(&ar, "-o", "--output")) q->out = ds4_args_value(&ar);
+        else if (ds4_args_is(&ar, NULL, "--q4-last")) { q->q4_last = ds4_args_int(&ar, 0, 1024); q->q4_set = 1; }
+        else if (ds4_args_is(&ar, NULL, "--threads")) q->threads = ds4_args_int(&ar, 1, MAX_THREADS);
         else if (!ds4_args_positional(&ar)) ds4_args_unknown(&ar);
-        else if (!dir) dir = ar.cur;
+        else if (!q->dir) q->dir = ar.cur;
         else usage_error("unexpected argument \"%s\" (one CHECKPOINT_DIR)", ar.cur);
     }
-    if (!recipe_s) usage_error("--recipe is required (f16, q2, q4, q2-q4 or mxfp4)");
-    int recipe;
-    if (!strcmp(recipe_s, "f16")) recipe = R_F16;
-    else if (!strcmp(recipe_s, "q2")) recipe = R_Q2;
-    else if (!strcmp(recipe_s, "q4")) recipe = R_Q4;
-    else if (!strcmp(recipe_s, "q2-q4")) recipe = R_Q2Q4;
-    else if (!strcmp(recipe_s, "mxfp4")) recipe = R_MXFP4;
-    else usage_error("--recipe \"%s\" is unknown (f16, q2, q4, q2-q4 or mxfp4)", recipe_s);
-    if (q4_set && recipe != R_Q2Q4) usage_error("--q4-last only applies to --recipe q2-q4");
-    if (!dir) usage_error("CHECKPOINT_DIR is required");
-    if (!out) usage_error("-o OUT.gguf is required");
-    if (!threads) {
+    if (!q->recipe_s) usage_error("--recipe is required (f16, q2, q4, q2-q4 or mxfp4)");
+    if (!strcmp(q->recipe_s, "f16")) q->recipe = R_F16;
+    else if (!strcmp(q->recipe_s, "q2")) q->recipe = R_Q2;
+    else if (!strcmp(q->recipe_s, "q4")) q->recipe = R_Q4;
+    else if (!strcmp(q->recipe_s, "q2-q4")) q->recipe = R_Q2Q4;
+    else if (!strcmp(q->recipe_s, "mxfp4")) q->recipe = R_MXFP4;
+    else usage_error("--recipe \"%s\" is unknown (f16, q2, q4, q2-q4 or mxfp4)", q->recipe_s);
+    if (q->q4_set && q->recipe != R_Q2Q4) usage_error("--q4-last only applies to --recipe q2-q4");
+    if (!q->dir) usage_error("CHECKPOINT_DIR is required");
+    if (!q->out) usage_error("-o OUT.gguf is required");
+    if (!q->threads) {
         long nc = ds4_default_threads();
-        threads = nc > MAX_THREADS ? MAX_THREADS : nc;
+        q->threads = nc > MAX_THREADS ? MAX_THREADS : nc;
     }
-    g_threads = (int)threads;
-    const double t0 = now_s();
+    g_threads = (int)q->threads;
+}
 
-    hcfg c;
-    read_config(dir, &c);
-    if (recipe == R_Q2Q4 && q4_last > c.n_layer)
-        usage_error("--q4-last %d exceeds the %" PRId64 " layers", q4_last, c.n_layer);
-    vocab V;
-    memset(&V, 0, sizeof V);
-    read_tokenizer(dir, c.n_vocab, &V);
+/* config.json, the tokenizer, the checkpoint's shards, the importance
+ * matrices, and the tensor layout of the recipe. */
+static void open_inputs(qrun *q) {
     char *err = NULL;
-    st_checkpoint *ck = st_open_dir(dir, &err);
-    if (!ck) die("%s", err ? err : "cannot open the checkpoint");
-    g_ck = ck;
-    ds4_imatrix *im = NULL;
-    if (imatrix_path) {
-        im = ds4_imatrix_load(imatrix_path, &err);
-        if (!im) die("--imatrix %s", err ? err : imatrix_path);
-        if (im->n_layer != (uint32_t)c.n_layer || im->n_expert != (uint32_t)c.n_expert ||
-            im->n_embd != (uint32_t)c.n_embd || im->n_ff != (uint32_t)c.n_ff)
+    read_config(q->dir, &q->c);
+    if (q->recipe == R_Q2Q4 && q->q4_last > q->c.n_layer)
+        usage_error("--q4-last %d exceeds the %" PRId64 " layers", q->q4_last, q->c.n_layer);
+    memset(&q->V, 0, sizeof q->V);
+    read_tokenizer(q->dir, q->c.n_vocab, &q->V);
+    q->ck = st_open_dir(q->dir, &err);
+    if (!q->ck) die("%s", err ? err : "cannot open the checkpoint");
+    g_ck = q->ck;
+    if (q->imatrix_path) {
+        q->im = ds4_imatrix_load(q->imatrix_path, &err);
+        if (!q->im) die("--imatrix %s", err ? err : q->imatrix_path);
+        if (q->im->n_layer != (uint32_t)q->c.n_layer || q->im->n_expert != (uint32_t)q->c.n_expert ||
+            q->im->n_embd != (uint32_t)q->c.n_embd || q->im->n_ff != (uint32_t)q->c.n_ff)
             die("--imatrix %s: made for %u layers x %u experts, D %u, F %u; the checkpoint has "
-                "%" PRId64 " x %" PRId64 ", D %" PRId64 ", F %" PRId64, imatrix_path, im->n_layer,
-                im->n_expert, im->n_embd, im->n_ff, c.n_layer, c.n_expert, c.n_embd, c.n_ff);
+                "%" PRId64 " x %" PRId64 ", D %" PRId64 ", F %" PRId64, q->imatrix_path, q->im->n_layer,
+                q->im->n_expert, q->im->n_embd, q->im->n_ff, q->c.n_layer, q->c.n_expert, q->c.n_embd, q->c.n_ff);
     }
-    ds4_imatrix *sw = im;   /* weights of the --stats weighted error */
-    if (statw_path) {
-        sw = ds4_imatrix_load(statw_path, &err);
-        if (!sw) die("--stats-weights %s", err ? err : statw_path);
-        if (sw->n_layer != (uint32_t)c.n_layer || sw->n_expert != (uint32_t)c.n_expert ||
-            sw->n_embd != (uint32_t)c.n_embd || sw->n_ff != (uint32_t)c.n_ff)
-            die("--stats-weights %s: its dimensions do not match the checkpoint", statw_path);
+    q->sw = q->im;   /* weights of the --q->stats weighted error */
+    if (q->statw_path) {
+        q->sw = ds4_imatrix_load(q->statw_path, &err);
+        if (!q->sw) die("--stats-weights %s", err ? err : q->statw_path);
+        if (q->sw->n_layer != (uint32_t)q->c.n_layer || q->sw->n_expert != (uint32_t)q->c.n_expert ||
+            q->sw->n_embd != (uint32_t)q->c.n_embd || q->sw->n_ff != (uint32_t)q->c.n_ff)
+            die("--stats-weights %s: its dimensions do not match the checkpoint", q->statw_path);
     }
-    layout L = {0};
-    build_layout(&c, recipe, q4_last, &L);
+    build_layout(&q->c, q->recipe, q->q4_last, &q->L);
 
-    /* Check every source before writing anything. */
-    uint64_t in_bytes = 0;
-    for (size_t i = 0; i < L.n; i++) {
-        const qtensor *t = &L.t[i];
+}
+
+/* Check every source before writing anything (and count the bytes the
+ * progress line measures against). */
+static void check_sources(qrun *q) {
+    for (size_t i = 0; i < q->L.n; i++) {
+        const qtensor *t = &q->L.t[i];
         if (t->src == S_PLAIN) {
             source s = resolve(t->hf, t->name, t->ne[1], t->ne[0], (int)t->nd, 0);
-            in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
+            q->in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
         } else if (t->src == S_EXPERT) {
             for (uint64_t e = 0; e < t->ne[2]; e++) {
                 char hn[160];
                 snprintf(hn, sizeof hn, "%s.%" PRIu64 ".%s.weight", t->hf, e, t->wid);
                 source s = resolve(hn, t->name, t->ne[1], t->ne[0], 2, 1);
-                in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
+                q->in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
             }
         } else {
-            const st_tensor *w = st_find(ck, t->hf);
+            const st_tensor *w = st_find(q->ck, t->hf);
             if (!w) die("checkpoint: tensor \"%s\" (for %s) is in no shard", t->hf, t->name);
             if ((w->dtype != ST_I64 && w->dtype != ST_I32) || w->n_dims != 2 ||
                 (uint64_t)w->shape[0] != t->ne[1] || (uint64_t)w->shape[1] != t->ne[0]) {
                 char got[128];
                 shape_str(w, got, sizeof got);
                 die("%s: tensor \"%s\" is %s %s, expected I64 [%" PRIu64 ", %" PRIu64 "] (%s)",
-                    st_shard_path(ck, w->shard), t->hf, st_dtype_name(w->dtype), got, t->ne[1],
+                    st_shard_path(q->ck, w->shard), t->hf, st_dtype_name(w->dtype), got, t->ne[1],
                     t->ne[0], t->name);
             }
-            in_bytes += w->nbytes;
+            q->in_bytes += w->nbytes;
         }
     }
+
+}
+
+/* The output's header (metadata and every tensor's entry) and the
+ * per-run buffers. */
+static void open_output(qrun *q) {
+    char *err = NULL;
+    g_w = gguf_writer_open(q->out, &err);
+    if (!g_w) die("%s", err ? err : "cannot open the output");
+    write_meta(g_w, &q->c, &q->V, q->recipe_s, q->dir, q->imatrix_path, q->im);
+    for (size_t i = 0; i < q->L.n; i++) {
+        gguf_w_tensor(g_w, q->L.t[i].name, q->L.t[i].nd, q->L.t[i].ne, q->L.t[i].type);
+        q->out_total += q->L.t[i].nbytes;
+    }
+    gguf_writer_begin_data(g_w);
+
+    q->w = calloc((size_t)g_threads + 1, sizeof *q->w);
+    q->imat = malloc((size_t)(q->c.n_embd > q->c.n_ff ? q->c.n_embd : q->c.n_ff) * sizeof *q->imat);
+    q->statw = malloc((size_t)(q->c.n_embd > q->c.n_ff ? q->c.n_embd : q->c.n_ff) * sizeof *q->statw);
+    if (!q->w || !q->imat || !q->statw) fail_out("out of memory");
+    memset(&q->S, 0, sizeof q->S);
+    q->tty = isatty(STDERR_FILENO);
+}
+
+/* One tensor of the layout: converted (whole experts, other tensors in
+ * chunks), quantized on the worker threads, written in order. */
+static void write_tensor(qrun *q, size_t ti) {
+    const qtensor *t = &q->L.t[ti];
+    if (t->src == S_TID2EID) {
+        const st_tensor *s = st_find(q->ck, t->hf);
+        const uint64_t n = t->ne[0] * t->ne[1];
+        int32_t *o = malloc(n * 4);
+        if (!o) fail_out("out of memory");
+        for (uint64_t k = 0; k < n; k++) {
+            int64_t x;
+            if (s->dtype == ST_I64) memcpy(&x, s->data + 8 * k, 8);
+            else { int32_t y; memcpy(&y, s->data + 4 * k, 4); x = y; }
+            if (x < 0 || x >= q->c.n_expert)
+                fail_out("%s: %s[%" PRIu64 "][%" PRIu64 "] = %" PRId64 " is not an expert id in [0, %" PRId64 ")",
+                         st_shard_path(q->ck, s->shard), t->hf, k / t->ne[0], k % t->ne[0], x, q->c.n_expert);
+            o[k] = (int32_t)x;
+        }
+        gguf_writer_write(g_w, o, n * 4);
+        free(o);
+        q->done_in += s->nbytes;
+        st_release(s);
+        return;
+    }
+    const uint64_t n_mat = t->src == S_EXPERT ? t->ne[2] : 1, rows = t->ne[1], C = t->ne[0];
+    const uint64_t rb = ggml_row_size(t->type, C);
+    for (uint64_t e = 0; e < n_mat && !g_stop; e++) {
+        work *W = &q->w[0];
+        memset(W, 0, sizeof *W);
+        W->t = t;
+        W->ncols = C;
+        W->stats = q->stats;
+        if (t->src == S_EXPERT) {
+            char hn[160];
+            snprintf(hn, sizeof hn, "%s.%" PRIu64 ".%s.weight", t->hf, e, t->wid);
+            W->src = resolve(hn, t->name, rows, C, 2, 1);
+        } else {
+            W->src = resolve(t->hf, t->name, rows, C, (int)t->nd, 0);
+        }
+        W->native_mx = t->type == GGML_MXFP4 && W->src.fmt == F_FP4 && W->src.scale->dtype == ST_F8_E8M0;
+        /* Expert matrices are converted whole (their importance is per
+         * expert); other tensors in chunks of CHUNK_FLOATS. */
+        uint64_t chunk = t->src == S_EXPERT ? rows : (CHUNK_FLOATS / C ? CHUNK_FLOATS / C : 1);
+        if (chunk > rows) chunk = rows;
+        if (chunk * C > q->fcap) {
+            free(q->fbuf);
+            q->fcap = chunk * C;
+            q->fbuf = malloc(q->fcap * sizeof *q->fbuf);
+            if (!q->fbuf) fail_out("out of memory (%" PRIu64 " floats for %s)", q->fcap, t->name);
+        }
+        if (chunk * rb > q->ocap) {
+            free(q->obuf);
+            q->ocap = chunk * rb;
+            q->obuf = malloc(q->ocap);
+            if (!q->obuf) fail_out("out of memory");
+        }
+        /* Importance: the imatrix's per-expert means, else (IQ2_XXS,
+         * which requires one) the expert's column sums of squares. */
+        const double *iv = NULL, *sv = NULL;
+        if (t->src == S_EXPERT) {
+            if (q->im) iv = t->cls == C_GU ? ds4_imatrix_gu(q->im, t->layer, (int)e) : ds4_imatrix_dn(q->im, t->layer, (int)e);
+            if (q->sw) sv = t->cls == C_GU ? ds4_imatrix_gu(q->sw, t->layer, (int)e) : ds4_imatrix_dn(q->sw, t->layer, (int)e);
+        }
+        const int takes_imat = t->type == GGML_Q2_K || t->type == GGML_Q4_K || t->type == GGML_IQ2_XXS;
+        int need_default = 0;
+        if (iv && takes_imat) {
+            for (uint64_t k = 0; k < C; k++) q->imat[k] = (float)iv[k];
+            W->imat = q->imat;
+        } else if (t->type == GGML_IQ2_XXS) {
+            need_default = 1;
+        }
+        if (q->stats && sv) {
+            for (uint64_t k = 0; k < C; k++) q->statw[k] = (float)sv[k];
+            W->statw = q->statw;
+        }
+        for (uint64_t r0 = 0; r0 < rows && !g_stop; r0 += chunk) {
+            W->r0 = r0;
+            W->nr = rows - r0 < chunk ? rows - r0 : chunk;
+            W->f = q->fbuf;
+            W->out = q->obuf;
+            if (need_default) {
+                /* whole expert in this chunk: decode it first */
+                for (uint64_t r = 0; r < W->nr; r++) read_row(&W->src, r, q->fbuf + r * C);
+                ds4_quantize_default_imatrix(q->fbuf, (int64_t)W->nr, (int64_t)C, q->imat);
+                W->imat = q->imat;
+            }
+            const char *cerr = run_chunk(q->w, &q->S);
+            if (cerr) {
+                fail_out("%s: tensor \"%s\" (for %s): %s", st_shard_path(q->ck, W->src.w->shard),
+                         W->src.w->name, t->name, cerr);
+            }
+            if (gguf_writer_write(g_w, q->obuf, W->nr * rb)) break;
+            /* drop the rows just read from the resident set */
+            const uint64_t in_row = W->src.w->nbytes / rows;
+            st_release_range(W->src.w, r0 * in_row, W->nr * in_row);
+        }
+        q->done_in += W->src.w->nbytes + (W->src.scale ? W->src.scale->nbytes : 0);
+        st_release(W->src.w);
+        if (W->src.scale) st_release(W->src.scale);
+        const double tn = now_s();
+        if (q->tty && tn - q->last >= 0.25) {
+            q->last = tn;
+            const double el = tn - q->t0, rate = q->done_in / (el > 0 ? el : 1e-9);
+            fprintf(stderr, "\rds4-quantize: %5.1f%% %s  %.0f MB/s  ETA %.0f s   ",
+                    100.0 * q->done_in / (q->in_bytes ? q->in_bytes : 1), t->name, rate / 1e6,
+                    rate > 0 ? (q->in_bytes - q->done_in) / rate : 0.0);
+        }
+    }
+}
+
+/* Close the output (renamed into place only now) and say what was done;
+ * then free everything. */
+static void finish(qrun *q) {
+    char *err = NULL;
+    if (q->tty) fputs("\r\033[K", stderr);
+    if (g_stop) fail_out("interrupted (signal %d); %s was not written", (int)g_stop, q->out);
+    int rc = gguf_writer_close(g_w, &err);
+    g_w = NULL;
+    if (rc) die("%s", err ? err : "write failed");
+    const double dt = now_s() - q->t0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    char b1[64], b2[64], b3[64];
+    fprintf(stderr, "ds4-quantize: wrote %s: recipe %s%s, %zu tensors, %s from %s of checkpoint "
+            "in %.1f s (%.3f GB/s of input, %d threads), peak RSS %s\n",
+            q->out, q->recipe_s, q->im ? " + imatrix" : "", q->L.n, human((double)q->out_total, b1, sizeof b1),
+            human((double)q->in_bytes, b2, sizeof b2), dt, q->in_bytes / 1e9 / (dt > 0 ? dt : 1e-9), g_threads,
+            human(ru.ru_maxrss * 1024.0, b3, sizeof b3));
+    if (q->stats) {
+        printf("%-28s %14s %12s %12s%s\n", "class", "elements", "RMSE", "rel.RMSE",
+               q->sw ? "  imatrix-weighted rel.RMSE" : "");
+        for (int k = 0; k < C_N; k++) {
+            if (!q->S.n[k]) continue;
+            printf("%-28s %14" PRIu64 " %12.4g %12.4g", CLASS_NAME[k], q->S.n[k], sqrt(q->S.se[k] / q->S.n[k]),
+                   q->S.sref[k] > 0 ? sqrt(q->S.se[k] / q->S.sref[k]) : 0.0);
+            if (q->sw && (k == C_GU || k == C_DOWN))
+                printf("  %12.4g", q->S.swref[k] > 0 ? sqrt(q->S.swe[k] / q->S.swref[k]) : 0.0);
+            putchar('\n');
+        }
+    }
+    free(q->fbuf);
+    free(q->obuf);
+    free(q->w);
+    free(q->imat);
+    free(q->statw);
+    if (q->sw != q->im) ds4_imatrix_free(q->sw);
+    free(q->L.t);
+    free(q->c.ratios);
+    ds4_imatrix_free(q->im);
+    st_close(q->ck);
+    for (size_t i = 0; i < q->V.n; i++) free(q->V.tok[i]);
+    for (size_t i = 0; i < q->V.n_merges; i++) free(q->V.merges[i]);
+    free(q->V.tok);
+    free(q->V.type);
+    free(q->V.merges);
+}
+
+int main(int argc, char **argv) {
+    static qrun Q;   /* zeroed; one per process */
+    qrun *q = &Q;
+    parse_args(q, argc, argv);
+    q->t0 = now_s();
+    open_inputs(q);
+    check_sources(q);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -965,175 +1174,8 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    g_w = gguf_writer_open(out, &err);
-    if (!g_w) die("%s", err ? err : "cannot open the output");
-    write_meta(g_w, &c, &V, recipe_s, dir, imatrix_path, im);
-    uint64_t out_total = 0;
-    for (size_t i = 0; i < L.n; i++) {
-        gguf_w_tensor(g_w, L.t[i].name, L.t[i].nd, L.t[i].ne, L.t[i].type);
-        out_total += L.t[i].nbytes;
-    }
-    gguf_writer_begin_data(g_w);
-
-    work *w = calloc((size_t)g_threads + 1, sizeof *w);
-    float *imat = malloc((size_t)(c.n_embd > c.n_ff ? c.n_embd : c.n_ff) * sizeof *imat);
-    float *statw = malloc((size_t)(c.n_embd > c.n_ff ? c.n_embd : c.n_ff) * sizeof *statw);
-    if (!w || !imat || !statw) fail_out("out of memory");
-    statsum S;
-    memset(&S, 0, sizeof S);
-    const int tty = isatty(STDERR_FILENO);
-    double last = 0;
-    uint64_t done_in = 0;
-    float *fbuf = NULL;
-    uint8_t *obuf = NULL;
-    size_t fcap = 0, ocap = 0;
-    for (size_t ti = 0; ti < L.n && !g_stop; ti++) {
-        const qtensor *t = &L.t[ti];
-        if (t->src == S_TID2EID) {
-            const st_tensor *s = st_find(ck, t->hf);
-            const uint64_t n = t->ne[0] * t->ne[1];
-            int32_t *o = malloc(n * 4);
-            if (!o) fail_out("out of memory");
-            for (uint64_t k = 0; k < n; k++) {
-                int64_t x;
-                if (s->dtype == ST_I64) memcpy(&x, s->data + 8 * k, 8);
-                else { int32_t y; memcpy(&y, s->data + 4 * k, 4); x = y; }
-                if (x < 0 || x >= c.n_expert)
-                    fail_out("%s: %s[%" PRIu64 "][%" PRIu64 "] = %" PRId64 " is not an expert id in [0, %" PRId64 ")",
-                             st_shard_path(ck, s->shard), t->hf, k / t->ne[0], k % t->ne[0], x, c.n_expert);
-                o[k] = (int32_t)x;
-            }
-            gguf_writer_write(g_w, o, n * 4);
-            free(o);
-            done_in += s->nbytes;
-            st_release(s);
-            continue;
-        }
-        const uint64_t n_mat = t->src == S_EXPERT ? t->ne[2] : 1, rows = t->ne[1], C = t->ne[0];
-        const uint64_t rb = ggml_row_size(t->type, C);
-        for (uint64_t e = 0; e < n_mat && !g_stop; e++) {
-            work *W = &w[0];
-            memset(W, 0, sizeof *W);
-            W->t = t;
-            W->ncols = C;
-            W->stats = stats;
-            if (t->src == S_EXPERT) {
-                char hn[160];
-                snprintf(hn, sizeof hn, "%s.%" PRIu64 ".%s.weight", t->hf, e, t->wid);
-                W->src = resolve(hn, t->name, rows, C, 2, 1);
-            } else {
-                W->src = resolve(t->hf, t->name, rows, C, (int)t->nd, 0);
-            }
-            W->native_mx = t->type == GGML_MXFP4 && W->src.fmt == F_FP4 && W->src.scale->dtype == ST_F8_E8M0;
-            /* Expert matrices are converted whole (their importance is per
-             * expert); other tensors in chunks of CHUNK_FLOATS. */
-            uint64_t chunk = t->src == S_EXPERT ? rows : (CHUNK_FLOATS / C ? CHUNK_FLOATS / C : 1);
-            if (chunk > rows) chunk = rows;
-            if (chunk * C > fcap) {
-                free(fbuf);
-                fcap = chunk * C;
-                fbuf = malloc(fcap * sizeof *fbuf);
-                if (!fbuf) fail_out("out of memory (%" PRIu64 " floats for %s)", fcap, t->name);
-            }
-            if (chunk * rb > ocap) {
-                free(obuf);
-                ocap = chunk * rb;
-                obuf = malloc(ocap);
-                if (!obuf) fail_out("out of memory");
-            }
-            /* Importance: the imatrix's per-expert means, else (IQ2_XXS,
-             * which requires one) the expert's column sums of squares. */
-            const double *iv = NULL, *sv = NULL;
-            if (t->src == S_EXPERT) {
-                if (im) iv = t->cls == C_GU ? ds4_imatrix_gu(im, t->layer, (int)e) : ds4_imatrix_dn(im, t->layer, (int)e);
-                if (sw) sv = t->cls == C_GU ? ds4_imatrix_gu(sw, t->layer, (int)e) : ds4_imatrix_dn(sw, t->layer, (int)e);
-            }
-            const int takes_imat = t->type == GGML_Q2_K || t->type == GGML_Q4_K || t->type == GGML_IQ2_XXS;
-            int need_default = 0;
-            if (iv && takes_imat) {
-                for (uint64_t k = 0; k < C; k++) imat[k] = (float)iv[k];
-                W->imat = imat;
-            } else if (t->type == GGML_IQ2_XXS) {
-                need_default = 1;
-            }
-            if (stats && sv) {
-                for (uint64_t k = 0; k < C; k++) statw[k] = (float)sv[k];
-                W->statw = statw;
-            }
-            for (uint64_t r0 = 0; r0 < rows && !g_stop; r0 += chunk) {
-                W->r0 = r0;
-                W->nr = rows - r0 < chunk ? rows - r0 : chunk;
-                W->f = fbuf;
-                W->out = obuf;
-                if (need_default) {
-                    /* whole expert in this chunk: decode it first */
-                    for (uint64_t r = 0; r < W->nr; r++) read_row(&W->src, r, fbuf + r * C);
-                    ds4_quantize_default_imatrix(fbuf, (int64_t)W->nr, (int64_t)C, imat);
-                    W->imat = imat;
-                }
-                const char *cerr = run_chunk(w, &S);
-                if (cerr) {
-                    fail_out("%s: tensor \"%s\" (for %s): %s", st_shard_path(ck, W->src.w->shard),
-                             W->src.w->name, t->name, cerr);
-                }
-                if (gguf_writer_write(g_w, obuf, W->nr * rb)) break;
-                /* drop the rows just read from the resident set */
-                const uint64_t in_row = W->src.w->nbytes / rows;
-                st_release_range(W->src.w, r0 * in_row, W->nr * in_row);
-            }
-            done_in += W->src.w->nbytes + (W->src.scale ? W->src.scale->nbytes : 0);
-            st_release(W->src.w);
-            if (W->src.scale) st_release(W->src.scale);
-            const double tn = now_s();
-            if (tty && tn - last >= 0.25) {
-                last = tn;
-                const double el = tn - t0, rate = done_in / (el > 0 ? el : 1e-9);
-                fprintf(stderr, "\rds4-quantize: %5.1f%% %s  %.0f MB/s  ETA %.0f s   ",
-                        100.0 * done_in / (in_bytes ? in_bytes : 1), t->name, rate / 1e6,
-                        rate > 0 ? (in_bytes - done_in) / rate : 0.0);
-            }
-        }
-    }
-    if (tty) fputs("\r\033[K", stderr);
-    if (g_stop) fail_out("interrupted (signal %d); %s was not written", (int)g_stop, out);
-    int rc = gguf_writer_close(g_w, &err);
-    g_w = NULL;
-    if (rc) die("%s", err ? err : "write failed");
-    const double dt = now_s() - t0;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    char b1[64], b2[64], b3[64];
-    fprintf(stderr, "ds4-quantize: wrote %s: recipe %s%s, %zu tensors, %s from %s of checkpoint "
-            "in %.1f s (%.3f GB/s of input, %d threads), peak RSS %s\n",
-            out, recipe_s, im ? " + imatrix" : "", L.n, human((double)out_total, b1, sizeof b1),
-            human((double)in_bytes, b2, sizeof b2), dt, in_bytes / 1e9 / (dt > 0 ? dt : 1e-9), g_threads,
-            human(ru.ru_maxrss * 1024.0, b3, sizeof b3));
-    if (stats) {
-        printf("%-28s %14s %12s %12s%s\n", "class", "elements", "RMSE", "rel.RMSE",
-               sw ? "  imatrix-weighted rel.RMSE" : "");
-        for (int k = 0; k < C_N; k++) {
-            if (!S.n[k]) continue;
-            printf("%-28s %14" PRIu64 " %12.4g %12.4g", CLASS_NAME[k], S.n[k], sqrt(S.se[k] / S.n[k]),
-                   S.sref[k] > 0 ? sqrt(S.se[k] / S.sref[k]) : 0.0);
-            if (sw && (k == C_GU || k == C_DOWN))
-                printf("  %12.4g", S.swref[k] > 0 ? sqrt(S.swe[k] / S.swref[k]) : 0.0);
-            putchar('\n');
-        }
-    }
-    free(fbuf);
-    free(obuf);
-    free(w);
-    free(imat);
-    free(statw);
-    if (sw != im) ds4_imatrix_free(sw);
-    free(L.t);
-    free(c.ratios);
-    ds4_imatrix_free(im);
-    st_close(ck);
-    for (size_t i = 0; i < V.n; i++) free(V.tok[i]);
-    for (size_t i = 0; i < V.n_merges; i++) free(V.merges[i]);
-    free(V.tok);
-    free(V.type);
-    free(V.merges);
+    open_output(q);
+    for (size_t ti = 0; ti < q->L.n && !g_stop; ti++) write_tensor(q, ti);
+    finish(q);
     return 0;
 }
