@@ -21,6 +21,7 @@
 
 #include "agent.h"
 #include "common/args.h"
+#include "common/signals.h"
 #include "common/model_opts.h"
 #include "common/model_file.h"
 
@@ -358,13 +359,7 @@ int main(int argc, char **argv) {
     a->tools.confirm = ui_confirm;
     a->tools.ud = a;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;     /* no SA_RESTART: a blocking read wakes up */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = on_sigterm;
-    sigaction(SIGTERM, &sa, NULL);
+    ds4_catch_signals(on_sigint, on_sigterm, 0);   /* a blocking read wakes up */
     signal(SIGPIPE, SIG_IGN);
 
     ag_sess_new(a);

@@ -22,6 +22,7 @@
 #include "ds4.h"
 #include "chat.h"
 #include "common/args.h"
+#include "common/signals.h"
 #include "common/model_opts.h"
 #include "common/model_file.h"
 #include "common/logprob.h"
@@ -449,13 +450,7 @@ int main(int argc, char **argv) {
 
     if (!o.mo.dist && ds4_model_file_check("ds4", o.mo.model)) exit(1);   /* --dist: may name per-rank files */
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = on_sigterm;
-    sigaction(SIGTERM, &sa, NULL);
+    ds4_catch_signals(on_sigint, on_sigterm, 0);
 
     /* A model that does not fit in RAM would not fail: its mmap'd weights
      * would be paged in from disk again and again, a thrashing run that

@@ -29,6 +29,7 @@
 
 #include "ds4.h"
 #include "common/args.h"
+#include "common/signals.h"
 #include "common/model_opts.h"
 #include "probe.h"
 
@@ -1388,12 +1389,7 @@ int main(int argc, char **argv) {
     size_t text_len = 0;
     char *text = check_inputs(b, &text_len);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    ds4_catch_signals(on_signal, NULL, 0);
 
     load_model(b);
     note_machine(b);

@@ -32,6 +32,7 @@
 
 #include "ds4.h"   /* ds4_default_threads */
 #include "common/args.h"
+#include "common/signals.h"
 #include "engine/imatrix.h"
 #include "gguf/gguf.h"
 #include "gguf/model.h"
@@ -1168,12 +1169,7 @@ int main(int argc, char **argv) {
     open_inputs(q);
     check_sources(q);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    ds4_catch_signals(on_signal, NULL, 1);
     open_output(q);
     for (size_t ti = 0; ti < q->L.n && !g_stop; ti++) write_tensor(q, ti);
     finish(q);

@@ -37,6 +37,7 @@
 
 #include "ds4.h"
 #include "common/args.h"
+#include "common/signals.h"
 #include "gguf/gguf.h"
 #include "gguf/safetensors.h"
 #include "gguf/model.h"
@@ -1227,12 +1228,7 @@ static void write_model(const char *out, const layout *L, const config *c, const
                         const char *preset, const char *recipe, uint64_t seed, uint64_t total,
                         int nthreads) {
     /* Handlers first: an interrupt from here on removes OUT.tmp. */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    ds4_catch_signals(on_signal, NULL, 1);
     char *err = NULL;
     gguf_writer *w = gguf_writer_open(out, &err);
     if (!w) die("%s", err ? err : "cannot open the output");

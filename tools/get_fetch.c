@@ -40,6 +40,7 @@
 
 #include <curl/curl.h>
 
+#include "common/signals.h"
 #include "ds4.h"
 #include "store/hash.h"
 #include "get_fetch.h"
@@ -58,14 +59,7 @@ static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { g_stop = sig; }
 
 void fetch_install_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    /* no SA_RESTART: a sleep between attempts ends at once */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    ds4_catch_signals(on_signal, NULL, 1);   /* a sleep between attempts ends at once */
     signal(SIGPIPE, SIG_IGN);
 }
 
