@@ -160,6 +160,8 @@ $(BUILD)/gen/ds4_git.h: FORCE
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 $(BUILD)/src/common/version.o: $(BUILD)/gen/ds4_git.h
 $(BUILD)/src/common/version.o: CFLAGS += -I$(BUILD)/gen
+# The chat page is embedded by webui.c (.incbin): edits to it rebuild that object.
+$(BUILD)/server/webui.o: server/webui/index.html
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

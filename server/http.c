@@ -57,6 +57,7 @@
 #include "conv.h"
 #include "text/json_py.h"
 #include "metrics.h"
+#include "webui.h"
 #include "worker.h"
 
 struct http_server {
@@ -65,6 +66,7 @@ struct http_server {
     atomic_int inflight;     /* requests between their head and their completion */
     int port;                /* bound port */
     int guard;               /* keyless on loopback: Host/Origin are checked */
+    webui_page page;         /* the chat page at "/" (unused with --no-webui) */
 };
 
 typedef struct {
@@ -392,14 +394,41 @@ static int plain(const char *s, const char *extra) {
     return 1;
 }
 
-/* GET / and HEAD /: what this server is, without the API key (like
- * /health it reveals the model name only; the Host/Origin guard applies
- * as everywhere).  A client that asks for JSON gets the same as JSON. */
+/* The chat page (webui.c): its policy headers, and 304 when the browser
+ * already holds this build's page. */
+static void send_webui(http_server *h, http1_conn *c, req_ctx *rc) {
+    const webui_page *p = &h->page;
+    ds4_buf hd = { 0 };
+    cors_headers(h, &hd);
+    ds4_buf_printf(&hd, "Content-Security-Policy: %s\r\nX-Content-Type-Options: nosniff\r\n"
+                   "Referrer-Policy: no-referrer\r\nX-Frame-Options: DENY\r\n"
+                   "Cache-Control: no-cache\r\nETag: %s\r\n", p->csp, p->etag);
+    const char *inm = http1_header(c, "If-None-Match");
+    int status = inm && strstr(inm, p->etag) ? 304 : 200;
+    if (ds4_buf_failed(&hd)) {
+        send_err(h, c, rc, 500, "server_error", NULL, NULL, "out of memory");
+    } else {
+        http1_respond(c, status, "text/html; charset=utf-8", hd.p, p->body, p->len);
+        metrics_request(h->srv->m, rc->ep, status);
+    }
+    ds4_buf_free(&hd);
+}
+
+/* GET / and HEAD /: the chat page (webui.c), or with --no-webui a page of
+ * what this server is.  Neither needs the API key (like /health they
+ * reveal the model name only; the page asks for the key when the API
+ * wants it); the Host/Origin guard applies as everywhere.  A client that
+ * asks for JSON gets what the informational page says, as JSON. */
 static void do_root(http_server *h, http1_conn *c, req_ctx *rc) {
     server_ctx *s = h->srv;
     const char *acc = http1_header(c, "Accept");
     int keyed = s->cfg.api_key && *s->cfg.api_key;
-    if (acc && strstr(acc, "application/json") && !strstr(acc, "text/html")) {
+    int json = acc && strstr(acc, "application/json") && !strstr(acc, "text/html");
+    if (!json && !s->cfg.no_webui) {
+        send_webui(h, c, rc);
+        return;
+    }
+    if (json) {
         json_t *o = json_object(), *a = json_array();
         json_object_set_new(o, "server", json_string("ds4-server"));
         json_object_set_new(o, "model", json_string(s->model_id));
@@ -894,6 +923,12 @@ int http_check_allow_host(const char *a) {
 http_server *http_start(server_ctx *srv, int fd, int port, char **err) {
     http_server *h = calloc(1, sizeof *h);
     if (!h) { close(fd); return NULL; }
+    if (webui_page_init(&h->page)) {
+        if (err) *err = strdup("the embedded chat page is malformed (no inline <style> or <script>)");
+        free(h);
+        close(fd);
+        return NULL;
+    }
     h->srv = srv;
     h->port = port;
     h->guard = !(srv->cfg.api_key && *srv->cfg.api_key) && bound_to_loopback(fd);

@@ -111,9 +111,14 @@ static void usage(FILE *f) {
 "      --max-queue N         requests waiting for the model (default 64;\n"
 "                            more get 429, Anthropic 529)\n"
 "\n"
+"web page:\n"
+"      --no-webui            \"/\" answers a page describing the server and its\n"
+"                            endpoints instead of the chat page\n"
+"\n"
 "testing and diagnostics:\n"
 "      --test-mode           TEST ONLY: honour the X-DS4-Test-Output header\n"
-"                            (base64 text emitted instead of sampling)\n"
+"                            (base64 text emitted instead of sampling; the chat\n"
+"                            page sends it from localStorage \"ds4.testOutput\")\n"
 "  -v, --verbose             log HTTP-level problems and ignored fields\n"
 "      --trace FILE          append one JSON line per request: rendered prompt,\n"
 "                            cache decision, reasoning and content, tool calls\n"
@@ -245,6 +250,7 @@ static int parse_config(server_ctx *srv, ds4_model_opts *mo_out, int argc, char 
         else if (ds4_args_is(&ar, NULL, "--tool-memory-max-ids")) { c->tool_memory_max_ids = (size_t)ds4_args_i64(&ar, 0, 1L << 40); }
         else if (ds4_args_is(&ar, NULL, "--max-tokens")) { c->default_max_tokens = (int)ds4_args_i64(&ar, 0, 1 << 24); }
         else if (ds4_args_is(&ar, NULL, "--test-mode")) c->test_mode = 1;
+        else if (ds4_args_is(&ar, NULL, "--no-webui")) c->no_webui = 1;
         else if (ds4_args_is(&ar, "-v", "--verbose")) c->verbose = 1;
         else if (ds4_args_is(&ar, NULL, "--trace")) c->trace_path = nonempty(&ar);
         else ds4_args_unknown(&ar);

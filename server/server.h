@@ -56,6 +56,7 @@ typedef struct {
     const char **allow_hosts;     /* --allow-host (Host / Origin names); NULL-terminated */
     size_t tool_memory_max_ids;
     int test_mode;
+    int no_webui;                 /* --no-webui: "/" is the informational page */
     int verbose;
     ds4_sampler_params sp;        /* default sampling */
     int lookup;                   /* --lookup: prompt-lookup draft tokens (0 = off) */

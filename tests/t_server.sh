@@ -62,8 +62,9 @@ cd tests/server
 conc=""
 node --help 2>/dev/null | grep -q -- --test-concurrency && conc="--test-concurrency=1"
 # kvcache.test.mjs starts its own servers: tests/t_server_kv.sh runs it;
-# parallel.test.mjs needs --parallel 4: tests/t_server_parallel.sh runs it
-files="${DS4_TEST_FILES:-$(ls *.test.mjs | grep -vE '^(kvcache|parallel)\.test\.mjs$')}"
+# parallel.test.mjs needs --parallel 4: tests/t_server_parallel.sh runs it;
+# webui.test.mjs drives a browser: tests/t_webui.sh runs it
+files="${DS4_TEST_FILES:-$(ls *.test.mjs | grep -vE '^(kvcache|parallel|webui)\.test\.mjs$')}"
 NODE_OUT=$(mktemp "${TMPDIR:-/tmp}/ds4-server-node.XXXXXX")
 node --test $conc --test-reporter=spec $files 2>&1 | tee "$NODE_OUT"
 rc=${PIPESTATUS[0]}

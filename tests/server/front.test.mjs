@@ -1,4 +1,5 @@
-// The server's front door: the "/" page (HTML, or JSON on request), the
+// The server's front door: the "/" page of --no-webui (HTML, or JSON on
+// request; the chat page is webui.test.mjs's), the
 // one log line of every request the server refuses, and the message of
 // ds4-server / ds4 / ds4-agent when the model file cannot be opened.
 import { test } from 'node:test';
@@ -27,7 +28,16 @@ function get(base, path, headers = {}, method = 'GET') {
 // ---------------------------------------------------------------------------
 // GET /
 
-test('GET / is a small self-contained HTML page: the model, the endpoints, a curl line', async () => {
+test('GET / with --no-webui is a small self-contained HTML page: the model, the endpoints, a curl line', async () => {
+  const srv = await startServer(['--no-webui']);
+  try {
+    await infoPage(srv.url);
+  } finally {
+    await srv.stop();
+  }
+});
+
+async function infoPage(BASE) {
   const r = await get(BASE, '/');
   assert.equal(r.status, 200, r.text.slice(0, 200));
   assert.match(r.headers['content-type'], /^text\/html; charset=utf-8/);
@@ -43,7 +53,7 @@ test('GET / is a small self-contained HTML page: the model, the endpoints, a cur
   assert.equal(h.status, 200);
   assert.equal(h.text, '');
   assert.equal(h.headers['content-length'], r.headers['content-length']);
-});
+}
 
 test('GET / with Accept: application/json describes the server as JSON', async () => {
   const r = await get(BASE, '/', { Accept: 'application/json' });
@@ -58,7 +68,7 @@ test('GET / with Accept: application/json describes the server as JSON', async (
 });
 
 test('GET /: no API key needed (it shows the model name only, like /health); Host is still checked', async () => {
-  const k = await startServer(['--api-key', 's3cret', '--model-name', 'm<x>&"y\'']);
+  const k = await startServer(['--no-webui', '--api-key', 's3cret', '--model-name', 'm<x>&"y\'']);
   try {
     const r = await get(k.url, '/');
     assert.equal(r.status, 200);
