@@ -235,7 +235,9 @@ for cgmode in cgroup fallback; do
     env "${env[@]}" "$AGENT" -m "$M" --ctx 8192 --nothink --yes --dir "$W" --script "$T/int.txt" -p "int" > /dev/null 2> "$T/int.err" &
     AP=$!
     PIDS+=("$AP")
-    for i in $(seq 1 100); do alive ${b}01 && alive ${b}02 && alive ${b}03 && break; sleep 0.1; done
+    # the agent starts, loads the model and runs the script first: under ASan
+    # on a loaded machine that took more than 10 s once
+    for i in $(seq 1 600); do alive ${b}01 && alive ${b}02 && alive ${b}03 && break; sleep 0.1; done
     if alive ${b}01 && alive ${b}02 && alive ${b}03; then
         ok "$cgmode: the three processes run"
         p2=$(pgrep -f "$mk ${b}02" | head -1)
