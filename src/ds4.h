@@ -412,7 +412,7 @@ const char *ds4_escape(char *buf, size_t cap, const char *s, size_t n);
 size_t ds4_fput_escaped(FILE *out, const char *s, size_t n, size_t max_in);
 
 /* ------------------------------------------------------------------------ */
-/* Distributed inference over MPI (src/dist/, README "Several machines").    */
+/* Distributed inference over MPI (src/dist/, docs/distributed.md "Several machines").    */
 /* Every rank runs the same binary under mpirun.  Call ds4_dist_init before  */
 /* anything else; ranks > 0 then call ds4_dist_worker (which loads the model */
 /* and serves rank 0 until it exits) and exit with its status.  Rank 0 goes  */
@@ -851,7 +851,7 @@ int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *
 
 /* Draft tokens per pass when --mtp is given without --mtp-draft: one
  * draft costs one MTP step (a layer and the output matrix), measured in
- * README "MTP drafts". */
+ * docs/cli.md "MTP drafts". */
 #define DS4_MTP_DRAFT_DEFAULT 1
 #define DS4_STR_(x) #x
 #define DS4_XSTR(x) DS4_STR_(x)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The model file truncated under a running process (README "Errors" and
+# The model file truncated under a running process (docs/server.md "Errors" and
 # "--ssd-streaming"; test_mapguard checks the mechanism and the message's
 # tensor/expert naming).  Each case copies the tiny model to a temporary
 # file, makes one request that works, truncates the copy and makes

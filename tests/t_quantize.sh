@@ -29,7 +29,7 @@
 # (run with --no-qat so only the weights differ).  For two unrelated logit
 # vectors of n = 4096 entries the correlation is ~N(0, 1/sqrt(n) = 0.016);
 # a different-seed model is checked to sit there (|median| < 0.1).  Bounds,
-# ~2x looser than measured (docs: README "ds4-quantize"): mxfp4 (lossless
+# ~2x looser than measured (docs: docs/models.md "ds4-quantize"): mxfp4 (lossless
 # experts, Q8_0 elsewhere) corr >= 0.99, rel <= 0.15; q4 (~5% expert
 # weight error) corr >= 0.85, rel <= 0.6; q2 and q2-q4 (~30% error) corr
 # >= 0.25 (15 sigma above unrelated), rel <= 1.3; and the errors are
@@ -257,7 +257,8 @@ then ok "quantized logits within the statistical tolerance of f16 (q2, q4, q2-q4
 else bad "quantized logits vs f16 (above)"; fi
 
 # --- 5. imatrix --------------------------------------------------------------
-head -c 4000 README.md > "$T/calib.txt"
+# calibration text: English prose that does not change with the README
+head -c 4000 docs/MODEL.md > "$T/calib.txt"
 if "$BD"/ds4 -m "$T/f16.gguf" --imatrix-out "$T/im1.dat" --prompt-file "$T/calib.txt" -q 2> "$T/err.txt" &&
    "$BD"/ds4 -m "$T/f16.gguf" --imatrix-out "$T/im2.dat" --prompt-file "$T/calib.txt" -q 2>> "$T/err.txt" &&
    cmp -s "$T/im1.dat" "$T/im2.dat"; then ok "imatrix: reproducible ($(stat -c %s "$T/im1.dat") bytes)"
