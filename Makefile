@@ -54,10 +54,10 @@ CFLAGS += -std=c11 -ffp-contract=off -Wall -Wextra -D_GNU_SOURCE -pthread -MMD -
 LDFLAGS += $(LDOPT) -pthread
 LIBS = -ljansson -lm
 
-# Distributed inference (src/dist/, docs/distributed.md "Several machines"): built with
+# Distributed inference (src/mpi/, docs/distributed.md "Several machines"): built with
 # MPI when `mpicc` is found.  MPICC names another wrapper: Open MPI's or
 # MPICH's (make MPICC=mpicc.mpich BUILD=build/mpich BIN_DIR=build/mpich/bin:
-# its own tree, since dist.o and the links differ).  Flags come from the
+# its own tree, since mpi.o and the links differ).  Flags come from the
 # wrapper (Open MPI: --showme; MPICH: -show, keeping -I/-D for compiling and
 # -L/-l/-Wl for linking), else pkg-config mpi-c.  NO_MPI=1 builds without;
 # such binaries say so in --help and refuse --dist.
@@ -82,7 +82,7 @@ ifneq ($(MPICC),)
       MPI_LIBS := $(shell pkg-config --libs mpi-c 2>/dev/null)
     endif
   endif
-  $(BUILD)/src/dist/dist.o: CFLAGS += -DDS4_MPI $(MPI_CFLAGS)
+  $(BUILD)/src/mpi/mpi.o: CFLAGS += -DDS4_MPI $(MPI_CFLAGS)
   LIBS += $(MPI_LIBS)
 endif
 
@@ -158,8 +158,8 @@ $(BUILD)/gen/ds4_git.h: FORCE
 	@mkdir -p $(dir $@)
 	@printf '#define DS4_GIT_DESCRIBE "%s"\n' '$(subst ','',$(GIT_DESCRIBE))' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
-$(BUILD)/src/common/version.o: $(BUILD)/gen/ds4_git.h
-$(BUILD)/src/common/version.o: CFLAGS += -I$(BUILD)/gen
+$(BUILD)/src/base/version.o: $(BUILD)/gen/ds4_git.h
+$(BUILD)/src/base/version.o: CFLAGS += -I$(BUILD)/gen
 # The chat page is embedded by webui.c (.incbin): edits to it rebuild that object.
 $(BUILD)/server/webui.o: server/webui/index.html
 

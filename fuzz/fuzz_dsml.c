@@ -4,7 +4,7 @@
  * Owns: only this harness.  Build and run (from the repo root):
  *
  *   clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
- *     -Isrc fuzz/fuzz_dsml.c src/text/dsml.c src/text/json_py.c src/engine/util.c \
+ *     -Isrc fuzz/fuzz_dsml.c src/text/dsml.c src/base/json_py.c src/base/buf.c \
  *     -ljansson -lm -o build/fuzz_dsml
  *   build/fuzz_dsml -max_total_time=60 -max_len=4096 [corpus_dir]
  *

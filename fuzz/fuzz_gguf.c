@@ -10,9 +10,9 @@
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
  *         -fno-sanitize-recover=undefined \
  *         -Isrc fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/model.c src/gguf/inspect.c \
- *         src/store/hash.c src/engine/util.c -lm -o build/fuzz_gguf
+ *         src/base/hash.c src/base/buf.c -lm -o build/fuzz_gguf
  *   cc -std=c11 -D_GNU_SOURCE -DDS4_FUZZ_SEEDGEN -Isrc fuzz/fuzz_gguf.c \
- *         src/gguf/gguf.c src/gguf/model.c src/engine/util.c -lm -o build/fuzz_gguf_seeds
+ *         src/gguf/gguf.c src/gguf/model.c src/base/buf.c -lm -o build/fuzz_gguf_seeds
  *   mkdir -p build/fuzz_corpus && build/fuzz_gguf_seeds build/fuzz_corpus
  *   build/fuzz_gguf -max_total_time=60 -max_len=65536 build/fuzz_corpus
  *

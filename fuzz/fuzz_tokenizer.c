@@ -7,7 +7,7 @@
  * Owns: nothing outside this file.  Build and run from the repo root:
  *   clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
  *       -Isrc fuzz/fuzz_tokenizer.c src/text/tokenizer.c src/text/unicode.c src/gguf/gguf.c \
- *       src/engine/util.c -o build/fuzz_tokenizer
+ *       src/base/buf.c -o build/fuzz_tokenizer
  *   mkdir -p fuzz/corpus-tok && build/fuzz_tokenizer -max_total_time=60 fuzz/corpus-tok
  * The vocabulary is $DS4_FUZZ_VOCAB, else $DS4_SHARED/vocab/mini-vocab.gguf,
  * else ../shared/vocab/mini-vocab.gguf (the small vocabulary keeps the BPE

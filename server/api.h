@@ -10,7 +10,7 @@
 #ifndef DS4_SERVER_API_H
 #define DS4_SERVER_API_H
 
-#include "job.h"
+#include "server.h"   /* job, ev_kind, job_event_fn (the channel is job.h) */
 
 /* The shaper of an API family (api.c). */
 job_event_fn api_shaper(api_kind api);

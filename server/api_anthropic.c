@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "api.h"
-#include "text/json_py.h"
+#include "job.h"
+#include "base/json_py.h"
 
 enum { BLK_NONE, BLK_THINKING, BLK_TEXT, BLK_TOOL };
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "job.h"
 
 typedef struct {
     int started;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "job.h"
 
 enum { IT_NONE, IT_REASONING, IT_MESSAGE, IT_CALL };
 

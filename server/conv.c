@@ -31,7 +31,7 @@
 
 #include "conv.h"
 #include "kvdisk.h"
-#include "text/json_py.h"
+#include "base/json_py.h"
 #include "toolmem.h"
 #include "metrics.h"
 

@@ -55,7 +55,7 @@
 #include "http.h"
 #include "http1.h"
 #include "conv.h"
-#include "text/json_py.h"
+#include "base/json_py.h"
 #include "metrics.h"
 #include "webui.h"
 #include "worker.h"

@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "toolmem.h"
-#include "text/json_py.h"
+#include "base/json_py.h"
 
 typedef struct block {
     int refs;

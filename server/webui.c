@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "webui.h"
-#include "store/hash.h"
+#include "base/hash.h"
 
 #ifndef DS4_WEBUI_HTML
 #define DS4_WEBUI_HTML "server/webui/index.html"

@@ -412,7 +412,7 @@ const char *ds4_escape(char *buf, size_t cap, const char *s, size_t n);
 size_t ds4_fput_escaped(FILE *out, const char *s, size_t n, size_t max_in);
 
 /* ------------------------------------------------------------------------ */
-/* Distributed inference over MPI (src/dist/, docs/distributed.md "Several machines").    */
+/* Distributed inference over MPI (src/mpi/, docs/distributed.md "Several machines").    */
 /* Every rank runs the same binary under mpirun.  Call ds4_dist_init before  */
 /* anything else; ranks > 0 then call ds4_dist_worker (which loads the model */
 /* and serves rank 0 until it exits) and exit with its status.  Rank 0 goes  */
@@ -532,6 +532,8 @@ typedef struct {
 int ds4_session_eval_batch(ds4_batch_item *items, int n_items);
 
 int ds4_session_n_tokens(const ds4_session *s);
+/* 1 when the session evaluates without the QAT roundings (--no-qat). */
+int ds4_session_no_qat(const ds4_session *s);
 const int32_t *ds4_session_tokens(const ds4_session *s);
 int ds4_session_ctx_size(const ds4_session *s);
 /* Next-token logits after the last evaluated token (n_vocab floats); NULL

@@ -61,7 +61,7 @@ else bad "--version strings differ (binaries from different builds? run make): $
 # binaries that name their DS4_MO_* groups.
 if "$PY" - > "$T/help.txt" 2>&1 <<'EOF'
 import os, re, subprocess, sys
-bins = {"ds4": "cli/ds4.c", "ds4-synth": "tools/ds4_synth.c", "ds4-bench": "tools/ds4_bench.c", "ds4-eval": "tools/ds4_eval.c", "ds4-steer": "tools/ds4_steer.c",
+bins = {"ds4": "cli/main.c", "ds4-synth": "tools/ds4_synth.c", "ds4-bench": "tools/ds4_bench.c", "ds4-eval": "tools/ds4_eval.c", "ds4-steer": "tools/ds4_steer.c",
         "ds4-kv": "tools/ds4_kv.c", "ds4-server": "server/main.c", "ds4-agent": "agent/main.c"}
 flag_re = re.compile(r'(?<![\w-])(--?[a-zA-Z][\w-]*)')
 mo_src = open("src/common/model_opts.c").read()

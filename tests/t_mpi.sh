@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Distributed inference over MPI (--dist pipeline|experts, src/dist/), on the tiny
+# Distributed inference over MPI (--dist pipeline|experts, src/mpi/), on the tiny
 # models with 2 and 3 ranks on this machine (--oversubscribe):
 #  - --dump-logits on rank 0 bit-identical to the single-process run, in
 #    prefill, --decode-only and --split (prefill then decode), both models;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The distributed code builds against MPICH too (the other MPI of Debian,
-# beside Open MPI): src/dist/dist.c is compiled through the Makefile with
+# beside Open MPI): src/mpi/mpi.c is compiled through the Makefile with
 # MPICC=mpicc.mpich (-Werror), ds4 is linked from the optimized build's
 # other objects and libmpich, and, when MPICH's launcher runs here, a
 # 2-rank pipeline and experts run give the single process's logits bits.
@@ -26,14 +26,14 @@ bad() { echo "FAIL $*"; fail=$((fail+1)); }
 
 FL=$(make -s MPICC=mpicc.mpich mpi-flags)
 if [[ $FL == *mpich* ]] &&
-   make -s MPICC=mpicc.mpich BUILD="$T/b" OPT="-O2 -Werror" "$T/b/src/dist/dist.o" > "$T/cc.log" 2>&1; then
-    ok "src/dist/dist.c compiles against MPICH without a warning"
+   make -s MPICC=mpicc.mpich BUILD="$T/b" OPT="-O2 -Werror" "$T/b/src/mpi/mpi.o" > "$T/cc.log" 2>&1; then
+    ok "src/mpi/mpi.c compiles against MPICH without a warning"
 else
-    bad "src/dist/dist.c against MPICH"; cat "$T/cc.log"
+    bad "src/mpi/mpi.c against MPICH"; cat "$T/cc.log"
 fi
 LIBS=$(sed -n 's/^MPI_LIBS=//p' <<< "$FL")
-if [ -s "$T/b/src/dist/dist.o" ] &&
-   cc -pthread -o "$T/ds4" "$B"/cli/*.o "$T/b/src/dist/dist.o" "$B/libds4.a" -ljansson -lm $LIBS -ledit \
+if [ -s "$T/b/src/mpi/mpi.o" ] &&
+   cc -pthread -o "$T/ds4" "$B"/cli/*.o "$T/b/src/mpi/mpi.o" "$B/libds4.a" -ljansson -lm $LIBS -ledit \
        > "$T/ld.log" 2>&1 && ldd "$T/ds4" | grep -q libmpich; then
     ok "ds4 links against libmpich"
 else

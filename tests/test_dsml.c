@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "ds4.h"
-#include "text/json_py.h"
+#include "base/json_py.h"
 
 #include "testutil.h"
 

@@ -25,7 +25,7 @@
 
 #include "ds4.h"
 #include "gguf/gguf.h"
-#include "store/hash.h"
+#include "base/hash.h"
 #include "gguf/model.h"
 
 static int n_fail, n_pass;

@@ -21,7 +21,7 @@
 
 #include "ds4.h"
 #include "gguf/gguf.h"
-#include "store/hash.h"
+#include "base/hash.h"
 #include "text/tokenizer_internal.h"
 #include "text/unicode.h"
 

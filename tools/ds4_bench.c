@@ -252,7 +252,7 @@ typedef struct {
     int spec;                /* --spec N: speculative-decoding costs */
     const char *mtp;         /* --mtp FILE */
     int mtp_draft;           /* --mtp-draft N (-1 = not given) */
-    const char *dist;                /* --dist: under mpirun (src/dist/) */
+    const char *dist;                /* --dist: under mpirun (src/mpi/) */
     int ssd_streaming;       /* --ssd-streaming: expert columns in the CSV */
     uint64_t ssd_cache_bytes;
     int par[64], n_par, rounds;      /* --parallel LIST, --rounds R */

@@ -9,7 +9,7 @@
  * keys: ranks, rank, first (the plan: first layer of each rank, then
  * n_layer) and source_fingerprint (the whole file's, which the ranks
  * compare at start).  The plan is the one `--dist pipeline` computes
- * (src/dist/dist.c), so `mpirun -np N ds4 --dist pipeline -m
+ * (src/mpi/mpi.c), so `mpirun -np N ds4 --dist pipeline -m
  * PREFIX-rank%d.gguf` runs the same split as the whole file would.
  *
  * Owns: the command line and the copying.  Must not: change tensor bytes
@@ -25,8 +25,8 @@
 #include "common/args.h"
 #include "gguf/gguf.h"
 #include "gguf/model.h"
-#include "store/hash.h"
-#include "dist/dist.h"
+#include "base/hash.h"
+#include "mpi/mpi.h"
 
 static void usage(FILE *f) {
     fprintf(f,

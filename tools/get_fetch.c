@@ -42,7 +42,7 @@
 
 #include "common/signals.h"
 #include "ds4.h"
-#include "store/hash.h"
+#include "base/hash.h"
 #include "get_fetch.h"
 
 #define PROG "ds4-get"

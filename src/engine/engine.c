@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
-#include "store/hash.h"
-#include "dist/dist.h"
+#include "base/hash.h"
+#include "mpi/mpi.h"
 #include "engine/expert_cache.h"
 #include "engine/anon_map.h"
 

@@ -90,3 +90,34 @@ int ds4_eval_sync(ds4_session *s, const int32_t *toks, int n, const ds4_eval_par
     if (n_reused) *n_reused = keep;
     return ds4_eval(s, toks + keep, n - keep, p);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Where the disk checkpoints fall (ds4_kv_policy, ds4.h).  The arithmetic  */
+/* lives with the evaluation that stops there; the store only saves what    */
+/* it is handed.                                                             */
+/* ------------------------------------------------------------------------ */
+
+void ds4_kv_policy_default(ds4_kv_policy *p) {
+    p->min_tokens = 512;
+    p->cold_max_tokens = 30000;
+    p->continued_interval = 10000;
+    p->trim_tokens = 32;
+    p->align_tokens = 2048;
+}
+
+int ds4_kv_policy_cold_point(const ds4_kv_policy *p, int n) {
+    if (p->cold_max_tokens <= 0) return 0;
+    long c = (long)n - (p->trim_tokens > 0 ? p->trim_tokens : 0);
+    if (c > p->cold_max_tokens) c = p->cold_max_tokens;
+    if (p->align_tokens > 1) c -= c % p->align_tokens;
+    return c >= p->min_tokens && c > 0 ? (int)c : 0;
+}
+
+int ds4_kv_policy_next_frontier(const ds4_kv_policy *p, int n) {
+    if (p->continued_interval <= 0) return 0;
+    long step = p->continued_interval, a = p->align_tokens > 1 ? p->align_tokens : 1;
+    step = (step + a - 1) / a * a;
+    long f = ((long)n / step + 1) * step;
+    if (f < p->min_tokens) f = ((long)p->min_tokens + step - 1) / step * step;
+    return f > 0x7fffffffL ? 0 : (int)f;
+}

@@ -28,7 +28,7 @@
 #include "engine/engine_internal.h"
 #include "engine/imatrix.h"
 #include "kernels/vec_ops.h"
-#include "dist/dist.h"
+#include "mpi/mpi.h"
 #include "engine/expert_cache.h"
 #include "engine/profile.h"
 
@@ -1669,7 +1669,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
     act_kind kdn = act_kind_for(lw->ffn_down_exps.type, f->no_qat);
     size_t rb_in = act_row_bytes(kin, D), rb_dn = act_row_bytes(kdn, F);
     mm_group *grp = (mm_group *)sc->qscratch2;   /* 2*E groups fit (sized at init) */
-    /* --dist experts (src/dist/): this rank computes experts [e_lo, e_hi) */
+    /* --dist experts (src/mpi/): this rank computes experts [e_lo, e_hi) */
     int e_lo = 0, e_hi = E;
     if (ds4_dist_on()) ds4_dist_expert_range(E, &e_lo, &e_hi);
     for (int t0 = 0; t0 < T; t0 += MOE_T) {
@@ -1978,7 +1978,7 @@ static int eval_pass(fwd *f) {
 
     int want_all = s->cap_logits != NULL || s->stg_on;
     int lo = 0, hi = c->n_layer;
-    /* --dist pipeline (src/dist/): this rank's layers only; the HC state
+    /* --dist pipeline (src/mpi/): this rank's layers only; the HC state
      * comes from the previous rank and goes to the next */
     if (ds4_dist_on()) {
         int rc = ds4_dist_chunk_begin(s, f->toks, n, &want_all, &lo, &hi);

@@ -16,7 +16,7 @@
 #include "engine/engine_internal.h"
 #include "engine/anon_map.h"
 #include "engine/imatrix.h"
-#include "dist/dist.h"
+#include "mpi/mpi.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -479,6 +479,7 @@ int ds4_session_set_steering(ds4_session *s, const float *dir, float scale,
 
 void ds4_session_reset(ds4_session *s) { state_reset(s); }
 int ds4_session_n_tokens(const ds4_session *s) { return (int)s->toks.n; }
+int ds4_session_no_qat(const ds4_session *s) { return s->no_qat; }
 const int32_t *ds4_session_tokens(const ds4_session *s) { return s->toks.v; }
 int ds4_session_ctx_size(const ds4_session *s) { return s->ctx; }
 const float *ds4_session_logits(const ds4_session *s) { return s->has_logits ? s->logits : NULL; }

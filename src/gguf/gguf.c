@@ -24,6 +24,7 @@
 
 #include "ds4.h"
 #include "gguf/gguf.h"
+#include "base/hash.h"
 #include "gguf/mapguard.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -1175,4 +1176,8 @@ void gguf_writer_abort(gguf_writer *w) {
     if (w->fp) fclose(w->fp);
     unlink(w->tmp);
     w_free(w);
+}
+
+void ds4_gguf_fingerprint(const gguf_file *f, uint8_t out[20]) {
+    ds4_sha1(f->map, (size_t)f->dir_end, out);
 }

@@ -189,4 +189,9 @@ int gguf_writer_write(gguf_writer *w, const void *data, size_t len);
 int gguf_writer_close(gguf_writer *w, char **err);
 void gguf_writer_abort(gguf_writer *w);   /* closes and unlinks */
 
+/* SHA-1 over the header, metadata and tensor directory bytes of a GGUF
+ * (bytes [0, dir_end): not the tensor data).  Identifies a file's layout
+ * and quantization; ds4_model_fingerprint() returns this. */
+void ds4_gguf_fingerprint(const gguf_file *f, uint8_t out[20]);
+
 #endif /* DS4_GGUF_H */

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "ds4.h"
-#include "store/hash.h"
+#include "base/hash.h"
 #include "gguf/model.h"
 
 static void human(char *buf, size_t n, uint64_t b) {

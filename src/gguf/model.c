@@ -189,7 +189,7 @@ typedef struct {
     problems *p;
     const gguf_file *gf;
     uint64_t n_bound;
-    /* a per-rank part of a pipeline split (ds4-gguf split, src/dist/):
+    /* a per-rank part of a pipeline split (ds4-gguf split, src/mpi/):
      * only layers [lo, hi), the embeddings when lo == 0 and the head when
      * hi == n_layer must be present */
     int part, lo, hi, n_layer;
@@ -246,7 +246,7 @@ static int part_of(problems *p, const gguf_file *gf, int L, int *lo, int *hi) {
 /* The ds4.split.experts key of an experts split part (ds4-gguf split
  * --dist experts): 1 = a part (its experts [*e_lo, *e_hi) of E), 0 = not
  * one; a malformed key is a problem.  Which rank may run it is the
- * distributed runtime's check (src/dist/). */
+ * distributed runtime's check (src/mpi/). */
 static int xpart_of(problems *p, const gguf_file *gf, int E, int *e_lo, int *e_hi) {
     if (!gguf_find(gf, "ds4.split.experts")) return 0;
     return split_range(p, gf, "ds4.split.experts", "experts", E, e_lo, e_hi);

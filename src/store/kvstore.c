@@ -47,8 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/engine_internal.h"
-#include "store/hash.h"
+#include "ds4.h"
+#include "base/hash.h"
 
 #define KV_MAGIC "DS4KVC\r\n"
 #define KV_VERSION 2u
@@ -73,6 +73,7 @@ typedef struct {
 
 struct ds4_kvstore {
     const ds4_model *m;
+    uint8_t fp[20], family_fp[20];   /* the model's fingerprints (ds4.h) */
     char *dir;
     int dirfd;
     uint64_t cap;
@@ -97,31 +98,6 @@ const char *ds4_kv_reason_name(uint32_t r) {
     case DS4_KV_MANUAL: return "manual";
     }
     return "?";
-}
-
-void ds4_kv_policy_default(ds4_kv_policy *p) {
-    p->min_tokens = 512;
-    p->cold_max_tokens = 30000;
-    p->continued_interval = 10000;
-    p->trim_tokens = 32;
-    p->align_tokens = 2048;
-}
-
-int ds4_kv_policy_cold_point(const ds4_kv_policy *p, int n) {
-    if (p->cold_max_tokens <= 0) return 0;
-    long c = (long)n - (p->trim_tokens > 0 ? p->trim_tokens : 0);
-    if (c > p->cold_max_tokens) c = p->cold_max_tokens;
-    if (p->align_tokens > 1) c -= c % p->align_tokens;
-    return c >= p->min_tokens && c > 0 ? (int)c : 0;
-}
-
-int ds4_kv_policy_next_frontier(const ds4_kv_policy *p, int n) {
-    if (p->continued_interval <= 0) return 0;
-    long step = p->continued_interval, a = p->align_tokens > 1 ? p->align_tokens : 1;
-    step = (step + a - 1) / a * a;
-    long f = ((long)n / step + 1) * step;
-    if (f < p->min_tokens) f = ((long)p->min_tokens + step - 1) / step * step;
-    return f > 0x7fffffffL ? 0 : (int)f;
 }
 
 void ds4_kvstore_params_default(ds4_kvstore_params *p) {
@@ -300,8 +276,8 @@ int ds4_kv_file_info_read(const char *path, int verify, ds4_kv_file_info *info, 
 /* ---------------------------------------------------------------------- */
 
 static int fp_ok(const ds4_kvstore *kv, const uint8_t *fp, const uint8_t *fam) {
-    if (!memcmp(fp, kv->m->fingerprint, 20)) return 1;
-    return kv->allow_variants && !memcmp(fam, kv->m->family_fp, 20);
+    if (!memcmp(fp, kv->fp, 20)) return 1;
+    return kv->allow_variants && !memcmp(fam, kv->family_fp, 20);
 }
 
 /* Move a damaged file aside (name.bad) so it is never read again; the
@@ -452,6 +428,8 @@ ds4_kvstore *ds4_kvstore_open(const ds4_model *m, const ds4_kvstore_params *p, c
     ds4_kvstore *kv = calloc(1, sizeof *kv);
     if (!kv) { ds4_set_err(err, DS4_ENOMEM, "kv cache: out of memory"); return NULL; }
     kv->m = m;
+    ds4_model_fingerprint(m, kv->fp);
+    ds4_model_family_fingerprint(m, kv->family_fp);
     kv->dirfd = -1;
     kv->dir = strdup(p->dir);
     if (!kv->dir) {
@@ -618,7 +596,7 @@ int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason
     if (n <= 0) return DS4_OK;
     double t0 = now_s();
     ds4_buf text = { 0 };
-    if (ds4_detokenize(kv->m->tok, ds4_session_tokens(s), (size_t)n, &text)) {
+    if (ds4_detokenize(ds4_model_tokenizer(kv->m), ds4_session_tokens(s), (size_t)n, &text)) {
         ds4_buf_free(&text);
         return DS4_ENOMEM;
     }
@@ -671,12 +649,12 @@ int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason
     v32 = (uint32_t)n; memcpy(h + 16, &v32, 4);
     v32 = (uint32_t)ds4_session_ctx_size(s); memcpy(h + 20, &v32, 4);
     v64 = (uint64_t)time(NULL); memcpy(h + 24, &v64, 8);
-    v32 = s->no_qat ? 1u : 0u; memcpy(h + 44, &v32, 4);
+    v32 = ds4_session_no_qat(s) ? 1u : 0u; memcpy(h + 44, &v32, 4);
     v64 = text.n; memcpy(h + 48, &v64, 8);
     memcpy(h + 56, &payload, 8);
     memcpy(h + 64, &tb, 8);
-    memcpy(h + 72, kv->m->fingerprint, 20);
-    memcpy(h + 92, kv->m->family_fp, 20);
+    memcpy(h + 72, kv->fp, 20);
+    memcpy(h + 92, kv->family_fp, 20);
     /* last_used/hits (32..43) are zero while hashing, then set */
     fw_put(w, h, KV_HDR);
     fw_put(w, text.p, text.n);

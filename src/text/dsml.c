@@ -37,7 +37,7 @@
 #include <string.h>
 
 #include "ds4.h"
-#include "text/json_py.h"
+#include "base/json_py.h"
 
 #define DSML_TOK "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
 static const char MARK_BLOCK[] = "\n\n<" DSML_TOK "tool_calls";

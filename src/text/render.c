@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "ds4.h"
-#include "text/json_py.h"
+#include "base/json_py.h"
 
 #define S_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 #define S_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "ds4.h"
-#include "text/unicode.h"
+#include "base/utf8.h"
 
 static int needs_u_escape(uint32_t cp) {
     return (cp >= 0x80 && cp <= 0x9F) ||          /* C1 controls */

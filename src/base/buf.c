@@ -1,5 +1,5 @@
 /*
- * util.c -- small shared helpers of the public API: status strings, the one
+ * buf.c -- small shared helpers of the public API: status strings, the one
  * error-message helper (ds4_set_err) and the growable token / byte buffers
  * (ds4_tokens, ds4_buf).
  *

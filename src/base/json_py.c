@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/json_py.h"
+#include "base/json_py.h"
 
 #define MAX_DEPTH 10000
 

@@ -1,9 +1,9 @@
 /*
  * hash.h -- SHA-1, SHA-256 (FIPS 180-4) and XXH64 (a fast 64-bit checksum
- * for large buffers), all incremental; plus the GGUF layout fingerprint.
+ * for large buffers), all incremental; and lower-case hex.
  *
- * Owns: these algorithms only.  Must not: know about files beyond the
- * fingerprint helper (which hashes bytes that gguf.c already validated).
+ * Owns: these algorithms only.  Must not: know about files (the GGUF
+ * layout fingerprint is gguf.c's, on top of ds4_sha1).
  */
 #ifndef DS4_HASH_H
 #define DS4_HASH_H
@@ -53,10 +53,5 @@ uint64_t ds4_xxh64_digest(const ds4_xxh64_ctx *c);   /* does not consume the sta
 /* Lower-case hex of n bytes into out (2n+1 chars incl. NUL). */
 void ds4_hex(const uint8_t *d, size_t n, char *out);
 
-/* SHA-1 over the header, metadata and tensor directory bytes of a GGUF
- * (bytes [0, dir_end): not the tensor data).  Identifies a file's layout
- * and quantization; ds4_model_fingerprint() returns this. */
-struct gguf_file;
-void ds4_gguf_fingerprint(const struct gguf_file *f, uint8_t out[20]);
 
 #endif /* DS4_HASH_H */

@@ -1,5 +1,5 @@
 /*
- * dist.h -- the engine's side of distributed inference (src/dist/dist.c).
+ * mpi.h -- the engine's side of distributed inference over MPI (mpi.c).
  *
  * Owns: the hooks the session and the CPU forward pass call when the
  * process runs under `--dist` (ds4.h, "Distributed inference").  Without
@@ -7,8 +7,8 @@
  * skipped, so single-process numerics are untouched.
  * Must not: compute anything of the model (forward_cpu.c does).
  */
-#ifndef DS4_DIST_H
-#define DS4_DIST_H
+#ifndef DS4_MPI_H
+#define DS4_MPI_H
 
 #include "engine/engine_internal.h"
 

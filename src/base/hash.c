@@ -7,8 +7,7 @@
  */
 #include <string.h>
 
-#include "gguf/gguf.h"
-#include "store/hash.h"
+#include "base/hash.h"
 
 static inline uint32_t rol32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
 static inline uint32_t ror32(uint32_t x, int r) { return (x >> r) | (x << (32 - r)); }
@@ -263,8 +262,4 @@ void ds4_hex(const uint8_t *d, size_t n, char *out) {
         out[2 * i + 1] = hx[d[i] & 15];
     }
     out[2 * n] = 0;
-}
-
-void ds4_gguf_fingerprint(const gguf_file *f, uint8_t out[20]) {
-    ds4_sha1(f->map, (size_t)f->dir_end, out);
 }

@@ -1,5 +1,5 @@
 /*
- * dist.c -- distributed inference over MPI: one model across several
+ * mpi.c -- distributed inference over MPI: one model across several
  * processes (docs/distributed.md "Several machines").
  *
  * Design: the distribution lives in the library, under the public API.
@@ -42,7 +42,7 @@
 #include <sched.h>
 #include <time.h>
 
-#include "dist/dist.h"
+#include "mpi/mpi.h"
 
 #ifdef DS4_MPI
 #include <mpi.h>

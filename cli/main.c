@@ -1,5 +1,5 @@
 /*
- * ds4.c -- the `ds4` command line: one-shot generation, an interactive
+ * main.c -- the `ds4` command line: one-shot generation, an interactive
  * multi-turn chat, and the diagnostics the tests and the oracle rely on
  * (--inspect, --tokenize, --detokenize, --tokens, --dump-logits,
  * --dump-hidden, --decode-only, --split, --no-qat, --dump-tokens,

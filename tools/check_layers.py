@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""check_layers.py -- the include rules of the source tree (make test: t_layers).
+
+1. The wings of src/ are layered; a file includes headers of its own wing
+   or of a lower one only:
+       base < gguf < kernels < text < engine = mpi < store < common
+   base: buffers, errors, hashes, UTF-8, escaping, JSON text, the version
+   (nothing of the model); gguf: the file; kernels: arithmetic on the
+   weight formats (they name GGUF types); text: tokenizer, prompt format,
+   DSML; engine: the model and its sessions, with mpi/ as its transport
+   across ranks (one layer: the forward pass calls the transport and the
+   transport runs forward passes on the worker ranks -- the one mutual
+   dependency, kept inside this layer); store: state on disk and prefix
+   reuse, through the public API only; common: what the binaries share.
+2. store/ uses the engine through the public headers only.
+3. Front ends (cli/, server/, agent/, tools/, bench/) include public headers
+   only -- src/ds4*.h, src/common/*.h, src/base/*.h -- and their own
+   directory's, except the files listed in INTERNAL with the reason.
+4. No include cycle between modules (x.c + x.h) anywhere in src/, cli/,
+   server/, agent/, tools/.
+
+Prints one line per violation and exits 1; 0 when the tree holds.
+Standard library only: /usr/bin/python3 tools/check_layers.py [ROOT]
+"""
+import os
+import re
+import sys
+
+RANK = {'base': 0, 'gguf': 1, 'kernels': 2, 'text': 3, 'engine': 4, 'mpi': 4, 'store': 5,
+        'common': 6}
+PUBLIC_ONLY_WINGS = {'store'}
+FRONT = ('cli', 'server', 'agent', 'tools', 'bench')
+PUBLIC_WINGS = ('common', 'base')
+# Front-end files that work below the public API, and why.
+INTERNAL = {
+    'tools/ds4_quantize.c': 'writes GGUF files: the writer, the tensor layout, the quantizers',
+    'tools/ds4_synth.c': 'writes GGUF files: the writer, the tensor layout, the quantizers',
+    'tools/ds4_gguf.c': 'rewrites GGUF files per rank: the writer, the layout, the MPI split rule',
+    'tools/get_fetch.c': 'SHA-256 while downloading (base/hash.h is public; listed for the record)',
+    'bench/bench_kernels.c': 'measures the kernels themselves',
+    'bench/bench_attn.c': 'measures the attention kernels themselves',
+    'bench/bench_ggml_ds4.c': 'measures the kernels beside ggml\'s',
+}
+INC = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def files(root, top):
+    for d, _, fs in os.walk(os.path.join(root, top)):
+        if 'node_modules' in d:
+            continue
+        for f in sorted(fs):
+            if f.endswith(('.c', '.h')):
+                yield os.path.relpath(os.path.join(d, f), root)
+
+
+def includes(root, rel):
+    with open(os.path.join(root, rel), encoding='utf-8', errors='replace') as f:
+        return INC.findall(f.read())
+
+
+def resolve(root, rel, inc):
+    """The repository path an include names, or None (generated headers)."""
+    for cand in (os.path.join(os.path.dirname(rel), inc), os.path.join('src', inc)):
+        cand = os.path.normpath(cand)
+        if os.path.exists(os.path.join(root, cand)):
+            return cand
+    return None
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))
+    bad = []
+    all_files = []
+    for top in ('src',) + FRONT:
+        all_files += list(files(root, top))
+    graph = {}
+    for rel in all_files:
+        parts = rel.split('/')
+        incs = includes(root, rel)
+        targets = [(i, resolve(root, rel, i)) for i in incs]
+        graph[rel] = [t for _, t in targets if t]
+        if parts[0] == 'src' and len(parts) == 3:
+            wing = parts[1]
+            if wing not in RANK:
+                bad.append('%s: wing src/%s is not in the layer order (tools/check_layers.py)' % (rel, wing))
+                continue
+            for inc, t in targets:
+                if not t or not t.startswith('src/') or t.count('/') != 2:
+                    continue   # public header (src/ds4*.h) or generated
+                w = t.split('/')[1]
+                if w not in RANK:
+                    continue
+                if RANK[w] > RANK[wing]:
+                    bad.append('%s: includes "%s": src/%s is above src/%s' % (rel, inc, w, wing))
+                if wing in PUBLIC_ONLY_WINGS and w != wing and w != 'base':
+                    bad.append('%s: includes "%s": src/%s uses the engine through public headers only'
+                               % (rel, inc, wing))
+        elif parts[0] in FRONT:
+            if rel in INTERNAL:
+                continue
+            for inc, t in targets:
+                if not t:
+                    continue
+                if t.startswith('src/'):
+                    p = t.split('/')
+                    ok = (len(p) == 2 and p[1].startswith('ds4')) or (len(p) == 3 and p[1] in PUBLIC_WINGS)
+                    if not ok:
+                        bad.append('%s: includes "%s", an internal header of src/%s (front ends use '
+                                   'src/ds4*.h, src/common/, src/base/)' % (rel, inc, p[1]))
+                elif not (os.path.dirname(t) + '/').startswith(os.path.dirname(rel) + '/'):
+                    bad.append('%s: includes "%s" from another front end' % (rel, inc))
+    # 4. module cycles: a module is x.c + x.h; its edges are the modules of
+    # the headers either includes
+    def mod(path):
+        return os.path.splitext(path)[0]
+    mg = {}
+    for rel, ts in graph.items():
+        for t in ts:
+            if mod(t) != mod(rel):
+                mg.setdefault(mod(rel), set()).add(mod(t))
+    state, stack, cycles = {}, [], []
+
+    def visit(v):
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(mg.get(v, ())):
+            if state.get(w) == 1:
+                cycles.append(stack[stack.index(w):] + [w])
+            elif w not in state:
+                visit(w)
+        stack.pop()
+        state[v] = 2
+    sys.setrecursionlimit(10000)
+    for v in sorted(mg):
+        if v not in state:
+            visit(v)
+    for c in cycles:
+        bad.append('include cycle: ' + ' -> '.join(c))
+    for b in bad:
+        print(b)
+    print('check_layers: %d files, %d problems' % (len(all_files), len(bad)))
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
