@@ -299,128 +299,92 @@ static void out_bytes(const char *p, size_t n) {
     fflush(stdout);
 }
 
-/* Evaluate the chosen token `t`.  With --lookup, drafts that followed the
- * latest repeat of the recent text ride along in one verification pass
- * (with --mtp, when the lookup finds none, the MTP block's drafts);
- * the tokens the target model then chooses (accepted drafts and its own
- * next token, already sampled) go to q[0..*qn).  Plain evaluation when
- * the pass would cross a disk-cache checkpoint (saved at exact counts),
- * when no draft is found, or for the last token of the turn. */
-static int eval_one(chat_app *a, int32_t t) {
-    ds4_eval_params ep;
-    eval_params(a, &ep, NULL);
-    return ds4_eval(a->s, &t, 1, &ep);
+/* The generation driver's callbacks (ds4_gen.h): every piece is printed
+ * as it comes; the reasoning channel dimmed on a terminal, else between
+ * <think> and </think> lines. */
+static void out_cb(void *ud, const char *p, size_t n) { (void)ud; out_bytes(p, n); }
+
+static void think_end_cb(void *ud) {
+    chat_app *a = ud;
+    if (a->tty_out) out_bytes(RESET "\n", strlen(RESET) + 1);
+    else out_bytes("\n</think>\n", 10);
 }
 
-static int spec_next(chat_app *a, int32_t t, int left, int raw, int32_t *q, int *qn,
-                     ds4_tokens *hist, turn_stats *st) {
-    *qn = 0;
-    /* a per-token hook (--dump-logprobs) needs every position's logits: no
-     * drafts then */
-    if ((a->o.lookup <= 0 && a->o.mtp_draft <= 0) || !hist->v || *a->o.interrupt || a->o.on_token)
-        return eval_one(a, t);
-    hist->v[hist->n++] = t;
-    int32_t d[DS4_DRAFT_PASS_MAX];
-    int most = a->o.lookup > a->o.mtp_draft ? a->o.lookup : a->o.mtp_draft;
-    if (most > DS4_DRAFT_PASS_MAX - 1) most = DS4_DRAFT_PASS_MAX - 1;
-    if (most > left - 1) most = left - 1;
-    int cur = ds4_session_n_tokens(a->s);
-    int frontier = a->kv ? ds4_kv_policy_next_frontier(&a->o.kv_policy, cur) : 0;
-    if (a->kv && frontier > cur && frontier - cur <= most + 1) most = 0;
-    /* prompt lookup first (free when it finds a repeat), else the MTP block */
-    int want = a->o.lookup < most ? a->o.lookup : most;
-    int k = want > 0 ? ds4_lookup_draft(hist->v, (int)hist->n, want, d) : 0;
-    want = a->o.mtp_draft < most ? a->o.mtp_draft : most;
-    int rc;
-    if (k > 0) {
-        rc = ds4_spec_step(a->s, a->smp, t, d, k, raw ? -1 : a->sp->eos, q, qn, &st->spec);
-    } else if (want > 0) {
-        /* MTP drafts, sampled from the block under sampling and judged by
-         * the speculative-sampling rule (docs/SPEC.md) */
-        rc = ds4_spec_step_mtp(a->s, a->smp, t, want, raw ? -1 : a->sp->eos, q, qn, &st->spec);
-    } else {
-        return eval_one(a, t);
-    }
-    if (rc) return rc;
-    /* all but the last are evaluated; the last is the next chosen token */
-    for (int i = 0; i + 1 < *qn; i++) hist->v[hist->n++] = q[i];
-    if (a->kv && ds4_session_n_tokens(a->s) == frontier) kv_save(a, DS4_KV_CONTINUED);
-    return DS4_OK;
+static int cancel_cb(void *ud) { chat_app *a = ud; return *a->o.interrupt != 0; }
+
+static void token_cb(void *ud, const float *lg, int32_t t) {
+    chat_app *a = ud;
+    a->o.on_token(a->o.token_ud, lg, t);
 }
 
-/* Sample and print up to n_max tokens.  `reasoning` says whether the output
- * starts inside the reasoning channel (thinking mode).  raw = print every
- * token's bytes with no channel handling (diagnostics). */
+/* Sample and print up to n_max tokens (src/gen: with --lookup, drafts that
+ * followed the latest repeat of the recent text ride along in one
+ * verification pass; with --mtp, when the lookup finds none, the MTP
+ * block's drafts).  `reasoning` says whether the output starts inside the
+ * reasoning channel (thinking mode).  raw = print every token's bytes
+ * with no channel handling, EOS included (diagnostics).  Every printed
+ * token is evaluated, the last one too: the next turn appends to it. */
 static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *st) {
-    ds4_detok dt;
-    ds4_detok_init(&dt);
-    ds4_buf b = { 0 };
-    int in_think = reasoning;
+    int in_think = reasoning && !raw;
     double t0 = now_s();
     int rc = 0;
-    int32_t q[DS4_DRAFT_PASS_MAX];   /* tokens a speculative step produced */
-    int qn = 0, qi = 0;
-    ds4_tokens hist = { 0 };         /* --lookup: the text drafts come from */
-    if ((a->o.lookup > 0 || a->o.mtp_draft > 0) &&
-        ds4_tokens_reserve(&hist, (size_t)ds4_session_n_tokens(a->s) + (size_t)n_max + 1) == 0) {
-        memcpy(hist.v, ds4_session_tokens(a->s), (size_t)ds4_session_n_tokens(a->s) * sizeof(int32_t));
-        hist.n = (size_t)ds4_session_n_tokens(a->s);
-    }
-    if (in_think && !raw) {
+    if (in_think) {
         if (a->tty_out) out_bytes(DIM, strlen(DIM));
         else out_bytes("<think>\n", 8);
     }
-    for (int n = 0; n < n_max; n++) {
-        /* tokens a speculative step already evaluated are printed first, so
-         * the session never holds text the user did not see */
-        if (*a->o.interrupt && qi >= qn) {
-            if (!a->o.quiet) fprintf(stderr, "\n[interrupted]");
-            break;
-        }
-        int32_t t;
-        if (qi < qn) {
-            t = q[qi++];          /* from the last speculative step */
-        } else {
-            const float *lg = ds4_session_logits(a->s);
-            if (!lg) break;
-            t = ds4_sample(a->smp, lg);
-            if (a->o.on_token) a->o.on_token(a->o.token_ud, lg, t);
-            qi = qn = 0;
-        }
-        if (t == a->sp->eos && !raw) break;
-        b.n = 0;
-        if (!raw && t == a->sp->think_end && in_think) {
-            ds4_detok_flush(&dt, &b);
-            out_bytes(b.p, b.n);
-            in_think = 0;
-            if (a->tty_out) out_bytes(RESET "\n", strlen(RESET) + 1);
-            else out_bytes("\n</think>\n", 10);
-        } else {
-            ds4_detok_push(&dt, a->tok, t, &b);
-            if (b.n) out_bytes(b.p, b.n);
-        }
-        st->gen_tokens++;
-        if (qi < qn) continue;     /* evaluated by the step that proposed it */
-        int e = spec_next(a, t, n_max - n - 1, raw, q, &qn, &hist, st);
-        qi = 0;
-        if (e == DS4_ECTX) {
-            if (!a->o.quiet) fprintf(stderr, "\n[context full: %d tokens]", ds4_session_ctx_size(a->s));
-            break;
-        }
-        if (e) { fprintf(stderr, "\nds4: %s\n", eval_errstr(a, e)); rc = -1; break; }
+    ds4_eval_params ep;
+    eval_params(a, &ep, NULL);
+    ds4_gen_opts o;
+    ds4_gen_opts_default(&o);
+    o.smp = a->smp;
+    o.max_tokens = n_max;
+    o.reasoning = in_think;
+    o.eos_is_text = raw;
+    /* a per-token hook (--dump-logprobs) needs every position's logits: no
+     * drafts then */
+    o.lookup = a->o.on_token ? 0 : a->o.lookup;
+    o.mtp_draft = a->o.on_token ? 0 : a->o.mtp_draft;
+    o.late_caps = 1;
+    o.eval_all = 1;
+    o.settle_on_abort = 1;
+    o.ep = &ep;
+    ds4_gen_cb cb = { 0 };
+    cb.ud = a;
+    cb.reasoning = out_cb;
+    cb.content = out_cb;
+    cb.reasoning_end = think_end_cb;
+    if (a->o.on_token) cb.token = token_cb;
+    cb.cancel = cancel_cb;
+    ds4_gen *g = ds4_gen_new(a->s, a->m, &o, &cb);
+    if (!g) { fprintf(stderr, "\nds4: out of memory\n"); return -1; }
+    ds4_gen_finish fin = ds4_gen_run(g);
+    int erc = 0;
+    switch (fin) {
+    case DS4_GEN_CANCEL:
+        if (!a->o.quiet) fprintf(stderr, "\n[interrupted]");
+        break;
+    case DS4_GEN_CONTEXT:
+        if (!a->o.quiet) fprintf(stderr, "\n[context full: %d tokens]", ds4_session_ctx_size(a->s));
+        break;
+    case DS4_GEN_ERROR:
+        /* no logits: nothing to sample from, as the old loop ended */
+        if (ds4_gen_error(g, &erc, NULL) == DS4_GEN_ERR_NO_LOGITS) break;
+        if (ds4_gen_error(g, NULL, NULL) == DS4_GEN_ERR_NOMEM) fprintf(stderr, "\nds4: out of memory\n");
+        else fprintf(stderr, "\nds4: %s\n", eval_errstr(a, erc));
+        rc = -1;
+        break;
+    default:
+        break;
     }
-    b.n = 0;
-    ds4_detok_flush(&dt, &b);
-    if (b.n) out_bytes(b.p, b.n);
-    if (ds4_buf_failed(&b)) { fprintf(stderr, "\nds4: out of memory: the output above is incomplete\n"); rc = -1; }
-    if (in_think && !raw) {
+    if (ds4_gen_in_reasoning(g) && in_think) {
         if (a->tty_out) out_bytes(RESET, strlen(RESET));
         else out_bytes("\n</think>\n", 10);
     }
     out_bytes("\n", 1);
+    st->gen_tokens = ds4_gen_n_tokens(g);
+    st->spec = *ds4_gen_spec_stats(g);
     st->gen_s = now_s() - t0;
-    ds4_buf_free(&b);
-    ds4_tokens_free(&hist);
+    ds4_gen_free(g);
     return rc;
 }
 

@@ -1,8 +1,11 @@
 /*
- * gen.h -- the generation loop of one job (gen.c): sampling after the
- * prefilled prompt, the reasoning/content channels, stop sequences, forced
- * text (tool_choice, think budget, parallel_tool_calls: false), the test
- * output, and DSML tool-call parsing with greedy syntax.
+ * gen.h -- the generation of one job (gen.c): an adapter from the
+ * library's generation driver (ds4_gen.h: sampling after the prefilled
+ * prompt, drafts, the reasoning/content channels, stop sequences, forced
+ * text, DSML tool-call parsing) to the job's results and events: the
+ * request's options (tool_choice, think budget, parallel_tool_calls:
+ * false, the test output, the tool results as a lookup corpus), call ids,
+ * the OpenAI logprobs shape, the --trace events.
  *
  * Owns: the job's gen_result while it generates, and the events it sends
  * through job_event (EV_REASONING .. EV_TOOL_END; the caller sends
