@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "agent.h"
+#include "ds4_gen.h"
 
 #define COMPACT_AT 0.85    /* compact when a prompt would fill this much */
 #define LOOKUP_BACKOFF_MAX 32   /* tokens without drafts after repeated failed passes */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "chat.h"
+#include "ds4_gen.h"
 #include "ds4_sync.h"
 #include "input.h"
 

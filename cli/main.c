@@ -25,7 +25,7 @@
 #include "common/signals.h"
 #include "common/model_opts.h"
 #include "common/model_file.h"
-#include "common/logprob.h"
+#include "ds4_gen.h"
 #include "common/steer.h"
 
 static volatile sig_atomic_t g_interrupt = 0, g_terminate = 0;

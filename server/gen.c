@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "gen.h"
+#include "ds4_gen.h"
 #include "job.h"
 
 struct gen {

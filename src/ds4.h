@@ -906,5 +906,4 @@ int32_t ds4_spec_resolve(const float *p, const float *q, int n, int32_t draft,
 #ifdef __cplusplus
 }
 #endif
-#include "ds4_gen.h"   /* the generation driver (src/gen/) */
 #endif /* DS4_H */

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "ds4.h"
+#include "ds4_gen.h"
 #include "testutil.h"
 
 #define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"

@@ -3,14 +3,15 @@
 
 1. The wings of src/ are layered; a file includes headers of its own wing
    or of a lower one only:
-       base < gguf < kernels < text < engine = mpi < store < common
+       base < gguf < kernels < text < engine = mpi < gen < store < common
    base: buffers, errors, hashes, UTF-8, escaping, JSON text, the version
    (nothing of the model); gguf: the file; kernels: arithmetic on the
    weight formats (they name GGUF types); text: tokenizer, prompt format,
    DSML; engine: the model and its sessions, with mpi/ as its transport
    across ranks (one layer: the forward pass calls the transport and the
    transport runs forward passes on the worker ranks -- the one mutual
-   dependency, kept inside this layer); store: state on disk and prefix
+   dependency, kept inside this layer); gen: the generation driver (sampling,
+   drafts, stop rules, DSML calls, logprobs) over sessions; store: state on disk and prefix
    reuse, through the public API only; common: what the binaries share.
 2. store/ uses the engine through the public headers only.
 3. Front ends (cli/, server/, agent/, tools/, bench/) include public headers
@@ -26,8 +27,8 @@ import os
 import re
 import sys
 
-RANK = {'base': 0, 'gguf': 1, 'kernels': 2, 'text': 3, 'engine': 4, 'mpi': 4, 'store': 5,
-        'common': 6}
+RANK = {'base': 0, 'gguf': 1, 'kernels': 2, 'text': 3, 'engine': 4, 'mpi': 4, 'gen': 5,
+        'store': 6, 'common': 7}
 PUBLIC_ONLY_WINGS = {'store'}
 FRONT = ('cli', 'server', 'agent', 'tools', 'bench')
 PUBLIC_WINGS = ('common', 'base')

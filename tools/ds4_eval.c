@@ -38,7 +38,7 @@
 #include "ds4.h"
 #include "common/args.h"
 #include "common/model_opts.h"
-#include "common/logprob.h"
+#include "ds4_gen.h"
 #include "eval/grade.h"
 
 static const char *PROG = "ds4-eval";

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "ds4.h"
-#include "common/logprob.h"
+#include "ds4_gen.h"
 
 #define DSML_TAG "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
 #define CORPUS_BYTES_DEFAULT (256 * 1024)
