@@ -54,7 +54,7 @@ CFLAGS += -std=c11 -ffp-contract=off -Wall -Wextra -D_GNU_SOURCE -pthread -MMD -
 LDFLAGS += $(LDOPT) -pthread
 LIBS = -ljansson -lm
 
-# Distributed inference (src/dist/, README "Several machines"): built with
+# Distributed inference (src/dist/, docs/distributed.md): built with
 # MPI when `mpicc` is found.  MPICC names another wrapper: Open MPI's or
 # MPICH's (make MPICC=mpicc.mpich BUILD=build/mpich BIN_DIR=build/mpich/bin:
 # its own tree, since dist.o and the links differ).  Flags come from the
@@ -216,7 +216,7 @@ $(BIN_DIR)/ds4-gguf: $(BUILD)/tools/ds4_gguf.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-# model downloads (README "The model file")
+# model downloads (docs/models.md)
 $(BIN_DIR)/ds4-get: $(BUILD)/tools/ds4_get.o $(BUILD)/tools/get_fetch.o $(BUILD)/tools/get_catalog.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcurl

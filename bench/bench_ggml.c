@@ -5,7 +5,7 @@
  *
  * Owns: nothing outside this program.  Not built by `make all` and not in
  * the tests: it needs a ggml tree built beside (scratch folder, see the
- * README "Performance"); ggml is only linked here, never in the engine.
+ * docs/perf/ggml.md); ggml is only linked here, never in the engine.
  *
  *   bench_ggml FORMAT N_IN N_OUT [REPS] [THREADS]
  *     FORMAT q8_0 | q2_k | q4_k | iq2_xxs | mxfp4 | f16

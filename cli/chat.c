@@ -263,8 +263,8 @@ static void print_stats(chat_app *a, const turn_stats *st) {
     /* once, after the first answer (every dense weight has been read by
      * then; a smaps walk per turn would cost milliseconds on an 80 GB
      * mapping): weights on 4 KB pages -- a model file just written or
-     * copied stays cached in small pages until evicted (README, "Huge
-     * pages") */
+     * copied stays cached in small pages until evicted (docs/memory.md,
+     * "Huge pages") */
     ds4_weight_pages wp;
     const int first = !a->pages_checked;
     a->pages_checked = 1;

@@ -71,7 +71,7 @@ typedef struct {
     int kv_allow_variants;        /* reuse states of other routed-expert quantizations */
     ds4_kv_policy kv_policy;      /* when to save (shared with the CLI) */
 
-    /* quality tools (README "Debugging a bad answer", "Steering") */
+    /* quality tools (docs/quality.md: "Debugging a bad answer", "Steering") */
     const char *trace_path;       /* --trace: JSON lines per request */
     const char *steer_path, *steer_layers;
     double steer_scale;

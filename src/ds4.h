@@ -336,7 +336,7 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);
  * is a TLB miss (medium q2 on a Zen 5 VM: a 2048-token prefill 79-100
  * against 147 tok/s with 2 MB pages).  A file just written (downloaded,
  * ds4-synth, ds4-quantize) sits in the page cache in small pages until
- * evicted and read again (README, "Huge pages").  Returns 0, or -1 where
+ * evicted and read again (docs/memory.md, "Huge pages").  Returns 0, or -1 where
  * unknown (all fields 0). */
 typedef struct {
     uint64_t mapped;          /* size of the mapping (the file) */
@@ -412,7 +412,7 @@ const char *ds4_escape(char *buf, size_t cap, const char *s, size_t n);
 size_t ds4_fput_escaped(FILE *out, const char *s, size_t n, size_t max_in);
 
 /* ------------------------------------------------------------------------ */
-/* Distributed inference over MPI (src/dist/, README "Several machines").    */
+/* Distributed inference over MPI (src/dist/, docs/distributed.md).          */
 /* Every rank runs the same binary under mpirun.  Call ds4_dist_init before  */
 /* anything else; ranks > 0 then call ds4_dist_worker (which loads the model */
 /* and serves rank 0 until it exits) and exit with its status.  Rank 0 goes  */
@@ -521,8 +521,8 @@ void ds4_session_reset(ds4_session *s);
  * passes (each weight read once for all their rows) up to the prefill
  * chunk of the session with the largest context; an item longer than its
  * session's chunk, or whose session captures, collects an imatrix or runs
- * under --dist, is evaluated alone inside the step (README "Concurrent
- * sessions"). */
+ * under --dist, is evaluated alone inside the step (docs/server.md
+ * "In the engine"). */
 typedef struct {
     ds4_session *s;
     const int32_t *toks;
@@ -621,7 +621,7 @@ int ds4_session_draft_commit(ds4_session *s, int n_keep);
 /* ------------------------------------------------------------------------ */
 /* Disk KV cache: session states stored as files named by the SHA-1 of the  */
 /* rendered text they correspond to.  Implemented in kvstore.c; the file     */
-/* format is documented in the README ("Disk KV cache").                     */
+/* format is documented in docs/kvcache.md.                                  */
 /* ------------------------------------------------------------------------ */
 
 typedef struct ds4_kvstore ds4_kvstore;
@@ -851,7 +851,7 @@ int ds4_spec_step(ds4_session *s, ds4_sampler *smp, int32_t cur, const int32_t *
 
 /* Draft tokens per pass when --mtp is given without --mtp-draft: one
  * draft costs one MTP step (a layer and the output matrix), measured in
- * README "MTP drafts". */
+ * docs/cli.md "MTP drafts". */
 #define DS4_MTP_DRAFT_DEFAULT 1
 #define DS4_STR_(x) #x
 #define DS4_XSTR(x) DS4_STR_(x)

@@ -98,7 +98,7 @@ declare -A EST=(
     [opt/t_bench]=30 [opt/t_spec]=21 [opt/t_kvcache]=12 [opt/t_quality]=11
     [opt/t_llamacpp]=68 [debug/t_llamacpp]=122 [debug/t_agent_confine]=120
     [opt/t_agent_confine]=27 [debug/t_agent_limits]=55 [debug/t_agent_store]=32
-    [opt/t_get]=15 [debug/t_get]=20
+    [opt/t_get]=15 [debug/t_get]=20 [opt/t_docs]=1
 )
 
 # the queue: one entry per (pass, test)

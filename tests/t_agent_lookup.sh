@@ -56,7 +56,7 @@ ka = sorted(os.listdir(sd(a) + "/kv")); kb = sorted(os.listdir(sd(b) + "/kv"))
 assert ka == kb, ("kv file names", ka, kb)
 def kv(p):
     # header fields but the times (created, last_used, hits: bytes 24..43),
-    # the text and the session snapshot (README "Disk KV cache"); not the
+    # the text and the session snapshot (docs/kvcache.md); not the
     # tools section (tool-call ids are random) nor the checksum
     import struct
     d = open(p, "rb").read()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The model file truncated under a running process (README "Errors" and
-# "--ssd-streaming"; test_mapguard checks the mechanism and the message's
+# The model file truncated under a running process (docs/memory.md "The file under a running
+# process" and "--ssd-streaming", docs/server.md "Errors"; test_mapguard checks the mechanism and the message's
 # tensor/expert naming).  Each case copies the tiny model to a temporary
 # file, makes one request that works, truncates the copy and makes
 # another:

@@ -2,7 +2,7 @@
 # A GGUF that is not a DeepSeek V4 model, given to every binary that loads
 # a model (ds4, ds4-server, ds4-agent, ds4-bench, ds4-eval, ds4-steer,
 # ds4-kv verify -m): each refuses it with one line that says what the file
-# is (README "Validating a model", docs/GGUF.md §6), not the ~30 "missing
+# is (docs/quality.md "Validating a model", docs/GGUF.md §6), not the ~30 "missing
 # metadata deepseek4.*" lines of the later checks:
 #  - the vocabulary-only GGUF (../shared/vocab): "a vocabulary-only GGUF
 #    (tokenizer "gpt2", N tokens, no weights): it cannot run as a model ...";

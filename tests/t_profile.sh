@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DS4_PROFILE (README "Performance", docs/PERF_KERNELS.md "The prefill step
+# DS4_PROFILE (docs/PERF_KERNELS.md "The prefill step
 # outside the matmuls"): the per-stage table of the forward passes.
 #  - with DS4_PROFILE=1, ds4 prints the table on stderr at exit: every stage,
 #    "other", the passes/rows header and the share outside the matmuls, the

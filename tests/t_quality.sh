@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quality tools (README "Validating a model", "Evaluating a model",
+# Quality tools (docs/quality.md: "Validating a model", "Evaluating a model",
 # "Debugging a bad answer", "Steering"):
 #  - ds4 --dump-tokens: the rendered prompt, one token a line;
 #  - ds4 --dump-logprobs: top-K equals the log-softmax of the golden

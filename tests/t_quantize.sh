@@ -29,7 +29,7 @@
 # (run with --no-qat so only the weights differ).  For two unrelated logit
 # vectors of n = 4096 entries the correlation is ~N(0, 1/sqrt(n) = 0.016);
 # a different-seed model is checked to sit there (|median| < 0.1).  Bounds,
-# ~2x looser than measured (docs: README "ds4-quantize"): mxfp4 (lossless
+# ~2x looser than measured (docs/perf/quantize.md): mxfp4 (lossless
 # experts, Q8_0 elsewhere) corr >= 0.99, rel <= 0.15; q4 (~5% expert
 # weight error) corr >= 0.85, rel <= 0.6; q2 and q2-q4 (~30% error) corr
 # >= 0.25 (15 sigma above unrelated), rel <= 1.3; and the errors are

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Steering (README "Steering"): ds4 --steer / ds4-steer build on a tiny model.
+# Steering (docs/quality.md "Steering"): ds4 --steer / ds4-steer build on a tiny model.
 #  - scale 0 is bit-identical to no steering (logits and hidden states);
 #  - a nonzero scale shifts the state after the FFN of each steered layer by
 #    exactly S*v (float32) on every HC copy, before the next sublayer, and

@@ -1,6 +1,6 @@
 /*
  * ds4_steer.c -- `ds4-steer build`: a steering direction from two sets of
- * prompts (README "Steering").
+ * prompts (docs/quality.md "Steering").
  *
  * The direction is the normalized difference of the mean hidden states of
  * the two sets at one layer: for each prompt (one a line; BOS + the line

@@ -1,6 +1,6 @@
 /*
  * dist.c -- distributed inference over MPI: one model across several
- * processes (README "Several machines").
+ * processes (docs/distributed.md).
  *
  * Design: the distribution lives in the library, under the public API.
  * Every rank runs the same binary.  Rank 0 is the ordinary front end: it

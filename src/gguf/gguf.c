@@ -567,7 +567,7 @@ gguf_file *gguf_open(const char *path, char **err) {
  * kernel's readahead for faults in the mapping may make 2 MB folios too).  A
  * weight matrix is read once per token in one sweep: with 4 KB pages every
  * 4 KB of it is a TLB miss and a page walk (medium q2 on a Zen 5 VM: a
- * 2048-token prefill 79-100 against 147 tok/s, README "Huge pages").  A
+ * 2048-token prefill 79-100 against 147 tok/s, docs/perf/hugepages.md).  A
  * hint only: where THP is off it changes nothing.  Not in gguf_open: the
  * header parse and --ssd-streaming (which reads experts with pread and
  * keeps the mapping's resident part to the metadata) want small reads. */

@@ -12,7 +12,7 @@
  * a state that failed any check.  A failed save leaves every existing file
  * as it was.
  *
- * File layout (little-endian; README "Disk KV cache" has the table):
+ * File layout (little-endian; docs/kvcache.md has the table):
  *   0   8  magic "DS4KVC\r\n"
  *   8   4  version (2: f16 KV rows in the snapshot; 1, float32 rows, is
  *            refused by version like any unknown one)

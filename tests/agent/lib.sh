@@ -27,7 +27,7 @@ call() {
 sep() { printf '\n---\n'; }
 
 # The agent keeps its sessions per user, under $XDG_STATE_HOME/ds4/agent/
-# NAME-HASH/sessions (README "Sessions"): every test points XDG_STATE_HOME
+# NAME-HASH/sessions (docs/agent.md "Sessions = KV states"): every test points XDG_STATE_HOME
 # at a directory of its own (agent_state) and reads them there (sessdir).
 agent_state() { export XDG_STATE_HOME="$1"; }   # the agent creates it (0700)
 

@@ -2,7 +2,7 @@
 // (header deadline, per-address cap), Host / Origin / Content-Type checks of
 // a keyless loopback server, wrong-typed fields, NULs, numbers out of range,
 // one context figure everywhere, model names, a quiet -v, and --help
-// against the README's flag table.
+// against the flag table of docs/server.md.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -427,7 +427,7 @@ test('model names: POST routes and GET /v1/models/{id} accept the same ones', as
 });
 
 // ---------------------------------------------------------------------------
-// 6. -v, 8. --help and the README
+// 6. -v, 8. --help and docs/server.md
 
 test('-v: a start and a good request print no warning', async () => {
   const srv = await startServer(['-v']);
@@ -440,13 +440,14 @@ test('-v: a start and a good request print no warning', async () => {
   }
 });
 
-test('--help lists exactly the flags of the README table', async () => {
+test('--help lists exactly the flags of the docs/server.md table', async () => {
   const h = spawnSync(SERVER, ['--help'], { encoding: 'utf8' });
   assert.equal(h.status, 0);
   const help = new Set(h.stdout.match(/--[a-z][a-z-]*/g) || []);
-  const readme = readFileSync(fileURLToPath(new URL('../../README.md', import.meta.url)), 'utf8');
-  const sec = readme.slice(readme.indexOf('## `ds4-server`'));
-  const table = sec.slice(sec.indexOf('### Flags'), sec.indexOf('### ', sec.indexOf('### Flags') + 5));
+  // the server's reference page (moved out of the README)
+  const sec = readFileSync(fileURLToPath(new URL('../../docs/server.md', import.meta.url)), 'utf8');
+  assert.ok(sec.includes('\n## Flags\n'), 'docs/server.md has no "## Flags" section');
+  const table = sec.slice(sec.indexOf('\n## Flags\n'), sec.indexOf('\n## ', sec.indexOf('\n## Flags\n') + 5));
   const documented = new Set();
   for (const line of table.split('\n')) {
     if (!line.startsWith('| `')) continue;
@@ -456,6 +457,6 @@ test('--help lists exactly the flags of the README table', async () => {
   assert.ok(help.size > 30, `${help.size} flags in --help`);
   const missing = [...help].filter((f) => !documented.has(f));
   const extra = [...documented].filter((f) => !help.has(f));
-  assert.deepEqual(missing, [], 'flags of --help missing from the README');
-  assert.deepEqual(extra, [], 'README flags that --help does not list');
+  assert.deepEqual(missing, [], 'flags of --help missing from docs/server.md');
+  assert.deepEqual(extra, [], 'docs/server.md flags that --help does not list');
 });

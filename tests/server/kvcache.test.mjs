@@ -60,7 +60,7 @@ function kvFiles(dir) {
   return fs.readdirSync(dir).filter((f) => f.endsWith('.ds4kv')).map((f) => path.join(dir, f));
 }
 const dirBytes = (dir) => kvFiles(dir).reduce((a, f) => a + fs.statSync(f).size, 0);
-// The rendered text a cache file stands for (README "Disk KV cache": u64
+// The rendered text a cache file stands for (docs/kvcache.md, file format: u64
 // text length at offset 48, the text at 128).
 function fileText(f) {
   const b = fs.readFileSync(f);
