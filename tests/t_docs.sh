@@ -69,7 +69,7 @@ if [ "$n" -le 500 ]; then ok "README.md is $n lines (at most 500)"; else bad "RE
 # 4. the index lists every page
 missing=""
 for f in $(cd docs && find . -name '*.md' ! -path ./README.md | sed 's|^\./||' | sort); do
-    grep -qF "]($f)" docs/README.md || missing="$missing $f"
+    grep -qF "]($f)" docs/README.md 2>/dev/null || missing="$missing $f"
 done
 [ -z "$missing" ] && ok "docs/README.md links every page of docs/" || bad "docs/README.md does not link:$missing"
 
