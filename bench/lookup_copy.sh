@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/lookup_copy.sh -- end-to-end decode speed of a copy-heavy coding
 # turn with prompt-lookup drafts (ds4-agent --lookup 4) against plain
-# decoding (--lookup 0), interleaved in one run (README "Speculative
+# decoding (--lookup 0), interleaved in one run (docs/cli.md "Speculative
 # decoding").
 #
 #   bench/lookup_copy.sh [MODEL] [ROUNDS]

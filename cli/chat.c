@@ -265,15 +265,15 @@ static void print_stats(chat_app *a, const turn_stats *st) {
     /* once, after the first answer (every dense weight has been read by
      * then; a smaps walk per turn would cost milliseconds on an 80 GB
      * mapping): weights on 4 KB pages -- a model file just written or
-     * copied stays cached in small pages until evicted (README, "Huge
-     * pages") */
+     * copied stays cached in small pages until evicted (docs/memory.md,
+     * "Huge pages") */
     ds4_weight_pages wp;
     const int first = !a->pages_checked;
     a->pages_checked = 1;
     if (first && !ds4_model_weight_pages(a->m, &wp) && ds4_weight_pages_small(&wp, (uint64_t)1 << 30))
         fprintf(stderr, "[warning: %.0f %% of the %.1f GB of weights in use are mapped with 4 KB pages, which "
                 "slows decode and prefill: `sync; dd if=%s iflag=nocache count=0` evicts the file from the page "
-                "cache, the next run reads it back in 2 MB pages (README, \"Huge pages\")]\n",
+                "cache, the next run reads it back in 2 MB pages (docs/memory.md, \"Huge pages\")]\n",
                 100.0 * (double)(wp.resident - wp.huge) / (double)wp.resident, wp.resident / 1e9, a->o.model);
     if ((a->o.lookup > 0 || a->o.mtp_draft > 0) && st->spec.passes)
         fprintf(stderr, "[%s: %llu passes, %llu drafted, %llu accepted (%.1f %%), "

@@ -1,8 +1,8 @@
 /*
  * main.c -- ds4-server: command line, startup, signals, shutdown.
  *
- * Owns: the flags (every one is listed by --help, and in the README's
- * table: tests/server/hardening.test.mjs compares them), the refusal to
+ * Owns: the flags (every one is listed by --help, and in the table of
+ * docs/server.md: tests/server/hardening.test.mjs compares them), the refusal to
  * listen on a non-loopback address without an API key, binding the port
  * (before the model loads: a port in use fails at once), loading the model,
  * starting the worker (which creates the session) and the HTTP front, and the clean

@@ -274,7 +274,7 @@ char *metrics_render(metrics *m) {
         GAUGE("ds4_weights_resident_bytes", "Bytes of the model file mapped in memory by the server.", "%llu",
               (unsigned long long)wp.resident);
         GAUGE("ds4_weights_huge_page_bytes",
-              "Of them, bytes mapped with 2 MB pages (4 KB pages cost decode and prefill speed; README, "
+              "Of them, bytes mapped with 2 MB pages (4 KB pages cost decode and prefill speed; docs/memory.md, "
               "\"Huge pages\").", "%llu", (unsigned long long)wp.huge);
     }
     ds4_expert_cache_stats xc;

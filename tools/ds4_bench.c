@@ -1331,7 +1331,7 @@ static int report(bench *b, int rc, double t_all) {
         if (ds4_weight_pages_small(&wp, (uint64_t)32 << 20))
             note("warning: most weights are mapped with 4 KB pages, which costs decode and prefill speed (a file "
                  "just written or copied stays in small pages until evicted: `sync; dd if=%s iflag=nocache count=0` "
-                 "evicts it, the next run reads it back in 2 MB pages; README, \"Huge pages\")", b->o.model);
+                 "evicts it, the next run reads it back in 2 MB pages; docs/memory.md, \"Huge pages\")", b->o.model);
     }
     if (b->probing && b->n_rows > 0 && !g_stop) {
         measure_machine(b->threads, &b->mf1);

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
 "       ds4-kv -h | --help | --version\n"
 "\n"
 "Files are <sha1 of the rendered text>.ds4kv; damaged files found by the\n"
-"server are renamed *.ds4kv.bad.  The format is in the README.\n"
+"server are renamed *.ds4kv.bad.  The format is in docs/kvcache.md.\n"
 "Exit status: 0 ok, 1 a file failed (verify) or could not be removed,\n"
 "2 bad usage or an unreadable directory.\n");
 }

@@ -57,7 +57,7 @@ double probe_int8_peak(int nthreads, int reps, int *kind);
  * `reps`.  All 0 where AMX is not usable.  The exact Q8_0/MXFP4 tiles
  * store a C tile and run their float step once per 32-element block
  * (quant_amx.c), so on a core where these fractions are near 1/2 the two
- * cannot overlap (docs/PERF_KERNELS.md, twelfth session). */
+ * cannot overlap (docs/perf/kernels-diary.md, twelfth session). */
 typedef struct { double zmm_tdp, zmm_store, ymm_tdp, ymm_store; } probe_amx_share;
 probe_amx_share probe_amx_overlap(int reps);
 

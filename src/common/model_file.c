@@ -24,7 +24,7 @@ int ds4_model_file_check(const char *prog, const char *path) {
     fprintf(stderr,
             "%s: cannot open model %s: %s\n"
             "(use -m FILE; the default is " DS4_DEFAULT_MODEL ": `ds4-get q2-imatrix` downloads "
-            "the DeepSeek V4 Flash GGUF and links it there, see README \"The model file\"; or "
+            "the DeepSeek V4 Flash GGUF and links it there, see docs/models.md; or "
             "`make run` to create a demo model with random weights, demo/ds4-demo.gguf)\n",
             prog, path, strerror(err));
     return -1;

@@ -7,7 +7,7 @@
  * pages (MADV_HUGEPAGE): with THP in `madvise` mode (Debian's default), or
  * `always` with defrag `madvise` on a machine whose memory the page cache
  * has fragmented, nothing else gives them 2 MB pages, and 4 KB ones cost
- * the prefill ~18 % in TLB misses (docs/PERF_KERNELS.md, "The prefill by
+ * the prefill ~18 % in TLB misses (docs/perf/kernels-diary.md, "The prefill by
  * function").  Must not: be used for memory that is later realloc'd or
  * free'd (it is munmap'd), or under AddressSanitizer where calloc's
  * redzones are wanted (callers decide).

@@ -278,7 +278,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     if (!m->tok) goto fail;
     if (p->ssd_streaming && ssd_setup(m, p, err) != DS4_OK) goto fail;
     if (!p->ssd_streaming) {
-        gguf_map_hugepages(m->gf);   /* README, "Huge pages" */
+        gguf_map_hugepages(m->gf);   /* docs/memory.md, "Huge pages" */
         gguf_map_hugepages(m->mtp_gf);
     }
     if (check_data(m, err) != DS4_OK) goto fail;

@@ -249,7 +249,7 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
  * prefill sweeps them (activations, the HC state, the MoE buffers: 1.2 GB
  * at chunk 2048 for medium q2, whose layer shape is Flash's), and on 4 KB
  * pages its 2048-token prefill ran 214-244 tok/s against 273-275
- * (docs/PERF_KERNELS.md, "The prefill by function").  sc.logits grows by
+ * (docs/perf/kernels-diary.md, "The prefill by function").  sc.logits grows by
  * realloc, so it stays on calloc, as everything does under
  * AddressSanitizer (whose redzones then guard every block). */
 #if defined(__SANITIZE_ADDRESS__)

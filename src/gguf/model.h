@@ -63,7 +63,7 @@ typedef struct {
 } ds4_model_limit;
 
 /* Every row, in metadata order; the binder, ds4-synth (--set and
- * --limits) and the README use this table. */
+ * --limits) and docs/models.md use this table. */
 extern const ds4_model_limit ds4_model_limits[];
 extern const int ds4_model_n_limits;
 /* The row of `key` (with or without the "deepseek4." prefix); NULL if none. */

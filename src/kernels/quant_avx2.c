@@ -402,7 +402,7 @@ TGT static inline __m128i ld2q(const uint64_t *t, unsigned i0, unsigned i1)
  * iq2_lsx ((v >> 60) * 16).  Each field is a rorx and an and/movzx, which
  * GCC folds into the scaled table offsets: ~34 instructions and 11 loads
  * per group and row instead of ~45 and 12 with two dword loads (the same
- * speed on Zen 1, docs/PERF_KERNELS.md "fifth session"). */
+ * speed on Zen 1, docs/perf/kernels-diary.md "fifth session"). */
 #define IQ2_WSIDE(v, g0, g1, s0, s1, lsoff)                                              \
     const __m128i g0 = ld2q(ds4_iq2xxs_grid, (v) & 255, ROR64(v, 8) & 255);             \
     const __m128i g1 = ld2q(ds4_iq2xxs_grid, ROR64(v, 16) & 255, ROR64(v, 24) & 255);   \

@@ -952,7 +952,7 @@ VT static __m512 dec_k(int f, const uint8_t *w, size_t ws, int nr, int kb, const
  * tiles: bit-identical to them.  Loads: the 16 rows of a strip walk their
  * blocks side by side (16 short streams), the next strip prefetched ahead
  * of them: into L1 for Q2_K, Q8_0, IQ2_XXS and MXFP4, into L2 for Q4_K
- * (measured per format, docs/PERF_KERNELS.md "MXFP4 decode ..."). */
+ * (measured per format, docs/perf/kernels-diary.md "MXFP4 decode ..."). */
 
 /* activation side of one 256-block */
 typedef struct {
@@ -1247,7 +1247,7 @@ VT static __m512 d1_strip_q4_K(const uint8_t *w, size_t ws, int nr, int nb, cons
  * was not pinned down without performance counters.  Re-run
  * bench_kernels --formats q8_0 --tokens 1 against the previous build
  * after any change here or to the d1_strip_q8_0* locals
- * (docs/PERF_KERNELS.md, "Q8_0 decode: what did not help"). */
+ * (docs/perf/kernels-diary.md, "Q8_0 decode: what did not help"). */
 typedef struct {
     __m512i a2[D1Q8_MAXB];      /* block codes, twice */
     int32_t corr[D1Q8_MAXB];    /* -128 * sum of the block's codes */
@@ -1368,7 +1368,7 @@ VT static __m512 d1_strip_q8_0(const uint8_t *w, size_t ws, int nr, int nb, cons
  * vpermt2d) and the parity (once vpopcntb + shift + ternary logic) are
  * shifts, blends and one gf2p8affineqb: 10 port-5 cycles per pair and
  * block instead of 13.  It did not measurably speed this kernel up there
- * (docs/PERF_KERNELS.md, eighth session): port 5 is not its limit. */
+ * (docs/perf/kernels-diary.md, eighth session): port 5 is not its limit. */
 typedef struct {
     __m512i a[8];       /* a[s] byte 8g + l (and 8g + 4 + l): code of element 32g + 8l + s */
     __m512i corr;       /* lanes 2g and 2g + 1: 128 * (bsum_2g + bsum_2g+1) */

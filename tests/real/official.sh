@@ -4,7 +4,7 @@
 # prompt: the rendered prompt's token count equals the API's prompt_tokens,
 # the greedy tokens match by bytes, and the local top-20 logprobs agree
 # with the official ones (tools/quality/check_logprobs.py: tolerances and
-# why are in its docstring and the README, "Validating a model").
+# why are in its docstring and docs/quality.md, "Validating a model").
 # Without the real model (./ds4flash.gguf or DS4_MODEL) it says so and
 # exits 0.  Not part of `make test`.
 set -u

@@ -189,7 +189,7 @@ test('a missing model: ds4-server, ds4 and ds4-agent name the file, the default 
         assert.ok(msg.startsWith(`${name}: cannot open model ${path}: No such file or directory\n`), msg);
         assert.match(msg, /use -m FILE; the default is \.\/ds4flash\.gguf/);
         assert.match(msg, /`ds4-get q2-imatrix` downloads/);
-        assert.match(msg, /README "The model file"/);
+        assert.match(msg, /docs\/models\.md/);
         assert.match(msg, /`make run` to create a demo model/);
         assert.doesNotMatch(msg, /listening/);
       }

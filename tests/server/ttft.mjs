@@ -1,7 +1,7 @@
 // Time to first token of a long prompt on ds4-server: evaluated from
 // scratch (no cache, and a first request that writes the cold checkpoint)
 // vs. resumed from the disk KV cache by a freshly started server.  Not a
-// test (not run by CI): the README (Disk KV cache, In the server) quotes its numbers.
+// test (not run by CI): docs/perf/kvcache.md quotes its numbers.
 //
 //   node tests/server/ttft.mjs            (from the repository root)
 //
