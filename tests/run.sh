@@ -144,7 +144,8 @@ done | sort -k1,1nr -k2,2n | cut -d' ' -f2)
 
 # The server tests install their Node clients when missing; do it once here
 # rather than in two tests at once.
-if [ ! -d tests/server/node_modules ] && printf '%s\n' "${Q_NAME[@]}" | grep -q '^t_server'; then
+# (again when an older install lacks a package the lock file now pins)
+if [ ! -d tests/server/node_modules/playwright-core ] && printf '%s\n' "${Q_NAME[@]}" | grep -qE '^t_(server|webui)'; then
     (cd tests/server && npm ci --no-audit --no-fund) > /dev/null 2>&1 ||
         echo "tests: npm ci in tests/server failed (the server tests will say why)"
 fi
