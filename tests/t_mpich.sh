@@ -33,7 +33,7 @@ else
 fi
 LIBS=$(sed -n 's/^MPI_LIBS=//p' <<< "$FL")
 if [ -s "$T/b/src/mpi/mpi.o" ] &&
-   cc -pthread -o "$T/ds4" "$B"/cli/*.o "$T/b/src/mpi/mpi.o" "$B/libds4.a" -ljansson -lm $LIBS -ledit \
+   cc -pthread -o "$T/ds4" $(for c in cli/*.c; do printf '%s ' "$B/${c%.c}.o"; done) "$T/b/src/mpi/mpi.o" "$B/libds4.a" -ljansson -lm $LIBS -ledit \
        > "$T/ld.log" 2>&1 && ldd "$T/ds4" | grep -q libmpich; then
     ok "ds4 links against libmpich"
 else
