@@ -40,13 +40,13 @@ cleanup() {
 trap cleanup EXIT
 
 # --- the server and its file --------------------------------------------
-mkdir -p "$T/root" "$T/w"
-F="$T/root/f.bin"
+mkdir -p "$T/served" "$T/w"
+F="$T/served/f.bin"
 SIZE=3145851                     # 3 MiB + a bit: not a multiple of any buffer
 head -c $SIZE /dev/urandom > "$F"
 SHA=$(sha256sum "$F" | cut -d' ' -f1)
 LOG="$T/server.log"
-$PY tests/get/serve.py --root "$T/root" --log "$LOG" --port-file "$T/port" > "$T/server.out" 2>&1 &
+$PY tests/get/serve.py --root "$T/served" --log "$LOG" --port-file "$T/port" > "$T/server.out" 2>&1 &
 SRV=$!
 for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.1; done
 [ -s "$T/port" ] || { echo "FAIL the test server did not start:"; cat "$T/server.out"; exit 1; }
@@ -244,9 +244,9 @@ Q2=$("$GET" --list | awk '$1 == "q2-imatrix" || $2 == "q2-imatrix" {print}' | wc
 Q2F=DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix.gguf
 Q4F=DeepSeek-V4-Flash-Q4KExperts-F16HC-F16Compressor-F16Indexer-Q8Attn-Q8Shared-Q8Out-chat-v2-imatrix.gguf
 MTPF=DeepSeek-V4-Flash-MTP-Q4K-Q8_0-F32.gguf
-cp "$F" "$T/root/$Q2F"
-head -c 200000 /dev/urandom > "$T/root/$Q4F"
-head -c 100000 /dev/urandom > "$T/root/$MTPF"
+cp "$F" "$T/served/$Q2F"
+head -c 200000 /dev/urandom > "$T/served/$Q4F"
+head -c 100000 /dev/urandom > "$T/served/$MTPF"
 mkdir -p "$T/cat" && cd "$T/cat"
 export DS4_GET_BASE_URL="$U/hub/"
 : > "$LOG"
@@ -278,7 +278,7 @@ if grep -q '^\* q2-imatrix .*complete, SHA-256 on record' "$T/list.txt" &&
     ok "--list: complete (marked *), partial with bytes, absent, the link"
 else bad "--list:"; cat "$T/list.txt"; fi
 run q4-imatrix
-if [ $RC = 0 ] && [ "$(readlink ds4flash.gguf)" = "gguf/$Q4F" ] && cmp -s "$T/root/$Q4F" "gguf/$Q4F"; then
+if [ $RC = 0 ] && [ "$(readlink ds4flash.gguf)" = "gguf/$Q4F" ] && cmp -s "$T/served/$Q4F" "gguf/$Q4F"; then
     ok "q4-imatrix resumed; the link moved to it"
 else bad "q4 resume/link: rc=$RC"; show; fi
 "$GET" --list > "$T/list.txt" 2>&1
