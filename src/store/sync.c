@@ -28,7 +28,6 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "ds4_sync.h"
 
@@ -39,12 +38,6 @@ void ds4_sync_params_default(ds4_sync_params *p) {
 
 void ds4_sync_result_free(ds4_sync_result *r) {
     if (r) ds4_tokens_free(&r->rest);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int is_special(const ds4_special_ids *sp, int32_t t) {
@@ -220,7 +213,9 @@ static int disk_lookup(ds4_session *s, const ds4_tokens *pt, const ds4_sync_para
     }
     *retok = 0;
     todo->n = 0;
-    double t0 = now_s();
+    /* the store times its own loads (ds4_kvstore_stats.load_seconds) */
+    ds4_kvstore_stats st0, st1;
+    ds4_kvstore_get_stats(p->store, &st0);
     disk_accept acc = { p, pt, text, len, todo, 0 };
     int got = text && len && !ds4_buf_failed(&ids_text)
                   ? ds4_kvstore_restore_if(p->store, s, text, len, p->store_min_tokens,
@@ -235,7 +230,8 @@ static int disk_lookup(ds4_session *s, const ds4_tokens *pt, const ds4_sync_para
     } else {
         *retok = 1;
     }
-    if (p->restored) p->restored(p->ud, got, used, now_s() - t0);
+    ds4_kvstore_get_stats(p->store, &st1);
+    if (p->restored) p->restored(p->ud, got, used, st1.load_seconds - st0.load_seconds);
     return got;
 }
 
