@@ -53,6 +53,10 @@ plant_clean   # a front end includes an internal header
 printf '#include "engine/e.h"\n' >> "$tmp/t/cli/main.c"
 expect "a front end on an internal header" 'an internal header of src/engine'
 
+plant_clean   # a public header brings an internal one with it
+printf '#include "engine/e.h"\n' >> "$tmp/t/src/ds4.h"
+expect "a public header on an internal one" 'a public header includes only'
+
 plant_clean   # two modules include each other
 printf 'int e_three(void);\n' > "$tmp/t/src/engine/f.h"
 printf '#include "engine/f.h"\n' >> "$tmp/t/src/engine/e.h"

@@ -16,12 +16,14 @@
    the engine, the tokenizer and common/logprob, and nothing uses it but
    the front ends).
 2. store/ uses the engine through the public headers only.
-3. Front ends (cli/, server/, agent/, tools/, bench/) include public headers
+3. The public headers (src/ds4*.h: ds4.h includes every part) include
+   only public headers.
+4. Front ends (cli/, server/, agent/, tools/, bench/) include public headers
    only -- src/ds4*.h, src/common/*.h, src/base/*.h -- and their own
    directory's, except the files listed in INTERNAL with the reason.
-4. No include cycle between modules (x.c + x.h) anywhere in src/, cli/,
+5. No include cycle between modules (x.c + x.h) anywhere in src/, cli/,
    server/, agent/, tools/.
-5. No call cycle between modules in src/ and agent/: module A uses module
+6. No call cycle between modules in src/ and agent/: module A uses module
    B when A's .c (or an inline function of its header) names a function
    that B's .c defines (non-static, defined in one module only).  A cycle
    means neither module can be read, tested or replaced without the other.
@@ -216,6 +218,12 @@ def main():
                 if wing in PUBLIC_ONLY_WINGS and w != wing and w != 'base':
                     bad.append('%s: includes "%s": src/%s uses the engine through public headers only'
                                % (rel, inc, wing))
+        elif parts[0] == 'src' and len(parts) == 2:
+            # a public header stands on public headers only: what a front
+            # end includes must not bring internals with it
+            for inc, t in targets:
+                if t and t.startswith('src/') and t.count('/') != 1:
+                    bad.append('%s: includes "%s": a public header includes only src/ds4*.h' % (rel, inc))
         elif parts[0] in FRONT:
             if rel in INTERNAL:
                 continue
