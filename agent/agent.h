@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "ds4.h"
+#include "util.h"   /* ag_now, ag_strndup */
 
 extern volatile sig_atomic_t ag_interrupt;   /* Ctrl+C: stop what runs */
 extern volatile sig_atomic_t ag_terminate;   /* SIGTERM: save and leave */
@@ -222,7 +223,7 @@ void ag_list(agent *a);
 /* Resolve a user-typed ID (full, or unique prefix) to a saved one. */
 int ag_find_id(agent *a, const char *want, char *id, size_t cap);
 
-/* turn.c */
+/* run.c */
 typedef struct {
     int tool_calls;     /* the last turn called tools */
     int error;
@@ -236,8 +237,10 @@ typedef struct {
 int ag_run(agent *a, const char *user_text);
 /* One model turn on top of the pending messages; *stop = its ag_stop. */
 int ag_model_turn(agent *a, int *called_tools, int *stop);
-int ag_prefill(agent *a, const int32_t *ids, int n);
+/* turn.c: generate one assistant message into `out` */
 int ag_generate(agent *a, int budget, ag_msg *out, int think, int *n_gen);
+/* session.c: evaluate ids on top of the live state (progress, Ctrl+C) */
+int ag_prefill(agent *a, const int32_t *ids, int n);
 
 /* compact.c */
 /* Make room: 0 when the pending turn now fits (always, but for a failed
@@ -260,7 +263,5 @@ char *ui_readline(agent *a, const char *prompt);
 void ui_history_load(agent *a);
 void ui_history_add(agent *a, const char *line);
 
-double ag_now(void);
-char *ag_strndup(const char *p, size_t n);
 
 #endif

@@ -10,7 +10,9 @@
  * store format, with the exact DSML of the tool calls in their tool
  * section), where that directory is (per user and working directory, see
  * ag_sessions_locate; DIR/.ds4/sessions of older versions read only),
- * /list, and restoring a session exactly (no prefill).
+ * /list, restoring a session exactly (no prefill), and evaluating tokens
+ * into the live state (ag_prefill: the prefill compaction, a restore that
+ * must re-evaluate and the model turn share).
  * Must not: sample, run tools, or draw the screen beyond one-line notes.
  *
  * Tokenization: markers are pushed as ids and the text between them is
@@ -744,4 +746,12 @@ int ag_find_id(agent *a, const char *want, char *id, size_t cap) {
     if (hits == 1) snprintf(id, cap, "%s", v[hit].id);
     free(v);
     return hits == 1 ? 0 : hits == 0 ? -1 : -2;
+}
+
+/* Evaluate ids on top of the live state, with the progress line (a
+ * restore that must re-evaluate, compaction and the model turn use it;
+ * Ctrl+C cancels through ui_progress). */
+int ag_prefill(agent *a, const int32_t *ids, int n) {
+    if (n <= 0) return DS4_OK;
+    return ds4_session_eval(a->s, ids, n, ui_progress, a);
 }

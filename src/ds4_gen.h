@@ -29,7 +29,7 @@
 #define DS4_GEN_H
 
 #include "ds4.h"
-#include "gen/logprob.h"   /* log-softmax, top-K, the --dump-logprobs step JSON */
+#include "ds4_logprob.h"   /* log-softmax, top-K, the --dump-logprobs step JSON */
 
 typedef struct ds4_gen ds4_gen;
 

@@ -14,11 +14,17 @@
    drafts, stop rules, DSML calls, logprobs) over sessions; store: state on disk and prefix
    reuse, through the public API only; common: what the binaries share.
 2. store/ uses the engine through the public headers only.
-3. Front ends (cli/, server/, agent/, tools/, bench/) include public headers
+3. The public headers (src/ds4*.h: ds4.h includes every part) include
+   only public headers.
+4. Front ends (cli/, server/, agent/, tools/, bench/) include public headers
    only -- src/ds4*.h, src/common/*.h, src/base/*.h -- and their own
    directory's, except the files listed in INTERNAL with the reason.
-4. No include cycle between modules (x.c + x.h) anywhere in src/, cli/,
+5. No include cycle between modules (x.c + x.h) anywhere in src/, cli/,
    server/, agent/, tools/.
+6. No call cycle between modules in src/ and agent/: module A uses module
+   B when A's .c (or an inline function of its header) names a function
+   that B's .c defines (non-static, defined in one module only).  A cycle
+   means neither module can be read, tested or replaced without the other.
 
 Prints one line per violation and exits 1; 0 when the tree holds.
 Standard library only: /usr/bin/python3 tools/check_layers.py [ROOT]
@@ -29,6 +35,16 @@ import sys
 
 RANK = {'base': 0, 'gguf': 1, 'kernels': 2, 'text': 3, 'engine': 4, 'mpi': 4, 'gen': 5,
         'store': 6, 'common': 7}
+CALL_SCOPE = ('src', 'agent')
+# Call cycles that are known and may not grow (a component of the call
+# graph passes when it lies inside one of these), with the reason and the
+# way out.
+KNOWN_CALL_CYCLES = {
+    frozenset(('src/engine/engine', 'src/engine/session', 'src/engine/forward_cpu', 'src/mpi/mpi')):
+        'under --dist the engine calls its transport (model load, session mirroring, the '
+        'forward pass) and the transport\'s worker loop (ds4_dist_worker) runs the engine '
+        'through ds4.h on ranks > 0; the way out is the worker loop in its own module',
+}
 PUBLIC_ONLY_WINGS = {'store'}
 FRONT = ('cli', 'server', 'agent', 'tools', 'bench')
 PUBLIC_WINGS = ('common', 'base')
@@ -68,6 +84,109 @@ def resolve(root, rel, inc):
     return None
 
 
+# Comments and string/char literals out, so that only code names count.
+CODE_NOISE = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+# A function definition at column 0 (the code's style): name(params) {
+# (static anywhere before the name, e.g. behind a target macro: file-local)
+FUNC_DEF = re.compile(r'^(?![\w \t*]*\bstatic\b)(?!typedef\b|extern\b|return\b)[A-Za-z_][\w \t*]*?\b([A-Za-z_]\w*)'
+                      r'\s*\([^;{}]*?\)\s*\{', re.M | re.S)
+INLINE_DEF = re.compile(r'\binline\b[^;{}]*?\([^;{}]*?\)\s*\{')
+NAME = re.compile(r'\b[A-Za-z_]\w*\b')
+
+
+def code(root, rel):
+    with open(os.path.join(root, rel), encoding='utf-8', errors='replace') as f:
+        return CODE_NOISE.sub(lambda m: ' ' if m.group(0)[0] == '/' else '""', f.read())
+
+
+def inline_bodies(text):
+    """The bodies of a header's inline functions (its only code)."""
+    out = []
+    for m in INLINE_DEF.finditer(text):
+        depth, i = 0, m.end() - 1
+        for j in range(i, len(text)):
+            depth += {'{': 1, '}': -1}.get(text[j], 0)
+            if depth == 0:
+                out.append(text[i:j + 1])
+                break
+    return ' '.join(out)
+
+
+def call_cycles(root, rels):
+    """Cycles of the graph module -> modules whose functions it names."""
+    texts = {r: code(root, r) for r in rels}
+    owners = {}
+    for r, t in texts.items():
+        if r.endswith('.c'):
+            for m in FUNC_DEF.finditer(t):
+                if not m.group(1).startswith('__'):
+                    owners.setdefault(m.group(1), set()).add(os.path.splitext(r)[0])
+    # a name defined in several modules (alternative builds) is nobody's
+    owner = {n: next(iter(ms)) for n, ms in owners.items() if len(ms) == 1}
+    uses = {}
+    for r, t in texts.items():
+        m = os.path.splitext(r)[0]
+        body = t if r.endswith('.c') else inline_bodies(t)
+        for n in set(NAME.findall(body)):
+            o = owner.get(n)
+            if o and o != m:
+                uses.setdefault(m, {}).setdefault(o, set()).add(n)
+    # Tarjan's strongly connected components; one cycle reported per
+    # component, with the names that make each step
+    index, low, on, st, comps = {}, {}, set(), [], []
+
+    def scc(v):
+        index[v] = low[v] = len(index)
+        st.append(v)
+        on.add(v)
+        for w in sorted(uses.get(v, ())):
+            if w not in index:
+                scc(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = st.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 and not any(set(comp) <= k for k in KNOWN_CALL_CYCLES):
+                comps.append(set(comp))
+    for v in sorted(uses):
+        if v not in index:
+            scc(v)
+    out = []
+    for comp in comps:
+        # a shortest way back to the start, inside the component
+        start = min(comp)
+        prev, todo = {start: None}, [start]
+        path = None
+        while todo and not path:
+            nxt = []
+            for v in todo:
+                for w in sorted(uses.get(v, ())):
+                    if w == start:
+                        path = [v]
+                        while prev[path[-1]] is not None:
+                            path.append(prev[path[-1]])
+                        path = path[::-1]
+                        break
+                    if w in comp and w not in prev:
+                        prev[w] = v
+                        nxt.append(w)
+                if path:
+                    break
+            todo = nxt
+        path = path + [start]
+        steps = ['%s (%s)' % (a, ', '.join(sorted(uses[a][b])[:3])) for a, b in zip(path, path[1:])]
+        more = ['(the circle holds: %s)' % ' '.join(sorted(comp))] if len(comp) > len(path) - 1 else []
+        out.append(steps + [start] + more)
+    return out
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))
@@ -97,6 +216,12 @@ def main():
                 if wing in PUBLIC_ONLY_WINGS and w != wing and w != 'base':
                     bad.append('%s: includes "%s": src/%s uses the engine through public headers only'
                                % (rel, inc, wing))
+        elif parts[0] == 'src' and len(parts) == 2:
+            # a public header stands on public headers only: what a front
+            # end includes must not bring internals with it
+            for inc, t in targets:
+                if t and t.startswith('src/') and t.count('/') != 1:
+                    bad.append('%s: includes "%s": a public header includes only src/ds4*.h' % (rel, inc))
         elif parts[0] in FRONT:
             if rel in INTERNAL:
                 continue
@@ -138,6 +263,8 @@ def main():
             visit(v)
     for c in cycles:
         bad.append('include cycle: ' + ' -> '.join(c))
+    for c in call_cycles(root, [f for f in all_files if f.split('/')[0] in CALL_SCOPE]):
+        bad.append('call cycle: ' + ' -> '.join(c))
     for b in bad:
         print(b)
     print('check_layers: %d files, %d problems' % (len(all_files), len(bad)))

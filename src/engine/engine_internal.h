@@ -17,6 +17,7 @@
 #include "kernels/threadpool.h"
 #include "engine/cpu_ops.h"
 #include "kernels/vec_ops.h"
+#include "kernels/kv_rows.h"
 
 /* Tokens per MoE sub-batch of a prefill: each routed expert sees about
  * MOE_T * n_expert_used / n_expert tokens per weight pass (48 for Flash),
@@ -223,13 +224,18 @@ struct ds4_session {
     mtp_state *mtp;           /* MTP drafts (mtp.c), NULL when the model has none */
 };
 
-/* mtp.c: session hooks.  new/free with the session; note_hidden is called
- * by the forward with the final HC state of a chunk's tokens (before the
- * head); reset when the session's history is replaced wholesale. */
+/* mtp_state.c: session hooks.  new/free with the session; note_hidden is
+ * called by the forward with the final HC state of a chunk's tokens (before
+ * the head); reset when the session's history is replaced wholesale. */
 int ds4_mtp_state_new(ds4_session *s);
 void ds4_mtp_state_free(ds4_session *s);
 void ds4_mtp_note_hidden(ds4_session *s, const float *X, int64_t p0, int n);
 void ds4_mtp_state_reset(ds4_session *s);
+/* mtp_state.c, for mtp.c: forget the window rows of positions >= p (a
+ * rollback or a rewind); the main state after position p, or NULL when not
+ * held. */
+void ds4_mtp_drop_from(mtp_state *ms, int64_t p);
+const float *ds4_mtp_main_state(const ds4_session *s, int64_t p);
 /* sampler.c, for speculative sampling (spec.c, mtp.c; is_greedy is in
  * ds4.h).  dist: the normalized distribution ds4_sample would draw from
  * (temperature, min-p, top-k, top-p), n_vocab floats, zero outside the
@@ -252,10 +258,6 @@ double ds4_sampler_unit(ds4_sampler *s);
 int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0);
 int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0);
 
-/* session.c: called by the forward after the compressor inputs of layer
- * `il` (scores with APE) are ready, while a staged pass is running. */
-void ds4_stage_rows(ds4_session *s, int il, const float *ckv, const float *csc, int cw,
-                    const float *ikv, const float *isc, int iw, int T);
 /* forward_cpu.c: a compressor frontier's state after rows [p0, p0 + n)
  * (kv/score, stride coff w) are pushed in order -- the state the forward
  * leaves; the pooled rows of the windows closing there are not made. */
@@ -284,19 +286,21 @@ typedef struct {
  * lists are the caller's.  The owner's sc.logits must hold n_items rows. */
 int ds4_cpu_eval_batch(ds4_session *owner, ds4_cpu_item *items, int n_items);
 int ds4_cpu_scratch_init(ds4_session *s);
-/* session.c: KV row storage.  Bytes per element, the address of row `r`
- * of width w, and exact conversions (f16 -> f32 is exact; f32 -> f16 is
- * exact for the f16-exact rows kv16 sessions store). */
+/* KV row storage (f16 under the storage roundings, see layer_state).
+ * Bytes per element, the address of row `r` of width w, and n rows of
+ * width w from a session's storage into float rows / back (the
+ * conversions are kernels/kv_rows.c's: exact both ways for the f16-exact
+ * rows kv16 sessions store). */
 static inline size_t kv_es(const ds4_session *s) { return s->kv16 ? 2 : 4; }
 static inline void *kv_row(const ds4_session *s, void *base, size_t r, int w) {
     return (uint8_t *)base + r * (size_t)w * kv_es(s);
 }
-void kv_f16_to_f32(const uint16_t *src, float *dst, size_t n);
-void kv_f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n);
-void kv_f32_to_f16(const float *src, uint16_t *dst, size_t n);
-/* n rows of width w from a session's storage into float rows / back */
-void kv_get(const ds4_session *s, const void *src, float *dst, size_t n, int w);
-void kv_put(const ds4_session *s, const float *src, void *dst, size_t n, int w);
+static inline void kv_get(const ds4_session *s, const void *src, float *dst, size_t n, int w) {
+    kv_rows_get(s->kv16, src, dst, n, w);
+}
+static inline void kv_put(const ds4_session *s, const float *src, void *dst, size_t n, int w) {
+    kv_rows_put(s->kv16, src, dst, n, w);
+}
 /* session.c: KV and scratch bytes of a default session for bound weights
  * (ds4_memory_plan) */
 void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,

@@ -1311,6 +1311,21 @@ static void raw_reserve(const ds4_session *s, layer_state *st, int d, int n_swa,
     st->raw_len = keep;
 }
 
+/* A staged pass (speculative decoding, session.c): the compressor inputs
+ * of layer `il` (scores with APE) go to the session's staging buffers, so
+ * that ds4_session_draft_commit can rebuild the frontiers of the rows it
+ * keeps. */
+static void stage_rows(ds4_session *s, int il, const float *ckv, const float *csc, int cw,
+                       const float *ikv, const float *isc, int iw, int T) {
+    layer_stage *g = &s->stg[il];
+    memcpy(g->ckv, ckv, (size_t)T * cw * sizeof(float));
+    memcpy(g->csc, csc, (size_t)T * cw * sizeof(float));
+    if (g->ikv) {
+        memcpy(g->ikv, ikv, (size_t)T * iw * sizeof(float));
+        memcpy(g->isc, isc, (size_t)T * iw * sizeof(float));
+    }
+}
+
 static void attention(fwd *f, int il) {
     const ds4_config *c = f->c;
     const ds4_layer_weights *lw = layer_w(f, il);
@@ -1370,7 +1385,7 @@ static void attention(fwd *f, int il) {
         const int R = lw->ratio, cw = cwid;
         for_tokens(f, comp_ape_task, (void *)lw);
         if (f->s->stg_on)   /* speculative pass (one item): keep the rows for a rollback */
-            ds4_stage_rows(f->s, il, sc->ckv, sc->csc, cw, sc->ikv, sc->isc, iw2, T);
+            stage_rows(f->s, il, sc->ckv, sc->csc, cw, sc->ikv, sc->isc, iw2, T);
         /* the windows that close in the chunk, in parallel; then each
          * item's frontier as its rows, pushed in order, leave it */
         for_tokens(f, comp_close_task, (void *)lw);

@@ -17,96 +17,14 @@
  * Must not: change the main session's state or logits -- drafts only ever
  * affect speed, never the output distribution (the verification decides)
  * -- or compute layer math itself (forward_cpu.c does, with the main
- * layers' code).
+ * layers' code).  The state itself (allocation, the main states the
+ * forward hands over) is mtp_state.c's, so that the forward pass, which
+ * feeds it, does not call into this module, which calls the forward.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
-
-/* Window rows: the window, a catch-up piece (one chunk) and a draft chain. */
-static int raw_rows(const ds4_session *s) {
-    return s->m->w.cfg.n_swa + s->chunk + DS4_DRAFT_PASS_MAX;
-}
-
-int ds4_mtp_state_new(ds4_session *s) {
-    const ds4_config *c = &s->m->w.cfg;
-    mtp_state *ms = calloc(1, sizeof *ms);
-    if (!ms) return DS4_ENOMEM;
-    s->mtp = ms;
-    const size_t nd = (size_t)c->n_hc * c->n_embd;
-    ms->ls.raw_cap = raw_rows(s);
-    ms->ls.raw = malloc((size_t)ms->ls.raw_cap * c->head_dim * kv_es(s));
-    /* main states of the window's positions, their predecessor, and a
-     * staged pass beyond them (rolled back or not) */
-    ms->hcap = c->n_swa + DS4_DRAFT_PASS_MAX + 2;
-    ms->H = malloc((size_t)ms->hcap * nd * sizeof(float));
-    ms->hpos = malloc((size_t)ms->hcap * sizeof *ms->hpos);
-    ms->hc = malloc(nd * sizeof(float));
-    ms->logits = calloc((size_t)c->n_vocab, sizeof(float));
-    if (!ms->ls.raw || !ms->H || !ms->hpos || !ms->hc || !ms->logits) {
-        ds4_mtp_state_free(s);
-        return DS4_ENOMEM;
-    }
-    ds4_mtp_state_reset(s);
-    return DS4_OK;
-}
-
-void ds4_mtp_state_free(ds4_session *s) {
-    mtp_state *ms = s->mtp;
-    if (!ms) return;
-    free(ms->ls.raw);
-    free(ms->H);
-    free(ms->hpos);
-    free(ms->hc);
-    free(ms->logits);
-    free(ms->q);
-    free(ms);
-    s->mtp = NULL;
-}
-
-void ds4_mtp_state_reset(ds4_session *s) {
-    mtp_state *ms = s->mtp;
-    if (!ms) return;
-    ms->ls.raw_start = ms->ls.raw_len = 0;
-    ms->n = 0;
-    for (int i = 0; i < ms->hcap; i++) ms->hpos[i] = -1;
-}
-
-/* Forget the window rows of positions >= p (a rollback or a rewind). */
-static void drop_from(mtp_state *ms, int64_t p) {
-    if (ms->n <= p) return;
-    int64_t drop = ms->n - p;
-    if (drop <= ms->ls.raw_len) {
-        ms->ls.raw_len -= (int)drop;
-    } else {
-        ms->ls.raw_start = ms->ls.raw_len = 0;
-    }
-    ms->n = (int)p;
-}
-
-void ds4_mtp_note_hidden(ds4_session *s, const float *X, int64_t p0, int n) {
-    mtp_state *ms = s->mtp;
-    const ds4_config *c = &s->m->w.cfg;
-    const size_t nd = (size_t)c->n_hc * c->n_embd;
-    /* positions from p0 on are (re)evaluated: MTP rows past them are stale */
-    drop_from(ms, p0);
-    for (int i = n > ms->hcap ? n - ms->hcap : 0; i < n; i++) {
-        int64_t pos = p0 + i;
-        int slot = (int)(pos % ms->hcap);
-        memcpy(ms->H + (size_t)slot * nd, X + (size_t)i * nd, nd * sizeof(float));
-        ms->hpos[slot] = pos;
-    }
-}
-
-/* The main state after position p, or NULL when not held. */
-static const float *main_state(const ds4_session *s, int64_t p) {
-    const mtp_state *ms = s->mtp;
-    if (p < 0) return NULL;
-    int slot = (int)(p % ms->hcap);
-    if (ms->hpos[slot] != p) return NULL;
-    return ms->H + (size_t)slot * s->m->w.cfg.n_hc * s->m->w.cfg.n_embd;
-}
 
 /* Bring the window rows to positions [max(0, n - n_swa), n), n = the
  * session's token count: all that a draft at position n reads. */
@@ -114,7 +32,7 @@ static int mtp_sync(ds4_session *s) {
     mtp_state *ms = s->mtp;
     const int64_t n = (int64_t)s->toks.n;
     const int64_t need = n > s->m->w.cfg.n_swa ? n - s->m->w.cfg.n_swa : 0;
-    drop_from(ms, n);
+    ds4_mtp_drop_from(ms, n);
     /* rows must reach back to `need` without a gap */
     if (ms->n < need || ms->n - ms->ls.raw_len > need) {
         ms->ls.raw_start = ms->ls.raw_len = 0;
@@ -125,7 +43,7 @@ static int mtp_sync(ds4_session *s) {
         int k = (int)(n - ms->n);
         if (k > 64) k = 64;
         if (k > s->chunk) k = s->chunk;
-        for (int i = 0; i < k; i++) hp[i] = main_state(s, ms->n + i - 1);
+        for (int i = 0; i < k; i++) hp[i] = ds4_mtp_main_state(s, ms->n + i - 1);
         int rc = ds4_cpu_mtp_rows(s, s->toks.v + ms->n, hp, k, ms->n);
         if (rc) return rc;
         ms->n += k;
@@ -156,7 +74,7 @@ static int mtp_draft_with(ds4_session *s, ds4_sampler *smp, int32_t cur, int max
     int rc = mtp_sync(s);
     if (rc) return rc;
     const int64_t n = (int64_t)s->toks.n;
-    const float *hprev = main_state(s, n - 1);
+    const float *hprev = ds4_mtp_main_state(s, n - 1);
     int32_t tok = cur;
     for (int i = 0; i < max_draft; i++) {
         /* step i: the token at position n + i and the state before it (the

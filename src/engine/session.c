@@ -18,45 +18,6 @@
 #include "engine/imatrix.h"
 #include "mpi/mpi.h"
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
-/* ---------------------------------------------------------------------- */
-/* KV row storage (f16 under the storage roundings, see layer_state)       */
-/* ---------------------------------------------------------------------- */
-
-void kv_f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = ds4_f16_to_f32(src[i]);
-}
-
-/* The hot path: the attention converts a token's key rows per thread.
- * F16C's conversion is exact like the scalar one (every f16 is a float);
- * test_session compares the two on all 65536 values. */
-void kv_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
-    size_t i = 0;
-#if defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-#endif
-    kv_f16_to_f32_scalar(src + i, dst + i, n - i);
-}
-
-void kv_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = ds4_f32_to_f16(src[i]);
-}
-
-void kv_get(const ds4_session *s, const void *src, float *dst, size_t n, int w) {
-    if (s->kv16) kv_f16_to_f32(src, dst, n * (size_t)w);
-    else memcpy(dst, src, n * (size_t)w * sizeof(float));
-}
-
-void kv_put(const ds4_session *s, const float *src, void *dst, size_t n, int w) {
-    if (s->kv16) kv_f32_to_f16(src, dst, n * (size_t)w);
-    else memcpy(dst, src, n * (size_t)w * sizeof(float));
-}
-
-
 void ds4_session_params_default(ds4_session_params *p) {
     memset(p, 0, sizeof *p);
     p->ctx_size = 4096;
@@ -1092,17 +1053,6 @@ static int stage_alloc_layers(ds4_session *s) {
     }
     s->stg_cap = cap;
     return DS4_OK;
-}
-
-void ds4_stage_rows(ds4_session *s, int il, const float *ckv, const float *csc, int cw,
-                    const float *ikv, const float *isc, int iw, int T) {
-    layer_stage *g = &s->stg[il];
-    memcpy(g->ckv, ckv, (size_t)T * cw * sizeof(float));
-    memcpy(g->csc, csc, (size_t)T * cw * sizeof(float));
-    if (g->ikv) {
-        memcpy(g->ikv, ikv, (size_t)T * iw * sizeof(float));
-        memcpy(g->isc, isc, (size_t)T * iw * sizeof(float));
-    }
 }
 
 int ds4_session_draft_capacity(const ds4_session *s) {

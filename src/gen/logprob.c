@@ -2,7 +2,7 @@
  * logprob.c -- see logprob.h.  Pure functions of a logits row; no engine
  * state, no allocation beyond the caller's output buffer.
  */
-#include "gen/logprob.h"
+#include "ds4_logprob.h"
 
 #include <math.h>
 

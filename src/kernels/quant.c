@@ -4,8 +4,9 @@
  * Owns: the IQ2_XXS and MXFP4 format tables, f16/bf16 conversions, row
  * dequantization (bit-exact with ggml), the activation quantizers (ggml's
  * reference and AVX2 rules for Q8_0, ds4's float-scale Q8_0a, ggml's Q8_K)
- * and the portable scalar dot-product kernels, plus the kernel-table
- * selection (ds4_kernels_best) and the float-activation dispatcher.
+ * and the portable scalar dot-product kernels, plus the float-activation
+ * dispatcher.  Choosing a table (ds4_kernels_best) is dispatch.c's: it
+ * names every SIMD table, and they use the format data here.
  * Must not: contain SIMD code (that is quant_avx2.c), know about models,
  * tensors or threads, or allocate.  The kernels here DEFINE the operation
  * order every SIMD table reproduces bit for bit (quant.h); each FMA of that
@@ -20,7 +21,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -804,44 +804,6 @@ static const ds4_kernels scalar_kernels = {
 const ds4_kernels *ds4_kernels_scalar(void)
 {
     return &scalar_kernels;
-}
-
-const ds4_kernels *ds4_kernels_by_name(const char *name)
-{
-    if (!name) return NULL;
-    if (strcmp(name, "scalar") == 0) return &scalar_kernels;
-    if (strcmp(name, "avx2") == 0) return ds4_kernels_avx2();
-    if (strcmp(name, "avx512") == 0) return ds4_kernels_avx512();
-    if (strcmp(name, "avx512-packed") == 0) return ds4_kernels_avx512_packed();
-    if (strcmp(name, "amx") == 0) return ds4_kernels_amx();
-    if (strcmp(name, "best") == 0) return ds4_kernels_best();
-    return NULL;
-}
-
-const ds4_kernels *ds4_kernels_best(void)
-{
-    /* Cached after the first call; racing first calls compute the same
-     * answer, so a relaxed atomic is enough. */
-    static _Atomic(const ds4_kernels *) best;
-    const ds4_kernels *k = atomic_load_explicit(&best, memory_order_relaxed);
-    if (k)
-        return k;
-    /* DS4_KERNELS names any table of ds4_kernels_by_name; the engine
-     * refuses a name that is unknown or unavailable here before calling
-     * this (engine.c), so the fallback below only serves other callers. */
-    const char *env = getenv("DS4_KERNELS");
-    if (env && *env && strcmp(env, "best") != 0)
-        k = ds4_kernels_by_name(env);
-    if (!k)
-        k = ds4_kernels_amx();
-    if (!k)
-        k = ds4_kernels_avx512();
-    if (!k)
-        k = ds4_kernels_avx2();
-    if (!k)
-        k = &scalar_kernels;
-    atomic_store_explicit(&best, k, memory_order_relaxed);
-    return k;
 }
 
 float ds4_dot_f32act(const ds4_kernels *k, uint32_t type, int n,

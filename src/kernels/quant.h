@@ -250,7 +250,7 @@ static inline int ds4_stream_out(const float *y, size_t ys, int ntok)
     return ys >= DS4_STREAM_OUT_ROW && ntok >= DS4_STREAM_OUT_TOK && ((uintptr_t)y & 63) == 0 && (ys & 15) == 0;
 }
 
-/* "scalar", "avx2", "avx512", "avx512-packed", "amx" or "best"; NULL when
+/* dispatch.c: "scalar", "avx2", "avx512", "avx512-packed", "amx" or "best"; NULL when
  * unknown or unavailable here. */
 const ds4_kernels *ds4_kernels_by_name(const char *name);
 /* The best table for this CPU (the one the engine uses): amx, else avx512,

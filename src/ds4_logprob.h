@@ -1,5 +1,5 @@
 /*
- * logprob.h -- log-probabilities of next-token distributions, shared by the
+ * ds4_logprob.h -- log-probabilities of next-token distributions, shared by the
  * front ends (ds4 --dump-logprobs, ds4-eval --nll, the server's OpenAI
  * `logprobs`), so every tool reports the same numbers for the same logits.
  *
@@ -8,8 +8,8 @@
  * --dump-logprobs contract.  Must not touch the engine: it works on a
  * logits row and the public tokenizer API only.
  */
-#ifndef DS4_COMMON_LOGPROB_H
-#define DS4_COMMON_LOGPROB_H
+#ifndef DS4_LOGPROB_H
+#define DS4_LOGPROB_H
 
 #include <stdint.h>
 #include "ds4.h"
