@@ -167,6 +167,8 @@ typedef struct {
     const char *task, *dump_logits;
     int ctx, threads, yes, resume, max_turns, max_tokens;
     int lookup;                     /* --lookup N: prompt-lookup drafts (0 = off) */
+    const char *mtp_path;           /* --mtp FILE: the MTP block from a sidecar */
+    int mtp_draft;                  /* --mtp-draft N: MTP drafts when the lookup finds none */
     int ssd_streaming;              /* --ssd-streaming */
     uint64_t ssd_cache_bytes;       /* --ssd-streaming-cache-experts (0 = default) */
     ds4_think think;

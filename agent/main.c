@@ -34,7 +34,7 @@ static void on_sigterm(int sig) { (void)sig; ag_interrupt = 1; ag_terminate = 1;
 
 /* The shared model/runtime flags the agent takes (model_opts.h). */
 #define AGENT_GROUPS (DS4_MO_MODEL | DS4_MO_CTX | DS4_MO_SSD | DS4_MO_THINK | DS4_MO_TEMP | \
-                      DS4_MO_LOOKUP)
+                      DS4_MO_LOOKUP | DS4_MO_MTP)
 
 static void agent_opts_defaults(ds4_model_opts *o) {
     ds4_model_opts_init(o, "ds4-agent", AGENT_GROUPS);
@@ -45,7 +45,8 @@ static void agent_opts_defaults(ds4_model_opts *o) {
 static void usage(FILE *f) {
     fprintf(f,
 "usage: ds4-agent [-m FILE] [--ctx N] [--dir DIR] [-t N] [--think|--think-max|--nothink]\n"
-"                 [--lookup N] [--yes] [--resume] [--trace FILE] [-p TASK] [--script FILE]\n"
+"                 [--lookup N] [--mtp FILE] [--mtp-draft N] [--yes] [--resume]\n"
+"                 [--trace FILE] [-p TASK] [--script FILE]\n"
 "\n"
 "A coding agent that runs DeepSeek V4 Flash in process: it reads, searches and\n"
 "edits the files of a working directory and runs commands there, through six\n"
@@ -98,7 +99,10 @@ static void usage(FILE *f) {
 "notes:\n"
 "  --ctx must hold at least the system prompt and tool schemas + " DS4_XSTR(AG_CTX_MIN_ROOM) "\n"
 "  (about 1500 tokens).  --lookup drafts text the model copies from the\n"
-"  context (edits, file rewrites), checked several tokens a pass.\n");
+"  context (edits, file rewrites), checked several tokens a pass; with --mtp\n"
+"  the model's MTP block drafts where the lookup finds nothing.  A turn with\n"
+"  drafts is token for token the turn without them, but for sampled MTP\n"
+"  drafts, which keep the sampling distribution (and a --seed its turn).\n");
 }
 
 static void parse_args(int argc, char **argv, agent *a) {
@@ -131,6 +135,8 @@ static void parse_args(int argc, char **argv, agent *a) {
     a->think = mo.think;
     a->sp = mo.sp;
     a->lookup = mo.lookup;
+    a->mtp_path = mo.mtp;
+    a->mtp_draft = mo.mtp_draft >= 0 ? mo.mtp_draft : mo.mtp ? DS4_MTP_DRAFT_DEFAULT : 0;
     if (!mo.seed_set) a->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
@@ -318,8 +324,11 @@ int main(int argc, char **argv) {
     mp.n_threads = a->threads;
     mp.ssd_streaming = a->ssd_streaming;
     mp.ssd_cache_bytes = a->ssd_cache_bytes;
+    mp.mtp_path = a->mtp_path;
     a->m = ds4_model_load(a->model, &mp, &err);
     if (!a->m) die("%s", err ? err : "cannot load the model");
+    if (a->mtp_draft > 0 && !ds4_model_has_mtp(a->m))
+        die("--mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with --mtp FILE", a->model);
     {
         ds4_expert_cache_stats x;
         ds4_model_expert_cache_stats(a->m, &x);

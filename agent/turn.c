@@ -186,6 +186,7 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
      * rejected drafts included) */
     const char **ctexts = NULL;
     size_t *clens = NULL;
+    if (!a->dump) o.mtp_draft = a->mtp_draft;
     if (a->lookup > 0 && !a->dump) {
         int nc = lookup_corpus(a, &ctexts, &clens);
         if (nc < 0) {

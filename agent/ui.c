@@ -125,8 +125,9 @@ void ui_status(agent *a, int prefill, double prefill_s, int gen, double gen_s) {
             a->color ? DIM : "", n, ctx, ctx ? (int)(100.0 * n / ctx) : 0, prefill,
             prefill_s > 0 ? prefill / prefill_s : 0.0, gen, gen_s > 0 ? gen / gen_s : 0.0);
     if (a->spec.drafted)
-        fprintf(a->ui, " | lookup %llu of %llu drafts kept", (unsigned long long)a->spec.accepted,
-                (unsigned long long)a->spec.drafted);
+        fprintf(a->ui, " | %s %llu of %llu drafts kept",
+                a->lookup > 0 && a->mtp_draft > 0 ? "lookup+mtp" : a->lookup > 0 ? "lookup" : "mtp",
+                (unsigned long long)a->spec.accepted, (unsigned long long)a->spec.drafted);
     fprintf(a->ui, "]%s\n", a->color ? RESET : "");
     g_col = 0;
     fflush(a->ui);

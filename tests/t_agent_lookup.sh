@@ -8,7 +8,10 @@
 # pass) and sampled / greedy turns of the tiny model: stdout, exit status,
 # the saved transcript's tokens, the saved KV state files (byte for byte),
 # the written files and the trace (but its drafted/accepted counts) are
-# the same with --lookup 0, 1, 4 and 16.
+# the same with --lookup 0, 1, 4 and 16; the same for MTP drafts (--mtp-draft,
+# alone and with the lookup) on a model with a random MTP block, but for
+# sampled turns, where MTP drafts keep plain sampling's distribution and
+# a seed its turn (docs/SPEC.md "Sampled MTP drafts").
 # ds4-test: optimized-only (2 minutes under ASan; the drafting path runs under ASan in t_agent_tmux, whose scripted turns draft by default)
 set -u
 cd "$(dirname "$0")/.."
@@ -171,6 +174,40 @@ for l in 0 4; do run "r$l" "$l" --think --temp 1 --seed 11 --max-tokens 300 --ma
 same r0 r4 && ok "seeded sampled model turns: same with drafts" || bad "seeded sampled turns differ"
 read -r d a < <(counts r4)
 [ "$d" -gt 0 ] && ok "sampled turns were drafted ($d drafts, $a kept)" || bad "no drafts in the sampled turns"
+
+# --mtp / --mtp-draft (docs/agent.md): a model with a random MTP block
+# (ds4-synth --mtp); its drafts rarely hold, but every turn must be the
+# turn without them, alone and with the lookup
+M_PLAIN=$M
+M="$T/mtp.gguf"
+"$BD/ds4-synth" --preset tiny --recipe q2 --mtp --seed 3 -o "$M" > /dev/null 2>&1 || bad "ds4-synth --mtp"
+run m0 0 --think --script "$T/script" -p "copy things"
+run m2 0 --mtp-draft 2 --think --script "$T/script" -p "copy things"
+run ml 4 --mtp-draft 2 --think --script "$T/script" -p "copy things"
+same m0 m2 && ok "scripted turns with --mtp-draft 2: same output, transcript, KV files, files, trace" \
+    || bad "scripted turns with --mtp-draft 2 differ"
+same m0 ml && ok "scripted turns with --lookup 4 --mtp-draft 2: same" || bad "--lookup 4 --mtp-draft 2 differs"
+read -r d a < <(counts m2)
+[ "$d" -gt 0 ] && ok "--mtp-draft 2 drafted ($d drafts, $a kept)" || bad "--mtp-draft 2 drafted nothing"
+grep -q 'mtp [0-9]* of [0-9]* drafts kept' "$T/m2.err" && ok "status line reports the MTP drafts" \
+    || bad "no mtp status: $(tail -2 "$T/m2.err")"
+run mg0 0 --nothink --temp 0 --max-tokens 200 --max-turns 1 -p "Say something."
+run mg2 0 --mtp-draft 3 --nothink --temp 0 --max-tokens 200 --max-turns 1 -p "Say something."
+same mg0 mg2 && ok "greedy model turn: same with MTP drafts" || bad "greedy model turn differs with MTP drafts"
+# sampled MTP drafts keep plain sampling's distribution, not its sequence
+# (docs/SPEC.md "Sampled MTP drafts"): the same seed gives the same turn,
+# another seed another one
+run mr2 0 --mtp-draft 2 --think --temp 1 --seed 11 --max-tokens 200 --max-turns 1 -p "Say something."
+run mr2b 0 --mtp-draft 2 --think --temp 1 --seed 11 --max-tokens 200 --max-turns 1 -p "Say something."
+run mr3 0 --mtp-draft 2 --think --temp 1 --seed 12 --max-tokens 200 --max-turns 1 -p "Say something."
+toks() { cat "$(cat "$T/$1.sess")"/*.json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
+same mr2 mr2b && [ "$(toks mr2)" != "$(toks mr3)" ] && [ -n "$(toks mr3)" ] \
+    && ok "seeded sampled turn with MTP drafts: same seed same turn, other seed another" \
+    || bad "sampled turns with MTP drafts are not reproducible"
+M=$M_PLAIN
+run mx 0 --mtp-draft 2 --nothink -p "Say something."
+[ "$(cat "$T/mx.rc")" != 0 ] && grep -q 'has no MTP block' "$T/mx.err" \
+    && ok "--mtp-draft on a model without an MTP block: a clear error" || bad "--mtp-draft without a block: $(cat "$T/mx.err")"
 
 [ $fail -eq 0 ] && { echo "t_agent_lookup: all passed"; exit 0; }
 echo "t_agent_lookup: $fail failed"
