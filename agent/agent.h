@@ -165,12 +165,10 @@ typedef struct {
     /* options */
     const char *model, *dir, *sessions_opt, *trace_path, *script_path;
     const char *task, *dump_logits;
-    int ctx, threads, yes, resume, max_turns, max_tokens;
+    int ctx, yes, resume, max_turns, max_tokens;
+    ds4_model_params mparams;       /* threads, SSD streaming, --mtp FILE */
     int lookup;                     /* --lookup N: prompt-lookup drafts (0 = off) */
-    const char *mtp_path;           /* --mtp FILE: the MTP block from a sidecar */
     int mtp_draft;                  /* --mtp-draft N: MTP drafts when the lookup finds none */
-    int ssd_streaming;              /* --ssd-streaming */
-    uint64_t ssd_cache_bytes;       /* --ssd-streaming-cache-experts (0 = default) */
     ds4_think think;
     ds4_sampler_params sp;
     int interactive;

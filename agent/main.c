@@ -129,14 +129,11 @@ static void parse_args(int argc, char **argv, agent *a) {
     }
     a->model = mo.model;
     a->ctx = mo.ctx;
-    a->threads = mo.threads;
-    a->ssd_streaming = mo.ssd_streaming;
-    a->ssd_cache_bytes = mo.ssd_cache_bytes;
+    ds4_model_opts_model_params(&mo, &a->mparams);
     a->think = mo.think;
     a->sp = mo.sp;
     a->lookup = mo.lookup;
-    a->mtp_path = mo.mtp;
-    a->mtp_draft = mo.mtp_draft >= 0 ? mo.mtp_draft : mo.mtp ? DS4_MTP_DRAFT_DEFAULT : 0;
+    a->mtp_draft = ds4_model_opts_mtp_draft(&mo);
     if (!mo.seed_set) a->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
@@ -319,13 +316,7 @@ int main(int argc, char **argv) {
         die("cannot open %s: %s", a->dump_logits, strerror(errno));
     if (ds4_model_file_check("ds4-agent", a->model)) exit(1);
 
-    ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = a->threads;
-    mp.ssd_streaming = a->ssd_streaming;
-    mp.ssd_cache_bytes = a->ssd_cache_bytes;
-    mp.mtp_path = a->mtp_path;
-    a->m = ds4_model_load(a->model, &mp, &err);
+    a->m = ds4_model_load(a->model, &a->mparams, &err);
     if (!a->m) die("%s", err ? err : "cannot load the model");
     if (a->mtp_draft > 0 && !ds4_model_has_mtp(a->m))
         die("--mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with --mtp FILE", a->model);

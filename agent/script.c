@@ -17,21 +17,12 @@
 
 int ag_script_load(const char *path, ag_script *sc, char **err) {
     memset(sc, 0, sizeof *sc);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (err) {
-            size_t n = strlen(path) + 128;
-            *err = malloc(n);
-            if (*err) snprintf(*err, n, "cannot read script %s: %s", path, strerror(errno));
-        }
-        return -1;
-    }
     ds4_buf all = { 0 };
-    char tmp[65536];
-    size_t k;
-    while ((k = fread(tmp, 1, sizeof tmp, f)) > 0) ds4_buf_append(&all, tmp, k);
-    fclose(f);
-    if (!all.p) ds4_buf_puts(&all, "");
+    if (ds4_buf_read_file(&all, path)) {
+        int e = errno;
+        ds4_buf_free(&all);
+        return ds4_set_err(err, -1, "cannot read script %s: %s", path, strerror(e));
+    }
     /* split on lines that are exactly "---": the newline before such a
      * line belongs to the separator, not to the turn */
     const char *p = all.p, *end = all.p + all.n, *start = p;

@@ -145,12 +145,7 @@ int chat_open(chat_app *a, const chat_opts *o) {
     a->o = *o;
     a->tty_out = isatty(1);
     a->tty_err = isatty(2);
-    ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = o->threads;
-    mp.ssd_streaming = o->ssd_streaming;
-    mp.ssd_cache_bytes = o->ssd_cache_bytes;
-    mp.mtp_path = o->mtp_path;
+    ds4_model_params mp = o->mparams;
     char *err = NULL;
     double t0 = now_s();
     a->m = ds4_model_load(o->model, &mp, &err);
@@ -185,7 +180,7 @@ int chat_open(chat_app *a, const chat_opts *o) {
         fprintf(stderr, "ds4: ssd streaming: expert cache %.1f MiB%s = %llu slots of %.2f MiB "
                 "(%.1f %% of %.1f MiB routed experts, %llu slices); %.1f MiB resident; "
                 "%s reads, %d reader threads\n",
-                x->cache_bytes / 1048576.0, o->ssd_cache_bytes ? "" : " (default: half of the available RAM)",
+                x->cache_bytes / 1048576.0, o->mparams.ssd_cache_bytes ? "" : " (default: half of the available RAM)",
                 (unsigned long long)x->slots, x->slot_bytes / 1048576.0,
                 100.0 * (double)x->slots / (double)x->n_slices, x->routed_bytes / 1048576.0,
                 (unsigned long long)x->n_slices, x->resident_bytes / 1048576.0,
@@ -689,13 +684,12 @@ int chat_interactive(chat_app *a) {
                 if (!arg || !*arg) { printf("usage: /read FILE [text]\n"); continue; }
                 char *rest = strchr(arg, ' ');
                 if (rest) { *rest++ = 0; }
-                FILE *f = fopen(arg, "rb");
-                if (!f) { printf("cannot read %s: %s\n", arg, strerror(errno)); continue; }
                 ds4_buf file = { 0 };
-                char tmp[65536];
-                size_t k;
-                while ((k = fread(tmp, 1, sizeof tmp, f)) > 0) ds4_buf_append(&file, tmp, k);
-                fclose(f);
+                if (ds4_buf_read_file(&file, arg)) {
+                    printf("cannot read %s: %s\n", arg, strerror(errno));
+                    ds4_buf_free(&file);
+                    continue;
+                }
                 if (rest && *rest) { ds4_buf_puts(&file, "\n\n"); ds4_buf_puts(&file, rest); }
                 input_busy_begin(in);
                 chat_turn(a, file.p ? file.p : "", file.n);

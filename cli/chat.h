@@ -11,11 +11,11 @@
 
 typedef struct {
     const char *model;
-    int threads, ctx, chunk;
+    ds4_model_params mparams;   /* threads, SSD streaming, --mtp FILE */
+    int ctx, chunk;
     int ctx_explicit;       /* --ctx was given: warn if above the trained one */
     int no_qat, decode_only, quiet;
     int lookup;             /* prompt-lookup draft tokens per step (0 = off) */
-    const char *mtp_path;   /* --mtp FILE: the MTP block's GGUF (NULL = main file's) */
     int mtp_draft;          /* MTP draft tokens per step (0 = off) */
     ds4_sampler_params sp;
     ds4_think think;
@@ -36,9 +36,6 @@ typedef struct {
     const float *steer;
     float steer_scale;
     int steer_l0, steer_l1;
-    /* --ssd-streaming [--ssd-streaming-cache-experts SIZE] (0 = default) */
-    int ssd_streaming;
-    uint64_t ssd_cache_bytes;
 } chat_opts;
 
 typedef struct {

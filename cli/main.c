@@ -127,17 +127,8 @@ typedef struct {
 } opts;
 
 static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
     ds4_buf b = { 0 };
-    char tmp[65536];
-    size_t k;
-    while ((k = fread(tmp, 1, sizeof tmp, f)) > 0)
-        if (ds4_buf_append(&b, tmp, k)) { fclose(f); ds4_buf_free(&b); return NULL; }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { ds4_buf_free(&b); return NULL; }
-    if (!b.p) ds4_buf_append(&b, "", 0);
+    if (ds4_buf_read_file(&b, path)) { ds4_buf_free(&b); return NULL; }
     *len = b.n;
     return b.p;
 }
@@ -258,10 +249,8 @@ static int imatrix_main(const opts *o) {
     if (!o->prompt_file && !o->prompt && !o->tokens_file)
         die("--imatrix-out needs a calibration text: --prompt-file FILE (or -p TEXT, --tokens-file FILE)");
     ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = o->mo.threads;
-    mp.ssd_streaming = o->mo.ssd_streaming;
-    mp.ssd_cache_bytes = o->mo.ssd_cache_bytes;
+    ds4_model_opts_model_params(&o->mo, &mp);
+    mp.mtp_path = NULL;   /* the imatrix covers the main model's experts */
     char *err = NULL;
     ds4_model *m = ds4_model_load(o->mo.model, &mp, &err);
     if (!m) die("%s", err ? err : "cannot load the model");
@@ -466,15 +455,15 @@ int main(int argc, char **argv) {
 
     chat_app app;
     chat_opts co = {
-        .model = o.mo.model, .threads = o.mo.threads, .ctx = o.mo.ctx, .ctx_explicit = o.mo.ctx_set, .chunk = o.mo.chunk,
+        .model = o.mo.model, .ctx = o.mo.ctx, .ctx_explicit = o.mo.ctx_set, .chunk = o.mo.chunk,
         .no_qat = o.mo.no_qat, .decode_only = o.decode_only, .quiet = o.quiet, .lookup = o.mo.lookup,
-        .mtp_path = o.mo.mtp, .mtp_draft = o.mo.mtp_draft >= 0 ? o.mo.mtp_draft : o.mo.mtp ? DS4_MTP_DRAFT_DEFAULT : 0,
+        .mtp_draft = ds4_model_opts_mtp_draft(&o.mo),
         .sp = o.mo.sp, .think = o.mo.think, .sys = o.sys, .n_predict = o.n_predict,
         .interrupt = &g_interrupt, .terminate = &g_terminate,
         .kv_dir = o.mo.kv_dir, .kv_space_mb = o.mo.kv_space_mb, .kv_allow_variants = o.mo.kv_variants,
         .kv_policy = o.mo.kv_policy,
-        .ssd_streaming = o.mo.ssd_streaming, .ssd_cache_bytes = o.mo.ssd_cache_bytes,
     };
+    ds4_model_opts_model_params(&o.mo, &co.mparams);
     lp_dump lpd;
     memset(&lpd, 0, sizeof lpd);
     int gen_lp = 0;   /* logprob steps come from the sampled tokens */

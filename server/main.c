@@ -264,7 +264,7 @@ static int parse_config(server_ctx *srv, ds4_model_opts *mo_out, int argc, char 
     c->sp = mo.sp;
     c->lookup = mo.lookup;
     c->mtp_path = mo.mtp;
-    c->mtp_draft = mo.mtp_draft;
+    c->mtp_draft = ds4_model_opts_mtp_draft(&mo);
     c->default_think = mo.think;
     c->kv_dir = mo.kv_dir;
     c->kv_space_mb = mo.kv_space_mb;
@@ -367,7 +367,6 @@ static int load_model(server_ctx *srv, const ds4_model_opts *mo, ds4_model_info 
                     x.direct_io ? "O_DIRECT" : "buffered");
     }
     c->has_mtp = ds4_model_has_mtp(srv->model);
-    if (c->mtp_draft < 0) c->mtp_draft = c->mtp_path ? DS4_MTP_DRAFT_DEFAULT : 0;
     if (c->mtp_draft > 0 && !c->has_mtp) {
         fprintf(stderr, "ds4-server: --mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with "
                 "--mtp FILE\n", c->model_path);

@@ -85,6 +85,10 @@ int  ds4_buf_failed(const ds4_buf *b);
 /* Empty the buffer (memory kept) and forget a failure. */
 void ds4_buf_clear(ds4_buf *b);
 void ds4_buf_free(ds4_buf *b);
+/* Appends the whole file at `path` (binary; b->p is then never NULL and,
+ * like every append, NUL-terminated).  0, or -1 with errno set (fopen's,
+ * EIO for a read error, ENOMEM) and the length as before. */
+int  ds4_buf_read_file(ds4_buf *b, const char *path);
 
 /* The one way the library (and the front ends) report an error message:
  * stores a malloc'd message formatted like printf in *err (when err is not

@@ -15,9 +15,12 @@
  * covered the same way on a sample of N (it allocates much more).  Under
  * DEBUG=1 LeakSanitizer checks that every failure path freed what it held.
  */
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ds4.h"
 #include "testutil.h"
@@ -180,6 +183,53 @@ int main(void) {
            k, errors, equal);
     outcome_free(&ref);
     ds4_model_free(m);
+
+    /* --- ds4_buf_read_file: whole file or an error, length as before --- */
+    {
+        char fp[] = "/tmp/ds4-oom-XXXXXX";
+        int fd = mkstemp(fp);
+        CHECK(fd >= 0, "mkstemp");
+        FILE *f = fdopen(fd, "wb");
+        static char big[200000];
+        for (size_t i = 0; i < sizeof big; i++) big[i] = (char)(i * 7 + 1);
+        fwrite(big, 1, sizeof big, f);
+        fclose(f);
+        ds4_buf b = { 0 };
+        ds4_buf_puts(&b, "head");
+        CHECK(ds4_buf_read_file(&b, fp) == 0 && b.n == 4 + sizeof big && !memcmp(b.p + 4, big, sizeof big)
+              && b.p[b.n] == 0, "read_file: the whole file after what was there");
+        ds4_buf_free(&b);
+        long kr = 0, refused = 0;
+        arm(0);
+        ds4_buf_read_file(&b, fp);
+        disarm();
+        kr = n_calls;
+        ds4_buf_free(&b);
+        for (long n = 1; n <= kr; n++) {
+            ds4_buf_puts(&b, "head");
+            arm(n);
+            int r = ds4_buf_read_file(&b, fp);
+            disarm();
+            if (r) {
+                refused++;
+                CHECK(errno == ENOMEM && b.n == 4 && !memcmp(b.p, "head", 5),
+                      "read_file with allocation %ld failing: errno %d, %zu bytes kept", n, errno, b.n);
+            } else {
+                CHECK(b.n == 4 + sizeof big, "read_file absorbed failure %ld with %zu bytes", n, b.n);
+            }
+            ds4_buf_free(&b);
+        }
+        CHECK(refused > 0, "read_file: no injected failure was reported (%ld allocations)", kr);
+        CHECK(ds4_buf_read_file(&b, "/nonexistent/ds4-oom") == -1 && errno == ENOENT && b.n == 0,
+              "read_file of a missing file: ENOENT");
+        ds4_buf_free(&b);
+        f = fopen(fp, "wb");
+        fclose(f);
+        CHECK(ds4_buf_read_file(&b, fp) == 0 && b.p && b.n == 0 && b.p[0] == 0, "read_file of an empty file");
+        ds4_buf_free(&b);
+        unlink(fp);
+        printf("read_file: %ld allocations, %ld failures reported\n", kr, refused);
+    }
     printf("test_oom: %d checks, %d failed\n", checks, failures);
     return failures != 0;
 }

@@ -353,17 +353,8 @@ static int *make_frontiers(const opts *o, int *n_out) {
 /* ---------------------------------------------------------------------- */
 
 static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
     ds4_buf b = { 0 };
-    char tmp[65536];
-    size_t k;
-    while ((k = fread(tmp, 1, sizeof tmp, f)) > 0)
-        if (ds4_buf_append(&b, tmp, k)) { fclose(f); ds4_buf_free(&b); errno = ENOMEM; return NULL; }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { ds4_buf_free(&b); errno = EIO; return NULL; }
-    if (!b.p) ds4_buf_append(&b, "", 0);
+    if (ds4_buf_read_file(&b, path)) { ds4_buf_free(&b); return NULL; }
     *len = b.n;
     return b.p;
 }
@@ -998,11 +989,7 @@ static char *check_inputs(bench *b, size_t *text_len_out) {
 static void load_model(bench *b) {
     /* Model. */
     ds4_model_params mp;
-    ds4_model_params_default(&mp);
-    mp.n_threads = b->o.threads;
-    mp.ssd_streaming = b->o.ssd_streaming;
-    mp.ssd_cache_bytes = b->o.ssd_cache_bytes;
-    mp.mtp_path = b->o.mtp;
+    ds4_model_opts_model_params(&b->o.mo, &mp);
     char *err = NULL;
     double t0 = now_s();
     b->m = ds4_model_load(b->o.model, &mp, &err);

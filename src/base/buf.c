@@ -8,6 +8,7 @@
  * sticky (ds4.h) so that a long builder cannot silently lose a piece.
  * Must not: print, or know any other module.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,27 @@ int ds4_buf_append(ds4_buf *b, const void *data, size_t len) {
     b->n += len;
     b->p[b->n] = 0;
     return DS4_OK;
+}
+
+int ds4_buf_read_file(ds4_buf *b, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n0 = b->n;
+    char tmp[65536];
+    size_t k;
+    int e = 0;
+    while (!e && (k = fread(tmp, 1, sizeof tmp, f)) > 0)
+        if (ds4_buf_append(b, tmp, k)) e = ENOMEM;
+    if (!e && ferror(f)) e = EIO;
+    fclose(f);
+    if (!e && ds4_buf_append(b, "", 0)) e = ENOMEM;   /* an empty file: p not NULL */
+    if (e) {
+        b->n = n0;   /* as before (a failed append stays sticky: ds4_buf_failed) */
+        if (b->p) b->p[n0] = 0;
+        errno = e;
+        return -1;
+    }
+    return 0;
 }
 
 int ds4_buf_reserve(ds4_buf *b, size_t extra) {

@@ -273,6 +273,10 @@ void ds4_model_opts_model_params(const ds4_model_opts *o, ds4_model_params *mp) 
     mp->mtp_path = o->mtp;
 }
 
+int ds4_model_opts_mtp_draft(const ds4_model_opts *o) {
+    return o->mtp_draft >= 0 ? o->mtp_draft : o->mtp ? DS4_MTP_DRAFT_DEFAULT : 0;
+}
+
 void ds4_model_opts_session_params(const ds4_model_opts *o, ds4_session_params *sp) {
     ds4_session_params_default(sp);
     sp->ctx_size = o->ctx;

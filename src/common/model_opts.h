@@ -90,6 +90,9 @@ void ds4_model_opts_help(FILE *f, const ds4_model_opts *o);
 
 /* The engine's load parameters (threads, SSD streaming, MTP file). */
 void ds4_model_opts_model_params(const ds4_model_opts *o, ds4_model_params *mp);
+/* MTP drafts per pass: --mtp-draft N, else DS4_MTP_DRAFT_DEFAULT with
+ * --mtp, else 0. */
+int ds4_model_opts_mtp_draft(const ds4_model_opts *o);
 /* Session parameters: context, chunk, --no-qat. */
 void ds4_model_opts_session_params(const ds4_model_opts *o, ds4_session_params *sp);
 
