@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""glm_gguf.py -- tiny random-weight GGUFs of the GLM family in llama.cpp's
+layout, the inputs of the float64 references (tests/oracle/glm_ref.py) and
+of the llama.cpp cross-check (tests/t_glm_ref.sh).
+
+  glm_gguf.py ARCH OUT.gguf [--vocab VOCAB.gguf] [--seed N] [--set KEY=VALUE]...
+
+ARCH: glm-dsa (GLM 5.2 / 5.3: MLA + DSA indexer with IndexShare, sigmoid
+MoE), glm5-next (GLM 5.3 Flash: HC, KDA + NoPE DSA with the k-pool
+indexer) or kimi-linear (llama.cpp's Kimi-Linear: KDA in its original gate
+form + MLA; the independent check of the KDA math).
+Weights are F32, drawn from numpy's default_rng(seed) in a fixed order, so
+a file is a pure function of (ARCH, seed, --set, vocabulary).  The tokenizer
+keys (tokenizer.*) are copied from VOCAB (default: the shared mini test
+vocabulary, 4096 ids); token ids are used directly, nothing is tokenized.
+--set overrides one hyper-parameter of the shape table below (e.g.
+--set top_k=16), before the tensors are drawn.
+
+Owns: the shape tables and metadata of the tiny test files, and a minimal
+GGUF v3 writer.  Must not: depend on anything but numpy; the key names and
+tensor names/dims are llama.cpp's (src/llama-arch.cpp, the per-arch
+load_arch_hparams / load_arch_tensors of the 2026-09 release), so a
+mismatch is fixed here, never in a comparison.
+"""
+import argparse
+import os
+import struct
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.environ.get("DS4_SHARED", os.path.join(HERE, "..", "..", "shared"))
+
+# GGUF metadata value types
+U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
+SCALAR = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i",
+          F32: "<f", BOOL: "<?", U64: "<Q", I64: "<q", F64: "<d"}
+ALIGN = 32
+
+
+def _str(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def _value(t, v):
+    if t == STR:
+        return _str(v)
+    if t == ARR:
+        et, items = v
+        body = b"".join(_value(et, x) for x in items)
+        return struct.pack("<IQ", et, len(items)) + body
+    return struct.pack(SCALAR[t], v)
+
+
+def _skip_value(b, o, t):
+    """Offset just past one value of type t starting at o."""
+    if t == STR:
+        n = struct.unpack_from("<Q", b, o)[0]
+        return o + 8 + n
+    if t == ARR:
+        et, n = struct.unpack_from("<IQ", b, o)
+        o += 12
+        if et in SCALAR:
+            return o + n * struct.calcsize(SCALAR[et])
+        for _ in range(n):
+            o = _skip_value(b, o, et)
+        return o
+    return o + struct.calcsize(SCALAR[t])
+
+
+def tokenizer_kv(vocab_path):
+    """The raw (key, type, body bytes) of every tokenizer.* key of VOCAB,
+    and its vocabulary size."""
+    b = open(vocab_path, "rb").read()
+    magic, ver, _n_t, n_kv = struct.unpack_from("<IIQQ", b, 0)
+    if magic != 0x46554747 or ver != 3:
+        sys.exit("glm_gguf: %s is not a GGUF v3 file" % vocab_path)
+    o = 24
+    out, n_vocab = [], None
+    for _ in range(n_kv):
+        n = struct.unpack_from("<Q", b, o)[0]
+        key = b[o + 8:o + 8 + n].decode()
+        o += 8 + n
+        t = struct.unpack_from("<I", b, o)[0]
+        o += 4
+        end = _skip_value(b, o, t)
+        if key.startswith("tokenizer."):
+            out.append((key, t, b[o:end]))
+            if key == "tokenizer.ggml.tokens":
+                n_vocab = struct.unpack_from("<Q", b, o + 4)[0]
+        o = end
+    if n_vocab is None:
+        sys.exit("glm_gguf: %s has no tokenizer.ggml.tokens" % vocab_path)
+    return out, n_vocab
+
+
+class Writer:
+    """Minimal GGUF v3 writer: metadata, then F32 tensors."""
+
+    def __init__(self, arch):
+        self.arch = arch
+        self.kv = []          # (key, type, body bytes)
+        self.tensors = []     # (name, numpy array in numpy order)
+        self.add("general.architecture", STR, arch)
+        self.add("general.alignment", U32, ALIGN)
+
+    def add(self, key, t, v):
+        key = key.replace("{arch}", self.arch)
+        self.kv.append((key, t, _value(t, v)))
+
+    def raw(self, key, t, body):
+        self.kv.append((key, t, body))
+
+    def tensor(self, name, arr):
+        self.tensors.append((name, np.ascontiguousarray(arr, dtype=np.float32)))
+
+    def write(self, path):
+        head = [struct.pack("<IIQQ", 0x46554747, 3, len(self.tensors), len(self.kv))]
+        for k, t, body in self.kv:
+            head.append(_str(k) + struct.pack("<I", t) + body)
+        off = 0
+        for name, a in self.tensors:
+            dims = list(reversed(a.shape))           # ggml order: fastest first
+            head.append(_str(name) + struct.pack("<I", len(dims)) +
+                        b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", 0, off))
+            off += (a.nbytes + ALIGN - 1) // ALIGN * ALIGN
+        h = b"".join(head)
+        h += b"\0" * ((-len(h)) % ALIGN)
+        with open(path + ".tmp", "wb") as f:
+            f.write(h)
+            for _, a in self.tensors:
+                f.write(a.tobytes())
+                f.write(b"\0" * ((-a.nbytes) % ALIGN))
+        os.replace(path + ".tmp", path)
+
+
+# ---------------------------------------------------------------------------
+# shape tables (small enough for a numpy float64 pass over a few hundred
+# tokens in seconds; every dimension that llama.cpp constrains is noted)
+# ---------------------------------------------------------------------------
+
+GLM_DSA = dict(
+    n_embd=64, n_layer=4, n_dense=1, n_head=4,
+    q_lora=32, kv_lora=32, qk_nope=16, qk_rope=16, v_head=16,
+    # the indexer head must be a multiple of 64: llama.cpp's lightning
+    # indexer rotates q and k by a Hadamard matrix of the head's size
+    # 16 indexer heads: with few heads a row's score is exactly 0 (every
+    # head's ReLU at 0) too often, and exact ties at the top-k boundary
+    # end the strict comparison (FAMILY.md §7)
+    idx_head=16, idx_dim=64, top_k=32,
+    # IndexShare (GLM 5.2/5.3): full iff max(i - offset + 1, 0) % freq == 0
+    idx_freq=4, idx_offset=3,
+    n_ff=96, n_expert=8, n_used=2, n_ff_exp=32, n_shared=1,
+    rope_theta=8e6, rms_eps=1e-5, route_scale=2.5, ctx=1048576,
+)
+
+
+def indexer_full(n_layer, freq, offset):
+    return [max(i - offset + 1, 0) % freq == 0 for i in range(n_layer)]
+
+
+class Draw:
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def lin(self, n_out, n_in, gain=1.0):
+        """A weight of y = W x: numpy (n_out, n_in), ggml {n_in, n_out}."""
+        return self.rng.standard_normal((n_out, n_in)) * (gain / np.sqrt(n_in))
+
+    def norm(self, n):
+        return 1.0 + 0.1 * self.rng.standard_normal(n)
+
+    def small(self, *shape, s=0.1):
+        return s * self.rng.standard_normal(shape)
+
+
+def common_moe_keys(w, c):
+    w.add("{arch}.expert_count", U32, c["n_expert"])
+    w.add("{arch}.expert_used_count", U32, c["n_used"])
+    w.add("{arch}.expert_shared_count", U32, c["n_shared"])
+    w.add("{arch}.expert_feed_forward_length", U32, c["n_ff_exp"])
+    w.add("{arch}.expert_weights_scale", F32, c["route_scale"])
+    w.add("{arch}.expert_weights_norm", BOOL, True)
+    w.add("{arch}.expert_gating_func", U32, 2)          # sigmoid
+    w.add("{arch}.leading_dense_block_count", U32, c["n_dense"])
+
+
+def ffn_tensors(w, d, c, il, p):
+    E = c["n_embd"]
+    if il < c["n_dense"]:
+        w.tensor(p + "ffn_gate.weight", d.lin(c["n_ff"], E))
+        w.tensor(p + "ffn_up.weight", d.lin(c["n_ff"], E))
+        w.tensor(p + "ffn_down.weight", d.lin(E, c["n_ff"]))
+        return
+    X, F = c["n_expert"], c["n_ff_exp"]
+    w.tensor(p + "ffn_gate_inp.weight", d.lin(X, E, gain=2.0))
+    w.tensor(p + "exp_probs_b.bias", d.small(X, s=0.2))
+    w.tensor(p + "ffn_gate_exps.weight", np.stack([d.lin(F, E) for _ in range(X)]))
+    w.tensor(p + "ffn_up_exps.weight", np.stack([d.lin(F, E) for _ in range(X)]))
+    w.tensor(p + "ffn_down_exps.weight", np.stack([d.lin(E, F) for _ in range(X)]))
+    S = F * c["n_shared"]
+    w.tensor(p + "ffn_gate_shexp.weight", d.lin(S, E))
+    w.tensor(p + "ffn_up_shexp.weight", d.lin(S, E))
+    w.tensor(p + "ffn_down_shexp.weight", d.lin(E, S))
+
+
+def write_glm_dsa(path, c, tok_kv, n_vocab, seed):
+    w = Writer("glm-dsa")
+    w.add("general.name", STR, "glm-dsa tiny random TEST model (seed %d)" % seed)
+    E, H, L = c["n_embd"], c["n_head"], c["n_layer"]
+    w.add("{arch}.context_length", U32, c["ctx"])
+    w.add("{arch}.embedding_length", U32, E)
+    w.add("{arch}.block_count", U32, L)
+    w.add("{arch}.feed_forward_length", U32, c["n_ff"])
+    w.add("{arch}.attention.head_count", U32, H)
+    w.add("{arch}.attention.head_count_kv", U32, 1)     # MLA absorbed = MQA
+    w.add("{arch}.rope.freq_base", F32, c["rope_theta"])
+    w.add("{arch}.rope.dimension_count", U32, c["qk_rope"])
+    w.add("{arch}.attention.layer_norm_rms_epsilon", F32, c["rms_eps"])
+    w.add("{arch}.vocab_size", U32, n_vocab)
+    w.add("{arch}.attention.q_lora_rank", U32, c["q_lora"])
+    w.add("{arch}.attention.kv_lora_rank", U32, c["kv_lora"])
+    w.add("{arch}.attention.key_length", U32, c["kv_lora"] + c["qk_rope"])
+    w.add("{arch}.attention.value_length", U32, c["kv_lora"])
+    w.add("{arch}.attention.key_length_mla", U32, c["qk_nope"] + c["qk_rope"])
+    w.add("{arch}.attention.value_length_mla", U32, c["v_head"])
+    common_moe_keys(w, c)
+    w.add("{arch}.attention.indexer.head_count", U32, c["idx_head"])
+    w.add("{arch}.attention.indexer.key_length", U32, c["idx_dim"])
+    w.add("{arch}.attention.indexer.top_k", U32, c["top_k"])
+    full = indexer_full(L, c["idx_freq"], c["idx_offset"])
+    w.add("{arch}.attention.indexer.types", ARR, (BOOL, full))
+    for k, t, body in tok_kv:
+        w.raw(k, t, body)
+
+    d = Draw(seed)
+    w.tensor("token_embd.weight", d.rng.standard_normal((n_vocab, E)))
+    kmla = c["qk_nope"] + c["qk_rope"]
+    for il in range(L):
+        p = "blk.%d." % il
+        w.tensor(p + "attn_norm.weight", d.norm(E))
+        w.tensor(p + "attn_q_a.weight", d.lin(c["q_lora"], E))
+        w.tensor(p + "attn_q_a_norm.weight", d.norm(c["q_lora"]))
+        w.tensor(p + "attn_q_b.weight", d.lin(H * kmla, c["q_lora"]))
+        w.tensor(p + "attn_kv_a_mqa.weight", d.lin(c["kv_lora"] + c["qk_rope"], E))
+        w.tensor(p + "attn_kv_a_norm.weight", d.norm(c["kv_lora"]))
+        # ggml {qk_nope, kv_lora, n_head}: per head W_UK^T (kv_lora x qk_nope)
+        w.tensor(p + "attn_k_b.weight", np.stack([d.lin(c["kv_lora"], c["qk_nope"]) for _ in range(H)]))
+        # ggml {kv_lora, v_head, n_head}: per head W_UV (v_head x kv_lora)
+        w.tensor(p + "attn_v_b.weight", np.stack([d.lin(c["v_head"], c["kv_lora"]) for _ in range(H)]))
+        w.tensor(p + "attn_output.weight", d.lin(E, H * c["v_head"]))
+        if full[il]:
+            D, IH = c["idx_dim"], c["idx_head"]
+            w.tensor(p + "indexer.attn_q_b.weight", d.lin(IH * D, c["q_lora"]))
+            w.tensor(p + "indexer.attn_k.weight", d.lin(D, E))
+            w.tensor(p + "indexer.k_norm.weight", d.norm(D))
+            w.tensor(p + "indexer.k_norm.bias", d.small(D))
+            w.tensor(p + "indexer.proj.weight", d.lin(IH, E))
+        w.tensor(p + "ffn_norm.weight", d.norm(E))
+        ffn_tensors(w, d, c, il, p)
+    w.tensor("output_norm.weight", d.norm(E))
+    w.tensor("output.weight", d.lin(n_vocab, E))
+    w.write(path)
+
+
+ARCHS = {"glm-dsa": (GLM_DSA, write_glm_dsa)}
+
+
+def parse_set(c, items):
+    for it in items:
+        k, _, v = it.partition("=")
+        if k not in c:
+            sys.exit("glm_gguf: unknown parameter %s (known: %s)" % (k, ", ".join(sorted(c))))
+        c[k] = type(c[k])(float(v)) if not isinstance(c[k], bool) else v in ("1", "true")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("arch", choices=sorted(ARCHS))
+    ap.add_argument("out")
+    ap.add_argument("--vocab", default=os.path.join(SHARED, "vocab", "mini-vocab.gguf"))
+    ap.add_argument("--seed", type=int, default=46)
+    ap.add_argument("--set", action="append", default=[])
+    a = ap.parse_args(argv)
+    table, fn = ARCHS[a.arch]
+    c = dict(table)
+    parse_set(c, a.set)
+    tok_kv, n_vocab = tokenizer_kv(a.vocab)
+    fn(a.out, c, tok_kv, n_vocab, a.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
