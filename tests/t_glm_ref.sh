@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# t_glm_ref.sh -- the GLM family's float64 references (tests/oracle/glm_ref.py)
+# on tiny random-weight GGUFs in llama.cpp's layout (tests/glm_gguf.py),
+# checked against llama.cpp's 2026-09 release where it implements the graph
+# and against themselves where it does not (docs/family.md).  Skips, saying
+# so, only when npm or its registry cannot be reached.
+#
+#  1. glm-dsa, exact mode: llama.cpp (F32 weights, flash attention off, F32
+#     KV; bench/llamacpp/llama_logits) and the reference over 300 token ids.
+#     The file has 4 layers (1 dense, 3 MoE; layer 3 a "shared" IndexShare
+#     layer) and top-k 32, so 268 positions run an indexer selection.  Every
+#     position before the first indexer tie must agree to 2e-5 (relative L2
+#     over the row) with the same top-1, and at least 200 of them must have
+#     selected.  Why 2e-5: the reference is float64 and llama.cpp float32;
+#     the measured distance is ~1e-6 (max 1.1e-6 over the 300 rows), while
+#     any graph difference (one row selected differently, a missing ReLU,
+#     the other RoPE pairing, a wrong scale) moves rows by 1e-3 and more.
+#     Ties: kept and rejected scores within 1e-5 relative (llama.cpp's
+#     float32 scores are good to ~1e-6); tests/llamacpp_compare.py reports
+#     them and ends the strict check there (llama.cpp's partial_sort breaks
+#     ties in no defined order; ours: the lower index wins).
+#  2. Ties are found: the same with 8 indexer heads, where an exact tie (two
+#     rows scoring 0, every head's ReLU at 0) happens; it must be reported
+#     and the positions before it must agree.
+#  3. The ambiguity FAMILY.md §3.3 flags: the reference without the
+#     indexer's ReLU (HF glm_moe_dsa's reading) must disagree with
+#     llama.cpp, so the check above decides it.
+set -u
+cd "$(dirname "$0")/.."
+PY=/usr/bin/python3
+T=$(mktemp -d "${TMPDIR:-/tmp}/ds4-glmref.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+
+ENV=$(bench/llamacpp/setup.sh 2> "$T/setup.log")
+rc=$?
+if [ $rc = 3 ]; then
+    echo "skip t_glm_ref: llama.cpp could not be installed from npm: $(tail -n 1 "$T/setup.log")"
+    exit 0
+elif [ $rc != 0 ]; then
+    cat "$T/setup.log"; echo "FAIL bench/llamacpp/setup.sh (exit $rc)"; exit 1
+fi
+eval "$ENV"
+export GGML_BACKEND_DIR
+LL="$LLAMA_LOGITS"
+
+$PY -c "import random; r=random.Random(7); print(' '.join(str(r.randrange(10, 4090)) for _ in range(300)))" > "$T/ids300.txt"
+
+# cross NAME FILE REF_ARGS COMPARE_ARGS: llama.cpp and the reference on FILE
+cross() {
+    local name=$1 f=$2 refargs=$3; shift 3
+    if ! "$LL" logits -m "$f" --tokens-file "$T/ids300.txt" -o "$T/$name.ll" -t 2 > "$T/$name.lllog" 2>&1; then
+        bad "$name: llama.cpp failed:"; tail -5 "$T/$name.lllog"; return 1
+    fi
+    # shellcheck disable=SC2086
+    if ! $PY tests/oracle/glm_ref.py "$f" --tokens-file "$T/ids300.txt" -o "$T/$name.ref" \
+            --indexer "$T/$name.ix" $refargs > "$T/$name.reflog" 2>&1; then
+        bad "$name: glm_ref.py failed:"; tail -5 "$T/$name.reflog"; return 1
+    fi
+    $PY tests/llamacpp_compare.py "$T/$name.ref" "$T/$name.ll" "$T/$name.ix" 4096 4 \
+        --tol 2e-5 --tie-eps 1e-5 "$@" > "$T/$name.cmp" 2>&1
+    local r=$?
+    sed 's/^/     /' "$T/$name.cmp"
+    return $r
+}
+
+# --- 1. glm-dsa, 16 indexer heads --------------------------------------
+if $PY tests/glm_gguf.py glm-dsa "$T/dsa16.gguf" > "$T/gen.log" 2>&1; then
+    if cross dsa16 "$T/dsa16.gguf" "" --min-selecting 200; then
+        ok "glm-dsa: glm_ref.py == llama.cpp exact mode before the first indexer tie (300 tokens, top-k 32, a shared layer)"
+    else bad "glm-dsa: glm_ref.py vs llama.cpp"; fi
+else bad "glm_gguf.py glm-dsa:"; cat "$T/gen.log"; fi
+
+# --- 2. ties are detected and reported ------------------------------------
+if $PY tests/glm_gguf.py glm-dsa "$T/dsa8.gguf" --set idx_head=8 > "$T/gen8.log" 2>&1; then
+    if cross dsa8 "$T/dsa8.gguf" "" --min-selecting 100; then
+        if grep -q '^indexer ties (kept and rejected within .*): [1-9][0-9]* positions, first: ' "$T/dsa8.cmp"; then
+            ok "glm-dsa ties: found and reported with 8 indexer heads; the positions before the first agree"
+        else bad "glm-dsa ties: none reported with 8 indexer heads (an exact zero tie is expected there)"; fi
+    else bad "glm-dsa: glm_ref.py vs llama.cpp before the first tie (8 indexer heads)"; fi
+else bad "glm_gguf.py glm-dsa --set idx_head=8:"; cat "$T/gen8.log"; fi
+
+# --- 3. the indexer's ReLU is what llama.cpp computes ----------------------
+if [ -f "$T/dsa16.gguf" ]; then
+    if cross norelu "$T/dsa16.gguf" --no-indexer-relu --min-selecting 0 > /dev/null 2>&1; then
+        bad "glm-dsa: the reference WITHOUT the indexer ReLU also agrees with llama.cpp (the check cannot tell)"
+    elif grep -q 'exceed rel L2' "$T/norelu.cmp"; then
+        ok "glm-dsa: without the indexer's ReLU the reference disagrees with llama.cpp (FAMILY.md §3.3 settled)"
+    else bad "glm-dsa --no-indexer-relu: no comparison:"; tail -3 "$T/norelu.cmp"; fi
+fi
+
+[ $fail = 0 ] && echo "t_glm_ref: all passed" || echo "t_glm_ref: $fail failed"
+[ $fail = 0 ]
