@@ -265,7 +265,130 @@ def write_glm_dsa(path, c, tok_kv, n_vocab, seed):
     w.write(path)
 
 
-ARCHS = {"glm-dsa": (GLM_DSA, write_glm_dsa)}
+GLM5_NEXT = dict(
+    n_embd=64, n_layer=6, n_dense=1, n_head=4,
+    # DSA layers where i % dsa_every == dsa_every - 1 (the release: 4 -> 3, 7, ..., 43);
+    # the others are KDA (head_count_kv 0)
+    dsa_every=3,
+    kda_dim=16, conv=4, lower_bound=-5.0,
+    q_lora=32, kv_lora=32, qk_head=16, v_head=16,          # NoPE MLA
+    idx_head=16, idx_dim=32, top_k=32, kpool=4,
+    n_ff=96, n_expert=8, n_used=2, n_ff_exp=32, n_shared=1,
+    hc=4, hc_iters=20, hc_eps=1e-6, clamp=10.0,
+    rms_eps=1e-5, ln_eps=1e-6, route_scale=2.5, ctx=1048576,
+)
+
+
+def hc_tensors(w, d, c, p):
+    """DeepSeek V4's mHC mixer (FAMILY.md §2.2), one per sublayer."""
+    n, E = c["hc"], c["n_embd"]
+    for sub in ("attn", "ffn"):
+        w.tensor(p + "hc_%s_fn.weight" % sub, d.lin((2 + n) * n, n * E))
+        w.tensor(p + "hc_%s_base.weight" % sub, d.small((2 + n) * n, s=0.5))
+        w.tensor(p + "hc_%s_scale.weight" % sub, 0.5 + 0.5 * d.rng.random(3))
+
+
+def kda_tensors(w, d, c, p, a_4d=False):
+    """A KDA layer in llama.cpp's names (kimi-linear / glm5-next)."""
+    E, H, K, R = c["n_embd"], c["n_head"], c["kda_dim"], c["conv"]
+    Di = H * K
+    for x in "qkv":
+        w.tensor(p + "attn_%s.weight" % x, d.lin(Di, E))
+    for x in "qkv":
+        # ggml {d_conv, 1, d_inner, 1}: tap j of channel c at [.., c, .., j];
+        # tap d_conv-1 multiplies the current input
+        cw = d.rng.standard_normal((Di, R)) * 0.5
+        w.tensor(p + "ssm_conv1d_%s.weight" % x, cw.reshape(1, Di, 1, R))
+    w.tensor(p + "ssm_f_a.weight", d.lin(K, E))
+    w.tensor(p + "ssm_f_b.weight", d.lin(Di, K))
+    w.tensor(p + "ssm_beta.weight", d.lin(H, E))
+    # ssm_a = -exp(A_log), per head (llama.cpp's convention); glm5-next {H},
+    # kimi-linear {1, H, 1, 1}
+    a = -np.exp(d.small(H, s=0.5))
+    w.tensor(p + "ssm_a", a.reshape(1, 1, H, 1) if a_4d else a)
+    w.tensor(p + "ssm_dt.bias", d.small(Di, s=0.5))
+    w.tensor(p + "ssm_g_a.weight", d.lin(K, E))
+    w.tensor(p + "ssm_g_b.weight", d.lin(Di, K))
+    w.tensor(p + "ssm_norm.weight", d.norm(K))
+    w.tensor(p + "attn_output.weight", d.lin(E, Di))
+
+
+def write_glm5_next(path, c, tok_kv, n_vocab, seed):
+    """GLM 5.3 Flash.  Names and keys: FAMILY.md §2.3 and llama.cpp's
+    glm5next loader (a later release than the one t_glm_ref runs, which has
+    no glm5-next graph): KDA layers carry head_count_kv 0, the KDA head count
+    is attention.head_count, ssm_a has no .weight suffix, the k-pool
+    compressor is indexer_compressor_{gate,ape}.weight (other converters
+    spell them indexer.kpool_{gate,ape}.weight; glm_ref.py reads both)."""
+    w = Writer("glm5-next")
+    w.add("general.name", STR, "glm5-next tiny random TEST model (seed %d)" % seed)
+    E, H, L = c["n_embd"], c["n_head"], c["n_layer"]
+    dsa = [i % c["dsa_every"] == c["dsa_every"] - 1 for i in range(L)]
+    w.add("{arch}.context_length", U32, c["ctx"])
+    w.add("{arch}.embedding_length", U32, E)
+    w.add("{arch}.block_count", U32, L)
+    w.add("{arch}.feed_forward_length", U32, c["n_ff"])
+    w.add("{arch}.attention.head_count", U32, H)
+    w.add("{arch}.attention.head_count_kv", ARR, (U32, [H if x else 0 for x in dsa]))
+    w.add("{arch}.rope.dimension_count", U32, 0)          # NoPE: must be written as 0
+    w.add("{arch}.attention.layer_norm_rms_epsilon", F32, c["rms_eps"])
+    w.add("{arch}.attention.layer_norm_epsilon", F32, c["ln_eps"])
+    w.add("{arch}.vocab_size", U32, n_vocab)
+    w.add("{arch}.attention.q_lora_rank", U32, c["q_lora"])
+    w.add("{arch}.attention.kv_lora_rank", U32, c["kv_lora"])
+    w.add("{arch}.attention.key_length", U32, c["kv_lora"])
+    w.add("{arch}.attention.value_length", U32, c["kv_lora"])
+    w.add("{arch}.attention.key_length_mla", U32, c["qk_head"])
+    w.add("{arch}.attention.value_length_mla", U32, c["v_head"])
+    w.add("{arch}.kda.head_dim", U32, c["kda_dim"])
+    w.add("{arch}.kda.gate_lower_bound", F32, c["lower_bound"])
+    w.add("{arch}.ssm.conv_kernel", U32, c["conv"])
+    w.add("{arch}.attention.indexer.head_count", U32, c["idx_head"])
+    w.add("{arch}.attention.indexer.key_length", U32, c["idx_dim"])
+    w.add("{arch}.attention.indexer.top_k", U32, c["top_k"])
+    w.add("{arch}.attention.indexer.kpool", U32, c["kpool"])
+    w.add("{arch}.hyper_connection.count", U32, c["hc"])
+    w.add("{arch}.hyper_connection.sinkhorn_iterations", U32, c["hc_iters"])
+    w.add("{arch}.hyper_connection.epsilon", F32, c["hc_eps"])
+    common_moe_keys(w, c)
+    w.add("{arch}.swiglu_clamp_exp", ARR, (F32, [c["clamp"]] * L))
+    w.add("{arch}.swiglu_clamp_shexp", ARR, (F32, [c["clamp"]] * L))
+    for k, t, body in tok_kv:
+        w.raw(k, t, body)
+
+    d = Draw(seed)
+    w.tensor("token_embd.weight", d.rng.standard_normal((n_vocab, E)))
+    D, IH, R = c["idx_dim"], c["idx_head"], c["kpool"]
+    for il in range(L):
+        p = "blk.%d." % il
+        hc_tensors(w, d, c, p)
+        w.tensor(p + "attn_norm.weight", d.norm(E))
+        if not dsa[il]:
+            kda_tensors(w, d, c, p)
+        else:
+            w.tensor(p + "attn_q_a.weight", d.lin(c["q_lora"], E))
+            w.tensor(p + "attn_q_a_norm.weight", d.norm(c["q_lora"]))
+            w.tensor(p + "attn_q_b.weight", d.lin(H * c["qk_head"], c["q_lora"]))
+            w.tensor(p + "attn_kv_a_mqa.weight", d.lin(c["kv_lora"], E))
+            w.tensor(p + "attn_kv_a_norm.weight", d.norm(c["kv_lora"]))
+            w.tensor(p + "attn_k_b.weight", np.stack([d.lin(c["kv_lora"], c["qk_head"]) for _ in range(H)]))
+            w.tensor(p + "attn_v_b.weight", np.stack([d.lin(c["v_head"], c["kv_lora"]) for _ in range(H)]))
+            w.tensor(p + "attn_output.weight", d.lin(E, H * c["v_head"]))
+            w.tensor(p + "indexer.attn_q_b.weight", d.lin(IH * D, c["q_lora"]))
+            w.tensor(p + "indexer.attn_k.weight", d.lin(D, E))
+            w.tensor(p + "indexer.k_norm.weight", d.norm(D))
+            w.tensor(p + "indexer.k_norm.bias", d.small(D))
+            w.tensor(p + "indexer.proj.weight", d.lin(IH, E))
+            w.tensor(p + "indexer_compressor_gate.weight", d.lin(D, E))
+            w.tensor(p + "indexer_compressor_ape.weight", d.small(R, D, s=0.5))   # ggml {D, kpool}
+        w.tensor(p + "ffn_norm.weight", d.norm(E))
+        ffn_tensors(w, d, c, il, p)
+    w.tensor("output_norm.weight", d.norm(E))
+    w.tensor("output.weight", d.lin(n_vocab, E))
+    w.write(path)
+
+
+ARCHS = {"glm-dsa": (GLM_DSA, write_glm_dsa), "glm5-next": (GLM5_NEXT, write_glm5_next)}
 
 
 def parse_set(c, items):

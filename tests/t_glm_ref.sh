@@ -25,6 +25,13 @@
 #  3. The ambiguity FAMILY.md §3.3 flags: the reference without the
 #     indexer's ReLU (HF glm_moe_dsa's reading) must disagree with
 #     llama.cpp, so the check above decides it.
+#  4. glm5-next (no graph in this llama.cpp release): the reference against
+#     itself on a 6-layer file (4 KDA, 2 DSA with the k-pool indexer, HC,
+#     MoE with the clamp) over the same 300 ids: the KDA kernel's chunked
+#     form (chunk 64) == its recurrent form, and one prefill (chunked) ==
+#     one prefill (recurrent) == token by token with carried conv and
+#     recurrent state == uneven chunks, to 1e-9 relative (float64 on both
+#     sides; measured ~1e-14), with indexer selections among the positions.
 set -u
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
@@ -90,6 +97,14 @@ if [ -f "$T/dsa16.gguf" ]; then
         ok "glm-dsa: without the indexer's ReLU the reference disagrees with llama.cpp (FAMILY.md §3.3 settled)"
     else bad "glm-dsa --no-indexer-relu: no comparison:"; tail -3 "$T/norelu.cmp"; fi
 fi
+
+# --- 4. glm5-next: recurrent == chunked, prefill == steps == chunks -------
+if $PY tests/glm_gguf.py glm5-next "$T/g5n.gguf" > "$T/gen5.log" 2>&1; then
+    if $PY tests/oracle/glm_ref.py "$T/g5n.gguf" --self-test --tokens-file "$T/ids300.txt" > "$T/g5n.log" 2>&1; then
+        sed 's/^/     /' "$T/g5n.log"
+        ok "glm5-next: KDA chunked == recurrent; prefill == token by token == uneven chunks (300 tokens)"
+    else sed 's/^/     /' "$T/g5n.log"; bad "glm5-next self-test"; fi
+else bad "glm_gguf.py glm5-next:"; cat "$T/gen5.log"; fi
 
 [ $fail = 0 ] && echo "t_glm_ref: all passed" || echo "t_glm_ref: $fail failed"
 [ $fail = 0 ]

@@ -133,11 +133,12 @@ def dense_ffn(m, p, x, clamp=0.0):
     return swiglu(g, u, clamp) @ m.w(p + "ffn_down.weight").T
 
 
-def moe_ffn(m, p, x, n_used, scale, norm, clamp=0.0):
+def moe_ffn(m, p, x, n_used, scale, norm, clamp=0.0, clamp_sh=0.0):
     """Sigmoid router; experts chosen by sigmoid(logit) + exp_probs_b (ties:
     lower expert index), weighted by the UNbiased sigmoid, normalized over
     the chosen (sum clamped below at 2^-14 as llama.cpp does), times scale;
-    plus the shared expert."""
+    plus the shared expert (unscaled).  clamp / clamp_sh: the SwiGLU limit of
+    the routed / shared experts (0: none)."""
     probs = sigmoid(x @ m.w(p + "ffn_gate_inp.weight").T)         # [T, X]
     sel = probs + m.w(p + "exp_probs_b.bias") if m.has(p + "exp_probs_b.bias") else probs
     out = np.zeros_like(x)
@@ -155,7 +156,7 @@ def moe_ffn(m, p, x, n_used, scale, norm, clamp=0.0):
             out[t] += wt * (down_e[e] @ h)
     g = x @ m.w(p + "ffn_gate_shexp.weight").T
     u = x @ m.w(p + "ffn_up_shexp.weight").T
-    return out + swiglu(g, u, clamp) @ m.w(p + "ffn_down_shexp.weight").T
+    return out + swiglu(g, u, clamp_sh) @ m.w(p + "ffn_down_shexp.weight").T
 
 
 # ---------------------------------------------------------------------------
@@ -287,8 +288,366 @@ class GlmDsa:
         out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
         return h @ out.T, diag
 
+    def self_test(self, tokens=None):
+        print("glm_ref: glm-dsa has no recurrent state; its check is the cross-check against llama.cpp")
+        return 0
 
-ARCHS = {"glm-dsa": GlmDsa}
+
+# ---------------------------------------------------------------------------
+# KDA: the per-channel gated delta rule (FAMILY.md §2.2 step 5), two forms
+# ---------------------------------------------------------------------------
+
+def l2_norm(x, eps):
+    """FLA's l2norm: x / sqrt(sum x^2 + eps) over the last axis (not
+    x / max(|x|, eps), which ggml_l2_norm computes; at these sizes the two
+    differ by eps / |x|^2)."""
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def kda_recurrent(q, k, v, g, beta, S):
+    """Token by token.  q, k, g: [T, H, K]; v: [T, H, V]; beta: [T, H];
+    S: [H, K, V] (key x value).  For each token:
+        S <- S * exp(g)[:, None];  u = S^T k;  S <- S + k (beta (v - u))^T;
+        o = S^T q.
+    Returns (o [T, H, V], S)."""
+    S = S.copy()
+    o = np.empty(v.shape, dtype=F)
+    for t in range(q.shape[0]):
+        S *= np.exp(g[t])[:, :, None]
+        u = np.einsum("hkv,hk->hv", S, k[t])
+        S += np.einsum("hk,hv->hkv", k[t], beta[t][:, None] * (v[t] - u))
+        o[t] = np.einsum("hkv,hk->hv", S, q[t])
+    return o, S
+
+
+def kda_chunked(q, k, v, g, beta, S, C=64):
+    """The same recurrence in chunks of C tokens (the form prefill kernels
+    use; transformers' chunk form).  Within a chunk, with G_i = sum_{j<=i} g_j
+    and D_ij = exp(G_i - G_j) (j <= i, per key channel; never exp of a
+    positive number, so nothing overflows), the update vectors
+    w_i = beta_i (v_i - u_i) solve the unit lower-triangular system
+        w_i + beta_i sum_{j<i} (k_i . D_ij k_j) w_j = beta_i (v_i - (k_i e^{G_i}) S0)
+    and then
+        o_i = (q_i e^{G_i}) S0 + sum_{j<=i} (q_i . D_ij k_j) w_j,
+        S_C = e^{G_C} S0 + sum_j (D_Cj k_j) w_j^T."""
+    T = q.shape[0]
+    S = S.copy()
+    o = np.empty(v.shape, dtype=F)
+    for c0 in range(0, T, C):
+        sl = slice(c0, min(c0 + C, T))
+        qc, kc, vc, gc, bc = q[sl], k[sl], v[sl], g[sl], beta[sl]
+        n = qc.shape[0]
+        G = np.cumsum(gc, axis=0)                                   # [n, H, K]
+        diff = G[:, None] - G[None, :]                              # [i, j, H, K]
+        low = np.tril(np.ones((n, n), dtype=bool))
+        D = np.where(low[:, :, None, None], np.exp(np.where(low[:, :, None, None], diff, 0.0)), 0.0)
+        A = np.einsum("ihk,ijhk,jhk->hij", kc, D, kc)               # k_i . D_ij k_j
+        A = A * np.tril(np.ones((n, n)), -1)[None] * bc.T[:, :, None]
+        rhs = bc.T[:, :, None] * (np.einsum("ihv->hiv", vc) -
+                                  np.einsum("ihk,hkv->hiv", kc * np.exp(G), S))
+        W = np.linalg.solve(np.eye(n)[None] + A, rhs)               # [H, n, V]
+        Aq = np.einsum("ihk,ijhk,jhk->hij", qc, D, kc)
+        o[sl] = np.einsum("hij,hjv->ihv", Aq, W) + np.einsum("ihk,hkv->ihv", qc * np.exp(G), S)
+        DC = np.exp(G[-1][None] - G)                                # [j, H, K]
+        S = np.exp(G[-1])[:, :, None] * S + np.einsum("jhk,hjv->hkv", DC * kc, W)
+    return o, S
+
+
+def kda_gate(m, p, h, H, K, lower_bound):
+    """Per-channel log decay g [T, H, K].  y = f_b(f_a(h)) + dt_bias; ssm_a
+    holds -exp(A_log) per head.  GLM 5.3 Flash (lower_bound set):
+    g = lower_bound * sigmoid(exp(A_log) y), lower_bound a multiplier, not
+    a clamp; Kimi-Linear (none): g = -exp(A_log) softplus(y)."""
+    T = h.shape[0]
+    y = ((h @ m.w(p + "ssm_f_a.weight").T) @ m.w(p + "ssm_f_b.weight").T + m.w(p + "ssm_dt.bias")).reshape(T, H, K)
+    a = -m.w(p + "ssm_a").reshape(H)[None, :, None]               # exp(A_log)
+    if lower_bound is not None:
+        return lower_bound * sigmoid(a * y)
+    return -a * softplus(y)
+
+
+# ---------------------------------------------------------------------------
+# mHC: DeepSeek V4's hyper-connections (FAMILY.md §2.2; the shared oracle's
+# ds4_ref.py is the V4 spec this follows)
+# ---------------------------------------------------------------------------
+
+def hc_pre(X, fn, scale, base, n, iters, hc_eps, rms_eps):
+    """X [T, n, E] -> (sublayer input [T, E], post [T, n], comb [T, n, n])."""
+    T = X.shape[0]
+    flat = X.reshape(T, -1)
+    flat = flat / np.sqrt(np.mean(flat * flat, axis=1, keepdims=True) + rms_eps)
+    mix = flat @ fn.T                                               # [T, (2+n)n]
+    pre = sigmoid(mix[:, :n] * scale[0] + base[:n]) + hc_eps
+    post = 2.0 * sigmoid(mix[:, n:2 * n] * scale[1] + base[n:2 * n])
+    z = (mix[:, 2 * n:] * scale[2] + base[2 * n:]).reshape(T, n, n)
+    z = np.exp(z - z.max(axis=2, keepdims=True))
+    comb = z / z.sum(axis=2, keepdims=True) + hc_eps
+    comb = comb / (comb.sum(axis=1, keepdims=True) + hc_eps)
+    for _ in range(iters - 1):
+        comb = comb / (comb.sum(axis=2, keepdims=True) + hc_eps)
+        comb = comb / (comb.sum(axis=1, keepdims=True) + hc_eps)
+    return np.einsum("th,thd->td", pre, X), post, comb
+
+
+def hc_post(y, X, post, comb):
+    """stream b <- post_b y + sum_a comb[a, b] X_a."""
+    return post[:, :, None] * y[:, None, :] + np.einsum("tab,tad->tbd", comb, X)
+
+
+# ---------------------------------------------------------------------------
+# glm5-next: GLM 5.3 Flash (FAMILY.md §2)
+# ---------------------------------------------------------------------------
+
+class Glm5Next:
+    """HC around every sublayer; KDA layers (head_count_kv 0) and NoPE DSA
+    layers with the k-pool indexer; dense lead layers and sigmoid MoE with
+    the SwiGLU clamp; the streams' mean -> norm -> lm head.  forward() runs a
+    chunk of tokens on a carried state, so a prefill, token by token and
+    uneven chunks are the same function."""
+
+    def __init__(self, m):
+        self.m = m
+        k = m.kv
+        self.L = k("{arch}.block_count") - k("{arch}.nextn_predict_layers", 0, False)
+        self.H = k("{arch}.attention.head_count")
+        hkv = k("{arch}.attention.head_count_kv")
+        hkv = [int(x) for x in hkv] if not isinstance(hkv, int) else [hkv] * self.L
+        self.kda = [x == 0 for x in hkv[:self.L]]
+        self.eps = k("{arch}.attention.layer_norm_rms_epsilon")
+        # the indexer keys' LayerNorm: 1e-6 in the reference (llama.cpp's
+        # glm5next reads attention.layer_norm_epsilon, default 1e-6)
+        self.ln_eps = k("{arch}.attention.layer_norm_epsilon", 1e-6, False)
+        if k("{arch}.rope.dimension_count", 0, False) != 0:
+            raise SystemExit("glm_ref: glm5-next is NoPE; rope.dimension_count must be 0")
+        self.K = k("{arch}.kda.head_dim")
+        self.conv = k("{arch}.ssm.conv_kernel")
+        self.lower_bound = k("{arch}.kda.gate_lower_bound")
+        self.kv_lora = k("{arch}.attention.kv_lora_rank")
+        self.qk = k("{arch}.attention.key_length_mla")
+        self.vh = k("{arch}.attention.value_length_mla")
+        self.IH = k("{arch}.attention.indexer.head_count")
+        self.ID = k("{arch}.attention.indexer.key_length")
+        self.top_k = k("{arch}.attention.indexer.top_k")
+        self.r = k("{arch}.attention.indexer.kpool", 4, False)
+        types = k("{arch}.attention.indexer.types", None, False)
+        self.full = [bool(x) for x in types][:self.L] if types is not None else [True] * self.L
+        self.n_hc = k("{arch}.hyper_connection.count")
+        self.hc_iters = k("{arch}.hyper_connection.sinkhorn_iterations")
+        self.hc_eps = k("{arch}.hyper_connection.epsilon")
+        self.n_dense = k("{arch}.leading_dense_block_count", 0, False)
+        self.n_used = k("{arch}.expert_used_count")
+        self.scale = k("{arch}.expert_weights_scale", 1.0, False)
+        self.norm_w = bool(k("{arch}.expert_weights_norm", False, False))
+
+        def per_layer(key):
+            v = k(key, None, False)
+            if v is None:
+                return [10.0] * self.L        # swiglu_limit 10 of the release (FAMILY.md §2.1)
+            return [float(x) for x in v] if not isinstance(v, float) else [v] * self.L
+        self.clamp = per_layer("{arch}.swiglu_clamp_exp")
+        self.clamp_sh = per_layer("{arch}.swiglu_clamp_shexp")
+        self.kda_mode = "chunked"
+        self.chunk = 64
+
+    def gate_name(self, p, what):
+        """The k-pool compressor's tensors under either spelling."""
+        for n in (p + "indexer_compressor_%s.weight" % what, p + "indexer_compressor_%s" % what,
+                  p + "indexer.kpool_%s.weight" % what):
+            if self.m.has(n):
+                return n
+        raise SystemExit("glm_ref: %s has no k-pool %s tensor" % (p, what))
+
+    @staticmethod
+    def layer_of(p):
+        return int(p.split(".")[1])
+
+    def new_state(self):
+        Di = self.H * self.K
+        st = {"pos": 0, "layers": []}
+        for il in range(self.L):
+            if self.kda[il]:
+                st["layers"].append({"conv": np.zeros((3, self.conv - 1, Di)),
+                                     "S": np.zeros((self.H, self.K, self.K))})
+            else:
+                st["layers"].append({"ckv": np.zeros((0, self.kv_lora)), "ik": np.zeros((0, self.ID)),
+                                     "ig": np.zeros((0, self.ID))})
+        return st
+
+    def kda_layer(self, p, h, ls):
+        m, T, H, K, R = self.m, h.shape[0], self.H, self.K, self.conv
+        qkv = []
+        for i, x in enumerate("qkv"):
+            y = h @ m.w(p + "attn_%s.weight" % x).T                      # [T, Di]
+            xx = np.concatenate([ls["conv"][i], y])                      # [R-1+T, Di]
+            cw = m.w(p + "ssm_conv1d_%s.weight" % x).reshape(-1, R)       # [Di, R]
+            out = sum(xx[j:j + T] * cw[:, j] for j in range(R))          # tap R-1 = current
+            ls["conv"][i] = xx[T:]
+            qkv.append(silu(out).reshape(T, H, K))
+        q = l2_norm(qkv[0], 1e-6) / np.sqrt(K)
+        kk = l2_norm(qkv[1], 1e-6)
+        g = kda_gate(m, p, h, H, K, self.lower_bound)
+        beta = sigmoid(h @ m.w(p + "ssm_beta.weight").T)                 # [T, H]
+        fn = kda_chunked if self.kda_mode == "chunked" else kda_recurrent
+        o, ls["S"] = (fn(q, kk, qkv[2], g, beta, ls["S"], self.chunk) if fn is kda_chunked
+                      else fn(q, kk, qkv[2], g, beta, ls["S"]))
+        gate = ((h @ m.w(p + "ssm_g_a.weight").T) @ m.w(p + "ssm_g_b.weight").T).reshape(T, H, K)
+        o = rms_norm(o, m.w(p + "ssm_norm.weight"), self.eps) * sigmoid(gate)
+        return o.reshape(T, H * K) @ m.w(p + "attn_output.weight").T
+
+    def select(self, sc, t):
+        """Positions query t attends to, and (kept min, rejected max) pool
+        scores (NaN when every visible pool is kept).  Candidates: the pools
+        (r consecutive positions from 0) complete at t; the top
+        top_k / r by score (ties: lower pool wins), expanded to their
+        positions, plus the incomplete tail (the < r newest positions)."""
+        r = self.r
+        n_vis = (t + 1) // r
+        n_keep = min(n_vis, self.top_k // r)
+        tail = np.arange(n_vis * r, t + 1)
+        if n_keep == n_vis:
+            return np.arange(t + 1), (np.nan, np.nan)
+        order = topk_rows(sc[:n_vis], n_vis)
+        keep = np.sort(order[:n_keep])
+        pos = (keep[:, None] * r + np.arange(r)[None]).reshape(-1)
+        return np.concatenate([pos, tail]), (sc[order[n_keep - 1]], sc[order[n_keep]])
+
+    def dsa_layer(self, p, cur, ls, pos0, prev_sel):
+        m, T, r, D = self.m, cur.shape[0], self.r, self.ID
+        qr = rms_norm(cur @ m.w(p + "attn_q_a.weight").T, m.w(p + "attn_q_a_norm.weight"), self.eps)
+        ckv = rms_norm(cur @ m.w(p + "attn_kv_a_mqa.weight").T, m.w(p + "attn_kv_a_norm.weight"), self.eps)
+        ls["ckv"] = np.concatenate([ls["ckv"], ckv])
+        N = pos0 + T
+        diag = np.full((T, 2), np.nan)
+        if self.full[self.layer_of(p)]:
+            ik = layer_norm(cur @ m.w(p + "indexer.attn_k.weight").T, m.w(p + "indexer.k_norm.weight"),
+                            m.w(p + "indexer.k_norm.bias"), self.ln_eps)
+            ls["ik"] = np.concatenate([ls["ik"], ik])
+            ls["ig"] = np.concatenate([ls["ig"], cur @ m.w(self.gate_name(p, "gate")).T])
+            npool = N // r
+            kk = ls["ik"][:npool * r].reshape(npool, r, D)
+            gg = ls["ig"][:npool * r].reshape(npool, r, D) + m.w(self.gate_name(p, "ape"))[None]
+            gg = np.exp(gg - gg.max(axis=1, keepdims=True))
+            Kp = np.sum(gg / gg.sum(axis=1, keepdims=True) * kk, axis=1)            # [npool, D]
+            iq = (qr @ m.w(p + "indexer.attn_q_b.weight").T).reshape(T, self.IH, D)
+            wts = (cur @ m.w(p + "indexer.proj.weight").T) / np.sqrt(D * self.IH)
+            sc = np.einsum("tph,th->tp", np.maximum(np.einsum("thd,pd->tph", iq, Kp), 0.0), wts)
+            sel = []
+            for i in range(T):
+                s_i, diag[i] = self.select(sc[i], pos0 + i)
+                sel.append(s_i)
+        elif prev_sel is None:
+            raise SystemExit("glm_ref: %s is a shared indexer layer with no full DSA layer before it" % p)
+        else:
+            sel = prev_sel        # a shared layer: the previous full layer's selection
+        mask = np.zeros((T, N), dtype=bool)
+        for i in range(T):
+            mask[i, sel[i]] = True
+        q = (qr @ m.w(p + "attn_q_b.weight").T).reshape(T, self.H, self.qk)
+        q_abs = np.einsum("hrc,thc->thr", m.w(p + "attn_k_b.weight"), q)
+        s = np.einsum("thr,sr->hts", q_abs, ls["ckv"]) / np.sqrt(self.qk)
+        s = np.where(mask[None], s, -np.inf)
+        s = np.exp(s - s.max(axis=2, keepdims=True))
+        lat = np.einsum("hts,sr->thr", s / s.sum(axis=2, keepdims=True), ls["ckv"])
+        o = np.einsum("hvr,thr->thv", m.w(p + "attn_v_b.weight"), lat).reshape(T, self.H * self.vh)
+        return o @ m.w(p + "attn_output.weight").T, diag, sel
+
+    def forward(self, tokens, state=None):
+        """Logits [T, V] of a chunk of tokens after the state's prefix;
+        updates state (a fresh one when None)."""
+        m = self.m
+        st = state if state is not None else self.new_state()
+        T, pos0 = len(tokens), st["pos"]
+        X = np.repeat(m.w("token_embd.weight")[np.asarray(tokens)][:, None, :], self.n_hc, axis=1)
+        diag = np.full((T, self.L, 2), np.nan)
+        sel = None
+        hcargs = (self.n_hc, self.hc_iters, self.hc_eps, self.eps)
+        for il in range(self.L):
+            p = "blk.%d." % il
+            x, post, comb = hc_pre(X, m.w(p + "hc_attn_fn.weight"), m.w(p + "hc_attn_scale.weight"),
+                                   m.w(p + "hc_attn_base.weight"), *hcargs)
+            h = rms_norm(x, m.w(p + "attn_norm.weight"), self.eps)
+            if self.kda[il]:
+                y = self.kda_layer(p, h, st["layers"][il])
+            else:
+                y, diag[:, il], sel = self.dsa_layer(p, h, st["layers"][il], pos0, sel)
+            X = hc_post(y, X, post, comb)
+            x, post, comb = hc_pre(X, m.w(p + "hc_ffn_fn.weight"), m.w(p + "hc_ffn_scale.weight"),
+                                   m.w(p + "hc_ffn_base.weight"), *hcargs)
+            h = rms_norm(x, m.w(p + "ffn_norm.weight"), self.eps)
+            if il < self.n_dense:
+                y = dense_ffn(m, p, h, self.clamp[il])
+            else:
+                y = moe_ffn(m, p, h, self.n_used, self.scale, self.norm_w, self.clamp[il], self.clamp_sh[il])
+            X = hc_post(y, X, post, comb)
+        st["pos"] = pos0 + T
+        h = rms_norm(X.mean(axis=1), m.w("output_norm.weight"), self.eps)    # no hc_head: the mean
+        out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
+        return h @ out.T, diag
+
+    def self_test(self, tokens=None):
+        return kda_self_test(self, tokens)
+
+
+def rel_rows(a, b):
+    return float(np.max(np.linalg.norm(a - b, axis=1) / np.maximum(np.linalg.norm(b, axis=1), 1e-300)))
+
+
+def kda_self_test(ref, tokens=None, tol=1e-9):
+    """The checks of a recurrent-state model: (1) the KDA kernel's chunked
+    form == its recurrent form on random inputs spanning several chunks and
+    a partial one, with a nonzero initial state; (2) the model's logits: one
+    prefill with the chunked form == one prefill with the recurrent form ==
+    token by token with carried conv+recurrent state == uneven chunks.
+    Float64 on both sides, so the tolerance is tight: 1e-9 relative (the
+    measured distances are ~1e-14)."""
+    if tokens is None:
+        rng = np.random.default_rng(5)
+        tokens = [int(x) for x in rng.integers(10, 4090, 200)]
+    fail = 0
+
+    def check(name, d):
+        nonlocal fail
+        ok = d <= tol
+        fail += not ok
+        print("%s %s: max rel %.2e (tol %.0e)" % ("ok  " if ok else "FAIL", name, d, tol))
+
+    rng = np.random.default_rng(11)
+    T, H, K, V = 150, 3, 8, 6
+    q = l2_norm(rng.standard_normal((T, H, K)), 1e-6) / np.sqrt(K)
+    k = l2_norm(rng.standard_normal((T, H, K)), 1e-6)
+    v = rng.standard_normal((T, H, V))
+    g = -5.0 * sigmoid(rng.standard_normal((T, H, K)))
+    beta = sigmoid(rng.standard_normal((T, H)))
+    S0 = rng.standard_normal((H, K, V))
+    o1, S1 = kda_recurrent(q, k, v, g, beta, S0)
+    o2, S2 = kda_chunked(q, k, v, g, beta, S0, 64)
+    check("kernel: chunked (64) == recurrent, 150 tokens, initial state",
+          max(rel_rows(o2.reshape(T, -1), o1.reshape(T, -1)), rel_rows(S2.reshape(H, -1), S1.reshape(H, -1))))
+
+    n = len(tokens)
+    ref.kda_mode = "chunked"
+    base, dg = ref.forward(tokens)
+    ref.kda_mode = "recurrent"
+    rec, _ = ref.forward(tokens)
+    check("model: prefill, chunked KDA == recurrent KDA (%d tokens)" % n, rel_rows(base, rec))
+    st = ref.new_state()
+    one = np.concatenate([ref.forward([t], st)[0] for t in tokens])
+    check("model: token by token with carried state == prefill", rel_rows(one, base))
+    ref.kda_mode = "chunked"
+    st = ref.new_state()
+    cuts = [0, 1, 6, 70, 71, 140, n]
+    parts = np.concatenate([ref.forward(tokens[a:b], st)[0] for a, b in zip(cuts, cuts[1:]) if b > a])
+    check("model: uneven chunks %s == prefill" % [b - a for a, b in zip(cuts, cuts[1:]) if b > a],
+          rel_rows(parts, base))
+    sel = int((~np.isnan(dg[:, :, 0])).any(axis=1).sum())
+    print("     %d of %d positions ran an indexer selection" % (sel, n))
+    if sel == 0:
+        print("FAIL no position ran an indexer selection: the checks do not cover it")
+        fail += 1
+    return 1 if fail else 0
+
+
+ARCHS = {"glm-dsa": GlmDsa, "glm5-next": Glm5Next}
 
 
 def read_ids(path):
