@@ -329,7 +329,9 @@ def write_glm5_next(path, c, tok_kv, n_vocab, seed):
     w.add("{arch}.block_count", U32, L)
     w.add("{arch}.feed_forward_length", U32, c["n_ff"])
     w.add("{arch}.attention.head_count", U32, H)
-    w.add("{arch}.attention.head_count_kv", ARR, (U32, [H if x else 0 for x in dsa]))
+    # 0 marks a KDA layer; a DSA layer has 1 (absorbed MLA is MQA: llama.cpp
+    # sizes the K cache row as key_length x head_count_kv)
+    w.add("{arch}.attention.head_count_kv", ARR, (U32, [1 if x else 0 for x in dsa]))
     w.add("{arch}.rope.dimension_count", U32, 0)          # NoPE: must be written as 0
     w.add("{arch}.attention.layer_norm_rms_epsilon", F32, c["rms_eps"])
     w.add("{arch}.attention.layer_norm_epsilon", F32, c["ln_eps"])
@@ -388,7 +390,71 @@ def write_glm5_next(path, c, tok_kv, n_vocab, seed):
     w.write(path)
 
 
-ARCHS = {"glm-dsa": (GLM_DSA, write_glm_dsa), "glm5-next": (GLM5_NEXT, write_glm5_next)}
+KIMI_LINEAR = dict(
+    n_embd=64, n_layer=4, n_dense=1, n_head=4,
+    mla_layers=(2,),                  # the others are KDA (head_count_kv 0)
+    kda_dim=16, conv=4,
+    kv_lora=32, qk_nope=16, qk_rope=8, v_head=16,         # MLA, no q LoRA, no RoPE
+    n_ff=96, n_expert=8, n_used=2, n_ff_exp=32, n_shared=1,
+    rms_eps=1e-5, route_scale=2.5, ctx=4096,
+)
+
+
+def write_kimi_linear(path, c, tok_kv, n_vocab, seed):
+    """llama.cpp's Kimi-Linear (its 2026-09 release loads and runs it): KDA
+    with the original gate -exp(A_log) softplus(.) (no gate_lower_bound key)
+    beside MLA layers, one residual stream, sigmoid MoE.  The independent
+    check of glm_ref.py's KDA math."""
+    w = Writer("kimi-linear")
+    w.add("general.name", STR, "kimi-linear tiny random TEST model (seed %d)" % seed)
+    E, H, L = c["n_embd"], c["n_head"], c["n_layer"]
+    mla = [i in c["mla_layers"] for i in range(L)]
+    kmla = c["qk_nope"] + c["qk_rope"]
+    w.add("{arch}.context_length", U32, c["ctx"])
+    w.add("{arch}.embedding_length", U32, E)
+    w.add("{arch}.block_count", U32, L)
+    w.add("{arch}.feed_forward_length", U32, c["n_ff"])
+    w.add("{arch}.attention.head_count", U32, H)
+    # 0 marks a KDA layer; an MLA layer has 1 (absorbed MLA is MQA: llama.cpp
+    # sizes the K cache row as key_length x head_count_kv)
+    w.add("{arch}.attention.head_count_kv", ARR, (U32, [1 if x else 0 for x in mla]))
+    w.add("{arch}.rope.dimension_count", U32, c["qk_rope"])
+    w.add("{arch}.attention.layer_norm_rms_epsilon", F32, c["rms_eps"])
+    w.add("{arch}.vocab_size", U32, n_vocab)
+    w.add("{arch}.attention.kv_lora_rank", U32, c["kv_lora"])
+    w.add("{arch}.attention.key_length", U32, c["kv_lora"] + c["qk_rope"])
+    w.add("{arch}.attention.value_length", U32, c["kv_lora"])
+    w.add("{arch}.attention.key_length_mla", U32, kmla)
+    w.add("{arch}.attention.value_length_mla", U32, c["v_head"])
+    w.add("{arch}.kda.head_dim", U32, c["kda_dim"])
+    w.add("{arch}.ssm.conv_kernel", U32, c["conv"])
+    common_moe_keys(w, c)
+    for k, t, body in tok_kv:
+        w.raw(k, t, body)
+
+    d = Draw(seed)
+    w.tensor("token_embd.weight", d.rng.standard_normal((n_vocab, E)))
+    for il in range(L):
+        p = "blk.%d." % il
+        w.tensor(p + "attn_norm.weight", d.norm(E))
+        if not mla[il]:
+            kda_tensors(w, d, c, p, a_4d=True)
+        else:
+            w.tensor(p + "attn_q.weight", d.lin(H * kmla, E))
+            w.tensor(p + "attn_kv_a_mqa.weight", d.lin(c["kv_lora"] + c["qk_rope"], E))
+            w.tensor(p + "attn_kv_a_norm.weight", d.norm(c["kv_lora"]))
+            w.tensor(p + "attn_k_b.weight", np.stack([d.lin(c["kv_lora"], c["qk_nope"]) for _ in range(H)]))
+            w.tensor(p + "attn_v_b.weight", np.stack([d.lin(c["v_head"], c["kv_lora"]) for _ in range(H)]))
+            w.tensor(p + "attn_output.weight", d.lin(E, H * c["v_head"]))
+        w.tensor(p + "ffn_norm.weight", d.norm(E))
+        ffn_tensors(w, d, c, il, p)
+    w.tensor("output_norm.weight", d.norm(E))
+    w.tensor("output.weight", d.lin(n_vocab, E))
+    w.write(path)
+
+
+ARCHS = {"glm-dsa": (GLM_DSA, write_glm_dsa), "glm5-next": (GLM5_NEXT, write_glm5_next),
+         "kimi-linear": (KIMI_LINEAR, write_kimi_linear)}
 
 
 def parse_set(c, items):

@@ -32,6 +32,12 @@
 #     one prefill (recurrent) == token by token with carried conv and
 #     recurrent state == uneven chunks, to 1e-9 relative (float64 on both
 #     sides; measured ~1e-14), with indexer selections among the positions.
+#  5. The KDA math against llama.cpp: its kimi-linear graph (KDA with the
+#     original gate -exp(A_log) softplus(.), MLA without RoPE) on a tiny
+#     file (3 KDA layers, 1 MLA), the 300 ids in one decode and in decodes
+#     of 37 (llama.cpp carrying its conv and recurrent state), against the
+#     reference in that mode: 2e-5 and the same top-1, as in 1 (measured
+#     ~2e-6); and the reference's own recurrent == chunked == steps checks.
 set -u
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
@@ -56,9 +62,11 @@ LL="$LLAMA_LOGITS"
 $PY -c "import random; r=random.Random(7); print(' '.join(str(r.randrange(10, 4090)) for _ in range(300)))" > "$T/ids300.txt"
 
 # cross NAME FILE REF_ARGS COMPARE_ARGS: llama.cpp and the reference on FILE
+# (LLARGS: extra llama_logits arguments)
 cross() {
     local name=$1 f=$2 refargs=$3; shift 3
-    if ! "$LL" logits -m "$f" --tokens-file "$T/ids300.txt" -o "$T/$name.ll" -t 2 > "$T/$name.lllog" 2>&1; then
+    # shellcheck disable=SC2086
+    if ! "$LL" logits -m "$f" --tokens-file "$T/ids300.txt" -o "$T/$name.ll" -t 2 ${LLARGS:-} > "$T/$name.lllog" 2>&1; then
         bad "$name: llama.cpp failed:"; tail -5 "$T/$name.lllog"; return 1
     fi
     # shellcheck disable=SC2086
@@ -105,6 +113,19 @@ if $PY tests/glm_gguf.py glm5-next "$T/g5n.gguf" > "$T/gen5.log" 2>&1; then
         ok "glm5-next: KDA chunked == recurrent; prefill == token by token == uneven chunks (300 tokens)"
     else sed 's/^/     /' "$T/g5n.log"; bad "glm5-next self-test"; fi
 else bad "glm_gguf.py glm5-next:"; cat "$T/gen5.log"; fi
+
+# --- 5. the KDA math against llama.cpp's kimi-linear -----------------------
+if $PY tests/glm_gguf.py kimi-linear "$T/kimi.gguf" > "$T/genk.log" 2>&1; then
+    if cross kimi "$T/kimi.gguf" "" --min-selecting 0; then
+        ok "kimi-linear: glm_ref.py's KDA == llama.cpp's (300 tokens in one decode)"
+    else bad "kimi-linear: glm_ref.py vs llama.cpp (one decode)"; fi
+    if LLARGS="--batch 37" cross kimi37 "$T/kimi.gguf" "" --min-selecting 0; then
+        ok "kimi-linear: glm_ref.py's KDA == llama.cpp's carried state (decodes of 37 tokens)"
+    else bad "kimi-linear: glm_ref.py vs llama.cpp (decodes of 37)"; fi
+    if $PY tests/oracle/glm_ref.py "$T/kimi.gguf" --self-test --tokens-file "$T/ids300.txt" > "$T/kimi.self" 2>&1; then
+        ok "kimi-linear: KDA chunked == recurrent; prefill == token by token == uneven chunks"
+    else sed 's/^/     /' "$T/kimi.self"; bad "kimi-linear self-test"; fi
+else bad "glm_gguf.py kimi-linear:"; cat "$T/genk.log"; fi
 
 [ $fail = 0 ] && echo "t_glm_ref: all passed" || echo "t_glm_ref: $fail failed"
 [ $fail = 0 ]
