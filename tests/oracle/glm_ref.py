@@ -3,7 +3,10 @@
 graphs, for the cross-check against llama.cpp (tests/t_glm_ref.sh) and,
 later, for ds4's own GLM graphs.  Spec: ../shared/docs/FAMILY.md §2 (GLM 5.3
 Flash, glm5-next) and §3 (GLM 5.2/5.3, glm-dsa); docs/family.md says what is
-covered, the tolerances and the tie rule.
+covered, the tolerances and the tie rule.  Architectures (from the file's
+general.architecture): glm-dsa, glm5-next, and kimi-linear (llama.cpp's
+Kimi-Linear: the same KDA layer with the original gate, the independent
+check of the KDA math).
 
   glm_ref.py MODEL.gguf --tokens-file IDS.txt -o LOGITS.f32 [--indexer IX.f32]
              [--no-indexer-relu]
@@ -12,9 +15,10 @@ covered, the tolerances and the tie rule.
 -o: float32 [n_pos][n_vocab], row p = the logits after tokens[0..p] (the
 layout of ds4 --dump-logits and bench/llamacpp/llama_logits).
 --indexer: float32 [n_pos][n_layer][2], per position and layer the lowest
-indexer score kept and the highest rejected (NaN where the layer selected
-nothing: all visible rows fit in top-k, a shared layer, a layer without an
-indexer), the input of tests/llamacpp_compare.py's tie detection.
+indexer score kept and the highest rejected (of rows for glm-dsa, of pools
+for glm5-next; NaN where the layer selected nothing: all visible rows fit
+in top-k, a shared layer, a layer without an indexer), the input of
+tests/llamacpp_compare.py's tie detection.
 --self-test (glm5-next, kimi-linear): the KDA recurrent and chunked forms
 agree, and one prefill == token by token with carried state == uneven
 chunks.
