@@ -150,8 +150,11 @@ GLM_DSA = dict(
     # head's ReLU at 0) too often, and exact ties at the top-k boundary
     # end the strict comparison (FAMILY.md §7)
     idx_head=16, idx_dim=64, top_k=32,
-    # IndexShare (GLM 5.2/5.3): full iff max(i - offset + 1, 0) % freq == 0
-    idx_freq=4, idx_offset=3,
+    # IndexShare (GLM 5.2/5.3): full iff max(i - offset + 1, 0) % freq == 0;
+    # write_types=False leaves attention.indexer.types out (llama.cpp's
+    # defaults then: the GLM 5.2 pattern when context_length >= 2^20, else
+    # every layer full)
+    idx_freq=4, idx_offset=3, write_types=True,
     n_ff=96, n_expert=8, n_used=2, n_ff_exp=32, n_shared=1,
     rope_theta=8e6, rms_eps=1e-5, route_scale=2.5, ctx=1048576,
 )
@@ -231,7 +234,10 @@ def write_glm_dsa(path, c, tok_kv, n_vocab, seed):
     w.add("{arch}.attention.indexer.key_length", U32, c["idx_dim"])
     w.add("{arch}.attention.indexer.top_k", U32, c["top_k"])
     full = indexer_full(L, c["idx_freq"], c["idx_offset"])
-    w.add("{arch}.attention.indexer.types", ARR, (BOOL, full))
+    if c["write_types"]:
+        w.add("{arch}.attention.indexer.types", ARR, (BOOL, full))
+    elif c["ctx"] < 1048576:
+        full = [True] * L                   # pre-5.2 files: every layer has an indexer
     for k, t, body in tok_kv:
         w.raw(k, t, body)
 

@@ -25,6 +25,9 @@
 #  3. The ambiguity FAMILY.md §3.3 flags: the reference without the
 #     indexer's ReLU (HF glm_moe_dsa's reading) must disagree with
 #     llama.cpp, so the check above decides it.
+#  3b. IndexShare without attention.indexer.types: llama.cpp's defaults
+#     (context >= 2^20: the GLM 5.2 pattern; shorter: every layer full) are
+#     the reference's, checked as in 1.
 #  4. glm5-next (no graph in this llama.cpp release): the reference against
 #     itself on a 6-layer file (4 KDA, 2 DSA with the k-pool indexer, HC,
 #     MoE with the clamp) over the same 300 ids: the KDA kernel's chunked
@@ -105,6 +108,17 @@ if [ -f "$T/dsa16.gguf" ]; then
         ok "glm-dsa: without the indexer's ReLU the reference disagrees with llama.cpp (FAMILY.md §3.3 settled)"
     else bad "glm-dsa --no-indexer-relu: no comparison:"; tail -3 "$T/norelu.cmp"; fi
 fi
+
+# --- 3b. IndexShare from llama.cpp's defaults ------------------------------
+for v in "1048576 glm52" "202752 allfull"; do
+    # shellcheck disable=SC2086
+    set -- $v
+    if $PY tests/glm_gguf.py glm-dsa "$T/$2.gguf" --set write_types=0 --set ctx="$1" > "$T/gen$2.log" 2>&1; then
+        if cross "$2" "$T/$2.gguf" "" --min-selecting 200 > /dev/null; then
+            ok "glm-dsa without indexer.types, context $1: the default IndexShare pattern agrees with llama.cpp"
+        else sed 's/^/     /' "$T/$2.cmp"; bad "glm-dsa without indexer.types, context $1"; fi
+    else bad "glm_gguf.py glm-dsa (no types, context $1):"; cat "$T/gen$2.log"; fi
+done
 
 # --- 4. glm5-next: recurrent == chunked, prefill == steps == chunks -------
 if $PY tests/glm_gguf.py glm5-next "$T/g5n.gguf" > "$T/gen5.log" 2>&1; then
