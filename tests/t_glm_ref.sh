@@ -34,7 +34,8 @@
 #     form (chunk 64) == its recurrent form, and one prefill (chunked) ==
 #     one prefill (recurrent) == token by token with carried conv and
 #     recurrent state == uneven chunks, to 1e-9 relative (float64 on both
-#     sides; measured ~1e-14), with indexer selections among the positions.
+#     sides; measured ~1e-14), with indexer selections among the positions;
+#     and its mHC == the shared oracle's DeepSeek V4 mHC (1e-12).
 #  5. The KDA math against llama.cpp: its kimi-linear graph (KDA with the
 #     original gate -exp(A_log) softplus(.), MLA without RoPE) on a tiny
 #     file (3 KDA layers, 1 MLA), the 300 ids in one decode and in decodes
@@ -42,7 +43,7 @@
 #     reference in that mode: 2e-5 and the same top-1, as in 1 (measured
 #     ~2e-6); and the reference's own recurrent == chunked == steps checks.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 PY=/usr/bin/python3
 T=$(mktemp -d "${TMPDIR:-/tmp}/ds4-glmref.XXXXXX")
 trap 'rm -rf "$T"' EXIT
@@ -124,7 +125,7 @@ done
 if $PY tests/glm_gguf.py glm5-next "$T/g5n.gguf" > "$T/gen5.log" 2>&1; then
     if $PY tests/oracle/glm_ref.py "$T/g5n.gguf" --self-test --tokens-file "$T/ids300.txt" > "$T/g5n.log" 2>&1; then
         sed 's/^/     /' "$T/g5n.log"
-        ok "glm5-next: KDA chunked == recurrent; prefill == token by token == uneven chunks (300 tokens)"
+        ok "glm5-next: mHC == V4's; KDA chunked == recurrent; prefill == token by token == uneven chunks (300 tokens)"
     else sed 's/^/     /' "$T/g5n.log"; bad "glm5-next self-test"; fi
 else bad "glm_gguf.py glm5-next:"; cat "$T/gen5.log"; fi
 

@@ -602,7 +602,32 @@ class Glm5Next:
         return h @ out.T, diag
 
     def self_test(self, tokens=None):
-        return kda_self_test(self, tokens)
+        return hc_self_test(self) | kda_self_test(self, tokens)
+
+
+def hc_self_test(ref, tol=1e-12):
+    """glm5-next's mHC is DeepSeek V4's unchanged: hc_pre/hc_post here ==
+    the shared oracle's V4 implementation (../shared/oracle/ds4_ref.py,
+    checked against the original engine's golden logits) on this file's
+    first layer's mixer and random streams."""
+    import types
+    import ds4_ref
+    m, p = ref.m, "blk.0.hc_attn_"
+    o = ds4_ref.DS4Ref.__new__(ds4_ref.DS4Ref)
+    o.c = types.SimpleNamespace(n_hc=ref.n_hc, hc_eps=ref.hc_eps, hc_iters=ref.hc_iters, rms_eps=ref.eps)
+    o.dtype, o.emulate = F, False
+    o.W = types.SimpleNamespace(get=lambda n: m.w(n.replace("blk.0.hc_attn_", p)), type=lambda n: 0)
+    X = np.random.default_rng(3).standard_normal((7, ref.n_hc, m.w("output_norm.weight").shape[0]))
+    y = np.random.default_rng(4).standard_normal((7, X.shape[2]))
+    a = hc_pre(X, m.w(p + "fn.weight"), m.w(p + "scale.weight"), m.w(p + "base.weight"),
+               ref.n_hc, ref.hc_iters, ref.hc_eps, ref.eps)
+    b = o.hc_pre(X, "blk.0.hc_attn")
+    d = max(float(np.max(np.abs(u - v)) / max(np.max(np.abs(v)), 1e-300)) for u, v in zip(a, b))
+    d = max(d, float(np.max(np.abs(hc_post(y, X, a[1], a[2]) - ds4_ref.DS4Ref.hc_post(y, X, b[1], b[2])))))
+    ok = d <= tol
+    print("%s hc: mHC == the shared oracle's DeepSeek V4 mHC: max rel %.2e (tol %.0e)"
+          % ("ok  " if ok else "FAIL", d, tol))
+    return 0 if ok else 1
 
 
 def rel_rows(a, b):
