@@ -6,12 +6,13 @@
  * Every rank runs the same binary.  Rank 0 is the ordinary front end: it
  * loads the model and drives sessions through ds4.h as usual; the session
  * and forward-pass hooks mirror each session operation to the workers as
- * a small command message.  The engine reaches the hooks only through the
- * table ds4_dist_init registers (engine/transport.h), never by name: the
- * worker loop below runs the engine, so naming each other would make the
- * two one circle of modules (tools/check_layers.py).  Ranks > 0 call ds4_dist_worker(),
- * which loads the model and serves commands (new/free/reset/checkpoint/
- * rewind a session, evaluate a chunk) until rank 0 sends QUIT (at exit).
+ * a small command message.  Ranks > 0 call ds4_dist_worker(), which loads
+ * the model and serves commands (new/free/reset/checkpoint/rewind a
+ * session, evaluate a chunk) until rank 0 sends QUIT (at exit).  The
+ * engine reaches the hooks only through the table ds4_dist_init registers
+ * (engine/transport.h), never by name: the worker loop runs the engine, so
+ * naming each other would make the two one circle of modules
+ * (tools/check_layers.py).
  *
  * Pipeline mode: rank r evaluates a run of consecutive layers (balanced by
  * weight bytes, or --dist-layers); rank 0 embeds, the last rank runs the
