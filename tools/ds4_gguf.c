@@ -9,8 +9,9 @@
  * keys: ranks, rank, first (the plan: first layer of each rank, then
  * n_layer) and source_fingerprint (the whole file's, which the ranks
  * compare at start).  The plan is the one `--dist pipeline` computes
- * (src/mpi/mpi.c), so `mpirun -np N ds4 --dist pipeline -m
- * PREFIX-rank%d.gguf` runs the same split as the whole file would.
+ * (src/gguf/split.c, shared with src/mpi/mpi.c), so `mpirun -np N ds4
+ * --dist pipeline -m PREFIX-rank%d.gguf` runs the same split as the whole
+ * file would.
  *
  * Owns: the command line and the copying.  Must not: change tensor bytes
  * (each part holds byte-identical copies) or leave a partial file (the
@@ -26,7 +27,7 @@
 #include "gguf/gguf.h"
 #include "gguf/model.h"
 #include "base/hash.h"
-#include "mpi/mpi.h"
+#include "gguf/split.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -53,7 +54,7 @@ static int fail(const char *fmt, const char *a) {
 }
 
 static int needed(const char *name, int lo, int hi, int L) {
-    int il = ds4_dist_layer_of(name);
+    int il = ds4_split_layer_of(name);
     if (il >= 0) return il >= lo && il < hi;
     if (!strncmp(name, "token_embd.", 11)) return lo == 0;
     return hi == L;
@@ -63,7 +64,7 @@ static int needed(const char *name, int lo, int hi, int L) {
 static int is_expert(const gguf_tensor *t) {
     size_t n = strlen(t->name);
     static const char *suf[] = { ".ffn_gate_exps.weight", ".ffn_up_exps.weight", ".ffn_down_exps.weight" };
-    if (ds4_dist_layer_of(t->name) < 0 || t->n_dims != 3) return 0;
+    if (ds4_split_layer_of(t->name) < 0 || t->n_dims != 3) return 0;
     for (int i = 0; i < 3; i++) {
         size_t k = strlen(suf[i]);
         if (n > k && !strcmp(t->name + n - k, suf[i])) return 1;
@@ -106,7 +107,7 @@ static int experts_split(const gguf_file *gf, int E, int P, const char *prefix) 
     if (!ex || !path) { free(ex); free(path); return fail("%s", "out of memory"); }
     for (int r = 0; r < P; r++) {
         int lo, hi;
-        ds4_dist_expert_share(E, r, P, &lo, &hi);
+        ds4_split_expert_share(E, r, P, &lo, &hi);
         ex[r] = (uint32_t)lo;
         ex[r + 1] = (uint32_t)hi;
     }
@@ -197,7 +198,7 @@ static int split_main(int argc, char **argv) {
     uint32_t *first32 = calloc((size_t)P + 1, sizeof *first32);
     char msg[400];
     if (!first || !first32) { gguf_close(gf); return fail("%s", "out of memory"); }
-    if (ds4_dist_plan_pipeline(gf, L, P, spec, first, msg, sizeof msg) != DS4_OK) {
+    if (ds4_split_plan_pipeline(gf, L, P, spec, first, msg, sizeof msg) != DS4_OK) {
         free(first); free(first32); gguf_close(gf);
         return fail("%s", msg);
     }

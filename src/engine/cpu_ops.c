@@ -18,7 +18,7 @@ mat_t mat_of(const ds4_tensor *t) {
 mat_t mat_expert(const ds4_tensor *t, int e) {
     mat_t m = mat_of(t);
     /* a part of an experts split holds experts [e0, e0 + ne[2]) only;
-     * --dist experts asks for those alone (ds4_dist_expert_range) */
+     * --dist experts asks for those alone (engine/transport.h: expert_range) */
     m.w += (size_t)(e - t->e0) * (size_t)t->ne[1] * t->row_bytes;
     return m;
 }

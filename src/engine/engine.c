@@ -13,7 +13,7 @@
 
 #include "engine/engine_internal.h"
 #include "base/hash.h"
-#include "mpi/mpi.h"
+#include "engine/transport.h"
 #include "engine/expert_cache.h"
 #include "engine/anon_map.h"
 
@@ -241,7 +241,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         return NULL;
     }
     /* --dist: "PREFIX-rank%d.gguf" names this rank's part (ds4-gguf split) */
-    m->path = ds4_dist_on() ? ds4_dist_path(path) : strdup(path);
+    m->path = dist_path(path);
     if (!m->path) {
         free(m);
         ds4_set_err(err, DS4_ENOMEM, "%s: out of memory", path);
@@ -254,7 +254,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
      * evaluation that needs the lost bytes, not the process (SIGBUS) */
     gguf_guard(m->gf);
     if (ds4_weights_bind(m->gf, &m->w, err) != DS4_OK) goto fail;
-    if (!ds4_dist_on() && gguf_find(m->gf, "ds4.split.ranks")) {
+    if (!dist_on() && gguf_find(m->gf, "ds4.split.ranks")) {
         ds4_set_err(err, DS4_EFORMAT, "%s: holds one rank's part of a split model (ds4-gguf split): "
                     "run it under mpirun with --dist %s -m PREFIX-rank%%d.gguf", path,
                     gguf_find(m->gf, "ds4.split.experts") ? "experts" : "pipeline");
@@ -263,7 +263,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     /* the MTP block (docs/MTP.md): a sidecar named by --mtp, else the main
      * file's mtp.0.* tensors when it has them; not under --dist (a part
      * file holds layers only) */
-    if (p->mtp_path && ds4_dist_on()) {
+    if (p->mtp_path && dist_on()) {
         ds4_set_err(err, DS4_EINVAL, "--mtp is not supported with --dist");
         goto fail;
     }
@@ -271,7 +271,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         m->mtp_gf = gguf_open(p->mtp_path, err);
         gguf_guard(m->mtp_gf);
         if (!m->mtp_gf || ds4_weights_bind_mtp(m->mtp_gf, &m->w, 1, err) != DS4_OK) goto fail;
-    } else if (!ds4_dist_on() && ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
+    } else if (!dist_on() && ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
         goto fail;
     }
     m->tok = ds4_tokenizer_load(path, err);
@@ -323,7 +323,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         goto fail;
     }
     /* --dist: this rank's layers; rank 0 hears from every worker */
-    if (ds4_dist_on() && ds4_dist_model_loaded(m, DS4_OK, err) != DS4_OK) {
+    if (dist_on() && dist_model_loaded(m, DS4_OK, err) != DS4_OK) {
         ds4_model_free(m);
         return NULL;
     }
@@ -334,7 +334,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
          memmem(desc.p, desc.len, "random-weight", 13) != NULL);
     return m;
 fail:
-    if (ds4_dist_on()) ds4_dist_model_loaded(m, DS4_EFORMAT, err);
+    if (dist_on()) dist_model_loaded(m, DS4_EFORMAT, err);
     ds4_model_free(m);
     return NULL;
 }

@@ -28,7 +28,7 @@
 #include "engine/engine_internal.h"
 #include "engine/imatrix.h"
 #include "kernels/vec_ops.h"
-#include "mpi/mpi.h"
+#include "engine/transport.h"
 #include "engine/expert_cache.h"
 #include "engine/profile.h"
 
@@ -1686,7 +1686,7 @@ static int moe(fwd *f, int il, const int32_t *toks) {
     mm_group *grp = (mm_group *)sc->qscratch2;   /* 2*E groups fit (sized at init) */
     /* --dist experts (src/mpi/): this rank computes experts [e_lo, e_hi) */
     int e_lo = 0, e_hi = E;
-    if (ds4_dist_on()) ds4_dist_expert_range(E, &e_lo, &e_hi);
+    if (dist_on()) dist_expert_range(E, &e_lo, &e_hi);
     for (int t0 = 0; t0 < T; t0 += MOE_T) {
         int nt = T - t0 < MOE_T ? T - t0 : MOE_T;
         /* quantize this sub-batch's inputs once for gate and up */
@@ -1756,8 +1756,8 @@ static int moe(fwd *f, int il, const int32_t *toks) {
         }
         /* every rank gets every rank's rows, then sums them exactly as one
          * process does (not MPI_SUM): the results stay bit-identical */
-        if (ds4_dist_on() && e_hi - e_lo < E) {
-            int rc = ds4_dist_gather_rows(sc->dn, D, sc->eoff, E, npairs);
+        if (dist_on() && e_hi - e_lo < E) {
+            int rc = dist_gather_rows(sc->dn, D, sc->eoff, E, npairs);
             if (rc) return rc;
         }
         /* per token, experts are added in ascending expert order whatever
@@ -1976,7 +1976,7 @@ static int eval_pass(fwd *f) {
     const int n = f->T, single = f->n_it == 1;
 
     if (!single && (s->cap_hidden || s->cap_logits || s->cap_indexer || s->stg_on || s->imatrix ||
-                    ds4_dist_on()))
+                    dist_on()))
         return DS4_EINVAL;   /* the caller keeps those sessions out of a batch */
     if (s->cap_hidden) {
         /* hc_post writes this chunk's rows past the end of the buffer */
@@ -1995,21 +1995,21 @@ static int eval_pass(fwd *f) {
     int lo = 0, hi = c->n_layer;
     /* --dist pipeline (src/mpi/): this rank's layers only; the HC state
      * comes from the previous rank and goes to the next */
-    if (ds4_dist_on()) {
-        int rc = ds4_dist_chunk_begin(s, f->toks, n, &want_all, &lo, &hi);
+    if (dist_on()) {
+        int rc = dist_chunk_begin(s, f->toks, n, &want_all, &lo, &hi);
         if (rc) return rc;
     }
     if (lo == 0) PROF(PS_EMBED, embed(f, f->toks));
     if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;
     /* --dist pipeline: the chunk goes through this rank's layers in
-     * micro-batches (ds4_dist_microbatch), so rank r+1 works on micro-batch
+     * micro-batches (dist_microbatch), so rank r+1 works on micro-batch
      * m-1 while rank r works on m.  A micro-batch is evaluated exactly as
      * a chunk of its tokens would be (the per-token math does not depend on
      * the chunk size); the KV rows of m-1 are already in this rank's
      * layers.  Single process, a batch of sessions (never under --dist), a
      * draft pass (its staged rows are one pass's) or a capture: one
      * micro-batch, the whole pass. */
-    int mb = single && ds4_dist_on() && !s->stg_on && !s->cap_hidden ? ds4_dist_microbatch(s, n) : n;
+    int mb = single && dist_on() && !s->stg_on && !s->cap_hidden ? dist_microbatch(s, n) : n;
     float *X0 = sc->X, *X20 = sc->X2;
     size_t nd = (size_t)c->n_hc * c->n_embd;
     for (int t0 = 0; t0 < n; t0 += mb) {
@@ -2032,23 +2032,23 @@ static int eval_pass(fwd *f) {
             sc->X = X0 + (size_t)t0 * nd;
             sc->X2 = X20 + (size_t)t0 * nd;
         }
-        if (lo > 0) ds4_dist_recv_x(s, sc->X, nt);
+        if (lo > 0) dist_recv_x(s, sc->X, nt);
         for (int il = lo; il < hi; il++) {
             attention(&fm, il);
             int rc = moe(&fm, il, fm.toks);
             if (rc) { sc->X = X0; sc->X2 = X20; return rc; }
-            if (ds4_dist_on()) ds4_dist_progress();   /* sends of earlier micro-batches */
+            if (dist_on()) dist_progress();   /* sends of earlier micro-batches */
         }
-        if (hi < c->n_layer) ds4_dist_send_x(s, sc->X, nt);
+        if (hi < c->n_layer) dist_send_x(s, sc->X, nt);
     }
     sc->X = X0;
     sc->X2 = X20;
-    if (hi < c->n_layer) ds4_dist_send_done(s);
+    if (hi < c->n_layer) dist_send_done(s);
     /* head rows: every row (capture, staging), else each item's last */
     int nl = 0;
     if (want_all) for (int t = 0; t < n; t++) sc->hrow[nl++] = t;
     else for (int i = 0; i < f->n_it; i++) sc->hrow[nl++] = f->it[i].r0 + f->it[i].n - 1;
-    if (hi == c->n_layer && (!ds4_dist_on() || ds4_dist_runs_head())) {
+    if (hi == c->n_layer && (!dist_on() || dist_runs_head())) {
         /* the MTP drafts start from the final HC state (mtp.c) */
         for (int i = 0; i < f->n_it; i++)
             if (f->it[i].s->mtp)
@@ -2057,9 +2057,9 @@ static int eval_pass(fwd *f) {
         head_w hw = { &w->output_hc_fn, &w->output_hc_scale, &w->output_hc_base, &w->output_norm };
         head(f, nl, &hw);
     }
-    if (ds4_dist_on()) {
-        ds4_dist_logits(s, sc->logits, nl);
-        if (!ds4_dist_is_root()) return DS4_OK;   /* rank 0 keeps the logits */
+    if (dist_on()) {
+        dist_logits(s, sc->logits, nl);
+        if (!dist_is_root()) return DS4_OK;   /* rank 0 keeps the logits */
     }
     if (single) {
         memcpy(s->logits, sc->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));

@@ -16,7 +16,7 @@
 #include "engine/engine_internal.h"
 #include "engine/anon_map.h"
 #include "engine/imatrix.h"
-#include "mpi/mpi.h"
+#include "engine/transport.h"
 
 void ds4_session_params_default(ds4_session_params *p) {
     memset(p, 0, sizeof *p);
@@ -330,7 +330,7 @@ static void state_reset(ds4_session *s) {
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) s->ck[i].n = -1;
     s->stg_n = 0;
     ds4_mtp_state_reset(s);
-    ds4_dist_session_reset(s);
+    dist_session_reset(s);
 }
 
 ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **err) {
@@ -377,7 +377,7 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
     if (m->w.has_mtp && ds4_mtp_state_new(s) != DS4_OK) goto oom;
     s->logits_rows = 1;
     state_reset(s);
-    ds4_dist_session_new(s);
+    dist_session_new(s);
     return s;
 oom:
     ds4_set_err(err, DS4_ENOMEM, "out of memory creating a session of %d tokens (needs ~%.1f MiB)",
@@ -391,7 +391,7 @@ static void stage_free(ds4_session *s);
 void ds4_session_free(ds4_session *s) {
     if (!s) return;
     ds4_imatrix_free(s->imatrix);
-    ds4_dist_session_free(s);
+    dist_session_free(s);
     if (s->ls) {
         for (int il = 0; il < s->m->w.cfg.n_layer; il++) {
             layer_state *st = &s->ls[il];
@@ -520,7 +520,7 @@ int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
 static int batchable(const ds4_session *s, int n) {
     return n <= s->chunk && !(s->decode_only && n > 1) && !s->cap_logits && !s->cap_hidden &&
            !s->cap_indexer &&
-           !s->imatrix && !s->stg_on && !ds4_dist_on();
+           !s->imatrix && !s->stg_on && !dist_on();
 }
 
 /* sc.logits must hold one row per item of a pass (kept once grown) */
@@ -716,7 +716,7 @@ int ds4_session_checkpoint(ds4_session *s, int slot) {
     k->has_logits = s->has_logits;
     if (s->has_logits) memcpy(k->logits, s->logits, (size_t)c->n_vocab * sizeof(float));
     k->n = (int)s->toks.n;
-    ds4_dist_session_checkpoint(s, slot);
+    dist_session_checkpoint(s, slot);
     return DS4_OK;
 }
 
@@ -771,7 +771,7 @@ int ds4_session_rewind(ds4_session *s, int n) {
      * overwrites */
     for (int i = 0; i < DS4_SESSION_CKPTS; i++)
         if (s->ck[i].n > n) s->ck[i].n = -1;
-    ds4_dist_session_rewind(s, n);
+    dist_session_rewind(s, n);
     return DS4_OK;
 }
 
@@ -832,7 +832,7 @@ uint64_t ds4_session_snapshot_size(const ds4_session *s) {
  * snapshot size is allocated. */
 int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     const ds4_config *c = &s->m->w.cfg;
-    if (ds4_dist_on()) return DS4_EUNSUP;   /* the layers' state lives on several ranks */
+    if (dist_on()) return DS4_EUNSUP;   /* the layers' state lives on several ranks */
     const size_t es = kv_es(s);
     uint32_t hdr[10] = { SNAP_MAGIC, SNAP_VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_embd,
                          (uint32_t)c->head_dim, (uint32_t)c->idx_dim, (uint32_t)c->n_vocab,
@@ -902,7 +902,7 @@ int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err
     rd r = { data, len, 0 };
     uint32_t h[10];
     if (err) *err = NULL;
-    if (ds4_dist_on()) {
+    if (dist_on()) {
         if (err) *err = strdup("snapshot: not supported with --dist");
         return DS4_EUNSUP;
     }

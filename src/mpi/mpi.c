@@ -5,10 +5,14 @@
  * Design: the distribution lives in the library, under the public API.
  * Every rank runs the same binary.  Rank 0 is the ordinary front end: it
  * loads the model and drives sessions through ds4.h as usual; the session
- * and forward-pass hooks (dist.h) mirror each session operation to the
- * workers as a small command message.  Ranks > 0 call ds4_dist_worker(),
- * which loads the model and serves commands (new/free/reset/checkpoint/
- * rewind a session, evaluate a chunk) until rank 0 sends QUIT (at exit).
+ * and forward-pass hooks mirror each session operation to the workers as
+ * a small command message.  Ranks > 0 call ds4_dist_worker(), which loads
+ * the model and serves commands (new/free/reset/checkpoint/rewind a
+ * session, evaluate a chunk) until rank 0 sends QUIT (at exit).  The
+ * engine reaches the hooks only through the table ds4_dist_init registers
+ * (engine/transport.h), never by name: the worker loop runs the engine, so
+ * naming each other would make the two one circle of modules
+ * (tools/check_layers.py).
  *
  * Pipeline mode: rank r evaluates a run of consecutive layers (balanced by
  * weight bytes, or --dist-layers); rank 0 embeds, the last rank runs the
@@ -30,10 +34,12 @@
  * noticed by the MPI launcher, which stops the job; one that stops
  * answering by the bounded waits (tests/t_mpi.sh).
  *
- * Owns: the MPI state, the command protocol, the layer split.
+ * Owns: the MPI state, the command protocol, this run's layer split (the
+ * rules of a split are gguf/split.c's, shared with ds4-gguf split).
  * Must not: compute any part of the model, or be called by front ends
- * other than through ds4.h.  Built without MPI (no mpicc), ds4_dist_init
- * says so and nothing else here is reachable.
+ * other than through ds4.h, or by the engine other than through its hook
+ * table.  Built without MPI (no mpicc), ds4_dist_init says so, registers
+ * nothing, and nothing else here is reachable.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -42,7 +48,9 @@
 #include <sched.h>
 #include <time.h>
 
-#include "mpi/mpi.h"
+#include "engine/engine_internal.h"
+#include "engine/transport.h"
+#include "gguf/split.h"
 
 #ifdef DS4_MPI
 #include <mpi.h>
@@ -56,154 +64,9 @@ int ds4_dist_supported(void) {
 #endif
 }
 
-/* ---------------------------------------------------------------------- */
-/* Pipeline plan and split files (also used by ds4-gguf split; no MPI)      */
-/* ---------------------------------------------------------------------- */
-
-int ds4_dist_layer_of(const char *name) {
-    if (strncmp(name, "blk.", 4)) return -1;
-    char *end;
-    long v = strtol(name + 4, &end, 10);
-    return (end != name + 4 && *end == '.' && v >= 0 && v < (1 << 20)) ? (int)v : -1;
-}
-
-int ds4_dist_plan_pipeline(const gguf_file *gf, int L, int P, const char *spec, int *first,
-                           char *msg, size_t cap) {
-    if (P < 1 || L < P) {
-        snprintf(msg, cap, "%d ranks but the model has only %d layers (a rank needs one)", P, L);
-        return DS4_EINVAL;
-    }
-    if (spec) {
-        /* "a:b,c:d,...": inclusive ranges, one per rank, in order, covering
-         * every layer */
-        const char *p = spec;
-        int r = 0, want = 0;
-        while (*p) {
-            char *e;
-            long a = strtol(p, &e, 10);
-            if (e == p || *e != ':') goto bad;
-            p = e + 1;
-            long b = strtol(p, &e, 10);
-            if (e == p || (*e && *e != ',')) goto bad;
-            p = *e ? e + 1 : e;
-            if (r >= P || a != want || b < a || b >= L) goto bad;
-            first[r++] = (int)a;
-            want = (int)b + 1;
-        }
-        if (r != P || want != L) goto bad;
-        first[P] = L;
-        return DS4_OK;
-    bad:
-        snprintf(msg, cap, "--dist-layers '%.60s': expected %d ranges a:b of consecutive layers "
-                 "covering 0:%d, one per rank", spec, P, L - 1);
-        return DS4_EINVAL;
-    }
-    /* balance by weight bytes: the embeddings count for rank 0, the head
-     * and everything else outside the layers for the last rank */
-    uint64_t *lb = calloc((size_t)L, sizeof *lb);
-    if (!lb) { snprintf(msg, cap, "out of memory"); return DS4_ENOMEM; }
-    uint64_t pre = 0, total = 0;
-    for (uint64_t i = 0; i < gf->n_tensors; i++) {
-        const gguf_tensor *t = &gf->tensors[i];
-        int il = ds4_dist_layer_of(t->name);
-        if (il >= 0 && il < L) lb[il] += t->nbytes;
-        else if (!strncmp(t->name, "token_embd", 10)) pre += t->nbytes;
-        total += t->nbytes;
-    }
-    /* rank r starts at the first layer whose bytes begin at or past r/P of
-     * the total, keeping at least one layer per rank */
-    uint64_t cum = pre;
-    int r = 1;
-    first[0] = 0;
-    for (int il = 0; il < L && r < P; il++) {
-        if (il > first[r - 1] && (cum >= total / P * r || L - il <= P - r))
-            first[r++] = il;
-        cum += lb[il];
-    }
-    for (; r < P; r++) first[r] = L - (P - r);   /* not reached: kept safe */
-    first[P] = L;
-    free(lb);
-    return DS4_OK;
-}
-
-/* ds4.split.* keys (ds4-gguf split): ranks (u32), rank (u32), first (u32
- * array [ranks+1]), source_fingerprint (u8 array [20]). */
-int ds4_split_info(const gguf_file *gf, int L, int rank, int P, int *first, uint8_t fp[20],
-                   char *msg, size_t cap) {
-    uint32_t fr = 0, fp_ = 0;
-    const gguf_kv *kf = gguf_find(gf, "ds4.split.first");
-    const gguf_kv *kp = gguf_find(gf, "ds4.split.source_fingerprint");
-    if (gguf_get_u32(gf, "ds4.split.rank", &fr) || gguf_get_u32(gf, "ds4.split.ranks", &fp_) ||
-        !kf || kf->type != GGUF_ARRAY || kf->v.arr.type != GGUF_U32 || kf->v.arr.n != (uint64_t)fp_ + 1 ||
-        !kp || kp->type != GGUF_ARRAY || kp->v.arr.type != GGUF_U8 || kp->v.arr.n != 20) {
-        snprintf(msg, cap, "%s: malformed ds4.split metadata", gf->path);
-        return DS4_EFORMAT;
-    }
-    if (rank >= 0 && ((int)fr != rank || (int)fp_ != P)) {
-        snprintf(msg, cap, "%s is the part of rank %u of %u, but this is rank %d of %d",
-                 gf->path, fr, fp_, rank, P);
-        return DS4_EINVAL;
-    }
-    for (uint32_t r = 0; r <= fp_; r++) {
-        uint32_t x;
-        memcpy(&x, kf->v.arr.data + 4 * (size_t)r, 4);
-        if (x > (uint32_t)L || (r > 0 && first && x <= (uint32_t)first[r - 1]) || (r == fp_ && x != (uint32_t)L) ||
-            (r == 0 && x != 0)) {
-            snprintf(msg, cap, "%s: ds4.split.first is not a split of %d layers", gf->path, L);
-            return DS4_EFORMAT;
-        }
-        if (first) first[r] = (int)x;
-    }
-    if (fp) memcpy(fp, kp->v.arr.data, 20);
-    return DS4_OK;
-}
-
-void ds4_dist_expert_share(int n_expert, int r, int P, int *lo, int *hi) {
-    *lo = (int)((int64_t)n_expert * r / P);
-    *hi = (int)((int64_t)n_expert * (r + 1) / P);
-}
-
-/* ds4.split.* keys of an experts split part (ds4-gguf split --dist
- * experts): ranks (u32), rank (u32), experts (u32 array [ranks+1]: the
- * first expert of each rank, as ds4_dist_expert_share gives them),
- * source_fingerprint (u8 array [20]). */
-int ds4_split_experts_info(const gguf_file *gf, int E, int rank, int P, int *e_lo, int *e_hi,
-                           uint8_t fp[20], char *msg, size_t cap) {
-    uint32_t fr = 0, fn = 0;
-    const gguf_kv *kx = gguf_find(gf, "ds4.split.experts");
-    const gguf_kv *kp = gguf_find(gf, "ds4.split.source_fingerprint");
-    if (gguf_get_u32(gf, "ds4.split.rank", &fr) || gguf_get_u32(gf, "ds4.split.ranks", &fn) ||
-        fn < 1 || fr >= fn || !kx || kx->type != GGUF_ARRAY || kx->v.arr.type != GGUF_U32 ||
-        kx->v.arr.n != (uint64_t)fn + 1 ||
-        !kp || kp->type != GGUF_ARRAY || kp->v.arr.type != GGUF_U8 || kp->v.arr.n != 20) {
-        snprintf(msg, cap, "%s: malformed ds4.split metadata", gf->path);
-        return DS4_EFORMAT;
-    }
-    if (rank >= 0 && ((int)fr != rank || (int)fn != P)) {
-        snprintf(msg, cap, "%s is the part of rank %u of %u, but this is rank %d of %d",
-                 gf->path, fr, fn, rank, P);
-        return DS4_EINVAL;
-    }
-    /* the runtime gives rank r the experts ds4_dist_expert_share says: a
-     * file holding others (another tool, another rule) is refused */
-    for (uint32_t r = 0; r <= fn; r++) {
-        uint32_t x;
-        memcpy(&x, kx->v.arr.data + 4 * (size_t)r, 4);
-        int lo, hi;
-        ds4_dist_expert_share(E, (int)(r < fn ? r : fn - 1), (int)fn, &lo, &hi);
-        if (x != (uint32_t)(r < fn ? lo : hi)) {
-            snprintf(msg, cap, "%s: ds4.split.experts is not the split of %d experts over %u "
-                     "ranks that --dist experts uses", gf->path, E, fn);
-            return DS4_EFORMAT;
-        }
-    }
-    if (e_lo) ds4_dist_expert_share(E, (int)fr, (int)fn, e_lo, e_hi);
-    if (fp) memcpy(fp, kp->v.arr.data, 20);
-    return DS4_OK;
-}
-
 #ifndef DS4_MPI
 
+/* Without MPI no transport is registered: the engine runs one process. */
 int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers, char **err) {
     (void)argc; (void)argv; (void)mode; (void)layers;
     if (err) *err = strdup("--dist: this build has no MPI support (rebuild with mpicc installed: "
@@ -212,37 +75,10 @@ int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,
 }
 int ds4_dist_rank(void) { return 0; }
 int ds4_dist_set_timeout(double seconds) { return seconds >= 0 && seconds <= 1e6 ? DS4_OK : DS4_EINVAL; }
-char *ds4_dist_path(const char *path) { return strdup(path); }
 int ds4_dist_size(void) { return 1; }
 int ds4_dist_worker(const char *path, const ds4_model_params *p) { (void)path; (void)p; return 1; }
 double ds4_dist_comm_seconds(void) { return 0; }
 void ds4_dist_finish(void) {}
-int ds4_dist_on(void) { return 0; }
-int ds4_dist_is_root(void) { return 1; }
-int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) { (void)m; (void)err; return rc; }
-void ds4_dist_session_new(ds4_session *s) { (void)s; }
-void ds4_dist_session_free(ds4_session *s) { (void)s; }
-void ds4_dist_session_reset(ds4_session *s) { (void)s; }
-void ds4_dist_session_checkpoint(ds4_session *s, int slot) { (void)s; (void)slot; }
-void ds4_dist_session_rewind(ds4_session *s, int n) { (void)s; (void)n; }
-int ds4_dist_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_all,
-                         int *lo, int *hi) {
-    (void)toks; (void)n; (void)want_all;
-    *lo = 0; *hi = s->m->w.cfg.n_layer;
-    return DS4_OK;
-}
-int ds4_dist_recv_x(ds4_session *s, float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
-int ds4_dist_send_x(ds4_session *s, const float *X, int n) { (void)s; (void)X; (void)n; return DS4_EUNSUP; }
-int ds4_dist_send_done(ds4_session *s) { (void)s; return DS4_EUNSUP; }
-void ds4_dist_progress(void) {}
-int ds4_dist_microbatch(const ds4_session *s, int n) { (void)s; return n; }
-int ds4_dist_logits(ds4_session *s, float *l, int nl) { (void)s; (void)l; (void)nl; return DS4_OK; }
-int ds4_dist_runs_head(void) { return 1; }
-void ds4_dist_expert_range(int n_expert, int *lo, int *hi) { *lo = 0; *hi = n_expert; }
-int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs) {
-    (void)dn; (void)D; (void)eoff; (void)n_expert; (void)npairs;
-    return DS4_EUNSUP;
-}
 
 #else /* DS4_MPI */
 
@@ -288,6 +124,8 @@ static void fatal(const char *what, int rc) {
 }
 
 static double now(void) { return MPI_Wtime(); }
+
+static void register_transport(void);
 
 /* ---------------------------------------------------------------------- */
 /* Bounded waits (--dist-timeout)                                          */
@@ -477,6 +315,7 @@ int ds4_dist_init(int *argc, char ***argv, const char *mode, const char *layers,
         return DS4_EINVAL;
     }
     atexit(at_exit);
+    register_transport();
     return G.rank;
 }
 
@@ -488,21 +327,10 @@ int ds4_dist_set_timeout(double seconds) {
     return DS4_OK;
 }
 
-char *ds4_dist_path(const char *path) {
-    const char *p = strstr(path, "%d");
-    size_t n = strlen(path) + 16;
-    char *o = malloc(n);
-    if (!o) return NULL;
-    if (!p || strchr(p + 2, '%') || memchr(path, '%', (size_t)(p - path))) {
-        snprintf(o, n, "%s", path);   /* no single %d: the path as it is */
-        return o;
-    }
-    snprintf(o, n, "%.*s%d%s", (int)(p - path), path, G.on ? G.rank : 0, p + 2);
-    return o;
-}
+/* -m under --dist: "PREFIX-rank%d.gguf" names each rank's part */
+static char *hook_path(const char *path) { return ds4_split_path(path, G.on ? G.rank : 0); }
 int ds4_dist_size(void) { return G.on ? G.size : 1; }
-int ds4_dist_on(void) { return G.on; }
-int ds4_dist_is_root(void) { return !G.on || G.rank == 0; }
+static int hook_is_root(void) { return !G.on || G.rank == 0; }
 double ds4_dist_comm_seconds(void) { return G.comm; }
 
 void ds4_dist_finish(void) { at_exit(); }
@@ -545,14 +373,14 @@ static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
         }
         return ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, P, G.first, NULL, msg, cap);
     }
-    return ds4_dist_plan_pipeline(m->gf, m->w.cfg.n_layer, P, G.layers_spec, G.first, msg, cap);
+    return ds4_split_plan_pipeline(m->gf, m->w.cfg.n_layer, P, G.layers_spec, G.first, msg, cap);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Load: every worker reports to rank 0, which answers GO or QUIT          */
 /* ---------------------------------------------------------------------- */
 
-int ds4_dist_model_loaded(ds4_model *m, int rc, char **err) {
+static int hook_model_loaded(ds4_model *m, int rc, char **err) {
     if (!G.on) return rc;
     char msg[400] = "";
     /* the model's identity: a part names the whole file it came from */
@@ -645,22 +473,22 @@ static void cmd_s(ds4_session *s, int op, int a) {
     send_all(&c);
 }
 
-void ds4_dist_session_new(ds4_session *s) {
+static void hook_session_new(ds4_session *s) {
     if (!G.on || G.rank != 0 || G.quit_sent) return;
     s->dist_id = ++G.next_sid;
     dcmd c = { .op = OP_SNEW, .sid = s->dist_id, .a = s->ctx, .b = s->chunk, .c = s->no_qat };
     send_all(&c);
 }
-void ds4_dist_session_free(ds4_session *s) { cmd_s(s, OP_SFREE, 0); }
-void ds4_dist_session_reset(ds4_session *s) { cmd_s(s, OP_RESET, 0); }
-void ds4_dist_session_checkpoint(ds4_session *s, int slot) { cmd_s(s, OP_CKPT, slot); }
-void ds4_dist_session_rewind(ds4_session *s, int n) { cmd_s(s, OP_REWIND, n); }
+static void hook_session_free(ds4_session *s) { cmd_s(s, OP_SFREE, 0); }
+static void hook_session_reset(ds4_session *s) { cmd_s(s, OP_RESET, 0); }
+static void hook_session_checkpoint(ds4_session *s, int slot) { cmd_s(s, OP_CKPT, slot); }
+static void hook_session_rewind(ds4_session *s, int n) { cmd_s(s, OP_REWIND, n); }
 
 /* ---------------------------------------------------------------------- */
 /* Forward pass                                                            */
 /* ---------------------------------------------------------------------- */
 
-int ds4_dist_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_all,
+static int hook_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_all,
                          int *lo, int *hi) {
     *lo = G.lo;
     *hi = G.hi;
@@ -681,15 +509,15 @@ static int x_count(const ds4_session *s, int n) {
     return n * c->n_hc * c->n_embd;
 }
 
-int ds4_dist_recv_x(ds4_session *s, float *X, int n) {
+static int hook_recv_x(ds4_session *s, float *X, int n) {
     drecv(X, x_count(s, n), MPI_FLOAT, G.rank - 1, TAG_X);
     return DS4_OK;
 }
 
 /* Micro-batches go out with MPI_Isend, so this rank starts the next one
  * while the next rank receives; the rows stay untouched until
- * ds4_dist_send_done (forward_cpu.c writes each micro-batch's own rows). */
-int ds4_dist_send_x(ds4_session *s, const float *X, int n) {
+ * hook_send_done (forward_cpu.c writes each micro-batch's own rows). */
+static int hook_send_x(ds4_session *s, const float *X, int n) {
     if (G.n_sends == G.cap_sends) {
         int nc = G.cap_sends ? 2 * G.cap_sends : 16;
         MPI_Request *q = realloc(G.sends, (size_t)nc * sizeof *q);
@@ -705,7 +533,7 @@ int ds4_dist_send_x(ds4_session *s, const float *X, int n) {
     return DS4_OK;
 }
 
-void ds4_dist_progress(void) {
+static void hook_progress(void) {
     /* a completed request becomes MPI_REQUEST_NULL, which send_done's
      * wait then passes at once */
     for (int i = 0; i < G.n_sends; i++) {
@@ -714,7 +542,7 @@ void ds4_dist_progress(void) {
     }
 }
 
-int ds4_dist_send_done(ds4_session *s) {
+static int hook_send_done(ds4_session *s) {
     (void)s;
     double t0 = now();
     for (int i = 0; i < G.n_sends; i++) dwait(&G.sends[i], G.rank + 1, "send", 1, t0);
@@ -731,7 +559,7 @@ int ds4_dist_send_done(ds4_session *s) {
  * medium model, 64-token micro-batches (1.5 tokens an expert) cost 30 %
  * more CPU than the whole 256-token chunk -- and at least 16 tokens.
  * Experts mode: the whole chunk. */
-int ds4_dist_microbatch(const ds4_session *s, int n) {
+static int hook_microbatch(const ds4_session *s, int n) {
     if (G.mode != 1 || G.size < 2) return n;
     const ds4_config *c = &s->m->w.cfg;
     int floor = c->n_expert_used > 0 ? (4 * c->n_expert + c->n_expert_used - 1) / c->n_expert_used : 16;
@@ -741,18 +569,18 @@ int ds4_dist_microbatch(const ds4_session *s, int n) {
     return m < n ? m : n;
 }
 
-int ds4_dist_runs_head(void) {
+static int hook_runs_head(void) {
     return G.mode == 2 ? G.rank == 0 : G.rank == G.size - 1;
 }
 
-void ds4_dist_expert_range(int n_expert, int *lo, int *hi) {
+static void hook_expert_range(int n_expert, int *lo, int *hi) {
     if (G.mode != 2) { *lo = 0; *hi = n_expert; return; }
-    ds4_dist_expert_share(n_expert, G.rank, G.size, lo, hi);
+    ds4_split_expert_share(n_expert, G.rank, G.size, lo, hi);
 }
 
 /* Every rank's rows of the routed outputs to every rank (they all run the
  * dense part next); the sum itself stays in forward_cpu.c, in its order. */
-int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs) {
+static int hook_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs) {
     static int *cnt, *off, ncap;
     if (ncap < G.size) {
         free(cnt); free(off);
@@ -763,7 +591,7 @@ int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int np
     }
     for (int r = 0; r < G.size; r++) {
         int lo, hi;
-        ds4_dist_expert_share(n_expert, r, G.size, &lo, &hi);
+        ds4_split_expert_share(n_expert, r, G.size, &lo, &hi);
         int a = lo < n_expert ? eoff[lo] : npairs, b = hi < n_expert ? eoff[hi] : npairs;
         off[r] = a * D;
         cnt[r] = (b - a) * D;
@@ -778,7 +606,7 @@ int ds4_dist_gather_rows(float *dn, int D, const int *eoff, int n_expert, int np
     return DS4_OK;
 }
 
-int ds4_dist_logits(ds4_session *s, float *logits, int nl) {
+static int hook_logits(ds4_session *s, float *logits, int nl) {
     if (G.mode == 2) return DS4_OK;   /* rank 0 ran the head itself */
     int last = G.size - 1;
     if (last == 0) return DS4_OK;
@@ -807,7 +635,7 @@ int ds4_dist_worker(const char *path, const ds4_model_params *p) {
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     char *err = NULL;
-    ds4_model *m = ds4_model_load(path, p, &err);   /* "%d" in path: see ds4_dist_path */
+    ds4_model *m = ds4_model_load(path, p, &err);   /* "%d" in path: see hook_path */
     if (!m) {
         /* rank 0 reports the reason; the worker only leaves */
         free(err);
@@ -863,7 +691,7 @@ int ds4_dist_worker(const char *path, const ds4_model_params *p) {
             }
             drecv(toks, c.a, MPI_INT32_T, 0, TAG_TOKS);
             G.want_all = c.b;
-            if (c.b && ds4_dist_runs_head() && !s->cap_logits) {
+            if (c.b && hook_runs_head() && !s->cap_logits) {
                 /* the last rank computes every row's logits for rank 0 */
                 float *l = realloc(s->sc.logits, (size_t)s->chunk * m->w.cfg.n_vocab * sizeof(float));
                 if (!l) worker_fail("allocating logits rows", DS4_ENOMEM);
@@ -883,5 +711,34 @@ int ds4_dist_worker(const char *path, const ds4_model_params *p) {
     MPI_Finalize();
     return 0;
 }
+
+/* ---------------------------------------------------------------------- */
+/* The engine's hooks (engine/transport.h)                                 */
+/* ---------------------------------------------------------------------- */
+
+static const ds4_transport mpi_transport = {
+    .path = hook_path,
+    .model_loaded = hook_model_loaded,
+    .session_new = hook_session_new,
+    .session_free = hook_session_free,
+    .session_reset = hook_session_reset,
+    .session_checkpoint = hook_session_checkpoint,
+    .session_rewind = hook_session_rewind,
+    .chunk_begin = hook_chunk_begin,
+    .recv_x = hook_recv_x,
+    .send_x = hook_send_x,
+    .send_done = hook_send_done,
+    .progress = hook_progress,
+    .microbatch = hook_microbatch,
+    .logits = hook_logits,
+    .runs_head = hook_runs_head,
+    .expert_range = hook_expert_range,
+    .gather_rows = hook_gather_rows,
+    .is_root = hook_is_root,
+};
+
+/* From ds4_dist_init, once MPI runs with at least 2 ranks: from here on
+ * the engine's load, sessions and forward pass go through these hooks. */
+static void register_transport(void) { ds4_transport_set(&mpi_transport); }
 
 #endif /* DS4_MPI */
