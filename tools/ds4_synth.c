@@ -6,11 +6,13 @@
  * full 43-layer model.
  *
  * Owns: the presets, `--set` overrides and their consistency checks, the
- * tensor layout and recipe (which family gets which type), the weight
- * scales, the deterministic generators for every storage type, and the
+ * weight scale of every tensor family, the f32 recipe (the f16 one
+ * widened), the deterministic generators for every storage type, and the
  * streaming write (through gguf_writer, bounded buffers, progress).
- * Does not own: the GGUF container (gguf.c) or the loader's validation
- * (model.c) -- the files it writes must pass the latter unchanged.
+ * Does not own: the GGUF container (gguf.c), the tensor layout and the
+ * recipes (names, order, dims, types, checkpoint names: gguf/layout.c) or
+ * the loader's validation (model.c) -- the files it writes must pass the
+ * latter unchanged.
  *
  * Determinism: every tensor has a key = hash(seed, tensor name); the
  * tensor is cut into fixed "units" (one quant block, 256 float elements,

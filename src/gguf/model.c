@@ -2,9 +2,9 @@
  * model.c -- binds a parsed GGUF to the DeepSeek V4 layout (implements
  * model.h): shape parameters from `deepseek4.*` metadata (docs/GGUF.md §3),
  * their consistency and bounds, and every tensor's presence, dims and type
- * (docs/GGUF.md §4; the dims agree with `expect(...)` in the oracle's
- * ds4_ref.py Weights._validate, written here fastest-first as GGUF stores
- * them).  docs/GGUF.md §6 lists every check; keep it in step.
+ * (docs/GGUF.md §4), walking the layout table of gguf/layout.c (names,
+ * dims, roles, layer kinds: not spelled here).  docs/GGUF.md §6 lists
+ * every check; keep it in step.
  *
  * Owns: ds4_config / ds4_weights construction and the per-token active
  * byte count.  Must not: compute, copy tensor data, or hard-code Flash
