@@ -11,9 +11,9 @@
  * Does not own: the safetensors container (src/gguf/safetensors.c), the
  * GGUF writer (gguf.c: temporary file + rename), the quantizers
  * (kernels/quantize.c) or the imatrix file (engine/imatrix.c).
- * Layouts and the mapping: docs/CHECKPOINT.md.  Tensor names, order, dims
- * and types follow tools/ds4_synth.c (ARCHITECTURE.md §4), which model.c
- * accepts.
+ * Layouts and the mapping: docs/CHECKPOINT.md.  Tensor names, order, dims,
+ * checkpoint names and the recipes' types come from the layout table
+ * (src/gguf/layout.c), which model.c and ds4-synth read too.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,6 +35,7 @@
 #include "common/signals.h"
 #include "engine/imatrix.h"
 #include "gguf/gguf.h"
+#include "gguf/layout.h"
 #include "gguf/model.h"
 #include "gguf/safetensors.h"
 #include "kernels/quant.h"
@@ -346,16 +347,15 @@ typedef struct {
     uint64_t ne[3];
     uint32_t type;
     int src;            /* S_* */
-    char hf[96];        /* S_PLAIN: HF name; S_EXPERT: prefix "layers.L.ffn.experts" */
-    const char *wid;    /* S_EXPERT: w1 / w3 / w2 */
+    char hf[96];        /* S_PLAIN, S_TID2EID: the checkpoint's name */
+    ds4_layout_tensor lt;   /* the layout's tensor (S_EXPERT: names each expert) */
     int layer, cls;
     uint64_t nbytes;
 } qtensor;
 
 typedef struct { qtensor *t; size_t n, cap; } layout;
 
-static qtensor *add(layout *L, int layer, const char *suffix, uint32_t type, uint32_t nd, uint64_t ne0,
-                    uint64_t ne1, uint64_t ne2, const char *hf, int cls) {
+static void add(layout *L, const ds4_layout_tensor *lt, uint32_t type, int cls) {
     if (L->n == L->cap) {
         L->cap = L->cap ? 2 * L->cap : 256;
         L->t = realloc(L->t, L->cap * sizeof *L->t);
@@ -363,110 +363,49 @@ static qtensor *add(layout *L, int layer, const char *suffix, uint32_t type, uin
     }
     qtensor *t = &L->t[L->n++];
     memset(t, 0, sizeof *t);
-    if (layer >= 0) {
-        snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
-        snprintf(t->hf, sizeof t->hf, "layers.%d.%s", layer, hf);
-    } else {
-        snprintf(t->name, sizeof t->name, "%s", suffix);
-        snprintf(t->hf, sizeof t->hf, "%s", hf);
-    }
-    t->nd = nd;
-    t->ne[0] = ne0; t->ne[1] = nd > 1 ? ne1 : 1; t->ne[2] = nd > 2 ? ne2 : 1;
+    snprintf(t->name, sizeof t->name, "%s", lt->name);
+    ds4_layout_hf_name(lt, 0, t->hf, sizeof t->hf);
+    t->lt = *lt;
+    t->nd = lt->nd;
+    for (int d = 0; d < 3; d++) t->ne[d] = lt->ne[d];
     t->type = type;
-    t->layer = layer;
-    t->cls = nd == 1 ? C_VEC : cls;
-    t->src = S_PLAIN;
-    t->nbytes = ggml_row_size(type, ne0) * t->ne[1] * t->ne[2];
+    t->layer = lt->layer;
+    t->cls = t->nd == 1 ? C_VEC : cls;
+    const int role = lt->row->role;
+    t->src = role == DS4_ROLE_EXP_GU || role == DS4_ROLE_EXP_DOWN ? S_EXPERT : role == DS4_ROLE_I32 ? S_TID2EID
+                                                                                                     : S_PLAIN;
+    t->nbytes = ggml_row_size(type, t->ne[0]) * t->ne[1] * t->ne[2];
     if (!t->nbytes)
         die("config.json: tensor %s: a row of %" PRIu64 " is not a whole number of %s blocks "
-            "(the recipe cannot store this shape)", t->name, ne0, ggml_type_name(type));
-    return t;
+            "(the recipe cannot store this shape)", t->name, t->ne[0], ggml_type_name(type));
 }
 
-/* Same names, order and dims as tools/ds4_synth.c's build_layout. */
+/* The layout's tensors (gguf/layout.h) with the recipe's types; q2-q4 is
+ * q2 with the last q4_last layers' routed experts q4's. */
 static void build_layout(const hcfg *c, int recipe, int q4_last, layout *L) {
-    const int q = recipe != R_F16;
-    const uint32_t T_PROJ = q ? GGML_Q8_0 : GGML_F16, F16 = GGML_F16, F32 = GGML_F32;
-    const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab, N = (uint64_t)c->n_hc;
-    const uint64_t hd = (uint64_t)c->head_dim, H = (uint64_t)c->n_head;
-    const uint64_t hc_dim = N * D, hc_mix = (2 + N) * N;
-    const uint64_t gdim = H * hd / (uint64_t)c->o_groups, olow = (uint64_t)(c->o_groups * c->o_lora);
-    const uint64_t QL = (uint64_t)c->q_lora, E = (uint64_t)c->n_expert, F = (uint64_t)c->n_ff;
-    const uint64_t SH = F * (uint64_t)c->n_shared, Kx = (uint64_t)c->n_used;
-    const uint64_t IH = (uint64_t)c->idx_heads, ID = (uint64_t)c->idx_dim;
-
-    add(L, -1, "token_embd.weight", F16, 2, D, V, 0, "embed.weight", C_EMBD);
-    for (int il = 0; il < c->n_layer; il++) {
-        static const char *hc[2] = {"attn", "ffn"};
-        for (int s = 0; s < 2; s++) {
-            char nm[48], hn[48];
-            snprintf(nm, sizeof nm, "hc_%s_fn.weight", hc[s]);
-            snprintf(hn, sizeof hn, "hc_%s_fn", hc[s]);
-            add(L, il, nm, F16, 2, hc_dim, hc_mix, 0, hn, C_F16);
-            snprintf(nm, sizeof nm, "hc_%s_scale.weight", hc[s]);
-            snprintf(hn, sizeof hn, "hc_%s_scale", hc[s]);
-            add(L, il, nm, F32, 1, 3, 0, 0, hn, C_VEC);
-            snprintf(nm, sizeof nm, "hc_%s_base.weight", hc[s]);
-            snprintf(hn, sizeof hn, "hc_%s_base", hc[s]);
-            add(L, il, nm, F32, 1, hc_mix, 0, 0, hn, C_VEC);
-        }
-        add(L, il, "attn_norm.weight", F32, 1, D, 0, 0, "attn_norm.weight", C_VEC);
-        add(L, il, "attn_q_a.weight", T_PROJ, 2, D, QL, 0, "attn.wq_a.weight", C_ATTN);
-        add(L, il, "attn_q_a_norm.weight", F32, 1, QL, 0, 0, "attn.q_norm.weight", C_VEC);
-        add(L, il, "attn_q_b.weight", T_PROJ, 2, QL, H * hd, 0, "attn.wq_b.weight", C_ATTN);
-        add(L, il, "attn_kv.weight", T_PROJ, 2, D, hd, 0, "attn.wkv.weight", C_ATTN);
-        add(L, il, "attn_kv_a_norm.weight", F32, 1, hd, 0, 0, "attn.kv_norm.weight", C_VEC);
-        add(L, il, "attn_sinks.weight", F32, 1, H, 0, 0, "attn.attn_sink", C_VEC);
-        add(L, il, "attn_output_a.weight", T_PROJ, 2, gdim, olow, 0, "attn.wo_a.weight", C_ATTN);
-        add(L, il, "attn_output_b.weight", T_PROJ, 2, olow, D, 0, "attn.wo_b.weight", C_ATTN);
-        const uint64_t R = (uint64_t)c->ratios[il];
-        if (R) {
-            const int csa = R == 4;   /* overlapping compressor + indexer (ds4 rule) */
-            const uint64_t cw = (csa ? 2 : 1) * hd;
-            add(L, il, "attn_compressor_ape.weight", F16, 2, cw, R, 0, "attn.compressor.ape", C_F16);
-            add(L, il, "attn_compressor_kv.weight", F16, 2, D, cw, 0, "attn.compressor.wkv.weight", C_F16);
-            add(L, il, "attn_compressor_gate.weight", F16, 2, D, cw, 0, "attn.compressor.wgate.weight", C_F16);
-            add(L, il, "attn_compressor_norm.weight", F32, 1, hd, 0, 0, "attn.compressor.norm.weight", C_VEC);
-            if (csa) {
-                add(L, il, "indexer.attn_q_b.weight", F16, 2, QL, IH * ID, 0, "attn.indexer.wq_b.weight", C_F16);
-                add(L, il, "indexer.proj.weight", F16, 2, D, IH, 0, "attn.indexer.weights_proj.weight", C_F16);
-                add(L, il, "indexer_compressor_ape.weight", F16, 2, 2 * ID, R, 0,
-                    "attn.indexer.compressor.ape", C_F16);
-                add(L, il, "indexer_compressor_kv.weight", F16, 2, D, 2 * ID, 0,
-                    "attn.indexer.compressor.wkv.weight", C_F16);
-                add(L, il, "indexer_compressor_gate.weight", F16, 2, D, 2 * ID, 0,
-                    "attn.indexer.compressor.wgate.weight", C_F16);
-                add(L, il, "indexer_compressor_norm.weight", F32, 1, ID, 0, 0,
-                    "attn.indexer.compressor.norm.weight", C_VEC);
-            }
-        }
-        add(L, il, "ffn_norm.weight", F32, 1, D, 0, 0, "ffn_norm.weight", C_VEC);
-        add(L, il, "ffn_gate_inp.weight", F16, 2, D, E, 0, "ffn.gate.weight", C_F16);
-        const int hash = il < c->n_hash;
-        if (!hash) add(L, il, "exp_probs_b.bias", F32, 1, E, 0, 0, "ffn.gate.bias", C_VEC);
-        uint32_t tgu = F16, tdn = F16;
-        const int q4 = recipe == R_Q4 || (recipe == R_Q2Q4 && il >= c->n_layer - q4_last);
-        if (recipe == R_MXFP4) tgu = tdn = GGML_MXFP4;
-        else if (q4) tgu = tdn = GGML_Q4_K;
-        else if (q) { tgu = GGML_IQ2_XXS; tdn = GGML_Q2_K; }
-        static const char *ex[3][2] = {{"ffn_gate_exps.weight", "w1"}, {"ffn_up_exps.weight", "w3"},
-                                       {"ffn_down_exps.weight", "w2"}};
-        for (int k = 0; k < 3; k++) {
-            qtensor *t = k < 2 ? add(L, il, ex[k][0], tgu, 3, D, F, E, "ffn.experts", C_GU)
-                               : add(L, il, ex[k][0], tdn, 3, F, D, E, "ffn.experts", C_DOWN);
-            t->src = S_EXPERT;
-            t->wid = ex[k][1];
-        }
-        add(L, il, "ffn_gate_shexp.weight", T_PROJ, 2, D, SH, 0, "ffn.shared_experts.w1.weight", C_SHEXP);
-        add(L, il, "ffn_up_shexp.weight", T_PROJ, 2, D, SH, 0, "ffn.shared_experts.w3.weight", C_SHEXP);
-        add(L, il, "ffn_down_shexp.weight", T_PROJ, 2, SH, D, 0, "ffn.shared_experts.w2.weight", C_SHEXP);
-        if (hash) add(L, il, "ffn_gate_tid2eid.weight", GGML_I32, 2, Kx, V, 0, "ffn.gate.tid2eid", C_VEC)->src = S_TID2EID;
+    static const int CLS[] = {
+        [DS4_ROLE_VEC] = C_VEC, [DS4_ROLE_I32] = C_VEC, [DS4_ROLE_EMBD] = C_EMBD, [DS4_ROLE_ELEM] = C_F16,
+        [DS4_ROLE_SMALL] = C_F16, [DS4_ROLE_PROJ] = C_ATTN, [DS4_ROLE_SHEXP] = C_SHEXP, [DS4_ROLE_OUT] = C_OUT,
+        [DS4_ROLE_EXP_GU] = C_GU, [DS4_ROLE_EXP_DOWN] = C_DOWN,
+    };
+    static const char *RNAME[] = {[R_F16] = "f16", [R_Q2] = "q2", [R_Q4] = "q4", [R_Q2Q4] = "q2", [R_MXFP4] = "mxfp4"};
+    const ds4_recipe *base = ds4_recipe_find(RNAME[recipe]), *q4 = ds4_recipe_find("q4");
+    const ds4_layout_hp hp = {
+        .n_embd = c->n_embd, .n_vocab = c->n_vocab, .n_hc = c->n_hc, .n_head = c->n_head,
+        .head_dim = c->head_dim, .q_lora = c->q_lora, .o_lora = c->o_lora, .o_groups = c->o_groups,
+        .n_expert = c->n_expert, .n_ff = c->n_ff, .n_shared = c->n_shared, .n_used = c->n_used,
+        .idx_heads = c->idx_heads, .idx_dim = c->idx_dim, .n_layer = c->n_layer, .n_hash = c->n_hash,
+        .ratios = c->ratios,
+    };
+    size_t n = 0;
+    ds4_layout_tensor *lt = ds4_layout_list(&ds4_layout_deepseek4, &hp, 0, &n);
+    if (!lt) die("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const int last = recipe == R_Q2Q4 && lt[i].layer >= c->n_layer - q4_last;
+        const int role = lt[i].row->role;
+        add(L, &lt[i], ds4_recipe_type(last ? q4 : base, role), CLS[role]);
     }
-    add(L, -1, "output_hc_base.weight", F32, 1, N, 0, 0, "hc_head_base", C_VEC);
-    add(L, -1, "output_hc_fn.weight", F16, 2, hc_dim, N, 0, "hc_head_fn", C_F16);
-    add(L, -1, "output_hc_scale.weight", F32, 1, 1, 0, 0, "hc_head_scale", C_VEC);
-    add(L, -1, "output_norm.weight", F32, 1, D, 0, 0, "norm.weight", C_VEC);
-    add(L, -1, "output.weight", T_PROJ, 2, D, V, 0, "head.weight", C_OUT);
+    free(lt);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -962,7 +901,7 @@ static void check_sources(qrun *q) {
         } else if (t->src == S_EXPERT) {
             for (uint64_t e = 0; e < t->ne[2]; e++) {
                 char hn[160];
-                snprintf(hn, sizeof hn, "%s.%" PRIu64 ".%s.weight", t->hf, e, t->wid);
+                ds4_layout_hf_name(&t->lt, (int64_t)e, hn, sizeof hn);
                 source s = resolve(hn, t->name, t->ne[1], t->ne[0], 2, 1);
                 q->in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
             }
@@ -1038,7 +977,7 @@ static void write_tensor(qrun *q, size_t ti) {
         W->stats = q->stats;
         if (t->src == S_EXPERT) {
             char hn[160];
-            snprintf(hn, sizeof hn, "%s.%" PRIu64 ".%s.weight", t->hf, e, t->wid);
+            ds4_layout_hf_name(&t->lt, (int64_t)e, hn, sizeof hn);
             W->src = resolve(hn, t->name, rows, C, 2, 1);
         } else {
             W->src = resolve(t->hf, t->name, rows, C, (int)t->nd, 0);

@@ -6,11 +6,13 @@
  * full 43-layer model.
  *
  * Owns: the presets, `--set` overrides and their consistency checks, the
- * tensor layout and recipe (which family gets which type), the weight
- * scales, the deterministic generators for every storage type, and the
+ * weight scale of every tensor family, the f32 recipe (the f16 one
+ * widened), the deterministic generators for every storage type, and the
  * streaming write (through gguf_writer, bounded buffers, progress).
- * Does not own: the GGUF container (gguf.c) or the loader's validation
- * (model.c) -- the files it writes must pass the latter unchanged.
+ * Does not own: the GGUF container (gguf.c), the tensor layout and the
+ * recipes (names, order, dims, types, checkpoint names: gguf/layout.c) or
+ * the loader's validation (model.c) -- the files it writes must pass the
+ * latter unchanged.
  *
  * Determinism: every tensor has a key = hash(seed, tensor name); the
  * tensor is cut into fixed "units" (one quant block, 256 float elements,
@@ -39,6 +41,7 @@
 #include "common/args.h"
 #include "common/signals.h"
 #include "gguf/gguf.h"
+#include "gguf/layout.h"
 #include "gguf/safetensors.h"
 #include "gguf/model.h"
 #include "kernels/quant.h"
@@ -481,38 +484,15 @@ typedef struct {
                           * f16 recipe's model value for value */
     int layer;
     int active;
+    const ds4_layout_tensor *lt;   /* its tensor of the layout (names it in --hf-out) */
     uint32_t n_choices;  /* tid2eid: expert_count */
     uint64_t nbytes;
     uint64_t units, unit_elems;
 } tspec;
 
-/* mtp_layer: the layer index the MTP block's layer is built under (its
- * names are mtp.0.*; the index only keys its expert boost), -1 = none */
-typedef struct { tspec *t; size_t n, cap; int mtp_layer; } layout;
-
-static tspec *add(layout *L, int layer, const char *suffix, uint32_t type, uint32_t nd,
-                  uint64_t ne0, uint64_t ne1, uint64_t ne2) {
-    if (L->n == L->cap) {
-        L->cap = L->cap ? 2 * L->cap : 256;
-        L->t = realloc(L->t, L->cap * sizeof *L->t);
-        if (!L->t) die("out of memory");
-    }
-    tspec *t = &L->t[L->n++];
-    memset(t, 0, sizeof *t);
-    if (layer >= 0 && layer == L->mtp_layer) snprintf(t->name, sizeof t->name, "mtp.0.%s", suffix);
-    else if (layer >= 0) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
-    else snprintf(t->name, sizeof t->name, "%s", suffix);
-    t->nd = nd;
-    t->ne[0] = ne0; t->ne[1] = nd > 1 ? ne1 : 1; t->ne[2] = nd > 2 ? ne2 : 1;
-    t->type = type;
-    t->layer = layer;
-    t->dist = D_NORMAL;
-    t->active = A_ALL;
-    uint64_t rows = t->ne[1] * t->ne[2];
-    t->nbytes = ggml_row_size(type, ne0) * rows;
-    if (!t->nbytes) die("internal: tensor %s: bad row size", t->name);
-    return t;
-}
+/* The tensors, and the layout list they were made from (t[i].lt points
+ * into it). */
+typedef struct { tspec *t; size_t n; ds4_layout_tensor *lt; } layout;
 
 static tspec *normal(tspec *t, float mean, float std) { t->dist = D_NORMAL; t->a = mean; t->b = std; return t; }
 static tspec *uniform(tspec *t, float lo, float hi) { t->dist = D_UNIFORM; t->a = lo; t->b = hi; return t; }
@@ -537,113 +517,78 @@ static tspec *proj(tspec *t, float gain) { return normal(t, 0.0f, gain / sqrtf((
  *   U[1, 2.5] and the indexer-compressor norm U[1, 2], as in the golden
  *   model (wider KV rows exercise the FP8 round trip).
  */
-/* One transformer layer's tensors: blk.<il>.*, or the MTP block's layer
- * (mtp.0.*, window-only, learned router) when il == L->mtp_layer. */
-static void layer_tensors(const config *c, const char *recipe, layout *L, int il, int64_t ratio,
-                          int hash) {
-    const int q = strcmp(recipe, "f16") != 0;
-    const uint32_t T_PROJ = q ? GGML_Q8_0 : GGML_F16;           /* attention, shared, output */
-    const uint32_t T_GU = !q ? GGML_F16 : !strcmp(recipe, "q2") ? GGML_IQ2_XXS : GGML_Q4_K;
-    const uint32_t T_DN = !q ? GGML_F16 : !strcmp(recipe, "q2") ? GGML_Q2_K : GGML_Q4_K;
-    const uint32_t F16 = GGML_F16, F32 = GGML_F32;
-    const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab, N = (uint64_t)c->n_hc;
-    const uint64_t hd = (uint64_t)c->key_len, H = (uint64_t)c->n_head;
-    const uint64_t hc_dim = N * D, hc_mix = (2 + N) * N;
-    const uint64_t gdim = H * hd / (uint64_t)c->o_groups, olow = (uint64_t)(c->o_groups * c->o_lora);
-    const uint64_t QL = (uint64_t)c->q_lora, E = (uint64_t)c->n_expert, F = (uint64_t)c->n_ff;
-    const uint64_t SH = F * (uint64_t)c->n_shared, K = (uint64_t)c->n_used;
-    const uint64_t IH = (uint64_t)c->idx_heads, ID = (uint64_t)c->idx_dim;
-    (void)V;
+enum { S_PROJ, S_NORMAL, S_UNIFORM, S_TID2EID };
+/* The scale of every family (above): S_PROJ with gain a, N(a, b), U[a, b). */
+static const struct { uint8_t kind; float a, b; } SCALE[DS4_T_COUNT] = {
+    [DS4_T_TOKEN_EMBD] = {S_NORMAL, 0.0f, 1.0f},
+    [DS4_T_HC_ATTN_FN] = {S_PROJ, 1.0f, 0}, [DS4_T_HC_ATTN_SCALE] = {S_UNIFORM, 0.3f, 1.0f},
+    [DS4_T_HC_ATTN_BASE] = {S_NORMAL, 0.0f, 0.5f}, [DS4_T_HC_FFN_FN] = {S_PROJ, 1.0f, 0},
+    [DS4_T_HC_FFN_SCALE] = {S_UNIFORM, 0.3f, 1.0f}, [DS4_T_HC_FFN_BASE] = {S_NORMAL, 0.0f, 0.5f},
+    [DS4_T_ATTN_NORM] = {S_NORMAL, 1.0f, 0.15f}, [DS4_T_ATTN_Q_A] = {S_PROJ, 1.0f, 0},
+    [DS4_T_ATTN_Q_A_NORM] = {S_NORMAL, 1.0f, 0.15f}, [DS4_T_ATTN_Q_B] = {S_PROJ, 1.0f, 0},
+    [DS4_T_ATTN_KV] = {S_PROJ, 1.0f, 0}, [DS4_T_ATTN_KV_A_NORM] = {S_UNIFORM, 1.0f, 2.5f},
+    [DS4_T_ATTN_SINKS] = {S_NORMAL, 0.0f, 1.0f}, [DS4_T_ATTN_OUTPUT_A] = {S_PROJ, 1.0f, 0},
+    [DS4_T_ATTN_OUTPUT_B] = {S_PROJ, 1.0f, 0},
+    [DS4_T_COMP_APE] = {S_NORMAL, 0.0f, 0.5f}, [DS4_T_COMP_KV] = {S_PROJ, 1.0f, 0},
+    [DS4_T_COMP_GATE] = {S_PROJ, 1.5f, 0}, [DS4_T_COMP_NORM] = {S_UNIFORM, 1.0f, 2.5f},
+    [DS4_T_IDX_Q_B] = {S_PROJ, 1.0f, 0}, [DS4_T_IDX_PROJ] = {S_PROJ, 1.0f, 0},
+    [DS4_T_IDX_COMP_APE] = {S_NORMAL, 0.0f, 0.5f}, [DS4_T_IDX_COMP_KV] = {S_PROJ, 1.0f, 0},
+    [DS4_T_IDX_COMP_GATE] = {S_PROJ, 1.5f, 0}, [DS4_T_IDX_COMP_NORM] = {S_UNIFORM, 1.0f, 2.0f},
+    [DS4_T_FFN_NORM] = {S_NORMAL, 1.0f, 0.15f}, [DS4_T_FFN_GATE_INP] = {S_PROJ, 2.0f, 0},
+    [DS4_T_EXP_PROBS_B] = {S_NORMAL, 0.0f, 0.3f},
+    [DS4_T_FFN_GATE_EXPS] = {S_PROJ, 1.0f, 0}, [DS4_T_FFN_UP_EXPS] = {S_PROJ, 1.0f, 0},
+    [DS4_T_FFN_DOWN_EXPS] = {S_PROJ, 1.0f, 0},
+    [DS4_T_FFN_GATE_SHEXP] = {S_PROJ, 1.5f, 0}, [DS4_T_FFN_UP_SHEXP] = {S_PROJ, 1.5f, 0},
+    [DS4_T_FFN_DOWN_SHEXP] = {S_PROJ, 1.0f, 0},
+    [DS4_T_TID2EID] = {S_TID2EID, 0, 0},
+    [DS4_T_OUTPUT_HC_BASE] = {S_NORMAL, 0.0f, 0.5f}, [DS4_T_OUTPUT_HC_FN] = {S_PROJ, 1.0f, 0},
+    [DS4_T_OUTPUT_HC_SCALE] = {S_UNIFORM, 0.3f, 1.0f}, [DS4_T_OUTPUT_NORM] = {S_NORMAL, 1.0f, 0.15f},
+    [DS4_T_OUTPUT] = {S_PROJ, 3.0f, 0},
+    [DS4_T_MTP_E_PROJ] = {S_PROJ, 1.0f, 0}, [DS4_T_MTP_H_PROJ] = {S_PROJ, 1.0f, 0},
+    [DS4_T_MTP_ENORM] = {S_NORMAL, 1.0f, 0.15f}, [DS4_T_MTP_HNORM] = {S_NORMAL, 1.0f, 0.15f},
+    [DS4_T_MTP_NORM] = {S_NORMAL, 1.0f, 0.15f}, [DS4_T_MTP_HC_HEAD_BASE] = {S_NORMAL, 0.0f, 0.5f},
+    [DS4_T_MTP_HC_HEAD_FN] = {S_PROJ, 1.0f, 0}, [DS4_T_MTP_HC_HEAD_SCALE] = {S_UNIFORM, 0.3f, 1.0f},
+};
 
-    static const char *hc[2] = {"attn", "ffn"};
-    for (int s = 0; s < 2; s++) {
-        char nm[48];
-        snprintf(nm, sizeof nm, "hc_%s_fn.weight", hc[s]);
-        proj(add(L, il, nm, F16, 2, hc_dim, hc_mix, 0), 1.0f);
-        snprintf(nm, sizeof nm, "hc_%s_scale.weight", hc[s]);
-        uniform(add(L, il, nm, F32, 1, 3, 0, 0), 0.3f, 1.0f);
-        snprintf(nm, sizeof nm, "hc_%s_base.weight", hc[s]);
-        normal(add(L, il, nm, F32, 1, hc_mix, 0, 0), 0.0f, 0.5f);
-    }
-    normal(add(L, il, "attn_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
-    proj(add(L, il, "attn_q_a.weight", T_PROJ, 2, D, QL, 0), 1.0f);
-    normal(add(L, il, "attn_q_a_norm.weight", F32, 1, QL, 0, 0), 1.0f, 0.15f);
-    proj(add(L, il, "attn_q_b.weight", T_PROJ, 2, QL, H * hd, 0), 1.0f);
-    proj(add(L, il, "attn_kv.weight", T_PROJ, 2, D, hd, 0), 1.0f);
-    uniform(add(L, il, "attn_kv_a_norm.weight", F32, 1, hd, 0, 0), 1.0f, 2.5f);
-    normal(add(L, il, "attn_sinks.weight", F32, 1, H, 0, 0), 0.0f, 1.0f);
-    proj(add(L, il, "attn_output_a.weight", T_PROJ, 2, gdim, olow, 0), 1.0f);
-    proj(add(L, il, "attn_output_b.weight", T_PROJ, 2, olow, D, 0), 1.0f);
-    const uint64_t R = (uint64_t)ratio;
-    if (R) {
-        const int csa = R == 4;   /* overlapping compressor + indexer (ds4 rule) */
-        const uint64_t cw = (csa ? 2 : 1) * hd;
-        normal(add(L, il, "attn_compressor_ape.weight", F16, 2, cw, R, 0), 0.0f, 0.5f);
-        proj(add(L, il, "attn_compressor_kv.weight", F16, 2, D, cw, 0), 1.0f);
-        proj(add(L, il, "attn_compressor_gate.weight", F16, 2, D, cw, 0), 1.5f);
-        uniform(add(L, il, "attn_compressor_norm.weight", F32, 1, hd, 0, 0), 1.0f, 2.5f);
-        if (csa) {
-            proj(add(L, il, "indexer.attn_q_b.weight", F16, 2, QL, IH * ID, 0), 1.0f);
-            proj(add(L, il, "indexer.proj.weight", F16, 2, D, IH, 0), 1.0f);
-            normal(add(L, il, "indexer_compressor_ape.weight", F16, 2, 2 * ID, R, 0), 0.0f, 0.5f);
-            proj(add(L, il, "indexer_compressor_kv.weight", F16, 2, D, 2 * ID, 0), 1.0f);
-            proj(add(L, il, "indexer_compressor_gate.weight", F16, 2, D, 2 * ID, 0), 1.5f);
-            uniform(add(L, il, "indexer_compressor_norm.weight", F32, 1, ID, 0, 0), 1.0f, 2.0f);
-        }
-    }
-    normal(add(L, il, "ffn_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
-    proj(add(L, il, "ffn_gate_inp.weight", F16, 2, D, E, 0), 2.0f);
-    
-    /* the router bias exists only on learned-router layers (docs/GGUF.md §4.2) */
-    if (!hash) normal(add(L, il, "exp_probs_b.bias", F32, 1, E, 0, 0), 0.0f, 0.3f);
-    tspec *t;
-    t = proj(add(L, il, "ffn_gate_exps.weight", T_GU, 3, D, F, E), 1.0f);
-    t->boost = 1; t->active = A_EXPERTS;
-    t = proj(add(L, il, "ffn_up_exps.weight", T_GU, 3, D, F, E), 1.0f);
-    t->boost = 1; t->active = A_EXPERTS;
-    t = proj(add(L, il, "ffn_down_exps.weight", T_DN, 3, F, D, E), 1.0f);
-    t->active = A_EXPERTS;
-    proj(add(L, il, "ffn_gate_shexp.weight", T_PROJ, 2, D, SH, 0), 1.5f);
-    proj(add(L, il, "ffn_up_shexp.weight", T_PROJ, 2, D, SH, 0), 1.5f);
-    proj(add(L, il, "ffn_down_shexp.weight", T_PROJ, 2, SH, D, 0), 1.0f);
-    if (hash) {
-        t = add(L, il, "ffn_gate_tid2eid.weight", GGML_I32, 2, K, V, 0);
-        t->dist = D_TID2EID;
-        t->active = A_ROW;
-        t->n_choices = (uint32_t)E;
-    }
-}
-
+/* The layout's tensors (gguf/layout.h: names, order, dims; with `mtp` the
+ * MTP block and its window-only, learned-router layer) with the recipe's
+ * types and the scales above.  The MTP layer's index (block_count) keys
+ * its expert boost. */
 static void build_layout(const config *c, const char *recipe, int mtp, layout *L) {
-    L->mtp_layer = -1;
-    const int q = strcmp(recipe, "f16") != 0;
-    const uint32_t T_PROJ = q ? GGML_Q8_0 : GGML_F16;           /* attention, shared, output */
-    const uint32_t F16 = GGML_F16, F32 = GGML_F32;
-    const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab, N = (uint64_t)c->n_hc;
-    const uint64_t hc_dim = N * D;
-
-    add(L, -1, "token_embd.weight", F16, 2, D, V, 0)->active = A_ROW;
-    normal(&L->t[L->n - 1], 0.0f, 1.0f);
-    for (int il = 0; il < c->n_layer; il++)
-        layer_tensors(c, recipe, L, il, c->ratios[il], il < c->n_hash);
-    normal(add(L, -1, "output_hc_base.weight", F32, 1, N, 0, 0), 0.0f, 0.5f);
-    proj(add(L, -1, "output_hc_fn.weight", F16, 2, hc_dim, N, 0), 1.0f);
-    uniform(add(L, -1, "output_hc_scale.weight", F32, 1, 1, 0, 0), 0.3f, 1.0f);
-    normal(add(L, -1, "output_norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
-    proj(add(L, -1, "output.weight", T_PROJ, 2, D, V, 0), 3.0f);
-    if (mtp) {
-        /* the MTP block (docs/MTP.md): input projections and norms, its
-         * own HC head, and one window-only layer with a learned router */
-        L->mtp_layer = (int)c->n_layer;
-        proj(add(L, -1, "mtp.0.e_proj.weight", T_PROJ, 2, D, D, 0), 1.0f);
-        proj(add(L, -1, "mtp.0.h_proj.weight", T_PROJ, 2, D, D, 0), 1.0f);
-        normal(add(L, -1, "mtp.0.enorm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
-        normal(add(L, -1, "mtp.0.hnorm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
-        normal(add(L, -1, "mtp.0.norm.weight", F32, 1, D, 0, 0), 1.0f, 0.15f);
-        normal(add(L, -1, "mtp.0.hc_head_base.weight", F32, 1, N, 0, 0), 0.0f, 0.5f);
-        proj(add(L, -1, "mtp.0.hc_head_fn.weight", F16, 2, hc_dim, N, 0), 1.0f);
-        uniform(add(L, -1, "mtp.0.hc_head_scale.weight", F32, 1, 1, 0, 0), 0.3f, 1.0f);
-        layer_tensors(c, recipe, L, (int)c->n_layer, 0, 0);
+    const ds4_recipe *R = ds4_recipe_find(recipe);
+    if (!R) die("internal: no recipe %s", recipe);
+    const ds4_layout_hp hp = {
+        .n_embd = c->n_embd, .n_vocab = c->n_vocab, .n_hc = c->n_hc, .n_head = c->n_head,
+        .head_dim = c->key_len, .q_lora = c->q_lora, .o_lora = c->o_lora, .o_groups = c->o_groups,
+        .n_expert = c->n_expert, .n_ff = c->n_ff, .n_shared = c->n_shared, .n_used = c->n_used,
+        .idx_heads = c->idx_heads, .idx_dim = c->idx_dim, .n_layer = c->n_layer, .n_hash = c->n_hash,
+        .ratios = c->ratios,
+    };
+    L->lt = ds4_layout_list(&ds4_layout_deepseek4, &hp, mtp, &L->n);
+    L->t = calloc(L->n ? L->n : 1, sizeof *L->t);
+    if (!L->lt || !L->t) die("out of memory");
+    for (size_t i = 0; i < L->n; i++) {
+        const ds4_layout_tensor *lt = &L->lt[i];
+        const int role = lt->row->role, id = lt->row->id;
+        tspec *t = &L->t[i];
+        snprintf(t->name, sizeof t->name, "%s", lt->name);
+        t->lt = lt;
+        t->nd = lt->nd;
+        for (int d = 0; d < 3; d++) t->ne[d] = lt->ne[d];
+        t->type = ds4_recipe_type(R, role);
+        t->layer = lt->layer;
+        t->nbytes = ggml_row_size(t->type, t->ne[0]) * t->ne[1] * t->ne[2];
+        if (!t->nbytes) die("internal: tensor %s: bad row size", t->name);
+        /* what a decoded token reads of it (ds4_weights_active_bytes) */
+        t->active = role == DS4_ROLE_EMBD || role == DS4_ROLE_I32 ? A_ROW
+                    : role == DS4_ROLE_EXP_GU || role == DS4_ROLE_EXP_DOWN ? A_EXPERTS : A_ALL;
+        t->boost = role == DS4_ROLE_EXP_GU;
+        switch (SCALE[id].kind) {
+        case S_PROJ: proj(t, SCALE[id].a); break;
+        case S_NORMAL: normal(t, SCALE[id].a, SCALE[id].b); break;
+        case S_UNIFORM: uniform(t, SCALE[id].a, SCALE[id].b); break;
+        case S_TID2EID: t->dist = D_TID2EID; t->n_choices = (uint32_t)c->n_expert; break;
+        }
     }
 
     /* Units: the PRNG stream restarts (from hash(key, unit)) at every unit. */
@@ -1369,11 +1314,9 @@ static void write_model(const char *out, const layout *L, const config *c, const
  * the conversion tests compare against.
  */
 
-enum { HF_F32, HF_BF16, HF_FP8, HF_FP4, HF_I64 };
-
 typedef struct {
     char name[112];
-    int kind;              /* HF_*; FP8/FP4 also own a "<stem>.scale" entry */
+    int kind;              /* DS4_HF_*; FP8/FP4 also own a "<stem>.scale" entry */
     int gguf;              /* index into the f16 layout */
     int64_t expert;        /* -1, or the expert of a stacked GGUF tensor */
     int nd;
@@ -1383,67 +1326,6 @@ typedef struct {
     uint64_t soff, snbytes; /* FP8/FP4: the scale's span */
     uint64_t sshape[2];
 } hf_t;
-
-/* HF name of a GGUF tensor (ARCHITECTURE.md §8); "" for the stacked
- * experts, which are named per expert by the caller. */
-static void hf_name_of(const char *g, char *out, size_t n) {
-    static const char *glob[][2] = {{"token_embd.weight", "embed.weight"}, {"output_norm.weight", "norm.weight"},
-                                    {"output.weight", "head.weight"}, {"output_hc_base.weight", "hc_head_base"},
-                                    {"output_hc_fn.weight", "hc_head_fn"}, {"output_hc_scale.weight", "hc_head_scale"}};
-    static const char *blk[][2] = {
-        {"hc_attn_fn.weight", "hc_attn_fn"}, {"hc_attn_scale.weight", "hc_attn_scale"},
-        {"hc_attn_base.weight", "hc_attn_base"}, {"hc_ffn_fn.weight", "hc_ffn_fn"},
-        {"hc_ffn_scale.weight", "hc_ffn_scale"}, {"hc_ffn_base.weight", "hc_ffn_base"},
-        {"attn_norm.weight", "attn_norm.weight"}, {"attn_q_a.weight", "attn.wq_a.weight"},
-        {"attn_q_a_norm.weight", "attn.q_norm.weight"}, {"attn_q_b.weight", "attn.wq_b.weight"},
-        {"attn_kv.weight", "attn.wkv.weight"}, {"attn_kv_a_norm.weight", "attn.kv_norm.weight"},
-        {"attn_sinks.weight", "attn.attn_sink"}, {"attn_output_a.weight", "attn.wo_a.weight"},
-        {"attn_output_b.weight", "attn.wo_b.weight"}, {"attn_compressor_ape.weight", "attn.compressor.ape"},
-        {"attn_compressor_kv.weight", "attn.compressor.wkv.weight"},
-        {"attn_compressor_gate.weight", "attn.compressor.wgate.weight"},
-        {"attn_compressor_norm.weight", "attn.compressor.norm.weight"},
-        {"indexer.attn_q_b.weight", "attn.indexer.wq_b.weight"},
-        {"indexer.proj.weight", "attn.indexer.weights_proj.weight"},
-        {"indexer_compressor_ape.weight", "attn.indexer.compressor.ape"},
-        {"indexer_compressor_kv.weight", "attn.indexer.compressor.wkv.weight"},
-        {"indexer_compressor_gate.weight", "attn.indexer.compressor.wgate.weight"},
-        {"indexer_compressor_norm.weight", "attn.indexer.compressor.norm.weight"},
-        {"ffn_norm.weight", "ffn_norm.weight"}, {"ffn_gate_inp.weight", "ffn.gate.weight"},
-        {"exp_probs_b.bias", "ffn.gate.bias"}, {"ffn_gate_tid2eid.weight", "ffn.gate.tid2eid"},
-        {"ffn_gate_shexp.weight", "ffn.shared_experts.w1.weight"},
-        {"ffn_up_shexp.weight", "ffn.shared_experts.w3.weight"},
-        {"ffn_down_shexp.weight", "ffn.shared_experts.w2.weight"},
-        {"ffn_gate_exps.weight", ""}, {"ffn_up_exps.weight", ""}, {"ffn_down_exps.weight", ""}};
-    for (size_t i = 0; i < sizeof glob / sizeof glob[0]; i++)
-        if (!strcmp(g, glob[i][0])) { snprintf(out, n, "%s", glob[i][1]); return; }
-    int il;
-    int off = 0;
-    if (sscanf(g, "blk.%d.%n", &il, &off) == 1 && off > 0)
-        for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
-            if (!strcmp(g + off, blk[i][0])) {
-                if (blk[i][1][0]) snprintf(out, n, "layers.%d.%s", il, blk[i][1]);
-                else out[0] = 0;
-                return;
-            }
-    die("internal: no HF name for %s", g);
-}
-
-static int hf_kind_of(const char *g) {
-    static const char *fp8[] = {"attn_q_a.weight", "attn_q_b.weight", "attn_kv.weight", "attn_output_a.weight",
-                                "attn_output_b.weight", "attn_compressor_kv.weight", "attn_compressor_gate.weight",
-                                "indexer.attn_q_b.weight", "indexer_compressor_kv.weight",
-                                "indexer_compressor_gate.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
-                                "ffn_down_shexp.weight"};
-    const char *s = !strncmp(g, "blk.", 4) && strchr(g + 4, '.') ? strchr(g + 4, '.') + 1 : g;
-    for (size_t i = 0; i < sizeof fp8 / sizeof fp8[0]; i++)
-        if (!strcmp(s, fp8[i])) return HF_FP8;
-    if (strstr(s, "_exps.weight")) return HF_FP4;
-    if (strstr(s, "tid2eid")) return HF_I64;
-    if (!strncmp(s, "hc_", 3) || !strncmp(s, "output_hc_", 10) || !strcmp(s, "attn_sinks.weight") ||
-        !strcmp(s, "exp_probs_b.bias") || strstr(s, "_ape.weight"))
-        return HF_F32;
-    return HF_BF16;   /* embedding, head, router, weights_proj, norms */
-}
 
 /* E8M0 exponent byte of the power of two s = 2^ceil(log2(amax / qmax)),
  * the smallest scale that keeps every value in range (ue8m0 rounding). */
@@ -1458,14 +1340,14 @@ static uint8_t e8m0_for(float amax, float qmax) {
 static void hf_encode(const hf_t *h, const float *x, uint8_t *w, uint8_t *sc) {
     const uint64_t R = h->nd == 2 ? h->shape[0] : 1, C = h->nd == 2 ? h->shape[1] : h->shape[0];
     switch (h->kind) {
-    case HF_F32: memcpy(w, x, 4 * R * C); break;
-    case HF_BF16:
+    case DS4_HF_F32: memcpy(w, x, 4 * R * C); break;
+    case DS4_HF_BF16:
         for (uint64_t i = 0; i < R * C; i++) {
             uint16_t b = st_f32_to_bf16(x[i]);
             memcpy(w + 2 * i, &b, 2);
         }
         break;
-    case HF_FP8: {
+    case DS4_HF_FP8: {
         const uint64_t SC = h->sshape[1];
         for (uint64_t br = 0; br < h->sshape[0]; br++)
             for (uint64_t bc = 0; bc < SC; bc++) {
@@ -1482,7 +1364,7 @@ static void hf_encode(const hf_t *h, const float *x, uint8_t *w, uint8_t *sc) {
             }
         break;
     }
-    case HF_FP4: {
+    case DS4_HF_FP4: {
         const uint64_t Cin = C * 2;   /* shape[1] is the packed width */
         for (uint64_t r = 0; r < R; r++)
             for (uint64_t b = 0; b < Cin / 32; b++) {
@@ -1518,10 +1400,10 @@ static void write_hf(const char *dir, const layout *L, const config *c, const gg
     if (!shard_bytes) die("out of memory");
     for (size_t i = 0; i < L->n; i++) {
         const tspec *t = &L->t[i];
-        char hn[112];
-        hf_name_of(t->name, hn, sizeof hn);
-        const int kind = hf_kind_of(t->name);
-        const int64_t ne = kind == HF_FP4 ? (int64_t)t->ne[2] : 1;
+        /* names and dtypes: the layout's (ARCHITECTURE.md §8) */
+        const int kind = t->lt->row->hf_dtype;
+        if (!t->lt->row->hf) die("internal: no HF name for %s", t->name);
+        const int64_t ne = kind == DS4_HF_FP4 ? (int64_t)t->ne[2] : 1;
         for (int64_t e = 0; e < ne; e++) {
             if (nh == caph) {
                 caph = caph ? 2 * caph : 512;
@@ -1532,32 +1414,26 @@ static void write_hf(const char *dir, const layout *L, const config *c, const gg
             memset(h, 0, sizeof *h);
             h->kind = kind;
             h->gguf = (int)i;
-            h->expert = kind == HF_FP4 ? e : -1;
+            h->expert = kind == DS4_HF_FP4 ? e : -1;
             h->shard = t->layer < 0 ? 0 : t->layer + 1;
-            if (kind == HF_FP4) {
-                static const char *wid[3] = {"w1", "w3", "w2"};
-                const char *s = strchr(t->name + 4, '.') + 1;
-                const int k = !strncmp(s, "ffn_gate", 8) ? 0 : !strncmp(s, "ffn_up", 6) ? 1 : 2;
-                snprintf(h->name, sizeof h->name, "layers.%d.ffn.experts.%" PRId64 ".%s.weight", t->layer, e, wid[k]);
-                if (t->ne[0] % 32) die("--hf-out: FP4 experts need rows of a multiple of 32 (got %" PRIu64 ")", t->ne[0]);
-            } else {
-                snprintf(h->name, sizeof h->name, "%s", hn);
-            }
+            ds4_layout_hf_name(t->lt, e, h->name, sizeof h->name);
+            if (kind == DS4_HF_FP4 && t->ne[0] % 32)
+                die("--hf-out: FP4 experts need rows of a multiple of 32 (got %" PRIu64 ")", t->ne[0]);
             h->nd = t->nd == 1 ? 1 : 2;
             if (h->nd == 1) h->shape[0] = t->ne[0];
             else { h->shape[0] = t->ne[1]; h->shape[1] = t->ne[0]; }
             uint64_t nel = h->nd == 1 ? h->shape[0] : h->shape[0] * h->shape[1];
             switch (kind) {
-            case HF_F32: h->nbytes = 4 * nel; break;
-            case HF_BF16: h->nbytes = 2 * nel; break;
-            case HF_I64: h->nbytes = 8 * nel; break;
-            case HF_FP8:
+            case DS4_HF_F32: h->nbytes = 4 * nel; break;
+            case DS4_HF_BF16: h->nbytes = 2 * nel; break;
+            case DS4_HF_I64: h->nbytes = 8 * nel; break;
+            case DS4_HF_FP8:
                 h->nbytes = nel;
                 h->sshape[0] = (h->shape[0] + 127) / 128;
                 h->sshape[1] = (h->shape[1] + 127) / 128;
                 h->snbytes = h->sshape[0] * h->sshape[1];
                 break;
-            case HF_FP4:
+            case DS4_HF_FP4:
                 h->shape[1] /= 2;
                 h->nbytes = h->shape[0] * h->shape[1];
                 h->sshape[0] = h->shape[0];
@@ -1642,7 +1518,7 @@ static void write_hf(const char *dir, const layout *L, const config *c, const gg
         float *x = malloc(nel * 4 + 16);
         uint8_t *w = malloc(h->nbytes + 16), *sc = malloc(h->snbytes + 16);
         if (!raw || !x || !w || !sc) die("out of memory");
-        if (h->kind == HF_I64) {
+        if (h->kind == DS4_HF_I64) {
             gen_units(&G, t, key, 0, t->units, raw);
             for (uint64_t k = 0; k < nel; k++) {
                 int32_t v;

@@ -2,9 +2,9 @@
  * model.c -- binds a parsed GGUF to the DeepSeek V4 layout (implements
  * model.h): shape parameters from `deepseek4.*` metadata (docs/GGUF.md §3),
  * their consistency and bounds, and every tensor's presence, dims and type
- * (docs/GGUF.md §4; the dims agree with `expect(...)` in the oracle's
- * ds4_ref.py Weights._validate, written here fastest-first as GGUF stores
- * them).  docs/GGUF.md §6 lists every check; keep it in step.
+ * (docs/GGUF.md §4), walking the layout table of gguf/layout.c (names,
+ * dims, roles, layer kinds: not spelled here).  docs/GGUF.md §6 lists
+ * every check; keep it in step.
  *
  * Owns: ds4_config / ds4_weights construction and the per-token active
  * byte count.  Must not: compute, copy tensor data, or hard-code Flash
@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ds4.h"
+#include "gguf/layout.h"
 #include "gguf/model.h"
 
 #define MAX_PROBLEMS 50
@@ -178,13 +179,6 @@ static int meta_float(problems *p, const gguf_file *gf, const char *suffix, int 
 /* Tensors                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Type classes: F32-only vectors; the I32 hash table; the embedding (read
- * one row at a time by dequantization); element-wise tables (compressor
- * position biases, read one value at a time, so no block formats); and
- * matrices (every format the kernels implement); routed-expert matrices,
- * which may also be MXFP4 (the only place GGUF producers put it). */
-enum { T_F32ONLY, T_I32, T_EMBD, T_ELEM, T_MATRIX, T_EXPERT };
-
 typedef struct {
     problems *p;
     const gguf_file *gf;
@@ -252,32 +246,6 @@ static int xpart_of(problems *p, const gguf_file *gf, int E, int *e_lo, int *e_h
     return split_range(p, gf, "ds4.split.experts", "experts", E, e_lo, e_hi);
 }
 
-static int type_ok(int kind, uint32_t t) {
-    switch (kind) {
-    case T_F32ONLY: return t == GGML_F32;
-    case T_I32: return t == GGML_I32;
-    case T_EMBD: return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0;
-    case T_ELEM: return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16;
-    case T_MATRIX:
-        return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q2_K ||
-               t == GGML_Q4_K || t == GGML_IQ2_XXS;
-    case T_EXPERT:
-        return type_ok(T_MATRIX, t) || t == GGML_MXFP4;
-    }
-    return 0;
-}
-
-static const char *kind_types(int kind) {
-    switch (kind) {
-    case T_F32ONLY: return "F32";
-    case T_I32: return "I32";
-    case T_EMBD: return "one of F32, F16, BF16, Q8_0";
-    case T_ELEM: return "one of F32, F16, BF16";
-    case T_EXPERT: return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, MXFP4";
-    }
-    return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS";
-}
-
 static void fmt_dims(char *buf, size_t n, uint32_t nd, const uint64_t *ne) {
     size_t k = (size_t)snprintf(buf, n, "[");
     for (uint32_t d = 0; d < nd && k < n; d++)
@@ -285,27 +253,29 @@ static void fmt_dims(char *buf, size_t n, uint32_t nd, const uint64_t *ne) {
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
-/* Looks up `name`, checks dims (trailing 1s are insignificant: they do not
- * change the storage) and type, and fills `dst`.  Returns 1 if bound. */
-static int bind_t(binder *b, ds4_tensor *dst, const char *name, int kind, uint32_t nd,
-                  uint64_t ne0, uint64_t ne1, uint64_t ne2, int optional) {
+/* Looks up layout tensor `lt`, checks dims (trailing 1s are insignificant:
+ * they do not change the storage) and type (the types its role accepts),
+ * and fills `dst`.  Returns 1 if bound. */
+static int bind_t(binder *b, ds4_tensor *dst, const ds4_layout_tensor *lt) {
+    const char *name = lt->name;
+    const int role = lt->row->role;
     memset(dst, 0, sizeof *dst);
     const gguf_tensor *t = gguf_find_tensor(b->gf, name);
     if (!t) {
-        if (!optional && part_needs(b, name)) prob(b->p, "missing tensor %s", name);
+        if (!lt->row->optional && part_needs(b, name)) prob(b->p, "missing tensor %s", name);
         return 0;
     }
-    uint64_t want[4] = {ne0, nd > 1 ? ne1 : 1, nd > 2 ? ne2 : 1, 1};
+    uint64_t want[4] = {lt->ne[0], lt->ne[1], lt->ne[2], 1};
     int ok = 1;
     for (int d = 0; d < 4; d++) ok &= t->ne[d] == want[d];
     if (!ok) {
         char g[128], w[128];
         fmt_dims(g, sizeof g, t->n_dims, t->ne);
-        fmt_dims(w, sizeof w, nd, want);
+        fmt_dims(w, sizeof w, lt->nd, want);
         prob(b->p, "tensor %s has dims %s, expected %s", name, g, w);
     }
-    if (!type_ok(kind, t->type)) {
-        prob(b->p, "tensor %s has type %s, expected %s", name, ggml_type_name(t->type), kind_types(kind));
+    if (!ds4_layout_type_ok(role, t->type)) {
+        prob(b->p, "tensor %s has type %s, expected %s", name, ggml_type_name(t->type), ds4_layout_types_text(role));
         ok = 0;
     }
     dst->name = t->name;
@@ -318,12 +288,78 @@ static int bind_t(binder *b, ds4_tensor *dst, const char *name, int kind, uint32
     return ok;
 }
 
-static int bind_l(binder *b, ds4_tensor *dst, int il, const char *suffix, int kind, uint32_t nd,
-                  uint64_t ne0, uint64_t ne1, uint64_t ne2, int optional) {
-    char name[160];
-    if (b->mtp) snprintf(name, sizeof name, "mtp.0.%s", suffix);
-    else snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
-    return bind_t(b, dst, name, kind, nd, ne0, ne1, ne2, optional);
+/* Where each family is bound: 1 + its offset in the struct its section
+ * fills (ds4_weights for the head and tail, ds4_layer_weights for a
+ * layer, ds4_mtp_weights for the MTP block's own tensors). */
+#define AT(s, f) (offsetof(s, f) + 1)
+#define LW(f) AT(ds4_layer_weights, f)
+static const size_t FIELD[DS4_T_COUNT] = {
+    [DS4_T_TOKEN_EMBD] = AT(ds4_weights, token_embd),
+    [DS4_T_HC_ATTN_FN] = LW(hc_attn_fn), [DS4_T_HC_ATTN_SCALE] = LW(hc_attn_scale),
+    [DS4_T_HC_ATTN_BASE] = LW(hc_attn_base), [DS4_T_HC_FFN_FN] = LW(hc_ffn_fn),
+    [DS4_T_HC_FFN_SCALE] = LW(hc_ffn_scale), [DS4_T_HC_FFN_BASE] = LW(hc_ffn_base),
+    [DS4_T_ATTN_NORM] = LW(attn_norm), [DS4_T_ATTN_Q_A] = LW(attn_q_a), [DS4_T_ATTN_Q_A_NORM] = LW(attn_q_a_norm),
+    [DS4_T_ATTN_Q_B] = LW(attn_q_b), [DS4_T_ATTN_KV] = LW(attn_kv), [DS4_T_ATTN_KV_A_NORM] = LW(attn_kv_a_norm),
+    [DS4_T_ATTN_SINKS] = LW(attn_sinks), [DS4_T_ATTN_OUTPUT_A] = LW(attn_output_a),
+    [DS4_T_ATTN_OUTPUT_B] = LW(attn_output_b),
+    [DS4_T_COMP_APE] = LW(comp_ape), [DS4_T_COMP_KV] = LW(comp_kv), [DS4_T_COMP_GATE] = LW(comp_gate),
+    [DS4_T_COMP_NORM] = LW(comp_norm), [DS4_T_IDX_Q_B] = LW(idx_q_b), [DS4_T_IDX_PROJ] = LW(idx_proj),
+    [DS4_T_IDX_COMP_APE] = LW(idx_comp_ape), [DS4_T_IDX_COMP_KV] = LW(idx_comp_kv),
+    [DS4_T_IDX_COMP_GATE] = LW(idx_comp_gate), [DS4_T_IDX_COMP_NORM] = LW(idx_comp_norm),
+    [DS4_T_FFN_NORM] = LW(ffn_norm), [DS4_T_FFN_GATE_INP] = LW(ffn_gate_inp), [DS4_T_EXP_PROBS_B] = LW(exp_probs_b),
+    [DS4_T_FFN_GATE_EXPS] = LW(ffn_gate_exps), [DS4_T_FFN_UP_EXPS] = LW(ffn_up_exps),
+    [DS4_T_FFN_DOWN_EXPS] = LW(ffn_down_exps), [DS4_T_FFN_GATE_SHEXP] = LW(ffn_gate_shexp),
+    [DS4_T_FFN_UP_SHEXP] = LW(ffn_up_shexp), [DS4_T_FFN_DOWN_SHEXP] = LW(ffn_down_shexp),
+    [DS4_T_TID2EID] = LW(tid2eid),
+    [DS4_T_OUTPUT_HC_BASE] = AT(ds4_weights, output_hc_base), [DS4_T_OUTPUT_HC_FN] = AT(ds4_weights, output_hc_fn),
+    [DS4_T_OUTPUT_HC_SCALE] = AT(ds4_weights, output_hc_scale), [DS4_T_OUTPUT_NORM] = AT(ds4_weights, output_norm),
+    [DS4_T_OUTPUT] = AT(ds4_weights, output),
+    [DS4_T_MTP_E_PROJ] = AT(ds4_mtp_weights, e_proj), [DS4_T_MTP_H_PROJ] = AT(ds4_mtp_weights, h_proj),
+    [DS4_T_MTP_ENORM] = AT(ds4_mtp_weights, enorm), [DS4_T_MTP_HNORM] = AT(ds4_mtp_weights, hnorm),
+    [DS4_T_MTP_NORM] = AT(ds4_mtp_weights, norm), [DS4_T_MTP_HC_HEAD_BASE] = AT(ds4_mtp_weights, hc_head_base),
+    [DS4_T_MTP_HC_HEAD_FN] = AT(ds4_mtp_weights, hc_head_fn),
+    [DS4_T_MTP_HC_HEAD_SCALE] = AT(ds4_mtp_weights, hc_head_scale),
+};
+#undef LW
+#undef AT
+
+static ds4_layout_hp hp_of(const ds4_config *c) {
+    ds4_layout_hp h = {
+        .n_embd = c->n_embd, .n_vocab = c->n_vocab, .n_hc = c->n_hc, .n_head = c->n_head,
+        .head_dim = c->head_dim, .q_lora = c->q_lora, .o_lora = c->o_lora, .o_groups = c->o_groups,
+        .n_expert = c->n_expert, .n_ff = c->n_ff_exp, .n_shared = c->n_expert_shared,
+        .n_used = c->n_expert_used, .idx_heads = c->idx_heads, .idx_dim = c->idx_dim,
+        .n_layer = c->n_layer, .n_hash = c->n_hash,
+    };
+    return h;
+}
+
+/* Binds every tensor of one section of the layout (a layer: layer `il` of
+ * kind `k`) into the struct at `base`, in file order. */
+static void bind_section(binder *b, const ds4_layout_hp *hp, int sec, int il, const ds4_layer_kind *k,
+                         void *base) {
+    ds4_layout_tensor lt[DS4_LAYOUT_MAX_ROWS];
+    const int flags = DS4_LAYOUT_READ | (sec == DS4_SEC_LAYER && b->mtp ? DS4_LAYOUT_MTP : 0);
+    const int n = ds4_layout_section(&ds4_layout_deepseek4, sec, hp, il, k, flags, lt);
+    int ok[DS4_T_COUNT] = {0};
+    for (int i = 0; i < n; i++) {
+        const ds4_layout_row *r = lt[i].row;
+        /* missing indexer metadata is reported with the layer kinds */
+        if (r->when == DS4_W_INDEXER && !(hp->idx_heads && hp->idx_dim)) continue;
+        const int expert = r->role == DS4_ROLE_EXP_GU || r->role == DS4_ROLE_EXP_DOWN;
+        /* an experts split part holds a slice of the routed experts */
+        if (expert && b->xpart) lt[i].ne[2] = (uint64_t)(b->e_hi - b->e_lo);
+        ds4_tensor *dst = (ds4_tensor *)((char *)base + FIELD[r->id] - 1);
+        ok[r->id] = bind_t(b, dst, &lt[i]);
+        if (r->id == DS4_T_FFN_DOWN_EXPS) {
+            ds4_layer_weights *L = base;
+            if (b->xpart) L->ffn_gate_exps.e0 = L->ffn_up_exps.e0 = L->ffn_down_exps.e0 = b->e_lo;
+            if (ok[DS4_T_FFN_GATE_EXPS] && ok[DS4_T_FFN_UP_EXPS] && L->ffn_gate_exps.type != L->ffn_up_exps.type)
+                prob(b->p, "tensor %s has type %s, expected the type of %s (%s)", L->ffn_up_exps.name,
+                     ggml_type_name(L->ffn_up_exps.type), L->ffn_gate_exps.name,
+                     ggml_type_name(L->ffn_gate_exps.type));
+        }
+    }
 }
 
 static int has_l(const gguf_file *gf, int il, const char *suffix) {
@@ -510,31 +546,10 @@ void ds4_weights_free(ds4_weights *w) {
     memset(w, 0, sizeof *w);
 }
 
-static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights *L, int *needs_idx) {
+static void bind_layer(binder *b, const ds4_config *c, const ds4_layout_hp *hp, int il, ds4_layer_weights *L,
+                       int *needs_idx) {
     const gguf_file *gf = b->gf;
-    const uint64_t D = (uint64_t)c->n_embd, hd = (uint64_t)c->head_dim;
-    const uint64_t hc_dim = (uint64_t)c->n_hc * D, hc_mix = (uint64_t)(2 + c->n_hc) * (uint64_t)c->n_hc;
-    const uint64_t gdim = (uint64_t)c->n_head * hd / (uint64_t)c->o_groups;
-    const uint64_t olow = (uint64_t)c->o_groups * (uint64_t)c->o_lora;
-    const uint64_t E = (uint64_t)c->n_expert, F = (uint64_t)c->n_ff_exp;
-    const uint64_t sh = F * (uint64_t)c->n_expert_shared;
-
-    bind_l(b, &L->hc_attn_fn, il, "hc_attn_fn.weight", T_MATRIX, 2, hc_dim, hc_mix, 0, 0);
-    bind_l(b, &L->hc_attn_scale, il, "hc_attn_scale.weight", T_F32ONLY, 1, 3, 0, 0, 0);
-    bind_l(b, &L->hc_attn_base, il, "hc_attn_base.weight", T_F32ONLY, 1, hc_mix, 0, 0, 0);
-    bind_l(b, &L->hc_ffn_fn, il, "hc_ffn_fn.weight", T_MATRIX, 2, hc_dim, hc_mix, 0, 0);
-    bind_l(b, &L->hc_ffn_scale, il, "hc_ffn_scale.weight", T_F32ONLY, 1, 3, 0, 0, 0);
-    bind_l(b, &L->hc_ffn_base, il, "hc_ffn_base.weight", T_F32ONLY, 1, hc_mix, 0, 0, 0);
-    bind_l(b, &L->attn_norm, il, "attn_norm.weight", T_F32ONLY, 1, D, 0, 0, 0);
-    bind_l(b, &L->attn_q_a, il, "attn_q_a.weight", T_MATRIX, 2, D, (uint64_t)c->q_lora, 0, 0);
-    bind_l(b, &L->attn_q_a_norm, il, "attn_q_a_norm.weight", T_F32ONLY, 1, (uint64_t)c->q_lora, 0, 0, 0);
-    bind_l(b, &L->attn_q_b, il, "attn_q_b.weight", T_MATRIX, 2, (uint64_t)c->q_lora, (uint64_t)c->n_head * hd, 0, 0);
-    bind_l(b, &L->attn_kv, il, "attn_kv.weight", T_MATRIX, 2, D, hd, 0, 0);
-    bind_l(b, &L->attn_kv_a_norm, il, "attn_kv_a_norm.weight", T_F32ONLY, 1, hd, 0, 0, 0);
-    bind_l(b, &L->attn_sinks, il, "attn_sinks.weight", T_F32ONLY, 1, (uint64_t)c->n_head, 0, 0, 0);
-    bind_l(b, &L->attn_output_a, il, "attn_output_a.weight", T_MATRIX, 2, gdim, olow, 0, 0);
-    bind_l(b, &L->attn_output_b, il, "attn_output_b.weight", T_MATRIX, 2, olow, D, 0, 0);
-
+    const uint64_t hd = (uint64_t)c->head_dim;
     /* the MTP block is a window-only layer (docs/MTP.md); its SwiGLU clamp
      * is the model's (one value in DeepSeek's config: the last layer's) */
     int ratio = b->mtp ? 0 : c->compress_ratios[il];
@@ -555,45 +570,10 @@ static void bind_layer(binder *b, const ds4_config *c, int il, ds4_layer_weights
         }
         L->coff = overlap ? 2 : 1;
         L->has_indexer = overlap;
-        uint64_t cw = (uint64_t)L->coff * hd, R = (uint64_t)ratio;
-        bind_l(b, &L->comp_ape, il, "attn_compressor_ape.weight", T_ELEM, 2, cw, R, 0, 0);
-        bind_l(b, &L->comp_kv, il, "attn_compressor_kv.weight", T_MATRIX, 2, D, cw, 0, 0);
-        bind_l(b, &L->comp_gate, il, "attn_compressor_gate.weight", T_MATRIX, 2, D, cw, 0, 0);
-        bind_l(b, &L->comp_norm, il, "attn_compressor_norm.weight", T_F32ONLY, 1, hd, 0, 0, 0);
-        if (overlap) {
-            *needs_idx = 1;
-            const uint64_t IH = (uint64_t)c->idx_heads, ID = (uint64_t)c->idx_dim;
-            if (IH && ID) {
-                bind_l(b, &L->idx_q_b, il, "indexer.attn_q_b.weight", T_MATRIX, 2, (uint64_t)c->q_lora, IH * ID, 0, 0);
-                bind_l(b, &L->idx_proj, il, "indexer.proj.weight", T_MATRIX, 2, D, IH, 0, 0);
-                bind_l(b, &L->idx_comp_ape, il, "indexer_compressor_ape.weight", T_ELEM, 2, 2 * ID, R, 0, 0);
-                bind_l(b, &L->idx_comp_kv, il, "indexer_compressor_kv.weight", T_MATRIX, 2, D, 2 * ID, 0, 0);
-                bind_l(b, &L->idx_comp_gate, il, "indexer_compressor_gate.weight", T_MATRIX, 2, D, 2 * ID, 0, 0);
-                bind_l(b, &L->idx_comp_norm, il, "indexer_compressor_norm.weight", T_F32ONLY, 1, ID, 0, 0, 0);
-            }
-        }
+        if (overlap) *needs_idx = 1;
     }
-
-    bind_l(b, &L->ffn_norm, il, "ffn_norm.weight", T_F32ONLY, 1, D, 0, 0, 0);
-    bind_l(b, &L->ffn_gate_inp, il, "ffn_gate_inp.weight", T_MATRIX, 2, D, E, 0, 0);
-    bind_l(b, &L->exp_probs_b, il, "exp_probs_b.bias", T_F32ONLY, 1, E, 0, 0, 1);
-    if (il < c->n_hash)
-        bind_l(b, &L->tid2eid, il, "ffn_gate_tid2eid.weight", T_I32, 2, (uint64_t)c->n_expert_used,
-               (uint64_t)c->n_vocab, 0, 0);
-    /* an experts split part holds a slice of the routed experts */
-    uint64_t EH = b->xpart ? (uint64_t)(b->e_hi - b->e_lo) : E;
-    int g = bind_l(b, &L->ffn_gate_exps, il, "ffn_gate_exps.weight", T_EXPERT, 3, D, F, EH, 0);
-    int u = bind_l(b, &L->ffn_up_exps, il, "ffn_up_exps.weight", T_EXPERT, 3, D, F, EH, 0);
-    bind_l(b, &L->ffn_down_exps, il, "ffn_down_exps.weight", T_EXPERT, 3, F, D, EH, 0);
-    if (b->xpart)
-        L->ffn_gate_exps.e0 = L->ffn_up_exps.e0 = L->ffn_down_exps.e0 = b->e_lo;
-    if (g && u && L->ffn_gate_exps.type != L->ffn_up_exps.type)
-        prob(b->p, "tensor %s has type %s, expected the type of blk.%d.ffn_gate_exps.weight (%s)",
-             L->ffn_up_exps.name, ggml_type_name(L->ffn_up_exps.type), il,
-             ggml_type_name(L->ffn_gate_exps.type));
-    bind_l(b, &L->ffn_gate_shexp, il, "ffn_gate_shexp.weight", T_MATRIX, 2, D, sh, 0, 0);
-    bind_l(b, &L->ffn_up_shexp, il, "ffn_up_shexp.weight", T_MATRIX, 2, D, sh, 0, 0);
-    bind_l(b, &L->ffn_down_shexp, il, "ffn_down_shexp.weight", T_MATRIX, 2, sh, D, 0, 0);
+    const ds4_layer_kind k = {ratio, L->has_indexer, il < c->n_hash};
+    bind_section(b, hp, DS4_SEC_LAYER, il, &k, L);
 }
 
 /* A file without tensors: a vocabulary-only GGUF (a tokenizer), or only
@@ -664,18 +644,13 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
     binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer};
     B.part = part_of(&P, gf, c->n_layer, &B.lo, &B.hi);
     B.xpart = xpart_of(&P, gf, c->n_expert, &B.e_lo, &B.e_hi);
-    const uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab;
-    const uint64_t N = (uint64_t)c->n_hc;
-    bind_t(&B, &w->token_embd, "token_embd.weight", T_EMBD, 2, D, V, 0, 0);
-    bind_t(&B, &w->output_hc_base, "output_hc_base.weight", T_F32ONLY, 1, N, 0, 0, 0);
-    bind_t(&B, &w->output_hc_fn, "output_hc_fn.weight", T_MATRIX, 2, N * D, N, 0, 0);
-    bind_t(&B, &w->output_hc_scale, "output_hc_scale.weight", T_F32ONLY, 1, 1, 0, 0, 0);
-    bind_t(&B, &w->output_norm, "output_norm.weight", T_F32ONLY, 1, D, 0, 0, 0);
-    bind_t(&B, &w->output, "output.weight", T_MATRIX, 2, D, V, 0, 0);
+    const ds4_layout_hp hp = hp_of(c);
+    bind_section(&B, &hp, DS4_SEC_HEAD, -1, NULL, w);
+    bind_section(&B, &hp, DS4_SEC_TAIL, -1, NULL, w);
     int needs_idx = 0;
     for (int il = 0; il < c->n_layer; il++) {
         int before = needs_idx;
-        bind_layer(&B, c, il, &w->layers[il], &needs_idx);
+        bind_layer(&B, c, &hp, il, &w->layers[il], &needs_idx);
         if (needs_idx && !before && idx_meta_missing)
             prob(&P, "layer %d needs the indexer but deepseek4.attention.indexer.head_count/key_length/top_k "
                  "are missing or invalid", il);
@@ -713,19 +688,12 @@ int ds4_weights_bind_mtp(gguf_file *gf, ds4_weights *w, int required, char **err
         prob(&P, "no mtp.0.* tensors: not an MTP file");
     } else {
         const ds4_config *c = &w->cfg;
-        const uint64_t D = (uint64_t)c->n_embd, N = (uint64_t)c->n_hc;
         binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer, .mtp = 1};
+        const ds4_layout_hp hp = hp_of(c);
         ds4_mtp_weights *m = &w->mtp;
-        bind_t(&B, &m->e_proj, "mtp.0.e_proj.weight", T_MATRIX, 2, D, D, 0, 0);
-        bind_t(&B, &m->h_proj, "mtp.0.h_proj.weight", T_MATRIX, 2, D, D, 0, 0);
-        bind_t(&B, &m->enorm, "mtp.0.enorm.weight", T_F32ONLY, 1, D, 0, 0, 0);
-        bind_t(&B, &m->hnorm, "mtp.0.hnorm.weight", T_F32ONLY, 1, D, 0, 0, 0);
-        bind_t(&B, &m->norm, "mtp.0.norm.weight", T_F32ONLY, 1, D, 0, 0, 0);
-        bind_t(&B, &m->hc_head_fn, "mtp.0.hc_head_fn.weight", T_MATRIX, 2, N * D, N, 0, 0);
-        bind_t(&B, &m->hc_head_scale, "mtp.0.hc_head_scale.weight", T_F32ONLY, 1, 1, 0, 0, 0);
-        bind_t(&B, &m->hc_head_base, "mtp.0.hc_head_base.weight", T_F32ONLY, 1, N, 0, 0, 0);
+        bind_section(&B, &hp, DS4_SEC_MTP, -1, NULL, m);
         int needs_idx = 0;
-        bind_layer(&B, c, c->n_layer, &m->block, &needs_idx);
+        bind_layer(&B, c, &hp, c->n_layer, &m->block, &needs_idx);
     }
     if (P.oom) {
         ds4_buf_free(&P.msg);

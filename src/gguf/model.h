@@ -3,7 +3,8 @@
  *
  * Owns: reading every shape parameter from `deepseek4.*` metadata, checking
  * them for internal consistency and sane bounds, and checking every tensor's
- * presence, dims and type against the layout (docs/GGUF.md §3, §4, §6).
+ * presence, dims and type against the layout (gguf/layout.h; docs/GGUF.md
+ * §3, §4, §6).
  * All problems are collected and reported at once.
  * Must not: compute anything, allocate per-tensor copies, or hard-code the
  * Flash sizes (tiny test models use the same layout with small shapes).

@@ -1,0 +1,276 @@
+/*
+ * layout.c -- the DeepSeek V4 tensor layout table and its walk (implements
+ * layout.h): names, dims, roles, layer kinds, checkpoint names and dtypes
+ * of every tensor family, in the order of the files antirez/ds4 publishes
+ * (docs/GGUF.md §4; the dims agree with `expect(...)` in the oracle's
+ * ds4_ref.py Weights._validate, written fastest-first as GGUF stores
+ * them), the recipes and the types the loader accepts per role.
+ *
+ * Owns: the table and the walk.  Must not: read files, or hold anything
+ * per model (the walk fills the caller's arrays).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "gguf/layout.h"
+
+#define D1(a) {DS4_LD_##a, 0, 0}
+#define D2(a, b) {DS4_LD_##a, DS4_LD_##b, 0}
+#define D3(a, b, c) {DS4_LD_##a, DS4_LD_##b, DS4_LD_##c}
+#define ROW(id, name, dims, role, when, opt, hf, hfx, hft) \
+    {DS4_T_##id, name, dims, DS4_ROLE_##role, DS4_W_##when, opt, hf, hfx, DS4_HF_##hft}
+
+static const ds4_layout_row HEAD[] = {
+    ROW(TOKEN_EMBD, "token_embd.weight", D2(EMBD, VOCAB), EMBD, ALWAYS, 0, "embed.weight", NULL, BF16),
+};
+
+/* One transformer layer, in file order.  The MTP block's layer is the
+ * same rows under "mtp.0." (window-only, learned router). */
+static const ds4_layout_row LAYER[] = {
+    ROW(HC_ATTN_FN, "hc_attn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, ALWAYS, 0, "hc_attn_fn", NULL, F32),
+    ROW(HC_ATTN_SCALE, "hc_attn_scale.weight", D1(THREE), VEC, ALWAYS, 0, "hc_attn_scale", NULL, F32),
+    ROW(HC_ATTN_BASE, "hc_attn_base.weight", D1(HC_MIX), VEC, ALWAYS, 0, "hc_attn_base", NULL, F32),
+    ROW(HC_FFN_FN, "hc_ffn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, ALWAYS, 0, "hc_ffn_fn", NULL, F32),
+    ROW(HC_FFN_SCALE, "hc_ffn_scale.weight", D1(THREE), VEC, ALWAYS, 0, "hc_ffn_scale", NULL, F32),
+    ROW(HC_FFN_BASE, "hc_ffn_base.weight", D1(HC_MIX), VEC, ALWAYS, 0, "hc_ffn_base", NULL, F32),
+    ROW(ATTN_NORM, "attn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, "attn_norm.weight", NULL, BF16),
+    ROW(ATTN_Q_A, "attn_q_a.weight", D2(EMBD, QLORA), PROJ, ALWAYS, 0, "attn.wq_a.weight", NULL, FP8),
+    ROW(ATTN_Q_A_NORM, "attn_q_a_norm.weight", D1(QLORA), VEC, ALWAYS, 0, "attn.q_norm.weight", NULL, BF16),
+    ROW(ATTN_Q_B, "attn_q_b.weight", D2(QLORA, Q_DIM), PROJ, ALWAYS, 0, "attn.wq_b.weight", NULL, FP8),
+    ROW(ATTN_KV, "attn_kv.weight", D2(EMBD, HEAD_DIM), PROJ, ALWAYS, 0, "attn.wkv.weight", NULL, FP8),
+    ROW(ATTN_KV_A_NORM, "attn_kv_a_norm.weight", D1(HEAD_DIM), VEC, ALWAYS, 0, "attn.kv_norm.weight", NULL, BF16),
+    ROW(ATTN_SINKS, "attn_sinks.weight", D1(HEADS), VEC, ALWAYS, 0, "attn.attn_sink", NULL, F32),
+    ROW(ATTN_OUTPUT_A, "attn_output_a.weight", D2(OUT_GROUP_DIM, OUT_LOW), PROJ, ALWAYS, 0, "attn.wo_a.weight",
+        NULL, FP8),
+    ROW(ATTN_OUTPUT_B, "attn_output_b.weight", D2(OUT_LOW, EMBD), PROJ, ALWAYS, 0, "attn.wo_b.weight", NULL, FP8),
+    /* the compressor (ratio != 0): two lanes (COMP_DIM = 2*head_dim) on
+     * indexer layers */
+    ROW(COMP_APE, "attn_compressor_ape.weight", D2(COMP_DIM, RATIO), ELEM, COMP, 0, "attn.compressor.ape", NULL,
+        F32),
+    ROW(COMP_KV, "attn_compressor_kv.weight", D2(EMBD, COMP_DIM), SMALL, COMP, 0, "attn.compressor.wkv.weight",
+        NULL, FP8),
+    ROW(COMP_GATE, "attn_compressor_gate.weight", D2(EMBD, COMP_DIM), SMALL, COMP, 0,
+        "attn.compressor.wgate.weight", NULL, FP8),
+    ROW(COMP_NORM, "attn_compressor_norm.weight", D1(HEAD_DIM), VEC, COMP, 0, "attn.compressor.norm.weight", NULL,
+        BF16),
+    ROW(IDX_Q_B, "indexer.attn_q_b.weight", D2(QLORA, IDX_Q_DIM), SMALL, INDEXER, 0, "attn.indexer.wq_b.weight",
+        NULL, FP8),
+    ROW(IDX_PROJ, "indexer.proj.weight", D2(EMBD, IDX_HEADS), SMALL, INDEXER, 0,
+        "attn.indexer.weights_proj.weight", NULL, BF16),
+    ROW(IDX_COMP_APE, "indexer_compressor_ape.weight", D2(IDX_COMP_DIM, RATIO), ELEM, INDEXER, 0,
+        "attn.indexer.compressor.ape", NULL, F32),
+    ROW(IDX_COMP_KV, "indexer_compressor_kv.weight", D2(EMBD, IDX_COMP_DIM), SMALL, INDEXER, 0,
+        "attn.indexer.compressor.wkv.weight", NULL, FP8),
+    ROW(IDX_COMP_GATE, "indexer_compressor_gate.weight", D2(EMBD, IDX_COMP_DIM), SMALL, INDEXER, 0,
+        "attn.indexer.compressor.wgate.weight", NULL, FP8),
+    ROW(IDX_COMP_NORM, "indexer_compressor_norm.weight", D1(IDX_DIM), VEC, INDEXER, 0,
+        "attn.indexer.compressor.norm.weight", NULL, BF16),
+    ROW(FFN_NORM, "ffn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, "ffn_norm.weight", NULL, BF16),
+    ROW(FFN_GATE_INP, "ffn_gate_inp.weight", D2(EMBD, EXPERTS), SMALL, ALWAYS, 0, "ffn.gate.weight", NULL, BF16),
+    /* the router bias of learned-router layers (docs/GGUF.md §4.2) */
+    ROW(EXP_PROBS_B, "exp_probs_b.bias", D1(EXPERTS), VEC, LEARNED, 1, "ffn.gate.bias", NULL, F32),
+    ROW(FFN_GATE_EXPS, "ffn_gate_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, ALWAYS, 0, "ffn.experts", "w1", FP4),
+    ROW(FFN_UP_EXPS, "ffn_up_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, ALWAYS, 0, "ffn.experts", "w3", FP4),
+    ROW(FFN_DOWN_EXPS, "ffn_down_exps.weight", D3(FF, EMBD, EXPERTS), EXP_DOWN, ALWAYS, 0, "ffn.experts", "w2",
+        FP4),
+    ROW(FFN_GATE_SHEXP, "ffn_gate_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, ALWAYS, 0,
+        "ffn.shared_experts.w1.weight", NULL, FP8),
+    ROW(FFN_UP_SHEXP, "ffn_up_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, ALWAYS, 0, "ffn.shared_experts.w3.weight",
+        NULL, FP8),
+    ROW(FFN_DOWN_SHEXP, "ffn_down_shexp.weight", D2(SHARED_FF, EMBD), SHEXP, ALWAYS, 0,
+        "ffn.shared_experts.w2.weight", NULL, FP8),
+    /* hash routing: the experts of each token id */
+    ROW(TID2EID, "ffn_gate_tid2eid.weight", D2(USED, VOCAB), I32, HASH, 0, "ffn.gate.tid2eid", NULL, I64),
+};
+
+static const ds4_layout_row TAIL[] = {
+    ROW(OUTPUT_HC_BASE, "output_hc_base.weight", D1(HC), VEC, ALWAYS, 0, "hc_head_base", NULL, F32),
+    ROW(OUTPUT_HC_FN, "output_hc_fn.weight", D2(HC_DIM, HC), SMALL, ALWAYS, 0, "hc_head_fn", NULL, F32),
+    ROW(OUTPUT_HC_SCALE, "output_hc_scale.weight", D1(ONE), VEC, ALWAYS, 0, "hc_head_scale", NULL, F32),
+    ROW(OUTPUT_NORM, "output_norm.weight", D1(EMBD), VEC, ALWAYS, 0, "norm.weight", NULL, BF16),
+    ROW(OUTPUT, "output.weight", D2(EMBD, VOCAB), OUT, ALWAYS, 0, "head.weight", NULL, BF16),
+};
+
+/* The MTP block's own tensors (docs/MTP.md); its layer follows them.  Not
+ * part of the checkpoint conversion (hf NULL). */
+static const ds4_layout_row MTP[] = {
+    ROW(MTP_E_PROJ, "mtp.0.e_proj.weight", D2(EMBD, EMBD), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(MTP_H_PROJ, "mtp.0.h_proj.weight", D2(EMBD, EMBD), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(MTP_ENORM, "mtp.0.enorm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(MTP_HNORM, "mtp.0.hnorm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(MTP_NORM, "mtp.0.norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(MTP_HC_HEAD_BASE, "mtp.0.hc_head_base.weight", D1(HC), VEC, ALWAYS, 0, NULL, NULL, F32),
+    ROW(MTP_HC_HEAD_FN, "mtp.0.hc_head_fn.weight", D2(HC_DIM, HC), SMALL, ALWAYS, 0, NULL, NULL, F32),
+    ROW(MTP_HC_HEAD_SCALE, "mtp.0.hc_head_scale.weight", D1(ONE), VEC, ALWAYS, 0, NULL, NULL, F32),
+};
+
+#define N_OF(a) ((int)(sizeof a / sizeof a[0]))
+const ds4_layout_arch ds4_layout_deepseek4 = {
+    .arch = "deepseek4",
+    .sec = {HEAD, LAYER, TAIL, MTP},
+    .n = {N_OF(HEAD), N_OF(LAYER), N_OF(TAIL), N_OF(MTP)},
+};
+
+ds4_layer_kind ds4_layout_writer_kind(int64_t ratio, int64_t il, int64_t n_hash) {
+    ds4_layer_kind k = {(int)ratio, ratio == 4, il < n_hash};
+    return k;
+}
+
+uint64_t ds4_layout_dim(int d, const ds4_layout_hp *h, const ds4_layer_kind *k) {
+    const uint64_t hd = (uint64_t)h->head_dim, N = (uint64_t)h->n_hc, H = (uint64_t)h->n_head;
+    switch (d) {
+    case DS4_LD_ONE: return 1;
+    case DS4_LD_THREE: return 3;
+    case DS4_LD_EMBD: return (uint64_t)h->n_embd;
+    case DS4_LD_VOCAB: return (uint64_t)h->n_vocab;
+    case DS4_LD_HC: return N;
+    case DS4_LD_HC_DIM: return N * (uint64_t)h->n_embd;
+    case DS4_LD_HC_MIX: return (2 + N) * N;
+    case DS4_LD_QLORA: return (uint64_t)h->q_lora;
+    case DS4_LD_HEADS: return H;
+    case DS4_LD_Q_DIM: return H * hd;
+    case DS4_LD_HEAD_DIM: return hd;
+    case DS4_LD_OUT_GROUP_DIM: return h->o_groups ? H * hd / (uint64_t)h->o_groups : 0;
+    case DS4_LD_OUT_LOW: return (uint64_t)h->o_groups * (uint64_t)h->o_lora;
+    case DS4_LD_COMP_DIM: return (k && k->indexer ? 2 : 1) * hd;
+    case DS4_LD_RATIO: return k ? (uint64_t)k->ratio : 0;
+    case DS4_LD_IDX_Q_DIM: return (uint64_t)h->idx_heads * (uint64_t)h->idx_dim;
+    case DS4_LD_IDX_HEADS: return (uint64_t)h->idx_heads;
+    case DS4_LD_IDX_COMP_DIM: return 2 * (uint64_t)h->idx_dim;
+    case DS4_LD_IDX_DIM: return (uint64_t)h->idx_dim;
+    case DS4_LD_EXPERTS: return (uint64_t)h->n_expert;
+    case DS4_LD_FF: return (uint64_t)h->n_ff;
+    case DS4_LD_SHARED_FF: return (uint64_t)h->n_ff * (uint64_t)h->n_shared;
+    case DS4_LD_USED: return (uint64_t)h->n_used;
+    }
+    return 0;
+}
+
+/* Whether a row exists in a layer of kind k. */
+static int row_in(const ds4_layout_row *r, const ds4_layer_kind *k) {
+    switch (r->when) {
+    case DS4_W_COMP: return k->ratio != 0;
+    case DS4_W_INDEXER: return k->ratio != 0 && k->indexer;
+    case DS4_W_HASH: return k->hash;
+    case DS4_W_LEARNED: return !k->hash;
+    }
+    return 1;
+}
+
+int ds4_layout_section(const ds4_layout_arch *a, int sec, const ds4_layout_hp *hp, int il,
+                       const ds4_layer_kind *k, int flags, ds4_layout_tensor *out) {
+    static const ds4_layer_kind none = {0, 0, 0};
+    const int layer = sec == DS4_SEC_LAYER;
+    if (!layer) k = &none;
+    int n = 0;
+    for (int i = 0; i < a->n[sec]; i++) {
+        const ds4_layout_row *r = &a->sec[sec][i];
+        if (!row_in(r, k) && !(r->optional && (flags & DS4_LAYOUT_READ))) continue;
+        ds4_layout_tensor *t = &out[n++];
+        memset(t, 0, sizeof *t);
+        t->row = r;
+        t->layer = layer ? il : -1;
+        if (!layer) snprintf(t->name, sizeof t->name, "%s", r->name);
+        else if (flags & DS4_LAYOUT_MTP) snprintf(t->name, sizeof t->name, "mtp.0.%s", r->name);
+        else snprintf(t->name, sizeof t->name, "blk.%d.%s", il, r->name);
+        t->nd = 0;
+        for (int d = 0; d < 3; d++) {
+            t->ne[d] = r->dim[d] ? ds4_layout_dim(r->dim[d], hp, k) : 1;
+            if (r->dim[d]) t->nd = (uint32_t)d + 1;
+        }
+    }
+    return n;
+}
+
+ds4_layout_tensor *ds4_layout_list(const ds4_layout_arch *a, const ds4_layout_hp *hp, int mtp, size_t *n) {
+    const size_t cap = (size_t)(a->n[DS4_SEC_HEAD] + a->n[DS4_SEC_TAIL] + a->n[DS4_SEC_MTP]) +
+                       (size_t)(hp->n_layer + 1) * (size_t)a->n[DS4_SEC_LAYER];
+    ds4_layout_tensor *L = malloc(cap * sizeof *L);
+    if (!L) return NULL;
+    size_t k = 0;
+    k += (size_t)ds4_layout_section(a, DS4_SEC_HEAD, hp, -1, NULL, 0, L + k);
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        ds4_layer_kind kind = ds4_layout_writer_kind(hp->ratios[il], il, hp->n_hash);
+        k += (size_t)ds4_layout_section(a, DS4_SEC_LAYER, hp, (int)il, &kind, 0, L + k);
+    }
+    k += (size_t)ds4_layout_section(a, DS4_SEC_TAIL, hp, -1, NULL, 0, L + k);
+    if (mtp) {
+        /* window-only (ratio 0), learned router */
+        ds4_layer_kind kind = {0, 0, 0};
+        k += (size_t)ds4_layout_section(a, DS4_SEC_MTP, hp, -1, NULL, 0, L + k);
+        k += (size_t)ds4_layout_section(a, DS4_SEC_LAYER, hp, (int)hp->n_layer, &kind, DS4_LAYOUT_MTP, L + k);
+    }
+    *n = k;
+    return L;
+}
+
+void ds4_layout_hf_name(const ds4_layout_tensor *t, int64_t expert, char *out, size_t n) {
+    const ds4_layout_row *r = t->row;
+    if (!r->hf) snprintf(out, n, "%s", "");
+    else if (t->layer < 0) snprintf(out, n, "%s", r->hf);
+    else if (r->hf_expert)
+        snprintf(out, n, "layers.%d.%s.%" PRId64 ".%s.weight", t->layer, r->hf, expert, r->hf_expert);
+    else snprintf(out, n, "layers.%d.%s", t->layer, r->hf);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Recipes and accepted types                                               */
+/* ------------------------------------------------------------------------ */
+
+static const ds4_recipe RECIPES[] = {
+    {"f16", GGML_F16, GGML_F16, GGML_F16},
+    {"q2", GGML_Q8_0, GGML_IQ2_XXS, GGML_Q2_K},
+    {"q4", GGML_Q8_0, GGML_Q4_K, GGML_Q4_K},
+    {"mxfp4", GGML_Q8_0, GGML_MXFP4, GGML_MXFP4},
+};
+
+const ds4_recipe *ds4_recipe_find(const char *name) {
+    for (size_t i = 0; i < sizeof RECIPES / sizeof RECIPES[0]; i++)
+        if (!strcmp(RECIPES[i].name, name)) return &RECIPES[i];
+    return NULL;
+}
+
+uint32_t ds4_recipe_type(const ds4_recipe *r, int role) {
+    switch (role) {
+    case DS4_ROLE_VEC: return GGML_F32;
+    case DS4_ROLE_I32: return GGML_I32;
+    case DS4_ROLE_PROJ: case DS4_ROLE_SHEXP: case DS4_ROLE_OUT: return r->proj;
+    case DS4_ROLE_EXP_GU: return r->gate_up;
+    case DS4_ROLE_EXP_DOWN: return r->down;
+    }
+    return GGML_F16;   /* embedding, position biases, the small matrices */
+}
+
+/* Type classes: the embedding is read one row at a time by
+ * dequantization; position biases one value at a time, so no block
+ * formats; matrices take every format the kernels implement; routed
+ * experts may also be MXFP4 (the only place GGUF producers put it). */
+static int is_matrix_type(uint32_t t) {
+    return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q2_K ||
+           t == GGML_Q4_K || t == GGML_IQ2_XXS;
+}
+
+int ds4_layout_type_ok(int role, uint32_t t) {
+    switch (role) {
+    case DS4_ROLE_VEC: return t == GGML_F32;
+    case DS4_ROLE_I32: return t == GGML_I32;
+    case DS4_ROLE_EMBD: return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0;
+    case DS4_ROLE_ELEM: return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16;
+    case DS4_ROLE_EXP_GU: case DS4_ROLE_EXP_DOWN: return is_matrix_type(t) || t == GGML_MXFP4;
+    }
+    return is_matrix_type(t);
+}
+
+const char *ds4_layout_types_text(int role) {
+    switch (role) {
+    case DS4_ROLE_VEC: return "F32";
+    case DS4_ROLE_I32: return "I32";
+    case DS4_ROLE_EMBD: return "one of F32, F16, BF16, Q8_0";
+    case DS4_ROLE_ELEM: return "one of F32, F16, BF16";
+    case DS4_ROLE_EXP_GU: case DS4_ROLE_EXP_DOWN: return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, MXFP4";
+    }
+    return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS";
+}
