@@ -69,7 +69,7 @@ static int prompt_path(ds4_model *m, outcome *o, char **err) {
     msgs[1].role = DS4_ROLE_USER;
     msgs[1].content = "What time is it? Answer in one word, please.";
     msgs[1].content_len = strlen(msgs[1].content);
-    ds4_render_opts ro = { DS4_THINK_NONE, 0 };
+    ds4_render_opts ro = { .think = DS4_THINK_NONE };
     int rc = ds4_render_chat(msgs, 2, &ro, &o->prompt, err);
     if (rc) return rc;
     if ((rc = ds4_tokenize(tok, o->prompt.p, o->prompt.n, DS4_TOK_SPECIAL, &o->ids))) return rc;
