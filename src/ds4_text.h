@@ -206,6 +206,35 @@ int  ds4_dsml_in_block(const ds4_dsml *p);
 /* The exact bytes of the block seen so far (for exact replay). */
 const char *ds4_dsml_block_text(const ds4_dsml *p, size_t *len);
 
+/* ------------------------------------------------------------------------ */
+/* GLM tool-call parser (streaming).  Implemented in glm_calls.c.            */
+/* ------------------------------------------------------------------------ */
+
+/* The contract of the DSML parser above, for the GLM format
+ * <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
+ * (docs/PROMPT_FORMAT.md §10.3), with the same events and callback: TEXT
+ * before the first call; per call CALL_BEGIN (name), one ARGS_DELTA with the
+ * whole arguments JSON and CALL_END at its </tool_call>; DONE from
+ * ds4_glm_calls_finish after the last call; ERROR once on malformed calls.
+ * `tools_json` is the request's tools array (as in ds4_message.tools_json;
+ * NULL or unparsable = no schemas): a value whose schema type is "string"
+ * is taken as raw text, one of a non-string type must be JSON, others are
+ * JSON when they parse as a non-string JSON value, else raw text. */
+typedef struct ds4_glm_calls ds4_glm_calls;
+
+ds4_glm_calls *ds4_glm_calls_new(const char *tools_json, ds4_dsml_cb cb, void *ud);
+void ds4_glm_calls_free(ds4_glm_calls *p);
+int  ds4_glm_calls_feed(ds4_glm_calls *p, const char *text, size_t len);
+int  ds4_glm_calls_finish(ds4_glm_calls *p);
+/* 1 inside an <arg_value> (payload), 0 in tags and plain text. */
+int  ds4_glm_calls_in_payload(const ds4_glm_calls *p);
+/* 1 once a <tool_call> has started. */
+int  ds4_glm_calls_in_block(const ds4_glm_calls *p);
+/* The exact bytes from the first "<tool_call>" to the last "</tool_call>"
+ * seen (whitespace between calls included, after the last one not), for
+ * exact replay through ds4_message.dsml_exact. */
+const char *ds4_glm_calls_block_text(const ds4_glm_calls *p, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif
