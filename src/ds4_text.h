@@ -212,7 +212,7 @@ const char *ds4_dsml_block_text(const ds4_dsml *p, size_t *len);
 
 /* The contract of the DSML parser above, for the GLM format
  * <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
- * (docs/PROMPT_FORMAT.md §10.3), with the same events and callback: TEXT
+ * (docs/PROMPT_FORMAT.md §12.3), with the same events and callback: TEXT
  * before the first call; per call CALL_BEGIN (name), one ARGS_DELTA with the
  * whole arguments JSON and CALL_END at its </tool_call>; DONE from
  * ds4_glm_calls_finish after the last call; ERROR once on malformed calls.

@@ -6,7 +6,7 @@
  * official GLM-5.3 chat_template.jinja renders for the same conversations
  * under transformers' settings (trim_blocks, lstrip_blocks, tojson =
  * json.dumps(ensure_ascii=False)); they were rendered once with Jinja2 and
- * checked by hand against the template's rules (docs/PROMPT_FORMAT.md §10).
+ * checked by hand against the template's rules (docs/PROMPT_FORMAT.md §12).
  * Cases marked "ds4's choice" pin behaviour the template does not define.
  */
 #include <stdio.h>
@@ -167,7 +167,7 @@ static void template_goldens(void) {
     }
 }
 
-/* Where the template has no answer (docs/PROMPT_FORMAT.md §10). */
+/* Where the template has no answer (docs/PROMPT_FORMAT.md §12). */
 static void ds4_choices(void) {
     {   /* ds4's choice: thinking off = no effort line, answer opens <think></think> */
         ds4_message m[] = { { .role = DS4_ROLE_USER, .content = "hi" } };

@@ -1,6 +1,6 @@
 /*
  * glm_calls.c -- streaming parser of the tool calls GLM models emit
- * (ds4_glm_calls_*, docs/PROMPT_FORMAT.md §10.3).
+ * (ds4_glm_calls_*, docs/PROMPT_FORMAT.md §12.3).
  *
  * Owns: turning generated content bytes, fed in any split, into the same
  * events as the DSML parser (dsml.c): visible TEXT, then per call

@@ -3,7 +3,7 @@
  * with opts->format == DS4_FORMAT_GLM) and the canonical GLM XML text of
  * tool calls (ds4_render_tool_calls_glm).
  *
- * Owns: the GLM prompt format of docs/PROMPT_FORMAT.md §10.  Must not
+ * Owns: the GLM prompt format of docs/PROMPT_FORMAT.md §12.  Must not
  * touch: the V4 format (render.c), tokenization (tokenizer.c), parsing of
  * the calls (glm_calls.c), JSON byte format (json_py.c).
  *
@@ -23,7 +23,7 @@
  *     content like the template does;
  *   - the generation prompt "<|assistant|><think>".
  * ds4's own choices where the template has no answer (docs/PROMPT_FORMAT.md
- * §10): DS4_THINK_NONE drops the effort line and opens the answer with
+ * §12.1): DS4_THINK_NONE drops the effort line and opens the answer with
  * "<think></think>" (the template has no off switch); developer and
  * latest_reminder messages render as system parts (the template would drop
  * them); response_format is not rendered (GLM has no such section); the
