@@ -17,7 +17,8 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Tokenizer (byte-level BPE with the DeepSeek V3/V4 pre-tokenizer).         */
+/* Tokenizer (byte-level BPE with the DeepSeek V3/V4 pre-tokenizer, or GLM's */
+/* when the vocabulary's tokenizer.ggml.pre is "glm4").                      */
 /* Implemented in tokenizer.c.                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -25,7 +26,10 @@ typedef struct ds4_tokenizer ds4_tokenizer;
 
 /* Ids of the tokens the chat format uses, looked up by their text; -1 when a
  * vocabulary lacks one (BOS, EOS, User, Assistant, think, /think and DSML are
- * required: loading fails without them). */
+ * required: loading fails without them).  A GLM vocabulary ("glm4"
+ * pre-tokenizer) fills them with GLM's tokens instead: eos = pad =
+ * <|endoftext|>, user <|user|>, assistant <|assistant|>, think, /think
+ * (required); bos, dsml and latest_reminder are -1. */
 typedef struct {
     int32_t bos, eos, pad;
     int32_t user, assistant;
