@@ -12,10 +12,10 @@ CF="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanit
 command -v clang >/dev/null || { echo "fuzz: clang is needed (apt-get install clang)"; exit 1; }
 set -e   # a target that does not build is a failure
 
-clang $CF fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/model.c src/gguf/inspect.c src/base/hash.c src/base/buf.c src/text/escape.c src/text/unicode.c -lm -o $B/fuzz_gguf
-cc -std=c11 -D_GNU_SOURCE -DDS4_FUZZ_SEEDGEN -Isrc fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/model.c src/base/buf.c src/text/escape.c src/text/unicode.c -lm -o $B/fuzz_gguf_seeds
-clang $CF fuzz/fuzz_tokenizer.c src/text/tokenizer.c src/text/unicode.c src/text/escape.c src/gguf/gguf.c src/base/hash.c src/base/buf.c -lm -o $B/fuzz_tokenizer
-clang $CF fuzz/fuzz_dsml.c src/text/dsml.c src/base/json_py.c src/text/escape.c src/text/unicode.c src/base/buf.c -ljansson -lm -o $B/fuzz_dsml
+clang $CF fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/mapguard.c src/gguf/model.c src/gguf/inspect.c src/base/hash.c src/base/buf.c src/base/escape.c src/base/utf8.c src/text/unicode.c -lm -o $B/fuzz_gguf
+cc -std=c11 -D_GNU_SOURCE -DDS4_FUZZ_SEEDGEN -Isrc fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/mapguard.c src/gguf/model.c src/gguf/inspect.c src/base/hash.c src/base/buf.c src/base/escape.c src/base/utf8.c src/text/unicode.c -lm -o $B/fuzz_gguf_seeds
+clang $CF fuzz/fuzz_tokenizer.c src/text/tokenizer.c src/text/unicode.c src/base/escape.c src/base/utf8.c src/gguf/gguf.c src/gguf/mapguard.c src/base/hash.c src/base/buf.c -lm -o $B/fuzz_tokenizer
+clang $CF fuzz/fuzz_dsml.c src/text/dsml.c src/base/json_py.c src/base/escape.c src/base/utf8.c src/base/buf.c -ljansson -lm -o $B/fuzz_dsml
 clang $CF fuzz/fuzz_glm_calls.c src/text/glm_calls.c src/base/json_py.c src/base/escape.c src/base/utf8.c src/base/buf.c -ljansson -lm -o $B/fuzz_glm_calls
 clang $CF fuzz/fuzz_http1.c -o $B/fuzz_http1
 
