@@ -221,9 +221,10 @@ const char *ds4_dsml_block_text(const ds4_dsml *p, size_t *len);
  * whole arguments JSON and CALL_END at its </tool_call>; DONE from
  * ds4_glm_calls_finish after the last call; ERROR once on malformed calls.
  * `tools_json` is the request's tools array (as in ds4_message.tools_json;
- * NULL or unparsable = no schemas): a value whose schema type is "string"
- * is taken as raw text, one of a non-string type must be JSON, others are
- * JSON when they parse as a non-string JSON value, else raw text. */
+ * NULL = no schemas): a value whose schema type is "string" is taken as raw
+ * text, one of a non-string type must be JSON, others are JSON when they
+ * parse as a non-string JSON value, else raw text.  ds4_glm_calls_new
+ * returns NULL when out of memory or when tools_json is not JSON. */
 typedef struct ds4_glm_calls ds4_glm_calls;
 
 ds4_glm_calls *ds4_glm_calls_new(const char *tools_json, ds4_dsml_cb cb, void *ud);

@@ -261,6 +261,9 @@ static int end_value(ds4_glm_calls *p) {
         /* INT_AS_REAL: only validity matters, and integers beyond 64 bits
          * are valid JSON (Python reads them). */
         json_t *j = json_loadb(v, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
+        /* Out of memory is not "not JSON": that would silently make the
+         * value a string. */
+        if (!j && json_error_code(&je) == json_error_out_of_memory) return fail_oom(p);
         as_json = j && !json_is_string(j);
         if (ty == TY_JSON && !j) {
             char q[96], msg[320];
@@ -414,7 +417,12 @@ ds4_glm_calls *ds4_glm_calls_new(const char *tools_json, ds4_dsml_cb cb, void *u
     p->ud = ud;
     p->st = ST_TEXT;
     p->call = -1;
-    if (tools_json) p->tools = ds4_json_parse(tools_json, strlen(tools_json), NULL);
+    if (tools_json) {
+        /* Refused rather than ignored: parsing without the schemas would
+         * type values differently, silently. */
+        p->tools = ds4_json_parse(tools_json, strlen(tools_json), NULL);
+        if (!p->tools) { free(p); return NULL; }
+    }
     return p;
 }
 
