@@ -1,8 +1,8 @@
 /*
  * ds4_mpi.h -- distributed inference over MPI (docs/distributed.md): start, rank
  * and size, the worker loop of ranks > 0, finish.  Implemented in
- * src/mpi/mpi.c (it reaches the engine through the hook table of
- * src/engine/transport.h, internal).
+ * src/mpi/mpi.c (the engine reaches it through the hook table of
+ * ds4_transport.h; it reaches the engine through the public headers).
  *
  * Part of the public API (ds4.h includes every part; its header has the
  * conventions: return codes, err messages, threads).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The layers of the source hold (tools/check_layers.py, its header has the
-# rules): src/ wings include only their own or lower wings, store/ reaches
-# the engine through public headers, front ends include public headers only
+# rules): src/ wings include only their own or lower wings, store/ and
+# mpi/ reach the engine through public headers, front ends include public headers only
 # (a short list of tools with internal access, each with its reason), no
 # two modules include each other in a circle, and no modules of src/ or
 # agent/ call each other in a circle.
@@ -56,6 +56,10 @@ expect "a front end on an internal header" 'an internal header of src/engine'
 plant_clean   # a public header brings an internal one with it
 printf '#include "engine/e.h"\n' >> "$tmp/t/src/ds4.h"
 expect "a public header on an internal one" 'a public header includes only'
+
+plant_clean   # the transport reaches into the engine's internals
+mkdir -p "$tmp/t/src/mpi" && printf '#include "engine/e.h"\nint m_one(void) { return 1; }\n' > "$tmp/t/src/mpi/m.c"
+expect "mpi on an internal engine header" 'src/mpi uses the engine through public headers only'
 
 plant_clean   # two modules include each other
 printf 'int e_three(void);\n' > "$tmp/t/src/engine/f.h"

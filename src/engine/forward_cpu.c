@@ -1998,6 +1998,15 @@ static int eval_pass(fwd *f) {
     if (dist_on()) {
         int rc = dist_chunk_begin(s, f->toks, n, &want_all, &lo, &hi);
         if (rc) return rc;
+        if (want_all && !dist_is_root() && dist_runs_head() && !s->cap_logits &&
+            s->logits_rows < s->chunk) {
+            /* a worker running the head computes every row's logits for
+             * rank 0 (rank 0's own session holds the rows it asked for) */
+            float *l = realloc(sc->logits, (size_t)s->chunk * c->n_vocab * sizeof(float));
+            if (!l) return DS4_ENOMEM;
+            sc->logits = l;
+            s->logits_rows = s->chunk;
+        }
     }
     if (lo == 0) PROF(PS_EMBED, embed(f, f->toks));
     if (s->imatrix) s->imatrix->n_tokens += (uint64_t)n;

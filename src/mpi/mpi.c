@@ -10,9 +10,13 @@
  * the model and serves commands (new/free/reset/checkpoint/rewind a
  * session, evaluate a chunk) until rank 0 sends QUIT (at exit).  The
  * engine reaches the hooks only through the table ds4_dist_init registers
- * (engine/transport.h), never by name: the worker loop runs the engine, so
- * naming each other would make the two one circle of modules
- * (tools/check_layers.py).
+ * (the public ds4_transport.h), never by name: the worker loop runs the
+ * engine, so naming each other would make the two one circle of modules
+ * (tools/check_layers.py).  This file reaches the engine through the
+ * public headers only (ds4*.h; check_layers.py rule 2): the hooks get plain
+ * values, session ids and the model's GGUF handle (for the split rules),
+ * the rest comes from public accessors (ds4_model_get_info,
+ * ds4_model_fingerprint).
  *
  * Pipeline mode: rank r evaluates a run of consecutive layers (balanced by
  * weight bytes, or --dist-layers); rank 0 embeds, the last rank runs the
@@ -48,8 +52,9 @@
 #include <sched.h>
 #include <time.h>
 
-#include "engine/engine_internal.h"
-#include "engine/transport.h"
+#include "ds4.h"
+#include "ds4_transport.h"
+#include "gguf/gguf.h"
 #include "gguf/split.h"
 
 #ifdef DS4_MPI
@@ -104,6 +109,7 @@ static struct {
     int mode;                 /* 1 = pipeline */
     char *layers_spec;        /* --dist-layers, or NULL */
     int lo, hi;               /* this rank's layers [lo, hi) */
+    int n_layer, n_expert;    /* the loaded model's (ds4_model_get_info) */
     int *first;               /* [size+1] first layer of each rank */
     int next_sid;
     int want_all;             /* worker: the current chunk's logits are all wanted */
@@ -339,14 +345,14 @@ void ds4_dist_finish(void) { at_exit(); }
 /* Layer split                                                             */
 /* ---------------------------------------------------------------------- */
 
-static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
+static int plan_layers(const char *path, const gguf_file *gf, char *msg, size_t cap) {
     int P = G.size;
     free(G.first);
     G.first = calloc((size_t)P + 1, sizeof(int));
     if (!G.first) { snprintf(msg, cap, "out of memory"); return DS4_ENOMEM; }
     if (G.mode == 2) {
         /* experts: every rank runs every layer, and a share of the experts */
-        int E = m->w.cfg.n_expert;
+        int E = G.n_expert;
         if (G.layers_spec) {
             snprintf(msg, cap, "--dist-layers applies to --dist pipeline only");
             return DS4_EINVAL;
@@ -358,55 +364,60 @@ static int plan_layers(const ds4_model *m, char *msg, size_t cap) {
         }
         if (G.part && !G.xpart) {
             snprintf(msg, cap, "%s holds one rank's layers (a pipeline split): it cannot run "
-                     "--dist experts", m->path);
+                     "--dist experts", path);
             return DS4_EINVAL;
         }
         for (int r = 0; r < P; r++) G.first[r] = 0;
-        G.first[P] = m->w.cfg.n_layer;
+        G.first[P] = G.n_layer;
         return DS4_OK;
     }
     if (G.part) {
         /* a per-rank file: its split, written by ds4-gguf split, is the plan */
         if (G.layers_spec) {
-            snprintf(msg, cap, "--dist-layers: %s is already split (ds4.split.first)", m->path);
+            snprintf(msg, cap, "--dist-layers: %s is already split (ds4.split.first)", path);
             return DS4_EINVAL;
         }
-        return ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, P, G.first, NULL, msg, cap);
+        return ds4_split_info(gf, G.n_layer, G.rank, P, G.first, NULL, msg, cap);
     }
-    return ds4_split_plan_pipeline(m->gf, m->w.cfg.n_layer, P, G.layers_spec, G.first, msg, cap);
+    return ds4_split_plan_pipeline(gf, G.n_layer, P, G.layers_spec, G.first, msg, cap);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Load: every worker reports to rank 0, which answers GO or QUIT          */
 /* ---------------------------------------------------------------------- */
 
-static int hook_model_loaded(ds4_model *m, int rc, char **err) {
+static int hook_model_loaded(const ds4_model *m, const char *path, const gguf_file *gf, int rc,
+                             char **err) {
     if (!G.on) return rc;
     char msg[400] = "";
     /* the model's identity: a part names the whole file it came from */
     uint8_t ident[20];
     if (rc == DS4_OK) {
-        G.part = gguf_find(m->gf, "ds4.split.ranks") != NULL;
-        G.xpart = G.part && gguf_find(m->gf, "ds4.split.experts") != NULL;
-        memcpy(ident, m->fingerprint, 20);
+        ds4_model_info info;
+        ds4_model_get_info(m, &info);
+        G.n_layer = info.n_layer;
+        G.n_expert = info.n_expert;
+        G.part = gguf_find(gf, "ds4.split.ranks") != NULL;
+        G.xpart = G.part && gguf_find(gf, "ds4.split.experts") != NULL;
+        ds4_model_fingerprint(m, ident);
         if (G.xpart && G.mode != 2) {
             snprintf(msg, sizeof msg, "%s holds a share of every layer's experts (an experts "
-                     "split): run it with --dist experts", m->path);
+                     "split): run it with --dist experts", path);
             rc = DS4_EINVAL;
         } else if (G.xpart) {
             /* the loader bound the slice the file names; it must be this
              * rank's share of this rank count */
-            rc = ds4_split_experts_info(m->gf, m->w.cfg.n_expert, G.rank, G.size, NULL, NULL,
+            rc = ds4_split_experts_info(gf, G.n_expert, G.rank, G.size, NULL, NULL,
                                         ident, msg, sizeof msg);
         } else if (G.part) {
-            rc = ds4_split_info(m->gf, m->w.cfg.n_layer, G.rank, G.size, NULL, ident,
+            rc = ds4_split_info(gf, G.n_layer, G.rank, G.size, NULL, ident,
                                 msg, sizeof msg);
         }
     }
-    if (rc == DS4_OK) rc = plan_layers(m, msg, sizeof msg);
+    if (rc == DS4_OK) rc = plan_layers(path, gf, msg, sizeof msg);
     if (rc == DS4_OK) {
         G.lo = G.mode == 2 ? 0 : G.first[G.rank];
-        G.hi = G.mode == 2 ? m->w.cfg.n_layer : G.first[G.rank + 1];
+        G.hi = G.mode == 2 ? G.n_layer : G.first[G.rank + 1];
     }
     if (G.rank != 0) {
         dstatus st;
@@ -467,35 +478,37 @@ static int hook_model_loaded(ds4_model *m, int rc, char **err) {
 /* Session mirroring (rank 0)                                              */
 /* ---------------------------------------------------------------------- */
 
-static void cmd_s(ds4_session *s, int op, int a) {
-    if (!G.on || G.rank != 0 || !s->dist_id || G.quit_sent) return;
-    dcmd c = { .op = op, .sid = s->dist_id, .a = a };
+static void cmd_s(int id, int op, int a) {
+    if (!G.on || G.rank != 0 || !id || G.quit_sent) return;
+    dcmd c = { .op = op, .sid = id, .a = a };
     send_all(&c);
 }
 
-static void hook_session_new(ds4_session *s) {
-    if (!G.on || G.rank != 0 || G.quit_sent) return;
-    s->dist_id = ++G.next_sid;
-    dcmd c = { .op = OP_SNEW, .sid = s->dist_id, .a = s->ctx, .b = s->chunk, .c = s->no_qat };
+/* The session's id: the workers' name for it (0 = none, on workers too) */
+static int hook_session_new(int ctx, int chunk, int no_qat) {
+    if (!G.on || G.rank != 0 || G.quit_sent) return 0;
+    int id = ++G.next_sid;
+    dcmd c = { .op = OP_SNEW, .sid = id, .a = ctx, .b = chunk, .c = no_qat };
     send_all(&c);
+    return id;
 }
-static void hook_session_free(ds4_session *s) { cmd_s(s, OP_SFREE, 0); }
-static void hook_session_reset(ds4_session *s) { cmd_s(s, OP_RESET, 0); }
-static void hook_session_checkpoint(ds4_session *s, int slot) { cmd_s(s, OP_CKPT, slot); }
-static void hook_session_rewind(ds4_session *s, int n) { cmd_s(s, OP_REWIND, n); }
+static void hook_session_free(int id) { cmd_s(id, OP_SFREE, 0); }
+static void hook_session_reset(int id) { cmd_s(id, OP_RESET, 0); }
+static void hook_session_checkpoint(int id, int slot) { cmd_s(id, OP_CKPT, slot); }
+static void hook_session_rewind(int id, int n) { cmd_s(id, OP_REWIND, n); }
 
 /* ---------------------------------------------------------------------- */
 /* Forward pass                                                            */
 /* ---------------------------------------------------------------------- */
 
-static int hook_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *want_all,
-                         int *lo, int *hi) {
+static int hook_chunk_begin(int id, int cap_hidden, const int32_t *toks, int n, int *want_all,
+                            int *lo, int *hi) {
     *lo = G.lo;
     *hi = G.hi;
-    if (s->cap_hidden) return DS4_EUNSUP;    /* the HC rows live on several ranks */
+    if (cap_hidden) return DS4_EUNSUP;    /* the HC rows live on several ranks */
     if (G.rank == 0) {
-        if (!s->dist_id || G.quit_sent) return DS4_EINVAL;
-        dcmd c = { .op = OP_EVAL, .sid = s->dist_id, .a = n, .b = *want_all };
+        if (!id || G.quit_sent) return DS4_EINVAL;
+        dcmd c = { .op = OP_EVAL, .sid = id, .a = n, .b = *want_all };
         send_all(&c);
         for (int r = 1; r < G.size; r++) dsend(toks, n, MPI_INT32_T, r, TAG_TOKS);
     } else {
@@ -504,20 +517,15 @@ static int hook_chunk_begin(ds4_session *s, const int32_t *toks, int n, int *wan
     return DS4_OK;
 }
 
-static int x_count(const ds4_session *s, int n) {
-    const ds4_config *c = &s->m->w.cfg;
-    return n * c->n_hc * c->n_embd;
-}
-
-static int hook_recv_x(ds4_session *s, float *X, int n) {
-    drecv(X, x_count(s, n), MPI_FLOAT, G.rank - 1, TAG_X);
+static int hook_recv_x(float *X, int count) {
+    drecv(X, count, MPI_FLOAT, G.rank - 1, TAG_X);
     return DS4_OK;
 }
 
 /* Micro-batches go out with MPI_Isend, so this rank starts the next one
  * while the next rank receives; the rows stay untouched until
  * hook_send_done (forward_cpu.c writes each micro-batch's own rows). */
-static int hook_send_x(ds4_session *s, const float *X, int n) {
+static int hook_send_x(const float *X, int count) {
     if (G.n_sends == G.cap_sends) {
         int nc = G.cap_sends ? 2 * G.cap_sends : 16;
         MPI_Request *q = realloc(G.sends, (size_t)nc * sizeof *q);
@@ -526,7 +534,7 @@ static int hook_send_x(ds4_session *s, const float *X, int n) {
         G.cap_sends = nc;
     }
     double t0 = now();
-    int rc = MPI_Isend((void *)X, x_count(s, n), MPI_FLOAT, G.rank + 1, TAG_X, MPI_COMM_WORLD,
+    int rc = MPI_Isend((void *)X, count, MPI_FLOAT, G.rank + 1, TAG_X, MPI_COMM_WORLD,
                        &G.sends[G.n_sends++]);
     if (rc != MPI_SUCCESS) fatal("send", rc);
     G.comm += now() - t0;
@@ -542,8 +550,7 @@ static void hook_progress(void) {
     }
 }
 
-static int hook_send_done(ds4_session *s) {
-    (void)s;
+static int hook_send_done(void) {
     double t0 = now();
     for (int i = 0; i < G.n_sends; i++) dwait(&G.sends[i], G.rank + 1, "send", 1, t0);
     G.n_sends = 0;
@@ -559,10 +566,9 @@ static int hook_send_done(ds4_session *s) {
  * medium model, 64-token micro-batches (1.5 tokens an expert) cost 30 %
  * more CPU than the whole 256-token chunk -- and at least 16 tokens.
  * Experts mode: the whole chunk. */
-static int hook_microbatch(const ds4_session *s, int n) {
+static int hook_microbatch(int n, int n_expert, int n_expert_used) {
     if (G.mode != 1 || G.size < 2) return n;
-    const ds4_config *c = &s->m->w.cfg;
-    int floor = c->n_expert_used > 0 ? (4 * c->n_expert + c->n_expert_used - 1) / c->n_expert_used : 16;
+    int floor = n_expert_used > 0 ? (4 * n_expert + n_expert_used - 1) / n_expert_used : 16;
     if (floor < 16) floor = 16;
     int m = (n + 2 * G.size - 1) / (2 * G.size);
     if (m < floor) m = floor;
@@ -606,11 +612,10 @@ static int hook_gather_rows(float *dn, int D, const int *eoff, int n_expert, int
     return DS4_OK;
 }
 
-static int hook_logits(ds4_session *s, float *logits, int nl) {
+static int hook_logits(float *logits, int cnt) {
     if (G.mode == 2) return DS4_OK;   /* rank 0 ran the head itself */
     int last = G.size - 1;
     if (last == 0) return DS4_OK;
-    int cnt = nl * s->m->w.cfg.n_vocab;
     if (G.rank == last) dsend(logits, cnt, MPI_FLOAT, 0, TAG_LOGITS);
     else if (G.rank == 0) drecv(logits, cnt, MPI_FLOAT, last, TAG_LOGITS);
     return DS4_OK;
@@ -690,13 +695,9 @@ int ds4_dist_worker(const char *path, const ds4_model_params *p) {
                 ntoks = c.a;
             }
             drecv(toks, c.a, MPI_INT32_T, 0, TAG_TOKS);
+            /* the head rank's session grows its logits rows itself
+             * (forward_cpu.c, once chunk_begin says want_all) */
             G.want_all = c.b;
-            if (c.b && hook_runs_head() && !s->cap_logits) {
-                /* the last rank computes every row's logits for rank 0 */
-                float *l = realloc(s->sc.logits, (size_t)s->chunk * m->w.cfg.n_vocab * sizeof(float));
-                if (!l) worker_fail("allocating logits rows", DS4_ENOMEM);
-                s->sc.logits = l;
-            }
             rc = ds4_session_eval(s, toks, c.a, NULL, NULL);
             break;
         default: worker_fail("unknown command", DS4_EINVAL);
@@ -713,7 +714,7 @@ int ds4_dist_worker(const char *path, const ds4_model_params *p) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* The engine's hooks (engine/transport.h)                                 */
+/* The engine's hooks (ds4_transport.h)                                 */
 /* ---------------------------------------------------------------------- */
 
 static const ds4_transport mpi_transport = {
