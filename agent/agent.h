@@ -27,7 +27,7 @@
 #include <stdio.h>
 
 #include "ds4.h"
-#include "util.h"   /* ag_now, ag_strndup */
+#include "util.h"   /* ag_strndup */
 
 extern volatile sig_atomic_t ag_interrupt;   /* Ctrl+C: stop what runs */
 extern volatile sig_atomic_t ag_terminate;   /* SIGTERM: save and leave */

@@ -139,7 +139,7 @@ int ag_model_turn(agent *a, int *called, int *stop) {
         if (got > 0 && got < (int)pend.n) { cached = got; ev += got; nev -= got; }
         else if (got > 0) ds4_session_reset(a->s);
     }
-    double t0 = ag_now();
+    double t0 = ds4_now();
     if (ds4_session_n_tokens(a->s) == 0 && a->kv && nev > (int)a->sys_ids.n &&
         !memcmp(ev, a->sys_ids.v, a->sys_ids.n * sizeof *ev)) {
         /* keep the system prompt alone on disk: the next new session starts there */
@@ -153,7 +153,7 @@ int ag_model_turn(agent *a, int *called, int *stop) {
         nev -= (int)a->sys_ids.n;
     }
     if (!rc) rc = ag_prefill(a, ev, nev);
-    double pf_s = ag_now() - t0;
+    double pf_s = ds4_now() - t0;
     ds4_tokens_free(&pend);
     if (rc == DS4_ECANCEL) {
         ui_note(a, "interrupted; the session is as it was before this prompt");
@@ -177,9 +177,9 @@ int ag_model_turn(agent *a, int *called, int *stop) {
     ag_msg *m = ag_sess_push(s, AG_ASSISTANT);
     if (!m) return -1;
     int n_gen = 0;
-    double g0 = ag_now();
+    double g0 = ds4_now();
     int gr = ag_generate(a, a->max_tokens, m, think, &n_gen);
-    double g_s = ag_now() - g0;
+    double g_s = ds4_now() - g0;
     dump_capture(a, &lg);
     m = &s->msgs[s->n_msgs - 1];
     if (gr == -1) {

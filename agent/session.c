@@ -290,7 +290,7 @@ void ag_sess_new(agent *a) {
     time_t now = time(NULL);
     struct tm tm;
     localtime_r(&now, &tm);
-    unsigned r = (unsigned)((uint64_t)(ag_now() * 1e6) & 0xffffffffu) ^ ((unsigned)getpid() << 16);
+    unsigned r = (unsigned)((uint64_t)(ds4_now() * 1e6) & 0xffffffffu) ^ ((unsigned)getpid() << 16);
     r = r * 2654435761u;
     snprintf(s->id, sizeof s->id, "%04d%02d%02d-%02d%02d%02d-%04x", tm.tm_year + 1900,
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (r >> 12) & 0xffff);

@@ -771,11 +771,11 @@ static int t_bash(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
     char *head = malloc(BASH_HEAD), *tail = malloc(BASH_TAIL);
     size_t hn = 0, tn = 0, total = 0;   /* tail is a ring: tn bytes written in all */
     int lines = 0, status = 0, exited = 0, timed_out = 0, interrupted = 0, eof = 0;
-    double t0 = ag_now(), deadline = t0 + (double)to, exit_at = 0;
+    double t0 = ds4_now(), deadline = t0 + (double)to, exit_at = 0;
     char buf[65536], last = '\n';
     while (!eof) {
         if (ag_interrupt) { interrupted = 1; break; }
-        double now = ag_now();
+        double now = ds4_now();
         if (!exited && now >= deadline) { timed_out = 1; break; }
         /* after the shell is gone, leftovers holding the pipe get 200 ms */
         if (exited && now - exit_at > 0.2) break;
@@ -793,7 +793,7 @@ static int t_bash(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
                 for (; i < (size_t)k; i++) tail[tn++ % BASH_TAIL] = buf[i];
             }
         }
-        if (!exited && waitpid(pid, &status, WNOHANG) == pid) { exited = 1; exit_at = ag_now(); }
+        if (!exited && waitpid(pid, &status, WNOHANG) == pid) { exited = 1; exit_at = ds4_now(); }
     }
     close(pfd[0]);
     /* everything the command started goes: on a time limit or Ctrl+C, and
@@ -802,7 +802,7 @@ static int t_bash(ag_tools *t, json_t *a, ds4_buf *r, ds4_buf *sum) {
     int leftovers = ag_contain_kill(&ct);
     if (!exited) { waitpid(pid, &status, 0); }
     ag_contain_release(&ct);
-    double el = ag_now() - t0;
+    double el = ds4_now() - t0;
     /* the output: head, a marker for what was cut, the tail */
     if (hn) ds4_buf_append(r, head, hn);
     if (tn) {

@@ -138,12 +138,12 @@ void ui_status(agent *a, int prefill, double prefill_s, int gen, double gen_s) {
 int ui_progress(void *ud, int done, int total) {
     agent *a = ud;
     if (ag_interrupt) return 1;
-    if (done == 0 || !g_prog_t0) { g_prog_t0 = ag_now(); g_prog_shown = 0; }
+    if (done == 0 || !g_prog_t0) { g_prog_t0 = ds4_now(); g_prog_shown = 0; }
     if (!a->color || total < 256) {
         if (done >= total) g_prog_t0 = 0;
         return 0;
     }
-    double el = ag_now() - g_prog_t0;
+    double el = ds4_now() - g_prog_t0;
     int w = 30, f = total ? (int)((long)w * done / total) : w;
     char bar[64];
     for (int i = 0; i < w; i++) bar[i] = i < f ? '#' : '.';

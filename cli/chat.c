@@ -25,12 +25,6 @@
 #define DIM "\033[2m"
 #define RESET "\033[0m"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* One progress bar per prefill.  A prefill may be several engine calls
  * (the disk cache stops at every checkpoint frontier to save there), and
  * each call reports its own done/total from 0: the bar adds them up, so it
@@ -49,7 +43,7 @@ typedef struct progress_ud {
 static void progress_begin(progress_ud *p, chat_app *a, int total) {
     memset(p, 0, sizeof *p);
     p->a = a;
-    p->t0 = now_s();
+    p->t0 = ds4_now();
     p->total = total;
     a->progress = p;
 }
@@ -88,7 +82,7 @@ static int on_progress(void *ud, int done, int total) {
     int all = p->base + total > p->total ? p->base + total : p->total;
     int now = p->base + done;
     if (!a->tty_err || a->o.quiet || all <= a->o.chunk) return 0;
-    double el = now_s() - p->t0;
+    double el = ds4_now() - p->t0;
     int w = 30, f = all ? (int)((long)w * now / all) : w;
     fprintf(stderr, "\rprefill %d/%d [", now, all);
     for (int i = 0; i < w; i++) fputc(i < f ? '#' : '.', stderr);
@@ -147,7 +141,7 @@ int chat_open(chat_app *a, const chat_opts *o) {
     a->tty_err = isatty(2);
     ds4_model_params mp = o->mparams;
     char *err = NULL;
-    double t0 = now_s();
+    double t0 = ds4_now();
     a->m = ds4_model_load(o->model, &mp, &err);
     if (!a->m) {
         fprintf(stderr, "ds4: %s\n", err ? err : "cannot load model");
@@ -169,7 +163,7 @@ int chat_open(chat_app *a, const chat_opts *o) {
         fprintf(stderr, "ds4: %s: %d layers, %d embd, %d experts (%d used), vocab %d, "
                 "%.2f GiB, loaded in %.2f s\n", info.name, info.n_layer, info.n_embd,
                 info.n_expert, info.n_expert_used, info.n_vocab,
-                info.file_bytes / 1073741824.0, now_s() - t0);
+                info.file_bytes / 1073741824.0, ds4_now() - t0);
         if (info.random_weights)
             fprintf(stderr, "ds4: NOTE: this model has random weights (a synthetic demo): "
                     "its output is meaningless text.\n");
@@ -322,7 +316,7 @@ static void token_cb(void *ud, const float *lg, int32_t t) {
  * token is evaluated, the last one too: the next turn appends to it. */
 static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *st) {
     int in_think = reasoning && !raw;
-    double t0 = now_s();
+    double t0 = ds4_now();
     int rc = 0;
     if (in_think) {
         if (a->tty_out) out_bytes(DIM, strlen(DIM));
@@ -379,7 +373,7 @@ static int generate(chat_app *a, int n_max, int reasoning, int raw, turn_stats *
     out_bytes("\n", 1);
     st->gen_tokens = ds4_gen_n_tokens(g);
     st->spec = *ds4_gen_spec_stats(g);
-    st->gen_s = now_s() - t0;
+    st->gen_s = ds4_now() - t0;
     ds4_gen_free(g);
     return rc;
 }
@@ -395,7 +389,7 @@ static int eval_prompt(chat_app *a, const int32_t *ids, int n, int cold, turn_st
     eval_params(a, &ep, &pu);
     ep.cold = cold;
     rc = ds4_eval(a->s, ids, n, &ep);
-    st->prefill_s = now_s() - pu.t0;
+    st->prefill_s = ds4_now() - pu.t0;
     st->prefill_tokens = ds4_session_n_tokens(a->s) - reused;
     progress_end(&pu);
     if (rc == DS4_ECTX) {

@@ -83,12 +83,6 @@ struct http1_conn {
     int answered, streaming, head_only, must_close, dead;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ------------------------------------------------------------------------ */
 /* reading                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -115,7 +109,7 @@ static int make_room(http1_conn *c, size_t limit) {
  * read; 0: the peer closed; -1: the deadline passed; -2: error. */
 static long fill(http1_conn *c, double deadline) {
     for (;;) {
-        double left = deadline - now_s();
+        double left = deadline - ds4_now();
         if (left <= 0) return -1;
         struct pollfd p = { c->fd, POLLIN, 0 };
         int r = poll(&p, 1, (int)(left * 1000) + 1);
@@ -207,11 +201,11 @@ static int read_body(http1_conn *c, char *why, size_t cap) {
                 if (http1_chunked_done(&d)) return 0;
             }
             if (make_room(c, 1u << 20)) return -1;
-            double dl = now_s() + cfg->idle_timeout_s;
+            double dl = ds4_now() + cfg->idle_timeout_s;
             long r = fill(c, dl < end ? dl : end);
             if (r == -1) {
                 snprintf(why, cap, "request body not received within %d s",
-                         now_s() >= end ? cfg->request_timeout_s : cfg->idle_timeout_s);
+                         ds4_now() >= end ? cfg->request_timeout_s : cfg->idle_timeout_s);
                 return 408;
             }
             if (r <= 0) return -1;
@@ -238,11 +232,11 @@ static int read_body(http1_conn *c, char *why, size_t cap) {
         left -= k;
         if (!left) return 0;
         if (make_room(c, 1u << 20)) return -1;
-        double dl = now_s() + cfg->idle_timeout_s;
+        double dl = ds4_now() + cfg->idle_timeout_s;
         long r = fill(c, dl < end ? dl : end);
         if (r == -1) {
             snprintf(why, cap, "request body not received within %d s",
-                     now_s() >= end ? cfg->request_timeout_s : cfg->idle_timeout_s);
+                     ds4_now() >= end ? cfg->request_timeout_s : cfg->idle_timeout_s);
             return 408;
         }
         if (r <= 0) return -1;
@@ -460,11 +454,11 @@ static void close_conn(http1_conn *c) {
          * still sends (a close with unread input would reset the
          * connection and could destroy the answer in flight) */
         shutdown(c->fd, SHUT_WR);
-        double end = now_s() + 1.0;
+        double end = ds4_now() + 1.0;
         size_t got = 0;
         char tmp[16384];
         while (got < (1u << 20)) {
-            double left = end - now_s();
+            double left = end - ds4_now();
             if (left <= 0) break;
             struct pollfd p = { c->fd, POLLIN, 0 };
             int r = poll(&p, 1, (int)(left * 1000) + 1);
@@ -495,7 +489,7 @@ static void *conn_main(void *arg) {
     http1_conn *c = arg;
     http1_server *s = c->s;
     const http1_config *cfg = &s->cfg;
-    double deadline = now_s() + cfg->header_timeout_s;
+    double deadline = ds4_now() + cfg->header_timeout_s;
     int first = 1;
     char why[600];
     for (;;) {
@@ -523,7 +517,7 @@ static void *conn_main(void *arg) {
             reject(c, st, why);
             break;
         }
-        c->arrived = now_s();
+        c->arrived = ds4_now();
         c->phase = PH_HEAD;
         cfg->on_head(cfg->cls, c);
         if (!c->answered && !c->dead) {
@@ -543,7 +537,7 @@ static void *conn_main(void *arg) {
         if (!c->answered || c->dead || c->must_close) break;
         end_request(c);
         first = 0;
-        deadline = now_s() + cfg->idle_timeout_s;
+        deadline = ds4_now() + cfg->idle_timeout_s;
     }
     close_conn(c);
     return NULL;

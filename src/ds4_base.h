@@ -90,6 +90,9 @@ void ds4_buf_free(ds4_buf *b);
  * EIO for a read error, ENOMEM) and the length as before. */
 int  ds4_buf_read_file(ds4_buf *b, const char *path);
 
+/* Seconds on the monotonic clock (src/base/clock.c): for durations only. */
+double ds4_now(void);
+
 /* The one way the library (and the front ends) report an error message:
  * stores a malloc'd message formatted like printf in *err (when err is not
  * NULL), freeing one already there, and returns `code`, so that a failure

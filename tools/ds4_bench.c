@@ -89,12 +89,6 @@ static void note(const char *fmt, ...) {
     va_end(ap);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The shared model/runtime flags ds4-bench takes (model_opts.h). */
 #define BENCH_GROUPS (DS4_MO_MODEL | DS4_MO_CHUNK | DS4_MO_QAT | DS4_MO_SSD | DS4_MO_DIST | DS4_MO_MTP)
 
@@ -433,13 +427,13 @@ static void warm_up(const char *path) {
     size_t bs = 8u << 20;
     char *buf = malloc(bs);
     if (!buf) { close(fd); return; }
-    double t0 = now_s();
+    double t0 = ds4_now();
     uint64_t got = 0;
     ssize_t k;
     while (!g_stop && (k = read(fd, buf, bs)) > 0) got += (uint64_t)k;
     free(buf);
     close(fd);
-    double dt = now_s() - t0;
+    double dt = ds4_now() - t0;
     note("warm-up: read the model file (%.2f GB) in %.2f s (%.0f MB/s)",
          got / 1e9, dt, dt > 0 ? got / 1e6 / dt : 0.0);
 }
@@ -700,7 +694,7 @@ static int on_progress(void *ud, int done, int total) {
     prog_ud *p = ud;
     if (g_stop) return 1;
     if (!p->tty || total < 64) return 0;
-    double el = now_s() - p->t0;
+    double el = ds4_now() - p->t0;
     if (done < total || p->shown) {
         fprintf(stderr, "\r  prefill to %d: %d/%d tokens, %.1f tok/s   ", p->ctx, done, total,
                 el > 0 ? done / el : 0.0);
@@ -735,10 +729,10 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
     for (int r = 0; r < SPEC_ROUNDS; r++)
         for (int i = 0; i < nT; i++) {
             if (ds4_session_restore(s, snap->p, snap->n, &err)) { note("restore: %s", err); return 1; }
-            double ta = now_s();
+            double ta = ds4_now();
             int e = ds4_session_eval_draft(s, ref, Ts[i]);
             if (!e) e = ds4_session_draft_commit(s, 1);
-            tm[i][r] = now_s() - ta;
+            tm[i][r] = ds4_now() - ta;
             if (e) { note("verification pass failed: %s", ds4_strerror(e)); return 1; }
         }
     for (int i = 0; i < nT; i++) {
@@ -757,9 +751,9 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
         int e = ds4_mtp_draft(s, ref[0], 1, d);
         double tm[5];
         for (int r = 0; r < 5 && e >= 0; r++) {
-            double ta = now_s();
+            double ta = ds4_now();
             e = ds4_mtp_draft(s, ref[0], 1, d);
-            tm[r] = now_s() - ta;
+            tm[r] = ds4_now() - ta;
         }
         if (e < 0) { note("MTP draft failed: %s", ds4_strerror(e)); return 1; }
         qsort(tm, 5, sizeof tm[0], cmp_dbl);
@@ -774,7 +768,7 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
         memcpy(hist.v, ds4_session_tokens(s), (size_t)target * sizeof(int32_t));
         hist.n = (size_t)target;
         ds4_spec_stats st = { 0 };
-        double ta = now_s();
+        double ta = ds4_now();
         int32_t cur = ds4_sample_greedy(ds4_session_logits(s), V);
         int n = 1, bad = 0, e = 0;
         bad |= cur != ref[0];
@@ -796,7 +790,7 @@ static int spec_bench(ds4_session *s, const ds4_buf *snap, const int32_t *ref, i
             n += no;
             cur = out[no - 1];
         }
-        double td = now_s() - ta;
+        double td = ds4_now() - ta;
         ds4_tokens_free(&hist);
         if (e) { note("speculative decode failed: %s", ds4_strerror(e)); return 1; }
         if (bad) { note("speculative decode differs from plain greedy decoding: a bug"); return 1; }
@@ -847,11 +841,11 @@ static int run_parallel(const opts *o, ds4_model *m, const ds4_model_info *info,
         prompt[0] = seq->v[0];
         for (int t = 1; t < len; t++)
             prompt[t] = len > 1 ? seq->v[1 + (t - 1 + 7 * i) % (len - 1)] : seq->v[0];
-        double ta = now_s();
+        double ta = ds4_now();
         int e = ds4_session_eval(ss[i], prompt, len, NULL, NULL);
         if (e) die("stream %d prefill: %s", i, ds4_strerror(e));
         if (ds4_session_snapshot(ss[i], &snaps[i])) die("stream %d: snapshot failed", i);
-        note("stream %d prefilled (%d tokens, %.1f tok/s)", i, len, len / (now_s() - ta));
+        note("stream %d prefilled (%d tokens, %.1f tok/s)", i, len, len / (ds4_now() - ta));
         if (g_stop) break;
     }
     /* the list, round after round (interleaved: load drift hits every N) */
@@ -867,7 +861,7 @@ static int run_parallel(const opts *o, ds4_model *m, const ds4_model_info *info,
                 }
                 next[i] = ds4_sample_greedy(ds4_session_logits(ss[i]), V);
             }
-            double ta = now_s();
+            double ta = ds4_now();
             for (int g = 0; g < G && !rc; g++) {
                 for (int i = 0; i < n; i++) {
                     ids[((size_t)i * o->n_par + k) * G + g] = next[i];
@@ -877,7 +871,7 @@ static int run_parallel(const opts *o, ds4_model *m, const ds4_model_info *info,
                 if (e) { note("batched step (N=%d): %s", n, ds4_strerror(e)); rc = 1; break; }
                 for (int i = 0; i < n; i++) next[i] = ds4_sample_greedy(ds4_session_logits(ss[i]), V);
             }
-            dt[(size_t)k * o->rounds + r] = now_s() - ta;
+            dt[(size_t)k * o->rounds + r] = ds4_now() - ta;
         }
     /* a stream's tokens do not depend on how many run beside it */
     int same = 1;
@@ -991,7 +985,7 @@ static void load_model(bench *b) {
     ds4_model_params mp;
     ds4_model_opts_model_params(&b->o.mo, &mp);
     char *err = NULL;
-    double t0 = now_s();
+    double t0 = ds4_now();
     b->m = ds4_model_load(b->o.model, &mp, &err);
     if (!b->m) die("%s", err ? err : "cannot load the model");
     ds4_expert_cache_stats xs;
@@ -1007,7 +1001,7 @@ static void load_model(bench *b) {
     if (b->o.mtp_draft > 0 && !ds4_model_has_mtp(b->m))
         die("--mtp-draft: %s has no MTP block (mtp.0.* tensors); name one with --mtp FILE", b->o.model);
     if (b->o.mtp_draft > 0 && !b->o.spec) b->o.spec = b->o.mtp_draft;
-    double t_load = now_s() - t0;
+    double t_load = ds4_now() - t0;
     ds4_model_get_info(b->m, &b->info);
     b->threads = b->o.threads > 0 ? b->o.threads : ds4_default_threads();
     note("model %s: %s, %d layers, n_embd %d, %d experts (%d used), vocab %d, %.2f GB, "
@@ -1162,13 +1156,13 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
     r->prefill_tokens = target - pos;
 
     /* 1. incremental prefill */
-    prog_ud pu = { now_s(), target, b->tty, 0 };
+    prog_ud pu = { ds4_now(), target, b->tty, 0 };
     double comm0 = ds4_dist_comm_seconds();
     ds4_expert_cache_stats x0, x1, x2;
     ds4_model_expert_cache_stats(b->m, &x0);
-    double ta = now_s();
+    double ta = ds4_now();
     int e = ds4_session_eval(b->s, b->seq.v + pos, target - pos, on_progress, &pu);
-    double tp = now_s() - ta;
+    double tp = ds4_now() - ta;
     if (e == DS4_ECANCEL) return -1;
     if (e) { note("prefill to %d failed: %s", target, xc_err(b->m, e)); return 1; }
     pos = *pos_io = target;
@@ -1190,9 +1184,9 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
             if (ds4_buf_reserve(&b->snap, need)) { note("out of memory for a %.1f MB snapshot", need / 1e6); return 1; }
             if (b->snap.cap > old) memset(b->snap.p, 0, b->snap.cap);
         }
-        ta = now_s();
+        ta = ds4_now();
         e = ds4_session_snapshot(b->s, &b->snap);
-        double ts = now_s() - ta;
+        double ts = ds4_now() - ta;
         if (e) { note("snapshot at %d failed: %s", target, ds4_strerror(e)); return 1; }
         r->snap_bytes = b->snap.n;
         r->save_mbs = ts > 0 ? b->snap.n / 1e6 / ts : 0;
@@ -1202,7 +1196,7 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
     ds4_model_expert_cache_stats(b->m, &x1);
     int ng = 0;
     comm0 = ds4_dist_comm_seconds();
-    ta = now_s();
+    ta = ds4_now();
     for (; ng < b->o.gen && !g_stop; ng++) {
         const float *lg = ds4_session_logits(b->s);
         if (!lg) { e = DS4_EINVAL; break; }
@@ -1211,7 +1205,7 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
         e = ds4_session_eval(b->s, &t, 1, NULL, NULL);
         if (e) break;
     }
-    double td = now_s() - ta;
+    double td = ds4_now() - ta;
     ds4_model_expert_cache_stats(b->m, &x2);
     double comm_d = ds4_dist_comm_seconds() - comm0;
     if (e) { note("decode at %d failed: %s", target, xc_err(b->m, e)); return 1; }
@@ -1223,9 +1217,9 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
     }
 
     /* 4. restore (--dist: rewind to the checkpoint) */
-    ta = now_s();
+    ta = ds4_now();
     e = b->o.dist ? ds4_session_rewind(b->s, target) : ds4_session_restore(b->s, b->snap.p, b->snap.n, &err);
-    double tr = now_s() - ta;
+    double tr = ds4_now() - ta;
     if (e) { note("restore at %d failed: %s", target, err ? err : ds4_strerror(e)); return 1; }
     if (ds4_session_n_tokens(b->s) != target) {
         note("restore at %d left %d tokens", target, ds4_session_n_tokens(b->s));
@@ -1236,9 +1230,9 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
     /* 5. disk KV cache: save the state, then restore it by its text */
     if (b->kv) {
         char *kerr = NULL;
-        ta = now_s();
+        ta = ds4_now();
         e = ds4_kvstore_save(b->kv, b->s, DS4_KV_MANUAL, NULL, 0, &kerr);
-        double tks = now_s() - ta;
+        double tks = ds4_now() - ta;
         if (e) { note("disk save at %d failed: %s", target, kerr ? kerr : ds4_strerror(e)); free(kerr); return 1; }
         ds4_buf text = { 0 };
         if (ds4_detokenize(ds4_model_tokenizer(b->m), b->seq.v, (size_t)target, &text)) {
@@ -1248,9 +1242,9 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
         }
         ds4_session_reset(b->s);
         size_t used = 0;
-        ta = now_s();
+        ta = ds4_now();
         int got = ds4_kvstore_restore(b->kv, b->s, text.p, text.n, 1, 0, &used);
-        double tkr = now_s() - ta;
+        double tkr = ds4_now() - ta;
         ds4_buf_free(&text);
         if (got != target) { note("disk restore at %d gave %d tokens", target, got); return 1; }
         ds4_kvstore_stats ks;
@@ -1310,7 +1304,7 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
  * machine probe and the plot.  Returns the exit status. */
 static int report(bench *b, int rc, double t_all) {
     if (g_stop) note("interrupted: %d of %d frontiers done", b->n_rows, b->n_front);
-    else if (!rc) note("done: %d frontiers in %.1f s", b->n_rows, now_s() - t_all);
+    else if (!rc) note("done: %d frontiers in %.1f s", b->n_rows, ds4_now() - t_all);
     ds4_weight_pages wp;
     if (b->n_rows > 0 && !ds4_model_weight_pages(b->m, &wp) && wp.resident > 0) {
         note("weights: %.2f of %.2f GB of the model file mapped, %.0f %% of them on 2 MB pages", wp.resident / 1e9,
@@ -1393,7 +1387,7 @@ int main(int argc, char **argv) {
     }
     if (open_session(b)) return 1;
     int rc = 0, pos = 0;
-    double t_all = now_s();
+    double t_all = ds4_now();
     for (int fi = 0; fi < b->n_front && !g_stop; fi++) {
         int r = measure_frontier(b, fi, &pos);
         if (r) { if (r > 0) rc = 1; break; }

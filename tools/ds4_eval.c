@@ -105,12 +105,6 @@ typedef struct {
 
 #define die(...) ds4_die(PROG, __VA_ARGS__)
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ------------------------------------------------------------------ */
 /* per-question state                                                  */
 
@@ -220,7 +214,7 @@ static void draw_text(const item *it, int x, int w, int h) {
 
 static void view_draw(view *v, int force) {
     if (!v->on) return;
-    double t = now_s();
+    double t = ds4_now();
     if (!force && t - v->last_draw < 0.05) return;
     v->last_draw = t;
     view_size(v);
@@ -331,9 +325,9 @@ static int run_item(runner *r, item *it) {
     ds4_tokenize(r->tok, it->prompt.p, it->prompt.n, DS4_TOK_SPECIAL, &ids);
     it->prompt_tokens = (int)ids.n;
     if (it->script) ds4_tokenize(r->tok, it->script, strlen(it->script), DS4_TOK_SPECIAL, &forced);
-    double t0 = now_s();
+    double t0 = ds4_now();
     int rc = ds4_session_sync(r->s, ids.v, (int)ids.n, NULL, NULL, NULL);
-    it->prefill_s = now_s() - t0;
+    it->prefill_s = ds4_now() - t0;
     ds4_tokens_free(&ids);
     if (rc) {
         it->status = ST_ERROR;
@@ -346,7 +340,7 @@ static int run_item(runner *r, item *it) {
     size_t fi = 0;
     ds4_detok dt;
     ds4_detok_init(&dt);
-    t0 = now_s();
+    t0 = ds4_now();
     for (;;) {
         if (r->v->on) { view_keys(r->v); if (r->v->quit) break; }
         else if (g_stop) break;
@@ -384,7 +378,7 @@ static int run_item(runner *r, item *it) {
         view_draw(r->v, 0);
     }
     ds4_detok_flush(&dt, in_think ? &it->reasoning : &it->content);
-    it->gen_s = now_s() - t0;
+    it->gen_s = ds4_now() - t0;
     ds4_tokens_free(&forced);
     if (rc) { it->status = ST_ERROR; return rc; }
     if (r->v->quit || (!r->v->on && g_stop)) { it->status = ST_WAIT; return 0; }

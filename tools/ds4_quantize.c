@@ -663,12 +663,6 @@ static int g_threads;
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { g_stop = sig; }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Runs one chunk over g_threads threads; returns an error or NULL. */
 static const char *run_chunk(work *w, statsum *S) {
     const int nth = g_threads;
@@ -1042,7 +1036,7 @@ static void write_tensor(qrun *q, size_t ti) {
         q->done_in += W->src.w->nbytes + (W->src.scale ? W->src.scale->nbytes : 0);
         st_release(W->src.w);
         if (W->src.scale) st_release(W->src.scale);
-        const double tn = now_s();
+        const double tn = ds4_now();
         if (q->tty && tn - q->last >= 0.25) {
             q->last = tn;
             const double el = tn - q->t0, rate = q->done_in / (el > 0 ? el : 1e-9);
@@ -1062,7 +1056,7 @@ static void finish(qrun *q) {
     int rc = gguf_writer_close(g_w, &err);
     g_w = NULL;
     if (rc) die("%s", err ? err : "write failed");
-    const double dt = now_s() - q->t0;
+    const double dt = ds4_now() - q->t0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     char b1[64], b2[64], b3[64];
@@ -1104,7 +1098,7 @@ int main(int argc, char **argv) {
     static qrun Q;   /* zeroed; one per process */
     qrun *q = &Q;
     parse_args(q, argc, argv);
-    q->t0 = now_s();
+    q->t0 = ds4_now();
     open_inputs(q);
     check_sources(q);
 

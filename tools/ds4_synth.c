@@ -1099,12 +1099,6 @@ static void report(FILE *o, const layout *L, const config *c, uint64_t total, in
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { g_stop = sig; }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void check_space(const char *out, uint64_t need) {
     char *dir = strdup(out);
     if (!dir) die("out of memory");
@@ -1226,7 +1220,7 @@ static void write_model(const char *out, const layout *L, const config *c, const
     if (!started) { gguf_writer_abort(w); die("cannot start a generator thread"); }
 
     const int tty = isatty(STDERR_FILENO);
-    const double t0 = now_s();
+    const double t0 = ds4_now();
     double last = t0;
     uint64_t done = 0;
     int failed = 0;
@@ -1250,7 +1244,7 @@ static void write_model(const char *out, const layout *L, const config *c, const
         sl->job = j + (uint64_t)P.nslots;
         pthread_cond_broadcast(&P.cv);
         pthread_mutex_unlock(&P.mu);
-        double tn = now_s();
+        double tn = ds4_now();
         if (tty && tn - last >= 0.25) {
             last = tn;
             double mbs = done / 1e6 / (tn - t0);
@@ -1284,7 +1278,7 @@ static void write_model(const char *out, const layout *L, const config *c, const
     int rc = gguf_writer_close(w, &err);
     if (tty) fputs("\r\033[K", stderr);
     if (rc) die("%s", err ? err : "write failed");
-    double dt = now_s() - t0;
+    double dt = ds4_now() - t0;
     struct stat st;
     if (stat(out, &st) || (uint64_t)st.st_size != total)
         die("internal: %s has %lld bytes, expected %" PRIu64, out, (long long)st.st_size, total);

@@ -65,12 +65,6 @@ void fetch_install_signals(void) {
 
 int fetch_stopped(void) { return (int)g_stop; }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* "1.23 GiB": sizes in messages (binary units, two decimals). */
 static const char *human(uint64_t b, char *buf, size_t n) {
     static const char *unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
@@ -109,7 +103,7 @@ static void progress_init(progress *p, const char *label, uint64_t have) {
     memset(p, 0, sizeof *p);
     p->tty = isatty(STDERR_FILENO);
     p->label = label;
-    p->t_start = p->t_last_draw = now_s();
+    p->t_start = p->t_last_draw = ds4_now();
     p->bytes_start = have;
 }
 
@@ -129,7 +123,7 @@ static double progress_rate(progress *p, double t, uint64_t have) {
 }
 
 static void progress_show(progress *p, uint64_t have, uint64_t total, int force) {
-    double t = now_s();
+    double t = ds4_now();
     double rate = progress_rate(p, t, have);
     if (!force && t - p->t_last_draw < (p->tty ? BAR_EVERY_S : LINE_EVERY_S)) return;
     p->t_last_draw = t;
@@ -484,7 +478,7 @@ static size_t on_body(char *buf, size_t size, size_t nmemb, void *ud) {
     }
     ds4_sha256_update(&a->sha, buf, n);
     a->have += n;
-    a->t_last_byte = now_s();
+    a->t_last_byte = ds4_now();
     return n;
 }
 
@@ -495,7 +489,7 @@ static int on_xfer(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ul
     /* a stall: nothing for stall_secs, headers included (libcurl's own
      * low-speed limit averages over seconds of history, so it would notice
      * a stall after a fast burst late) */
-    if (now_s() - a->t_last_byte > (double)a->job->stall_secs) {
+    if (ds4_now() - a->t_last_byte > (double)a->job->stall_secs) {
         fail_soft(a, "nothing received for %ld s", a->job->stall_secs);
         return 1;
     }
@@ -679,7 +673,7 @@ int fetch_run(const fetch_job *j, fetch_result *r) {
         a.cr_ok = 0;
         a.hub_size = 0;
         a.error[0] = 0;
-        a.t_last_byte = now_s();
+        a.t_last_byte = ds4_now();
         char range[48];
         curl_easy_reset(c);
         setup(c, &a, range, sizeof range);
@@ -726,7 +720,7 @@ int fetch_run(const fetch_job *j, fetch_result *r) {
     progress_break(&a.prog);
     {
         /* the summary: what this run brought, at its average rate */
-        double dt = now_s() - a.prog.t_start;
+        double dt = ds4_now() - a.prog.t_start;
         uint64_t got = a.have - (a.have >= a.prog.bytes_start ? a.prog.bytes_start : a.have);
         char n1[32], n2[32], n3[32];
         fprintf(stderr, "%s: %s: complete, %s (%s in this run, %.1f s, %s/s)\n", PROG, j->label,

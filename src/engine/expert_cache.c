@@ -94,12 +94,6 @@ struct ds4_xcache {
     FILE *trace;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t align_down(uint64_t v) { return v & ~(XC_ALIGN - 1); }
 static uint64_t align_up(uint64_t v) { return (v + XC_ALIGN - 1) & ~(XC_ALIGN - 1); }
 
@@ -177,12 +171,12 @@ static void *reader_main(void *arg) {
         int s = c->queue[c->qhead];
         c->qhead = (c->qhead + 1) % c->n_slots;
         c->qn--;
-        if (c->inflight++ == 0) c->busy_t0 = now_s();
+        if (c->inflight++ == 0) c->busy_t0 = ds4_now();
         pthread_mutex_unlock(&c->mu);
         uint64_t nread = 0;
         int rc = load_slot(c, s, &nread, msg, sizeof msg);
         pthread_mutex_lock(&c->mu);
-        if (--c->inflight == 0) c->busy += now_s() - c->busy_t0;
+        if (--c->inflight == 0) c->busy += ds4_now() - c->busy_t0;
         c->bytes_read += nread;
         c->slots[s].state = rc ? S_ERROR : S_READY;
         if (rc) snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
@@ -316,9 +310,9 @@ int xc_next(ds4_xcache *c, int *idx, int max) {
             rc = DS4_EINVAL;
             goto out;
         }
-        double t0 = now_s();
+        double t0 = ds4_now();
         pthread_cond_wait(&c->cv_done, &c->mu);
-        c->wait_s += now_s() - t0;
+        c->wait_s += ds4_now() - t0;
     }
 out:
     if (rc < 0) snprintf(c->lasterr, sizeof c->lasterr, "%s", c->errmsg);
@@ -379,7 +373,7 @@ void xc_stats(ds4_xcache *c, ds4_expert_cache_stats *st) {
     st->hits = c->hits;
     st->misses = c->misses;
     st->bytes_read = c->bytes_read;
-    st->read_seconds = c->busy + (c->inflight ? now_s() - c->busy_t0 : 0);
+    st->read_seconds = c->busy + (c->inflight ? ds4_now() - c->busy_t0 : 0);
     st->wait_seconds = c->wait_s;
     pthread_mutex_unlock(&c->mu);
 }

@@ -105,12 +105,6 @@ void ds4_kvstore_params_default(ds4_kvstore_params *p) {
     p->space_bytes = 4096ull << 20;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
@@ -594,7 +588,7 @@ int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason
     if (err) *err = NULL;
     int n = ds4_session_n_tokens(s);
     if (n <= 0) return DS4_OK;
-    double t0 = now_s();
+    double t0 = ds4_now();
     ds4_buf text = { 0 };
     if (ds4_detokenize(ds4_model_tokenizer(kv->m), ds4_session_tokens(s), (size_t)n, &text)) {
         ds4_buf_free(&text);
@@ -685,7 +679,7 @@ int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason
     fsync(kv->dirfd);
     kv->st.saves++;
     kv->st.save_bytes += total;
-    kv->st.save_seconds += now_s() - t0;
+    kv->st.save_seconds += ds4_now() - t0;
     evict(kv, name);
 out:
     if (rc != DS4_OK) {
@@ -724,7 +718,7 @@ static int try_restore(ds4_kvstore *kv, ds4_session *s, const char *name,
                        const char *text, uint64_t tlen, ds4_kv_accept_fn accept, void *ud) {
     char fn[64];
     snprintf(fn, sizeof fn, "%s%s", name, KV_EXT);
-    double t0 = now_s();
+    double t0 = ds4_now();
     int fd = openat(kv->dirfd, fn, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;     /* evicted meanwhile */
     struct stat sb;
@@ -766,7 +760,7 @@ static int try_restore(ds4_kvstore *kv, ds4_session *s, const char *name,
     munmap(map, (size_t)sb.st_size);
     if (n > 0) {
         touch(kv, name, 1);
-        kv->st.load_seconds += now_s() - t0;
+        kv->st.load_seconds += ds4_now() - t0;
     }
     return n;
 }
