@@ -376,6 +376,7 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
     info->layer_macs_per_token = ds4_weights_layer_macs(&m->w);
     info->random_weights = m->random_weights;
     info->ctx_train = c->ctx_train;
+    info->arch = c->arch == DS4_ARCH_GLM_DSA ? "glm-dsa" : "deepseek4";
 }
 
 int ds4_model_has_mtp(const ds4_model *m) { return m->w.has_mtp; }
