@@ -18,6 +18,9 @@
 #  2. The exactness contract: one prefill, token by token (--decode-only),
 #     chunks of 37, and a 101-token prefill in chunks of 64 then decode
 #     (--split) give the same logits bit for bit (cmp).
+#  2b. The session contracts (tests/test_glm_session.c on the same file):
+#     rewind (a truncation) and sync after a divergence or to a prefix give
+#     a fresh run's logits bit for bit; snapshots are refused.
 #  3. Refusals: a glm5-next file is refused naming its architecture; the
 #     disk KV cache refuses a glm-dsa model (no snapshot format yet).
 set -u
@@ -88,6 +91,15 @@ if [ -f "$T/g16.ds4" ]; then
         fi
     done
     [ $same = 1 ] && ok "glm-dsa: one prefill == token by token == chunks of 37 == prefill 101 + decode, bit for bit"
+fi
+
+# --- 2b. rewind, sync, snapshot refusal (the C API) ---------------------------
+TB="${DS4_BUILD_DIR:-build}/tests/test_glm_session"
+if [ ! -x "$TB" ]; then bad "no $TB (make tests)"
+elif [ -f "$T/g.gguf" ]; then
+    if "$TB" "$T/g.gguf" > "$T/sess.log" 2>&1; then
+        ok "glm-dsa sessions: rewind and sync == a fresh run bit for bit; snapshots refused"
+    else bad "test_glm_session:"; cat "$T/sess.log"; fi
 fi
 
 # --- 3. refusals --------------------------------------------------------------
