@@ -15,6 +15,9 @@
 #     more.  Also with 8 indexer heads (exact ties: rows scoring 0; the
 #     positions before the first tie), and without attention.indexer.types
 #     (llama.cpp's default IndexShare patterns at context 2^20 and 202752).
+#     The same with F16 matrices, and with Q8_0 matrices under --no-qat
+#     (float activations; the default Q8_0 activations are a precision
+#     choice, ~2e-2 here, checked for exactness only).
 #  2. The exactness contract: one prefill, token by token (--decode-only),
 #     chunks of 37, and a 101-token prefill in chunks of 64 then decode
 #     (--split) give the same logits bit for bit (cmp).
@@ -36,10 +39,12 @@ bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 
 $PY -c "import random; r=random.Random(7); print(' '.join(str(r.randrange(10, 4090)) for _ in range(300)))" > "$T/ids.txt"
 
-# against NAME FILE MIN_SELECTING: ds4 and the reference on FILE
+# against NAME FILE MIN_SELECTING [DS4 ARGS]: ds4 and the reference on FILE
 against() {
     local name=$1 f=$2 minsel=$3
-    if ! "$DS4" -m "$f" --tokens-file "$T/ids.txt" --dump-logits "$T/$name.ds4" --ctx 512 > "$T/$name.log" 2>&1; then
+    shift 3
+    if ! "$DS4" -m "$f" --tokens-file "$T/ids.txt" --dump-logits "$T/$name.ds4" --ctx 512 "$@" \
+            > "$T/$name.log" 2>&1; then
         bad "$name: ds4 failed:"; tail -5 "$T/$name.log"; return 1
     fi
     if ! $PY tests/oracle/glm_ref.py "$f" --tokens-file "$T/ids.txt" -o "$T/$name.ref" --indexer "$T/$name.ix" \
@@ -75,6 +80,24 @@ for v in "1048576 glm52" "202752 allfull"; do
         else sed 's/^/     /' "$T/$2.cmp"; bad "glm-dsa without indexer.types, context $1"; fi
     else bad "glm_gguf.py glm-dsa (no types, context $1):"; cat "$T/gen$2.log"; fi
 done
+
+# other weight formats: F16 (float activations: the same tolerance), Q8_0
+# under --no-qat (float activations); with its Q8_0 activations (the
+# default, as llama.cpp's CPU path) only the exactness below is checked
+if $PY tests/glm_gguf.py glm-dsa "$T/h.gguf" --type f16 > "$T/genh.log" 2>&1 &&
+        $PY tests/glm_gguf.py glm-dsa "$T/q.gguf" --type q8_0 >> "$T/genh.log" 2>&1; then
+    if against f16 "$T/h.gguf" 200 > /dev/null; then
+        ok "glm-dsa, F16 matrices: ds4 == glm_ref.py to 1e-5, same top-1"
+    else sed 's/^/     /' "$T/f16.cmp"; bad "glm-dsa, F16 matrices"; fi
+    if against q8 "$T/q.gguf" 200 --no-qat > /dev/null; then
+        ok "glm-dsa, Q8_0 matrices (--no-qat: float activations): ds4 == glm_ref.py to 1e-5, same top-1"
+    else sed 's/^/     /' "$T/q8.cmp"; bad "glm-dsa, Q8_0 matrices --no-qat"; fi
+    if "$DS4" -m "$T/q.gguf" --tokens-file "$T/ids.txt" --dump-logits "$T/q8a.ds4" --ctx 512 > /dev/null 2>&1 &&
+            "$DS4" -m "$T/q.gguf" --tokens-file "$T/ids.txt" --dump-logits "$T/q8b.ds4" --ctx 512 --chunk 37 \
+            > /dev/null 2>&1 && cmp -s "$T/q8a.ds4" "$T/q8b.ds4"; then
+        ok "glm-dsa, Q8_0 matrices with Q8_0 activations: one prefill == chunks of 37, bit for bit"
+    else bad "glm-dsa, Q8_0 matrices: one prefill != chunks of 37"; fi
+else bad "glm_gguf.py glm-dsa --type:"; cat "$T/genh.log"; fi
 
 # --- 2. prefill == token by token == uneven chunks, bit for bit --------------
 if [ -f "$T/g16.ds4" ]; then

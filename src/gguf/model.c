@@ -928,6 +928,9 @@ uint64_t ds4_weights_active_bytes(const ds4_weights *w) {
             &L->idx_comp_gate, &L->idx_comp_norm, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base,
             &L->ffn_norm, &L->ffn_gate_inp, &L->exp_probs_b, &L->ffn_gate_shexp, &L->ffn_up_shexp,
             &L->ffn_down_shexp,
+            /* glm-dsa's own (absent in V4 layers) */
+            &L->attn_k_b, &L->attn_v_b, &L->attn_output, &L->idx_k, &L->idx_k_norm, &L->idx_k_norm_b,
+            &L->ffn_gate, &L->ffn_up, &L->ffn_down,
         };
         for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) s += tb(dense[i]);
         s += L->tid2eid.data ? L->tid2eid.row_bytes : 0;          /* one token's expert ids */
@@ -955,8 +958,11 @@ uint64_t ds4_weights_layer_macs(const ds4_weights *w) {
             &L->attn_output_b, &L->comp_kv, &L->comp_gate, &L->idx_q_b, &L->idx_proj,
             &L->idx_comp_kv, &L->idx_comp_gate, &L->hc_ffn_fn, &L->ffn_gate_inp,
             &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp,
+            &L->attn_output, &L->idx_k, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
         };
         for (size_t i = 0; i < sizeof mat / sizeof mat[0]; i++) s += macs(mat[i]);
+        /* glm-dsa's per-head absorption matrices (ne[2] heads; V4: absent) */
+        s += macs(&L->attn_k_b) * L->attn_k_b.ne[2] + macs(&L->attn_v_b) * L->attn_v_b.ne[2];
         s += K * (macs(&L->ffn_gate_exps) + macs(&L->ffn_up_exps) + macs(&L->ffn_down_exps));
     }
     return s;
