@@ -8,6 +8,8 @@
  *     bit; ds4_session_sync after a divergence reuses all but one token of
  *     the common prefix and matches a fresh evaluation; a sync to a
  *     shorter prefix gives that prefix's logits;
+ *   - a staged (draft) pass gives each row a fresh run's logits, and a
+ *     commit of fewer rows continues exactly;
  *   - snapshots are refused (DS4_EUNSUP, with a message), never written;
  *   - the KV byte count is the rows held.
  */
@@ -91,6 +93,22 @@ int main(int argc, char **argv) {
           "sync to a prefix: its logits, bit for bit");
     CHECK(ds4_session_kv_bytes(d) > 0 && ds4_session_kv_bytes(d) == ds4_session_kv_bytes(s),
           "kv bytes follow the rows held");
+
+    /* a staged (draft) pass: every row's logits, then a commit of 3 of 5 */
+    {
+        ds4_session *q = fresh(m);
+        CHECK(ds4_session_eval(q, ids, 55, NULL, NULL) == DS4_OK, "eval 55");
+        CHECK(ds4_session_eval_draft(q, ids + 55, 5) == DS4_OK, "draft pass");
+        CHECK(same(ds4_session_draft_logits(q, 4), l60, nv), "draft row 4 == fresh 60, bit for bit");
+        float *l58 = logits_of(m, ids, 58, nv);
+        CHECK(same(ds4_session_draft_logits(q, 2), l58, nv), "draft row 2 == fresh 58, bit for bit");
+        CHECK(ds4_session_draft_commit(q, 3) == DS4_OK && ds4_session_n_tokens(q) == 58, "commit 3");
+        CHECK(same(ds4_session_logits(q), l58, nv), "committed: fresh 58's logits");
+        CHECK(ds4_session_eval(q, ids + 58, 2, NULL, NULL) == DS4_OK && same(ds4_session_logits(q), l60, nv),
+              "continued after the commit == fresh 60, bit for bit");
+        free(l58);
+        ds4_session_free(q);
+    }
 
     /* snapshots: refused */
     ds4_buf b = { 0 };

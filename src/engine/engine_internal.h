@@ -235,6 +235,9 @@ int ds4_glm_state_new(ds4_session *s);
 void ds4_glm_state_free(ds4_session *s);
 int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int n);
 uint64_t ds4_glm_kv_bytes(const ds4_session *s);
+/* the last chunk's logits rows ([n][vocab] after a staged pass: s->stg_on
+ * makes eval_chunk keep every row) */
+const float *ds4_glm_logits(const ds4_session *s);
 /* the state bytes of a session of ctx tokens */
 uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx);
 

@@ -298,6 +298,8 @@ static void moe(glm_fwd *f, const ds4_layer_weights *lw, int T) {
     for (size_t i = 0; i < (size_t)T * D; i++) g->moe[i] += g->y[i];
 }
 
+const float *ds4_glm_logits(const ds4_session *s) { return s->glm->logits; }
+
 int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     ds4_model *m = s->m;
     glm_fwd f = { .s = s, .c = &m->w.cfg, .w = &m->w, .g = s->glm };
@@ -344,8 +346,9 @@ int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
         }
         for (size_t i = 0; i < (size_t)T * D; i++) g->x[i] += g->moe[i];
     }
-    /* the head: every row when the caller captures them, else the last */
-    const int r0 = s->cap_logits ? 0 : T - 1, nl = T - r0;
+    /* the head: every row when the caller captures them or a staged pass
+     * needs them (ds4_glm_logits), else the last */
+    const int r0 = s->cap_logits || s->stg_on ? 0 : T - 1, nl = T - r0;
     norm_rows(g->x + (size_t)r0 * D, (size_t)D, &f.w->output_norm, nl, D, c->rms_eps, g->cur, (size_t)D);
     const ds4_tensor *out = f.w->output.data ? &f.w->output : &f.w->token_embd;
     mm(&f, mat_of(out), g->cur, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
