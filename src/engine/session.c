@@ -1119,26 +1119,13 @@ int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
     for (int i = 0; i < n; i++)
         if (toks[i] < 0 || toks[i] >= nv) return DS4_EINVAL;
     s->stg_n = 0;
-    if (is_glm(s)) {
-        /* every row's logits stay in the glm state until the commit, which
-         * only truncates (rows of a position never change) */
-        s->stg_on = 1;
-        int rc = ds4_glm_eval_chunk(s, toks, n);
-        s->stg_on = 0;
-        if (rc != DS4_OK) {
-            state_reset(s);
-            return rc;
-        }
-        s->stg_p0 = (int64_t)s->toks.n;
-        s->stg_n = n;
-        memcpy(s->toks.v + s->toks.n, toks, (size_t)n * sizeof(int32_t));
-        s->toks.n += (size_t)n;
-        return DS4_OK;
-    }
-    int rc = stage_alloc(s);
+    /* glm-dsa: nothing to save; every row's logits stay in the glm state
+     * until the commit, which only truncates (rows of a position never
+     * change) */
+    int rc = is_glm(s) ? DS4_OK : stage_alloc(s);
     if (rc) return rc;
     const ds4_config *c = &s->m->w.cfg;
-    for (int il = 0; il < c->n_layer; il++) {
+    for (int il = 0; il < c->n_layer && !is_glm(s); il++) {
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
         layer_stage *g = &s->stg[il];
         layer_state *st = &s->ls[il];
@@ -1152,7 +1139,7 @@ int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
         }
     }
     s->stg_on = 1;
-    rc = ds4_cpu_eval_chunk(s, toks, n);
+    rc = is_glm(s) ? ds4_glm_eval_chunk(s, toks, n) : ds4_cpu_eval_chunk(s, toks, n);
     s->stg_on = 0;
     if (rc != DS4_OK) {
         state_reset(s);
@@ -1178,13 +1165,8 @@ int ds4_session_draft_commit(ds4_session *s, int n_keep) {
     const int64_t p0 = s->stg_p0, end = p0 + n_keep;
     s->stg_n = 0;
     if (drop == 0) return DS4_OK;
-    if (is_glm(s)) {
-        s->toks.n = (size_t)end;
-        memcpy(s->logits, ds4_glm_logits(s) + (size_t)(n_keep - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
-        s->has_logits = 1;
-        return DS4_OK;
-    }
-    for (int il = 0; il < c->n_layer; il++) {
+    /* glm-dsa: the count alone (its rows of a position never change) */
+    for (int il = 0; il < c->n_layer && !is_glm(s); il++) {
         const ds4_layer_weights *lw = &s->m->w.layers[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
         layer_stage *g = &s->stg[il];
@@ -1204,7 +1186,7 @@ int ds4_session_draft_commit(ds4_session *s, int n_keep) {
         }
     }
     s->toks.n = (size_t)end;
-    memcpy(s->logits, s->sc.logits + (size_t)(n_keep - 1) * c->n_vocab,
+    memcpy(s->logits, (is_glm(s) ? ds4_glm_logits(s) : s->sc.logits) + (size_t)(n_keep - 1) * c->n_vocab,
            (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
     return DS4_OK;
