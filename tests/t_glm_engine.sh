@@ -25,7 +25,10 @@
 #     rewind (a truncation) and sync after a divergence or to a prefix give
 #     a fresh run's logits bit for bit; snapshots are refused.
 #  3. Refusals: a glm5-next file is refused naming its architecture; the
-#     disk KV cache refuses a glm-dsa model (no snapshot format yet).
+#     disk KV cache refuses a glm-dsa model (no snapshot format yet); a
+#     broken glm-dsa file is refused with every tensor problem at once (a
+#     missing tensor, a misshapen one) or the metadata problem that makes
+#     the tensor checks meaningless (key_length != kv_lora + rope dims).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 PY=/usr/bin/python3
@@ -140,6 +143,36 @@ if [ -f "$T/g.gguf" ]; then
         ok "glm-dsa: the disk KV cache refuses it (no snapshot format yet), no file written"
     else bad "glm-dsa --kv-disk-dir: not the refusal expected:"; cat "$T/kv.log"; fi
 fi
+
+# broken files: glm_gguf.py's writer with a tensor dropped and one cut, or
+# a wrong key_length
+if $PY - "$T" > "$T/genbad.log" 2>&1 <<'PYEOF'
+import os, sys
+sys.path.insert(0, "tests")
+import glm_gguf as G
+out = sys.argv[1]
+tok, nv = G.tokenizer_kv(os.path.join(G.SHARED, "vocab", "mini-vocab.gguf"))
+write, add = G.Writer.write, G.Writer.add
+def broken(self, path):
+    self.tensors = [(n, a[:, :10] if n == "blk.2.indexer.attn_k.weight" else a)
+                    for n, a in self.tensors if n != "blk.1.attn_k_b.weight"]
+    write(self, path)
+G.Writer.write = broken
+G.write_glm_dsa(os.path.join(out, "bad1.gguf"), dict(G.GLM_DSA), tok, nv, 46)
+G.Writer.write = write
+G.Writer.add = lambda self, k, t, v: add(self, k, t, 40 if k.endswith("attention.key_length") else v)
+G.write_glm_dsa(os.path.join(out, "bad2.gguf"), dict(G.GLM_DSA), tok, nv, 46)
+PYEOF
+then
+    "$DS4" -m "$T/bad1.gguf" --tokens 1 > "$T/bad1.log" 2>&1
+    "$DS4" -m "$T/bad2.gguf" --tokens 1 > "$T/bad2.log" 2>&1
+    if grep -q 'missing tensor blk.1.attn_k_b.weight' "$T/bad1.log" &&
+            grep -q 'tensor blk.2.indexer.attn_k.weight has dims \[10, 64\], expected \[64, 64\]' "$T/bad1.log" &&
+            grep -q 'glm-dsa.attention.key_length = 40 must equal kv_lora_rank + rope.dimension_count = 48' \
+                "$T/bad2.log"; then
+        ok "glm-dsa: broken files refused with every problem named"
+    else bad "glm-dsa broken files:"; cat "$T/bad1.log" "$T/bad2.log"; fi
+else bad "writing the broken glm-dsa files:"; cat "$T/genbad.log"; fi
 
 [ $fail = 0 ] || { echo "t_glm_engine: $fail failed"; exit 1; }
 echo "t_glm_engine: all passed"
