@@ -276,7 +276,9 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         m->mtp_gf = gguf_open(p->mtp_path, err);
         gguf_guard(m->mtp_gf);
         if (!m->mtp_gf || ds4_weights_bind_mtp(m->mtp_gf, &m->w, 1, err) != DS4_OK) goto fail;
-    } else if (!dist_on() && ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
+    } else if (!dist_on() && m->w.cfg.arch == DS4_ARCH_DEEPSEEK4 &&
+               ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
+        /* (glm-dsa's NextN block is not bound) */
         goto fail;
     }
     m->tok = ds4_tokenizer_load(path, err);
