@@ -40,8 +40,9 @@ typedef struct {
 
 void ds4_model_params_default(ds4_model_params *p);
 
-/* Open a DeepSeek V4 GGUF: mmap, parse, bind and validate every tensor and
- * metadata value.  All problems are reported at once in *err. */
+/* Open a DeepSeek V4 (or glm-dsa) GGUF: mmap, parse, bind and validate
+ * every tensor and metadata value.  All problems are reported at once in
+ * *err. */
 ds4_model *ds4_model_load(const char *path, const ds4_model_params *p,
                           char **err);
 void ds4_model_free(ds4_model *m);
@@ -63,6 +64,8 @@ typedef struct {
                                  model was trained for (0 = not stated);
                                  a longer --ctx runs but is out of
                                  distribution */
+    const char *arch;         /* general.architecture: "deepseek4" or
+                                 "glm-dsa" (the graph that runs) */
 } ds4_model_info;
 
 void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);

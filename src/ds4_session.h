@@ -48,6 +48,7 @@ typedef struct {
     uint64_t kv, scratch;        /* session KV state at ctx_size; scratch */
     uint64_t total;              /* weights + kv + scratch */
     uint64_t mem_total, mem_available;
+    int kv_f32;                  /* the rows are float32 (glm-dsa), not f16 */
 } ds4_mem_plan;
 /* The thread count used where none is given: DS4_THREADS (1-4096; another
  * value is reported once on stderr and ignored), else the CPUs of the

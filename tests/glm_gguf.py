@@ -4,6 +4,7 @@ layout, the inputs of the float64 references (tests/oracle/glm_ref.py) and
 of the llama.cpp cross-check (tests/t_glm_ref.sh).
 
   glm_gguf.py ARCH OUT.gguf [--vocab VOCAB.gguf] [--seed N] [--set KEY=VALUE]...
+             [--type f32|f16|q8_0]
 
 ARCH: glm-dsa (GLM 5.2 / 5.3: MLA + DSA indexer with IndexShare, sigmoid
 MoE), glm5-next (GLM 5.3 Flash: HC, KDA + NoPE DSA with the k-pool
@@ -14,7 +15,9 @@ a file is a pure function of (ARCH, seed, --set, vocabulary).  The tokenizer
 keys (tokenizer.*) are copied from VOCAB (default: the shared mini test
 vocabulary, 4096 ids); token ids are used directly, nothing is tokenized.
 --set overrides one hyper-parameter of the shape table below (e.g.
---set top_k=16), before the tensors are drawn.
+--set top_k=16), before the tensors are drawn.  --type stores the matrices
+(2 dims and more) as F16 or Q8_0 (Q8_0 only where a row is whole blocks of
+32; the others stay F32); vectors stay F32.  Default F32.
 
 Owns: the shape tables and metadata of the tiny test files, and a minimal
 GGUF v3 writer.  Must not: depend on anything but numpy; the key names and
@@ -96,11 +99,26 @@ def tokenizer_kv(vocab_path):
     return out, n_vocab
 
 
+def q8_0_bytes(a):
+    """ggml's Q8_0 of a float array whose rows are whole blocks of 32:
+    per block an f16 scale d = max|x| / 127 and 32 int8 round(x / d)."""
+    x = a.astype(np.float32).reshape(-1, 32)
+    d = np.abs(x).max(axis=1) / 127.0
+    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+    q = np.clip(np.rint(x * inv[:, None]), -127, 127).astype(np.int8)
+    out = np.empty((x.shape[0], 34), dtype=np.uint8)
+    out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out.tobytes()
+
+
 class Writer:
-    """Minimal GGUF v3 writer: metadata, then F32 tensors."""
+    """Minimal GGUF v3 writer: metadata, then F32 tensors (matrices as
+    F16 or Q8_0 with wtype)."""
 
     def __init__(self, arch):
         self.arch = arch
+        self.wtype = "f32"
         self.kv = []          # (key, type, body bytes)
         self.tensors = []     # (name, numpy array in numpy order)
         self.add("general.architecture", STR, arch)
@@ -123,17 +141,27 @@ class Writer:
         off = 0
         for name, a in self.tensors:
             dims = list(reversed(a.shape))           # ggml order: fastest first
+            t, nb = self._stored(a)
             head.append(_str(name) + struct.pack("<I", len(dims)) +
-                        b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", 0, off))
-            off += (a.nbytes + ALIGN - 1) // ALIGN * ALIGN
+                        b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", t, off))
+            off += (len(nb) + ALIGN - 1) // ALIGN * ALIGN
         h = b"".join(head)
         h += b"\0" * ((-len(h)) % ALIGN)
         with open(path + ".tmp", "wb") as f:
             f.write(h)
             for _, a in self.tensors:
-                f.write(a.tobytes())
-                f.write(b"\0" * ((-a.nbytes) % ALIGN))
+                nb = self._stored(a)[1]
+                f.write(nb)
+                f.write(b"\0" * ((-len(nb)) % ALIGN))
         os.replace(path + ".tmp", path)
+
+    def _stored(self, a):
+        """(GGML type, bytes) of one tensor under wtype."""
+        if a.ndim >= 2 and self.wtype == "f16":
+            return 1, a.astype(np.float16).tobytes()
+        if a.ndim >= 2 and self.wtype == "q8_0" and a.shape[-1] % 32 == 0:
+            return 8, q8_0_bytes(a)
+        return 0, a.tobytes()
 
 
 # ---------------------------------------------------------------------------
@@ -209,8 +237,9 @@ def ffn_tensors(w, d, c, il, p):
     w.tensor(p + "ffn_down_shexp.weight", d.lin(E, S))
 
 
-def write_glm_dsa(path, c, tok_kv, n_vocab, seed):
+def write_glm_dsa(path, c, tok_kv, n_vocab, seed, wtype="f32"):
     w = Writer("glm-dsa")
+    w.wtype = wtype
     w.add("general.name", STR, "glm-dsa tiny random TEST model (seed %d)" % seed)
     E, H, L = c["n_embd"], c["n_head"], c["n_layer"]
     w.add("{arch}.context_length", U32, c["ctx"])
@@ -478,12 +507,19 @@ def main(argv=None):
     ap.add_argument("--vocab", default=os.path.join(SHARED, "vocab", "mini-vocab.gguf"))
     ap.add_argument("--seed", type=int, default=46)
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--type", choices=("f32", "f16", "q8_0"), default="f32",
+                    help="matrix storage (glm-dsa only)")
     a = ap.parse_args(argv)
     table, fn = ARCHS[a.arch]
     c = dict(table)
     parse_set(c, a.set)
     tok_kv, n_vocab = tokenizer_kv(a.vocab)
-    fn(a.out, c, tok_kv, n_vocab, a.seed)
+    if a.type != "f32" and a.arch != "glm-dsa":
+        sys.exit("glm_gguf: --type is implemented for glm-dsa only")
+    if a.type != "f32":
+        fn(a.out, c, tok_kv, n_vocab, a.seed, a.type)
+    else:
+        fn(a.out, c, tok_kv, n_vocab, a.seed)
     return 0
 
 

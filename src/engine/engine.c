@@ -263,6 +263,11 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     /* the MTP block (docs/MTP.md): a sidecar named by --mtp, else the main
      * file's mtp.0.* tensors when it has them; not under --dist (a part
      * file holds layers only) */
+    if (m->w.cfg.arch == DS4_ARCH_GLM_DSA && (p->ssd_streaming || p->mtp_path)) {
+        ds4_set_err(err, DS4_EUNSUP, "%s: %s is not supported for glm-dsa models yet", path,
+                    p->ssd_streaming ? "--ssd-streaming" : "--mtp");
+        goto fail;
+    }
     if (p->mtp_path && dist_on()) {
         ds4_set_err(err, DS4_EINVAL, "--mtp is not supported with --dist");
         goto fail;
@@ -271,7 +276,9 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         m->mtp_gf = gguf_open(p->mtp_path, err);
         gguf_guard(m->mtp_gf);
         if (!m->mtp_gf || ds4_weights_bind_mtp(m->mtp_gf, &m->w, 1, err) != DS4_OK) goto fail;
-    } else if (!dist_on() && ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
+    } else if (!dist_on() && m->w.cfg.arch == DS4_ARCH_DEEPSEEK4 &&
+               ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
+        /* (glm-dsa's NextN block is not bound) */
         goto fail;
     }
     m->tok = ds4_tokenizer_load(path, err);
@@ -376,6 +383,7 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
     info->layer_macs_per_token = ds4_weights_layer_macs(&m->w);
     info->random_weights = m->random_weights;
     info->ctx_train = c->ctx_train;
+    info->arch = c->arch == DS4_ARCH_GLM_DSA ? "glm-dsa" : "deepseek4";
 }
 
 int ds4_model_has_mtp(const ds4_model *m) { return m->w.has_mtp; }

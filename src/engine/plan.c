@@ -71,6 +71,7 @@ int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan 
         out->routed += L->ffn_gate_exps.nbytes + L->ffn_up_exps.nbytes + L->ffn_down_exps.nbytes;
     }
     ds4_session_plan_weights(&w, ctx_size, n_threads, &out->kv, &out->scratch);
+    out->kv_f32 = w.cfg.arch == DS4_ARCH_GLM_DSA;
     out->total = out->weights + out->kv + out->scratch;
     meminfo(&out->mem_total, &out->mem_available);
     ds4_weights_free(&w);
@@ -92,7 +93,7 @@ void ds4_memory_plan_print(const ds4_mem_plan *p, FILE *out) {
     gib(c, sizeof c, p->routed);
     fprintf(out, "  weights          %s (mmap'd): %s non-routed + %s routed experts\n", a, b, c);
     gib(a, sizeof a, p->kv);
-    fprintf(out, "  KV state         %s (f16 rows at the full context)\n", a);
+    fprintf(out, "  KV state         %s (%s rows at the full context)\n", a, p->kv_f32 ? "f32" : "f16");
     gib(a, sizeof a, p->scratch);
     fprintf(out, "  scratch          %s\n", a);
     gib(a, sizeof a, p->total);

@@ -27,6 +27,10 @@ void ds4_session_params_default(ds4_session_params *p) {
 
 static int ratio_of(const ds4_model *m, int il) { return m->w.layers[il].ratio; }
 
+/* glm-dsa sessions keep their state in glm_dsa.c (s->glm); the V4 layer
+ * state, scratch, snapshots and staged passes are DeepSeek V4's only. */
+static int is_glm(const ds4_session *s) { return s->m->w.cfg.arch == DS4_ARCH_GLM_DSA; }
+
 static int comp_cap_of(int ctx, int R) { return R ? ctx / R + 1 : 0; }
 
 /* Per-layer state sizes in elements (KV rows: kv_es bytes each; the
@@ -281,6 +285,16 @@ uint64_t ds4_session_memory_estimate(const ds4_model *m, int ctx_size) {
  * serves them. */
 void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
                               uint64_t *kv, uint64_t *scratch) {
+    if (w->cfg.arch == DS4_ARCH_GLM_DSA) {
+        /* the cached rows, and the chunk's scratch (the head's rows lead) */
+        const ds4_config *c = &w->cfg;
+        int ch = ctx_size < 2048 ? ctx_size : 2048;
+        *kv = ds4_glm_plan_bytes(w, ctx_size);
+        *scratch = (uint64_t)ch * ((uint64_t)c->n_vocab + 16u * (uint64_t)c->n_embd) * sizeof(float) +
+                   (uint64_t)ctx_size * 16;
+        (void)nth;
+        return;
+    }
     ds4_model shell;
     memset(&shell, 0, sizeof shell);
     shell.w = *w;
@@ -316,7 +330,7 @@ void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
 
 static void state_reset(ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
-    for (int il = 0; il < c->n_layer; il++) {
+    for (int il = 0; il < c->n_layer && !is_glm(s); il++) {
         layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
         st->raw_start = st->raw_len = 0;
@@ -353,6 +367,17 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
     s->ls = calloc((size_t)c->n_layer, sizeof *s->ls);
     s->logits = calloc((size_t)c->n_vocab, sizeof(float));
     if (!s->ls || !s->logits || ds4_tokens_reserve(&s->toks, (size_t)s->ctx)) goto oom;
+    if (is_glm(s)) {
+        if (dist_on()) {
+            ds4_set_err(err, DS4_EUNSUP, "--dist is not supported for glm-dsa models");
+            ds4_session_free(s);
+            return NULL;
+        }
+        if (ds4_glm_state_new(s) != DS4_OK) goto oom;
+        s->logits_rows = 1;
+        state_reset(s);
+        return s;
+    }
     for (int il = 0; il < c->n_layer; il++) {
         layer_state *st = &s->ls[il];
         layer_sizes z = sizes_of(m, il, s->ctx, s->chunk);
@@ -392,7 +417,8 @@ void ds4_session_free(ds4_session *s) {
     if (!s) return;
     ds4_imatrix_free(s->imatrix);
     dist_session_free(s);
-    if (s->ls) {
+    ds4_glm_state_free(s);
+    if (s->ls && !is_glm(s)) {
         for (int il = 0; il < s->m->w.cfg.n_layer; il++) {
             layer_state *st = &s->ls[il];
             free(st->raw); free(st->comp); free(st->st_kv); free(st->st_sc);
@@ -416,6 +442,7 @@ void ds4_session_free(ds4_session *s) {
 int ds4_session_set_steering(ds4_session *s, const float *dir, float scale,
                              int layer_first, int layer_last) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_glm(s) && dir && scale != 0.0f) return DS4_EUNSUP;
     if (!dir || scale == 0.0f) {   /* off: the forward pass is untouched */
         free(s->steer);
         s->steer = NULL;
@@ -448,6 +475,7 @@ void ds4_session_set_decode_only(ds4_session *s, int on) { s->decode_only = on; 
 
 int ds4_session_imatrix_begin(ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_glm(s)) return DS4_EUNSUP;
     ds4_imatrix_free(s->imatrix);
     s->imatrix = ds4_imatrix_alloc((uint32_t)c->n_layer, (uint32_t)c->n_expert, (uint32_t)c->n_embd,
                                    (uint32_t)c->n_ff_exp);
@@ -463,7 +491,8 @@ int ds4_session_imatrix_save(const ds4_session *s, const char *path, char **err)
 }
 
 void ds4_session_capture(ds4_session *s, ds4_buf *logits_rows, ds4_buf *hidden_rows) {
-    s->cap_hidden = hidden_rows;
+    s->cap_hidden = is_glm(s) ? NULL : hidden_rows;   /* glm-dsa: no hidden rows yet */
+    if (is_glm(s)) { s->cap_logits = logits_rows; return; }   /* its own [chunk][vocab] rows */
     if (logits_rows && !s->cap_logits) {
         /* all-position logits need a [chunk][vocab] head output */
         float *l = realloc(s->sc.logits, (size_t)s->chunk * s->m->w.cfg.n_vocab * sizeof(float));
@@ -475,7 +504,7 @@ void ds4_session_capture(ds4_session *s, ds4_buf *logits_rows, ds4_buf *hidden_r
     s->cap_logits = logits_rows;
 }
 
-void ds4_session_capture_indexer(ds4_session *s, ds4_buf *rows) { s->cap_indexer = rows; }
+void ds4_session_capture_indexer(ds4_session *s, ds4_buf *rows) { s->cap_indexer = is_glm(s) ? NULL : rows; }
 
 int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
                      ds4_progress_fn progress, void *ud) {
@@ -491,7 +520,7 @@ int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
     while (done < n) {
         if (progress && progress(ud, done, n)) return DS4_ECANCEL;
         int k = n - done < step ? n - done : step;
-        int rc = ds4_cpu_eval_chunk(s, toks + done, k);
+        int rc = is_glm(s) ? ds4_glm_eval_chunk(s, toks + done, k) : ds4_cpu_eval_chunk(s, toks + done, k);
         if (rc != DS4_OK) {
             /* a chunk that failed half way leaves layers out of step */
             state_reset(s);
@@ -518,7 +547,7 @@ int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
  * pipeline and expert ranks follow one session).  Steering joins the
  * batch: it is applied per row. */
 static int batchable(const ds4_session *s, int n) {
-    return n <= s->chunk && !(s->decode_only && n > 1) && !s->cap_logits && !s->cap_hidden &&
+    return !is_glm(s) && n <= s->chunk && !(s->decode_only && n > 1) && !s->cap_logits && !s->cap_hidden &&
            !s->cap_indexer &&
            !s->imatrix && !s->stg_on && !dist_on();
 }
@@ -667,12 +696,16 @@ static size_t ckpt_floats(const ds4_session *s) {
 
 uint64_t ds4_session_checkpoint_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_glm(s)) return 0;
     return (ckpt_floats(s) + (size_t)c->n_vocab) * sizeof(float) +
            3 * (size_t)c->n_layer * sizeof(int);
 }
 
 int ds4_session_checkpoint(ds4_session *s, int slot) {
     if (slot < 0 || slot >= DS4_SESSION_CKPTS) return DS4_EINVAL;
+    /* glm-dsa needs none: its rows of a position never change, so any
+     * point of the session is a rewind point (ds4_session_rewind_point) */
+    if (is_glm(s)) return DS4_OK;
     const ds4_config *c = &s->m->w.cfg;
     session_ckpt *k = &s->ck[slot];
     if (!k->rows) {
@@ -726,6 +759,11 @@ int ds4_session_checkpoint_tokens(const ds4_session *s, int slot) {
 }
 
 int ds4_session_rewind_point(const ds4_session *s, int n) {
+    /* glm-dsa: any count the session holds; one token short of n, so the
+     * token evaluated again gives the logits at n (no logits are kept
+     * per position) */
+    if (is_glm(s)) return (n < (int)s->toks.n ? n : (int)s->toks.n) - 1 > 0 ?
+                          (n < (int)s->toks.n ? n : (int)s->toks.n) - 1 : 0;
     int best = 0;
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) {
         const session_ckpt *k = &s->ck[i];
@@ -738,6 +776,15 @@ int ds4_session_rewind_point(const ds4_session *s, int n) {
 
 int ds4_session_rewind(ds4_session *s, int n) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_glm(s)) {
+        /* truncation: the rows below n are exactly what evaluating
+         * toks[0..n) left */
+        if (n <= 0 || n > (int)s->toks.n) return DS4_EINVAL;
+        if (n < (int)s->toks.n) s->has_logits = 0;
+        s->toks.n = (size_t)n;
+        s->stg_n = 0;
+        return DS4_OK;
+    }
     session_ckpt *k = NULL;
     for (int i = 0; i < DS4_SESSION_CKPTS; i++)
         if (s->ck[i].rows && s->ck[i].n == n && n > 0 && n <= (int)s->toks.n) k = &s->ck[i];
@@ -783,6 +830,7 @@ static int raw_live(const layer_state *st, const ds4_config *c) {
 
 uint64_t ds4_session_kv_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_glm(s)) return ds4_glm_kv_bytes(s);
     const uint64_t es = kv_es(s);
     uint64_t b = 0;
     for (int il = 0; il < c->n_layer; il++) {
@@ -816,6 +864,7 @@ uint64_t ds4_session_kv_bytes(const ds4_session *s) {
 
 uint64_t ds4_session_snapshot_size(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_glm(s)) return 0;   /* no snapshot (ds4_session_snapshot_write refuses) */
     const uint64_t es = kv_es(s);
     uint64_t b = 10 * 4 + s->toks.n * 4 + (uint64_t)c->n_vocab * 4;
     for (int il = 0; il < c->n_layer; il++) {
@@ -833,6 +882,7 @@ uint64_t ds4_session_snapshot_size(const ds4_session *s) {
 int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     const ds4_config *c = &s->m->w.cfg;
     if (dist_on()) return DS4_EUNSUP;   /* the layers' state lives on several ranks */
+    if (is_glm(s)) return DS4_EUNSUP;   /* no glm-dsa snapshot format yet */
     const size_t es = kv_es(s);
     uint32_t hdr[10] = { SNAP_MAGIC, SNAP_VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_embd,
                          (uint32_t)c->head_dim, (uint32_t)c->idx_dim, (uint32_t)c->n_vocab,
@@ -879,6 +929,7 @@ static int buf_writer(void *ud, const void *p, size_t n) {
 }
 
 int ds4_session_snapshot(const ds4_session *s, ds4_buf *out) {
+    if (is_glm(s)) return DS4_EUNSUP;
     if (ds4_buf_reserve(out, ds4_session_snapshot_size(s))) return DS4_ENOMEM;
     return ds4_session_snapshot_write(s, buf_writer, out);
 }
@@ -898,6 +949,8 @@ static int fail(char **err, const char *msg) {
 
 int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_glm(s))
+        return ds4_set_err(err, DS4_EUNSUP, "session snapshots of glm-dsa models are not supported yet");
     const size_t es = kv_es(s);
     rd r = { data, len, 0 };
     uint32_t h[10];
@@ -1066,10 +1119,13 @@ int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
     for (int i = 0; i < n; i++)
         if (toks[i] < 0 || toks[i] >= nv) return DS4_EINVAL;
     s->stg_n = 0;
-    int rc = stage_alloc(s);
+    /* glm-dsa: nothing to save; every row's logits stay in the glm state
+     * until the commit, which only truncates (rows of a position never
+     * change) */
+    int rc = is_glm(s) ? DS4_OK : stage_alloc(s);
     if (rc) return rc;
     const ds4_config *c = &s->m->w.cfg;
-    for (int il = 0; il < c->n_layer; il++) {
+    for (int il = 0; il < c->n_layer && !is_glm(s); il++) {
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
         layer_stage *g = &s->stg[il];
         layer_state *st = &s->ls[il];
@@ -1083,7 +1139,7 @@ int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
         }
     }
     s->stg_on = 1;
-    rc = ds4_cpu_eval_chunk(s, toks, n);
+    rc = is_glm(s) ? ds4_glm_eval_chunk(s, toks, n) : ds4_cpu_eval_chunk(s, toks, n);
     s->stg_on = 0;
     if (rc != DS4_OK) {
         state_reset(s);
@@ -1098,6 +1154,7 @@ int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
 
 const float *ds4_session_draft_logits(const ds4_session *s, int i) {
     if (i < 0 || i >= s->stg_n) return NULL;
+    if (is_glm(s)) return ds4_glm_logits(s) + (size_t)i * s->m->w.cfg.n_vocab;
     return s->sc.logits + (size_t)i * s->m->w.cfg.n_vocab;
 }
 
@@ -1108,7 +1165,8 @@ int ds4_session_draft_commit(ds4_session *s, int n_keep) {
     const int64_t p0 = s->stg_p0, end = p0 + n_keep;
     s->stg_n = 0;
     if (drop == 0) return DS4_OK;
-    for (int il = 0; il < c->n_layer; il++) {
+    /* glm-dsa: the count alone (its rows of a position never change) */
+    for (int il = 0; il < c->n_layer && !is_glm(s); il++) {
         const ds4_layer_weights *lw = &s->m->w.layers[il];
         layer_sizes z = sizes_of(s->m, il, s->ctx, s->chunk);
         layer_stage *g = &s->stg[il];
@@ -1128,7 +1186,7 @@ int ds4_session_draft_commit(ds4_session *s, int n_keep) {
         }
     }
     s->toks.n = (size_t)end;
-    memcpy(s->logits, s->sc.logits + (size_t)(n_keep - 1) * c->n_vocab,
+    memcpy(s->logits, (is_glm(s) ? ds4_glm_logits(s) : s->sc.logits) + (size_t)(n_keep - 1) * c->n_vocab,
            (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
     return DS4_OK;

@@ -114,6 +114,19 @@ static void print_metadata(FILE *out, const gguf_file *gf) {
 
 static void print_shapes(FILE *out, const ds4_config *c) {
     fprintf(out, "\nshape:\n");
+    if (c->arch == DS4_ARCH_GLM_DSA) {
+        fprintf(out, "  glm-dsa: layers %d (%d dense), embedding %d, vocab %d\n", c->n_layer, c->n_dense,
+                c->n_embd, c->n_vocab);
+        fprintf(out, "  heads %d, q lora %d, kv lora %d, rope dims %d, qk head %d, v head %d, cached row %d\n",
+                c->n_head, c->q_lora, c->kv_lora, c->n_rot, c->kmla, c->vmla, c->head_dim);
+        fprintf(out, "  dense ff %d; experts %d (used %d, shared %d), expert ff %d, sigmoid router\n", c->n_ff,
+                c->n_expert, c->n_expert_used, c->n_expert_shared, c->n_ff_exp);
+        fprintf(out, "  indexer heads %d, head dim %d, top-k %d\n", c->idx_heads, c->idx_dim, c->idx_topk);
+        fprintf(out, "  rms eps %g, rope base %g\n", (double)c->rms_eps, (double)c->rope_base);
+        fprintf(out, "  expert weight scale %g, norm %s, training context %" PRIu64 "\n", (double)c->expert_scale,
+                c->expert_norm ? "yes" : "no", c->ctx_train);
+        return;
+    }
     fprintf(out, "  layers %d, embedding %d, vocab %d\n", c->n_layer, c->n_embd, c->n_vocab);
     fprintf(out, "  heads %d (kv %d), head dim %d, rope dims %d, q lora %d\n", c->n_head, c->n_head_kv,
             c->head_dim, c->n_rot, c->q_lora);
@@ -135,6 +148,15 @@ static void print_layers(FILE *out, const ds4_weights *w) {
     fprintf(out, "\nlayers:\n");
     for (int il = 0; il < w->cfg.n_layer; il++) {
         const ds4_layer_weights *L = &w->layers[il];
+        if (w->cfg.arch == DS4_ARCH_GLM_DSA) {
+            fprintf(out, "  %3d  MLA + indexer %-6s  %s", il, L->own_indexer ? "(own)" : "shared",
+                    L->dense ? "dense FFN" : "MoE");
+            if (!L->dense)
+                fprintf(out, "  experts %s/%s/%s", ggml_type_name(L->ffn_gate_exps.type),
+                        ggml_type_name(L->ffn_up_exps.type), ggml_type_name(L->ffn_down_exps.type));
+            fputc('\n', out);
+            continue;
+        }
         const char *kind = !L->ratio ? "window" : L->has_indexer ? "window+compressed(overlap)+indexer"
                                                                  : "window+compressed";
         fprintf(out, "  %3d  ratio %-4d %-36s %s  experts %s/%s/%s  clamp %g\n", il, L->ratio, kind,

@@ -1,5 +1,5 @@
 /*
- * layout.c -- the DeepSeek V4 tensor layout table and its walk (implements
+ * layout.c -- the DeepSeek V4 and glm-dsa tensor layout tables and their walk (implements
  * layout.h): names, dims, roles, layer kinds, checkpoint names and dtypes
  * of every tensor family, in the order of the files antirez/ds4 publishes
  * (docs/GGUF.md §4; the dims agree with `expect(...)` in the oracle's
@@ -114,8 +114,61 @@ const ds4_layout_arch ds4_layout_deepseek4 = {
     .n = {N_OF(HEAD), N_OF(LAYER), N_OF(TAIL), N_OF(MTP)},
 };
 
+/* ------------------------------------------------------------------------ */
+/* glm-dsa (GLM 5.2 / 5.3): llama.cpp's names and dims (FAMILY.md §3, the   */
+/* tiny files of tests/glm_gguf.py).  No checkpoint names: ds4-quantize     */
+/* does not convert it; the NextN (MTP) block is not bound.                 */
+/* ------------------------------------------------------------------------ */
+
+static const ds4_layout_row GLM_HEAD[] = {
+    ROW(TOKEN_EMBD, "token_embd.weight", D2(EMBD, VOCAB), EMBD, ALWAYS, 0, NULL, NULL, BF16),
+};
+
+static const ds4_layout_row GLM_LAYER[] = {
+    ROW(ATTN_NORM, "attn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(ATTN_Q_A, "attn_q_a.weight", D2(EMBD, QLORA), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(ATTN_Q_A_NORM, "attn_q_a_norm.weight", D1(QLORA), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(ATTN_Q_B, "attn_q_b.weight", D2(QLORA, Q_MLA), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    /* the latent and the shared RoPE key: one cached row */
+    ROW(ATTN_KV, "attn_kv_a_mqa.weight", D2(EMBD, KV_A), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(ATTN_KV_A_NORM, "attn_kv_a_norm.weight", D1(KV_LORA), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    /* per head: W_UK^T (latent x nope) and W_UV (value x latent) */
+    ROW(ATTN_K_B, "attn_k_b.weight", D3(NOPE, KV_LORA, HEADS), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(ATTN_V_B, "attn_v_b.weight", D3(KV_LORA, VMLA, HEADS), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(ATTN_OUTPUT, "attn_output.weight", D2(ATT_OUT, EMBD), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(IDX_Q_B, "indexer.attn_q_b.weight", D2(QLORA, IDX_Q_DIM), SMALL, OWN_IDX, 0, NULL, NULL, BF16),
+    ROW(IDX_K, "indexer.attn_k.weight", D2(EMBD, IDX_DIM), SMALL, OWN_IDX, 0, NULL, NULL, BF16),
+    ROW(IDX_K_NORM, "indexer.k_norm.weight", D1(IDX_DIM), VEC, OWN_IDX, 0, NULL, NULL, BF16),
+    ROW(IDX_K_NORM_B, "indexer.k_norm.bias", D1(IDX_DIM), VEC, OWN_IDX, 0, NULL, NULL, BF16),
+    ROW(IDX_PROJ, "indexer.proj.weight", D2(EMBD, IDX_HEADS), SMALL, OWN_IDX, 0, NULL, NULL, BF16),
+    ROW(FFN_NORM, "ffn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(FFN_GATE, "ffn_gate.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, NULL, NULL, BF16),
+    ROW(FFN_UP, "ffn_up.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, NULL, NULL, BF16),
+    ROW(FFN_DOWN, "ffn_down.weight", D2(FF_DENSE, EMBD), PROJ, DENSE, 0, NULL, NULL, BF16),
+    ROW(FFN_GATE_INP, "ffn_gate_inp.weight", D2(EMBD, EXPERTS), SMALL, MOE, 0, NULL, NULL, BF16),
+    ROW(EXP_PROBS_B, "exp_probs_b.bias", D1(EXPERTS), VEC, MOE, 0, NULL, NULL, F32),
+    ROW(FFN_GATE_EXPS, "ffn_gate_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_UP_EXPS, "ffn_up_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_DOWN_EXPS, "ffn_down_exps.weight", D3(FF, EMBD, EXPERTS), EXP_DOWN, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_GATE_SHEXP, "ffn_gate_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_UP_SHEXP, "ffn_up_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_DOWN_SHEXP, "ffn_down_shexp.weight", D2(SHARED_FF, EMBD), SHEXP, MOE, 0, NULL, NULL, BF16),
+};
+
+static const ds4_layout_row GLM_TAIL[] = {
+    ROW(OUTPUT_NORM, "output_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    /* absent: tied to the embedding */
+    ROW(OUTPUT, "output.weight", D2(EMBD, VOCAB), OUT, ALWAYS, 1, NULL, NULL, BF16),
+};
+
+const ds4_layout_arch ds4_layout_glm_dsa = {
+    .arch = "glm-dsa",
+    .sec = {GLM_HEAD, GLM_LAYER, GLM_TAIL, NULL},
+    .n = {N_OF(GLM_HEAD), N_OF(GLM_LAYER), N_OF(GLM_TAIL), 0},
+};
+
 ds4_layer_kind ds4_layout_writer_kind(int64_t ratio, int64_t il, int64_t n_hash) {
-    ds4_layer_kind k = {(int)ratio, ratio == 4, il < n_hash};
+    ds4_layer_kind k = {(int)ratio, ratio == 4, il < n_hash, 0};
     return k;
 }
 
@@ -145,6 +198,13 @@ uint64_t ds4_layout_dim(int d, const ds4_layout_hp *h, const ds4_layer_kind *k) 
     case DS4_LD_FF: return (uint64_t)h->n_ff;
     case DS4_LD_SHARED_FF: return (uint64_t)h->n_ff * (uint64_t)h->n_shared;
     case DS4_LD_USED: return (uint64_t)h->n_used;
+    case DS4_LD_KV_LORA: return (uint64_t)h->kv_lora;
+    case DS4_LD_KV_A: return (uint64_t)(h->kv_lora + h->n_rot);
+    case DS4_LD_Q_MLA: return H * (uint64_t)h->kmla;
+    case DS4_LD_NOPE: return (uint64_t)(h->kmla - h->n_rot);
+    case DS4_LD_VMLA: return (uint64_t)h->vmla;
+    case DS4_LD_ATT_OUT: return H * (uint64_t)h->vmla;
+    case DS4_LD_FF_DENSE: return (uint64_t)h->n_ff_dense;
     }
     return 0;
 }
@@ -156,13 +216,16 @@ static int row_in(const ds4_layout_row *r, const ds4_layer_kind *k) {
     case DS4_W_INDEXER: return k->ratio != 0 && k->indexer;
     case DS4_W_HASH: return k->hash;
     case DS4_W_LEARNED: return !k->hash;
+    case DS4_W_OWN_IDX: return k->indexer;
+    case DS4_W_DENSE: return k->dense;
+    case DS4_W_MOE: return !k->dense;
     }
     return 1;
 }
 
 int ds4_layout_section(const ds4_layout_arch *a, int sec, const ds4_layout_hp *hp, int il,
                        const ds4_layer_kind *k, int flags, ds4_layout_tensor *out) {
-    static const ds4_layer_kind none = {0, 0, 0};
+    static const ds4_layer_kind none = {0, 0, 0, 0};
     const int layer = sec == DS4_SEC_LAYER;
     if (!layer) k = &none;
     int n = 0;
@@ -199,7 +262,7 @@ ds4_layout_tensor *ds4_layout_list(const ds4_layout_arch *a, const ds4_layout_hp
     k += (size_t)ds4_layout_section(a, DS4_SEC_TAIL, hp, -1, NULL, 0, L + k);
     if (mtp) {
         /* window-only (ratio 0), learned router */
-        ds4_layer_kind kind = {0, 0, 0};
+        ds4_layer_kind kind = {0, 0, 0, 0};
         k += (size_t)ds4_layout_section(a, DS4_SEC_MTP, hp, -1, NULL, 0, L + k);
         k += (size_t)ds4_layout_section(a, DS4_SEC_LAYER, hp, (int)hp->n_layer, &kind, DS4_LAYOUT_MTP, L + k);
     }

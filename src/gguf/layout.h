@@ -13,7 +13,8 @@
  * Must not: read or write files, or know the engine's weight structs (the
  * loader maps a row's id to its field).
  * Another architecture is another table of the same rows (and, if its
- * dims need them, more DS4_LD_* expressions), not another walk.
+ * dims need them, more DS4_LD_* expressions), not another walk: glm-dsa
+ * (`ds4_layout_glm_dsa`) is the second.
  */
 #ifndef DS4_LAYOUT_H
 #define DS4_LAYOUT_H
@@ -45,6 +46,11 @@ enum {
     /* the MTP block's own tensors (docs/MTP.md) */
     DS4_T_MTP_E_PROJ, DS4_T_MTP_H_PROJ, DS4_T_MTP_ENORM, DS4_T_MTP_HNORM, DS4_T_MTP_NORM,
     DS4_T_MTP_HC_HEAD_BASE, DS4_T_MTP_HC_HEAD_FN, DS4_T_MTP_HC_HEAD_SCALE,
+    /* glm-dsa's own families (FAMILY.md §3; its kv_a_mqa binds as
+     * DS4_T_ATTN_KV, its indexer q/proj as DS4_T_IDX_Q_B/_PROJ) */
+    DS4_T_ATTN_K_B, DS4_T_ATTN_V_B, DS4_T_ATTN_OUTPUT,
+    DS4_T_IDX_K, DS4_T_IDX_K_NORM, DS4_T_IDX_K_NORM_B,
+    DS4_T_FFN_GATE, DS4_T_FFN_UP, DS4_T_FFN_DOWN,
     DS4_T_COUNT
 };
 
@@ -74,6 +80,14 @@ enum {
     DS4_LD_FF,                    /* F = one expert's hidden width */
     DS4_LD_SHARED_FF,             /* F * shared experts */
     DS4_LD_USED,                  /* K = experts used per token */
+    /* glm-dsa (MLA with a RoPE tail) */
+    DS4_LD_KV_LORA,               /* kv_lora_rank */
+    DS4_LD_KV_A,                  /* kv_lora_rank + rope dims: one cached row */
+    DS4_LD_Q_MLA,                 /* H * key_length_mla */
+    DS4_LD_NOPE,                  /* key_length_mla - rope dims */
+    DS4_LD_VMLA,                  /* value_length_mla */
+    DS4_LD_ATT_OUT,               /* H * value_length_mla */
+    DS4_LD_FF_DENSE,              /* feed_forward_length (dense layers) */
 };
 
 /* Roles: what a recipe stores a tensor as, and which storage types the
@@ -98,6 +112,9 @@ enum {
     DS4_W_INDEXER,       /* overlapping compressor + indexer */
     DS4_W_HASH,          /* hash-routed layers (the first hash_layer_count) */
     DS4_W_LEARNED,       /* learned-router layers (a writer writes it there only) */
+    DS4_W_OWN_IDX,       /* glm-dsa: a "full" IndexShare layer (its own indexer) */
+    DS4_W_DENSE,         /* glm-dsa: a leading dense FFN layer */
+    DS4_W_MOE,           /* glm-dsa: a MoE layer */
 };
 
 /* Dtypes of DeepSeek's Hugging Face release (docs/CHECKPOINT.md). */
@@ -129,11 +146,16 @@ typedef struct {
 
 /* DeepSeek V4 Flash and PRO. */
 extern const ds4_layout_arch ds4_layout_deepseek4;
+/* GLM 5.2 / 5.3 (llama.cpp's names; no checkpoint names: not converted by
+ * ds4-quantize, and no MTP section bound yet). */
+extern const ds4_layout_arch ds4_layout_glm_dsa;
 
 /* The shape values the dims are made of. */
 typedef struct {
     int64_t n_embd, n_vocab, n_hc, n_head, head_dim, q_lora, o_lora, o_groups;
     int64_t n_expert, n_ff, n_shared, n_used, idx_heads, idx_dim;
+    /* glm-dsa */
+    int64_t kv_lora, n_rot, kmla, vmla, n_ff_dense;
     /* for ds4_layout_list only: the layer count, the hash-routed layers,
      * the per-layer compress ratios [n_layer] */
     int64_t n_layer, n_hash;
@@ -141,7 +163,7 @@ typedef struct {
 } ds4_layout_hp;
 
 /* What kind a layer is: its rows' DS4_W_* conditions. */
-typedef struct { int ratio, indexer, hash; } ds4_layer_kind;
+typedef struct { int ratio, indexer, hash, dense; } ds4_layer_kind;
 
 /* The kind of layer `il` as the writers make it: the overlapping
  * compressor + indexer exactly on ratio-4 layers, hash routing on the

@@ -67,6 +67,7 @@ typedef struct {
     ds4_buf msg;
     int n;                     /* problems found (may exceed those printed) */
     int oom;
+    const char *pfx;           /* metadata prefix: "deepseek4" (NULL) or "glm-dsa" */
 } problems;
 
 static void prob(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -96,8 +97,26 @@ static int is_int_type(uint32_t t) {
            t == GGUF_I32 || t == GGUF_U64 || t == GGUF_I64;
 }
 
-static void key_of(char *buf, size_t n, const char *suffix) {
-    snprintf(buf, n, "deepseek4.%s", suffix);
+static void key_of(const problems *p, char *buf, size_t n, const char *suffix) {
+    snprintf(buf, n, "%s.%s", p->pfx ? p->pfx : "deepseek4", suffix);
+}
+
+/* glm-dsa's integer keys (without the "glm-dsa." prefix) beyond the V4
+ * table's rows that it shares (block_count, embedding_length, ...). */
+static const ds4_model_limit glm_limits[] = {
+    {"attention.kv_lora_rank", 1, DS4_MAX_RANK, "sanity bound"},
+    {"attention.key_length_mla", 1, DS4_MAX_HEAD_DIM, "sanity bound; > rope dims"},
+    {"attention.value_length_mla", 1, DS4_MAX_HEAD_DIM, "sanity bound"},
+    {"feed_forward_length", 1, DS4_MAX_FF, "sanity bound"},
+    {"leading_dense_block_count", 0, DS4_MAX_LAYER, "<= block_count"},
+    {"nextn_predict_layers", 0, DS4_MAX_LAYER, "< block_count"},
+};
+
+static const ds4_model_limit *limit_of(const char *suffix) {
+    const ds4_model_limit *l = ds4_model_limit_find(suffix);
+    for (size_t i = 0; !l && i < sizeof glm_limits / sizeof glm_limits[0]; i++)
+        if (!strcmp(glm_limits[i].key, suffix)) l = &glm_limits[i];
+    return l;
 }
 
 /* Reads an integer key into its range (the limits table; every key read
@@ -105,10 +124,10 @@ static void key_of(char *buf, size_t n, const char *suffix) {
  * stored, 0 if absent (and not required), -1 on a reported problem. */
 static int meta_int(problems *p, const gguf_file *gf, const char *suffix, int required,
                     int64_t *out) {
-    const ds4_model_limit *lim = ds4_model_limit_find(suffix);
+    const ds4_model_limit *lim = limit_of(suffix);
     const int64_t lo = lim->min, hi = lim->max;
     char key[128];
-    key_of(key, sizeof key, suffix);
+    key_of(p, key, sizeof key, suffix);
     const gguf_kv *kv = gguf_find(gf, key);
     if (!kv) {
         if (!required) return 0;
@@ -156,7 +175,7 @@ static int check_float(problems *p, const char *key, double v, double lo, double
 static int meta_float(problems *p, const gguf_file *gf, const char *suffix, int required,
                       double lo, double hi, float *out, int *bad) {
     char key[128];
-    key_of(key, sizeof key, suffix);
+    key_of(p, key, sizeof key, suffix);
     const gguf_kv *kv = gguf_find(gf, key);
     if (!kv) {
         if (!required) return 0;
@@ -191,6 +210,7 @@ typedef struct {
      * routed expert tensor only the experts [e_lo, e_hi) */
     int xpart, e_lo, e_hi;
     int mtp;          /* binding the MTP block: layer names are "mtp.0.*" */
+    const ds4_layout_arch *arch;   /* NULL: DeepSeek V4's */
 } binder;
 
 /* Whether a part file must hold tensor `name` (always for a whole file). */
@@ -319,6 +339,9 @@ static const size_t FIELD[DS4_T_COUNT] = {
     [DS4_T_MTP_NORM] = AT(ds4_mtp_weights, norm), [DS4_T_MTP_HC_HEAD_BASE] = AT(ds4_mtp_weights, hc_head_base),
     [DS4_T_MTP_HC_HEAD_FN] = AT(ds4_mtp_weights, hc_head_fn),
     [DS4_T_MTP_HC_HEAD_SCALE] = AT(ds4_mtp_weights, hc_head_scale),
+    [DS4_T_ATTN_K_B] = LW(attn_k_b), [DS4_T_ATTN_V_B] = LW(attn_v_b), [DS4_T_ATTN_OUTPUT] = LW(attn_output),
+    [DS4_T_IDX_K] = LW(idx_k), [DS4_T_IDX_K_NORM] = LW(idx_k_norm), [DS4_T_IDX_K_NORM_B] = LW(idx_k_norm_b),
+    [DS4_T_FFN_GATE] = LW(ffn_gate), [DS4_T_FFN_UP] = LW(ffn_up), [DS4_T_FFN_DOWN] = LW(ffn_down),
 };
 #undef LW
 #undef AT
@@ -330,6 +353,7 @@ static ds4_layout_hp hp_of(const ds4_config *c) {
         .n_expert = c->n_expert, .n_ff = c->n_ff_exp, .n_shared = c->n_expert_shared,
         .n_used = c->n_expert_used, .idx_heads = c->idx_heads, .idx_dim = c->idx_dim,
         .n_layer = c->n_layer, .n_hash = c->n_hash,
+        .kv_lora = c->kv_lora, .n_rot = c->n_rot, .kmla = c->kmla, .vmla = c->vmla, .n_ff_dense = c->n_ff,
     };
     return h;
 }
@@ -340,7 +364,7 @@ static void bind_section(binder *b, const ds4_layout_hp *hp, int sec, int il, co
                          void *base) {
     ds4_layout_tensor lt[DS4_LAYOUT_MAX_ROWS];
     const int flags = DS4_LAYOUT_READ | (sec == DS4_SEC_LAYER && b->mtp ? DS4_LAYOUT_MTP : 0);
-    const int n = ds4_layout_section(&ds4_layout_deepseek4, sec, hp, il, k, flags, lt);
+    const int n = ds4_layout_section(b->arch ? b->arch : &ds4_layout_deepseek4, sec, hp, il, k, flags, lt);
     int ok[DS4_T_COUNT] = {0};
     for (int i = 0; i < n; i++) {
         const ds4_layout_row *r = lt[i].row;
@@ -572,7 +596,7 @@ static void bind_layer(binder *b, const ds4_config *c, const ds4_layout_hp *hp, 
         L->has_indexer = overlap;
         if (overlap) *needs_idx = 1;
     }
-    const ds4_layer_kind k = {ratio, L->has_indexer, il < c->n_hash};
+    const ds4_layer_kind k = {ratio, L->has_indexer, il < c->n_hash, 0};
     bind_section(b, hp, DS4_SEC_LAYER, il, &k, L);
 }
 
@@ -599,6 +623,166 @@ static void not_a_model(problems *p, const gguf_file *gf, const gguf_str *arch, 
                   : "of another model family: not DeepSeek V4's either");
 }
 
+/* ------------------------------------------------------------------------ */
+/* glm-dsa (GLM 5.2 / 5.3, FAMILY.md §3; keys and names as llama.cpp's)      */
+/* ------------------------------------------------------------------------ */
+
+/* Reads glm-dsa's shape parameters into c (cfg.arch = DS4_ARCH_GLM_DSA) and
+ * the per-layer IndexShare kinds into own[] (allocated here, n_layer
+ * entries).  *shape_bad as read_config's. */
+static void glm_read_config(problems *p, const gguf_file *gf, ds4_config *c, int **own, int *shape_bad) {
+    int bad = 0, fbad = 0, n_block = 0, nextn = 0, kv_len = 0;
+    int64_t v64;
+    c->arch = DS4_ARCH_GLM_DSA;
+    meta_int32(p, gf, "block_count", 1, &n_block, &bad);
+    meta_int32(p, gf, "nextn_predict_layers", 0, &nextn, &bad);
+    meta_int32(p, gf, "embedding_length", 1, &c->n_embd, &bad);
+    meta_int32(p, gf, "attention.head_count", 1, &c->n_head, &bad);
+    meta_int32(p, gf, "attention.head_count_kv", 1, &c->n_head_kv, &bad);
+    meta_int32(p, gf, "rope.dimension_count", 1, &c->n_rot, &bad);
+    meta_int32(p, gf, "attention.q_lora_rank", 1, &c->q_lora, &bad);
+    meta_int32(p, gf, "attention.kv_lora_rank", 1, &c->kv_lora, &bad);
+    meta_int32(p, gf, "attention.key_length", 1, &kv_len, &bad);
+    meta_int32(p, gf, "attention.key_length_mla", 1, &c->kmla, &bad);
+    meta_int32(p, gf, "attention.value_length_mla", 1, &c->vmla, &bad);
+    meta_int32(p, gf, "feed_forward_length", 1, &c->n_ff, &bad);
+    meta_int32(p, gf, "leading_dense_block_count", 0, &c->n_dense, &bad);
+    meta_int32(p, gf, "expert_count", 1, &c->n_expert, &bad);
+    meta_int32(p, gf, "expert_used_count", 1, &c->n_expert_used, &bad);
+    meta_int32(p, gf, "expert_shared_count", 1, &c->n_expert_shared, &bad);
+    meta_int32(p, gf, "expert_feed_forward_length", 1, &c->n_ff_exp, &bad);
+    meta_int32(p, gf, "attention.indexer.head_count", 1, &c->idx_heads, &bad);
+    meta_int32(p, gf, "attention.indexer.key_length", 1, &c->idx_dim, &bad);
+    meta_int32(p, gf, "attention.indexer.top_k", 1, &c->idx_topk, &bad);
+    if (meta_int32(p, gf, "vocab_size", 0, &c->n_vocab, &bad) == 0) {
+        /* llama.cpp's converters may leave it out: the embedding says */
+        const gguf_tensor *t = gguf_find_tensor(gf, "token_embd.weight");
+        if (t && t->n_dims == 2 && t->ne[1] >= 1 && t->ne[1] <= DS4_MAX_VOCAB) c->n_vocab = (int)t->ne[1];
+        else { prob(p, "missing metadata glm-dsa.vocab_size (and no usable token_embd.weight)"); bad = 1; }
+    }
+    if (meta_int(p, gf, "context_length", 0, &v64) == 1) c->ctx_train = (uint64_t)v64;
+    c->rope_base = 10000.0f;
+    meta_float(p, gf, "rope.freq_base", 0, 1e-6, 1e30, &c->rope_base, &fbad);
+    meta_float(p, gf, "attention.layer_norm_rms_epsilon", 1, 0.0, 1.0, &c->rms_eps, &fbad);
+    c->expert_scale = 1.0f;
+    meta_float(p, gf, "expert_weights_scale", 0, -1e30, 1e30, &c->expert_scale, &fbad);
+    {
+        float f = 1.0f;
+        if (meta_float(p, gf, "rope.scaling.factor", 0, 1e-6, 1e30, &f, &fbad) == 1 && f != 1.0f)
+            prob(p, "metadata glm-dsa.rope.scaling.factor = %g: RoPE scaling (YaRN) of glm-dsa is not "
+                 "supported yet", f);
+    }
+    int r = gguf_get_bool(gf, "glm-dsa.expert_weights_norm", &c->expert_norm);
+    if (r == -1) c->expert_norm = 0;
+    if (r == -2) prob(p, "metadata glm-dsa.expert_weights_norm is not a bool");
+    {
+        const gguf_kv *kv = gguf_find(gf, "glm-dsa.expert_gating_func");
+        int64_t gfn = 2;
+        if (kv && (!is_int_type(kv->type) || gguf_get_i64(gf, "glm-dsa.expert_gating_func", &gfn)))
+            prob(p, "metadata glm-dsa.expert_gating_func has type %s, expected an integer", vt_name(kv->type));
+        else if (gfn != 2)
+            prob(p, "metadata glm-dsa.expert_gating_func = %" PRId64 ": glm-dsa's router is sigmoid (2), the "
+                 "only function ds4 implements for it", gfn);
+    }
+    if (bad) { *shape_bad = 1; return; }
+    c->n_layer = n_block - nextn;
+    c->n_head_kv = 1;
+    c->head_dim = c->kv_lora + c->n_rot;
+    if (c->n_layer < 1) {
+        prob(p, "metadata glm-dsa.nextn_predict_layers = %d leaves no layer of block_count = %d", nextn, n_block);
+        bad = 1;
+    }
+    if (kv_len != c->kv_lora + c->n_rot) {
+        prob(p, "metadata glm-dsa.attention.key_length = %d must equal kv_lora_rank + rope.dimension_count = %d "
+             "(one cached row: the latent and the RoPE key)", kv_len, c->kv_lora + c->n_rot);
+        bad = 1;
+    }
+    if (c->n_rot % 2 || c->n_rot >= c->kmla || c->n_rot > c->idx_dim) {
+        prob(p, "metadata glm-dsa.rope.dimension_count = %d must be even, < key_length_mla = %d and <= "
+             "attention.indexer.key_length = %d", c->n_rot, c->kmla, c->idx_dim);
+        bad = 1;
+    }
+    if (c->n_expert_used > c->n_expert) {
+        prob(p, "metadata glm-dsa.expert_used_count = %d exceeds expert_count = %d", c->n_expert_used, c->n_expert);
+        bad = 1;
+    }
+    if (c->n_dense > c->n_layer) {
+        prob(p, "metadata glm-dsa.leading_dense_block_count = %d exceeds the %d layers", c->n_dense, c->n_layer);
+        bad = 1;
+    }
+    if (bad) { *shape_bad = 1; return; }
+    c->compress_ratios = calloc((size_t)c->n_layer, sizeof *c->compress_ratios);
+    c->swiglu_clamp = calloc((size_t)c->n_layer, sizeof *c->swiglu_clamp);
+    *own = calloc((size_t)c->n_layer, sizeof **own);
+    if (!c->compress_ratios || !c->swiglu_clamp || !*own) { p->oom = 1; *shape_bad = 1; return; }
+    /* IndexShare as llama.cpp reads it: attention.indexer.types, one bool
+     * per layer (true: the layer runs its own indexer, else it reuses the
+     * previous full layer's selection); without it, files of context >=
+     * 2^20 take GLM 5.2's pattern (full iff max(i - 3 + 1, 0) % 4 == 0),
+     * older ones are all full (docs/family.md). */
+    const char *tk = "glm-dsa.attention.indexer.types";
+    const gguf_kv *kv = gguf_find(gf, tk);
+    if (kv) {
+        if (kv->type != GGUF_ARRAY || (kv->v.arr.type != GGUF_BOOL && !is_int_type(kv->v.arr.type))) {
+            prob(p, "metadata %s has type %s, expected a bool array", tk,
+                 kv->type == GGUF_ARRAY ? vt_name(kv->v.arr.type) : vt_name(kv->type));
+            *shape_bad = 1;
+            return;
+        }
+        if (kv->v.arr.n < (uint64_t)c->n_layer) {
+            prob(p, "metadata %s has %" PRIu64 " entries, fewer than the %d layers", tk, kv->v.arr.n, c->n_layer);
+            *shape_bad = 1;
+            return;
+        }
+        for (int il = 0; il < c->n_layer; il++) {
+            int64_t v = 0;
+            gguf_arr_i64(kv, (uint64_t)il, &v);
+            (*own)[il] = v != 0;
+        }
+    } else {
+        for (int il = 0; il < c->n_layer; il++)
+            (*own)[il] = c->ctx_train >= 1048576 ? (il - 3 + 1 > 0 ? il - 3 + 1 : 0) % 4 == 0 : 1;
+    }
+    if (!(*own)[0]) {
+        prob(p, "metadata %s: layer 0 is a shared indexer layer with no full layer before it", tk);
+        *shape_bad = 1;
+    }
+    (void)fbad;
+}
+
+static int bind_glm(gguf_file *gf, ds4_weights *w, problems *P) {
+    int shape_bad = 0, *own = NULL;
+    P->pfx = "glm-dsa";
+    glm_read_config(P, gf, &w->cfg, &own, &shape_bad);
+    if (P->oom) { free(own); return DS4_ENOMEM; }
+    if (shape_bad) {
+        free(own);
+        prob(P, "tensor checks skipped until the shape metadata above is fixed");
+        return DS4_EFORMAT;
+    }
+    const ds4_config *c = &w->cfg;
+    w->gf = gf;
+    w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
+    if (!w->layers) { free(own); return DS4_ENOMEM; }
+    binder B = {.p = P, .gf = gf, .n_layer = c->n_layer, .arch = &ds4_layout_glm_dsa};
+    if (gguf_find(gf, "ds4.split.ranks") || gguf_find(gf, "ds4.split.experts"))
+        prob(P, "a split part of a glm-dsa model: --dist is not supported for glm-dsa");
+    const ds4_layout_hp hp = hp_of(c);
+    bind_section(&B, &hp, DS4_SEC_HEAD, -1, NULL, w);
+    bind_section(&B, &hp, DS4_SEC_TAIL, -1, NULL, w);
+    for (int il = 0; il < c->n_layer; il++) {
+        ds4_layer_weights *L = &w->layers[il];
+        L->own_indexer = own[il];
+        L->dense = il < c->n_dense;
+        const ds4_layer_kind k = {0, L->own_indexer, 0, L->dense};
+        bind_section(&B, &hp, DS4_SEC_LAYER, il, &k, L);
+    }
+    free(own);
+    w->n_bound = B.n_bound;
+    if (P->oom) return DS4_ENOMEM;
+    return P->n ? DS4_EFORMAT : DS4_OK;
+}
+
 int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
     memset(w, 0, sizeof *w);
     if (err) *err = NULL;
@@ -612,6 +796,16 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
      * file is, not the dozens of missing keys every later check would list */
     if (gf->n_tensors == 0) {
         not_a_model(&P, gf, r == 0 ? &arch : NULL, ds4_arch);
+        goto fail;
+    }
+    if (r == 0 && arch.len == 7 && !memcmp(arch.p, "glm-dsa", 7)) {
+        rc = bind_glm(gf, w, &P);
+        if (rc == DS4_OK) return DS4_OK;
+        goto fail;
+    }
+    if (r == 0 && arch.len == 9 && !memcmp(arch.p, "glm5-next", 9)) {
+        prob(&P, "general.architecture is \"glm5-next\" (GLM 5.3 Flash): not yet supported (its KDA layers "
+             "have no graph in ds4 yet); ds4 runs \"deepseek4\" (DeepSeek V4) and \"glm-dsa\" (GLM 5.2 / 5.3)");
         goto fail;
     }
     if (r == -1) prob(&P, "missing metadata general.architecture (expected \"deepseek4\"): not a DeepSeek V4 "
@@ -734,6 +928,9 @@ uint64_t ds4_weights_active_bytes(const ds4_weights *w) {
             &L->idx_comp_gate, &L->idx_comp_norm, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base,
             &L->ffn_norm, &L->ffn_gate_inp, &L->exp_probs_b, &L->ffn_gate_shexp, &L->ffn_up_shexp,
             &L->ffn_down_shexp,
+            /* glm-dsa's own (absent in V4 layers) */
+            &L->attn_k_b, &L->attn_v_b, &L->attn_output, &L->idx_k, &L->idx_k_norm, &L->idx_k_norm_b,
+            &L->ffn_gate, &L->ffn_up, &L->ffn_down,
         };
         for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) s += tb(dense[i]);
         s += L->tid2eid.data ? L->tid2eid.row_bytes : 0;          /* one token's expert ids */
@@ -761,8 +958,11 @@ uint64_t ds4_weights_layer_macs(const ds4_weights *w) {
             &L->attn_output_b, &L->comp_kv, &L->comp_gate, &L->idx_q_b, &L->idx_proj,
             &L->idx_comp_kv, &L->idx_comp_gate, &L->hc_ffn_fn, &L->ffn_gate_inp,
             &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp,
+            &L->attn_output, &L->idx_k, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
         };
         for (size_t i = 0; i < sizeof mat / sizeof mat[0]; i++) s += macs(mat[i]);
+        /* glm-dsa's per-head absorption matrices (ne[2] heads; V4: absent) */
+        s += macs(&L->attn_k_b) * L->attn_k_b.ne[2] + macs(&L->attn_v_b) * L->attn_v_b.ne[2];
         s += K * (macs(&L->ffn_gate_exps) + macs(&L->ffn_up_exps) + macs(&L->ffn_down_exps));
     }
     return s;

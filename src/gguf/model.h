@@ -1,5 +1,6 @@
 /*
- * model.h -- binding a GGUF to the DeepSeek V4 layout.
+ * model.h -- binding a GGUF to the DeepSeek V4 layout (and to glm-dsa's,
+ * general.architecture "glm-dsa": cfg.arch says which).
  *
  * Owns: reading every shape parameter from `deepseek4.*` metadata, checking
  * them for internal consistency and sane bounds, and checking every tensor's
@@ -116,6 +117,14 @@ typedef struct {
     ds4_tensor tid2eid;        /* hash layers only: I32 [K, vocab] */
     ds4_tensor ffn_gate_exps, ffn_up_exps, ffn_down_exps;
     ds4_tensor ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+
+    /* glm-dsa only (attn_kv holds its attn_kv_a_mqa, idx_q_b / idx_proj
+     * its indexer's q and weights) */
+    int own_indexer;           /* a "full" IndexShare layer */
+    int dense;                 /* a leading dense FFN layer */
+    ds4_tensor attn_k_b, attn_v_b, attn_output;
+    ds4_tensor idx_k, idx_k_norm, idx_k_norm_b;
+    ds4_tensor ffn_gate, ffn_up, ffn_down;
 } ds4_layer_weights;
 
 /* The tensor fields of ds4_layer_weights (offsets), the routed experts'
@@ -124,7 +133,11 @@ typedef struct {
 extern const size_t ds4_layer_tensor_fields[];
 extern const size_t ds4_n_layer_tensor_fields;
 
+/* ds4_config.arch: the graph a file runs (general.architecture). */
+enum { DS4_ARCH_DEEPSEEK4 = 0, DS4_ARCH_GLM_DSA = 1 };
+
 typedef struct {
+    int arch;                  /* DS4_ARCH_* */
     int n_layer, n_embd, n_vocab;
     int n_head, n_head_kv, head_dim, n_rot;
     int q_lora, o_lora, o_groups;
@@ -142,6 +155,10 @@ typedef struct {
     int expert_norm;
     int *compress_ratios;      /* [n_layer] */
     float *swiglu_clamp;       /* [n_layer] */
+    /* glm-dsa (FAMILY.md §3): head_dim above is the cached row's width
+     * kv_lora + n_rot; kmla / vmla the per-head q.k and value widths of
+     * the MLA; n_dense the leading dense layers (width n_ff) */
+    int kv_lora, kmla, vmla, n_dense, n_ff;
 } ds4_config;
 
 /* The optional MTP block (docs/MTP.md): `mtp.0.*` tensors, in the main

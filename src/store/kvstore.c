@@ -415,6 +415,17 @@ ds4_kvstore *ds4_kvstore_open(const ds4_model *m, const ds4_kvstore_params *p, c
         ds4_set_err(err, DS4_EINVAL, "kv cache: no directory given");
         return NULL;
     }
+    {
+        /* the files hold DeepSeek V4 session snapshots; glm-dsa sessions
+         * have no snapshot format yet */
+        ds4_model_info mi;
+        ds4_model_get_info(m, &mi);
+        if (strcmp(mi.arch, "deepseek4")) {
+            ds4_set_err(err, DS4_EUNSUP, "kv cache: not supported for %s models yet (session snapshots "
+                        "are DeepSeek V4's only)", mi.arch);
+            return NULL;
+        }
+    }
     if (mkdir(p->dir, 0755) && errno != EEXIST) {
         ds4_set_err(err, DS4_EIO, "kv cache: cannot create %s: %s", p->dir, strerror(errno));
         return NULL;
