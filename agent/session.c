@@ -207,7 +207,7 @@ int ag_sys_tokens(agent *a) {
     m.content = sys.p;
     m.content_len = sys.n;
     m.tools_json = ag_tools_json();
-    ds4_render_opts ro = { think, 1 };
+    ds4_render_opts ro = { .think = think, .keep_all_reasoning = 1 };
     char *err = NULL;
     int rc = ds4_render_chat(&m, 1, &ro, &text, &err);
     if (rc) {

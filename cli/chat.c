@@ -445,7 +445,7 @@ int chat_turn(chat_app *a, const char *text, size_t len) {
         msgs[nm].content = text;
         msgs[nm].content_len = len;
         nm++;
-        ds4_render_opts ro = { think, 0 };
+        ds4_render_opts ro = { .think = think };
         char *err = NULL;
         if (ds4_render_chat(msgs, nm, &ro, &prompt, &err)) {
             fprintf(stderr, "ds4: %s\n", err ? err : "cannot render the prompt");

@@ -312,7 +312,7 @@ static int render_prompt(const opts *o, const char *text, size_t len, ds4_buf *o
     nm++;
     ds4_think think = o->mo.think;
     if (think == DS4_THINK_MAX && o->mo.ctx < DS4_THINK_MAX_MIN_CTX) think = DS4_THINK_HIGH;
-    ds4_render_opts ro = { think, 0 };
+    ds4_render_opts ro = { .think = think };
     char *err = NULL;
     if (ds4_render_chat(msgs, nm, &ro, out, &err)) die("%s", err ? err : "cannot render the prompt");
     return 0;

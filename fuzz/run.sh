@@ -12,13 +12,14 @@ CF="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanit
 command -v clang >/dev/null || { echo "fuzz: clang is needed (apt-get install clang)"; exit 1; }
 set -e   # a target that does not build is a failure
 
-clang $CF fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/model.c src/gguf/inspect.c src/base/hash.c src/base/buf.c src/text/escape.c src/text/unicode.c -lm -o $B/fuzz_gguf
-cc -std=c11 -D_GNU_SOURCE -DDS4_FUZZ_SEEDGEN -Isrc fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/model.c src/base/buf.c src/text/escape.c src/text/unicode.c -lm -o $B/fuzz_gguf_seeds
-clang $CF fuzz/fuzz_tokenizer.c src/text/tokenizer.c src/text/unicode.c src/text/escape.c src/gguf/gguf.c src/base/hash.c src/base/buf.c -lm -o $B/fuzz_tokenizer
-clang $CF fuzz/fuzz_dsml.c src/text/dsml.c src/base/json_py.c src/text/escape.c src/text/unicode.c src/base/buf.c -ljansson -lm -o $B/fuzz_dsml
+clang $CF fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/mapguard.c src/gguf/model.c src/gguf/inspect.c src/base/hash.c src/base/buf.c src/base/escape.c src/base/utf8.c src/text/unicode.c -lm -o $B/fuzz_gguf
+cc -std=c11 -D_GNU_SOURCE -DDS4_FUZZ_SEEDGEN -Isrc fuzz/fuzz_gguf.c src/gguf/gguf.c src/gguf/mapguard.c src/gguf/model.c src/gguf/inspect.c src/base/hash.c src/base/buf.c src/base/escape.c src/base/utf8.c src/text/unicode.c -lm -o $B/fuzz_gguf_seeds
+clang $CF fuzz/fuzz_tokenizer.c src/text/tokenizer.c src/text/unicode.c src/base/escape.c src/base/utf8.c src/gguf/gguf.c src/gguf/mapguard.c src/base/hash.c src/base/buf.c -lm -o $B/fuzz_tokenizer
+clang $CF fuzz/fuzz_dsml.c src/text/dsml.c src/base/json_py.c src/base/escape.c src/base/utf8.c src/base/buf.c -ljansson -lm -o $B/fuzz_dsml
+clang $CF fuzz/fuzz_glm_calls.c src/text/glm_calls.c src/base/json_py.c src/base/escape.c src/base/utf8.c src/base/buf.c -ljansson -lm -o $B/fuzz_glm_calls
 clang $CF fuzz/fuzz_http1.c -o $B/fuzz_http1
 
-mkdir -p $B/corpus-gguf $B/corpus-tok $B/corpus-dsml $B/corpus-http1
+mkdir -p $B/corpus-gguf $B/corpus-tok $B/corpus-dsml $B/corpus-glm $B/corpus-http1
 $B/fuzz_gguf_seeds $B/corpus-gguf
 # tokenizer seeds: the golden texts; DSML seeds: the canonical tool-call blocks
 if [ -f "$S/golden/tokenizer/encode.jsonl" ] && [ -z "$(ls -A $B/corpus-tok)" ]; then
@@ -32,6 +33,9 @@ fi
 if [ -z "$(ls -A $B/corpus-dsml)" ]; then
     printf '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">x</｜DSML｜parameter>\n<｜DSML｜parameter name="b" string="false">{"k": [1, 2.5]}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>' > $B/corpus-dsml/seed0
 fi
+if [ -z "$(ls -A $B/corpus-glm)" ]; then
+    printf 'Sure.<tool_call>f<arg_key>s</arg_key><arg_value>x < y</arg_value><arg_key>n</arg_key><arg_value>3</arg_value><arg_key>u</arg_key><arg_value>{"k": [1, 2.5]}</arg_value></tool_call>\n<tool_call>g</tool_call>' > $B/corpus-glm/seed0
+fi
 
 # HTTP seeds: a head (mode byte 0) and a chunked body (mode byte 1)
 if [ -z "$(ls -A $B/corpus-http1)" ]; then
@@ -42,7 +46,7 @@ fi
 set +e   # from here each target reports its own status
 export DS4_SHARED="$S"
 status=0
-for t in gguf:corpus-gguf:65536 tokenizer:corpus-tok:4096 dsml:corpus-dsml:4096 http1:corpus-http1:4096; do
+for t in gguf:corpus-gguf:65536 tokenizer:corpus-tok:4096 dsml:corpus-dsml:4096 glm_calls:corpus-glm:4096 http1:corpus-http1:4096; do
     IFS=: read -r name corpus maxlen <<< "$t"
     echo "== fuzz_$name for ${secs}s"
     (cd $B && ./fuzz_$name -max_total_time="$secs" -max_len="$maxlen" -print_final_stats=1 \

@@ -1,7 +1,8 @@
 /*
  * ds4_text.h -- text in and out: the tokenizer and streaming detokenizer, chat prompt
- * rendering (docs/PROMPT_FORMAT.md) and the streaming DSML tool-call
- * parser.  Implemented in src/text/.
+ * rendering (docs/PROMPT_FORMAT.md; DeepSeek V4 and GLM 5.x) and the
+ * streaming tool-call parsers (DSML for V4, the GLM XML calls).
+ * Implemented in src/text/.
  *
  * Part of the public API (ds4.h includes every part; its header has the
  * conventions: return codes, err messages, threads).
@@ -16,7 +17,8 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* Tokenizer (byte-level BPE with the DeepSeek V3/V4 pre-tokenizer).         */
+/* Tokenizer (byte-level BPE with the DeepSeek V3/V4 pre-tokenizer, or GLM's */
+/* when the vocabulary's tokenizer.ggml.pre is "glm4").                      */
 /* Implemented in tokenizer.c.                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -24,7 +26,10 @@ typedef struct ds4_tokenizer ds4_tokenizer;
 
 /* Ids of the tokens the chat format uses, looked up by their text; -1 when a
  * vocabulary lacks one (BOS, EOS, User, Assistant, think, /think and DSML are
- * required: loading fails without them). */
+ * required: loading fails without them).  A GLM vocabulary ("glm4"
+ * pre-tokenizer) fills them with GLM's tokens instead: eos = pad =
+ * <|endoftext|>, user <|user|>, assistant <|assistant|>, think, /think
+ * (required); bos, dsml and latest_reminder are -1. */
 typedef struct {
     int32_t bos, eos, pad;
     int32_t user, assistant;
@@ -96,7 +101,17 @@ typedef enum {
     DS4_THINK_NONE = 0,   /* chat mode: every assistant turn opens with </think> */
     DS4_THINK_HIGH = 1,   /* thinking mode (the default) */
     DS4_THINK_MAX = 2,    /* thinking + the max-effort paragraph after BOS */
+    DS4_THINK_LOW = 3,    /* GLM "Reasoning Effort: Low"; V4 renders it as HIGH
+                           * (DeepSeek maps low effort to high) */
 } ds4_think;
+
+/* The prompt format of a model family.  Zero is DeepSeek V4, so a
+ * zero-initialised ds4_render_opts keeps the V4 format. */
+typedef enum {
+    DS4_FORMAT_DSV4 = 0,  /* BOS, <｜User｜>/<｜Assistant｜>, DSML tool calls */
+    DS4_FORMAT_GLM = 1,   /* GLM 5.x: [gMASK]<sop>, <|user|>/<|assistant|>,
+                           * <tool_call> XML calls (render_glm.c) */
+} ds4_chat_format;
 
 /* The smallest context for which think-max is honoured (DeepSeek's
  * recommendation, ds4's rule); below it think-max renders as high. */
@@ -115,9 +130,11 @@ typedef struct {
     const char *content;     size_t content_len;    /* NULL = empty */
     const char *reasoning;   size_t reasoning_len;  /* assistant only, NULL = none */
     const ds4_tool_call *tool_calls; int n_tool_calls;   /* assistant only */
-    /* Exact DSML block previously sampled for these tool calls (from
-     * "\n\n<｜DSML｜tool_calls>" to "</｜DSML｜tool_calls>"), replayed
-     * verbatim instead of the canonical rendering; NULL = canonical. */
+    /* Exact tool-call text previously sampled for these tool calls, replayed
+     * verbatim instead of the canonical rendering; NULL = canonical.  V4:
+     * the DSML block from "\n\n<｜DSML｜tool_calls>" to
+     * "</｜DSML｜tool_calls>"; GLM: from the first "<tool_call>" to the last
+     * "</tool_call>" (ds4_glm_calls_block_text). */
     const char *dsml_exact;
     const char *tool_call_id;          /* tool results */
     const char *tools_json;            /* system/developer: JSON array of
@@ -128,12 +145,16 @@ typedef struct {
 
 typedef struct {
     ds4_think think;
-    int keep_all_reasoning;  /* 0 = DeepSeek default (drop_thinking) */
+    int keep_all_reasoning;  /* V4: 0 = DeepSeek default (drop_thinking) */
+    ds4_chat_format format;  /* 0 = DeepSeek V4 */
+    int clear_thinking;      /* GLM: 1 = drop the reasoning of assistant turns
+                              * before the last user message (the template's
+                              * clear_thinking=true); 0 = GLM's default, keep */
 } ds4_render_opts;
 
-/* Render a conversation to the prompt text (BOS included), appending to
- * `out`.  Fails (DS4_EINVAL + message) only on malformed JSON in tools /
- * response_format. */
+/* Render a conversation to the prompt text (BOS / "[gMASK]<sop>" included),
+ * appending to `out`, in opts->format.  Fails (DS4_EINVAL + message) only
+ * on malformed JSON in tools / response_format. */
 int ds4_render_chat(const ds4_message *msgs, int n_msgs,
                     const ds4_render_opts *opts, ds4_buf *out, char **err);
 
@@ -141,6 +162,11 @@ int ds4_render_chat(const ds4_message *msgs, int n_msgs,
  * when no exact text is known). */
 int ds4_render_tool_calls(const ds4_tool_call *calls, int n, ds4_buf *out,
                           char **err);
+/* The same for GLM: <tool_call>NAME<arg_key>K</arg_key><arg_value>V
+ * </arg_value>...</tool_call> per call, nothing between calls (string
+ * values raw, others as Python's json.dumps).  Implemented in render_glm.c. */
+int ds4_render_tool_calls_glm(const ds4_tool_call *calls, int n, ds4_buf *out,
+                              char **err);
 
 /* ------------------------------------------------------------------------ */
 /* DSML tool-call parser (streaming).  Implemented in dsml.c.                */
@@ -183,6 +209,36 @@ int  ds4_dsml_in_payload(const ds4_dsml *p);
 int  ds4_dsml_in_block(const ds4_dsml *p);
 /* The exact bytes of the block seen so far (for exact replay). */
 const char *ds4_dsml_block_text(const ds4_dsml *p, size_t *len);
+
+/* ------------------------------------------------------------------------ */
+/* GLM tool-call parser (streaming).  Implemented in glm_calls.c.            */
+/* ------------------------------------------------------------------------ */
+
+/* The contract of the DSML parser above, for the GLM format
+ * <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
+ * (docs/PROMPT_FORMAT.md §12.3), with the same events and callback: TEXT
+ * before the first call; per call CALL_BEGIN (name), one ARGS_DELTA with the
+ * whole arguments JSON and CALL_END at its </tool_call>; DONE from
+ * ds4_glm_calls_finish after the last call; ERROR once on malformed calls.
+ * `tools_json` is the request's tools array (as in ds4_message.tools_json;
+ * NULL = no schemas): a value whose schema type is "string" is taken as raw
+ * text, one of a non-string type must be JSON, others are JSON when they
+ * parse as a non-string JSON value, else raw text.  ds4_glm_calls_new
+ * returns NULL when out of memory or when tools_json is not JSON. */
+typedef struct ds4_glm_calls ds4_glm_calls;
+
+ds4_glm_calls *ds4_glm_calls_new(const char *tools_json, ds4_dsml_cb cb, void *ud);
+void ds4_glm_calls_free(ds4_glm_calls *p);
+int  ds4_glm_calls_feed(ds4_glm_calls *p, const char *text, size_t len);
+int  ds4_glm_calls_finish(ds4_glm_calls *p);
+/* 1 inside an <arg_value> (payload), 0 in tags and plain text. */
+int  ds4_glm_calls_in_payload(const ds4_glm_calls *p);
+/* 1 once a <tool_call> has started. */
+int  ds4_glm_calls_in_block(const ds4_glm_calls *p);
+/* The exact bytes from the first "<tool_call>" to the last "</tool_call>"
+ * seen (whitespace between calls included, after the last one not), for
+ * exact replay through ds4_message.dsml_exact. */
+const char *ds4_glm_calls_block_text(const ds4_glm_calls *p, size_t *len);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,9 @@
  * in 1..K with allocation N failing.  Each run must either report an error
  * (a DS4_E* code, with a message where the API has one) or produce exactly
  * the clean run's prompt, ids, sampled token and text.  Model loading is
- * covered the same way on a sample of N (it allocates much more).  Under
+ * covered the same way on a sample of N (it allocates much more).  The GLM
+ * text path (render a conversation with tools and calls, parse GLM calls)
+ * is checked the same way for every N.  Under
  * DEBUG=1 LeakSanitizer checks that every failure path freed what it held.
  */
 #include <errno.h>
@@ -72,7 +74,7 @@ static int prompt_path(ds4_model *m, outcome *o, char **err) {
     msgs[1].role = DS4_ROLE_USER;
     msgs[1].content = "What time is it? Answer in one word, please.";
     msgs[1].content_len = strlen(msgs[1].content);
-    ds4_render_opts ro = { DS4_THINK_NONE, 0 };
+    ds4_render_opts ro = { .think = DS4_THINK_NONE };
     int rc = ds4_render_chat(msgs, 2, &ro, &o->prompt, err);
     if (rc) return rc;
     if ((rc = ds4_tokenize(tok, o->prompt.p, o->prompt.n, DS4_TOK_SPECIAL, &o->ids))) return rc;
@@ -109,7 +111,77 @@ static int same(const outcome *a, const outcome *b) {
            a->sampled == b->sampled;
 }
 
+/* GLM: render a conversation with tools and calls, then parse the calls of
+ * a model output; the prompt and the events' bytes go to `o`. */
+static void glm_ev(void *ud, const ds4_dsml_event *ev) {
+    ds4_buf *b = ud;
+    char k = (char)('A' + ev->kind);
+    ds4_buf_append(b, &k, 1);
+    if (ev->kind != DS4_DSML_ERROR && ev->len) ds4_buf_append(b, ev->text, ev->len);
+}
+
+static int glm_path(ds4_buf *prompt, ds4_buf *events, char **err) {
+    static const char *tools =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"s\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}}}}}]";
+    static const ds4_tool_call calls[] = { { "c1", "f", "{\"s\": \"x\", \"n\": 3, \"o\": [1, {\"k\": null}]}" } };
+    ds4_message msgs[4];
+    memset(msgs, 0, sizeof msgs);
+    msgs[0] = (ds4_message){ .role = DS4_ROLE_SYSTEM, .content = "Be brief.", .content_len = 9,
+                             .tools_json = tools };
+    msgs[1] = (ds4_message){ .role = DS4_ROLE_USER, .content = "go", .content_len = 2 };
+    msgs[2] = (ds4_message){ .role = DS4_ROLE_ASSISTANT, .content = "  ok </think>x", .content_len = 14,
+                             .tool_calls = calls, .n_tool_calls = 1 };
+    msgs[3] = (ds4_message){ .role = DS4_ROLE_TOOL, .content = "done", .content_len = 4 };
+    ds4_render_opts ro = { .think = DS4_THINK_HIGH, .format = DS4_FORMAT_GLM };
+    int rc = ds4_render_chat(msgs, 4, &ro, prompt, err);
+    if (rc) return rc;
+    ds4_glm_calls *p = ds4_glm_calls_new(tools, glm_ev, events);
+    if (!p) return DS4_ENOMEM;
+    const char *out = "Sure.<tool_call>f<arg_key>s</arg_key><arg_value>123</arg_value><arg_key>n</arg_key>"
+                      "<arg_value>4</arg_value><arg_key>u</arg_key><arg_value>[1, 2]</arg_value></tool_call>";
+    rc = ds4_glm_calls_feed(p, out, strlen(out));
+    if (!rc) rc = ds4_glm_calls_finish(p);
+    ds4_glm_calls_free(p);
+    return ds4_buf_failed(events) ? DS4_ENOMEM : rc;
+}
+
+static void glm_oom(void) {
+    ds4_buf rp = { 0 }, re = { 0 };
+    char *err = NULL;
+    arm(0);
+    int rc = glm_path(&rp, &re, &err);
+    disarm();
+    long k = n_calls;
+    CHECK(rc == 0 && rp.n > 100 && re.n > 20, "clean GLM path: rc %d (%s)", rc, err ? err : "");
+    long errors = 0;
+    for (long n = 1; n <= k; n++) {
+        ds4_buf p = { 0 }, e = { 0 };
+        free(err);
+        err = NULL;
+        arm(n);
+        rc = glm_path(&p, &e, &err);
+        disarm();
+        if (rc) {
+            errors++;
+            CHECK(rc == DS4_ENOMEM || rc == DS4_EFORMAT, "GLM allocation %ld failing: unexpected %s", n,
+                  ds4_strerror(rc));
+        } else {
+            CHECK(p.n == rp.n && !memcmp(p.p, rp.p, p.n) && e.n == re.n && !memcmp(e.p, re.p, e.n),
+                  "GLM allocation %ld failing: success with a different result", n);
+        }
+        ds4_buf_free(&p);
+        ds4_buf_free(&e);
+    }
+    free(err);
+    CHECK(errors > 0, "no injected GLM failure was reported");
+    printf("GLM text path: %ld allocations, %ld failures reported\n", k, errors);
+    ds4_buf_free(&rp);
+    ds4_buf_free(&re);
+}
+
 int main(void) {
+    glm_oom();
     char path[1024];
     snprintf(path, sizeof path, "%s/golden/models/tiny-a-q2.gguf", test_shared());
     ds4_model_params mp;

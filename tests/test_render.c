@@ -611,7 +611,7 @@ static void test_rules(void) {
             { .role = DS4_ROLE_USER, .content = "q", .content_len = 1 },
             { .role = DS4_ROLE_ASSISTANT, .tool_calls = &tc, .n_tool_calls = 1, .dsml_exact = exact },
         };
-        ds4_render_opts o = { DS4_THINK_NONE, 0 };
+        ds4_render_opts o = { .think = DS4_THINK_NONE };
         ds4_buf b = {0};
         int rc = ds4_render_chat(m, 2, &o, &b, NULL);
         CHECK(rc == 0 && strcmp(b.p, BOS USER "q" ASSI "</think>" TC_OPEN INV("f")

@@ -766,6 +766,163 @@ static void test_load_errors(void) {
     printf("malformed vocabularies rejected: %d/%zu\n", pass, sizeof cases / sizeof cases[0]);
 }
 
+
+/* ---------------------------------------------------------------------- */
+/* GLM's pre-tokenizer (tokenizer.ggml.pre = "glm4")                        */
+/* ---------------------------------------------------------------------- */
+
+/* Expected splits are GLM's regex (llama.cpp's CHATGLM4 set, see
+ * tokenizer.c) applied with a Unicode regex engine: findall over the text,
+ * which for this regex (no gaps) is the Isolated split. */
+static void test_glm4_splits(void) {
+    static const struct { const char *text, *want; } cases[] = {
+        { "Hello world",
+          "Hello| world|" },
+        { "I'm here, you'LL see. They'RE 'Reilly's",
+          "I|'m| here|,| you|'LL| see|.| They|'RE| '|Reilly|'s|" },
+        { "12345 6789x",
+          "123|45| |678|9|x|" },
+        { "a1b22c333d4444",
+          "a|1|b|22|c|333|d|444|4|" },
+        { "  leading and   trailing  ",
+          " | leading| and|  | trailing|  |" },
+        { "line\n\nnext\r\n  \n\tx",
+          "line|\n\n|next|\r\n  \n|\tx|" },
+        { "\xe4""\xb8""\xad""\xe6""\x96""\x87""abc \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x81""\xae""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88"" \xed""\x95""\x9c""\xea""\xb5""\xad""\xec""\x96""\xb4""",
+          "\xe4""\xb8""\xad""\xe6""\x96""\x87""abc| \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x81""\xae""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88""| \xed""\x95""\x9c""\xea""\xb5""\xad""\xec""\x96""\xb4""|" },
+        { "e\xcc""\x81""te\xcc""\x81"" cafe\xcc""\x81""",
+          "e|\xcc""\x81""te|\xcc""\x81""| cafe|\xcc""\x81""|" },
+        { "$x !!a ?? ...\n\n",
+          "$x| !!|a| ??| ...\n\n|" },
+        { "tab\tsep\t\t1",
+          "tab|\tsep|\t|\t|1|" },
+        { "\xe3""\x80""\x80""\xe5""\x85""\xa8""\xe8""\xa7""\x92""\xe3""\x80""\x80""\xe7""\xa9""\xba""\xe7""\x99""\xbd""",
+          "\xe3""\x80""\x80""\xe5""\x85""\xa8""\xe8""\xa7""\x92""|\xe3""\x80""\x80""\xe7""\xa9""\xba""\xe7""\x99""\xbd""|" },
+        { "x\xc2""\xa0""y",
+          "x|\xc2""\xa0""y|" },
+        { "foo()bar[]",
+          "foo|()|bar|[]|" },
+        { "\xd9""\xa3""\xd9""\xa4""\xd9""\xa5"" \xe2""\x91""\xa0""\xe2""\x91""\xa1""\xe2""\x91""\xa2""\xe2""\x91""\xa3""",
+          "\xd9""\xa3""\xd9""\xa4""\xd9""\xa5""| |\xe2""\x91""\xa0""\xe2""\x91""\xa1""\xe2""\x91""\xa2""|\xe2""\x91""\xa3""|" },
+        { "don't",
+          "don|'t|" },
+        { "'",
+          "'|" },
+        { "a'",
+          "a|'|" },
+        { "'ll'x",
+          "'ll|'x|" },
+        { "\n",
+          "\n|" },
+        { "   ",
+          "   |" },
+        { "\xf0""\x9f""\x98""\x80"" emoji\xf0""\x9f""\x98""\x80""x",
+          "\xf0""\x9f""\x98""\x80""| emoji|\xf0""\x9f""\x98""\x80""x|" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pieces p = { .n = 0, .text = cases[i].text };
+        ds4_pretokenize_pre(DS4_PRE_GLM4, cases[i].text, strlen(cases[i].text), collect, &p);
+        p.buf[p.n] = 0;
+        CHECK(strcmp(p.buf, cases[i].want) == 0, "glm4 pre-tokens of \"%s\": got \"%s\", want \"%s\"",
+              cases[i].text, p.buf, cases[i].want);
+    }
+    /* The same kind of text under DeepSeek's set, for contrast: CJK is cut
+     * from Latin (R2) and a mark stays with its letter. */
+    check_split("\xe4\xb8\xad" "abc e\xcc\x81", "\xe4\xb8\xad|abc| e\xcc\x81|");
+}
+
+/* A tiny GLM vocabulary: 256 byte tokens, "12", "123", the two halves of
+ * "\xe4\xb8\xad" and "\xe4\xb8\xad" + "a" (which only one pre-token can
+ * hold under GLM's regex: DeepSeek's splits CJK from Latin), GLM's chat
+ * tokens.  `pre` is the tokenizer.ggml.pre it declares. */
+static int write_glm_vocab(const char *path, const char *pre) {
+    static const char *added[] = { "[gMASK]", "<sop>", "<|endoftext|>", "<|user|>", "<|assistant|>",
+                                   "<think>", "</think>", "<|observation|>" };
+    static const char *merged[] = { "12", "123", "\xe4\xb8", "\xe4\xb8\xad", "\xe4\xb8\xad" "a" };
+    static const char *merge_l[] = { "1", "12", "\xe4", "\xe4\xb8", "\xe4\xb8\xad" };
+    static const char *merge_r[] = { "2", "3", "\xb8", "\xad", "a" };
+    char spell[256 + 5][32], mspell[5][64];
+    gguf_str toks[300], merges[5];
+    int32_t types[300];
+    size_t nt = 0;
+    for (int b = 0; b < 256; b++) {
+        unsigned char c = (unsigned char)b;
+        toks[nt].p = spell[nt];
+        toks[nt].len = gpt2_spell(&c, 1, spell[nt]);
+        types[nt++] = 1;
+    }
+    for (int i = 0; i < 5; i++) {
+        toks[nt].p = spell[nt];
+        toks[nt].len = gpt2_spell((const unsigned char *)merged[i], strlen(merged[i]), spell[nt]);
+        types[nt++] = 1;
+        size_t l = gpt2_spell((const unsigned char *)merge_l[i], strlen(merge_l[i]), mspell[i]);
+        mspell[i][l++] = ' ';
+        l += gpt2_spell((const unsigned char *)merge_r[i], strlen(merge_r[i]), mspell[i] + l);
+        merges[i].p = mspell[i];
+        merges[i].len = l;
+    }
+    for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
+        toks[nt].p = added[i];
+        toks[nt].len = strlen(added[i]);
+        types[nt++] = 3;
+    }
+    char *err = NULL;
+    gguf_writer *w = gguf_writer_open(path, &err);
+    if (!w) { free(err); return -1; }
+    gguf_w_str(w, "general.architecture", "glm5", 4);
+    gguf_w_str(w, "tokenizer.ggml.model", "gpt2", 4);
+    gguf_w_str(w, "tokenizer.ggml.pre", pre, strlen(pre));
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, nt);
+    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, nt);
+    gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 5);
+    int rc = gguf_writer_close(w, &err);
+    free(err);
+    return rc;
+}
+
+static void test_glm4_vocab(void) {
+    char dir[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/ds4_tok_glm_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) { CHECK(0, "mkdtemp failed"); return; }
+    char path[600];
+    snprintf(path, sizeof path, "%s/glm.gguf", dir);
+    const char *text = "[gMASK]<sop><|user|>\xe4\xb8\xad" "a 12345<|assistant|><think>";
+    for (int v = 0; v < 3; v++) {
+        const char *pre = v == 0 ? "glm4" : v == 1 ? "chatglm-bpe" : "deepseek-v3";
+        CHECK(write_glm_vocab(path, pre) == 0, "cannot write the GLM test vocab");
+        char *err = NULL;
+        ds4_tokenizer *t = ds4_tokenizer_load(path, &err);
+        if (v < 2) {
+            CHECK(t != NULL, "GLM vocab (%s) does not load: %s", pre, err ? err : "?");
+        } else {
+            /* A DeepSeek pre-tokenizer asks for DeepSeek's chat tokens. */
+            CHECK(t == NULL && err && strstr(err, "DeepSeek V4"), "GLM tokens under deepseek-v3: %s",
+                  err ? err : "(loaded)");
+        }
+        free(err);
+        if (!t) continue;
+        CHECK(ds4_tok_pre(t) == DS4_PRE_GLM4, "%s selects the glm4 pre-tokenizer", pre);
+        const ds4_special_ids *sp = ds4_tok_special(t);
+        CHECK(sp->bos == -1 && sp->dsml == -1 && sp->eos == ds4_tok_lookup(t, "<|endoftext|>", 13) &&
+              sp->user == ds4_tok_lookup(t, "<|user|>", 8) && sp->assistant >= 0 && sp->think >= 0 &&
+              sp->think_end >= 0, "GLM special ids");
+        ds4_tokens out = { 0 };
+        ds4_tokenize(t, text, strlen(text), DS4_TOK_SPECIAL, &out);
+        int32_t want[] = { ds4_tok_lookup(t, "[gMASK]", 7), ds4_tok_lookup(t, "<sop>", 5), sp->user,
+                           ds4_tok_lookup(t, "\xe4\xb8\xad" "a", 4), ds4_tok_lookup(t, " ", 1),
+                           ds4_tok_lookup(t, "123", 3), ds4_tok_lookup(t, "4", 1), ds4_tok_lookup(t, "5", 1),
+                           sp->assistant, sp->think };
+        int same = out.n == sizeof want / sizeof want[0];
+        for (size_t i = 0; same && i < out.n; i++) same = out.v[i] == want[i] && want[i] >= 0;
+        CHECK(same, "GLM vocab tokenization (%s): %zu ids", pre, out.n);
+        ds4_tokens_free(&out);
+        ds4_tokenizer_free(t);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     shared = getenv("DS4_SHARED");
     if (!shared || !*shared) shared = "../shared";
@@ -796,6 +953,8 @@ int main(void) {
         ds4_tokenizer_free(m);
     }
     test_load_errors();
+    test_glm4_splits();
+    test_glm4_vocab();
     ds4_tokenizer_free(t);
     printf("test_tokenizer: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

@@ -307,7 +307,7 @@ static int render(runner *r, const ev_question *q, ds4_buf *out) {
     msgs[nm].content = user.p;
     msgs[nm].content_len = user.n;
     nm++;
-    ds4_render_opts ro = { r->o->think, 0 };
+    ds4_render_opts ro = { .think = r->o->think };
     char *err = NULL;
     int rc = ds4_render_chat(msgs, nm, &ro, out, &err);
     if (rc) { fprintf(stderr, "%s: %s: %s\n", PROG, q->id, err ? err : "cannot render"); free(err); }

@@ -1785,6 +1785,7 @@ int main(int argc, char **argv) {
         build_layout(&c, "f16", 0, &LF);
         write_hf(hf_out, &LF, &c, vocab, seed);
         free(LF.t);
+        free(LF.lt);
     }
     if (dry) {
         printf("ds4-synth: preset %s, recipe %s, %" PRId64 " layers, ratios", preset, recipe, c.n_layer);
@@ -1799,6 +1800,7 @@ int main(int argc, char **argv) {
     }
     gguf_close(vocab);
     free(L.t);
+    free(L.lt);
     free(c.ratios);
     free(c.clamp);
     return 0;

@@ -16,13 +16,15 @@
  *   4. each remaining message renders on its own and, after a user or
  *      developer message, opens the next assistant turn.
  * Think-max vs context size is the caller's decision: DS4_THINK_MAX always
- * renders the max-effort paragraph here.
+ * renders the max-effort paragraph here (DS4_THINK_LOW renders as HIGH).
+ * A conversation in DS4_FORMAT_GLM is handed to render_glm.c whole.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ds4.h"
 #include "base/json_py.h"
+#include "text/render_glm.h"
 
 #define S_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 #define S_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
@@ -291,6 +293,8 @@ static int content_put(const ds4_message *m, ds4_buf *out) {
 int ds4_render_chat(const ds4_message *msgs, int n_msgs,
                     const ds4_render_opts *opts, ds4_buf *out, char **err) {
     if (err) *err = NULL;
+    if (opts && opts->format == DS4_FORMAT_GLM)
+        return ds4_render_chat_glm(msgs, n_msgs, opts, out, err);
     if (!out || n_msgs < 0 || (n_msgs > 0 && !msgs)) return DS4_EINVAL;
     const ds4_think think = opts ? opts->think : DS4_THINK_HIGH;
     const int thinking = think != DS4_THINK_NONE;

@@ -30,6 +30,17 @@
  *      them as pieces.  The regexes are not interpreted: R3 is hand-compiled
  *      below into match_r3() with the same leftmost-first, greedy,
  *      backtracking outcome Oniguruma produces;
+ *      A vocabulary whose tokenizer.ggml.pre is "glm4" (or "chatglm-bpe")
+ *      uses GLM's single regex instead (llama.cpp's CHATGLM4 set):
+ *        G   (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])
+ *            |[^\r\n\p{L}\p{N}]?\p{L}+
+ *            |\p{N}{1,3}
+ *            | ?[^\s\p{L}\p{N}]+[\r\n]*
+ *            |\s*[\r\n]+
+ *            |\s+(?!\S)
+ *            |\s+
+ *      hand-compiled into match_glm4(); every other value (DeepSeek's
+ *      files say "joyai-llm" or "deepseek-v3") keeps the three regexes;
  *   4. GPT-2 byte -> unicode mapping (implicit here: we work on bytes and
  *      map the vocabulary's spellings back to bytes at load time);
  *   5. BPE: repeatedly merge the adjacent pair of lowest merge rank
@@ -159,6 +170,7 @@ struct ds4_tokenizer {
     size_t n_added;
 
     ds4_special_ids sp;
+    int pre;                  /* DS4_PRE_*, from tokenizer.ggml.pre */
 };
 
 static const unsigned char *tok_ptr(const ds4_tokenizer *t, int32_t id, size_t *len) {
@@ -328,6 +340,13 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
     }
 
     ds4_tokenizer *t = calloc(1, sizeof *t);
+    if (t) {
+        const gguf_kv *kpre = gguf_find(f, "tokenizer.ggml.pre");
+        if (kpre && kpre->type == GGUF_STRING &&
+            ((kpre->v.s.len == 4 && memcmp(kpre->v.s.p, "glm4", 4) == 0) ||
+             (kpre->v.s.len == 11 && memcmp(kpre->v.s.p, "chatglm-bpe", 11) == 0)))
+            t->pre = DS4_PRE_GLM4;
+    }
     if (!t) goto oom;
     t->n_vocab = (int32_t)nv;
     t->off = malloc((nv + 1) * sizeof *t->off);
@@ -470,8 +489,10 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
     free(tmp);
     t->n_merges = nm;
 
-    /* The chat-format tokens, by text. */
-    static const struct { const char *text; size_t field; int required; } sp[] = {
+    /* The chat-format tokens, by text: DeepSeek V4's, or GLM's for a GLM
+     * vocabulary (no BOS: "[gMASK]<sop>" is part of the rendered prompt). */
+    typedef struct { const char *text; size_t field; int required; } special;
+    static const special sp_v4[] = {
         { "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", offsetof(ds4_special_ids, bos), 1 },
         { "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", offsetof(ds4_special_ids, eos), 1 },
         { "<\xef\xbd\x9c\xe2\x96\x81pad\xe2\x96\x81\xef\xbd\x9c>", offsetof(ds4_special_ids, pad), 0 },
@@ -482,12 +503,26 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err) {
         { "\xef\xbd\x9c" "DSML\xef\xbd\x9c", offsetof(ds4_special_ids, dsml), 1 },
         { "<\xef\xbd\x9clatest_reminder\xef\xbd\x9c>", offsetof(ds4_special_ids, latest_reminder), 0 },
     };
-    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+    static const special sp_glm[] = {
+        { "<|endoftext|>", offsetof(ds4_special_ids, eos), 1 },
+        { "<|endoftext|>", offsetof(ds4_special_ids, pad), 0 },
+        { "<|user|>", offsetof(ds4_special_ids, user), 1 },
+        { "<|assistant|>", offsetof(ds4_special_ids, assistant), 1 },
+        { "<think>", offsetof(ds4_special_ids, think), 1 },
+        { "</think>", offsetof(ds4_special_ids, think_end), 1 },
+    };
+    const special *sp = t->pre == DS4_PRE_GLM4 ? sp_glm : sp_v4;
+    size_t nsp = t->pre == DS4_PRE_GLM4 ? sizeof sp_glm / sizeof sp_glm[0] : sizeof sp_v4 / sizeof sp_v4[0];
+    int32_t none = -1;
+    for (size_t i = 0; i < sizeof t->sp / sizeof none; i++)
+        memcpy((char *)&t->sp + i * sizeof none, &none, sizeof none);
+    for (size_t i = 0; i < nsp; i++) {
         int32_t id = map_find(t, t->amap, t->amap_mask,
                               (const unsigned char *)sp[i].text, strlen(sp[i].text));
         if (id < 0 && sp[i].required) {
             ds4_set_err(err, DS4_EFORMAT, "%s: the vocabulary has no added token '%s' (required by "
-                    "the DeepSeek V4 chat format)", path, sp[i].text);
+                    "the %s chat format)", path, sp[i].text,
+                    t->pre == DS4_PRE_GLM4 ? "GLM" : "DeepSeek V4");
             goto fail;
         }
         memcpy((char *)&t->sp + sp[i].field, &id, sizeof id);
@@ -637,11 +672,98 @@ static size_t match_r3(const unsigned char *s, size_t i, size_t e) {
     return 0;
 }
 
+/* 1 when s[i..e) starts with one of G's contractions ('s 't 're 've 'm
+ * 'll 'd, letters in either case); returns its length through *len. */
+static int glm4_contraction(const unsigned char *s, size_t i, size_t e, size_t *len) {
+    if (s[i] != '\'' || i + 1 >= e) return 0;
+    unsigned char a = (unsigned char)(s[i + 1] | 0x20);
+    unsigned char b = i + 2 < e ? (unsigned char)(s[i + 2] | 0x20) : 0;
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') { *len = 2; return 1; }
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) { *len = 3; return 1; }
+    return 0;
+}
+
+/* G anchored at i inside [.., e): end of the match.  Every character is a
+ * letter, a number, whitespace or "other", and each kind starts some
+ * alternative, so G always matches (there are no gaps). */
+static size_t match_glm4(const unsigned char *s, size_t i, size_t e) {
+    size_t l0, l1 = 0, cl;
+    unsigned k0 = char_kind(s, i, e, &l0), k1 = 0;
+    size_t i1 = i + l0;
+    int has1 = i1 < e;
+    if (has1) k1 = char_kind(s, i1, e, &l1);
+#define G_L(k) (K_GROUP(k) == DS4_UC_L)
+#define G_N(k) (K_GROUP(k) == DS4_UC_N)
+#define G_OTHER(k) (!((k) & DS4_UC_WS) && !G_L(k) && !G_N(k))
+    if (glm4_contraction(s, i, e, &cl)) return i + cl;
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ : a letter starts the maximal letter run
+     * (it cannot be the optional prefix); any other non-CR/LF, non-number
+     * character may prefix a run. */
+    if (G_L(k0)) {
+        size_t j = i1;
+        RUN_WHILE(s, j, e, G_L(k));
+        return j;
+    }
+    if (!(k0 & K_CRLF) && !G_N(k0) && has1 && G_L(k1)) {
+        size_t j = i1 + l1;
+        RUN_WHILE(s, j, e, G_L(k));
+        return j;
+    }
+    /* \p{N}{1,3} */
+    if (G_N(k0)) {
+        size_t j = i1;
+        for (int cnt = 1; cnt < 3 && j < e; cnt++) {
+            size_t l2;
+            unsigned k2 = char_kind(s, j, e, &l2);
+            if (!G_N(k2)) break;
+            j += l2;
+        }
+        return j;
+    }
+    /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
+    if (G_OTHER(k0) || ((k0 & K_SPACE) && has1 && G_OTHER(k1))) {
+        size_t j = G_OTHER(k0) ? i1 : i1 + l1;
+        RUN_WHILE(s, j, e, G_OTHER(k));
+        while (j < e && (s[j] == '\r' || s[j] == '\n')) j++;
+        return j;
+    }
+#undef G_L
+#undef G_N
+#undef G_OTHER
+    /* Whitespace: the same three alternatives as R3's, in the same order. */
+    size_t j = i1, crlf_end = (k0 & K_CRLF) ? i1 : 0, last = i;
+    while (j < e) {
+        size_t l;
+        unsigned k = char_kind(s, j, e, &l);
+        if (!(k & DS4_UC_WS)) break;
+        if (k & K_CRLF) crlf_end = j + l;
+        last = j;
+        j += l;
+    }
+    if (crlf_end) return crlf_end;
+    if (j == e) return j;
+    if (last > i) return last;
+    return j;
+}
+
 /* Splits [s, e) of valid UTF-8 into pre-tokens, calling emit for each. */
 typedef int (*emit_fn)(void *ud, size_t start, size_t end);
 
-static int pretokenize(const unsigned char *s, size_t start, size_t e,
+static int pretokenize_glm4(const unsigned char *s, size_t start, size_t e,
+                            emit_fn emit, void *ud) {
+    size_t i = start;
+    while (i < e) {
+        size_t m = match_glm4(s, i, e);
+        int rc = emit(ud, i, m);
+        if (rc) return rc;
+        i = m;
+    }
+    return 0;
+}
+
+static int pretokenize(int pre, const unsigned char *s, size_t start, size_t e,
                        emit_fn emit, void *ud) {
+    if (pre == DS4_PRE_GLM4) return pretokenize_glm4(s, start, e, emit, ud);
     size_t i = start;
     int rc;
     while (i < e) {
@@ -694,9 +816,15 @@ static int pretokenize(const unsigned char *s, size_t start, size_t e,
 }
 
 int ds4_pretokenize(const char *text, size_t len, ds4_pretok_cb cb, void *ud) {
-    if (!text || !len) return 0;
-    return pretokenize((const unsigned char *)text, 0, len, cb, ud);
+    return ds4_pretokenize_pre(DS4_PRE_DEEPSEEK_V3, text, len, cb, ud);
 }
+
+int ds4_pretokenize_pre(int pre, const char *text, size_t len, ds4_pretok_cb cb, void *ud) {
+    if (!text || !len) return 0;
+    return pretokenize(pre, (const unsigned char *)text, 0, len, cb, ud);
+}
+
+int ds4_tok_pre(const ds4_tokenizer *t) { return t ? t->pre : DS4_PRE_DEEPSEEK_V3; }
 
 /* ------------------------------------------------------------------------ */
 /* BPE and encoding                                                          */
@@ -938,13 +1066,13 @@ int ds4_tokenize(const ds4_tokenizer *t, const char *text, size_t len,
             int32_t id = -1;
             size_t m = trie_match(t, s + i, n - i, &id);
             if (!m) { i++; continue; }
-            if (pos < i) pretokenize(s, pos, i, emit_word, &w);
+            if (pos < i) pretokenize(t->pre, s, pos, i, emit_word, &w);
             if (!w.oom && ds4_tokens_push(out, id)) w.oom = 1;
             i += m;
             pos = i;
         }
     }
-    if (!w.oom && pos < n) pretokenize(s, pos, n, emit_word, &w);
+    if (!w.oom && pos < n) pretokenize(t->pre, s, pos, n, emit_word, &w);
 
     free(w.sym);
     free(w.heap);

@@ -25,4 +25,15 @@ ds4_tokenizer *ds4_tokenizer_from_gguf(const struct gguf_file *f, char **err);
 typedef int (*ds4_pretok_cb)(void *ud, size_t start, size_t end);
 int ds4_pretokenize(const char *text, size_t len, ds4_pretok_cb cb, void *ud);
 
+/* The pre-tokenizer a vocabulary uses, chosen from tokenizer.ggml.pre:
+ * "glm4" / "chatglm-bpe" -> GLM4 (GLM's one regex), anything else or
+ * absent -> DeepSeek V3's three regexes. */
+enum {
+    DS4_PRE_DEEPSEEK_V3 = 0,
+    DS4_PRE_GLM4 = 1,
+};
+int ds4_tok_pre(const ds4_tokenizer *t);
+/* ds4_pretokenize with a given DS4_PRE_* set. */
+int ds4_pretokenize_pre(int pre, const char *text, size_t len, ds4_pretok_cb cb, void *ud);
+
 #endif /* DS4_TOKENIZER_INTERNAL_H */
