@@ -107,6 +107,26 @@ check(a["stop_reason"] == "tool_use" and len(tu) == 1 and tu[0]["name"] == "get_
       tu[0]["input"] == {"city": "Paris", "days": 3},
       "GLM call -> Anthropic tool_use: %s %s" % (a["stop_reason"], json.dumps(tu)))
 
+# 6b. Anthropic streamed: a tool_use block with its input as JSON deltas
+s = post("/v1/messages", {"model": "x", "max_tokens": 100, "tools": atools, "stream": True,
+                          "messages": [{"role": "user", "content": "Weather in Paris?"}]},
+         "Call it.</think>" + CALL, raw=True)
+blocks, pj, stop = [], "", None
+for line in s.splitlines():
+    if not line.startswith("data: "):
+        continue
+    ev = json.loads(line[6:])
+    if ev["type"] == "content_block_start":
+        blocks.append(ev["content_block"])
+    elif ev["type"] == "content_block_delta" and ev["delta"]["type"] == "input_json_delta":
+        pj += ev["delta"]["partial_json"]
+    elif ev["type"] == "message_delta":
+        stop = ev["delta"].get("stop_reason")
+tub = [b for b in blocks if b["type"] == "tool_use"]
+check(stop == "tool_use" and len(tub) == 1 and tub[0]["name"] == "get_weather" and
+      json.loads(pj or "null") == {"city": "Paris", "days": 3},
+      "streamed GLM call -> Anthropic tool_use: %s %s %s" % (stop, [b["type"] for b in blocks], pj))
+
 # 7. Responses: a function_call item
 rs = post("/v1/responses", {"model": "x", "input": "Weather in Paris?", "tools": [
     {"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}]},

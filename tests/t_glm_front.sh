@@ -10,7 +10,7 @@
 #     only "<|user|>TEXT<|assistant|><think></think>" to the live session.
 #  2. ds4-server --test-mode (tests/glm_front.py): a chat completion, a
 #     streamed one, a GLM call forced through X-DS4-Test-Output coming back
-#     as OpenAI tool_calls (plain and streamed), Anthropic tool_use and a
+#     as OpenAI tool_calls and Anthropic tool_use (plain and streamed), a
 #     Responses function_call; the next request replaying the call reuses
 #     the live session (cached tokens cover the first prompt: the exact
 #     call text came back from the tool memory); a named tool_choice runs.
@@ -18,6 +18,7 @@
 #     rendered <|observation|><tool_response>..., the final answer is
 #     printed; the session's tokens hold GLM's markers, no EOS between
 #     turns.  The disk KV store refuses glm-dsa: the agent says so and runs.
+#     Its own (sampled) turns run too, each on top of the live session.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 PY=/usr/bin/python3
@@ -115,6 +116,21 @@ grep -qF '</tool_call><|observation|><tool_response>' "$T/sess.txt" && grep -qF 
     && ! grep -qF '<|endoftext|>' "$T/sess.txt" \
     && ok "ds4-agent session: the call, <|observation|><tool_response>, the next turn; no EOS" \
     || { bad "agent session tokens"; head -c 600 "$T/sess.txt"; echo; }
+
+# the model's own turns (noise): three turns cut at --max-tokens end the run
+# (exit 3); each next turn reuses the live session whole (no EOS added)
+mkdir -p "$T/aw2"
+XDG_STATE_HOME="$T/state" "$BD"/ds4-agent -m "$M" --yes --nothink --ctx 4096 --max-tokens 16 --dir "$T/aw2" \
+    --trace "$T/tr2" -p "hi" > "$T/aout2" 2> "$T/aerr2"
+rc=$?
+$PY - "$T/tr2" <<'PY' && [ $rc -eq 3 ] && ok "ds4-agent: the model's own turns run, each reusing the live session" \
+    || { bad "ds4-agent own turns rc=$rc"; cat "$T/tr2"; tail -5 "$T/aerr2"; }
+import json, sys
+t = [json.loads(l) for l in open(sys.argv[1])]
+assert len(t) == 3 and all(x["stopped"] == "max_tokens" for x in t), t
+for a, b in zip(t, t[1:]):
+    assert b["cached_tokens"] == a["prompt_tokens"] + a["generated_tokens"], (a, b)
+PY
 
 [ $fail -eq 0 ] && echo "t_glm_front: all passed" || echo "t_glm_front: $fail failed"
 [ $fail -eq 0 ]
