@@ -307,12 +307,6 @@ static void process_token(ds4_gen *g, int32_t t) {
         start_content(g);
         return;
     }
-    if (g->format == DS4_FORMAT_GLM && !g->in_reasoning && t == g->sp->think &&
-        g->n_gen == 1 && !g->o.forced_prefix) {
-        /* GLM opens its reasoning itself when the prompt did not */
-        g->in_reasoning = 1;
-        return;
-    }
     ds4_detok_push(&g->dt, g->tok, t, &g->piece);
     if (!g->piece.n) return;
     if (g->in_reasoning) emit_reasoning(g, g->piece.p, g->piece.n);
