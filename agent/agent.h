@@ -211,6 +211,8 @@ typedef struct {
  * per-user state directory); creates it.  -1 with a message on stderr. */
 int ag_sessions_locate(agent *a);
 int ag_sys_tokens(agent *a);
+/* the opening of an assistant turn in the model's format and mode */
+void ag_open_assistant(agent *a, int think, ds4_tokens *out);
 void ag_sess_new(agent *a);
 /* Tokens of messages [from, n) plus the opening of the next assistant turn
  * when the last one is a user/tool turn. */

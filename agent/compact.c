@@ -122,9 +122,8 @@ static char *ask_summary(agent *a) {
     ds4_tokens req = { 0 };
     ds4_tokens_push(&req, a->ids->user);
     ds4_tokenize(a->tok, SUMMARY_REQUEST, strlen(SUMMARY_REQUEST), DS4_TOK_PLAIN, &req);
-    ds4_tokens_push(&req, a->ids->assistant);
     int think = a->think != DS4_THINK_NONE;
-    ds4_tokens_push(&req, think ? a->ids->think : a->ids->think_end);
+    ag_open_assistant(a, think, &req);
     int before = ds4_session_n_tokens(a->s);
     int budget = ctx - before - (int)req.n - 4;
     if (budget > ctx / 4) budget = ctx / 4;

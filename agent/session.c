@@ -207,9 +207,18 @@ int ag_sys_tokens(agent *a) {
     m.content = sys.p;
     m.content_len = sys.n;
     m.tools_json = ag_tools_json();
-    ds4_render_opts ro = { .think = think, .keep_all_reasoning = 1 };
+    ds4_render_opts ro = { .think = think, .keep_all_reasoning = 1, .format = ds4_model_format(a->m) };
     char *err = NULL;
     int rc = ds4_render_chat(&m, 1, &ro, &text, &err);
+    if (!rc && ro.format == DS4_FORMAT_GLM) {
+        /* GLM's renderer writes the generation prompt after a lone system
+         * message; the turns open their assistant themselves */
+        static const char *const gp[] = { "<|assistant|><think></think>", "<|assistant|><think>" };
+        for (int i = 0; i < 2; i++) {
+            size_t l = strlen(gp[i]);
+            if (text.n >= l && !memcmp(text.p + text.n - l, gp[i], l)) { text.n -= l; break; }
+        }
+    }
     if (rc) {
         fprintf(stderr, "ds4-agent: %s\n", err ? err : "cannot render the system prompt");
         free(err);
@@ -237,7 +246,68 @@ static void put_result(ds4_buf *b, const char *r) {
     ds4_buf_puts(b, "</tool_result>");
 }
 
+void ag_open_assistant(agent *a, int think, ds4_tokens *out) {
+    ds4_tokens_push(out, a->ids->assistant);
+    if (think) {
+        ds4_tokens_push(out, a->ids->think);
+    } else if (ds4_model_format(a->m) == DS4_FORMAT_GLM) {
+        /* GLM answers without reasoning after an empty "<think></think>" */
+        ds4_tokens_push(out, a->ids->think);
+        ds4_tokens_push(out, a->ids->think_end);
+    } else {
+        ds4_tokens_push(out, a->ids->think_end);
+    }
+}
+
+/* GLM's turns (docs/PROMPT_FORMAT.md §12): "<|user|>" + text, each tool
+ * result "<|observation|><tool_response>" + text + "</tool_response>",
+ * "<|assistant|><think>R</think>" + content + the exact calls; no end token
+ * after an assistant turn (the next turn's marker follows it, as the model
+ * stopped at it).  Markers are ids, the user's and tools' text plain. */
+static int render_from_glm(agent *a, const ag_sess *s, int from, int open_assistant, ds4_tokens *out) {
+    const ds4_special_ids *sp = a->ids;
+    const ds4_tokenizer *tk = a->tok;
+    const int32_t obs = ds4_tok_lookup(tk, "<|observation|>", 15);
+    const int32_t tr = ds4_tok_lookup(tk, "<tool_response>", 15);
+    const int32_t tre = ds4_tok_lookup(tk, "</tool_response>", 16);
+    int rc = 0, last_user = 0;
+    for (int i = from; i < s->n_msgs && !rc; i++) {
+        const ag_msg *m = &s->msgs[i];
+        if (m->kind == AG_USER) {
+            ds4_tokens_push(out, sp->user);
+            rc = ds4_tokenize(tk, m->text ? m->text : "", m->text ? strlen(m->text) : 0, DS4_TOK_PLAIN, out);
+            last_user = 1;
+            continue;
+        }
+        if (m->kind == AG_TOOLS) {
+            for (int k = 0; k < m->n_calls && !rc; k++) {
+                const char *r = m->calls[k].result ? m->calls[k].result : "";
+                ds4_tokens_push(out, obs);
+                ds4_tokens_push(out, tr);
+                rc = ds4_tokenize(tk, r, strlen(r), DS4_TOK_PLAIN, out);
+                ds4_tokens_push(out, tre);
+            }
+            last_user = 1;
+            continue;
+        }
+        last_user = 0;
+        ag_open_assistant(a, m->think, out);
+        ds4_buf t = { 0 };
+        if (m->think) {
+            ds4_buf_puts(&t, m->reasoning ? m->reasoning : "");
+            ds4_buf_puts(&t, "</think>");
+        }
+        ds4_buf_puts(&t, m->text ? m->text : "");
+        if (m->dsml) ds4_buf_puts(&t, m->dsml);
+        if (t.n) rc = ds4_tokenize(tk, t.p, t.n, DS4_TOK_SPECIAL, out);
+        ds4_buf_free(&t);
+    }
+    if (!rc && last_user && open_assistant) ag_open_assistant(a, a->think != DS4_THINK_NONE, out);
+    return rc;
+}
+
 int ag_render_from(agent *a, const ag_sess *s, int from, int open_assistant, ds4_tokens *out) {
+    if (ds4_model_format(a->m) == DS4_FORMAT_GLM) return render_from_glm(a, s, from, open_assistant, out);
     const ds4_special_ids *sp = a->ids;
     ds4_buf body = { 0 };
     int in_user = 0, rc = 0;

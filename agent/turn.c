@@ -172,6 +172,7 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
     o.max_tokens = budget > 0 ? budget : INT_MAX;
     o.reasoning = think;
     o.parse_tools = 1;
+    o.tools_json = ag_tools_json();   /* GLM: the schemas type the values */
     o.hold_calls = 0;
     o.block_error_text = 0;
     o.forced_output = a->scripted;
@@ -247,8 +248,9 @@ int ag_generate(agent *a, int budget, ag_msg *m, int think, int *n_gen) {
         int32_t close[2];
         int nc = 0;
         if (ds4_gen_in_reasoning(g.d)) close[nc++] = a->ids->think_end;
-        close[nc++] = a->ids->eos;
-        int e = ds4_session_eval(a->s, close, nc, NULL, NULL);
+        /* GLM: no end token; the next turn's marker follows the answer */
+        if (ds4_model_format(a->m) != DS4_FORMAT_GLM) close[nc++] = a->ids->eos;
+        int e = nc ? ds4_session_eval(a->s, close, nc, NULL, NULL) : 0;
         if (e) { ui_note(a, "decode failed: %s", ds4_strerror(e)); rc = -1; }
         else n += nc;
     }

@@ -439,11 +439,22 @@ int chat_turn(chat_app *a, const char *text, size_t len) {
         msgs[nm].content = text;
         msgs[nm].content_len = len;
         nm++;
-        ds4_render_opts ro = { .think = think };
+        ds4_render_opts ro = { .think = think, .format = ds4_model_format(a->m) };
         char *err = NULL;
         if (ds4_render_chat(msgs, nm, &ro, &prompt, &err)) {
             fprintf(stderr, "ds4: %s\n", err ? err : "cannot render the prompt");
             free(err);
+            return -1;
+        }
+    } else if (ds4_model_format(a->m) == DS4_FORMAT_GLM) {
+        /* GLM: the answer ended at an end token, not evaluated; the next
+         * user turn follows it directly, as the template writes it */
+        ds4_buf_puts(&prompt, "<|user|>");
+        ds4_buf_append(&prompt, text, len);
+        ds4_buf_puts(&prompt, think == DS4_THINK_NONE ? "<|assistant|><think></think>" : "<|assistant|><think>");
+        if (ds4_buf_failed(&prompt)) {
+            fprintf(stderr, "ds4: out of memory building the prompt\n");
+            ds4_buf_free(&prompt);
             return -1;
         }
     } else {

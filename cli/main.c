@@ -296,7 +296,7 @@ static int imatrix_main(const opts *o) {
 
 /* The first-turn prompt exactly as chat_turn renders it (system text, the
  * user message, the assistant opening for the thinking mode). */
-static int render_prompt(const opts *o, const char *text, size_t len, ds4_buf *out) {
+static int render_prompt(const opts *o, int format, const char *text, size_t len, ds4_buf *out) {
     ds4_message msgs[2];
     int nm = 0;
     memset(msgs, 0, sizeof msgs);
@@ -312,7 +312,7 @@ static int render_prompt(const opts *o, const char *text, size_t len, ds4_buf *o
     nm++;
     ds4_think think = o->mo.think;
     if (think == DS4_THINK_MAX && o->mo.ctx < DS4_THINK_MAX_MIN_CTX) think = DS4_THINK_HIGH;
-    ds4_render_opts ro = { .think = think };
+    ds4_render_opts ro = { .think = think, .format = (ds4_chat_format)format };
     char *err = NULL;
     if (ds4_render_chat(msgs, nm, &ro, out, &err)) die("%s", err ? err : "cannot render the prompt");
     return 0;
@@ -361,7 +361,7 @@ static int dump_tokens_main(const opts *o) {
             if (!(text = read_file(o->prompt_file, &len))) die("cannot read %s: %s", o->prompt_file, strerror(errno));
         } else { text = strdup(o->prompt); len = strlen(text); }
         ds4_buf prompt = { 0 };
-        render_prompt(o, text, len, &prompt);
+        render_prompt(o, ds4_tok_format(tok), text, len, &prompt);
         if (ds4_tokenize(tok, prompt.p, prompt.n, DS4_TOK_SPECIAL, &ids)) die("tokenization failed");
         ds4_buf_free(&prompt);
         free(text);

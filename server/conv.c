@@ -496,7 +496,19 @@ static int parse_tool_choice(request *r, json_t *b, api_error *e) {
     r->has_tools = 1;
     r->parse_tools = 1;
     r->single_call = !r->parallel_tool_calls;
-    if (!strcmp(mode, "required")) {
+    if (r->ro.format == DS4_FORMAT_GLM) {
+        /* GLM: the call opens at once; the name ends at the first "<" */
+        if (!strcmp(mode, "named") && !tool_exists(r, name))
+            return api_bad(e, "tool_choice", "tool_choice names '%s', which is not in tools", name);
+        if (!strcmp(mode, "required") || !strcmp(mode, "named")) {
+            ds4_buf f = { 0 };
+            if (ds4_buf_printf(&f, "<tool_call>%s", !strcmp(mode, "named") ? name : "") ||
+                !(r->forced_prefix = request_own(r, f.p))) {
+                ds4_buf_free(&f);
+                return api_oom(e);
+            }
+        }
+    } else if (!strcmp(mode, "required")) {
         r->forced_prefix = request_strdup(r, "\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\"",
                                           strlen("\n\n<" DSML "tool_calls>\n<" DSML "invoke name=\""));
     } else if (!strcmp(mode, "named")) {
@@ -523,6 +535,7 @@ static int attach_tools(request *r, api_error *e) {
     }
     char *s = request_own(r, js.p);
     if (!s) return api_oom(e);
+    r->tools_json = s;
     if (r->n_msgs > 0 && (r->msgs[0].role == DS4_ROLE_SYSTEM || r->msgs[0].role == DS4_ROLE_DEVELOPER)) {
         r->msgs[0].tools_json = s;
         return 0;
@@ -1047,7 +1060,8 @@ static int completions_prompt(request *r, json_t *b, api_error *e) {
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0);
     if (json_is_string(p)) {
-        if (strncmp(json_string_value(p), S_BOS, strlen(S_BOS)))
+        /* GLM has no BOS: its "[gMASK]<sop>" is the client's to write */
+        if (r->ro.format != DS4_FORMAT_GLM && strncmp(json_string_value(p), S_BOS, strlen(S_BOS)))
             ds4_buf_puts(&r->prompt, S_BOS);
         ds4_buf_append(&r->prompt, json_string_value(p), json_string_length(p));
         return 0;
@@ -1062,7 +1076,7 @@ static int completions_prompt(request *r, json_t *b, api_error *e) {
             long long id = json_integer_value(v);
             if (id < 0 || id >= r->srv->n_vocab)
                 return api_bad(e, "prompt", "prompt[%zu]: token id %lld is out of range", i, id);
-            if (i == 0 && id != r->srv->sp->bos) ds4_tokens_push(&r->tokens, r->srv->sp->bos);
+            if (i == 0 && r->srv->sp->bos >= 0 && id != r->srv->sp->bos) ds4_tokens_push(&r->tokens, r->srv->sp->bos);
             ds4_tokens_push(&r->tokens, (int32_t)id);
         }
         r->raw_ids = 1;
@@ -1163,6 +1177,8 @@ request *conv_parse(const server_ctx *srv, api_kind api, json_t *b, api_error *e
     request *r = request_new(api);
     if (!r) { api_err_set(e, 500, "server_error", NULL, NULL, "out of memory"); return NULL; }
     r->srv = srv;
+    /* the model's family decides the prompt format and the call syntax */
+    if (srv->model) r->ro.format = ds4_model_format(srv->model);
     const char *model = NULL;
     if (get_str(b, "model", &model, e) < 0) goto fail;
     /* any name is served by the one model (agents send their own names);

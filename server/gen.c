@@ -208,6 +208,7 @@ static gen *make(const gen_env *env, job *j, int max_gen, int lookup, int mtp_dr
     o.stop = (const char *const *)rq->stop;
     o.n_stop = rq->n_stop;
     o.parse_tools = rq->parse_tools;
+    o.tools_json = rq->tools_json;
     o.single_call = rq->single_call;
     o.forced_prefix = rq->forced_prefix;
     o.forced_output = rq->test_output != NULL;

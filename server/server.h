@@ -158,7 +158,10 @@ typedef struct {
     int n_stop;
     int starts_in_reasoning;      /* the prompt opened <think> */
     int think_budget;             /* force </think> after this many reasoning tokens; 0 = none */
-    int parse_tools;              /* run generated content through the DSML parser */
+    int parse_tools;              /* run generated content through the tool-call
+                                     parser (DSML, or GLM's for a GLM model) */
+    const char *tools_json;       /* the tools as rendered (GLM's parser types
+                                     the call values by their schemas) */
     char *forced_prefix;          /* tool_choice: text forced at the start of content */
     int single_call;              /* parallel_tool_calls: false */
     int logprobs;                 /* OpenAI logprobs requested (chat, completions) */

@@ -8,7 +8,8 @@
  * with a second corpus, MTP drafts, sampled MTP drafts judged by the
  * speculative-sampling rule -- docs/SPEC.md), and splits the text into
  * channels: reasoning, content through the stop-sequence matcher, tool
- * calls through the streaming DSML parser, logprobs of content tokens.
+ * calls through the streaming DSML parser (GLM's call parser for a GLM
+ * model: ds4_model_format), logprobs of content tokens.
  * ds4-server, ds4 (cli/chat.c) and ds4-agent are adapters over it.
  *
  * Where the front ends' loops differed, each behaviour is an option below
@@ -67,7 +68,12 @@ typedef struct {
     int think_budget;      /* force </think> after this many reasoning tokens (0: none) */
     const char *const *stop;   /* stop sequences on the content text */
     int n_stop;
-    int parse_tools;       /* content through the DSML parser */
+    int parse_tools;       /* content through the tool-call parser of the
+                              model's format (ds4_model_format): DSML, or
+                              GLM's <tool_call> XML */
+    const char *tools_json;   /* GLM: the request's tools array, whose
+                                 schemas type the call values (NULL: none;
+                                 not JSON: ds4_gen_new fails) */
     int hold_calls;        /* release a call only once it closed, whole (the
                               server: a client never sees half a call); 0:
                               begin and argument deltas as they are parsed */
@@ -135,7 +141,8 @@ typedef struct {
     int (*cancel)(void *ud);                  /* nonzero: stop (CANCEL) */
 } ds4_gen_cb;
 
-/* NULL only when out of memory.  m: the session's model; the options'
+/* NULL only when out of memory (or a GLM model's tools_json is not
+ * JSON).  m: the session's model; the options'
  * strings and arrays must outlive the gen. */
 ds4_gen *ds4_gen_new(ds4_session *s, const ds4_model *m, const ds4_gen_opts *o, const ds4_gen_cb *cb);
 void ds4_gen_free(ds4_gen *g);

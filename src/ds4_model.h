@@ -66,6 +66,8 @@ typedef struct {
                                  distribution */
     const char *arch;         /* general.architecture: "deepseek4" or
                                  "glm-dsa" (the graph that runs) */
+    ds4_chat_format format;   /* the family's prompt format and tool-call
+                                 syntax (ds4_model_format) */
 } ds4_model_info;
 
 void ds4_model_get_info(const ds4_model *m, ds4_model_info *info);
@@ -128,6 +130,12 @@ const char *ds4_model_error(const ds4_model *m);
 const char *ds4_model_strerror(const ds4_model *m, int rc);
 int ds4_model_broken(const ds4_model *m);
 const ds4_tokenizer *ds4_model_tokenizer(const ds4_model *m);
+/* The prompt format and tool-call syntax of the model's family, decided
+ * once here from general.architecture (deepseek4: DS4_FORMAT_DSV4,
+ * glm-dsa: DS4_FORMAT_GLM): the front ends pass it into ds4_render_opts
+ * and the generation driver picks its tool-call parser and end tokens by
+ * it; none compares architecture strings. */
+ds4_chat_format ds4_model_format(const ds4_model *m);
 /* A hash over the GGUF metadata and tensor directory (not the data):
  * identifies "this exact model file layout and quantization". */
 void ds4_model_fingerprint(const ds4_model *m, uint8_t out[20]);

@@ -49,6 +49,10 @@ ds4_tokenizer *ds4_tokenizer_load(const char *gguf_path, char **err);
 void ds4_tokenizer_free(ds4_tokenizer *tok);
 
 int32_t ds4_tok_n_vocab(const ds4_tokenizer *tok);
+/* The chat format a vocabulary implies (GLM's pre-tokenizer: DS4_FORMAT_GLM),
+ * for a tool that loads the tokenizer without the model (ds4
+ * --dump-tokens); with a model, ds4_model_format decides. */
+int ds4_tok_format(const ds4_tokenizer *tok);
 const ds4_special_ids *ds4_tok_special(const ds4_tokenizer *tok);
 /* Id of a token given its exact text (added tokens by their UTF-8 text, BPE
  * tokens by their byte string); -1 if absent. */

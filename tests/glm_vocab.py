@@ -12,7 +12,8 @@ vocab_only; tokenizer.ggml.model "gpt2", tokenizer.ggml.pre "glm4"): the
 256 byte tokens in the GPT-2 alphabet, merges learned greedily (most
 frequent pair first) from all the test texts split at whitespace only --
 so many merges cross the pieces GLM's regex cuts, and the pre-tokenizer
-decides the ids -- and GLM's chat tokens as control tokens.  Then one text
+decides the ids -- and GLM's chat and tool-call tokens as control tokens
+(tests/t_glm_front.sh writes its tiny glm-dsa model over this vocabulary).  Then one text
 file per case in CASES_DIR: the corpus, hand-picked strings (contractions,
 digit runs, CJK next to Latin, combining marks, whitespace runs, chat
 tokens) and 300 random strings over an alphabet of those pieces.
@@ -36,7 +37,10 @@ CORPUS = (
     "\u2460\u2461abc x\u200by\n") * 2
 
 ADDED = ["[gMASK]", "<sop>", "<|endoftext|>", "<|user|>", "<|assistant|>", "<|system|>",
-         "<|observation|>", "<think>", "</think>"]
+         "<|observation|>", "<think>", "</think>",
+         # the tool-call tags (tests/t_glm_front.sh's tiny model chats with them)
+         "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+         "<tool_response>", "</tool_response>"]
 
 
 def gpt2_alphabet():

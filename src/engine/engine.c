@@ -384,6 +384,11 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
     info->random_weights = m->random_weights;
     info->ctx_train = c->ctx_train;
     info->arch = c->arch == DS4_ARCH_GLM_DSA ? "glm-dsa" : "deepseek4";
+    info->format = ds4_model_format(m);
+}
+
+ds4_chat_format ds4_model_format(const ds4_model *m) {
+    return m->w.cfg.arch == DS4_ARCH_GLM_DSA ? DS4_FORMAT_GLM : DS4_FORMAT_DSV4;
 }
 
 int ds4_model_has_mtp(const ds4_model *m) { return m->w.has_mtp; }

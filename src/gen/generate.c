@@ -5,8 +5,9 @@
  * output, forced text, DSML syntax greedily, the caller's sampler, the
  * speculative-sampling rule at sampled MTP drafts), speculative passes
  * (drafting, the staged pass, commit and rollback), the channels
- * (reasoning, content through the stop matcher, DSML tool calls held until
- * they close), logprobs, and the finish.
+ * (reasoning, content through the stop matcher, tool calls held until
+ * they close: DSML, or GLM's XML calls for a GLM model, with GLM's end
+ * tokens), logprobs, and the finish.
  * Must not: render prompts, touch the disk cache other than through the
  * caller's ds4_eval_params, or know an API's shape (the callbacks get
  * text, calls and numbers; the front ends shape them).  Only the public
@@ -35,7 +36,11 @@ struct ds4_gen {
     const ds4_tokenizer *tok;
     const ds4_special_ids *sp;
     int n_vocab;
-    ds4_dsml *dsml;
+    ds4_chat_format format;   /* the model's family (ds4_model_format) */
+    int32_t end_user, end_obs; /* GLM: <|user|> and <|observation|> end the
+                                  turn as <|endoftext|> does (-1: none) */
+    ds4_dsml *dsml;           /* the tool-call parser: DSML (V4) ... */
+    ds4_glm_calls *glm;       /* ... or GLM's <tool_call> XML */
     ds4_detok dt;
     ds4_buf piece;
     int in_reasoning;
@@ -95,6 +100,37 @@ static ds4_gen_finish fail(ds4_gen *g, ds4_gen_err e, int rc) {
              e == DS4_GEN_ERR_EVAL ? ds4_model_strerror(g->m, rc) :
              e == DS4_GEN_ERR_ROLLBACK ? ds4_strerror(rc) : "");
     return DS4_GEN_ERROR;
+}
+
+/* The tool-call parser of the model's format: both give the same events
+ * (ds4_text.h), so everything past these five calls is one path. */
+static int tp_on(const ds4_gen *g) { return g->dsml || g->glm; }
+static void tp_feed(ds4_gen *g, const char *s, size_t n) {
+    if (g->glm) ds4_glm_calls_feed(g->glm, s, n);
+    else ds4_dsml_feed(g->dsml, s, n);
+}
+static void tp_finish(ds4_gen *g) {
+    if (g->glm) ds4_glm_calls_finish(g->glm);
+    else ds4_dsml_finish(g->dsml);
+}
+static int tp_in_block(const ds4_gen *g) {
+    return g->glm ? ds4_glm_calls_in_block(g->glm) : ds4_dsml_in_block(g->dsml);
+}
+static int tp_in_payload(const ds4_gen *g) {
+    return g->glm ? ds4_glm_calls_in_payload(g->glm) : ds4_dsml_in_payload(g->dsml);
+}
+static const char *tp_block_text(const ds4_gen *g, size_t *len) {
+    *len = 0;
+    if (g->glm) return ds4_glm_calls_block_text(g->glm, len);
+    return g->dsml ? ds4_dsml_block_text(g->dsml, len) : NULL;
+}
+
+/* A token that ends the model's turn: EOS, and for GLM also <|user|> and
+ * <|observation|> (the template's and llama.cpp's end-of-generation set:
+ * GLM ends a tool-call turn with <|observation|>). */
+static int is_end(const ds4_gen *g, int32_t t) {
+    if (g->o.eos_is_text) return 0;
+    return t == g->sp->eos || (t >= 0 && (t == g->end_user || t == g->end_obs));
 }
 
 /* ------------------------------------------------------------------ */
@@ -223,17 +259,18 @@ static void on_dsml(void *ud, const ds4_dsml_event *ev) {
         if (!g->open_call) break;
         g->open_call = 0;
         close_call(g, g->n_closed++);
-        ds4_dsml_block_text(g->dsml, &g->block_closed);
-        /* single call: close the block after the first */
+        tp_block_text(g, &g->block_closed);
+        /* single call: close the block after the first (GLM: end the turn,
+         * the parser's DONE comes at the finish) */
         if (g->o.single_call && !g->o.forced_output && g->n_closed == 1)
-            force_text(g, "</" DSML_TAG "tool_calls>");
+            force_text(g, g->glm ? "<|observation|>" : "</" DSML_TAG "tool_calls>");
         break;
     case DS4_DSML_DONE:
         g->block_done = 1;
         g->stop = 1;      /* the turn ends with the block (EOS would follow) */
         if (cb->tools_done) {
             size_t bl;
-            const char *bt = ds4_dsml_block_text(g->dsml, &bl);
+            const char *bt = tp_block_text(g, &bl);
             cb->tools_done(cb->ud, bt, bl);
         }
         break;
@@ -252,8 +289,8 @@ static void start_content(ds4_gen *g) {
 
 static void content_bytes(ds4_gen *g, const char *s, size_t n) {
     if (!n) return;
-    if (g->dsml) {
-        if (!g->block_error && !g->block_done) ds4_dsml_feed(g->dsml, s, n);
+    if (tp_on(g)) {
+        if (!g->block_error && !g->block_done) tp_feed(g, s, n);
         else if (g->cb.after_block) g->cb.after_block(g->cb.ud, s, n);
     } else {
         visible_text(g, s, n);
@@ -392,7 +429,7 @@ static int eval_self(ds4_gen *g, int32_t t) {
      * dropping a draft for its value would bias that position */
     int jn = sampled ? k : 0;
     for (int i = 0; i < k; i++)
-        if (!o->eos_is_text && d[i] == g->sp->eos) {
+        if (is_end(g, d[i])) {
             k = i;
             if (sampled) jn = i + 1;
             break;
@@ -457,7 +494,7 @@ static ds4_gen_finish choose(ds4_gen *g, int32_t *out, int *evaluated) {
     } else {
         if (!lg) return fail(g, DS4_GEN_ERR_NO_LOGITS, DS4_EINVAL);
         /* DSML syntax greedily, payloads with the sampler */
-        if (g->dsml && ds4_dsml_in_block(g->dsml) && !ds4_dsml_in_payload(g->dsml))
+        if (tp_on(g) && tp_in_block(g) && !tp_in_payload(g))
             t = ds4_sample_greedy(lg, g->n_vocab);
         else if (g->sp_n && g->sp_i < g->sp_jn)
             /* a sampled MTP draft here: the speculative-sampling rule */
@@ -477,7 +514,7 @@ static ds4_gen_finish choose(ds4_gen *g, int32_t *out, int *evaluated) {
             if (e) return fail(g, DS4_GEN_ERR_ROLLBACK, e);
         }
     }
-    if (t == g->sp->eos && !o->eos_is_text) return DS4_GEN_EOS;
+    if (is_end(g, t)) return DS4_GEN_EOS;
     if (o->logprobs && !g->in_reasoning) record_logprob(g, lg, t);
     g->n_gen++;
     if (g->in_reasoning) g->n_reasoning++;
@@ -542,16 +579,16 @@ static ds4_gen_finish settle(ds4_gen *g, ds4_gen_finish fin) {
     if (fin == DS4_GEN_CANCEL || fin == DS4_GEN_ERROR) return fin;
     int cut = 0;
     const int natural = fin == DS4_GEN_EOS;
-    if (g->dsml && !g->block_done && !g->block_error && !g->stop_seq && (natural || g->o.finish_block_on_cut)) {
+    if (tp_on(g) && !g->block_done && !g->block_error && !g->stop_seq && (natural || g->o.finish_block_on_cut)) {
         /* releases held-back text; an unterminated block is an error event */
-        cut = ds4_dsml_in_block(g->dsml);
-        ds4_dsml_finish(g->dsml);
+        cut = tp_in_block(g);
+        tp_finish(g);
     }
     flush_hold(g);
     if (g->block_error && !g->block_done) {
         /* the calls that never closed are not calls: their text is content */
         size_t bl;
-        const char *bt = ds4_dsml_block_text(g->dsml, &bl);
+        const char *bt = tp_block_text(g, &bl);
         if (g->o.block_error_text && bl > g->block_closed)
             emit_visible(g, bt + g->block_closed, bl - g->block_closed);
         if (cut && (fin == DS4_GEN_LENGTH || fin == DS4_GEN_CONTEXT)) return fin;
@@ -589,9 +626,19 @@ ds4_gen *ds4_gen_new(ds4_session *s, const ds4_model *m, const ds4_gen_opts *o, 
     g->max_gen = o->max_tokens > 0 ? o->max_tokens : 0;
     g->stop_index = -1;
     ds4_detok_init(&g->dt);
-    if (o->parse_tools && !(g->dsml = ds4_dsml_new(on_dsml, g))) {
-        free(g);
-        return NULL;
+    g->format = ds4_model_format(m);
+    g->end_user = g->end_obs = -1;
+    if (g->format == DS4_FORMAT_GLM) {
+        g->end_user = g->sp->user;
+        g->end_obs = ds4_tok_lookup(g->tok, "<|observation|>", strlen("<|observation|>"));
+    }
+    if (o->parse_tools) {
+        if (g->format == DS4_FORMAT_GLM) g->glm = ds4_glm_calls_new(o->tools_json, on_dsml, g);
+        else g->dsml = ds4_dsml_new(on_dsml, g);
+        if (!g->dsml && !g->glm) {
+            free(g);
+            return NULL;
+        }
     }
     g->in_reasoning = o->reasoning;
     if (!g->in_reasoning) start_content(g);
@@ -601,6 +648,7 @@ ds4_gen *ds4_gen_new(ds4_session *s, const ds4_model *m, const ds4_gen_opts *o, 
 void ds4_gen_free(ds4_gen *g) {
     if (!g) return;
     ds4_dsml_free(g->dsml);
+    ds4_glm_calls_free(g->glm);
     ds4_buf_free(&g->piece);
     ds4_buf_free(&g->hold);
     ds4_buf_free(&g->pend);
@@ -619,8 +667,7 @@ int ds4_gen_stop_index(const ds4_gen *g) { return g->stop_index; }
 const ds4_spec_stats *ds4_gen_spec_stats(const ds4_gen *g) { return &g->st; }
 
 const char *ds4_gen_block_text(const ds4_gen *g, size_t *len) {
-    *len = 0;
-    return g->dsml ? ds4_dsml_block_text(g->dsml, len) : NULL;
+    return tp_block_text(g, len);
 }
 
 ds4_gen_err ds4_gen_error(const ds4_gen *g, int *rc, const char **msg) {

@@ -548,6 +548,10 @@ ds4_tokenizer *ds4_tokenizer_load(const char *gguf_path, char **err) {
 
 int32_t ds4_tok_n_vocab(const ds4_tokenizer *t) { return t ? t->n_vocab : 0; }
 
+int ds4_tok_format(const ds4_tokenizer *tok) {
+    return tok->pre == DS4_PRE_GLM4 ? DS4_FORMAT_GLM : DS4_FORMAT_DSV4;
+}
+
 const ds4_special_ids *ds4_tok_special(const ds4_tokenizer *t) { return &t->sp; }
 
 int32_t ds4_tok_lookup(const ds4_tokenizer *t, const char *text, size_t len) {

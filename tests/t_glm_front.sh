@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# t_glm_front.sh -- a glm-dsa model through the three front ends, unchanged
+# for their clients (docs/family.md, "In the front ends").  The model: the
+# tiny glm-dsa file of tests/glm_gguf.py over the synthetic GLM vocabulary
+# of tests/glm_vocab.py (GLM's chat and tool-call tags as control tokens).
+#
+#  1. ds4: --dump-tokens renders the GLM prompt ([gMASK]<sop>, the effort
+#     line, <|user|>, <|assistant|><think> or <think></think> under
+#     --nothink); -p generates; the interactive chat's second turn appends
+#     only "<|user|>TEXT<|assistant|><think></think>" to the live session.
+#  2. ds4-server --test-mode (tests/glm_front.py): a chat completion, a
+#     streamed one, a GLM call forced through X-DS4-Test-Output coming back
+#     as OpenAI tool_calls and Anthropic tool_use (plain and streamed), a
+#     Responses function_call; the next request replaying the call reuses
+#     the live session (cached tokens cover the first prompt: the exact
+#     call text came back from the tool memory); a named tool_choice runs.
+#  3. ds4-agent --script: a GLM call turn runs the read tool, the result is
+#     rendered <|observation|><tool_response>..., the final answer is
+#     printed; the session's tokens hold GLM's markers, no EOS between
+#     turns.  The disk KV store refuses glm-dsa: the agent says so and runs.
+#     Its own (sampled) turns run too, each on top of the live session.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+PY=/usr/bin/python3
+BD=${DS4_BIN_DIR:-.}
+T=$(mktemp -d "${TMPDIR:-/tmp}/ds4-glmfront.XXXXXX")
+SPID=""
+cleanup() {
+    if [ -n "$SPID" ]; then
+        kill "$SPID" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$SPID" 2>/dev/null
+        wait "$SPID" 2>/dev/null
+    fi
+    rm -rf "$T"
+}
+trap cleanup EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+
+mkdir -p "$T/cases"
+$PY tests/glm_vocab.py "$T/vocab.gguf" "$T/cases" || { echo "FAIL glm_vocab.py"; exit 1; }
+M="$T/m.gguf"
+$PY tests/glm_gguf.py glm-dsa "$M" --vocab "$T/vocab.gguf" || { echo "FAIL glm_gguf.py"; exit 1; }
+
+# --- 1. ds4 ---------------------------------------------------------------
+# the token texts of --dump-tokens (third column), joined
+toks() { "$BD"/ds4 -m "$M" --dump-tokens "$@" 2>/dev/null | cut -f3 | tr -d '\n'; }
+p=$(toks -p "hello")
+case "$p" in
+    "[gMASK]<sop><|system|>Reasoning Effort: High<|user|>hello<|assistant|><think>") ok "ds4 -p renders the GLM prompt" ;;
+    *) bad "ds4 --dump-tokens: $p" ;;
+esac
+p=$(toks -p "hello" --nothink)
+[ "$p" = "[gMASK]<sop><|user|>hello<|assistant|><think></think>" ] && ok "--nothink: <think></think>" || bad "--nothink: $p"
+"$BD"/ds4 -m "$M" --dump-tokens -p "hi" 2>/dev/null | grep -q "<|user|>" && \
+    [ "$("$BD"/ds4 -m "$M" --dump-tokens -p "hi" 2>/dev/null | awk -F'\t' '$3=="<|user|>"' | wc -l)" -eq 1 ] \
+    && ok "chat markers are single special tokens" || bad "markers not special tokens"
+"$BD"/ds4 -m "$M" -p "hello" -n 8 --ctx 512 > "$T/o1" 2> "$T/e1" && grep -q "generated 8 tokens" "$T/e1" \
+    && ok "ds4 -p generates" || { bad "ds4 -p"; tail -5 "$T/e1"; }
+printf 'hello\nhow are you\n' | "$BD"/ds4 -m "$M" --nothink -n 4 --ctx 1024 > "$T/o2" 2>&1
+n2=$(sed -n 's/.*\[prefill \([0-9]*\) tokens.*/\1/p' "$T/o2" | sed -n 2p)
+# "<|user|>" + "how are you" + "<|assistant|><think></think>": the text's
+# tokens plus 4 markers, counted from the one-shot rendering (less [gMASK]<sop>)
+n1=$("$BD"/ds4 -m "$M" --dump-tokens -p "how are you" --nothink 2>/dev/null | wc -l)
+[ -n "$n2" ] && [ "$n2" -eq $((n1 - 2)) ] && ok "chat: the second turn appends <|user|>..<|assistant|><think></think> ($n2 tokens)" \
+    || { bad "chat second turn prefill ${n2:-none}, want $((n1 - 2))"; cat "$T/o2"; }
+
+# --- 2. ds4-server ------------------------------------------------------------
+"$BD"/ds4-server -m "$M" --port 0 --ctx 4096 -t 1 --test-mode 2> "$T/srv.log" &
+SPID=$!
+URL=""
+for _ in $(seq 300); do
+    URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$T/srv.log" | head -n1)
+    [ -n "$URL" ] && break
+    kill -0 "$SPID" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$URL" ]; then
+    bad "ds4-server did not start"; cat "$T/srv.log"
+else
+    for _ in $(seq 100); do curl -sf "$URL/health" > /dev/null 2>&1 && break; sleep 0.1; done
+    if $PY tests/glm_front.py "$URL" > "$T/front.out" 2>&1; then
+        sed 's/^/  /' "$T/front.out"; ok "ds4-server: chat, stream, GLM tool calls, replay"
+    else
+        sed 's/^/  /' "$T/front.out"; bad "ds4-server (tests/glm_front.py)"; tail -20 "$T/srv.log"
+    fi
+    kill -TERM "$SPID" 2>/dev/null
+    st=124
+    for _ in $(seq 100); do
+        if ! kill -0 "$SPID" 2>/dev/null; then wait "$SPID"; st=$?; break; fi
+        sleep 0.1
+    done
+    SPID=""
+    [ $st -eq 0 ] && ok "ds4-server: clean shutdown" || bad "ds4-server exit $st"
+fi
+
+# --- 3. ds4-agent ---------------------------------------------------------------
+mkdir -p "$T/aw" "$T/state"
+echo "hello file" > "$T/aw/a.txt"
+printf '%s\n---\n%s' 'Read it.</think>Reading.<tool_call>read<arg_key>path</arg_key><arg_value>a.txt</arg_value></tool_call>' \
+    'Got it.</think>The file says hello.' > "$T/s.txt"
+XDG_STATE_HOME="$T/state" "$BD"/ds4-agent -m "$M" --yes --ctx 4096 --dir "$T/aw" --script "$T/s.txt" \
+    --trace "$T/tr" -p "read a.txt" > "$T/aout" 2> "$T/aerr"
+rc=$?
+[ $rc -eq 0 ] && grep -qx "The file says hello." "$T/aout" && ok "ds4-agent --script: the GLM call turn and the answer" \
+    || { bad "ds4-agent rc=$rc"; tail -20 "$T/aerr"; }
+grep -q '"tool_calls":\[{"name":"read","ok":true}\]' "$T/tr" && ok "ds4-agent ran the read tool" || bad "trace: $(cat "$T/tr")"
+grep -q "not supported for glm-dsa" "$T/aerr" && ok "ds4-agent: the KV store refuses glm-dsa, the agent runs live" \
+    || bad "no store note"
+f=$(find "$T/state" -name '*.json' | head -n1)
+"$BD"/ds4 -m "$M" --dump-tokens --tokens "$($PY -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['tokens'])))" "$f" 2>/dev/null)" \
+    2>/dev/null | cut -f3 | tr -d '\n' > "$T/sess.txt"
+grep -qF '</tool_call><|observation|><tool_response>' "$T/sess.txt" && grep -qF '</tool_response><|assistant|><think>Got it.</think>' "$T/sess.txt" \
+    && ! grep -qF '<|endoftext|>' "$T/sess.txt" \
+    && ok "ds4-agent session: the call, <|observation|><tool_response>, the next turn; no EOS" \
+    || { bad "agent session tokens"; head -c 600 "$T/sess.txt"; echo; }
+
+# the model's own turns (noise): three turns cut at --max-tokens end the run
+# (exit 3); each next turn reuses the live session whole (no EOS added)
+mkdir -p "$T/aw2"
+XDG_STATE_HOME="$T/state" "$BD"/ds4-agent -m "$M" --yes --nothink --ctx 4096 --max-tokens 16 --dir "$T/aw2" \
+    --trace "$T/tr2" -p "hi" > "$T/aout2" 2> "$T/aerr2"
+rc=$?
+$PY - "$T/tr2" <<'PY' && [ $rc -eq 3 ] && ok "ds4-agent: the model's own turns run, each reusing the live session" \
+    || { bad "ds4-agent own turns rc=$rc"; cat "$T/tr2"; tail -5 "$T/aerr2"; }
+import json, sys
+t = [json.loads(l) for l in open(sys.argv[1])]
+assert len(t) == 3 and all(x["stopped"] == "max_tokens" for x in t), t
+for a, b in zip(t, t[1:]):
+    assert b["cached_tokens"] == a["prompt_tokens"] + a["generated_tokens"], (a, b)
+PY
+
+[ $fail -eq 0 ] && echo "t_glm_front: all passed" || echo "t_glm_front: $fail failed"
+[ $fail -eq 0 ]
