@@ -19,6 +19,8 @@
 #     float32 scores are good to ~1e-6); tests/llamacpp_compare.py reports
 #     them and ends the strict check there (llama.cpp's partial_sort breaks
 #     ties in no defined order; ours: the lower index wins).
+#  1b. ds4's own glm-dsa graph (src/engine/glm_dsa.c) on the same file,
+#     against llama.cpp directly: the same tolerance, tie rule and count.
 #  2. Ties are found: the same with 8 indexer heads, where an exact tie (two
 #     rows scoring 0, every head's ReLU at 0) happens; it must be reported
 #     and the positions before it must agree.
@@ -42,6 +44,7 @@
 #     of 37 (llama.cpp carrying its conv and recurrent state), against the
 #     reference in that mode: 2e-5 and the same top-1, as in 1 (measured
 #     ~2e-6); and the reference's own recurrent == chunked == steps checks.
+# ds4-test: optimized-only (the references are Python and llama.cpp; ds4's glm-dsa graph runs under ASan in t_glm_engine)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 PY=/usr/bin/python3
@@ -93,6 +96,20 @@ if $PY tests/glm_gguf.py glm-dsa "$T/dsa16.gguf" > "$T/gen.log" 2>&1; then
 else bad "glm_gguf.py glm-dsa:"; cat "$T/gen.log"; fi
 
 # --- 2. ties are detected and reported ------------------------------------
+# ds4's own glm-dsa graph against llama.cpp directly (t_glm_engine checks
+# it against the reference): float32 both, the same tolerance and tie rule
+BIN=${DS4_BIN_DIR:-.}
+if [ -f "$T/dsa16.ll" ] && [ -f "$T/dsa16.ix" ]; then
+    if "$BIN/ds4" -m "$T/dsa16.gguf" --tokens-file "$T/ids300.txt" --dump-logits "$T/dsa16.ds4" --ctx 512 \
+            > "$T/dsa16.ds4log" 2>&1; then
+        if $PY tests/llamacpp_compare.py "$T/dsa16.ds4" "$T/dsa16.ll" "$T/dsa16.ix" 4096 4 \
+                --tol 2e-5 --tie-eps 1e-5 --min-selecting 200 > "$T/ds4ll.cmp" 2>&1; then
+            sed 's/^/     /' "$T/ds4ll.cmp"
+            ok "glm-dsa: ds4 == llama.cpp exact mode before the first indexer tie (300 tokens)"
+        else sed 's/^/     /' "$T/ds4ll.cmp"; bad "glm-dsa: ds4 vs llama.cpp"; fi
+    else bad "glm-dsa: ds4 failed on the tiny file:"; tail -5 "$T/dsa16.ds4log"; fi
+fi
+
 if $PY tests/glm_gguf.py glm-dsa "$T/dsa8.gguf" --set idx_head=8 > "$T/gen8.log" 2>&1; then
     if cross dsa8 "$T/dsa8.gguf" "" --min-selecting 100; then
         if grep -q '^indexer ties (kept and rejected within .*): [1-9][0-9]* positions, first: ' "$T/dsa8.cmp"; then
