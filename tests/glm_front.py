@@ -139,7 +139,10 @@ check(len(fc) == 1 and fc[0]["name"] == "get_weather" and json.loads(fc[0]["argu
 r = post("/v1/chat/completions", {"messages": msgs, "tools": TOOLS, "max_tokens": 100,
                                   "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
          None)
-check(r["choices"][0]["finish_reason"] in ("tool_calls", "length", "stop"),
+# (random weights: what follows the forced name is noise, so a malformed
+# call -- finish "error", its text returned as content, docs/server.md --
+# is as valid an outcome as a call)
+check(r["choices"][0]["finish_reason"] in ("tool_calls", "length", "stop", "error"),
       "named tool_choice runs (finish %s)" % r["choices"][0]["finish_reason"])
 
 sys.exit(1 if fails else 0)
