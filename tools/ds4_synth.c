@@ -1881,8 +1881,13 @@ int main(int argc, char **argv) {
         else ds4_args_unknown(&a);
     }
     const int glm = !strcmp(arch, "glm-dsa");
-    if (!strcmp(arch, "glm5-next"))
-        usage_error("--arch glm5-next: ds4 has no glm5-next graph yet, so a file could not be checked; not written");
+    if (!strcmp(arch, "glm5-next")) {
+        /* one line: nothing is written that no engine could check */
+        fprintf(stderr, "ds4-synth: --arch glm5-next is not supported: ds4 has no glm5-next graph yet "
+                "(only glm-dsa and deepseek4 files can be written)\n");
+        free(sets);
+        return 2;
+    }
     if (!glm && strcmp(arch, "deepseek4")) usage_error("--arch \"%s\" is unknown (deepseek4 or glm-dsa)", arch);
     if (glm) {
         if (!preset) usage_error("--preset is required (glm-dsa: tiny or glm52)");
@@ -1899,7 +1904,7 @@ int main(int argc, char **argv) {
     if (hf_out && mtp) usage_error("--mtp cannot be combined with --hf-out (the checkpoint has no MTP layout)");
     if (hf_out && dry) usage_error("--hf-out cannot be combined with --dry-run");
     if (!recipe) usage_error("--recipe is required (f16, f32, q2 or q4)");
-    if (strcmp(recipe, "f16") && strcmp(recipe, "f32") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
+    if (!glm && strcmp(recipe, "f16") && strcmp(recipe, "f32") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
         usage_error("--recipe \"%s\" is unknown (f16, f32, q2 or q4)", recipe);
     if (!out && !dry && !hf_out) usage_error("-o OUT.gguf is required (or --dry-run, or --hf-out DIR)");
     if (list && !dry) usage_error("--list only applies to --dry-run");
