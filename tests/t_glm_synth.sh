@@ -55,7 +55,8 @@ for _ in range(nt):
     o += 12
     print(name, dims, ty)
 EOF
-meta() { "$BD/ds4" -m "$1" --inspect 2>&1 | grep -v 'general\.\|fingerprint\|size\|^file\|architecture "\|^metadata (' ; }
+# the glm-dsa.* and tokenizer.* metadata as ds4 --inspect prints them
+meta() { "$BD/ds4" -m "$1" --inspect 2>&1 | grep -E '^ +(glm-dsa|tokenizer)\.' ; }
 
 $PY -c "import random; r=random.Random(7); print(' '.join(str(r.randrange(10, 4090)) for _ in range(300)))" > "$T/ids300.txt"
 

@@ -99,7 +99,7 @@ static void usage(FILE *o) {
 "                  q4  = as q2 with every routed expert Q4_K.\n"
 "                  glm-dsa: f32, f16 (every matrix F16) or q8_0 (every\n"
 "                  matrix Q8_0 where its rows are whole 32-blocks, else\n"
-"                  F32); 1-D tensors F32; as tests/glm_gguf.py --type.\n"
+"                  F32); 1-D tensors F32; the storage of tests/glm_gguf.py.\n"
 "                  In all other recipes the token embedding, HC, compressor,\n"
 "                  indexer and router matrices are F16, 1-D tensors F32 and\n"
 "                  ffn_gate_tid2eid I32 (docs/GGUF.md section 5).\n"
