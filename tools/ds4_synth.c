@@ -9,7 +9,8 @@
  *
  * Owns: the presets, `--set` overrides and their consistency checks, the
  * weight scale of every tensor family, the f32 recipe (the f16 one
- * widened), the deterministic generators for every storage type, and the
+ * widened), glm-dsa's layer walk (dense / IndexShare kinds), recipes
+ * (tests/glm_gguf.py's storage) and metadata, the deterministic generators for every storage type, and the
  * streaming write (through gguf_writer, bounded buffers, progress).
  * Does not own: the GGUF container (gguf.c), the tensor layout and the
  * recipes (names, order, dims, types, checkpoint names: gguf/layout.c) or
