@@ -3,11 +3,14 @@
  * DeepSeek V4 Flash layout (docs/GGUF.md §3, §4, §5): same tensor
  * names, order, dims, types, metadata keys and alignment as the real model,
  * at the tiny test shape, the real per-layer shape with few layers, or the
- * full 43-layer model.
+ * full 43-layer model; with --arch glm-dsa the same for GLM 5.2 / 5.3
+ * (llama.cpp's names and metadata keys, those of tests/glm_gguf.py: the
+ * tiny test shape or the real GLM 5.2 per-layer shape).
  *
  * Owns: the presets, `--set` overrides and their consistency checks, the
  * weight scale of every tensor family, the f32 recipe (the f16 one
- * widened), the deterministic generators for every storage type, and the
+ * widened), glm-dsa's layer walk (dense / IndexShare kinds), recipes
+ * (tests/glm_gguf.py's storage) and metadata, the deterministic generators for every storage type, and the
  * streaming write (through gguf_writer, bounded buffers, progress).
  * Does not own: the GGUF container (gguf.c), the tensor layout and the
  * recipes (names, order, dims, types, checkpoint names: gguf/layout.c) or
@@ -58,7 +61,7 @@
 
 static void usage(FILE *o) {
     fputs(
-"usage: ds4-synth --preset tiny|medium|flash --recipe f16|f32|q2|q4 -o OUT.gguf\n"
+"usage: ds4-synth [--arch deepseek4|glm-dsa] --preset P --recipe R -o OUT.gguf\n"
 "                 [--vocab VOCAB.gguf] [--layers N] [--seed S] [--mtp]\n"
 "                 [--set key=value ...] [--threads N] [--dry-run [--list]] [--hf-out DIR]\n"
 "       ds4-synth --limits | --help | --version\n"
@@ -70,11 +73,23 @@ static void usage(FILE *o) {
 "when complete; nothing is left behind on an error or an interrupt (SIGINT,\n"
 "SIGTERM, SIGHUP).\n"
 "\n"
-"  --preset P      tiny   = the golden tiny-a shape (n_embd 256, 6 layers,\n"
+"  --arch A        deepseek4 (default) or glm-dsa (GLM 5.2 / 5.3, llama.cpp's\n"
+"                  tensor names and metadata keys; presets tiny and glm52,\n"
+"                  recipes f32, f16 and q8_0; no --mtp, --hf-out or --set).\n"
+"                  glm5-next is refused: ds4 has no graph for it yet.\n"
+"  --preset P      deepseek4:\n"
+"                  tiny   = the golden tiny-a shape (n_embd 256, 6 layers,\n"
 "                           8 heads x 256, 8 experts x 256, context 4096)\n"
 "                  medium = the real Flash per-layer shape (n_embd 4096,\n"
 "                           64 heads x 512, 256 experts x 2048), 4 layers\n"
 "                  flash  = the real Flash model, 43 layers\n"
+"                  glm-dsa:\n"
+"                  tiny   = the shape of tests/glm_gguf.py (n_embd 64, 4\n"
+"                           layers, 1 dense, 4 heads, 16 indexer heads x 64,\n"
+"                           top-k 32, 8 experts top-2)\n"
+"                  glm52  = the real GLM 5.2 model (n_embd 6144, 64 heads,\n"
+"                           256 experts x 2048 top-8, 3 dense layers,\n"
+"                           indexer 32 x 128 top-2048), 78 layers\n"
 "  --recipe R      f16 = every matrix F16;\n"
 "                  f32 = the f16 recipe's model (same --seed: the same\n"
 "                        values) with every F16 tensor stored as F32, for\n"
@@ -83,6 +98,9 @@ static void usage(FILE *o) {
 "                  q2  = routed gate/up IQ2_XXS, routed down Q2_K,\n"
 "                        attention projections, shared expert and output Q8_0;\n"
 "                  q4  = as q2 with every routed expert Q4_K.\n"
+"                  glm-dsa: f32, f16 (every matrix F16) or q8_0 (every\n"
+"                  matrix Q8_0 where its rows are whole 32-blocks, else\n"
+"                  F32); 1-D tensors F32; the storage of tests/glm_gguf.py.\n"
 "                  In all other recipes the token embedding, HC, compressor,\n"
 "                  indexer and router matrices are F16, 1-D tensors F32 and\n"
 "                  ffn_gate_tid2eid I32 (docs/GGUF.md section 5).\n"
@@ -101,7 +119,8 @@ static void usage(FILE *o) {
 "                  tokenizer_config.json made from --vocab.  The weights are the\n"
 "                  f16 recipe's (same --seed) rounded to those formats.  Input\n"
 "                  for ds4-quantize (docs/CHECKPOINT.md).\n"
-"  --layers N      block_count (default: tiny 6, medium 4, flash 43).  The\n"
+"  --layers N      block_count (default: tiny 6, medium 4, flash 43; glm-dsa\n"
+"                  tiny 4, glm52 78).  The\n"
 "                  compression ratios follow the Flash rule (layers 0,1: 0;\n"
 "                  then even layers 4, odd layers 128) and hash_layer_count\n"
 "                  is min(3, N), unless set explicitly with --set.\n"
@@ -177,6 +196,12 @@ typedef struct {
     double *clamp; int n_clamp;
     int hash_set;
     int64_t n_vocab;
+    /* --arch glm-dsa (glm != 0): its own shape; n_layer, n_embd, n_head,
+     * q_lora, n_rot, idx_*, n_expert, n_used, n_shared, n_ff (one
+     * expert's), rms_eps, rope_base, expert_scale, ctx are shared with
+     * the fields above */
+    int glm;
+    int64_t kv_lora, qk_nope, v_head, n_ff_dense, n_dense, idx_freq, idx_offset;
 } config;
 
 enum { K_INT, K_FLOAT, K_BOOL, K_RATIOS, K_CLAMP, K_VOCAB };
@@ -263,6 +288,37 @@ static int set_preset(config *c, const char *p) {
         return 0;
     }
     return -1;
+}
+
+/* glm-dsa presets: "tiny" is tests/glm_gguf.py's GLM_DSA table, "glm52"
+ * the GLM 5.2 config (FAMILY.md §3.1). */
+static int set_glm_preset(config *c, const char *p) {
+    c->glm = 1;
+    c->rms_eps = 1e-5; c->rope_base = 8e6; c->expert_scale = 2.5; c->expert_norm = 1;
+    c->ctx = 1048576; c->n_head_kv = 1; c->n_shared = 1;
+    c->idx_freq = 4; c->idx_offset = 3;
+    if (!strcmp(p, "tiny")) {
+        c->n_embd = 64; c->n_layer = 4; c->n_dense = 1; c->n_head = 4;
+        c->q_lora = 32; c->kv_lora = 32; c->qk_nope = 16; c->n_rot = 16; c->v_head = 16;
+        c->idx_heads = 16; c->idx_dim = 64; c->idx_topk = 32;
+        c->n_ff_dense = 96; c->n_expert = 8; c->n_used = 2; c->n_ff = 32;
+        return 0;
+    }
+    if (!strcmp(p, "glm52")) {
+        c->n_embd = 6144; c->n_layer = 78; c->n_dense = 3; c->n_head = 64;
+        c->q_lora = 2048; c->kv_lora = 512; c->qk_nope = 192; c->n_rot = 64; c->v_head = 256;
+        c->idx_heads = 32; c->idx_dim = 128; c->idx_topk = 2048;
+        c->n_ff_dense = 12288; c->n_expert = 256; c->n_used = 8; c->n_ff = 2048;
+        return 0;
+    }
+    return -1;
+}
+
+/* IndexShare (GLM 5.2 / 5.3): layer il has its own indexer iff
+ * max(il - offset + 1, 0) % freq == 0 (tests/glm_gguf.py indexer_full). */
+static int glm_full(const config *c, int64_t il) {
+    int64_t x = il - c->idx_offset + 1;
+    return (x > 0 ? x : 0) % c->idx_freq == 0;
 }
 
 /* --set values and list items, through the shared parsers (the caller
@@ -463,6 +519,16 @@ static void finalize_config(config *c, int quantized, const char *recipe) {
 #undef PROB
 }
 
+/* glm-dsa: the few checks a preset cut with --layers can still fail. */
+static void finalize_glm(config *c) {
+    const ds4_model_limit *lim = ds4_model_limit_find("vocab_size");
+    if (c->n_vocab < lim->min || c->n_vocab > lim->max)
+        die("vocab_size = %" PRId64 " (tokens of --vocab) is out of range [%" PRId64 ", %" PRId64 "]",
+            c->n_vocab, lim->min, lim->max);
+    if (c->n_dense > c->n_layer) c->n_dense = c->n_layer;
+    if (c->n_used > c->n_expert) die("expert_used_count exceeds expert_count");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Layout                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -548,15 +614,57 @@ static const struct { uint8_t kind; float a, b; } SCALE[DS4_T_COUNT] = {
     [DS4_T_MTP_ENORM] = {S_NORMAL, 1.0f, 0.15f}, [DS4_T_MTP_HNORM] = {S_NORMAL, 1.0f, 0.15f},
     [DS4_T_MTP_NORM] = {S_NORMAL, 1.0f, 0.15f}, [DS4_T_MTP_HC_HEAD_BASE] = {S_NORMAL, 0.0f, 0.5f},
     [DS4_T_MTP_HC_HEAD_FN] = {S_PROJ, 1.0f, 0}, [DS4_T_MTP_HC_HEAD_SCALE] = {S_UNIFORM, 0.3f, 1.0f},
+    /* glm-dsa: attn_k_b maps a head's nope part to the latent, attn_v_b
+     * the latent to a head's value (ne[0] is the input width of both) */
+    [DS4_T_ATTN_K_B] = {S_PROJ, 1.0f, 0}, [DS4_T_ATTN_V_B] = {S_PROJ, 1.0f, 0},
+    [DS4_T_ATTN_OUTPUT] = {S_PROJ, 1.0f, 0}, [DS4_T_IDX_K] = {S_PROJ, 1.0f, 0},
+    [DS4_T_IDX_K_NORM] = {S_NORMAL, 1.0f, 0.15f}, [DS4_T_IDX_K_NORM_B] = {S_NORMAL, 0.0f, 0.1f},
+    [DS4_T_FFN_GATE] = {S_PROJ, 1.0f, 0}, [DS4_T_FFN_UP] = {S_PROJ, 1.0f, 0},
+    [DS4_T_FFN_DOWN] = {S_PROJ, 1.0f, 0},
 };
+
+/* The glm-dsa file's tensors: the layout's head, the layers with their
+ * kinds (dense FFN on the first n_dense, an own indexer on IndexShare's
+ * full layers), the tail.  Returns a malloc'ed list (*n entries). */
+static ds4_layout_tensor *glm_layout_list(const config *c, size_t *n) {
+    const ds4_layout_arch *a = &ds4_layout_glm_dsa;
+    const ds4_layout_hp hp = {
+        .n_embd = c->n_embd, .n_vocab = c->n_vocab, .n_head = c->n_head, .q_lora = c->q_lora,
+        .n_expert = c->n_expert, .n_ff = c->n_ff, .n_shared = c->n_shared, .n_used = c->n_used,
+        .idx_heads = c->idx_heads, .idx_dim = c->idx_dim, .kv_lora = c->kv_lora, .n_rot = c->n_rot,
+        .kmla = c->qk_nope + c->n_rot, .vmla = c->v_head, .n_ff_dense = c->n_ff_dense,
+        .n_layer = c->n_layer,
+    };
+    const size_t cap = (size_t)(a->n[DS4_SEC_HEAD] + a->n[DS4_SEC_TAIL]) +
+                       (size_t)c->n_layer * (size_t)a->n[DS4_SEC_LAYER];
+    ds4_layout_tensor *L = malloc(cap * sizeof *L);
+    if (!L) return NULL;
+    size_t k = 0;
+    k += (size_t)ds4_layout_section(a, DS4_SEC_HEAD, &hp, -1, NULL, 0, L + k);
+    for (int64_t il = 0; il < c->n_layer; il++) {
+        ds4_layer_kind kind = {0, glm_full(c, il), 0, il < c->n_dense};
+        k += (size_t)ds4_layout_section(a, DS4_SEC_LAYER, &hp, (int)il, &kind, 0, L + k);
+    }
+    k += (size_t)ds4_layout_section(a, DS4_SEC_TAIL, &hp, -1, NULL, 0, L + k);
+    *n = k;
+    return L;
+}
+
+/* The glm-dsa recipes (as tests/glm_gguf.py --type): 1-D tensors F32,
+ * matrices F32, F16, or Q8_0 where a row is whole 32-blocks (else F32). */
+static uint32_t glm_type(const char *recipe, const ds4_layout_tensor *lt) {
+    if (lt->nd < 2 || !strcmp(recipe, "f32")) return GGML_F32;
+    if (!strcmp(recipe, "f16")) return GGML_F16;
+    return lt->ne[0] % 32 == 0 ? GGML_Q8_0 : GGML_F32;
+}
 
 /* The layout's tensors (gguf/layout.h: names, order, dims; with `mtp` the
  * MTP block and its window-only, learned-router layer) with the recipe's
  * types and the scales above.  The MTP layer's index (block_count) keys
  * its expert boost. */
 static void build_layout(const config *c, const char *recipe, int mtp, layout *L) {
-    const ds4_recipe *R = ds4_recipe_find(recipe);
-    if (!R) die("internal: no recipe %s", recipe);
+    const ds4_recipe *R = c->glm ? NULL : ds4_recipe_find(recipe);
+    if (!R && !c->glm) die("internal: no recipe %s", recipe);
     const ds4_layout_hp hp = {
         .n_embd = c->n_embd, .n_vocab = c->n_vocab, .n_hc = c->n_hc, .n_head = c->n_head,
         .head_dim = c->key_len, .q_lora = c->q_lora, .o_lora = c->o_lora, .o_groups = c->o_groups,
@@ -564,7 +672,7 @@ static void build_layout(const config *c, const char *recipe, int mtp, layout *L
         .idx_heads = c->idx_heads, .idx_dim = c->idx_dim, .n_layer = c->n_layer, .n_hash = c->n_hash,
         .ratios = c->ratios,
     };
-    L->lt = ds4_layout_list(&ds4_layout_deepseek4, &hp, mtp, &L->n);
+    L->lt = c->glm ? glm_layout_list(c, &L->n) : ds4_layout_list(&ds4_layout_deepseek4, &hp, mtp, &L->n);
     L->t = calloc(L->n ? L->n : 1, sizeof *L->t);
     if (!L->lt || !L->t) die("out of memory");
     for (size_t i = 0; i < L->n; i++) {
@@ -575,7 +683,7 @@ static void build_layout(const config *c, const char *recipe, int mtp, layout *L
         t->lt = lt;
         t->nd = lt->nd;
         for (int d = 0; d < 3; d++) t->ne[d] = lt->ne[d];
-        t->type = ds4_recipe_type(R, role);
+        t->type = c->glm ? glm_type(recipe, lt) : ds4_recipe_type(R, role);
         t->layer = lt->layer;
         t->nbytes = ggml_row_size(t->type, t->ne[0]) * t->ne[1] * t->ne[2];
         if (!t->nbytes) die("internal: tensor %s: bad row size", t->name);
@@ -955,8 +1063,59 @@ static void m_copy(meta *m, const gguf_kv *kv) {
     if (m->w) gguf_w_copy_kv(m->w, kv);
 }
 
+/* glm-dsa: the keys of tests/glm_gguf.py (llama.cpp's), in its order. */
+static void write_meta_glm(meta *m, const config *c, const gguf_file *vocab, const char *preset,
+                           const char *recipe, uint64_t seed) {
+    char buf[256];
+    m_str(m, "general.architecture", "glm-dsa");
+    m_u32(m, "general.alignment", ALIGNMENT);
+    snprintf(buf, sizeof buf, "ds4-synth-glm-dsa-%s-%s", preset, recipe);
+    m_str(m, "general.name", buf);
+    snprintf(buf, sizeof buf, "random-weight synthetic model (ds4-synth --arch glm-dsa --preset %s "
+             "--recipe %s --seed %" PRIu64 ", %" PRId64 " layers); not a trained model", preset, recipe,
+             seed, c->n_layer);
+    m_str(m, "general.description", buf);
+    m_u32(m, "glm-dsa.context_length", (uint64_t)c->ctx);
+    m_u32(m, "glm-dsa.embedding_length", (uint64_t)c->n_embd);
+    m_u32(m, "glm-dsa.block_count", (uint64_t)c->n_layer);
+    m_u32(m, "glm-dsa.feed_forward_length", (uint64_t)c->n_ff_dense);
+    m_u32(m, "glm-dsa.attention.head_count", (uint64_t)c->n_head);
+    m_u32(m, "glm-dsa.attention.head_count_kv", 1);     /* absorbed MLA = MQA */
+    m_f32(m, "glm-dsa.rope.freq_base", c->rope_base);
+    m_u32(m, "glm-dsa.rope.dimension_count", (uint64_t)c->n_rot);
+    m_f32(m, "glm-dsa.attention.layer_norm_rms_epsilon", c->rms_eps);
+    m_u32(m, "glm-dsa.vocab_size", (uint64_t)c->n_vocab);
+    m_u32(m, "glm-dsa.attention.q_lora_rank", (uint64_t)c->q_lora);
+    m_u32(m, "glm-dsa.attention.kv_lora_rank", (uint64_t)c->kv_lora);
+    m_u32(m, "glm-dsa.attention.key_length", (uint64_t)(c->kv_lora + c->n_rot));
+    m_u32(m, "glm-dsa.attention.value_length", (uint64_t)c->kv_lora);
+    m_u32(m, "glm-dsa.attention.key_length_mla", (uint64_t)(c->qk_nope + c->n_rot));
+    m_u32(m, "glm-dsa.attention.value_length_mla", (uint64_t)c->v_head);
+    m_u32(m, "glm-dsa.expert_count", (uint64_t)c->n_expert);
+    m_u32(m, "glm-dsa.expert_used_count", (uint64_t)c->n_used);
+    m_u32(m, "glm-dsa.expert_shared_count", (uint64_t)c->n_shared);
+    m_u32(m, "glm-dsa.expert_feed_forward_length", (uint64_t)c->n_ff);
+    m_f32(m, "glm-dsa.expert_weights_scale", c->expert_scale);
+    m_bool(m, "glm-dsa.expert_weights_norm", c->expert_norm);
+    m_u32(m, "glm-dsa.expert_gating_func", 2);           /* sigmoid */
+    m_u32(m, "glm-dsa.leading_dense_block_count", (uint64_t)c->n_dense);
+    m_u32(m, "glm-dsa.attention.indexer.head_count", (uint64_t)c->idx_heads);
+    m_u32(m, "glm-dsa.attention.indexer.key_length", (uint64_t)c->idx_dim);
+    m_u32(m, "glm-dsa.attention.indexer.top_k", (uint64_t)c->idx_topk);
+    /* a BOOL array: 12 + 1 byte an element */
+    uint8_t *full = malloc((size_t)c->n_layer);
+    if (!full) die("out of memory");
+    for (int64_t il = 0; il < c->n_layer; il++) full[il] = (uint8_t)glm_full(c, il);
+    m_count(m, "glm-dsa.attention.indexer.types", 12 + (uint64_t)c->n_layer);
+    if (m->w) gguf_w_arr(m->w, "glm-dsa.attention.indexer.types", GGUF_BOOL, full, (uint64_t)c->n_layer);
+    free(full);
+    for (uint64_t i = 0; i < vocab->n_kv; i++)
+        if (!strncmp(vocab->kv[i].key, "tokenizer.", 10)) m_copy(m, &vocab->kv[i]);
+}
+
 static void write_meta(meta *m, const config *c, const gguf_file *vocab, const char *preset,
                        const char *recipe, uint64_t seed) {
+    if (c->glm) { write_meta_glm(m, c, vocab, preset, recipe, seed); return; }
     char buf[256];
     m_str(m, "general.architecture", "deepseek4");
     snprintf(buf, sizeof buf, "ds4-synth-%s-%s", preset, recipe);
@@ -1688,7 +1847,7 @@ static const char *default_vocab(const char *argv0) {
 
 int main(int argc, char **argv) {
     const char *preset = NULL, *recipe = NULL, *vocab_path = NULL, *out = NULL;
-    const char *hf_out = NULL;
+    const char *hf_out = NULL, *arch = "deepseek4";
     int64_t layers = -1, threads = 0;
     uint64_t seed = 1;
     int dry = 0, list = 0, mtp = 0;
@@ -1710,6 +1869,7 @@ int main(int argc, char **argv) {
             free(sets);
             return 0;
         }
+        else if (ds4_args_is(&a, NULL, "--arch")) arch = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--preset")) preset = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--recipe")) recipe = ds4_args_value(&a);
         else if (ds4_args_is(&a, NULL, "--vocab")) vocab_path = ds4_args_value(&a);
@@ -1721,13 +1881,31 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&a, NULL, "--set")) sets[n_sets++] = ds4_args_value(&a);
         else ds4_args_unknown(&a);
     }
+    const int glm = !strcmp(arch, "glm-dsa");
+    if (!strcmp(arch, "glm5-next")) {
+        /* one line: nothing is written that no engine could check */
+        fprintf(stderr, "ds4-synth: --arch glm5-next is not supported: ds4 has no glm5-next graph yet "
+                "(only glm-dsa and deepseek4 files can be written)\n");
+        free(sets);
+        return 2;
+    }
+    if (!glm && strcmp(arch, "deepseek4")) usage_error("--arch \"%s\" is unknown (deepseek4 or glm-dsa)", arch);
+    if (glm) {
+        if (!preset) usage_error("--preset is required (glm-dsa: tiny or glm52)");
+        if (mtp) usage_error("--mtp is not supported with --arch glm-dsa (its NextN block is not bound)");
+        if (hf_out) usage_error("--hf-out is not supported with --arch glm-dsa (DeepSeek's checkpoint layout only)");
+        if (n_sets) usage_error("--set is not supported with --arch glm-dsa (deepseek4.* keys only)");
+        if (!recipe) usage_error("--recipe is required (glm-dsa: f32, f16 or q8_0)");
+        if (strcmp(recipe, "f32") && strcmp(recipe, "f16") && strcmp(recipe, "q8_0"))
+            usage_error("--recipe \"%s\" is unknown for glm-dsa (f32, f16 or q8_0)", recipe);
+    }
     if (!preset) usage_error("--preset is required (tiny, medium or flash)");
     /* --hf-out alone: the checkpoint holds the f16 recipe's weights. */
     if (hf_out && !recipe && !out) recipe = "f16";
     if (hf_out && mtp) usage_error("--mtp cannot be combined with --hf-out (the checkpoint has no MTP layout)");
     if (hf_out && dry) usage_error("--hf-out cannot be combined with --dry-run");
     if (!recipe) usage_error("--recipe is required (f16, f32, q2 or q4)");
-    if (strcmp(recipe, "f16") && strcmp(recipe, "f32") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
+    if (!glm && strcmp(recipe, "f16") && strcmp(recipe, "f32") && strcmp(recipe, "q2") && strcmp(recipe, "q4"))
         usage_error("--recipe \"%s\" is unknown (f16, f32, q2 or q4)", recipe);
     if (!out && !dry && !hf_out) usage_error("-o OUT.gguf is required (or --dry-run, or --hf-out DIR)");
     if (list && !dry) usage_error("--list only applies to --dry-run");
@@ -1735,7 +1913,9 @@ int main(int argc, char **argv) {
 
     config c;
     memset(&c, 0, sizeof c);
-    if (set_preset(&c, preset)) usage_error("--preset \"%s\" is unknown (tiny, medium or flash)", preset);
+    if (glm) {
+        if (set_glm_preset(&c, preset)) usage_error("--preset \"%s\" is unknown for glm-dsa (tiny or glm52)", preset);
+    } else if (set_preset(&c, preset)) usage_error("--preset \"%s\" is unknown (tiny, medium or flash)", preset);
     if (layers > 0) c.n_layer = layers;
     for (int i = 0; i < n_sets; i++) apply_set(&c, sets[i]);
     free(sets);
@@ -1762,9 +1942,10 @@ int main(int argc, char **argv) {
         long nc = ds4_default_threads();
         threads = nc > 8 ? 8 : nc;
     }
-    const int wide = !strcmp(recipe, "f32");
+    const int wide = !glm && !strcmp(recipe, "f32");
     const int quantized = strcmp(recipe, "f16") != 0 && !wide;
-    finalize_config(&c, quantized, recipe);
+    if (glm) finalize_glm(&c);
+    else finalize_config(&c, quantized, recipe);
     init_tables();
     layout L = {0};
     build_layout(&c, wide ? "f16" : recipe, mtp, &L);
@@ -1781,7 +1962,13 @@ int main(int argc, char **argv) {
         free(LF.t);
         free(LF.lt);
     }
-    if (dry) {
+    if (dry && glm) {
+        printf("ds4-synth: arch glm-dsa, preset %s, recipe %s, %" PRId64 " layers (%" PRId64 " dense), "
+               "vocab %" PRId64 " (%s), seed %" PRIu64 "\n", preset, recipe, c.n_layer, c.n_dense, c.n_vocab,
+               vocab_path, seed);
+        report(stdout, &L, &c, total, list);
+        printf("dry run: nothing written\n");
+    } else if (dry) {
         printf("ds4-synth: preset %s, recipe %s, %" PRId64 " layers, ratios", preset, recipe, c.n_layer);
         for (int il = 0; il < c.n_layer && il < 8; il++) printf("%s%" PRId64, il ? "," : " ", c.ratios[il]);
         printf("%s, vocab %" PRId64 " (%s), seed %" PRIu64 "\n", c.n_layer > 8 ? ",..." : "", c.n_vocab,
