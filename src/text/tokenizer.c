@@ -613,6 +613,32 @@ static inline unsigned char_kind(const unsigned char *s, size_t i, size_t e, siz
         }                                                         \
     } while (0)
 
+/* The whitespace alternatives both pre-tokenizers share, for a piece that
+ * starts at i with a whitespace character of kind k0 ending at i1:
+ * \s*[\r\n]+ | \s+(?!\S) | \s+, in that order. */
+static size_t match_ws(const unsigned char *s, size_t i, size_t i1, size_t e, unsigned k0) {
+    /* The maximal whitespace run i..j, the end of its last \r/\n and the
+     * start of its last character. */
+    size_t j = i1, crlf_end = (k0 & K_CRLF) ? i1 : 0, last = i;
+    while (j < e) {
+        size_t l;
+        unsigned k = char_kind(s, j, e, &l);
+        if (!(k & DS4_UC_WS)) break;
+        if (k & K_CRLF) crlf_end = j + l;
+        last = j;
+        j += l;
+    }
+    /* \s*[\r\n]+ : \s* backs off until a \r/\n follows, so the match ends
+     * after the run's last \r/\n. */
+    if (crlf_end) return crlf_end;
+    /* \s+(?!\S) : the whole run at the end of the piece, else the run minus
+     * its last character (which is then followed by whitespace). */
+    if (j == e) return j;
+    if (last > i) return last;
+    /* \s+ : a single whitespace character before a non-space. */
+    return j;
+}
+
 /* R3 anchored at i inside the piece [.., e): end of the match, or 0 when no
  * alternative matches here.  Each alternative is tried in order, as a
  * backtracking engine does; the comments give the reasoning that turns the
@@ -651,28 +677,7 @@ static size_t match_r3(const unsigned char *s, size_t i, size_t e) {
         while (j < e && (s[j] == '\r' || s[j] == '\n')) j++;
         return j;
     }
-    if (k0 & DS4_UC_WS) {
-        /* The maximal whitespace run i..j, the end of its last \r/\n and
-         * the start of its last character. */
-        size_t j = i1, crlf_end = (k0 & K_CRLF) ? i1 : 0, last = i;
-        while (j < e) {
-            size_t l;
-            unsigned k = char_kind(s, j, e, &l);
-            if (!(k & DS4_UC_WS)) break;
-            if (k & K_CRLF) crlf_end = j + l;
-            last = j;
-            j += l;
-        }
-        /* \s*[\r\n]+ : \s* backs off until a \r/\n follows, so the match
-         * ends after the run's last \r/\n. */
-        if (crlf_end) return crlf_end;
-        /* \s+(?!\S) : the whole run at the end of the piece, else the run
-         * minus its last character (which is then followed by whitespace). */
-        if (j == e) return j;
-        if (last > i) return last;
-        /* \s+ : a single whitespace character before a non-space. */
-        return j;
-    }
+    if (k0 & DS4_UC_WS) return match_ws(s, i, i1, e, k0);
     return 0;
 }
 
@@ -735,19 +740,7 @@ static size_t match_glm4(const unsigned char *s, size_t i, size_t e) {
 #undef G_N
 #undef G_OTHER
     /* Whitespace: the same three alternatives as R3's, in the same order. */
-    size_t j = i1, crlf_end = (k0 & K_CRLF) ? i1 : 0, last = i;
-    while (j < e) {
-        size_t l;
-        unsigned k = char_kind(s, j, e, &l);
-        if (!(k & DS4_UC_WS)) break;
-        if (k & K_CRLF) crlf_end = j + l;
-        last = j;
-        j += l;
-    }
-    if (crlf_end) return crlf_end;
-    if (j == e) return j;
-    if (last > i) return last;
-    return j;
+    return match_ws(s, i, i1, e, k0);
 }
 
 /* Splits [s, e) of valid UTF-8 into pre-tokens, calling emit for each. */
