@@ -24,6 +24,7 @@
 
 #include "ds4.h"
 #include "base/json_py.h"
+#include "text/render_args.h"
 #include "text/render_glm.h"
 
 #define S_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
@@ -90,18 +91,9 @@ static const char RESPONSE_FORMAT_HEAD[] =
 static int render_one_call(const ds4_tool_call *c, ds4_buf *out) {
     const char *args = c->arguments ? c->arguments : "";
     size_t alen = strlen(args);
-    json_t *obj = NULL;
     int rc = DS4_OK;
-
-    /* NULL or blank arguments mean "no arguments" ({}), which is what OpenAI
-     * clients send for parameterless tools; the reference would choke. */
-    int blank = 1;
-    for (size_t i = 0; i < alen; i++)
-        if (!strchr(" \t\r\n", args[i])) { blank = 0; break; }
-    if (!blank) {
-        obj = ds4_json_parse(args, alen, NULL);
-        if (obj && !json_is_object(obj)) { json_decref(obj); obj = NULL; }
-    }
+    int blank;
+    json_t *obj = ds4_render_call_object(args, alen, &blank);
 
     PUT("<" S_DSML "invoke name=\"");
     PUT(c->name ? c->name : "");

@@ -35,6 +35,7 @@
 #include "ds4.h"
 #include "base/json_py.h"
 #include "base/utf8.h"
+#include "text/render_args.h"
 #include "text/render_glm.h"
 
 #define PUT(s) do { if (ds4_buf_puts(out, (s))) goto oom; } while (0)
@@ -99,18 +100,12 @@ static void py_strip(const char *s, size_t n, size_t *b, size_t *e) {
 static int render_one_call(const ds4_tool_call *c, ds4_buf *out) {
     const char *args = c->arguments ? c->arguments : "";
     size_t alen = strlen(args);
-    json_t *obj = NULL;
     int rc = DS4_OK;
 
     /* Blank arguments are "no arguments"; a non-object becomes one string
-     * argument named "arguments" (the V4 renderer's rule). */
-    int blank = 1;
-    for (size_t i = 0; i < alen; i++)
-        if (!strchr(" \t\r\n", args[i])) { blank = 0; break; }
-    if (!blank) {
-        obj = ds4_json_parse(args, alen, NULL);
-        if (obj && !json_is_object(obj)) { json_decref(obj); obj = NULL; }
-    }
+     * argument named "arguments" (the V4 renderer's rule, shared). */
+    int blank;
+    json_t *obj = ds4_render_call_object(args, alen, &blank);
     PUT("<tool_call>");
     PUT(c->name ? c->name : "");
     if (obj) {
