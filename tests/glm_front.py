@@ -36,7 +36,9 @@ CALL = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value
        "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
 
 # 1. a plain chat completion, sampled (noise) and forced
-r = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})
+# (seeded: an unseeded draw from random weights may end at once)
+r = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 8,
+                                  "seed": 7})
 check(r["choices"][0]["finish_reason"] in ("stop", "length") and r["usage"]["completion_tokens"] > 0,
       "chat completion generates (finish %s, %d tokens)" % (r["choices"][0]["finish_reason"], r["usage"]["completion_tokens"]))
 r = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 50},

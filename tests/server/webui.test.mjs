@@ -143,12 +143,15 @@ test('an answer streams in: reasoning folded, content with a code block, a tool 
 });
 
 test('Stop ends a long answer, and the server cancels the generation', async () => {
-  const srv = await startServer(['--test-mode', '--ctx', '16384']);
+  // long enough that a quiet machine is still generating when Stop is
+  // pressed (6000 tokens could end before the first render); the forced
+  // text travels in a header, hence the larger header room
+  const srv = await startServer(['--test-mode', '--ctx', '32768', '--max-header-bytes', '1048576']);
   try {
     const { ctx, page } = await open(srv.url);
     const key = 'ds4_cancelled_total{reason="client_disconnect"}';
     const m0 = await metrics(srv.url);
-    await page.evaluate(() => localStorage.setItem('ds4.testOutput', 'thinking</think>' + 'word '.repeat(6000)));
+    await page.evaluate(() => localStorage.setItem('ds4.testOutput', 'thinking</think>' + 'word '.repeat(24000)));
     await sendMessage(page, 'a long one');
     const a = lastAssistant(page);
     await page.waitForFunction(() => {
