@@ -101,11 +101,14 @@ def tokenizer_kv(vocab_path):
 
 def q8_0_bytes(a):
     """ggml's Q8_0 of a float array whose rows are whole blocks of 32:
-    per block an f16 scale d = max|x| / 127 and 32 int8 round(x / d)."""
+    per block an f16 scale d = max|x| / 127 and 32 int8 roundf(x / d)
+    (ties away from zero, as ggml's quantize_row_q8_0_ref: byte for byte
+    what ds4-quantize writes)."""
     x = a.astype(np.float32).reshape(-1, 32)
     d = np.abs(x).max(axis=1) / 127.0
-    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
-    q = np.clip(np.rint(x * inv[:, None]), -127, 127).astype(np.int8)
+    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0).astype(np.float32)
+    v = (x * inv[:, None]).astype(np.float64)
+    q = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -127, 127).astype(np.int8)
     out = np.empty((x.shape[0], 34), dtype=np.uint8)
     out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
     out[:, 2:] = q.view(np.uint8)

@@ -105,6 +105,12 @@ typedef struct {
     int expert_norm;
     int64_t *ratios;
     int n_ratios;
+    /* glm-dsa (GlmMoeDsaForCausalLM): MLA widths, the dense FFN, IndexShare */
+    int glm;
+    int64_t kv_lora, nope, vmla, n_ff_dense, n_dense;
+    int tied;                  /* tie_word_embeddings: no lm_head */
+    int *own;                  /* [n_layer] the layer runs its own indexer */
+    int types_known;           /* own[] from config.json (else the loader's default) */
 } hcfg;
 
 static const char *g_cfg_path;
@@ -144,6 +150,21 @@ static double cfg_num(json_t *root, const char *const *keys, double def) {
 
 #define K(...) ((const char *const[]){__VA_ARGS__, NULL})
 
+static void read_config_glm(json_t *r, const char *path, hcfg *c);
+
+/* The family: "architectures" (the first entry) or "model_type". */
+static int config_family(json_t *r, const char *path) {
+    json_t *a = json_object_get(r, "architectures"), *m = json_object_get(r, "model_type");
+    const char *arch = json_is_array(a) ? json_string_value(json_array_get(a, 0)) : NULL;
+    const char *mt = json_string_value(m);
+    if ((arch && !strcmp(arch, "DeepseekV4ForCausalLM")) || (mt && !strcmp(mt, "deepseek_v4"))) return 0;
+    if ((arch && !strcmp(arch, "GlmMoeDsaForCausalLM")) || (mt && !strcmp(mt, "glm_moe_dsa"))) return 1;
+    die("%s: architectures %s%s%s, model_type %s%s%s: not a checkpoint ds4-quantize converts "
+        "(DeepseekV4ForCausalLM / deepseek_v4: DeepSeek V4; GlmMoeDsaForCausalLM / glm_moe_dsa: GLM 5.2 / 5.3)",
+        path, arch ? "\"" : "", arch ? arch : "(absent)", arch ? "\"" : "", mt ? "\"" : "", mt ? mt : "(absent)",
+        mt ? "\"" : "");
+}
+
 static void read_config(const char *dir, hcfg *c) {
     static char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -154,6 +175,11 @@ static void read_config(const char *dir, hcfg *c) {
     if (!json_is_object(r)) die("%s: not a JSON object", path);
     const int64_t BIG = 1 << 24;
     memset(c, 0, sizeof *c);
+    if (config_family(r, path)) {
+        read_config_glm(r, path, c);
+        json_decref(r);
+        return;
+    }
     c->n_vocab = cfg_int(r, K("vocab_size"), 1, 0, 1, BIG);
     c->n_embd = cfg_int(r, K("hidden_size", "dim"), 1, 0, 1, 65536);
     c->n_layer = cfg_int(r, K("num_hidden_layers", "n_layers"), 1, 0, 1, 1024);
@@ -214,6 +240,94 @@ static void read_config(const char *dir, hcfg *c) {
     if (c->n_rot % 2 || c->n_rot > c->head_dim) die("%s: qk_rope_head_dim must be even and <= head_dim", path);
 }
 
+/* config.json of GlmMoeDsaForCausalLM -> the glm-dsa hparams (the keys of
+ * llama.cpp's converter; docs/CHECKPOINT.md "GLM 5.2 / 5.3").  The NextN
+ * (MTP) layers past num_hidden_layers are left out. */
+static void read_config_glm(json_t *r, const char *path, hcfg *c) {
+    const int64_t BIG = 1 << 24;
+    c->glm = 1;
+    c->n_vocab = cfg_int(r, K("vocab_size"), 1, 0, 1, BIG);
+    c->n_embd = cfg_int(r, K("hidden_size"), 1, 0, 1, 65536);
+    c->n_layer = cfg_int(r, K("num_hidden_layers"), 1, 0, 1, 1024);
+    c->n_head = cfg_int(r, K("num_attention_heads"), 1, 0, 1, 4096);
+    c->q_lora = cfg_int(r, K("q_lora_rank"), 1, 0, 1, 65536);
+    c->kv_lora = cfg_int(r, K("kv_lora_rank"), 1, 0, 1, 65536);
+    c->nope = cfg_int(r, K("qk_nope_head_dim"), 1, 0, 1, 4096);
+    c->n_rot = cfg_int(r, K("qk_rope_head_dim"), 1, 0, 0, 4096);
+    c->vmla = cfg_int(r, K("v_head_dim"), 1, 0, 1, 4096);
+    c->n_ff_dense = cfg_int(r, K("intermediate_size"), 1, 0, 1, 1 << 20);
+    c->n_ff = cfg_int(r, K("moe_intermediate_size"), 1, 0, 1, 1 << 20);
+    c->n_expert = cfg_int(r, K("n_routed_experts"), 1, 0, 1, 4096);
+    c->n_used = cfg_int(r, K("num_experts_per_tok"), 1, 0, 1, 4096);
+    c->n_shared = cfg_int(r, K("n_shared_experts"), 1, 0, 1, 64);
+    c->n_dense = cfg_int(r, K("first_k_dense_replace"), 0, 0, 0, 1024);
+    c->idx_heads = cfg_int(r, K("index_n_heads"), 1, 0, 1, 4096);
+    c->idx_dim = cfg_int(r, K("index_head_dim"), 1, 0, 1, 4096);
+    c->idx_topk = cfg_int(r, K("index_topk"), 1, 0, 1, BIG);
+    c->ctx = cfg_int(r, K("max_position_embeddings"), 1, 0, 1, UINT32_MAX);
+    c->rms_eps = cfg_num(r, K("rms_norm_eps"), 1e-6);
+    c->expert_scale = cfg_num(r, K("routed_scaling_factor"), 1.0);
+    c->expert_norm = json_is_true(json_object_get(r, "norm_topk_prob"));
+    c->tied = json_is_true(json_object_get(r, "tie_word_embeddings"));
+    /* RoPE: rope_theta at the top, or in rope_parameters (newer
+     * transformers); scaling other than "default" is not implemented */
+    json_t *rp = json_object_get(r, "rope_parameters");
+    json_t *rpo = json_is_object(rp) ? rp : NULL;
+    c->rope_base = cfg_num(r, K("rope_theta"), rpo ? cfg_num(rpo, K("rope_theta"), 10000.0) : 10000.0);
+    double prf = rpo ? cfg_num(rpo, K("partial_rotary_factor"), 1.0) : 1.0;
+    c->n_rot = (int64_t)((double)c->n_rot * prf);
+    json_t *rs = json_object_get(r, "rope_scaling");
+    const json_t *scl[2] = {json_is_object(rs) ? rs : NULL, rpo};
+    for (int i = 0; i < 2; i++) {
+        if (!scl[i]) continue;
+        const char *ty = json_string_value(json_object_get(scl[i], "rope_type"));
+        if (!ty) ty = json_string_value(json_object_get(scl[i], "type"));
+        if (ty && strcmp(ty, "default"))
+            die("%s: RoPE scaling \"%s\" (%s): ds4's glm-dsa graph implements the default RoPE only", path, ty,
+                i ? "rope_parameters" : "rope_scaling");
+    }
+    const char *sf = json_string_value(json_object_get(r, "scoring_func"));
+    if (sf && strcmp(sf, "sigmoid"))
+        die("%s: scoring_func \"%s\": glm-dsa's router is sigmoid, the only one ds4 implements for it", path, sf);
+    if (cfg_int(r, K("n_group"), 0, 1, 1, 4096) != 1 || cfg_int(r, K("topk_group"), 0, 1, 1, 4096) != 1)
+        die("%s: n_group / topk_group other than 1 (grouped expert selection) is not implemented", path);
+    if (c->n_used > c->n_expert) die("%s: num_experts_per_tok exceeds n_routed_experts", path);
+    if (c->n_dense > c->n_layer) die("%s: first_k_dense_replace exceeds num_hidden_layers", path);
+    if (c->n_rot % 2 || c->n_rot > c->idx_dim)
+        die("%s: qk_rope_head_dim = %" PRId64 " must be even and <= index_head_dim = %" PRId64, path, c->n_rot,
+            c->idx_dim);
+    c->head_dim = c->kv_lora + c->n_rot;
+    c->n_head_kv = 1;   /* absorbed MLA is MQA over the cached row */
+    /* IndexShare: indexer_types ("full" / "shared" per layer) as llama.cpp's
+     * converter writes it; else index_topk_freq / index_skip_topk_offset
+     * (full iff max(i - offset + 1, 0) % freq == 0, FAMILY.md §3.2); else no
+     * key, and the loader's default decides by the context length. */
+    c->own = calloc((size_t)c->n_layer, sizeof *c->own);
+    if (!c->own) die("out of memory");
+    json_t *it = json_object_get(r, "indexer_types");
+    if (json_is_array(it)) {
+        if (json_array_size(it) < (size_t)c->n_layer)
+            die("%s: indexer_types has %zu entries, fewer than num_hidden_layers = %" PRId64, path,
+                json_array_size(it), c->n_layer);
+        for (int64_t i = 0; i < c->n_layer; i++) {
+            const char *v = json_string_value(json_array_get(it, (size_t)i));
+            if (!v || (strcmp(v, "full") && strcmp(v, "shared")))
+                die("%s: indexer_types[%" PRId64 "] is not \"full\" or \"shared\"", path, i);
+            c->own[i] = !strcmp(v, "full");
+        }
+        c->types_known = 1;
+    } else if (json_object_get(r, "index_topk_freq")) {
+        const int64_t freq = cfg_int(r, K("index_topk_freq"), 1, 0, 1, 1024);
+        const int64_t off = cfg_int(r, K("index_skip_topk_offset"), 0, 0, 0, 1024);
+        for (int64_t i = 0; i < c->n_layer; i++) c->own[i] = (i - off + 1 > 0 ? i - off + 1 : 0) % freq == 0;
+        c->types_known = 1;
+    } else {
+        for (int64_t i = 0; i < c->n_layer; i++)
+            c->own[i] = c->ctx >= 1048576 ? (i - 3 + 1 > 0 ? i - 3 + 1 : 0) % 4 == 0 : 1;
+    }
+    if (!c->own[0]) die("%s: layer 0 is a shared indexer layer with no full layer before it", path);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Tokenizer                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -225,6 +339,10 @@ typedef struct {
     size_t n, n_merges;
     uint32_t bos, eos, pad;
     int add_bos, add_eos;
+    /* glm-dsa: the ids llama.cpp's converter adds (UINT32_MAX: none) and
+     * the chat template (tokenizer_config.json or chat_template.jinja) */
+    uint32_t eot, eom, unk;
+    char *chat_template;
 } vocab;
 
 static const char *special_text(json_t *v) {
@@ -234,7 +352,14 @@ static const char *special_text(json_t *v) {
     return NULL;
 }
 
-static void read_tokenizer(const char *dir, int64_t n_vocab, vocab *V) {
+/* The id of token text `txt`, or UINT32_MAX. */
+static uint32_t token_id(const vocab *V, const char *txt) {
+    for (size_t t = 0; t < V->n; t++)
+        if (!strcmp(V->tok[t], txt)) return (uint32_t)t;
+    return UINT32_MAX;
+}
+
+static void read_tokenizer(const char *dir, int64_t n_vocab, int glm, vocab *V) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     json_error_t je;
@@ -311,6 +436,40 @@ static void read_tokenizer(const char *dir, int64_t n_vocab, vocab *V) {
     if (!r) die("%s: %s (line %d)", path, je.text, je.line);
     V->add_bos = json_is_true(json_object_get(r, "add_bos_token"));
     V->add_eos = json_is_true(json_object_get(r, "add_eos_token"));
+    if (glm) {
+        /* GLM (llama.cpp's _set_vocab_glm): BOS [gMASK], EOT <|user|>, UNK
+         * <|endoftext|>, EOM <|observation|>; EOS and PAD as
+         * tokenizer_config.json says (EOS default <|endoftext|>) */
+        const char *eos = special_text(json_object_get(r, "eos_token"));
+        const char *pad = special_text(json_object_get(r, "pad_token"));
+        V->bos = token_id(V, "[gMASK]");
+        V->eot = token_id(V, "<|user|>");
+        V->unk = token_id(V, "<|endoftext|>");
+        V->eom = token_id(V, "<|observation|>");
+        V->eos = token_id(V, eos ? eos : "<|endoftext|>");
+        if (V->eos == UINT32_MAX)
+            die("%s: eos_token \"%s\" is not a token of tokenizer.json", path, eos ? eos : "<|endoftext|>");
+        V->pad = pad ? token_id(V, pad) : V->eos;
+        if (V->pad == UINT32_MAX) die("%s: pad_token \"%s\" is not a token of tokenizer.json", path, pad);
+        /* GLM's text format needs these as tokens (src/text/tokenizer.c) */
+        static const char *need[] = {"<|endoftext|>", "<|user|>", "<|assistant|>", "<think>", "</think>"};
+        for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
+            if (token_id(V, need[k]) == UINT32_MAX)
+                die("%s/tokenizer.json: no token \"%s\" (GLM's chat format needs it)", dir, need[k]);
+        const char *tpl = json_string_value(json_object_get(r, "chat_template"));
+        if (tpl) V->chat_template = strdup(tpl);
+        json_decref(r);
+        if (!tpl) {
+            char tp[4096];
+            snprintf(tp, sizeof tp, "%s/chat_template.jinja", dir);
+            ds4_buf b = {0};
+            if (!access(tp, F_OK)) {
+                if (ds4_buf_read_file(&b, tp)) die("%s: %s", tp, strerror(errno));
+                V->chat_template = b.p;
+            }
+        }
+        return;
+    }
     const char *names[3] = {"bos_token", "eos_token", "pad_token"};
     uint32_t *ids[3] = {&V->bos, &V->eos, &V->pad};
     for (int s = 0; s < 3; s++) {
@@ -333,8 +492,9 @@ static void read_tokenizer(const char *dir, int64_t n_vocab, vocab *V) {
 /* Layout: GGUF tensors, their HF sources and types                          */
 /* ------------------------------------------------------------------------ */
 
-enum { R_F16, R_Q2, R_Q4, R_Q2Q4, R_MXFP4 };
-enum { S_PLAIN, S_EXPERT, S_TID2EID };
+enum { R_F16, R_Q2, R_Q4, R_Q2Q4, R_MXFP4, R_F32, R_Q8 };
+/* S_KVB: glm-dsa's attn_k_b / attn_v_b, cut from kv_b_proj */
+enum { S_PLAIN, S_EXPERT, S_TID2EID, S_KVB };
 /* Tensor classes for --stats. */
 enum { C_ATTN, C_SHEXP, C_GU, C_DOWN, C_OUT, C_EMBD, C_F16, C_VEC, C_N };
 static const char *CLASS_NAME[C_N] = {"attention projections", "shared expert", "routed gate/up",
@@ -347,7 +507,7 @@ typedef struct {
     uint64_t ne[3];
     uint32_t type;
     int src;            /* S_* */
-    char hf[96];        /* S_PLAIN, S_TID2EID: the checkpoint's name */
+    char hf[96];        /* S_PLAIN, S_TID2EID, S_KVB: the checkpoint's name */
     ds4_layout_tensor lt;   /* the layout's tensor (S_EXPERT: names each expert) */
     int layer, cls;
     uint64_t nbytes;
@@ -363,7 +523,7 @@ static void add(layout *L, const ds4_layout_tensor *lt, uint32_t type, int cls) 
     }
     qtensor *t = &L->t[L->n++];
     memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", lt->name);
+    memcpy(t->name, lt->name, sizeof t->name);   /* both char[64], NUL-terminated */
     ds4_layout_hf_name(lt, 0, t->hf, sizeof t->hf);
     t->lt = *lt;
     t->nd = lt->nd;
@@ -374,20 +534,67 @@ static void add(layout *L, const ds4_layout_tensor *lt, uint32_t type, int cls) 
     const int role = lt->row->role;
     t->src = role == DS4_ROLE_EXP_GU || role == DS4_ROLE_EXP_DOWN ? S_EXPERT : role == DS4_ROLE_I32 ? S_TID2EID
                                                                                                      : S_PLAIN;
+    if (lt->row->id == DS4_T_ATTN_K_B || lt->row->id == DS4_T_ATTN_V_B) t->src = S_KVB;
     t->nbytes = ggml_row_size(type, t->ne[0]) * t->ne[1] * t->ne[2];
     if (!t->nbytes)
         die("config.json: tensor %s: a row of %" PRIu64 " is not a whole number of %s blocks "
             "(the recipe cannot store this shape)", t->name, t->ne[0], ggml_type_name(type));
 }
 
-/* The layout's tensors (gguf/layout.h) with the recipe's types; q2-q4 is
- * q2 with the last q4_last layers' routed experts q4's. */
-static void build_layout(const hcfg *c, int recipe, int q4_last, layout *L) {
-    static const int CLS[] = {
+static const int CLS[] = {
         [DS4_ROLE_VEC] = C_VEC, [DS4_ROLE_I32] = C_VEC, [DS4_ROLE_EMBD] = C_EMBD, [DS4_ROLE_ELEM] = C_F16,
         [DS4_ROLE_SMALL] = C_F16, [DS4_ROLE_PROJ] = C_ATTN, [DS4_ROLE_SHEXP] = C_SHEXP, [DS4_ROLE_OUT] = C_OUT,
         [DS4_ROLE_EXP_GU] = C_GU, [DS4_ROLE_EXP_DOWN] = C_DOWN,
+};
+
+/* glm-dsa's tensors: the layout's (gguf/layout.h) with each layer's kind
+ * (dense FFN, own indexer), the output head unless tied; types as
+ * build_layout's, and for f32 / q8_0 those of ds4-synth --arch glm-dsa and
+ * tests/glm_gguf.py --type: every matrix F32, or Q8_0 where a row is whole
+ * blocks of 32 (else F32); 1-D tensors F32. */
+static void build_layout_glm(const hcfg *c, int recipe, int q4_last, layout *L) {
+    static const char *RNAME[] = {[R_F16] = "f16", [R_Q2] = "q2", [R_Q4] = "q4", [R_Q2Q4] = "q2",
+                                  [R_MXFP4] = "mxfp4", [R_F32] = "f16", [R_Q8] = "f16"};
+    const ds4_recipe *base = ds4_recipe_find(RNAME[recipe]), *q4 = ds4_recipe_find("q4");
+    const ds4_layout_hp hp = {
+        .n_embd = c->n_embd, .n_vocab = c->n_vocab, .n_head = c->n_head, .q_lora = c->q_lora,
+        .kv_lora = c->kv_lora, .n_rot = c->n_rot, .kmla = c->nope + c->n_rot, .vmla = c->vmla,
+        .n_ff_dense = c->n_ff_dense, .n_expert = c->n_expert, .n_ff = c->n_ff, .n_shared = c->n_shared,
+        .n_used = c->n_used, .idx_heads = c->idx_heads, .idx_dim = c->idx_dim,
     };
+    const ds4_layout_arch *a = &ds4_layout_glm_dsa;
+    ds4_layout_tensor sec[DS4_LAYOUT_MAX_ROWS];
+    for (int64_t il = -1; il <= c->n_layer; il++) {
+        int n;
+        if (il < 0) n = ds4_layout_section(a, DS4_SEC_HEAD, &hp, -1, NULL, 0, sec);
+        else if (il == c->n_layer) n = ds4_layout_section(a, DS4_SEC_TAIL, &hp, -1, NULL, 0, sec);
+        else {
+            ds4_layer_kind kind = {0, c->own[il], 0, il < c->n_dense};
+            n = ds4_layout_section(a, DS4_SEC_LAYER, &hp, (int)il, &kind, 0, sec);
+        }
+        for (int i = 0; i < n; i++) {
+            const ds4_layout_tensor *lt = &sec[i];
+            const int role = lt->row->role;
+            if (lt->row->id == DS4_T_OUTPUT && c->tied) continue;
+            uint32_t type;
+            if (recipe == R_F32 || lt->nd < 2) type = GGML_F32;
+            else if (recipe == R_Q8) type = lt->ne[0] % 32 == 0 ? GGML_Q8_0 : GGML_F32;
+            else {
+                const int last = recipe == R_Q2Q4 && lt->layer >= c->n_layer - q4_last;
+                type = ds4_recipe_type(last ? q4 : base, role);
+            }
+            add(L, lt, type, CLS[role]);
+        }
+    }
+}
+
+/* The layout's tensors (gguf/layout.h) with the recipe's types; q2-q4 is
+ * q2 with the last q4_last layers' routed experts q4's. */
+static void build_layout(const hcfg *c, int recipe, int q4_last, layout *L) {
+    if (c->glm) {
+        build_layout_glm(c, recipe, q4_last, L);
+        return;
+    }
     static const char *RNAME[] = {[R_F16] = "f16", [R_Q2] = "q2", [R_Q4] = "q4", [R_Q2Q4] = "q2", [R_MXFP4] = "mxfp4"};
     const ds4_recipe *base = ds4_recipe_find(RNAME[recipe]), *q4 = ds4_recipe_find("q4");
     const ds4_layout_hp hp = {
@@ -585,6 +792,12 @@ typedef struct {
     const float *imat;     /* quantizer weights or NULL */
     const float *statw;    /* --stats: weights of the weighted error, or NULL */
     int native_mx;         /* MXFP4 from FP4 without requantizing */
+    /* S_KVB: the whole kv_b_proj decoded ([H*(nope+v)][kv_lora]) and the
+     * cut: the K part (rows h*kv_lora + l of nope values, transposed) or
+     * the V part (rows h*v + j of kv_lora values) */
+    const float *kvb;
+    int kvb_v;
+    uint64_t nope, vd, kvl;
     /* per-thread results */
     const char *err;
     char errbuf[256];
@@ -593,6 +806,23 @@ typedef struct {
 } work;
 
 typedef struct { work *w; int tid, nth; } targ;
+
+/* Row r of attn_k_b or attn_v_b from the decoded kv_b_proj: per head h
+ * its rows are the qk_nope rows of K (HF [nope, kv_lora]) then the v rows
+ * of V (llama.cpp's converter: view (H, nope + v, kv_lora), split, K
+ * transposed), so attn_k_b's row (h, l) holds column l of K's rows and
+ * attn_v_b's row (h, j) is V's row j as it is. */
+static void kvb_row(const work *w, uint64_t r, float *out) {
+    const uint64_t per = w->nope + w->vd;
+    if (!w->kvb_v) {
+        const uint64_t h = r / w->kvl, l = r % w->kvl;
+        const float *k = w->kvb + h * per * w->kvl;
+        for (uint64_t n = 0; n < w->nope; n++) out[n] = k[n * w->kvl + l];
+    } else {
+        const uint64_t h = r / w->vd, j = r % w->vd;
+        memcpy(out, w->kvb + (h * per + w->nope + j) * w->kvl, w->kvl * sizeof *out);
+    }
+}
 
 static void *convert_rows(void *arg) {
     targ *a = arg;
@@ -611,7 +841,8 @@ static void *convert_rows(void *arg) {
             if (fp4_row_to_mxfp4(&w->src, w->r0 + i, o)) { res->err = "FP4 scale not E8M0 or NaN (255)"; break; }
             if (!w->stats) continue;
         }
-        read_row(&w->src, w->r0 + i, x);
+        if (w->kvb) kvb_row(w, w->r0 + i, x);
+        else read_row(&w->src, w->r0 + i, x);
         for (uint64_t c = 0; c < C; c++)
             if (!isfinite(x[c])) {
                 snprintf(res->errbuf, sizeof res->errbuf, "row %" PRIu64 " column %" PRIu64
@@ -700,6 +931,87 @@ static const char *human(double b, char *buf, size_t n) {
     return buf;
 }
 
+/* The tokenizer.* keys: byte-level BPE ("gpt2") with pre-tokenizer `pre`
+ * (DeepSeek V4: joyai-llm; GLM: glm4, src/text/tokenizer.c). */
+static void write_tokenizer(gguf_writer *w, const vocab *V, const char *pre) {
+    gguf_w_str(w, "tokenizer.ggml.model", "gpt2", 4);
+    gguf_w_str(w, "tokenizer.ggml.pre", pre, strlen(pre));
+    gguf_str *items = malloc((V->n > V->n_merges ? V->n : V->n_merges + 1) * sizeof *items);
+    if (!items) die("out of memory");
+    for (size_t i = 0; i < V->n; i++) items[i] = (gguf_str){V->tok[i], strlen(V->tok[i])};
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", items, V->n);
+    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_I32, V->type, V->n);
+    for (size_t i = 0; i < V->n_merges; i++) items[i] = (gguf_str){V->merges[i], strlen(V->merges[i])};
+    gguf_w_arr_str(w, "tokenizer.ggml.merges", items, V->n_merges);
+    free(items);
+    if (V->bos != UINT32_MAX) gguf_w_u32(w, "tokenizer.ggml.bos_token_id", V->bos);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", V->eos);
+    gguf_w_u32(w, "tokenizer.ggml.padding_token_id", V->pad);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", V->add_bos);
+    gguf_w_bool(w, "tokenizer.ggml.add_eos_token", V->add_eos);
+    if (!strcmp(pre, "glm4")) {
+        if (V->eot != UINT32_MAX) gguf_w_u32(w, "tokenizer.ggml.eot_token_id", V->eot);
+        if (V->unk != UINT32_MAX) gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", V->unk);
+        if (V->eom != UINT32_MAX) gguf_w_u32(w, "tokenizer.ggml.eom_token_id", V->eom);
+        if (V->chat_template)
+            gguf_w_str(w, "tokenizer.chat_template", V->chat_template, strlen(V->chat_template));
+    }
+}
+
+/* glm-dsa's metadata: the keys and order of tests/glm_gguf.py and
+ * ds4-synth --arch glm-dsa (llama.cpp's names, read by model.c); no
+ * nextn_predict_layers (the NextN block is not converted). */
+static void write_meta_glm(gguf_writer *w, const hcfg *c, const vocab *V, const char *recipe, const char *dir) {
+    char buf[512];
+    gguf_w_str(w, "general.architecture", "glm-dsa", 7);
+    gguf_w_u32(w, "general.alignment", ALIGNMENT);
+    snprintf(buf, sizeof buf, "GLM-DSA %s (ds4-quantize)", recipe);
+    gguf_w_str(w, "general.name", buf, strlen(buf));
+    const char *base = strrchr(dir, '/') && strrchr(dir, '/')[1] ? strrchr(dir, '/') + 1 : dir;
+    snprintf(buf, sizeof buf, "converted by ds4-quantize --recipe %s from %s", recipe, base);
+    gguf_w_str(w, "general.description", buf, strlen(buf));
+#define U(k, v) gguf_w_u32(w, "glm-dsa." k, (uint32_t)(v))
+#define FL(k, v) gguf_w_f32(w, "glm-dsa." k, (float)(v))
+    U("context_length", c->ctx);
+    U("embedding_length", c->n_embd);
+    U("block_count", c->n_layer);
+    U("feed_forward_length", c->n_ff_dense);
+    U("attention.head_count", c->n_head);
+    U("attention.head_count_kv", 1);   /* MLA absorbed = MQA */
+    FL("rope.freq_base", c->rope_base);
+    U("rope.dimension_count", c->n_rot);
+    FL("attention.layer_norm_rms_epsilon", c->rms_eps);
+    U("vocab_size", c->n_vocab);
+    U("attention.q_lora_rank", c->q_lora);
+    U("attention.kv_lora_rank", c->kv_lora);
+    U("attention.key_length", c->kv_lora + c->n_rot);
+    U("attention.value_length", c->kv_lora);
+    U("attention.key_length_mla", c->nope + c->n_rot);
+    U("attention.value_length_mla", c->vmla);
+    U("expert_count", c->n_expert);
+    U("expert_used_count", c->n_used);
+    U("expert_shared_count", c->n_shared);
+    U("expert_feed_forward_length", c->n_ff);
+    FL("expert_weights_scale", c->expert_scale);
+    gguf_w_bool(w, "glm-dsa.expert_weights_norm", c->expert_norm);
+    U("expert_gating_func", 2);   /* sigmoid */
+    U("leading_dense_block_count", c->n_dense);
+    U("attention.indexer.head_count", c->idx_heads);
+    U("attention.indexer.key_length", c->idx_dim);
+    U("attention.indexer.top_k", c->idx_topk);
+#undef U
+#undef FL
+    if (c->types_known) {
+        uint8_t *b = malloc((size_t)c->n_layer);
+        if (!b) die("out of memory");
+        for (int64_t i = 0; i < c->n_layer; i++) b[i] = (uint8_t)(c->own[i] != 0);
+        gguf_w_arr(w, "glm-dsa.attention.indexer.types", GGUF_BOOL, b, (uint64_t)c->n_layer);
+        free(b);
+    }
+    gguf_w_str(w, "general.quantization_source", "ds4-quantize", 12);
+    write_tokenizer(w, V, "glm4");
+}
+
 static void write_meta(gguf_writer *w, const hcfg *c, const vocab *V, const char *recipe, const char *dir,
                        const char *imatrix_path, const ds4_imatrix *im) {
     char buf[512];
@@ -765,21 +1077,7 @@ static void write_meta(gguf_writer *w, const hcfg *c, const vocab *V, const char
         gguf_w_str(w, "quantize.imatrix.file", imatrix_path, strlen(imatrix_path));
         gguf_w_u64(w, "quantize.imatrix.tokens", im->n_tokens);
     }
-    gguf_w_str(w, "tokenizer.ggml.model", "gpt2", 4);
-    gguf_w_str(w, "tokenizer.ggml.pre", "joyai-llm", 9);
-    gguf_str *items = malloc((V->n > V->n_merges ? V->n : V->n_merges + 1) * sizeof *items);
-    if (!items) die("out of memory");
-    for (size_t i = 0; i < V->n; i++) items[i] = (gguf_str){V->tok[i], strlen(V->tok[i])};
-    gguf_w_arr_str(w, "tokenizer.ggml.tokens", items, V->n);
-    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_I32, V->type, V->n);
-    for (size_t i = 0; i < V->n_merges; i++) items[i] = (gguf_str){V->merges[i], strlen(V->merges[i])};
-    gguf_w_arr_str(w, "tokenizer.ggml.merges", items, V->n_merges);
-    free(items);
-    gguf_w_u32(w, "tokenizer.ggml.bos_token_id", V->bos);
-    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", V->eos);
-    gguf_w_u32(w, "tokenizer.ggml.padding_token_id", V->pad);
-    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", V->add_bos);
-    gguf_w_bool(w, "tokenizer.ggml.add_eos_token", V->add_eos);
+    write_tokenizer(w, V, "joyai-llm");
 }
 
 static gguf_writer *g_w;
@@ -834,13 +1132,16 @@ static void parse_args(qrun *q, int argc, char **argv) {
         else if (!q->dir) q->dir = ar.cur;
         else usage_error("unexpected argument \"%s\" (one CHECKPOINT_DIR)", ar.cur);
     }
-    if (!q->recipe_s) usage_error("--recipe is required (f16, q2, q4, q2-q4 or mxfp4)");
+    if (!q->recipe_s) usage_error("--recipe is required (f16, q2, q4, q2-q4 or mxfp4; for GLM also f32, q8_0)");
     if (!strcmp(q->recipe_s, "f16")) q->recipe = R_F16;
     else if (!strcmp(q->recipe_s, "q2")) q->recipe = R_Q2;
     else if (!strcmp(q->recipe_s, "q4")) q->recipe = R_Q4;
     else if (!strcmp(q->recipe_s, "q2-q4")) q->recipe = R_Q2Q4;
     else if (!strcmp(q->recipe_s, "mxfp4")) q->recipe = R_MXFP4;
-    else usage_error("--recipe \"%s\" is unknown (f16, q2, q4, q2-q4 or mxfp4)", q->recipe_s);
+    else if (!strcmp(q->recipe_s, "f32")) q->recipe = R_F32;
+    else if (!strcmp(q->recipe_s, "q8_0")) q->recipe = R_Q8;
+    else usage_error("--recipe \"%s\" is unknown (f16, q2, q4, q2-q4 or mxfp4; for GLM also f32, q8_0)",
+                     q->recipe_s);
     if (q->q4_set && q->recipe != R_Q2Q4) usage_error("--q4-last only applies to --recipe q2-q4");
     if (!q->dir) usage_error("CHECKPOINT_DIR is required");
     if (!q->out) usage_error("-o OUT.gguf is required");
@@ -856,10 +1157,16 @@ static void parse_args(qrun *q, int argc, char **argv) {
 static void open_inputs(qrun *q) {
     char *err = NULL;
     read_config(q->dir, &q->c);
+    if (!q->c.glm && (q->recipe == R_F32 || q->recipe == R_Q8))
+        usage_error("--recipe %s is for GLM checkpoints (glm-dsa); DeepSeek V4's recipes are f16, q2, q4, "
+                    "q2-q4 and mxfp4", q->recipe_s);
+    if (q->c.glm && (q->imatrix_path || q->statw_path))
+        usage_error("--imatrix / --stats-weights: ds4 --imatrix-out collects DeepSeek V4's experts only, "
+                    "not a GLM checkpoint's");
     if (q->recipe == R_Q2Q4 && q->q4_last > q->c.n_layer)
         usage_error("--q4-last %d exceeds the %" PRId64 " layers", q->q4_last, q->c.n_layer);
     memset(&q->V, 0, sizeof q->V);
-    read_tokenizer(q->dir, q->c.n_vocab, &q->V);
+    read_tokenizer(q->dir, q->c.n_vocab, q->c.glm, &q->V);
     q->ck = st_open_dir(q->dir, &err);
     if (!q->ck) die("%s", err ? err : "cannot open the checkpoint");
     g_ck = q->ck;
@@ -892,6 +1199,10 @@ static void check_sources(qrun *q) {
         if (t->src == S_PLAIN) {
             source s = resolve(t->hf, t->name, t->ne[1], t->ne[0], (int)t->nd, 0);
             q->in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
+        } else if (t->src == S_KVB) {
+            source s = resolve(t->hf, t->name, (uint64_t)(q->c.n_head * (q->c.nope + q->c.vmla)),
+                               (uint64_t)q->c.kv_lora, 2, 0);
+            q->in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
         } else if (t->src == S_EXPERT) {
             for (uint64_t e = 0; e < t->ne[2]; e++) {
                 char hn[160];
@@ -922,7 +1233,8 @@ static void open_output(qrun *q) {
     char *err = NULL;
     g_w = gguf_writer_open(q->out, &err);
     if (!g_w) die("%s", err ? err : "cannot open the output");
-    write_meta(g_w, &q->c, &q->V, q->recipe_s, q->dir, q->imatrix_path, q->im);
+    if (q->c.glm) write_meta_glm(g_w, &q->c, &q->V, q->recipe_s, q->dir);
+    else write_meta(g_w, &q->c, &q->V, q->recipe_s, q->dir, q->imatrix_path, q->im);
     for (size_t i = 0; i < q->L.n; i++) {
         gguf_w_tensor(g_w, q->L.t[i].name, q->L.t[i].nd, q->L.t[i].ne, q->L.t[i].type);
         q->out_total += q->L.t[i].nbytes;
@@ -961,7 +1273,9 @@ static void write_tensor(qrun *q, size_t ti) {
         st_release(s);
         return;
     }
-    const uint64_t n_mat = t->src == S_EXPERT ? t->ne[2] : 1, rows = t->ne[1], C = t->ne[0];
+    const uint64_t n_mat = t->src == S_EXPERT ? t->ne[2] : 1, C = t->ne[0];
+    const uint64_t rows = t->src == S_KVB ? t->ne[1] * t->ne[2] : t->ne[1];
+    float *kvb = NULL;
     const uint64_t rb = ggml_row_size(t->type, C);
     for (uint64_t e = 0; e < n_mat && !g_stop; e++) {
         work *W = &q->w[0];
@@ -973,6 +1287,17 @@ static void write_tensor(qrun *q, size_t ti) {
             char hn[160];
             ds4_layout_hf_name(&t->lt, (int64_t)e, hn, sizeof hn);
             W->src = resolve(hn, t->name, rows, C, 2, 1);
+        } else if (t->src == S_KVB) {
+            const uint64_t hr = (uint64_t)(q->c.n_head * (q->c.nope + q->c.vmla)), kl = (uint64_t)q->c.kv_lora;
+            W->src = resolve(t->hf, t->name, hr, kl, 2, 0);
+            kvb = malloc(hr * kl * sizeof *kvb);
+            if (!kvb) fail_out("out of memory (%" PRIu64 " floats for %s)", hr * kl, t->hf);
+            for (uint64_t r = 0; r < hr; r++) read_row(&W->src, r, kvb + r * kl);
+            W->kvb = kvb;
+            W->kvb_v = t->lt.row->id == DS4_T_ATTN_V_B;
+            W->nope = (uint64_t)q->c.nope;
+            W->vd = (uint64_t)q->c.vmla;
+            W->kvl = kl;
         } else {
             W->src = resolve(t->hf, t->name, rows, C, (int)t->nd, 0);
         }
@@ -1029,9 +1354,10 @@ static void write_tensor(qrun *q, size_t ti) {
                          W->src.w->name, t->name, cerr);
             }
             if (gguf_writer_write(g_w, q->obuf, W->nr * rb)) break;
-            /* drop the rows just read from the resident set */
+            /* drop the rows just read from the resident set (kv_b_proj:
+             * read whole above, released below) */
             const uint64_t in_row = W->src.w->nbytes / rows;
-            st_release_range(W->src.w, r0 * in_row, W->nr * in_row);
+            if (!kvb) st_release_range(W->src.w, r0 * in_row, W->nr * in_row);
         }
         q->done_in += W->src.w->nbytes + (W->src.scale ? W->src.scale->nbytes : 0);
         st_release(W->src.w);
@@ -1045,6 +1371,7 @@ static void write_tensor(qrun *q, size_t ti) {
                     rate > 0 ? (q->in_bytes - q->done_in) / rate : 0.0);
         }
     }
+    free(kvb);
 }
 
 /* Close the output (renamed into place only now) and say what was done;
@@ -1085,6 +1412,8 @@ static void finish(qrun *q) {
     if (q->sw != q->im) ds4_imatrix_free(q->sw);
     free(q->L.t);
     free(q->c.ratios);
+    free(q->c.own);
+    free(q->V.chat_template);
     ds4_imatrix_free(q->im);
     st_close(q->ck);
     for (size_t i = 0; i < q->V.n; i++) free(q->V.tok[i]);

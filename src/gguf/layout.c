@@ -116,55 +116,75 @@ const ds4_layout_arch ds4_layout_deepseek4 = {
 
 /* ------------------------------------------------------------------------ */
 /* glm-dsa (GLM 5.2 / 5.3): llama.cpp's names and dims (FAMILY.md §3, the   */
-/* tiny files of tests/glm_gguf.py).  No checkpoint names: ds4-quantize     */
-/* does not convert it; the NextN (MTP) block is not bound.                 */
+/* tiny files of tests/glm_gguf.py), and the names of Z.ai's checkpoint     */
+/* (GlmMoeDsaForCausalLM, after "model.layers.N."; docs/CHECKPOINT.md), all */
+/* BF16 (e_score_correction_bias F32).  attn_k_b and attn_v_b are both cut   */
+/* from kv_b_proj (per head: the qk_nope rows, transposed, then the v rows;  */
+/* ds4-quantize does the cut).  The NextN (MTP) block is not bound.         */
 /* ------------------------------------------------------------------------ */
 
 static const ds4_layout_row GLM_HEAD[] = {
-    ROW(TOKEN_EMBD, "token_embd.weight", D2(EMBD, VOCAB), EMBD, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(TOKEN_EMBD, "token_embd.weight", D2(EMBD, VOCAB), EMBD, ALWAYS, 0, "model.embed_tokens.weight", NULL, BF16),
 };
 
+#define KVB "self_attn.kv_b_proj.weight"
 static const ds4_layout_row GLM_LAYER[] = {
-    ROW(ATTN_NORM, "attn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
-    ROW(ATTN_Q_A, "attn_q_a.weight", D2(EMBD, QLORA), PROJ, ALWAYS, 0, NULL, NULL, BF16),
-    ROW(ATTN_Q_A_NORM, "attn_q_a_norm.weight", D1(QLORA), VEC, ALWAYS, 0, NULL, NULL, BF16),
-    ROW(ATTN_Q_B, "attn_q_b.weight", D2(QLORA, Q_MLA), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(ATTN_NORM, "attn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, "input_layernorm.weight", NULL, BF16),
+    ROW(ATTN_Q_A, "attn_q_a.weight", D2(EMBD, QLORA), PROJ, ALWAYS, 0, "self_attn.q_a_proj.weight", NULL, BF16),
+    ROW(ATTN_Q_A_NORM, "attn_q_a_norm.weight", D1(QLORA), VEC, ALWAYS, 0, "self_attn.q_a_layernorm.weight", NULL,
+        BF16),
+    ROW(ATTN_Q_B, "attn_q_b.weight", D2(QLORA, Q_MLA), PROJ, ALWAYS, 0, "self_attn.q_b_proj.weight", NULL, BF16),
     /* the latent and the shared RoPE key: one cached row */
-    ROW(ATTN_KV, "attn_kv_a_mqa.weight", D2(EMBD, KV_A), PROJ, ALWAYS, 0, NULL, NULL, BF16),
-    ROW(ATTN_KV_A_NORM, "attn_kv_a_norm.weight", D1(KV_LORA), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(ATTN_KV, "attn_kv_a_mqa.weight", D2(EMBD, KV_A), PROJ, ALWAYS, 0, "self_attn.kv_a_proj_with_mqa.weight",
+        NULL, BF16),
+    ROW(ATTN_KV_A_NORM, "attn_kv_a_norm.weight", D1(KV_LORA), VEC, ALWAYS, 0, "self_attn.kv_a_layernorm.weight",
+        NULL, BF16),
     /* per head: W_UK^T (latent x nope) and W_UV (value x latent) */
-    ROW(ATTN_K_B, "attn_k_b.weight", D3(NOPE, KV_LORA, HEADS), PROJ, ALWAYS, 0, NULL, NULL, BF16),
-    ROW(ATTN_V_B, "attn_v_b.weight", D3(KV_LORA, VMLA, HEADS), PROJ, ALWAYS, 0, NULL, NULL, BF16),
-    ROW(ATTN_OUTPUT, "attn_output.weight", D2(ATT_OUT, EMBD), PROJ, ALWAYS, 0, NULL, NULL, BF16),
-    ROW(IDX_Q_B, "indexer.attn_q_b.weight", D2(QLORA, IDX_Q_DIM), SMALL, OWN_IDX, 0, NULL, NULL, BF16),
-    ROW(IDX_K, "indexer.attn_k.weight", D2(EMBD, IDX_DIM), SMALL, OWN_IDX, 0, NULL, NULL, BF16),
-    ROW(IDX_K_NORM, "indexer.k_norm.weight", D1(IDX_DIM), VEC, OWN_IDX, 0, NULL, NULL, BF16),
-    ROW(IDX_K_NORM_B, "indexer.k_norm.bias", D1(IDX_DIM), VEC, OWN_IDX, 0, NULL, NULL, BF16),
-    ROW(IDX_PROJ, "indexer.proj.weight", D2(EMBD, IDX_HEADS), SMALL, OWN_IDX, 0, NULL, NULL, BF16),
-    ROW(FFN_NORM, "ffn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
-    ROW(FFN_GATE, "ffn_gate.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, NULL, NULL, BF16),
-    ROW(FFN_UP, "ffn_up.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, NULL, NULL, BF16),
-    ROW(FFN_DOWN, "ffn_down.weight", D2(FF_DENSE, EMBD), PROJ, DENSE, 0, NULL, NULL, BF16),
-    ROW(FFN_GATE_INP, "ffn_gate_inp.weight", D2(EMBD, EXPERTS), SMALL, MOE, 0, NULL, NULL, BF16),
-    ROW(EXP_PROBS_B, "exp_probs_b.bias", D1(EXPERTS), VEC, MOE, 0, NULL, NULL, F32),
-    ROW(FFN_GATE_EXPS, "ffn_gate_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_UP_EXPS, "ffn_up_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_DOWN_EXPS, "ffn_down_exps.weight", D3(FF, EMBD, EXPERTS), EXP_DOWN, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_GATE_SHEXP, "ffn_gate_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_UP_SHEXP, "ffn_up_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_DOWN_SHEXP, "ffn_down_shexp.weight", D2(SHARED_FF, EMBD), SHEXP, MOE, 0, NULL, NULL, BF16),
+    ROW(ATTN_K_B, "attn_k_b.weight", D3(NOPE, KV_LORA, HEADS), PROJ, ALWAYS, 0, KVB, NULL, BF16),
+    ROW(ATTN_V_B, "attn_v_b.weight", D3(KV_LORA, VMLA, HEADS), PROJ, ALWAYS, 0, KVB, NULL, BF16),
+    ROW(ATTN_OUTPUT, "attn_output.weight", D2(ATT_OUT, EMBD), PROJ, ALWAYS, 0, "self_attn.o_proj.weight", NULL,
+        BF16),
+    ROW(IDX_Q_B, "indexer.attn_q_b.weight", D2(QLORA, IDX_Q_DIM), SMALL, OWN_IDX, 0,
+        "self_attn.indexer.wq_b.weight", NULL, BF16),
+    ROW(IDX_K, "indexer.attn_k.weight", D2(EMBD, IDX_DIM), SMALL, OWN_IDX, 0, "self_attn.indexer.wk.weight", NULL,
+        BF16),
+    ROW(IDX_K_NORM, "indexer.k_norm.weight", D1(IDX_DIM), VEC, OWN_IDX, 0, "self_attn.indexer.k_norm.weight", NULL,
+        BF16),
+    ROW(IDX_K_NORM_B, "indexer.k_norm.bias", D1(IDX_DIM), VEC, OWN_IDX, 0, "self_attn.indexer.k_norm.bias", NULL,
+        BF16),
+    ROW(IDX_PROJ, "indexer.proj.weight", D2(EMBD, IDX_HEADS), SMALL, OWN_IDX, 0,
+        "self_attn.indexer.weights_proj.weight", NULL, BF16),
+    ROW(FFN_NORM, "ffn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, "post_attention_layernorm.weight", NULL, BF16),
+    ROW(FFN_GATE, "ffn_gate.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, "mlp.gate_proj.weight", NULL, BF16),
+    ROW(FFN_UP, "ffn_up.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, "mlp.up_proj.weight", NULL, BF16),
+    ROW(FFN_DOWN, "ffn_down.weight", D2(FF_DENSE, EMBD), PROJ, DENSE, 0, "mlp.down_proj.weight", NULL, BF16),
+    ROW(FFN_GATE_INP, "ffn_gate_inp.weight", D2(EMBD, EXPERTS), SMALL, MOE, 0, "mlp.gate.weight", NULL, BF16),
+    ROW(EXP_PROBS_B, "exp_probs_b.bias", D1(EXPERTS), VEC, MOE, 0, "mlp.gate.e_score_correction_bias", NULL, F32),
+    ROW(FFN_GATE_EXPS, "ffn_gate_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, "mlp.experts", "gate_proj",
+        BF16),
+    ROW(FFN_UP_EXPS, "ffn_up_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, "mlp.experts", "up_proj", BF16),
+    ROW(FFN_DOWN_EXPS, "ffn_down_exps.weight", D3(FF, EMBD, EXPERTS), EXP_DOWN, MOE, 0, "mlp.experts", "down_proj",
+        BF16),
+    ROW(FFN_GATE_SHEXP, "ffn_gate_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0,
+        "mlp.shared_experts.gate_proj.weight", NULL, BF16),
+    ROW(FFN_UP_SHEXP, "ffn_up_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0,
+        "mlp.shared_experts.up_proj.weight", NULL, BF16),
+    ROW(FFN_DOWN_SHEXP, "ffn_down_shexp.weight", D2(SHARED_FF, EMBD), SHEXP, MOE, 0,
+        "mlp.shared_experts.down_proj.weight", NULL, BF16),
 };
+#undef KVB
 
 static const ds4_layout_row GLM_TAIL[] = {
-    ROW(OUTPUT_NORM, "output_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
-    /* absent: tied to the embedding */
-    ROW(OUTPUT, "output.weight", D2(EMBD, VOCAB), OUT, ALWAYS, 1, NULL, NULL, BF16),
+    ROW(OUTPUT_NORM, "output_norm.weight", D1(EMBD), VEC, ALWAYS, 0, "model.norm.weight", NULL, BF16),
+    /* absent: tied to the embedding (tie_word_embeddings) */
+    ROW(OUTPUT, "output.weight", D2(EMBD, VOCAB), OUT, ALWAYS, 1, "lm_head.weight", NULL, BF16),
 };
 
 const ds4_layout_arch ds4_layout_glm_dsa = {
     .arch = "glm-dsa",
     .sec = {GLM_HEAD, GLM_LAYER, GLM_TAIL, NULL},
     .n = {N_OF(GLM_HEAD), N_OF(GLM_LAYER), N_OF(GLM_TAIL), 0},
+    .hf_layer = "model.layers.",
 };
 
 ds4_layer_kind ds4_layout_writer_kind(int64_t ratio, int64_t il, int64_t n_hash) {
@@ -235,6 +255,7 @@ int ds4_layout_section(const ds4_layout_arch *a, int sec, const ds4_layout_hp *h
         ds4_layout_tensor *t = &out[n++];
         memset(t, 0, sizeof *t);
         t->row = r;
+        t->hf_layer = a->hf_layer ? a->hf_layer : "layers.";
         t->layer = layer ? il : -1;
         if (!layer) snprintf(t->name, sizeof t->name, "%s", r->name);
         else if (flags & DS4_LAYOUT_MTP) snprintf(t->name, sizeof t->name, "mtp.0.%s", r->name);
@@ -275,8 +296,8 @@ void ds4_layout_hf_name(const ds4_layout_tensor *t, int64_t expert, char *out, s
     if (!r->hf) snprintf(out, n, "%s", "");
     else if (t->layer < 0) snprintf(out, n, "%s", r->hf);
     else if (r->hf_expert)
-        snprintf(out, n, "layers.%d.%s.%" PRId64 ".%s.weight", t->layer, r->hf, expert, r->hf_expert);
-    else snprintf(out, n, "layers.%d.%s", t->layer, r->hf);
+        snprintf(out, n, "%s%d.%s.%" PRId64 ".%s.weight", t->hf_layer, t->layer, r->hf, expert, r->hf_expert);
+    else snprintf(out, n, "%s%d.%s", t->hf_layer, t->layer, r->hf);
 }
 
 /* ------------------------------------------------------------------------ */

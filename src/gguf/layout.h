@@ -128,7 +128,8 @@ typedef struct {
     uint8_t when;           /* DS4_W_* */
     uint8_t optional;       /* a reader accepts its absence, and binds it in
                                every layer where it is present */
-    const char *hf;         /* checkpoint name (layer rows: after "layers.N.");
+    const char *hf;         /* checkpoint name (layer rows: after the arch's
+                               hf_layer + "N.", V4's "layers.N.");
                                routed experts: the prefix of the per-expert
                                names; NULL: not in the checkpoint */
     const char *hf_expert;  /* routed experts: "w1" / "w3" / "w2" */
@@ -142,12 +143,14 @@ typedef struct {
     const char *arch;                      /* general.architecture */
     const ds4_layout_row *sec[DS4_SEC_COUNT];
     int n[DS4_SEC_COUNT];
+    const char *hf_layer;                  /* the checkpoint's layer prefix
+                                              (then "N."); NULL: "layers." */
 } ds4_layout_arch;
 
 /* DeepSeek V4 Flash and PRO. */
 extern const ds4_layout_arch ds4_layout_deepseek4;
-/* GLM 5.2 / 5.3 (llama.cpp's names; no checkpoint names: not converted by
- * ds4-quantize, and no MTP section bound yet). */
+/* GLM 5.2 / 5.3 (llama.cpp's names, Z.ai's checkpoint names; no MTP
+ * section bound yet). */
 extern const ds4_layout_arch ds4_layout_glm_dsa;
 
 /* The shape values the dims are made of. */
@@ -174,6 +177,7 @@ ds4_layer_kind ds4_layout_writer_kind(int64_t ratio, int64_t il, int64_t n_hash)
 typedef struct {
     char name[64];
     const ds4_layout_row *row;
+    const char *hf_layer;     /* the arch's checkpoint layer prefix */
     int layer;                /* -1: global; the layer (the MTP block's: n_layer) */
     uint32_t nd;
     uint64_t ne[3];           /* fastest first; unused dims 1 */
