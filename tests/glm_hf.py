@@ -6,7 +6,7 @@ ds4-quantize on GLM checkpoints (tests/t_quantize_glm.sh).
 
   glm_hf.py CK_DIR REF.gguf [--vocab VOCAB.gguf] [--seed N] [--set KEY=VALUE]...
             [--type f32|f16|q8_0] [--dtype bf16|f32] [--shards N]
-            [--types-key] [--mtp]
+            [--types-key] [--mtp] [--drop HF_NAME]
 
 The weights are glm_gguf.py's (its shape table, --set, --seed), rounded to
 BF16 first with --dtype bf16 (the default, as Z.ai publishes GLM 5.2) so
@@ -19,7 +19,8 @@ tokenizer.json and tokenizer_config.json built from VOCAB's tokenizer keys
 shapes: docs/CHECKPOINT.md ("GLM 5.2 / 5.3"); kv_b_proj is attn_k_b and
 attn_v_b put back together (per head the qk_nope rows of K, i.e. attn_k_b
 transposed, then the v rows).  --mtp adds a NextN layer past
-num_hidden_layers (num_nextn_predict_layers 1) that ds4-quantize must skip.
+num_hidden_layers (num_nextn_predict_layers 1) that ds4-quantize must skip;
+--drop leaves one tensor out (a broken checkpoint).
 
 Owns: the GGUF -> checkpoint name map of the test and a minimal
 safetensors writer.  Must not: depend on anything but numpy and the test
@@ -190,6 +191,7 @@ def main(argv=None):
     ap.add_argument("--shards", type=int, default=3)
     ap.add_argument("--types-key", action="store_true")
     ap.add_argument("--mtp", action="store_true")
+    ap.add_argument("--drop", action="append", default=[])
     a = ap.parse_args(argv)
     c = dict(G.GLM_DSA)
     G.parse_set(c, a.set)
@@ -216,6 +218,10 @@ def main(argv=None):
         hf[p + "eh_proj.weight"] = np.zeros((c["n_embd"], 2 * c["n_embd"]), np.float32)
         hf[p + "enorm.weight"] = np.ones(c["n_embd"], np.float32)
         hf[p + "self_attn.q_a_proj.weight"] = np.zeros((c["q_lora"], c["n_embd"]), np.float32)
+    for x in a.drop:
+        if x not in hf:
+            sys.exit("glm_hf: --drop %s: no such tensor" % x)
+        del hf[x]
     names = list(hf)
     n = max(1, min(a.shards, len(names)))
     wmap = {}
