@@ -49,6 +49,12 @@ typedef struct {
     uint64_t total;              /* weights + kv + scratch */
     uint64_t mem_total, mem_available;
     int kv_f32;                  /* the rows are float32 (glm-dsa), not f16 */
+    /* glm-dsa, whose state grows by the same bytes every token (0 for
+     * DeepSeek V4: windowed and compressed rows): the bytes of a token, of
+     * kv_layers cached rows of kv_row values and kv_idx_layers indexer
+     * keys of kv_idx_row values (the full IndexShare layers) */
+    uint64_t kv_token;
+    int kv_layers, kv_row, kv_idx_layers, kv_idx_row;
 } ds4_mem_plan;
 /* The thread count used where none is given: DS4_THREADS (1-4096; another
  * value is reported once on stderr and ignored), else the CPUs of the

@@ -24,9 +24,11 @@
 #  4. Refusals, no output file left: a tensor missing, a shape config.json
 #     does not imply, an unknown model_type, the GLM-only recipes on a
 #     DeepSeek V4 checkpoint, --imatrix with a GLM checkpoint.
-#  5. ds4 --inspect --ctx N on the converted file: the memory plan's KV
-#     bytes per token (the cached latent + RoPE row of every layer, the
-#     indexer keys of the full IndexShare layers, f32) and its total.
+#  5. ds4 --inspect --ctx N on the converted file: the weights by kind
+#     (attention, indexer tensors of the full IndexShare layers only, dense
+#     FFN, routed experts), the memory plan's KV bytes per token (the cached
+#     latent + RoPE row of every layer, the indexer keys of the full
+#     IndexShare layers, f32) and its total.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BD="${DS4_BIN_DIR:-.}"
@@ -205,8 +207,12 @@ if [ -f "$T/f32.gguf" ]; then
     "$BD/ds4" -m "$T/f32.gguf" --inspect --ctx 1000 > "$T/plan.txt" 2>&1
     # 4 layers x (32 + 16) f32 + 3 full indexer layers x 64 f32 = 1536 bytes a token
     if grep -q "KV per token .*1536 bytes: 4 layers x 48 f32 (latent + rope) + 3 indexer layers x 64 f32 keys" "$T/plan.txt" &&
-            grep -q "KV state *1.5 MiB" "$T/plan.txt"; then
-        ok "ds4 --inspect --ctx 1000: KV 1536 bytes a token (4 cached rows of 48, 3 indexer keys of 64), 1.5 MiB"
+            grep -q "KV state *1.5 MiB" "$T/plan.txt" &&
+            grep -q "^  indexer *15 tensors  445.50 KiB (456192 bytes) *F32\$" "$T/plan.txt" &&
+            grep -q "^  routed experts *9 tensors  576.00 KiB" "$T/plan.txt" &&
+            grep -q "^  dense FFN *3 tensors" "$T/plan.txt" &&
+            grep -q "^  attention *32 tensors" "$T/plan.txt"; then
+        ok "ds4 --inspect --ctx 1000: weights by kind (indexer: 3 full layers x 5 tensors), KV 1536 bytes a token (4 cached rows of 48, 3 indexer keys of 64), 1.5 MiB"
     else bad "ds4 --inspect --ctx: not the KV figures expected:"; sed -n '/memory plan/,$p' "$T/plan.txt"; fi
 fi
 

@@ -238,6 +238,14 @@ uint64_t ds4_glm_kv_bytes(const ds4_session *s);
 /* the last chunk's logits rows ([n][vocab] after a staged pass: s->stg_on
  * makes eval_chunk keep every row) */
 const float *ds4_glm_logits(const ds4_session *s);
+/* What one token adds to a session's state: every layer's cached row
+ * (latent + RoPE key) and the full IndexShare layers' indexer keys, all
+ * float32.  The one place these are sized (plan.c prints them). */
+typedef struct {
+    int layers, row, idx_layers, idx_row, elem;   /* elem: bytes a value */
+    uint64_t bytes;
+} ds4_glm_kv_token;
+void ds4_glm_plan_token(const ds4_weights *w, ds4_glm_kv_token *k);
 /* the state bytes of a session of ctx tokens */
 uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx);
 

@@ -102,12 +102,21 @@ uint64_t ds4_glm_kv_bytes(const ds4_session *s) {
     return b;
 }
 
-uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx) {
+void ds4_glm_plan_token(const ds4_weights *w, ds4_glm_kv_token *k) {
     const ds4_config *c = &w->cfg;
-    uint64_t b = 0;
-    for (int il = 0; il < c->n_layer; il++)
-        b += (uint64_t)ctx * ((uint64_t)c->head_dim + (w->layers[il].own_indexer ? c->idx_dim : 0)) * 4;
-    return b;
+    memset(k, 0, sizeof *k);
+    k->layers = c->n_layer;
+    k->row = c->head_dim;
+    k->idx_row = c->idx_dim;
+    k->elem = sizeof(float);
+    for (int il = 0; il < c->n_layer; il++) k->idx_layers += w->layers[il].own_indexer != 0;
+    k->bytes = ((uint64_t)k->layers * (uint64_t)k->row + (uint64_t)k->idx_layers * (uint64_t)k->idx_row) * k->elem;
+}
+
+uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx) {
+    ds4_glm_kv_token k;
+    ds4_glm_plan_token(w, &k);
+    return (uint64_t)ctx * k.bytes;
 }
 
 typedef struct {

@@ -17,7 +17,7 @@
 
 #include "ds4.h"
 #include "gguf/model.h"
-#include "engine/engine_internal.h"   /* ds4_session_plan_weights */
+#include "engine/engine_internal.h"   /* ds4_session_plan_weights, ds4_glm_plan_token */
 
 /* ---------------------------------------------------------------------- */
 /* Memory plan                                                             */
@@ -72,6 +72,15 @@ int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan 
     }
     ds4_session_plan_weights(&w, ctx_size, n_threads, &out->kv, &out->scratch);
     out->kv_f32 = w.cfg.arch == DS4_ARCH_GLM_DSA;
+    if (out->kv_f32) {
+        ds4_glm_kv_token k;
+        ds4_glm_plan_token(&w, &k);
+        out->kv_token = k.bytes;
+        out->kv_layers = k.layers;
+        out->kv_row = k.row;
+        out->kv_idx_layers = k.idx_layers;
+        out->kv_idx_row = k.idx_row;
+    }
     out->total = out->weights + out->kv + out->scratch;
     meminfo(&out->mem_total, &out->mem_available);
     ds4_weights_free(&w);
@@ -94,6 +103,9 @@ void ds4_memory_plan_print(const ds4_mem_plan *p, FILE *out) {
     fprintf(out, "  weights          %s (mmap'd): %s non-routed + %s routed experts\n", a, b, c);
     gib(a, sizeof a, p->kv);
     fprintf(out, "  KV state         %s (%s rows at the full context)\n", a, p->kv_f32 ? "f32" : "f16");
+    if (p->kv_token)
+        fprintf(out, "  KV per token     %" PRIu64 " bytes: %d layers x %d f32 (latent + rope) + %d indexer "
+                "layers x %d f32 keys\n", p->kv_token, p->kv_layers, p->kv_row, p->kv_idx_layers, p->kv_idx_row);
     gib(a, sizeof a, p->scratch);
     fprintf(out, "  scratch          %s\n", a);
     gib(a, sizeof a, p->total);

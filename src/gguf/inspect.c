@@ -3,8 +3,9 @@
  * (implements ds4_inspect() of ds4.h and ds4_inspect_gguf() of model.h).
  *
  * Owns: the report format only: metadata summary, tokenizer summary, shape
- * table, per-layer kinds, tensor type histogram, sizes and the memory
- * estimate.  Must not: validate on its own (gguf.c and model.c do) or touch
+ * table, per-layer kinds, tensor type histogram, weights by kind (each
+ * tensor's family in the layout table, gguf/layout.h), sizes and the
+ * memory estimate.  Must not: validate on its own (gguf.c and model.c do) or touch
  * tensor data.  Works on vocab-only files (no tensors).  Every key, name and
  * string taken from the file is printed through ds4_escape (GGUF_ESC,
  * gguf_print_value): the file is untrusted and the report goes to a
@@ -18,6 +19,7 @@
 
 #include "ds4.h"
 #include "base/hash.h"
+#include "gguf/layout.h"
 #include "gguf/model.h"
 
 static void human(char *buf, size_t n, uint64_t b) {
@@ -166,6 +168,76 @@ static void print_layers(FILE *out, const ds4_weights *w) {
     }
 }
 
+/* Weights by kind: each tensor's row in the architecture's layout table
+ * (by its name after "blk.N." / "mtp.0."), grouped by what it does. */
+enum { WK_EMBD, WK_ATTN, WK_COMP, WK_IDX, WK_HC, WK_NORM, WK_DENSE, WK_ROUTER, WK_SHEXP, WK_EXPS, WK_HEAD,
+       WK_MTP, WK_OTHER, WK_N };
+static const char *WK_NAME[WK_N] = {"token embedding", "attention", "compressor", "indexer",
+                                    "hyper-connections", "layer norms", "dense FFN", "router",
+                                    "shared expert", "routed experts", "output head", "MTP block",
+                                    "not used by ds4"};
+
+static int weight_kind(int id) {
+    switch (id) {
+    case DS4_T_TOKEN_EMBD: return WK_EMBD;
+    case DS4_T_HC_ATTN_FN: case DS4_T_HC_ATTN_SCALE: case DS4_T_HC_ATTN_BASE:
+    case DS4_T_HC_FFN_FN: case DS4_T_HC_FFN_SCALE: case DS4_T_HC_FFN_BASE: return WK_HC;
+    case DS4_T_ATTN_NORM: case DS4_T_FFN_NORM: return WK_NORM;
+    case DS4_T_COMP_APE: case DS4_T_COMP_KV: case DS4_T_COMP_GATE: case DS4_T_COMP_NORM: return WK_COMP;
+    case DS4_T_IDX_Q_B: case DS4_T_IDX_PROJ: case DS4_T_IDX_COMP_APE: case DS4_T_IDX_COMP_KV:
+    case DS4_T_IDX_COMP_GATE: case DS4_T_IDX_COMP_NORM: case DS4_T_IDX_K: case DS4_T_IDX_K_NORM:
+    case DS4_T_IDX_K_NORM_B: return WK_IDX;
+    case DS4_T_FFN_GATE: case DS4_T_FFN_UP: case DS4_T_FFN_DOWN: return WK_DENSE;
+    case DS4_T_FFN_GATE_INP: case DS4_T_EXP_PROBS_B: case DS4_T_TID2EID: return WK_ROUTER;
+    case DS4_T_FFN_GATE_SHEXP: case DS4_T_FFN_UP_SHEXP: case DS4_T_FFN_DOWN_SHEXP: return WK_SHEXP;
+    case DS4_T_FFN_GATE_EXPS: case DS4_T_FFN_UP_EXPS: case DS4_T_FFN_DOWN_EXPS: return WK_EXPS;
+    case DS4_T_OUTPUT_HC_BASE: case DS4_T_OUTPUT_HC_FN: case DS4_T_OUTPUT_HC_SCALE: case DS4_T_OUTPUT_NORM:
+    case DS4_T_OUTPUT: return WK_HEAD;
+    }
+    return id >= DS4_T_MTP_E_PROJ && id <= DS4_T_MTP_HC_HEAD_SCALE ? WK_MTP : WK_ATTN;
+}
+
+static int tensor_kind(const ds4_layout_arch *a, const char *name) {
+    int mtp = !strncmp(name, "mtp.0.", 6);
+    const char *rest = name;
+    if (!strncmp(name, "blk.", 4)) {
+        const char *d = strchr(name + 4, '.');
+        if (!d) return WK_OTHER;
+        rest = d + 1;
+    } else if (mtp) {
+        rest = name + 6;
+    }
+    for (int sec = 0; sec < DS4_SEC_COUNT; sec++) {
+        const int layer = sec == DS4_SEC_LAYER;
+        if (layer != (rest != name)) continue;
+        for (int i = 0; i < a->n[sec]; i++)
+            if (!strcmp(a->sec[sec][i].name, rest)) return mtp ? WK_MTP : weight_kind(a->sec[sec][i].id);
+    }
+    return WK_OTHER;
+}
+
+static void print_kinds(FILE *out, const gguf_file *gf, int glm) {
+    const ds4_layout_arch *a = glm ? &ds4_layout_glm_dsa : &ds4_layout_deepseek4;
+    uint64_t cnt[WK_N] = {0}, bytes[WK_N] = {0}, types[WK_N] = {0};   /* types: bit per GGML type < 64 */
+    for (uint64_t i = 0; i < gf->n_tensors; i++) {
+        const gguf_tensor *t = &gf->tensors[i];
+        const int k = tensor_kind(a, t->name);
+        cnt[k]++;
+        bytes[k] += t->nbytes;
+        if (t->type < 64) types[k] |= 1ull << t->type;
+    }
+    fprintf(out, "\nweights by kind:\n");
+    char h[64];
+    for (int k = 0; k < WK_N; k++) {
+        if (!cnt[k]) continue;
+        human(h, sizeof h, bytes[k]);
+        fprintf(out, "  %-18s %5" PRIu64 " tensors  %-32s", WK_NAME[k], cnt[k], h);
+        for (uint32_t ty = 0, first = 1; ty < 64; ty++)
+            if (types[k] >> ty & 1) { fprintf(out, "%s%s", first ? "" : "/", ggml_type_name(ty)); first = 0; }
+        fputc('\n', out);
+    }
+}
+
 static void print_histogram(FILE *out, const gguf_file *gf, uint64_t *total) {
     uint64_t cnt[64] = {0}, bytes[64] = {0}, other = 0, other_b = 0;
     *total = 0;
@@ -237,6 +309,7 @@ int ds4_inspect_gguf(gguf_file *gf, FILE *out, char **err) {
     }
     print_shapes(out, &w.cfg);
     print_layers(out, &w);
+    print_kinds(out, gf, w.cfg.arch == DS4_ARCH_GLM_DSA);
     fprintf(out, "\n");
     if (w.n_bound < gf->n_tensors)
         fprintf(out, "tensors not used by ds4: %" PRIu64 "\n", gf->n_tensors - w.n_bound);
