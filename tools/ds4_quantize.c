@@ -1,13 +1,16 @@
 /*
- * ds4_quantize.c -- ds4-quantize: DeepSeek V4 Hugging Face checkpoint
- * (config.json, model*.safetensors + index, tokenizer.json,
- * tokenizer_config.json) -> a GGUF ds4 loads, with a quantization recipe.
+ * ds4_quantize.c -- ds4-quantize: a DeepSeek V4 or GLM 5.2 / 5.3 Hugging
+ * Face checkpoint (config.json, model*.safetensors + index, tokenizer.json,
+ * tokenizer_config.json) -> a GGUF ds4 loads (deepseek4 or glm-dsa), with
+ * a quantization recipe.
  *
- * Owns: config.json -> deepseek4.* metadata, tokenizer.json -> tokenizer.*
- * keys, the HF -> GGUF tensor mapping and the expected shapes (checked
- * before anything is written), per-row dequantization of the checkpoint
- * dtypes, the recipes, the threaded per-tensor conversion with bounded
- * memory, progress and the final report.
+ * Owns: the family from config.json (architectures / model_type),
+ * config.json -> deepseek4.* or glm-dsa.* metadata, tokenizer.json ->
+ * tokenizer.* keys, the HF -> GGUF tensor mapping and the expected shapes
+ * (checked before anything is written; GLM's kv_b_proj cut into attn_k_b /
+ * attn_v_b), per-row dequantization of the checkpoint dtypes, the recipes,
+ * the threaded per-tensor conversion with bounded memory, progress and the
+ * final report.
  * Does not own: the safetensors container (src/gguf/safetensors.c), the
  * GGUF writer (gguf.c: temporary file + rename), the quantizers
  * (kernels/quantize.c) or the imatrix file (engine/imatrix.c).
@@ -58,6 +61,9 @@ static void usage(FILE *o) {
 "tokenizer_config.json) into a GGUF that ds4 loads.  FP8 E4M3 weights are\n"
 "dequantized with their 128x128 E8M0 block scales, FP4 E2M1 experts with\n"
 "their per-32 E8M0 scales, BF16/F16/F32 read as they are (docs/CHECKPOINT.md).\n"
+"Z.ai's GLM 5.2 / 5.3 checkpoints (GlmMoeDsaForCausalLM, model_type\n"
+"glm_moe_dsa) become glm-dsa GGUFs (the NextN layer is not converted);\n"
+"config.json decides, any other architecture is refused.\n"
 "\n"
 "  --recipe R      f16    every matrix F16;\n"
 "                  q2     routed gate/up IQ2_XXS, routed down Q2_K, attention\n"
@@ -66,12 +72,16 @@ static void usage(FILE *o) {
 "                  q2-q4  q2 with the last K layers' routed experts Q4_K;\n"
 "                  mxfp4  as q2 with the routed experts MXFP4, copied from the\n"
 "                         checkpoint's FP4 blocks without requantizing.\n"
-"                  In all recipes the token embedding, HC, compressor, indexer\n"
-"                  and router matrices are F16, 1-D tensors F32, tid2eid I32.\n"
+"                  In these recipes the token embedding, HC, compressor,\n"
+"                  indexer and router matrices are F16, 1-D tensors F32,\n"
+"                  tid2eid I32 (GLM checkpoints take them too).\n"
+"                  f32, q8_0 (GLM only; f16 is the same rule): every matrix\n"
+"                  F32, F16, or Q8_0 where a row is whole blocks of 32 (else\n"
+"                  F32), 1-D tensors F32: ds4-synth --arch glm-dsa's files.\n"
 "  --q4-last K     q2-q4: how many last layers get Q4_K experts (default 6).\n"
 "  --imatrix FILE  importance matrix from `ds4 --imatrix-out` (per layer and\n"
-"                  expert): weights of the Q2_K, Q4_K and IQ2_XXS expert\n"
-"                  quantizers.  Without it Q2_K/Q4_K use ggml's reference\n"
+"                  expert; DeepSeek V4 only): weights of the Q2_K, Q4_K and\n"
+"                  IQ2_XXS expert quantizers.  Without it Q2_K/Q4_K use ggml's reference\n"
 "                  rule and IQ2_XXS the column sums of squares of each expert.\n"
 "  --threads N     worker threads (default: $DS4_THREADS or the CPUs it may\n"
 "                  use).\n"
