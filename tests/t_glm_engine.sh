@@ -17,7 +17,9 @@
 #     (llama.cpp's default IndexShare patterns at context 2^20 and 202752).
 #     The same with F16 matrices, and with Q8_0 matrices under --no-qat
 #     (float activations; the default Q8_0 activations are a precision
-#     choice, ~2e-2 here, checked for exactness only).
+#     choice, ~2e-2 here, checked for exactness only).  The Q8_0 file is
+#     seed 48's: seed 46's has an indexer near-tie at position 220, which
+#     would leave fewer than 200 checked positions with a selection.
 #  2. The exactness contract: one prefill, token by token (--decode-only),
 #     chunks of 37, and a 101-token prefill in chunks of 64 then decode
 #     (--split) give the same logits bit for bit (cmp).
@@ -88,7 +90,7 @@ done
 # under --no-qat (float activations); with its Q8_0 activations (the
 # default, as llama.cpp's CPU path) only the exactness below is checked
 if $PY tests/glm_gguf.py glm-dsa "$T/h.gguf" --type f16 > "$T/genh.log" 2>&1 &&
-        $PY tests/glm_gguf.py glm-dsa "$T/q.gguf" --type q8_0 >> "$T/genh.log" 2>&1; then
+        $PY tests/glm_gguf.py glm-dsa "$T/q.gguf" --type q8_0 --seed 48 >> "$T/genh.log" 2>&1; then
     if against f16 "$T/h.gguf" 200 > /dev/null; then
         ok "glm-dsa, F16 matrices: ds4 == glm_ref.py to 1e-5, same top-1"
     else sed 's/^/     /' "$T/f16.cmp"; bad "glm-dsa, F16 matrices"; fi

@@ -551,10 +551,11 @@ static void add(layout *L, const ds4_layout_tensor *lt, uint32_t type, int cls) 
             "(the recipe cannot store this shape)", t->name, t->ne[0], ggml_type_name(type));
 }
 
+/* The --stats class of each role. */
 static const int CLS[] = {
-        [DS4_ROLE_VEC] = C_VEC, [DS4_ROLE_I32] = C_VEC, [DS4_ROLE_EMBD] = C_EMBD, [DS4_ROLE_ELEM] = C_F16,
-        [DS4_ROLE_SMALL] = C_F16, [DS4_ROLE_PROJ] = C_ATTN, [DS4_ROLE_SHEXP] = C_SHEXP, [DS4_ROLE_OUT] = C_OUT,
-        [DS4_ROLE_EXP_GU] = C_GU, [DS4_ROLE_EXP_DOWN] = C_DOWN,
+    [DS4_ROLE_VEC] = C_VEC, [DS4_ROLE_I32] = C_VEC, [DS4_ROLE_EMBD] = C_EMBD, [DS4_ROLE_ELEM] = C_F16,
+    [DS4_ROLE_SMALL] = C_F16, [DS4_ROLE_PROJ] = C_ATTN, [DS4_ROLE_SHEXP] = C_SHEXP, [DS4_ROLE_OUT] = C_OUT,
+    [DS4_ROLE_EXP_GU] = C_GU, [DS4_ROLE_EXP_DOWN] = C_DOWN,
 };
 
 /* glm-dsa's tensors: the layout's (gguf/layout.h) with each layer's kind
@@ -563,6 +564,7 @@ static const int CLS[] = {
  * tests/glm_gguf.py --type: every matrix F32, or Q8_0 where a row is whole
  * blocks of 32 (else F32); 1-D tensors F32. */
 static void build_layout_glm(const hcfg *c, int recipe, int q4_last, layout *L) {
+    /* the role recipes (f32 and q8_0 decide by shape below) */
     static const char *RNAME[] = {[R_F16] = "f16", [R_Q2] = "q2", [R_Q4] = "q4", [R_Q2Q4] = "q2",
                                   [R_MXFP4] = "mxfp4", [R_F32] = "f16", [R_Q8] = "f16"};
     const ds4_recipe *base = ds4_recipe_find(RNAME[recipe]), *q4 = ds4_recipe_find("q4");

@@ -194,24 +194,21 @@ static int weight_kind(int id) {
     case DS4_T_OUTPUT_HC_BASE: case DS4_T_OUTPUT_HC_FN: case DS4_T_OUTPUT_HC_SCALE: case DS4_T_OUTPUT_NORM:
     case DS4_T_OUTPUT: return WK_HEAD;
     }
-    return id >= DS4_T_MTP_E_PROJ && id <= DS4_T_MTP_HC_HEAD_SCALE ? WK_MTP : WK_ATTN;
+    return WK_ATTN;   /* the attention projections, norms and sinks */
 }
 
 static int tensor_kind(const ds4_layout_arch *a, const char *name) {
-    int mtp = !strncmp(name, "mtp.0.", 6);
+    if (!strncmp(name, "mtp.0.", 6)) return WK_MTP;   /* its own rows and its layer's */
     const char *rest = name;
     if (!strncmp(name, "blk.", 4)) {
         const char *d = strchr(name + 4, '.');
         if (!d) return WK_OTHER;
         rest = d + 1;
-    } else if (mtp) {
-        rest = name + 6;
     }
     for (int sec = 0; sec < DS4_SEC_COUNT; sec++) {
-        const int layer = sec == DS4_SEC_LAYER;
-        if (layer != (rest != name)) continue;
+        if ((sec == DS4_SEC_LAYER) != (rest != name)) continue;
         for (int i = 0; i < a->n[sec]; i++)
-            if (!strcmp(a->sec[sec][i].name, rest)) return mtp ? WK_MTP : weight_kind(a->sec[sec][i].id);
+            if (!strcmp(a->sec[sec][i].name, rest)) return weight_kind(a->sec[sec][i].id);
     }
     return WK_OTHER;
 }
