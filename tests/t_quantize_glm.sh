@@ -28,7 +28,8 @@
 #     (attention, indexer tensors of the full IndexShare layers only, dense
 #     FFN, routed experts), the memory plan's KV bytes per token (the cached
 #     latent + RoPE row of every layer, the indexer keys of the full
-#     IndexShare layers, f32) and its total.
+#     IndexShare layers, f32) and its total; on a DeepSeek V4 file with an
+#     MTP block, V4's kinds (compressor, hyper-connections, MTP block).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BD="${DS4_BIN_DIR:-.}"
@@ -215,6 +216,17 @@ if [ -f "$T/f32.gguf" ]; then
         ok "ds4 --inspect --ctx 1000: weights by kind (indexer: 3 full layers x 5 tensors), KV 1536 bytes a token (4 cached rows of 48, 3 indexer keys of 64), 1.5 MiB"
     else bad "ds4 --inspect --ctx: not the KV figures expected:"; sed -n '/memory plan/,$p' "$T/plan.txt"; fi
 fi
+
+# DeepSeek V4 (with an MTP block): its own kinds, the MTP block's apart, and
+# no per-token KV line (its state does not grow by a fixed amount a token)
+if "$BD/ds4-synth" --preset tiny --seed 7 --vocab "$SHARED/vocab/mini-vocab.gguf" --recipe f16 --mtp \
+        -o "$T/v4.gguf" > /dev/null 2>&1 && "$BD/ds4" -m "$T/v4.gguf" --inspect --ctx 1000 > "$T/v4.txt" 2>&1; then
+    if grep -q "^  compressor *16 tensors" "$T/v4.txt" && grep -q "^  hyper-connections *36 tensors" "$T/v4.txt" &&
+            grep -q "^  routed experts *18 tensors" "$T/v4.txt" && grep -q "^  MTP block *32 tensors" "$T/v4.txt" &&
+            ! grep -q "^  not in the layout\|KV per token" "$T/v4.txt"; then
+        ok "ds4 --inspect on DeepSeek V4 + MTP: weights by kind (compressor, HC, experts, the MTP block's 32)"
+    else bad "ds4 --inspect on DeepSeek V4:"; sed -n '/^weights by kind/,/^$/p' "$T/v4.txt"; fi
+else bad "ds4-synth --mtp / ds4 --inspect"; fi
 
 [ $fail = 0 ] || { echo "t_quantize_glm: $fail failed"; exit 1; }
 echo "t_quantize_glm: all passed"

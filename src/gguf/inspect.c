@@ -175,7 +175,7 @@ enum { WK_EMBD, WK_ATTN, WK_COMP, WK_IDX, WK_HC, WK_NORM, WK_DENSE, WK_ROUTER, W
 static const char *WK_NAME[WK_N] = {"token embedding", "attention", "compressor", "indexer",
                                     "hyper-connections", "layer norms", "dense FFN", "router",
                                     "shared expert", "routed experts", "output head", "MTP block",
-                                    "not used by ds4"};
+                                    "not in the layout"};
 
 static int weight_kind(int id) {
     switch (id) {
