@@ -284,8 +284,10 @@ static void read_config_glm(json_t *r, const char *path, hcfg *c) {
     json_t *rp = json_object_get(r, "rope_parameters");
     json_t *rpo = json_is_object(rp) ? rp : NULL;
     c->rope_base = cfg_num(r, K("rope_theta"), rpo ? cfg_num(rpo, K("rope_theta"), 10000.0) : 10000.0);
-    double prf = rpo ? cfg_num(rpo, K("partial_rotary_factor"), 1.0) : 1.0;
-    c->n_rot = (int64_t)((double)c->n_rot * prf);
+    const double prf = rpo ? cfg_num(rpo, K("partial_rotary_factor"), 1.0) : 1.0;
+    if (prf != 1.0)
+        die("%s: partial_rotary_factor %g: RoPE over part of qk_rope_head_dim is not implemented (ds4 "
+            "rotates the whole RoPE key)", path, prf);
     json_t *rs = json_object_get(r, "rope_scaling");
     const json_t *scl[2] = {json_is_object(rs) ? rs : NULL, rpo};
     for (int i = 0; i < 2; i++) {
