@@ -20,7 +20,9 @@
 #     choice, ~2e-2 here, checked for exactness only).
 #  2. The exactness contract: one prefill, token by token (--decode-only),
 #     chunks of 37, and a 101-token prefill in chunks of 64 then decode
-#     (--split) give the same logits bit for bit (cmp).
+#     (--split) give the same logits bit for bit (cmp); so do 2 and 3
+#     threads (attention's head blocks, the indexer by tokens or, decoding,
+#     by keys, the experts' batches split over the pool).
 #  2b. The session contracts (tests/test_glm_session.c on the same file):
 #     rewind (a truncation) and sync after a divergence or to a prefix give
 #     a fresh run's logits bit for bit; snapshots are refused.
@@ -105,7 +107,8 @@ else bad "glm_gguf.py glm-dsa --type:"; cat "$T/genh.log"; fi
 # --- 2. prefill == token by token == uneven chunks, bit for bit --------------
 if [ -f "$T/g16.ds4" ]; then
     same=1
-    for mode in "decode --decode-only" "c37 --chunk 37" "split --chunk 64 --split 101"; do
+    for mode in "decode --decode-only" "c37 --chunk 37" "split --chunk 64 --split 101" \
+                "t2 -t 2" "t3c37 -t 3 --chunk 37" "t2decode -t 2 --decode-only"; do
         # shellcheck disable=SC2086
         set -- $mode
         name=$1; shift
@@ -116,7 +119,7 @@ if [ -f "$T/g16.ds4" ]; then
             bad "glm-dsa: $* differs from one prefill"; same=0
         fi
     done
-    [ $same = 1 ] && ok "glm-dsa: one prefill == token by token == chunks of 37 == prefill 101 + decode, bit for bit"
+    [ $same = 1 ] && ok "glm-dsa: one prefill == token by token == chunks of 37 == prefill 101 + decode, bit for bit; the same with 2 and 3 threads"
 fi
 
 # --- 2b. rewind, sync, snapshot refusal (the C API) ---------------------------
