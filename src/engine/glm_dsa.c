@@ -13,10 +13,13 @@
  * layer's indexer keys, the chunk's scratch).  Session bookkeeping (token
  * list, chunking, rewind) stays in session.c, which dispatches here on
  * cfg.arch.  Must not: touch DeepSeek V4's state or graph (forward_cpu.c),
- * or order anything by the chunk: every row's numbers come from per-row
- * kernels (cpu_matmul is bit-identical for any row count) and per-token
- * loops, so one prefill, token by token and uneven chunks agree bit for
- * bit.  Float32 storage and accumulation; no storage roundings.
+ * or order anything by the chunk or the threads: every row's numbers come
+ * from per-row kernels (cpu_matmul and its groups are bit-identical for any
+ * row count; vec_ops' dots, exp_sum and wsum4 have one order in every
+ * table) and per-token items whose arithmetic does not depend on which
+ * thread runs them, so one prefill, token by token, uneven chunks and any
+ * thread count agree bit for bit.  Float32 storage and accumulation; no
+ * storage roundings.
  */
 #include <math.h>
 #include <stdatomic.h>
