@@ -202,6 +202,8 @@ static void top_k(const float *sc, int n, int k, int *out) {
     qsort(out, (size_t)k, sizeof *out, by_index);
 }
 
+void ds4_glm_top_k(const float *sc, int n, int k, int *out) { top_k(sc, n, k, out); }
+
 /* Y_h[t] = W_h x_h[t] for every head h of a 3-D tensor in one pool
  * section (x_h[t] at x + t * xs + h * xh, y_h[t] at y + t * ys + h * yh):
  * every output element from the same row-dot kernel as one matmul per
