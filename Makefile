@@ -139,7 +139,7 @@ endif
 
 BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
 
-.PHONY: all test test-opt test-suite test-real bench bench-ab bench-kernels bench-attn bench-tokenizer bench-llamacpp install clean fuzz tests run FORCE
+.PHONY: all test test-opt test-suite test-real bench bench-ab bench-kernels bench-attn bench-tokenizer bench-llamacpp bench-glm install clean fuzz tests run FORCE
 all: $(BIN_PATHS) tests
 
 # The MPI flags this build uses (tests/t_mpich.sh links against them).
@@ -271,6 +271,10 @@ bench-attn: $(BUILD)/bench/bench_attn
 # model and servers, same file, alternating rounds (bench/llamacpp.sh)
 bench-llamacpp: $(BIN_DIR)/ds4 $(BIN_DIR)/ds4-bench $(BIN_DIR)/ds4-synth $(BIN_DIR)/ds4-server
 	bench/llamacpp.sh
+
+# the same for glm-dsa: ds4-bench and llama.cpp on one glm52-shaped file (bench/glm.sh)
+bench-glm: $(BIN_DIR)/ds4-bench $(BIN_DIR)/ds4-synth
+	bench/glm.sh
 
 # this tree's ds4-bench against revision AB_REV's, alternating (bench/ab.sh)
 bench-ab: $(BIN_DIR)/ds4-bench $(BIN_DIR)/ds4-synth

@@ -5,7 +5,8 @@
 # generated after snapshot/restore and incremental prefill equal those of
 # other frontier schedules, chunk sizes and an uninterrupted prefill, the
 # context_length warning, Ctrl+C (partial rows, plot, exit 130), --parallel
-# (CSV, every stream's tokens the same for every N) and bad arguments.  One worker thread (the machine is shared), well under 30 s.
+# (CSV, every stream's tokens the same for every N), bad arguments, and a
+# glm-dsa model (no snapshots: frontiers by rewinding).  One worker thread (the machine is shared), well under 30 s.
 set -u
 cd "$(dirname "$0")/.."
 BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin under DEBUG=1)
@@ -238,6 +239,25 @@ if $BD/ds4-synth --preset tiny --recipe q2 -o "$W" > "$T/wsynth.txt" 2>&1; then
     fi
 else
     bad "pages: cannot synthesize the 117 MB model: $(tail -n 2 "$T/wsynth.txt")"
+fi
+
+# a model without snapshots (glm-dsa): each frontier rewinds to its
+# checkpoint instead; the tokens at 128 after the rewind to 64 equal those of
+# a single frontier at 128
+G="$T/glm.gguf"
+if $BD/ds4-synth --arch glm-dsa --preset tiny --recipe q8_0 --vocab "$VOCAB" -o "$G" > "$T/gsynth.txt" 2>&1; then
+    GB=($BD/ds4-bench -m "$G" --prompt-file "$TEXT" -t 1 --no-warmup --no-probe)
+    if "${GB[@]}" --ctx-start 64 --ctx-max 128 --step-incr 64 --gen-tokens 4 --verbose \
+            > "$T/g1.csv" 2> "$T/g1.err" &&
+            "${GB[@]}" --ctx-start 128 --ctx-max 128 --gen-tokens 4 --verbose > "$T/g2.csv" 2> "$T/g2.err" &&
+            [ "$(grep -c '^[0-9]' "$T/g1.csv")" = 2 ] && grep -q 'no snapshots: each frontier is rewound' "$T/g1.err" &&
+            [ -n "$(gen_ids "$T/g1.err" 128)" ] && [ "$(gen_ids "$T/g1.err" 128)" = "$(gen_ids "$T/g2.err" 128)" ]; then
+        ok "glm-dsa: two frontiers by rewinding, the tokens at 128 == a single frontier's"
+    else
+        bad "glm-dsa frontiers: $(tail -n 3 "$T/g1.err" "$T/g2.err")"
+    fi
+else
+    bad "glm-dsa: cannot synthesize the tiny model: $(tail -n 2 "$T/gsynth.txt")"
 fi
 
 [ $fail = 0 ] && echo "t_bench: all ok" || echo "t_bench: FAILED"

@@ -22,7 +22,10 @@
 #     would leave fewer than 200 checked positions with a selection.
 #  2. The exactness contract: one prefill, token by token (--decode-only),
 #     chunks of 37, and a 101-token prefill in chunks of 64 then decode
-#     (--split) give the same logits bit for bit (cmp).
+#     (--split) give the same logits bit for bit (cmp); so do 2 and 3
+#     threads (attention's head blocks, the indexer by tokens or, decoding,
+#     by keys, the experts' batches split over the pool).  Every kernel
+#     table the CPU has gives the default table's logits (cmp).
 #  2b. The session contracts (tests/test_glm_session.c on the same file):
 #     rewind (a truncation) and sync after a divergence or to a prefix give
 #     a fresh run's logits bit for bit; snapshots are refused.
@@ -107,7 +110,8 @@ else bad "glm_gguf.py glm-dsa --type:"; cat "$T/genh.log"; fi
 # --- 2. prefill == token by token == uneven chunks, bit for bit --------------
 if [ -f "$T/g16.ds4" ]; then
     same=1
-    for mode in "decode --decode-only" "c37 --chunk 37" "split --chunk 64 --split 101"; do
+    for mode in "decode --decode-only" "c37 --chunk 37" "split --chunk 64 --split 101" \
+                "t2 -t 2" "t3c37 -t 3 --chunk 37" "t2decode -t 2 --decode-only"; do
         # shellcheck disable=SC2086
         set -- $mode
         name=$1; shift
@@ -118,7 +122,22 @@ if [ -f "$T/g16.ds4" ]; then
             bad "glm-dsa: $* differs from one prefill"; same=0
         fi
     done
-    [ $same = 1 ] && ok "glm-dsa: one prefill == token by token == chunks of 37 == prefill 101 + decode, bit for bit"
+    [ $same = 1 ] && ok "glm-dsa: one prefill == token by token == chunks of 37 == prefill 101 + decode, bit for bit; the same with 2 and 3 threads"
+fi
+
+# every kernel table the CPU has gives the default table's bits (the
+# attention and indexer dots in vec_ops' one lane order; the Q8_0 matmuls)
+if [ -f "$T/g16.ds4" ] && [ -f "$T/q8a.ds4" ]; then
+    same=1 n=0
+    for kt in scalar avx2 avx512 avx512-packed amx; do
+        "${DS4_BUILD_DIR:-build}"/tests/test_kernels --has-table $kt > /dev/null 2>&1 || continue
+        n=$((n + 1))
+        DS4_KERNELS=$kt "$DS4" -m "$T/g.gguf" --tokens-file "$T/ids.txt" --dump-logits "$T/kt.ds4" --ctx 512 \
+            > /dev/null 2>&1 && cmp -s "$T/g16.ds4" "$T/kt.ds4" || { bad "glm-dsa DS4_KERNELS=$kt != the default table"; same=0; }
+        DS4_KERNELS=$kt "$DS4" -m "$T/q.gguf" --tokens-file "$T/ids.txt" --dump-logits "$T/kq.ds4" --ctx 512 -t 2 \
+            > /dev/null 2>&1 && cmp -s "$T/q8a.ds4" "$T/kq.ds4" || { bad "glm-dsa Q8_0 DS4_KERNELS=$kt != the default table"; same=0; }
+    done
+    [ $same = 1 ] && ok "glm-dsa: every kernel table ($n here) == the default table, bit for bit (F32, and Q8_0 with 2 threads)"
 fi
 
 # --- 2b. rewind, sync, snapshot refusal (the C API) ---------------------------

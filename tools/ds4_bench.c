@@ -945,6 +945,8 @@ typedef struct {
     int32_t *gen_ids;
     ds4_buf snap;
     int tty;
+    int rewind;      /* --dist, or a model without snapshots (glm-dsa): a RAM
+                      * checkpoint and a rewind instead of snapshot + restore */
 } bench;
 
 /* Files first: everything that can be checked before the long part (the
@@ -1171,12 +1173,9 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
     r->kv_bytes = ds4_session_kv_bytes(b->s);
 
     /* 2. snapshot (the buffer is grown and touched before timing);
-     * --dist: a RAM checkpoint to come back to instead */
-    if (b->o.dist) {
-        e = ds4_session_checkpoint(b->s, 0);
-        if (e) { note("checkpoint at %d failed: %s", target, ds4_strerror(e)); return 1; }
-    }
-    if (!b->o.dist) {
+     * --dist, or a model without snapshots (glm-dsa: DS4_EUNSUP): a RAM
+     * checkpoint to come back to instead */
+    if (!b->rewind) {
         uint64_t need = ds4_session_snapshot_size(b->s);
         b->snap.n = 0;
         if (b->snap.cap <= need) {
@@ -1187,9 +1186,20 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
         ta = ds4_now();
         e = ds4_session_snapshot(b->s, &b->snap);
         double ts = ds4_now() - ta;
-        if (e) { note("snapshot at %d failed: %s", target, ds4_strerror(e)); return 1; }
-        r->snap_bytes = b->snap.n;
-        r->save_mbs = ts > 0 ? b->snap.n / 1e6 / ts : 0;
+        if (e == DS4_EUNSUP && !b->o.spec) {
+            note("this model has no snapshots: each frontier is rewound to instead");
+            b->rewind = 1;
+        } else if (e) {
+            note("snapshot at %d failed: %s", target, ds4_strerror(e));
+            return 1;
+        } else {
+            r->snap_bytes = b->snap.n;
+            r->save_mbs = ts > 0 ? b->snap.n / 1e6 / ts : 0;
+        }
+    }
+    if (b->rewind) {
+        e = ds4_session_checkpoint(b->s, 0);
+        if (e) { note("checkpoint at %d failed: %s", target, ds4_strerror(e)); return 1; }
     }
 
     /* 3. greedy decode */
@@ -1216,9 +1226,9 @@ static int measure_frontier(bench *b, int fi, int *pos_io) {
         return 1;
     }
 
-    /* 4. restore (--dist: rewind to the checkpoint) */
+    /* 4. restore (b->rewind: rewind to the checkpoint) */
     ta = ds4_now();
-    e = b->o.dist ? ds4_session_rewind(b->s, target) : ds4_session_restore(b->s, b->snap.p, b->snap.n, &err);
+    e = b->rewind ? ds4_session_rewind(b->s, target) : ds4_session_restore(b->s, b->snap.p, b->snap.n, &err);
     double tr = ds4_now() - ta;
     if (e) { note("restore at %d failed: %s", target, err ? err : ds4_strerror(e)); return 1; }
     if (ds4_session_n_tokens(b->s) != target) {
@@ -1359,6 +1369,7 @@ int main(int argc, char **argv) {
     static bench B;   /* zeroed; one per process */
     bench *b = &B;
     parse_args(argc, argv, &b->o);
+    b->rewind = b->o.dist != NULL;
     if (b->o.dist) {
         /* ranks > 0 serve rank 0 and never reach the measurements */
         if (b->o.kv_dir) die_usage("--kv-disk-dir does not work with --dist (snapshots are not distributed)");

@@ -248,6 +248,10 @@ typedef struct {
 void ds4_glm_plan_token(const ds4_weights *w, ds4_glm_kv_token *k);
 /* the state bytes of a session of ctx tokens */
 uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx);
+/* the k best of sc[0..n) (k <= n) into out[0..k), ascending by index:
+ * higher score first, ties to the lower index (the indexer's and the
+ * router's selection; tests/test_glm_topk.c against a full sort) */
+void ds4_glm_top_k(const float *sc, int n, int k, int *out);
 
 /* mtp_state.c: session hooks.  new/free with the session; note_hidden is
  * called by the forward with the final HC state of a chunk's tokens (before

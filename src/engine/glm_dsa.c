@@ -13,31 +13,45 @@
  * layer's indexer keys, the chunk's scratch).  Session bookkeeping (token
  * list, chunking, rewind) stays in session.c, which dispatches here on
  * cfg.arch.  Must not: touch DeepSeek V4's state or graph (forward_cpu.c),
- * or order anything by the chunk: every row's numbers come from per-row
- * kernels (cpu_matmul is bit-identical for any row count) and per-token
- * loops, so one prefill, token by token and uneven chunks agree bit for
- * bit.  Float32 storage and accumulation; no storage roundings.
+ * or order anything by the chunk or the threads: every row's numbers come
+ * from per-row kernels (cpu_matmul and its groups are bit-identical for any
+ * row count; vec_ops' dots, exp_sum and wsum4 have one order in every
+ * table) and per-token items whose arithmetic does not depend on which
+ * thread runs them, so one prefill, token by token, uneven chunks and any
+ * thread count agree bit for bit.  Float32 storage and accumulation; no
+ * storage roundings.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
 
-typedef struct { float s; int i; } scored;
-
 struct ds4_glm_state {
     float **kv;        /* [n_layer] -> [ctx][kv_lora + n_rot] */
     float **ik;        /* [n_layer] -> [ctx][idx_dim] (full layers), else NULL */
     /* the chunk's scratch, T = s->chunk rows */
-    float *x, *cur, *qr, *q, *kva, *iq, *iw, *qabs, *lat, *o, *y;
+    float *x, *cur, *qr, *q, *kva, *iq, *iw, *lat, *o, *y;
+    float *qabs;       /* [T][H][head_dim]: W_UK,h^T q_nope,h then the RoPE'd q_pe,h, one
+                        * 576-wide query against the 576-wide cached rows */
     float *g, *u, *rl, *moe;
+    float *rcs, *rsn;  /* [T][n_rot / 2] the chunk's RoPE angles */
     int *sel, *nsel;   /* [T][top_k] the selected rows (ascending), [T] (-1: every visible row) */
-    /* one token's */
-    float *sc, *eg, *eu, *ed;
-    scored *order;     /* [max(ctx, n_expert)] the top-k's sort */
+    /* the routed experts of a batch of experts: MC = max(T, n_expert_used) rows */
+    float *eg, *eu, *ed;   /* [MC][n_ff_exp], [MC][n_ff_exp], [MC][D] */
+    int *erow, *etok;      /* [MC] a batch row's token; [T * used] the routing's (token, k) ids */
+    float *ewt;            /* [T * used] their weights (times expert_scale) */
+    int *ecnt;             /* [n_expert + 1] rows per expert, then offsets */
+    int *elist;            /* [T * used] the routing's rows by expert, tokens ascending */
+    /* per thread (nth = the pool's size) */
+    float *sc;         /* [nth][VEC_HB][ctx] attention weights, or indexer scores */
+    const float **kp;  /* [nth][ctx] the key rows a token attends */
+    mm_group *grp;     /* [max(2 n_expert, n_head)] one section's matmuls */
+    float *isc;        /* [ctx] one token's indexer scores, split over the threads */
     float *logits;     /* [T][vocab] */
-    void *qs;          /* quantized activations */
+    void *qs, *qx, *qx2;   /* quantized activations: [MC] rows; the T input rows of
+                            * gate and up, or [T][H] head rows */
 };
 
 static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
@@ -53,8 +67,9 @@ void ds4_glm_state_free(ds4_session *s) {
     free(g->kv); free(g->ik);
     free(g->x); free(g->cur); free(g->qr); free(g->q); free(g->kva); free(g->iq); free(g->iw);
     free(g->qabs); free(g->lat); free(g->o); free(g->y); free(g->g); free(g->u); free(g->rl);
-    free(g->moe); free(g->sel); free(g->nsel); free(g->sc); free(g->eg); free(g->eu); free(g->ed);
-    free(g->order); free(g->logits); free(g->qs);
+    free(g->moe); free(g->rcs); free(g->rsn); free(g->sel); free(g->nsel); free(g->eg); free(g->eu);
+    free(g->ed); free(g->erow); free(g->etok); free(g->ewt); free(g->ecnt); free(g->elist); free(g->sc);
+    free(g->kp); free(g->grp); free(g->isc); free(g->logits); free(g->qs); free(g->qx); free(g->qx2);
     free(g);
     s->glm = NULL;
 }
@@ -81,16 +96,25 @@ int ds4_glm_state_new(ds4_session *s) {
     size_t widest = mx(mx(D, (size_t)c->q_lora), mx(H * (size_t)c->vmla, mx(F, (size_t)c->n_ff_exp)));
     widest = mx(widest, mx((size_t)c->kmla, (size_t)c->kv_lora));
     const size_t qrow = mx(act_row_bytes(ACT_Q8_0A, (int)widest), act_row_bytes(ACT_Q8_K, (int)widest));
+    const size_t hw = mx((size_t)c->kmla, (size_t)c->kv_lora);   /* a head's row of k_b / v_b */
+    const size_t qhead = H * mx(mx(act_row_bytes(ACT_Q8_0A, (int)hw), act_row_bytes(ACT_Q8_K, (int)hw)), hw * 4);
+    const size_t KU = (size_t)c->n_expert_used, MC = mx(T, KU), NT = (size_t)ds4_pool_size(s->m->pool);
 #define A(p, n) if (!((p) = zalloc((n) * sizeof *(p)))) return DS4_ENOMEM
     A(g->x, T * D); A(g->cur, T * D); A(g->qr, T * (size_t)c->q_lora); A(g->q, T * H * (size_t)c->kmla);
-    A(g->kva, T * W); A(g->iq, T * IH * ID); A(g->iw, T * IH); A(g->qabs, T * H * (size_t)c->kv_lora);
+    A(g->kva, T * W); A(g->iq, T * IH * ID); A(g->iw, T * IH); A(g->qabs, T * H * W);
     A(g->lat, T * H * (size_t)c->kv_lora); A(g->o, T * H * (size_t)c->vmla); A(g->y, T * D);
     A(g->g, T * F); A(g->u, T * F); A(g->rl, T * (size_t)c->n_expert); A(g->moe, T * D);
-    A(g->sel, T * K); A(g->nsel, T); A(g->sc, ctx); A(g->order, mx(ctx, (size_t)c->n_expert));
-    A(g->eg, (size_t)c->n_ff_exp); A(g->eu, (size_t)c->n_ff_exp); A(g->ed, D);
+    A(g->rcs, T * (size_t)(c->n_rot / 2 + 1)); A(g->rsn, T * (size_t)(c->n_rot / 2 + 1));
+    A(g->sel, T * K); A(g->nsel, T);
+    A(g->eg, MC * (size_t)c->n_ff_exp); A(g->eu, MC * (size_t)c->n_ff_exp); A(g->ed, MC * D);
+    A(g->erow, MC); A(g->etok, T * KU); A(g->ewt, T * KU); A(g->ecnt, (size_t)c->n_expert + 1);
+    A(g->elist, T * KU);
+    A(g->sc, NT * VEC_HB * ctx); A(g->kp, NT * ctx); A(g->grp, mx(2 * (size_t)c->n_expert, H));
+    A(g->isc, ctx);
     A(g->logits, T * (size_t)c->n_vocab);
 #undef A
-    if (!(g->qs = malloc(T * qrow))) return DS4_ENOMEM;
+    if (!(g->qs = malloc(MC * qrow)) || !(g->qx = malloc(mx(T * qrow, T * qhead))) || !(g->qx2 = malloc(T * qrow)))
+        return DS4_ENOMEM;
     return DS4_OK;
 }
 
@@ -145,25 +169,166 @@ static void swiglu_row(float *g, const float *u, int n) {
 }
 
 /* The order of the top-k: higher score first, among equal scores the
- * lower index (docs/family.md, the tie rule).  A total order, so qsort
- * gives one answer. */
-static int by_score(const void *a, const void *b) {
-    const scored *x = a, *y = b;
-    if (x->s > y->s) return -1;
-    if (x->s < y->s) return 1;
-    return (x->i > y->i) - (x->i < y->i);
+ * lower index (docs/family.md, the tie rule).  A total order, so the k
+ * best are one set whatever finds them. */
+static inline int weaker(const float *sc, int i, int j) {
+    return sc[i] < sc[j] || (sc[i] == sc[j] && i > j);
 }
 static int by_index(const void *a, const void *b) {
     const int i = *(const int *)a, j = *(const int *)b;
     return (i > j) - (i < j);
 }
 
-/* The k best of sc[0..n) into out[0..k), ascending by index. */
-static void top_k(const float *sc, scored *tmp, int n, int k, int *out) {
-    for (int j = 0; j < n; j++) { tmp[j].s = sc[j]; tmp[j].i = j; }
-    qsort(tmp, (size_t)n, sizeof *tmp, by_score);
-    for (int j = 0; j < k; j++) out[j] = tmp[j].i;
+/* The k best of sc[0..n) (k <= n) into out[0..k), ascending by index:
+ * out is first a min-heap of the kept (its root the weakest), O(n log k)
+ * where a sort of all n was O(n log n). */
+static void top_k(const float *sc, int n, int k, int *out) {
+    int hn = 0;
+    for (int i = 0; i < n; i++) {
+        int p;
+        if (hn < k) {
+            p = hn++;
+            out[p] = i;
+            while (p > 0) {
+                const int q = (p - 1) / 2;
+                if (!weaker(sc, out[p], out[q])) break;
+                const int tmp = out[p]; out[p] = out[q]; out[q] = tmp;
+                p = q;
+            }
+        } else if (weaker(sc, out[0], i)) {
+            out[0] = i;
+            for (p = 0;;) {
+                const int l = 2 * p + 1, r = l + 1;
+                int m = p;
+                if (l < k && weaker(sc, out[l], out[m])) m = l;
+                if (r < k && weaker(sc, out[r], out[m])) m = r;
+                if (m == p) break;
+                const int tmp = out[p]; out[p] = out[m]; out[m] = tmp;
+                p = m;
+            }
+        }
+    }
     qsort(out, (size_t)k, sizeof *out, by_index);
+}
+
+void ds4_glm_top_k(const float *sc, int n, int k, int *out) { top_k(sc, n, k, out); }
+
+/* Y_h[t] = W_h x_h[t] for every head h of a 3-D tensor in one pool
+ * section (x_h[t] at x + t * xs + h * xh, y_h[t] at y + t * ys + h * yh):
+ * every output element from the same row-dot kernel as one matmul per
+ * head, so the same bits, without a section per head. */
+static void mm_heads(glm_fwd *f, const ds4_tensor *w, const float *x, size_t xs, size_t xh, int T, float *y,
+                     size_t ys, size_t yh) {
+    const int H = f->c->n_head;
+    mm_group *gr = f->g->grp;
+    const mat_t m0 = mat_expert(w, 0);
+    const act_kind kind = act_kind_for(m0.type, f->s->no_qat);
+    const size_t rb = act_row_bytes(kind, m0.n_in);
+    uint8_t *qx = f->g->qx;
+    for (int h = 0; h < H; h++) {
+        gr[h] = (mm_group){ .W = mat_expert(w, h), .kind = kind, .n_rows = T, .out = y + (size_t)h * yh,
+                            .out_stride = ys };
+        if (kind == ACT_F32) {
+            gr[h].act = (const uint8_t *)(x + (size_t)h * xh);
+            gr[h].act_stride = xs * sizeof(float);
+        } else {
+            uint8_t *a = qx + (size_t)h * T * rb;
+            for (int t = 0; t < T; t++)
+                act_quantize_row(f->cc.k, kind, x + (size_t)t * xs + (size_t)h * xh, m0.n_in, a + (size_t)t * rb);
+            gr[h].act = a;
+            gr[h].act_stride = rb;
+        }
+    }
+    cpu_matmul_groups(&f->cc, gr, H);
+}
+
+static inline float relu_w(float w, float d) {
+    /* w * d where d > 0, else +0 (the ReLU before the head weight); the
+     * product's bits masked by the comparison, no branch */
+    float p = w * d;
+    uint32_t b;
+    memcpy(&b, &p, 4);
+    b &= (uint32_t)0 - (uint32_t)(d > 0);
+    memcpy(&p, &b, 4);
+    return p;
+}
+
+/* The indexer scores of keys j0 .. j0 + nk - 1 (nk <= 4) for one token:
+ * per key the sum over heads h = 0, 1, ... in order, from +0, of
+ * relu(q_h . k) * w_h, each dot in vec_ops' lane order (dot4x4, dot4 and
+ * dot give the same bits for a pair), so no grouping of keys or threads
+ * changes a score. */
+static void idx_scores(const vec_kernels *vk, const float *q, const float *wt, int IH, int ID, const float *ik,
+                       int j0, int nk, float *out) {
+    const float *rows[4];
+    for (int jj = 0; jj < 4; jj++) rows[jj] = ik + (size_t)(j0 + (jj < nk ? jj : 0)) * ID;
+    float s[4] = { 0, 0, 0, 0 };
+    int h = 0;
+    if (nk == 4) {
+        for (; h + VEC_HB <= IH; h += VEC_HB) {
+            float d[16];
+            vk->dot4x4(q + (size_t)h * ID, ID, rows, ID, d);
+            for (int k = 0; k < VEC_HB; k++)
+                for (int jj = 0; jj < 4; jj++) s[jj] += relu_w(wt[h + k], d[k * 4 + jj]);
+        }
+    } else {
+        for (; h + VEC_HB <= IH; h += VEC_HB)
+            for (int jj = 0; jj < nk; jj++) {
+                float d[VEC_HB];
+                vk->dot4(q + (size_t)h * ID, ID, rows[jj], ID, d);
+                for (int k = 0; k < VEC_HB; k++) s[jj] += relu_w(wt[h + k], d[k]);
+            }
+    }
+    for (; h < IH; h++)
+        for (int jj = 0; jj < nk; jj++) s[jj] += relu_w(wt[h], vk->dot(q + (size_t)h * ID, rows[jj], ID));
+    for (int jj = 0; jj < nk; jj++) out[jj] = s[jj];
+}
+
+/* One token's scores of keys [lo, hi) into sc[lo .. hi). */
+static void idx_range(glm_fwd *f, int il, int t, long lo, long hi, float *sc) {
+    const ds4_config *c = f->c;
+    const int IH = c->idx_heads, ID = c->idx_dim;
+    const float *q = f->g->iq + (size_t)t * IH * ID, *wt = f->g->iw + (size_t)t * IH, *ik = f->g->ik[il];
+    for (long j = lo; j < hi; j += 4) {
+        const int nk = hi - j < 4 ? (int)(hi - j) : 4;
+        idx_scores(f->s->m->vk, q, wt, IH, ID, ik, (int)j, nk, sc + j);
+    }
+}
+
+typedef struct {
+    glm_fwd *f;
+    int il, T, t;      /* t: the one token of a split by keys */
+    int64_t p0;
+    atomic_int next;   /* the next token of a split by tokens */
+} idx_job;
+
+/* Split by tokens: each thread scores a whole token into its own row and
+ * takes its top-k. */
+static void idx_tokens_task(void *ctx, int ith, int nth) {
+    idx_job *j = ctx;
+    glm_fwd *f = j->f;
+    struct ds4_glm_state *g = f->g;
+    const int K = f->c->idx_topk;
+    float *sc = g->sc + (size_t)ith * VEC_HB * f->s->ctx;
+    (void)nth;
+    for (;;) {
+        const int t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (t >= j->T) break;
+        const int n = (int)(j->p0 + t) + 1;
+        if (n <= K) continue;
+        idx_range(f, j->il, t, 0, n, sc);
+        top_k(sc, n, K, g->sel + (size_t)t * K);
+    }
+}
+
+/* Split by keys: one token's keys over the threads (decode). */
+static void idx_keys_task(void *ctx, int ith, int nth) {
+    idx_job *j = ctx;
+    const long n = (long)(j->p0 + j->t) + 1;
+    long lo, hi;
+    ds4_split((n + 3) / 4, ith, nth, &lo, &hi);
+    lo *= 4; hi = hi * 4 < n ? hi * 4 : n;
+    if (lo < hi) idx_range(j->f, j->il, j->t, lo, hi, j->f->g->isc);
 }
 
 /* The lightning indexer of a full layer: keys of the chunk's rows into
@@ -195,23 +360,103 @@ static void indexer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0,
         for (int h = 0; h < IH; h++) rope_apply(q + (size_t)h * ID, nr, nr, cs, sn, 0);
         for (int h = 0; h < IH; h++) g->iw[(size_t)t * IH + h] *= wsc;
     }
+    /* the tokens that select (more visible rows than top_k) */
+    int nsel = 0;
     for (int t = 0; t < T; t++) {
         const int n = (int)(p0 + t) + 1;
-        if (n <= K) { g->nsel[t] = -1; continue; }
-        const float *q = g->iq + (size_t)t * IH * ID, *wt = g->iw + (size_t)t * IH;
-        for (int j = 0; j < n; j++) {
-            const float *k = ik + (size_t)j * ID;
-            float acc = 0.0f;
-            for (int h = 0; h < IH; h++) {
-                const float *qh = q + (size_t)h * ID;
-                float d = 0.0f;
-                for (int i = 0; i < ID; i++) d += qh[i] * k[i];
-                if (d > 0.0f) acc += d * wt[h];
-            }
-            g->sc[j] = acc;
+        g->nsel[t] = n <= K ? -1 : K;
+        nsel += n > K;
+    }
+    if (!nsel) return;
+    idx_job j = { .f = f, .il = il, .T = T, .p0 = p0 };
+    atomic_init(&j.next, 0);
+    if (nsel >= ds4_pool_size(f->s->m->pool)) {
+        ds4_pool_run(f->s->m->pool, idx_tokens_task, &j);
+        return;
+    }
+    for (int t = 0; t < T; t++) {
+        if (g->nsel[t] < 0) continue;
+        j.t = t;
+        ds4_pool_run(f->s->m->pool, idx_keys_task, &j);
+        top_k(g->isc, (int)(p0 + t) + 1, K, g->sel + (size_t)t * K);
+    }
+}
+
+typedef struct {
+    glm_fwd *f;
+    const float *kv;   /* the layer's cached rows */
+    int64_t p0;
+    int T;
+} att_job;
+
+/* One item = one token's block of VEC_HB heads: the scores against the
+ * token's rows (every visible one, or the indexer's selection), the
+ * softmax, the weighted sum of the rows' latents.  Every head's numbers
+ * depend only on its token's rows, never on the item split. */
+static void att_task(void *ctx, int ith, int nth) {
+    att_job *j = ctx;
+    glm_fwd *f = j->f;
+    const ds4_config *c = f->c;
+    struct ds4_glm_state *g = f->g;
+    const vec_kernels *vk = f->s->m->vk;
+    const int H = c->n_head, KM = c->kmla, nr = c->n_rot, nope = KM - nr, R = c->kv_lora, W = c->head_dim;
+    const int K = c->idx_topk, hr = nr / 2, nblk = (H + VEC_HB - 1) / VEC_HB;
+    const size_t wcap = (size_t)f->s->ctx;
+    const float scale = 1.0f / sqrtf((float)KM);
+    float *wb = g->sc + (size_t)ith * VEC_HB * wcap;
+    const float **kp = g->kp + (size_t)ith * wcap;
+    const long nitem = (long)j->T * nblk;
+    for (long it = ith; it < nitem; it += nth) {
+        const int t = (int)(it / nblk), h0 = (int)(it % nblk) * VEC_HB;
+        const int nh = H - h0 < VEC_HB ? H - h0 : VEC_HB;
+        const int n = (int)(j->p0 + t) + 1;
+        const int ns = g->nsel[t] < 0 ? n : g->nsel[t];
+        const int *sel = g->nsel[t] < 0 ? NULL : g->sel + (size_t)t * K;
+        /* the query: the latent part (k_b's product), then q_pe RoPE'd */
+        float *q = g->qabs + ((size_t)t * H + h0) * W;
+        for (int h = 0; h < nh; h++) {
+            float *qp = g->q + ((size_t)t * H + h0 + h) * KM + nope;
+            rope_apply(qp, nr, nr, g->rcs + (size_t)t * hr, g->rsn + (size_t)t * hr, 0);
+            memcpy(q + (size_t)h * W + R, qp, (size_t)nr * sizeof(float));
         }
-        top_k(g->sc, g->order, n, K, g->sel + (size_t)t * K);
-        g->nsel[t] = K;
+        for (int a = 0; a < ns; a++) kp[a] = j->kv + (size_t)(sel ? sel[a] : a) * W;
+        /* scores: the heads against four rows per pass, then one by one */
+        int a = 0;
+        if (nh == VEC_HB)
+            for (; a + 4 <= ns; a += 4) {
+                float s16[16];
+                vk->dot4x4(q, (size_t)W, kp + a, W, s16);
+                for (int h = 0; h < VEC_HB; h++)
+                    for (int jj = 0; jj < 4; jj++) wb[(size_t)h * wcap + a + jj] = s16[h * 4 + jj] * scale;
+            }
+        for (; a < ns; a++) {
+            float s4[VEC_HB];
+            if (nh == VEC_HB) vk->dot4(q, (size_t)W, kp[a], W, s4);
+            else for (int h = 0; h < nh; h++) s4[h] = vk->dot(q + (size_t)h * W, kp[a], W);
+            for (int h = 0; h < nh; h++) wb[(size_t)h * wcap + a] = s4[h] * scale;
+        }
+        /* softmax: exp_sum's 16 lanes, then each weight divided by the sum */
+        for (int h = 0; h < nh; h++) {
+            float *w = wb + (size_t)h * wcap, mxs = -INFINITY;
+            for (int b = 0; b < ns; b++)
+                if (w[b] > mxs) mxs = w[b];
+            const float sum = vk->exp_sum(w, ns, mxs);
+            for (int b = 0; b < ns; b++) w[b] = w[b] / sum;
+        }
+        /* the weighted sum of the rows' latents, row order, from +0 */
+        float *lat = g->lat + ((size_t)t * H + h0) * R;
+        if (nh == VEC_HB) {
+            vk->wsum4(lat, (size_t)R, kp, wb, wcap, ns, R);
+        } else {
+            for (int h = 0; h < nh; h++) {
+                float *y = lat + (size_t)h * R;
+                memset(y, 0, (size_t)R * sizeof(float));
+                for (int b = 0; b < ns; b++) {
+                    const float e = wb[(size_t)h * wcap + b];
+                    for (int i = 0; i < R; i++) y[i] = fmaf(e, kp[b][i], y[i]);
+                }
+            }
+        }
     }
 }
 
@@ -219,86 +464,123 @@ static void indexer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0,
 static void attention(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T) {
     const ds4_config *c = f->c;
     struct ds4_glm_state *g = f->g;
-    const int H = c->n_head, KM = c->kmla, nr = c->n_rot, nope = KM - nr, R = c->kv_lora, W = c->head_dim;
-    const int K = c->idx_topk;
-    const float scale = 1.0f / sqrtf((float)KM);
-    float cs[DS4_MAX_ROT_DIM / 2], sn[DS4_MAX_ROT_DIM / 2];
-    /* q~_h = W_UK,h^T q_nope,h onto the latent */
-    for (int h = 0; h < H; h++)
-        mm(f, mat_expert(&lw->attn_k_b, h), g->q + (size_t)h * KM, (size_t)H * KM, T, g->qabs + (size_t)h * R,
-           (size_t)H * R);
-    const float *kv = g->kv[il];
-    for (int t = 0; t < T; t++) {
-        rope_angles(&f->s->m->rope_dense, p0 + t, cs, sn);
-        const int n = (int)(p0 + t) + 1;
-        const int ns = g->nsel[t] < 0 ? n : g->nsel[t];
-        const int *sel = g->nsel[t] < 0 ? NULL : g->sel + (size_t)t * K;
-        for (int h = 0; h < H; h++) {
-            float *qp = g->q + (size_t)t * H * KM + (size_t)h * KM + nope;
-            rope_apply(qp, nr, nr, cs, sn, 0);
-            const float *qa = g->qabs + (size_t)t * H * R + (size_t)h * R;
-            float mxs = -INFINITY;
-            for (int a = 0; a < ns; a++) {
-                const float *row = kv + (size_t)(sel ? sel[a] : a) * W;
-                float d = 0.0f, e = 0.0f;
-                for (int i = 0; i < R; i++) d += qa[i] * row[i];
-                for (int i = 0; i < nr; i++) e += qp[i] * row[R + i];
-                g->sc[a] = (d + e) * scale;
-                if (g->sc[a] > mxs) mxs = g->sc[a];
-            }
-            float sum = 0.0f;
-            for (int a = 0; a < ns; a++) { g->sc[a] = vec_expf(g->sc[a] - mxs); sum += g->sc[a]; }
-            float *lat = g->lat + (size_t)t * H * R + (size_t)h * R;
-            for (int i = 0; i < R; i++) lat[i] = 0.0f;
-            for (int a = 0; a < ns; a++) {
-                const float *row = kv + (size_t)(sel ? sel[a] : a) * W;
-                const float p = g->sc[a] / sum;
-                for (int i = 0; i < R; i++) lat[i] += p * row[i];
-            }
-        }
-    }
+    const int H = c->n_head, KM = c->kmla, R = c->kv_lora, W = c->head_dim, hr = c->n_rot / 2;
+    /* q~_h = W_UK,h^T q_nope,h onto the latent: the first R of each head's
+     * W-wide query row */
+    mm_heads(f, &lw->attn_k_b, g->q, (size_t)H * KM, (size_t)KM, T, g->qabs, (size_t)H * W, (size_t)W);
+    for (int t = 0; t < T; t++) rope_angles(&f->s->m->rope_dense, p0 + t, g->rcs + (size_t)t * hr, g->rsn + (size_t)t * hr);
+    att_job j = { .f = f, .kv = g->kv[il], .p0 = p0, .T = T };
+    ds4_pool_run(f->s->m->pool, att_task, &j);
     /* W_UV,h back out of the latent */
-    for (int h = 0; h < H; h++)
-        mm(f, mat_expert(&lw->attn_v_b, h), g->lat + (size_t)h * R, (size_t)H * R, T, g->o + (size_t)h * c->vmla,
-           (size_t)H * c->vmla);
+    mm_heads(f, &lw->attn_v_b, g->lat, (size_t)H * R, (size_t)R, T, g->o, (size_t)H * c->vmla, (size_t)c->vmla);
 }
 
 /* Sigmoid router (selection by sigmoid + exp_probs_b, ties to the lower
  * expert; weights the unbiased sigmoid, normalized, times the scale),
- * routed experts, plus the shared expert; the sum into g->moe. */
+ * routed experts, plus the shared expert; the sum into g->moe.  The
+ * routed experts go by expert, ascending, in batches of at most MC rows
+ * (every token an expert sees, its matmuls on all of them at once); a
+ * token's experts are ascending too (top_k's order), so its outputs are
+ * added in the same order, k = 0, 1, ..., as one token alone. */
 static void moe(glm_fwd *f, const ds4_layer_weights *lw, int T) {
     const ds4_config *c = f->c;
     struct ds4_glm_state *g = f->g;
     const int D = c->n_embd, E = c->n_expert, KU = c->n_expert_used, FE = c->n_ff_exp;
-    const int FS = FE * c->n_expert_shared;
+    const int FS = FE * c->n_expert_shared, MC = T > KU ? T : KU;
     mm(f, mat_of(&lw->ffn_gate_inp), g->cur, (size_t)D, T, g->rl, (size_t)E);
     const float *bias = (const float *)lw->exp_probs_b.data;
     float prob[DS4_MAX_EXPERT], selv[DS4_MAX_EXPERT];
     int ids[DS4_MAX_EXPERT];
-    scored *order = g->order;   /* [max(ctx, E)] */
+    int *cnt = g->ecnt;
+    memset(cnt, 0, ((size_t)E + 1) * sizeof *cnt);
     for (int t = 0; t < T; t++) {
         for (int e = 0; e < E; e++) {
             prob[e] = sigm(g->rl[(size_t)t * E + e]);
             selv[e] = bias ? prob[e] + bias[e] : prob[e];
         }
-        top_k(selv, order, E, KU, ids);
+        top_k(selv, E, KU, ids);
         float wsum = 0.0f, wt[DS4_MAX_EXPERT];
         for (int k = 0; k < KU; k++) { wt[k] = prob[ids[k]]; wsum += wt[k]; }
         if (c->expert_norm) {
             if (wsum < 6.103515625e-5f) wsum = 6.103515625e-5f;
             for (int k = 0; k < KU; k++) wt[k] /= wsum;
         }
-        float *out = g->moe + (size_t)t * D;
-        const float *x = g->cur + (size_t)t * D;
-        for (int i = 0; i < D; i++) out[i] = 0.0f;
         for (int k = 0; k < KU; k++) {
-            mm(f, mat_expert(&lw->ffn_gate_exps, ids[k]), x, (size_t)D, 1, g->eg, (size_t)FE);
-            mm(f, mat_expert(&lw->ffn_up_exps, ids[k]), x, (size_t)D, 1, g->eu, (size_t)FE);
-            swiglu_row(g->eg, g->eu, FE);
-            mm(f, mat_expert(&lw->ffn_down_exps, ids[k]), g->eg, (size_t)FE, 1, g->ed, (size_t)D);
-            const float s = wt[k] * c->expert_scale;
-            for (int i = 0; i < D; i++) out[i] += s * g->ed[i];
+            g->etok[(size_t)t * KU + k] = ids[k];
+            g->ewt[(size_t)t * KU + k] = wt[k] * c->expert_scale;
+            cnt[ids[k] + 1]++;
         }
+    }
+    /* cnt[e] = the first row of expert e in elist, tokens ascending */
+    for (int e = 0; e < E; e++) cnt[e + 1] += cnt[e];
+    for (int t = 0; t < T * KU; t++) {
+        const int e = g->etok[t];
+        g->elist[cnt[e]++] = t;
+    }
+    for (int e = E; e > 0; e--) cnt[e] = cnt[e - 1];
+    cnt[0] = 0;
+    /* the chunk's rows as gate's and up's activations, quantized once */
+    const mat_t g0 = mat_expert(&lw->ffn_gate_exps, 0), u0 = mat_expert(&lw->ffn_up_exps, 0);
+    const mat_t d0 = mat_expert(&lw->ffn_down_exps, 0);
+    const act_kind kg = act_kind_for(g0.type, f->s->no_qat), ku = act_kind_for(u0.type, f->s->no_qat);
+    const act_kind kd = act_kind_for(d0.type, f->s->no_qat);
+    const uint8_t *ag = (const uint8_t *)g->cur, *au = (const uint8_t *)g->cur;
+    size_t sg = (size_t)D * sizeof(float), su = sg;
+    if (kg != ACT_F32) {
+        sg = act_row_bytes(kg, D);
+        for (int t = 0; t < T; t++) act_quantize_row(f->cc.k, kg, g->cur + (size_t)t * D, D, (uint8_t *)g->qx + (size_t)t * sg);
+        ag = g->qx;
+    }
+    if (ku == kg) { au = ag; su = sg; }
+    else if (ku != ACT_F32) {
+        su = act_row_bytes(ku, D);
+        for (int t = 0; t < T; t++) act_quantize_row(f->cc.k, ku, g->cur + (size_t)t * D, D, (uint8_t *)g->qx2 + (size_t)t * su);
+        au = g->qx2;
+    }
+    const size_t sd = kd == ACT_F32 ? (size_t)FE * sizeof(float) : act_row_bytes(kd, FE);
+    memset(g->moe, 0, (size_t)T * D * sizeof(float));
+    mm_group *gr = g->grp;
+    for (int e0 = 0; e0 < E;) {
+        /* the batch: experts e0 .. e1 - 1, at most MC rows (an expert has at
+         * most T) */
+        int e1 = e0;
+        while (e1 < E && cnt[e1 + 1] - cnt[e0] <= MC) e1++;
+        const int r0 = cnt[e0], nr = cnt[e1] - r0;
+        for (int r = 0; r < nr; r++) g->erow[r] = g->elist[r0 + r] / KU;
+        int ng = 0;
+        for (int e = e0; e < e1; e++) {
+            const int n = cnt[e + 1] - cnt[e], o = cnt[e] - r0;
+            if (!n) continue;
+            gr[ng++] = (mm_group){ .W = mat_expert(&lw->ffn_gate_exps, e), .kind = kg, .act = ag, .act_stride = sg,
+                                   .rows = g->erow + o, .n_rows = n, .out = g->eg + (size_t)o * FE,
+                                   .out_stride = (size_t)FE };
+            gr[ng++] = (mm_group){ .W = mat_expert(&lw->ffn_up_exps, e), .kind = ku, .act = au, .act_stride = su,
+                                   .rows = g->erow + o, .n_rows = n, .out = g->eu + (size_t)o * FE,
+                                   .out_stride = (size_t)FE };
+        }
+        cpu_matmul_groups(&f->cc, gr, ng);
+        for (int r = 0; r < nr; r++) {
+            float *row = g->eg + (size_t)r * FE;
+            swiglu_row(row, g->eu + (size_t)r * FE, FE);
+            if (kd != ACT_F32) act_quantize_row(f->cc.k, kd, row, FE, (uint8_t *)g->qs + (size_t)r * sd);
+        }
+        const uint8_t *ad = kd == ACT_F32 ? (const uint8_t *)g->eg : (const uint8_t *)g->qs;
+        ng = 0;
+        for (int e = e0; e < e1; e++) {
+            const int n = cnt[e + 1] - cnt[e], o = cnt[e] - r0;
+            if (!n) continue;
+            gr[ng++] = (mm_group){ .W = mat_expert(&lw->ffn_down_exps, e), .kind = kd, .act = ad + (size_t)o * sd,
+                                   .act_stride = sd, .n_rows = n, .out = g->ed + (size_t)o * D,
+                                   .out_stride = (size_t)D };
+        }
+        cpu_matmul_groups(&f->cc, gr, ng);
+        for (int r = 0; r < nr; r++) {
+            const float s = g->ewt[g->elist[r0 + r]];
+            float *out = g->moe + (size_t)g->erow[r] * D;
+            const float *ed = g->ed + (size_t)r * D;
+            for (int i = 0; i < D; i++) out[i] += s * ed[i];
+        }
+        e0 = e1;
     }
     mm(f, mat_of(&lw->ffn_gate_shexp), g->cur, (size_t)D, T, g->g, (size_t)FS);
     mm(f, mat_of(&lw->ffn_up_shexp), g->cur, (size_t)D, T, g->u, (size_t)FS);
