@@ -15,7 +15,12 @@ a file is a pure function of (ARCH, seed, --set, vocabulary).  The tokenizer
 keys (tokenizer.*) are copied from VOCAB (default: the shared mini test
 vocabulary, 4096 ids); token ids are used directly, nothing is tokenized.
 --set overrides one hyper-parameter of the shape table below (e.g.
---set top_k=16), before the tensors are drawn.  --type stores the matrices
+--set top_k=16), before the tensors are drawn; glm-dsa's --set nextn=1
+appends a NextN (MTP) layer blk.<n_layer>.* in llama.cpp's names
+(nextn.eh_proj/enorm/hnorm and a full MoE decoder layer; with
+--set nextn_head=1 also nextn.embed_tokens/shared_head_norm/
+shared_head_head), drawn after every other tensor, so the main model is
+the file without it.  --type stores the matrices
 (2 dims and more) as F16 or Q8_0 (Q8_0 only where a row is whole blocks of
 32; the others stay F32); vectors stay F32.  Default F32.
 
@@ -188,6 +193,12 @@ GLM_DSA = dict(
     idx_freq=4, idx_offset=3, write_types=True,
     n_ff=96, n_expert=8, n_used=2, n_ff_exp=32, n_shared=1,
     rope_theta=8e6, rms_eps=1e-5, route_scale=2.5, ctx=1048576,
+    # NextN (MTP) layers appended after the n_layer main ones (llama.cpp:
+    # block_count counts them, nextn_predict_layers says how many); with
+    # nextn_head=1 the optional nextn.shared_head_norm / shared_head_head /
+    # embed_tokens are written too (else the block falls back to
+    # output_norm, output and token_embd)
+    nextn=0, nextn_head=0,
 )
 
 
@@ -247,7 +258,9 @@ def write_glm_dsa(path, c, tok_kv, n_vocab, seed, wtype="f32"):
     E, H, L = c["n_embd"], c["n_head"], c["n_layer"]
     w.add("{arch}.context_length", U32, c["ctx"])
     w.add("{arch}.embedding_length", U32, E)
-    w.add("{arch}.block_count", U32, L)
+    w.add("{arch}.block_count", U32, L + c["nextn"])
+    if c["nextn"]:
+        w.add("{arch}.nextn_predict_layers", U32, c["nextn"])
     w.add("{arch}.feed_forward_length", U32, c["n_ff"])
     w.add("{arch}.attention.head_count", U32, H)
     w.add("{arch}.attention.head_count_kv", U32, 1)     # MLA absorbed = MQA
@@ -275,32 +288,52 @@ def write_glm_dsa(path, c, tok_kv, n_vocab, seed, wtype="f32"):
 
     d = Draw(seed)
     w.tensor("token_embd.weight", d.rng.standard_normal((n_vocab, E)))
-    kmla = c["qk_nope"] + c["qk_rope"]
     for il in range(L):
-        p = "blk.%d." % il
-        w.tensor(p + "attn_norm.weight", d.norm(E))
-        w.tensor(p + "attn_q_a.weight", d.lin(c["q_lora"], E))
-        w.tensor(p + "attn_q_a_norm.weight", d.norm(c["q_lora"]))
-        w.tensor(p + "attn_q_b.weight", d.lin(H * kmla, c["q_lora"]))
-        w.tensor(p + "attn_kv_a_mqa.weight", d.lin(c["kv_lora"] + c["qk_rope"], E))
-        w.tensor(p + "attn_kv_a_norm.weight", d.norm(c["kv_lora"]))
-        # ggml {qk_nope, kv_lora, n_head}: per head W_UK^T (kv_lora x qk_nope)
-        w.tensor(p + "attn_k_b.weight", np.stack([d.lin(c["kv_lora"], c["qk_nope"]) for _ in range(H)]))
-        # ggml {kv_lora, v_head, n_head}: per head W_UV (v_head x kv_lora)
-        w.tensor(p + "attn_v_b.weight", np.stack([d.lin(c["v_head"], c["kv_lora"]) for _ in range(H)]))
-        w.tensor(p + "attn_output.weight", d.lin(E, H * c["v_head"]))
-        if full[il]:
-            D, IH = c["idx_dim"], c["idx_head"]
-            w.tensor(p + "indexer.attn_q_b.weight", d.lin(IH * D, c["q_lora"]))
-            w.tensor(p + "indexer.attn_k.weight", d.lin(D, E))
-            w.tensor(p + "indexer.k_norm.weight", d.norm(D))
-            w.tensor(p + "indexer.k_norm.bias", d.small(D))
-            w.tensor(p + "indexer.proj.weight", d.lin(IH, E))
-        w.tensor(p + "ffn_norm.weight", d.norm(E))
-        ffn_tensors(w, d, c, il, p)
+        glm_dsa_layer(w, d, c, il, full[il])
     w.tensor("output_norm.weight", d.norm(E))
     w.tensor("output.weight", d.lin(n_vocab, E))
+    # the NextN layers (blk.L.. after the output tensors, as the converter
+    # appends them): the llama.cpp names of load_arch_tensors, a full
+    # decoder layer (MoE, with an indexer as GLM's checkpoint has one)
+    # plus the nextn.* wiring
+    for il in range(L, L + c["nextn"]):
+        p = "blk.%d." % il
+        w.tensor(p + "nextn.eh_proj.weight", d.lin(E, 2 * E))      # ggml {2E, E}: [enorm(e); hnorm(h)]
+        w.tensor(p + "nextn.enorm.weight", d.norm(E))
+        w.tensor(p + "nextn.hnorm.weight", d.norm(E))
+        if c["nextn_head"]:
+            w.tensor(p + "nextn.embed_tokens.weight", d.rng.standard_normal((n_vocab, E)))
+            w.tensor(p + "nextn.shared_head_norm.weight", d.norm(E))
+            w.tensor(p + "nextn.shared_head_head.weight", d.lin(n_vocab, E))
+        glm_dsa_layer(w, d, c, il, True)
     w.write(path)
+
+
+def glm_dsa_layer(w, d, c, il, full):
+    """The tensors of decoder layer il (blk.il.*) in file order."""
+    E, H = c["n_embd"], c["n_head"]
+    kmla = c["qk_nope"] + c["qk_rope"]
+    p = "blk.%d." % il
+    w.tensor(p + "attn_norm.weight", d.norm(E))
+    w.tensor(p + "attn_q_a.weight", d.lin(c["q_lora"], E))
+    w.tensor(p + "attn_q_a_norm.weight", d.norm(c["q_lora"]))
+    w.tensor(p + "attn_q_b.weight", d.lin(H * kmla, c["q_lora"]))
+    w.tensor(p + "attn_kv_a_mqa.weight", d.lin(c["kv_lora"] + c["qk_rope"], E))
+    w.tensor(p + "attn_kv_a_norm.weight", d.norm(c["kv_lora"]))
+    # ggml {qk_nope, kv_lora, n_head}: per head W_UK^T (kv_lora x qk_nope)
+    w.tensor(p + "attn_k_b.weight", np.stack([d.lin(c["kv_lora"], c["qk_nope"]) for _ in range(H)]))
+    # ggml {kv_lora, v_head, n_head}: per head W_UV (v_head x kv_lora)
+    w.tensor(p + "attn_v_b.weight", np.stack([d.lin(c["v_head"], c["kv_lora"]) for _ in range(H)]))
+    w.tensor(p + "attn_output.weight", d.lin(E, H * c["v_head"]))
+    if full:
+        D, IH = c["idx_dim"], c["idx_head"]
+        w.tensor(p + "indexer.attn_q_b.weight", d.lin(IH * D, c["q_lora"]))
+        w.tensor(p + "indexer.attn_k.weight", d.lin(D, E))
+        w.tensor(p + "indexer.k_norm.weight", d.norm(D))
+        w.tensor(p + "indexer.k_norm.bias", d.small(D))
+        w.tensor(p + "indexer.proj.weight", d.lin(IH, E))
+    w.tensor(p + "ffn_norm.weight", d.norm(E))
+    ffn_tensors(w, d, c, il, p)
 
 
 GLM5_NEXT = dict(

@@ -30,6 +30,14 @@
 #  3b. IndexShare without attention.indexer.types: llama.cpp's defaults
 #     (context >= 2^20: the GLM 5.2 pattern; shorter: every layer full) are
 #     the reference's, checked as in 1.
+#  3c. glm-dsa's NextN (MTP) block: llama.cpp's MTP context (llama_logits
+#     mtp: the main model's normed states, then the block over the same
+#     tokens with the state of p - 1 beside token p) against glm_ref.py
+#     --mtp and against ds4's drafts (tests/test_glm_mtp.c), 2e-5 and the
+#     same top-1 before the first indexer tie of the main model (measured
+#     ~1.2e-6); with the block's own embed/norm/head tensors too.  The
+#     main model's state before its output norm, or [hnorm(h); enorm(e)],
+#     would be off by ~1 (relative).
 #  4. glm5-next (no graph in this llama.cpp release): the reference against
 #     itself on a 6-layer file (4 KDA, 2 DSA with the k-pool indexer, HC,
 #     MoE with the clamp) over the same 300 ids: the KDA kernel's chunked
@@ -136,6 +144,32 @@ for v in "1048576 glm52" "202752 allfull"; do
             ok "glm-dsa without indexer.types, context $1: the default IndexShare pattern agrees with llama.cpp"
         else sed 's/^/     /' "$T/$2.cmp"; bad "glm-dsa without indexer.types, context $1"; fi
     else bad "glm_gguf.py glm-dsa (no types, context $1):"; cat "$T/gen$2.log"; fi
+done
+
+# --- 3c. the NextN (MTP) block against llama.cpp's MTP context -------------
+# (its draft logits at every position: token p beside the main model's
+# normed state after p - 1; with and without the block's own head tensors)
+TM="${DS4_BUILD_DIR:-build}/tests/test_glm_mtp"
+for nx in "n nextn=1" "nh nextn_head=1"; do
+    # shellcheck disable=SC2086
+    set -- $nx
+    if $PY tests/glm_gguf.py glm-dsa "$T/$1.gguf" --set nextn=1 --set "$2" > "$T/gen$1.log" 2>&1 &&
+            "$LL" mtp -m "$T/$1.gguf" --tokens-file "$T/ids300.txt" -o "$T/$1.llm" -t 2 > "$T/$1.lllog" 2>&1 &&
+            $PY tests/oracle/glm_ref.py "$T/$1.gguf" --tokens-file "$T/ids300.txt" -o "$T/$1.main" \
+                --indexer "$T/$1.ix" > "$T/$1.reflog" 2>&1 &&
+            $PY tests/oracle/glm_ref.py "$T/$1.gguf" --tokens-file "$T/ids300.txt" --mtp "$T/$1.refm" \
+                >> "$T/$1.reflog" 2>&1; then
+        if $PY tests/llamacpp_compare.py "$T/$1.refm" "$T/$1.llm" "$T/$1.ix" 4096 4 --tol 2e-5 --tie-eps 1e-5 \
+                --min-selecting 200 > "$T/$1.mcmp" 2>&1; then
+            sed 's/^/     /' "$T/$1.mcmp"
+            ok "glm-dsa NextN ($2): glm_ref.py --mtp == llama.cpp's MTP context before the first indexer tie"
+        else sed 's/^/     /' "$T/$1.mcmp"; bad "glm-dsa NextN ($2): glm_ref.py --mtp vs llama.cpp"; fi
+        if [ -x "$TM" ] && "$TM" "$T/$1.gguf" "$T/ids300.txt" "$T/$1.ds4m" "$T/$1.ch" "$T/$1.chd" > "$T/$1.tm" 2>&1 &&
+                $PY tests/llamacpp_compare.py "$T/$1.ds4m" "$T/$1.llm" "$T/$1.ix" 4096 4 --tol 2e-5 --tie-eps 1e-5 \
+                    --min-selecting 200 > "$T/$1.dcmp" 2>&1; then
+            ok "glm-dsa NextN ($2): ds4's draft logits == llama.cpp's MTP context before the first indexer tie"
+        else sed 's/^/     /' "$T/$1.dcmp" 2>/dev/null; tail -3 "$T/$1.tm"; bad "glm-dsa NextN ($2): ds4 vs llama.cpp"; fi
+    else bad "glm-dsa NextN ($2): a step failed:"; tail -3 "$T/gen$1.log" "$T/$1.lllog" "$T/$1.reflog"; fi
 done
 
 # --- 4. glm5-next: recurrent == chunked, prefill == steps == chunks -------

@@ -1892,7 +1892,8 @@ int main(int argc, char **argv) {
     if (!glm && strcmp(arch, "deepseek4")) usage_error("--arch \"%s\" is unknown (deepseek4 or glm-dsa)", arch);
     if (glm) {
         if (!preset) usage_error("--preset is required (glm-dsa: tiny or glm52)");
-        if (mtp) usage_error("--mtp is not supported with --arch glm-dsa (its NextN block is not bound)");
+        if (mtp) usage_error("--mtp is not supported with --arch glm-dsa (tests/glm_gguf.py --set nextn=1 "
+                             "writes its NextN block)");
         if (hf_out) usage_error("--hf-out is not supported with --arch glm-dsa (DeepSeek's checkpoint layout only)");
         if (n_sets) usage_error("--set is not supported with --arch glm-dsa (deepseek4.* keys only)");
         if (!recipe) usage_error("--recipe is required (glm-dsa: f32, f16 or q8_0)");

@@ -17,6 +17,13 @@
  *       file has them, flash attention off, F32 KV cache, no weight
  *       repacking.  --batch N evaluates N tokens per llama_decode (default:
  *       all at once).
+ *   llama_logits mtp -m MODEL --tokens-file IDS.txt -o OUT.f32 [-t THREADS]
+ *       the NextN (MTP) block's draft logits at every position (glm-dsa,
+ *       tests/t_glm_mtp.sh), float32 [n_tokens][n_vocab]: the model's
+ *       normed hidden states of every position (a context with the NextN
+ *       embeddings on), then llama.cpp's MTP context over the same tokens
+ *       with the state of position p - 1 beside token p (zero at 0), as its
+ *       speculative decoding feeds it; exact mode as above.
  *   llama_logits bench -m MODEL --prefill N --decode M [-t THREADS]
  *                [--reps R] [--repack]
  *       R rounds of: a fresh context with llama.cpp's default settings
@@ -43,6 +50,13 @@
 
 #include "llama.h"
 #include "ggml-backend.h"
+
+/* The release's NextN staging API (src/llama-ext.h) has C++ linkage, and
+ * its header is not in the package: the two functions the mtp mode calls,
+ * by their exported (mangled) names. */
+void ext_set_embeddings_nextn(struct llama_context *c, bool value, bool masked)
+    __asm__("_Z26llama_set_embeddings_nextnP13llama_contextbb");
+float *ext_get_embeddings_nextn(struct llama_context *c) __asm__("_Z26llama_get_embeddings_nextnP13llama_context");
 
 static double now_s(void) {
     struct timespec t;
@@ -87,13 +101,14 @@ static void quiet_log(enum ggml_log_level level, const char *text, void *ud) {
 
 typedef struct {
     const char *mode, *model, *ids, *out;
-    int batch, threads, prefill, decode, reps, repack, gating;
+    int batch, threads, prefill, decode, reps, repack, gating, mtp;
 } opts;
 
 static struct llama_model *load_model(const opts *o) {
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     mp.use_extra_bufts = o->repack != 0;
+    mp.load_mtp = o->mtp != 0;
     static struct llama_model_kv_override kv[2];
     if (o->gating) {
         memset(kv, 0, sizeof kv);
@@ -111,9 +126,10 @@ static struct llama_model *load_model(const opts *o) {
  * per llama_decode); otherwise llama.cpp's defaults as its own tools use
  * them (F16 KV, flash attention when the backend takes it, n_batch 2048,
  * n_ubatch 512), which is what the benchmark measures. */
-static struct llama_context *new_ctx(struct llama_model *m, const opts *o, int n_ctx, int n_batch,
-                                     int exact) {
+static struct llama_context *new_ctx_type(struct llama_model *m, const opts *o, int n_ctx, int n_batch,
+                                          int exact, enum llama_context_type type) {
     struct llama_context_params cp = llama_context_default_params();
+    cp.ctx_type = type;
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_seq_max = 1;
     cp.n_threads = o->threads;
@@ -129,6 +145,67 @@ static struct llama_context *new_ctx(struct llama_model *m, const opts *o, int n
     struct llama_context *c = llama_init_from_model(m, cp);
     if (!c) die("llama.cpp could not create a context for %s", o->model);
     return c;
+}
+
+static struct llama_context *new_ctx(struct llama_model *m, const opts *o, int n_ctx, int n_batch, int exact) {
+    return new_ctx_type(m, o, n_ctx, n_batch, exact, LLAMA_CONTEXT_TYPE_DEFAULT);
+}
+
+/* mtp mode (see the top): one decode of every token in each context */
+static int run_mtp(const opts *o) {
+    int n;
+    llama_token *ids = read_ids(o->ids, &n);
+    struct llama_model *m = load_model(o);
+    if (llama_model_n_layer_nextn(m) < 1) die("%s has no NextN layer", o->model);
+    const int nv = llama_vocab_n_tokens(llama_model_get_vocab(m)), ne = llama_model_n_embd(m);
+    struct llama_context *tgt = new_ctx(m, o, n + 16, n, 1);
+    ext_set_embeddings_nextn(tgt, 1, 0);
+    struct llama_batch b = llama_batch_init(n, 0, 1);
+    for (int i = 0; i < n; i++) {
+        b.token[i] = ids[i];
+        b.pos[i] = i;
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = 0;
+        b.logits[i] = 1;
+    }
+    b.n_tokens = n;
+    if (llama_decode(tgt, b) != 0) die("llama_decode failed on the main model of %s", o->model);
+    const float *h = ext_get_embeddings_nextn(tgt);
+    if (!h) die("no NextN embeddings from %s", o->model);
+    struct llama_context *dft = new_ctx_type(m, o, n + 16, n, 1, LLAMA_CONTEXT_TYPE_MTP);
+    ext_set_embeddings_nextn(dft, 1, 1);
+    /* llama_batch_init makes tokens or embeddings; the MTP batch has both */
+    struct llama_batch d = llama_batch_init(n, ne, 1);
+    d.token = malloc((size_t)n * sizeof *d.token);
+    if (!d.token) die("out of memory%s", "");
+    for (int i = 0; i < n; i++) {
+        d.token[i] = ids[i];
+        d.pos[i] = i;
+        d.n_seq_id[i] = 1;
+        d.seq_id[i][0] = 0;
+        d.logits[i] = 1;
+        if (i) memcpy(d.embd + (size_t)i * ne, h + (size_t)(i - 1) * ne, (size_t)ne * sizeof(float));
+        else memset(d.embd, 0, (size_t)ne * sizeof(float));
+    }
+    d.n_tokens = n;
+    if (llama_decode(dft, d) != 0) die("llama_decode failed in the MTP context of %s", o->model);
+    FILE *f = fopen(o->out, "wb");
+    if (!f) die("cannot create %s", o->out);
+    for (int i = 0; i < n; i++) {
+        const float *lg = llama_get_logits_ith(dft, i);
+        if (!lg || fwrite(lg, sizeof(float), (size_t)nv, f) != (size_t)nv) die("cannot write %s", o->out);
+    }
+    if (fclose(f) != 0) die("cannot write %s", o->out);
+    free(d.token);
+    d.token = NULL;
+    llama_batch_free(d);
+    llama_batch_free(b);
+    llama_free(dft);
+    llama_free(tgt);
+    llama_model_free(m);
+    free(ids);
+    fprintf(stderr, "llama_logits: %d positions x %d MTP logits -> %s\n", n, nv, o->out);
+    return 0;
 }
 
 static int run_logits(const opts *o) {
@@ -236,6 +313,7 @@ static int run_bench(const opts *o) {
 
 static void usage(void) {
     fputs("usage: llama_logits logits -m MODEL --tokens-file IDS -o OUT.f32 [--batch N] [-t THREADS] [--gating-override]\n"
+          "       llama_logits mtp -m MODEL --tokens-file IDS -o OUT.f32 [-t THREADS]\n"
           "       llama_logits bench -m MODEL --prefill N --decode M [--reps R] [-t THREADS] [--repack] [--gating-override]\n",
           stderr);
     exit(2);
@@ -263,6 +341,7 @@ int main(int argc, char **argv) {
         else usage();
     }
     if (!o.model || o.threads < 1) usage();
+    o.mtp = !strcmp(o.mode, "mtp");
     llama_log_set(quiet_log, NULL);
     /* the CPU backend is a set of per-ISA libraries beside libggml; the
      * best one for this CPU is loaded from GGML_BACKEND_DIR (the folder of
@@ -287,6 +366,9 @@ int main(int argc, char **argv) {
     if (!strcmp(o.mode, "logits")) {
         if (!o.ids || !o.out) usage();
         rc = run_logits(&o);
+    } else if (!strcmp(o.mode, "mtp")) {
+        if (!o.ids || !o.out) usage();
+        rc = run_mtp(&o);
     } else if (!strcmp(o.mode, "bench")) {
         if (o.prefill < 1 || o.decode < 0 || o.reps < 1) usage();
         rc = run_bench(&o);

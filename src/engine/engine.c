@@ -131,6 +131,8 @@ static void q8_mark_all(ds4_model *m) {
         q8_mark(m->pool, &w->mtp.e_proj);
         q8_mark(m->pool, &w->mtp.h_proj);
         q8_mark(m->pool, &w->mtp.hc_head_fn);
+        q8_mark(m->pool, &w->mtp.eh_proj);
+        q8_mark(m->pool, &w->mtp.head);
         q8_mark_layer(m->pool, &w->mtp.block);
     }
 }
@@ -263,9 +265,8 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     /* the MTP block (docs/MTP.md): a sidecar named by --mtp, else the main
      * file's mtp.0.* tensors when it has them; not under --dist (a part
      * file holds layers only) */
-    if (m->w.cfg.arch == DS4_ARCH_GLM_DSA && (p->ssd_streaming || p->mtp_path)) {
-        ds4_set_err(err, DS4_EUNSUP, "%s: %s is not supported for glm-dsa models yet", path,
-                    p->ssd_streaming ? "--ssd-streaming" : "--mtp");
+    if (m->w.cfg.arch == DS4_ARCH_GLM_DSA && p->ssd_streaming) {
+        ds4_set_err(err, DS4_EUNSUP, "%s: --ssd-streaming is not supported for glm-dsa models yet", path);
         goto fail;
     }
     if (p->mtp_path && dist_on()) {
@@ -276,9 +277,8 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         m->mtp_gf = gguf_open(p->mtp_path, err);
         gguf_guard(m->mtp_gf);
         if (!m->mtp_gf || ds4_weights_bind_mtp(m->mtp_gf, &m->w, 1, err) != DS4_OK) goto fail;
-    } else if (!dist_on() && m->w.cfg.arch == DS4_ARCH_DEEPSEEK4 &&
-               ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
-        /* (glm-dsa's NextN block is not bound) */
+    } else if (!dist_on() && ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
+        /* (glm-dsa: its NextN block, blk.<n_layer>.*, when the file has it) */
         goto fail;
     }
     m->tok = ds4_tokenizer_load(path, err);

@@ -183,7 +183,9 @@ typedef struct {
 
 /* The MTP block's state (mtp.c, docs/MTP.md): a window-only layer whose
  * rows follow the main session, the main model's final HC state of recent
- * positions (its input), and the draft chain's own HC state. */
+ * positions (its input), and the draft chain's own HC state.  glm-dsa
+ * (one stream: n_embd floats a state): ls is unused (the NextN block's
+ * rows are glm_dsa.c's), H holds the main model's normed states. */
 typedef struct {
     layer_state ls;           /* raw window: rows of positions [n - raw_len, n) */
     int n;
@@ -252,6 +254,14 @@ uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx);
  * higher score first, ties to the lower index (the indexer's and the
  * router's selection; tests/test_glm_topk.c against a full sort) */
 void ds4_glm_top_k(const float *sc, int n, int k, int *out);
+/* glm_dsa.c, for mtp.c: one step of the NextN block (w.has_mtp): the
+ * token at position p (>= toks.n) and the state before it (the main
+ * model's normed state, or the previous step's; NULL = zero), over the
+ * block's rows of the positions before p; leaves the normed state in
+ * s->mtp->hc (n_embd floats) and the draft logits in s->mtp->logits.  The
+ * block's rows of evaluated positions are made by eval_chunk itself (the
+ * main states go to s->mtp's ring, ds4_mtp_note_hidden). */
+int ds4_glm_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p);
 
 /* mtp_state.c: session hooks.  new/free with the session; note_hidden is
  * called by the forward with the final HC state of a chunk's tokens (before

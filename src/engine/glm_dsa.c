@@ -7,6 +7,9 @@
  * layer's selection), leading dense SwiGLU layers, then the sigmoid MoE
  * with the selection bias plus the shared expert; final norm and head.
  * The float64 reference is tests/oracle/glm_ref.py (GlmDsa.forward).
+ * The NextN (MTP) block, when bound (docs/family.md, "MTP"): its cached
+ * rows follow every evaluated position (glm_mtp_rows), and one draft step
+ * runs the block (ds4_glm_mtp_step, called by mtp.c).
  *
  * Owns: the glm-dsa forward pass of a chunk of tokens on a session and its
  * per-session state (ds4_glm_state: every layer's cached rows, every full
@@ -29,8 +32,12 @@
 #include "engine/engine_internal.h"
 
 struct ds4_glm_state {
-    float **kv;        /* [n_layer] -> [ctx][kv_lora + n_rot] */
+    float **kv;        /* [n_layer + 1] -> [ctx][kv_lora + n_rot]; [n_layer]: the
+                          NextN block's rows (NULL without one) */
     float **ik;        /* [n_layer] -> [ctx][idx_dim] (full layers), else NULL */
+    float *cat;        /* NextN: [T][2 n_embd] its input [enorm(e); hnorm(h)] */
+    int64_t mtp_hi;    /* NextN rows [0, mtp_hi) are those of the tokens
+                          s->toks.v[0 .. mtp_hi) (past toks.n after a rewind) */
     /* the chunk's scratch, T = s->chunk rows */
     float *x, *cur, *qr, *q, *kva, *iq, *iw, *lat, *o, *y;
     float *qabs;       /* [T][H][head_dim]: W_UK,h^T q_nope,h then the RoPE'd q_pe,h, one
@@ -60,11 +67,11 @@ void ds4_glm_state_free(ds4_session *s) {
     struct ds4_glm_state *g = s->glm;
     if (!g) return;
     const int L = s->m->w.cfg.n_layer;
-    for (int il = 0; il < L; il++) {
+    for (int il = 0; il <= L; il++) {
         if (g->kv) free(g->kv[il]);
         if (g->ik) free(g->ik[il]);
     }
-    free(g->kv); free(g->ik);
+    free(g->kv); free(g->ik); free(g->cat);
     free(g->x); free(g->cur); free(g->qr); free(g->q); free(g->kva); free(g->iq); free(g->iw);
     free(g->qabs); free(g->lat); free(g->o); free(g->y); free(g->g); free(g->u); free(g->rl);
     free(g->moe); free(g->rcs); free(g->rsn); free(g->sel); free(g->nsel); free(g->eg); free(g->eu);
@@ -85,9 +92,13 @@ int ds4_glm_state_new(ds4_session *s) {
     struct ds4_glm_state *g = calloc(1, sizeof *g);
     if (!g) return DS4_ENOMEM;
     s->glm = g;
-    g->kv = calloc((size_t)c->n_layer, sizeof *g->kv);
-    g->ik = calloc((size_t)c->n_layer, sizeof *g->ik);
+    g->kv = calloc((size_t)c->n_layer + 1, sizeof *g->kv);
+    g->ik = calloc((size_t)c->n_layer + 1, sizeof *g->ik);
     if (!g->kv || !g->ik) return DS4_ENOMEM;
+    const int nextn = s->m->w.has_mtp;
+    if (nextn && (!(g->kv[c->n_layer] = malloc(ctx * W * sizeof(float))) ||
+                  !(g->cat = malloc(T * 2 * D * sizeof(float)))))
+        return DS4_ENOMEM;
     for (int il = 0; il < c->n_layer; il++) {
         g->kv[il] = malloc(ctx * W * sizeof(float));
         if (!g->kv[il]) return DS4_ENOMEM;
@@ -95,6 +106,7 @@ int ds4_glm_state_new(ds4_session *s) {
     }
     size_t widest = mx(mx(D, (size_t)c->q_lora), mx(H * (size_t)c->vmla, mx(F, (size_t)c->n_ff_exp)));
     widest = mx(widest, mx((size_t)c->kmla, (size_t)c->kv_lora));
+    if (nextn) widest = mx(widest, 2 * D);
     const size_t qrow = mx(act_row_bytes(ACT_Q8_0A, (int)widest), act_row_bytes(ACT_Q8_K, (int)widest));
     const size_t hw = mx((size_t)c->kmla, (size_t)c->kv_lora);   /* a head's row of k_b / v_b */
     const size_t qhead = H * mx(mx(act_row_bytes(ACT_Q8_0A, (int)hw), act_row_bytes(ACT_Q8_K, (int)hw)), hw * 4);
@@ -120,7 +132,7 @@ int ds4_glm_state_new(ds4_session *s) {
 
 uint64_t ds4_glm_kv_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
-    uint64_t b = 0;
+    uint64_t b = s->m->w.has_mtp ? (uint64_t)s->toks.n * (uint64_t)c->head_dim * 4 : 0;
     for (int il = 0; il < c->n_layer; il++)
         b += (uint64_t)s->toks.n * ((uint64_t)c->head_dim + (s->m->w.layers[il].own_indexer ? c->idx_dim : 0)) * 4;
     return b;
@@ -129,7 +141,8 @@ uint64_t ds4_glm_kv_bytes(const ds4_session *s) {
 void ds4_glm_plan_token(const ds4_weights *w, ds4_glm_kv_token *k) {
     const ds4_config *c = &w->cfg;
     memset(k, 0, sizeof *k);
-    k->layers = c->n_layer;
+    /* the NextN block, when bound, keeps a cached row per token too */
+    k->layers = c->n_layer + (w->has_mtp ? 1 : 0);
     k->row = c->head_dim;
     k->idx_row = c->idx_dim;
     k->elem = sizeof(float);
@@ -589,6 +602,56 @@ static void moe(glm_fwd *f, const ds4_layer_weights *lw, int T) {
     for (size_t i = 0; i < (size_t)T * D; i++) g->moe[i] += g->y[i];
 }
 
+/* The cached rows of layer il for positions p0.. from its normed input
+ * rows `in` (stride n_embd): the normed latent, then the RoPE key. */
+static void kv_rows(glm_fwd *f, const ds4_layer_weights *lw, int il, const float *in, int64_t p0, int T) {
+    const ds4_config *c = f->c;
+    const int R = c->kv_lora, W = c->head_dim, nr = c->n_rot;
+    float cs[DS4_MAX_ROT_DIM / 2], sn[DS4_MAX_ROT_DIM / 2];
+    float *kv = f->g->kv[il] + (size_t)p0 * W;
+    mm(f, mat_of(&lw->attn_kv), in, (size_t)c->n_embd, T, kv, (size_t)W);
+    for (int t = 0; t < T; t++) {
+        float *row = kv + (size_t)t * W;
+        rms_norm(row, (const float *)lw->attn_kv_a_norm.data, R, c->rms_eps, row);
+        rope_angles(&f->s->m->rope_dense, p0 + t, cs, sn);
+        rope_apply(row + R, nr, nr, cs, sn, 0);
+    }
+}
+
+/* One decoder layer over the chunk's residual rows g->x (positions
+ * p0..): its cached rows into g->kv[il], attention, the FFN.  dense_attn:
+ * every visible row (the NextN block, which llama.cpp runs without the
+ * indexer); else the layer's own indexer's selection, or the previous
+ * full layer's (IndexShare). */
+static void layer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T, int dense_attn) {
+    const ds4_config *c = f->c;
+    struct ds4_glm_state *g = f->g;
+    const int D = c->n_embd, H = c->n_head;
+    norm_rows(g->x, (size_t)D, &lw->attn_norm, T, D, c->rms_eps, g->cur, (size_t)D);
+    mm(f, mat_of(&lw->attn_q_a), g->cur, (size_t)D, T, g->qr, (size_t)c->q_lora);
+    norm_rows(g->qr, (size_t)c->q_lora, &lw->attn_q_a_norm, T, c->q_lora, c->rms_eps, g->qr, (size_t)c->q_lora);
+    mm(f, mat_of(&lw->attn_q_b), g->qr, (size_t)c->q_lora, T, g->q, (size_t)H * c->kmla);
+    kv_rows(f, lw, il, g->cur, p0, T);
+    if (dense_attn) for (int t = 0; t < T; t++) g->nsel[t] = -1;
+    else if (lw->own_indexer) indexer(f, lw, il, p0, T);
+    attention(f, lw, il, p0, T);
+    mm(f, mat_of(&lw->attn_output), g->o, (size_t)H * c->vmla, T, g->y, (size_t)D);
+    for (size_t i = 0; i < (size_t)T * D; i++) g->x[i] += g->y[i];
+    norm_rows(g->x, (size_t)D, &lw->ffn_norm, T, D, c->rms_eps, g->cur, (size_t)D);
+    if (lw->dense) {
+        const int FF = c->n_ff;
+        mm(f, mat_of(&lw->ffn_gate), g->cur, (size_t)D, T, g->g, (size_t)FF);
+        mm(f, mat_of(&lw->ffn_up), g->cur, (size_t)D, T, g->u, (size_t)FF);
+        for (int t = 0; t < T; t++) swiglu_row(g->g + (size_t)t * FF, g->u + (size_t)t * FF, FF);
+        mm(f, mat_of(&lw->ffn_down), g->g, (size_t)FF, T, g->moe, (size_t)D);
+    } else {
+        moe(f, lw, T);
+    }
+    for (size_t i = 0; i < (size_t)T * D; i++) g->x[i] += g->moe[i];
+}
+
+static int glm_mtp_rows(glm_fwd *f, const int32_t *toks, int64_t p0, int T);
+
 const float *ds4_glm_logits(const ds4_session *s) { return s->glm->logits; }
 
 int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
@@ -598,56 +661,111 @@ int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     f.cc.k = m->kern;
     const ds4_config *c = f.c;
     struct ds4_glm_state *g = f.g;
-    const int D = c->n_embd, H = c->n_head, R = c->kv_lora, W = c->head_dim, nr = c->n_rot;
+    const int D = c->n_embd;
     const int64_t p0 = (int64_t)s->toks.n;
     if (T < 1 || T > s->chunk || p0 + T > s->ctx) return DS4_EINVAL;
-    float cs[DS4_MAX_ROT_DIM / 2], sn[DS4_MAX_ROT_DIM / 2];
     for (int t = 0; t < T; t++)
         if (ds4_dequantize_row(f.w->token_embd.type, f.w->token_embd.data + (size_t)toks[t] * f.w->token_embd.row_bytes,
                                g->x + (size_t)t * D, D))
             return DS4_EFORMAT;
-    for (int il = 0; il < c->n_layer; il++) {
-        const ds4_layer_weights *lw = &f.w->layers[il];
-        norm_rows(g->x, (size_t)D, &lw->attn_norm, T, D, c->rms_eps, g->cur, (size_t)D);
-        mm(&f, mat_of(&lw->attn_q_a), g->cur, (size_t)D, T, g->qr, (size_t)c->q_lora);
-        norm_rows(g->qr, (size_t)c->q_lora, &lw->attn_q_a_norm, T, c->q_lora, c->rms_eps, g->qr, (size_t)c->q_lora);
-        mm(&f, mat_of(&lw->attn_q_b), g->qr, (size_t)c->q_lora, T, g->q, (size_t)H * c->kmla);
-        /* the cached rows: normed latent, then the RoPE key */
-        float *kv = g->kv[il] + (size_t)p0 * W;
-        mm(&f, mat_of(&lw->attn_kv), g->cur, (size_t)D, T, kv, (size_t)W);
-        for (int t = 0; t < T; t++) {
-            float *row = kv + (size_t)t * W;
-            rms_norm(row, (const float *)lw->attn_kv_a_norm.data, R, c->rms_eps, row);
-            rope_angles(&m->rope_dense, p0 + t, cs, sn);
-            rope_apply(row + R, nr, nr, cs, sn, 0);
-        }
-        if (lw->own_indexer) indexer(&f, lw, il, p0, T);
-        attention(&f, lw, il, p0, T);
-        mm(&f, mat_of(&lw->attn_output), g->o, (size_t)H * c->vmla, T, g->y, (size_t)D);
-        for (size_t i = 0; i < (size_t)T * D; i++) g->x[i] += g->y[i];
-        norm_rows(g->x, (size_t)D, &lw->ffn_norm, T, D, c->rms_eps, g->cur, (size_t)D);
-        if (lw->dense) {
-            const int FF = c->n_ff;
-            mm(&f, mat_of(&lw->ffn_gate), g->cur, (size_t)D, T, g->g, (size_t)FF);
-            mm(&f, mat_of(&lw->ffn_up), g->cur, (size_t)D, T, g->u, (size_t)FF);
-            for (int t = 0; t < T; t++) swiglu_row(g->g + (size_t)t * FF, g->u + (size_t)t * FF, FF);
-            mm(&f, mat_of(&lw->ffn_down), g->g, (size_t)FF, T, g->moe, (size_t)D);
-        } else {
-            moe(&f, lw, T);
-        }
-        for (size_t i = 0; i < (size_t)T * D; i++) g->x[i] += g->moe[i];
-    }
+    for (int il = 0; il < c->n_layer; il++) layer(&f, &f.w->layers[il], il, p0, T, 0);
     /* the head: every row when the caller captures them or a staged pass
-     * needs them (ds4_glm_logits), else the last */
-    const int r0 = s->cap_logits || s->stg_on ? 0 : T - 1, nl = T - r0;
-    norm_rows(g->x + (size_t)r0 * D, (size_t)D, &f.w->output_norm, nl, D, c->rms_eps, g->cur, (size_t)D);
+     * needs them (ds4_glm_logits), else the last; the normed rows of every
+     * position when the NextN block follows (its input) */
+    const int r0 = s->cap_logits || s->stg_on ? 0 : T - 1, nl = T - r0, rn = s->mtp ? 0 : r0;
+    norm_rows(g->x + (size_t)rn * D, (size_t)D, &f.w->output_norm, T - rn, D, c->rms_eps, g->cur + (size_t)rn * D,
+              (size_t)D);
     const ds4_tensor *out = f.w->output.data ? &f.w->output : &f.w->token_embd;
-    mm(&f, mat_of(out), g->cur, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
+    mm(&f, mat_of(out), g->cur + (size_t)r0 * D, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
     memcpy(s->logits, g->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
     if (s->cap_logits) {
         int rc = ds4_buf_append(s->cap_logits, g->logits, (size_t)nl * c->n_vocab * sizeof(float));
         if (rc) return rc;
     }
+    if (s->mtp) {
+        int rc = glm_mtp_rows(&f, toks, p0, T);
+        if (rc) return rc;
+    }
+    return ds4_model_check(m);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The NextN (MTP) block (docs/family.md, "MTP"; glm_ref.py GlmDsa.mtp)    */
+/* ---------------------------------------------------------------------- */
+
+/* The block's input rows into g->x: eh_proj [enorm(embed(tok_t));
+ * hnorm(h_t)], h_0 = h0 and h_t = hrows[t - 1] (stride n_embd) after it;
+ * a NULL h0 counts as zero (position 0, or a main state not held). */
+static int mtp_input(glm_fwd *f, const int32_t *toks, const float *h0, const float *hrows, int T) {
+    const ds4_config *c = f->c;
+    const ds4_mtp_weights *mw = &f->w->mtp;
+    struct ds4_glm_state *g = f->g;
+    const int D = c->n_embd;
+    const ds4_tensor *E = mw->embd.data ? &mw->embd : &f->w->token_embd;
+    for (int t = 0; t < T; t++) {
+        float *e = g->cat + (size_t)t * 2 * D;
+        if (ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, g->y, D)) return DS4_EFORMAT;
+        rms_norm(g->y, (const float *)mw->enorm.data, D, c->rms_eps, e);
+        const float *h = t ? hrows + (size_t)(t - 1) * D : h0;
+        if (h) rms_norm(h, (const float *)mw->hnorm.data, D, c->rms_eps, e + D);
+        else memset(e + D, 0, (size_t)D * sizeof(float));
+    }
+    mm(f, mat_of(&mw->eh_proj), g->cat, 2 * (size_t)D, T, g->x, (size_t)D);
+    return DS4_OK;
+}
+
+/* After the main pass of toks[0..T) at p0 (normed rows in g->cur): the
+ * block's cached rows of those positions, row p from the token at p and
+ * the main state after p - 1 (only up to the KV head: a row depends on
+ * its own input alone).  Rows still held for the same tokens (after a
+ * rewind or a rolled-back staged pass: the prefix is the same, so they
+ * are) are kept, so a row is made again only from a state the session
+ * holds; the main states go to the MTP state's ring (mtp_state.c) for
+ * the next chunk and the drafts. */
+static int glm_mtp_rows(glm_fwd *f, const int32_t *toks, int64_t p0, int T) {
+    ds4_session *s = f->s;
+    struct ds4_glm_state *g = f->g;
+    const ds4_config *c = f->c;
+    const int D = c->n_embd, L = c->n_layer;
+    int k = 0;
+    while (k < T && p0 + k < g->mtp_hi && s->toks.v[p0 + k] == toks[k]) k++;
+    const int64_t hi = g->mtp_hi;
+    if (g->mtp_hi > p0 + k) g->mtp_hi = p0 + k;
+    if (k < T) {
+        const float *h0 = k ? g->cur + (size_t)(k - 1) * D : ds4_mtp_main_state(s, p0 - 1);
+        int rc = mtp_input(f, toks + k, h0, g->cur + (size_t)k * D, T - k);
+        if (rc) return rc;
+        norm_rows(g->x, (size_t)D, &f->w->mtp.block.attn_norm, T - k, D, c->rms_eps, g->moe, (size_t)D);
+        kv_rows(f, &f->w->mtp.block, L, g->moe, p0 + k, T - k);
+        g->mtp_hi = p0 + T;
+    } else if (hi > p0 + T) {
+        g->mtp_hi = hi;
+    }
+    ds4_mtp_note_hidden(s, g->cur, p0, T);
+    return DS4_OK;
+}
+
+int ds4_glm_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p) {
+    ds4_model *m = s->m;
+    glm_fwd f = { .s = s, .c = &m->w.cfg, .w = &m->w, .g = s->glm };
+    f.cc.pool = m->pool;
+    f.cc.k = m->kern;
+    const ds4_config *c = f.c;
+    const ds4_mtp_weights *mw = &f.w->mtp;
+    mtp_state *ms = s->mtp;
+    if (!ms || !f.w->has_mtp || p < 0 || p >= s->ctx || tok < 0 || tok >= c->n_vocab) return DS4_EINVAL;
+    int rc = ds4_model_check(m);
+    if (rc) return rc;
+    /* the draft's row p replaces whatever the block held there */
+    if (f.g->mtp_hi > p) f.g->mtp_hi = p;
+    rc = mtp_input(&f, &tok, hprev, NULL, 1);
+    if (rc) return rc;
+    layer(&f, &mw->block, c->n_layer, p, 1, 1);
+    const ds4_tensor *nw = mw->norm.data ? &mw->norm : &f.w->output_norm;
+    rms_norm(f.g->x, (const float *)nw->data, c->n_embd, c->rms_eps, ms->hc);
+    const ds4_tensor *head = mw->head.data ? &mw->head : f.w->output.data ? &f.w->output : &f.w->token_embd;
+    mm(&f, mat_of(head), ms->hc, (size_t)c->n_embd, 1, ms->logits, (size_t)c->n_vocab);
+    ms->steps++;
     return ds4_model_check(m);
 }

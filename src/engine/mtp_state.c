@@ -14,6 +14,11 @@
 
 #include "engine/engine_internal.h"
 
+/* A main state: n_hc streams (glm-dsa: one). */
+static size_t state_floats(const ds4_config *c) {
+    return (size_t)(c->n_hc > 0 ? c->n_hc : 1) * (size_t)c->n_embd;
+}
+
 /* Window rows: the window, a catch-up piece (one chunk) and a draft chain. */
 static int raw_rows(const ds4_session *s) {
     return s->m->w.cfg.n_swa + s->chunk + DS4_DRAFT_PASS_MAX;
@@ -24,9 +29,10 @@ int ds4_mtp_state_new(ds4_session *s) {
     mtp_state *ms = calloc(1, sizeof *ms);
     if (!ms) return DS4_ENOMEM;
     s->mtp = ms;
-    const size_t nd = (size_t)c->n_hc * c->n_embd;
-    ms->ls.raw_cap = raw_rows(s);
-    ms->ls.raw = malloc((size_t)ms->ls.raw_cap * c->head_dim * kv_es(s));
+    const size_t nd = state_floats(c);
+    const int glm = c->arch == DS4_ARCH_GLM_DSA;   /* its block's rows are glm_dsa.c's */
+    ms->ls.raw_cap = glm ? 0 : raw_rows(s);
+    ms->ls.raw = glm ? NULL : malloc((size_t)ms->ls.raw_cap * c->head_dim * kv_es(s));
     /* main states of the window's positions, their predecessor, and a
      * staged pass beyond them (rolled back or not) */
     ms->hcap = c->n_swa + DS4_DRAFT_PASS_MAX + 2;
@@ -34,7 +40,7 @@ int ds4_mtp_state_new(ds4_session *s) {
     ms->hpos = malloc((size_t)ms->hcap * sizeof *ms->hpos);
     ms->hc = malloc(nd * sizeof(float));
     ms->logits = calloc((size_t)c->n_vocab, sizeof(float));
-    if (!ms->ls.raw || !ms->H || !ms->hpos || !ms->hc || !ms->logits) {
+    if ((!glm && !ms->ls.raw) || !ms->H || !ms->hpos || !ms->hc || !ms->logits) {
         ds4_mtp_state_free(s);
         return DS4_ENOMEM;
     }
@@ -77,8 +83,7 @@ void ds4_mtp_drop_from(mtp_state *ms, int64_t p) {
 
 void ds4_mtp_note_hidden(ds4_session *s, const float *X, int64_t p0, int n) {
     mtp_state *ms = s->mtp;
-    const ds4_config *c = &s->m->w.cfg;
-    const size_t nd = (size_t)c->n_hc * c->n_embd;
+    const size_t nd = state_floats(&s->m->w.cfg);
     /* positions from p0 on are (re)evaluated: MTP rows past them are stale */
     ds4_mtp_drop_from(ms, p0);
     for (int i = n > ms->hcap ? n - ms->hcap : 0; i < n; i++) {
@@ -95,5 +100,5 @@ const float *ds4_mtp_main_state(const ds4_session *s, int64_t p) {
     if (p < 0) return NULL;
     int slot = (int)(p % ms->hcap);
     if (ms->hpos[slot] != p) return NULL;
-    return ms->H + (size_t)slot * s->m->w.cfg.n_hc * s->m->w.cfg.n_embd;
+    return ms->H + (size_t)slot * state_floats(&s->m->w.cfg);
 }

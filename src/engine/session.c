@@ -290,6 +290,9 @@ void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
         const ds4_config *c = &w->cfg;
         int ch = ctx_size < 2048 ? ctx_size : 2048;
         *kv = ds4_glm_plan_bytes(w, ctx_size);
+        if (w->has_mtp)   /* the drafts' state: kept main states, the chain's, its logits and q */
+            *kv += (uint64_t)(DS4_DRAFT_PASS_MAX + 3) * c->n_embd * sizeof(float) +
+                   (uint64_t)DS4_DRAFT_PASS_MAX * c->n_vocab * sizeof(float);
         *scratch = (uint64_t)ch * ((uint64_t)c->n_vocab + 16u * (uint64_t)c->n_embd) * sizeof(float) +
                    (uint64_t)ctx_size * 16;
         (void)nth;
@@ -374,6 +377,8 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
             return NULL;
         }
         if (ds4_glm_state_new(s) != DS4_OK) goto oom;
+        /* the NextN block's drafts (mtp.c; its rows are glm_dsa.c's) */
+        if (m->w.has_mtp && ds4_mtp_state_new(s) != DS4_OK) goto oom;
         s->logits_rows = 1;
         state_reset(s);
         return s;

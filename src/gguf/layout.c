@@ -120,7 +120,9 @@ const ds4_layout_arch ds4_layout_deepseek4 = {
 /* (GlmMoeDsaForCausalLM, after "model.layers.N."; docs/CHECKPOINT.md), all */
 /* BF16 (e_score_correction_bias F32).  attn_k_b and attn_v_b are both cut   */
 /* from kv_b_proj (per head: the qk_nope rows, transposed, then the v rows;  */
-/* ds4-quantize does the cut).  The NextN (MTP) block is not bound.         */
+/* ds4-quantize does the cut).  The NextN (MTP) block: GLM_NEXTN under      */
+/* blk.<n_layer>. and a MoE layer there (docs/family.md, "MTP"); it has no  */
+/* checkpoint names (ds4-quantize does not convert it).                     */
 /* ------------------------------------------------------------------------ */
 
 static const ds4_layout_row GLM_HEAD[] = {
@@ -180,10 +182,22 @@ static const ds4_layout_row GLM_TAIL[] = {
     ROW(OUTPUT, "output.weight", D2(EMBD, VOCAB), OUT, ALWAYS, 1, "lm_head.weight", NULL, BF16),
 };
 
+/* The NextN block's wiring (llama.cpp's load_arch_tensors): eh_proj
+ * projects [enorm(embedding); hnorm(hidden)]; the optional embedding,
+ * head norm and head fall back to token_embd, output_norm and output. */
+static const ds4_layout_row GLM_NEXTN[] = {
+    ROW(NEXTN_EH_PROJ, "nextn.eh_proj.weight", D2(EMBD2, EMBD), PROJ, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(MTP_ENORM, "nextn.enorm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(MTP_HNORM, "nextn.hnorm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(NEXTN_EMBED, "nextn.embed_tokens.weight", D2(EMBD, VOCAB), EMBD, ALWAYS, 1, NULL, NULL, BF16),
+    ROW(MTP_NORM, "nextn.shared_head_norm.weight", D1(EMBD), VEC, ALWAYS, 1, NULL, NULL, BF16),
+    ROW(NEXTN_HEAD, "nextn.shared_head_head.weight", D2(EMBD, VOCAB), OUT, ALWAYS, 1, NULL, NULL, BF16),
+};
+
 const ds4_layout_arch ds4_layout_glm_dsa = {
     .arch = "glm-dsa",
-    .sec = {GLM_HEAD, GLM_LAYER, GLM_TAIL, NULL},
-    .n = {N_OF(GLM_HEAD), N_OF(GLM_LAYER), N_OF(GLM_TAIL), 0},
+    .sec = {GLM_HEAD, GLM_LAYER, GLM_TAIL, GLM_NEXTN},
+    .n = {N_OF(GLM_HEAD), N_OF(GLM_LAYER), N_OF(GLM_TAIL), N_OF(GLM_NEXTN)},
     .hf_layer = "model.layers.",
 };
 
@@ -225,6 +239,7 @@ uint64_t ds4_layout_dim(int d, const ds4_layout_hp *h, const ds4_layer_kind *k) 
     case DS4_LD_VMLA: return (uint64_t)h->vmla;
     case DS4_LD_ATT_OUT: return H * (uint64_t)h->vmla;
     case DS4_LD_FF_DENSE: return (uint64_t)h->n_ff_dense;
+    case DS4_LD_EMBD2: return 2 * (uint64_t)h->n_embd;
     }
     return 0;
 }
@@ -247,6 +262,8 @@ int ds4_layout_section(const ds4_layout_arch *a, int sec, const ds4_layout_hp *h
                        const ds4_layer_kind *k, int flags, ds4_layout_tensor *out) {
     static const ds4_layer_kind none = {0, 0, 0, 0};
     const int layer = sec == DS4_SEC_LAYER;
+    /* glm-dsa's NextN rows live under the block's layer number */
+    const int blk = layer || (sec == DS4_SEC_MTP && il >= 0);
     if (!layer) k = &none;
     int n = 0;
     for (int i = 0; i < a->n[sec]; i++) {
@@ -256,8 +273,8 @@ int ds4_layout_section(const ds4_layout_arch *a, int sec, const ds4_layout_hp *h
         memset(t, 0, sizeof *t);
         t->row = r;
         t->hf_layer = a->hf_layer ? a->hf_layer : "layers.";
-        t->layer = layer ? il : -1;
-        if (!layer) snprintf(t->name, sizeof t->name, "%s", r->name);
+        t->layer = blk ? il : -1;
+        if (!blk) snprintf(t->name, sizeof t->name, "%s", r->name);
         else if (flags & DS4_LAYOUT_MTP) snprintf(t->name, sizeof t->name, "mtp.0.%s", r->name);
         else snprintf(t->name, sizeof t->name, "blk.%d.%s", il, r->name);
         t->nd = 0;

@@ -51,6 +51,10 @@ enum {
     DS4_T_ATTN_K_B, DS4_T_ATTN_V_B, DS4_T_ATTN_OUTPUT,
     DS4_T_IDX_K, DS4_T_IDX_K_NORM, DS4_T_IDX_K_NORM_B,
     DS4_T_FFN_GATE, DS4_T_FFN_UP, DS4_T_FFN_DOWN,
+    /* glm-dsa's NextN (MTP) block: blk.<n_layer>.nextn.* (its enorm and
+     * hnorm bind as DS4_T_MTP_ENORM/_HNORM, shared_head_norm as
+     * DS4_T_MTP_NORM) */
+    DS4_T_NEXTN_EH_PROJ, DS4_T_NEXTN_EMBED, DS4_T_NEXTN_HEAD,
     DS4_T_COUNT
 };
 
@@ -88,6 +92,7 @@ enum {
     DS4_LD_VMLA,                  /* value_length_mla */
     DS4_LD_ATT_OUT,               /* H * value_length_mla */
     DS4_LD_FF_DENSE,              /* feed_forward_length (dense layers) */
+    DS4_LD_EMBD2,                 /* 2 * D: the NextN block's [enorm(e); hnorm(h)] */
 };
 
 /* Roles: what a recipe stores a tensor as, and which storage types the
@@ -149,8 +154,10 @@ typedef struct {
 
 /* DeepSeek V4 Flash and PRO. */
 extern const ds4_layout_arch ds4_layout_deepseek4;
-/* GLM 5.2 / 5.3 (llama.cpp's names, Z.ai's checkpoint names; no MTP
- * section bound yet). */
+/* GLM 5.2 / 5.3 (llama.cpp's names, Z.ai's checkpoint names).  Its MTP
+ * section is the NextN block's own tensors, named blk.<n_layer>.nextn.*
+ * (ds4_layout_section with il = n_layer; ds4-quantize does not convert
+ * it); the block's decoder layer is the layer section at il = n_layer. */
 extern const ds4_layout_arch ds4_layout_glm_dsa;
 
 /* The shape values the dims are made of. */
@@ -190,8 +197,9 @@ typedef struct {
 #define DS4_LAYOUT_MTP  2   /* the layer section under "mtp.0." */
 
 /* The tensors of one section of `a` (the layer section: layer `il` of
- * kind `k`) in file order, into out[DS4_LAYOUT_MAX_ROWS]; returns their
- * count. */
+ * kind `k`; the MTP section with il >= 0: its rows under "blk.<il>.", as
+ * glm-dsa names its NextN block) in file order, into
+ * out[DS4_LAYOUT_MAX_ROWS]; returns their count. */
 int ds4_layout_section(const ds4_layout_arch *a, int sec, const ds4_layout_hp *hp, int il,
                        const ds4_layer_kind *k, int flags, ds4_layout_tensor *out);
 

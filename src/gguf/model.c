@@ -342,6 +342,8 @@ static const size_t FIELD[DS4_T_COUNT] = {
     [DS4_T_ATTN_K_B] = LW(attn_k_b), [DS4_T_ATTN_V_B] = LW(attn_v_b), [DS4_T_ATTN_OUTPUT] = LW(attn_output),
     [DS4_T_IDX_K] = LW(idx_k), [DS4_T_IDX_K_NORM] = LW(idx_k_norm), [DS4_T_IDX_K_NORM_B] = LW(idx_k_norm_b),
     [DS4_T_FFN_GATE] = LW(ffn_gate), [DS4_T_FFN_UP] = LW(ffn_up), [DS4_T_FFN_DOWN] = LW(ffn_down),
+    [DS4_T_NEXTN_EH_PROJ] = AT(ds4_mtp_weights, eh_proj), [DS4_T_NEXTN_EMBED] = AT(ds4_mtp_weights, embd),
+    [DS4_T_NEXTN_HEAD] = AT(ds4_mtp_weights, head),
 };
 #undef LW
 #undef AT
@@ -869,19 +871,35 @@ fail:
 }
 
 /* The MTP block: its own tensors plus one layer of the main layout, bound
- * under the "mtp.0." prefix with the main model's shapes. */
+ * under the "mtp.0." prefix with the main model's shapes.  glm-dsa: the
+ * NextN block at blk.<n_layer> (llama.cpp's names: the nextn.* wiring
+ * and a MoE decoder layer; an indexer there is not bound -- the block
+ * attends densely, as llama.cpp runs it). */
 int ds4_weights_bind_mtp(gguf_file *gf, ds4_weights *w, int required, char **err) {
     if (err) *err = NULL;
     w->has_mtp = 0;
     memset(&w->mtp, 0, sizeof w->mtp);
+    const ds4_config *c = &w->cfg;
+    const int glm = c->arch == DS4_ARCH_GLM_DSA;
+    char pre[32];
+    if (glm) snprintf(pre, sizeof pre, "blk.%d.", c->n_layer);
+    else snprintf(pre, sizeof pre, "mtp.0.");
+    const size_t np = strlen(pre);
     int any = 0;
-    for (uint64_t i = 0; i < gf->n_tensors && !any; i++) any = !strncmp(gf->tensors[i].name, "mtp.0.", 6);
+    for (uint64_t i = 0; i < gf->n_tensors && !any; i++) any = !strncmp(gf->tensors[i].name, pre, np);
     if (!any && !required) return DS4_OK;
     problems P = {.path = gf->path};
     if (!any) {
-        prob(&P, "no mtp.0.* tensors: not an MTP file");
+        if (glm) prob(&P, "no blk.%d.* tensors: not a file holding the NextN (MTP) block of this model", c->n_layer);
+        else prob(&P, "no mtp.0.* tensors: not an MTP file");
+    } else if (glm) {
+        binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer, .arch = &ds4_layout_glm_dsa};
+        const ds4_layout_hp hp = hp_of(c);
+        ds4_mtp_weights *m = &w->mtp;
+        bind_section(&B, &hp, DS4_SEC_MTP, c->n_layer, NULL, m);
+        const ds4_layer_kind k = {0, 0, 0, 0};
+        bind_section(&B, &hp, DS4_SEC_LAYER, c->n_layer, &k, &m->block);
     } else {
-        const ds4_config *c = &w->cfg;
         binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer, .mtp = 1};
         const ds4_layout_hp hp = hp_of(c);
         ds4_mtp_weights *m = &w->mtp;

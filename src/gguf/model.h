@@ -163,10 +163,15 @@ typedef struct {
 
 /* The optional MTP block (docs/MTP.md): `mtp.0.*` tensors, in the main
  * file or in a sidecar GGUF (`--mtp FILE`).  `block` is one full layer of
- * the main layout (compress ratio 0: sliding window only, score routing). */
+ * the main layout (compress ratio 0: sliding window only, score routing).
+ * glm-dsa's NextN block (docs/family.md, "MTP"): blk.<n_layer>.nextn.*
+ * (eh_proj, enorm, hnorm; norm = shared_head_norm, embd = embed_tokens,
+ * head = shared_head_head, each optional: absent, the main model's
+ * output_norm / token_embd / output) and a MoE decoder layer `block`. */
 typedef struct {
     ds4_tensor e_proj, h_proj, enorm, hnorm, norm;
     ds4_tensor hc_head_fn, hc_head_scale, hc_head_base;
+    ds4_tensor eh_proj, embd, head;   /* glm-dsa */
     ds4_layer_weights block;
 } ds4_mtp_weights;
 
@@ -193,9 +198,10 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err);
  * layout does not name are ignored: w->n_bound < gf->n_tensors.) */
 void ds4_weights_free(ds4_weights *w);
 
-/* Binds the MTP block (`mtp.0.*`) of `gf` against the shapes of the bound
+/* Binds the MTP block (`mtp.0.*`; glm-dsa: `blk.<n_layer>.*` with its
+ * nextn.* tensors) of `gf` against the shapes of the bound
  * main weights `w` (cfg from the main file) into w->mtp and sets
- * w->has_mtp.  `required` = 0: a file with no mtp.0.* tensor at all is
+ * w->has_mtp.  `required` = 0: a file with no block tensor at all is
  * fine (returns DS4_OK, has_mtp stays 0); a partial or misshapen block is
  * an error listing every problem, like ds4_weights_bind.  `required` = 1
  * (a sidecar named by --mtp): the block must be there. */

@@ -11,6 +11,7 @@ check of the KDA math).
   glm_ref.py MODEL.gguf --tokens-file IDS.txt -o LOGITS.f32 [--indexer IX.f32]
              [--no-indexer-relu]
   glm_ref.py MODEL.gguf --self-test [--tokens-file IDS.txt]
+  glm_ref.py MODEL.gguf --tokens-file IDS.txt --mtp OUT.f32 [--mtp-drafts D1,D2,...]
 
 -o: float32 [n_pos][n_vocab], row p = the logits after tokens[0..p] (the
 layout of ds4 --dump-logits and bench/llamacpp/llama_logits).
@@ -19,6 +20,11 @@ indexer score kept and the highest rejected (of rows for glm-dsa, of pools
 for glm5-next; NaN where the layer selected nothing: all visible rows fit
 in top-k, a shared layer, a layer without an indexer), the input of
 tests/llamacpp_compare.py's tie detection.
+--mtp (glm-dsa with a NextN layer, glm_gguf.py --set nextn=1): the NextN
+block's draft logits, float32 [n_pos][n_vocab], row p from token p and the
+main model's normed hidden state after p - 1 (the guess of token p + 1);
+with --mtp-drafts the chain after the tokens (the last one = the token
+just chosen): one row per step, step i > 0 from draft d_i (GlmDsa.mtp).
 --self-test (glm5-next, kimi-linear): the KDA recurrent and chunked forms
 agree, and one prefill == token by token with carried state == uneven
 chunks.
@@ -254,7 +260,37 @@ class GlmDsa:
             diag[t] = scores[t, keep[-1]], scores[t, order[self.top_k]]
         return mask, diag
 
+    def layer(self, p, x, pos, mask, dense_ffn_layer):
+        """One decoder layer on rows x [T, E] at positions pos, attending
+        where mask [T, T] is true; returns the residual stream after it."""
+        m = self.m
+        T = x.shape[0]
+        cur = rms_norm(x, m.w(p + "attn_norm.weight"), self.eps)
+        qr = rms_norm(cur @ m.w(p + "attn_q_a.weight").T, m.w(p + "attn_q_a_norm.weight"), self.eps)
+        q = (qr @ m.w(p + "attn_q_b.weight").T).reshape(T, self.H, self.kmla)
+        q_nope, q_pe = q[..., :self.nope], q[..., self.nope:]
+        q_pe = rope_interleaved(q_pe, pos, self.n_rot, self.theta)
+        kvp = cur @ m.w(p + "attn_kv_a_mqa.weight").T
+        ckv = rms_norm(kvp[:, :self.kv_lora], m.w(p + "attn_kv_a_norm.weight"), self.eps)
+        k_pe = rope_interleaved(kvp[:, self.kv_lora:], pos, self.n_rot, self.theta)
+        # absorbed: q~_h = W_UK,h^T q_nope,h over the latent; V = c_kv
+        q_abs = np.einsum("hrc,thc->thr", m.w(p + "attn_k_b.weight"), q_nope)
+        sc = (np.einsum("thr,sr->hts", q_abs, ckv) + np.einsum("thd,sd->hts", q_pe, k_pe)) * self.kq_scale
+        sc = np.where(mask[None], sc, -np.inf)
+        sc = np.exp(sc - sc.max(axis=2, keepdims=True))
+        pr = sc / sc.sum(axis=2, keepdims=True)
+        lat = np.einsum("hts,sr->thr", pr, ckv)
+        o = np.einsum("hvr,thr->thv", m.w(p + "attn_v_b.weight"), lat).reshape(T, self.H * self.vmla)
+        x = x + o @ m.w(p + "attn_output.weight").T
+        cur = rms_norm(x, m.w(p + "ffn_norm.weight"), self.eps)
+        if dense_ffn_layer:
+            return x + dense_ffn(m, p, cur)
+        return x + moe_ffn(m, p, cur, self.n_used, self.scale, self.norm_w)
+
     def forward(self, tokens):
+        """Logits of every position, the indexer diagnostics, and (kept in
+        self.h) the hidden state after the output norm, the NextN block's
+        input."""
         m = self.m
         T = len(tokens)
         pos = np.arange(T)
@@ -263,34 +299,76 @@ class GlmDsa:
         mask = None
         for il in range(self.L):
             p = "blk.%d." % il
-            cur = rms_norm(x, m.w(p + "attn_norm.weight"), self.eps)
-            qr = rms_norm(cur @ m.w(p + "attn_q_a.weight").T, m.w(p + "attn_q_a_norm.weight"), self.eps)
             if self.full[il]:
+                cur = rms_norm(x, m.w(p + "attn_norm.weight"), self.eps)
+                qr = rms_norm(cur @ m.w(p + "attn_q_a.weight").T, m.w(p + "attn_q_a_norm.weight"), self.eps)
                 mask, diag[:, il] = self.select(self.indexer(p, cur, qr, pos))
             # else: a shared layer reuses the previous full layer's selection
-            q = (qr @ m.w(p + "attn_q_b.weight").T).reshape(T, self.H, self.kmla)
-            q_nope, q_pe = q[..., :self.nope], q[..., self.nope:]
-            q_pe = rope_interleaved(q_pe, pos, self.n_rot, self.theta)
-            kvp = cur @ m.w(p + "attn_kv_a_mqa.weight").T
-            ckv = rms_norm(kvp[:, :self.kv_lora], m.w(p + "attn_kv_a_norm.weight"), self.eps)
-            k_pe = rope_interleaved(kvp[:, self.kv_lora:], pos, self.n_rot, self.theta)
-            # absorbed: q~_h = W_UK,h^T q_nope,h over the latent; V = c_kv
-            q_abs = np.einsum("hrc,thc->thr", m.w(p + "attn_k_b.weight"), q_nope)
-            sc = (np.einsum("thr,sr->hts", q_abs, ckv) + np.einsum("thd,sd->hts", q_pe, k_pe)) * self.kq_scale
-            sc = np.where(mask[None], sc, -np.inf)
-            sc = np.exp(sc - sc.max(axis=2, keepdims=True))
-            pr = sc / sc.sum(axis=2, keepdims=True)
-            lat = np.einsum("hts,sr->thr", pr, ckv)
-            o = np.einsum("hvr,thr->thv", m.w(p + "attn_v_b.weight"), lat).reshape(T, self.H * self.vmla)
-            x = x + o @ m.w(p + "attn_output.weight").T
-            cur = rms_norm(x, m.w(p + "ffn_norm.weight"), self.eps)
-            if il < self.n_dense:
-                x = x + dense_ffn(m, p, cur)
-            else:
-                x = x + moe_ffn(m, p, cur, self.n_used, self.scale, self.norm_w)
+            x = self.layer(p, x, pos, mask, il < self.n_dense)
         h = rms_norm(x, m.w("output_norm.weight"), self.eps)
+        self.h = h
         out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
         return h @ out.T, diag
+
+    # -- the NextN (MTP) block ------------------------------------------------
+    # llama.cpp's glm-dsa graph_mtp (the DeepSeek-V3 NextN design): row p of
+    # the block takes the token at p and the main model's hidden state after
+    # p - 1 (after the output norm, llama.cpp's t_h_nextn; zero at p = 0):
+    # x = eh_proj [enorm(embed(tok)); hnorm(h)], one full decoder layer at
+    # position p over the block's own rows (DENSE attention: llama.cpp runs
+    # the block without the DSA indexer), then shared_head_norm (fallback
+    # output_norm) and the head (shared_head_head, fallback output); the
+    # normed state is also the h of the next draft step.  Its logits at row
+    # p guess the token at p + 1.
+
+    def nextn_prefix(self):
+        if self.m.kv("{arch}.nextn_predict_layers", 0, False) < 1:
+            raise SystemExit("glm_ref: %s has no NextN layer (nextn_predict_layers)" % self.m.r.path)
+        return "blk.%d." % self.L
+
+    def mtp_input(self, tok, hprev):
+        m, p = self.m, self.nextn_prefix()
+        emb = m.w(p + "nextn.embed_tokens.weight") if m.has(p + "nextn.embed_tokens.weight") \
+            else m.w("token_embd.weight")
+        e = rms_norm(emb[np.asarray(tok)], m.w(p + "nextn.enorm.weight"), self.eps)
+        h = rms_norm(hprev, m.w(p + "nextn.hnorm.weight"), self.eps)
+        return np.concatenate([e, h], axis=-1) @ m.w(p + "nextn.eh_proj.weight").T
+
+    def mtp_rows(self, X):
+        """The block on input rows X [T, E] at positions 0..T-1 (causal):
+        (the normed states, the logits), both [T, .]."""
+        m, p = self.m, self.nextn_prefix()
+        T = X.shape[0]
+        y = self.layer(p, X, np.arange(T), np.tril(np.ones((T, T), dtype=bool)), False)
+        nw = m.w(p + "nextn.shared_head_norm.weight") if m.has(p + "nextn.shared_head_norm.weight") \
+            else m.w("output_norm.weight")
+        hn = rms_norm(y, nw, self.eps)
+        head = m.w(p + "nextn.shared_head_head.weight") if m.has(p + "nextn.shared_head_head.weight") \
+            else m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
+        return hn, hn @ head.T
+
+    def mtp(self, tokens, drafts=()):
+        """Draft logits.  Without drafts: row p of every position of tokens
+        (from tokens[p] and the main state after p - 1).  With drafts d1..:
+        the chain after tokens[:-1] evaluated, cur = tokens[-1]: step 0 at
+        the last position from cur and the main state before it, step i
+        from d_i and step i-1's normed state; one row per step."""
+        self.forward(tokens if not drafts else tokens[:-1])
+        T = len(tokens)
+        H = np.zeros((T, self.h.shape[1]))
+        H[1:] = self.h[:T - 1]
+        X = self.mtp_input(tokens, H)
+        hn, logits = self.mtp_rows(X)
+        if not drafts:
+            return logits
+        rows = [logits[-1]]
+        h = hn[-1]
+        for d in drafts:
+            X = np.concatenate([X, self.mtp_input([d], h[None, :])])
+            hn, logits = self.mtp_rows(X)
+            rows.append(logits[-1])
+            h = hn[-1]
+        return np.array(rows)
 
     def self_test(self, tokens=None):
         print("glm_ref: glm-dsa has no recurrent state; its check is the cross-check against llama.cpp")
@@ -798,6 +876,10 @@ def main(argv=None):
     ap.add_argument("-o", "--out")
     ap.add_argument("--indexer")
     ap.add_argument("--self-test", action="store_true")
+    ap.add_argument("--mtp", metavar="OUT.f32",
+                    help="glm-dsa: the NextN block's draft logits instead (see GlmDsa.mtp)")
+    ap.add_argument("--mtp-drafts", metavar="D1,D2,...",
+                    help="with --mtp: the draft chain after the tokens (the last one = cur)")
     ap.add_argument("--no-indexer-relu", action="store_true",
                     help="glm-dsa: score with the raw q.k (HF's reading), for the cross-check's negative case")
     a = ap.parse_args(argv)
@@ -809,6 +891,12 @@ def main(argv=None):
         ref.relu = False
     if a.self_test:
         return ref.self_test(read_ids(a.tokens_file) if a.tokens_file else None)
+    if a.mtp:
+        if m.arch != "glm-dsa" or not a.tokens_file:
+            ap.error("--mtp needs a glm-dsa model and --tokens-file")
+        drafts = [int(t) for t in a.mtp_drafts.split(",") if t] if a.mtp_drafts else []
+        ref.mtp(read_ids(a.tokens_file), drafts).astype(np.float32).tofile(a.mtp)
+        return 0
     if not a.tokens_file or not a.out:
         ap.error("--tokens-file and -o are needed")
     logits, diag = ref.forward(read_ids(a.tokens_file))
