@@ -36,7 +36,7 @@ import os
 import re
 import sys
 
-RANK = {'base': 0, 'gguf': 1, 'kernels': 2, 'text': 3, 'engine': 4, 'mpi': 4, 'gen': 5,
+RANK = {'base': 0, 'gguf': 1, 'kernels': 2, 'text': 3, 'engine': 4, 'models': 4, 'mpi': 4, 'gen': 5,
         'store': 6, 'common': 7}
 CALL_SCOPE = ('src', 'agent')
 # Call cycles that are known and may not grow (a component of the call

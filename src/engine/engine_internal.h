@@ -50,6 +50,8 @@ struct ds4_model {
      * never changes after */
     _Atomic int broken;
     char fault_msg[1024];
+    /* the graph of cfg.arch (src/models/graph.h), chosen at load */
+    const struct ds4_graph *graph;
 };
 
 /* engine.c: DS4_EIO once a page of the model's file mappings faulted
@@ -222,24 +224,8 @@ struct ds4_session {
     int steer_l0, steer_l1;
     int dist_id;              /* --dist: the workers' name for it (0 = none) */
     mtp_state *mtp;           /* MTP drafts (mtp.c), NULL when the model has none */
-    struct ds4_glm_state *glm; /* glm-dsa's state (glm_dsa.c); NULL for DeepSeek V4 */
+    struct ds4_glm_state *glm; /* glm-dsa's state (glm_dsa.c); NULL for other graphs */
 };
-
-/* glm_dsa.c: the glm-dsa graph and its state (cfg.arch == DS4_ARCH_GLM_DSA).
- * state_new sizes every layer's cached rows for the session's context
- * (on failure the caller frees); eval_chunk evaluates toks[0..n) at
- * positions toks.n.. (n <= chunk), sets the logits and appends captured
- * rows.  The cached rows of a position never change, so a rewind is the
- * token count alone. */
-int ds4_glm_state_new(ds4_session *s);
-void ds4_glm_state_free(ds4_session *s);
-int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int n);
-uint64_t ds4_glm_kv_bytes(const ds4_session *s);
-/* the last chunk's logits rows ([n][vocab] after a staged pass: s->stg_on
- * makes eval_chunk keep every row) */
-const float *ds4_glm_logits(const ds4_session *s);
-/* the state bytes of a session of ctx tokens */
-uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx);
 
 /* mtp_state.c: session hooks.  new/free with the session; note_hidden is
  * called by the forward with the final HC state of a chunk's tokens (before

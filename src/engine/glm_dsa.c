@@ -11,8 +11,8 @@
  * Owns: the glm-dsa forward pass of a chunk of tokens on a session and its
  * per-session state (ds4_glm_state: every layer's cached rows, every full
  * layer's indexer keys, the chunk's scratch).  Session bookkeeping (token
- * list, chunking, rewind) stays in session.c, which dispatches here on
- * cfg.arch.  Must not: touch DeepSeek V4's state or graph (forward_cpu.c),
+ * list, chunking) stays in session.c, which calls this file through
+ * ds4_graph_glm_dsa (models/graph.h).  Must not: touch DeepSeek V4's state or graph (forward_cpu.c),
  * or order anything by the chunk: every row's numbers come from per-row
  * kernels (cpu_matmul is bit-identical for any row count) and per-token
  * loops, so one prefill, token by token and uneven chunks agree bit for
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine_internal.h"
+#include "models/graph.h"
 
 typedef struct { float s; int i; } scored;
 
@@ -42,7 +42,7 @@ struct ds4_glm_state {
 
 static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
 
-void ds4_glm_state_free(ds4_session *s) {
+static void glm_state_free(ds4_session *s) {
     struct ds4_glm_state *g = s->glm;
     if (!g) return;
     const int L = s->m->w.cfg.n_layer;
@@ -61,7 +61,7 @@ void ds4_glm_state_free(ds4_session *s) {
 
 static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
 
-int ds4_glm_state_new(ds4_session *s) {
+static int glm_state_new(ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
     const size_t T = (size_t)s->chunk, ctx = (size_t)s->ctx, D = (size_t)c->n_embd, H = (size_t)c->n_head;
     const size_t W = (size_t)c->head_dim, ID = (size_t)c->idx_dim, IH = (size_t)c->idx_heads;
@@ -94,7 +94,7 @@ int ds4_glm_state_new(ds4_session *s) {
     return DS4_OK;
 }
 
-uint64_t ds4_glm_kv_bytes(const ds4_session *s) {
+static uint64_t glm_kv_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
     uint64_t b = 0;
     for (int il = 0; il < c->n_layer; il++)
@@ -102,7 +102,7 @@ uint64_t ds4_glm_kv_bytes(const ds4_session *s) {
     return b;
 }
 
-uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx) {
+static uint64_t glm_plan_bytes(const ds4_weights *w, int ctx) {
     const ds4_config *c = &w->cfg;
     uint64_t b = 0;
     for (int il = 0; il < c->n_layer; il++)
@@ -298,9 +298,9 @@ static void moe(glm_fwd *f, const ds4_layer_weights *lw, int T) {
     for (size_t i = 0; i < (size_t)T * D; i++) g->moe[i] += g->y[i];
 }
 
-const float *ds4_glm_logits(const ds4_session *s) { return s->glm->logits; }
+static const float *glm_chunk_logits(const ds4_session *s) { return s->glm->logits; }
 
-int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
+static int glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     ds4_model *m = s->m;
     glm_fwd f = { .s = s, .c = &m->w.cfg, .w = &m->w, .g = s->glm };
     f.cc.pool = m->pool;
@@ -360,3 +360,70 @@ int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     }
     return ds4_model_check(m);
 }
+
+/* the KV and scratch bytes of a default session of ctx tokens: the cached
+ * rows, and the chunk's scratch (the head's rows lead) */
+static void glm_plan(const ds4_weights *w, int ctx, int nth, uint64_t *kv, uint64_t *scratch) {
+    const ds4_config *c = &w->cfg;
+    int ch = ctx < 2048 ? ctx : 2048;
+    *kv = glm_plan_bytes(w, ctx);
+    *scratch = (uint64_t)ch * ((uint64_t)c->n_vocab + 16u * (uint64_t)c->n_embd) * sizeof(float) +
+               (uint64_t)ctx * 16;
+    (void)nth;
+}
+
+/* nothing to empty: the rows past the token count are dead */
+static void glm_state_reset(ds4_session *s) { (void)s; }
+
+/* No checkpoints needed: the rows of a position never change, so any
+ * point of the session is a rewind point. */
+static uint64_t glm_checkpoint_bytes(const ds4_session *s) { (void)s; return 0; }
+static int glm_checkpoint(ds4_session *s, int slot) { (void)s; (void)slot; return DS4_OK; }
+
+/* any count the session holds; one token short of n, so the token
+ * evaluated again gives the logits at n (no logits are kept per
+ * position) */
+static int glm_rewind_point(const ds4_session *s, int n) {
+    int k = n < (int)s->toks.n ? n : (int)s->toks.n;
+    return k - 1 > 0 ? k - 1 : 0;
+}
+
+/* truncation: the rows below n are exactly what evaluating toks[0..n)
+ * left */
+static int glm_rewind(ds4_session *s, int n) {
+    if (n <= 0 || n > (int)s->toks.n) return DS4_EINVAL;
+    if (n < (int)s->toks.n) s->has_logits = 0;
+    s->toks.n = (size_t)n;
+    s->stg_n = 0;
+    return DS4_OK;
+}
+
+static uint64_t glm_snapshot_size(const ds4_session *s) { (void)s; return 0; }
+static int glm_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
+    (void)s; (void)w; (void)ud;
+    return DS4_EUNSUP;
+}
+static int glm_restore(ds4_session *s, const void *data, size_t len, char **err) {
+    (void)s; (void)data; (void)len;
+    return ds4_set_err(err, DS4_EUNSUP, "session snapshots of glm-dsa models are not supported yet");
+}
+
+const ds4_graph ds4_graph_glm_dsa = {
+    .name = "glm-dsa",
+    .arch = DS4_ARCH_GLM_DSA,
+    .caps = 0,
+    .state_new = glm_state_new,
+    .state_free = glm_state_free,
+    .state_reset = glm_state_reset,
+    .eval_chunk = glm_eval_chunk,
+    .chunk_logits = glm_chunk_logits,
+    .kv_bytes = glm_kv_bytes,
+    .plan = glm_plan,
+    .checkpoint_bytes = glm_checkpoint_bytes,
+    .checkpoint = glm_checkpoint,
+    .rewind_point = glm_rewind_point,
+    .rewind = glm_rewind,
+    .snapshot_size = glm_snapshot_size,
+    .snapshot_write = glm_snapshot_write,
+    .restore = glm_restore,
+};
