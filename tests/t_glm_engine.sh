@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t_glm_engine.sh -- ds4's glm-dsa graph (src/engine/glm_dsa.c) against the
+# t_glm_engine.sh -- ds4's glm-dsa graph (src/models/glm_dsa.c) against the
 # float64 reference (tests/oracle/glm_ref.py) on the tiny random-weight
 # files of tests/glm_gguf.py, and ds4's exactness contract on them
 # (docs/family.md, "In the engine").

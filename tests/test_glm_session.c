@@ -1,6 +1,6 @@
 /*
  * test_glm_session.c -- the session contracts of a glm-dsa model
- * (src/engine/glm_dsa.c), on the tiny file of tests/glm_gguf.py that
+ * (src/models/glm_dsa.c), on the tiny file of tests/glm_gguf.py that
  * tests/t_glm_engine.sh writes and passes as argv[1] (run alone, without
  * it, the test says so and passes):
  *   - rewind is a truncation: ds4_session_rewind to any count, then the

@@ -111,7 +111,7 @@ static void test_model(const char *name) {
         /* the same tokens evaluated otherwise -- the first few one at a
          * time (decode), the rest in chunks of 17 -- leave the same state,
          * byte for byte: KV rows, compressed rows, the compressor frontiers
-         * (pooled per chunk, forward_cpu.c comp_close) */
+         * (pooled per chunk, deepseek4.c comp_close) */
         {
             ds4_session *c = test_new_session(m, 1024, 17);
             int k1 = k < 5 ? k : 5, ok = 1;

@@ -5,7 +5,7 @@
  * Owns: model life cycle and the checks that need both the weights and the
  * tokenizer (vocabulary sizes agree, hash-routing tables only name existing
  * experts), done once at load so the forward pass can trust the file.
- * Must not: compute (forward_cpu.c) or hold per-sequence state (session.c).
+ * Must not: compute (deepseek4.c) or hold per-sequence state (session.c).
  */
 #include <stdatomic.h>
 #include <stdlib.h>

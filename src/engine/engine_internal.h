@@ -87,7 +87,7 @@ typedef struct {
     float *ist_kv, *ist_sc;    /* [2R][2*ID] */
 } layer_state;
 
-/* The indexer's coded path (forward_cpu.c idx_code_row) takes head dims
+/* The indexer's coded path (deepseek4.c idx_code_row) takes head dims
  * that are multiples of 32 up to this (Flash and PRO: 128); larger ones go
  * through the float path (stack buffers are sized by it). */
 #define DS4_IDX_CODE_MAX 512
@@ -137,7 +137,7 @@ typedef struct {
                                  the per-thread row count of attn_w, attn_kp
                                  and attn_kf */
     float *idx_kf;            /* kv16: [nth][4][idx_dim] indexer rows as f32 */
-    /* FP4-coded indexer queries and rows (forward_cpu.c idx_code_row;
+    /* FP4-coded indexer queries and rows (deepseek4.c idx_code_row;
      * none unless idx_dim is a multiple of 32, at most DS4_IDX_CODE_MAX) */
     int8_t *iqc;              /* [T][IH][ID] query codes */
     float *iqp;               /* [T][IH][ID/32] their block scales */
@@ -252,7 +252,7 @@ const float *ds4_sampler_target(ds4_sampler *s, const float *logits);
 int32_t ds4_sampler_draw(ds4_sampler *s, const float *dist);
 double ds4_sampler_unit(ds4_sampler *s);
 
-/* forward_cpu.c: the MTP block.  mtp_rows appends the window rows of
+/* deepseek4.c: the MTP block.  mtp_rows appends the window rows of
  * positions p0..p0+n-1 (inputs toks[i] and Hprev[i], the main state of the
  * previous position; NULL rows = zero) without the rest of the layer (a
  * row depends only on its own input); mtp_step runs the whole block for
@@ -261,13 +261,13 @@ double ds4_sampler_unit(ds4_sampler *s);
 int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0);
 int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0);
 
-/* forward_cpu.c: a compressor frontier's state after rows [p0, p0 + n)
+/* deepseek4.c: a compressor frontier's state after rows [p0, p0 + n)
  * (kv/score, stride coff w) are pushed in order -- the state the forward
  * leaves; the pooled rows of the windows closing there are not made. */
 void ds4_cpu_frontier_advance(float *st_kv, float *st_sc, int R, int coff, int w,
                               const float *kv, const float *score, int64_t p0, int n);
 
-/* forward_cpu.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);
+/* deepseek4.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);
  * updates the layer states and s->logits.  Returns DS4_OK. */
 int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n);
 /* One item of a batched pass: n tokens (n <= s->chunk) appended to s.
@@ -281,7 +281,7 @@ typedef struct {
     layer_state *st;       /* the layer being evaluated */
     int64_t raw_base_pos;  /* absolute position of st->raw row raw_start */
 } ds4_cpu_item;
-/* forward_cpu.c: one pass over the rows of every item (their sum <= the
+/* deepseek4.c: one pass over the rows of every item (their sum <= the
  * scratch owner's chunk; distinct sessions sharing the owner's no_qat, ctx
  * at most the owner's; no capture, staging, imatrix or --dist: those are
  * single-session, see ds4_session_eval_batch).  Each item's state and

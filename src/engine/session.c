@@ -214,7 +214,7 @@ int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
  * packed into passes over the scratch of one of them (the owner: the
  * largest context, so its attention and indexer buffers fit every item's
  * keys); each pass reads every weight once for all of its rows
- * (forward_cpu.c, ds4_cpu_eval_batch).  Evaluated alone, through
+ * (deepseek4.c, ds4_cpu_eval_batch).  Evaluated alone, through
  * ds4_session_eval, and with the same result: an item longer than a
  * chunk (it needs several passes), a decode-only session's prefill, a
  * session that captures logits or hidden states, collects an importance

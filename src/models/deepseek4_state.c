@@ -113,7 +113,7 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
     if (fin > qbytes) qbytes = fin;
     if (fmid > qbytes) qbytes = fmid;
     /* One block serves four buffers whose lives never overlap within a
-     * sublayer (forward_cpu.c): flat (HC input norm, read only by the
+     * sublayer (deepseek4.c): flat (HC input norm, read only by the
      * mix projection at the start of each sublayer and in the head), q
      * (queries), heads (attention output: each (token, head block) item
      * reads its q block completely before writing the same block, so the
@@ -175,7 +175,7 @@ static int scratch_plan(const ds4_model *m, cpu_scratch *sc, int T, int ctx, int
      * thread (a compressed row being finished is on its task's stack) */
     ITEM(sc->attn_kf, kv16 ? (size_t)nth * kmax * d * 4 : 0);
     ITEM(sc->idx_kf, kv16 ? (size_t)nth * 4 * (ID ? ID : 1) * 4 : 0);
-    /* the indexer's FP4-coded queries and rows (forward_cpu.c idx_code_row:
+    /* the indexer's FP4-coded queries and rows (deepseek4.c idx_code_row:
      * integer block dots): codes, block scales and code sums of the
      * chunk's queries (a quarter of iq), and the visible rows of one item,
      * re-coded once per layer and call, 16 rows a group (at 1M context

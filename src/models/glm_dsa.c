@@ -12,7 +12,7 @@
  * per-session state (ds4_glm_state: every layer's cached rows, every full
  * layer's indexer keys, the chunk's scratch).  Session bookkeeping (token
  * list, chunking) stays in session.c, which calls this file through
- * ds4_graph_glm_dsa (models/graph.h).  Must not: touch DeepSeek V4's state or graph (forward_cpu.c),
+ * ds4_graph_glm_dsa (models/graph.h).  Must not: touch DeepSeek V4's state or graph (deepseek4.c),
  * or order anything by the chunk: every row's numbers come from per-row
  * kernels (cpu_matmul is bit-identical for any row count) and per-token
  * loops, so one prefill, token by token and uneven chunks agree bit for
