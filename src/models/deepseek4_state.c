@@ -624,6 +624,8 @@ static int v4_restore(ds4_session *s, const void *data, size_t len, char **err) 
         return DS4_EUNSUP;
     }
     if (rd_take(&r, h, sizeof h)) return fail(err, "snapshot: truncated header");
+    if (h[0] == 0x534D4C47u)   /* "GLMS" (glm_dsa.c) */
+        return fail(err, "snapshot: made by a glm-dsa session (GLMS), this is a DeepSeek V4 model");
     if (h[0] != SNAP_MAGIC) return fail(err, "snapshot: bad magic");
     if (h[1] == 1) return fail(err, "snapshot: version 1 (float32 KV rows, an older build): not loadable, recompute the prompt");
     if (h[1] != SNAP_VERSION) return fail(err, "snapshot: unsupported version");

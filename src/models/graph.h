@@ -64,7 +64,11 @@ typedef struct ds4_graph {
     int (*rewind_point)(const ds4_session *s, int n);
     int (*rewind)(ds4_session *s, int n);
     /* snapshots (ds4_session.h): size, streamed write, and a restore that
-     * validates everything before it touches the live state */
+     * validates everything before it touches the live state.  Every
+     * format starts with ten u32 words: its own magic (so one graph's
+     * snapshot is refused by another's restore), ..., n_tokens at word 8,
+     * flags at word 9, then the i32 token ids (the disk KV store reads
+     * the tokens there, store/kvstore.c accept_tokens) */
     uint64_t (*snapshot_size)(const ds4_session *s);
     int (*snapshot_write)(const ds4_session *s, ds4_write_fn w, void *ud);
     int (*restore)(ds4_session *s, const void *data, size_t len, char **err);
