@@ -150,6 +150,10 @@ static void test_model(const char *name) {
         bad.p[0] ^= 1;
         CHECK(ds4_session_restore(b, bad.p, bad.n, &err) != DS4_OK, "bad magic accepted");
         free(err); err = NULL;
+        memcpy(bad.p, "GLMS", 4);      /* a glm-dsa session's snapshot: refused by name */
+        CHECK(ds4_session_restore(b, bad.p, bad.n, &err) == DS4_EFORMAT && err && strstr(err, "glm-dsa"),
+              "glm-dsa snapshot: %s", err ? err : "accepted");
+        free(err); err = NULL;
         memcpy(bad.p, snap.p, snap.n);
         ((uint32_t *)bad.p)[8] += 1;    /* token count no longer matches the layers */
         CHECK(ds4_session_restore(b, bad.p, bad.n, &err) != DS4_OK, "inconsistent count accepted");
