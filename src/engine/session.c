@@ -30,7 +30,6 @@ void ds4_session_params_default(ds4_session_params *p) {
 
 static const ds4_graph *graph_of(const ds4_session *s) { return s->m->graph; }
 
-
 static int chunk_of(const ds4_session_params *p) {
     int ch = p->prefill_chunk > 0 ? p->prefill_chunk : 2048;
     if (ch > p->ctx_size) ch = p->ctx_size;
@@ -45,9 +44,8 @@ uint64_t ds4_session_memory_estimate(const ds4_model *m, int ctx_size) {
 }
 
 /* The session part of ds4_memory_plan (inspect.c): KV state and scratch
- * of the default session at ctx_size for bound weights, no loaded model.
- * The plan functions read only m->w, so a model shell around the weights
- * serves them. */
+ * of the default session at ctx_size for bound weights, no loaded model
+ * (the graph's plan). */
 void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
                               uint64_t *kv, uint64_t *scratch) {
     const ds4_graph *g = ds4_graph_for(w->cfg.arch);

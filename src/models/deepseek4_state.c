@@ -269,6 +269,9 @@ static int default_chunk(int ctx_size) {
     return ch < 1 ? 1 : ch;
 }
 
+/* KV state and scratch of the default session at ctx_size for bound
+ * weights (ds4_memory_plan): the sizing functions read only m->w, so a
+ * model shell around the weights serves them. */
 static void v4_plan(const ds4_weights *w, int ctx_size, int nth, uint64_t *kv, uint64_t *scratch) {
     ds4_model shell;
     memset(&shell, 0, sizeof shell);
