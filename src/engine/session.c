@@ -357,7 +357,9 @@ int ds4_session_checkpoint(ds4_session *s, int slot) {
 }
 
 int ds4_session_checkpoint_tokens(const ds4_session *s, int slot) {
-    if (slot < 0 || slot >= DS4_SESSION_CKPTS || !s->ck[slot].rows) return -1;
+    if (slot < 0 || slot >= DS4_SESSION_CKPTS) return -1;
+    if (graph_of(s)->checkpoint_tokens) return graph_of(s)->checkpoint_tokens(s, slot);
+    if (!s->ck[slot].rows) return -1;
     return s->ck[slot].n;
 }
 
@@ -417,7 +419,7 @@ int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
         if (toks[i] < 0 || toks[i] >= nv) return DS4_EINVAL;
     s->stg_n = 0;
     const ds4_graph *g = graph_of(s);
-    int rc = g->stage_begin ? g->stage_begin(s) : DS4_OK;
+    int rc = g->stage_begin ? g->stage_begin(s, n) : DS4_OK;
     if (rc) return rc;
     s->stg_on = 1;
     rc = g->eval_chunk(s, toks, n);
@@ -446,7 +448,7 @@ int ds4_session_draft_commit(ds4_session *s, int n_keep) {
     const int64_t p0 = s->stg_p0, end = p0 + n_keep;
     s->stg_n = 0;
     if (drop == 0) return DS4_OK;
-    if (g->stage_commit) g->stage_commit(s, p0, n, n_keep);
+    if (g->stage_commit) g->stage_commit(s, n_keep);   /* s->toks.n still p0 + n */
     s->toks.n = (size_t)end;
     memcpy(s->logits, g->chunk_logits(s) + (size_t)(n_keep - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;

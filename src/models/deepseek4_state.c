@@ -774,7 +774,8 @@ static int stage_alloc_layers(ds4_session *s) {
 
 /* before a staged pass: the frontiers' bytes (the rows it pushes are
  * staged by the forward while s->stg_on) */
-static int v4_stage_begin(ds4_session *s) {
+static int v4_stage_begin(ds4_session *s, int n) {
+    (void)n;   /* the buffers hold a whole pass */
     int rc = stage_alloc(s);
     if (rc) return rc;
     const ds4_config *c = &s->m->w.cfg;
@@ -795,8 +796,10 @@ static int v4_stage_begin(ds4_session *s) {
 }
 
 /* keep n_keep of the n tokens staged at p0 (n_keep < n) */
-static void v4_stage_commit(ds4_session *s, int64_t p0, int n, int n_keep) {
+static void v4_stage_commit(ds4_session *s, int n_keep) {
     const ds4_config *c = &s->m->w.cfg;
+    const int64_t p0 = s->stg_p0;
+    const int n = (int)((int64_t)s->toks.n - p0);
     const int drop = n - n_keep;
     const int64_t end = p0 + n_keep;
     for (int il = 0; il < c->n_layer; il++) {

@@ -46,11 +46,13 @@ typedef struct ds4_graph {
     /* room for `rows` logits rows of one pass (captures, staged passes,
      * batched steps); NULL: the graph's rows always hold a chunk */
     int (*logits_reserve)(ds4_session *s, int rows);
-    /* staged passes (docs/SPEC.md): begin saves what a rollback needs,
-     * commit keeps n_keep of the n tokens staged at p0 (its graph state
-     * only: tokens and logits are session.c's); NULL: nothing to do */
-    int (*stage_begin)(ds4_session *s);
-    void (*stage_commit)(ds4_session *s, int64_t p0, int n, int n_keep);
+    /* staged passes (docs/SPEC.md): begin saves what a rollback of the n
+     * tokens about to be staged needs; commit keeps n_keep of the tokens
+     * staged at s->stg_p0 (s->toks.n still counts them all; n_keep is
+     * fewer) -- its graph state only: the token count and logits are
+     * session.c's.  NULL: nothing to do */
+    int (*stage_begin)(ds4_session *s, int n);
+    void (*stage_commit)(ds4_session *s, int n_keep);
     /* the batched step over several sessions' rows (one pass owned by
      * `owner`, see ds4_cpu_eval_batch); NULL: every item alone */
     int (*eval_batch)(ds4_session *owner, ds4_cpu_item *items, int n_items);
@@ -61,6 +63,9 @@ typedef struct ds4_graph {
     /* RAM checkpoints and rewinds (ds4_session.h) */
     uint64_t (*checkpoint_bytes)(const ds4_session *s);
     int (*checkpoint)(ds4_session *s, int slot);
+    /* the token count of a slot, -1 when empty; NULL: session.c's slots
+     * (s->ck) are the graph's */
+    int (*checkpoint_tokens)(const ds4_session *s, int slot);
     int (*rewind_point)(const ds4_session *s, int n);
     int (*rewind)(ds4_session *s, int n);
     /* snapshots (ds4_session.h): size, streamed write, and a restore that
