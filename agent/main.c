@@ -348,16 +348,7 @@ int main(int argc, char **argv) {
     ds4_kvstore_params_default(&kp);
     kp.dir = a->kv_dir;
     a->kv = ds4_kvstore_open(a->m, &kp, &err);
-    if (!a->kv && ds4_model_format(a->m) == DS4_FORMAT_GLM) {
-        /* the store has no state format for GLM models yet: the session
-         * runs live, its transcript saved, its KV state not */
-        ui_note(a, "%s: KV states are not saved (a resumed session is evaluated again)",
-                err ? err : "the session store refuses this model");
-        free(err);
-        err = NULL;
-    } else if (!a->kv) {
-        die("%s", err ? err : "cannot open the session store");
-    }
+    if (!a->kv) die("%s", err ? err : "cannot open the session store");
     if (ag_sys_tokens(a)) die("cannot build the system prompt");
     /* every later shortage of room is compaction's (which always fits when
      * this much is left beside the system prompt) */

@@ -5,7 +5,7 @@
  *
  * Owns: nothing outside this program.
  *
- * One token's attention as forward_cpu.c's attn_task runs it, minus the
+ * One token's attention as deepseek4.c's attn_task runs it, minus the
  * key gathering and the softmax: n_head query rows of head_dim floats
  * against nk key rows (f32, contiguous, as attn_task's converted copy of a
  * token's f16 keys), in blocks of VEC_HB heads:
@@ -14,7 +14,7 @@
  * Each is 2 * n_head * nk * head_dim flops per token.  And the indexer's
  * scores of one token over --idx-rows compressed rows (64 heads x 128,
  * --idx-heads/--idx-dim): the float path (dot4x4 per four rows and four
- * heads, the weighted relu summed over the heads, as forward_cpu.c's
+ * heads, the weighted relu summed over the heads, as deepseek4.c's
  * idx_score4) and the coded path (idx_score16, 16 rows a call, on FP4
  * codes), against the fp32 FMA peak and the vpdpbusd zmm peak.
  * nk defaults to the

@@ -122,6 +122,9 @@ typedef struct {
     uint32_t version, reason, n_tokens, ctx_size, hits, flags, n_tools;
     uint64_t created, last_used, file_bytes, text_len, payload_len, tools_len;
     uint8_t fingerprint[20], family[20];
+    char arch[17];               /* general.architecture of the saving model
+                                    ("deepseek4" for files from before the
+                                    field) */
     char prefix[121];            /* first bytes of the text, escaped (whole
                                     UTF-8 characters only) */
     char suffix[121];            /* last bytes of the text, likewise: what

@@ -19,7 +19,7 @@
 #     float32 scores are good to ~1e-6); tests/llamacpp_compare.py reports
 #     them and ends the strict check there (llama.cpp's partial_sort breaks
 #     ties in no defined order; ours: the lower index wins).
-#  1b. ds4's own glm-dsa graph (src/engine/glm_dsa.c) on the same file,
+#  1b. ds4's own glm-dsa graph (src/models/glm_dsa.c) on the same file,
 #     against llama.cpp directly: the same tolerance, tie rule and count.
 #  2. Ties are found: the same with 8 indexer heads, where an exact tie (two
 #     rows scoring 0, every head's ReLU at 0) happens; it must be reported

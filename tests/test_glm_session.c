@@ -1,6 +1,6 @@
 /*
  * test_glm_session.c -- the session contracts of a glm-dsa model
- * (src/engine/glm_dsa.c), on the tiny file of tests/glm_gguf.py that
+ * (src/models/glm_dsa.c), on the tiny file of tests/glm_gguf.py that
  * tests/t_glm_engine.sh writes and passes as argv[1] (run alone, without
  * it, the test says so and passes):
  *   - rewind is a truncation: ds4_session_rewind to any count, then the
@@ -10,7 +10,13 @@
  *     shorter prefix gives that prefix's logits;
  *   - a staged (draft) pass gives each row a fresh run's logits, and a
  *     commit of fewer rows continues exactly;
- *   - snapshots are refused (DS4_EUNSUP, with a message), never written;
+ *   - a snapshot ("GLMS") restored into a fresh session gives the live
+ *     session's tokens and logits, and the same logits bit for bit on
+ *     every token after (one chunk, token by token); a snapshot of a
+ *     rewound session (no logits) restores without logits; truncated,
+ *     reshaped, out-of-range, trailing-byte and DeepSeek V4 ("DS4S")
+ *     snapshots are refused with a message and leave the session as it
+ *     was;
  *   - the KV byte count is the rows held.
  */
 #include <stdio.h>
@@ -110,16 +116,86 @@ int main(int argc, char **argv) {
         ds4_session_free(q);
     }
 
-    /* snapshots: refused */
-    ds4_buf b = { 0 };
-    CHECK(ds4_session_snapshot(d, &b) == DS4_EUNSUP && b.n == 0, "snapshot refused, nothing written");
-    char *e2 = NULL;
-    static const char junk[64];
-    CHECK(ds4_session_restore(d, junk, sizeof junk, &e2) == DS4_EUNSUP && e2 && strstr(e2, "glm-dsa"),
-          "restore refused with a message (%s)", e2 ? e2 : "none");
-    CHECK(ds4_session_n_tokens(d) == 60, "a refused restore leaves the session");
-    free(e2);
-    ds4_buf_free(&b);
+    /* snapshots: d holds ids[0..60) with logits */
+    {
+        ds4_buf b = { 0 };
+        CHECK(ds4_session_snapshot(d, &b) == DS4_OK && b.n > 40, "snapshot written");
+        CHECK(b.n == ds4_session_snapshot_size(d), "snapshot size %zu == its estimate %llu", b.n,
+              (unsigned long long)ds4_session_snapshot_size(d));
+        CHECK(!memcmp(b.p, "GLMS", 4), "the glm-dsa magic");
+        ds4_session *r = fresh(m);
+        char *e = NULL;
+        CHECK(ds4_session_restore(r, b.p, b.n, &e) == DS4_OK, "restore: %s", e ? e : "ok");
+        free(e);
+        CHECK(ds4_session_n_tokens(r) == 60 && !memcmp(ds4_session_tokens(r), ids, 60 * sizeof(int32_t)),
+              "restored tokens");
+        CHECK(same(ds4_session_logits(r), l60, nv), "restored logits == live, bit for bit");
+        CHECK(ds4_session_kv_bytes(r) == ds4_session_kv_bytes(d), "restored kv bytes");
+        /* the same snapshot again from the restored session: same bytes */
+        ds4_buf b2 = { 0 };
+        CHECK(ds4_session_snapshot(r, &b2) == DS4_OK && b2.n == b.n && !memcmp(b2.p, b.p, b.n),
+              "a restored session's snapshot is the same bytes");
+        ds4_buf_free(&b2);
+        /* continued decode, token by token, restored against live */
+        int ok = 1;
+        for (int i = 60; i < 72; i++) {
+            ok &= ds4_session_eval(r, ids + i, 1, NULL, NULL) == DS4_OK;
+            ok &= ds4_session_eval(d, ids + i, 1, NULL, NULL) == DS4_OK;
+            ok &= same(ds4_session_logits(r), ds4_session_logits(d), nv);
+        }
+        CHECK(ok, "continued decode after a restore == the live session, bit for bit, every token");
+        /* and as one chunk to 120 */
+        CHECK(ds4_session_eval(r, ids + 72, 48, NULL, NULL) == DS4_OK && same(ds4_session_logits(r), l120, nv),
+              "restore + 60 tokens == fresh 120, bit for bit");
+
+        /* refusals: each leaves r (120 tokens) as it was */
+        uint8_t *bad = malloc(b.n + 1);
+        struct { const char *what, *msg; size_t len; int word, val; } cases[] = {
+            { "truncated", "truncated", 0, -1, 0 },
+            { "trailing bytes", "trailing", 1, -1, 0 },
+            { "wrong shape", "shape", 0, 3, 7 },
+            { "DeepSeek V4 snapshot", "DeepSeek V4", 0, 0, 0x53345344 },
+            { "bad version", "version", 0, 1, 99 },
+            { "token out of range", "out of range", 0, 10, 0x7fffffff },
+            { "more tokens than the context", "context", 0, 8, 100000 },
+        };
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            size_t len = b.n;
+            memcpy(bad, b.p, b.n);
+            if (!strcmp(cases[k].what, "truncated")) len = b.n - 5;
+            if (cases[k].len) bad[len++] = 0;
+            if (cases[k].word >= 0) {
+                uint32_t v = (uint32_t)cases[k].val;
+                memcpy(bad + 4 * cases[k].word, &v, 4);
+            }
+            char *e3 = NULL;
+            int rc = ds4_session_restore(r, bad, len, &e3);
+            CHECK(rc == DS4_EFORMAT && e3 && strstr(e3, cases[k].msg), "%s refused (%d: %s)", cases[k].what, rc,
+                  e3 ? e3 : "no message");
+            CHECK(ds4_session_n_tokens(r) == 120 && same(ds4_session_logits(r), l120, nv),
+                  "%s: the session as it was", cases[k].what);
+            free(e3);
+        }
+        free(bad);
+        ds4_session_free(r);
+        ds4_buf_free(&b);
+    }
+    /* a rewound session (no logits): restored without logits, then exact */
+    {
+        ds4_session *w = fresh(m);
+        CHECK(ds4_session_eval(w, ids, 50, NULL, NULL) == DS4_OK && ds4_session_rewind(w, 30) == DS4_OK,
+              "eval 50, rewind 30");
+        ds4_buf b = { 0 };
+        CHECK(ds4_session_snapshot(w, &b) == DS4_OK, "snapshot of a rewound session");
+        ds4_session *r = fresh(m);
+        CHECK(ds4_session_restore(r, b.p, b.n, NULL) == DS4_OK && ds4_session_n_tokens(r) == 30 &&
+              !ds4_session_logits(r), "restored: 30 tokens, no logits");
+        CHECK(ds4_session_eval(r, ids + 30, 30, NULL, NULL) == DS4_OK && same(ds4_session_logits(r), l60, nv),
+              "restored rewound + 30 == fresh 60, bit for bit");
+        ds4_buf_free(&b);
+        ds4_session_free(r);
+        ds4_session_free(w);
+    }
 
     ds4_session_free(d);
     ds4_session_free(s);

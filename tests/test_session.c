@@ -111,7 +111,7 @@ static void test_model(const char *name) {
         /* the same tokens evaluated otherwise -- the first few one at a
          * time (decode), the rest in chunks of 17 -- leave the same state,
          * byte for byte: KV rows, compressed rows, the compressor frontiers
-         * (pooled per chunk, forward_cpu.c comp_close) */
+         * (pooled per chunk, deepseek4.c comp_close) */
         {
             ds4_session *c = test_new_session(m, 1024, 17);
             int k1 = k < 5 ? k : 5, ok = 1;
@@ -149,6 +149,10 @@ static void test_model(const char *name) {
         ds4_buf_append(&bad, snap.p, snap.n);
         bad.p[0] ^= 1;
         CHECK(ds4_session_restore(b, bad.p, bad.n, &err) != DS4_OK, "bad magic accepted");
+        free(err); err = NULL;
+        memcpy(bad.p, "GLMS", 4);      /* a glm-dsa session's snapshot: refused by name */
+        CHECK(ds4_session_restore(b, bad.p, bad.n, &err) == DS4_EFORMAT && err && strstr(err, "glm-dsa"),
+              "glm-dsa snapshot: %s", err ? err : "accepted");
         free(err); err = NULL;
         memcpy(bad.p, snap.p, snap.n);
         ((uint32_t *)bad.p)[8] += 1;    /* token count no longer matches the layers */

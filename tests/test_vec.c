@@ -238,7 +238,7 @@ static int test_sumsq(const vec_kernels *v) {
  * block exponents of each head and row span at most vec_idx_spread (a
  * few binades, or exactly the bound with every code +-15 of one sign: the
  * largest sums it allows), the scalar kernel equals the float path of
- * forward_cpu.c: dot (lanes and tree) of the decoded values, then the
+ * deepseek4.c: dot (lanes and tree) of the decoded values, then the
  * weighted relu summed over the heads in order. */
 static int test_idx(const vec_kernels *s, const vec_kernels *v) {
     int fails = 0, checks = 0, exact = 0;

@@ -3,11 +3,13 @@
 
 1. The wings of src/ are layered; a file includes headers of its own wing
    or of a lower one only:
-       base < gguf < kernels < text < engine = mpi < gen < store < common
+       base < gguf < kernels < text < engine = models = mpi < gen < store < common
    base: buffers, errors, hashes, UTF-8, escaping, JSON text, the version
    (nothing of the model); gguf: the file; kernels: arithmetic on the
    weight formats (they name GGUF types); text: tokenizer, prompt format,
-   DSML; engine: the model and its sessions, with mpi/ as its transport
+   DSML; engine: the model and its sessions, beside models/ (one file per
+   model graph, reached by the engine through the graph table of
+   models/graph.h) and mpi/ as its transport
    across ranks (one layer: the transport's worker ranks run the engine,
    and the engine calls the transport only through the hook table of the
    public src/ds4_transport.h, which mpi.c registers -- so the two do
@@ -36,7 +38,7 @@ import os
 import re
 import sys
 
-RANK = {'base': 0, 'gguf': 1, 'kernels': 2, 'text': 3, 'engine': 4, 'mpi': 4, 'gen': 5,
+RANK = {'base': 0, 'gguf': 1, 'kernels': 2, 'text': 3, 'engine': 4, 'models': 4, 'mpi': 4, 'gen': 5,
         'store': 6, 'common': 7}
 CALL_SCOPE = ('src', 'agent')
 # Call cycles that are known and may not grow (a component of the call

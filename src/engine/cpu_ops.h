@@ -6,7 +6,7 @@
  *
  * Owns: how a weight matrix meets its activations (which activation
  * quantization, which kernel, how rows are split across threads).
- * Must not: know the layer graph (forward_cpu.c) or session state.
+ * Must not: know the layer graph (deepseek4.c) or session state.
  */
 #ifndef DS4_CPU_OPS_H
 #define DS4_CPU_OPS_H

@@ -5,7 +5,7 @@
  * Owns: model life cycle and the checks that need both the weights and the
  * tokenizer (vocabulary sizes agree, hash-routing tables only name existing
  * experts), done once at load so the forward pass can trust the file.
- * Must not: compute (forward_cpu.c) or hold per-sequence state (session.c).
+ * Must not: compute (deepseek4.c) or hold per-sequence state (session.c).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include "engine/transport.h"
 #include "engine/expert_cache.h"
 #include "engine/anon_map.h"
+#include "models/graph.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -256,6 +257,11 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
      * evaluation that needs the lost bytes, not the process (SIGBUS) */
     gguf_guard(m->gf);
     if (ds4_weights_bind(m->gf, &m->w, err) != DS4_OK) goto fail;
+    m->graph = ds4_graph_for(m->w.cfg.arch);
+    if (!m->graph) {   /* the binder knows an architecture no graph runs: a bug */
+        ds4_set_err(err, DS4_EUNSUP, "%s: no graph for this architecture", path);
+        goto fail;
+    }
     if (!dist_on() && gguf_find(m->gf, "ds4.split.ranks")) {
         ds4_set_err(err, DS4_EFORMAT, "%s: holds one rank's part of a split model (ds4-gguf split): "
                     "run it under mpirun with --dist %s -m PREFIX-rank%%d.gguf", path,

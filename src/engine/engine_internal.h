@@ -50,6 +50,8 @@ struct ds4_model {
      * never changes after */
     _Atomic int broken;
     char fault_msg[1024];
+    /* the graph of cfg.arch (src/models/graph.h), chosen at load */
+    const struct ds4_graph *graph;
 };
 
 /* engine.c: DS4_EIO once a page of the model's file mappings faulted
@@ -85,7 +87,7 @@ typedef struct {
     float *ist_kv, *ist_sc;    /* [2R][2*ID] */
 } layer_state;
 
-/* The indexer's coded path (forward_cpu.c idx_code_row) takes head dims
+/* The indexer's coded path (deepseek4.c idx_code_row) takes head dims
  * that are multiples of 32 up to this (Flash and PRO: 128); larger ones go
  * through the float path (stack buffers are sized by it). */
 #define DS4_IDX_CODE_MAX 512
@@ -135,7 +137,7 @@ typedef struct {
                                  the per-thread row count of attn_w, attn_kp
                                  and attn_kf */
     float *idx_kf;            /* kv16: [nth][4][idx_dim] indexer rows as f32 */
-    /* FP4-coded indexer queries and rows (forward_cpu.c idx_code_row;
+    /* FP4-coded indexer queries and rows (deepseek4.c idx_code_row;
      * none unless idx_dim is a multiple of 32, at most DS4_IDX_CODE_MAX) */
     int8_t *iqc;              /* [T][IH][ID] query codes */
     float *iqp;               /* [T][IH][ID/32] their block scales */
@@ -224,25 +226,14 @@ struct ds4_session {
     int steer_l0, steer_l1;
     int dist_id;              /* --dist: the workers' name for it (0 = none) */
     mtp_state *mtp;           /* MTP drafts (mtp.c), NULL when the model has none */
-    struct ds4_glm_state *glm; /* glm-dsa's state (glm_dsa.c); NULL for DeepSeek V4 */
+    struct ds4_glm_state *glm; /* glm-dsa's state (glm_dsa.c); NULL for other graphs */
 };
 
-/* glm_dsa.c: the glm-dsa graph and its state (cfg.arch == DS4_ARCH_GLM_DSA).
- * state_new sizes every layer's cached rows for the session's context
- * (on failure the caller frees); eval_chunk evaluates toks[0..n) at
- * positions toks.n.. (n <= chunk), sets the logits and appends captured
- * rows.  The cached rows of a position never change, so a rewind is the
- * token count alone. */
-int ds4_glm_state_new(ds4_session *s);
-void ds4_glm_state_free(ds4_session *s);
-int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int n);
-uint64_t ds4_glm_kv_bytes(const ds4_session *s);
-/* the last chunk's logits rows ([n][vocab] after a staged pass: s->stg_on
- * makes eval_chunk keep every row) */
-const float *ds4_glm_logits(const ds4_session *s);
-/* What one token adds to a session's state: every layer's cached row
- * (latent + RoPE key) and the full IndexShare layers' indexer keys, all
- * float32.  The one place these are sized (plan.c prints them). */
+/* glm_dsa.c (models/): what the rest of the engine needs of the glm-dsa
+ * graph beyond its table (ds4_graph_glm_dsa).  What one token adds to a
+ * session's state: every layer's cached row (latent + RoPE key; the NextN
+ * block's too when bound) and the full IndexShare layers' indexer keys,
+ * all float32.  The one place these are sized (plan.c prints them). */
 typedef struct {
     int layers, row, idx_layers, idx_row, elem;   /* elem: bytes a value */
     uint64_t bytes;
@@ -254,13 +245,13 @@ uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx);
  * higher score first, ties to the lower index (the indexer's and the
  * router's selection; tests/test_glm_topk.c against a full sort) */
 void ds4_glm_top_k(const float *sc, int n, int k, int *out);
-/* glm_dsa.c, for mtp.c: one step of the NextN block (w.has_mtp): the
- * token at position p (>= toks.n) and the state before it (the main
- * model's normed state, or the previous step's; NULL = zero), over the
- * block's rows of the positions before p; leaves the normed state in
- * s->mtp->hc (n_embd floats) and the draft logits in s->mtp->logits.  The
- * block's rows of evaluated positions are made by eval_chunk itself (the
- * main states go to s->mtp's ring, ds4_mtp_note_hidden). */
+/* for mtp.c: one step of the NextN block (w.has_mtp): the token at
+ * position p (>= toks.n) and the state before it (the main model's normed
+ * state, or the previous step's; NULL = zero), over the block's rows of
+ * the positions before p; leaves the normed state in s->mtp->hc (n_embd
+ * floats) and the draft logits in s->mtp->logits.  The block's rows of
+ * evaluated positions are made by eval_chunk itself (the main states go to
+ * s->mtp's ring, ds4_mtp_note_hidden). */
 int ds4_glm_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p);
 
 /* mtp_state.c: session hooks.  new/free with the session; note_hidden is
@@ -288,7 +279,7 @@ const float *ds4_sampler_target(ds4_sampler *s, const float *logits);
 int32_t ds4_sampler_draw(ds4_sampler *s, const float *dist);
 double ds4_sampler_unit(ds4_sampler *s);
 
-/* forward_cpu.c: the MTP block.  mtp_rows appends the window rows of
+/* deepseek4.c: the MTP block.  mtp_rows appends the window rows of
  * positions p0..p0+n-1 (inputs toks[i] and Hprev[i], the main state of the
  * previous position; NULL rows = zero) without the rest of the layer (a
  * row depends only on its own input); mtp_step runs the whole block for
@@ -297,13 +288,13 @@ double ds4_sampler_unit(ds4_sampler *s);
 int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0);
 int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0);
 
-/* forward_cpu.c: a compressor frontier's state after rows [p0, p0 + n)
+/* deepseek4.c: a compressor frontier's state after rows [p0, p0 + n)
  * (kv/score, stride coff w) are pushed in order -- the state the forward
  * leaves; the pooled rows of the windows closing there are not made. */
 void ds4_cpu_frontier_advance(float *st_kv, float *st_sc, int R, int coff, int w,
                               const float *kv, const float *score, int64_t p0, int n);
 
-/* forward_cpu.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);
+/* deepseek4.c: evaluate toks[0..n) at positions n_past.. (n <= chunk);
  * updates the layer states and s->logits.  Returns DS4_OK. */
 int ds4_cpu_eval_chunk(ds4_session *s, const int32_t *toks, int n);
 /* One item of a batched pass: n tokens (n <= s->chunk) appended to s.
@@ -317,7 +308,7 @@ typedef struct {
     layer_state *st;       /* the layer being evaluated */
     int64_t raw_base_pos;  /* absolute position of st->raw row raw_start */
 } ds4_cpu_item;
-/* forward_cpu.c: one pass over the rows of every item (their sum <= the
+/* deepseek4.c: one pass over the rows of every item (their sum <= the
  * scratch owner's chunk; distinct sessions sharing the owner's no_qat, ctx
  * at most the owner's; no capture, staging, imatrix or --dist: those are
  * single-session, see ds4_session_eval_batch).  Each item's state and

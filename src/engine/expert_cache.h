@@ -9,7 +9,7 @@
  * behind ds4_model_expert_cache_stats, and the anonymous copy of the
  * non-routed weights (so nothing of the file is reached through the mmap
  * once a streaming model is loaded).
- * Must not: compute anything (forward_cpu.c's moe() asks for experts and
+ * Must not: compute anything (deepseek4.c's moe() asks for experts and
  * runs the same kernels on the slot bytes), or touch the mmap'd routed
  * expert pages -- that is the point of the module.
  */

@@ -6,7 +6,7 @@
  * activations of gate/up (the normed FFN input, D columns) and of down (the
  * routed-weighted SwiGLU output, F columns) over the tokens routed to that
  * expert, and the file that stores their means (docs/QUANT.md).
- * Must not: touch the forward pass beyond the one call forward_cpu.c makes
+ * Must not: touch the forward pass beyond the one call deepseek4.c makes
  * per MoE sub-batch, or know about GGUF tensors.
  */
 #ifndef DS4_IMATRIX_H

@@ -19,7 +19,7 @@
  * ds4_glm_mtp_step.
  * Must not: change the main session's state or logits -- drafts only ever
  * affect speed, never the output distribution (the verification decides)
- * -- or compute layer math itself (forward_cpu.c does, with the main
+ * -- or compute layer math itself (deepseek4.c does, with the main
  * layers' code).  The state itself (allocation, the main states the
  * forward hands over) is mtp_state.c's, so that the forward pass, which
  * feeds it, does not call into this module, which calls the forward.

@@ -6,7 +6,7 @@
  *
  * Owns: allocation, reset, the ring of main states and forgetting window
  * rows past a position.  Must not: compute anything of the model -- it is
- * split from mtp.c so that forward_cpu.c (which calls note_hidden) and
+ * split from mtp.c so that deepseek4.c (which calls note_hidden) and
  * mtp.c (which calls the forward's MTP block) do not call each other.
  */
 #include <stdlib.h>

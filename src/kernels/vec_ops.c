@@ -150,7 +150,7 @@ static void s_sumsq_rows(const float *x, size_t xs, int nr, int n, double *ss) {
     }
 }
 
-/* The indexer's relu and head weight (forward_cpu.c relu_w): w * d where
+/* The indexer's relu and head weight (deepseek4.c relu_w): w * d where
  * d > 0, else +0. */
 static inline float idx_relu_w(float w, float d) { return d > 0 ? w * d : 0.0f; }
 

@@ -47,7 +47,7 @@ typedef struct {
      * the lanes so that the chains overlap */
     void (*sumsq_rows)(const float *x, size_t xs, int nr, int n, double *ss);
     /* Indexer scores of 16 compressed rows for one token, from FP4-coded
-     * queries and rows (forward_cpu.c idx_code_row): every value is a code
+     * queries and rows (deepseek4.c idx_code_row): every value is a code
      * c (|c| <= 15) times a power of two p per block of 32, so each block's
      * dot product is an exact integer I, and for row r
      *   t_b = ((float)I[h][b][r] * pq[h][b]) * pk[b][r]  (exact: the coder

@@ -524,7 +524,7 @@ static int hook_recv_x(float *X, int count) {
 
 /* Micro-batches go out with MPI_Isend, so this rank starts the next one
  * while the next rank receives; the rows stay untouched until
- * hook_send_done (forward_cpu.c writes each micro-batch's own rows). */
+ * hook_send_done (deepseek4.c writes each micro-batch's own rows). */
 static int hook_send_x(const float *X, int count) {
     if (G.n_sends == G.cap_sends) {
         int nc = G.cap_sends ? 2 * G.cap_sends : 16;
@@ -585,7 +585,7 @@ static void hook_expert_range(int n_expert, int *lo, int *hi) {
 }
 
 /* Every rank's rows of the routed outputs to every rank (they all run the
- * dense part next); the sum itself stays in forward_cpu.c, in its order. */
+ * dense part next); the sum itself stays in deepseek4.c, in its order. */
 static int hook_gather_rows(float *dn, int D, const int *eoff, int n_expert, int npairs) {
     static int *cnt, *off, ncap;
     if (ncap < G.size) {
@@ -696,7 +696,7 @@ int ds4_dist_worker(const char *path, const ds4_model_params *p) {
             }
             drecv(toks, c.a, MPI_INT32_T, 0, TAG_TOKS);
             /* the head rank's session grows its logits rows itself
-             * (forward_cpu.c, once chunk_begin says want_all) */
+             * (deepseek4.c, once chunk_begin says want_all) */
             G.want_all = c.b;
             rc = ds4_session_eval(s, toks, c.a, NULL, NULL);
             break;

@@ -28,7 +28,10 @@
  *   64  8  tools_len
  *   72 20  model fingerprint (GGUF header + metadata + tensor directory)
  *   92 20  family fingerprint (same model, any routed-expert quantization)
- *  112 16  reserved, zero
+ *  112 16  general.architecture of the saving model, NUL-padded (all zero:
+ *            "deepseek4", the only one before the field); the payload is
+ *            that graph's snapshot format, so a file of another
+ *            architecture is never restored (a miss)
  *  128     text, payload, tools section
  *  end-8 8 XXH64 (seed 0) of everything before, with bytes 32..43 as zero
  * Tools section: u32 count, then per entry u32 id_len, id, u32 dsml_len,
@@ -74,6 +77,7 @@ typedef struct {
 struct ds4_kvstore {
     const ds4_model *m;
     uint8_t fp[20], family_fp[20];   /* the model's fingerprints (ds4.h) */
+    char arch[16];                   /* its general.architecture */
     char *dir;
     int dirfd;
     uint64_t cap;
@@ -154,6 +158,10 @@ static int parse_header(const uint8_t *h, uint64_t file_bytes, ds4_kv_file_info 
     in->tools_len = rd64(h + 64);
     memcpy(in->fingerprint, h + 72, 20);
     memcpy(in->family, h + 92, 20);
+    if (h[127]) { *why = "architecture field not terminated"; return -1; }
+    memcpy(in->arch, h + 112, 16);
+    in->arch[16] = 0;
+    if (!in->arch[0]) strcpy(in->arch, "deepseek4");
     in->file_bytes = file_bytes;
     uint64_t want = KV_HDR;
     if (__builtin_add_overflow(want, in->text_len, &want) ||
@@ -268,6 +276,10 @@ int ds4_kv_file_info_read(const char *path, int verify, ds4_kv_file_info *info, 
 /* ---------------------------------------------------------------------- */
 /* Index                                                                   */
 /* ---------------------------------------------------------------------- */
+
+static int arch_ok(const ds4_kvstore *kv, const ds4_kv_file_info *in) {
+    return !strcmp(in->arch, kv->arch);
+}
 
 static int fp_ok(const ds4_kvstore *kv, const uint8_t *fp, const uint8_t *fam) {
     if (!memcmp(fp, kv->fp, 20)) return 1;
@@ -388,10 +400,11 @@ static int rescan(ds4_kvstore *kv) {
         e->last_used = in.last_used * 1000000000ull > mt ? in.last_used * 1000000000ull : mt;
         e->reason = in.reason;
         e->n_tokens = in.n_tokens;
-        e->usable = fp_ok(kv, in.fingerprint, in.family);
+        e->usable = arch_ok(kv, &in) && fp_ok(kv, in.fingerprint, in.family);
         if (!e->usable)
             warn_once(kv, name, "ds4: kv cache %s/%s: %s; ignored\n",
-                      "saved by another model or quantization");
+                      arch_ok(kv, &in) ? "saved by another model or quantization"
+                                       : "saved by a model of another architecture");
         else
             index_tools_of(kv, fd, name, &in);
         close(fd);
@@ -415,16 +428,11 @@ ds4_kvstore *ds4_kvstore_open(const ds4_model *m, const ds4_kvstore_params *p, c
         ds4_set_err(err, DS4_EINVAL, "kv cache: no directory given");
         return NULL;
     }
-    {
-        /* the files hold DeepSeek V4 session snapshots; glm-dsa sessions
-         * have no snapshot format yet */
-        ds4_model_info mi;
-        ds4_model_get_info(m, &mi);
-        if (strcmp(mi.arch, "deepseek4")) {
-            ds4_set_err(err, DS4_EUNSUP, "kv cache: not supported for %s models yet (session snapshots "
-                        "are DeepSeek V4's only)", mi.arch);
-            return NULL;
-        }
+    ds4_model_info mi;
+    ds4_model_get_info(m, &mi);
+    if (!mi.arch || strlen(mi.arch) > 15) {   /* the header holds 15 bytes and a NUL */
+        ds4_set_err(err, DS4_EUNSUP, "kv cache: architecture name too long for the file header");
+        return NULL;
     }
     if (mkdir(p->dir, 0755) && errno != EEXIST) {
         ds4_set_err(err, DS4_EIO, "kv cache: cannot create %s: %s", p->dir, strerror(errno));
@@ -433,6 +441,7 @@ ds4_kvstore *ds4_kvstore_open(const ds4_model *m, const ds4_kvstore_params *p, c
     ds4_kvstore *kv = calloc(1, sizeof *kv);
     if (!kv) { ds4_set_err(err, DS4_ENOMEM, "kv cache: out of memory"); return NULL; }
     kv->m = m;
+    strcpy(kv->arch, mi.arch);
     ds4_model_fingerprint(m, kv->fp);
     ds4_model_family_fingerprint(m, kv->family_fp);
     kv->dirfd = -1;
@@ -660,6 +669,7 @@ int ds4_kvstore_save(ds4_kvstore *kv, const ds4_session *s, ds4_kv_reason reason
     memcpy(h + 64, &tb, 8);
     memcpy(h + 72, kv->fp, 20);
     memcpy(h + 92, kv->family_fp, 20);
+    memcpy(h + 112, kv->arch, strlen(kv->arch));
     /* last_used/hits (32..43) are zero while hashing, then set */
     fw_put(w, h, KV_HDR);
     fw_put(w, text.p, text.n);
@@ -710,8 +720,9 @@ out:
 /* Restore                                                                 */
 /* ---------------------------------------------------------------------- */
 
-/* Hand a candidate's token list (snapshot header: 10 u32, then the ids) to
- * the caller's veto, copied so it is aligned whatever the text length. */
+/* Hand a candidate's token list (snapshot header: 10 u32 with n_tokens
+ * at word 8, then the ids: every graph's format keeps them there,
+ * models/graph.h) to the caller's veto, copied so it is aligned whatever the text length. */
 static int accept_tokens(const uint8_t *payload, uint64_t plen, uint32_t n, size_t tlen,
                          ds4_kv_accept_fn accept, void *ud) {
     if (plen < 40 + 4ull * n || rd32(payload + 32) != n) return 0;
@@ -743,6 +754,8 @@ static int try_restore(ds4_kvstore *kv, ds4_session *s, const char *name,
     int n = 0;
     if (parse_header(p, (uint64_t)sb.st_size, &in, &why)) {
         quarantine(kv, name, why);
+    } else if (!arch_ok(kv, &in)) {
+        warn_once(kv, name, "ds4: kv cache %s/%s: %s; ignored\n", "saved by a model of another architecture");
     } else if (!fp_ok(kv, in.fingerprint, in.family)) {
         warn_once(kv, name, "ds4: kv cache %s/%s: %s; ignored\n", "saved by another model or quantization");
     } else if (file_checksum(p, (uint64_t)sb.st_size) != rd64(p + sb.st_size - 8)) {

@@ -1,5 +1,5 @@
 /*
- * forward_cpu.c -- the DeepSeek V4 graph on the CPU (docs/MODEL.md §2-§6).
+ * deepseek4.c -- the DeepSeek V4 graph on the CPU (docs/MODEL.md §2-§6).
  *
  * Owns: evaluating a pass of T rows through every layer and the head,
  * updating the per-layer KV state: a chunk of consecutive tokens of one

@@ -13,23 +13,24 @@
  *
  * Owns: the glm-dsa forward pass of a chunk of tokens on a session and its
  * per-session state (ds4_glm_state: every layer's cached rows, every full
- * layer's indexer keys, the chunk's scratch).  Session bookkeeping (token
- * list, chunking, rewind) stays in session.c, which dispatches here on
- * cfg.arch.  Must not: touch DeepSeek V4's state or graph (forward_cpu.c),
- * or order anything by the chunk or the threads: every row's numbers come
- * from per-row kernels (cpu_matmul and its groups are bit-identical for any
- * row count; vec_ops' dots, exp_sum and wsum4 have one order in every
- * table) and per-token items whose arithmetic does not depend on which
- * thread runs them, so one prefill, token by token, uneven chunks and any
- * thread count agree bit for bit.  Float32 storage and accumulation; no
- * storage roundings.
+ * layer's indexer keys, the NextN block's rows, the chunk's scratch), its
+ * rewinds and its snapshots ("GLMS").  Session bookkeeping (token list,
+ * chunking) stays in session.c, which calls this file through
+ * ds4_graph_glm_dsa (models/graph.h).  Must not: touch DeepSeek V4's state
+ * or graph (deepseek4.c, deepseek4_state.c), or order anything by the
+ * chunk or the threads: every row's numbers come from per-row kernels
+ * (cpu_matmul and its groups are bit-identical for any row count; vec_ops'
+ * dots, exp_sum and wsum4 have one order in every table) and per-token
+ * items whose arithmetic does not depend on which thread runs them, so one
+ * prefill, token by token, uneven chunks and any thread count agree bit
+ * for bit.  Float32 storage and accumulation; no storage roundings.
  */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine_internal.h"
+#include "models/graph.h"
 
 struct ds4_glm_state {
     float **kv;        /* [n_layer + 1] -> [ctx][kv_lora + n_rot]; [n_layer]: the
@@ -63,7 +64,8 @@ struct ds4_glm_state {
 
 static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
 
-void ds4_glm_state_free(ds4_session *s) {
+static void glm_state_free(ds4_session *s) {
+    ds4_mtp_state_free(s);
     struct ds4_glm_state *g = s->glm;
     if (!g) return;
     const int L = s->m->w.cfg.n_layer;
@@ -83,7 +85,7 @@ void ds4_glm_state_free(ds4_session *s) {
 
 static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
 
-int ds4_glm_state_new(ds4_session *s) {
+static int glm_state_new(ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
     const size_t T = (size_t)s->chunk, ctx = (size_t)s->ctx, D = (size_t)c->n_embd, H = (size_t)c->n_head;
     const size_t W = (size_t)c->head_dim, ID = (size_t)c->idx_dim, IH = (size_t)c->idx_heads;
@@ -127,10 +129,12 @@ int ds4_glm_state_new(ds4_session *s) {
 #undef A
     if (!(g->qs = malloc(MC * qrow)) || !(g->qx = malloc(mx(T * qrow, T * qhead))) || !(g->qx2 = malloc(T * qrow)))
         return DS4_ENOMEM;
+    /* the NextN block's drafts (mtp.c; its rows are this file's) */
+    if (s->m->w.has_mtp && ds4_mtp_state_new(s) != DS4_OK) return DS4_ENOMEM;
     return DS4_OK;
 }
 
-uint64_t ds4_glm_kv_bytes(const ds4_session *s) {
+static uint64_t glm_kv_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
     uint64_t b = s->m->w.has_mtp ? (uint64_t)s->toks.n * (uint64_t)c->head_dim * 4 : 0;
     for (int il = 0; il < c->n_layer; il++)
@@ -652,9 +656,9 @@ static void layer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, i
 
 static int glm_mtp_rows(glm_fwd *f, const int32_t *toks, int64_t p0, int T);
 
-const float *ds4_glm_logits(const ds4_session *s) { return s->glm->logits; }
+static const float *glm_chunk_logits(const ds4_session *s) { return s->glm->logits; }
 
-int ds4_glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
+static int glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     ds4_model *m = s->m;
     glm_fwd f = { .s = s, .c = &m->w.cfg, .w = &m->w, .g = s->glm };
     f.cc.pool = m->pool;
@@ -769,3 +773,215 @@ int ds4_glm_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p)
     ms->steps++;
     return ds4_model_check(m);
 }
+
+/* the KV and scratch bytes of a default session of ctx tokens: the cached
+ * rows, and the chunk's scratch (the head's rows lead) */
+static void glm_plan(const ds4_weights *w, int ctx, int nth, uint64_t *kv, uint64_t *scratch) {
+    const ds4_config *c = &w->cfg;
+    int ch = ctx < 2048 ? ctx : 2048;
+    *kv = ds4_glm_plan_bytes(w, ctx);
+    if (w->has_mtp)   /* the drafts' state: kept main states, the chain's, its logits and q */
+        *kv += (uint64_t)(DS4_DRAFT_PASS_MAX + 3) * c->n_embd * sizeof(float) +
+               (uint64_t)DS4_DRAFT_PASS_MAX * c->n_vocab * sizeof(float);
+    *scratch = (uint64_t)ch * ((uint64_t)c->n_vocab + 16u * (uint64_t)c->n_embd) * sizeof(float) +
+               (uint64_t)ctx * 16;
+    (void)nth;
+}
+
+/* nothing to empty: the rows past the token count are dead; the NextN
+ * block's rows no longer belong to the session's tokens */
+static void glm_state_reset(ds4_session *s) {
+    if (s->glm) s->glm->mtp_hi = 0;
+    ds4_mtp_state_reset(s);
+}
+
+/* No checkpoints needed: the rows of a position never change, so any
+ * point of the session is a rewind point. */
+static uint64_t glm_checkpoint_bytes(const ds4_session *s) { (void)s; return 0; }
+static int glm_checkpoint(ds4_session *s, int slot) { (void)s; (void)slot; return DS4_OK; }
+
+/* any count the session holds; one token short of n, so the token
+ * evaluated again gives the logits at n (no logits are kept per
+ * position) */
+static int glm_rewind_point(const ds4_session *s, int n) {
+    int k = n < (int)s->toks.n ? n : (int)s->toks.n;
+    return k - 1 > 0 ? k - 1 : 0;
+}
+
+/* truncation: the rows below n are exactly what evaluating toks[0..n)
+ * left */
+static int glm_rewind(ds4_session *s, int n) {
+    if (n <= 0 || n > (int)s->toks.n) return DS4_EINVAL;
+    if (n < (int)s->toks.n) s->has_logits = 0;
+    s->toks.n = (size_t)n;
+    s->stg_n = 0;
+    return DS4_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Snapshots                                                               */
+/*                                                                         */
+/* Little-endian, all u32 unless noted (the first ten words keep the       */
+/* places of DeepSeek V4's "DS4S" header that readers of any snapshot use: */
+/* n_tokens at word 8, flags at word 9, the tokens right after -- the disk */
+/* KV store's token check reads them there):                              */
+/*   magic "GLMS", version 1, n_layer, n_embd, head_dim (kv_lora + n_rot), */
+/*   idx_dim, n_vocab, kv_lora, n_tokens, flags (bit 0: --no-qat           */
+/*   activations, bit 1: the logits are valid)                             */
+/*   i32 tokens[n_tokens]                                                  */
+/*   f32 logits[n_vocab]   (zeros when not valid)                          */
+/*   per layer: u32 kind (1: full layer, own indexer keys; 0: shared);     */
+/*     f32 rows[n_tokens][head_dim]; full layers: f32 keys[n_tokens][idx_dim] */
+/* The rows of a position never change, so the rows below n_tokens are    */
+/* the whole state.  Another magic (a DS4S snapshot) is refused by name.   */
+/* ---------------------------------------------------------------------- */
+
+#define GLM_SNAP_MAGIC 0x534D4C47u   /* "GLMS" */
+#define GLM_SNAP_V4_MAGIC 0x53345344u   /* "DS4S": DeepSeek V4's, refused */
+#define GLM_SNAP_VERSION 1u
+#define GLM_SNAP_HDR 10
+
+static uint64_t glm_snapshot_size(const ds4_session *s) {
+    const ds4_config *c = &s->m->w.cfg;
+    const uint64_t n = s->toks.n;
+    uint64_t b = GLM_SNAP_HDR * 4 + n * 4 + (uint64_t)c->n_vocab * 4;
+    for (int il = 0; il < c->n_layer; il++)
+        b += 4 + n * ((uint64_t)c->head_dim + (s->m->w.layers[il].own_indexer ? c->idx_dim : 0)) * 4;
+    return b;
+}
+
+static void glm_snap_header(const ds4_session *s, uint32_t h[GLM_SNAP_HDR]) {
+    const ds4_config *c = &s->m->w.cfg;
+    h[0] = GLM_SNAP_MAGIC;
+    h[1] = GLM_SNAP_VERSION;
+    h[2] = (uint32_t)c->n_layer;
+    h[3] = (uint32_t)c->n_embd;
+    h[4] = (uint32_t)c->head_dim;
+    h[5] = (uint32_t)c->idx_dim;
+    h[6] = (uint32_t)c->n_vocab;
+    h[7] = (uint32_t)c->kv_lora;
+    h[8] = (uint32_t)s->toks.n;
+    h[9] = (s->no_qat ? 1u : 0u) | (s->has_logits ? 2u : 0u);
+}
+
+/* Streams the snapshot through `w`: nothing of snapshot size is
+ * allocated. */
+static int glm_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
+    const ds4_config *c = &s->m->w.cfg;
+    const struct ds4_glm_state *g = s->glm;
+    const size_t n = s->toks.n;
+    uint32_t hdr[GLM_SNAP_HDR];
+    glm_snap_header(s, hdr);
+#define PUT(p, k) do { int rc_ = w(ud, (p), (k)); if (rc_) return rc_; } while (0)
+    PUT(hdr, sizeof hdr);
+    PUT(s->toks.v, n * 4);
+    if (s->has_logits) {
+        PUT(s->logits, (size_t)c->n_vocab * 4);
+    } else {
+        static const float zeros[256];
+        for (size_t left = (size_t)c->n_vocab * 4; left > 0;) {
+            size_t k = left < sizeof zeros ? left : sizeof zeros;
+            PUT(zeros, k);
+            left -= k;
+        }
+    }
+    for (int il = 0; il < c->n_layer; il++) {
+        const uint32_t kind = s->m->w.layers[il].own_indexer ? 1u : 0u;
+        PUT(&kind, 4);
+        PUT(g->kv[il], n * (size_t)c->head_dim * 4);
+        if (kind) PUT(g->ik[il], n * (size_t)c->idx_dim * 4);
+    }
+#undef PUT
+    return DS4_OK;
+}
+
+static int snap_fail(char **err, const char *msg) {
+    return ds4_set_err(err, DS4_EFORMAT, "snapshot: %s", msg);
+}
+
+/* Everything is validated before the live state is touched. */
+static int glm_restore(ds4_session *s, const void *data, size_t len, char **err) {
+    const ds4_config *c = &s->m->w.cfg;
+    struct ds4_glm_state *g = s->glm;
+    const uint8_t *p = data;
+    uint32_t h[GLM_SNAP_HDR], want[GLM_SNAP_HDR];
+    if (len < sizeof h) return snap_fail(err, "truncated header");
+    memcpy(h, p, sizeof h);
+    if (h[0] == GLM_SNAP_V4_MAGIC)
+        return snap_fail(err, "made by a DeepSeek V4 session (DS4S), this is a glm-dsa model");
+    if (h[0] != GLM_SNAP_MAGIC) return snap_fail(err, "bad magic");
+    if (h[1] != GLM_SNAP_VERSION) return snap_fail(err, "unsupported version");
+    glm_snap_header(s, want);
+    for (int i = 2; i < 8; i++)
+        if (h[i] != want[i]) return snap_fail(err, "made for a different model shape");
+    if ((h[9] & 1u) != (want[9] & 1u)) return snap_fail(err, "numerics mode (--no-qat) differs from this session's");
+    if (h[9] & ~3u) return snap_fail(err, "unknown flags");
+    const uint32_t n = h[8];
+    if (n > (uint32_t)s->ctx) return snap_fail(err, "more tokens than this session's context");
+    if (n == 0 && (h[9] & 2u)) return snap_fail(err, "logits without tokens");
+    size_t at = sizeof h;
+    const size_t tok_at = at;
+    if ((size_t)n * 4 > len - at) return snap_fail(err, "truncated tokens");
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t t;
+        memcpy(&t, p + tok_at + 4 * (size_t)i, 4);
+        if (t < 0 || t >= c->n_vocab) return snap_fail(err, "token id out of range");
+    }
+    at += (size_t)n * 4;
+    const size_t logit_at = at;
+    if ((size_t)c->n_vocab * 4 > len - at) return snap_fail(err, "truncated logits");
+    at += (size_t)c->n_vocab * 4;
+    const size_t layer_at = at;
+    for (int il = 0; il < c->n_layer; il++) {
+        uint32_t kind;
+        if (4 > len - at) return snap_fail(err, "truncated layer header");
+        memcpy(&kind, p + at, 4);
+        at += 4;
+        const int own = s->m->w.layers[il].own_indexer;
+        if (kind != (own ? 1u : 0u)) return snap_fail(err, "layer kinds (full / shared indexer) differ from this model's");
+        const size_t need = (size_t)n * ((size_t)c->head_dim + (own ? (size_t)c->idx_dim : 0)) * 4;
+        if (need > len - at) return snap_fail(err, "truncated layer data");
+        at += need;
+    }
+    if (at != len) return snap_fail(err, "trailing bytes");
+
+    /* Commit. */
+    ds4_session_clear(s);   /* also drops a staged pass and the checkpoints */
+    memcpy(s->toks.v, p + tok_at, (size_t)n * 4);
+    s->toks.n = n;
+    memcpy(s->logits, p + logit_at, (size_t)c->n_vocab * 4);
+    s->has_logits = (h[9] & 2u) != 0;
+    at = layer_at;
+    for (int il = 0; il < c->n_layer; il++) {
+        at += 4;
+        const size_t kb = (size_t)n * (size_t)c->head_dim * 4;
+        memcpy(g->kv[il], p + at, kb);
+        at += kb;
+        if (s->m->w.layers[il].own_indexer) {
+            const size_t ib = (size_t)n * (size_t)c->idx_dim * 4;
+            memcpy(g->ik[il], p + at, ib);
+            at += ib;
+        }
+    }
+    return DS4_OK;
+}
+
+const ds4_graph ds4_graph_glm_dsa = {
+    .name = "glm-dsa",
+    .arch = DS4_ARCH_GLM_DSA,
+    .caps = 0,
+    .state_new = glm_state_new,
+    .state_free = glm_state_free,
+    .state_reset = glm_state_reset,
+    .eval_chunk = glm_eval_chunk,
+    .chunk_logits = glm_chunk_logits,
+    .kv_bytes = glm_kv_bytes,
+    .plan = glm_plan,
+    .checkpoint_bytes = glm_checkpoint_bytes,
+    .checkpoint = glm_checkpoint,
+    .rewind_point = glm_rewind_point,
+    .rewind = glm_rewind,
+    .snapshot_size = glm_snapshot_size,
+    .snapshot_write = glm_snapshot_write,
+    .restore = glm_restore,
+};
