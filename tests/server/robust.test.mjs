@@ -132,8 +132,13 @@ test('16 concurrent clients are all answered, in arrival order', async () => {
   }
   // a longer job first keeps the worker busy while the 16 arrive and queue
   // (shorter in the ASan/UBSan suite, where 900 tokens alone take ~60 s:
-  // 150 still outlast the 0.7 s in which the 16 arrive)
-  const busy = process.env.DS4_DEBUG_BUILD === '1' ? 150 : 900;
+  // 300 still outlast the 2.4 s in which the 16 arrive)
+  const busy = process.env.DS4_DEBUG_BUILD === '1' ? 300 : 900;
+  // the sends are spaced so that "arrival order" is well defined: with
+  // 40 ms between them an ASan server on a loaded machine once parsed
+  // client 7's request before 6's (its connection thread stalled longer
+  // than the gap); 16 sends at 150 ms still arrive within the blocker
+  const gap = process.env.DS4_DEBUG_BUILD === '1' ? 150 : 120;
   const blocker = openai().chat.completions.create({ model: 'deepseek-chat', messages: [{ role: 'user', content: 'busy' }] },
     { headers: out('y '.repeat(busy)) });
   await sleep(50);
@@ -151,7 +156,7 @@ test('16 concurrent clients are all answered, in arrival order', async () => {
       seenAt[i] = performance.now();
       return r;
     }));
-    await sleep(40);
+    await sleep(gap);
   }
   const res = await Promise.all(reqs);
   await blocker;
