@@ -642,7 +642,7 @@ static ds4_layout_tensor *glm_layout_list(const config *c, size_t *n) {
     size_t k = 0;
     k += (size_t)ds4_layout_section(a, DS4_SEC_HEAD, &hp, -1, NULL, 0, L + k);
     for (int64_t il = 0; il < c->n_layer; il++) {
-        ds4_layer_kind kind = {0, glm_full(c, il), 0, il < c->n_dense};
+        ds4_layer_kind kind = {0, glm_full(c, il), 0, il < c->n_dense, 0};
         k += (size_t)ds4_layout_section(a, DS4_SEC_LAYER, &hp, (int)il, &kind, 0, L + k);
     }
     k += (size_t)ds4_layout_section(a, DS4_SEC_TAIL, &hp, -1, NULL, 0, L + k);

@@ -263,9 +263,10 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     /* the MTP block (docs/MTP.md): a sidecar named by --mtp, else the main
      * file's mtp.0.* tensors when it has them; not under --dist (a part
      * file holds layers only) */
-    if (m->w.cfg.arch == DS4_ARCH_GLM_DSA && (p->ssd_streaming || p->mtp_path)) {
-        ds4_set_err(err, DS4_EUNSUP, "%s: %s is not supported for glm-dsa models yet", path,
-                    p->ssd_streaming ? "--ssd-streaming" : "--mtp");
+    if (m->w.cfg.arch != DS4_ARCH_DEEPSEEK4 && (p->ssd_streaming || p->mtp_path)) {
+        ds4_set_err(err, DS4_EUNSUP, "%s: %s is not supported for %s models yet", path,
+                    p->ssd_streaming ? "--ssd-streaming" : "--mtp",
+                    m->w.cfg.arch == DS4_ARCH_GLM5_NEXT ? "glm5-next" : "glm-dsa");
         goto fail;
     }
     if (p->mtp_path && dist_on()) {
@@ -383,12 +384,13 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
     info->layer_macs_per_token = ds4_weights_layer_macs(&m->w);
     info->random_weights = m->random_weights;
     info->ctx_train = c->ctx_train;
-    info->arch = c->arch == DS4_ARCH_GLM_DSA ? "glm-dsa" : "deepseek4";
+    info->arch = c->arch == DS4_ARCH_GLM_DSA ? "glm-dsa" : c->arch == DS4_ARCH_GLM5_NEXT ? "glm5-next" : "deepseek4";
     info->format = ds4_model_format(m);
 }
 
 ds4_chat_format ds4_model_format(const ds4_model *m) {
-    return m->w.cfg.arch == DS4_ARCH_GLM_DSA ? DS4_FORMAT_GLM : DS4_FORMAT_DSV4;
+    /* both GLM families (glm-dsa, glm5-next) speak GLM's prompt format */
+    return m->w.cfg.arch != DS4_ARCH_DEEPSEEK4 ? DS4_FORMAT_GLM : DS4_FORMAT_DSV4;
 }
 
 int ds4_model_has_mtp(const ds4_model *m) { return m->w.has_mtp; }

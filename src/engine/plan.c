@@ -71,7 +71,7 @@ int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan 
         out->routed += L->ffn_gate_exps.nbytes + L->ffn_up_exps.nbytes + L->ffn_down_exps.nbytes;
     }
     ds4_session_plan_weights(&w, ctx_size, n_threads, &out->kv, &out->scratch);
-    out->kv_f32 = w.cfg.arch == DS4_ARCH_GLM_DSA;
+    out->kv_f32 = w.cfg.arch != DS4_ARCH_DEEPSEEK4;
     out->total = out->weights + out->kv + out->scratch;
     meminfo(&out->mem_total, &out->mem_available);
     ds4_weights_free(&w);
