@@ -223,6 +223,7 @@ struct ds4_session {
     int dist_id;              /* --dist: the workers' name for it (0 = none) */
     mtp_state *mtp;           /* MTP drafts (mtp.c), NULL when the model has none */
     struct ds4_glm_state *glm; /* glm-dsa's state (glm_dsa.c); NULL for DeepSeek V4 */
+    struct ds4_g5n_state *g5n; /* glm5-next's state (glm5_next.c); NULL otherwise */
 };
 
 /* glm_dsa.c: the glm-dsa graph and its state (cfg.arch == DS4_ARCH_GLM_DSA).
@@ -240,6 +241,32 @@ uint64_t ds4_glm_kv_bytes(const ds4_session *s);
 const float *ds4_glm_logits(const ds4_session *s);
 /* the state bytes of a session of ctx tokens */
 uint64_t ds4_glm_plan_bytes(const ds4_weights *w, int ctx);
+
+/* glm5_next.c: the glm5-next graph and its state (cfg.arch ==
+ * DS4_ARCH_GLM5_NEXT), the functions of glm_dsa.c's pattern; its KDA
+ * layers carry a recurrent state, so rewinds go through its own checkpoint
+ * slots (checkpoint/rewind as DeepSeek V4's: a rewind only to a slot's
+ * count), a staged pass saves the state first (stage_begin) and the commit
+ * of fewer tokens replays the kept ones (stage_commit), and snapshots have
+ * their own format (magic "G5NS", validated whole before the live state is
+ * touched).  reset zeroes the recurrent state and drops the slots. */
+int ds4_g5n_state_new(ds4_session *s);
+void ds4_g5n_state_free(ds4_session *s);
+void ds4_g5n_reset(ds4_session *s);
+int ds4_g5n_eval_chunk(ds4_session *s, const int32_t *toks, int n);
+const float *ds4_g5n_logits(const ds4_session *s);
+uint64_t ds4_g5n_kv_bytes(const ds4_session *s);
+uint64_t ds4_g5n_plan_bytes(const ds4_weights *w, int ctx);
+uint64_t ds4_g5n_checkpoint_bytes(const ds4_session *s);
+int ds4_g5n_checkpoint(ds4_session *s, int slot);
+int ds4_g5n_checkpoint_tokens(const ds4_session *s, int slot);
+int ds4_g5n_rewind_point(const ds4_session *s, int n);
+int ds4_g5n_rewind(ds4_session *s, int n);
+int ds4_g5n_stage_begin(ds4_session *s, int n);
+void ds4_g5n_stage_commit(ds4_session *s, int n_keep);
+uint64_t ds4_g5n_snapshot_size(const ds4_session *s);
+int ds4_g5n_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud);
+int ds4_g5n_restore(ds4_session *s, const void *data, size_t len, char **err);
 
 /* mtp_state.c: session hooks.  new/free with the session; note_hidden is
  * called by the forward with the final HC state of a chunk's tokens (before
@@ -278,6 +305,10 @@ int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0
 /* forward_cpu.c: a compressor frontier's state after rows [p0, p0 + n)
  * (kv/score, stride coff w) are pushed in order -- the state the forward
  * leaves; the pooled rows of the windows closing there are not made. */
+/* forward_cpu.c: one token's hyper-connection coefficients from its mixer
+ * row (pre, post, the Sinkhorn-balanced comb); shared with glm5_next.c */
+void ds4_hc_weights(const float *m, const ds4_tensor *scale, const ds4_tensor *base, int N, int iters, float eps,
+                    float *pre, float *post, float *C);
 void ds4_cpu_frontier_advance(float *st_kv, float *st_sc, int R, int coff, int w,
                               const float *kv, const float *score, int64_t p0, int n);
 

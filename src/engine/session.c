@@ -27,9 +27,13 @@ void ds4_session_params_default(ds4_session_params *p) {
 
 static int ratio_of(const ds4_model *m, int il) { return m->w.layers[il].ratio; }
 
-/* glm-dsa sessions keep their state in glm_dsa.c (s->glm); the V4 layer
- * state, scratch, snapshots and staged passes are DeepSeek V4's only. */
-static int is_glm(const ds4_session *s) { return s->m->w.cfg.arch == DS4_ARCH_GLM_DSA; }
+/* GLM sessions keep their state in glm_dsa.c (s->glm) or glm5_next.c
+ * (s->g5n); the V4 layer state, scratch, snapshots and staged passes are
+ * DeepSeek V4's only.  is_glm: either GLM family (not V4); is_g5n:
+ * glm5-next, whose recurrent state needs its own checkpoints, staged
+ * passes and snapshots (dispatched before the glm-dsa branches). */
+static int is_glm(const ds4_session *s) { return s->m->w.cfg.arch != DS4_ARCH_DEEPSEEK4; }
+static int is_g5n(const ds4_session *s) { return s->m->w.cfg.arch == DS4_ARCH_GLM5_NEXT; }
 
 static int comp_cap_of(int ctx, int R) { return R ? ctx / R + 1 : 0; }
 
@@ -285,11 +289,12 @@ uint64_t ds4_session_memory_estimate(const ds4_model *m, int ctx_size) {
  * serves them. */
 void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
                               uint64_t *kv, uint64_t *scratch) {
-    if (w->cfg.arch == DS4_ARCH_GLM_DSA) {
-        /* the cached rows, and the chunk's scratch (the head's rows lead) */
+    if (w->cfg.arch != DS4_ARCH_DEEPSEEK4) {
+        /* the cached rows (and glm5-next's recurrent state), and the
+         * chunk's scratch (the head's rows lead) */
         const ds4_config *c = &w->cfg;
         int ch = ctx_size < 2048 ? ctx_size : 2048;
-        *kv = ds4_glm_plan_bytes(w, ctx_size);
+        *kv = w->cfg.arch == DS4_ARCH_GLM5_NEXT ? ds4_g5n_plan_bytes(w, ctx_size) : ds4_glm_plan_bytes(w, ctx_size);
         *scratch = (uint64_t)ch * ((uint64_t)c->n_vocab + 16u * (uint64_t)c->n_embd) * sizeof(float) +
                    (uint64_t)ctx_size * 16;
         (void)nth;
@@ -343,6 +348,7 @@ static void state_reset(ds4_session *s) {
     /* every checkpoint referred to rows that are gone now */
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) s->ck[i].n = -1;
     s->stg_n = 0;
+    ds4_g5n_reset(s);
     ds4_mtp_state_reset(s);
     dist_session_reset(s);
 }
@@ -369,11 +375,11 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
     if (!s->ls || !s->logits || ds4_tokens_reserve(&s->toks, (size_t)s->ctx)) goto oom;
     if (is_glm(s)) {
         if (dist_on()) {
-            ds4_set_err(err, DS4_EUNSUP, "--dist is not supported for glm-dsa models");
+            ds4_set_err(err, DS4_EUNSUP, "--dist is not supported for %s models", is_g5n(s) ? "glm5-next" : "glm-dsa");
             ds4_session_free(s);
             return NULL;
         }
-        if (ds4_glm_state_new(s) != DS4_OK) goto oom;
+        if ((is_g5n(s) ? ds4_g5n_state_new(s) : ds4_glm_state_new(s)) != DS4_OK) goto oom;
         s->logits_rows = 1;
         state_reset(s);
         return s;
@@ -418,6 +424,7 @@ void ds4_session_free(ds4_session *s) {
     ds4_imatrix_free(s->imatrix);
     dist_session_free(s);
     ds4_glm_state_free(s);
+    ds4_g5n_state_free(s);
     if (s->ls && !is_glm(s)) {
         for (int il = 0; il < s->m->w.cfg.n_layer; il++) {
             layer_state *st = &s->ls[il];
@@ -520,7 +527,8 @@ int ds4_session_eval(ds4_session *s, const int32_t *toks, int n,
     while (done < n) {
         if (progress && progress(ud, done, n)) return DS4_ECANCEL;
         int k = n - done < step ? n - done : step;
-        int rc = is_glm(s) ? ds4_glm_eval_chunk(s, toks + done, k) : ds4_cpu_eval_chunk(s, toks + done, k);
+        int rc = is_g5n(s) ? ds4_g5n_eval_chunk(s, toks + done, k)
+                 : is_glm(s) ? ds4_glm_eval_chunk(s, toks + done, k) : ds4_cpu_eval_chunk(s, toks + done, k);
         if (rc != DS4_OK) {
             /* a chunk that failed half way leaves layers out of step */
             state_reset(s);
@@ -696,6 +704,7 @@ static size_t ckpt_floats(const ds4_session *s) {
 
 uint64_t ds4_session_checkpoint_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_g5n(s)) return ds4_g5n_checkpoint_bytes(s);
     if (is_glm(s)) return 0;
     return (ckpt_floats(s) + (size_t)c->n_vocab) * sizeof(float) +
            3 * (size_t)c->n_layer * sizeof(int);
@@ -704,7 +713,9 @@ uint64_t ds4_session_checkpoint_bytes(const ds4_session *s) {
 int ds4_session_checkpoint(ds4_session *s, int slot) {
     if (slot < 0 || slot >= DS4_SESSION_CKPTS) return DS4_EINVAL;
     /* glm-dsa needs none: its rows of a position never change, so any
-     * point of the session is a rewind point (ds4_session_rewind_point) */
+     * point of the session is a rewind point (ds4_session_rewind_point);
+     * glm5-next keeps its recurrent state in its own slots */
+    if (is_g5n(s)) return ds4_g5n_checkpoint(s, slot);
     if (is_glm(s)) return DS4_OK;
     const ds4_config *c = &s->m->w.cfg;
     session_ckpt *k = &s->ck[slot];
@@ -754,14 +765,17 @@ int ds4_session_checkpoint(ds4_session *s, int slot) {
 }
 
 int ds4_session_checkpoint_tokens(const ds4_session *s, int slot) {
-    if (slot < 0 || slot >= DS4_SESSION_CKPTS || !s->ck[slot].rows) return -1;
+    if (slot < 0 || slot >= DS4_SESSION_CKPTS) return -1;
+    if (is_g5n(s)) return ds4_g5n_checkpoint_tokens(s, slot);
+    if (!s->ck[slot].rows) return -1;
     return s->ck[slot].n;
 }
 
 int ds4_session_rewind_point(const ds4_session *s, int n) {
     /* glm-dsa: any count the session holds; one token short of n, so the
      * token evaluated again gives the logits at n (no logits are kept
-     * per position) */
+     * per position); glm5-next: its checkpoints (the recurrent state) */
+    if (is_g5n(s)) return ds4_g5n_rewind_point(s, n);
     if (is_glm(s)) return (n < (int)s->toks.n ? n : (int)s->toks.n) - 1 > 0 ?
                           (n < (int)s->toks.n ? n : (int)s->toks.n) - 1 : 0;
     int best = 0;
@@ -776,6 +790,7 @@ int ds4_session_rewind_point(const ds4_session *s, int n) {
 
 int ds4_session_rewind(ds4_session *s, int n) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_g5n(s)) return ds4_g5n_rewind(s, n);
     if (is_glm(s)) {
         /* truncation: the rows below n are exactly what evaluating
          * toks[0..n) left */
@@ -830,6 +845,7 @@ static int raw_live(const layer_state *st, const ds4_config *c) {
 
 uint64_t ds4_session_kv_bytes(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_g5n(s)) return ds4_g5n_kv_bytes(s);
     if (is_glm(s)) return ds4_glm_kv_bytes(s);
     const uint64_t es = kv_es(s);
     uint64_t b = 0;
@@ -864,6 +880,7 @@ uint64_t ds4_session_kv_bytes(const ds4_session *s) {
 
 uint64_t ds4_session_snapshot_size(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_g5n(s)) return ds4_g5n_snapshot_size(s);
     if (is_glm(s)) return 0;   /* no snapshot (ds4_session_snapshot_write refuses) */
     const uint64_t es = kv_es(s);
     uint64_t b = 10 * 4 + s->toks.n * 4 + (uint64_t)c->n_vocab * 4;
@@ -882,6 +899,7 @@ uint64_t ds4_session_snapshot_size(const ds4_session *s) {
 int ds4_session_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     const ds4_config *c = &s->m->w.cfg;
     if (dist_on()) return DS4_EUNSUP;   /* the layers' state lives on several ranks */
+    if (is_g5n(s)) return ds4_g5n_snapshot_write(s, w, ud);
     if (is_glm(s)) return DS4_EUNSUP;   /* no glm-dsa snapshot format yet */
     const size_t es = kv_es(s);
     uint32_t hdr[10] = { SNAP_MAGIC, SNAP_VERSION, (uint32_t)c->n_layer, (uint32_t)c->n_embd,
@@ -929,7 +947,7 @@ static int buf_writer(void *ud, const void *p, size_t n) {
 }
 
 int ds4_session_snapshot(const ds4_session *s, ds4_buf *out) {
-    if (is_glm(s)) return DS4_EUNSUP;
+    if (is_glm(s) && !is_g5n(s)) return DS4_EUNSUP;
     if (ds4_buf_reserve(out, ds4_session_snapshot_size(s))) return DS4_ENOMEM;
     return ds4_session_snapshot_write(s, buf_writer, out);
 }
@@ -949,6 +967,7 @@ static int fail(char **err, const char *msg) {
 
 int ds4_session_restore(ds4_session *s, const void *data, size_t len, char **err) {
     const ds4_config *c = &s->m->w.cfg;
+    if (is_g5n(s)) return ds4_g5n_restore(s, data, len, err);
     if (is_glm(s))
         return ds4_set_err(err, DS4_EUNSUP, "session snapshots of glm-dsa models are not supported yet");
     const size_t es = kv_es(s);
@@ -1122,7 +1141,7 @@ int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
     /* glm-dsa: nothing to save; every row's logits stay in the glm state
      * until the commit, which only truncates (rows of a position never
      * change) */
-    int rc = is_glm(s) ? DS4_OK : stage_alloc(s);
+    int rc = is_g5n(s) ? ds4_g5n_stage_begin(s, n) : is_glm(s) ? DS4_OK : stage_alloc(s);
     if (rc) return rc;
     const ds4_config *c = &s->m->w.cfg;
     for (int il = 0; il < c->n_layer && !is_glm(s); il++) {
@@ -1139,7 +1158,8 @@ int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
         }
     }
     s->stg_on = 1;
-    rc = is_glm(s) ? ds4_glm_eval_chunk(s, toks, n) : ds4_cpu_eval_chunk(s, toks, n);
+    rc = is_g5n(s) ? ds4_g5n_eval_chunk(s, toks, n)
+         : is_glm(s) ? ds4_glm_eval_chunk(s, toks, n) : ds4_cpu_eval_chunk(s, toks, n);
     s->stg_on = 0;
     if (rc != DS4_OK) {
         state_reset(s);
@@ -1154,6 +1174,7 @@ int ds4_session_eval_draft(ds4_session *s, const int32_t *toks, int n) {
 
 const float *ds4_session_draft_logits(const ds4_session *s, int i) {
     if (i < 0 || i >= s->stg_n) return NULL;
+    if (is_g5n(s)) return ds4_g5n_logits(s) + (size_t)i * s->m->w.cfg.n_vocab;
     if (is_glm(s)) return ds4_glm_logits(s) + (size_t)i * s->m->w.cfg.n_vocab;
     return s->sc.logits + (size_t)i * s->m->w.cfg.n_vocab;
 }
@@ -1165,6 +1186,9 @@ int ds4_session_draft_commit(ds4_session *s, int n_keep) {
     const int64_t p0 = s->stg_p0, end = p0 + n_keep;
     s->stg_n = 0;
     if (drop == 0) return DS4_OK;
+    /* glm5-next: the recurrent state replayed over the kept tokens (its
+     * rows, as glm-dsa's, by the count) */
+    if (is_g5n(s)) ds4_g5n_stage_commit(s, n_keep);
     /* glm-dsa: the count alone (its rows of a position never change) */
     for (int il = 0; il < c->n_layer && !is_glm(s); il++) {
         const ds4_layer_weights *lw = &s->m->w.layers[il];
@@ -1186,7 +1210,8 @@ int ds4_session_draft_commit(ds4_session *s, int n_keep) {
         }
     }
     s->toks.n = (size_t)end;
-    memcpy(s->logits, (is_glm(s) ? ds4_glm_logits(s) : s->sc.logits) + (size_t)(n_keep - 1) * c->n_vocab,
+    memcpy(s->logits, (is_g5n(s) ? ds4_g5n_logits(s) : is_glm(s) ? ds4_glm_logits(s) : s->sc.logits) +
+                          (size_t)(n_keep - 1) * c->n_vocab,
            (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
     return DS4_OK;
