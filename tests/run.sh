@@ -101,7 +101,7 @@ declare -A EST=(
     [opt/t_webui]=20 [debug/t_webui]=60 [opt/t_docs]=2 [debug/t_docs]=2 [opt/t_layers]=2 [debug/t_layers]=2
     [opt/t_get]=15 [debug/t_get]=20 [opt/t_glm_ref]=35 [opt/t_glm_tokenizer]=10 [debug/t_glm_tokenizer]=30
     [opt/t_glm_engine]=25 [debug/t_glm_engine]=60 [opt/t_glm_front]=25 [debug/t_glm_front]=170
-    [opt/t_glm_synth]=10
+    [opt/t_glm_synth]=10 [opt/t_g5n_engine]=30 [debug/t_g5n_engine]=90
 )
 
 # the queue: one entry per (pass, test)

@@ -24,7 +24,7 @@
 #  2b. The session contracts (tests/test_glm_session.c on the same file):
 #     rewind (a truncation) and sync after a divergence or to a prefix give
 #     a fresh run's logits bit for bit; snapshots are refused.
-#  3. Refusals: a glm5-next file is refused naming its architecture; the
+#  3. Refusals (glm5-next runs now: tests/t_g5n_engine.sh): the
 #     disk KV cache refuses a glm-dsa model (no snapshot format yet); a
 #     broken glm-dsa file is refused with every tensor problem at once (a
 #     missing tensor, a misshapen one) or the metadata problem that makes
@@ -129,13 +129,6 @@ elif [ -f "$T/g.gguf" ]; then
 fi
 
 # --- 3. refusals --------------------------------------------------------------
-if $PY tests/glm_gguf.py glm5-next "$T/n.gguf" > "$T/genn.log" 2>&1; then
-    if "$DS4" -m "$T/n.gguf" --tokens 1,2,3 > "$T/n.log" 2>&1; then
-        bad "glm5-next: ds4 ran it"
-    elif grep -q 'general.architecture is "glm5-next".*not yet supported' "$T/n.log"; then
-        ok "glm5-next: refused, naming the architecture"
-    else bad "glm5-next: refused without the message:"; cat "$T/n.log"; fi
-else bad "glm_gguf.py glm5-next:"; cat "$T/genn.log"; fi
 if [ -f "$T/g.gguf" ]; then
     if "$DS4" -m "$T/g.gguf" --tokens 1,2,3 -n 1 --ctx 64 --kv-disk-dir "$T/kv" > "$T/kv.log" 2>&1; then
         bad "glm-dsa: --kv-disk-dir accepted"

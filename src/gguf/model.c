@@ -952,7 +952,9 @@ static void g5n_read_config(problems *p, const gguf_file *gf, ds4_config *c, int
              c->idx_topk, c->kpool);
         bad = 1;
     }
-    if (bad) { *shape_bad = 1; return; }
+    /* the per-layer keys below are checked (and named) whatever the above
+     * found; only a missing layer count stops here */
+    if (c->n_layer < 1) { *shape_bad = 1; return; }
     c->compress_ratios = calloc((size_t)c->n_layer, sizeof *c->compress_ratios);
     c->swiglu_clamp = calloc((size_t)c->n_layer, sizeof *c->swiglu_clamp);
     c->swiglu_clamp_sh = calloc((size_t)c->n_layer, sizeof *c->swiglu_clamp_sh);
@@ -969,19 +971,21 @@ static void g5n_read_config(problems *p, const gguf_file *gf, ds4_config *c, int
     {
         char key[96];
         key_of(p, key, sizeof key, "attention.head_count_kv");
-        if (!gguf_find(gf, key)) { prob(p, "missing metadata %s (0 marks the KDA layers)", key); bad = 1; }
-        else if (layer_ints(p, gf, "attention.head_count_kv", c->n_layer, 0, hkv)) bad = 1;
-        for (int il = 0; il < c->n_layer && !bad; il++)
+        int hbad = 0;
+        if (!gguf_find(gf, key)) { prob(p, "missing metadata %s (0 marks the KDA layers)", key); hbad = 1; }
+        else if (layer_ints(p, gf, "attention.head_count_kv", c->n_layer, 0, hkv)) hbad = 1;
+        for (int il = 0; il < c->n_layer && !hbad; il++)
             if (hkv[il] != 0 && hkv[il] != 1) {
                 prob(p, "metadata %s[%d] = %d: 0 (a KDA layer) or 1 (an MLA layer) expected", key, il, hkv[il]);
-                bad = 1;
+                hbad = 1;
             }
+        bad |= hbad;
     }
     /* IndexShare: attention.indexer.types (true: its own indexer); absent:
      * every DSA layer runs its own */
     if (layer_ints(p, gf, "attention.indexer.types", c->n_layer, 1, own)) bad = 1;
-    int full_seen = 0;
-    for (int il = 0; il < c->n_layer && !bad; il++) {
+    int full_seen = 0, kbad = bad;
+    for (int il = 0; il < c->n_layer && !kbad; il++) {
         if (!hkv[il]) { (*kinds)[il] = 0; continue; }
         (*kinds)[il] = own[il] ? 1 : 2;
         if (own[il]) full_seen = 1;
