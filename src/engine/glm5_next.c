@@ -773,6 +773,9 @@ void ds4_g5n_stage_commit(ds4_session *s, int n_keep) {
     struct ds4_g5n_state *g = s->g5n;
     const ds4_config *c = &s->m->w.cfg;
     const int H = c->n_head, K = c->kda_dim, R = c->conv, Di = H * K;
+    /* a checkpoint taken inside the pass holds rejected tokens */
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++)
+        if (g->ck[i].n > (int)s->stg_p0 + n_keep) g->ck[i].n = -1;
     rec_load(s, g->stg_rec);
     int ik = 0;
     for (int il = 0; il < c->n_layer; il++) {

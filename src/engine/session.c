@@ -297,6 +297,11 @@ void ds4_session_plan_weights(const ds4_weights *w, int ctx_size, int nth,
         *kv = w->cfg.arch == DS4_ARCH_GLM5_NEXT ? ds4_g5n_plan_bytes(w, ctx_size) : ds4_glm_plan_bytes(w, ctx_size);
         *scratch = (uint64_t)ch * ((uint64_t)c->n_vocab + 16u * (uint64_t)c->n_embd) * sizeof(float) +
                    (uint64_t)ctx_size * 16;
+        /* glm5-next's chunk rows also hold the HC streams (three copies)
+         * and the KDA projections */
+        if (w->cfg.arch == DS4_ARCH_GLM5_NEXT)
+            *scratch += (uint64_t)ch * (3u * (uint64_t)c->n_hc * c->n_embd +
+                                        10u * (uint64_t)c->n_head * c->kda_dim) * sizeof(float);
         (void)nth;
         return;
     }
