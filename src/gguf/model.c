@@ -640,7 +640,8 @@ static void not_a_model(problems *p, const gguf_file *gf, const gguf_str *arch, 
 
 /* Reads glm-dsa's shape parameters into c (cfg.arch = DS4_ARCH_GLM_DSA) and
  * the per-layer IndexShare kinds into own[] (allocated here, n_layer
- * entries).  *shape_bad as read_config's. */
+ * entries; 1 its own indexer, 2 shared: g5n_read_config's kinds).
+ * *shape_bad as read_config's. */
 static void glm_read_config(problems *p, const gguf_file *gf, ds4_config *c, int **own, int *shape_bad) {
     int bad = 0, fbad = 0, n_block = 0, nextn = 0, kv_len = 0;
     int64_t v64;
@@ -748,50 +749,17 @@ static void glm_read_config(problems *p, const gguf_file *gf, ds4_config *c, int
         for (int il = 0; il < c->n_layer; il++) {
             int64_t v = 0;
             gguf_arr_i64(kv, (uint64_t)il, &v);
-            (*own)[il] = v != 0;
+            (*own)[il] = v != 0 ? 1 : 2;
         }
     } else {
         for (int il = 0; il < c->n_layer; il++)
-            (*own)[il] = c->ctx_train >= 1048576 ? (il - 3 + 1 > 0 ? il - 3 + 1 : 0) % 4 == 0 : 1;
+            (*own)[il] = c->ctx_train < 1048576 || (il - 3 + 1 > 0 ? il - 3 + 1 : 0) % 4 == 0 ? 1 : 2;
     }
-    if (!(*own)[0]) {
+    if ((*own)[0] != 1) {
         prob(p, "metadata %s: layer 0 is a shared indexer layer with no full layer before it", tk);
         *shape_bad = 1;
     }
     (void)fbad;
-}
-
-static int bind_glm(gguf_file *gf, ds4_weights *w, problems *P) {
-    int shape_bad = 0, *own = NULL;
-    P->pfx = "glm-dsa";
-    glm_read_config(P, gf, &w->cfg, &own, &shape_bad);
-    if (P->oom) { free(own); return DS4_ENOMEM; }
-    if (shape_bad) {
-        free(own);
-        prob(P, "tensor checks skipped until the shape metadata above is fixed");
-        return DS4_EFORMAT;
-    }
-    const ds4_config *c = &w->cfg;
-    w->gf = gf;
-    w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
-    if (!w->layers) { free(own); return DS4_ENOMEM; }
-    binder B = {.p = P, .gf = gf, .n_layer = c->n_layer, .arch = &ds4_layout_glm_dsa};
-    if (gguf_find(gf, "ds4.split.ranks") || gguf_find(gf, "ds4.split.experts"))
-        prob(P, "a split part of a glm-dsa model: --dist is not supported for glm-dsa");
-    const ds4_layout_hp hp = hp_of(c);
-    bind_section(&B, &hp, DS4_SEC_HEAD, -1, NULL, w);
-    bind_section(&B, &hp, DS4_SEC_TAIL, -1, NULL, w);
-    for (int il = 0; il < c->n_layer; il++) {
-        ds4_layer_weights *L = &w->layers[il];
-        L->own_indexer = own[il];
-        L->dense = il < c->n_dense;
-        const ds4_layer_kind k = {0, L->own_indexer, 0, L->dense, 0};
-        bind_section(&B, &hp, DS4_SEC_LAYER, il, &k, L);
-    }
-    free(own);
-    w->n_bound = B.n_bound;
-    if (P->oom) return DS4_ENOMEM;
-    return P->n ? DS4_EFORMAT : DS4_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1001,10 +969,17 @@ static void g5n_read_config(problems *p, const gguf_file *gf, ds4_config *c, int
     (void)fbad;
 }
 
-static int bind_g5n(gguf_file *gf, ds4_weights *w, problems *P) {
+/* The GLM families' binder: the family's config reader (its shape keys and
+ * per-layer kinds: 0 KDA, 1 attention with its own indexer, 2 attention
+ * sharing the previous full layer's selection), then every tensor of its
+ * layout table. */
+typedef void (*glm_reader)(problems *, const gguf_file *, ds4_config *, int **, int *);
+
+static int bind_glm(gguf_file *gf, ds4_weights *w, problems *P, const char *pfx, const ds4_layout_arch *a,
+                    glm_reader read) {
     int shape_bad = 0, *kinds = NULL;
-    P->pfx = "glm5-next";
-    g5n_read_config(P, gf, &w->cfg, &kinds, &shape_bad);
+    P->pfx = pfx;
+    read(P, gf, &w->cfg, &kinds, &shape_bad);
     if (P->oom) { free(kinds); return DS4_ENOMEM; }
     if (shape_bad) {
         free(kinds);
@@ -1015,9 +990,9 @@ static int bind_g5n(gguf_file *gf, ds4_weights *w, problems *P) {
     w->gf = gf;
     w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
     if (!w->layers) { free(kinds); return DS4_ENOMEM; }
-    binder B = {.p = P, .gf = gf, .n_layer = c->n_layer, .arch = &ds4_layout_glm5_next};
+    binder B = {.p = P, .gf = gf, .n_layer = c->n_layer, .arch = a};
     if (gguf_find(gf, "ds4.split.ranks") || gguf_find(gf, "ds4.split.experts"))
-        prob(P, "a split part of a glm5-next model: --dist is not supported for glm5-next");
+        prob(P, "a split part of a %s model: --dist is not supported for %s", pfx, pfx);
     const ds4_layout_hp hp = hp_of(c);
     bind_section(&B, &hp, DS4_SEC_HEAD, -1, NULL, w);
     bind_section(&B, &hp, DS4_SEC_TAIL, -1, NULL, w);
@@ -1027,7 +1002,7 @@ static int bind_g5n(gguf_file *gf, ds4_weights *w, problems *P) {
         L->own_indexer = kinds[il] == 1;
         L->dense = il < c->n_dense;
         L->swiglu_clamp = c->swiglu_clamp[il];
-        L->swiglu_clamp_sh = c->swiglu_clamp_sh[il];
+        L->swiglu_clamp_sh = c->swiglu_clamp_sh ? c->swiglu_clamp_sh[il] : 0.0f;
         const ds4_layer_kind k = {0, L->own_indexer, 0, L->dense, L->kda};
         bind_section(&B, &hp, DS4_SEC_LAYER, il, &k, L);
     }
@@ -1053,12 +1028,12 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
         goto fail;
     }
     if (r == 0 && arch.len == 7 && !memcmp(arch.p, "glm-dsa", 7)) {
-        rc = bind_glm(gf, w, &P);
+        rc = bind_glm(gf, w, &P, "glm-dsa", &ds4_layout_glm_dsa, glm_read_config);
         if (rc == DS4_OK) return DS4_OK;
         goto fail;
     }
     if (r == 0 && arch.len == 9 && !memcmp(arch.p, "glm5-next", 9)) {
-        rc = bind_g5n(gf, w, &P);
+        rc = bind_glm(gf, w, &P, "glm5-next", &ds4_layout_glm5_next, g5n_read_config);
         if (rc == DS4_OK) return DS4_OK;
         goto fail;
     }
