@@ -1,6 +1,6 @@
 /*
  * test_g5n_session.c -- the session contracts of a glm5-next model
- * (src/engine/glm5_next.c), whose KDA layers carry a recurrent state, on
+ * (src/models/glm5_next.c), whose KDA layers carry a recurrent state, on
  * the tiny file of tests/glm_gguf.py (argv[1] or $DS4_G5N_MODEL; without
  * either the test writes one with /usr/bin/python3 tests/glm_gguf.py, and
  * skips if it cannot):
