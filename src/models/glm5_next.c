@@ -33,8 +33,6 @@
 #include "base/hash.h"
 #include "models/graph.h"
 
-typedef struct { float s; int i; } scored;
-
 /* a checkpoint slot: every KDA layer's recurrent state at n tokens */
 typedef struct {
     int n;             /* -1: empty */
@@ -66,7 +64,6 @@ struct ds4_g5n_state {
     int *sel, *nsel;   /* [T][selcap] the positions attended (ascending), [T] (-1: every visible one) */
     int selcap;
     float *sc;         /* [ctx] */
-    scored *order;     /* [max(ctx, n_expert)] */
     float *logits;     /* [T][vocab] */
     void *qs;          /* quantized activations */
 };
@@ -100,7 +97,7 @@ static void g5n_state_free(ds4_session *s) {
     free(g->o); free(g->u); free(g->cvt);
     free(g->qr); free(g->q); free(g->iq); free(g->iw); free(g->qabs); free(g->lat); free(g->ao);
     free(g->g); free(g->up); free(g->rl); free(g->eg); free(g->eu); free(g->ed); free(g->moe);
-    free(g->pools); free(g->sel); free(g->nsel); free(g->sc); free(g->order); free(g->logits); free(g->qs);
+    free(g->pools); free(g->sel); free(g->nsel); free(g->sc); free(g->logits); free(g->qs);
     free(g);
     s->g5n = NULL;
 }
@@ -149,7 +146,7 @@ static int g5n_state_new(ds4_session *s) {
     A(g->qabs, T * H * R); A(g->lat, T * H * R); A(g->ao, T * H * (size_t)c->vmla);
     A(g->g, T * F); A(g->up, T * F); A(g->rl, T * (size_t)c->n_expert); A(g->eg, (size_t)c->n_ff_exp);
     A(g->eu, (size_t)c->n_ff_exp); A(g->ed, E); A(g->moe, T * E);
-    A(g->pools, (size_t)keep); A(g->sel, T * (size_t)g->selcap); A(g->nsel, T); A(g->sc, ctx); A(g->order, mx(ctx, (size_t)c->n_expert));
+    A(g->pools, (size_t)keep); A(g->sel, T * (size_t)g->selcap); A(g->nsel, T); A(g->sc, ctx);
     A(g->logits, T * (size_t)c->n_vocab);
 #undef A
     if (!(g->qs = malloc(T * qrow))) return DS4_ENOMEM;
@@ -237,26 +234,10 @@ static void swiglu_row(float *g, const float *u, int n, float c) {
     }
 }
 
-/* The top-k order: higher score first, among equal scores the lower index
- * (docs/family.md, the tie rule); a total order, so qsort gives one answer. */
-static int by_score(const void *a, const void *b) {
-    const scored *x = a, *y = b;
-    if (x->s > y->s) return -1;
-    if (x->s < y->s) return 1;
-    return (x->i > y->i) - (x->i < y->i);
-}
-static int by_index(const void *a, const void *b) {
-    const int i = *(const int *)a, j = *(const int *)b;
-    return (i > j) - (i < j);
-}
-
-/* The k best of sc[0..n) into out[0..k), ascending by index. */
-static void top_k(const float *sc, scored *tmp, int n, int k, int *out) {
-    for (int j = 0; j < n; j++) { tmp[j].s = sc[j]; tmp[j].i = j; }
-    qsort(tmp, (size_t)n, sizeof *tmp, by_score);
-    for (int j = 0; j < k; j++) out[j] = tmp[j].i;
-    qsort(out, (size_t)k, sizeof *out, by_index);
-}
+/* The top-k selections (indexer pools, router) are glm_dsa.c's
+ * ds4_glm_top_k: the tie rule of docs/family.md (higher score first, among
+ * equal scores the lower index) is a total order, so the k best are one
+ * set, returned ascending by index. */
 
 /* ------------------------------------------------------------------------ */
 /* Hyper-connections (V4's: FAMILY.md §2.2)                                  */
@@ -505,7 +486,7 @@ static void indexer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0,
             g->sc[p] = acc;
         }
         int *sel = g->sel + (size_t)t * g->selcap, *pools = g->pools;
-        top_k(g->sc, g->order, nvis, nk, pools);
+        ds4_glm_top_k(g->sc, nvis, nk, pools);
         int n = 0;
         for (int a = 0; a < nk; a++)
             for (int j = 0; j < r; j++) sel[n++] = pools[a] * r + j;
@@ -590,7 +571,7 @@ static void moe(g5n_fwd *f, const ds4_layer_weights *lw, int T) {
             prob[e] = sigm(g->rl[(size_t)t * E + e]);
             selv[e] = bias ? prob[e] + bias[e] : prob[e];
         }
-        top_k(selv, g->order, E, KU, ids);
+        ds4_glm_top_k(selv, E, KU, ids);
         float wsum = 0.0f, wt[DS4_MAX_EXPERT];
         for (int k = 0; k < KU; k++) { wt[k] = prob[ids[k]]; wsum += wt[k]; }
         if (c->expert_norm) {
