@@ -48,7 +48,7 @@ typedef struct {
     uint64_t kv, scratch;        /* session KV state at ctx_size; scratch */
     uint64_t total;              /* weights + kv + scratch */
     uint64_t mem_total, mem_available;
-    int kv_f32;                  /* the rows are float32 (glm-dsa), not f16 */
+    int kv_f32;                  /* the rows are float32 (the GLM graphs), not f16 */
     /* glm-dsa, whose state grows by the same bytes every token (0 for
      * DeepSeek V4: windowed and compressed rows): the bytes of a token, of
      * kv_layers cached rows of kv_row values and kv_idx_layers indexer

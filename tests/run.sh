@@ -102,7 +102,8 @@ declare -A EST=(
     [opt/t_get]=15 [debug/t_get]=20 [opt/t_glm_ref]=35 [opt/t_glm_tokenizer]=10 [debug/t_glm_tokenizer]=30
     [opt/t_glm_engine]=25 [debug/t_glm_engine]=60 [opt/t_glm_front]=25 [debug/t_glm_front]=170
     [opt/t_glm_synth]=10 [opt/t_quantize_glm]=18 [debug/t_quantize_glm]=80
-    [opt/t_glm_mtp]=100 [debug/t_glm_mtp]=260 [opt/t_glm_kv]=25 [debug/t_glm_kv]=60
+    [opt/t_glm_mtp]=100 [debug/t_glm_mtp]=260 [opt/t_glm_kv]=45 [debug/t_glm_kv]=110
+    [opt/t_g5n_engine]=30 [debug/t_g5n_engine]=90
 )
 
 # the queue: one entry per (pass, test)

@@ -29,9 +29,10 @@
 #  2b. The session contracts (tests/test_glm_session.c on the same file):
 #     rewind (a truncation) and sync after a divergence or to a prefix give
 #     a fresh run's logits bit for bit; a snapshot restores exactly.
-#  3. Refusals: a glm5-next file is refused naming its architecture
-#     (ds4 --kv-disk-dir runs a glm-dsa file: the cache itself is
-#     tests/t_glm_kv.sh's); a broken glm-dsa file is refused with every tensor problem at once (a
+#  3. Refusals (glm5-next runs now: tests/t_g5n_engine.sh): ds4
+#     --kv-disk-dir runs a glm-dsa file (the cache itself is
+#     tests/t_glm_kv.sh's); a broken glm-dsa file is refused with every
+#     tensor problem at once (a
 #     missing tensor, a misshapen one) or the metadata problem that makes
 #     the tensor checks meaningless (key_length != kv_lora + rope dims).
 set -u
@@ -150,13 +151,6 @@ elif [ -f "$T/g.gguf" ]; then
 fi
 
 # --- 3. refusals --------------------------------------------------------------
-if $PY tests/glm_gguf.py glm5-next "$T/n.gguf" > "$T/genn.log" 2>&1; then
-    if "$DS4" -m "$T/n.gguf" --tokens 1,2,3 > "$T/n.log" 2>&1; then
-        bad "glm5-next: ds4 ran it"
-    elif grep -q 'general.architecture is "glm5-next".*not yet supported' "$T/n.log"; then
-        ok "glm5-next: refused, naming the architecture"
-    else bad "glm5-next: refused without the message:"; cat "$T/n.log"; fi
-else bad "glm_gguf.py glm5-next:"; cat "$T/genn.log"; fi
 if [ -f "$T/g.gguf" ]; then
     if "$DS4" -m "$T/g.gguf" --tokens 1,2,3 -n 1 --ctx 64 --kv-disk-dir "$T/kv" > "$T/kv.log" 2>&1; then
         ok "glm-dsa: ds4 --kv-disk-dir runs"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# t_glm_kv.sh -- ds4-server's disk KV cache (--kv-disk-dir) with a glm-dsa
-# model (the tiny file of tests/glm_gguf.py over tests/glm_vocab.py's
-# vocabulary): a first server saves the prompt's state ("GLMS" snapshot in
-# a file whose header names the architecture), a second one on the same
-# directory restores the prefix from disk (log and metrics show the hit)
-# and answers the same greedy request with the same text; a DeepSeek V4
-# server on that directory ignores the file (another architecture) and
-# answers from scratch.
+# t_glm_kv.sh -- ds4-server's disk KV cache (--kv-disk-dir) with the GLM
+# graphs (the tiny glm-dsa and glm5-next files of tests/glm_gguf.py over
+# tests/glm_vocab.py's vocabulary), each on its own directory: a first
+# server saves the prompt's state ("GLMS" / "G5NS" snapshot in a file whose
+# header names the architecture), a second one on the same directory
+# restores the prefix from disk (log and metrics show the hit) and answers
+# the same greedy request with the same text (glm5-next: its KDA layers'
+# recurrent state comes back from the file); a DeepSeek V4 server on the
+# glm-dsa directory ignores the file (another architecture) and answers
+# from scratch.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 PY=/usr/bin/python3
@@ -28,16 +30,14 @@ fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 
-mkdir -p "$T/cases" "$T/kv"
+mkdir -p "$T/cases"
 $PY tests/glm_vocab.py "$T/vocab.gguf" "$T/cases" > /dev/null || { echo "FAIL glm_vocab.py"; exit 1; }
-M="$T/m.gguf"
-$PY tests/glm_gguf.py glm-dsa "$M" --vocab "$T/vocab.gguf" > /dev/null || { echo "FAIL glm_gguf.py"; exit 1; }
 KNOBS=(--ctx 2048 -t 1 --kv-cache-min-tokens 32 --kv-cache-boundary-align-tokens 32
        --kv-cache-boundary-trim-tokens 8 --kv-cache-continued-interval-tokens 0)
 
-# start MODEL LOG: a server on the cache directory; URL set
+# start MODEL LOG: a server on the cache directory $KV; URL set
 start() {
-    "$BD"/ds4-server -m "$1" --port 0 --kv-disk-dir "$T/kv" "${KNOBS[@]}" 2> "$2" &
+    "$BD"/ds4-server -m "$1" --port 0 --kv-disk-dir "$KV" "${KNOBS[@]}" 2> "$2" &
     SPID=$!
     URL=""
     for _ in $(seq 300); do
@@ -60,32 +60,44 @@ ask() {
 # saved: wait for the worker's save (after the answer)
 saved() { for _ in $(seq 100); do grep -q "disk KV cache: saved" "$1" && return 0; sleep 0.1; done; return 1; }
 
-start "$M" "$T/a.log" || exit 1
-a1=$(ask) && ok "glm-dsa server with --kv-disk-dir answers" || bad "first request"
-saved "$T/a.log" && ok "the prompt's state saved: $(grep -m1 'disk KV cache: saved' "$T/a.log" | sed 's/.*saved/saved/')" \
-    || { bad "no save"; tail -5 "$T/a.log"; }
-stop
-f=$(find "$T/kv" -name '*.ds4kv' | head -n1)
-if [ -n "$f" ]; then
-    $PY - "$f" <<'PY' && ok "the file's header names glm-dsa, its payload is a GLMS snapshot" || bad "file header"
+# case ARCH MAGIC: the two servers on a fresh directory with ARCH's tiny file
+case_arch() {
+    A=$1 MAGIC=$2
+    KV="$T/kv-$A"
+    M="$T/$A.gguf"
+    mkdir -p "$KV"
+    $PY tests/glm_gguf.py "$A" "$M" --vocab "$T/vocab.gguf" > /dev/null || { bad "glm_gguf.py $A"; return 1; }
+    start "$M" "$T/$A.a.log" || return 1
+    a1=$(ask) && ok "$A server with --kv-disk-dir answers" || bad "$A: first request"
+    saved "$T/$A.a.log" && ok "the prompt's state saved: $(grep -m1 'disk KV cache: saved' "$T/$A.a.log" | sed 's/.*saved/saved/')" \
+        || { bad "$A: no save"; tail -5 "$T/$A.a.log"; }
+    stop
+    f=$(find "$KV" -name '*.ds4kv' | head -n1)
+    if [ -n "$f" ]; then
+        $PY - "$f" "$A" "$MAGIC" <<'PY' && ok "the file's header names $A, its payload is a $MAGIC snapshot" || bad "$A: file header"
 import sys
 b = open(sys.argv[1], 'rb').read()
 text_len = int.from_bytes(b[48:56], 'little')
-assert b[112:128].rstrip(b'\0') == b'glm-dsa', b[112:128]
-assert b[128 + text_len:128 + text_len + 4] == b'GLMS', b[128 + text_len:128 + text_len + 4]
+assert b[112:128].rstrip(b'\0') == sys.argv[2].encode(), b[112:128]
+assert b[128 + text_len:128 + text_len + 4] == sys.argv[3].encode(), b[128 + text_len:128 + text_len + 4]
 PY
-else
-    bad "no cache file in $T/kv"
-fi
+    else
+        bad "no cache file in $KV"
+    fi
 
-start "$M" "$T/b.log" || exit 1
-a2=$(ask)
-grep -q "disk KV cache: restored" "$T/b.log" && ok "second server: $(grep -m1 'disk KV cache: restored' "$T/b.log" | sed 's/.*restored/restored/')" \
-    || { bad "no restore from disk"; tail -5 "$T/b.log"; }
-hits=$(curl -sf "$URL/metrics" | sed -n 's/^ds4_kv_disk_hits_total \([0-9]*\)/\1/p')
-[ "${hits:-0}" -ge 1 ] && ok "metrics: ds4_kv_disk_hits_total $hits" || bad "metrics: disk hits ${hits:-none}"
-[ -n "$a1" ] && [ "$a1" = "$a2" ] && ok "the same greedy answer after the restore: $a2" || bad "answers differ: '$a1' vs '$a2'"
-stop
+    start "$M" "$T/$A.b.log" || return 1
+    a2=$(ask)
+    grep -q "disk KV cache: restored" "$T/$A.b.log" && ok "second server: $(grep -m1 'disk KV cache: restored' "$T/$A.b.log" | sed 's/.*restored/restored/')" \
+        || { bad "$A: no restore from disk"; tail -5 "$T/$A.b.log"; }
+    hits=$(curl -sf "$URL/metrics" | sed -n 's/^ds4_kv_disk_hits_total \([0-9]*\)/\1/p')
+    [ "${hits:-0}" -ge 1 ] && ok "metrics: ds4_kv_disk_hits_total $hits" || bad "$A: metrics: disk hits ${hits:-none}"
+    [ -n "$a1" ] && [ "$a1" = "$a2" ] && ok "the same greedy answer after the restore: $a2" || bad "$A: answers differ: '$a1' vs '$a2'"
+    stop
+}
+case_arch glm-dsa GLMS || exit 1
+GLM_KV="$KV"
+case_arch glm5-next G5NS || exit 1
+KV="$GLM_KV"
 
 V4="$SHARED/golden/models/tiny-a-q2.gguf"
 if [ -f "$V4" ]; then

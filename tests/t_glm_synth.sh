@@ -13,8 +13,12 @@
 #     positions come from the float64 reference, tests/oracle/glm_ref.py).
 #  4. glm52 --layers 2 --recipe q8_0 --dry-run lists the real GLM 5.2 shapes
 #     and the file size.
-#  5. Refusals, exit 2 with one clear line: --arch glm5-next (no graph yet),
-#     --mtp, --hf-out, --set, a DeepSeek recipe or preset with glm-dsa.
+#  4b. --arch glm5-next: tiny f32 has tests/glm_gguf.py's layout and keys;
+#     f32, f16 and q8_0 run to finite logits, prefill == token by token;
+#     f32 == glm_ref.py to 1e-5; flash53 --layers 4 --dry-run lists the
+#     GLM 5.3 Flash shapes.
+#  5. Refusals, exit 2 with one clear line: --mtp, --hf-out, --set, a
+#     DeepSeek recipe or preset with glm-dsa, a glm-dsa preset with glm5-next.
 # ds4-test: optimized-only (llama.cpp and the Python reference; the glm-dsa graph runs under ASan in t_glm_engine)
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -133,6 +137,50 @@ if "$BD/ds4-synth" --arch glm-dsa --preset glm52 --layers 5 --recipe f16 --vocab
     ok "glm52 --layers 5: MoE from layer 3, IndexShare (layer 3 shares, 0..2 own)"
 else bad "glm52 --layers 5 layout"; fi
 
+# --- 4b: glm5-next (GLM 5.3 Flash) -------------------------------------------
+# tests/glm_gguf.py writes the convolutions 4-D ({kernel, 1, channels, 1}),
+# ds4-synth 3-D: the same storage, the trailing 1 aside
+g5meta() { "$BD/ds4" -m "$1" --inspect 2>&1 | grep -E '^ +(glm5-next|tokenizer)\.' ; }
+$PY tests/glm_gguf.py glm5-next "$T/py_g5n.gguf" --vocab "$VOCAB"
+for r in f32 f16 q8_0; do
+    if ! "$BD/ds4-synth" --arch glm5-next --vocab "$VOCAB" --threads 2 --preset tiny --recipe "$r" \
+            -o "$T/g5n_$r.gguf" > "$T/g5n_$r.synthlog" 2>&1; then
+        bad "glm5-next $r: ds4-synth failed:"; tail -3 "$T/g5n_$r.synthlog"; continue
+    fi
+    if [ $r = f32 ]; then
+        if $PY "$T/dir.py" "$T/py_g5n.gguf" | sed 's/, 1) /) /' > "$T/py_g5n.dir" &&
+                $PY "$T/dir.py" "$T/g5n_$r.gguf" > "$T/g5n_$r.dir" && cmp -s "$T/py_g5n.dir" "$T/g5n_$r.dir" &&
+                diff <(g5meta "$T/py_g5n.gguf") <(g5meta "$T/g5n_$r.gguf") > /dev/null; then
+            ok "glm5-next f32: tensors and metadata as tests/glm_gguf.py glm5-next"
+        else bad "glm5-next f32: layout differs from tests/glm_gguf.py:"; diff "$T/py_g5n.dir" "$T/g5n_$r.dir" | head -5; fi
+    fi
+    if "$BD/ds4" -m "$T/g5n_$r.gguf" --tokens-file "$T/ids300.txt" --dump-logits "$T/g5n_$r.ds4" --ctx 512 \
+            > "$T/g5n_$r.log" 2>&1 &&
+            "$BD/ds4" -m "$T/g5n_$r.gguf" --tokens-file "$T/ids300.txt" --dump-logits "$T/g5n_$r.dec" --ctx 512 \
+            --decode-only > /dev/null 2>&1 && cmp -s "$T/g5n_$r.ds4" "$T/g5n_$r.dec" && $PY -c "
+import numpy as np, sys
+x = np.fromfile('$T/g5n_$r.ds4', dtype=np.float32).reshape(300, 4096)
+sys.exit(0 if np.isfinite(x).all() and x.std(axis=1).min() > 0.1 else 1)"; then
+        ok "glm5-next $r: 300 positions of finite, non-degenerate logits; prefill == token by token"
+    else bad "glm5-next $r: ds4 failed, degenerate logits or prefill != decode:"; tail -3 "$T/g5n_$r.log"; fi
+done
+if [ -f "$T/g5n_f32.ds4" ] && $PY tests/oracle/glm_ref.py "$T/g5n_f32.gguf" --tokens-file "$T/ids300.txt" \
+        -o "$T/g5n.ref" --indexer "$T/g5n.ix" > "$T/g5nref.log" 2>&1 &&
+        $PY tests/llamacpp_compare.py "$T/g5n_f32.ds4" "$T/g5n.ref" "$T/g5n.ix" 4096 6 --tol 1e-5 \
+        --tie-eps 1e-5 --min-selecting 200 > "$T/g5ncmp.log" 2>&1; then
+    ok "ds4-synth glm5-next tiny f32: ds4 == glm_ref.py to 1e-5 before the first indexer tie"
+else bad "ds4-synth glm5-next tiny f32 vs glm_ref.py:"; tail -5 "$T/g5ncmp.log" "$T/g5nref.log" 2>/dev/null; fi
+if "$BD/ds4-synth" --arch glm5-next --preset flash53 --layers 4 --recipe q8_0 --vocab "$VOCAB" --dry-run --list \
+        > "$T/f53.txt" 2>&1 &&
+        grep -q '^blk.0.attn_q.weight  *Q8_0  *\[4096, 8192\]' "$T/f53.txt" &&
+        grep -q '^blk.3.attn_q_b.weight  *Q8_0  *\[1536, 16384\]' "$T/f53.txt" &&
+        grep -q '^blk.3.attn_k_b.weight  *Q8_0  *\[256, 512, 64\]' "$T/f53.txt" &&
+        grep -q '^blk.3.ffn_gate_exps.weight  *Q8_0  *\[4096, 2048, 288\]' "$T/f53.txt" &&
+        grep -q '^blk.3.indexer_compressor_ape.weight  *F32  *\[128, 4\]' "$T/f53.txt" &&
+        grep -q 'nothing written' "$T/f53.txt"; then
+    ok "glm5-next flash53 --layers 4 --dry-run: the GLM 5.3 Flash shapes, $(grep '^file size' "$T/f53.txt")"
+else bad "glm5-next flash53 dry run:"; grep -E "blk.(0.attn_q|3.attn_q_b|3.attn_k_b|3.ffn_gate_exps|3.indexer_comp)" "$T/f53.txt" | head; tail -3 "$T/f53.txt"; fi
+
 # --- 5: refusals ---------------------------------------------------------------
 refuse() {   # refuse LABEL PATTERN ARGS...
     local label=$1 pat=$2; shift 2
@@ -141,10 +189,8 @@ refuse() {   # refuse LABEL PATTERN ARGS...
     if [ $rc = 2 ] && grep -q -- "$pat" "$T/r.err" && [ ! -e "$T/r.gguf" ]; then ok "refused: $label"
     else bad "$label: exit $rc:"; cat "$T/r.err"; fi
 }
-refuse "--arch glm5-next" "no glm5-next graph" --arch glm5-next --preset tiny --recipe f32 -o "$T/r.gguf"
-if [ "$("$BD/ds4-synth" --arch glm5-next --preset tiny --recipe f32 -o "$T/r.gguf" 2>&1 | wc -l)" = 1 ]; then
-    ok "--arch glm5-next: one line"
-else bad "--arch glm5-next: not one line"; fi
+refuse "glm5-next --preset glm52" "unknown for glm5-next" --arch glm5-next --preset glm52 --recipe f32 -o "$T/r.gguf"
+refuse "glm5-next --mtp" "--mtp is not supported" --arch glm5-next --preset tiny --recipe f32 --mtp -o "$T/r.gguf"
 refuse "--arch foo" "unknown" --arch foo --preset tiny --recipe f32 -o "$T/r.gguf"
 refuse "glm-dsa --mtp" "--mtp is not supported" --arch glm-dsa --preset tiny --recipe f32 --mtp -o "$T/r.gguf"
 refuse "glm-dsa --hf-out" "--hf-out is not supported" --arch glm-dsa --preset tiny --recipe f32 --hf-out "$T/hf"

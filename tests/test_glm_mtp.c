@@ -1,5 +1,5 @@
 /*
- * test_glm_mtp.c -- glm-dsa's NextN (MTP) drafts (src/engine/glm_dsa.c,
+ * test_glm_mtp.c -- glm-dsa's NextN (MTP) drafts (src/models/glm_dsa.c,
  * mtp.c; docs/family.md "MTP") on a tiny file of tests/glm_gguf.py with
  * --set nextn=1, which tests/t_glm_mtp.sh writes and passes:
  *

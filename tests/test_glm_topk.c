@@ -1,5 +1,5 @@
 /*
- * test_glm_topk.c -- glm-dsa's top-k (src/engine/glm_dsa.c ds4_glm_top_k:
+ * test_glm_topk.c -- glm-dsa's top-k (src/models/glm_dsa.c ds4_glm_top_k:
  * a heap of the k kept) against its reference, a full sort of every
  * index by (score descending, index ascending) then the first k ascending
  * by index, on random data: scores drawn from a few values (many exact

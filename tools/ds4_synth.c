@@ -5,11 +5,13 @@
  * at the tiny test shape, the real per-layer shape with few layers, or the
  * full 43-layer model; with --arch glm-dsa the same for GLM 5.2 / 5.3
  * (llama.cpp's names and metadata keys, those of tests/glm_gguf.py: the
- * tiny test shape or the real GLM 5.2 per-layer shape).
+ * tiny test shape or the real GLM 5.2 per-layer shape), and with --arch
+ * glm5-next for GLM 5.3 Flash (tiny, or the real flash53 shape).
  *
  * Owns: the presets, `--set` overrides and their consistency checks, the
  * weight scale of every tensor family, the f32 recipe (the f16 one
- * widened), glm-dsa's layer walk (dense / IndexShare kinds), recipes
+ * widened), glm-dsa's and glm5-next's layer walks (dense / IndexShare /
+ * KDA kinds), recipes
  * (tests/glm_gguf.py's storage) and metadata, the deterministic generators for every storage type, and the
  * streaming write (through gguf_writer, bounded buffers, progress).
  * Does not own: the GGUF container (gguf.c), the tensor layout and the
@@ -61,7 +63,7 @@
 
 static void usage(FILE *o) {
     fputs(
-"usage: ds4-synth [--arch deepseek4|glm-dsa] --preset P --recipe R -o OUT.gguf\n"
+"usage: ds4-synth [--arch deepseek4|glm-dsa|glm5-next] --preset P --recipe R -o OUT.gguf\n"
 "                 [--vocab VOCAB.gguf] [--layers N] [--seed S] [--mtp]\n"
 "                 [--set key=value ...] [--threads N] [--dry-run [--list]] [--hf-out DIR]\n"
 "       ds4-synth --limits | --help | --version\n"
@@ -75,8 +77,9 @@ static void usage(FILE *o) {
 "\n"
 "  --arch A        deepseek4 (default) or glm-dsa (GLM 5.2 / 5.3, llama.cpp's\n"
 "                  tensor names and metadata keys; presets tiny and glm52,\n"
-"                  recipes f32, f16 and q8_0; no --mtp, --hf-out or --set).\n"
-"                  glm5-next is refused: ds4 has no graph for it yet.\n"
+"                  recipes f32, f16 and q8_0; no --mtp, --hf-out or --set),\n"
+"                  or glm5-next (GLM 5.3 Flash: the same, presets tiny and\n"
+"                  flash53).\n"
 "  --preset P      deepseek4:\n"
 "                  tiny   = the golden tiny-a shape (n_embd 256, 6 layers,\n"
 "                           8 heads x 256, 8 experts x 256, context 4096)\n"
@@ -90,6 +93,13 @@ static void usage(FILE *o) {
 "                  glm52  = the real GLM 5.2 model (n_embd 6144, 64 heads,\n"
 "                           256 experts x 2048 top-8, 3 dense layers,\n"
 "                           indexer 32 x 128 top-2048), 78 layers\n"
+"                  glm5-next:\n"
+"                  tiny    = the shape of tests/glm_gguf.py (n_embd 64, 6\n"
+"                            layers: KDA, KDA, MLA, ..., 1 dense, 4 heads,\n"
+"                            KDA head 16, k-pool 4, top-k 32, 8 experts)\n"
+"                  flash53 = the real GLM 5.3 Flash model (n_embd 4096, 64\n"
+"                            heads, KDA head 128, MLA every 4th layer, 288\n"
+"                            experts x 2048 top-8, 3 dense), 45 layers\n"
 "  --recipe R      f16 = every matrix F16;\n"
 "                  f32 = the f16 recipe's model (same --seed: the same\n"
 "                        values) with every F16 tensor stored as F32, for\n"
@@ -120,7 +130,7 @@ static void usage(FILE *o) {
 "                  f16 recipe's (same --seed) rounded to those formats.  Input\n"
 "                  for ds4-quantize (docs/CHECKPOINT.md).\n"
 "  --layers N      block_count (default: tiny 6, medium 4, flash 43; glm-dsa\n"
-"                  tiny 4, glm52 78).  The\n"
+"                  tiny 4, glm52 78; glm5-next tiny 6, flash53 45).  The\n"
 "                  compression ratios follow the Flash rule (layers 0,1: 0;\n"
 "                  then even layers 4, odd layers 128) and hash_layer_count\n"
 "                  is min(3, N), unless set explicitly with --set.\n"
@@ -200,8 +210,13 @@ typedef struct {
      * q_lora, n_rot, idx_*, n_expert, n_used, n_shared, n_ff (one
      * expert's), rms_eps, rope_base, expert_scale, ctx are shared with
      * the fields above */
-    int glm;
+    int glm;                 /* 1 glm-dsa, 2 glm5-next */
     int64_t kv_lora, qk_nope, v_head, n_ff_dense, n_dense, idx_freq, idx_offset;
+    /* --arch glm5-next (glm == 2): KDA head dim, conv kernel, k-pool, MLA
+     * layers where il % dsa_every == dsa_every - 1; qk_nope is the MLA
+     * head's q.k width (no RoPE: n_rot 0) */
+    int64_t kda_dim, conv, kpool, dsa_every;
+    double kda_lb, ln_eps, clamp10;
 } config;
 
 enum { K_INT, K_FLOAT, K_BOOL, K_RATIOS, K_CLAMP, K_VOCAB };
@@ -313,6 +328,33 @@ static int set_glm_preset(config *c, const char *p) {
     }
     return -1;
 }
+
+/* glm5-next presets: "tiny" is tests/glm_gguf.py's GLM5_NEXT table,
+ * "flash53" the GLM 5.3 Flash config (FAMILY.md §2.1). */
+static int set_g5n_preset(config *c, const char *p) {
+    c->glm = 2;
+    c->rms_eps = 1e-5; c->ln_eps = 1e-6; c->expert_scale = 2.5; c->expert_norm = 1;
+    c->ctx = 1048576; c->n_head_kv = 1; c->n_shared = 1; c->n_rot = 0;
+    c->n_hc = 4; c->hc_iters = 20; c->hc_eps = 1e-6; c->kda_lb = -5.0; c->clamp10 = 10.0;
+    c->conv = 4; c->kpool = 4;
+    if (!strcmp(p, "tiny")) {
+        c->n_embd = 64; c->n_layer = 6; c->n_dense = 1; c->n_head = 4; c->dsa_every = 3; c->kda_dim = 16;
+        c->q_lora = 32; c->kv_lora = 32; c->qk_nope = 16; c->v_head = 16;
+        c->idx_heads = 16; c->idx_dim = 32; c->idx_topk = 32;
+        c->n_ff_dense = 96; c->n_expert = 8; c->n_used = 2; c->n_ff = 32;
+        return 0;
+    }
+    if (!strcmp(p, "flash53")) {
+        c->n_embd = 4096; c->n_layer = 45; c->n_dense = 3; c->n_head = 64; c->dsa_every = 4; c->kda_dim = 128;
+        c->q_lora = 1536; c->kv_lora = 512; c->qk_nope = 256; c->v_head = 256;
+        c->idx_heads = 32; c->idx_dim = 128; c->idx_topk = 2048;
+        c->n_ff_dense = 12288; c->n_expert = 288; c->n_used = 8; c->n_ff = 2048;
+        return 0;
+    }
+    return -1;
+}
+
+static int g5n_mla(const config *c, int64_t il) { return il % c->dsa_every == c->dsa_every - 1; }
 
 /* IndexShare (GLM 5.2 / 5.3): layer il has its own indexer iff
  * max(il - offset + 1, 0) % freq == 0 (tests/glm_gguf.py indexer_full). */
@@ -621,14 +663,23 @@ static const struct { uint8_t kind; float a, b; } SCALE[DS4_T_COUNT] = {
     [DS4_T_IDX_K_NORM] = {S_NORMAL, 1.0f, 0.15f}, [DS4_T_IDX_K_NORM_B] = {S_NORMAL, 0.0f, 0.1f},
     [DS4_T_FFN_GATE] = {S_PROJ, 1.0f, 0}, [DS4_T_FFN_UP] = {S_PROJ, 1.0f, 0},
     [DS4_T_FFN_DOWN] = {S_PROJ, 1.0f, 0},
+    /* glm5-next's KDA: ssm_a = -exp(A_log) < 0 per head; the convolution
+     * taps and dt bias as tests/glm_gguf.py draws them */
+    [DS4_T_KDA_Q] = {S_PROJ, 1.0f, 0}, [DS4_T_KDA_K] = {S_PROJ, 1.0f, 0}, [DS4_T_KDA_V] = {S_PROJ, 1.0f, 0},
+    [DS4_T_CONV_Q] = {S_NORMAL, 0.0f, 0.5f}, [DS4_T_CONV_K] = {S_NORMAL, 0.0f, 0.5f},
+    [DS4_T_CONV_V] = {S_NORMAL, 0.0f, 0.5f}, [DS4_T_SSM_F_A] = {S_PROJ, 1.0f, 0}, [DS4_T_SSM_F_B] = {S_PROJ, 1.0f, 0},
+    [DS4_T_SSM_BETA] = {S_PROJ, 1.0f, 0}, [DS4_T_SSM_A] = {S_UNIFORM, -1.6f, -0.6f},
+    [DS4_T_SSM_DT_B] = {S_NORMAL, 0.0f, 0.5f}, [DS4_T_SSM_G_A] = {S_PROJ, 1.0f, 0},
+    [DS4_T_SSM_G_B] = {S_PROJ, 1.0f, 0}, [DS4_T_SSM_NORM] = {S_NORMAL, 1.0f, 0.1f},
 };
 
 /* The glm-dsa file's tensors: the layout's head, the layers with their
  * kinds (dense FFN on the first n_dense, an own indexer on IndexShare's
  * full layers), the tail.  Returns a malloc'ed list (*n entries). */
 static ds4_layout_tensor *glm_layout_list(const config *c, size_t *n) {
-    const ds4_layout_arch *a = &ds4_layout_glm_dsa;
+    const ds4_layout_arch *a = c->glm == 2 ? &ds4_layout_glm5_next : &ds4_layout_glm_dsa;
     const ds4_layout_hp hp = {
+        .n_hc = c->n_hc, .kda_dim = c->kda_dim, .conv = c->conv, .kpool = c->kpool,
         .n_embd = c->n_embd, .n_vocab = c->n_vocab, .n_head = c->n_head, .q_lora = c->q_lora,
         .n_expert = c->n_expert, .n_ff = c->n_ff, .n_shared = c->n_shared, .n_used = c->n_used,
         .idx_heads = c->idx_heads, .idx_dim = c->idx_dim, .kv_lora = c->kv_lora, .n_rot = c->n_rot,
@@ -642,7 +693,9 @@ static ds4_layout_tensor *glm_layout_list(const config *c, size_t *n) {
     size_t k = 0;
     k += (size_t)ds4_layout_section(a, DS4_SEC_HEAD, &hp, -1, NULL, 0, L + k);
     for (int64_t il = 0; il < c->n_layer; il++) {
-        ds4_layer_kind kind = {0, glm_full(c, il), 0, il < c->n_dense};
+        /* glm5-next: every MLA layer runs its own indexer (no indexer.types) */
+        ds4_layer_kind kind = {0, c->glm == 2 ? 1 : glm_full(c, il), 0, il < c->n_dense,
+                               c->glm == 2 ? !g5n_mla(c, il) : 0};
         k += (size_t)ds4_layout_section(a, DS4_SEC_LAYER, &hp, (int)il, &kind, 0, L + k);
     }
     k += (size_t)ds4_layout_section(a, DS4_SEC_TAIL, &hp, -1, NULL, 0, L + k);
@@ -653,7 +706,7 @@ static ds4_layout_tensor *glm_layout_list(const config *c, size_t *n) {
 /* The glm-dsa recipes (as tests/glm_gguf.py --type): 1-D tensors F32,
  * matrices F32, F16, or Q8_0 where a row is whole 32-blocks (else F32). */
 static uint32_t glm_type(const char *recipe, const ds4_layout_tensor *lt) {
-    if (lt->nd < 2 || !strcmp(recipe, "f32")) return GGML_F32;
+    if (lt->nd < 2 || lt->row->role == DS4_ROLE_VEC || !strcmp(recipe, "f32")) return GGML_F32;
     if (!strcmp(recipe, "f16")) return GGML_F16;
     return lt->ne[0] % 32 == 0 ? GGML_Q8_0 : GGML_F32;
 }
@@ -1113,8 +1166,73 @@ static void write_meta_glm(meta *m, const config *c, const gguf_file *vocab, con
         if (!strncmp(vocab->kv[i].key, "tokenizer.", 10)) m_copy(m, &vocab->kv[i]);
 }
 
+/* glm5-next: the keys of tests/glm_gguf.py (llama.cpp's glm5next), in its order. */
+static void write_meta_g5n(meta *m, const config *c, const gguf_file *vocab, const char *preset,
+                           const char *recipe, uint64_t seed) {
+    char buf[256];
+    m_str(m, "general.architecture", "glm5-next");
+    m_u32(m, "general.alignment", ALIGNMENT);
+    snprintf(buf, sizeof buf, "ds4-synth-glm5-next-%s-%s", preset, recipe);
+    m_str(m, "general.name", buf);
+    snprintf(buf, sizeof buf, "random-weight synthetic model (ds4-synth --arch glm5-next --preset %s "
+             "--recipe %s --seed %" PRIu64 ", %" PRId64 " layers); not a trained model", preset, recipe,
+             seed, c->n_layer);
+    m_str(m, "general.description", buf);
+    m_u32(m, "glm5-next.context_length", (uint64_t)c->ctx);
+    m_u32(m, "glm5-next.embedding_length", (uint64_t)c->n_embd);
+    m_u32(m, "glm5-next.block_count", (uint64_t)c->n_layer);
+    m_u32(m, "glm5-next.feed_forward_length", (uint64_t)c->n_ff_dense);
+    m_u32(m, "glm5-next.attention.head_count", (uint64_t)c->n_head);
+    /* 0 marks a KDA layer, 1 an MLA layer: a U32 array, 12 + 4 bytes an element */
+    uint32_t *hkv = malloc((size_t)c->n_layer * sizeof *hkv);
+    if (!hkv) die("out of memory");
+    for (int64_t il = 0; il < c->n_layer; il++) hkv[il] = (uint32_t)g5n_mla(c, il);
+    m_count(m, "glm5-next.attention.head_count_kv", 12 + 4 * (uint64_t)c->n_layer);
+    if (m->w) gguf_w_arr(m->w, "glm5-next.attention.head_count_kv", GGUF_U32, hkv, (uint64_t)c->n_layer);
+    free(hkv);
+    m_u32(m, "glm5-next.rope.dimension_count", 0);
+    m_f32(m, "glm5-next.attention.layer_norm_rms_epsilon", c->rms_eps);
+    m_f32(m, "glm5-next.attention.layer_norm_epsilon", c->ln_eps);
+    m_u32(m, "glm5-next.vocab_size", (uint64_t)c->n_vocab);
+    m_u32(m, "glm5-next.attention.q_lora_rank", (uint64_t)c->q_lora);
+    m_u32(m, "glm5-next.attention.kv_lora_rank", (uint64_t)c->kv_lora);
+    m_u32(m, "glm5-next.attention.key_length", (uint64_t)c->kv_lora);
+    m_u32(m, "glm5-next.attention.value_length", (uint64_t)c->kv_lora);
+    m_u32(m, "glm5-next.attention.key_length_mla", (uint64_t)c->qk_nope);
+    m_u32(m, "glm5-next.attention.value_length_mla", (uint64_t)c->v_head);
+    m_u32(m, "glm5-next.kda.head_dim", (uint64_t)c->kda_dim);
+    m_f32(m, "glm5-next.kda.gate_lower_bound", c->kda_lb);
+    m_u32(m, "glm5-next.ssm.conv_kernel", (uint64_t)c->conv);
+    m_u32(m, "glm5-next.attention.indexer.head_count", (uint64_t)c->idx_heads);
+    m_u32(m, "glm5-next.attention.indexer.key_length", (uint64_t)c->idx_dim);
+    m_u32(m, "glm5-next.attention.indexer.top_k", (uint64_t)c->idx_topk);
+    m_u32(m, "glm5-next.attention.indexer.kpool", (uint64_t)c->kpool);
+    m_u32(m, "glm5-next.hyper_connection.count", (uint64_t)c->n_hc);
+    m_u32(m, "glm5-next.hyper_connection.sinkhorn_iterations", (uint64_t)c->hc_iters);
+    m_f32(m, "glm5-next.hyper_connection.epsilon", c->hc_eps);
+    m_u32(m, "glm5-next.expert_count", (uint64_t)c->n_expert);
+    m_u32(m, "glm5-next.expert_used_count", (uint64_t)c->n_used);
+    m_u32(m, "glm5-next.expert_shared_count", (uint64_t)c->n_shared);
+    m_u32(m, "glm5-next.expert_feed_forward_length", (uint64_t)c->n_ff);
+    m_f32(m, "glm5-next.expert_weights_scale", c->expert_scale);
+    m_bool(m, "glm5-next.expert_weights_norm", c->expert_norm);
+    m_u32(m, "glm5-next.expert_gating_func", 2);           /* sigmoid */
+    m_u32(m, "glm5-next.leading_dense_block_count", (uint64_t)c->n_dense);
+    float *cl = malloc((size_t)c->n_layer * sizeof *cl);
+    if (!cl) die("out of memory");
+    for (int64_t il = 0; il < c->n_layer; il++) cl[il] = (float)c->clamp10;
+    m_count(m, "glm5-next.swiglu_clamp_exp", 12 + 4 * (uint64_t)c->n_layer);
+    if (m->w) gguf_w_arr(m->w, "glm5-next.swiglu_clamp_exp", GGUF_F32, cl, (uint64_t)c->n_layer);
+    m_count(m, "glm5-next.swiglu_clamp_shexp", 12 + 4 * (uint64_t)c->n_layer);
+    if (m->w) gguf_w_arr(m->w, "glm5-next.swiglu_clamp_shexp", GGUF_F32, cl, (uint64_t)c->n_layer);
+    free(cl);
+    for (uint64_t i = 0; i < vocab->n_kv; i++)
+        if (!strncmp(vocab->kv[i].key, "tokenizer.", 10)) m_copy(m, &vocab->kv[i]);
+}
+
 static void write_meta(meta *m, const config *c, const gguf_file *vocab, const char *preset,
                        const char *recipe, uint64_t seed) {
+    if (c->glm == 2) { write_meta_g5n(m, c, vocab, preset, recipe, seed); return; }
     if (c->glm) { write_meta_glm(m, c, vocab, preset, recipe, seed); return; }
     char buf[256];
     m_str(m, "general.architecture", "deepseek4");
@@ -1881,24 +1999,18 @@ int main(int argc, char **argv) {
         else if (ds4_args_is(&a, NULL, "--set")) sets[n_sets++] = ds4_args_value(&a);
         else ds4_args_unknown(&a);
     }
-    const int glm = !strcmp(arch, "glm-dsa");
-    if (!strcmp(arch, "glm5-next")) {
-        /* one line: nothing is written that no engine could check */
-        fprintf(stderr, "ds4-synth: --arch glm5-next is not supported: ds4 has no glm5-next graph yet "
-                "(only glm-dsa and deepseek4 files can be written)\n");
-        free(sets);
-        return 2;
-    }
-    if (!glm && strcmp(arch, "deepseek4")) usage_error("--arch \"%s\" is unknown (deepseek4 or glm-dsa)", arch);
+    const int glm = !strcmp(arch, "glm-dsa") ? 1 : !strcmp(arch, "glm5-next") ? 2 : 0;
+    if (!glm && strcmp(arch, "deepseek4"))
+        usage_error("--arch \"%s\" is unknown (deepseek4, glm-dsa or glm5-next)", arch);
     if (glm) {
-        if (!preset) usage_error("--preset is required (glm-dsa: tiny or glm52)");
-        if (mtp) usage_error("--mtp is not supported with --arch glm-dsa (tests/glm_gguf.py --set nextn=1 "
-                             "writes its NextN block)");
-        if (hf_out) usage_error("--hf-out is not supported with --arch glm-dsa (DeepSeek's checkpoint layout only)");
-        if (n_sets) usage_error("--set is not supported with --arch glm-dsa (deepseek4.* keys only)");
-        if (!recipe) usage_error("--recipe is required (glm-dsa: f32, f16 or q8_0)");
+        if (!preset) usage_error("--preset is required (%s)", glm == 2 ? "glm5-next: tiny or flash53" : "glm-dsa: tiny or glm52");
+        if (mtp) usage_error("--mtp is not supported with --arch %s (%s)", arch,
+                             glm == 2 ? "its NextN block is not bound" : "tests/glm_gguf.py --set nextn=1 writes its NextN block");
+        if (hf_out) usage_error("--hf-out is not supported with --arch %s (DeepSeek's checkpoint layout only)", arch);
+        if (n_sets) usage_error("--set is not supported with --arch %s (deepseek4.* keys only)", arch);
+        if (!recipe) usage_error("--recipe is required (%s: f32, f16 or q8_0)", arch);
         if (strcmp(recipe, "f32") && strcmp(recipe, "f16") && strcmp(recipe, "q8_0"))
-            usage_error("--recipe \"%s\" is unknown for glm-dsa (f32, f16 or q8_0)", recipe);
+            usage_error("--recipe \"%s\" is unknown for %s (f32, f16 or q8_0)", recipe, arch);
     }
     if (!preset) usage_error("--preset is required (tiny, medium or flash)");
     /* --hf-out alone: the checkpoint holds the f16 recipe's weights. */
@@ -1914,7 +2026,10 @@ int main(int argc, char **argv) {
 
     config c;
     memset(&c, 0, sizeof c);
-    if (glm) {
+    if (glm == 2) {
+        if (set_g5n_preset(&c, preset))
+            usage_error("--preset \"%s\" is unknown for glm5-next (tiny or flash53)", preset);
+    } else if (glm) {
         if (set_glm_preset(&c, preset)) usage_error("--preset \"%s\" is unknown for glm-dsa (tiny or glm52)", preset);
     } else if (set_preset(&c, preset)) usage_error("--preset \"%s\" is unknown (tiny, medium or flash)", preset);
     if (layers > 0) c.n_layer = layers;
@@ -1964,8 +2079,8 @@ int main(int argc, char **argv) {
         free(LF.lt);
     }
     if (dry && glm) {
-        printf("ds4-synth: arch glm-dsa, preset %s, recipe %s, %" PRId64 " layers (%" PRId64 " dense), "
-               "vocab %" PRId64 " (%s), seed %" PRIu64 "\n", preset, recipe, c.n_layer, c.n_dense, c.n_vocab,
+        printf("ds4-synth: arch %s, preset %s, recipe %s, %" PRId64 " layers (%" PRId64 " dense), "
+               "vocab %" PRId64 " (%s), seed %" PRIu64 "\n", arch, preset, recipe, c.n_layer, c.n_dense, c.n_vocab,
                vocab_path, seed);
         report(stdout, &L, &c, total, list);
         printf("dry run: nothing written\n");

@@ -275,6 +275,11 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         ds4_set_err(err, DS4_EUNSUP, "%s: --ssd-streaming is not supported for glm-dsa models yet", path);
         goto fail;
     }
+    if (m->w.cfg.arch == DS4_ARCH_GLM5_NEXT && (p->ssd_streaming || p->mtp_path)) {
+        ds4_set_err(err, DS4_EUNSUP, "%s: %s is not supported for glm5-next models yet", path,
+                    p->ssd_streaming ? "--ssd-streaming" : "--mtp");
+        goto fail;
+    }
     if (p->mtp_path && dist_on()) {
         ds4_set_err(err, DS4_EINVAL, "--mtp is not supported with --dist");
         goto fail;
@@ -389,12 +394,13 @@ void ds4_model_get_info(const ds4_model *m, ds4_model_info *info) {
     info->layer_macs_per_token = ds4_weights_layer_macs(&m->w);
     info->random_weights = m->random_weights;
     info->ctx_train = c->ctx_train;
-    info->arch = c->arch == DS4_ARCH_GLM_DSA ? "glm-dsa" : "deepseek4";
+    info->arch = c->arch == DS4_ARCH_GLM_DSA ? "glm-dsa" : c->arch == DS4_ARCH_GLM5_NEXT ? "glm5-next" : "deepseek4";
     info->format = ds4_model_format(m);
 }
 
 ds4_chat_format ds4_model_format(const ds4_model *m) {
-    return m->w.cfg.arch == DS4_ARCH_GLM_DSA ? DS4_FORMAT_GLM : DS4_FORMAT_DSV4;
+    /* both GLM families (glm-dsa, glm5-next) speak GLM's prompt format */
+    return m->w.cfg.arch != DS4_ARCH_DEEPSEEK4 ? DS4_FORMAT_GLM : DS4_FORMAT_DSV4;
 }
 
 int ds4_model_has_mtp(const ds4_model *m) { return m->w.has_mtp; }

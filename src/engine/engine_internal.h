@@ -227,6 +227,7 @@ struct ds4_session {
     int dist_id;              /* --dist: the workers' name for it (0 = none) */
     mtp_state *mtp;           /* MTP drafts (mtp.c), NULL when the model has none */
     struct ds4_glm_state *glm; /* glm-dsa's state (glm_dsa.c); NULL for other graphs */
+    struct ds4_g5n_state *g5n; /* glm5-next's state (glm5_next.c); NULL for other graphs */
 };
 
 /* glm_dsa.c (models/): what the rest of the engine needs of the glm-dsa
@@ -288,6 +289,10 @@ double ds4_sampler_unit(ds4_sampler *s);
 int ds4_cpu_mtp_rows(ds4_session *s, const int32_t *toks, const float *const *Hprev, int n, int64_t p0);
 int ds4_cpu_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p0);
 
+/* deepseek4.c: one token's hyper-connection coefficients from its mixer
+ * row (pre, post, the Sinkhorn-balanced comb); shared with glm5_next.c */
+void ds4_hc_weights(const float *m, const ds4_tensor *scale, const ds4_tensor *base, int N, int iters, float eps,
+                    float *pre, float *post, float *C);
 /* deepseek4.c: a compressor frontier's state after rows [p0, p0 + n)
  * (kv/score, stride coff w) are pushed in order -- the state the forward
  * leaves; the pooled rows of the windows closing there are not made. */

@@ -71,8 +71,8 @@ int ds4_memory_plan(const char *path, int ctx_size, int n_threads, ds4_mem_plan 
         out->routed += L->ffn_gate_exps.nbytes + L->ffn_up_exps.nbytes + L->ffn_down_exps.nbytes;
     }
     ds4_session_plan_weights(&w, ctx_size, n_threads, &out->kv, &out->scratch);
-    out->kv_f32 = w.cfg.arch == DS4_ARCH_GLM_DSA;
-    if (out->kv_f32) {
+    out->kv_f32 = w.cfg.arch != DS4_ARCH_DEEPSEEK4;
+    if (w.cfg.arch == DS4_ARCH_GLM_DSA) {
         ds4_glm_kv_token k;
         ds4_glm_plan_token(&w, &k);
         out->kv_token = k.bytes;

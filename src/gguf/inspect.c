@@ -116,6 +116,23 @@ static void print_metadata(FILE *out, const gguf_file *gf) {
 
 static void print_shapes(FILE *out, const ds4_config *c) {
     fprintf(out, "\nshape:\n");
+    if (c->arch == DS4_ARCH_GLM5_NEXT) {
+        fprintf(out, "  glm5-next: layers %d (%d dense), embedding %d, vocab %d\n", c->n_layer, c->n_dense,
+                c->n_embd, c->n_vocab);
+        fprintf(out, "  heads %d; KDA head dim %d, conv kernel %d, gate lower bound %g\n", c->n_head, c->kda_dim,
+                c->conv, (double)c->kda_lb);
+        fprintf(out, "  MLA (no RoPE): q lora %d, kv lora %d, qk head %d, v head %d\n", c->q_lora, c->kv_lora,
+                c->kmla, c->vmla);
+        fprintf(out, "  indexer heads %d, head dim %d, top-k %d, k-pool %d\n", c->idx_heads, c->idx_dim,
+                c->idx_topk, c->kpool);
+        fprintf(out, "  dense ff %d; experts %d (used %d, shared %d), expert ff %d, sigmoid router\n", c->n_ff,
+                c->n_expert, c->n_expert_used, c->n_expert_shared, c->n_ff_exp);
+        fprintf(out, "  hyper-connections %d, sinkhorn iters %d, hc eps %g, rms eps %g\n", c->n_hc, c->hc_iters,
+                (double)c->hc_eps, (double)c->rms_eps);
+        fprintf(out, "  expert weight scale %g, norm %s, training context %" PRIu64 "\n", (double)c->expert_scale,
+                c->expert_norm ? "yes" : "no", c->ctx_train);
+        return;
+    }
     if (c->arch == DS4_ARCH_GLM_DSA) {
         fprintf(out, "  glm-dsa: layers %d (%d dense), embedding %d, vocab %d\n", c->n_layer, c->n_dense,
                 c->n_embd, c->n_vocab);
@@ -150,6 +167,12 @@ static void print_layers(FILE *out, const ds4_weights *w) {
     fprintf(out, "\nlayers:\n");
     for (int il = 0; il < w->cfg.n_layer; il++) {
         const ds4_layer_weights *L = &w->layers[il];
+        if (w->cfg.arch == DS4_ARCH_GLM5_NEXT) {
+            fprintf(out, "  %3d  %-22s  %s\n", il,
+                    L->kda ? "KDA" : L->own_indexer ? "MLA + k-pool indexer" : "MLA, shared indexer",
+                    L->dense ? "dense FFN" : "MoE");
+            continue;
+        }
         if (w->cfg.arch == DS4_ARCH_GLM_DSA) {
             fprintf(out, "  %3d  MLA + indexer %-6s  %s", il, L->own_indexer ? "(own)" : "shared",
                     L->dense ? "dense FFN" : "MoE");

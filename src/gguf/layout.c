@@ -1,5 +1,5 @@
 /*
- * layout.c -- the DeepSeek V4 and glm-dsa tensor layout tables and their walk (implements
+ * layout.c -- the DeepSeek V4, glm-dsa and glm5-next tensor layout tables and their walk (implements
  * layout.h): names, dims, roles, layer kinds, checkpoint names and dtypes
  * of every tensor family, in the order of the files antirez/ds4 publishes
  * (docs/GGUF.md §4; the dims agree with `expect(...)` in the oracle's
@@ -201,8 +201,77 @@ const ds4_layout_arch ds4_layout_glm_dsa = {
     .hf_layer = "model.layers.",
 };
 
+/* ------------------------------------------------------------------------ */
+/* glm5-next (GLM 5.3 Flash, FAMILY.md §2): V4's hyper-connections around   */
+/* every sublayer; KDA layers (head_count_kv 0) or NoPE MLA layers with the */
+/* k-pool DSA indexer; glm-dsa's FFN.  Names and dims as tests/glm_gguf.py  */
+/* writes them (llama.cpp's glm5next loader).                               */
+/* ------------------------------------------------------------------------ */
+
+static const ds4_layout_row G5N_LAYER[] = {
+    ROW(HC_ATTN_FN, "hc_attn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, ALWAYS, 0, NULL, NULL, F32),
+    ROW(HC_ATTN_BASE, "hc_attn_base.weight", D1(HC_MIX), VEC, ALWAYS, 0, NULL, NULL, F32),
+    ROW(HC_ATTN_SCALE, "hc_attn_scale.weight", D1(THREE), VEC, ALWAYS, 0, NULL, NULL, F32),
+    ROW(HC_FFN_FN, "hc_ffn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, ALWAYS, 0, NULL, NULL, F32),
+    ROW(HC_FFN_BASE, "hc_ffn_base.weight", D1(HC_MIX), VEC, ALWAYS, 0, NULL, NULL, F32),
+    ROW(HC_FFN_SCALE, "hc_ffn_scale.weight", D1(THREE), VEC, ALWAYS, 0, NULL, NULL, F32),
+    ROW(ATTN_NORM, "attn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    /* KDA: q/k/v projections, their causal depthwise convolutions
+     * (ggml {kernel, 1, channels}), the gate's and beta's projections */
+    ROW(KDA_Q, "attn_q.weight", D2(EMBD, KDA_DI), PROJ, KDA, 0, NULL, NULL, BF16),
+    ROW(KDA_K, "attn_k.weight", D2(EMBD, KDA_DI), PROJ, KDA, 0, NULL, NULL, BF16),
+    ROW(KDA_V, "attn_v.weight", D2(EMBD, KDA_DI), PROJ, KDA, 0, NULL, NULL, BF16),
+    ROW(CONV_Q, "ssm_conv1d_q.weight", D3(CONV, ONE, KDA_DI), VEC, KDA, 0, NULL, NULL, F32),
+    ROW(CONV_K, "ssm_conv1d_k.weight", D3(CONV, ONE, KDA_DI), VEC, KDA, 0, NULL, NULL, F32),
+    ROW(CONV_V, "ssm_conv1d_v.weight", D3(CONV, ONE, KDA_DI), VEC, KDA, 0, NULL, NULL, F32),
+    ROW(SSM_F_A, "ssm_f_a.weight", D2(EMBD, KDA_K), SMALL, KDA, 0, NULL, NULL, BF16),
+    ROW(SSM_F_B, "ssm_f_b.weight", D2(KDA_K, KDA_DI), SMALL, KDA, 0, NULL, NULL, BF16),
+    ROW(SSM_BETA, "ssm_beta.weight", D2(EMBD, HEADS), SMALL, KDA, 0, NULL, NULL, BF16),
+    ROW(SSM_A, "ssm_a", D1(HEADS), VEC, KDA, 0, NULL, NULL, F32),
+    ROW(SSM_DT_B, "ssm_dt.bias", D1(KDA_DI), VEC, KDA, 0, NULL, NULL, F32),
+    ROW(SSM_G_A, "ssm_g_a.weight", D2(EMBD, KDA_K), SMALL, KDA, 0, NULL, NULL, BF16),
+    ROW(SSM_G_B, "ssm_g_b.weight", D2(KDA_K, KDA_DI), SMALL, KDA, 0, NULL, NULL, BF16),
+    ROW(SSM_NORM, "ssm_norm.weight", D1(KDA_K), VEC, KDA, 0, NULL, NULL, BF16),
+    ROW(ATTN_OUTPUT, "attn_output.weight", D2(KDA_DI, EMBD), PROJ, KDA, 0, NULL, NULL, BF16),
+    /* DSA: glm-dsa's MLA without RoPE (n_rot 0) */
+    ROW(ATTN_Q_A, "attn_q_a.weight", D2(EMBD, QLORA), PROJ, DSA, 0, NULL, NULL, BF16),
+    ROW(ATTN_Q_A_NORM, "attn_q_a_norm.weight", D1(QLORA), VEC, DSA, 0, NULL, NULL, BF16),
+    ROW(ATTN_Q_B, "attn_q_b.weight", D2(QLORA, Q_MLA), PROJ, DSA, 0, NULL, NULL, BF16),
+    ROW(ATTN_KV, "attn_kv_a_mqa.weight", D2(EMBD, KV_LORA), PROJ, DSA, 0, NULL, NULL, BF16),
+    ROW(ATTN_KV_A_NORM, "attn_kv_a_norm.weight", D1(KV_LORA), VEC, DSA, 0, NULL, NULL, BF16),
+    ROW(ATTN_K_B, "attn_k_b.weight", D3(NOPE, KV_LORA, HEADS), PROJ, DSA, 0, NULL, NULL, BF16),
+    ROW(ATTN_V_B, "attn_v_b.weight", D3(KV_LORA, VMLA, HEADS), PROJ, DSA, 0, NULL, NULL, BF16),
+    ROW(ATTN_OUTPUT, "attn_output.weight", D2(ATT_OUT, EMBD), PROJ, DSA, 0, NULL, NULL, BF16),
+    ROW(IDX_Q_B, "indexer.attn_q_b.weight", D2(QLORA, IDX_Q_DIM), SMALL, DSA_OWN, 0, NULL, NULL, BF16),
+    ROW(IDX_K, "indexer.attn_k.weight", D2(EMBD, IDX_DIM), SMALL, DSA_OWN, 0, NULL, NULL, BF16),
+    ROW(IDX_K_NORM, "indexer.k_norm.weight", D1(IDX_DIM), VEC, DSA_OWN, 0, NULL, NULL, BF16),
+    ROW(IDX_K_NORM_B, "indexer.k_norm.bias", D1(IDX_DIM), VEC, DSA_OWN, 0, NULL, NULL, BF16),
+    ROW(IDX_PROJ, "indexer.proj.weight", D2(EMBD, IDX_HEADS), SMALL, DSA_OWN, 0, NULL, NULL, BF16),
+    /* the k-pool compressor: softmax gate over each pool's kpool keys */
+    ROW(IDX_COMP_GATE, "indexer_compressor_gate.weight", D2(EMBD, IDX_DIM), SMALL, DSA_OWN, 0, NULL, NULL, BF16),
+    ROW(IDX_COMP_APE, "indexer_compressor_ape.weight", D2(IDX_DIM, KPOOL), VEC, DSA_OWN, 0, NULL, NULL, F32),
+    ROW(FFN_NORM, "ffn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(FFN_GATE, "ffn_gate.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, NULL, NULL, BF16),
+    ROW(FFN_UP, "ffn_up.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, NULL, NULL, BF16),
+    ROW(FFN_DOWN, "ffn_down.weight", D2(FF_DENSE, EMBD), PROJ, DENSE, 0, NULL, NULL, BF16),
+    ROW(FFN_GATE_INP, "ffn_gate_inp.weight", D2(EMBD, EXPERTS), SMALL, MOE, 0, NULL, NULL, BF16),
+    ROW(EXP_PROBS_B, "exp_probs_b.bias", D1(EXPERTS), VEC, MOE, 0, NULL, NULL, F32),
+    ROW(FFN_GATE_EXPS, "ffn_gate_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_UP_EXPS, "ffn_up_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_DOWN_EXPS, "ffn_down_exps.weight", D3(FF, EMBD, EXPERTS), EXP_DOWN, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_GATE_SHEXP, "ffn_gate_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_UP_SHEXP, "ffn_up_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0, NULL, NULL, BF16),
+    ROW(FFN_DOWN_SHEXP, "ffn_down_shexp.weight", D2(SHARED_FF, EMBD), SHEXP, MOE, 0, NULL, NULL, BF16),
+};
+
+const ds4_layout_arch ds4_layout_glm5_next = {
+    .arch = "glm5-next",
+    .sec = {GLM_HEAD, G5N_LAYER, GLM_TAIL, NULL},
+    .n = {N_OF(GLM_HEAD), N_OF(G5N_LAYER), N_OF(GLM_TAIL), 0},
+};
+
 ds4_layer_kind ds4_layout_writer_kind(int64_t ratio, int64_t il, int64_t n_hash) {
-    ds4_layer_kind k = {(int)ratio, ratio == 4, il < n_hash, 0};
+    ds4_layer_kind k = {(int)ratio, ratio == 4, il < n_hash, 0, 0};
     return k;
 }
 
@@ -240,6 +309,10 @@ uint64_t ds4_layout_dim(int d, const ds4_layout_hp *h, const ds4_layer_kind *k) 
     case DS4_LD_ATT_OUT: return H * (uint64_t)h->vmla;
     case DS4_LD_FF_DENSE: return (uint64_t)h->n_ff_dense;
     case DS4_LD_EMBD2: return 2 * (uint64_t)h->n_embd;
+    case DS4_LD_KDA_K: return (uint64_t)h->kda_dim;
+    case DS4_LD_KDA_DI: return H * (uint64_t)h->kda_dim;
+    case DS4_LD_CONV: return (uint64_t)h->conv;
+    case DS4_LD_KPOOL: return (uint64_t)h->kpool;
     }
     return 0;
 }
@@ -254,13 +327,16 @@ static int row_in(const ds4_layout_row *r, const ds4_layer_kind *k) {
     case DS4_W_OWN_IDX: return k->indexer;
     case DS4_W_DENSE: return k->dense;
     case DS4_W_MOE: return !k->dense;
+    case DS4_W_KDA: return k->kda;
+    case DS4_W_DSA: return !k->kda;
+    case DS4_W_DSA_OWN: return !k->kda && k->indexer;
     }
     return 1;
 }
 
 int ds4_layout_section(const ds4_layout_arch *a, int sec, const ds4_layout_hp *hp, int il,
                        const ds4_layer_kind *k, int flags, ds4_layout_tensor *out) {
-    static const ds4_layer_kind none = {0, 0, 0, 0};
+    static const ds4_layer_kind none = {0, 0, 0, 0, 0};
     const int layer = sec == DS4_SEC_LAYER;
     /* glm-dsa's NextN rows live under the block's layer number */
     const int blk = layer || (sec == DS4_SEC_MTP && il >= 0);
@@ -300,7 +376,7 @@ ds4_layout_tensor *ds4_layout_list(const ds4_layout_arch *a, const ds4_layout_hp
     k += (size_t)ds4_layout_section(a, DS4_SEC_TAIL, hp, -1, NULL, 0, L + k);
     if (mtp) {
         /* window-only (ratio 0), learned router */
-        ds4_layer_kind kind = {0, 0, 0, 0};
+        ds4_layer_kind kind = {0, 0, 0, 0, 0};
         k += (size_t)ds4_layout_section(a, DS4_SEC_MTP, hp, -1, NULL, 0, L + k);
         k += (size_t)ds4_layout_section(a, DS4_SEC_LAYER, hp, (int)hp->n_layer, &kind, DS4_LAYOUT_MTP, L + k);
     }

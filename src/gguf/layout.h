@@ -55,6 +55,11 @@ enum {
      * hnorm bind as DS4_T_MTP_ENORM/_HNORM, shared_head_norm as
      * DS4_T_MTP_NORM) */
     DS4_T_NEXTN_EH_PROJ, DS4_T_NEXTN_EMBED, DS4_T_NEXTN_HEAD,
+    /* glm5-next's KDA layers (FAMILY.md §2; its k-pool compressor binds
+     * as DS4_T_IDX_COMP_GATE/_APE, its KDA output as DS4_T_ATTN_OUTPUT) */
+    DS4_T_KDA_Q, DS4_T_KDA_K, DS4_T_KDA_V, DS4_T_CONV_Q, DS4_T_CONV_K, DS4_T_CONV_V,
+    DS4_T_SSM_F_A, DS4_T_SSM_F_B, DS4_T_SSM_BETA, DS4_T_SSM_A, DS4_T_SSM_DT_B,
+    DS4_T_SSM_G_A, DS4_T_SSM_G_B, DS4_T_SSM_NORM,
     DS4_T_COUNT
 };
 
@@ -93,6 +98,11 @@ enum {
     DS4_LD_ATT_OUT,               /* H * value_length_mla */
     DS4_LD_FF_DENSE,              /* feed_forward_length (dense layers) */
     DS4_LD_EMBD2,                 /* 2 * D: the NextN block's [enorm(e); hnorm(h)] */
+    /* glm5-next (KDA) */
+    DS4_LD_KDA_K,                 /* kda.head_dim */
+    DS4_LD_KDA_DI,                /* H * kda.head_dim */
+    DS4_LD_CONV,                  /* ssm.conv_kernel */
+    DS4_LD_KPOOL,                 /* attention.indexer.kpool */
 };
 
 /* Roles: what a recipe stores a tensor as, and which storage types the
@@ -120,6 +130,9 @@ enum {
     DS4_W_OWN_IDX,       /* glm-dsa: a "full" IndexShare layer (its own indexer) */
     DS4_W_DENSE,         /* glm-dsa: a leading dense FFN layer */
     DS4_W_MOE,           /* glm-dsa: a MoE layer */
+    DS4_W_KDA,           /* glm5-next: a KDA layer */
+    DS4_W_DSA,           /* glm5-next: a DSA (MLA) layer */
+    DS4_W_DSA_OWN,       /* glm5-next: a DSA layer with its own indexer */
 };
 
 /* Dtypes of DeepSeek's Hugging Face release (docs/CHECKPOINT.md). */
@@ -159,6 +172,9 @@ extern const ds4_layout_arch ds4_layout_deepseek4;
  * (ds4_layout_section with il = n_layer; ds4-quantize does not convert
  * it); the block's decoder layer is the layer section at il = n_layer. */
 extern const ds4_layout_arch ds4_layout_glm_dsa;
+/* GLM 5.3 Flash, glm5-next (llama.cpp's names as tests/glm_gguf.py writes
+ * them; no checkpoint names, no MTP section). */
+extern const ds4_layout_arch ds4_layout_glm5_next;
 
 /* The shape values the dims are made of. */
 typedef struct {
@@ -166,6 +182,8 @@ typedef struct {
     int64_t n_expert, n_ff, n_shared, n_used, idx_heads, idx_dim;
     /* glm-dsa */
     int64_t kv_lora, n_rot, kmla, vmla, n_ff_dense;
+    /* glm5-next */
+    int64_t kda_dim, conv, kpool;
     /* for ds4_layout_list only: the layer count, the hash-routed layers,
      * the per-layer compress ratios [n_layer] */
     int64_t n_layer, n_hash;
@@ -173,7 +191,7 @@ typedef struct {
 } ds4_layout_hp;
 
 /* What kind a layer is: its rows' DS4_W_* conditions. */
-typedef struct { int ratio, indexer, hash, dense; } ds4_layer_kind;
+typedef struct { int ratio, indexer, hash, dense, kda; } ds4_layer_kind;
 
 /* The kind of layer `il` as the writers make it: the overlapping
  * compressor + indexer exactly on ratio-4 layers, hash routing on the

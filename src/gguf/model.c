@@ -1,5 +1,5 @@
 /*
- * model.c -- binds a parsed GGUF to the DeepSeek V4 layout (implements
+ * model.c -- binds a parsed GGUF to the DeepSeek V4 layout (or glm-dsa's, glm5-next's; implements
  * model.h): shape parameters from `deepseek4.*` metadata (docs/GGUF.md §3),
  * their consistency and bounds, and every tensor's presence, dims and type
  * (docs/GGUF.md §4), walking the layout table of gguf/layout.c (names,
@@ -110,6 +110,10 @@ static const ds4_model_limit glm_limits[] = {
     {"feed_forward_length", 1, DS4_MAX_FF, "sanity bound"},
     {"leading_dense_block_count", 0, DS4_MAX_LAYER, "<= block_count"},
     {"nextn_predict_layers", 0, DS4_MAX_LAYER, "< block_count"},
+    /* glm5-next */
+    {"kda.head_dim", 1, DS4_MAX_HEAD_DIM, "sanity bound"},
+    {"ssm.conv_kernel", 1, 16, "sanity bound (the release: 4)"},
+    {"attention.indexer.kpool", 1, 64, "sanity bound (the release: 4)"},
 };
 
 static const ds4_model_limit *limit_of(const char *suffix) {
@@ -344,6 +348,11 @@ static const size_t FIELD[DS4_T_COUNT] = {
     [DS4_T_FFN_GATE] = LW(ffn_gate), [DS4_T_FFN_UP] = LW(ffn_up), [DS4_T_FFN_DOWN] = LW(ffn_down),
     [DS4_T_NEXTN_EH_PROJ] = AT(ds4_mtp_weights, eh_proj), [DS4_T_NEXTN_EMBED] = AT(ds4_mtp_weights, embd),
     [DS4_T_NEXTN_HEAD] = AT(ds4_mtp_weights, head),
+    [DS4_T_KDA_Q] = LW(kda_q), [DS4_T_KDA_K] = LW(kda_k), [DS4_T_KDA_V] = LW(kda_v),
+    [DS4_T_CONV_Q] = LW(conv_q), [DS4_T_CONV_K] = LW(conv_k), [DS4_T_CONV_V] = LW(conv_v),
+    [DS4_T_SSM_F_A] = LW(ssm_f_a), [DS4_T_SSM_F_B] = LW(ssm_f_b), [DS4_T_SSM_BETA] = LW(ssm_beta),
+    [DS4_T_SSM_A] = LW(ssm_a), [DS4_T_SSM_DT_B] = LW(ssm_dt_b), [DS4_T_SSM_G_A] = LW(ssm_g_a),
+    [DS4_T_SSM_G_B] = LW(ssm_g_b), [DS4_T_SSM_NORM] = LW(ssm_norm),
 };
 #undef LW
 #undef AT
@@ -356,6 +365,7 @@ static ds4_layout_hp hp_of(const ds4_config *c) {
         .n_used = c->n_expert_used, .idx_heads = c->idx_heads, .idx_dim = c->idx_dim,
         .n_layer = c->n_layer, .n_hash = c->n_hash,
         .kv_lora = c->kv_lora, .n_rot = c->n_rot, .kmla = c->kmla, .vmla = c->vmla, .n_ff_dense = c->n_ff,
+        .kda_dim = c->kda_dim, .conv = c->conv, .kpool = c->kpool,
     };
     return h;
 }
@@ -569,6 +579,7 @@ void ds4_weights_free(ds4_weights *w) {
     free(w->cfg.compress_ratios);
     /* w->mtp holds views into a mapping only */
     free(w->cfg.swiglu_clamp);
+    free(w->cfg.swiglu_clamp_sh);
     memset(w, 0, sizeof *w);
 }
 
@@ -598,7 +609,7 @@ static void bind_layer(binder *b, const ds4_config *c, const ds4_layout_hp *hp, 
         L->has_indexer = overlap;
         if (overlap) *needs_idx = 1;
     }
-    const ds4_layer_kind k = {ratio, L->has_indexer, il < c->n_hash, 0};
+    const ds4_layer_kind k = {ratio, L->has_indexer, il < c->n_hash, 0, 0};
     bind_section(b, hp, DS4_SEC_LAYER, il, &k, L);
 }
 
@@ -631,7 +642,8 @@ static void not_a_model(problems *p, const gguf_file *gf, const gguf_str *arch, 
 
 /* Reads glm-dsa's shape parameters into c (cfg.arch = DS4_ARCH_GLM_DSA) and
  * the per-layer IndexShare kinds into own[] (allocated here, n_layer
- * entries).  *shape_bad as read_config's. */
+ * entries; 1 its own indexer, 2 shared: g5n_read_config's kinds).
+ * *shape_bad as read_config's. */
 static void glm_read_config(problems *p, const gguf_file *gf, ds4_config *c, int **own, int *shape_bad) {
     int bad = 0, fbad = 0, n_block = 0, nextn = 0, kv_len = 0;
     int64_t v64;
@@ -739,47 +751,264 @@ static void glm_read_config(problems *p, const gguf_file *gf, ds4_config *c, int
         for (int il = 0; il < c->n_layer; il++) {
             int64_t v = 0;
             gguf_arr_i64(kv, (uint64_t)il, &v);
-            (*own)[il] = v != 0;
+            (*own)[il] = v != 0 ? 1 : 2;
         }
     } else {
         for (int il = 0; il < c->n_layer; il++)
-            (*own)[il] = c->ctx_train >= 1048576 ? (il - 3 + 1 > 0 ? il - 3 + 1 : 0) % 4 == 0 : 1;
+            (*own)[il] = c->ctx_train < 1048576 || (il - 3 + 1 > 0 ? il - 3 + 1 : 0) % 4 == 0 ? 1 : 2;
     }
-    if (!(*own)[0]) {
+    if ((*own)[0] != 1) {
         prob(p, "metadata %s: layer 0 is a shared indexer layer with no full layer before it", tk);
         *shape_bad = 1;
     }
     (void)fbad;
 }
 
-static int bind_glm(gguf_file *gf, ds4_weights *w, problems *P) {
-    int shape_bad = 0, *own = NULL;
-    P->pfx = "glm-dsa";
-    glm_read_config(P, gf, &w->cfg, &own, &shape_bad);
-    if (P->oom) { free(own); return DS4_ENOMEM; }
+/* ------------------------------------------------------------------------ */
+/* glm5-next (GLM 5.3 Flash, FAMILY.md §2; keys and names as llama.cpp's    */
+/* glm5next loader, as tests/glm_gguf.py writes them)                       */
+/* ------------------------------------------------------------------------ */
+
+/* A per-layer float key (an array of >= n_layer, or one scalar for every
+ * layer) into out[n_layer]; absent: def.  0 = read, -1 = a problem. */
+static int layer_floats(problems *p, const gguf_file *gf, const char *suffix, int n_layer, float def, float *out) {
+    char key[128];
+    key_of(p, key, sizeof key, suffix);
+    const gguf_kv *kv = gguf_find(gf, key);
+    for (int il = 0; il < n_layer; il++) out[il] = def;
+    if (!kv) return 0;
+    if (kv->type != GGUF_ARRAY) {
+        double v;
+        if (gguf_get_f64(gf, key, &v)) {
+            prob(p, "metadata %s has type %s, expected a float array", key, vt_name(kv->type));
+            return -1;
+        }
+        if (check_float(p, key, v, 0.0, 1e30)) return -1;
+        for (int il = 0; il < n_layer; il++) out[il] = (float)v;
+        return 0;
+    }
+    if (kv->v.arr.type == GGUF_STRING || kv->v.arr.type == GGUF_BOOL || kv->v.arr.n < (uint64_t)n_layer) {
+        prob(p, "metadata %s must be a float array of at least %d entries", key, n_layer);
+        return -1;
+    }
+    int bad = 0;
+    for (int il = 0; il < n_layer; il++) {
+        double v = 0;
+        char nm[160];
+        gguf_arr_f64(kv, (uint64_t)il, &v);
+        snprintf(nm, sizeof nm, "%s[%d]", key, il);
+        if (check_float(p, nm, v, 0.0, 1e30)) bad = 1;
+        else out[il] = (float)v;
+    }
+    return bad ? -1 : 0;
+}
+
+/* A per-layer integer key (an array of >= n_layer, or one scalar) into
+ * out[n_layer]; absent: def. */
+static int layer_ints(problems *p, const gguf_file *gf, const char *suffix, int n_layer, int def, int *out) {
+    char key[128];
+    key_of(p, key, sizeof key, suffix);
+    const gguf_kv *kv = gguf_find(gf, key);
+    for (int il = 0; il < n_layer; il++) out[il] = def;
+    if (!kv) return 0;
+    if (kv->type != GGUF_ARRAY) {
+        int64_t v;
+        if (!is_int_type(kv->type) || gguf_get_i64(gf, key, &v)) {
+            prob(p, "metadata %s has type %s, expected an integer array", key, vt_name(kv->type));
+            return -1;
+        }
+        for (int il = 0; il < n_layer; il++) out[il] = (int)v;
+        return 0;
+    }
+    if ((kv->v.arr.type != GGUF_BOOL && !is_int_type(kv->v.arr.type)) || kv->v.arr.n < (uint64_t)n_layer) {
+        prob(p, "metadata %s must be an integer array of at least %d entries", key, n_layer);
+        return -1;
+    }
+    for (int il = 0; il < n_layer; il++) {
+        int64_t v = 0;
+        gguf_arr_i64(kv, (uint64_t)il, &v);
+        out[il] = v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int)v;
+    }
+    return 0;
+}
+
+/* Reads glm5-next's shape parameters into c (cfg.arch = DS4_ARCH_GLM5_NEXT),
+ * its per-layer kinds into kinds[] (allocated here: 0 KDA, 1 DSA with its
+ * own indexer, 2 DSA sharing the previous full layer's selection).
+ * *shape_bad as read_config's. */
+static void g5n_read_config(problems *p, const gguf_file *gf, ds4_config *c, int **kinds, int *shape_bad) {
+    int bad = 0, fbad = 0, n_block = 0, nextn = 0, kv_len = 0, n_rot = 0;
+    int64_t v64;
+    c->arch = DS4_ARCH_GLM5_NEXT;
+    meta_int32(p, gf, "block_count", 1, &n_block, &bad);
+    meta_int32(p, gf, "nextn_predict_layers", 0, &nextn, &bad);
+    meta_int32(p, gf, "embedding_length", 1, &c->n_embd, &bad);
+    meta_int32(p, gf, "attention.head_count", 1, &c->n_head, &bad);
+    meta_int32(p, gf, "rope.dimension_count", 0, &n_rot, &bad);
+    meta_int32(p, gf, "attention.q_lora_rank", 1, &c->q_lora, &bad);
+    meta_int32(p, gf, "attention.kv_lora_rank", 1, &c->kv_lora, &bad);
+    meta_int32(p, gf, "attention.key_length", 1, &kv_len, &bad);
+    meta_int32(p, gf, "attention.key_length_mla", 1, &c->kmla, &bad);
+    meta_int32(p, gf, "attention.value_length_mla", 1, &c->vmla, &bad);
+    meta_int32(p, gf, "feed_forward_length", 1, &c->n_ff, &bad);
+    meta_int32(p, gf, "leading_dense_block_count", 0, &c->n_dense, &bad);
+    meta_int32(p, gf, "expert_count", 1, &c->n_expert, &bad);
+    meta_int32(p, gf, "expert_used_count", 1, &c->n_expert_used, &bad);
+    meta_int32(p, gf, "expert_shared_count", 1, &c->n_expert_shared, &bad);
+    meta_int32(p, gf, "expert_feed_forward_length", 1, &c->n_ff_exp, &bad);
+    meta_int32(p, gf, "attention.indexer.head_count", 1, &c->idx_heads, &bad);
+    meta_int32(p, gf, "attention.indexer.key_length", 1, &c->idx_dim, &bad);
+    meta_int32(p, gf, "attention.indexer.top_k", 1, &c->idx_topk, &bad);
+    c->kpool = 4;
+    meta_int32(p, gf, "attention.indexer.kpool", 0, &c->kpool, &bad);
+    meta_int32(p, gf, "kda.head_dim", 1, &c->kda_dim, &bad);
+    meta_int32(p, gf, "ssm.conv_kernel", 1, &c->conv, &bad);
+    meta_int32(p, gf, "hyper_connection.count", 1, &c->n_hc, &bad);
+    meta_int32(p, gf, "hyper_connection.sinkhorn_iterations", 1, &c->hc_iters, &bad);
+    if (meta_int32(p, gf, "vocab_size", 0, &c->n_vocab, &bad) == 0) {
+        const gguf_tensor *t = gguf_find_tensor(gf, "token_embd.weight");
+        if (t && t->n_dims == 2 && t->ne[1] >= 1 && t->ne[1] <= DS4_MAX_VOCAB) c->n_vocab = (int)t->ne[1];
+        else { prob(p, "missing metadata glm5-next.vocab_size (and no usable token_embd.weight)"); bad = 1; }
+    }
+    if (meta_int(p, gf, "context_length", 0, &v64) == 1) c->ctx_train = (uint64_t)v64;
+    meta_float(p, gf, "attention.layer_norm_rms_epsilon", 1, 0.0, 1.0, &c->rms_eps, &fbad);
+    c->ln_eps = 1e-6f;
+    meta_float(p, gf, "attention.layer_norm_epsilon", 0, 0.0, 1.0, &c->ln_eps, &fbad);
+    meta_float(p, gf, "hyper_connection.epsilon", 1, 0.0, 1.0, &c->hc_eps, &fbad);
+    meta_float(p, gf, "kda.gate_lower_bound", 1, -1e6, 0.0, &c->kda_lb, &fbad);
+    c->expert_scale = 1.0f;
+    meta_float(p, gf, "expert_weights_scale", 0, -1e30, 1e30, &c->expert_scale, &fbad);
+    int r = gguf_get_bool(gf, "glm5-next.expert_weights_norm", &c->expert_norm);
+    if (r == -1) c->expert_norm = 0;
+    if (r == -2) prob(p, "metadata glm5-next.expert_weights_norm is not a bool");
+    {
+        const gguf_kv *kv = gguf_find(gf, "glm5-next.expert_gating_func");
+        int64_t gfn = 2;
+        if (kv && (!is_int_type(kv->type) || gguf_get_i64(gf, "glm5-next.expert_gating_func", &gfn)))
+            prob(p, "metadata glm5-next.expert_gating_func has type %s, expected an integer", vt_name(kv->type));
+        else if (gfn != 2)
+            prob(p, "metadata glm5-next.expert_gating_func = %" PRId64 ": glm5-next's router is sigmoid (2), the "
+                 "only function ds4 implements for it", gfn);
+    }
+    if (bad) { *shape_bad = 1; return; }
+    c->n_layer = n_block - nextn;
+    c->n_rot = 0;
+    c->n_head_kv = 1;
+    c->head_dim = c->kv_lora;
+    if (c->n_layer < 1) {
+        prob(p, "metadata glm5-next.nextn_predict_layers = %d leaves no layer of block_count = %d", nextn, n_block);
+        bad = 1;
+    }
+    if (n_rot != 0) {
+        prob(p, "metadata glm5-next.rope.dimension_count = %d: glm5-next has no RoPE (NoPE), it must be 0", n_rot);
+        bad = 1;
+    }
+    if (kv_len != c->kv_lora) {
+        prob(p, "metadata glm5-next.attention.key_length = %d must equal kv_lora_rank = %d (one cached row: the "
+             "normed latent)", kv_len, c->kv_lora);
+        bad = 1;
+    }
+    if (c->n_expert_used > c->n_expert) {
+        prob(p, "metadata glm5-next.expert_used_count = %d exceeds expert_count = %d", c->n_expert_used,
+             c->n_expert);
+        bad = 1;
+    }
+    if (c->n_dense > c->n_layer) {
+        prob(p, "metadata glm5-next.leading_dense_block_count = %d exceeds the %d layers", c->n_dense, c->n_layer);
+        bad = 1;
+    }
+    if (c->idx_topk < c->kpool) {
+        prob(p, "metadata glm5-next.attention.indexer.top_k = %d is below kpool = %d (no pool could be kept)",
+             c->idx_topk, c->kpool);
+        bad = 1;
+    }
+    /* the per-layer keys below are checked (and named) whatever the above
+     * found; only a missing layer count stops here */
+    if (c->n_layer < 1) { *shape_bad = 1; return; }
+    c->compress_ratios = calloc((size_t)c->n_layer, sizeof *c->compress_ratios);
+    c->swiglu_clamp = calloc((size_t)c->n_layer, sizeof *c->swiglu_clamp);
+    c->swiglu_clamp_sh = calloc((size_t)c->n_layer, sizeof *c->swiglu_clamp_sh);
+    int *hkv = calloc((size_t)c->n_layer, sizeof *hkv), *own = calloc((size_t)c->n_layer, sizeof *own);
+    *kinds = calloc((size_t)c->n_layer, sizeof **kinds);
+    if (!c->compress_ratios || !c->swiglu_clamp || !c->swiglu_clamp_sh || !hkv || !own || !*kinds) {
+        free(hkv); free(own);
+        p->oom = 1; *shape_bad = 1; return;
+    }
+    /* swiglu_limit 10 of the release when the keys are absent (FAMILY.md §2.1) */
+    if (layer_floats(p, gf, "swiglu_clamp_exp", c->n_layer, 10.0f, c->swiglu_clamp)) fbad = 1;
+    if (layer_floats(p, gf, "swiglu_clamp_shexp", c->n_layer, 10.0f, c->swiglu_clamp_sh)) fbad = 1;
+    /* head_count_kv 0 marks a KDA layer; an MLA layer has 1 */
+    {
+        char key[96];
+        key_of(p, key, sizeof key, "attention.head_count_kv");
+        int hbad = 0;
+        if (!gguf_find(gf, key)) { prob(p, "missing metadata %s (0 marks the KDA layers)", key); hbad = 1; }
+        else if (layer_ints(p, gf, "attention.head_count_kv", c->n_layer, 0, hkv)) hbad = 1;
+        for (int il = 0; il < c->n_layer && !hbad; il++)
+            if (hkv[il] != 0 && hkv[il] != 1) {
+                prob(p, "metadata %s[%d] = %d: 0 (a KDA layer) or 1 (an MLA layer) expected", key, il, hkv[il]);
+                hbad = 1;
+            }
+        bad |= hbad;
+    }
+    /* IndexShare: attention.indexer.types (true: its own indexer); absent:
+     * every DSA layer runs its own */
+    if (layer_ints(p, gf, "attention.indexer.types", c->n_layer, 1, own)) bad = 1;
+    int full_seen = 0, kbad = bad;
+    for (int il = 0; il < c->n_layer && !kbad; il++) {
+        if (!hkv[il]) { (*kinds)[il] = 0; continue; }
+        (*kinds)[il] = own[il] ? 1 : 2;
+        if (own[il]) full_seen = 1;
+        else if (!full_seen) {
+            prob(p, "metadata glm5-next.attention.indexer.types: layer %d is a shared indexer layer with no full "
+                 "DSA layer before it", il);
+            bad = 1;
+        }
+    }
+    free(hkv);
+    free(own);
+    if (bad) *shape_bad = 1;
+    (void)fbad;
+}
+
+/* The GLM families' binder: the family's config reader (its shape keys and
+ * per-layer kinds: 0 KDA, 1 attention with its own indexer, 2 attention
+ * sharing the previous full layer's selection), then every tensor of its
+ * layout table. */
+typedef void (*glm_reader)(problems *, const gguf_file *, ds4_config *, int **, int *);
+
+static int bind_glm(gguf_file *gf, ds4_weights *w, problems *P, const char *pfx, const ds4_layout_arch *a,
+                    glm_reader read) {
+    int shape_bad = 0, *kinds = NULL;
+    P->pfx = pfx;
+    read(P, gf, &w->cfg, &kinds, &shape_bad);
+    if (P->oom) { free(kinds); return DS4_ENOMEM; }
     if (shape_bad) {
-        free(own);
+        free(kinds);
         prob(P, "tensor checks skipped until the shape metadata above is fixed");
         return DS4_EFORMAT;
     }
     const ds4_config *c = &w->cfg;
     w->gf = gf;
     w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
-    if (!w->layers) { free(own); return DS4_ENOMEM; }
-    binder B = {.p = P, .gf = gf, .n_layer = c->n_layer, .arch = &ds4_layout_glm_dsa};
+    if (!w->layers) { free(kinds); return DS4_ENOMEM; }
+    binder B = {.p = P, .gf = gf, .n_layer = c->n_layer, .arch = a};
     if (gguf_find(gf, "ds4.split.ranks") || gguf_find(gf, "ds4.split.experts"))
-        prob(P, "a split part of a glm-dsa model: --dist is not supported for glm-dsa");
+        prob(P, "a split part of a %s model: --dist is not supported for %s", pfx, pfx);
     const ds4_layout_hp hp = hp_of(c);
     bind_section(&B, &hp, DS4_SEC_HEAD, -1, NULL, w);
     bind_section(&B, &hp, DS4_SEC_TAIL, -1, NULL, w);
     for (int il = 0; il < c->n_layer; il++) {
         ds4_layer_weights *L = &w->layers[il];
-        L->own_indexer = own[il];
+        L->kda = kinds[il] == 0;
+        L->own_indexer = kinds[il] == 1;
         L->dense = il < c->n_dense;
-        const ds4_layer_kind k = {0, L->own_indexer, 0, L->dense};
+        L->swiglu_clamp = c->swiglu_clamp[il];
+        L->swiglu_clamp_sh = c->swiglu_clamp_sh ? c->swiglu_clamp_sh[il] : 0.0f;
+        const ds4_layer_kind k = {0, L->own_indexer, 0, L->dense, L->kda};
         bind_section(&B, &hp, DS4_SEC_LAYER, il, &k, L);
     }
-    free(own);
+    free(kinds);
     w->n_bound = B.n_bound;
     if (P->oom) return DS4_ENOMEM;
     return P->n ? DS4_EFORMAT : DS4_OK;
@@ -801,13 +1030,13 @@ int ds4_weights_bind(gguf_file *gf, ds4_weights *w, char **err) {
         goto fail;
     }
     if (r == 0 && arch.len == 7 && !memcmp(arch.p, "glm-dsa", 7)) {
-        rc = bind_glm(gf, w, &P);
+        rc = bind_glm(gf, w, &P, "glm-dsa", &ds4_layout_glm_dsa, glm_read_config);
         if (rc == DS4_OK) return DS4_OK;
         goto fail;
     }
     if (r == 0 && arch.len == 9 && !memcmp(arch.p, "glm5-next", 9)) {
-        prob(&P, "general.architecture is \"glm5-next\" (GLM 5.3 Flash): not yet supported (its KDA layers "
-             "have no graph in ds4 yet); ds4 runs \"deepseek4\" (DeepSeek V4) and \"glm-dsa\" (GLM 5.2 / 5.3)");
+        rc = bind_glm(gf, w, &P, "glm5-next", &ds4_layout_glm5_next, g5n_read_config);
+        if (rc == DS4_OK) return DS4_OK;
         goto fail;
     }
     if (r == -1) prob(&P, "missing metadata general.architecture (expected \"deepseek4\"): not a DeepSeek V4 "
@@ -897,7 +1126,7 @@ int ds4_weights_bind_mtp(gguf_file *gf, ds4_weights *w, int required, char **err
         const ds4_layout_hp hp = hp_of(c);
         ds4_mtp_weights *m = &w->mtp;
         bind_section(&B, &hp, DS4_SEC_MTP, c->n_layer, NULL, m);
-        const ds4_layer_kind k = {0, 0, 0, 0};
+        const ds4_layer_kind k = {0, 0, 0, 0, 0};
         bind_section(&B, &hp, DS4_SEC_LAYER, c->n_layer, &k, &m->block);
     } else {
         binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer, .mtp = 1};
@@ -949,6 +1178,9 @@ uint64_t ds4_weights_active_bytes(const ds4_weights *w) {
             /* glm-dsa's own (absent in V4 layers) */
             &L->attn_k_b, &L->attn_v_b, &L->attn_output, &L->idx_k, &L->idx_k_norm, &L->idx_k_norm_b,
             &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+            /* glm5-next's KDA layers */
+            &L->kda_q, &L->kda_k, &L->kda_v, &L->conv_q, &L->conv_k, &L->conv_v, &L->ssm_f_a, &L->ssm_f_b,
+            &L->ssm_beta, &L->ssm_a, &L->ssm_dt_b, &L->ssm_g_a, &L->ssm_g_b, &L->ssm_norm,
         };
         for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) s += tb(dense[i]);
         s += L->tid2eid.data ? L->tid2eid.row_bytes : 0;          /* one token's expert ids */
@@ -977,6 +1209,8 @@ uint64_t ds4_weights_layer_macs(const ds4_weights *w) {
             &L->idx_comp_kv, &L->idx_comp_gate, &L->hc_ffn_fn, &L->ffn_gate_inp,
             &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp,
             &L->attn_output, &L->idx_k, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+            &L->idx_comp_gate, &L->kda_q, &L->kda_k, &L->kda_v, &L->ssm_f_a, &L->ssm_f_b, &L->ssm_beta,
+            &L->ssm_g_a, &L->ssm_g_b,
         };
         for (size_t i = 0; i < sizeof mat / sizeof mat[0]; i++) s += macs(mat[i]);
         /* glm-dsa's per-head absorption matrices (ne[2] heads; V4: absent) */

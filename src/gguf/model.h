@@ -1,6 +1,6 @@
 /*
  * model.h -- binding a GGUF to the DeepSeek V4 layout (and to glm-dsa's,
- * general.architecture "glm-dsa": cfg.arch says which).
+ * general.architecture "glm-dsa", or glm5-next's: cfg.arch says which).
  *
  * Owns: reading every shape parameter from `deepseek4.*` metadata, checking
  * them for internal consistency and sane bounds, and checking every tensor's
@@ -125,6 +125,14 @@ typedef struct {
     ds4_tensor attn_k_b, attn_v_b, attn_output;
     ds4_tensor idx_k, idx_k_norm, idx_k_norm_b;
     ds4_tensor ffn_gate, ffn_up, ffn_down;
+
+    /* glm5-next only (FAMILY.md §2): a KDA layer (else an MLA layer with
+     * the k-pool indexer: idx_comp_gate / idx_comp_ape hold the k-pool's
+     * gate and position bias), the shared expert's SwiGLU clamp */
+    int kda;
+    float swiglu_clamp_sh;
+    ds4_tensor kda_q, kda_k, kda_v, conv_q, conv_k, conv_v;
+    ds4_tensor ssm_f_a, ssm_f_b, ssm_beta, ssm_a, ssm_dt_b, ssm_g_a, ssm_g_b, ssm_norm;
 } ds4_layer_weights;
 
 /* The tensor fields of ds4_layer_weights (offsets), the routed experts'
@@ -134,7 +142,7 @@ extern const size_t ds4_layer_tensor_fields[];
 extern const size_t ds4_n_layer_tensor_fields;
 
 /* ds4_config.arch: the graph a file runs (general.architecture). */
-enum { DS4_ARCH_DEEPSEEK4 = 0, DS4_ARCH_GLM_DSA = 1 };
+enum { DS4_ARCH_DEEPSEEK4 = 0, DS4_ARCH_GLM_DSA = 1, DS4_ARCH_GLM5_NEXT = 2 };
 
 typedef struct {
     int arch;                  /* DS4_ARCH_* */
@@ -159,6 +167,14 @@ typedef struct {
      * kv_lora + n_rot; kmla / vmla the per-head q.k and value widths of
      * the MLA; n_dense the leading dense layers (width n_ff) */
     int kv_lora, kmla, vmla, n_dense, n_ff;
+    /* glm5-next (FAMILY.md §2; also the glm-dsa fields above, n_rot 0, and
+     * n_hc / hc_iters / hc_eps): the KDA head dim (value dim the same),
+     * the convolution kernel, the gate's lower bound, the indexer's pool
+     * size, the indexer keys' LayerNorm eps; per-layer shared-expert
+     * SwiGLU clamps [n_layer] */
+    int kda_dim, conv, kpool;
+    float kda_lb, ln_eps;
+    float *swiglu_clamp_sh;
 } ds4_config;
 
 /* The optional MTP block (docs/MTP.md): `mtp.0.*` tensors, in the main

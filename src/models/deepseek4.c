@@ -334,6 +334,20 @@ static void sinkhorn(float *C, int N, int iters, float eps) {
 #define HC_KB 64
 _Static_assert(HC_KB == 64, "hc_post_task stores HC_KB floats with rows_store64");
 
+/* One token's HC coefficients from its mixer row m[(2+N)*N]: the stream
+ * weights pre[N], the output weights post[N] and the Sinkhorn-balanced
+ * mixing matrix C[N][N].  Also glm5-next's (glm5_next.c): its mHC is V4's. */
+void ds4_hc_weights(const float *m, const ds4_tensor *scale, const ds4_tensor *base, int N, int iters, float eps,
+                    float *pre, float *post, float *C) {
+    float s0 = tval(scale, 0), s1 = tval(scale, 1), s2 = tval(scale, 2);
+    for (int i = 0; i < N; i++) {
+        pre[i] = sigmoidf(m[i] * s0 + tval(base, i)) + eps;
+        post[i] = 2.0f * sigmoidf(m[N + i] * s1 + tval(base, N + i));
+    }
+    for (int i = 0; i < N * N; i++) C[i] = m[2 * N + i] * s2 + tval(base, 2 * N + i);
+    sinkhorn(C, N, iters, eps);
+}
+
 static void hc_mix_task(fwd *f, int t, void *ud) {
     const hc_w *h = ud;
     const ds4_config *c = f->c;
@@ -341,14 +355,8 @@ static void hc_mix_task(fwd *f, int t, void *ud) {
     const int N = c->n_hc, D = c->n_embd, M = (2 + N) * N;
     const float *m = sc->mix + (size_t)t * M;
     float pre[DS4_MAX_HC];
-    float s0 = tval(h->scale, 0), s1 = tval(h->scale, 1), s2 = tval(h->scale, 2);
-    for (int i = 0; i < N; i++) {
-        pre[i] = sigmoidf(m[i] * s0 + tval(h->base, i)) + c->hc_eps;
-        sc->post[(size_t)t * N + i] = 2.0f * sigmoidf(m[N + i] * s1 + tval(h->base, N + i));
-    }
     float *C = sc->comb + (size_t)t * N * N;
-    for (int i = 0; i < N * N; i++) C[i] = m[2 * N + i] * s2 + tval(h->base, 2 * N + i);
-    sinkhorn(C, N, c->hc_iters, c->hc_eps);
+    ds4_hc_weights(m, h->scale, h->base, N, c->hc_iters, c->hc_eps, pre, sc->post + (size_t)t * N, C);
     const float *X = sc->X + (size_t)t * N * D;
     float *x = sc->cur + (size_t)t * D;
     /* x[k] = ((0 + pre0 X0[k]) + pre1 X1[k]) + ...: HC_KB elements at a

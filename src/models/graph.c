@@ -12,6 +12,7 @@
 static const ds4_graph *const graphs[] = {
     &ds4_graph_deepseek4,
     &ds4_graph_glm_dsa,
+    &ds4_graph_glm5_next,
 };
 
 const ds4_graph *ds4_graph_for(int arch) {

@@ -6,8 +6,8 @@
  * Owns: the shape of that table and the registry of graphs (graph.c).
  * session.c keeps what every graph shares (the token list, chunking,
  * staged-pass bookkeeping, errors) and calls the table; each graph's file
- * (deepseek4*.c, glm_dsa.c, ...) fills one `ds4_graph` and graph.c lists
- * it.  Adding a graph is one table and one line of graph.c.  Must not:
+ * (deepseek4*.c, glm_dsa.c, glm5_next.c) fills one `ds4_graph` and graph.c
+ * lists it.  Adding a graph is one table and one line of graph.c.  Must not:
  * hold state (the table is constant; a session's state is the graph's own,
  * hanging off ds4_session).
  */
@@ -85,6 +85,7 @@ const ds4_graph *ds4_graph_for(int arch);
 /* The graphs (their files). */
 extern const ds4_graph ds4_graph_deepseek4;
 extern const ds4_graph ds4_graph_glm_dsa;
+extern const ds4_graph ds4_graph_glm5_next;
 
 /* session.c, for the graphs' restore: the session emptied (graph state,
  * tokens, logits, checkpoints, a staged pass), as ds4_session_reset */

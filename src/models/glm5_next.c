@@ -1,0 +1,990 @@
+/*
+ * glm5_next.c -- the glm5-next graph (GLM 5.3 Flash; ../shared/docs/FAMILY.md
+ * §2, docs/family.md): DeepSeek V4's hyper-connections (mHC, n_hc streams,
+ * the coefficients by deepseek4.c's ds4_hc_weights) around every
+ * sublayer; KDA layers (Kimi Delta Attention: q/k/v projections through
+ * short causal depthwise convolutions and SiLU, q and k L2-normed, the
+ * per-channel gated delta rule on a recurrent state S per head, the gate
+ * g = lower_bound * sigmoid(exp(A_log) (f_b f_a h + dt_bias)), a per-head
+ * RMSNorm times a sigmoid output gate) or NoPE MLA layers whose rows the
+ * k-pool DSA indexer selects (keys pooled by a softmax gate over kpool
+ * consecutive positions; IndexShare as glm-dsa); glm-dsa's dense and
+ * sigmoid-MoE FFN with the SwiGLU clamps; the streams' mean, norm, head.
+ * The float64 reference is tests/oracle/glm_ref.py (Glm5Next.forward).
+ *
+ * Owns: the glm5-next forward pass of a chunk of tokens on a session and
+ * its per-session state (ds4_g5n_state: every KDA layer's recurrent state
+ * -- convolution tails and S --, every MLA layer's cached rows, every full
+ * layer's indexer keys, gates and pooled keys; the checkpoint slots of the
+ * recurrent state; a staged pass's saved state and per-token inputs; the
+ * snapshot format "G5NS"); its table ds4_graph_glm5_next (models/graph.h).
+ * Session bookkeeping (token list, chunking) stays in session.c, which
+ * calls the table.  Must not: touch DeepSeek
+ * V4's or glm-dsa's state or graph, or order anything by the chunk: every
+ * row's numbers come from per-row kernels (cpu_matmul is bit-identical for
+ * any row count) and per-token loops (the KDA recurrence token by token),
+ * so one prefill, token by token and uneven chunks agree bit for bit.
+ * Float32 storage and accumulation; no storage roundings.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hash.h"
+#include "models/graph.h"
+
+/* a checkpoint slot: every KDA layer's recurrent state at n tokens */
+typedef struct {
+    int n;             /* -1: empty */
+    int has_logits;
+    float *rec;        /* [n_kda][rec_n] */
+    float *logits;     /* [vocab] */
+} g5n_ckpt;
+
+struct ds4_g5n_state {
+    int n_kda;
+    size_t rec_n;      /* floats of one KDA layer's state: tails [3][R-1][Di], then S [H][K][K] */
+    float **rec;       /* [n_layer] -> KDA layers' state, else NULL */
+    float **ckv;       /* [n_layer] -> [ctx][kv_lora] (MLA layers) */
+    float **ik, **ig;  /* [n_layer] -> [ctx][idx_dim] (full layers): normed keys, pool gate logits */
+    float **kp;        /* [n_layer] -> [ctx / kpool + 1][idx_dim] pooled keys of the complete pools */
+    g5n_ckpt ck[DS4_SESSION_CKPTS];
+    /* a staged pass: the recurrent state before it, and per KDA layer and
+     * token the recurrence's inputs (projections q, k, v before the
+     * convolution; k, v, g after; beta) to replay the kept tokens */
+    float *stg_rec;    /* [n_kda][rec_n] */
+    float *stg_in;     /* [n_kda][stg_cap][6 Di + H] */
+    int stg_cap;
+    /* the chunk's scratch, T = s->chunk rows */
+    float *X, *X2, *flat, *mix, *pre, *post, *comb, *cur, *h, *y;
+    float *pq, *pk, *pv, *fa, *gg, *bt, *ga, *gt, *o, *u, *cvt;
+    float *qr, *q, *iq, *iw, *qabs, *lat, *ao;
+    float *g, *up, *rl, *eg, *eu, *ed, *moe;
+    int *pools;        /* [top_k / kpool] one token's kept pools */
+    int *sel, *nsel;   /* [T][selcap] the positions attended (ascending), [T] (-1: every visible one) */
+    int selcap;
+    float *sc;         /* [ctx] */
+    float *logits;     /* [T][vocab] */
+    void *qs;          /* quantized activations */
+};
+
+static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
+static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
+
+static size_t di_of(const ds4_config *c) { return (size_t)c->n_head * (size_t)c->kda_dim; }
+static size_t rec_floats(const ds4_config *c) {
+    return 3 * (size_t)(c->conv - 1) * di_of(c) + (size_t)c->n_head * c->kda_dim * c->kda_dim;
+}
+static size_t stg_row(const ds4_config *c) { return 6 * di_of(c) + (size_t)c->n_head; }
+
+static void g5n_state_free(ds4_session *s) {
+    struct ds4_g5n_state *g = s->g5n;
+    if (!g) return;
+    const int L = s->m->w.cfg.n_layer;
+    for (int il = 0; il < L; il++) {
+        if (g->rec) free(g->rec[il]);
+        if (g->ckv) free(g->ckv[il]);
+        if (g->ik) free(g->ik[il]);
+        if (g->ig) free(g->ig[il]);
+        if (g->kp) free(g->kp[il]);
+    }
+    free(g->rec); free(g->ckv); free(g->ik); free(g->ig); free(g->kp);
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++) { free(g->ck[i].rec); free(g->ck[i].logits); }
+    free(g->stg_rec); free(g->stg_in);
+    free(g->X); free(g->X2); free(g->flat); free(g->mix); free(g->pre); free(g->post); free(g->comb);
+    free(g->cur); free(g->h); free(g->y);
+    free(g->pq); free(g->pk); free(g->pv); free(g->fa); free(g->gg); free(g->bt); free(g->ga); free(g->gt);
+    free(g->o); free(g->u); free(g->cvt);
+    free(g->qr); free(g->q); free(g->iq); free(g->iw); free(g->qabs); free(g->lat); free(g->ao);
+    free(g->g); free(g->up); free(g->rl); free(g->eg); free(g->eu); free(g->ed); free(g->moe);
+    free(g->pools); free(g->sel); free(g->nsel); free(g->sc); free(g->logits); free(g->qs);
+    free(g);
+    s->g5n = NULL;
+}
+
+static int g5n_state_new(ds4_session *s) {
+    const ds4_config *c = &s->m->w.cfg;
+    const size_t T = (size_t)s->chunk, ctx = (size_t)s->ctx, E = (size_t)c->n_embd, H = (size_t)c->n_head;
+    const size_t N = (size_t)c->n_hc, ND = N * E, M = (2 + N) * N, Di = di_of(c), K = (size_t)c->kda_dim;
+    const size_t ID = (size_t)c->idx_dim, IH = (size_t)c->idx_heads, R = (size_t)c->kv_lora;
+    const size_t F = mx((size_t)c->n_ff, (size_t)c->n_ff_exp * (size_t)c->n_expert_shared);
+    const size_t npool = ctx / (size_t)c->kpool + 1;
+    struct ds4_g5n_state *g = calloc(1, sizeof *g);
+    if (!g) return DS4_ENOMEM;
+    s->g5n = g;
+    g->rec_n = rec_floats(c);
+    const size_t L = (size_t)c->n_layer;
+    g->rec = calloc(L, sizeof *g->rec); g->ckv = calloc(L, sizeof *g->ckv);
+    g->ik = calloc(L, sizeof *g->ik); g->ig = calloc(L, sizeof *g->ig); g->kp = calloc(L, sizeof *g->kp);
+    if (!g->rec || !g->ckv || !g->ik || !g->ig || !g->kp) return DS4_ENOMEM;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &s->m->w.layers[il];
+        if (lw->kda) {
+            g->n_kda++;
+            if (!(g->rec[il] = zalloc(g->rec_n * sizeof(float)))) return DS4_ENOMEM;
+            continue;
+        }
+        if (!(g->ckv[il] = malloc(ctx * R * sizeof(float)))) return DS4_ENOMEM;
+        if (lw->own_indexer &&
+            (!(g->ik[il] = malloc(ctx * ID * sizeof(float))) || !(g->ig[il] = malloc(ctx * ID * sizeof(float))) ||
+             !(g->kp[il] = malloc(npool * ID * sizeof(float)))))
+            return DS4_ENOMEM;
+    }
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++) g->ck[i].n = -1;
+    const int keep = c->idx_topk / c->kpool;
+    g->selcap = keep * c->kpool + c->kpool;
+    size_t widest = mx(mx(ND, E), mx((size_t)c->q_lora, mx(Di, K)));
+    widest = mx(widest, mx(H * (size_t)c->vmla, mx(F, (size_t)c->n_ff_exp)));
+    widest = mx(widest, mx((size_t)c->kmla, R));
+    const size_t qrow = mx(act_row_bytes(ACT_Q8_0A, (int)widest), act_row_bytes(ACT_Q8_K, (int)widest));
+#define A(p, n) if (!((p) = zalloc((n) * sizeof *(p)))) return DS4_ENOMEM
+    A(g->X, T * ND); A(g->X2, T * ND); A(g->flat, T * ND); A(g->mix, T * M); A(g->pre, T * N);
+    A(g->post, T * N); A(g->comb, T * N * N); A(g->cur, T * E); A(g->h, T * E); A(g->y, T * E);
+    A(g->pq, T * Di); A(g->pk, T * Di); A(g->pv, T * Di); A(g->fa, T * K); A(g->gg, T * Di);
+    A(g->bt, T * H); A(g->ga, T * K); A(g->gt, T * Di); A(g->o, T * Di); A(g->u, K); A(g->cvt, Di);
+    A(g->qr, T * (size_t)c->q_lora); A(g->q, T * H * (size_t)c->kmla); A(g->iq, T * IH * ID); A(g->iw, T * IH);
+    A(g->qabs, T * H * R); A(g->lat, T * H * R); A(g->ao, T * H * (size_t)c->vmla);
+    A(g->g, T * F); A(g->up, T * F); A(g->rl, T * (size_t)c->n_expert); A(g->eg, (size_t)c->n_ff_exp);
+    A(g->eu, (size_t)c->n_ff_exp); A(g->ed, E); A(g->moe, T * E);
+    A(g->pools, (size_t)keep); A(g->sel, T * (size_t)g->selcap); A(g->nsel, T); A(g->sc, ctx);
+    A(g->logits, T * (size_t)c->n_vocab);
+#undef A
+    if (!(g->qs = malloc(T * qrow))) return DS4_ENOMEM;
+    return DS4_OK;
+}
+
+/* A fresh state: the recurrent state zero, no checkpoint (the cached rows
+ * are overwritten before they are read). */
+static void g5n_reset(ds4_session *s) {
+    struct ds4_g5n_state *g = s->g5n;
+    if (!g) return;
+    for (int il = 0; il < s->m->w.cfg.n_layer; il++)
+        if (g->rec[il]) memset(g->rec[il], 0, g->rec_n * sizeof(float));
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++) g->ck[i].n = -1;
+}
+
+static uint64_t row_bytes_of(const ds4_weights *w, int il) {
+    const ds4_config *c = &w->cfg;
+    const ds4_layer_weights *lw = &w->layers[il];
+    if (lw->kda) return 0;
+    uint64_t b = (uint64_t)c->kv_lora;
+    if (lw->own_indexer) b += 2 * (uint64_t)c->idx_dim + (uint64_t)c->idx_dim / (uint64_t)c->kpool;
+    return b * 4;
+}
+
+static uint64_t g5n_kv_bytes(const ds4_session *s) {
+    const ds4_weights *w = &s->m->w;
+    uint64_t b = 0;
+    for (int il = 0; il < w->cfg.n_layer; il++)
+        b += w->layers[il].kda ? rec_floats(&w->cfg) * 4 : (uint64_t)s->toks.n * row_bytes_of(w, il);
+    return b;
+}
+
+static uint64_t g5n_plan_bytes(const ds4_weights *w, int ctx) {
+    uint64_t b = 0;
+    for (int il = 0; il < w->cfg.n_layer; il++)
+        b += w->layers[il].kda ? rec_floats(&w->cfg) * 4 : (uint64_t)ctx * row_bytes_of(w, il);
+    return b;
+}
+
+/* a default session of ctx tokens: the cached rows and the recurrent
+ * state; the chunk's scratch (the head's rows lead), which also holds the
+ * HC streams (three copies) and the KDA projections */
+static void g5n_plan(const ds4_weights *w, int ctx, int nth, uint64_t *kv, uint64_t *scratch) {
+    const ds4_config *c = &w->cfg;
+    int ch = ctx < 2048 ? ctx : 2048;
+    *kv = g5n_plan_bytes(w, ctx);
+    *scratch = (uint64_t)ch * ((uint64_t)c->n_vocab + 16u * (uint64_t)c->n_embd) * sizeof(float) +
+               (uint64_t)ctx * 16;
+    *scratch += (uint64_t)ch * (3u * (uint64_t)c->n_hc * c->n_embd + 10u * (uint64_t)c->n_head * c->kda_dim) *
+                sizeof(float);
+    (void)nth;
+}
+
+typedef struct {
+    ds4_session *s;
+    const ds4_config *c;
+    const ds4_weights *w;
+    struct ds4_g5n_state *g;
+    cpu_ctx cc;
+} g5n_fwd;
+
+/* Y[t] = W x[t] for T rows (strides in floats). */
+static void mm(g5n_fwd *f, mat_t W, const float *x, size_t xs, int T, float *y, size_t ys) {
+    cpu_matmul(&f->cc, W, f->s->no_qat, x, xs, T, y, ys, f->g->qs);
+}
+
+static void norm_rows(const float *x, size_t xs, const ds4_tensor *w, int T, int n, float eps, float *out,
+                      size_t os) {
+    for (int t = 0; t < T; t++) rms_norm(x + (size_t)t * xs, (const float *)w->data, n, eps, out + (size_t)t * os);
+}
+
+static float sigm(float z) { return 1.0f / (1.0f + vec_expf(-z)); }
+static float siluf(float z) { return z / (1.0f + vec_expf(-z)); }
+
+/* silu(min(g, c)) * clamp(u, -c, c) in place into g (c <= 0: no clamp) */
+static void swiglu_row(float *g, const float *u, int n, float c) {
+    for (int i = 0; i < n; i++) {
+        float gv = g[i], uv = u[i];
+        if (c > 0.0f) {
+            gv = gv < c ? gv : c;
+            uv = uv < -c ? -c : uv > c ? c : uv;
+        }
+        g[i] = gv / (1.0f + vec_expf(-gv)) * uv;
+    }
+}
+
+/* The top-k selections (indexer pools, router) are glm_dsa.c's
+ * ds4_glm_top_k: the tie rule of docs/family.md (higher score first, among
+ * equal scores the lower index) is a total order, so the k best are one
+ * set, returned ascending by index. */
+
+/* ------------------------------------------------------------------------ */
+/* Hyper-connections (V4's: FAMILY.md §2.2)                                  */
+/* ------------------------------------------------------------------------ */
+
+/* X -> cur (the sublayer input), post, comb */
+static void hc_pre(g5n_fwd *f, const ds4_tensor *fn, const ds4_tensor *scale, const ds4_tensor *base, int T) {
+    const ds4_config *c = f->c;
+    struct ds4_g5n_state *g = f->g;
+    const int N = c->n_hc, E = c->n_embd, ND = N * E, M = (2 + N) * N;
+    for (int t = 0; t < T; t++) rms_norm(g->X + (size_t)t * ND, NULL, ND, c->rms_eps, g->flat + (size_t)t * ND);
+    mm(f, mat_of(fn), g->flat, (size_t)ND, T, g->mix, (size_t)M);
+    for (int t = 0; t < T; t++) {
+        float *pre = g->pre + (size_t)t * N;
+        ds4_hc_weights(g->mix + (size_t)t * M, scale, base, N, c->hc_iters, c->hc_eps, pre, g->post + (size_t)t * N,
+                       g->comb + (size_t)t * N * N);
+        const float *X = g->X + (size_t)t * ND;
+        float *x = g->cur + (size_t)t * E;
+        for (int k = 0; k < E; k++) {
+            float acc = 0.0f;
+            for (int s = 0; s < N; s++) acc += pre[s] * X[(size_t)s * E + k];
+            x[k] = acc;
+        }
+    }
+}
+
+/* X <- post (x) y + comb^T X */
+static void hc_post(g5n_fwd *f, int T) {
+    const ds4_config *c = f->c;
+    struct ds4_g5n_state *g = f->g;
+    const int N = c->n_hc, E = c->n_embd, ND = N * E;
+    for (int t = 0; t < T; t++) {
+        const float *X = g->X + (size_t)t * ND, *y = g->y + (size_t)t * E, *post = g->post + (size_t)t * N;
+        const float *C = g->comb + (size_t)t * N * N;
+        float *Xn = g->X2 + (size_t)t * ND;
+        for (int b = 0; b < N; b++)
+            for (int k = 0; k < E; k++) {
+                float acc = post[b] * y[k];
+                for (int a = 0; a < N; a++) acc += C[a * N + b] * X[(size_t)a * E + k];
+                Xn[(size_t)b * E + k] = acc;
+            }
+    }
+    float *t = g->X; g->X = g->X2; g->X2 = t;
+}
+
+/* ------------------------------------------------------------------------ */
+/* KDA                                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* The convolution tail [R-1][n] (oldest first) after input row x. */
+static void conv_push(float *tail, const float *x, int R, int n) {
+    if (R < 2) return;
+    memmove(tail, tail + n, (size_t)(R - 2) * n * sizeof(float));
+    memcpy(tail + (size_t)(R - 2) * n, x, (size_t)n * sizeof(float));
+}
+
+/* One token of the causal depthwise convolution: out = sum_j xx[j] w[:, j]
+ * over the R-1 tail rows (oldest first) then x; the tail then drops its
+ * oldest row and takes x. */
+static void conv_step(float *tail, const float *x, const float *w, int R, int n, float *out) {
+    for (int ch = 0; ch < n; ch++) {
+        const float *wc = w + (size_t)ch * R;
+        float acc = 0.0f;
+        for (int j = 0; j < R - 1; j++) acc += tail[(size_t)j * n + ch] * wc[j];
+        out[ch] = acc + x[ch] * wc[R - 1];
+    }
+    conv_push(tail, x, R, n);
+}
+
+
+/* The gated delta rule, one token on S [H][K][K] (key x value): per head
+ * S <- S diag-scaled by exp(g) per key; u = S^T k; S += k (beta (v - u))^T;
+ * then, with o, o = S^T q.  The one function the forward and a staged
+ * pass's replay run, so both leave the same bits. */
+static void kda_step(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                     int H, int K, float *u, float *o) {
+    for (int h = 0; h < H; h++) {
+        float *Sh = S + (size_t)h * K * K;
+        const float *kh = k + (size_t)h * K, *vh = v + (size_t)h * K, *gh = g + (size_t)h * K;
+        for (int a = 0; a < K; a++) {
+            const float e = vec_expf(gh[a]);
+            for (int b = 0; b < K; b++) Sh[(size_t)a * K + b] *= e;
+        }
+        for (int b = 0; b < K; b++) {
+            float acc = 0.0f;
+            for (int a = 0; a < K; a++) acc += Sh[(size_t)a * K + b] * kh[a];
+            u[b] = beta[h] * (vh[b] - acc);
+        }
+        for (int a = 0; a < K; a++)
+            for (int b = 0; b < K; b++) Sh[(size_t)a * K + b] += kh[a] * u[b];
+        if (!o) continue;
+        const float *qh = q + (size_t)h * K;
+        for (int b = 0; b < K; b++) {
+            float acc = 0.0f;
+            for (int a = 0; a < K; a++) acc += Sh[(size_t)a * K + b] * qh[a];
+            o[(size_t)h * K + b] = acc;
+        }
+    }
+}
+
+/* x / sqrt(sum x^2 + eps) * scale per head of K (FLA's l2norm) */
+static void l2_heads(float *x, int H, int K, float eps, float scale) {
+    for (int h = 0; h < H; h++) {
+        float *xh = x + (size_t)h * K;
+        double ss = 0.0;
+        for (int i = 0; i < K; i++) ss += (double)xh[i] * xh[i];
+        const float r = 1.0f / sqrtf((float)ss + eps);
+        for (int i = 0; i < K; i++) xh[i] = xh[i] * r * scale;
+    }
+}
+
+static int kda_index(const ds4_weights *w, int il) {
+    int n = 0;
+    for (int i = 0; i < il; i++) n += w->layers[i].kda;
+    return n;
+}
+
+static void kda_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int T) {
+    const ds4_config *c = f->c;
+    struct ds4_g5n_state *g = f->g;
+    const int E = c->n_embd, H = c->n_head, K = c->kda_dim, R = c->conv, Di = H * K;
+    mm(f, mat_of(&lw->kda_q), g->h, (size_t)E, T, g->pq, (size_t)Di);
+    mm(f, mat_of(&lw->kda_k), g->h, (size_t)E, T, g->pk, (size_t)Di);
+    mm(f, mat_of(&lw->kda_v), g->h, (size_t)E, T, g->pv, (size_t)Di);
+    mm(f, mat_of(&lw->ssm_f_a), g->h, (size_t)E, T, g->fa, (size_t)K);
+    mm(f, mat_of(&lw->ssm_f_b), g->fa, (size_t)K, T, g->gg, (size_t)Di);
+    mm(f, mat_of(&lw->ssm_beta), g->h, (size_t)E, T, g->bt, (size_t)H);
+    mm(f, mat_of(&lw->ssm_g_a), g->h, (size_t)E, T, g->ga, (size_t)K);
+    mm(f, mat_of(&lw->ssm_g_b), g->ga, (size_t)K, T, g->gt, (size_t)Di);
+    float *rec = g->rec[il], *S = rec + 3 * (size_t)(R - 1) * Di;
+    const float *cw[3] = {(const float *)lw->conv_q.data, (const float *)lw->conv_k.data,
+                          (const float *)lw->conv_v.data};
+    const float *dt = (const float *)lw->ssm_dt_b.data, *ssa = (const float *)lw->ssm_a.data;
+    const float *nw = (const float *)lw->ssm_norm.data;
+    const float qscale = 1.0f / sqrtf((float)K);
+    float *stg = f->s->stg_on ? g->stg_in + (size_t)kda_index(f->w, il) * g->stg_cap * stg_row(c) : NULL;
+    for (int t = 0; t < T; t++) {
+        float *p[3] = {g->pq + (size_t)t * Di, g->pk + (size_t)t * Di, g->pv + (size_t)t * Di};
+        if (stg) {
+            float *r = stg + (size_t)t * stg_row(c);
+            for (int i = 0; i < 3; i++) memcpy(r + (size_t)i * Di, p[i], (size_t)Di * sizeof(float));
+        }
+        /* the convolutions (the tail keeps the projections), SiLU in place */
+        for (int i = 0; i < 3; i++) {
+            conv_step(rec + (size_t)i * (R - 1) * Di, p[i], cw[i], R, Di, g->cvt);
+            for (int ch = 0; ch < Di; ch++) p[i][ch] = siluf(g->cvt[ch]);
+        }
+        l2_heads(p[0], H, K, 1e-6f, qscale);
+        l2_heads(p[1], H, K, 1e-6f, 1.0f);
+        float *gv = g->gg + (size_t)t * Di, *beta = g->bt + (size_t)t * H;
+        for (int h = 0; h < H; h++) {
+            const float a = -ssa[h];   /* ssm_a holds -exp(A_log) */
+            for (int i = 0; i < K; i++) {
+                const int d = h * K + i;
+                gv[d] = c->kda_lb * sigm(a * (gv[d] + dt[d]));
+            }
+            beta[h] = sigm(beta[h]);
+        }
+        if (stg) {
+            float *r = stg + (size_t)t * stg_row(c) + 3 * (size_t)Di;
+            memcpy(r, p[1], (size_t)Di * sizeof(float));
+            memcpy(r + Di, p[2], (size_t)Di * sizeof(float));
+            memcpy(r + 2 * (size_t)Di, gv, (size_t)Di * sizeof(float));
+            memcpy(r + 3 * (size_t)Di, beta, (size_t)H * sizeof(float));
+        }
+        float *o = g->o + (size_t)t * Di;
+        kda_step(S, p[0], p[1], p[2], gv, beta, H, K, g->u, o);
+        const float *gt = g->gt + (size_t)t * Di;
+        for (int h = 0; h < H; h++) {
+            float *oh = o + (size_t)h * K;
+            rms_norm(oh, nw, K, c->rms_eps, oh);
+            for (int i = 0; i < K; i++) oh[i] *= sigm(gt[h * K + i]);
+        }
+    }
+    mm(f, mat_of(&lw->attn_output), g->o, (size_t)Di, T, g->y, (size_t)E);
+}
+
+/* ------------------------------------------------------------------------ */
+/* MLA with the k-pool DSA indexer (NoPE)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Pool p's key: per channel a softmax over its kpool positions of the gate
+ * logits plus the position bias, weighting the positions' normed keys. */
+static void pool_key(const ds4_config *c, const ds4_layer_weights *lw, const float *ik, const float *ig, long p,
+                     float *out) {
+    const int r = c->kpool, ID = c->idx_dim;
+    const float *ape = (const float *)lw->idx_comp_ape.data;   /* [r][ID] */
+    float e[64];
+    for (int d = 0; d < ID; d++) {
+        float m = -INFINITY, sum = 0.0f;
+        for (int j = 0; j < r; j++) {
+            e[j] = ig[(size_t)(p * r + j) * ID + d] + ape[(size_t)j * ID + d];
+            if (e[j] > m) m = e[j];
+        }
+        for (int j = 0; j < r; j++) { e[j] = vec_expf(e[j] - m); sum += e[j]; }
+        float acc = 0.0f;
+        for (int j = 0; j < r; j++) acc += e[j] / sum * ik[(size_t)(p * r + j) * ID + d];
+        out[d] = acc;
+    }
+}
+
+/* A full layer's indexer: the chunk's keys and gate logits into the
+ * layer's rows, the pools they complete, then each token's selection (kept
+ * in g->sel for the shared layers after it). */
+static void indexer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T) {
+    const ds4_config *c = f->c;
+    struct ds4_g5n_state *g = f->g;
+    const int IH = c->idx_heads, ID = c->idx_dim, r = c->kpool, E = c->n_embd;
+    const int keep = c->idx_topk / r;
+    float *ik = g->ik[il], *ig = g->ig[il], *kp = g->kp[il];
+    mm(f, mat_of(&lw->idx_k), g->h, (size_t)E, T, ik + (size_t)p0 * ID, (size_t)ID);
+    mm(f, mat_of(&lw->idx_comp_gate), g->h, (size_t)E, T, ig + (size_t)p0 * ID, (size_t)ID);
+    mm(f, mat_of(&lw->idx_q_b), g->qr, (size_t)c->q_lora, T, g->iq, (size_t)IH * ID);
+    mm(f, mat_of(&lw->idx_proj), g->h, (size_t)E, T, g->iw, (size_t)IH);
+    const float *nw = (const float *)lw->idx_k_norm.data, *nb = (const float *)lw->idx_k_norm_b.data;
+    const float wsc = 1.0f / sqrtf((float)ID * (float)IH);
+    for (int t = 0; t < T; t++) {
+        float *k = ik + (size_t)(p0 + t) * ID;
+        /* LayerNorm with weight and bias (attention.layer_norm_epsilon) */
+        double mean = 0, var = 0;
+        for (int i = 0; i < ID; i++) mean += k[i];
+        mean /= ID;
+        for (int i = 0; i < ID; i++) var += ((double)k[i] - mean) * ((double)k[i] - mean);
+        const float m = (float)mean, rs = 1.0f / sqrtf((float)(var / ID) + c->ln_eps);
+        for (int i = 0; i < ID; i++) k[i] = (k[i] - m) * rs * nw[i] + nb[i];
+        for (int h = 0; h < IH; h++) g->iw[(size_t)t * IH + h] *= wsc;
+    }
+    for (int t = 0; t < T; t++) {
+        const int64_t pos = p0 + t;
+        if ((pos + 1) % r == 0) pool_key(c, lw, ik, ig, (long)(pos / r), kp + (size_t)(pos / r) * ID);
+    }
+    for (int t = 0; t < T; t++) {
+        const int64_t pos = p0 + t;
+        const int nvis = (int)((pos + 1) / r), nk = nvis < keep ? nvis : keep;
+        if (nk == nvis) { g->nsel[t] = -1; continue; }
+        const float *q = g->iq + (size_t)t * IH * ID, *wt = g->iw + (size_t)t * IH;
+        for (int p = 0; p < nvis; p++) {
+            const float *kk = kp + (size_t)p * ID;
+            float acc = 0.0f;
+            for (int h = 0; h < IH; h++) {
+                const float *qh = q + (size_t)h * ID;
+                float d = 0.0f;
+                for (int i = 0; i < ID; i++) d += qh[i] * kk[i];
+                if (d > 0.0f) acc += d * wt[h];
+            }
+            g->sc[p] = acc;
+        }
+        int *sel = g->sel + (size_t)t * g->selcap, *pools = g->pools;
+        ds4_glm_top_k(g->sc, nvis, nk, pools);
+        int n = 0;
+        for (int a = 0; a < nk; a++)
+            for (int j = 0; j < r; j++) sel[n++] = pools[a] * r + j;
+        for (int64_t j = (int64_t)nvis * r; j <= pos; j++) sel[n++] = (int)j;
+        g->nsel[t] = n;
+    }
+}
+
+/* Absorbed MLA of one layer over the chunk (its rows already cached). */
+static void attention(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T) {
+    const ds4_config *c = f->c;
+    struct ds4_g5n_state *g = f->g;
+    const int H = c->n_head, KM = c->kmla, R = c->kv_lora;
+    const float scale = 1.0f / sqrtf((float)KM);
+    for (int h = 0; h < H; h++)
+        mm(f, mat_expert(&lw->attn_k_b, h), g->q + (size_t)h * KM, (size_t)H * KM, T, g->qabs + (size_t)h * R,
+           (size_t)H * R);
+    const float *kv = g->ckv[il];
+    for (int t = 0; t < T; t++) {
+        const int n = (int)(p0 + t) + 1;
+        const int ns = g->nsel[t] < 0 ? n : g->nsel[t];
+        const int *sel = g->nsel[t] < 0 ? NULL : g->sel + (size_t)t * g->selcap;
+        for (int h = 0; h < H; h++) {
+            const float *qa = g->qabs + (size_t)t * H * R + (size_t)h * R;
+            float mxs = -INFINITY;
+            for (int a = 0; a < ns; a++) {
+                const float *row = kv + (size_t)(sel ? sel[a] : a) * R;
+                float d = 0.0f;
+                for (int i = 0; i < R; i++) d += qa[i] * row[i];
+                g->sc[a] = d * scale;
+                if (g->sc[a] > mxs) mxs = g->sc[a];
+            }
+            float sum = 0.0f;
+            for (int a = 0; a < ns; a++) { g->sc[a] = vec_expf(g->sc[a] - mxs); sum += g->sc[a]; }
+            float *lat = g->lat + (size_t)t * H * R + (size_t)h * R;
+            for (int i = 0; i < R; i++) lat[i] = 0.0f;
+            for (int a = 0; a < ns; a++) {
+                const float *row = kv + (size_t)(sel ? sel[a] : a) * R;
+                const float p = g->sc[a] / sum;
+                for (int i = 0; i < R; i++) lat[i] += p * row[i];
+            }
+        }
+    }
+    for (int h = 0; h < H; h++)
+        mm(f, mat_expert(&lw->attn_v_b, h), g->lat + (size_t)h * R, (size_t)H * R, T, g->ao + (size_t)h * c->vmla,
+           (size_t)H * c->vmla);
+}
+
+static void dsa_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T) {
+    const ds4_config *c = f->c;
+    struct ds4_g5n_state *g = f->g;
+    const int E = c->n_embd, H = c->n_head, R = c->kv_lora, QL = c->q_lora;
+    mm(f, mat_of(&lw->attn_q_a), g->h, (size_t)E, T, g->qr, (size_t)QL);
+    norm_rows(g->qr, (size_t)QL, &lw->attn_q_a_norm, T, QL, c->rms_eps, g->qr, (size_t)QL);
+    float *kv = g->ckv[il] + (size_t)p0 * R;
+    mm(f, mat_of(&lw->attn_kv), g->h, (size_t)E, T, kv, (size_t)R);
+    norm_rows(kv, (size_t)R, &lw->attn_kv_a_norm, T, R, c->rms_eps, kv, (size_t)R);
+    if (lw->own_indexer) indexer(f, lw, il, p0, T);
+    mm(f, mat_of(&lw->attn_q_b), g->qr, (size_t)QL, T, g->q, (size_t)H * c->kmla);
+    attention(f, lw, il, p0, T);
+    mm(f, mat_of(&lw->attn_output), g->ao, (size_t)H * c->vmla, T, g->y, (size_t)E);
+}
+
+/* ------------------------------------------------------------------------ */
+/* FFN                                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Sigmoid router (selection by sigmoid + exp_probs_b, ties to the lower
+ * expert; weights the unbiased sigmoid, normalized, times the scale), the
+ * routed experts and the shared expert with their SwiGLU clamps; into g->y. */
+static void moe(g5n_fwd *f, const ds4_layer_weights *lw, int T) {
+    const ds4_config *c = f->c;
+    struct ds4_g5n_state *g = f->g;
+    const int D = c->n_embd, E = c->n_expert, KU = c->n_expert_used, FE = c->n_ff_exp;
+    const int FS = FE * c->n_expert_shared;
+    mm(f, mat_of(&lw->ffn_gate_inp), g->h, (size_t)D, T, g->rl, (size_t)E);
+    const float *bias = (const float *)lw->exp_probs_b.data;
+    float prob[DS4_MAX_EXPERT], selv[DS4_MAX_EXPERT];
+    int ids[DS4_MAX_EXPERT];
+    for (int t = 0; t < T; t++) {
+        for (int e = 0; e < E; e++) {
+            prob[e] = sigm(g->rl[(size_t)t * E + e]);
+            selv[e] = bias ? prob[e] + bias[e] : prob[e];
+        }
+        ds4_glm_top_k(selv, E, KU, ids);
+        float wsum = 0.0f, wt[DS4_MAX_EXPERT];
+        for (int k = 0; k < KU; k++) { wt[k] = prob[ids[k]]; wsum += wt[k]; }
+        if (c->expert_norm) {
+            if (wsum < 6.103515625e-5f) wsum = 6.103515625e-5f;
+            for (int k = 0; k < KU; k++) wt[k] /= wsum;
+        }
+        float *out = g->moe + (size_t)t * D;
+        const float *x = g->h + (size_t)t * D;
+        for (int i = 0; i < D; i++) out[i] = 0.0f;
+        for (int k = 0; k < KU; k++) {
+            mm(f, mat_expert(&lw->ffn_gate_exps, ids[k]), x, (size_t)D, 1, g->eg, (size_t)FE);
+            mm(f, mat_expert(&lw->ffn_up_exps, ids[k]), x, (size_t)D, 1, g->eu, (size_t)FE);
+            swiglu_row(g->eg, g->eu, FE, lw->swiglu_clamp);
+            mm(f, mat_expert(&lw->ffn_down_exps, ids[k]), g->eg, (size_t)FE, 1, g->ed, (size_t)D);
+            const float s = wt[k] * c->expert_scale;
+            for (int i = 0; i < D; i++) out[i] += s * g->ed[i];
+        }
+    }
+    mm(f, mat_of(&lw->ffn_gate_shexp), g->h, (size_t)D, T, g->g, (size_t)FS);
+    mm(f, mat_of(&lw->ffn_up_shexp), g->h, (size_t)D, T, g->up, (size_t)FS);
+    for (int t = 0; t < T; t++)
+        swiglu_row(g->g + (size_t)t * FS, g->up + (size_t)t * FS, FS, lw->swiglu_clamp_sh);
+    mm(f, mat_of(&lw->ffn_down_shexp), g->g, (size_t)FS, T, g->y, (size_t)D);
+    for (size_t i = 0; i < (size_t)T * D; i++) g->y[i] = g->moe[i] + g->y[i];
+}
+
+static const float *g5n_logits(const ds4_session *s) { return s->g5n->logits; }
+
+static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
+    ds4_model *m = s->m;
+    g5n_fwd f = { .s = s, .c = &m->w.cfg, .w = &m->w, .g = s->g5n };
+    f.cc.pool = m->pool;
+    f.cc.k = m->kern;
+    const ds4_config *c = f.c;
+    struct ds4_g5n_state *g = f.g;
+    const int D = c->n_embd, N = c->n_hc, ND = N * D;
+    const int64_t p0 = (int64_t)s->toks.n;
+    if (T < 1 || T > s->chunk || p0 + T > s->ctx) return DS4_EINVAL;
+    if (s->stg_on && T > g->stg_cap) return DS4_EINVAL;
+    for (int t = 0; t < T; t++) {
+        float *x = g->X + (size_t)t * ND;
+        if (ds4_dequantize_row(f.w->token_embd.type, f.w->token_embd.data + (size_t)toks[t] * f.w->token_embd.row_bytes,
+                               x, D))
+            return DS4_EFORMAT;
+        for (int b = 1; b < N; b++) memcpy(x + (size_t)b * D, x, (size_t)D * sizeof(float));
+    }
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &f.w->layers[il];
+        hc_pre(&f, &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base, T);
+        norm_rows(g->cur, (size_t)D, &lw->attn_norm, T, D, c->rms_eps, g->h, (size_t)D);
+        if (lw->kda) kda_layer(&f, lw, il, T);
+        else dsa_layer(&f, lw, il, p0, T);
+        hc_post(&f, T);
+        hc_pre(&f, &lw->hc_ffn_fn, &lw->hc_ffn_scale, &lw->hc_ffn_base, T);
+        norm_rows(g->cur, (size_t)D, &lw->ffn_norm, T, D, c->rms_eps, g->h, (size_t)D);
+        if (lw->dense) {
+            const int FF = c->n_ff;
+            mm(&f, mat_of(&lw->ffn_gate), g->h, (size_t)D, T, g->g, (size_t)FF);
+            mm(&f, mat_of(&lw->ffn_up), g->h, (size_t)D, T, g->up, (size_t)FF);
+            for (int t = 0; t < T; t++)
+                swiglu_row(g->g + (size_t)t * FF, g->up + (size_t)t * FF, FF, lw->swiglu_clamp);
+            mm(&f, mat_of(&lw->ffn_down), g->g, (size_t)FF, T, g->y, (size_t)D);
+        } else {
+            moe(&f, lw, T);
+        }
+        hc_post(&f, T);
+    }
+    /* the head: the streams' mean (no HC head), every row when the caller
+     * captures them or a staged pass needs them, else the last */
+    const int r0 = s->cap_logits || s->stg_on ? 0 : T - 1, nl = T - r0;
+    for (int t = 0; t < nl; t++) {
+        const float *X = g->X + (size_t)(r0 + t) * ND;
+        float *x = g->cur + (size_t)t * D;
+        for (int k = 0; k < D; k++) {
+            float acc = 0.0f;
+            for (int b = 0; b < N; b++) acc += X[(size_t)b * D + k];
+            x[k] = acc / (float)N;
+        }
+    }
+    norm_rows(g->cur, (size_t)D, &f.w->output_norm, nl, D, c->rms_eps, g->h, (size_t)D);
+    const ds4_tensor *out = f.w->output.data ? &f.w->output : &f.w->token_embd;
+    mm(&f, mat_of(out), g->h, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
+    memcpy(s->logits, g->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
+    s->has_logits = 1;
+    if (s->cap_logits) {
+        int rc = ds4_buf_append(s->cap_logits, g->logits, (size_t)nl * c->n_vocab * sizeof(float));
+        if (rc) return rc;
+    }
+    return ds4_model_check(m);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The recurrent state in the session: checkpoints, rewind, staged passes   */
+/*                                                                           */
+/* The cached rows of an MLA layer (and a full layer's keys, gates and      */
+/* pooled keys) of a position never change, so for them a rewind is the    */
+/* token count; a KDA layer's state (convolution tails and S) is a function */
+/* of every token before, so a rewind needs it as it was at that count: a   */
+/* checkpoint slot holds every KDA layer's state, and a staged pass saves   */
+/* the state before it plus each token's recurrence inputs, restored and    */
+/* replayed through kda_step / conv_push (the forward's own functions) for  */
+/* the kept tokens at the commit: bit-identical to never having seen the    */
+/* rejected ones.                                                            */
+/* ------------------------------------------------------------------------ */
+
+static void rec_save(const ds4_session *s, float *dst) {
+    const struct ds4_g5n_state *g = s->g5n;
+    for (int il = 0; il < s->m->w.cfg.n_layer; il++)
+        if (g->rec[il]) { memcpy(dst, g->rec[il], g->rec_n * sizeof(float)); dst += g->rec_n; }
+}
+
+static void rec_load(ds4_session *s, const float *src) {
+    struct ds4_g5n_state *g = s->g5n;
+    for (int il = 0; il < s->m->w.cfg.n_layer; il++)
+        if (g->rec[il]) { memcpy(g->rec[il], src, g->rec_n * sizeof(float)); src += g->rec_n; }
+}
+
+static uint64_t g5n_checkpoint_bytes(const ds4_session *s) {
+    const struct ds4_g5n_state *g = s->g5n;
+    return ((uint64_t)g->n_kda * g->rec_n + (uint64_t)s->m->w.cfg.n_vocab) * sizeof(float);
+}
+
+static int g5n_checkpoint(ds4_session *s, int slot) {
+    struct ds4_g5n_state *g = s->g5n;
+    g5n_ckpt *k = &g->ck[slot];
+    if (!k->logits) {
+        k->rec = zalloc((size_t)g->n_kda * g->rec_n * sizeof(float));
+        k->logits = malloc((size_t)s->m->w.cfg.n_vocab * sizeof(float));
+        if (!k->rec || !k->logits) {
+            free(k->rec); free(k->logits);
+            k->rec = k->logits = NULL;
+            k->n = -1;
+            return DS4_ENOMEM;
+        }
+    }
+    rec_save(s, k->rec);
+    k->has_logits = s->has_logits;
+    if (s->has_logits) memcpy(k->logits, s->logits, (size_t)s->m->w.cfg.n_vocab * sizeof(float));
+    k->n = (int)s->toks.n;
+    return DS4_OK;
+}
+
+static int g5n_checkpoint_tokens(const ds4_session *s, int slot) {
+    const g5n_ckpt *k = &s->g5n->ck[slot];
+    return k->logits ? k->n : -1;
+}
+
+static int g5n_rewind_point(const ds4_session *s, int n) {
+    int best = 0;
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++) {
+        const g5n_ckpt *k = &s->g5n->ck[i];
+        if (k->logits && k->n > best && k->n <= n && k->n <= (int)s->toks.n && (k->n < n || k->has_logits))
+            best = k->n;
+    }
+    return best;
+}
+
+static int g5n_rewind(ds4_session *s, int n) {
+    struct ds4_g5n_state *g = s->g5n;
+    const g5n_ckpt *k = NULL;
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++)
+        if (g->ck[i].logits && g->ck[i].n == n && n > 0 && n <= (int)s->toks.n) k = &g->ck[i];
+    if (!k) return DS4_EINVAL;
+    rec_load(s, k->rec);
+    s->has_logits = k->has_logits;
+    if (k->has_logits) memcpy(s->logits, k->logits, (size_t)s->m->w.cfg.n_vocab * sizeof(float));
+    s->toks.n = (size_t)n;
+    s->stg_n = 0;
+    /* checkpoints above this point describe tokens that are gone */
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++)
+        if (g->ck[i].n > n) g->ck[i].n = -1;
+    return DS4_OK;
+}
+
+static int g5n_stage_begin(ds4_session *s, int n) {
+    struct ds4_g5n_state *g = s->g5n;
+    const ds4_config *c = &s->m->w.cfg;
+    const int cap = DS4_DRAFT_PASS_MAX < s->chunk ? DS4_DRAFT_PASS_MAX : s->chunk;
+    if (n > cap) return DS4_EINVAL;
+    if (!g->stg_rec) {
+        g->stg_rec = zalloc((size_t)g->n_kda * g->rec_n * sizeof(float));
+        g->stg_in = zalloc((size_t)g->n_kda * cap * stg_row(c) * sizeof(float));
+        if (!g->stg_rec || !g->stg_in) {
+            free(g->stg_rec); free(g->stg_in);
+            g->stg_rec = g->stg_in = NULL;
+            return DS4_ENOMEM;
+        }
+        g->stg_cap = cap;
+    }
+    rec_save(s, g->stg_rec);
+    return DS4_OK;
+}
+
+static void g5n_stage_commit(ds4_session *s, int n_keep) {
+    struct ds4_g5n_state *g = s->g5n;
+    const ds4_config *c = &s->m->w.cfg;
+    const int H = c->n_head, K = c->kda_dim, R = c->conv, Di = H * K;
+    /* a checkpoint taken inside the pass holds rejected tokens */
+    for (int i = 0; i < DS4_SESSION_CKPTS; i++)
+        if (g->ck[i].n > (int)s->stg_p0 + n_keep) g->ck[i].n = -1;
+    rec_load(s, g->stg_rec);
+    int ik = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        if (!g->rec[il]) continue;
+        float *rec = g->rec[il], *S = rec + 3 * (size_t)(R - 1) * Di;
+        const float *in = g->stg_in + (size_t)ik++ * g->stg_cap * stg_row(c);
+        for (int t = 0; t < n_keep; t++) {
+            const float *r = in + (size_t)t * stg_row(c);
+            for (int i = 0; i < 3; i++) conv_push(rec + (size_t)i * (R - 1) * Di, r + (size_t)i * Di, R, Di);
+            const float *kk = r + 3 * (size_t)Di;
+            kda_step(S, NULL, kk, kk + Di, kk + 2 * (size_t)Di, kk + 3 * (size_t)Di, H, K, g->u, NULL);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Snapshots                                                                 */
+/*                                                                           */
+/* Little-endian, u32 unless noted (the first ten words keep the places     */
+/* every snapshot format shares, models/graph.h: n_tokens at word 8, flags  */
+/* at word 9, the tokens right after -- the disk KV store reads them there):*/
+/*   magic "G5NS", version 2, n_layer, n_embd, n_head, kda_dim, n_vocab,     */
+/*   kv_lora, n_tokens, flags (bit 0: --no-qat activations, bit 1: the      */
+/*   logits are valid)                                                       */
+/*   i32 tokens[n_tokens]                                                    */
+/*   u32 conv, idx_dim, kpool (the rest of the shape)                        */
+/*   f32 logits[n_vocab] (zeros when not valid)                              */
+/*   per layer: u32 kind (0 KDA, 1 MLA with its own indexer, 2 MLA shared);  */
+/*     KDA: f32 conv tails [3][conv-1][H*kda_dim], S [H][kda_dim][kda_dim]   */
+/*     MLA: f32 rows [n_tokens][kv_lora]; kind 1 also keys and gate logits   */
+/*          [n_tokens][idx_dim] each (pooled keys are recomputed)            */
+/*   u64 XXH64 of every byte before it                                       */
+/* ------------------------------------------------------------------------ */
+
+#define G5N_MAGIC 0x534e3547u   /* "G5NS" */
+#define G5N_VERSION 2u
+#define G5N_HDR 10
+#define G5N_SHAPE 3
+
+static uint32_t kind_of(const ds4_layer_weights *lw) { return lw->kda ? 0u : lw->own_indexer ? 1u : 2u; }
+
+static uint64_t layer_snap_bytes(const ds4_config *c, const ds4_layer_weights *lw, uint64_t n) {
+    if (lw->kda) return rec_floats(c) * 4;
+    return n * (uint64_t)c->kv_lora * 4 + (lw->own_indexer ? 2 * n * (uint64_t)c->idx_dim * 4 : 0);
+}
+
+static uint64_t snap_bytes(const ds4_session *s, uint64_t n) {
+    const ds4_config *c = &s->m->w.cfg;
+    uint64_t b = (G5N_HDR + G5N_SHAPE) * 4 + n * 4 + (uint64_t)c->n_vocab * 4 + 8;
+    for (int il = 0; il < c->n_layer; il++) b += 4 + layer_snap_bytes(c, &s->m->w.layers[il], n);
+    return b;
+}
+
+static uint64_t g5n_snapshot_size(const ds4_session *s) { return snap_bytes(s, s->toks.n); }
+
+static void snap_header(const ds4_session *s, uint32_t h[G5N_HDR], uint32_t sh[G5N_SHAPE]) {
+    const ds4_config *c = &s->m->w.cfg;
+    h[0] = G5N_MAGIC;
+    h[1] = G5N_VERSION;
+    h[2] = (uint32_t)c->n_layer;
+    h[3] = (uint32_t)c->n_embd;
+    h[4] = (uint32_t)c->n_head;
+    h[5] = (uint32_t)c->kda_dim;
+    h[6] = (uint32_t)c->n_vocab;
+    h[7] = (uint32_t)c->kv_lora;
+    h[8] = (uint32_t)s->toks.n;
+    h[9] = (s->no_qat ? 1u : 0u) | (s->has_logits ? 2u : 0u);
+    sh[0] = (uint32_t)c->conv;
+    sh[1] = (uint32_t)c->idx_dim;
+    sh[2] = (uint32_t)c->kpool;
+}
+
+typedef struct { ds4_write_fn w; void *ud; ds4_xxh64_ctx h; } hashed_writer;
+
+static int hput(hashed_writer *hw, const void *p, size_t n) {
+    ds4_xxh64_update(&hw->h, p, n);
+    return hw->w(hw->ud, p, n);
+}
+
+static int g5n_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
+    const ds4_config *c = &s->m->w.cfg;
+    const struct ds4_g5n_state *g = s->g5n;
+    const size_t n = s->toks.n;
+    hashed_writer hw;
+    hw.w = w;
+    hw.ud = ud;
+    ds4_xxh64_init(&hw.h, 0);
+    uint32_t hdr[G5N_HDR], shape[G5N_SHAPE];
+    snap_header(s, hdr, shape);
+#define PUT(p, k) do { int rc_ = hput(&hw, (p), (k)); if (rc_) return rc_; } while (0)
+    PUT(hdr, sizeof hdr);
+    PUT(s->toks.v, n * 4);
+    PUT(shape, sizeof shape);
+    if (s->has_logits) {
+        PUT(s->logits, (size_t)c->n_vocab * 4);
+    } else {
+        static const float zeros[256];
+        for (size_t left = (size_t)c->n_vocab * 4; left > 0;) {
+            size_t k = left < sizeof zeros ? left : sizeof zeros;
+            PUT(zeros, k);
+            left -= k;
+        }
+    }
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &s->m->w.layers[il];
+        const uint32_t kind = kind_of(lw);
+        PUT(&kind, 4);
+        if (lw->kda) { PUT(g->rec[il], g->rec_n * 4); continue; }
+        PUT(g->ckv[il], n * (size_t)c->kv_lora * 4);
+        if (lw->own_indexer) {
+            PUT(g->ik[il], n * (size_t)c->idx_dim * 4);
+            PUT(g->ig[il], n * (size_t)c->idx_dim * 4);
+        }
+    }
+#undef PUT
+    const uint64_t sum = ds4_xxh64_digest(&hw.h);
+    return w(ud, &sum, 8);
+}
+
+static int snap_fail(char **err, const char *msg) { return ds4_set_err(err, DS4_EFORMAT, "snapshot: %s", msg); }
+
+static int g5n_restore(ds4_session *s, const void *data, size_t len, char **err) {
+    const ds4_config *c = &s->m->w.cfg;
+    struct ds4_g5n_state *g = s->g5n;
+    const uint8_t *p = data;
+    uint32_t h[G5N_HDR], want[G5N_HDR], sh[G5N_SHAPE], wsh[G5N_SHAPE];
+    if (err) *err = NULL;
+    if (len < sizeof h) return snap_fail(err, "truncated header");
+    memcpy(h, p, sizeof h);
+    if (h[0] != G5N_MAGIC) return snap_fail(err, "bad magic (not a glm5-next session snapshot)");
+    if (h[1] != G5N_VERSION) return snap_fail(err, "unsupported version");
+    snap_header(s, want, wsh);
+    for (int i = 2; i < 8; i++)
+        if (h[i] != want[i]) return snap_fail(err, "made for a different model shape");
+    if ((h[9] & 1u) != (want[9] & 1u)) return snap_fail(err, "numerics mode (--no-qat) differs from this session's");
+    if (h[9] & ~3u) return snap_fail(err, "unknown flags");
+    const uint32_t n = h[8];
+    if (n > (uint32_t)s->ctx) return snap_fail(err, "more tokens than this session's context");
+    if (n == 0 && (h[9] & 2u)) return snap_fail(err, "logits without tokens");
+    /* the exact size first (no arithmetic on unchecked offsets), then the
+     * shape, the checksum, then the contents: all before the live state is
+     * touched */
+    const uint64_t need = snap_bytes(s, n);
+    if ((uint64_t)len < need) return snap_fail(err, "truncated");
+    if ((uint64_t)len > need) return snap_fail(err, "trailing bytes");
+    const size_t tok_at = sizeof h, shape_at = tok_at + (size_t)n * 4;
+    memcpy(sh, p + shape_at, sizeof sh);
+    for (int i = 0; i < G5N_SHAPE; i++)
+        if (sh[i] != wsh[i]) return snap_fail(err, "made for a different model shape");
+    uint64_t sum;
+    memcpy(&sum, p + len - 8, 8);
+    if (ds4_xxh64(p, len - 8, 0) != sum) return snap_fail(err, "checksum mismatch (damaged)");
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t t;
+        memcpy(&t, p + tok_at + 4 * (size_t)i, 4);
+        if (t < 0 || t >= c->n_vocab) return snap_fail(err, "token id out of range");
+    }
+    const size_t logit_at = shape_at + sizeof sh, layer_at = logit_at + (size_t)c->n_vocab * 4;
+    size_t at = layer_at;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &s->m->w.layers[il];
+        uint32_t kind;
+        memcpy(&kind, p + at, 4);
+        if (kind != kind_of(lw)) return snap_fail(err, "layer kinds differ from this model's");
+        at += 4 + (size_t)layer_snap_bytes(c, lw, n);
+    }
+    /* commit */
+    ds4_session_clear(s);   /* the recurrent state zero, no checkpoint, no staged pass */
+    memcpy(s->toks.v, p + tok_at, (size_t)n * 4);
+    s->toks.n = n;
+    memcpy(s->logits, p + logit_at, (size_t)c->n_vocab * 4);
+    s->has_logits = (h[9] & 2u) != 0;
+    at = layer_at;
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds4_layer_weights *lw = &s->m->w.layers[il];
+        at += 4;
+        if (lw->kda) {
+            memcpy(g->rec[il], p + at, g->rec_n * 4);
+            at += g->rec_n * 4;
+            continue;
+        }
+        memcpy(g->ckv[il], p + at, (size_t)n * c->kv_lora * 4);
+        at += (size_t)n * c->kv_lora * 4;
+        if (!lw->own_indexer) continue;
+        memcpy(g->ik[il], p + at, (size_t)n * c->idx_dim * 4);
+        at += (size_t)n * c->idx_dim * 4;
+        memcpy(g->ig[il], p + at, (size_t)n * c->idx_dim * 4);
+        at += (size_t)n * c->idx_dim * 4;
+        for (long q = 0; q < (long)(n / (uint32_t)c->kpool); q++)
+            pool_key(c, lw, g->ik[il], g->ig[il], q, g->kp[il] + (size_t)q * c->idx_dim);
+    }
+    return DS4_OK;
+}
+
+const ds4_graph ds4_graph_glm5_next = {
+    .name = "glm5-next",
+    .arch = DS4_ARCH_GLM5_NEXT,
+    .caps = 0,
+    .state_new = g5n_state_new,
+    .state_free = g5n_state_free,
+    .state_reset = g5n_reset,
+    .eval_chunk = g5n_eval_chunk,
+    .chunk_logits = g5n_logits,
+    .stage_begin = g5n_stage_begin,
+    .stage_commit = g5n_stage_commit,
+    .kv_bytes = g5n_kv_bytes,
+    .plan = g5n_plan,
+    .checkpoint_bytes = g5n_checkpoint_bytes,
+    .checkpoint = g5n_checkpoint,
+    .checkpoint_tokens = g5n_checkpoint_tokens,
+    .rewind_point = g5n_rewind_point,
+    .rewind = g5n_rewind,
+    .snapshot_size = g5n_snapshot_size,
+    .snapshot_write = g5n_snapshot_write,
+    .restore = g5n_restore,
+};
