@@ -24,7 +24,9 @@
 #  3. Front ends over the GLM vocabulary of tests/glm_vocab.py: ds4 -p
 #     generates; ds4-server answers chats (tests/glm_front.py: plain,
 #     streamed, GLM tool calls, replay); with --parallel 2, two at once, and
-#     the first again gives the same greedy answer.
+#     the first again gives the same greedy answer; ds4-agent runs a
+#     scripted GLM call turn (the read tool, then the answer) and saves the
+#     session's KV state as a glm5-next file in its store.
 #     The disk KV cache with glm5-next is tests/t_glm_kv.sh's (a second
 #     server restores from disk, the same answer); ds4 --kv-disk-dir runs.
 #  4. Refusals: broken files are refused with every problem named (a missing tensor, a misshapen one;
@@ -175,6 +177,22 @@ if $PY tests/glm_vocab.py "$T/vocab.gguf" "$T/cases" > "$T/voc.log" 2>&1 &&
         wait "$SPID" 2>/dev/null
         SPID=""
     fi
+    # ds4-agent: a scripted GLM call turn runs the read tool and answers;
+    # the session's KV state (recurrent state included) goes to its store
+    mkdir -p "$T/aw" "$T/state"
+    echo "hello file" > "$T/aw/a.txt"
+    printf '%s\n---\n%s' 'Read it.</think>Reading.<tool_call>read<arg_key>path</arg_key><arg_value>a.txt</arg_value></tool_call>' \
+        'Got it.</think>The file says hello.' > "$T/s.txt"
+    XDG_STATE_HOME="$T/state" "$BIN"/ds4-agent -m "$M" --yes --ctx 4096 --dir "$T/aw" --script "$T/s.txt" \
+        --trace "$T/atr" -p "read a.txt" > "$T/aout" 2> "$T/aerr"
+    rc=$?
+    [ $rc -eq 0 ] && grep -qx "The file says hello." "$T/aout" && grep -q '"tool_calls":\[{"name":"read","ok":true}\]' "$T/atr" \
+        && ok "ds4-agent on glm5-next: the GLM call turn ran the read tool, then the answer" \
+        || { bad "ds4-agent on glm5-next rc=$rc"; tail -20 "$T/aerr"; cat "$T/atr"; }
+    kvf=$(find "$T/state" -name '*.ds4kv' | head -n1)
+    [ -n "$kvf" ] && $PY -c 'import sys; b = open(sys.argv[1], "rb").read(); sys.exit(b[112:121] != b"glm5-next")' "$kvf" \
+        && ok "ds4-agent: the session's KV state saved in the disk store (a glm5-next file)" \
+        || { bad "no glm5-next KV file in the agent's store"; find "$T/state" | head; }
 else bad "glm_vocab.py / glm_gguf.py:"; cat "$T/voc.log"; fi
 
 # --- 4. refusals ---------------------------------------------------------------
