@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "base/hash.h"
-#include "models/graph.h"
+#include "models/glm_common.h"
 
 /* a checkpoint slot: every KDA layer's recurrent state at n tokens */
 typedef struct {
@@ -68,8 +68,6 @@ struct ds4_g5n_state {
     void *qs;          /* quantized activations */
 };
 
-static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
-static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
 
 static size_t di_of(const ds4_config *c) { return (size_t)c->n_head * (size_t)c->kda_dim; }
 static size_t rec_floats(const ds4_config *c) {
@@ -107,7 +105,7 @@ static int g5n_state_new(ds4_session *s) {
     const size_t T = (size_t)s->chunk, ctx = (size_t)s->ctx, E = (size_t)c->n_embd, H = (size_t)c->n_head;
     const size_t N = (size_t)c->n_hc, ND = N * E, M = (2 + N) * N, Di = di_of(c), K = (size_t)c->kda_dim;
     const size_t ID = (size_t)c->idx_dim, IH = (size_t)c->idx_heads, R = (size_t)c->kv_lora;
-    const size_t F = mx((size_t)c->n_ff, (size_t)c->n_ff_exp * (size_t)c->n_expert_shared);
+    const size_t F = glm_mx((size_t)c->n_ff, (size_t)c->n_ff_exp * (size_t)c->n_expert_shared);
     const size_t npool = ctx / (size_t)c->kpool + 1;
     struct ds4_g5n_state *g = calloc(1, sizeof *g);
     if (!g) return DS4_ENOMEM;
@@ -121,7 +119,7 @@ static int g5n_state_new(ds4_session *s) {
         const ds4_layer_weights *lw = &s->m->w.layers[il];
         if (lw->kda) {
             g->n_kda++;
-            if (!(g->rec[il] = zalloc(g->rec_n * sizeof(float)))) return DS4_ENOMEM;
+            if (!(g->rec[il] = glm_zalloc(g->rec_n * sizeof(float)))) return DS4_ENOMEM;
             continue;
         }
         if (!(g->ckv[il] = malloc(ctx * R * sizeof(float)))) return DS4_ENOMEM;
@@ -133,11 +131,11 @@ static int g5n_state_new(ds4_session *s) {
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) g->ck[i].n = -1;
     const int keep = c->idx_topk / c->kpool;
     g->selcap = keep * c->kpool + c->kpool;
-    size_t widest = mx(mx(ND, E), mx((size_t)c->q_lora, mx(Di, K)));
-    widest = mx(widest, mx(H * (size_t)c->vmla, mx(F, (size_t)c->n_ff_exp)));
-    widest = mx(widest, mx((size_t)c->kmla, R));
-    const size_t qrow = mx(act_row_bytes(ACT_Q8_0A, (int)widest), act_row_bytes(ACT_Q8_K, (int)widest));
-#define A(p, n) if (!((p) = zalloc((n) * sizeof *(p)))) return DS4_ENOMEM
+    size_t widest = glm_mx(glm_mx(ND, E), glm_mx((size_t)c->q_lora, glm_mx(Di, K)));
+    widest = glm_mx(widest, glm_mx(H * (size_t)c->vmla, glm_mx(F, (size_t)c->n_ff_exp)));
+    widest = glm_mx(widest, glm_mx((size_t)c->kmla, R));
+    const size_t qrow = glm_mx(act_row_bytes(ACT_Q8_0A, (int)widest), act_row_bytes(ACT_Q8_K, (int)widest));
+#define A(p, n) if (!((p) = glm_zalloc((n) * sizeof *(p)))) return DS4_ENOMEM
     A(g->X, T * ND); A(g->X2, T * ND); A(g->flat, T * ND); A(g->mix, T * M); A(g->pre, T * N);
     A(g->post, T * N); A(g->comb, T * N * N); A(g->cur, T * E); A(g->h, T * E); A(g->y, T * E);
     A(g->pq, T * Di); A(g->pk, T * Di); A(g->pv, T * Di); A(g->fa, T * K); A(g->gg, T * Di);
@@ -214,25 +212,9 @@ static void mm(g5n_fwd *f, mat_t W, const float *x, size_t xs, int T, float *y, 
     cpu_matmul(&f->cc, W, f->s->no_qat, x, xs, T, y, ys, f->g->qs);
 }
 
-static void norm_rows(const float *x, size_t xs, const ds4_tensor *w, int T, int n, float eps, float *out,
-                      size_t os) {
-    for (int t = 0; t < T; t++) rms_norm(x + (size_t)t * xs, (const float *)w->data, n, eps, out + (size_t)t * os);
-}
 
-static float sigm(float z) { return 1.0f / (1.0f + vec_expf(-z)); }
 static float siluf(float z) { return z / (1.0f + vec_expf(-z)); }
 
-/* silu(min(g, c)) * clamp(u, -c, c) in place into g (c <= 0: no clamp) */
-static void swiglu_row(float *g, const float *u, int n, float c) {
-    for (int i = 0; i < n; i++) {
-        float gv = g[i], uv = u[i];
-        if (c > 0.0f) {
-            gv = gv < c ? gv : c;
-            uv = uv < -c ? -c : uv > c ? c : uv;
-        }
-        g[i] = gv / (1.0f + vec_expf(-gv)) * uv;
-    }
-}
 
 /* The top-k selections (indexer pools, router) are glm_dsa.c's
  * ds4_glm_top_k: the tie rule of docs/family.md (higher score first, among
@@ -392,9 +374,9 @@ static void kda_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int T) {
             const float a = -ssa[h];   /* ssm_a holds -exp(A_log) */
             for (int i = 0; i < K; i++) {
                 const int d = h * K + i;
-                gv[d] = c->kda_lb * sigm(a * (gv[d] + dt[d]));
+                gv[d] = c->kda_lb * glm_sigmoid(a * (gv[d] + dt[d]));
             }
-            beta[h] = sigm(beta[h]);
+            beta[h] = glm_sigmoid(beta[h]);
         }
         if (stg) {
             float *r = stg + (size_t)t * stg_row(c) + 3 * (size_t)Di;
@@ -409,7 +391,7 @@ static void kda_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int T) {
         for (int h = 0; h < H; h++) {
             float *oh = o + (size_t)h * K;
             rms_norm(oh, nw, K, c->rms_eps, oh);
-            for (int i = 0; i < K; i++) oh[i] *= sigm(gt[h * K + i]);
+            for (int i = 0; i < K; i++) oh[i] *= glm_sigmoid(gt[h * K + i]);
         }
     }
     mm(f, mat_of(&lw->attn_output), g->o, (size_t)Di, T, g->y, (size_t)E);
@@ -540,10 +522,10 @@ static void dsa_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p
     struct ds4_g5n_state *g = f->g;
     const int E = c->n_embd, H = c->n_head, R = c->kv_lora, QL = c->q_lora;
     mm(f, mat_of(&lw->attn_q_a), g->h, (size_t)E, T, g->qr, (size_t)QL);
-    norm_rows(g->qr, (size_t)QL, &lw->attn_q_a_norm, T, QL, c->rms_eps, g->qr, (size_t)QL);
+    glm_norm_rows(g->qr, (size_t)QL, &lw->attn_q_a_norm, T, QL, c->rms_eps, g->qr, (size_t)QL);
     float *kv = g->ckv[il] + (size_t)p0 * R;
     mm(f, mat_of(&lw->attn_kv), g->h, (size_t)E, T, kv, (size_t)R);
-    norm_rows(kv, (size_t)R, &lw->attn_kv_a_norm, T, R, c->rms_eps, kv, (size_t)R);
+    glm_norm_rows(kv, (size_t)R, &lw->attn_kv_a_norm, T, R, c->rms_eps, kv, (size_t)R);
     if (lw->own_indexer) indexer(f, lw, il, p0, T);
     mm(f, mat_of(&lw->attn_q_b), g->qr, (size_t)QL, T, g->q, (size_t)H * c->kmla);
     attention(f, lw, il, p0, T);
@@ -568,7 +550,7 @@ static void moe(g5n_fwd *f, const ds4_layer_weights *lw, int T) {
     int ids[DS4_MAX_EXPERT];
     for (int t = 0; t < T; t++) {
         for (int e = 0; e < E; e++) {
-            prob[e] = sigm(g->rl[(size_t)t * E + e]);
+            prob[e] = glm_sigmoid(g->rl[(size_t)t * E + e]);
             selv[e] = bias ? prob[e] + bias[e] : prob[e];
         }
         ds4_glm_top_k(selv, E, KU, ids);
@@ -584,7 +566,7 @@ static void moe(g5n_fwd *f, const ds4_layer_weights *lw, int T) {
         for (int k = 0; k < KU; k++) {
             mm(f, mat_expert(&lw->ffn_gate_exps, ids[k]), x, (size_t)D, 1, g->eg, (size_t)FE);
             mm(f, mat_expert(&lw->ffn_up_exps, ids[k]), x, (size_t)D, 1, g->eu, (size_t)FE);
-            swiglu_row(g->eg, g->eu, FE, lw->swiglu_clamp);
+            glm_swiglu_row(g->eg, g->eu, FE, lw->swiglu_clamp);
             mm(f, mat_expert(&lw->ffn_down_exps, ids[k]), g->eg, (size_t)FE, 1, g->ed, (size_t)D);
             const float s = wt[k] * c->expert_scale;
             for (int i = 0; i < D; i++) out[i] += s * g->ed[i];
@@ -593,7 +575,7 @@ static void moe(g5n_fwd *f, const ds4_layer_weights *lw, int T) {
     mm(f, mat_of(&lw->ffn_gate_shexp), g->h, (size_t)D, T, g->g, (size_t)FS);
     mm(f, mat_of(&lw->ffn_up_shexp), g->h, (size_t)D, T, g->up, (size_t)FS);
     for (int t = 0; t < T; t++)
-        swiglu_row(g->g + (size_t)t * FS, g->up + (size_t)t * FS, FS, lw->swiglu_clamp_sh);
+        glm_swiglu_row(g->g + (size_t)t * FS, g->up + (size_t)t * FS, FS, lw->swiglu_clamp_sh);
     mm(f, mat_of(&lw->ffn_down_shexp), g->g, (size_t)FS, T, g->y, (size_t)D);
     for (size_t i = 0; i < (size_t)T * D; i++) g->y[i] = g->moe[i] + g->y[i];
 }
@@ -621,18 +603,18 @@ static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     for (int il = 0; il < c->n_layer; il++) {
         const ds4_layer_weights *lw = &f.w->layers[il];
         hc_pre(&f, &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base, T);
-        norm_rows(g->cur, (size_t)D, &lw->attn_norm, T, D, c->rms_eps, g->h, (size_t)D);
+        glm_norm_rows(g->cur, (size_t)D, &lw->attn_norm, T, D, c->rms_eps, g->h, (size_t)D);
         if (lw->kda) kda_layer(&f, lw, il, T);
         else dsa_layer(&f, lw, il, p0, T);
         hc_post(&f, T);
         hc_pre(&f, &lw->hc_ffn_fn, &lw->hc_ffn_scale, &lw->hc_ffn_base, T);
-        norm_rows(g->cur, (size_t)D, &lw->ffn_norm, T, D, c->rms_eps, g->h, (size_t)D);
+        glm_norm_rows(g->cur, (size_t)D, &lw->ffn_norm, T, D, c->rms_eps, g->h, (size_t)D);
         if (lw->dense) {
             const int FF = c->n_ff;
             mm(&f, mat_of(&lw->ffn_gate), g->h, (size_t)D, T, g->g, (size_t)FF);
             mm(&f, mat_of(&lw->ffn_up), g->h, (size_t)D, T, g->up, (size_t)FF);
             for (int t = 0; t < T; t++)
-                swiglu_row(g->g + (size_t)t * FF, g->up + (size_t)t * FF, FF, lw->swiglu_clamp);
+                glm_swiglu_row(g->g + (size_t)t * FF, g->up + (size_t)t * FF, FF, lw->swiglu_clamp);
             mm(&f, mat_of(&lw->ffn_down), g->g, (size_t)FF, T, g->y, (size_t)D);
         } else {
             moe(&f, lw, T);
@@ -651,7 +633,7 @@ static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
             x[k] = acc / (float)N;
         }
     }
-    norm_rows(g->cur, (size_t)D, &f.w->output_norm, nl, D, c->rms_eps, g->h, (size_t)D);
+    glm_norm_rows(g->cur, (size_t)D, &f.w->output_norm, nl, D, c->rms_eps, g->h, (size_t)D);
     const ds4_tensor *out = f.w->output.data ? &f.w->output : &f.w->token_embd;
     mm(&f, mat_of(out), g->h, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
     memcpy(s->logits, g->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
@@ -698,7 +680,7 @@ static int g5n_checkpoint(ds4_session *s, int slot) {
     struct ds4_g5n_state *g = s->g5n;
     g5n_ckpt *k = &g->ck[slot];
     if (!k->logits) {
-        k->rec = zalloc((size_t)g->n_kda * g->rec_n * sizeof(float));
+        k->rec = glm_zalloc((size_t)g->n_kda * g->rec_n * sizeof(float));
         k->logits = malloc((size_t)s->m->w.cfg.n_vocab * sizeof(float));
         if (!k->rec || !k->logits) {
             free(k->rec); free(k->logits);
@@ -752,8 +734,8 @@ static int g5n_stage_begin(ds4_session *s, int n) {
     const int cap = DS4_DRAFT_PASS_MAX < s->chunk ? DS4_DRAFT_PASS_MAX : s->chunk;
     if (n > cap) return DS4_EINVAL;
     if (!g->stg_rec) {
-        g->stg_rec = zalloc((size_t)g->n_kda * g->rec_n * sizeof(float));
-        g->stg_in = zalloc((size_t)g->n_kda * cap * stg_row(c) * sizeof(float));
+        g->stg_rec = glm_zalloc((size_t)g->n_kda * g->rec_n * sizeof(float));
+        g->stg_in = glm_zalloc((size_t)g->n_kda * cap * stg_row(c) * sizeof(float));
         if (!g->stg_rec || !g->stg_in) {
             free(g->stg_rec); free(g->stg_in);
             g->stg_rec = g->stg_in = NULL;

@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/graph.h"
+#include "models/glm_common.h"
 
 struct ds4_glm_state {
     float **kv;        /* [n_layer + 1] -> [ctx][kv_lora + n_rot]; [n_layer]: the
@@ -62,7 +62,6 @@ struct ds4_glm_state {
                             * gate and up, or [T][H] head rows */
 };
 
-static void *zalloc(size_t n) { return calloc(n ? n : 1, 1); }
 
 static void glm_state_free(ds4_session *s) {
     ds4_mtp_state_free(s);
@@ -83,13 +82,12 @@ static void glm_state_free(ds4_session *s) {
     s->glm = NULL;
 }
 
-static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
 
 static int glm_state_new(ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
     const size_t T = (size_t)s->chunk, ctx = (size_t)s->ctx, D = (size_t)c->n_embd, H = (size_t)c->n_head;
     const size_t W = (size_t)c->head_dim, ID = (size_t)c->idx_dim, IH = (size_t)c->idx_heads;
-    const size_t F = mx((size_t)c->n_ff, (size_t)c->n_ff_exp * (size_t)c->n_expert_shared);
+    const size_t F = glm_mx((size_t)c->n_ff, (size_t)c->n_ff_exp * (size_t)c->n_expert_shared);
     const size_t K = (size_t)(c->idx_topk < s->ctx ? c->idx_topk : s->ctx);
     struct ds4_glm_state *g = calloc(1, sizeof *g);
     if (!g) return DS4_ENOMEM;
@@ -106,14 +104,14 @@ static int glm_state_new(ds4_session *s) {
         if (!g->kv[il]) return DS4_ENOMEM;
         if (s->m->w.layers[il].own_indexer && !(g->ik[il] = malloc(ctx * ID * sizeof(float)))) return DS4_ENOMEM;
     }
-    size_t widest = mx(mx(D, (size_t)c->q_lora), mx(H * (size_t)c->vmla, mx(F, (size_t)c->n_ff_exp)));
-    widest = mx(widest, mx((size_t)c->kmla, (size_t)c->kv_lora));
-    if (nextn) widest = mx(widest, 2 * D);
-    const size_t qrow = mx(act_row_bytes(ACT_Q8_0A, (int)widest), act_row_bytes(ACT_Q8_K, (int)widest));
-    const size_t hw = mx((size_t)c->kmla, (size_t)c->kv_lora);   /* a head's row of k_b / v_b */
-    const size_t qhead = H * mx(mx(act_row_bytes(ACT_Q8_0A, (int)hw), act_row_bytes(ACT_Q8_K, (int)hw)), hw * 4);
-    const size_t KU = (size_t)c->n_expert_used, MC = mx(T, KU), NT = (size_t)ds4_pool_size(s->m->pool);
-#define A(p, n) if (!((p) = zalloc((n) * sizeof *(p)))) return DS4_ENOMEM
+    size_t widest = glm_mx(glm_mx(D, (size_t)c->q_lora), glm_mx(H * (size_t)c->vmla, glm_mx(F, (size_t)c->n_ff_exp)));
+    widest = glm_mx(widest, glm_mx((size_t)c->kmla, (size_t)c->kv_lora));
+    if (nextn) widest = glm_mx(widest, 2 * D);
+    const size_t qrow = glm_mx(act_row_bytes(ACT_Q8_0A, (int)widest), act_row_bytes(ACT_Q8_K, (int)widest));
+    const size_t hw = glm_mx((size_t)c->kmla, (size_t)c->kv_lora);   /* a head's row of k_b / v_b */
+    const size_t qhead = H * glm_mx(glm_mx(act_row_bytes(ACT_Q8_0A, (int)hw), act_row_bytes(ACT_Q8_K, (int)hw)), hw * 4);
+    const size_t KU = (size_t)c->n_expert_used, MC = glm_mx(T, KU), NT = (size_t)ds4_pool_size(s->m->pool);
+#define A(p, n) if (!((p) = glm_zalloc((n) * sizeof *(p)))) return DS4_ENOMEM
     A(g->x, T * D); A(g->cur, T * D); A(g->qr, T * (size_t)c->q_lora); A(g->q, T * H * (size_t)c->kmla);
     A(g->kva, T * W); A(g->iq, T * IH * ID); A(g->iw, T * IH); A(g->qabs, T * H * W);
     A(g->lat, T * H * (size_t)c->kv_lora); A(g->o, T * H * (size_t)c->vmla); A(g->y, T * D);
@@ -123,11 +121,11 @@ static int glm_state_new(ds4_session *s) {
     A(g->eg, MC * (size_t)c->n_ff_exp); A(g->eu, MC * (size_t)c->n_ff_exp); A(g->ed, MC * D);
     A(g->erow, MC); A(g->etok, T * KU); A(g->ewt, T * KU); A(g->ecnt, (size_t)c->n_expert + 1);
     A(g->elist, T * KU);
-    A(g->sc, NT * VEC_HB * ctx); A(g->kp, NT * ctx); A(g->grp, mx(2 * (size_t)c->n_expert, H));
+    A(g->sc, NT * VEC_HB * ctx); A(g->kp, NT * ctx); A(g->grp, glm_mx(2 * (size_t)c->n_expert, H));
     A(g->isc, ctx);
     A(g->logits, T * (size_t)c->n_vocab);
 #undef A
-    if (!(g->qs = malloc(MC * qrow)) || !(g->qx = malloc(mx(T * qrow, T * qhead))) || !(g->qx2 = malloc(T * qrow)))
+    if (!(g->qs = malloc(MC * qrow)) || !(g->qx = malloc(glm_mx(T * qrow, T * qhead))) || !(g->qx2 = malloc(T * qrow)))
         return DS4_ENOMEM;
     /* the NextN block's drafts (mtp.c; its rows are this file's) */
     if (s->m->w.has_mtp && ds4_mtp_state_new(s) != DS4_OK) return DS4_ENOMEM;
@@ -173,17 +171,8 @@ static void mm(glm_fwd *f, mat_t W, const float *x, size_t xs, int T, float *y, 
     cpu_matmul(&f->cc, W, f->s->no_qat, x, xs, T, y, ys, f->g->qs);
 }
 
-static void norm_rows(const float *x, size_t xs, const ds4_tensor *w, int T, int n, float eps, float *out,
-                      size_t os) {
-    for (int t = 0; t < T; t++) rms_norm(x + (size_t)t * xs, (const float *)w->data, n, eps, out + (size_t)t * os);
-}
 
-static float sigm(float z) { return 1.0f / (1.0f + vec_expf(-z)); }
 
-/* silu(g) * u in place into g (the same exp as the V4 graph's SwiGLU) */
-static void swiglu_row(float *g, const float *u, int n) {
-    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + vec_expf(-g[i])) * u[i];
-}
 
 /* The order of the top-k: higher score first, among equal scores the
  * lower index (docs/family.md, the tie rule).  A total order, so the k
@@ -512,7 +501,7 @@ static void moe(glm_fwd *f, const ds4_layer_weights *lw, int T) {
     memset(cnt, 0, ((size_t)E + 1) * sizeof *cnt);
     for (int t = 0; t < T; t++) {
         for (int e = 0; e < E; e++) {
-            prob[e] = sigm(g->rl[(size_t)t * E + e]);
+            prob[e] = glm_sigmoid(g->rl[(size_t)t * E + e]);
             selv[e] = bias ? prob[e] + bias[e] : prob[e];
         }
         top_k(selv, E, KU, ids);
@@ -578,7 +567,7 @@ static void moe(glm_fwd *f, const ds4_layer_weights *lw, int T) {
         cpu_matmul_groups(&f->cc, gr, ng);
         for (int r = 0; r < nr; r++) {
             float *row = g->eg + (size_t)r * FE;
-            swiglu_row(row, g->eu + (size_t)r * FE, FE);
+            glm_swiglu_row(row, g->eu + (size_t)r * FE, FE, 0.0f);
             if (kd != ACT_F32) act_quantize_row(f->cc.k, kd, row, FE, (uint8_t *)g->qs + (size_t)r * sd);
         }
         const uint8_t *ad = kd == ACT_F32 ? (const uint8_t *)g->eg : (const uint8_t *)g->qs;
@@ -601,7 +590,7 @@ static void moe(glm_fwd *f, const ds4_layer_weights *lw, int T) {
     }
     mm(f, mat_of(&lw->ffn_gate_shexp), g->cur, (size_t)D, T, g->g, (size_t)FS);
     mm(f, mat_of(&lw->ffn_up_shexp), g->cur, (size_t)D, T, g->u, (size_t)FS);
-    for (int t = 0; t < T; t++) swiglu_row(g->g + (size_t)t * FS, g->u + (size_t)t * FS, FS);
+    for (int t = 0; t < T; t++) glm_swiglu_row(g->g + (size_t)t * FS, g->u + (size_t)t * FS, FS, 0.0f);
     mm(f, mat_of(&lw->ffn_down_shexp), g->g, (size_t)FS, T, g->y, (size_t)D);
     for (size_t i = 0; i < (size_t)T * D; i++) g->moe[i] += g->y[i];
 }
@@ -631,9 +620,9 @@ static void layer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, i
     const ds4_config *c = f->c;
     struct ds4_glm_state *g = f->g;
     const int D = c->n_embd, H = c->n_head;
-    norm_rows(g->x, (size_t)D, &lw->attn_norm, T, D, c->rms_eps, g->cur, (size_t)D);
+    glm_norm_rows(g->x, (size_t)D, &lw->attn_norm, T, D, c->rms_eps, g->cur, (size_t)D);
     mm(f, mat_of(&lw->attn_q_a), g->cur, (size_t)D, T, g->qr, (size_t)c->q_lora);
-    norm_rows(g->qr, (size_t)c->q_lora, &lw->attn_q_a_norm, T, c->q_lora, c->rms_eps, g->qr, (size_t)c->q_lora);
+    glm_norm_rows(g->qr, (size_t)c->q_lora, &lw->attn_q_a_norm, T, c->q_lora, c->rms_eps, g->qr, (size_t)c->q_lora);
     mm(f, mat_of(&lw->attn_q_b), g->qr, (size_t)c->q_lora, T, g->q, (size_t)H * c->kmla);
     kv_rows(f, lw, il, g->cur, p0, T);
     if (dense_attn) for (int t = 0; t < T; t++) g->nsel[t] = -1;
@@ -641,12 +630,12 @@ static void layer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, i
     attention(f, lw, il, p0, T);
     mm(f, mat_of(&lw->attn_output), g->o, (size_t)H * c->vmla, T, g->y, (size_t)D);
     for (size_t i = 0; i < (size_t)T * D; i++) g->x[i] += g->y[i];
-    norm_rows(g->x, (size_t)D, &lw->ffn_norm, T, D, c->rms_eps, g->cur, (size_t)D);
+    glm_norm_rows(g->x, (size_t)D, &lw->ffn_norm, T, D, c->rms_eps, g->cur, (size_t)D);
     if (lw->dense) {
         const int FF = c->n_ff;
         mm(f, mat_of(&lw->ffn_gate), g->cur, (size_t)D, T, g->g, (size_t)FF);
         mm(f, mat_of(&lw->ffn_up), g->cur, (size_t)D, T, g->u, (size_t)FF);
-        for (int t = 0; t < T; t++) swiglu_row(g->g + (size_t)t * FF, g->u + (size_t)t * FF, FF);
+        for (int t = 0; t < T; t++) glm_swiglu_row(g->g + (size_t)t * FF, g->u + (size_t)t * FF, FF, 0.0f);
         mm(f, mat_of(&lw->ffn_down), g->g, (size_t)FF, T, g->moe, (size_t)D);
     } else {
         moe(f, lw, T);
@@ -677,7 +666,7 @@ static int glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
      * needs them (ds4_glm_logits), else the last; the normed rows of every
      * position when the NextN block follows (its input) */
     const int r0 = s->cap_logits || s->stg_on ? 0 : T - 1, nl = T - r0, rn = s->mtp ? 0 : r0;
-    norm_rows(g->x + (size_t)rn * D, (size_t)D, &f.w->output_norm, T - rn, D, c->rms_eps, g->cur + (size_t)rn * D,
+    glm_norm_rows(g->x + (size_t)rn * D, (size_t)D, &f.w->output_norm, T - rn, D, c->rms_eps, g->cur + (size_t)rn * D,
               (size_t)D);
     const ds4_tensor *out = f.w->output.data ? &f.w->output : &f.w->token_embd;
     mm(&f, mat_of(out), g->cur + (size_t)r0 * D, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
@@ -740,7 +729,7 @@ static int glm_mtp_rows(glm_fwd *f, const int32_t *toks, int64_t p0, int T) {
         const float *h0 = k ? g->cur + (size_t)(k - 1) * D : ds4_mtp_main_state(s, p0 - 1);
         int rc = mtp_input(f, toks + k, h0, g->cur + (size_t)k * D, T - k);
         if (rc) return rc;
-        norm_rows(g->x, (size_t)D, &f->w->mtp.block.attn_norm, T - k, D, c->rms_eps, g->moe, (size_t)D);
+        glm_norm_rows(g->x, (size_t)D, &f->w->mtp.block.attn_norm, T - k, D, c->rms_eps, g->moe, (size_t)D);
         kv_rows(f, &f->w->mtp.block, L, g->moe, p0 + k, T - k);
         g->mtp_hi = p0 + T;
     } else if (hi > p0 + T) {
