@@ -644,6 +644,25 @@ static void not_a_model(problems *p, const gguf_file *gf, const gguf_str *arch, 
  * the per-layer IndexShare kinds into own[] (allocated here, n_layer
  * entries; 1 its own indexer, 2 shared: g5n_read_config's kinds).
  * *shape_bad as read_config's. */
+/* The GLM families' router keys, ARCH.expert_weights_norm (a bool,
+ * default false) and ARCH.expert_gating_func (2 = sigmoid, the default and
+ * the only router ds4 implements for them). */
+static void glm_router_keys(problems *p, const gguf_file *gf, const char *arch, ds4_config *c) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    int r = gguf_get_bool(gf, key, &c->expert_norm);
+    if (r == -1) c->expert_norm = 0;
+    if (r == -2) prob(p, "metadata %s is not a bool", key);
+    snprintf(key, sizeof key, "%s.expert_gating_func", arch);
+    const gguf_kv *kv = gguf_find(gf, key);
+    int64_t gfn = 2;
+    if (kv && (!is_int_type(kv->type) || gguf_get_i64(gf, key, &gfn)))
+        prob(p, "metadata %s has type %s, expected an integer", key, vt_name(kv->type));
+    else if (gfn != 2)
+        prob(p, "metadata %s = %" PRId64 ": %s's router is sigmoid (2), the only function ds4 implements for it",
+             key, gfn, arch);
+}
+
 static void glm_read_config(problems *p, const gguf_file *gf, ds4_config *c, int **own, int *shape_bad) {
     int bad = 0, fbad = 0, n_block = 0, nextn = 0, kv_len = 0;
     int64_t v64;
@@ -686,18 +705,7 @@ static void glm_read_config(problems *p, const gguf_file *gf, ds4_config *c, int
             prob(p, "metadata glm-dsa.rope.scaling.factor = %g: RoPE scaling (YaRN) of glm-dsa is not "
                  "supported yet", f);
     }
-    int r = gguf_get_bool(gf, "glm-dsa.expert_weights_norm", &c->expert_norm);
-    if (r == -1) c->expert_norm = 0;
-    if (r == -2) prob(p, "metadata glm-dsa.expert_weights_norm is not a bool");
-    {
-        const gguf_kv *kv = gguf_find(gf, "glm-dsa.expert_gating_func");
-        int64_t gfn = 2;
-        if (kv && (!is_int_type(kv->type) || gguf_get_i64(gf, "glm-dsa.expert_gating_func", &gfn)))
-            prob(p, "metadata glm-dsa.expert_gating_func has type %s, expected an integer", vt_name(kv->type));
-        else if (gfn != 2)
-            prob(p, "metadata glm-dsa.expert_gating_func = %" PRId64 ": glm-dsa's router is sigmoid (2), the "
-                 "only function ds4 implements for it", gfn);
-    }
+    glm_router_keys(p, gf, "glm-dsa", c);
     if (bad) { *shape_bad = 1; return; }
     c->n_layer = n_block - nextn;
     c->n_head_kv = 1;
@@ -878,18 +886,7 @@ static void g5n_read_config(problems *p, const gguf_file *gf, ds4_config *c, int
     meta_float(p, gf, "kda.gate_lower_bound", 1, -1e6, 0.0, &c->kda_lb, &fbad);
     c->expert_scale = 1.0f;
     meta_float(p, gf, "expert_weights_scale", 0, -1e30, 1e30, &c->expert_scale, &fbad);
-    int r = gguf_get_bool(gf, "glm5-next.expert_weights_norm", &c->expert_norm);
-    if (r == -1) c->expert_norm = 0;
-    if (r == -2) prob(p, "metadata glm5-next.expert_weights_norm is not a bool");
-    {
-        const gguf_kv *kv = gguf_find(gf, "glm5-next.expert_gating_func");
-        int64_t gfn = 2;
-        if (kv && (!is_int_type(kv->type) || gguf_get_i64(gf, "glm5-next.expert_gating_func", &gfn)))
-            prob(p, "metadata glm5-next.expert_gating_func has type %s, expected an integer", vt_name(kv->type));
-        else if (gfn != 2)
-            prob(p, "metadata glm5-next.expert_gating_func = %" PRId64 ": glm5-next's router is sigmoid (2), the "
-                 "only function ds4 implements for it", gfn);
-    }
+    glm_router_keys(p, gf, "glm5-next", c);
     if (bad) { *shape_bad = 1; return; }
     c->n_layer = n_block - nextn;
     c->n_rot = 0;
