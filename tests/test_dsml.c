@@ -18,6 +18,7 @@
 #include "base/json_py.h"
 
 #include "testutil.h"
+#include "call_events.h"
 
 #define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
 #define TC_OPEN "\n\n<" DSML "tool_calls>\n"
@@ -26,106 +27,13 @@
 #define INV_END "</" DSML "invoke>\n"
 #define PAR(n, s, v) "<" DSML "parameter name=\"" n "\" string=\"" s "\">" v "</" DSML "parameter>\n"
 
-/* ------------------------------------------------------------------------ */
-/* Event collector                                                           */
-/* ------------------------------------------------------------------------ */
-
-#define MAXC 16
-
-typedef struct {
-    ds4_buf text;
-    int ncalls;
-    ds4_buf name[MAXC], args[MAXC];
-    int ended[MAXC];
-    int done, nerr;
-    char err[400];
-    int bad;              /* sequence violated */
-    char badwhy[200];
-    int last;             /* last event kind, -1 none */
-} coll;
-
-static void badseq(coll *c, const char *why) {
-    if (!c->bad) snprintf(c->badwhy, sizeof c->badwhy, "%s", why);
-    c->bad = 1;
-}
-
-static void on_event(void *ud, const ds4_dsml_event *ev) {
-    coll *c = ud;
-    if (c->nerr) badseq(c, "event after ERROR");
-    if (c->done && ev->kind != DS4_DSML_ERROR) badseq(c, "event after DONE");
-    switch (ev->kind) {
-    case DS4_DSML_TEXT:
-        if (c->ncalls) badseq(c, "TEXT after a call");
-        if (!ev->len) badseq(c, "empty TEXT event");
-        ds4_buf_append(&c->text, ev->text, ev->len);
-        break;
-    case DS4_DSML_CALL_BEGIN:
-        if (ev->call_index != c->ncalls) badseq(c, "CALL_BEGIN index not sequential");
-        if (c->ncalls && !c->ended[c->ncalls - 1]) badseq(c, "CALL_BEGIN before previous CALL_END");
-        if (c->ncalls >= MAXC) { badseq(c, "too many calls"); break; }
-        ds4_buf_append(&c->name[c->ncalls], ev->text, ev->len);
-        ds4_buf_append(&c->args[c->ncalls], "", 0);
-        c->ncalls++;
-        break;
-    case DS4_DSML_ARGS_DELTA:
-        if (!c->ncalls || ev->call_index != c->ncalls - 1 || c->ended[c->ncalls - 1])
-            badseq(c, "ARGS_DELTA outside a call");
-        else
-            ds4_buf_append(&c->args[c->ncalls - 1], ev->text, ev->len);
-        if (!ev->len) badseq(c, "empty ARGS_DELTA");
-        break;
-    case DS4_DSML_CALL_END:
-        if (!c->ncalls || ev->call_index != c->ncalls - 1 || c->ended[c->ncalls - 1])
-            badseq(c, "CALL_END without call");
-        else
-            c->ended[c->ncalls - 1] = 1;
-        break;
-    case DS4_DSML_DONE:
-        if (c->ncalls && !c->ended[c->ncalls - 1]) badseq(c, "DONE inside a call");
-        c->done = 1;
-        break;
-    case DS4_DSML_ERROR:
-        c->nerr++;
-        snprintf(c->err, sizeof c->err, "%.*s", (int)ev->len, ev->text);
-        break;
-    default:
-        badseq(c, "unknown event kind");
-    }
-    c->last = ev->kind;
-}
-
-static void coll_free(coll *c) {
-    ds4_buf_free(&c->text);
-    for (int i = 0; i < MAXC; i++) { ds4_buf_free(&c->name[i]); ds4_buf_free(&c->args[i]); }
-}
-
-/* Same observable result? */
-static int coll_same(const coll *a, const coll *b) {
-    if (a->text.n != b->text.n || (a->text.n && memcmp(a->text.p, b->text.p, a->text.n))) return 0;
-    if (a->ncalls != b->ncalls || a->done != b->done || a->nerr != b->nerr) return 0;
-    if (strcmp(a->err, b->err)) return 0;
-    for (int i = 0; i < a->ncalls; i++) {
-        if (a->name[i].n != b->name[i].n || memcmp(a->name[i].p, b->name[i].p, a->name[i].n)) return 0;
-        if (a->args[i].n != b->args[i].n || memcmp(a->args[i].p, b->args[i].p, a->args[i].n)) return 0;
-        if (a->ended[i] != b->ended[i]) return 0;
-    }
-    return 1;
-}
-
-static unsigned long long rng_state = 0x9e3779b97f4a7c15ULL;
-static unsigned rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (unsigned)(rng_state >> 16);
-}
+/* The event collector, coll_same and rnd are call_events.h's. */
 
 /* Feed `s` in chunks: mode 0 whole, 1 bytes, 2 split at `pos`, 3 random.
  * Checks the block-text and no-excess invariants on the way. */
 static int run_parse(const char *s, size_t n, int mode, size_t pos, coll *c,
                      ds4_buf *block) {
     memset(c, 0, sizeof *c);
-    c->last = -1;
     ds4_dsml *p = ds4_dsml_new(on_event, c);
     size_t i = 0;
     int rc = DS4_OK;
