@@ -18,9 +18,9 @@
 #    limit (test_expert_cache covers the truncated file and the mapping);
 #  - the GLM graphs under --ssd-streaming: glm-dsa (f32 and q8_0) and
 #    glm5-next tiny files, logits bit-identical to the resident run
-#    (prefill in chunks of 37, --decode-only, 2 threads; caches of one
-#    slot -- fewer than one layer's experts --, 64KB and 1GB), the same
-#    greedy text with more reads than slices (evictions), glm-dsa's NextN
+#    (prefill in chunks of 37, --decode-only, 2 threads; caches of 1MB,
+#    64KB -- 1 or 2 slots, fewer than one layer's 8 experts -- and 1GB),
+#    the same greedy text with more reads than slices (evictions), glm-dsa's NextN
 #    drafts the same text; a glm5-next file of 64 experts x 1024 (its
 #    routed experts ~98 % of it) under the cgroup limit of half of it.
 set -u
@@ -122,8 +122,9 @@ else
 fi
 # the GLM graphs (src/models/glm_common.c's MoE on the cache's slots):
 # tests/glm_gguf.py's tiny glm-dsa (3 MoE layers of 8 experts, 1 dense)
-# and glm5-next (5 MoE layers, the SwiGLU clamps) files; 64KB is one slot,
-# fewer than one layer's experts, so every layer evicts what the last read
+# and glm5-next (5 MoE layers, the SwiGLU clamps) files; 64KB is 1 slot
+# (f32) or 2 (q8_0), fewer than one layer's 8 experts, so every layer
+# evicts what the last one read
 PY=/usr/bin/python3
 $PY -c "import random; r=random.Random(7); print(' '.join(str(r.randrange(10, 4090)) for _ in range(200)))" \
     > "$T/gids.txt"
@@ -144,7 +145,7 @@ if $PY tests/glm_gguf.py glm-dsa "$T/glm.gguf" > "$T/gg.log" 2>&1 &&
         sl=$(sed -n 's/.* routed experts, \([0-9]*\) slices).*/\1/p' "$T/gs.err")
         rd=$(sed -n 's/^\[experts: hit rate .* hits, \([0-9]*\) reads).*/\1/p' "$T/gs.err")
         if [ -s "$T/gr.out" ] && cmp -s "$T/gr.out" "$T/gs.out" && [ -n "$sl" ] && [ -n "$rd" ] && [ "$rd" -gt "$sl" ]; then
-            ok "$f: greedy text with a one-slot cache == resident ($rd reads of $sl slices)"
+            ok "$f: greedy text with a 64KB cache == resident ($rd reads of $sl slices)"
         else
             bad "$f: greedy text / evictions (slices '$sl', reads '$rd')"; cat "$T/gs.err"
         fi
