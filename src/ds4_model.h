@@ -100,7 +100,7 @@ typedef struct {
     int readers;              /* reader threads */
     uint64_t slots, slot_bytes, cache_bytes;
     uint64_t routed_bytes;    /* all routed expert slices of the file */
-    uint64_t n_slices;        /* layers x experts */
+    uint64_t n_slices;        /* experts x the layers that have routed experts */
     uint64_t resident_bytes;  /* the non-routed weights copied into memory */
     uint64_t hits, misses;    /* slices found in / read into the cache */
     uint64_t bytes_read;      /* from the file (aligned spans) */

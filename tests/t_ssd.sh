@@ -15,7 +15,14 @@
 #    and one that holds everything; the run summary has the expert line;
 #    bad sizes are refused; under a memory cgroup limit of half the model
 #    file the run completes with the same logits without reaching the
-#    limit (test_expert_cache covers the truncated file and the mapping).
+#    limit (test_expert_cache covers the truncated file and the mapping);
+#  - the GLM graphs under --ssd-streaming: glm-dsa (f32 and q8_0) and
+#    glm5-next tiny files, logits bit-identical to the resident run
+#    (prefill in chunks of 37, --decode-only, 2 threads; caches of 1MB,
+#    64KB -- 1 or 2 slots, fewer than one layer's 8 experts -- and 1GB),
+#    the same greedy text with more reads than slices (evictions), glm-dsa's NextN
+#    drafts the same text; a glm5-next file of 64 experts x 1024 (its
+#    routed experts ~98 % of it) under the cgroup limit of half of it.
 set -u
 BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin in the sanitizer pass)
 cd "$(dirname "$0")/.."
@@ -113,6 +120,46 @@ if "$BD"/ds4-synth --preset tiny --recipe q2 --vocab "$S/vocab/mini-vocab.gguf" 
 else
     bad "ds4-synth (64 experts)"
 fi
+# the GLM graphs (src/models/glm_common.c's MoE on the cache's slots):
+# tests/glm_gguf.py's tiny glm-dsa (3 MoE layers of 8 experts, 1 dense)
+# and glm5-next (5 MoE layers, the SwiGLU clamps) files; 64KB is 1 slot
+# (f32) or 2 (q8_0), fewer than one layer's 8 experts, so every layer
+# evicts what the last one read
+PY=/usr/bin/python3
+$PY -c "import random; r=random.Random(7); print(' '.join(str(r.randrange(10, 4090)) for _ in range(200)))" \
+    > "$T/gids.txt"
+$PY -c "import random; r=random.Random(8); print(' '.join(str(r.randrange(10, 4090)) for _ in range(40)))" \
+    > "$T/gids40.txt"
+if $PY tests/glm_gguf.py glm-dsa "$T/glm.gguf" > "$T/gg.log" 2>&1 &&
+        $PY tests/glm_gguf.py glm-dsa "$T/glmq.gguf" --type q8_0 --seed 48 >> "$T/gg.log" 2>&1 &&
+        $PY tests/glm_gguf.py glm-dsa "$T/glmm.gguf" --set nextn=1 >> "$T/gg.log" 2>&1 &&
+        $PY tests/glm_gguf.py glm5-next "$T/g5n.gguf" >> "$T/gg.log" 2>&1; then
+    for f in glm glmq g5n; do
+        same "$T/$f.gguf" "$f prefill" --tokens-file "$T/gids.txt" --ctx 512 --chunk 37
+        same "$T/$f.gguf" "$f decode" --tokens-file "$T/gids40.txt" --ctx 512 --decode-only
+        same "$T/$f.gguf" "$f 2 threads" --tokens-file "$T/gids.txt" --ctx 512 -t 2
+        # greedy text, and the evictions: more reads than the file has slices
+        "$BD"/ds4 -m "$T/$f.gguf" --tokens-file "$T/gids40.txt" --ctx 512 -n 24 --temp 0 > "$T/gr.out" 2>/dev/null
+        "$BD"/ds4 -m "$T/$f.gguf" --tokens-file "$T/gids40.txt" --ctx 512 -n 24 --temp 0 \
+            --ssd-streaming-cache-experts 64KB > "$T/gs.out" 2> "$T/gs.err"
+        sl=$(sed -n 's/.* routed experts, \([0-9]*\) slices).*/\1/p' "$T/gs.err")
+        rd=$(sed -n 's/^\[experts: hit rate .* hits, \([0-9]*\) reads).*/\1/p' "$T/gs.err")
+        if [ -s "$T/gr.out" ] && cmp -s "$T/gr.out" "$T/gs.out" && [ -n "$sl" ] && [ -n "$rd" ] && [ "$rd" -gt "$sl" ]; then
+            ok "$f: greedy text with a 64KB cache == resident ($rd reads of $sl slices)"
+        else
+            bad "$f: greedy text / evictions (slices '$sl', reads '$rd')"; cat "$T/gs.err"
+        fi
+    done
+    # glm-dsa's NextN block drafts (its experts stay mapped): the same text
+    "$BD"/ds4 -m "$T/glmm.gguf" --tokens-file "$T/gids40.txt" --ctx 512 -n 24 --temp 0 > "$T/mr.out" 2>/dev/null
+    "$BD"/ds4 -m "$T/glmm.gguf" --tokens-file "$T/gids40.txt" --ctx 512 -n 24 --temp 0 --mtp-draft 2 \
+        --ssd-streaming-cache-experts 64KB > "$T/ms.out" 2> "$T/ms.err"
+    [ -s "$T/mr.out" ] && cmp -s "$T/mr.out" "$T/ms.out" && grep -q '^\[mtp:' "$T/ms.err" \
+        && ok "glm-dsa NextN drafts (--mtp-draft 2) under streaming: the same greedy text" \
+        || { bad "glm-dsa NextN drafts under streaming"; cat "$T/ms.err"; }
+else
+    bad "glm_gguf.py"; cat "$T/gg.log"
+fi
 "$BD"/ds4 -m "$M" --ssd-streaming-cache-experts 12XB --tokens "1 2" -n 0 > "$T/o4" 2>&1
 [ $? -eq 2 ] && grep -q "ssd-streaming-cache-experts" "$T/o4" && ok "bad cache size refused" \
     || { bad "bad cache size"; cat "$T/o4"; }
@@ -176,6 +223,30 @@ if [ -w "$CG" ] && mkdir "$CG/ds4-ssd-$$" 2>/dev/null; then
         fi
     else
         bad "ds4-synth (f16, 64 experts)"
+    fi
+    # glm5-next (GLM 5.3 Flash's graph, the one 64 GB machines stream):
+    # 64 experts of 64 x 1024 a layer, ~250 MB of the ~255 MB file routed
+    if $PY tests/glm_gguf.py glm5-next "$T/g5big.gguf" --set n_expert=64 --set n_ff_exp=1024 \
+            > "$T/g5big.log" 2>&1; then
+        size=$(stat -c %s "$T/g5big.gguf"); lim=$((size / 2))
+        echo "$lim" > "$CG/ds4-ssd-$$/memory.limit_in_bytes"
+        "$BD"/ds4 -q -m "$T/g5big.gguf" --ctx 512 --tokens-file "$T/gids40.txt" -n 0 --dump-logits "$T/gr.f32"
+        sync; echo 1 > /proc/sys/vm/drop_caches 2>/dev/null
+        rm -f "$T/maxrss"
+        sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$CG/ds4-ssd-$$" \
+            $TIME "$BD"/ds4 -q -m "$T/g5big.gguf" --ctx 512 --tokens-file "$T/gids40.txt" -n 0 \
+            --ssd-streaming-cache-experts 8MB --dump-logits "$T/gs.f32"
+        rc=$?
+        rss=$(( $(cat "$T/maxrss" 2>/dev/null || echo 0) * 1024 ))
+        rss_ok=0; [ "$rss" -lt "$lim" ] && rss_ok=1
+        [ "${DS4_DEBUG_BUILD:-0}" = 1 ] && rss_ok=1
+        if [ $rc -eq 0 ] && cmp -s "$T/gr.f32" "$T/gs.f32" && [ $rss_ok = 1 ]; then
+            ok "glm5-next, cgroup limit $((lim >> 20)) MiB (model $((size >> 20)) MiB): same logits; peak RSS $((rss >> 20)) MiB$note"
+        else
+            bad "glm5-next cgroup run: rc $rc, peak RSS $rss, limit $lim"
+        fi
+    else
+        bad "glm_gguf.py glm5-next (64 experts x 1024)"; cat "$T/g5big.log"
     fi
     rmdir "$CG/ds4-ssd-$$" 2>/dev/null
 else

@@ -271,13 +271,8 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     /* the MTP block (docs/MTP.md): a sidecar named by --mtp, else the main
      * file's mtp.0.* tensors when it has them; not under --dist (a part
      * file holds layers only) */
-    if (m->w.cfg.arch == DS4_ARCH_GLM_DSA && p->ssd_streaming) {
-        ds4_set_err(err, DS4_EUNSUP, "%s: --ssd-streaming is not supported for glm-dsa models yet", path);
-        goto fail;
-    }
-    if (m->w.cfg.arch == DS4_ARCH_GLM5_NEXT && (p->ssd_streaming || p->mtp_path)) {
-        ds4_set_err(err, DS4_EUNSUP, "%s: %s is not supported for glm5-next models yet", path,
-                    p->ssd_streaming ? "--ssd-streaming" : "--mtp");
+    if (m->w.cfg.arch == DS4_ARCH_GLM5_NEXT && p->mtp_path) {
+        ds4_set_err(err, DS4_EUNSUP, "%s: %s is not supported for glm5-next models yet", path, "--mtp");
         goto fail;
     }
     if (p->mtp_path && dist_on()) {

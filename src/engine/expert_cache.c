@@ -82,6 +82,7 @@ struct ds4_xcache {
     uint64_t hits, misses, bytes_read;
     double wait_s;
     uint64_t routed_bytes, resident_bytes;
+    uint64_t n_slices;        /* experts x the layers that have routed experts */
 
     /* the current layer */
     int il, n;
@@ -368,7 +369,7 @@ void xc_stats(ds4_xcache *c, ds4_expert_cache_stats *st) {
     st->slot_bytes = c->slot_bytes;
     st->cache_bytes = c->pool_bytes;
     st->routed_bytes = c->routed_bytes;
-    st->n_slices = (uint64_t)c->n_layer * (uint64_t)c->E;
+    st->n_slices = c->n_slices;
     st->resident_bytes = c->resident_bytes;
     st->hits = c->hits;
     st->misses = c->misses;
@@ -415,6 +416,14 @@ static void remap(ds4_tensor *t, const remap_t *rm, size_t n) {
     if (!lo) return;
     const remap_t *r = &rm[lo - 1];
     if (t->data + t->nbytes <= r->from + r->n) t->data = r->to + (t->data - r->from);
+}
+
+/* every non-routed tensor of a layer, the GLM graphs' included */
+static void remap_layer(ds4_layer_weights *l, const remap_t *rm, size_t k) {
+    for (size_t f = 0; f < ds4_n_layer_tensor_fields; f++)
+        remap((ds4_tensor *)((char *)l + ds4_layer_tensor_fields[f]), rm, k);
+    for (size_t f = 0; f < ds4_n_glm_layer_tensor_fields; f++)
+        remap((ds4_tensor *)((char *)l + ds4_glm_layer_tensor_fields[f]), rm, k);
 }
 
 static int cmp_remap(const void *a, const void *b) {
@@ -476,8 +485,17 @@ int xc_copy_resident(gguf_file *gf, ds4_weights *w, void **buf, uint64_t *bytes,
     remap(&w->output_norm, rm, k);
     remap(&w->output, rm, k);
     for (int il = 0; il < w->cfg.n_layer; il++)
-        for (size_t f = 0; f < ds4_n_layer_tensor_fields; f++)
-            remap((ds4_tensor *)((char *)&w->layers[il] + ds4_layer_tensor_fields[f]), rm, k);
+        remap_layer(&w->layers[il], rm, k);
+    /* an MTP block in this file (V4's mtp.0.*, glm-dsa's NextN layer): its
+     * non-routed tensors were copied too (its routed experts stay mapped:
+     * the cache holds the main layers'); a sidecar's are not in rm */
+    if (w->has_mtp) {
+        ds4_mtp_weights *mw = &w->mtp;
+        ds4_tensor *mt[] = { &mw->e_proj, &mw->h_proj, &mw->enorm, &mw->hnorm, &mw->norm, &mw->hc_head_fn,
+                             &mw->hc_head_scale, &mw->hc_head_base, &mw->eh_proj, &mw->embd, &mw->head };
+        for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++) remap(mt[i], rm, k);
+        remap_layer(&mw->block, rm, k);
+    }
     free(rm);
     /* the weights are read only from here on */
     mprotect(b, (size_t)total, PROT_READ);
@@ -535,9 +553,12 @@ int xc_open(ds4_xcache **out, gguf_file *gf, const ds4_weights *w, uint64_t budg
     if (!c->path || !c->geo || !c->map || !c->exp || !c->slot_of || !c->ist) goto nomem;
     for (size_t i = 0; i < nsl; i++) c->map[i] = -1;
 
-    /* slot layout: each part's largest aligned span over the layers */
+    /* slot layout: each part's largest aligned span over the layers that
+     * have routed experts (not the GLM graphs' leading dense layers) */
     uint64_t cap[3] = { 0, 0, 0 };
     for (int il = 0; il < c->n_layer; il++) {
+        if (!w->layers[il].ffn_gate_exps.data) continue;
+        c->n_slices += (uint64_t)c->E;
         const ds4_tensor *t[3] = { &w->layers[il].ffn_gate_exps, &w->layers[il].ffn_up_exps,
                                    &w->layers[il].ffn_down_exps };
         for (int p = 0; p < 3; p++) {
@@ -551,13 +572,17 @@ int xc_open(ds4_xcache **out, gguf_file *gf, const ds4_weights *w, uint64_t budg
             }
         }
     }
+    if (!c->n_slices) {
+        rc = ds4_set_err(err, DS4_EUNSUP, "%s: --ssd-streaming: the model has no routed experts", gf->path);
+        goto fail;
+    }
     c->part_base[0] = 0;
     c->part_base[1] = (size_t)cap[0];
     c->part_base[2] = (size_t)(cap[0] + cap[1]);
     c->slot_bytes = (size_t)(cap[0] + cap[1] + cap[2]);
     uint64_t ns = budget / c->slot_bytes;
     if (ns < 1) ns = 1;
-    if (ns > nsl) ns = nsl;
+    if (ns > c->n_slices) ns = c->n_slices;
     c->n_slots = (int)ns;
     c->pool_bytes = (size_t)ns * c->slot_bytes;
     /* committed now, as the session scratch is: the cache's memory is

@@ -1237,3 +1237,21 @@ const size_t ds4_layer_tensor_fields[] = {
     offsetof(ds4_layer_weights, ffn_up_shexp), offsetof(ds4_layer_weights, ffn_down_shexp),
 };
 const size_t ds4_n_layer_tensor_fields = sizeof ds4_layer_tensor_fields / sizeof ds4_layer_tensor_fields[0];
+/* the GLM graphs' own fields (not in the list above: the Q8_0 scan at
+ * load has not been measured on them and stays as it was) */
+const size_t ds4_glm_layer_tensor_fields[] = {
+    offsetof(ds4_layer_weights, attn_k_b), offsetof(ds4_layer_weights, attn_v_b),
+    offsetof(ds4_layer_weights, attn_output), offsetof(ds4_layer_weights, idx_k),
+    offsetof(ds4_layer_weights, idx_k_norm), offsetof(ds4_layer_weights, idx_k_norm_b),
+    offsetof(ds4_layer_weights, ffn_gate), offsetof(ds4_layer_weights, ffn_up),
+    offsetof(ds4_layer_weights, ffn_down), offsetof(ds4_layer_weights, kda_q),
+    offsetof(ds4_layer_weights, kda_k), offsetof(ds4_layer_weights, kda_v),
+    offsetof(ds4_layer_weights, conv_q), offsetof(ds4_layer_weights, conv_k),
+    offsetof(ds4_layer_weights, conv_v), offsetof(ds4_layer_weights, ssm_f_a),
+    offsetof(ds4_layer_weights, ssm_f_b), offsetof(ds4_layer_weights, ssm_beta),
+    offsetof(ds4_layer_weights, ssm_a), offsetof(ds4_layer_weights, ssm_dt_b),
+    offsetof(ds4_layer_weights, ssm_g_a), offsetof(ds4_layer_weights, ssm_g_b),
+    offsetof(ds4_layer_weights, ssm_norm),
+};
+const size_t ds4_n_glm_layer_tensor_fields =
+    sizeof ds4_glm_layer_tensor_fields / sizeof ds4_glm_layer_tensor_fields[0];

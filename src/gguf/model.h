@@ -140,6 +140,10 @@ typedef struct {
  * --ssd-streaming copy, the Q8_0 scan at load). */
 extern const size_t ds4_layer_tensor_fields[];
 extern const size_t ds4_n_layer_tensor_fields;
+/* The GLM graphs' fields (attention, indexer keys, dense FFN, KDA): the
+ * --ssd-streaming copy walks both lists. */
+extern const size_t ds4_glm_layer_tensor_fields[];
+extern const size_t ds4_n_glm_layer_tensor_fields;
 
 /* ds4_config.arch: the graph a file runs (general.architecture). */
 enum { DS4_ARCH_DEEPSEEK4 = 0, DS4_ARCH_GLM_DSA = 1, DS4_ARCH_GLM5_NEXT = 2 };

@@ -9,7 +9,8 @@
  * RMSNorm times a sigmoid output gate) or NoPE MLA layers whose rows the
  * k-pool DSA indexer selects (keys pooled by a softmax gate over kpool
  * consecutive positions; IndexShare as glm-dsa); glm-dsa's dense and
- * sigmoid-MoE FFN with the SwiGLU clamps; the streams' mean, norm, head.
+ * sigmoid-MoE FFN (glm_common.c's glm_ffn) with the SwiGLU clamps; the
+ * streams' mean, norm, head.
  * The float64 reference is tests/oracle/glm_ref.py (Glm5Next.forward).
  *
  * Owns: the glm5-next forward pass of a chunk of tokens on a session and
@@ -59,7 +60,7 @@ struct ds4_g5n_state {
     float *X, *X2, *flat, *mix, *pre, *post, *comb, *cur, *h, *y;
     float *pq, *pk, *pv, *fa, *gg, *bt, *ga, *gt, *o, *u, *cvt;
     float *qr, *q, *iq, *iw, *qabs, *lat, *ao;
-    float *g, *up, *rl, *eg, *eu, *ed, *moe;
+    glm_ffn_buf ffn;   /* the FFN's scratch (glm_common.c) */
     int *pools;        /* [top_k / kpool] one token's kept pools */
     int *sel, *nsel;   /* [T][selcap] the positions attended (ascending), [T] (-1: every visible one) */
     int selcap;
@@ -94,7 +95,7 @@ static void g5n_state_free(ds4_session *s) {
     free(g->pq); free(g->pk); free(g->pv); free(g->fa); free(g->gg); free(g->bt); free(g->ga); free(g->gt);
     free(g->o); free(g->u); free(g->cvt);
     free(g->qr); free(g->q); free(g->iq); free(g->iw); free(g->qabs); free(g->lat); free(g->ao);
-    free(g->g); free(g->up); free(g->rl); free(g->eg); free(g->eu); free(g->ed); free(g->moe);
+    glm_ffn_free(&g->ffn);
     free(g->pools); free(g->sel); free(g->nsel); free(g->sc); free(g->logits); free(g->qs);
     free(g);
     s->g5n = NULL;
@@ -142,12 +143,11 @@ static int g5n_state_new(ds4_session *s) {
     A(g->bt, T * H); A(g->ga, T * K); A(g->gt, T * Di); A(g->o, T * Di); A(g->u, K); A(g->cvt, Di);
     A(g->qr, T * (size_t)c->q_lora); A(g->q, T * H * (size_t)c->kmla); A(g->iq, T * IH * ID); A(g->iw, T * IH);
     A(g->qabs, T * H * R); A(g->lat, T * H * R); A(g->ao, T * H * (size_t)c->vmla);
-    A(g->g, T * F); A(g->up, T * F); A(g->rl, T * (size_t)c->n_expert); A(g->eg, (size_t)c->n_ff_exp);
-    A(g->eu, (size_t)c->n_ff_exp); A(g->ed, E); A(g->moe, T * E);
     A(g->pools, (size_t)keep); A(g->sel, T * (size_t)g->selcap); A(g->nsel, T); A(g->sc, ctx);
     A(g->logits, T * (size_t)c->n_vocab);
 #undef A
     if (!(g->qs = malloc(T * qrow))) return DS4_ENOMEM;
+    if (glm_ffn_new(&g->ffn, c, (int)T, s->m->xc != NULL)) return DS4_ENOMEM;
     return DS4_OK;
 }
 
@@ -209,14 +209,14 @@ typedef struct {
 
 /* Y[t] = W x[t] for T rows (strides in floats). */
 static void mm(g5n_fwd *f, mat_t W, const float *x, size_t xs, int T, float *y, size_t ys) {
-    cpu_matmul(&f->cc, W, f->s->no_qat, x, xs, T, y, ys, f->g->qs);
+    glm_mm(&f->cc, f->s->no_qat, f->g->qs, W, x, xs, T, y, ys);
 }
 
 
 static float siluf(float z) { return z / (1.0f + vec_expf(-z)); }
 
 
-/* The top-k selections (indexer pools, router) are glm_dsa.c's
+/* The top-k selections (indexer pools, router) are glm_common.c's
  * ds4_glm_top_k: the tie rule of docs/family.md (higher score first, among
  * equal scores the lower index) is a total order, so the k best are one
  * set, returned ascending by index. */
@@ -532,54 +532,6 @@ static void dsa_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p
     mm(f, mat_of(&lw->attn_output), g->ao, (size_t)H * c->vmla, T, g->y, (size_t)E);
 }
 
-/* ------------------------------------------------------------------------ */
-/* FFN                                                                       */
-/* ------------------------------------------------------------------------ */
-
-/* Sigmoid router (selection by sigmoid + exp_probs_b, ties to the lower
- * expert; weights the unbiased sigmoid, normalized, times the scale), the
- * routed experts and the shared expert with their SwiGLU clamps; into g->y. */
-static void moe(g5n_fwd *f, const ds4_layer_weights *lw, int T) {
-    const ds4_config *c = f->c;
-    struct ds4_g5n_state *g = f->g;
-    const int D = c->n_embd, E = c->n_expert, KU = c->n_expert_used, FE = c->n_ff_exp;
-    const int FS = FE * c->n_expert_shared;
-    mm(f, mat_of(&lw->ffn_gate_inp), g->h, (size_t)D, T, g->rl, (size_t)E);
-    const float *bias = (const float *)lw->exp_probs_b.data;
-    float prob[DS4_MAX_EXPERT], selv[DS4_MAX_EXPERT];
-    int ids[DS4_MAX_EXPERT];
-    for (int t = 0; t < T; t++) {
-        for (int e = 0; e < E; e++) {
-            prob[e] = glm_sigmoid(g->rl[(size_t)t * E + e]);
-            selv[e] = bias ? prob[e] + bias[e] : prob[e];
-        }
-        ds4_glm_top_k(selv, E, KU, ids);
-        float wsum = 0.0f, wt[DS4_MAX_EXPERT];
-        for (int k = 0; k < KU; k++) { wt[k] = prob[ids[k]]; wsum += wt[k]; }
-        if (c->expert_norm) {
-            if (wsum < 6.103515625e-5f) wsum = 6.103515625e-5f;
-            for (int k = 0; k < KU; k++) wt[k] /= wsum;
-        }
-        float *out = g->moe + (size_t)t * D;
-        const float *x = g->h + (size_t)t * D;
-        for (int i = 0; i < D; i++) out[i] = 0.0f;
-        for (int k = 0; k < KU; k++) {
-            mm(f, mat_expert(&lw->ffn_gate_exps, ids[k]), x, (size_t)D, 1, g->eg, (size_t)FE);
-            mm(f, mat_expert(&lw->ffn_up_exps, ids[k]), x, (size_t)D, 1, g->eu, (size_t)FE);
-            glm_swiglu_row(g->eg, g->eu, FE, lw->swiglu_clamp);
-            mm(f, mat_expert(&lw->ffn_down_exps, ids[k]), g->eg, (size_t)FE, 1, g->ed, (size_t)D);
-            const float s = wt[k] * c->expert_scale;
-            for (int i = 0; i < D; i++) out[i] += s * g->ed[i];
-        }
-    }
-    mm(f, mat_of(&lw->ffn_gate_shexp), g->h, (size_t)D, T, g->g, (size_t)FS);
-    mm(f, mat_of(&lw->ffn_up_shexp), g->h, (size_t)D, T, g->up, (size_t)FS);
-    for (int t = 0; t < T; t++)
-        glm_swiglu_row(g->g + (size_t)t * FS, g->up + (size_t)t * FS, FS, lw->swiglu_clamp_sh);
-    mm(f, mat_of(&lw->ffn_down_shexp), g->g, (size_t)FS, T, g->y, (size_t)D);
-    for (size_t i = 0; i < (size_t)T * D; i++) g->y[i] = g->moe[i] + g->y[i];
-}
-
 static const float *g5n_logits(const ds4_session *s) { return s->g5n->logits; }
 
 static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
@@ -600,6 +552,7 @@ static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
             return DS4_EFORMAT;
         for (int b = 1; b < N; b++) memcpy(x + (size_t)b * D, x, (size_t)D * sizeof(float));
     }
+    const glm_ffn_ctx fx = { .cc = &f.cc, .no_qat = s->no_qat, .xc = m->xc, .c = c, .b = &g->ffn };
     for (int il = 0; il < c->n_layer; il++) {
         const ds4_layer_weights *lw = &f.w->layers[il];
         hc_pre(&f, &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base, T);
@@ -609,16 +562,9 @@ static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
         hc_post(&f, T);
         hc_pre(&f, &lw->hc_ffn_fn, &lw->hc_ffn_scale, &lw->hc_ffn_base, T);
         glm_norm_rows(g->cur, (size_t)D, &lw->ffn_norm, T, D, c->rms_eps, g->h, (size_t)D);
-        if (lw->dense) {
-            const int FF = c->n_ff;
-            mm(&f, mat_of(&lw->ffn_gate), g->h, (size_t)D, T, g->g, (size_t)FF);
-            mm(&f, mat_of(&lw->ffn_up), g->h, (size_t)D, T, g->up, (size_t)FF);
-            for (int t = 0; t < T; t++)
-                glm_swiglu_row(g->g + (size_t)t * FF, g->up + (size_t)t * FF, FF, lw->swiglu_clamp);
-            mm(&f, mat_of(&lw->ffn_down), g->g, (size_t)FF, T, g->y, (size_t)D);
-        } else {
-            moe(&f, lw, T);
-        }
+        /* the dense or MoE FFN (glm_common.c) with the layer's SwiGLU clamps */
+        int rc = glm_ffn(&fx, lw, il, g->h, T, lw->swiglu_clamp, lw->swiglu_clamp_sh, g->y);
+        if (rc) return rc;
         hc_post(&f, T);
     }
     /* the head: the streams' mean (no HC head), every row when the caller

@@ -1,9 +1,12 @@
 /*
- * glm_common.h -- the small per-row steps the GLM graphs (glm_dsa.c,
- * glm5_next.c) share, so that both compute them with one expression and
- * one order: allocation helpers, RMSNorm over rows, the sigmoid and the
- * (optionally clamped) SwiGLU.  Static inline: the graphs' hot loops call
- * them per element.  Must not: hold state or know either graph's layout.
+ * glm_common.h -- what the GLM graphs (glm_dsa.c, glm5_next.c) share, so
+ * that both compute it with one expression and one order: the small
+ * per-row steps (allocation helpers, RMSNorm over rows, the sigmoid and
+ * the optionally clamped SwiGLU; static inline: the graphs' hot loops call
+ * them per element), and glm_common.c's matmul wrapper and FFN layer
+ * (dense SwiGLU, or the sigmoid MoE with its shared expert, resident or
+ * streamed from the expert cache) with its scratch.  Must not: know either
+ * graph's state or layout beyond a layer's FFN weights.
  */
 #ifndef DS4_MODELS_GLM_COMMON_H
 #define DS4_MODELS_GLM_COMMON_H
@@ -35,5 +38,58 @@ static inline void glm_swiglu_row(float *g, const float *u, int n, float c) {
         g[i] = gv / (1.0f + vec_expf(-gv)) * uv;
     }
 }
+
+/* Y[t] = W x[t] for T rows (strides in floats); qs: the quantized
+ * activations' scratch (T rows of W's input width) */
+void glm_mm(const cpu_ctx *cc, int no_qat, void *qs, mat_t W, const float *x, size_t xs, int T, float *y,
+            size_t ys);
+
+/* one routed expert of a batch: its matrices (mapped or a cache slot's),
+ * its rows elist[row0 .. row0 + n) */
+typedef struct {
+    mat_t g, u, d;
+    int row0, n;
+} glm_xexp;
+
+/* The FFN's scratch for chunks of up to T rows (glm_ffn_new; MC =
+ * max(T, n_expert_used) rows for a batch of experts). */
+typedef struct {
+    int T;
+    float *g, *u;          /* [T][max(n_ff, shared n_ff)] gate / up, then the SwiGLU */
+    float *sy;             /* [T][n_embd] the shared expert's output */
+    float *rl;             /* [T][n_expert] router logits */
+    float *eg, *eu;        /* [MC][n_ff_exp] a batch's gate, up rows */
+    float *ed;             /* [MC][n_embd] its down rows; streamed: [T * used], one per pair */
+    int *erow;             /* [MC] a batch row's token */
+    int *etok;             /* [T * used] the routing's (token, k) experts */
+    float *ewt;            /* [T * used] their weights (times expert_scale) */
+    int *ecnt;             /* [n_expert + 1] rows per expert, then offsets */
+    int *elist;            /* [T * used] the routing's pairs by expert, tokens ascending */
+    mm_group *grp;         /* [2 n_expert] a batch's matmuls */
+    glm_xexp *xe;          /* [n_expert] a batch's experts */
+    void *qs, *qx, *qx2;   /* quantized activations: [MC] rows (every matmul's, the
+                            * down inputs); the T input rows of gate and up */
+} glm_ffn_buf;
+
+/* streamed: the model streams its routed experts (m->xc): the per-pair
+ * down rows */
+int glm_ffn_new(glm_ffn_buf *b, const ds4_config *c, int T, int streamed);
+void glm_ffn_free(glm_ffn_buf *b);
+
+typedef struct {
+    const cpu_ctx *cc;
+    int no_qat;
+    struct ds4_xcache *xc;   /* --ssd-streaming: the routed experts' cache, else NULL */
+    const ds4_config *c;
+    glm_ffn_buf *b;
+} glm_ffn_ctx;
+
+/* The FFN of layer il (il >= n_layer: the NextN block, never streamed) on
+ * T rows x (stride n_embd) into out (T rows, stride n_embd, overwritten):
+ * lw->dense: the SwiGLU FFN with clamp; else the MoE, the routed experts'
+ * SwiGLU with clamp, the shared expert's with clamp_sh (<= 0: none).
+ * Returns DS4_OK or the expert cache's error (xc_error). */
+int glm_ffn(const glm_ffn_ctx *fx, const ds4_layer_weights *lw, int il, const float *x, int T, float clamp,
+            float clamp_sh, float *out);
 
 #endif

@@ -5,7 +5,8 @@
  * (normed latent + RoPE key) restricted to the rows the DSA lightning
  * indexer selects (IndexShare: a "shared" layer reuses the previous full
  * layer's selection), leading dense SwiGLU layers, then the sigmoid MoE
- * with the selection bias plus the shared expert; final norm and head.
+ * with the selection bias plus the shared expert (both glm_common.c's
+ * glm_ffn, no clamps); final norm and head.
  * The float64 reference is tests/oracle/glm_ref.py (GlmDsa.forward).
  * The NextN (MTP) block, when bound (docs/family.md, "MTP"): its cached
  * rows follow every evaluated position (glm_mtp_rows), and one draft step
@@ -43,23 +44,17 @@ struct ds4_glm_state {
     float *x, *cur, *qr, *q, *kva, *iq, *iw, *lat, *o, *y;
     float *qabs;       /* [T][H][head_dim]: W_UK,h^T q_nope,h then the RoPE'd q_pe,h, one
                         * 576-wide query against the 576-wide cached rows */
-    float *g, *u, *rl, *moe;
+    float *moe;        /* [T][D] the FFN's output */
     float *rcs, *rsn;  /* [T][n_rot / 2] the chunk's RoPE angles */
     int *sel, *nsel;   /* [T][top_k] the selected rows (ascending), [T] (-1: every visible row) */
-    /* the routed experts of a batch of experts: MC = max(T, n_expert_used) rows */
-    float *eg, *eu, *ed;   /* [MC][n_ff_exp], [MC][n_ff_exp], [MC][D] */
-    int *erow, *etok;      /* [MC] a batch row's token; [T * used] the routing's (token, k) ids */
-    float *ewt;            /* [T * used] their weights (times expert_scale) */
-    int *ecnt;             /* [n_expert + 1] rows per expert, then offsets */
-    int *elist;            /* [T * used] the routing's rows by expert, tokens ascending */
+    glm_ffn_buf ffn;   /* the FFN's scratch (glm_common.c) */
     /* per thread (nth = the pool's size) */
     float *sc;         /* [nth][VEC_HB][ctx] attention weights, or indexer scores */
     const float **kp;  /* [nth][ctx] the key rows a token attends */
-    mm_group *grp;     /* [max(2 n_expert, n_head)] one section's matmuls */
+    mm_group *grp;     /* [n_head] one section's matmuls */
     float *isc;        /* [ctx] one token's indexer scores, split over the threads */
     float *logits;     /* [T][vocab] */
-    void *qs, *qx, *qx2;   /* quantized activations: [MC] rows; the T input rows of
-                            * gate and up, or [T][H] head rows */
+    void *qs, *qx;     /* quantized activations: [T] rows; [T][H] head rows */
 };
 
 
@@ -74,10 +69,9 @@ static void glm_state_free(ds4_session *s) {
     }
     free(g->kv); free(g->ik); free(g->cat);
     free(g->x); free(g->cur); free(g->qr); free(g->q); free(g->kva); free(g->iq); free(g->iw);
-    free(g->qabs); free(g->lat); free(g->o); free(g->y); free(g->g); free(g->u); free(g->rl);
-    free(g->moe); free(g->rcs); free(g->rsn); free(g->sel); free(g->nsel); free(g->eg); free(g->eu);
-    free(g->ed); free(g->erow); free(g->etok); free(g->ewt); free(g->ecnt); free(g->elist); free(g->sc);
-    free(g->kp); free(g->grp); free(g->isc); free(g->logits); free(g->qs); free(g->qx); free(g->qx2);
+    free(g->qabs); free(g->lat); free(g->o); free(g->y);
+    free(g->moe); free(g->rcs); free(g->rsn); free(g->sel); free(g->nsel); glm_ffn_free(&g->ffn); free(g->sc);
+    free(g->kp); free(g->grp); free(g->isc); free(g->logits); free(g->qs); free(g->qx);
     free(g);
     s->glm = NULL;
 }
@@ -110,23 +104,20 @@ static int glm_state_new(ds4_session *s) {
     const size_t qrow = glm_mx(act_row_bytes(ACT_Q8_0A, (int)widest), act_row_bytes(ACT_Q8_K, (int)widest));
     const size_t hw = glm_mx((size_t)c->kmla, (size_t)c->kv_lora);   /* a head's row of k_b / v_b */
     const size_t qhead = H * glm_mx(glm_mx(act_row_bytes(ACT_Q8_0A, (int)hw), act_row_bytes(ACT_Q8_K, (int)hw)), hw * 4);
-    const size_t KU = (size_t)c->n_expert_used, MC = glm_mx(T, KU), NT = (size_t)ds4_pool_size(s->m->pool);
+    const size_t NT = (size_t)ds4_pool_size(s->m->pool);
 #define A(p, n) if (!((p) = glm_zalloc((n) * sizeof *(p)))) return DS4_ENOMEM
     A(g->x, T * D); A(g->cur, T * D); A(g->qr, T * (size_t)c->q_lora); A(g->q, T * H * (size_t)c->kmla);
     A(g->kva, T * W); A(g->iq, T * IH * ID); A(g->iw, T * IH); A(g->qabs, T * H * W);
     A(g->lat, T * H * (size_t)c->kv_lora); A(g->o, T * H * (size_t)c->vmla); A(g->y, T * D);
-    A(g->g, T * F); A(g->u, T * F); A(g->rl, T * (size_t)c->n_expert); A(g->moe, T * D);
+    A(g->moe, T * D);
     A(g->rcs, T * (size_t)(c->n_rot / 2 + 1)); A(g->rsn, T * (size_t)(c->n_rot / 2 + 1));
     A(g->sel, T * K); A(g->nsel, T);
-    A(g->eg, MC * (size_t)c->n_ff_exp); A(g->eu, MC * (size_t)c->n_ff_exp); A(g->ed, MC * D);
-    A(g->erow, MC); A(g->etok, T * KU); A(g->ewt, T * KU); A(g->ecnt, (size_t)c->n_expert + 1);
-    A(g->elist, T * KU);
-    A(g->sc, NT * VEC_HB * ctx); A(g->kp, NT * ctx); A(g->grp, glm_mx(2 * (size_t)c->n_expert, H));
+    A(g->sc, NT * VEC_HB * ctx); A(g->kp, NT * ctx); A(g->grp, H);
     A(g->isc, ctx);
     A(g->logits, T * (size_t)c->n_vocab);
 #undef A
-    if (!(g->qs = malloc(MC * qrow)) || !(g->qx = malloc(glm_mx(T * qrow, T * qhead))) || !(g->qx2 = malloc(T * qrow)))
-        return DS4_ENOMEM;
+    if (!(g->qs = malloc(T * qrow)) || !(g->qx = malloc(glm_mx(T * qrow, T * qhead)))) return DS4_ENOMEM;
+    if (glm_ffn_new(&g->ffn, c, (int)T, s->m->xc != NULL)) return DS4_ENOMEM;
     /* the NextN block's drafts (mtp.c; its rows are this file's) */
     if (s->m->w.has_mtp && ds4_mtp_state_new(s) != DS4_OK) return DS4_ENOMEM;
     return DS4_OK;
@@ -168,56 +159,14 @@ typedef struct {
 
 /* Y[t] = W x[t] for T rows (strides in floats). */
 static void mm(glm_fwd *f, mat_t W, const float *x, size_t xs, int T, float *y, size_t ys) {
-    cpu_matmul(&f->cc, W, f->s->no_qat, x, xs, T, y, ys, f->g->qs);
+    glm_mm(&f->cc, f->s->no_qat, f->g->qs, W, x, xs, T, y, ys);
 }
 
 
 
 
-/* The order of the top-k: higher score first, among equal scores the
- * lower index (docs/family.md, the tie rule).  A total order, so the k
- * best are one set whatever finds them. */
-static inline int weaker(const float *sc, int i, int j) {
-    return sc[i] < sc[j] || (sc[i] == sc[j] && i > j);
-}
-static int by_index(const void *a, const void *b) {
-    const int i = *(const int *)a, j = *(const int *)b;
-    return (i > j) - (i < j);
-}
-
-/* The k best of sc[0..n) (k <= n) into out[0..k), ascending by index:
- * out is first a min-heap of the kept (its root the weakest), O(n log k)
- * where a sort of all n was O(n log n). */
-static void top_k(const float *sc, int n, int k, int *out) {
-    int hn = 0;
-    for (int i = 0; i < n; i++) {
-        int p;
-        if (hn < k) {
-            p = hn++;
-            out[p] = i;
-            while (p > 0) {
-                const int q = (p - 1) / 2;
-                if (!weaker(sc, out[p], out[q])) break;
-                const int tmp = out[p]; out[p] = out[q]; out[q] = tmp;
-                p = q;
-            }
-        } else if (weaker(sc, out[0], i)) {
-            out[0] = i;
-            for (p = 0;;) {
-                const int l = 2 * p + 1, r = l + 1;
-                int m = p;
-                if (l < k && weaker(sc, out[l], out[m])) m = l;
-                if (r < k && weaker(sc, out[r], out[m])) m = r;
-                if (m == p) break;
-                const int tmp = out[p]; out[p] = out[m]; out[m] = tmp;
-                p = m;
-            }
-        }
-    }
-    qsort(out, (size_t)k, sizeof *out, by_index);
-}
-
-void ds4_glm_top_k(const float *sc, int n, int k, int *out) { top_k(sc, n, k, out); }
+/* The top-k selections (indexer rows, router) are glm_common.c's
+ * ds4_glm_top_k: the tie rule of docs/family.md. */
 
 /* Y_h[t] = W_h x_h[t] for every head h of a 3-D tensor in one pool
  * section (x_h[t] at x + t * xs + h * xh, y_h[t] at y + t * ys + h * yh):
@@ -323,7 +272,7 @@ static void idx_tokens_task(void *ctx, int ith, int nth) {
         const int n = (int)(j->p0 + t) + 1;
         if (n <= K) continue;
         idx_range(f, j->il, t, 0, n, sc);
-        top_k(sc, n, K, g->sel + (size_t)t * K);
+        ds4_glm_top_k(sc, n, K, g->sel + (size_t)t * K);
     }
 }
 
@@ -384,7 +333,7 @@ static void indexer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0,
         if (g->nsel[t] < 0) continue;
         j.t = t;
         ds4_pool_run(f->s->m->pool, idx_keys_task, &j);
-        top_k(g->isc, (int)(p0 + t) + 1, K, g->sel + (size_t)t * K);
+        ds4_glm_top_k(g->isc, (int)(p0 + t) + 1, K, g->sel + (size_t)t * K);
     }
 }
 
@@ -481,120 +430,6 @@ static void attention(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p
     mm_heads(f, &lw->attn_v_b, g->lat, (size_t)H * R, (size_t)R, T, g->o, (size_t)H * c->vmla, (size_t)c->vmla);
 }
 
-/* Sigmoid router (selection by sigmoid + exp_probs_b, ties to the lower
- * expert; weights the unbiased sigmoid, normalized, times the scale),
- * routed experts, plus the shared expert; the sum into g->moe.  The
- * routed experts go by expert, ascending, in batches of at most MC rows
- * (every token an expert sees, its matmuls on all of them at once); a
- * token's experts are ascending too (top_k's order), so its outputs are
- * added in the same order, k = 0, 1, ..., as one token alone. */
-static void moe(glm_fwd *f, const ds4_layer_weights *lw, int T) {
-    const ds4_config *c = f->c;
-    struct ds4_glm_state *g = f->g;
-    const int D = c->n_embd, E = c->n_expert, KU = c->n_expert_used, FE = c->n_ff_exp;
-    const int FS = FE * c->n_expert_shared, MC = T > KU ? T : KU;
-    mm(f, mat_of(&lw->ffn_gate_inp), g->cur, (size_t)D, T, g->rl, (size_t)E);
-    const float *bias = (const float *)lw->exp_probs_b.data;
-    float prob[DS4_MAX_EXPERT], selv[DS4_MAX_EXPERT];
-    int ids[DS4_MAX_EXPERT];
-    int *cnt = g->ecnt;
-    memset(cnt, 0, ((size_t)E + 1) * sizeof *cnt);
-    for (int t = 0; t < T; t++) {
-        for (int e = 0; e < E; e++) {
-            prob[e] = glm_sigmoid(g->rl[(size_t)t * E + e]);
-            selv[e] = bias ? prob[e] + bias[e] : prob[e];
-        }
-        top_k(selv, E, KU, ids);
-        float wsum = 0.0f, wt[DS4_MAX_EXPERT];
-        for (int k = 0; k < KU; k++) { wt[k] = prob[ids[k]]; wsum += wt[k]; }
-        if (c->expert_norm) {
-            if (wsum < 6.103515625e-5f) wsum = 6.103515625e-5f;
-            for (int k = 0; k < KU; k++) wt[k] /= wsum;
-        }
-        for (int k = 0; k < KU; k++) {
-            g->etok[(size_t)t * KU + k] = ids[k];
-            g->ewt[(size_t)t * KU + k] = wt[k] * c->expert_scale;
-            cnt[ids[k] + 1]++;
-        }
-    }
-    /* cnt[e] = the first row of expert e in elist, tokens ascending */
-    for (int e = 0; e < E; e++) cnt[e + 1] += cnt[e];
-    for (int t = 0; t < T * KU; t++) {
-        const int e = g->etok[t];
-        g->elist[cnt[e]++] = t;
-    }
-    for (int e = E; e > 0; e--) cnt[e] = cnt[e - 1];
-    cnt[0] = 0;
-    /* the chunk's rows as gate's and up's activations, quantized once */
-    const mat_t g0 = mat_expert(&lw->ffn_gate_exps, 0), u0 = mat_expert(&lw->ffn_up_exps, 0);
-    const mat_t d0 = mat_expert(&lw->ffn_down_exps, 0);
-    const act_kind kg = act_kind_for(g0.type, f->s->no_qat), ku = act_kind_for(u0.type, f->s->no_qat);
-    const act_kind kd = act_kind_for(d0.type, f->s->no_qat);
-    const uint8_t *ag = (const uint8_t *)g->cur, *au = (const uint8_t *)g->cur;
-    size_t sg = (size_t)D * sizeof(float), su = sg;
-    if (kg != ACT_F32) {
-        sg = act_row_bytes(kg, D);
-        for (int t = 0; t < T; t++) act_quantize_row(f->cc.k, kg, g->cur + (size_t)t * D, D, (uint8_t *)g->qx + (size_t)t * sg);
-        ag = g->qx;
-    }
-    if (ku == kg) { au = ag; su = sg; }
-    else if (ku != ACT_F32) {
-        su = act_row_bytes(ku, D);
-        for (int t = 0; t < T; t++) act_quantize_row(f->cc.k, ku, g->cur + (size_t)t * D, D, (uint8_t *)g->qx2 + (size_t)t * su);
-        au = g->qx2;
-    }
-    const size_t sd = kd == ACT_F32 ? (size_t)FE * sizeof(float) : act_row_bytes(kd, FE);
-    memset(g->moe, 0, (size_t)T * D * sizeof(float));
-    mm_group *gr = g->grp;
-    for (int e0 = 0; e0 < E;) {
-        /* the batch: experts e0 .. e1 - 1, at most MC rows (an expert has at
-         * most T) */
-        int e1 = e0;
-        while (e1 < E && cnt[e1 + 1] - cnt[e0] <= MC) e1++;
-        const int r0 = cnt[e0], nr = cnt[e1] - r0;
-        for (int r = 0; r < nr; r++) g->erow[r] = g->elist[r0 + r] / KU;
-        int ng = 0;
-        for (int e = e0; e < e1; e++) {
-            const int n = cnt[e + 1] - cnt[e], o = cnt[e] - r0;
-            if (!n) continue;
-            gr[ng++] = (mm_group){ .W = mat_expert(&lw->ffn_gate_exps, e), .kind = kg, .act = ag, .act_stride = sg,
-                                   .rows = g->erow + o, .n_rows = n, .out = g->eg + (size_t)o * FE,
-                                   .out_stride = (size_t)FE };
-            gr[ng++] = (mm_group){ .W = mat_expert(&lw->ffn_up_exps, e), .kind = ku, .act = au, .act_stride = su,
-                                   .rows = g->erow + o, .n_rows = n, .out = g->eu + (size_t)o * FE,
-                                   .out_stride = (size_t)FE };
-        }
-        cpu_matmul_groups(&f->cc, gr, ng);
-        for (int r = 0; r < nr; r++) {
-            float *row = g->eg + (size_t)r * FE;
-            glm_swiglu_row(row, g->eu + (size_t)r * FE, FE, 0.0f);
-            if (kd != ACT_F32) act_quantize_row(f->cc.k, kd, row, FE, (uint8_t *)g->qs + (size_t)r * sd);
-        }
-        const uint8_t *ad = kd == ACT_F32 ? (const uint8_t *)g->eg : (const uint8_t *)g->qs;
-        ng = 0;
-        for (int e = e0; e < e1; e++) {
-            const int n = cnt[e + 1] - cnt[e], o = cnt[e] - r0;
-            if (!n) continue;
-            gr[ng++] = (mm_group){ .W = mat_expert(&lw->ffn_down_exps, e), .kind = kd, .act = ad + (size_t)o * sd,
-                                   .act_stride = sd, .n_rows = n, .out = g->ed + (size_t)o * D,
-                                   .out_stride = (size_t)D };
-        }
-        cpu_matmul_groups(&f->cc, gr, ng);
-        for (int r = 0; r < nr; r++) {
-            const float s = g->ewt[g->elist[r0 + r]];
-            float *out = g->moe + (size_t)g->erow[r] * D;
-            const float *ed = g->ed + (size_t)r * D;
-            for (int i = 0; i < D; i++) out[i] += s * ed[i];
-        }
-        e0 = e1;
-    }
-    mm(f, mat_of(&lw->ffn_gate_shexp), g->cur, (size_t)D, T, g->g, (size_t)FS);
-    mm(f, mat_of(&lw->ffn_up_shexp), g->cur, (size_t)D, T, g->u, (size_t)FS);
-    for (int t = 0; t < T; t++) glm_swiglu_row(g->g + (size_t)t * FS, g->u + (size_t)t * FS, FS, 0.0f);
-    mm(f, mat_of(&lw->ffn_down_shexp), g->g, (size_t)FS, T, g->y, (size_t)D);
-    for (size_t i = 0; i < (size_t)T * D; i++) g->moe[i] += g->y[i];
-}
-
 /* The cached rows of layer il for positions p0.. from its normed input
  * rows `in` (stride n_embd): the normed latent, then the RoPE key. */
 static void kv_rows(glm_fwd *f, const ds4_layer_weights *lw, int il, const float *in, int64_t p0, int T) {
@@ -616,7 +451,7 @@ static void kv_rows(glm_fwd *f, const ds4_layer_weights *lw, int il, const float
  * every visible row (the NextN block, which llama.cpp runs without the
  * indexer); else the layer's own indexer's selection, or the previous
  * full layer's (IndexShare). */
-static void layer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T, int dense_attn) {
+static int layer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T, int dense_attn) {
     const ds4_config *c = f->c;
     struct ds4_glm_state *g = f->g;
     const int D = c->n_embd, H = c->n_head;
@@ -631,16 +466,12 @@ static void layer(glm_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, i
     mm(f, mat_of(&lw->attn_output), g->o, (size_t)H * c->vmla, T, g->y, (size_t)D);
     for (size_t i = 0; i < (size_t)T * D; i++) g->x[i] += g->y[i];
     glm_norm_rows(g->x, (size_t)D, &lw->ffn_norm, T, D, c->rms_eps, g->cur, (size_t)D);
-    if (lw->dense) {
-        const int FF = c->n_ff;
-        mm(f, mat_of(&lw->ffn_gate), g->cur, (size_t)D, T, g->g, (size_t)FF);
-        mm(f, mat_of(&lw->ffn_up), g->cur, (size_t)D, T, g->u, (size_t)FF);
-        for (int t = 0; t < T; t++) glm_swiglu_row(g->g + (size_t)t * FF, g->u + (size_t)t * FF, FF, 0.0f);
-        mm(f, mat_of(&lw->ffn_down), g->g, (size_t)FF, T, g->moe, (size_t)D);
-    } else {
-        moe(f, lw, T);
-    }
+    /* the dense or MoE FFN, no SwiGLU clamps */
+    const glm_ffn_ctx fx = { .cc = &f->cc, .no_qat = f->s->no_qat, .xc = f->s->m->xc, .c = c, .b = &g->ffn };
+    int rc = glm_ffn(&fx, lw, il, g->cur, T, 0.0f, 0.0f, g->moe);
+    if (rc) return rc;
     for (size_t i = 0; i < (size_t)T * D; i++) g->x[i] += g->moe[i];
+    return DS4_OK;
 }
 
 static int glm_mtp_rows(glm_fwd *f, const int32_t *toks, int64_t p0, int T);
@@ -661,7 +492,10 @@ static int glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
         if (ds4_dequantize_row(f.w->token_embd.type, f.w->token_embd.data + (size_t)toks[t] * f.w->token_embd.row_bytes,
                                g->x + (size_t)t * D, D))
             return DS4_EFORMAT;
-    for (int il = 0; il < c->n_layer; il++) layer(&f, &f.w->layers[il], il, p0, T, 0);
+    for (int il = 0; il < c->n_layer; il++) {
+        int rc = layer(&f, &f.w->layers[il], il, p0, T, 0);
+        if (rc) return rc;
+    }
     /* the head: every row when the caller captures them or a staged pass
      * needs them (ds4_glm_logits), else the last; the normed rows of every
      * position when the NextN block follows (its input) */
@@ -754,7 +588,8 @@ int ds4_glm_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p)
     if (f.g->mtp_hi > p) f.g->mtp_hi = p;
     rc = mtp_input(&f, &tok, hprev, NULL, 1);
     if (rc) return rc;
-    layer(&f, &mw->block, c->n_layer, p, 1, 1);
+    rc = layer(&f, &mw->block, c->n_layer, p, 1, 1);
+    if (rc) return rc;
     const ds4_tensor *nw = mw->norm.data ? &mw->norm : &f.w->output_norm;
     rms_norm(f.g->x, (const float *)nw->data, c->n_embd, c->rms_eps, ms->hc);
     const ds4_tensor *head = mw->head.data ? &mw->head : f.w->output.data ? &f.w->output : &f.w->token_embd;
