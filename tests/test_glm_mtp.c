@@ -1,7 +1,8 @@
 /*
- * test_glm_mtp.c -- glm-dsa's NextN (MTP) drafts (src/models/glm_dsa.c,
- * mtp.c; docs/family.md "MTP") on a tiny file of tests/glm_gguf.py with
- * --set nextn=1, which tests/t_glm_mtp.sh writes and passes:
+ * test_glm_mtp.c -- the GLM graphs' NextN (MTP) drafts (glm-dsa:
+ * src/models/glm_dsa.c, glm5-next: src/models/glm5_next.c; mtp.c;
+ * docs/family.md "MTP") on a tiny file of tests/glm_gguf.py with
+ * --set nextn=1, which tests/t_glm_mtp.sh / t_g5n_mtp.sh write and pass:
  *
  *   test_glm_mtp MODEL IDS.txt POS.f32 CHAIN.f32 CHAIN.txt
  *
@@ -25,7 +26,9 @@
  *   - a rewind and the same tokens again (the block's rows are kept), and
  *     a short rewind with other tokens (the main state before them is
  *     held), give a fresh session's draft logits;
- *   - drafting leaves the session's logits alone.
+ *   - drafting leaves the session's logits alone;
+ *   - a snapshot restored into a fresh session (the NextN block's rows
+ *     travel with it) drafts what the saving session drafts.
  * Run without arguments it says so and passes.
  */
 #include <math.h>
@@ -101,8 +104,8 @@ static void spec_decode(ds4_session *s, int n, int nd, const ds4_tokens *ref, ds
 
 int main(int argc, char **argv) {
     if (argc < 6) {
-        printf("test_glm_mtp: no model given (tests/t_glm_mtp.sh runs it on a tiny glm-dsa file with a "
-               "NextN layer)\n");
+        printf("test_glm_mtp: no model given (tests/t_glm_mtp.sh and t_g5n_mtp.sh run it on tiny glm-dsa and "
+               "glm5-next files with a NextN layer)\n");
         return 0;
     }
     ds4_model *m = test_load_model(argv[1], 2);
@@ -166,11 +169,16 @@ int main(int argc, char **argv) {
         ds4_session_free(q);
     }
 
-    /* rewinds */
+    /* rewinds (glm5-next rewinds to a checkpoint of its recurrent state;
+     * glm-dsa's checkpoints are no-ops: any count is a rewind point) */
     s = test_new_session(m, 512, 64);
-    CHECK(ds4_session_eval(s, ids.v, 60, NULL, NULL) == DS4_OK, "eval 60");
+    CHECK(ds4_session_eval(s, ids.v, 30, NULL, NULL) == DS4_OK && ds4_session_checkpoint(s, 0) == DS4_OK,
+          "eval 30 + checkpoint");
+    CHECK(ds4_session_eval(s, ids.v + 30, 30, NULL, NULL) == DS4_OK, "eval 60");
     CHECK(ds4_session_rewind(s, 30) == DS4_OK, "rewind 30");
-    CHECK(ds4_session_eval(s, ids.v + 30, 30, NULL, NULL) == DS4_OK, "eval 30..60");
+    CHECK(ds4_session_eval(s, ids.v + 30, 20, NULL, NULL) == DS4_OK && ds4_session_checkpoint(s, 1) == DS4_OK,
+          "eval 30..50 + checkpoint");
+    CHECK(ds4_session_eval(s, ids.v + 50, 10, NULL, NULL) == DS4_OK, "eval 50..60");
     draft1(s, ids.v[60], a);
     CHECK(same(a, pos + (size_t)60 * V), "rewind 30 + the same tokens: draft logits == fresh, bit for bit");
     int32_t alt[10];
@@ -183,6 +191,27 @@ int main(int argc, char **argv) {
     memcpy(mix + 50, alt, 10 * sizeof *mix);
     fresh_draft(m, mix, 60, 64, ids.v[60], b);
     CHECK(same(a, b), "rewind 50 + other tokens: draft logits == fresh, bit for bit");
+    ds4_session_free(s);
+
+    /* a snapshot round trip: the restored session drafts the chain of the
+     * session that saved (the block's rows are in the snapshot) */
+    s = test_new_session(m, 512, 64);
+    CHECK(ds4_session_eval(s, ids.v, 60, NULL, NULL) == DS4_OK, "eval 60 for the snapshot");
+    ds4_buf snap = { 0 };
+    CHECK(ds4_session_snapshot(s, &snap) == DS4_OK, "snapshot");
+    ds4_session *r = test_new_session(m, 512, 64);
+    char *err = NULL;
+    CHECK(ds4_session_restore(r, snap.p, snap.n, &err) == DS4_OK, "restore: %s", err ? err : "");
+    free(err);
+    int32_t ds[3], dr[3];
+    CHECK(ds4_mtp_draft(s, ids.v[60], 3, ds) == 3, "chain of 3 (saved)");
+    memcpy(a, ds4_mtp_logits(s), (size_t)V * sizeof *a);
+    CHECK(ds4_mtp_draft(r, ids.v[60], 3, dr) == 3, "chain of 3 (restored)");
+    memcpy(b, ds4_mtp_logits(r), (size_t)V * sizeof *b);
+    CHECK(!memcmp(ds, dr, sizeof ds) && same(a, b),
+          "restored session: a chain of 3 drafts == the saving session's, bit for bit");
+    ds4_buf_free(&snap);
+    ds4_session_free(r);
     ds4_session_free(s);
 
     free(pos); free(chain); free(a); free(b);

@@ -275,9 +275,8 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         ds4_set_err(err, DS4_EUNSUP, "%s: --ssd-streaming is not supported for glm-dsa models yet", path);
         goto fail;
     }
-    if (m->w.cfg.arch == DS4_ARCH_GLM5_NEXT && (p->ssd_streaming || p->mtp_path)) {
-        ds4_set_err(err, DS4_EUNSUP, "%s: %s is not supported for glm5-next models yet", path,
-                    p->ssd_streaming ? "--ssd-streaming" : "--mtp");
+    if (m->w.cfg.arch == DS4_ARCH_GLM5_NEXT && p->ssd_streaming) {
+        ds4_set_err(err, DS4_EUNSUP, "%s: --ssd-streaming is not supported for glm5-next models yet", path);
         goto fail;
     }
     if (p->mtp_path && dist_on()) {
@@ -289,7 +288,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         gguf_guard(m->mtp_gf);
         if (!m->mtp_gf || ds4_weights_bind_mtp(m->mtp_gf, &m->w, 1, err) != DS4_OK) goto fail;
     } else if (!dist_on() && ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
-        /* (glm-dsa: its NextN block, blk.<n_layer>.*, when the file has it) */
+        /* (glm-dsa, glm5-next: the NextN block, blk.<n_layer>.*, when the file has it) */
         goto fail;
     }
     m->tok = ds4_tokenizer_load(path, err);
