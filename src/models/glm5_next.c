@@ -932,9 +932,10 @@ static void g5n_stage_commit(ds4_session *s, int n_keep) {
 /* Little-endian, u32 unless noted (the first ten words keep the places     */
 /* every snapshot format shares, models/graph.h: n_tokens at word 8, flags  */
 /* at word 9, the tokens right after -- the disk KV store reads them there):*/
-/*   magic "G5NS", version 2, n_layer, n_embd, n_head, kda_dim, n_vocab,     */
+/*   magic "G5NS", version 3, n_layer, n_embd, n_head, kda_dim, n_vocab,     */
 /*   kv_lora, n_tokens, flags (bit 0: --no-qat activations, bit 1: the      */
-/*   logits are valid)                                                       */
+/*   logits are valid, bit 2: the NextN section follows the layers, bit 3:  */
+/*   its main state is valid)                                                */
 /*   i32 tokens[n_tokens]                                                    */
 /*   u32 conv, idx_dim, kpool (the rest of the shape)                        */
 /*   f32 logits[n_vocab] (zeros when not valid)                              */
@@ -942,11 +943,18 @@ static void g5n_stage_commit(ds4_session *s, int n_keep) {
 /*     KDA: f32 conv tails [3][conv-1][H*kda_dim], S [H][kda_dim][kda_dim]   */
 /*     MLA: f32 rows [n_tokens][kv_lora]; kind 1 also keys and gate logits   */
 /*          [n_tokens][idx_dim] each (pooled keys are recomputed)            */
+/*   the NextN section (bit 2; written by a session with the block): u32 m  */
+/*     (its rows held, <= n_tokens), f32 the main model's normed state      */
+/*     after position n_tokens - 1 [n_embd] (zeros unless bit 3), the      */
+/*     block's rows [m][kv_lora], keys and gate logits [m][idx_dim] each -- */
+/*     so a restored session drafts what the saving one would               */
 /*   u64 XXH64 of every byte before it                                       */
+/* Version 2 (no NextN section, no bits 2-3) is read as before: the block's */
+/* rows then start cold (drafts differ, never the output).                  */
 /* ------------------------------------------------------------------------ */
 
 #define G5N_MAGIC 0x534e3547u   /* "G5NS" */
-#define G5N_VERSION 2u
+#define G5N_VERSION 3u
 #define G5N_HDR 10
 #define G5N_SHAPE 3
 
@@ -964,7 +972,24 @@ static uint64_t snap_bytes(const ds4_session *s, uint64_t n) {
     return b;
 }
 
-static uint64_t g5n_snapshot_size(const ds4_session *s) { return snap_bytes(s, s->toks.n); }
+/* the NextN rows a snapshot carries: those of the session's tokens */
+static uint32_t nextn_snap_rows(const ds4_session *s) {
+    const int64_t hi = s->g5n->mtp_hi, n = (int64_t)s->toks.n;
+    return (uint32_t)(hi < n ? hi : n);
+}
+
+static uint64_t nextn_snap_bytes(const ds4_config *c, uint64_t m) {
+    return 4 + (uint64_t)c->n_embd * 4 + m * ((uint64_t)c->kv_lora + 2 * (uint64_t)c->idx_dim) * 4;
+}
+
+static uint64_t g5n_snapshot_size(const ds4_session *s) {
+    return snap_bytes(s, s->toks.n) + (s->mtp ? nextn_snap_bytes(&s->m->w.cfg, nextn_snap_rows(s)) : 0);
+}
+
+/* the main state the next draft starts from, or NULL */
+static const float *nextn_main(const ds4_session *s) {
+    return s->mtp && s->toks.n > 0 ? ds4_mtp_main_state(s, (int64_t)s->toks.n - 1) : NULL;
+}
 
 static void snap_header(const ds4_session *s, uint32_t h[G5N_HDR], uint32_t sh[G5N_SHAPE]) {
     const ds4_config *c = &s->m->w.cfg;
@@ -977,7 +1002,7 @@ static void snap_header(const ds4_session *s, uint32_t h[G5N_HDR], uint32_t sh[G
     h[6] = (uint32_t)c->n_vocab;
     h[7] = (uint32_t)c->kv_lora;
     h[8] = (uint32_t)s->toks.n;
-    h[9] = (s->no_qat ? 1u : 0u) | (s->has_logits ? 2u : 0u);
+    h[9] = (s->no_qat ? 1u : 0u) | (s->has_logits ? 2u : 0u) | (s->mtp ? 4u : 0u) | (nextn_main(s) ? 8u : 0u);
     sh[0] = (uint32_t)c->conv;
     sh[1] = (uint32_t)c->idx_dim;
     sh[2] = (uint32_t)c->kpool;
@@ -988,6 +1013,17 @@ typedef struct { ds4_write_fn w; void *ud; ds4_xxh64_ctx h; } hashed_writer;
 static int hput(hashed_writer *hw, const void *p, size_t n) {
     ds4_xxh64_update(&hw->h, p, n);
     return hw->w(hw->ud, p, n);
+}
+
+static int hzeros(hashed_writer *hw, size_t n) {
+    static const float zeros[256];
+    for (size_t left = n; left > 0;) {
+        size_t k = left < sizeof zeros ? left : sizeof zeros;
+        int rc = hput(hw, zeros, k);
+        if (rc) return rc;
+        left -= k;
+    }
+    return 0;
 }
 
 static int g5n_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
@@ -1007,12 +1043,8 @@ static int g5n_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     if (s->has_logits) {
         PUT(s->logits, (size_t)c->n_vocab * 4);
     } else {
-        static const float zeros[256];
-        for (size_t left = (size_t)c->n_vocab * 4; left > 0;) {
-            size_t k = left < sizeof zeros ? left : sizeof zeros;
-            PUT(zeros, k);
-            left -= k;
-        }
+        int rc = hzeros(&hw, (size_t)c->n_vocab * 4);
+        if (rc) return rc;
     }
     for (int il = 0; il < c->n_layer; il++) {
         const ds4_layer_weights *lw = &s->m->w.layers[il];
@@ -1024,6 +1056,20 @@ static int g5n_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
             PUT(g->ik[il], n * (size_t)c->idx_dim * 4);
             PUT(g->ig[il], n * (size_t)c->idx_dim * 4);
         }
+    }
+    if (s->mtp) {
+        const uint32_t mr = nextn_snap_rows(s);
+        const float *h = nextn_main(s);
+        const int L = c->n_layer;
+        PUT(&mr, 4);
+        if (h) PUT(h, (size_t)c->n_embd * 4);
+        else {
+            int rc = hzeros(&hw, (size_t)c->n_embd * 4);
+            if (rc) return rc;
+        }
+        PUT(g->ckv[L], (size_t)mr * c->kv_lora * 4);
+        PUT(g->ik[L], (size_t)mr * c->idx_dim * 4);
+        PUT(g->ig[L], (size_t)mr * c->idx_dim * 4);
     }
 #undef PUT
     const uint64_t sum = ds4_xxh64_digest(&hw.h);
@@ -1041,19 +1087,29 @@ static int g5n_restore(ds4_session *s, const void *data, size_t len, char **err)
     if (len < sizeof h) return snap_fail(err, "truncated header");
     memcpy(h, p, sizeof h);
     if (h[0] != G5N_MAGIC) return snap_fail(err, "bad magic (not a glm5-next session snapshot)");
-    if (h[1] != G5N_VERSION) return snap_fail(err, "unsupported version");
+    if (h[1] != G5N_VERSION && h[1] != 2u) return snap_fail(err, "unsupported version");
     snap_header(s, want, wsh);
     for (int i = 2; i < 8; i++)
         if (h[i] != want[i]) return snap_fail(err, "made for a different model shape");
     if ((h[9] & 1u) != (want[9] & 1u)) return snap_fail(err, "numerics mode (--no-qat) differs from this session's");
-    if (h[9] & ~3u) return snap_fail(err, "unknown flags");
+    if (h[9] & (h[1] == 2u ? ~3u : ~15u)) return snap_fail(err, "unknown flags");
+    if ((h[9] & 8u) && !(h[9] & 4u)) return snap_fail(err, "a NextN main state without the NextN section");
     const uint32_t n = h[8];
     if (n > (uint32_t)s->ctx) return snap_fail(err, "more tokens than this session's context");
     if (n == 0 && (h[9] & 2u)) return snap_fail(err, "logits without tokens");
     /* the exact size first (no arithmetic on unchecked offsets), then the
      * shape, the checksum, then the contents: all before the live state is
      * touched */
-    const uint64_t need = snap_bytes(s, n);
+    const uint64_t base = snap_bytes(s, n);
+    uint64_t need = base;
+    uint32_t mr = 0;
+    if (h[9] & 4u) {
+        /* the NextN section's row count sits where the checksum would */
+        if ((uint64_t)len < base + 4) return snap_fail(err, "truncated");
+        memcpy(&mr, p + base - 8, 4);
+        if (mr > n) return snap_fail(err, "more NextN rows than tokens");
+        need += nextn_snap_bytes(c, mr);
+    }
     if ((uint64_t)len < need) return snap_fail(err, "truncated");
     if ((uint64_t)len > need) return snap_fail(err, "trailing bytes");
     const size_t tok_at = sizeof h, shape_at = tok_at + (size_t)n * 4;
@@ -1101,6 +1157,31 @@ static int g5n_restore(ds4_session *s, const void *data, size_t len, char **err)
         at += (size_t)n * c->idx_dim * 4;
         for (long q = 0; q < (long)(n / (uint32_t)c->kpool); q++)
             pool_key(c, lw, g->ik[il], g->ig[il], q, g->kp[il] + (size_t)q * c->idx_dim);
+    }
+    /* the NextN section: into the block's rows when this session has the
+     * block (else skipped: nothing reads it) */
+    const int L = c->n_layer;
+    if ((h[9] & 4u) && s->mtp && g->ckv[L]) {
+        at += 4;
+        const float *hm = (const float *)(const void *)(p + at);
+        if (h[9] & 8u) {
+            float *row = malloc((size_t)c->n_embd * sizeof(float));   /* aligned copy */
+            if (row) {
+                memcpy(row, hm, (size_t)c->n_embd * 4);
+                ds4_mtp_note_hidden(s, row, (int64_t)n - 1, 1);
+                free(row);
+            }
+        }
+        at += (size_t)c->n_embd * 4;
+        const size_t rb = (size_t)mr * c->kv_lora * 4, ib = (size_t)mr * c->idx_dim * 4;
+        memcpy(g->ckv[L], p + at, rb);
+        at += rb;
+        memcpy(g->ik[L], p + at, ib);
+        at += ib;
+        memcpy(g->ig[L], p + at, ib);
+        for (long q = 0; q < (long)(mr / (uint32_t)c->kpool); q++)
+            pool_key(c, &s->m->w.mtp.block, g->ik[L], g->ig[L], q, g->kp[L] + (size_t)q * c->idx_dim);
+        g->mtp_hi = mr;
     }
     return DS4_OK;
 }
