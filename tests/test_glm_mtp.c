@@ -4,7 +4,7 @@
  * docs/family.md "MTP") on a tiny file of tests/glm_gguf.py with
  * --set nextn=1, which tests/t_glm_mtp.sh / t_g5n_mtp.sh write and pass:
  *
- *   test_glm_mtp MODEL IDS.txt POS.f32 CHAIN.f32 CHAIN.txt
+ *   test_glm_mtp MODEL IDS.txt POS.f32 CHAIN.f32 CHAIN.txt [PLAIN]
  *
  * Writes, for t_glm_mtp.sh to compare with tests/oracle/glm_ref.py --mtp:
  *   POS.f32    the block's draft logits at every position p of the ids
@@ -28,7 +28,12 @@
  *     held), give a fresh session's draft logits;
  *   - drafting leaves the session's logits alone;
  *   - a snapshot restored into a fresh session (the NextN block's rows
- *     travel with it) drafts what the saving session drafts.
+ *     travel with it) drafts what the saving session drafts;
+ *   - with PLAIN (the same file without the block: the same trunk), its
+ *     snapshot turned into the previous format version (GLMS 1, G5NS 2:
+ *     no NextN section) is read as before -- the session's logits, and
+ *     speculative greedy == plain greedy after it -- and an old-version
+ *     one claiming the section is refused.
  * Run without arguments it says so and passes.
  */
 #include <math.h>
@@ -37,6 +42,7 @@
 #include <string.h>
 
 #include "ds4.h"
+#include "base/hash.h"
 
 #include "testutil.h"
 
@@ -212,6 +218,54 @@ int main(int argc, char **argv) {
           "restored session: a chain of 3 drafts == the saving session's, bit for bit");
     ds4_buf_free(&snap);
     ds4_session_free(r);
+
+    /* the previous format version (no NextN section): read as before */
+    if (argc > 6) {
+        ds4_model *pm = test_load_model(argv[6], 2);
+        CHECK(!ds4_model_has_mtp(pm), "PLAIN has no block");
+        ds4_session *ps = test_new_session(pm, 512, 64);
+        CHECK(ds4_session_eval(ps, ids.v, 60, NULL, NULL) == DS4_OK, "plain: eval 60");
+        ds4_buf ob = { 0 };
+        CHECK(ds4_session_snapshot(ps, &ob) == DS4_OK && ob.n > 48, "plain: snapshot");
+        const int g5 = !memcmp(ob.p, "G5NS", 4);
+        uint32_t ver, flags, old = g5 ? 2u : 1u;
+        memcpy(&ver, ob.p + 4, 4);
+        memcpy(&flags, ob.p + 36, 4);
+        CHECK(ver == old + 1 && !(flags & 12u), "plain: the current version (%u), no NextN section", ver);
+        memcpy(ob.p + 4, &old, 4);
+        if (g5) {
+            const uint64_t h = ds4_xxh64(ob.p, ob.n - 8, 0);
+            memcpy(ob.p + ob.n - 8, &h, 8);
+        }
+        r = test_new_session(m, 512, 64);
+        err = NULL;
+        CHECK(ds4_session_restore(r, ob.p, ob.n, &err) == DS4_OK, "version %u read: %s", old, err ? err : "");
+        free(err);
+        CHECK(ds4_session_n_tokens(r) == 60 && same(ds4_session_logits(r), ds4_session_logits(s)),
+              "version %u: the session's tokens and logits", old);
+        ds4_tokens plain = { 0 }, spec = { 0 };
+        ds4_spec_stats st = { 0 };
+        test_plain_decode(s, NULL, V, 20, &plain);
+        spec_decode(r, 20, 2, NULL, &spec, &st);
+        CHECK(spec.n == plain.n && !memcmp(spec.v, plain.v, plain.n * sizeof *plain.v),
+              "version %u: speculative greedy after it == plain greedy (the block starts cold)", old);
+        flags |= 4u;
+        memcpy(ob.p + 36, &flags, 4);
+        if (g5) {
+            const uint64_t h = ds4_xxh64(ob.p, ob.n - 8, 0);
+            memcpy(ob.p + ob.n - 8, &h, 8);
+        }
+        err = NULL;
+        CHECK(ds4_session_restore(r, ob.p, ob.n, &err) == DS4_EFORMAT && err && strstr(err, "unknown flags"),
+              "version %u claiming a NextN section refused (%s)", old, err ? err : "accepted");
+        free(err);
+        ds4_tokens_free(&plain);
+        ds4_tokens_free(&spec);
+        ds4_buf_free(&ob);
+        ds4_session_free(r);
+        ds4_session_free(ps);
+        ds4_model_free(pm);
+    }
     ds4_session_free(s);
 
     free(pos); free(chain); free(a); free(b);
