@@ -236,6 +236,14 @@ static void g5n_plan(const ds4_weights *w, int ctx, int nth, uint64_t *kv, uint6
                (uint64_t)ctx * 16;
     *scratch += (uint64_t)ch * (3u * (uint64_t)c->n_hc * c->n_embd + 10u * (uint64_t)c->n_head * c->kda_dim) *
                 sizeof(float);
+    if (w->has_mtp) {
+        /* the drafts' state (kept main states, the chain's, its logits and
+         * q); the block's input, residual and main rows per chunk row (its
+         * cached rows are in g5n_plan_bytes) */
+        *kv += (uint64_t)(DS4_DRAFT_PASS_MAX + 3) * c->n_embd * sizeof(float) +
+               (uint64_t)DS4_DRAFT_PASS_MAX * c->n_vocab * sizeof(float);
+        *scratch += (uint64_t)ch * 4u * (uint64_t)c->n_embd * sizeof(float);
+    }
     (void)nth;
 }
 
