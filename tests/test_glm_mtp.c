@@ -204,7 +204,8 @@ int main(int argc, char **argv) {
     s = test_new_session(m, 512, 64);
     CHECK(ds4_session_eval(s, ids.v, 60, NULL, NULL) == DS4_OK, "eval 60 for the snapshot");
     ds4_buf snap = { 0 };
-    CHECK(ds4_session_snapshot(s, &snap) == DS4_OK, "snapshot");
+    CHECK(ds4_session_snapshot(s, &snap) == DS4_OK && snap.n == ds4_session_snapshot_size(s), "snapshot (%zu bytes)",
+          snap.n);
     ds4_session *r = test_new_session(m, 512, 64);
     char *err = NULL;
     CHECK(ds4_session_restore(r, snap.p, snap.n, &err) == DS4_OK, "restore: %s", err ? err : "");
@@ -216,6 +217,10 @@ int main(int argc, char **argv) {
     memcpy(b, ds4_mtp_logits(r), (size_t)V * sizeof *b);
     CHECK(!memcmp(ds, dr, sizeof ds) && same(a, b),
           "restored session: a chain of 3 drafts == the saving session's, bit for bit");
+    ds4_buf snap2 = { 0 };
+    CHECK(ds4_session_snapshot(r, &snap2) == DS4_OK && snap2.n == snap.n && !memcmp(snap2.p, snap.p, snap.n),
+          "the restored session's snapshot is the same bytes");
+    ds4_buf_free(&snap2);
     ds4_buf_free(&snap);
     ds4_session_free(r);
 
