@@ -19,10 +19,10 @@
  * Owns: the glm5-next forward pass of a chunk of tokens on a session and
  * its per-session state (ds4_g5n_state: every KDA layer's recurrent state
  * -- convolution tails and S --, every MLA layer's cached rows, every full
- * layer's indexer keys, gates and pooled keys; the NextN block's rows; the
- * checkpoint slots of the
- * recurrent state; a staged pass's saved state and per-token inputs; the
- * snapshot format "G5NS"); its table ds4_graph_glm5_next (models/graph.h).
+ * layer's indexer keys, gates and pooled keys; the NextN block's rows;
+ * the checkpoint slots of the recurrent state; a staged pass's saved state
+ * and per-token inputs; the snapshot format "G5NS"); its table
+ * ds4_graph_glm5_next (models/graph.h).
  * Session bookkeeping (token list, chunking) stays in session.c, which
  * calls the table.  Must not: touch DeepSeek
  * V4's or glm-dsa's state or graph, or order anything by the chunk: every
