@@ -319,7 +319,7 @@ int main(int argc, char **argv) {
     a->m = ds4_model_load(a->model, &a->mparams, &err);
     if (!a->m) die("%s", err ? err : "cannot load the model");
     if (a->mtp_draft > 0 && !ds4_model_has_mtp(a->m))
-        die("--mtp-draft: %s has no MTP block (mtp.0.* tensors, or glm-dsa's NextN layer); name one with "
+        die("--mtp-draft: %s has no MTP block (mtp.0.* tensors, or a GLM NextN layer); name one with "
             "--mtp FILE", a->model);
     {
         ds4_expert_cache_stats x;

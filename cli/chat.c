@@ -149,7 +149,7 @@ int chat_open(chat_app *a, const chat_opts *o) {
         return -1;
     }
     if (o->mtp_draft > 0 && !ds4_model_has_mtp(a->m)) {
-        fprintf(stderr, "ds4: --mtp-draft: %s has no MTP block (mtp.0.* tensors, or glm-dsa's NextN layer); "
+        fprintf(stderr, "ds4: --mtp-draft: %s has no MTP block (mtp.0.* tensors, or a GLM NextN layer); "
                 "name one with --mtp FILE\n", o->model);
         ds4_model_free(a->m);
         a->m = NULL;

@@ -368,7 +368,7 @@ static int load_model(server_ctx *srv, const ds4_model_opts *mo, ds4_model_info 
     }
     c->has_mtp = ds4_model_has_mtp(srv->model);
     if (c->mtp_draft > 0 && !c->has_mtp) {
-        fprintf(stderr, "ds4-server: --mtp-draft: %s has no MTP block (mtp.0.* tensors, or glm-dsa's NextN "
+        fprintf(stderr, "ds4-server: --mtp-draft: %s has no MTP block (mtp.0.* tensors, or a GLM NextN "
                 "layer); name one with --mtp FILE\n", c->model_path);
         ds4_model_free(srv->model);
         return 1;

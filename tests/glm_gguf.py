@@ -15,9 +15,10 @@ a file is a pure function of (ARCH, seed, --set, vocabulary).  The tokenizer
 keys (tokenizer.*) are copied from VOCAB (default: the shared mini test
 vocabulary, 4096 ids); token ids are used directly, nothing is tokenized.
 --set overrides one hyper-parameter of the shape table below (e.g.
---set top_k=16), before the tensors are drawn; glm-dsa's --set nextn=1
+--set top_k=16), before the tensors are drawn; glm-dsa's and glm5-next's --set nextn=1
 appends a NextN (MTP) layer blk.<n_layer>.* in llama.cpp's names
-(nextn.eh_proj/enorm/hnorm and a full MoE decoder layer; with
+(nextn.eh_proj/enorm/hnorm and a full MoE decoder layer -- glm5-next: a DSA
+layer with its own indexer, no hc_* tensors; with
 --set nextn_head=1 also nextn.embed_tokens/shared_head_norm/
 shared_head_head), drawn after every other tensor, so the main model is
 the file without it.  --type stores the matrices
@@ -347,6 +348,10 @@ GLM5_NEXT = dict(
     n_ff=96, n_expert=8, n_used=2, n_ff_exp=32, n_shared=1,
     hc=4, hc_iters=20, hc_eps=1e-6, clamp=10.0,
     rms_eps=1e-5, ln_eps=1e-6, route_scale=2.5, ctx=1048576,
+    # the NextN (MTP) block after the n_layer trunk layers, as glm-dsa's
+    # (blk.<n_layer>: nextn.* wiring + a DSA layer with its own indexer and
+    # a MoE FFN, no hc_* tensors; llama.cpp's glm5-next load_arch_tensors)
+    nextn=0, nextn_head=0,
 )
 
 
@@ -395,9 +400,13 @@ def write_glm5_next(path, c, tok_kv, n_vocab, seed):
     w.add("general.name", STR, "glm5-next tiny random TEST model (seed %d)" % seed)
     E, H, L = c["n_embd"], c["n_head"], c["n_layer"]
     dsa = [i % c["dsa_every"] == c["dsa_every"] - 1 for i in range(L)]
+    NL = L + c["nextn"]                   # the per-layer arrays cover the NextN block too
+    dsa += [True] * c["nextn"]            # (a DSA layer)
     w.add("{arch}.context_length", U32, c["ctx"])
     w.add("{arch}.embedding_length", U32, E)
-    w.add("{arch}.block_count", U32, L)
+    w.add("{arch}.block_count", U32, NL)
+    if c["nextn"]:
+        w.add("{arch}.nextn_predict_layers", U32, c["nextn"])
     w.add("{arch}.feed_forward_length", U32, c["n_ff"])
     w.add("{arch}.attention.head_count", U32, H)
     # 0 marks a KDA layer; a DSA layer has 1 (absorbed MLA is MQA: llama.cpp
@@ -424,17 +433,31 @@ def write_glm5_next(path, c, tok_kv, n_vocab, seed):
     w.add("{arch}.hyper_connection.sinkhorn_iterations", U32, c["hc_iters"])
     w.add("{arch}.hyper_connection.epsilon", F32, c["hc_eps"])
     common_moe_keys(w, c)
-    w.add("{arch}.swiglu_clamp_exp", ARR, (F32, [c["clamp"]] * L))
-    w.add("{arch}.swiglu_clamp_shexp", ARR, (F32, [c["clamp"]] * L))
+    w.add("{arch}.swiglu_clamp_exp", ARR, (F32, [c["clamp"]] * NL))
+    w.add("{arch}.swiglu_clamp_shexp", ARR, (F32, [c["clamp"]] * NL))
     for k, t, body in tok_kv:
         w.raw(k, t, body)
 
     d = Draw(seed)
     w.tensor("token_embd.weight", d.rng.standard_normal((n_vocab, E)))
     D, IH, R = c["idx_dim"], c["idx_head"], c["kpool"]
-    for il in range(L):
+    for il in range(NL):
         p = "blk.%d." % il
-        hc_tensors(w, d, c, p)
+        if il == L:
+            # the trunk's tail first (the converter appends the NextN
+            # layers after it), then the block's wiring
+            w.tensor("output_norm.weight", d.norm(E))
+            w.tensor("output.weight", d.lin(n_vocab, E))
+        if il >= L:
+            w.tensor(p + "nextn.eh_proj.weight", d.lin(E, 2 * E))      # ggml {2E, E}: [enorm(e); hnorm(h)]
+            w.tensor(p + "nextn.enorm.weight", d.norm(E))
+            w.tensor(p + "nextn.hnorm.weight", d.norm(E))
+            if c["nextn_head"]:
+                w.tensor(p + "nextn.embed_tokens.weight", d.rng.standard_normal((n_vocab, E)))
+                w.tensor(p + "nextn.shared_head_norm.weight", d.norm(E))
+                w.tensor(p + "nextn.shared_head_head.weight", d.lin(n_vocab, E))
+        else:
+            hc_tensors(w, d, c, p)              # HC: trunk layers only
         w.tensor(p + "attn_norm.weight", d.norm(E))
         if not dsa[il]:
             kda_tensors(w, d, c, p)
@@ -456,8 +479,9 @@ def write_glm5_next(path, c, tok_kv, n_vocab, seed):
             w.tensor(p + "indexer_compressor_ape.weight", d.small(R, D, s=0.5))   # ggml {D, kpool}
         w.tensor(p + "ffn_norm.weight", d.norm(E))
         ffn_tensors(w, d, c, il, p)
-    w.tensor("output_norm.weight", d.norm(E))
-    w.tensor("output.weight", d.lin(n_vocab, E))
+    if NL == L:
+        w.tensor("output_norm.weight", d.norm(E))
+        w.tensor("output.weight", d.lin(n_vocab, E))
     w.write(path)
 
 

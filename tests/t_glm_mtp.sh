@@ -59,7 +59,7 @@ cmp_rows() {   # cmp_rows NAME DS4 REF IX: 1e-5 and the same top-1 before the fi
     return $r
 }
 for f in n nh; do
-    if ! "$TB" "$T/$f.gguf" "$T/ids.txt" "$T/$f.pos" "$T/$f.chain" "$T/$f.drafts" > "$T/$f.test" 2>&1; then
+    if ! "$TB" "$T/$f.gguf" "$T/ids.txt" "$T/$f.pos" "$T/$f.chain" "$T/$f.drafts" "$T/plain.gguf" > "$T/$f.test" 2>&1; then
         bad "test_glm_mtp ($f.gguf):"; cat "$T/$f.test"; continue
     fi
     sed 's/^/     /' "$T/$f.test"

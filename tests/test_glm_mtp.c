@@ -1,9 +1,10 @@
 /*
- * test_glm_mtp.c -- glm-dsa's NextN (MTP) drafts (src/models/glm_dsa.c,
- * mtp.c; docs/family.md "MTP") on a tiny file of tests/glm_gguf.py with
- * --set nextn=1, which tests/t_glm_mtp.sh writes and passes:
+ * test_glm_mtp.c -- the GLM graphs' NextN (MTP) drafts (glm-dsa:
+ * src/models/glm_dsa.c, glm5-next: src/models/glm5_next.c; mtp.c;
+ * docs/family.md "MTP") on a tiny file of tests/glm_gguf.py with
+ * --set nextn=1, which tests/t_glm_mtp.sh / t_g5n_mtp.sh write and pass:
  *
- *   test_glm_mtp MODEL IDS.txt POS.f32 CHAIN.f32 CHAIN.txt
+ *   test_glm_mtp MODEL IDS.txt POS.f32 CHAIN.f32 CHAIN.txt [PLAIN]
  *
  * Writes, for t_glm_mtp.sh to compare with tests/oracle/glm_ref.py --mtp:
  *   POS.f32    the block's draft logits at every position p of the ids
@@ -25,7 +26,14 @@
  *   - a rewind and the same tokens again (the block's rows are kept), and
  *     a short rewind with other tokens (the main state before them is
  *     held), give a fresh session's draft logits;
- *   - drafting leaves the session's logits alone.
+ *   - drafting leaves the session's logits alone;
+ *   - a snapshot restored into a fresh session (the NextN block's rows
+ *     travel with it) drafts what the saving session drafts;
+ *   - with PLAIN (the same file without the block: the same trunk), its
+ *     snapshot turned into the previous format version (GLMS 1, G5NS 2:
+ *     no NextN section) is read as before -- the session's logits, and
+ *     speculative greedy == plain greedy after it -- and an old-version
+ *     one claiming the section is refused.
  * Run without arguments it says so and passes.
  */
 #include <math.h>
@@ -34,6 +42,7 @@
 #include <string.h>
 
 #include "ds4.h"
+#include "base/hash.h"
 
 #include "testutil.h"
 
@@ -101,8 +110,8 @@ static void spec_decode(ds4_session *s, int n, int nd, const ds4_tokens *ref, ds
 
 int main(int argc, char **argv) {
     if (argc < 6) {
-        printf("test_glm_mtp: no model given (tests/t_glm_mtp.sh runs it on a tiny glm-dsa file with a "
-               "NextN layer)\n");
+        printf("test_glm_mtp: no model given (tests/t_glm_mtp.sh and t_g5n_mtp.sh run it on tiny glm-dsa and "
+               "glm5-next files with a NextN layer)\n");
         return 0;
     }
     ds4_model *m = test_load_model(argv[1], 2);
@@ -166,11 +175,16 @@ int main(int argc, char **argv) {
         ds4_session_free(q);
     }
 
-    /* rewinds */
+    /* rewinds (glm5-next rewinds to a checkpoint of its recurrent state;
+     * glm-dsa's checkpoints are no-ops: any count is a rewind point) */
     s = test_new_session(m, 512, 64);
-    CHECK(ds4_session_eval(s, ids.v, 60, NULL, NULL) == DS4_OK, "eval 60");
+    CHECK(ds4_session_eval(s, ids.v, 30, NULL, NULL) == DS4_OK && ds4_session_checkpoint(s, 0) == DS4_OK,
+          "eval 30 + checkpoint");
+    CHECK(ds4_session_eval(s, ids.v + 30, 30, NULL, NULL) == DS4_OK, "eval 60");
     CHECK(ds4_session_rewind(s, 30) == DS4_OK, "rewind 30");
-    CHECK(ds4_session_eval(s, ids.v + 30, 30, NULL, NULL) == DS4_OK, "eval 30..60");
+    CHECK(ds4_session_eval(s, ids.v + 30, 20, NULL, NULL) == DS4_OK && ds4_session_checkpoint(s, 1) == DS4_OK,
+          "eval 30..50 + checkpoint");
+    CHECK(ds4_session_eval(s, ids.v + 50, 10, NULL, NULL) == DS4_OK, "eval 50..60");
     draft1(s, ids.v[60], a);
     CHECK(same(a, pos + (size_t)60 * V), "rewind 30 + the same tokens: draft logits == fresh, bit for bit");
     int32_t alt[10];
@@ -183,6 +197,80 @@ int main(int argc, char **argv) {
     memcpy(mix + 50, alt, 10 * sizeof *mix);
     fresh_draft(m, mix, 60, 64, ids.v[60], b);
     CHECK(same(a, b), "rewind 50 + other tokens: draft logits == fresh, bit for bit");
+    ds4_session_free(s);
+
+    /* a snapshot round trip: the restored session drafts the chain of the
+     * session that saved (the block's rows are in the snapshot) */
+    s = test_new_session(m, 512, 64);
+    CHECK(ds4_session_eval(s, ids.v, 60, NULL, NULL) == DS4_OK, "eval 60 for the snapshot");
+    ds4_buf snap = { 0 };
+    CHECK(ds4_session_snapshot(s, &snap) == DS4_OK && snap.n == ds4_session_snapshot_size(s), "snapshot (%zu bytes)",
+          snap.n);
+    ds4_session *r = test_new_session(m, 512, 64);
+    char *err = NULL;
+    CHECK(ds4_session_restore(r, snap.p, snap.n, &err) == DS4_OK, "restore: %s", err ? err : "");
+    free(err);
+    int32_t ds[3], dr[3];
+    CHECK(ds4_mtp_draft(s, ids.v[60], 3, ds) == 3, "chain of 3 (saved)");
+    memcpy(a, ds4_mtp_logits(s), (size_t)V * sizeof *a);
+    CHECK(ds4_mtp_draft(r, ids.v[60], 3, dr) == 3, "chain of 3 (restored)");
+    memcpy(b, ds4_mtp_logits(r), (size_t)V * sizeof *b);
+    CHECK(!memcmp(ds, dr, sizeof ds) && same(a, b),
+          "restored session: a chain of 3 drafts == the saving session's, bit for bit");
+    ds4_buf snap2 = { 0 };
+    CHECK(ds4_session_snapshot(r, &snap2) == DS4_OK && snap2.n == snap.n && !memcmp(snap2.p, snap.p, snap.n),
+          "the restored session's snapshot is the same bytes");
+    ds4_buf_free(&snap2);
+    ds4_buf_free(&snap);
+    ds4_session_free(r);
+
+    /* the previous format version (no NextN section): read as before */
+    if (argc > 6) {
+        ds4_model *pm = test_load_model(argv[6], 2);
+        CHECK(!ds4_model_has_mtp(pm), "PLAIN has no block");
+        ds4_session *ps = test_new_session(pm, 512, 64);
+        CHECK(ds4_session_eval(ps, ids.v, 60, NULL, NULL) == DS4_OK, "plain: eval 60");
+        ds4_buf ob = { 0 };
+        CHECK(ds4_session_snapshot(ps, &ob) == DS4_OK && ob.n > 48, "plain: snapshot");
+        const int g5 = !memcmp(ob.p, "G5NS", 4);
+        uint32_t ver, flags, old = g5 ? 2u : 1u;
+        memcpy(&ver, ob.p + 4, 4);
+        memcpy(&flags, ob.p + 36, 4);
+        CHECK(ver == old + 1 && !(flags & 12u), "plain: the current version (%u), no NextN section", ver);
+        memcpy(ob.p + 4, &old, 4);
+        if (g5) {
+            const uint64_t h = ds4_xxh64(ob.p, ob.n - 8, 0);
+            memcpy(ob.p + ob.n - 8, &h, 8);
+        }
+        r = test_new_session(m, 512, 64);
+        err = NULL;
+        CHECK(ds4_session_restore(r, ob.p, ob.n, &err) == DS4_OK, "version %u read: %s", old, err ? err : "");
+        free(err);
+        CHECK(ds4_session_n_tokens(r) == 60 && same(ds4_session_logits(r), ds4_session_logits(s)),
+              "version %u: the session's tokens and logits", old);
+        ds4_tokens plain = { 0 }, spec = { 0 };
+        ds4_spec_stats st = { 0 };
+        test_plain_decode(s, NULL, V, 20, &plain);
+        spec_decode(r, 20, 2, NULL, &spec, &st);
+        CHECK(spec.n == plain.n && !memcmp(spec.v, plain.v, plain.n * sizeof *plain.v),
+              "version %u: speculative greedy after it == plain greedy (the block starts cold)", old);
+        flags |= 4u;
+        memcpy(ob.p + 36, &flags, 4);
+        if (g5) {
+            const uint64_t h = ds4_xxh64(ob.p, ob.n - 8, 0);
+            memcpy(ob.p + ob.n - 8, &h, 8);
+        }
+        err = NULL;
+        CHECK(ds4_session_restore(r, ob.p, ob.n, &err) == DS4_EFORMAT && err && strstr(err, "unknown flags"),
+              "version %u claiming a NextN section refused (%s)", old, err ? err : "accepted");
+        free(err);
+        ds4_tokens_free(&plain);
+        ds4_tokens_free(&spec);
+        ds4_buf_free(&ob);
+        ds4_session_free(r);
+        ds4_session_free(ps);
+        ds4_model_free(pm);
+    }
     ds4_session_free(s);
 
     free(pos); free(chain); free(a); free(b);

@@ -583,7 +583,7 @@ static void build_layout_glm(const hcfg *c, int recipe, int q4_last, layout *L) 
         if (il < 0) n = ds4_layout_section(a, DS4_SEC_HEAD, &hp, -1, NULL, 0, sec);
         else if (il == c->n_layer) n = ds4_layout_section(a, DS4_SEC_TAIL, &hp, -1, NULL, 0, sec);
         else {
-            ds4_layer_kind kind = {0, c->own[il], 0, il < c->n_dense, 0};
+            ds4_layer_kind kind = {0, c->own[il], 0, il < c->n_dense, 0, 0};
             n = ds4_layout_section(a, DS4_SEC_LAYER, &hp, (int)il, &kind, 0, sec);
         }
         for (int i = 0; i < n; i++) {

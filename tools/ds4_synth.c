@@ -695,7 +695,7 @@ static ds4_layout_tensor *glm_layout_list(const config *c, size_t *n) {
     for (int64_t il = 0; il < c->n_layer; il++) {
         /* glm5-next: every MLA layer runs its own indexer (no indexer.types) */
         ds4_layer_kind kind = {0, c->glm == 2 ? 1 : glm_full(c, il), 0, il < c->n_dense,
-                               c->glm == 2 ? !g5n_mla(c, il) : 0};
+                               c->glm == 2 ? !g5n_mla(c, il) : 0, 0};
         k += (size_t)ds4_layout_section(a, DS4_SEC_LAYER, &hp, (int)il, &kind, 0, L + k);
     }
     k += (size_t)ds4_layout_section(a, DS4_SEC_TAIL, &hp, -1, NULL, 0, L + k);

@@ -271,10 +271,6 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
     /* the MTP block (docs/MTP.md): a sidecar named by --mtp, else the main
      * file's mtp.0.* tensors when it has them; not under --dist (a part
      * file holds layers only) */
-    if (m->w.cfg.arch == DS4_ARCH_GLM5_NEXT && p->mtp_path) {
-        ds4_set_err(err, DS4_EUNSUP, "%s: %s is not supported for glm5-next models yet", path, "--mtp");
-        goto fail;
-    }
     if (p->mtp_path && dist_on()) {
         ds4_set_err(err, DS4_EINVAL, "--mtp is not supported with --dist");
         goto fail;
@@ -284,7 +280,7 @@ ds4_model *ds4_model_load(const char *path, const ds4_model_params *p, char **er
         gguf_guard(m->mtp_gf);
         if (!m->mtp_gf || ds4_weights_bind_mtp(m->mtp_gf, &m->w, 1, err) != DS4_OK) goto fail;
     } else if (!dist_on() && ds4_weights_bind_mtp(m->gf, &m->w, 0, err) != DS4_OK) {
-        /* (glm-dsa: its NextN block, blk.<n_layer>.*, when the file has it) */
+        /* (glm-dsa, glm5-next: the NextN block, blk.<n_layer>.*, when the file has it) */
         goto fail;
     }
     m->tok = ds4_tokenizer_load(path, err);

@@ -254,6 +254,8 @@ void ds4_glm_top_k(const float *sc, int n, int k, int *out);
  * evaluated positions are made by eval_chunk itself (the main states go to
  * s->mtp's ring, ds4_mtp_note_hidden). */
 int ds4_glm_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p);
+/* glm5-next's NextN block (glm5_next.c), the same contract */
+int ds4_g5n_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p);
 
 /* mtp_state.c: session hooks.  new/free with the session; note_hidden is
  * called by the forward with the final HC state of a chunk's tokens (before

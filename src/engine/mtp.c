@@ -14,9 +14,9 @@
  * Drafts are the block's argmax (greedy), or under sampling one draw each
  * from the block's distribution after the sampler's own transforms, kept
  * (ms->q) for the speculative-sampling rule of the verifier (spec.c).
- * glm-dsa's NextN block (docs/family.md, "MTP") drafts through the same
- * chain; its rows follow the session in glm_dsa.c, and a step is
- * ds4_glm_mtp_step.
+ * glm-dsa's and glm5-next's NextN blocks (docs/family.md, "MTP") draft
+ * through the same chain; their rows follow the session in glm_dsa.c /
+ * glm5_next.c, and a step is ds4_glm_mtp_step / ds4_g5n_mtp_step.
  * Must not: change the main session's state or logits -- drafts only ever
  * affect speed, never the output distribution (the verification decides)
  * -- or compute layer math itself (deepseek4.c does, with the main
@@ -74,9 +74,10 @@ static int mtp_draft_with(ds4_session *s, ds4_sampler *smp, int32_t cur, int max
         ms->q = malloc((size_t)(DS4_DRAFT_PASS_MAX - 1) * c->n_vocab * sizeof(float));
         if (!ms->q) return DS4_ENOMEM;
     }
-    /* glm-dsa: the NextN block's rows follow the session already (glm_dsa.c) */
-    const int glm = c->arch == DS4_ARCH_GLM_DSA;
-    int rc = glm ? DS4_OK : mtp_sync(s);
+    /* glm-dsa, glm5-next: the NextN block's rows follow the session already
+     * (glm_dsa.c, glm5_next.c) */
+    const int glm = c->arch == DS4_ARCH_GLM_DSA, g5n = c->arch == DS4_ARCH_GLM5_NEXT;
+    int rc = glm || g5n ? DS4_OK : mtp_sync(s);
     if (rc) return rc;
     const int64_t n = (int64_t)s->toks.n;
     const float *hprev = ds4_mtp_main_state(s, n - 1);
@@ -84,7 +85,9 @@ static int mtp_draft_with(ds4_session *s, ds4_sampler *smp, int32_t cur, int max
     for (int i = 0; i < max_draft; i++) {
         /* step i: the token at position n + i and the state before it (the
          * main model's for the first, the block's own output after) */
-        rc = glm ? ds4_glm_mtp_step(s, tok, hprev, n + i) : ds4_cpu_mtp_step(s, tok, hprev, n + i);
+        rc = glm   ? ds4_glm_mtp_step(s, tok, hprev, n + i)
+             : g5n ? ds4_g5n_mtp_step(s, tok, hprev, n + i)
+                   : ds4_cpu_mtp_step(s, tok, hprev, n + i);
         if (rc) {
             ds4_mtp_state_reset(s);
             return rc;

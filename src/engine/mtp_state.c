@@ -14,9 +14,9 @@
 
 #include "engine/engine_internal.h"
 
-/* A main state: n_hc streams (glm-dsa: one). */
+/* A main state: n_hc streams (the GLM graphs: one, the normed row). */
 static size_t state_floats(const ds4_config *c) {
-    return (size_t)(c->n_hc > 0 ? c->n_hc : 1) * (size_t)c->n_embd;
+    return (size_t)(c->arch == DS4_ARCH_DEEPSEEK4 && c->n_hc > 0 ? c->n_hc : 1) * (size_t)c->n_embd;
 }
 
 /* Window rows: the window, a catch-up piece (one chunk) and a draft chain. */
@@ -30,7 +30,8 @@ int ds4_mtp_state_new(ds4_session *s) {
     if (!ms) return DS4_ENOMEM;
     s->mtp = ms;
     const size_t nd = state_floats(c);
-    const int glm = c->arch == DS4_ARCH_GLM_DSA;   /* its block's rows are glm_dsa.c's */
+    /* the GLM graphs' NextN rows are glm_dsa.c's / glm5_next.c's */
+    const int glm = c->arch == DS4_ARCH_GLM_DSA || c->arch == DS4_ARCH_GLM5_NEXT;
     ms->ls.raw_cap = glm ? 0 : raw_rows(s);
     ms->ls.raw = glm ? NULL : malloc((size_t)ms->ls.raw_cap * c->head_dim * kv_es(s));
     /* main states of the window's positions, their predecessor, and a

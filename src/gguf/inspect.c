@@ -227,6 +227,7 @@ static int tensor_kind(const ds4_layout_arch *a, const char *name) {
         const char *d = strchr(name + 4, '.');
         if (!d) return WK_OTHER;
         rest = d + 1;
+        if (!strncmp(rest, "nextn.", 6)) return WK_MTP;   /* a GLM NextN block's wiring */
     }
     for (int sec = 0; sec < DS4_SEC_COUNT; sec++) {
         if ((sec == DS4_SEC_LAYER) != (rest != name)) continue;
@@ -236,8 +237,10 @@ static int tensor_kind(const ds4_layout_arch *a, const char *name) {
     return WK_OTHER;
 }
 
-static void print_kinds(FILE *out, const gguf_file *gf, int glm) {
-    const ds4_layout_arch *a = glm ? &ds4_layout_glm_dsa : &ds4_layout_deepseek4;
+static void print_kinds(FILE *out, const gguf_file *gf, int arch) {
+    const ds4_layout_arch *a = arch == DS4_ARCH_GLM_DSA     ? &ds4_layout_glm_dsa
+                               : arch == DS4_ARCH_GLM5_NEXT ? &ds4_layout_glm5_next
+                                                            : &ds4_layout_deepseek4;
     uint64_t cnt[WK_N] = {0}, bytes[WK_N] = {0}, types[WK_N] = {0};   /* types: bit per GGML type < 64 */
     for (uint64_t i = 0; i < gf->n_tensors; i++) {
         const gguf_tensor *t = &gf->tensors[i];
@@ -329,7 +332,7 @@ int ds4_inspect_gguf(gguf_file *gf, FILE *out, char **err) {
     }
     print_shapes(out, &w.cfg);
     print_layers(out, &w);
-    print_kinds(out, gf, w.cfg.arch == DS4_ARCH_GLM_DSA);
+    print_kinds(out, gf, w.cfg.arch);
     fprintf(out, "\n");
     if (w.n_bound < gf->n_tensors)
         fprintf(out, "tensors not used by ds4: %" PRIu64 "\n", gf->n_tensors - w.n_bound);

@@ -205,16 +205,18 @@ const ds4_layout_arch ds4_layout_glm_dsa = {
 /* glm5-next (GLM 5.3 Flash, FAMILY.md §2): V4's hyper-connections around   */
 /* every sublayer; KDA layers (head_count_kv 0) or NoPE MLA layers with the */
 /* k-pool DSA indexer; glm-dsa's FFN.  Names and dims as tests/glm_gguf.py  */
-/* writes them (llama.cpp's glm5next loader).                               */
+/* writes them (llama.cpp's glm5next loader).  The NextN (MTP) block:      */
+/* glm-dsa's GLM_NEXTN under blk.<n_layer>. and a DSA layer with its own    */
+/* indexer and a MoE FFN there, without the HC rows (kind .nextn).          */
 /* ------------------------------------------------------------------------ */
 
 static const ds4_layout_row G5N_LAYER[] = {
-    ROW(HC_ATTN_FN, "hc_attn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, ALWAYS, 0, NULL, NULL, F32),
-    ROW(HC_ATTN_BASE, "hc_attn_base.weight", D1(HC_MIX), VEC, ALWAYS, 0, NULL, NULL, F32),
-    ROW(HC_ATTN_SCALE, "hc_attn_scale.weight", D1(THREE), VEC, ALWAYS, 0, NULL, NULL, F32),
-    ROW(HC_FFN_FN, "hc_ffn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, ALWAYS, 0, NULL, NULL, F32),
-    ROW(HC_FFN_BASE, "hc_ffn_base.weight", D1(HC_MIX), VEC, ALWAYS, 0, NULL, NULL, F32),
-    ROW(HC_FFN_SCALE, "hc_ffn_scale.weight", D1(THREE), VEC, ALWAYS, 0, NULL, NULL, F32),
+    ROW(HC_ATTN_FN, "hc_attn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, TRUNK, 0, NULL, NULL, F32),
+    ROW(HC_ATTN_BASE, "hc_attn_base.weight", D1(HC_MIX), VEC, TRUNK, 0, NULL, NULL, F32),
+    ROW(HC_ATTN_SCALE, "hc_attn_scale.weight", D1(THREE), VEC, TRUNK, 0, NULL, NULL, F32),
+    ROW(HC_FFN_FN, "hc_ffn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, TRUNK, 0, NULL, NULL, F32),
+    ROW(HC_FFN_BASE, "hc_ffn_base.weight", D1(HC_MIX), VEC, TRUNK, 0, NULL, NULL, F32),
+    ROW(HC_FFN_SCALE, "hc_ffn_scale.weight", D1(THREE), VEC, TRUNK, 0, NULL, NULL, F32),
     ROW(ATTN_NORM, "attn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
     /* KDA: q/k/v projections, their causal depthwise convolutions
      * (ggml {kernel, 1, channels}), the gate's and beta's projections */
@@ -266,12 +268,12 @@ static const ds4_layout_row G5N_LAYER[] = {
 
 const ds4_layout_arch ds4_layout_glm5_next = {
     .arch = "glm5-next",
-    .sec = {GLM_HEAD, G5N_LAYER, GLM_TAIL, NULL},
-    .n = {N_OF(GLM_HEAD), N_OF(G5N_LAYER), N_OF(GLM_TAIL), 0},
+    .sec = {GLM_HEAD, G5N_LAYER, GLM_TAIL, GLM_NEXTN},
+    .n = {N_OF(GLM_HEAD), N_OF(G5N_LAYER), N_OF(GLM_TAIL), N_OF(GLM_NEXTN)},
 };
 
 ds4_layer_kind ds4_layout_writer_kind(int64_t ratio, int64_t il, int64_t n_hash) {
-    ds4_layer_kind k = {(int)ratio, ratio == 4, il < n_hash, 0, 0};
+    ds4_layer_kind k = {(int)ratio, ratio == 4, il < n_hash, 0, 0, 0};
     return k;
 }
 
@@ -330,13 +332,14 @@ static int row_in(const ds4_layout_row *r, const ds4_layer_kind *k) {
     case DS4_W_KDA: return k->kda;
     case DS4_W_DSA: return !k->kda;
     case DS4_W_DSA_OWN: return !k->kda && k->indexer;
+    case DS4_W_TRUNK: return !k->nextn;
     }
     return 1;
 }
 
 int ds4_layout_section(const ds4_layout_arch *a, int sec, const ds4_layout_hp *hp, int il,
                        const ds4_layer_kind *k, int flags, ds4_layout_tensor *out) {
-    static const ds4_layer_kind none = {0, 0, 0, 0, 0};
+    static const ds4_layer_kind none = {0, 0, 0, 0, 0, 0};
     const int layer = sec == DS4_SEC_LAYER;
     /* glm-dsa's NextN rows live under the block's layer number */
     const int blk = layer || (sec == DS4_SEC_MTP && il >= 0);
@@ -376,7 +379,7 @@ ds4_layout_tensor *ds4_layout_list(const ds4_layout_arch *a, const ds4_layout_hp
     k += (size_t)ds4_layout_section(a, DS4_SEC_TAIL, hp, -1, NULL, 0, L + k);
     if (mtp) {
         /* window-only (ratio 0), learned router */
-        ds4_layer_kind kind = {0, 0, 0, 0, 0};
+        ds4_layer_kind kind = {0, 0, 0, 0, 0, 0};
         k += (size_t)ds4_layout_section(a, DS4_SEC_MTP, hp, -1, NULL, 0, L + k);
         k += (size_t)ds4_layout_section(a, DS4_SEC_LAYER, hp, (int)hp->n_layer, &kind, DS4_LAYOUT_MTP, L + k);
     }

@@ -133,6 +133,7 @@ enum {
     DS4_W_KDA,           /* glm5-next: a KDA layer */
     DS4_W_DSA,           /* glm5-next: a DSA (MLA) layer */
     DS4_W_DSA_OWN,       /* glm5-next: a DSA layer with its own indexer */
+    DS4_W_TRUNK,         /* glm5-next: a trunk layer (not the NextN block): the HC rows */
 };
 
 /* Dtypes of DeepSeek's Hugging Face release (docs/CHECKPOINT.md). */
@@ -191,7 +192,8 @@ typedef struct {
 } ds4_layout_hp;
 
 /* What kind a layer is: its rows' DS4_W_* conditions. */
-typedef struct { int ratio, indexer, hash, dense, kda; } ds4_layer_kind;
+/* nextn: glm5-next's NextN (MTP) block (no hyper-connection rows). */
+typedef struct { int ratio, indexer, hash, dense, kda, nextn; } ds4_layer_kind;
 
 /* The kind of layer `il` as the writers make it: the overlapping
  * compressor + indexer exactly on ratio-4 layers, hash routing on the

@@ -609,7 +609,7 @@ static void bind_layer(binder *b, const ds4_config *c, const ds4_layout_hp *hp, 
         L->has_indexer = overlap;
         if (overlap) *needs_idx = 1;
     }
-    const ds4_layer_kind k = {ratio, L->has_indexer, il < c->n_hash, 0, 0};
+    const ds4_layer_kind k = {ratio, L->has_indexer, il < c->n_hash, 0, 0, 0};
     bind_section(b, hp, DS4_SEC_LAYER, il, &k, L);
 }
 
@@ -1002,7 +1002,7 @@ static int bind_glm(gguf_file *gf, ds4_weights *w, problems *P, const char *pfx,
         L->dense = il < c->n_dense;
         L->swiglu_clamp = c->swiglu_clamp[il];
         L->swiglu_clamp_sh = c->swiglu_clamp_sh ? c->swiglu_clamp_sh[il] : 0.0f;
-        const ds4_layer_kind k = {0, L->own_indexer, 0, L->dense, L->kda};
+        const ds4_layer_kind k = {0, L->own_indexer, 0, L->dense, L->kda, 0};
         bind_section(&B, &hp, DS4_SEC_LAYER, il, &k, L);
     }
     free(kinds);
@@ -1096,17 +1096,34 @@ fail:
     return rc;
 }
 
+/* Entry il of a per-layer float array key when the array has one (the
+ * NextN block's entry past the trunk's), else def. */
+static float layer_float_at(const gguf_file *gf, const char *key, int il, float def) {
+    const gguf_kv *kv = gguf_find(gf, key);
+    double v;
+    if (!kv) return def;
+    if (kv->type != GGUF_ARRAY) return gguf_get_f64(gf, key, &v) ? def : (float)v;
+    if (kv->v.arr.type == GGUF_STRING || kv->v.arr.type == GGUF_BOOL || kv->v.arr.n <= (uint64_t)il) return def;
+    if (gguf_arr_f64(kv, (uint64_t)il, &v) || !(v >= 0.0 && v <= 1e30)) return def;
+    return (float)v;
+}
+
 /* The MTP block: its own tensors plus one layer of the main layout, bound
  * under the "mtp.0." prefix with the main model's shapes.  glm-dsa: the
  * NextN block at blk.<n_layer> (llama.cpp's names: the nextn.* wiring
  * and a MoE decoder layer; an indexer there is not bound -- the block
- * attends densely, as llama.cpp runs it). */
+ * attends densely, as llama.cpp runs it).  glm5-next: the same wiring at
+ * blk.<n_layer> and a DSA layer with its own k-pool indexer and a MoE FFN,
+ * no HC rows (llama.cpp's glm5-next graph_mtp runs that indexer); its
+ * SwiGLU clamps are entry n_layer of the per-layer arrays, else the last
+ * trunk layer's. */
 int ds4_weights_bind_mtp(gguf_file *gf, ds4_weights *w, int required, char **err) {
     if (err) *err = NULL;
     w->has_mtp = 0;
     memset(&w->mtp, 0, sizeof w->mtp);
     const ds4_config *c = &w->cfg;
-    const int glm = c->arch == DS4_ARCH_GLM_DSA;
+    const int g5n = c->arch == DS4_ARCH_GLM5_NEXT;
+    const int glm = c->arch == DS4_ARCH_GLM_DSA || g5n;
     char pre[32];
     if (glm) snprintf(pre, sizeof pre, "blk.%d.", c->n_layer);
     else snprintf(pre, sizeof pre, "mtp.0.");
@@ -1118,12 +1135,26 @@ int ds4_weights_bind_mtp(gguf_file *gf, ds4_weights *w, int required, char **err
     if (!any) {
         if (glm) prob(&P, "no blk.%d.* tensors: not a file holding the NextN (MTP) block of this model", c->n_layer);
         else prob(&P, "no mtp.0.* tensors: not an MTP file");
+    } else if (g5n) {
+        binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer, .arch = &ds4_layout_glm5_next};
+        const ds4_layout_hp hp = hp_of(c);
+        ds4_mtp_weights *m = &w->mtp;
+        bind_section(&B, &hp, DS4_SEC_MTP, c->n_layer, NULL, m);
+        const ds4_layer_kind k = {0, 1, 0, 0, 0, 1};
+        ds4_layer_weights *L = &m->block;
+        L->own_indexer = 1;
+        char key[96];
+        snprintf(key, sizeof key, "glm5-next.swiglu_clamp_exp");
+        L->swiglu_clamp = layer_float_at(gf, key, c->n_layer, c->swiglu_clamp[c->n_layer - 1]);
+        snprintf(key, sizeof key, "glm5-next.swiglu_clamp_shexp");
+        L->swiglu_clamp_sh = layer_float_at(gf, key, c->n_layer, c->swiglu_clamp_sh[c->n_layer - 1]);
+        bind_section(&B, &hp, DS4_SEC_LAYER, c->n_layer, &k, L);
     } else if (glm) {
         binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer, .arch = &ds4_layout_glm_dsa};
         const ds4_layout_hp hp = hp_of(c);
         ds4_mtp_weights *m = &w->mtp;
         bind_section(&B, &hp, DS4_SEC_MTP, c->n_layer, NULL, m);
-        const ds4_layer_kind k = {0, 0, 0, 0, 0};
+        const ds4_layer_kind k = {0, 0, 0, 0, 0, 0};
         bind_section(&B, &hp, DS4_SEC_LAYER, c->n_layer, &k, &m->block);
     } else {
         binder B = {.p = &P, .gf = gf, .n_layer = c->n_layer, .mtp = 1};

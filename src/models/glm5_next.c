@@ -12,13 +12,18 @@
  * sigmoid-MoE FFN (glm_common.c's glm_ffn) with the SwiGLU clamps; the
  * streams' mean, norm, head.
  * The float64 reference is tests/oracle/glm_ref.py (Glm5Next.forward).
+ * The NextN (MTP) block, when bound (docs/family.md, "MTP"): its cached
+ * rows (latents, indexer keys, gates, pooled keys at index n_layer) follow
+ * every evaluated position (g5n_mtp_rows), and one draft step runs the
+ * block (ds4_g5n_mtp_step, called by mtp.c; glm_ref.py Glm5Next.mtp).
  *
  * Owns: the glm5-next forward pass of a chunk of tokens on a session and
  * its per-session state (ds4_g5n_state: every KDA layer's recurrent state
  * -- convolution tails and S --, every MLA layer's cached rows, every full
- * layer's indexer keys, gates and pooled keys; the checkpoint slots of the
- * recurrent state; a staged pass's saved state and per-token inputs; the
- * snapshot format "G5NS"); its table ds4_graph_glm5_next (models/graph.h).
+ * layer's indexer keys, gates and pooled keys; the NextN block's rows;
+ * the checkpoint slots of the recurrent state; a staged pass's saved state
+ * and per-token inputs; the snapshot format "G5NS"); its table
+ * ds4_graph_glm5_next (models/graph.h).
  * Session bookkeeping (token list, chunking) stays in session.c, which
  * calls the table.  Must not: touch DeepSeek
  * V4's or glm-dsa's state or graph, or order anything by the chunk: every
@@ -49,6 +54,12 @@ struct ds4_g5n_state {
     float **ckv;       /* [n_layer] -> [ctx][kv_lora] (MLA layers) */
     float **ik, **ig;  /* [n_layer] -> [ctx][idx_dim] (full layers): normed keys, pool gate logits */
     float **kp;        /* [n_layer] -> [ctx / kpool + 1][idx_dim] pooled keys of the complete pools */
+    /* (the four arrays have n_layer + 1 entries: index n_layer is the
+     * NextN block's rows when the model has one, else NULL) */
+    float *cat;        /* NextN: [T][2 n_embd] its input [enorm(e); hnorm(h)] */
+    float *nx, *hn;    /* NextN: [T][n_embd] the block's residual; the main normed rows */
+    int64_t mtp_hi;    /* NextN rows [0, mtp_hi) are those of the tokens
+                          s->toks.v[0 .. mtp_hi) (past toks.n after a rewind) */
     g5n_ckpt ck[DS4_SESSION_CKPTS];
     /* a staged pass: the recurrent state before it, and per KDA layer and
      * token the recurrence's inputs (projections q, k, v before the
@@ -80,7 +91,8 @@ static void g5n_state_free(ds4_session *s) {
     struct ds4_g5n_state *g = s->g5n;
     if (!g) return;
     const int L = s->m->w.cfg.n_layer;
-    for (int il = 0; il < L; il++) {
+    ds4_mtp_state_free(s);
+    for (int il = 0; il <= L; il++) {
         if (g->rec) free(g->rec[il]);
         if (g->ckv) free(g->ckv[il]);
         if (g->ik) free(g->ik[il]);
@@ -97,6 +109,7 @@ static void g5n_state_free(ds4_session *s) {
     free(g->qr); free(g->q); free(g->iq); free(g->iw); free(g->qabs); free(g->lat); free(g->ao);
     glm_ffn_free(&g->ffn);
     free(g->pools); free(g->sel); free(g->nsel); free(g->sc); free(g->logits); free(g->qs);
+    free(g->cat); free(g->nx); free(g->hn);
     free(g);
     s->g5n = NULL;
 }
@@ -112,7 +125,7 @@ static int g5n_state_new(ds4_session *s) {
     if (!g) return DS4_ENOMEM;
     s->g5n = g;
     g->rec_n = rec_floats(c);
-    const size_t L = (size_t)c->n_layer;
+    const size_t L = (size_t)c->n_layer + 1;   /* + the NextN block's slot */
     g->rec = calloc(L, sizeof *g->rec); g->ckv = calloc(L, sizeof *g->ckv);
     g->ik = calloc(L, sizeof *g->ik); g->ig = calloc(L, sizeof *g->ig); g->kp = calloc(L, sizeof *g->kp);
     if (!g->rec || !g->ckv || !g->ik || !g->ig || !g->kp) return DS4_ENOMEM;
@@ -129,12 +142,21 @@ static int g5n_state_new(ds4_session *s) {
              !(g->kp[il] = malloc(npool * ID * sizeof(float)))))
             return DS4_ENOMEM;
     }
+    const int nextn = s->m->w.has_mtp, NL = c->n_layer;
+    /* the NextN block's rows are zero until made (a restore without them
+     * leaves them so: drafts then start cold, never read garbage) */
+    if (nextn && (!(g->ckv[NL] = glm_zalloc(ctx * R * sizeof(float))) ||
+                  !(g->ik[NL] = glm_zalloc(ctx * ID * sizeof(float))) ||
+                  !(g->ig[NL] = glm_zalloc(ctx * ID * sizeof(float))) ||
+                  !(g->kp[NL] = glm_zalloc(npool * ID * sizeof(float)))))
+        return DS4_ENOMEM;
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) g->ck[i].n = -1;
     const int keep = c->idx_topk / c->kpool;
     g->selcap = keep * c->kpool + c->kpool;
     size_t widest = glm_mx(glm_mx(ND, E), glm_mx((size_t)c->q_lora, glm_mx(Di, K)));
     widest = glm_mx(widest, glm_mx(H * (size_t)c->vmla, glm_mx(F, (size_t)c->n_ff_exp)));
     widest = glm_mx(widest, glm_mx((size_t)c->kmla, R));
+    if (nextn) widest = glm_mx(widest, 2 * E);
     const size_t qrow = glm_mx(act_row_bytes(ACT_Q8_0A, (int)widest), act_row_bytes(ACT_Q8_K, (int)widest));
 #define A(p, n) if (!((p) = glm_zalloc((n) * sizeof *(p)))) return DS4_ENOMEM
     A(g->X, T * ND); A(g->X2, T * ND); A(g->flat, T * ND); A(g->mix, T * M); A(g->pre, T * N);
@@ -148,6 +170,13 @@ static int g5n_state_new(ds4_session *s) {
 #undef A
     if (!(g->qs = malloc(T * qrow))) return DS4_ENOMEM;
     if (glm_ffn_new(&g->ffn, c, (int)T, s->m->xc != NULL)) return DS4_ENOMEM;
+    if (nextn) {
+        if (!(g->cat = glm_zalloc(T * 2 * E * sizeof(float))) || !(g->nx = glm_zalloc(T * E * sizeof(float))) ||
+            !(g->hn = glm_zalloc(T * E * sizeof(float))))
+            return DS4_ENOMEM;
+        /* the NextN block's drafts (mtp.c; its rows are this file's) */
+        if (ds4_mtp_state_new(s) != DS4_OK) return DS4_ENOMEM;
+    }
     return DS4_OK;
 }
 
@@ -159,6 +188,17 @@ static void g5n_reset(ds4_session *s) {
     for (int il = 0; il < s->m->w.cfg.n_layer; il++)
         if (g->rec[il]) memset(g->rec[il], 0, g->rec_n * sizeof(float));
     for (int i = 0; i < DS4_SESSION_CKPTS; i++) g->ck[i].n = -1;
+    /* the NextN block's rows no longer belong to the session's tokens */
+    g->mtp_hi = 0;
+    ds4_mtp_state_reset(s);
+}
+
+/* bytes per token of the NextN block's rows (latent, key, gate, a pooled
+ * key per kpool tokens) */
+static uint64_t nextn_row_bytes(const ds4_weights *w) {
+    const ds4_config *c = &w->cfg;
+    if (!w->has_mtp) return 0;
+    return 4 * ((uint64_t)c->kv_lora + 2 * (uint64_t)c->idx_dim + (uint64_t)c->idx_dim / (uint64_t)c->kpool);
 }
 
 static uint64_t row_bytes_of(const ds4_weights *w, int il) {
@@ -175,14 +215,14 @@ static uint64_t g5n_kv_bytes(const ds4_session *s) {
     uint64_t b = 0;
     for (int il = 0; il < w->cfg.n_layer; il++)
         b += w->layers[il].kda ? rec_floats(&w->cfg) * 4 : (uint64_t)s->toks.n * row_bytes_of(w, il);
-    return b;
+    return b + (uint64_t)s->toks.n * nextn_row_bytes(w);
 }
 
 static uint64_t g5n_plan_bytes(const ds4_weights *w, int ctx) {
     uint64_t b = 0;
     for (int il = 0; il < w->cfg.n_layer; il++)
         b += w->layers[il].kda ? rec_floats(&w->cfg) * 4 : (uint64_t)ctx * row_bytes_of(w, il);
-    return b;
+    return b + (uint64_t)ctx * nextn_row_bytes(w);
 }
 
 /* a default session of ctx tokens: the cached rows and the recurrent
@@ -196,6 +236,14 @@ static void g5n_plan(const ds4_weights *w, int ctx, int nth, uint64_t *kv, uint6
                (uint64_t)ctx * 16;
     *scratch += (uint64_t)ch * (3u * (uint64_t)c->n_hc * c->n_embd + 10u * (uint64_t)c->n_head * c->kda_dim) *
                 sizeof(float);
+    if (w->has_mtp) {
+        /* the drafts' state (kept main states, the chain's, its logits and
+         * q); the block's input, residual and main rows per chunk row (its
+         * cached rows are in g5n_plan_bytes) */
+        *kv += (uint64_t)(DS4_DRAFT_PASS_MAX + 3) * c->n_embd * sizeof(float) +
+               (uint64_t)DS4_DRAFT_PASS_MAX * c->n_vocab * sizeof(float);
+        *scratch += (uint64_t)ch * 4u * (uint64_t)c->n_embd * sizeof(float);
+    }
     (void)nth;
 }
 
@@ -421,21 +469,16 @@ static void pool_key(const ds4_config *c, const ds4_layer_weights *lw, const flo
     }
 }
 
-/* A full layer's indexer: the chunk's keys and gate logits into the
- * layer's rows, the pools they complete, then each token's selection (kept
- * in g->sel for the shared layers after it). */
-static void indexer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T) {
+/* A full layer's indexer rows: the chunk's keys (normed) and gate logits
+ * into the layer's rows (inputs g->h), and the pools they complete. */
+static void idx_rows(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T) {
     const ds4_config *c = f->c;
     struct ds4_g5n_state *g = f->g;
-    const int IH = c->idx_heads, ID = c->idx_dim, r = c->kpool, E = c->n_embd;
-    const int keep = c->idx_topk / r;
+    const int ID = c->idx_dim, r = c->kpool, E = c->n_embd;
     float *ik = g->ik[il], *ig = g->ig[il], *kp = g->kp[il];
     mm(f, mat_of(&lw->idx_k), g->h, (size_t)E, T, ik + (size_t)p0 * ID, (size_t)ID);
     mm(f, mat_of(&lw->idx_comp_gate), g->h, (size_t)E, T, ig + (size_t)p0 * ID, (size_t)ID);
-    mm(f, mat_of(&lw->idx_q_b), g->qr, (size_t)c->q_lora, T, g->iq, (size_t)IH * ID);
-    mm(f, mat_of(&lw->idx_proj), g->h, (size_t)E, T, g->iw, (size_t)IH);
     const float *nw = (const float *)lw->idx_k_norm.data, *nb = (const float *)lw->idx_k_norm_b.data;
-    const float wsc = 1.0f / sqrtf((float)ID * (float)IH);
     for (int t = 0; t < T; t++) {
         float *k = ik + (size_t)(p0 + t) * ID;
         /* LayerNorm with weight and bias (attention.layer_norm_epsilon) */
@@ -445,12 +488,26 @@ static void indexer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0,
         for (int i = 0; i < ID; i++) var += ((double)k[i] - mean) * ((double)k[i] - mean);
         const float m = (float)mean, rs = 1.0f / sqrtf((float)(var / ID) + c->ln_eps);
         for (int i = 0; i < ID; i++) k[i] = (k[i] - m) * rs * nw[i] + nb[i];
-        for (int h = 0; h < IH; h++) g->iw[(size_t)t * IH + h] *= wsc;
     }
     for (int t = 0; t < T; t++) {
         const int64_t pos = p0 + t;
         if ((pos + 1) % r == 0) pool_key(c, lw, ik, ig, (long)(pos / r), kp + (size_t)(pos / r) * ID);
     }
+}
+
+/* A full layer's selection over its rows (idx_rows made the chunk's): each
+ * token's positions, kept in g->sel for the shared layers after it. */
+static void indexer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T) {
+    const ds4_config *c = f->c;
+    struct ds4_g5n_state *g = f->g;
+    const int IH = c->idx_heads, ID = c->idx_dim, r = c->kpool, E = c->n_embd;
+    const int keep = c->idx_topk / r;
+    const float *kp = g->kp[il];
+    mm(f, mat_of(&lw->idx_q_b), g->qr, (size_t)c->q_lora, T, g->iq, (size_t)IH * ID);
+    mm(f, mat_of(&lw->idx_proj), g->h, (size_t)E, T, g->iw, (size_t)IH);
+    const float wsc = 1.0f / sqrtf((float)ID * (float)IH);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < IH; h++) g->iw[(size_t)t * IH + h] *= wsc;
     for (int t = 0; t < T; t++) {
         const int64_t pos = p0 + t;
         const int nvis = (int)((pos + 1) / r), nk = nvis < keep ? nvis : keep;
@@ -517,15 +574,24 @@ static void attention(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p
            (size_t)H * c->vmla);
 }
 
+/* A DSA layer's cached rows of the chunk (inputs g->h): the normed latents
+ * and, with its own indexer, the indexer's rows. */
+static void dsa_rows(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T) {
+    const ds4_config *c = f->c;
+    const int E = c->n_embd, R = c->kv_lora;
+    float *kv = f->g->ckv[il] + (size_t)p0 * R;
+    mm(f, mat_of(&lw->attn_kv), f->g->h, (size_t)E, T, kv, (size_t)R);
+    glm_norm_rows(kv, (size_t)R, &lw->attn_kv_a_norm, T, R, c->rms_eps, kv, (size_t)R);
+    if (lw->own_indexer) idx_rows(f, lw, il, p0, T);
+}
+
 static void dsa_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p0, int T) {
     const ds4_config *c = f->c;
     struct ds4_g5n_state *g = f->g;
-    const int E = c->n_embd, H = c->n_head, R = c->kv_lora, QL = c->q_lora;
+    const int E = c->n_embd, H = c->n_head, QL = c->q_lora;
     mm(f, mat_of(&lw->attn_q_a), g->h, (size_t)E, T, g->qr, (size_t)QL);
     glm_norm_rows(g->qr, (size_t)QL, &lw->attn_q_a_norm, T, QL, c->rms_eps, g->qr, (size_t)QL);
-    float *kv = g->ckv[il] + (size_t)p0 * R;
-    mm(f, mat_of(&lw->attn_kv), g->h, (size_t)E, T, kv, (size_t)R);
-    glm_norm_rows(kv, (size_t)R, &lw->attn_kv_a_norm, T, R, c->rms_eps, kv, (size_t)R);
+    dsa_rows(f, lw, il, p0, T);
     if (lw->own_indexer) indexer(f, lw, il, p0, T);
     mm(f, mat_of(&lw->attn_q_b), g->qr, (size_t)QL, T, g->q, (size_t)H * c->kmla);
     attention(f, lw, il, p0, T);
@@ -533,6 +599,8 @@ static void dsa_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int64_t p
 }
 
 static const float *g5n_logits(const ds4_session *s) { return s->g5n->logits; }
+
+static int g5n_mtp_rows(g5n_fwd *f, const int32_t *toks, int64_t p0, int T);
 
 static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     ds4_model *m = s->m;
@@ -568,10 +636,11 @@ static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
         hc_post(&f, T);
     }
     /* the head: the streams' mean (no HC head), every row when the caller
-     * captures them or a staged pass needs them, else the last */
-    const int r0 = s->cap_logits || s->stg_on ? 0 : T - 1, nl = T - r0;
-    for (int t = 0; t < nl; t++) {
-        const float *X = g->X + (size_t)(r0 + t) * ND;
+     * captures them or a staged pass needs them, else the last; the normed
+     * rows of every position when the NextN block follows (its input) */
+    const int r0 = s->cap_logits || s->stg_on ? 0 : T - 1, nl = T - r0, rn = s->mtp ? 0 : r0, nn = T - rn;
+    for (int t = 0; t < nn; t++) {
+        const float *X = g->X + (size_t)(rn + t) * ND;
         float *x = g->cur + (size_t)t * D;
         for (int k = 0; k < D; k++) {
             float acc = 0.0f;
@@ -579,15 +648,113 @@ static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
             x[k] = acc / (float)N;
         }
     }
-    glm_norm_rows(g->cur, (size_t)D, &f.w->output_norm, nl, D, c->rms_eps, g->h, (size_t)D);
+    glm_norm_rows(g->cur, (size_t)D, &f.w->output_norm, nn, D, c->rms_eps, g->h, (size_t)D);
     const ds4_tensor *out = f.w->output.data ? &f.w->output : &f.w->token_embd;
-    mm(&f, mat_of(out), g->h, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
+    mm(&f, mat_of(out), g->h + (size_t)(r0 - rn) * D, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
     memcpy(s->logits, g->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
     if (s->cap_logits) {
         int rc = ds4_buf_append(s->cap_logits, g->logits, (size_t)nl * c->n_vocab * sizeof(float));
         if (rc) return rc;
     }
+    if (s->mtp) {
+        int rc = g5n_mtp_rows(&f, toks, p0, T);
+        if (rc) return rc;
+    }
+    return ds4_model_check(m);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The NextN (MTP) block (docs/family.md, "MTP"; glm_ref.py Glm5Next.mtp):  */
+/* x = eh_proj [enorm(embed(tok)); hnorm(h)] with h the main model's state  */
+/* after the output norm; a plain-residual DSA layer (no hyper-connections) */
+/* with its own k-pool indexer over the block's rows, a MoE FFN; then      */
+/* shared_head_norm (fallback output_norm) and the head.                    */
+/* ------------------------------------------------------------------------ */
+
+/* The block's input rows into g->nx: h_0 = h0 and h_t = hrows[t - 1]
+ * (stride n_embd) after it; a NULL h0 counts as zero (position 0, or a
+ * main state not held). */
+static int mtp_input(g5n_fwd *f, const int32_t *toks, const float *h0, const float *hrows, int T) {
+    const ds4_config *c = f->c;
+    const ds4_mtp_weights *mw = &f->w->mtp;
+    struct ds4_g5n_state *g = f->g;
+    const int D = c->n_embd;
+    const ds4_tensor *E = mw->embd.data ? &mw->embd : &f->w->token_embd;
+    for (int t = 0; t < T; t++) {
+        float *e = g->cat + (size_t)t * 2 * D;
+        if (ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, g->y, D)) return DS4_EFORMAT;
+        rms_norm(g->y, (const float *)mw->enorm.data, D, c->rms_eps, e);
+        const float *h = t ? hrows + (size_t)(t - 1) * D : h0;
+        if (h) rms_norm(h, (const float *)mw->hnorm.data, D, c->rms_eps, e + D);
+        else memset(e + D, 0, (size_t)D * sizeof(float));
+    }
+    mm(f, mat_of(&mw->eh_proj), g->cat, 2 * (size_t)D, T, g->nx, (size_t)D);
+    return DS4_OK;
+}
+
+/* After the main pass of toks[0..T) at p0 (normed rows in g->h): the
+ * block's cached rows of those positions, row p from the token at p and
+ * the main state after p - 1 (a row depends on its own input alone, so
+ * only the latent and the indexer's rows are made).  Rows still held for
+ * the same tokens (after a rewind or a rolled-back staged pass: the prefix
+ * is the same, so they are) are kept; the main states go to the MTP
+ * state's ring (mtp_state.c) for the next chunk and the drafts. */
+static int g5n_mtp_rows(g5n_fwd *f, const int32_t *toks, int64_t p0, int T) {
+    ds4_session *s = f->s;
+    struct ds4_g5n_state *g = f->g;
+    const ds4_config *c = f->c;
+    const int D = c->n_embd, L = c->n_layer;
+    memcpy(g->hn, g->h, (size_t)T * D * sizeof(float));
+    int k = 0;
+    while (k < T && p0 + k < g->mtp_hi && s->toks.v[p0 + k] == toks[k]) k++;
+    const int64_t hi = g->mtp_hi;
+    if (g->mtp_hi > p0 + k) g->mtp_hi = p0 + k;
+    if (k < T) {
+        const float *h0 = k ? g->hn + (size_t)(k - 1) * D : ds4_mtp_main_state(s, p0 - 1);
+        int rc = mtp_input(f, toks + k, h0, g->hn + (size_t)k * D, T - k);
+        if (rc) return rc;
+        glm_norm_rows(g->nx, (size_t)D, &f->w->mtp.block.attn_norm, T - k, D, c->rms_eps, g->h, (size_t)D);
+        dsa_rows(f, &f->w->mtp.block, L, p0 + k, T - k);
+        g->mtp_hi = p0 + T;
+    } else if (hi > p0 + T) {
+        g->mtp_hi = hi;
+    }
+    ds4_mtp_note_hidden(s, g->hn, p0, T);
+    return DS4_OK;
+}
+
+int ds4_g5n_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p) {
+    ds4_model *m = s->m;
+    g5n_fwd f = { .s = s, .c = &m->w.cfg, .w = &m->w, .g = s->g5n };
+    f.cc.pool = m->pool;
+    f.cc.k = m->kern;
+    const ds4_config *c = f.c;
+    const ds4_mtp_weights *mw = &f.w->mtp;
+    const ds4_layer_weights *lw = &mw->block;
+    struct ds4_g5n_state *g = f.g;
+    mtp_state *ms = s->mtp;
+    const int D = c->n_embd;
+    if (!ms || !g || !f.w->has_mtp || p < 0 || p >= s->ctx || tok < 0 || tok >= c->n_vocab) return DS4_EINVAL;
+    int rc = ds4_model_check(m);
+    if (rc) return rc;
+    /* the draft's row p replaces whatever the block held there */
+    if (g->mtp_hi > p) g->mtp_hi = p;
+    rc = mtp_input(&f, &tok, hprev, NULL, 1);
+    if (rc) return rc;
+    glm_norm_rows(g->nx, (size_t)D, &lw->attn_norm, 1, D, c->rms_eps, g->h, (size_t)D);
+    dsa_layer(&f, lw, c->n_layer, p, 1);
+    for (int i = 0; i < D; i++) g->nx[i] += g->y[i];
+    glm_norm_rows(g->nx, (size_t)D, &lw->ffn_norm, 1, D, c->rms_eps, g->h, (size_t)D);
+    const glm_ffn_ctx fx = { .cc = &f.cc, .no_qat = s->no_qat, .xc = m->xc, .c = c, .b = &g->ffn };
+    rc = glm_ffn(&fx, lw, c->n_layer, g->h, 1, lw->swiglu_clamp, lw->swiglu_clamp_sh, g->y);
+    if (rc) return rc;
+    for (int i = 0; i < D; i++) g->nx[i] += g->y[i];
+    const ds4_tensor *nw = mw->norm.data ? &mw->norm : &f.w->output_norm;
+    rms_norm(g->nx, (const float *)nw->data, D, c->rms_eps, ms->hc);
+    const ds4_tensor *head = mw->head.data ? &mw->head : f.w->output.data ? &f.w->output : &f.w->token_embd;
+    mm(&f, mat_of(head), ms->hc, (size_t)D, 1, ms->logits, (size_t)c->n_vocab);
+    ms->steps++;
     return ds4_model_check(m);
 }
 
@@ -721,9 +888,10 @@ static void g5n_stage_commit(ds4_session *s, int n_keep) {
 /* Little-endian, u32 unless noted (the first ten words keep the places     */
 /* every snapshot format shares, models/graph.h: n_tokens at word 8, flags  */
 /* at word 9, the tokens right after -- the disk KV store reads them there):*/
-/*   magic "G5NS", version 2, n_layer, n_embd, n_head, kda_dim, n_vocab,     */
+/*   magic "G5NS", version 3, n_layer, n_embd, n_head, kda_dim, n_vocab,     */
 /*   kv_lora, n_tokens, flags (bit 0: --no-qat activations, bit 1: the      */
-/*   logits are valid)                                                       */
+/*   logits are valid, bit 2: the NextN section follows the layers, bit 3:  */
+/*   its main state is valid)                                                */
 /*   i32 tokens[n_tokens]                                                    */
 /*   u32 conv, idx_dim, kpool (the rest of the shape)                        */
 /*   f32 logits[n_vocab] (zeros when not valid)                              */
@@ -731,11 +899,18 @@ static void g5n_stage_commit(ds4_session *s, int n_keep) {
 /*     KDA: f32 conv tails [3][conv-1][H*kda_dim], S [H][kda_dim][kda_dim]   */
 /*     MLA: f32 rows [n_tokens][kv_lora]; kind 1 also keys and gate logits   */
 /*          [n_tokens][idx_dim] each (pooled keys are recomputed)            */
+/*   the NextN section (bit 2; written by a session with the block): u32 m  */
+/*     (its rows held, <= n_tokens), f32 the main model's normed state      */
+/*     after position n_tokens - 1 [n_embd] (zeros unless bit 3), the      */
+/*     block's rows [m][kv_lora], keys and gate logits [m][idx_dim] each -- */
+/*     so a restored session drafts what the saving one would               */
 /*   u64 XXH64 of every byte before it                                       */
+/* Version 2 (no NextN section, no bits 2-3) is read as before: the block's */
+/* rows then start cold (drafts differ, never the output).                  */
 /* ------------------------------------------------------------------------ */
 
 #define G5N_MAGIC 0x534e3547u   /* "G5NS" */
-#define G5N_VERSION 2u
+#define G5N_VERSION 3u
 #define G5N_HDR 10
 #define G5N_SHAPE 3
 
@@ -753,7 +928,24 @@ static uint64_t snap_bytes(const ds4_session *s, uint64_t n) {
     return b;
 }
 
-static uint64_t g5n_snapshot_size(const ds4_session *s) { return snap_bytes(s, s->toks.n); }
+/* the NextN rows a snapshot carries: those of the session's tokens */
+static uint32_t nextn_snap_rows(const ds4_session *s) {
+    const int64_t hi = s->g5n->mtp_hi, n = (int64_t)s->toks.n;
+    return (uint32_t)(hi < n ? hi : n);
+}
+
+static uint64_t nextn_snap_bytes(const ds4_config *c, uint64_t m) {
+    return 4 + (uint64_t)c->n_embd * 4 + m * ((uint64_t)c->kv_lora + 2 * (uint64_t)c->idx_dim) * 4;
+}
+
+static uint64_t g5n_snapshot_size(const ds4_session *s) {
+    return snap_bytes(s, s->toks.n) + (s->mtp ? nextn_snap_bytes(&s->m->w.cfg, nextn_snap_rows(s)) : 0);
+}
+
+/* the main state the next draft starts from, or NULL */
+static const float *nextn_main(const ds4_session *s) {
+    return s->mtp && s->toks.n > 0 ? ds4_mtp_main_state(s, (int64_t)s->toks.n - 1) : NULL;
+}
 
 static void snap_header(const ds4_session *s, uint32_t h[G5N_HDR], uint32_t sh[G5N_SHAPE]) {
     const ds4_config *c = &s->m->w.cfg;
@@ -766,7 +958,7 @@ static void snap_header(const ds4_session *s, uint32_t h[G5N_HDR], uint32_t sh[G
     h[6] = (uint32_t)c->n_vocab;
     h[7] = (uint32_t)c->kv_lora;
     h[8] = (uint32_t)s->toks.n;
-    h[9] = (s->no_qat ? 1u : 0u) | (s->has_logits ? 2u : 0u);
+    h[9] = (s->no_qat ? 1u : 0u) | (s->has_logits ? 2u : 0u) | (s->mtp ? 4u : 0u) | (nextn_main(s) ? 8u : 0u);
     sh[0] = (uint32_t)c->conv;
     sh[1] = (uint32_t)c->idx_dim;
     sh[2] = (uint32_t)c->kpool;
@@ -777,6 +969,17 @@ typedef struct { ds4_write_fn w; void *ud; ds4_xxh64_ctx h; } hashed_writer;
 static int hput(hashed_writer *hw, const void *p, size_t n) {
     ds4_xxh64_update(&hw->h, p, n);
     return hw->w(hw->ud, p, n);
+}
+
+static int hzeros(hashed_writer *hw, size_t n) {
+    static const float zeros[256];
+    for (size_t left = n; left > 0;) {
+        size_t k = left < sizeof zeros ? left : sizeof zeros;
+        int rc = hput(hw, zeros, k);
+        if (rc) return rc;
+        left -= k;
+    }
+    return 0;
 }
 
 static int g5n_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
@@ -796,12 +999,8 @@ static int g5n_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
     if (s->has_logits) {
         PUT(s->logits, (size_t)c->n_vocab * 4);
     } else {
-        static const float zeros[256];
-        for (size_t left = (size_t)c->n_vocab * 4; left > 0;) {
-            size_t k = left < sizeof zeros ? left : sizeof zeros;
-            PUT(zeros, k);
-            left -= k;
-        }
+        int rc = hzeros(&hw, (size_t)c->n_vocab * 4);
+        if (rc) return rc;
     }
     for (int il = 0; il < c->n_layer; il++) {
         const ds4_layer_weights *lw = &s->m->w.layers[il];
@@ -813,6 +1012,20 @@ static int g5n_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
             PUT(g->ik[il], n * (size_t)c->idx_dim * 4);
             PUT(g->ig[il], n * (size_t)c->idx_dim * 4);
         }
+    }
+    if (s->mtp) {
+        const uint32_t mr = nextn_snap_rows(s);
+        const float *h = nextn_main(s);
+        const int L = c->n_layer;
+        PUT(&mr, 4);
+        if (h) PUT(h, (size_t)c->n_embd * 4);
+        else {
+            int rc = hzeros(&hw, (size_t)c->n_embd * 4);
+            if (rc) return rc;
+        }
+        PUT(g->ckv[L], (size_t)mr * c->kv_lora * 4);
+        PUT(g->ik[L], (size_t)mr * c->idx_dim * 4);
+        PUT(g->ig[L], (size_t)mr * c->idx_dim * 4);
     }
 #undef PUT
     const uint64_t sum = ds4_xxh64_digest(&hw.h);
@@ -830,19 +1043,29 @@ static int g5n_restore(ds4_session *s, const void *data, size_t len, char **err)
     if (len < sizeof h) return snap_fail(err, "truncated header");
     memcpy(h, p, sizeof h);
     if (h[0] != G5N_MAGIC) return snap_fail(err, "bad magic (not a glm5-next session snapshot)");
-    if (h[1] != G5N_VERSION) return snap_fail(err, "unsupported version");
+    if (h[1] != G5N_VERSION && h[1] != 2u) return snap_fail(err, "unsupported version");
     snap_header(s, want, wsh);
     for (int i = 2; i < 8; i++)
         if (h[i] != want[i]) return snap_fail(err, "made for a different model shape");
     if ((h[9] & 1u) != (want[9] & 1u)) return snap_fail(err, "numerics mode (--no-qat) differs from this session's");
-    if (h[9] & ~3u) return snap_fail(err, "unknown flags");
+    if (h[9] & (h[1] == 2u ? ~3u : ~15u)) return snap_fail(err, "unknown flags");
+    if ((h[9] & 8u) && !(h[9] & 4u)) return snap_fail(err, "a NextN main state without the NextN section");
     const uint32_t n = h[8];
     if (n > (uint32_t)s->ctx) return snap_fail(err, "more tokens than this session's context");
     if (n == 0 && (h[9] & 2u)) return snap_fail(err, "logits without tokens");
     /* the exact size first (no arithmetic on unchecked offsets), then the
      * shape, the checksum, then the contents: all before the live state is
      * touched */
-    const uint64_t need = snap_bytes(s, n);
+    const uint64_t base = snap_bytes(s, n);
+    uint64_t need = base;
+    uint32_t mr = 0;
+    if (h[9] & 4u) {
+        /* the NextN section's row count sits where the checksum would */
+        if ((uint64_t)len < base + 4) return snap_fail(err, "truncated");
+        memcpy(&mr, p + base - 8, 4);
+        if (mr > n) return snap_fail(err, "more NextN rows than tokens");
+        need += nextn_snap_bytes(c, mr);
+    }
     if ((uint64_t)len < need) return snap_fail(err, "truncated");
     if ((uint64_t)len > need) return snap_fail(err, "trailing bytes");
     const size_t tok_at = sizeof h, shape_at = tok_at + (size_t)n * 4;
@@ -890,6 +1113,31 @@ static int g5n_restore(ds4_session *s, const void *data, size_t len, char **err)
         at += (size_t)n * c->idx_dim * 4;
         for (long q = 0; q < (long)(n / (uint32_t)c->kpool); q++)
             pool_key(c, lw, g->ik[il], g->ig[il], q, g->kp[il] + (size_t)q * c->idx_dim);
+    }
+    /* the NextN section: into the block's rows when this session has the
+     * block (else skipped: nothing reads it) */
+    const int L = c->n_layer;
+    if ((h[9] & 4u) && s->mtp && g->ckv[L]) {
+        at += 4;
+        const float *hm = (const float *)(const void *)(p + at);
+        if (h[9] & 8u) {
+            float *row = malloc((size_t)c->n_embd * sizeof(float));   /* aligned copy */
+            if (row) {
+                memcpy(row, hm, (size_t)c->n_embd * 4);
+                ds4_mtp_note_hidden(s, row, (int64_t)n - 1, 1);
+                free(row);
+            }
+        }
+        at += (size_t)c->n_embd * 4;
+        const size_t rb = (size_t)mr * c->kv_lora * 4, ib = (size_t)mr * c->idx_dim * 4;
+        memcpy(g->ckv[L], p + at, rb);
+        at += rb;
+        memcpy(g->ik[L], p + at, ib);
+        at += ib;
+        memcpy(g->ig[L], p + at, ib);
+        for (long q = 0; q < (long)(mr / (uint32_t)c->kpool); q++)
+            pool_key(c, &s->m->w.mtp.block, g->ik[L], g->ig[L], q, g->kp[L] + (size_t)q * c->idx_dim);
+        g->mtp_hi = mr;
     }
     return DS4_OK;
 }

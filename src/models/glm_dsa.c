@@ -649,21 +649,40 @@ static int glm_rewind(ds4_session *s, int n) {
 /* places of DeepSeek V4's "DS4S" header that readers of any snapshot use: */
 /* n_tokens at word 8, flags at word 9, the tokens right after -- the disk */
 /* KV store's token check reads them there):                              */
-/*   magic "GLMS", version 1, n_layer, n_embd, head_dim (kv_lora + n_rot), */
+/*   magic "GLMS", version 2, n_layer, n_embd, head_dim (kv_lora + n_rot), */
 /*   idx_dim, n_vocab, kv_lora, n_tokens, flags (bit 0: --no-qat           */
-/*   activations, bit 1: the logits are valid)                             */
+/*   activations, bit 1: the logits are valid, bit 2: the NextN section    */
+/*   follows the layers, bit 3: its main state is valid)                   */
 /*   i32 tokens[n_tokens]                                                  */
 /*   f32 logits[n_vocab]   (zeros when not valid)                          */
 /*   per layer: u32 kind (1: full layer, own indexer keys; 0: shared);     */
 /*     f32 rows[n_tokens][head_dim]; full layers: f32 keys[n_tokens][idx_dim] */
+/*   the NextN section (bit 2; written by a session with the block): u32 m */
+/*     (its rows held, <= n_tokens), f32 the main model's normed state     */
+/*     after position n_tokens - 1 [n_embd] (zeros unless bit 3), f32 the  */
+/*     block's rows [m][head_dim] -- so a restored session drafts what the */
+/*     saving one would                                                     */
 /* The rows of a position never change, so the rows below n_tokens are    */
 /* the whole state.  Another magic (a DS4S snapshot) is refused by name.   */
+/* Version 1 (no NextN section, no bits 2-3) is read as before: the        */
+/* block's rows then start cold (drafts differ, never the output).         */
 /* ---------------------------------------------------------------------- */
 
 #define GLM_SNAP_MAGIC 0x534D4C47u   /* "GLMS" */
 #define GLM_SNAP_V4_MAGIC 0x53345344u   /* "DS4S": DeepSeek V4's, refused */
-#define GLM_SNAP_VERSION 1u
+#define GLM_SNAP_VERSION 2u
 #define GLM_SNAP_HDR 10
+
+/* the NextN rows a snapshot carries: those of the session's tokens */
+static uint32_t nextn_snap_rows(const ds4_session *s) {
+    const int64_t hi = s->glm->mtp_hi, n = (int64_t)s->toks.n;
+    return (uint32_t)(hi < n ? hi : n);
+}
+
+/* the main state the next draft starts from, or NULL */
+static const float *nextn_main(const ds4_session *s) {
+    return s->mtp && s->toks.n > 0 ? ds4_mtp_main_state(s, (int64_t)s->toks.n - 1) : NULL;
+}
 
 static uint64_t glm_snapshot_size(const ds4_session *s) {
     const ds4_config *c = &s->m->w.cfg;
@@ -671,6 +690,7 @@ static uint64_t glm_snapshot_size(const ds4_session *s) {
     uint64_t b = GLM_SNAP_HDR * 4 + n * 4 + (uint64_t)c->n_vocab * 4;
     for (int il = 0; il < c->n_layer; il++)
         b += 4 + n * ((uint64_t)c->head_dim + (s->m->w.layers[il].own_indexer ? c->idx_dim : 0)) * 4;
+    if (s->mtp) b += 4 + (uint64_t)c->n_embd * 4 + (uint64_t)nextn_snap_rows(s) * c->head_dim * 4;
     return b;
 }
 
@@ -685,7 +705,7 @@ static void glm_snap_header(const ds4_session *s, uint32_t h[GLM_SNAP_HDR]) {
     h[6] = (uint32_t)c->n_vocab;
     h[7] = (uint32_t)c->kv_lora;
     h[8] = (uint32_t)s->toks.n;
-    h[9] = (s->no_qat ? 1u : 0u) | (s->has_logits ? 2u : 0u);
+    h[9] = (s->no_qat ? 1u : 0u) | (s->has_logits ? 2u : 0u) | (s->mtp ? 4u : 0u) | (nextn_main(s) ? 8u : 0u);
 }
 
 /* Streams the snapshot through `w`: nothing of snapshot size is
@@ -715,6 +735,20 @@ static int glm_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
         PUT(g->kv[il], n * (size_t)c->head_dim * 4);
         if (kind) PUT(g->ik[il], n * (size_t)c->idx_dim * 4);
     }
+    if (s->mtp) {
+        static const float zeros[256];
+        const uint32_t mr = nextn_snap_rows(s);
+        const float *h = nextn_main(s);
+        PUT(&mr, 4);
+        if (h) PUT(h, (size_t)c->n_embd * 4);
+        else
+            for (size_t left = (size_t)c->n_embd * 4; left > 0;) {
+                size_t k = left < sizeof zeros ? left : sizeof zeros;
+                PUT(zeros, k);
+                left -= k;
+            }
+        PUT(g->kv[c->n_layer], (size_t)mr * c->head_dim * 4);
+    }
 #undef PUT
     return DS4_OK;
 }
@@ -734,12 +768,13 @@ static int glm_restore(ds4_session *s, const void *data, size_t len, char **err)
     if (h[0] == GLM_SNAP_V4_MAGIC)
         return snap_fail(err, "made by a DeepSeek V4 session (DS4S), this is a glm-dsa model");
     if (h[0] != GLM_SNAP_MAGIC) return snap_fail(err, "bad magic");
-    if (h[1] != GLM_SNAP_VERSION) return snap_fail(err, "unsupported version");
+    if (h[1] != GLM_SNAP_VERSION && h[1] != 1u) return snap_fail(err, "unsupported version");
     glm_snap_header(s, want);
     for (int i = 2; i < 8; i++)
         if (h[i] != want[i]) return snap_fail(err, "made for a different model shape");
     if ((h[9] & 1u) != (want[9] & 1u)) return snap_fail(err, "numerics mode (--no-qat) differs from this session's");
-    if (h[9] & ~3u) return snap_fail(err, "unknown flags");
+    if (h[9] & (h[1] == 1u ? ~3u : ~15u)) return snap_fail(err, "unknown flags");
+    if ((h[9] & 8u) && !(h[9] & 4u)) return snap_fail(err, "a NextN main state without the NextN section");
     const uint32_t n = h[8];
     if (n > (uint32_t)s->ctx) return snap_fail(err, "more tokens than this session's context");
     if (n == 0 && (h[9] & 2u)) return snap_fail(err, "logits without tokens");
@@ -767,6 +802,17 @@ static int glm_restore(ds4_session *s, const void *data, size_t len, char **err)
         if (need > len - at) return snap_fail(err, "truncated layer data");
         at += need;
     }
+    const size_t nextn_at = at;
+    uint32_t mr = 0;
+    if (h[9] & 4u) {
+        if (4 > len - at) return snap_fail(err, "truncated NextN section");
+        memcpy(&mr, p + at, 4);
+        at += 4;
+        if (mr > n) return snap_fail(err, "more NextN rows than tokens");
+        const size_t need = (size_t)c->n_embd * 4 + (size_t)mr * c->head_dim * 4;
+        if (need > len - at) return snap_fail(err, "truncated NextN section");
+        at += need;
+    }
     if (at != len) return snap_fail(err, "trailing bytes");
 
     /* Commit. */
@@ -786,6 +832,22 @@ static int glm_restore(ds4_session *s, const void *data, size_t len, char **err)
             memcpy(g->ik[il], p + at, ib);
             at += ib;
         }
+    }
+    /* the NextN section: into the block's rows when this session has the
+     * block (else skipped: nothing reads it) */
+    if ((h[9] & 4u) && s->mtp && g->kv[c->n_layer]) {
+        at = nextn_at + 4;
+        if (h[9] & 8u) {
+            float *row = malloc((size_t)c->n_embd * sizeof(float));   /* aligned copy */
+            if (row) {
+                memcpy(row, p + at, (size_t)c->n_embd * 4);
+                ds4_mtp_note_hidden(s, row, (int64_t)n - 1, 1);
+                free(row);
+            }
+        }
+        at += (size_t)c->n_embd * 4;
+        memcpy(g->kv[c->n_layer], p + at, (size_t)mr * c->head_dim * 4);
+        g->mtp_hi = mr;
     }
     return DS4_OK;
 }

@@ -20,7 +20,7 @@ indexer score kept and the highest rejected (of rows for glm-dsa, of pools
 for glm5-next; NaN where the layer selected nothing: all visible rows fit
 in top-k, a shared layer, a layer without an indexer), the input of
 tests/llamacpp_compare.py's tie detection.
---mtp (glm-dsa with a NextN layer, glm_gguf.py --set nextn=1): the NextN
+--mtp (glm-dsa or glm5-next with a NextN layer, glm_gguf.py --set nextn=1): the NextN
 block's draft logits, float32 [n_pos][n_vocab], row p from token p and the
 main model's normed hidden state after p - 1 (the guess of token p + 1);
 with --mtp-drafts the chain after the tokens (the last one = the token
@@ -613,7 +613,8 @@ class Glm5Next:
         ls["ckv"] = np.concatenate([ls["ckv"], ckv])
         N = pos0 + T
         diag = np.full((T, 2), np.nan)
-        if self.full[self.layer_of(p)]:
+        il = self.layer_of(p)
+        if il >= self.L or self.full[il]:          # the NextN block always has its own indexer
             ik = layer_norm(cur @ m.w(p + "indexer.attn_k.weight").T, m.w(p + "indexer.k_norm.weight"),
                             m.w(p + "indexer.k_norm.bias"), self.ln_eps)
             ls["ik"] = np.concatenate([ls["ik"], ik])
@@ -676,8 +677,73 @@ class Glm5Next:
             X = hc_post(y, X, post, comb)
         st["pos"] = pos0 + T
         h = rms_norm(X.mean(axis=1), m.w("output_norm.weight"), self.eps)    # no hc_head: the mean
+        self.h = h                        # the NextN block's input (post-norm, as llama.cpp's t_h_nextn)
         out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
         return h @ out.T, diag
+
+    # -- the NextN (MTP) block ------------------------------------------------
+    # llama.cpp's glm5-next graph_mtp (docs/family.md "MTP"): row p takes the
+    # token at p and the main model's state after p - 1 -- the streams' mean
+    # AFTER the output norm (t_h_nextn; zero at p = 0): x = eh_proj
+    # [enorm(embed(tok)); hnorm(h)]; then a plain-residual decoder layer (no
+    # hyper-connections: the hc_* tensors are the trunk's): x += DSA(attn_norm
+    # x) with the block's OWN k-pool indexer over the block's own rows (its
+    # latents, keys, gates), x += MoE(ffn_norm x) with the SwiGLU clamps of
+    # entry n_layer of the per-layer arrays (the last trunk layer's when the
+    # arrays stop there); then shared_head_norm (fallback output_norm) and
+    # the head (shared_head_head, fallback output).  The normed state is the
+    # h of the next draft step.  The indexer runs at every step (llama.cpp's
+    # index_share_for_mtp_iteration reuse of the first step's selection is
+    # not modelled: it is the same set while every visible pool fits in
+    # top_k, as in the tiny files).
+
+    def nextn_prefix(self):
+        if self.m.kv("{arch}.nextn_predict_layers", 0, False) < 1:
+            raise SystemExit("glm_ref: %s has no NextN layer (nextn_predict_layers)" % self.m.r.path)
+        return "blk.%d." % self.L
+
+    mtp_input = GlmDsa.mtp_input
+
+    def mtp_new_state(self):
+        return {"ckv": np.zeros((0, self.kv_lora)), "ik": np.zeros((0, self.ID)), "ig": np.zeros((0, self.ID))}
+
+    def mtp_rows(self, X, st, pos0):
+        """The block on input rows X [T, E] at positions pos0.. after the
+        rows st holds: (the normed states, the logits), both [T, .]."""
+        m, p, L = self.m, self.nextn_prefix(), self.L
+        h = rms_norm(X, m.w(p + "attn_norm.weight"), self.eps)
+        y, _, _ = self.dsa_layer(p, h, st, pos0, None)
+        X = X + y
+        h = rms_norm(X, m.w(p + "ffn_norm.weight"), self.eps)
+        cl = self.clamp[L] if len(self.clamp) > L else self.clamp[L - 1]
+        cs = self.clamp_sh[L] if len(self.clamp_sh) > L else self.clamp_sh[L - 1]
+        X = X + moe_ffn(m, p, h, self.n_used, self.scale, self.norm_w, cl, cs)
+        nw = m.w(p + "nextn.shared_head_norm.weight") if m.has(p + "nextn.shared_head_norm.weight") \
+            else m.w("output_norm.weight")
+        hn = rms_norm(X, nw, self.eps)
+        head = m.w(p + "nextn.shared_head_head.weight") if m.has(p + "nextn.shared_head_head.weight") \
+            else m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
+        return hn, hn @ head.T
+
+    def mtp(self, tokens, drafts=()):
+        """Draft logits, as GlmDsa.mtp: without drafts row p of every
+        position; with drafts d1.. the chain after tokens[:-1] (cur =
+        tokens[-1]), one row per step."""
+        self.forward(tokens if not drafts else tokens[:-1])
+        T = len(tokens)
+        H = np.zeros((T, self.h.shape[1]))
+        H[1:] = self.h[:T - 1]
+        st = self.mtp_new_state()
+        hn, logits = self.mtp_rows(self.mtp_input(tokens, H), st, 0)
+        if not drafts:
+            return logits
+        rows = [logits[-1]]
+        h = hn[-1]
+        for i, d in enumerate(drafts):
+            hn, logits = self.mtp_rows(self.mtp_input([d], h[None, :]), st, T + i)
+            rows.append(logits[-1])
+            h = hn[-1]
+        return np.array(rows)
 
     def self_test(self, tokens=None):
         return hc_self_test(self) | kda_self_test(self, tokens)
@@ -877,7 +943,7 @@ def main(argv=None):
     ap.add_argument("--indexer")
     ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--mtp", metavar="OUT.f32",
-                    help="glm-dsa: the NextN block's draft logits instead (see GlmDsa.mtp)")
+                    help="glm-dsa, glm5-next: the NextN block's draft logits instead (GlmDsa.mtp, Glm5Next.mtp)")
     ap.add_argument("--mtp-drafts", metavar="D1,D2,...",
                     help="with --mtp: the draft chain after the tokens (the last one = cur)")
     ap.add_argument("--no-indexer-relu", action="store_true",
@@ -892,8 +958,8 @@ def main(argv=None):
     if a.self_test:
         return ref.self_test(read_ids(a.tokens_file) if a.tokens_file else None)
     if a.mtp:
-        if m.arch != "glm-dsa" or not a.tokens_file:
-            ap.error("--mtp needs a glm-dsa model and --tokens-file")
+        if m.arch not in ("glm-dsa", "glm5-next") or not a.tokens_file:
+            ap.error("--mtp needs a glm-dsa or glm5-next model and --tokens-file")
         drafts = [int(t) for t in a.mtp_drafts.split(",") if t] if a.mtp_drafts else []
         ref.mtp(read_ids(a.tokens_file), drafts).astype(np.float32).tofile(a.mtp)
         return 0
