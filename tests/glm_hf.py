@@ -69,6 +69,33 @@ EXPERTS = {"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj",
 GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
           "output.weight": "lm_head.weight"}
 
+# glm5-next (GLM 5.3 Flash, transformers' glm5_next; llama.cpp's
+# Glm5NextModel converter maps these back): glm-dsa's names plus the
+# Kimi-Linear KDA attention, the HC parameters and the k-pool compressor
+# (bare names, no ".weight")
+G5N_LAYER = dict(LAYER)
+G5N_LAYER.update({
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "ssm_f_a.weight": "self_attn.f_a_proj.weight",
+    "ssm_f_b.weight": "self_attn.f_b_proj.weight",
+    "ssm_beta.weight": "self_attn.b_proj.weight",
+    "ssm_dt.bias": "self_attn.dt_bias",
+    "ssm_g_a.weight": "self_attn.g_a_proj.weight",
+    "ssm_g_b.weight": "self_attn.g_b_proj.weight",
+    "ssm_norm.weight": "self_attn.o_norm.weight",
+    "indexer_compressor_gate.weight": "self_attn.indexer.index_kpool_compress_gate",
+    "indexer_compressor_ape.weight": "self_attn.indexer.index_kpool_compress_ape",
+})
+for _s in ("attn", "ffn"):
+    for _k in ("fn", "base", "scale"):
+        G5N_LAYER["hc_%s_%s.weight" % (_s, _k)] = "hc_%s_%s" % (_s, _k)
+# F32 in the release (the rest BF16): the router bias, the KDA decay
+# parameters, the HC mixers, the k-pool position bias
+F32_NAMES = ("e_score_correction_bias", ".A_log", ".dt_bias", "index_kpool_compress_ape",
+             ".hc_attn_fn", ".hc_attn_base", ".hc_attn_scale", ".hc_ffn_fn", ".hc_ffn_base", ".hc_ffn_scale")
+
 
 def bf16_round(a):
     """Round-to-nearest-even to BF16, kept as float32."""
@@ -77,19 +104,30 @@ def bf16_round(a):
     return u.astype(np.uint32).view(np.float32)
 
 
-def hf_tensors(tensors, c):
+A_LOG = {}   # GGUF ssm_a name -> the checkpoint's A_log (set by main)
+
+
+def hf_tensors(tensors, c, g5n=False, lm="model."):
     """{HF name: float32 array} from glm_gguf's (GGUF name, numpy array)
-    list (numpy order = HF's [out, in])."""
+    list (numpy order = HF's [out, in]).  g5n: glm5-next's names, under
+    `lm` ("model.language_model." as the release, or "model."); its
+    conv1d weights become [C, 1, kernel] and ssm_a (-exp(A_log)) A_log."""
     T = dict(tensors)
     out = {}
+    layer = G5N_LAYER if g5n else LAYER
     for name, a in tensors:
         if name in GLOBAL:
-            out[GLOBAL[name]] = a
+            out[GLOBAL[name].replace("model.", lm, 1)] = a
             continue
         _, il, rest = name.split(".", 2)
-        p = "model.layers.%s." % il
-        if rest in LAYER:
-            out[p + LAYER[rest]] = a
+        p = "%slayers.%s." % (lm, il)
+        if rest in layer:
+            out[p + layer[rest]] = a
+        elif g5n and rest.startswith("ssm_conv1d_"):
+            x = rest[len("ssm_conv1d_")]
+            out[p + "self_attn.%s_conv1d.weight" % x] = a.reshape(a.shape[1], 1, a.shape[3])
+        elif g5n and rest == "ssm_a":
+            out[p + "self_attn.A_log"] = A_LOG[name]
         elif rest in EXPERTS:
             for e in range(a.shape[0]):
                 out[p + "mlp.experts.%d.%s.weight" % (e, EXPERTS[rest])] = a[e]
@@ -108,11 +146,11 @@ def hf_tensors(tensors, c):
 
 
 def write_safetensors(path, tensors, dtype):
-    """tensors: [(name, float32 array)]; dtype "BF16" or "F32" (1-D
-    e_score_correction_bias stays F32, as Z.ai's files have it)."""
+    """tensors: [(name, float32 array)]; dtype "BF16" or "F32" (the
+    F32_NAMES stay F32, as Z.ai's files have them)."""
     header, blobs, off = {}, [], 0
     for name, a in tensors:
-        dt = "F32" if dtype == "F32" or name.endswith("e_score_correction_bias") else "BF16"
+        dt = "F32" if dtype == "F32" or name.endswith(F32_NAMES) else "BF16"
         a = np.ascontiguousarray(a, dtype=np.float32)
         b = a.tobytes() if dt == "F32" else (a.view(np.uint32) >> 16).astype("<u2").tobytes()
         header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
@@ -179,6 +217,48 @@ def config_json(c, n_vocab, types_key, mtp):
     return cfg
 
 
+def config_json_g5n(c, n_vocab, mtp, flat, shared):
+    """transformers' glm5_next config: the text fields in text_config
+    (Glm5NextForConditionalGeneration, as the release), or at the top level
+    (flat: a text-only Glm5NextForCausalLM export); the KDA fields in
+    linear_attn_config as the release has them.  shared: DSA layers whose
+    indexer_types entry is "shared" (the others "full")."""
+    L = c["n_layer"]
+    dsa = [i % c["dsa_every"] == c["dsa_every"] - 1 for i in range(L)]
+    tc = {
+        "model_type": "glm5_next_text",
+        "vocab_size": n_vocab, "hidden_size": c["n_embd"], "num_hidden_layers": L,
+        "num_attention_heads": c["n_head"], "num_key_value_heads": c["n_head"], "head_dim": 0,
+        "q_lora_rank": c["q_lora"], "kv_lora_rank": c["kv_lora"], "qk_nope_head_dim": c["qk_head"],
+        "qk_rope_head_dim": 0, "v_head_dim": c["v_head"], "mla_use_nope": True,
+        "intermediate_size": c["n_ff"], "moe_intermediate_size": c["n_ff_exp"],
+        "n_routed_experts": c["n_expert"], "num_experts_per_tok": c["n_used"],
+        "n_shared_experts": c["n_shared"], "first_k_dense_replace": c["n_dense"],
+        "mlp_layer_types": ["dense" if i < c["n_dense"] else "sparse" for i in range(L)],
+        "layer_types": ["deepseek_sparse_attention" if x else "linear_attention" for x in dsa],
+        "linear_attn_config": {
+            "num_heads": c["n_head"], "head_dim": c["kda_dim"], "short_conv_kernel_size": c["conv"],
+            "gate_lower_bound": c["lower_bound"],
+            "kda_layers": [i for i in range(L) if not dsa[i]], "full_attn_layers": [i for i in range(L) if dsa[i]],
+        },
+        "routed_scaling_factor": c["route_scale"], "norm_topk_prob": True, "scoring_func": "sigmoid",
+        "topk_method": "noaux_tc", "n_group": 1, "topk_group": 1, "swiglu_limit": c["clamp"],
+        "rms_norm_eps": c["rms_eps"], "max_position_embeddings": c["ctx"], "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "index_n_heads": c["idx_head"], "index_head_dim": c["idx_dim"], "index_topk": c["top_k"],
+        "index_kpool": c["kpool"], "index_kpool_compress": True, "index_kpool_always_select_tail": True,
+        "index_share_for_mtp_iteration": True, "indexer_rope_interleave": True,
+        "indexer_types": ["shared" if i in shared else "full" for i in range(L)],
+        "mhc": True, "hc_mult": c["hc"], "hc_eps": c["hc_eps"], "hc_sinkhorn_iters": c["hc_iters"],
+        "num_nextn_predict_layers": 1 if mtp else 0, "torch_dtype": "bfloat16",
+    }
+    if flat:
+        tc.pop("model_type")
+        return dict(tc, architectures=["Glm5NextForCausalLM"], model_type="glm5_next")
+    return {"architectures": ["Glm5NextForConditionalGeneration"], "model_type": "glm5_next",
+            "text_config": tc, "vision_config": {"depth": 2, "hidden_size": 32}, "tie_word_embeddings": False}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("ck")
@@ -192,8 +272,14 @@ def main(argv=None):
     ap.add_argument("--types-key", action="store_true")
     ap.add_argument("--mtp", action="store_true")
     ap.add_argument("--drop", action="append", default=[])
+    ap.add_argument("--arch", choices=("glm-dsa", "glm5-next"), default="glm-dsa")
+    ap.add_argument("--flat", action="store_true",
+                    help="glm5-next: a text-only export (config fields at the top, names under model.)")
+    ap.add_argument("--shared", action="append", type=int, default=[],
+                    help="glm5-next: DSA layer N shares the previous full layer's indexer")
     a = ap.parse_args(argv)
-    c = dict(G.GLM_DSA)
+    g5n = a.arch == "glm5-next"
+    c = dict(G.GLM5_NEXT if g5n else G.GLM_DSA)
     G.parse_set(c, a.set)
     tok_kv, n_vocab = G.tokenizer_kv(a.vocab)
 
@@ -203,18 +289,36 @@ def main(argv=None):
     def capture(self, path):
         if a.dtype == "bf16":
             self.tensors = [(n, bf16_round(x)) for n, x in self.tensors]
+        # glm5-next: the checkpoint holds A_log (F32); ssm_a is -exp(A_log)
+        # in double rounded to F32 once, as ds4-quantize computes it
+        for i, (n, x) in enumerate(self.tensors):
+            if n.endswith(".ssm_a"):
+                A_LOG[n] = np.log(-x.astype(np.float64)).astype(np.float32)
+                self.tensors[i] = (n, (-np.exp(A_LOG[n].astype(np.float64))).astype(np.float32))
+        if shared:
+            # a shared DSA layer has no indexer tensors (and the file says which)
+            drop = tuple("blk.%d.%s" % (il, x) for il in shared for x in (
+                "indexer.", "indexer_compressor_"))
+            self.tensors = [(n, x) for n, x in self.tensors if not n.startswith(drop)]
+            L = c["n_layer"]
+            self.add("{arch}.attention.indexer.types", G.ARR, (G.BOOL, [i not in shared for i in range(L)]))
         captured.extend(self.tensors)
         write(self, path)
 
+    shared = set(a.shared)
     G.Writer.write = capture
-    G.write_glm_dsa(a.ref, c, tok_kv, n_vocab, a.seed, a.type)
+    if g5n:
+        G.write_glm5_next(a.ref, c, tok_kv, n_vocab, a.seed, a.type)
+    else:
+        G.write_glm_dsa(a.ref, c, tok_kv, n_vocab, a.seed, a.type)
     G.Writer.write = write
 
     os.makedirs(a.ck, exist_ok=True)
-    hf = hf_tensors(captured, c)
+    lm = "model.language_model." if g5n and not a.flat else "model."
+    hf = hf_tensors(captured, c, g5n, lm)
     if a.mtp:
         # a NextN layer (its names only matter: ds4-quantize must not read it)
-        p = "model.layers.%d." % c["n_layer"]
+        p = "%slayers.%d." % (lm, c["n_layer"])
         hf[p + "eh_proj.weight"] = np.zeros((c["n_embd"], 2 * c["n_embd"]), np.float32)
         hf[p + "enorm.weight"] = np.ones(c["n_embd"], np.float32)
         hf[p + "self_attn.q_a_proj.weight"] = np.zeros((c["q_lora"], c["n_embd"]), np.float32)
@@ -234,7 +338,9 @@ def main(argv=None):
     with open(os.path.join(a.ck, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": wmap}, f, indent=1)
     with open(os.path.join(a.ck, "config.json"), "w") as f:
-        json.dump(config_json(c, n_vocab, a.types_key, a.mtp), f, indent=1)
+        cfg = config_json_g5n(c, n_vocab, a.mtp, a.flat, shared) if g5n else \
+            config_json(c, n_vocab, a.types_key, a.mtp)
+        json.dump(cfg, f, indent=1)
     write_tokenizer(a.ck, a.vocab)
     return 0
 
