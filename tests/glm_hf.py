@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """glm_hf.py -- a tiny GLM 5.2-style Hugging Face checkpoint (Z.ai's
-GlmMoeDsaForCausalLM layout) and the same weights as a glm-dsa GGUF written
-directly by tests/glm_gguf.py: the input and the expected output of
-ds4-quantize on GLM checkpoints (tests/t_quantize_glm.sh).
+GlmMoeDsaForCausalLM layout), or with --arch glm5-next a GLM 5.3 Flash one
+(Glm5NextForConditionalGeneration), and the same weights as a glm-dsa /
+glm5-next GGUF written directly by tests/glm_gguf.py: the input and the
+expected output of ds4-quantize on GLM checkpoints (tests/t_quantize_glm.sh).
 
   glm_hf.py CK_DIR REF.gguf [--vocab VOCAB.gguf] [--seed N] [--set KEY=VALUE]...
             [--type f32|f16|q8_0] [--dtype bf16|f32] [--shards N]
             [--types-key] [--mtp] [--drop HF_NAME]
+            [--arch glm-dsa|glm5-next] [--flat] [--shared N]...
 
 The weights are glm_gguf.py's (its shape table, --set, --seed), rounded to
 BF16 first with --dtype bf16 (the default, as Z.ai publishes GLM 5.2) so
@@ -21,6 +23,18 @@ attn_v_b put back together (per head the qk_nope rows of K, i.e. attn_k_b
 transposed, then the v rows).  --mtp adds a NextN layer past
 num_hidden_layers (num_nextn_predict_layers 1) that ds4-quantize must skip;
 --drop leaves one tensor out (a broken checkpoint).
+
+glm5-next (docs/CHECKPOINT.md "GLM 5.3 Flash"): config.json with the text
+fields in text_config (--flat: at the top level, a text-only
+Glm5NextForCausalLM export) and the tensors under "model.language_model."
+(--flat: "model."); KDA as Kimi-Linear's q/k/v_proj, q/k/v_conv1d [C, 1,
+kernel], f_a/f_b/g_a/g_b/b_proj, A_log, dt_bias, o_norm; the HC and
+k-pool compressor parameters without ".weight"; the F32_NAMES F32, the
+rest BF16 (--dtype bf16).  The checkpoint holds A_log = log(-ssm_a) in F32
+and REF.gguf's ssm_a is -exp(A_log) in double rounded to F32 (what
+ds4-quantize computes).  --shared N makes DSA layer N share the previous
+full layer's indexer (indexer_types "shared"; REF.gguf drops its indexer
+tensors and carries attention.indexer.types).
 
 Owns: the GGUF -> checkpoint name map of the test and a minimal
 safetensors writer.  Must not: depend on anything but numpy and the test

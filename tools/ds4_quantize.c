@@ -1,14 +1,15 @@
 /*
- * ds4_quantize.c -- ds4-quantize: a DeepSeek V4 or GLM 5.2 / 5.3 Hugging
- * Face checkpoint (config.json, model*.safetensors + index, tokenizer.json,
- * tokenizer_config.json) -> a GGUF ds4 loads (deepseek4 or glm-dsa), with
- * a quantization recipe.
+ * ds4_quantize.c -- ds4-quantize: a DeepSeek V4, GLM 5.2 / 5.3 or GLM 5.3
+ * Flash Hugging Face checkpoint (config.json, model*.safetensors + index,
+ * tokenizer.json, tokenizer_config.json) -> a GGUF ds4 loads (deepseek4,
+ * glm-dsa or glm5-next), with a quantization recipe.
  *
  * Owns: the family from config.json (architectures / model_type),
- * config.json -> deepseek4.* or glm-dsa.* metadata, tokenizer.json ->
- * tokenizer.* keys, the HF -> GGUF tensor mapping and the expected shapes
- * (checked before anything is written; GLM's kv_b_proj cut into attn_k_b /
- * attn_v_b), per-row dequantization of the checkpoint dtypes, the recipes,
+ * config.json -> deepseek4.*, glm-dsa.* or glm5-next.* metadata,
+ * tokenizer.json -> tokenizer.* keys, the HF -> GGUF tensor mapping and the
+ * expected shapes (checked before anything is written; GLM's kv_b_proj cut
+ * into attn_k_b / attn_v_b, glm5-next's A_log -> ssm_a = -exp(A_log) and
+ * its conv1d weights written 4-D), per-row dequantization of the checkpoint dtypes, the recipes,
  * the threaded per-tensor conversion with bounded memory, progress and the
  * final report.
  * Does not own: the safetensors container (src/gguf/safetensors.c), the
@@ -62,8 +63,11 @@ static void usage(FILE *o) {
 "dequantized with their 128x128 E8M0 block scales, FP4 E2M1 experts with\n"
 "their per-32 E8M0 scales, BF16/F16/F32 read as they are (docs/CHECKPOINT.md).\n"
 "Z.ai's GLM 5.2 / 5.3 checkpoints (GlmMoeDsaForCausalLM, model_type\n"
-"glm_moe_dsa) become glm-dsa GGUFs (the NextN layer is not converted);\n"
-"config.json decides, any other architecture is refused.\n"
+"glm_moe_dsa) become glm-dsa GGUFs, GLM 5.3 Flash's\n"
+"(Glm5NextForConditionalGeneration / Glm5NextForCausalLM, model_type\n"
+"glm5_next: KDA + DSA layers, hyper-connections; the text tower only)\n"
+"glm5-next GGUFs; neither's NextN layer is converted.  config.json\n"
+"decides, any other architecture is refused.\n"
 "\n"
 "  --recipe R      f16    every matrix F16;\n"
 "                  q2     routed gate/up IQ2_XXS, routed down Q2_K, attention\n"
@@ -74,10 +78,13 @@ static void usage(FILE *o) {
 "                         checkpoint's FP4 blocks without requantizing.\n"
 "                  In these recipes the token embedding, HC, compressor,\n"
 "                  indexer and router matrices are F16, 1-D tensors F32,\n"
-"                  tid2eid I32 (GLM checkpoints take them too).\n"
+"                  tid2eid I32 (GLM checkpoints take them too; glm5-next's\n"
+"                  KDA projections are projections, its gate/beta/HC\n"
+"                  matrices F16, its convolutions and k-pool biases F32).\n"
 "                  f32, q8_0 (GLM only; f16 is the same rule): every matrix\n"
 "                  F32, F16, or Q8_0 where a row is whole blocks of 32 (else\n"
-"                  F32), 1-D tensors F32: ds4-synth --arch glm-dsa's files.\n"
+"                  F32), 1-D tensors (and glm5-next's convolutions, k-pool\n"
+"                  biases) F32: ds4-synth --arch glm-dsa's files.\n"
 "  --q4-last K     q2-q4: how many last layers get Q4_K experts (default 6).\n"
 "  --imatrix FILE  importance matrix from `ds4 --imatrix-out` (per layer and\n"
 "                  expert; DeepSeek V4 only): weights of the Q2_K, Q4_K and\n"
@@ -1466,7 +1473,7 @@ static void open_inputs(qrun *q) {
     char *err = NULL;
     read_config(q->dir, &q->c);
     if (!q->c.glm && (q->recipe == R_F32 || q->recipe == R_Q8))
-        usage_error("--recipe %s is for GLM checkpoints (glm-dsa); DeepSeek V4's recipes are f16, q2, q4, "
+        usage_error("--recipe %s is for GLM checkpoints (glm-dsa, glm5-next); DeepSeek V4's recipes are f16, q2, q4, "
                     "q2-q4 and mxfp4", q->recipe_s);
     if (q->c.glm && (q->imatrix_path || q->statw_path))
         usage_error("--imatrix / --stats-weights: ds4 --imatrix-out collects DeepSeek V4's experts only, "
