@@ -22,7 +22,11 @@ shapes: docs/CHECKPOINT.md ("GLM 5.2 / 5.3"); kv_b_proj is attn_k_b and
 attn_v_b put back together (per head the qk_nope rows of K, i.e. attn_k_b
 transposed, then the v rows).  --mtp adds a NextN layer past
 num_hidden_layers (num_nextn_predict_layers 1) that ds4-quantize must skip;
---drop leaves one tensor out (a broken checkpoint).
+--drop leaves one tensor out (a broken checkpoint).  --fp8 stores the
+matrices FP8 releases quantize (MLA q_a/q_b/kv_a/o -- kv_b_proj stays BF16
+-- and the dense, shared and routed FFN) as F8_E4M3 with an F32
+weight_scale_inv per 128x128 block (max|x| / 448); REF.gguf holds code x
+scale, one F32 multiply, as ds4-quantize decodes it.
 
 glm5-next (docs/CHECKPOINT.md "GLM 5.3 Flash"): config.json with the text
 fields in text_config (--flat: at the top level, a text-only
@@ -107,8 +111,38 @@ for _s in ("attn", "ffn"):
         G5N_LAYER["hc_%s_%s.weight" % (_s, _k)] = "hc_%s_%s" % (_s, _k)
 # F32 in the release (the rest BF16): the router bias, the KDA decay
 # parameters, the HC mixers, the k-pool position bias
-F32_NAMES = ("e_score_correction_bias", ".A_log", ".dt_bias", "index_kpool_compress_ape",
+F32_NAMES = ("e_score_correction_bias", ".weight_scale_inv", ".A_log", ".dt_bias", "index_kpool_compress_ape",
              ".hc_attn_fn", ".hc_attn_base", ".hc_attn_scale", ".hc_ffn_fn", ".hc_ffn_base", ".hc_ffn_scale")
+
+
+# FP8 E4M3 (OCP, bias 7, no infinities; code 0x7F is NaN): the values of
+# codes 0..126, ascending
+E4M3 = np.array([(m / 8.0) * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7)
+                 for e in range(16) for m in range(8)][:127], dtype=np.float64)
+FP8 = {}     # GGUF name -> (codes uint8, scales float32 [..., ceil(R/128), ceil(C/128)])
+
+
+def fp8_round(a):
+    """a [..., R, C] float32 -> (the values FP8 E4M3 with one F32 scale per
+    128x128 block holds, codes, scales).  The scale is max|x| / 448 of the
+    block (as the releases' weight_scale_inv); a value is code x scale in
+    one F32 multiply, what ds4-quantize computes."""
+    a = np.asarray(a, dtype=np.float32)
+    R, C = a.shape[-2:]
+    nr, nc = -(-R // 128), -(-C // 128)
+    pad = np.zeros(a.shape[:-2] + (nr * 128, nc * 128), np.float32)
+    pad[..., :R, :C] = a
+    blk = pad.reshape(a.shape[:-2] + (nr, 128, nc, 128))
+    sc = (np.abs(blk).max(axis=(-3, -1)) / np.float32(448.0)).astype(np.float32)
+    sc = np.where(sc > 0, sc, np.float32(1.0)).astype(np.float32)
+    full = np.repeat(np.repeat(sc, 128, axis=-2), 128, axis=-1)[..., :R, :C]
+    y = np.abs(a.astype(np.float64) / full.astype(np.float64))
+    i = np.clip(np.searchsorted(E4M3, y), 1, 126)
+    code = np.where(y - E4M3[i - 1] <= E4M3[i] - y, i - 1, i).astype(np.uint8)
+    code = np.where(y > E4M3[126], 126, code).astype(np.uint8)
+    val = E4M3[code].astype(np.float32) * full
+    neg = a < 0
+    return np.where(neg, -val, val).astype(np.float32), (code | (neg * 0x80)).astype(np.uint8), sc
 
 
 def bf16_round(a):
@@ -119,6 +153,10 @@ def bf16_round(a):
 
 
 A_LOG = {}   # GGUF ssm_a name -> the checkpoint's A_log (set by main)
+# --fp8: the GGUF tensors FP8 releases store as E4M3 + weight_scale_inv
+FP8_MLA = ("attn_q_a.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight", "attn_output.weight")
+FP8_FFN = ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+           "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight")
 
 
 def hf_tensors(tensors, c, g5n=False, lm="model."):
@@ -129,6 +167,17 @@ def hf_tensors(tensors, c, g5n=False, lm="model."):
     T = dict(tensors)
     out = {}
     layer = G5N_LAYER if g5n else LAYER
+
+    def put(hf_name, name, a, e=None):
+        """a tensor, or (FP8) its codes and weight_scale_inv"""
+        if name not in FP8:
+            out[hf_name] = a
+            return
+        code, sc = FP8[name]
+        if e is not None:
+            code, sc = code[e], sc[e]
+        out[hf_name] = ("F8_E4M3", code)
+        out[hf_name[:-len(".weight")] + ".weight_scale_inv"] = sc
     for name, a in tensors:
         if name in GLOBAL:
             out[GLOBAL[name].replace("model.", lm, 1)] = a
@@ -136,7 +185,7 @@ def hf_tensors(tensors, c, g5n=False, lm="model."):
         _, il, rest = name.split(".", 2)
         p = "%slayers.%s." % (lm, il)
         if rest in layer:
-            out[p + layer[rest]] = a
+            put(p + layer[rest], name, a)
         elif g5n and rest.startswith("ssm_conv1d_"):
             x = rest[len("ssm_conv1d_")]
             out[p + "self_attn.%s_conv1d.weight" % x] = a.reshape(a.shape[1], 1, a.shape[3])
@@ -144,7 +193,7 @@ def hf_tensors(tensors, c, g5n=False, lm="model."):
             out[p + "self_attn.A_log"] = A_LOG[name]
         elif rest in EXPERTS:
             for e in range(a.shape[0]):
-                out[p + "mlp.experts.%d.%s.weight" % (e, EXPERTS[rest])] = a[e]
+                put(p + "mlp.experts.%d.%s.weight" % (e, EXPERTS[rest]), name, a[e], e)
         elif rest == "attn_k_b.weight":
             kb, vb = a, T["blk.%s.attn_v_b.weight" % il]      # (H, kv_lora, nope), (H, v, kv_lora)
             rows = []
@@ -164,9 +213,13 @@ def write_safetensors(path, tensors, dtype):
     F32_NAMES stay F32, as Z.ai's files have them)."""
     header, blobs, off = {}, [], 0
     for name, a in tensors:
-        dt = "F32" if dtype == "F32" or name.endswith(F32_NAMES) else "BF16"
-        a = np.ascontiguousarray(a, dtype=np.float32)
-        b = a.tobytes() if dt == "F32" else (a.view(np.uint32) >> 16).astype("<u2").tobytes()
+        if isinstance(a, tuple):                # (dtype, raw array): FP8 codes
+            dt, a = a
+            b = np.ascontiguousarray(a).tobytes()
+        else:
+            dt = "F32" if dtype == "F32" or name.endswith(F32_NAMES) else "BF16"
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            b = a.tobytes() if dt == "F32" else (a.view(np.uint32) >> 16).astype("<u2").tobytes()
         header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)
@@ -291,6 +344,8 @@ def main(argv=None):
                     help="glm5-next: a text-only export (config fields at the top, names under model.)")
     ap.add_argument("--shared", action="append", type=int, default=[],
                     help="glm5-next: DSA layer N shares the previous full layer's indexer")
+    ap.add_argument("--fp8", action="store_true",
+                    help="FP8 E4M3 + F32 weight_scale_inv (128x128) for the FP8 release's matrices")
     a = ap.parse_args(argv)
     g5n = a.arch == "glm5-next"
     c = dict(G.GLM5_NEXT if g5n else G.GLM_DSA)
@@ -309,6 +364,17 @@ def main(argv=None):
             if n.endswith(".ssm_a"):
                 A_LOG[n] = np.log(-x.astype(np.float64)).astype(np.float32)
                 self.tensors[i] = (n, (-np.exp(A_LOG[n].astype(np.float64))).astype(np.float32))
+        if a.fp8:
+            # the FP8 release's matrices: MLA's q_a/q_b/kv_a/o (not kv_b),
+            # the dense, shared and routed FFN; KDA, indexer, router BF16
+            dsa_layers = {n.split(".")[1] for n, _ in self.tensors if n.endswith(".attn_q_a.weight")}
+            for i, (n, x) in enumerate(self.tensors):
+                parts = n.split(".")
+                rest = ".".join(parts[2:])
+                if len(parts) > 2 and (rest in FP8_FFN or (rest in FP8_MLA and parts[1] in dsa_layers)):
+                    v, code, sc = fp8_round(x)
+                    FP8[n] = (code, sc)
+                    self.tensors[i] = (n, v)
         if shared:
             # a shared DSA layer has no indexer tensors (and the file says which)
             drop = tuple("blk.%d.%s" % (il, x) for il in shared for x in (

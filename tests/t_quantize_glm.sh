@@ -18,7 +18,9 @@
 #     of both is ggml's reference rule.
 #  2. An F32 checkpoint in one shard, IndexShare as indexer_types, with a
 #     NextN (MTP) layer past num_hidden_layers: the same file (the NextN
-#     layer skipped).
+#     layer skipped).  An FP8 one (glm_hf.py --fp8: E4M3 codes with an F32
+#     weight_scale_inv per 128x128 block, the reference holding code x
+#     scale in one F32 multiply, as ds4-quantize decodes): the same file.
 #  3. q2, q4, q2-q4 and mxfp4 on a shape whose rows are whole 256-blocks:
 #     the recipe's types (routed experts IQ2_XXS/Q2_K, Q4_K, MXFP4; the
 #     projections Q8_0), and ds4 runs the file to finite logits.
@@ -42,7 +44,8 @@
 #     in double, rounded once, on both sides).  A text-only export
 #     (Glm5NextForCausalLM: flat config, "model." names), F32, one shard,
 #     a NextN layer (skipped) and a shared-indexer DSA layer
-#     (attention.indexer.types): the same file, same logits.
+#     (attention.indexer.types): the same file, same logits; and the FP8
+#     layout (MLA q_a/q_b/kv_a/o and the FFNs E4M3, the rest BF16).
 #  7. glm5-next q2, q4, q2-q4 and mxfp4 on 256-wide rows: the recipe's
 #     expert types per layer, ds4 -p ... -n 8 generates, and the logits over
 #     100 ids correlate with the F32 file's (Pearson r >= 0.5 for the 2-bit
@@ -152,6 +155,8 @@ done
 # --- 2. F32, one shard, indexer_types, a NextN layer -------------------------
 convert var f32 --dtype f32 --shards 1 --types-key --mtp &&
     ok "F32 checkpoint, one shard, indexer_types, a NextN layer (skipped): the same file, same logits"
+convert fp8 f16 --fp8 &&
+    ok "FP8 checkpoint (E4M3 + F32 weight_scale_inv per 128x128 block: MLA q_a/q_b/kv_a/o, the FFNs): the same file, same logits"
 
 # --- 3. the expert recipes ----------------------------------------------------
 BIG=(--set n_embd=256 --set n_ff_exp=256 --set qk_nope=32)
@@ -255,6 +260,8 @@ for r in f32 f16 q8_0; do
     convert "g5n-$r" "$r" --arch glm5-next &&
         ok "glm5-next recipe $r: BF16 release layout -> the file glm_gguf.py writes (tensors, metadata), same logits bit for bit"
 done
+convert g5n-fp8 q8_0 --arch glm5-next --fp8 &&
+    ok "glm5-next FP8 release layout (E4M3 + F32 weight_scale_inv: MLA q_a/q_b/kv_a/o, the FFNs; KDA, kv_b, indexer BF16): the same file, same logits"
 convert g5n-var f32 --arch glm5-next --flat --dtype f32 --shards 1 --mtp --shared 5 &&
     grep -q "5  MLA, shared indexer" <("$BD/ds4" -m "$T/g5n-var.gguf" --inspect 2>&1) &&
     ok "glm5-next text-only export (flat config, model. names), F32, one shard, NextN layer skipped, layer 5 a shared indexer: the same file, same logits"
