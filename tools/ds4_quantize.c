@@ -10,8 +10,8 @@
  * expected shapes (checked before anything is written; GLM's kv_b_proj cut
  * into attn_k_b / attn_v_b, glm5-next's A_log -> ssm_a = -exp(A_log) and
  * its conv1d weights written 4-D), per-row dequantization of the
- * checkpoint dtypes, the recipes, the threaded per-tensor conversion with bounded memory, progress and the
- * final report.
+ * checkpoint dtypes, the recipes, the threaded per-tensor conversion with
+ * bounded memory, progress and the final report.
  * Does not own: the safetensors container (src/gguf/safetensors.c), the
  * GGUF writer (gguf.c: temporary file + rename), the quantizers
  * (kernels/quantize.c) or the imatrix file (engine/imatrix.c).
