@@ -23,7 +23,9 @@ layer with its own indexer, no hc_* tensors; with
 shared_head_head), drawn after every other tensor, so the main model is
 the file without it.  --type stores the matrices
 (2 dims and more) as F16 or Q8_0 (Q8_0 only where a row is whole blocks of
-32; the others stay F32); vectors stay F32.  Default F32.
+32; the others stay F32); vectors stay F32, and so glm5-next's
+convolutions and k-pool position biases (the loader takes them as F32
+only).  Default F32.  --type: glm-dsa and glm5-next.
 
 Owns: the shape tables and metadata of the tiny test files, and a minimal
 GGUF v3 writer.  Must not: depend on anything but numpy; the key names and
@@ -128,6 +130,9 @@ class Writer:
     def __init__(self, arch):
         self.arch = arch
         self.wtype = "f32"
+        # names (suffixes) the loader takes as F32 only whatever their dims
+        # (glm5-next's convolutions and k-pool position biases)
+        self.keep_f32 = ()
         self.kv = []          # (key, type, body bytes)
         self.tensors = []     # (name, numpy array in numpy order)
         self.add("general.architecture", STR, arch)
@@ -150,7 +155,7 @@ class Writer:
         off = 0
         for name, a in self.tensors:
             dims = list(reversed(a.shape))           # ggml order: fastest first
-            t, nb = self._stored(a)
+            t, nb = self._stored(name, a)
             head.append(_str(name) + struct.pack("<I", len(dims)) +
                         b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", t, off))
             off += (len(nb) + ALIGN - 1) // ALIGN * ALIGN
@@ -158,14 +163,16 @@ class Writer:
         h += b"\0" * ((-len(h)) % ALIGN)
         with open(path + ".tmp", "wb") as f:
             f.write(h)
-            for _, a in self.tensors:
-                nb = self._stored(a)[1]
+            for name, a in self.tensors:
+                nb = self._stored(name, a)[1]
                 f.write(nb)
                 f.write(b"\0" * ((-len(nb)) % ALIGN))
         os.replace(path + ".tmp", path)
 
-    def _stored(self, a):
+    def _stored(self, name, a):
         """(GGML type, bytes) of one tensor under wtype."""
+        if name.endswith(self.keep_f32):
+            return 0, a.tobytes()
         if a.ndim >= 2 and self.wtype == "f16":
             return 1, a.astype(np.float16).tobytes()
         if a.ndim >= 2 and self.wtype == "q8_0" and a.shape[-1] % 32 == 0:
@@ -389,7 +396,7 @@ def kda_tensors(w, d, c, p, a_4d=False):
     w.tensor(p + "attn_output.weight", d.lin(E, Di))
 
 
-def write_glm5_next(path, c, tok_kv, n_vocab, seed):
+def write_glm5_next(path, c, tok_kv, n_vocab, seed, wtype="f32"):
     """GLM 5.3 Flash.  Names and keys: FAMILY.md §2.3 and llama.cpp's
     glm5next loader (a later release than the one t_glm_ref runs, which has
     no glm5-next graph): KDA layers carry head_count_kv 0, the KDA head count
@@ -397,6 +404,9 @@ def write_glm5_next(path, c, tok_kv, n_vocab, seed):
     compressor is indexer_compressor_{gate,ape}.weight (other converters
     spell them indexer.kpool_{gate,ape}.weight; glm_ref.py reads both)."""
     w = Writer("glm5-next")
+    w.wtype = wtype
+    w.keep_f32 = ("ssm_conv1d_q.weight", "ssm_conv1d_k.weight", "ssm_conv1d_v.weight",
+                  "indexer_compressor_ape.weight")
     w.add("general.name", STR, "glm5-next tiny random TEST model (seed %d)" % seed)
     E, H, L = c["n_embd"], c["n_head"], c["n_layer"]
     dsa = [i % c["dsa_every"] == c["dsa_every"] - 1 for i in range(L)]
@@ -568,14 +578,14 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=46)
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--type", choices=("f32", "f16", "q8_0"), default="f32",
-                    help="matrix storage (glm-dsa only)")
+                    help="matrix storage (glm-dsa and glm5-next)")
     a = ap.parse_args(argv)
     table, fn = ARCHS[a.arch]
     c = dict(table)
     parse_set(c, a.set)
     tok_kv, n_vocab = tokenizer_kv(a.vocab)
-    if a.type != "f32" and a.arch != "glm-dsa":
-        sys.exit("glm_gguf: --type is implemented for glm-dsa only")
+    if a.type != "f32" and a.arch == "kimi-linear":
+        sys.exit("glm_gguf: --type is implemented for glm-dsa and glm5-next only")
     if a.type != "f32":
         fn(a.out, c, tok_kv, n_vocab, a.seed, a.type)
     else:

@@ -7,7 +7,8 @@
 #  - the interactive chat resumes the last conversation;
 #  - a writer killed with SIGKILL at random points during saves never
 #    leaves a file that verifies badly or is used;
-#  - ds4-kv list / verify / rm.
+#  - ds4-kv list / verify / rm; list and verify name the saving model's
+#    architecture.
 set -u
 cd "$(dirname "$0")/.."
 BD="${DS4_BIN_DIR:-.}"   # where the binaries are (build/debug/bin under DEBUG=1)
@@ -72,6 +73,18 @@ ls -a "$T/kk" | grep -q '^\.tmp-' && bad "stale temp files not swept" || ok "sta
 # 5. ds4-kv
 $BD/ds4-kv list "$T/kv" > "$T/list" && grep -q "manual" "$T/list" && ok "ds4-kv list" || bad "ds4-kv list"
 f=$(ls "$T/kv" | grep ds4kv | head -1)
+# the architecture of the saving model (header bytes 112..127): the tiny
+# DeepSeek V4 file's, and a copy whose field says glm5-next (list reads
+# the header only; the copy fails verify, as the damaged file below does)
+cp "$T/kv/$f" "$T/kv/0arch.ds4kv"
+printf 'glm5-next\0\0\0\0\0\0\0' | dd of="$T/kv/0arch.ds4kv" bs=1 seek=112 conv=notrunc 2>/dev/null
+$BD/ds4-kv list "$T/kv" > "$T/la"
+$BD/ds4-kv verify "$T/kv" > "$T/va"
+if grep -q "^0arch\.ds4kv .* glm5-next " "$T/la" && grep -q "^${f:0:12} .* deepseek4 " "$T/la" &&
+        grep -q "^ok   $f: deepseek4, " "$T/va"; then
+    ok "ds4-kv list / verify print the saving model's architecture (deepseek4; glm5-next from the header field)"
+else bad "ds4-kv: no architecture column:"; cat "$T/la" "$T/va"; fi
+rm -f "$T/kv/0arch.ds4kv"
 printf 'x' | dd of="$T/kv/$f" bs=1 seek=200 conv=notrunc 2>/dev/null
 $BD/ds4-kv verify "$T/kv" > "$T/v2" && bad "verify missed a damaged file" || ok "ds4-kv verify finds a damaged file"
 # a planted file whose name carries an ESC sequence is named escaped

@@ -1,8 +1,8 @@
 /*
  * ds4_kv.c -- `ds4-kv`: look after a disk KV cache directory (the files
  * ds4-server and `ds4 --kv-disk-dir` write): list them with their token
- * counts, sizes, reasons, ages, hit counts and the first bytes of their
- * text; verify checksums (and, with -m, that they belong to a model);
+ * counts, sizes, reasons, ages, hit counts, the architecture of the model
+ * that saved them and the end of their text; verify checksums (and, with -m, that they belong to a model);
  * remove files.  Uses only the public API (ds4.h).
  */
 #include <dirent.h>
@@ -20,8 +20,9 @@
 static void usage(FILE *f) {
     fprintf(f,
 "usage: ds4-kv list DIR              list cache files (tokens, size, reason,\n"
-"                                    age, last use, hits, and the end of the\n"
-"                                    text each holds: what tells them apart)\n"
+"                                    age, last use, hits, the saving model's\n"
+"                                    architecture, and the end of the text\n"
+"                                    each holds: what tells them apart)\n"
 "       ds4-kv verify DIR [-m MODEL] check sizes and checksums of every file;\n"
 "                                    with -m (--model) also that each file was\n"
 "                                    saved by that model (exit status 1 if\n"
@@ -140,8 +141,8 @@ static void put_text(const ds4_kv_file_info *in) {
 static int cmd_list(const char *dir) {
     names_t nm = { 0 };
     if (collect(dir, &nm, 1)) { names_free(&nm); return 2; }
-    printf("%-14s %8s %10s %-9s %6s %6s %5s  %s\n", "file", "tokens", "MiB", "reason", "age",
-           "used", "hits", "end of the text");
+    printf("%-14s %8s %10s %-9s %6s %6s %5s  %-10s %s\n", "file", "tokens", "MiB", "reason", "age",
+           "used", "hits", "arch", "end of the text");
     uint64_t total = 0;
     for (int i = 0; i < nm.n; i++) {
         char path[4096], eb[512], *err = NULL;
@@ -158,8 +159,12 @@ static int cmd_list(const char *dir) {
         char a[32], u[32];
         age(in.created, a, sizeof a);
         age(in.last_used, u, sizeof u);
-        printf("%-14.12s %8u %10.2f %-9s %6s %6s %5u  ", esc(nm.names[i], eb, sizeof eb), in.n_tokens,
-               in.file_bytes / 1048576.0, ds4_kv_reason_name(in.reason), a, u, in.hits);
+        /* the header's general.architecture (bytes 112..127; files from
+         * before it was written read as deepseek4) */
+        char ab[64];
+        printf("%-14.12s %8u %10.2f %-9s %6s %6s %5u  %-10s ", esc(nm.names[i], eb, sizeof eb), in.n_tokens,
+               in.file_bytes / 1048576.0, ds4_kv_reason_name(in.reason), a, u, in.hits,
+               esc(in.arch, ab, sizeof ab));
         put_text(&in);
         putchar('\n');
     }
@@ -194,7 +199,9 @@ static int cmd_verify(const char *dir, const char *model) {
                    "the same model in another quantization");
             if (memcmp(in.family, fam, 20)) bad++;
         } else {
-            printf("ok   %s: %u tokens, %u tool ids\n", esc(nm.names[i], eb, sizeof eb), in.n_tokens, in.n_tools);
+            char ab[64];
+            printf("ok   %s: %s, %u tokens, %u tool ids\n", esc(nm.names[i], eb, sizeof eb), esc(in.arch, ab, sizeof ab),
+                   in.n_tokens, in.n_tools);
         }
         free(err);
     }

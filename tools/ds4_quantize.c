@@ -1,16 +1,17 @@
 /*
- * ds4_quantize.c -- ds4-quantize: a DeepSeek V4 or GLM 5.2 / 5.3 Hugging
- * Face checkpoint (config.json, model*.safetensors + index, tokenizer.json,
- * tokenizer_config.json) -> a GGUF ds4 loads (deepseek4 or glm-dsa), with
- * a quantization recipe.
+ * ds4_quantize.c -- ds4-quantize: a DeepSeek V4, GLM 5.2 / 5.3 or GLM 5.3
+ * Flash Hugging Face checkpoint (config.json, model*.safetensors + index,
+ * tokenizer.json, tokenizer_config.json) -> a GGUF ds4 loads (deepseek4,
+ * glm-dsa or glm5-next), with a quantization recipe.
  *
  * Owns: the family from config.json (architectures / model_type),
- * config.json -> deepseek4.* or glm-dsa.* metadata, tokenizer.json ->
- * tokenizer.* keys, the HF -> GGUF tensor mapping and the expected shapes
- * (checked before anything is written; GLM's kv_b_proj cut into attn_k_b /
- * attn_v_b), per-row dequantization of the checkpoint dtypes, the recipes,
- * the threaded per-tensor conversion with bounded memory, progress and the
- * final report.
+ * config.json -> deepseek4.*, glm-dsa.* or glm5-next.* metadata,
+ * tokenizer.json -> tokenizer.* keys, the HF -> GGUF tensor mapping and the
+ * expected shapes (checked before anything is written; GLM's kv_b_proj cut
+ * into attn_k_b / attn_v_b, glm5-next's A_log -> ssm_a = -exp(A_log) and
+ * its conv1d weights written 4-D), per-row dequantization of the
+ * checkpoint dtypes, the recipes, the threaded per-tensor conversion with
+ * bounded memory, progress and the final report.
  * Does not own: the safetensors container (src/gguf/safetensors.c), the
  * GGUF writer (gguf.c: temporary file + rename), the quantizers
  * (kernels/quantize.c) or the imatrix file (engine/imatrix.c).
@@ -62,8 +63,11 @@ static void usage(FILE *o) {
 "dequantized with their 128x128 E8M0 block scales, FP4 E2M1 experts with\n"
 "their per-32 E8M0 scales, BF16/F16/F32 read as they are (docs/CHECKPOINT.md).\n"
 "Z.ai's GLM 5.2 / 5.3 checkpoints (GlmMoeDsaForCausalLM, model_type\n"
-"glm_moe_dsa) become glm-dsa GGUFs (the NextN layer is not converted);\n"
-"config.json decides, any other architecture is refused.\n"
+"glm_moe_dsa) become glm-dsa GGUFs, GLM 5.3 Flash's\n"
+"(Glm5NextForConditionalGeneration / Glm5NextForCausalLM, model_type\n"
+"glm5_next: KDA + DSA layers, hyper-connections; the text tower only)\n"
+"glm5-next GGUFs; neither's NextN layer is converted.  config.json\n"
+"decides, any other architecture is refused.\n"
 "\n"
 "  --recipe R      f16    every matrix F16;\n"
 "                  q2     routed gate/up IQ2_XXS, routed down Q2_K, attention\n"
@@ -74,10 +78,13 @@ static void usage(FILE *o) {
 "                         checkpoint's FP4 blocks without requantizing.\n"
 "                  In these recipes the token embedding, HC, compressor,\n"
 "                  indexer and router matrices are F16, 1-D tensors F32,\n"
-"                  tid2eid I32 (GLM checkpoints take them too).\n"
+"                  tid2eid I32 (GLM checkpoints take them too; glm5-next's\n"
+"                  KDA projections are projections, its gate/beta/HC\n"
+"                  matrices F16, its convolutions and k-pool biases F32).\n"
 "                  f32, q8_0 (GLM only; f16 is the same rule): every matrix\n"
 "                  F32, F16, or Q8_0 where a row is whole blocks of 32 (else\n"
-"                  F32), 1-D tensors F32: ds4-synth --arch glm-dsa's files.\n"
+"                  F32), 1-D tensors (and glm5-next's convolutions, k-pool\n"
+"                  biases) F32: ds4-synth --arch glm-dsa's files.\n"
 "  --q4-last K     q2-q4: how many last layers get Q4_K experts (default 6).\n"
 "  --imatrix FILE  importance matrix from `ds4 --imatrix-out` (per layer and\n"
 "                  expert; DeepSeek V4 only): weights of the Q2_K, Q4_K and\n"
@@ -115,13 +122,21 @@ typedef struct {
     int expert_norm;
     int64_t *ratios;
     int n_ratios;
-    /* glm-dsa (GlmMoeDsaForCausalLM): MLA widths, the dense FFN, IndexShare */
+    /* glm-dsa (GlmMoeDsaForCausalLM): MLA widths, the dense FFN, IndexShare;
+     * glm = G_DSA, or G_NEXT for glm5-next (its KDA and k-pool fields below) */
     int glm;
     int64_t kv_lora, nope, vmla, n_ff_dense, n_dense;
     int tied;                  /* tie_word_embeddings: no lm_head */
     int *own;                  /* [n_layer] the layer runs its own indexer */
     int types_known;           /* own[] from config.json (else the loader's default) */
+    /* glm5-next: KDA head width, conv kernel, gate lower bound, the k-pool;
+     * kda[il]: layer il is a KDA layer (else DSA) */
+    int64_t kda_dim, conv, kpool;
+    double kda_lb;
+    int *kda;
 } hcfg;
+
+enum { G_V4, G_DSA, G_NEXT };   /* hcfg.glm */
 
 static const char *g_cfg_path;
 
@@ -161,16 +176,23 @@ static double cfg_num(json_t *root, const char *const *keys, double def) {
 #define K(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 static void read_config_glm(json_t *r, const char *path, hcfg *c);
+static void read_config_g5n(json_t *r, const char *path, hcfg *c);
 
-/* The family: "architectures" (the first entry) or "model_type". */
+/* The family (G_*): "architectures" (the first entry) or "model_type". */
 static int config_family(json_t *r, const char *path) {
     json_t *a = json_object_get(r, "architectures"), *m = json_object_get(r, "model_type");
     const char *arch = json_is_array(a) ? json_string_value(json_array_get(a, 0)) : NULL;
     const char *mt = json_string_value(m);
-    if ((arch && !strcmp(arch, "DeepseekV4ForCausalLM")) || (mt && !strcmp(mt, "deepseek_v4"))) return 0;
-    if ((arch && !strcmp(arch, "GlmMoeDsaForCausalLM")) || (mt && !strcmp(mt, "glm_moe_dsa"))) return 1;
+    if ((arch && !strcmp(arch, "DeepseekV4ForCausalLM")) || (mt && !strcmp(mt, "deepseek_v4"))) return G_V4;
+    if ((arch && !strcmp(arch, "GlmMoeDsaForCausalLM")) || (mt && !strcmp(mt, "glm_moe_dsa"))) return G_DSA;
+    /* GLM 5.3 Flash: the release is the vision-language class (text tower
+     * in text_config); a text-only export names the causal LM */
+    if ((arch && (!strcmp(arch, "Glm5NextForConditionalGeneration") || !strcmp(arch, "Glm5NextForCausalLM"))) ||
+        (mt && (!strcmp(mt, "glm5_next") || !strcmp(mt, "glm5_next_text"))))
+        return G_NEXT;
     die("%s: architectures %s%s%s, model_type %s%s%s: not a checkpoint ds4-quantize converts "
-        "(DeepseekV4ForCausalLM / deepseek_v4: DeepSeek V4; GlmMoeDsaForCausalLM / glm_moe_dsa: GLM 5.2 / 5.3)",
+        "(DeepseekV4ForCausalLM / deepseek_v4: DeepSeek V4; GlmMoeDsaForCausalLM / glm_moe_dsa: GLM 5.2 / 5.3; "
+        "Glm5NextForConditionalGeneration / glm5_next: GLM 5.3 Flash)",
         path, arch ? "\"" : "", arch ? arch : "(absent)", arch ? "\"" : "", mt ? "\"" : "", mt ? mt : "(absent)",
         mt ? "\"" : "");
 }
@@ -185,8 +207,10 @@ static void read_config(const char *dir, hcfg *c) {
     if (!json_is_object(r)) die("%s: not a JSON object", path);
     const int64_t BIG = 1 << 24;
     memset(c, 0, sizeof *c);
-    if (config_family(r, path)) {
-        read_config_glm(r, path, c);
+    const int fam = config_family(r, path);
+    if (fam != G_V4) {
+        if (fam == G_DSA) read_config_glm(r, path, c);
+        else read_config_g5n(r, path, c);
         json_decref(r);
         return;
     }
@@ -255,7 +279,7 @@ static void read_config(const char *dir, hcfg *c) {
  * (MTP) layers past num_hidden_layers are left out. */
 static void read_config_glm(json_t *r, const char *path, hcfg *c) {
     const int64_t BIG = 1 << 24;
-    c->glm = 1;
+    c->glm = G_DSA;
     c->n_vocab = cfg_int(r, K("vocab_size"), 1, 0, 1, BIG);
     c->n_embd = cfg_int(r, K("hidden_size"), 1, 0, 1, 65536);
     c->n_layer = cfg_int(r, K("num_hidden_layers"), 1, 0, 1, 1024);
@@ -338,6 +362,177 @@ static void read_config_glm(json_t *r, const char *path, hcfg *c) {
             c->own[i] = c->ctx >= 1048576 ? (i - 3 + 1 > 0 ? i - 3 + 1 : 0) % 4 == 0 : 1;
     }
     if (!c->own[0]) die("%s: layer 0 is a shared indexer layer with no full layer before it", path);
+}
+
+/* A string-array key of n_layer entries (or more: the NextN layer's) into
+ * out[i] = index of the entry in vals[], or die naming the key. */
+static void cfg_layer_enum(json_t *a, const char *path, const char *key, int64_t n_layer, const char *const *vals,
+                           int *out) {
+    if (json_array_size(a) < (size_t)n_layer)
+        die("%s: %s has %zu entries, fewer than num_hidden_layers = %" PRId64, path, key, json_array_size(a),
+            n_layer);
+    for (int64_t i = 0; i < n_layer; i++) {
+        const char *v = json_string_value(json_array_get(a, (size_t)i));
+        int k = 0;
+        while (v && vals[k] && strcmp(v, vals[k])) k++;
+        if (!v || !vals[k]) die("%s: %s[%" PRId64 "] = %s%s%s is not one this family knows", path, key, i,
+                                v ? "\"" : "", v ? v : "(not a string)", v ? "\"" : "");
+        out[i] = k;
+    }
+}
+
+/* A boolean switch the graph has no other setting of: absent = want. */
+static void cfg_must(json_t *r, const char *path, const char *key, int want, const char *why) {
+    json_t *v = json_object_get(r, key);
+    if (v && !json_is_null(v) && json_is_true(v) != want)
+        die("%s: %s = %s: %s", path, key, want ? "false" : "true", why);
+}
+
+/* config.json of GLM 5.3 Flash (transformers' glm5_next: the text fields
+ * in text_config, or at the top level in a text-only export) -> the
+ * glm5-next hparams, with the defaults of transformers' Glm5NextTextConfig
+ * where a key is absent and the checks of llama.cpp's Glm5NextModel
+ * converter (NoPE, mHC, the k-pool compressor with its tail, KDA and MLA
+ * sharing the head count).  Layer kinds: layer_types ("linear_attention"
+ * KDA, "deepseek_sparse_attention" / "full_attention" DSA; default every
+ * 4th from layer 3 DSA), checked against linear_attn_config.full_attn_layers
+ * when both are there.  The NextN layer past num_hidden_layers is left out. */
+static void read_config_g5n(json_t *top, const char *path, hcfg *c) {
+    const int64_t BIG = 1 << 24;
+    json_t *tc = json_object_get(top, "text_config");
+    json_t *r = json_is_object(tc) ? tc : top;
+    json_t *lc = json_object_get(r, "linear_attn_config");
+    json_t *lin = json_is_object(lc) ? lc : NULL;
+    c->glm = G_NEXT;
+    c->n_vocab = cfg_int(r, K("vocab_size"), 1, 0, 1, BIG);
+    c->n_embd = cfg_int(r, K("hidden_size"), 1, 0, 1, 65536);
+    c->n_layer = cfg_int(r, K("num_hidden_layers"), 1, 0, 1, 1024);
+    c->n_head = cfg_int(r, K("num_attention_heads"), 1, 0, 1, 4096);
+    c->q_lora = cfg_int(r, K("q_lora_rank"), 1, 0, 1, 65536);
+    c->kv_lora = cfg_int(r, K("kv_lora_rank"), 1, 0, 1, 65536);
+    c->nope = cfg_int(r, K("qk_nope_head_dim"), 1, 0, 1, 4096);
+    c->n_rot = cfg_int(r, K("qk_rope_head_dim"), 0, 0, 0, 4096);
+    c->vmla = cfg_int(r, K("v_head_dim"), 1, 0, 1, 4096);
+    c->n_ff_dense = cfg_int(r, K("intermediate_size"), 1, 0, 1, 1 << 20);
+    c->n_ff = cfg_int(r, K("moe_intermediate_size"), 1, 0, 1, 1 << 20);
+    c->n_expert = cfg_int(r, K("n_routed_experts"), 1, 0, 1, 4096);
+    c->n_used = cfg_int(r, K("num_experts_per_tok"), 1, 0, 1, 4096);
+    c->n_shared = cfg_int(r, K("n_shared_experts"), 1, 0, 1, 64);
+    c->n_dense = cfg_int(r, K("first_k_dense_replace"), 0, 3, 0, 1024);
+    c->idx_heads = cfg_int(r, K("index_n_heads"), 1, 0, 1, 4096);
+    c->idx_dim = cfg_int(r, K("index_head_dim"), 1, 0, 1, 4096);
+    c->idx_topk = cfg_int(r, K("index_topk"), 1, 0, 1, BIG);
+    c->kpool = cfg_int(r, K("index_kpool"), 0, 16, 1, 4096);
+    c->ctx = cfg_int(r, K("max_position_embeddings"), 0, 1048576, 1, UINT32_MAX);
+    c->rms_eps = cfg_num(r, K("rms_norm_eps"), 1e-5);
+    c->expert_scale = cfg_num(r, K("routed_scaling_factor"), 2.5);
+    json_t *nt = json_object_get(r, "norm_topk_prob");
+    c->expert_norm = nt ? json_is_true(nt) : 1;
+    c->tied = json_is_true(json_object_get(r, "tie_word_embeddings"));
+    c->clamp = cfg_num(r, K("swiglu_limit"), 10.0);
+    c->n_hc = cfg_int(r, K("hc_mult"), 0, 4, 1, 64);
+    c->hc_iters = cfg_int(r, K("hc_sinkhorn_iters"), 0, 20, 1, 1000);
+    c->hc_eps = cfg_num(r, K("hc_eps"), 1e-6);
+    /* KDA: linear_attn_config (the release) or the flat linear_* fields */
+    json_t *lr = lin ? lin : r;
+    const int64_t kda_heads =
+        cfg_int(lr, lin ? K("num_heads") : K("linear_num_heads"), 0, c->n_head, 1, 4096);
+    c->kda_dim = cfg_int(lr, lin ? K("head_dim") : K("linear_head_dim"), 0, 128, 1, 4096);
+    c->conv = cfg_int(lr, lin ? K("short_conv_kernel_size") : K("linear_conv_kernel_dim"), 0, 4, 1, 64);
+    json_t *lb = json_object_get(lr, lin ? "gate_lower_bound" : "linear_lower_bound");
+    if (lb && json_is_null(lb))
+        die("%s: %s is null: the ungated-bound KDA form (-exp(A_log) softplus) is not implemented, glm5-next's "
+            "gate is lower_bound x sigmoid", path, lin ? "linear_attn_config.gate_lower_bound" : "linear_lower_bound");
+    c->kda_lb = cfg_num(lr, lin ? K("gate_lower_bound") : K("linear_lower_bound"), -5.0);
+    if (c->kda_lb > 0) die("%s: KDA gate lower bound %g is positive (a decay bound must be <= 0)", path, c->kda_lb);
+    if (kda_heads != c->n_head)
+        die("%s: KDA heads %" PRId64 " != num_attention_heads %" PRId64 ": glm5-next's KDA and MLA layers share "
+            "the head count", path, kda_heads, c->n_head);
+    if (c->n_rot != 0)
+        die("%s: qk_rope_head_dim = %" PRId64 ": glm5-next is NoPE (qk_rope_head_dim 0)", path, c->n_rot);
+    cfg_must(r, path, "mla_use_nope", 1, "glm5-next's attention is NoPE");
+    cfg_must(r, path, "mhc", 1, "glm5-next without hyper-connections is not implemented");
+    cfg_must(r, path, "index_kpool_compress", 1, "the indexer without the k-pool compressor is not implemented");
+    cfg_must(r, path, "index_kpool_always_select_tail", 1,
+             "the indexer always keeps the incomplete pool's tokens (the only form implemented)");
+    const int64_t nkv = cfg_int(r, K("num_key_value_heads"), 0, c->n_head, 1, 4096);
+    if (nkv != c->n_head)
+        die("%s: num_key_value_heads %" PRId64 " != num_attention_heads %" PRId64 " (MLA is MHA-shaped before "
+            "absorption)", path, nkv, c->n_head);
+    if (c->idx_topk % c->kpool) die("%s: index_topk %" PRId64 " is not a whole number of index_kpool = %" PRId64
+                                    " pools", path, c->idx_topk, c->kpool);
+    const char *sf = json_string_value(json_object_get(r, "scoring_func"));
+    if (sf && strcmp(sf, "sigmoid")) die("%s: scoring_func \"%s\": glm5-next's router is sigmoid", path, sf);
+    if (cfg_int(r, K("n_group"), 0, 1, 1, 4096) != 1 || cfg_int(r, K("topk_group"), 0, 1, 1, 4096) != 1)
+        die("%s: n_group / topk_group other than 1 (grouped expert selection) is not implemented", path);
+    if (c->n_used > c->n_expert) die("%s: num_experts_per_tok exceeds n_routed_experts", path);
+    c->head_dim = c->kv_lora;
+    c->n_head_kv = 1;
+    c->kda = calloc((size_t)c->n_layer, sizeof *c->kda);
+    c->own = calloc((size_t)c->n_layer, sizeof *c->own);
+    int *tmp = calloc((size_t)c->n_layer, sizeof *tmp);
+    if (!c->kda || !c->own || !tmp) die("out of memory");
+    /* layer kinds */
+    json_t *lt = json_object_get(r, "layer_types");
+    static const char *const LT[] = {"linear_attention", "deepseek_sparse_attention", "full_attention", NULL};
+    if (json_is_array(lt)) {
+        cfg_layer_enum(lt, path, "layer_types", c->n_layer, LT, tmp);
+        for (int64_t i = 0; i < c->n_layer; i++) c->kda[i] = tmp[i] == 0;
+    } else {
+        for (int64_t i = 0; i < c->n_layer; i++) c->kda[i] = i % 4 != 3;
+    }
+    json_t *fl = lin ? json_object_get(lin, "full_attn_layers") : NULL;
+    if (json_is_array(fl)) {
+        for (int64_t i = 0; i < c->n_layer; i++) tmp[i] = 0;
+        size_t k;
+        json_t *v;
+        json_array_foreach(fl, k, v) {
+            const int64_t il = json_is_integer(v) ? json_integer_value(v) : -1;
+            if (il < 0) die("%s: linear_attn_config.full_attn_layers[%zu] is not a layer index", path, k);
+            if (il < c->n_layer) tmp[il] = 1;
+        }
+        for (int64_t i = 0; i < c->n_layer; i++)
+            if (tmp[i] == c->kda[i])
+                die("%s: layer %" PRId64 " is %s in layer_types but %s in linear_attn_config.full_attn_layers", path,
+                    i, c->kda[i] ? "KDA" : "DSA", tmp[i] ? "listed" : "not listed");
+    }
+    /* the FFN: mlp_layer_types must be the leading dense run */
+    json_t *mt = json_object_get(r, "mlp_layer_types");
+    if (json_is_array(mt)) {
+        static const char *const MT[] = {"dense", "sparse", NULL};
+        cfg_layer_enum(mt, path, "mlp_layer_types", c->n_layer, MT, tmp);
+        int64_t nd = 0;
+        while (nd < c->n_layer && tmp[nd] == 0) nd++;
+        for (int64_t i = nd; i < c->n_layer; i++)
+            if (tmp[i] == 0) die("%s: mlp_layer_types[%" PRId64 "] is dense after a sparse layer", path, i);
+        if (json_object_get(r, "first_k_dense_replace") && nd != c->n_dense)
+            die("%s: mlp_layer_types has %" PRId64 " leading dense layers, first_k_dense_replace says %" PRId64, path,
+                nd, c->n_dense);
+        c->n_dense = nd;
+    }
+    if (c->n_dense > c->n_layer) die("%s: first_k_dense_replace exceeds num_hidden_layers", path);
+    /* IndexShare: indexer_types, else index_topk_freq / index_skip_topk_offset
+     * (transformers' defaults 1 / 2: every layer full) */
+    json_t *it = json_object_get(r, "indexer_types");
+    if (json_is_array(it)) {
+        static const char *const IT[] = {"shared", "full", NULL};
+        cfg_layer_enum(it, path, "indexer_types", c->n_layer, IT, c->own);
+    } else {
+        const int64_t freq = cfg_int(r, K("index_topk_freq"), 0, 1, 1, 1024);
+        const int64_t off = cfg_int(r, K("index_skip_topk_offset"), 0, 2, 0, 1024);
+        for (int64_t i = 0; i < c->n_layer; i++) c->own[i] = (i - off + 1 > 0 ? i - off + 1 : 0) % freq == 0;
+    }
+    /* the key is written only when some DSA layer shares (llama.cpp's
+     * files have every indexer full and no key) */
+    int seen_full = 0;
+    for (int64_t i = 0; i < c->n_layer; i++) {
+        if (c->kda[i]) continue;
+        if (!c->own[i]) {
+            if (!seen_full) die("%s: DSA layer %" PRId64 " shares the indexer of no full DSA layer before it", path, i);
+            c->types_known = 1;
+        } else seen_full = 1;
+    }
+    free(tmp);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -515,10 +710,11 @@ static const char *CLASS_NAME[C_N] = {"attention projections", "shared expert", 
 
 typedef struct {
     char name[64];
-    uint32_t nd;
-    uint64_t ne[3];
+    uint32_t nd;        /* as written: glm5-next's conv1d weights 4 ({kernel, 1, channels, 1}) */
+    uint64_t ne[4];
     uint32_t type;
     int src;            /* S_* */
+    int negexp;         /* glm5-next's ssm_a: -exp(A_log) of the checkpoint's A_log */
     char hf[96];        /* S_PLAIN, S_TID2EID, S_KVB: the checkpoint's name */
     ds4_layout_tensor lt;   /* the layout's tensor (S_EXPERT: names each expert) */
     int layer, cls;
@@ -540,6 +736,12 @@ static void add(layout *L, const ds4_layout_tensor *lt, uint32_t type, int cls) 
     t->lt = *lt;
     t->nd = lt->nd;
     for (int d = 0; d < 3; d++) t->ne[d] = lt->ne[d];
+    t->ne[3] = 1;
+    const int id = lt->row->id;
+    /* llama.cpp's converter writes the KDA convolutions 4-D (HF [C, 1, K]
+     * reshaped to (1, C, 1, K)); the bytes are the same */
+    if (id == DS4_T_CONV_Q || id == DS4_T_CONV_K || id == DS4_T_CONV_V) t->nd = 4;
+    t->negexp = id == DS4_T_SSM_A;
     t->type = type;
     t->layer = lt->layer;
     t->cls = t->nd == 1 ? C_VEC : cls;
@@ -560,11 +762,13 @@ static const int CLS[] = {
     [DS4_ROLE_EXP_GU] = C_GU, [DS4_ROLE_EXP_DOWN] = C_DOWN,
 };
 
-/* glm-dsa's tensors: the layout's (gguf/layout.h) with each layer's kind
- * (dense FFN, own indexer), the output head unless tied; types as
- * build_layout's, and for f32 / q8_0 those of ds4-synth --arch glm-dsa and
- * tests/glm_gguf.py --type: every matrix F32, or Q8_0 where a row is whole
- * blocks of 32 (else F32); 1-D tensors F32. */
+/* glm-dsa's and glm5-next's tensors: the layout's (gguf/layout.h) with
+ * each layer's kind (dense FFN, own indexer; glm5-next: KDA or DSA), the
+ * output head unless tied; types as build_layout's, and for f32 / q8_0
+ * those of ds4-synth --arch glm-dsa and tests/glm_gguf.py --type: every
+ * matrix F32, or Q8_0 where a row is whole blocks of 32 (else F32); 1-D
+ * tensors F32, and so the tensors the loader takes as F32 only
+ * (glm5-next's convolutions and k-pool position biases). */
 static void build_layout_glm(const hcfg *c, int recipe, int q4_last, layout *L) {
     /* the role recipes (f32 and q8_0 decide by shape below) */
     static const char *RNAME[] = {[R_F16] = "f16", [R_Q2] = "q2", [R_Q4] = "q4", [R_Q2Q4] = "q2",
@@ -574,16 +778,17 @@ static void build_layout_glm(const hcfg *c, int recipe, int q4_last, layout *L) 
         .n_embd = c->n_embd, .n_vocab = c->n_vocab, .n_head = c->n_head, .q_lora = c->q_lora,
         .kv_lora = c->kv_lora, .n_rot = c->n_rot, .kmla = c->nope + c->n_rot, .vmla = c->vmla,
         .n_ff_dense = c->n_ff_dense, .n_expert = c->n_expert, .n_ff = c->n_ff, .n_shared = c->n_shared,
-        .n_used = c->n_used, .idx_heads = c->idx_heads, .idx_dim = c->idx_dim,
+        .n_used = c->n_used, .idx_heads = c->idx_heads, .idx_dim = c->idx_dim, .n_hc = c->n_hc,
+        .kda_dim = c->kda_dim, .conv = c->conv, .kpool = c->kpool,
     };
-    const ds4_layout_arch *a = &ds4_layout_glm_dsa;
+    const ds4_layout_arch *a = c->glm == G_NEXT ? &ds4_layout_glm5_next : &ds4_layout_glm_dsa;
     ds4_layout_tensor sec[DS4_LAYOUT_MAX_ROWS];
     for (int64_t il = -1; il <= c->n_layer; il++) {
         int n;
         if (il < 0) n = ds4_layout_section(a, DS4_SEC_HEAD, &hp, -1, NULL, 0, sec);
         else if (il == c->n_layer) n = ds4_layout_section(a, DS4_SEC_TAIL, &hp, -1, NULL, 0, sec);
         else {
-            ds4_layer_kind kind = {0, c->own[il], 0, il < c->n_dense, 0, 0};
+            ds4_layer_kind kind = {0, c->own[il], 0, il < c->n_dense, c->kda ? c->kda[il] : 0, 0};
             n = ds4_layout_section(a, DS4_SEC_LAYER, &hp, (int)il, &kind, 0, sec);
         }
         for (int i = 0; i < n; i++) {
@@ -591,7 +796,7 @@ static void build_layout_glm(const hcfg *c, int recipe, int q4_last, layout *L) 
             const int role = lt->row->role;
             if (lt->row->id == DS4_T_OUTPUT && c->tied) continue;
             uint32_t type;
-            if (recipe == R_F32 || lt->nd < 2) type = GGML_F32;
+            if (recipe == R_F32 || lt->nd < 2 || role == DS4_ROLE_VEC) type = GGML_F32;
             else if (recipe == R_Q8) type = lt->ne[0] % 32 == 0 ? GGML_Q8_0 : GGML_F32;
             else {
                 const int last = recipe == R_Q2Q4 && lt->layer >= c->n_layer - q4_last;
@@ -651,16 +856,31 @@ static void shape_str(const st_tensor *t, char *b, size_t n) {
     if (o < n) snprintf(b + o, n - o, "]");
 }
 
-/* Resolves HF tensor `name` as a rows x cols matrix (1-D: rows = 1),
- * with its scale sibling if its dtype needs one.  Every mismatch dies
- * naming the tensor, its shard, and what config.json implies. */
+/* HF tensor `name`; GLM 5.3 Flash's text tower is under
+ * "model.language_model." in the release, under "model." in a text-only
+ * export (Glm5NextForCausalLM): either is taken. */
+static const st_tensor *find_hf(const char *name) {
+    const st_tensor *w = st_find(g_ck, name);
+    static const char LM[] = "model.language_model.";
+    if (!w && !strncmp(name, LM, sizeof LM - 1)) {
+        char alt[256];
+        snprintf(alt, sizeof alt, "model.%s", name + sizeof LM - 1);
+        w = st_find(g_ck, alt);
+    }
+    return w;
+}
+
+/* Resolves HF tensor `name` as a rows x cols matrix (1-D: rows = 1; 3-D,
+ * glm5-next's conv1d weights: [rows, 1, cols]), with its scale sibling if
+ * its dtype needs one.  Every mismatch dies naming the tensor, its shard,
+ * and what config.json implies. */
 static source resolve(const char *name, const char *gguf_name, uint64_t rows, uint64_t cols, int nd,
                       int allow_fp4) {
     source s;
     memset(&s, 0, sizeof s);
     s.rows = rows;
     s.cols = cols;
-    s.w = st_find(g_ck, name);
+    s.w = find_hf(name);
     if (!s.w) die("checkpoint: tensor \"%s\" (for %s) is in no shard", name, gguf_name);
     const st_tensor *w = s.w;
     const char *shard = st_shard_path(g_ck, w->shard);
@@ -671,10 +891,10 @@ static source resolve(const char *name, const char *gguf_name, uint64_t rows, ui
         const char *dot = strrchr(name, '.');
         size_t stem = dot && !strcmp(dot, ".weight") ? (size_t)(dot - name) : strlen(name);
         snprintf(sname, sizeof sname, "%.*s.scale", (int)stem, name);
-        s.scale = st_find(g_ck, sname);
+        s.scale = find_hf(sname);
         if (!s.scale) {
             snprintf(sname, sizeof sname, "%.*s.weight_scale_inv", (int)stem, name);
-            s.scale = st_find(g_ck, sname);
+            s.scale = find_hf(sname);
         }
         if (!s.scale)
             die("%s: tensor \"%s\" has dtype %s but no \"%.*s.scale\" (or .weight_scale_inv) sibling",
@@ -715,10 +935,14 @@ static source resolve(const char *name, const char *gguf_name, uint64_t rows, ui
             st_dtype_name(w->dtype));
     s.fmt = F_PLAIN;
     int ok = nd == 1 ? (w->n_dims == 1 && (uint64_t)w->shape[0] == cols)
+           : nd >= 3 ? (w->n_dims == 3 && (uint64_t)w->shape[0] == rows && w->shape[1] == 1 &&
+                        (uint64_t)w->shape[2] == cols)
                      : (w->n_dims == 2 && (uint64_t)w->shape[0] == rows && (uint64_t)w->shape[1] == cols);
     if (!ok) {
         if (nd == 1) die("%s: tensor \"%s\" has shape %s, but config.json implies [%" PRIu64 "] (%s)",
                          shard, name, got, cols, gguf_name);
+        if (nd >= 3) die("%s: tensor \"%s\" has shape %s, but config.json implies [%" PRIu64 ", 1, %" PRIu64 "] (%s)",
+                         shard, name, got, rows, cols, gguf_name);
         die("%s: tensor \"%s\" has shape %s, but config.json implies [%" PRIu64 ", %" PRIu64 "] (%s)",
             shard, name, got, rows, cols, gguf_name);
     }
@@ -806,6 +1030,7 @@ typedef struct {
     const float *imat;     /* quantizer weights or NULL */
     const float *statw;    /* --stats: weights of the weighted error, or NULL */
     int native_mx;         /* MXFP4 from FP4 without requantizing */
+    int negexp;            /* store -exp(x) (glm5-next's ssm_a from A_log) */
     /* S_KVB: the whole kv_b_proj decoded ([H*(nope+v)][kv_lora]) and the
      * cut: the K part (rows h*kv_lora + l of nope values, transposed) or
      * the V part (rows h*v + j of kv_lora values) */
@@ -857,6 +1082,9 @@ static void *convert_rows(void *arg) {
         }
         if (w->kvb) kvb_row(w, w->r0 + i, x);
         else read_row(&w->src, w->r0 + i, x);
+        /* in double, rounded once: as tests/glm_hf.py derives its file */
+        if (w->negexp)
+            for (uint64_t c = 0; c < C; c++) x[c] = (float)-exp((double)x[c]);
         for (uint64_t c = 0; c < C; c++)
             if (!isfinite(x[c])) {
                 snprintf(res->errbuf, sizeof res->errbuf, "row %" PRIu64 " column %" PRIu64
@@ -1026,6 +1254,79 @@ static void write_meta_glm(gguf_writer *w, const hcfg *c, const vocab *V, const 
     write_tokenizer(w, V, "glm4");
 }
 
+/* glm5-next's metadata: the keys and order of tests/glm_gguf.py (llama.cpp's
+ * Glm5NextModel converter's keys, read by model.c): head_count_kv per layer
+ * (0 marks KDA), rope.dimension_count 0, the indexer's LayerNorm epsilon
+ * (1e-6, fixed in the model), the per-layer SwiGLU clamps from
+ * swiglu_limit; attention.indexer.types only when a DSA layer shares its
+ * selection; no nextn_predict_layers (the NextN block is not converted). */
+static void write_meta_g5n(gguf_writer *w, const hcfg *c, const vocab *V, const char *recipe, const char *dir) {
+    char buf[512];
+    const size_t L = (size_t)c->n_layer;
+    gguf_w_str(w, "general.architecture", "glm5-next", 9);
+    gguf_w_u32(w, "general.alignment", ALIGNMENT);
+    snprintf(buf, sizeof buf, "GLM5-Next %s (ds4-quantize)", recipe);
+    gguf_w_str(w, "general.name", buf, strlen(buf));
+    const char *base = strrchr(dir, '/') && strrchr(dir, '/')[1] ? strrchr(dir, '/') + 1 : dir;
+    snprintf(buf, sizeof buf, "converted by ds4-quantize --recipe %s from %s", recipe, base);
+    gguf_w_str(w, "general.description", buf, strlen(buf));
+    uint32_t *hkv = malloc(L * sizeof *hkv);
+    float *cl = malloc(L * sizeof *cl);
+    uint8_t *own = malloc(L);
+    if (!hkv || !cl || !own) die("out of memory");
+    for (size_t i = 0; i < L; i++) {
+        hkv[i] = c->kda[i] ? 0 : 1;   /* absorbed MLA is MQA over the cached row */
+        cl[i] = (float)c->clamp;
+        own[i] = (uint8_t)(c->own[i] != 0);
+    }
+#define U(k, v) gguf_w_u32(w, "glm5-next." k, (uint32_t)(v))
+#define FL(k, v) gguf_w_f32(w, "glm5-next." k, (float)(v))
+    U("context_length", c->ctx);
+    U("embedding_length", c->n_embd);
+    U("block_count", c->n_layer);
+    U("feed_forward_length", c->n_ff_dense);
+    U("attention.head_count", c->n_head);
+    gguf_w_arr(w, "glm5-next.attention.head_count_kv", GGUF_U32, hkv, (uint64_t)L);
+    U("rope.dimension_count", 0);
+    FL("attention.layer_norm_rms_epsilon", c->rms_eps);
+    FL("attention.layer_norm_epsilon", 1e-6);
+    U("vocab_size", c->n_vocab);
+    U("attention.q_lora_rank", c->q_lora);
+    U("attention.kv_lora_rank", c->kv_lora);
+    U("attention.key_length", c->kv_lora);
+    U("attention.value_length", c->kv_lora);
+    U("attention.key_length_mla", c->nope);
+    U("attention.value_length_mla", c->vmla);
+    U("kda.head_dim", c->kda_dim);
+    FL("kda.gate_lower_bound", c->kda_lb);
+    U("ssm.conv_kernel", c->conv);
+    U("attention.indexer.head_count", c->idx_heads);
+    U("attention.indexer.key_length", c->idx_dim);
+    U("attention.indexer.top_k", c->idx_topk);
+    U("attention.indexer.kpool", c->kpool);
+    U("hyper_connection.count", c->n_hc);
+    U("hyper_connection.sinkhorn_iterations", c->hc_iters);
+    FL("hyper_connection.epsilon", c->hc_eps);
+    U("expert_count", c->n_expert);
+    U("expert_used_count", c->n_used);
+    U("expert_shared_count", c->n_shared);
+    U("expert_feed_forward_length", c->n_ff);
+    FL("expert_weights_scale", c->expert_scale);
+    gguf_w_bool(w, "glm5-next.expert_weights_norm", c->expert_norm);
+    U("expert_gating_func", 2);   /* sigmoid */
+    U("leading_dense_block_count", c->n_dense);
+#undef U
+#undef FL
+    gguf_w_arr(w, "glm5-next.swiglu_clamp_exp", GGUF_F32, cl, (uint64_t)L);
+    gguf_w_arr(w, "glm5-next.swiglu_clamp_shexp", GGUF_F32, cl, (uint64_t)L);
+    if (c->types_known) gguf_w_arr(w, "glm5-next.attention.indexer.types", GGUF_BOOL, own, (uint64_t)L);
+    free(hkv);
+    free(cl);
+    free(own);
+    gguf_w_str(w, "general.quantization_source", "ds4-quantize", 12);
+    write_tokenizer(w, V, "glm4");
+}
+
 static void write_meta(gguf_writer *w, const hcfg *c, const vocab *V, const char *recipe, const char *dir,
                        const char *imatrix_path, const ds4_imatrix *im) {
     char buf[512];
@@ -1172,7 +1473,7 @@ static void open_inputs(qrun *q) {
     char *err = NULL;
     read_config(q->dir, &q->c);
     if (!q->c.glm && (q->recipe == R_F32 || q->recipe == R_Q8))
-        usage_error("--recipe %s is for GLM checkpoints (glm-dsa); DeepSeek V4's recipes are f16, q2, q4, "
+        usage_error("--recipe %s is for GLM checkpoints (glm-dsa, glm5-next); DeepSeek V4's recipes are f16, q2, q4, "
                     "q2-q4 and mxfp4", q->recipe_s);
     if (q->c.glm && (q->imatrix_path || q->statw_path))
         usage_error("--imatrix / --stats-weights: ds4 --imatrix-out collects DeepSeek V4's experts only, "
@@ -1205,13 +1506,17 @@ static void open_inputs(qrun *q) {
 
 }
 
+/* Rows of a plain tensor: 3-D and 4-D ones (the conv1d weights) are
+ * ne[1] x ne[2] rows of ne[0]. */
+static uint64_t plain_rows(const qtensor *t) { return t->nd >= 3 ? t->ne[1] * t->ne[2] : t->ne[1]; }
+
 /* Check every source before writing anything (and count the bytes the
  * progress line measures against). */
 static void check_sources(qrun *q) {
     for (size_t i = 0; i < q->L.n; i++) {
         const qtensor *t = &q->L.t[i];
         if (t->src == S_PLAIN) {
-            source s = resolve(t->hf, t->name, t->ne[1], t->ne[0], (int)t->nd, 0);
+            source s = resolve(t->hf, t->name, plain_rows(t), t->ne[0], (int)t->nd, 0);
             q->in_bytes += s.w->nbytes + (s.scale ? s.scale->nbytes : 0);
         } else if (t->src == S_KVB) {
             source s = resolve(t->hf, t->name, (uint64_t)(q->c.n_head * (q->c.nope + q->c.vmla)),
@@ -1247,7 +1552,8 @@ static void open_output(qrun *q) {
     char *err = NULL;
     g_w = gguf_writer_open(q->out, &err);
     if (!g_w) die("%s", err ? err : "cannot open the output");
-    if (q->c.glm) write_meta_glm(g_w, &q->c, &q->V, q->recipe_s, q->dir);
+    if (q->c.glm == G_NEXT) write_meta_g5n(g_w, &q->c, &q->V, q->recipe_s, q->dir);
+    else if (q->c.glm) write_meta_glm(g_w, &q->c, &q->V, q->recipe_s, q->dir);
     else write_meta(g_w, &q->c, &q->V, q->recipe_s, q->dir, q->imatrix_path, q->im);
     for (size_t i = 0; i < q->L.n; i++) {
         gguf_w_tensor(g_w, q->L.t[i].name, q->L.t[i].nd, q->L.t[i].ne, q->L.t[i].type);
@@ -1288,7 +1594,7 @@ static void write_tensor(qrun *q, size_t ti) {
         return;
     }
     const uint64_t n_mat = t->src == S_EXPERT ? t->ne[2] : 1, C = t->ne[0];
-    const uint64_t rows = t->src == S_KVB ? t->ne[1] * t->ne[2] : t->ne[1];
+    const uint64_t rows = t->src == S_KVB ? t->ne[1] * t->ne[2] : t->src == S_PLAIN ? plain_rows(t) : t->ne[1];
     float *kvb = NULL;
     const uint64_t rb = ggml_row_size(t->type, C);
     for (uint64_t e = 0; e < n_mat && !g_stop; e++) {
@@ -1315,6 +1621,7 @@ static void write_tensor(qrun *q, size_t ti) {
         } else {
             W->src = resolve(t->hf, t->name, rows, C, (int)t->nd, 0);
         }
+        W->negexp = t->negexp;
         W->native_mx = t->type == GGML_MXFP4 && W->src.fmt == F_FP4 && W->src.scale->dtype == ST_F8_E8M0;
         /* Expert matrices are converted whole (their importance is per
          * expert); other tensors in chunks of CHUNK_FLOATS. */
@@ -1427,6 +1734,7 @@ static void finish(qrun *q) {
     free(q->L.t);
     free(q->c.ratios);
     free(q->c.own);
+    free(q->c.kda);
     free(q->V.chat_template);
     ds4_imatrix_free(q->im);
     st_close(q->ck);

@@ -208,68 +208,102 @@ const ds4_layout_arch ds4_layout_glm_dsa = {
 /* writes them (llama.cpp's glm5next loader).  The NextN (MTP) block:      */
 /* glm-dsa's GLM_NEXTN under blk.<n_layer>. and a DSA layer with its own    */
 /* indexer and a MoE FFN there, without the HC rows (kind .nextn).          */
+/* Checkpoint names: Z.ai's                                                 */
+/* GLM-5.3-Flash release (Glm5NextForConditionalGeneration: the text tower  */
+/* under "model.language_model.", lm_head at the top; docs/CHECKPOINT.md),  */
+/* as llama.cpp's Glm5NextModel converter and transformers' glm5_next read  */
+/* them: the KDA attention is Kimi-Linear's (q/k/v_conv1d [C, 1, kernel],   */
+/* A_log -> ssm_a = -exp(A_log), dt_bias), the HC parameters and the k-pool */
+/* compressor carry no ".weight".  The NextN layer is not converted.        */
 /* ------------------------------------------------------------------------ */
 
+static const ds4_layout_row G5N_HEAD[] = {
+    ROW(TOKEN_EMBD, "token_embd.weight", D2(EMBD, VOCAB), EMBD, ALWAYS, 0, "model.language_model.embed_tokens.weight",
+        NULL, BF16),
+};
+
+static const ds4_layout_row G5N_TAIL[] = {
+    ROW(OUTPUT_NORM, "output_norm.weight", D1(EMBD), VEC, ALWAYS, 0, "model.language_model.norm.weight", NULL, BF16),
+    ROW(OUTPUT, "output.weight", D2(EMBD, VOCAB), OUT, ALWAYS, 1, "lm_head.weight", NULL, BF16),
+};
+
+#define KVB "self_attn.kv_b_proj.weight"
 static const ds4_layout_row G5N_LAYER[] = {
-    ROW(HC_ATTN_FN, "hc_attn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, TRUNK, 0, NULL, NULL, F32),
-    ROW(HC_ATTN_BASE, "hc_attn_base.weight", D1(HC_MIX), VEC, TRUNK, 0, NULL, NULL, F32),
-    ROW(HC_ATTN_SCALE, "hc_attn_scale.weight", D1(THREE), VEC, TRUNK, 0, NULL, NULL, F32),
-    ROW(HC_FFN_FN, "hc_ffn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, TRUNK, 0, NULL, NULL, F32),
-    ROW(HC_FFN_BASE, "hc_ffn_base.weight", D1(HC_MIX), VEC, TRUNK, 0, NULL, NULL, F32),
-    ROW(HC_FFN_SCALE, "hc_ffn_scale.weight", D1(THREE), VEC, TRUNK, 0, NULL, NULL, F32),
-    ROW(ATTN_NORM, "attn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
+    ROW(HC_ATTN_FN, "hc_attn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, TRUNK, 0, "hc_attn_fn", NULL, F32),
+    ROW(HC_ATTN_BASE, "hc_attn_base.weight", D1(HC_MIX), VEC, TRUNK, 0, "hc_attn_base", NULL, F32),
+    ROW(HC_ATTN_SCALE, "hc_attn_scale.weight", D1(THREE), VEC, TRUNK, 0, "hc_attn_scale", NULL, F32),
+    ROW(HC_FFN_FN, "hc_ffn_fn.weight", D2(HC_DIM, HC_MIX), SMALL, TRUNK, 0, "hc_ffn_fn", NULL, F32),
+    ROW(HC_FFN_BASE, "hc_ffn_base.weight", D1(HC_MIX), VEC, TRUNK, 0, "hc_ffn_base", NULL, F32),
+    ROW(HC_FFN_SCALE, "hc_ffn_scale.weight", D1(THREE), VEC, TRUNK, 0, "hc_ffn_scale", NULL, F32),
+    ROW(ATTN_NORM, "attn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, "input_layernorm.weight", NULL, BF16),
     /* KDA: q/k/v projections, their causal depthwise convolutions
      * (ggml {kernel, 1, channels}), the gate's and beta's projections */
-    ROW(KDA_Q, "attn_q.weight", D2(EMBD, KDA_DI), PROJ, KDA, 0, NULL, NULL, BF16),
-    ROW(KDA_K, "attn_k.weight", D2(EMBD, KDA_DI), PROJ, KDA, 0, NULL, NULL, BF16),
-    ROW(KDA_V, "attn_v.weight", D2(EMBD, KDA_DI), PROJ, KDA, 0, NULL, NULL, BF16),
-    ROW(CONV_Q, "ssm_conv1d_q.weight", D3(CONV, ONE, KDA_DI), VEC, KDA, 0, NULL, NULL, F32),
-    ROW(CONV_K, "ssm_conv1d_k.weight", D3(CONV, ONE, KDA_DI), VEC, KDA, 0, NULL, NULL, F32),
-    ROW(CONV_V, "ssm_conv1d_v.weight", D3(CONV, ONE, KDA_DI), VEC, KDA, 0, NULL, NULL, F32),
-    ROW(SSM_F_A, "ssm_f_a.weight", D2(EMBD, KDA_K), SMALL, KDA, 0, NULL, NULL, BF16),
-    ROW(SSM_F_B, "ssm_f_b.weight", D2(KDA_K, KDA_DI), SMALL, KDA, 0, NULL, NULL, BF16),
-    ROW(SSM_BETA, "ssm_beta.weight", D2(EMBD, HEADS), SMALL, KDA, 0, NULL, NULL, BF16),
-    ROW(SSM_A, "ssm_a", D1(HEADS), VEC, KDA, 0, NULL, NULL, F32),
-    ROW(SSM_DT_B, "ssm_dt.bias", D1(KDA_DI), VEC, KDA, 0, NULL, NULL, F32),
-    ROW(SSM_G_A, "ssm_g_a.weight", D2(EMBD, KDA_K), SMALL, KDA, 0, NULL, NULL, BF16),
-    ROW(SSM_G_B, "ssm_g_b.weight", D2(KDA_K, KDA_DI), SMALL, KDA, 0, NULL, NULL, BF16),
-    ROW(SSM_NORM, "ssm_norm.weight", D1(KDA_K), VEC, KDA, 0, NULL, NULL, BF16),
-    ROW(ATTN_OUTPUT, "attn_output.weight", D2(KDA_DI, EMBD), PROJ, KDA, 0, NULL, NULL, BF16),
+    ROW(KDA_Q, "attn_q.weight", D2(EMBD, KDA_DI), PROJ, KDA, 0, "self_attn.q_proj.weight", NULL, BF16),
+    ROW(KDA_K, "attn_k.weight", D2(EMBD, KDA_DI), PROJ, KDA, 0, "self_attn.k_proj.weight", NULL, BF16),
+    ROW(KDA_V, "attn_v.weight", D2(EMBD, KDA_DI), PROJ, KDA, 0, "self_attn.v_proj.weight", NULL, BF16),
+    ROW(CONV_Q, "ssm_conv1d_q.weight", D3(CONV, ONE, KDA_DI), VEC, KDA, 0, "self_attn.q_conv1d.weight", NULL, BF16),
+    ROW(CONV_K, "ssm_conv1d_k.weight", D3(CONV, ONE, KDA_DI), VEC, KDA, 0, "self_attn.k_conv1d.weight", NULL, BF16),
+    ROW(CONV_V, "ssm_conv1d_v.weight", D3(CONV, ONE, KDA_DI), VEC, KDA, 0, "self_attn.v_conv1d.weight", NULL, BF16),
+    ROW(SSM_F_A, "ssm_f_a.weight", D2(EMBD, KDA_K), SMALL, KDA, 0, "self_attn.f_a_proj.weight", NULL, BF16),
+    ROW(SSM_F_B, "ssm_f_b.weight", D2(KDA_K, KDA_DI), SMALL, KDA, 0, "self_attn.f_b_proj.weight", NULL, BF16),
+    ROW(SSM_BETA, "ssm_beta.weight", D2(EMBD, HEADS), SMALL, KDA, 0, "self_attn.b_proj.weight", NULL, BF16),
+    ROW(SSM_A, "ssm_a", D1(HEADS), VEC, KDA, 0, "self_attn.A_log", NULL, F32),
+    ROW(SSM_DT_B, "ssm_dt.bias", D1(KDA_DI), VEC, KDA, 0, "self_attn.dt_bias", NULL, F32),
+    ROW(SSM_G_A, "ssm_g_a.weight", D2(EMBD, KDA_K), SMALL, KDA, 0, "self_attn.g_a_proj.weight", NULL, BF16),
+    ROW(SSM_G_B, "ssm_g_b.weight", D2(KDA_K, KDA_DI), SMALL, KDA, 0, "self_attn.g_b_proj.weight", NULL, BF16),
+    ROW(SSM_NORM, "ssm_norm.weight", D1(KDA_K), VEC, KDA, 0, "self_attn.o_norm.weight", NULL, BF16),
+    ROW(ATTN_OUTPUT, "attn_output.weight", D2(KDA_DI, EMBD), PROJ, KDA, 0, "self_attn.o_proj.weight", NULL, BF16),
     /* DSA: glm-dsa's MLA without RoPE (n_rot 0) */
-    ROW(ATTN_Q_A, "attn_q_a.weight", D2(EMBD, QLORA), PROJ, DSA, 0, NULL, NULL, BF16),
-    ROW(ATTN_Q_A_NORM, "attn_q_a_norm.weight", D1(QLORA), VEC, DSA, 0, NULL, NULL, BF16),
-    ROW(ATTN_Q_B, "attn_q_b.weight", D2(QLORA, Q_MLA), PROJ, DSA, 0, NULL, NULL, BF16),
-    ROW(ATTN_KV, "attn_kv_a_mqa.weight", D2(EMBD, KV_LORA), PROJ, DSA, 0, NULL, NULL, BF16),
-    ROW(ATTN_KV_A_NORM, "attn_kv_a_norm.weight", D1(KV_LORA), VEC, DSA, 0, NULL, NULL, BF16),
-    ROW(ATTN_K_B, "attn_k_b.weight", D3(NOPE, KV_LORA, HEADS), PROJ, DSA, 0, NULL, NULL, BF16),
-    ROW(ATTN_V_B, "attn_v_b.weight", D3(KV_LORA, VMLA, HEADS), PROJ, DSA, 0, NULL, NULL, BF16),
-    ROW(ATTN_OUTPUT, "attn_output.weight", D2(ATT_OUT, EMBD), PROJ, DSA, 0, NULL, NULL, BF16),
-    ROW(IDX_Q_B, "indexer.attn_q_b.weight", D2(QLORA, IDX_Q_DIM), SMALL, DSA_OWN, 0, NULL, NULL, BF16),
-    ROW(IDX_K, "indexer.attn_k.weight", D2(EMBD, IDX_DIM), SMALL, DSA_OWN, 0, NULL, NULL, BF16),
-    ROW(IDX_K_NORM, "indexer.k_norm.weight", D1(IDX_DIM), VEC, DSA_OWN, 0, NULL, NULL, BF16),
-    ROW(IDX_K_NORM_B, "indexer.k_norm.bias", D1(IDX_DIM), VEC, DSA_OWN, 0, NULL, NULL, BF16),
-    ROW(IDX_PROJ, "indexer.proj.weight", D2(EMBD, IDX_HEADS), SMALL, DSA_OWN, 0, NULL, NULL, BF16),
+    ROW(ATTN_Q_A, "attn_q_a.weight", D2(EMBD, QLORA), PROJ, DSA, 0, "self_attn.q_a_proj.weight", NULL, BF16),
+    ROW(ATTN_Q_A_NORM, "attn_q_a_norm.weight", D1(QLORA), VEC, DSA, 0, "self_attn.q_a_layernorm.weight", NULL, BF16),
+    ROW(ATTN_Q_B, "attn_q_b.weight", D2(QLORA, Q_MLA), PROJ, DSA, 0, "self_attn.q_b_proj.weight", NULL, BF16),
+    ROW(ATTN_KV, "attn_kv_a_mqa.weight", D2(EMBD, KV_LORA), PROJ, DSA, 0,
+        "self_attn.kv_a_proj_with_mqa.weight", NULL, BF16),
+    ROW(ATTN_KV_A_NORM, "attn_kv_a_norm.weight", D1(KV_LORA), VEC, DSA, 0,
+        "self_attn.kv_a_layernorm.weight", NULL, BF16),
+    ROW(ATTN_K_B, "attn_k_b.weight", D3(NOPE, KV_LORA, HEADS), PROJ, DSA, 0, KVB, NULL, BF16),
+    ROW(ATTN_V_B, "attn_v_b.weight", D3(KV_LORA, VMLA, HEADS), PROJ, DSA, 0, KVB, NULL, BF16),
+    ROW(ATTN_OUTPUT, "attn_output.weight", D2(ATT_OUT, EMBD), PROJ, DSA, 0, "self_attn.o_proj.weight", NULL, BF16),
+    ROW(IDX_Q_B, "indexer.attn_q_b.weight", D2(QLORA, IDX_Q_DIM), SMALL, DSA_OWN, 0,
+        "self_attn.indexer.wq_b.weight", NULL, BF16),
+    ROW(IDX_K, "indexer.attn_k.weight", D2(EMBD, IDX_DIM), SMALL, DSA_OWN, 0,
+        "self_attn.indexer.wk.weight", NULL, BF16),
+    ROW(IDX_K_NORM, "indexer.k_norm.weight", D1(IDX_DIM), VEC, DSA_OWN, 0,
+        "self_attn.indexer.k_norm.weight", NULL, BF16),
+    ROW(IDX_K_NORM_B, "indexer.k_norm.bias", D1(IDX_DIM), VEC, DSA_OWN, 0,
+        "self_attn.indexer.k_norm.bias", NULL, BF16),
+    ROW(IDX_PROJ, "indexer.proj.weight", D2(EMBD, IDX_HEADS), SMALL, DSA_OWN, 0,
+        "self_attn.indexer.weights_proj.weight", NULL, BF16),
     /* the k-pool compressor: softmax gate over each pool's kpool keys */
-    ROW(IDX_COMP_GATE, "indexer_compressor_gate.weight", D2(EMBD, IDX_DIM), SMALL, DSA_OWN, 0, NULL, NULL, BF16),
-    ROW(IDX_COMP_APE, "indexer_compressor_ape.weight", D2(IDX_DIM, KPOOL), VEC, DSA_OWN, 0, NULL, NULL, F32),
-    ROW(FFN_NORM, "ffn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, NULL, NULL, BF16),
-    ROW(FFN_GATE, "ffn_gate.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, NULL, NULL, BF16),
-    ROW(FFN_UP, "ffn_up.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, NULL, NULL, BF16),
-    ROW(FFN_DOWN, "ffn_down.weight", D2(FF_DENSE, EMBD), PROJ, DENSE, 0, NULL, NULL, BF16),
-    ROW(FFN_GATE_INP, "ffn_gate_inp.weight", D2(EMBD, EXPERTS), SMALL, MOE, 0, NULL, NULL, BF16),
-    ROW(EXP_PROBS_B, "exp_probs_b.bias", D1(EXPERTS), VEC, MOE, 0, NULL, NULL, F32),
-    ROW(FFN_GATE_EXPS, "ffn_gate_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_UP_EXPS, "ffn_up_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_DOWN_EXPS, "ffn_down_exps.weight", D3(FF, EMBD, EXPERTS), EXP_DOWN, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_GATE_SHEXP, "ffn_gate_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_UP_SHEXP, "ffn_up_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0, NULL, NULL, BF16),
-    ROW(FFN_DOWN_SHEXP, "ffn_down_shexp.weight", D2(SHARED_FF, EMBD), SHEXP, MOE, 0, NULL, NULL, BF16),
+    ROW(IDX_COMP_GATE, "indexer_compressor_gate.weight", D2(EMBD, IDX_DIM), SMALL, DSA_OWN, 0,
+        "self_attn.indexer.index_kpool_compress_gate", NULL, BF16),
+    ROW(IDX_COMP_APE, "indexer_compressor_ape.weight", D2(IDX_DIM, KPOOL), VEC, DSA_OWN, 0,
+        "self_attn.indexer.index_kpool_compress_ape", NULL, F32),
+    ROW(FFN_NORM, "ffn_norm.weight", D1(EMBD), VEC, ALWAYS, 0, "post_attention_layernorm.weight", NULL, BF16),
+    ROW(FFN_GATE, "ffn_gate.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, "mlp.gate_proj.weight", NULL, BF16),
+    ROW(FFN_UP, "ffn_up.weight", D2(EMBD, FF_DENSE), PROJ, DENSE, 0, "mlp.up_proj.weight", NULL, BF16),
+    ROW(FFN_DOWN, "ffn_down.weight", D2(FF_DENSE, EMBD), PROJ, DENSE, 0, "mlp.down_proj.weight", NULL, BF16),
+    ROW(FFN_GATE_INP, "ffn_gate_inp.weight", D2(EMBD, EXPERTS), SMALL, MOE, 0, "mlp.gate.weight", NULL, BF16),
+    ROW(EXP_PROBS_B, "exp_probs_b.bias", D1(EXPERTS), VEC, MOE, 0, "mlp.gate.e_score_correction_bias", NULL, F32),
+    ROW(FFN_GATE_EXPS, "ffn_gate_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0,
+        "mlp.experts", "gate_proj", BF16),
+    ROW(FFN_UP_EXPS, "ffn_up_exps.weight", D3(EMBD, FF, EXPERTS), EXP_GU, MOE, 0, "mlp.experts", "up_proj", BF16),
+    ROW(FFN_DOWN_EXPS, "ffn_down_exps.weight", D3(FF, EMBD, EXPERTS), EXP_DOWN, MOE, 0,
+        "mlp.experts", "down_proj", BF16),
+    ROW(FFN_GATE_SHEXP, "ffn_gate_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0,
+        "mlp.shared_experts.gate_proj.weight", NULL, BF16),
+    ROW(FFN_UP_SHEXP, "ffn_up_shexp.weight", D2(EMBD, SHARED_FF), SHEXP, MOE, 0,
+        "mlp.shared_experts.up_proj.weight", NULL, BF16),
+    ROW(FFN_DOWN_SHEXP, "ffn_down_shexp.weight", D2(SHARED_FF, EMBD), SHEXP, MOE, 0,
+        "mlp.shared_experts.down_proj.weight", NULL, BF16),
 };
+#undef KVB
 
 const ds4_layout_arch ds4_layout_glm5_next = {
     .arch = "glm5-next",
-    .sec = {GLM_HEAD, G5N_LAYER, GLM_TAIL, GLM_NEXTN},
-    .n = {N_OF(GLM_HEAD), N_OF(G5N_LAYER), N_OF(GLM_TAIL), N_OF(GLM_NEXTN)},
+    .sec = {G5N_HEAD, G5N_LAYER, G5N_TAIL, GLM_NEXTN},
+    .n = {N_OF(G5N_HEAD), N_OF(G5N_LAYER), N_OF(G5N_TAIL), N_OF(GLM_NEXTN)},
+    .hf_layer = "model.language_model.layers.",
 };
 
 ds4_layer_kind ds4_layout_writer_kind(int64_t ratio, int64_t il, int64_t n_hash) {

@@ -174,7 +174,7 @@ extern const ds4_layout_arch ds4_layout_deepseek4;
  * it); the block's decoder layer is the layer section at il = n_layer. */
 extern const ds4_layout_arch ds4_layout_glm_dsa;
 /* GLM 5.3 Flash, glm5-next (llama.cpp's names as tests/glm_gguf.py writes
- * them; no checkpoint names, no MTP section). */
+ * them, the names of Z.ai's checkpoint; no MTP section). */
 extern const ds4_layout_arch ds4_layout_glm5_next;
 
 /* The shape values the dims are made of. */
