@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "base/afile.h"
 
 static const char SYSTEM_PROMPT[] =
     "You are ds4-agent, a coding agent running on the user's machine. You work in the "
@@ -425,43 +426,11 @@ static json_t *msg_json(const ag_msg *m) {
     return o;
 }
 
-/* Write `path` whole or not at all: a private temporary file beside it
- * (O_EXCL: never someone else's file, nor a link planted under that name),
- * synced, renamed over the old one, and the directory synced. */
+/* Write `path` whole or not at all (base/afile.h: a private temporary
+ * beside it, synced, renamed over the old one, the directory synced);
+ * 0600: a session record is the user's conversation. */
 static int write_file_atomic(const char *path, const char *data, size_t n) {
-    static unsigned seq;
-    char tmp[4300];
-    int fd = -1;
-    for (int tries = 0; fd < 0 && tries < 100; tries++) {
-        snprintf(tmp, sizeof tmp, "%s.tmp-%d-%u", path, (int)getpid(), seq++);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0 && errno != EEXIST) return -1;
-    }
-    if (fd < 0) return -1;
-    int e = 0;   /* the first error */
-    for (size_t off = 0; off < n && !e; ) {
-        ssize_t w = write(fd, data + off, n - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) e = w < 0 ? errno : EIO;
-        else off += (size_t)w;
-    }
-    if (!e && fsync(fd)) e = errno;
-    if (close(fd) && !e) e = errno;
-    if (!e && rename(tmp, path)) e = errno;
-    if (e) {
-        unlink(tmp);
-        errno = e;
-        return -1;
-    }
-    char dir[4300];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *sl = strrchr(dir, '/');
-    if (sl) {
-        *sl = 0;
-        int dfd = open(*dir ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) { fsync(dfd); close(dfd); }
-    }
-    return 0;
+    return ds4_write_file_atomic(path, data, n, 0600);
 }
 
 static void meta_path(agent *a, const char *id, char *out, size_t cap) {

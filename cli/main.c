@@ -20,6 +20,7 @@
 
 
 #include "ds4.h"
+#include "base/afile.h"
 #include "chat.h"
 #include "common/args.h"
 #include "common/signals.h"
@@ -191,13 +192,7 @@ static void parse_args(int argc, char **argv, opts *o) {
 /* --------------------------------------------------------------------- */
 
 static int write_file(const char *path, const void *data, size_t n) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return -1;
-    if (n && fwrite(data, 1, n, f) != n) { fclose(f); unlink(tmp); return -1; }
-    if (fclose(f) != 0) { unlink(tmp); return -1; }
-    return rename(tmp, path);
+    return ds4_write_file_atomic(path, data, n, 0644);
 }
 
 static int tokenize_main(const opts *o) {

@@ -30,6 +30,7 @@
 #include <curl/curl.h>
 
 #include "ds4.h"
+#include "base/afile.h"
 #include "common/args.h"
 #include "get_catalog.h"
 #include "get_fetch.h"
@@ -154,25 +155,13 @@ static void fsync_dir(const char *dir) {
     if (fd >= 0) { fsync(fd); close(fd); }
 }
 
-/* Writes `text` to path through path.tmp + fsync + rename. */
+/* Writes `text` to path whole or not at all (base/afile.h). */
 static int write_atomic(const char *path, const char *text) {
-    size_t n = strlen(path) + 5;
-    char *tmp = malloc(n);
-    if (!tmp) return -1;
-    snprintf(tmp, n, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int ok = fd >= 0;
-    size_t len = strlen(text);
-    if (ok) ok = write(fd, text, len) == (ssize_t)len;
-    if (ok) ok = fsync(fd) == 0;
-    if (fd >= 0 && close(fd) != 0) ok = 0;
-    if (ok) ok = rename(tmp, path) == 0;
-    if (!ok) {
+    if (ds4_write_file_atomic(path, text, strlen(text), 0644)) {
         fprintf(stderr, "%s: cannot write %s: %s\n", PROG, path, strerror(errno));
-        unlink(tmp);
+        return -1;
     }
-    free(tmp);
-    return ok ? 0 : -1;
+    return 0;
 }
 
 /* The SHA-256 of a NAME.sha256 record ("<64 hex>  NAME"), or 0. */

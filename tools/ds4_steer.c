@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "ds4.h"
+#include "base/afile.h"
 #include "common/args.h"
 #include "common/model_opts.h"
 #include "common/steer.h"
@@ -187,16 +188,12 @@ int main(int argc, char **argv) {
     for (int d = 0; d < D; d++) v[d] = (float)((mp_[d] - mn[d]) / norm);
 
     if (mkdir(out, 0777) != 0 && errno != EEXIST) die("cannot create %s: %s", out, strerror(errno));
-    char path[4096], tmp[4200], side[4096];
+    char path[4096], side[4096];
     snprintf(path, sizeof path, "%s/direction.f32", out);
     ds4_steer_sidecar_path(path, side, sizeof side);
-    /* both files via temporaries and rename: never a partial direction */
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(v, sizeof *v, (size_t)D, f) != (size_t)D || fclose(f) != 0) {
-        unlink(tmp);
-        die("cannot write %s: %s", path, strerror(errno));
-    }
+    /* both files whole or not at all (base/afile.h): the direction is
+     * committed only after its sidecar, so a direction never goes without one */
+    char *js = NULL;
     json_t *j = json_object();
     json_object_set_new(j, "format", json_string("ds4-steer-v1"));
     json_object_set_new(j, "model", json_string(c.mi.name));
@@ -213,11 +210,12 @@ int main(int argc, char **argv) {
     json_object_set_new(j, "n_negative", json_integer(nn));
     json_object_set_new(j, "difference_norm", json_real(norm));
     json_object_set_new(j, "ds4_version", json_string(ds4_version()));
-    char stmp[4200];
-    snprintf(stmp, sizeof stmp, "%s.tmp", side);
-    if (json_dump_file(j, stmp, JSON_INDENT(1)) != 0) { unlink(tmp); die("cannot write %s", side); }
+    js = json_dumps(j, JSON_INDENT(1));
     json_decref(j);
-    if (rename(tmp, path) != 0 || rename(stmp, side) != 0) die("cannot write %s: %s", path, strerror(errno));
+    if (!js || ds4_write_file_atomic(side, js, strlen(js), 0644) ||
+        ds4_write_file_atomic(path, v, sizeof *v * (size_t)D, 0644))
+        die("cannot write %s: %s", path, strerror(errno));
+    free(js);
     printf("%s: %d positive, %d negative prompts, layer %d, |difference| %.6g\n", path, np, nn, layer, norm);
     free(mp_);
     free(mn);

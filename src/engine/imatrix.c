@@ -12,6 +12,7 @@
  * prompt gives the same file.
  */
 #include "engine/imatrix.h"
+#include "base/afile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -74,10 +75,9 @@ static int w32(FILE *f, uint32_t v) { return fwrite(&v, 4, 1, f) == 1 ? 0 : -1; 
 static int w64(FILE *f, uint64_t v) { return fwrite(&v, 8, 1, f) == 1 ? 0 : -1; }
 
 int ds4_imatrix_save(const ds4_imatrix *im, const char *path, char **err) {
-    char *tmp = fmt("%s.tmp", path);
-    if (!tmp) { *err = fmt("out of memory"); return -1; }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) { *err = fmt("%s: %s", tmp, strerror(errno)); free(tmp); return -1; }
+    ds4_afile af;
+    if (ds4_afile_open(&af, path, 0644)) { *err = fmt("%s: %s", path, strerror(errno)); return -1; }
+    FILE *f = af.f;
     int bad = fwrite(DS4_IMATRIX_MAGIC, 8, 1, f) != 1;
     bad |= w32(f, 1) | w32(f, im->n_layer) | w32(f, im->n_expert) | w32(f, im->n_embd) |
            w32(f, im->n_ff) | w32(f, 0) | w64(f, im->n_tokens);
@@ -93,15 +93,12 @@ int ds4_imatrix_save(const ds4_imatrix *im, const char *path, char **err) {
         bad |= fwrite(row, 4, im->n_ff, f) != im->n_ff;
     }
     free(row);
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path)) {
+    if (bad) {
         *err = fmt("%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
+        ds4_afile_abort(&af);
         return -1;
     }
-    free(tmp);
+    if (ds4_afile_commit(&af)) { *err = fmt("%s: write failed: %s", path, strerror(errno)); return -1; }
     return 0;
 }
 

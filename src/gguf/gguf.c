@@ -24,6 +24,7 @@
 
 #include "ds4.h"
 #include "gguf/gguf.h"
+#include "base/afile.h"
 #include "base/hash.h"
 #include "gguf/mapguard.h"
 
@@ -830,8 +831,9 @@ typedef struct {
 typedef struct { uint8_t *p; size_t n, cap; } bytes;
 
 struct gguf_writer {
-    char *path, *tmp;
-    FILE *fp;
+    char *path;
+    ds4_afile af;              /* the file, whole or not at all (base/afile.h) */
+    FILE *fp;                  /* af.f */
     char *err;                 /* first error; reported by close */
     bytes kv;                  /* serialized metadata entries */
     uint64_t n_kv;
@@ -883,23 +885,17 @@ static int b_str(gguf_writer *w, bytes *b, const char *s, uint64_t len) {
 
 gguf_writer *gguf_writer_open(const char *path, char **err) {
     gguf_writer *w = calloc(1, sizeof *w);
-    if (!w) { ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", path); return NULL; }
-    size_t n = strlen(path);
-    w->path = strdup(path);
-    w->tmp = malloc(n + 5);
-    if (!w->path || !w->tmp) {
+    if (!w || !(w->path = strdup(path))) {
         ds4_set_err(err, DS4_EFORMAT, "%s: out of memory", path);
-        free(w->path); free(w->tmp); free(w);
+        free(w);
         return NULL;
     }
-    memcpy(w->tmp, path, n);
-    memcpy(w->tmp + n, ".tmp", 5);
-    w->fp = fopen(w->tmp, "wb");
-    if (!w->fp) {
-        ds4_set_err(err, DS4_EFORMAT, "%s: cannot create: %s", w->tmp, strerror(errno));
-        free(w->path); free(w->tmp); free(w);
+    if (ds4_afile_open(&w->af, path, 0644)) {
+        ds4_set_err(err, DS4_EFORMAT, "%s: cannot create: %s", path, strerror(errno));
+        free(w->path); free(w);
         return NULL;
     }
+    w->fp = w->af.f;
     setvbuf(w->fp, NULL, _IOFBF, 1 << 20);
     w->alignment = GGUF_DEFAULT_ALIGNMENT;
     return w;
@@ -1126,19 +1122,8 @@ static void w_free(gguf_writer *w) {
     free(w->t);
     free(w->kv.p);
     free(w->path);
-    free(w->tmp);
     free(w->err);
     free(w);
-}
-
-static void fsync_dir(const char *path) {
-    /* Make the rename durable: fsync the directory that holds the file. */
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) { fsync(fd); close(fd); }
-    free(dir);
 }
 
 int gguf_writer_close(gguf_writer *w, char **err) {
@@ -1147,7 +1132,8 @@ int gguf_writer_close(gguf_writer *w, char **err) {
     if (!w->err && w->cur < w->n_t)
         w_fail(w, "tensor %s got %" PRIu64 " of its %" PRIu64 " bytes", w->t[w->cur].name,
                w->cur_done, w->t[w->cur].nbytes);
-    if (!w->err && (fflush(w->fp) || fsync(fileno(w->fp))))
+    /* (a device or FIFO target is written in place: nothing to sync) */
+    if (!w->err && (fflush(w->fp) || (w->af.tmp && fsync(fileno(w->fp)))))
         w_fail(w, "write failed: %s", strerror(errno));
     /* Drop the file from the page cache (its pages are clean after the
      * fsync).  Written pages stay cached in small folios, and a model
@@ -1156,25 +1142,22 @@ int gguf_writer_close(gguf_writer *w, char **err) {
      * tok/s).  Read back from disk, the kernel caches the file in large
      * folios, which the model loader's mapping (gguf_map_hugepages) gets
      * as 2 MB pages. */
-    if (!w->err) (void)posix_fadvise(fileno(w->fp), 0, 0, POSIX_FADV_DONTNEED);
-    if (fclose(w->fp) && !w->err) w_fail(w, "close failed: %s", strerror(errno));
+    if (!w->err && w->af.tmp) (void)posix_fadvise(fileno(w->fp), 0, 0, POSIX_FADV_DONTNEED);
     w->fp = NULL;
-    if (!w->err && rename(w->tmp, w->path)) w_fail(w, "rename failed: %s", strerror(errno));
+    if (w->err) ds4_afile_abort(&w->af);
+    else if (ds4_afile_commit(&w->af)) w_fail(w, "write failed: %s", strerror(errno));
     if (w->err) {
-        unlink(w->tmp);
         ds4_set_err(err, DS4_EFORMAT, "%s", w->err);
         w_free(w);
         return -1;
     }
-    fsync_dir(w->path);
     w_free(w);
     return 0;
 }
 
 void gguf_writer_abort(gguf_writer *w) {
     if (!w) return;
-    if (w->fp) fclose(w->fp);
-    unlink(w->tmp);
+    ds4_afile_abort(&w->af);
     w_free(w);
 }
 
