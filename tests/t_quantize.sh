@@ -66,7 +66,7 @@ for r in f16 q2 q4 q2-q4 mxfp4; do
     extra=""
     [ $r = q2-q4 ] && extra="--q4-last 2"
     if "$BD"/ds4-quantize --recipe $r $extra "$CK" -o "$T/$r.gguf" > "$T/out-$r.txt" 2> "$T/err-$r.txt" &&
-       [ -f "$T/$r.gguf" ] && [ ! -e "$T/$r.gguf.tmp" ] && grep -q "peak RSS" "$T/err-$r.txt"; then
+       [ -f "$T/$r.gguf" ] && ! ls "$T/$r.gguf".tmp* > /dev/null 2>&1 && grep -q "peak RSS" "$T/err-$r.txt"; then
         ok "recipe $r written ($(stat -c %s "$T/$r.gguf") bytes)"
     else bad "recipe $r:"; cat "$T/err-$r.txt"; continue; fi
     if "$BD"/ds4 -m "$T/$r.gguf" --inspect > "$T/insp.txt" 2>&1; then ok "recipe $r: ds4 --inspect loads it"
@@ -290,11 +290,11 @@ done
 
 # --- 6. bad input ------------------------------------------------------------
 refuse() {   # refuse LABEL PATTERN DIR
-    rm -f "$T/bad.gguf" "$T/bad.gguf.tmp"
+    rm -f "$T/bad.gguf" "$T/bad.gguf".tmp*
     if "$BD"/ds4-quantize --recipe q4 "$3" -o "$T/bad.gguf" > /dev/null 2> "$T/err.txt"; then
         bad "$1: accepted"
     elif ! grep -q -- "$2" "$T/err.txt"; then bad "$1: message lacks \"$2\":"; cat "$T/err.txt"
-    elif [ -e "$T/bad.gguf" ] || [ -e "$T/bad.gguf.tmp" ]; then bad "$1: output file left behind"
+    elif [ -e "$T/bad.gguf" ] || ls "$T/bad.gguf".tmp* > /dev/null 2>&1; then bad "$1: output file left behind"
     else ok "$1 refused: $(head -1 "$T/err.txt" | cut -c1-150)"; fi
 }
 fresh() { rm -rf "$T/b"; cp -r "$CK" "$T/b"; }

@@ -34,7 +34,7 @@ inspect() {   # inspect FILE LABEL
 for r in f16 q2 q4; do
     out="$T/tiny-$r.gguf"
     if $BD/ds4-synth --preset tiny --recipe $r --vocab "$VOCAB" -o "$out" 2> "$T/err.txt" &&
-       [ -f "$out" ] && [ ! -e "$out.tmp" ]; then ok "tiny $r written ($(stat -c %s "$out") bytes)"
+       [ -f "$out" ] && ! ls "$out".tmp* > /dev/null 2>&1; then ok "tiny $r written ($(stat -c %s "$out") bytes)"
     else bad "tiny $r:"; cat "$T/err.txt"; continue; fi
     inspect "$out" "tiny $r"
     if $PY "$SHARED/oracle/ds4_ref.py" "$out" --tokens 0,5,7 --out "$T/logits-$r.f32" > "$T/ref.txt" 2>&1 &&
@@ -138,7 +138,7 @@ if [ "$hc" != "$ha" ]; then ok "different seed -> different file"; else bad "--s
 if $BD/ds4-synth --preset medium --layers 1 --recipe q2 --vocab "$VOCAB" --dry-run -o "$T/m.gguf" > "$T/dry.txt" 2>&1 &&
    grep -q '^file size: 2007781600 bytes' "$T/dry.txt" && grep -q '^bytes read per decoded token: ' "$T/dry.txt" &&
    grep -q 'ffn_gate_exps.weight .* IQ2_XXS .*\[4096, 2048, 256\]' "$T/dry.txt" &&
-   [ ! -e "$T/m.gguf" ] && [ ! -e "$T/m.gguf.tmp" ]; then ok "medium --layers 1 dry run (no file written)"
+   [ ! -e "$T/m.gguf" ] && ! ls "$T/m.gguf".tmp* > /dev/null 2>&1; then ok "medium --layers 1 dry run (no file written)"
 else bad "medium dry run:"; cat "$T/dry.txt"; fi
 if $BD/ds4-synth --preset flash --recipe q2 --vocab "$SHARED/vocab/deepseek-v4-vocab.gguf" --dry-run > "$T/dry.txt" 2>&1 &&
    grep -q '^tensors: 1328$' "$T/dry.txt"; then ok "flash q2 dry run: $(grep '^file size' "$T/dry.txt")"
@@ -154,10 +154,10 @@ else bad "medium q2 write:"; cat "$T/err.txt"; fi
 # --- bad arguments: clear message, non-zero exit, no output --------------
 badarg() {   # badarg "expected message part" args...
     local want="$1"; shift
-    rm -f "$T/bad.gguf" "$T/bad.gguf.tmp"
+    rm -f "$T/bad.gguf" "$T/bad.gguf".tmp*
     $BD/ds4-synth "$@" > /dev/null 2> "$T/err.txt"
     local rc=$?
-    if [ $rc -ne 0 ] && grep -q -- "$want" "$T/err.txt" && [ ! -e "$T/bad.gguf" ] && [ ! -e "$T/bad.gguf.tmp" ]; then
+    if [ $rc -ne 0 ] && grep -q -- "$want" "$T/err.txt" && [ ! -e "$T/bad.gguf" ] && ! ls "$T/bad.gguf".tmp* > /dev/null 2>&1; then
         ok "rejects $* ($(head -1 "$T/err.txt"))"
     else bad "bad arguments $* (rc $rc):"; cat "$T/err.txt"; fi
 }
@@ -198,7 +198,7 @@ sleep 0.3
 kill -INT $pid 2>/dev/null
 wait $pid
 rc=$?
-if [ $rc -ne 0 ] && [ ! -e "$T/int.gguf" ] && [ ! -e "$T/int.gguf.tmp" ]; then ok "interrupted run leaves no file"
+if [ $rc -ne 0 ] && [ ! -e "$T/int.gguf" ] && ! ls "$T/int.gguf".tmp* > /dev/null 2>&1; then ok "interrupted run leaves no file"
 elif [ $rc -eq 0 ]; then skip "interrupt: the 2 GB write finished within 0.3 s"
 else bad "interrupted run left $(ls "$T"/int.gguf* 2>/dev/null)"; fi
 
