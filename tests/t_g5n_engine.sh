@@ -37,17 +37,8 @@ PY=/usr/bin/python3
 BIN=${DS4_BIN_DIR:-.}
 DS4="$BIN/ds4"
 T=$(mktemp -d "${TMPDIR:-/tmp}/ds4-g5neng.XXXXXX")
-SPID=""
-cleanup() {
-    if [ -n "$SPID" ]; then
-        kill "$SPID" 2>/dev/null
-        for _ in $(seq 50); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$SPID" 2>/dev/null
-        wait "$SPID" 2>/dev/null
-    fi
-    rm -rf "$T"
-}
-trap cleanup EXIT
+. tests/lib/server.sh
+trap 'server_stop; rm -rf "$T"' EXIT
 fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
@@ -120,45 +111,22 @@ if $PY tests/glm_vocab.py "$T/vocab.gguf" "$T/cases" > "$T/voc.log" 2>&1 &&
         $PY tests/glm_gguf.py glm5-next "$M" --vocab "$T/vocab.gguf" >> "$T/voc.log" 2>&1; then
     "$DS4" -m "$M" -p "hello" -n 8 --ctx 512 --seed 3 > "$T/o1" 2> "$T/e1" && grep -Eq "generated [1-8] tokens" "$T/e1" \
         && ok "ds4 -m glm5-next -p hello generates" || { bad "ds4 -p"; tail -5 "$T/e1"; }
-    "$BIN"/ds4-server -m "$M" --port 0 --ctx 4096 -t 1 --test-mode 2> "$T/srv.log" &
-    SPID=$!
-    URL=""
-    for _ in $(seq 300); do
-        URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$T/srv.log" | head -n1)
-        [ -n "$URL" ] && break
-        kill -0 "$SPID" 2>/dev/null || break
-        sleep 0.1
-    done
-    if [ -z "$URL" ]; then
+    if ! server_start "$T/srv.log" "$BIN"/ds4-server -m "$M" --port 0 --ctx 4096 -t 1 --test-mode; then
         bad "ds4-server did not start"; cat "$T/srv.log"
     else
-        for _ in $(seq 100); do curl -sf "$URL/health" > /dev/null 2>&1 && break; sleep 0.1; done
         if $PY tests/glm_front.py "$URL" > "$T/front.out" 2>&1; then
             sed 's/^/  /' "$T/front.out"; ok "ds4-server on glm5-next: chat, stream, GLM tool calls, replay"
         else
             sed 's/^/  /' "$T/front.out"; bad "ds4-server on glm5-next (tests/glm_front.py)"; tail -20 "$T/srv.log"
         fi
-        kill -TERM "$SPID" 2>/dev/null
-        st=124
-        for _ in $(seq 100); do
-            if ! kill -0 "$SPID" 2>/dev/null; then wait "$SPID"; st=$?; break; fi
-            sleep 0.1
-        done
-        SPID=""
+        server_stop
+        st=$?
         [ $st -eq 0 ] && ok "ds4-server: clean shutdown" || bad "ds4-server exit $st"
     fi
     # --parallel 2: two chats at once, then the first again (on whichever
     # slot: from its RAM checkpoint or evaluated anew), the same greedy answer
-    "$BIN"/ds4-server -m "$M" --port 0 --ctx 2048 -t 1 --parallel 2 2> "$T/srv2.log" &
-    SPID=$!
-    URL=""
-    for _ in $(seq 300); do
-        URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$T/srv2.log" | head -n1)
-        [ -n "$URL" ] && break
-        kill -0 "$SPID" 2>/dev/null || break
-        sleep 0.1
-    done
-    if [ -z "$URL" ]; then bad "ds4-server --parallel 2 did not start"; cat "$T/srv2.log"
+    if ! server_start "$T/srv2.log" "$BIN"/ds4-server -m "$M" --port 0 --ctx 2048 -t 1 --parallel 2; then
+        bad "ds4-server --parallel 2 did not start"; cat "$T/srv2.log"
     else
         ask() { curl -s "$URL/v1/chat/completions" -H 'content-type: application/json' -d \
             '{"model":"x","messages":[{"role":"user","content":"hello number '"$1"'"}],"max_tokens":12,"temperature":0}' \
@@ -172,10 +140,7 @@ if $PY tests/glm_vocab.py "$T/vocab.gguf" "$T/cases" > "$T/voc.log" 2>&1 &&
         if [ -s "$T/p1" ] && [ -s "$T/p2" ] && cmp -s "$T/p1" "$T/p3"; then
             ok "ds4-server --parallel 2 on glm5-next: two chats at once; the first again answers the same"
         else bad "ds4-server --parallel 2:"; cat "$T/p1" "$T/p2" "$T/p3"; tail -5 "$T/srv2.log"; fi
-        kill -TERM "$SPID" 2>/dev/null
-        for _ in $(seq 100); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-        wait "$SPID" 2>/dev/null
-        SPID=""
+        server_stop
     fi
     # ds4-agent: a scripted GLM call turn runs the read tool and answers;
     # the session's KV state (recurrent state included) goes to its store

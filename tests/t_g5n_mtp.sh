@@ -31,8 +31,8 @@ PY=/usr/bin/python3
 BD=${DS4_BIN_DIR:-.}
 TB="${DS4_BUILD_DIR:-build}/tests/test_glm_mtp"
 T=$(mktemp -d "${TMPDIR:-/tmp}/ds4-g5nmtp.XXXXXX")
-PID=""
-trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$T"' EXIT
+. tests/lib/server.sh
+trap 'server_stop; rm -rf "$T"' EXIT
 fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
@@ -153,15 +153,7 @@ mkdir -p "$T/cases"
 $PY tests/glm_vocab.py "$T/vocab.gguf" "$T/cases" > /dev/null 2>&1 &&
     $PY tests/glm_gguf.py glm5-next "$T/v.gguf" --vocab "$T/vocab.gguf" --set nextn=1 > /dev/null 2>&1 ||
     bad "glm_vocab.py / glm_gguf.py --vocab"
-"$BD"/ds4-server -m "$T/v.gguf" --port 0 --ctx 2048 -t 1 --mtp-draft 0 2> "$T/srv.log" &
-PID=$!
-URL=""
-for _ in $(seq 300); do
-    URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$T/srv.log" | head -n1)
-    [ -n "$URL" ] && break
-    sleep 0.1
-done
-if [ -z "$URL" ]; then
+if ! server_start "$T/srv.log" "$BD"/ds4-server -m "$T/v.gguf" --port 0 --ctx 2048 -t 1 --mtp-draft 0; then
     bad "ds4-server did not start"; cat "$T/srv.log"
 else
     for D in 0 2; do
@@ -173,8 +165,7 @@ else
             "$T/r0.json" "$T/r2.json" && curl -s "$URL/metrics" | grep -q '^ds4_spec_drafted_tokens_total [1-9]'; then
         ok "ds4-server: ds4_mtp_draft 2 (temperature 0) gives the plain answer; /metrics counts the drafts"
     else bad "ds4-server ds4_mtp_draft 2:"; head -c 400 "$T/r0.json" "$T/r2.json"; fi
-    kill "$PID"; wait "$PID" 2>/dev/null
-    PID=""
+    server_stop
 fi
 # the same working directory (it is in the agent's prompt), its own state
 agent() {   # agent NAME ARGS: the model's own turns (noise), greedy

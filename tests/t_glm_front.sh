@@ -24,17 +24,8 @@ cd "$(dirname "$0")/.." || exit 1
 PY=/usr/bin/python3
 BD=${DS4_BIN_DIR:-.}
 T=$(mktemp -d "${TMPDIR:-/tmp}/ds4-glmfront.XXXXXX")
-SPID=""
-cleanup() {
-    if [ -n "$SPID" ]; then
-        kill "$SPID" 2>/dev/null
-        for _ in $(seq 50); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$SPID" 2>/dev/null
-        wait "$SPID" 2>/dev/null
-    fi
-    rm -rf "$T"
-}
-trap cleanup EXIT
+. tests/lib/server.sh
+trap 'server_stop; rm -rf "$T"' EXIT
 fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
@@ -70,31 +61,16 @@ n1=$("$BD"/ds4 -m "$M" --dump-tokens -p "how are you" --nothink 2>/dev/null | wc
     || { bad "chat second turn prefill ${n2:-none}, want $((n1 - 2))"; cat "$T/o2"; }
 
 # --- 2. ds4-server ------------------------------------------------------------
-"$BD"/ds4-server -m "$M" --port 0 --ctx 4096 -t 1 --test-mode 2> "$T/srv.log" &
-SPID=$!
-URL=""
-for _ in $(seq 300); do
-    URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$T/srv.log" | head -n1)
-    [ -n "$URL" ] && break
-    kill -0 "$SPID" 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$URL" ]; then
+if ! server_start "$T/srv.log" "$BD"/ds4-server -m "$M" --port 0 --ctx 4096 -t 1 --test-mode; then
     bad "ds4-server did not start"; cat "$T/srv.log"
 else
-    for _ in $(seq 100); do curl -sf "$URL/health" > /dev/null 2>&1 && break; sleep 0.1; done
     if $PY tests/glm_front.py "$URL" > "$T/front.out" 2>&1; then
         sed 's/^/  /' "$T/front.out"; ok "ds4-server: chat, stream, GLM tool calls, replay"
     else
         sed 's/^/  /' "$T/front.out"; bad "ds4-server (tests/glm_front.py)"; tail -20 "$T/srv.log"
     fi
-    kill -TERM "$SPID" 2>/dev/null
-    st=124
-    for _ in $(seq 100); do
-        if ! kill -0 "$SPID" 2>/dev/null; then wait "$SPID"; st=$?; break; fi
-        sleep 0.1
-    done
-    SPID=""
+    server_stop
+    st=$?
     [ $st -eq 0 ] && ok "ds4-server: clean shutdown" || bad "ds4-server exit $st"
 fi
 

@@ -15,17 +15,9 @@ PY=/usr/bin/python3
 BD=${DS4_BIN_DIR:-.}
 SHARED="${DS4_SHARED:-../shared}"
 T=$(mktemp -d "${TMPDIR:-/tmp}/ds4-glmkv.XXXXXX")
-SPID=""
-stop() {
-    [ -n "$SPID" ] || return 0
-    kill -TERM "$SPID" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$SPID" 2>/dev/null
-    wait "$SPID" 2>/dev/null
-    SPID=""
-}
-cleanup() { stop; rm -rf "$T"; }
-trap cleanup EXIT
+. tests/lib/server.sh
+stop() { server_stop || true; }
+trap 'server_stop; rm -rf "$T"' EXIT
 fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
@@ -37,17 +29,8 @@ KNOBS=(--ctx 2048 -t 1 --kv-cache-min-tokens 32 --kv-cache-boundary-align-tokens
 
 # start MODEL LOG: a server on the cache directory $KV; URL set
 start() {
-    "$BD"/ds4-server -m "$1" --port 0 --kv-disk-dir "$KV" "${KNOBS[@]}" 2> "$2" &
-    SPID=$!
-    URL=""
-    for _ in $(seq 300); do
-        URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$2" | head -n1)
-        [ -n "$URL" ] && break
-        kill -0 "$SPID" 2>/dev/null || break
-        sleep 0.1
-    done
-    [ -n "$URL" ] || { bad "ds4-server did not start"; cat "$2"; return 1; }
-    for _ in $(seq 100); do curl -sf "$URL/health" > /dev/null 2>&1 && break; sleep 0.1; done
+    server_start "$2" "$BD"/ds4-server -m "$1" --port 0 --kv-disk-dir "$KV" "${KNOBS[@]}" ||
+        { bad "ds4-server did not start"; cat "$2"; return 1; }
 }
 PROMPT="Tell me everything about the river, the old mill and the bridge by the village, the people who \
 built them, the storms that came, the harvests and the markets, the songs of the fishermen and the \
