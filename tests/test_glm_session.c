@@ -24,35 +24,9 @@
 #include <string.h>
 
 #include "ds4.h"
+#include "session_util.h"
 
-static int fails;
-#define CHECK(c, ...) do { if (!(c)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-                                       printf(__VA_ARGS__); printf("\n"); } } while (0)
-
-static ds4_session *fresh(ds4_model *m) {
-    ds4_session_params sp;
-    ds4_session_params_default(&sp);
-    sp.ctx_size = 256;
-    sp.prefill_chunk = 48;
-    char *err = NULL;
-    ds4_session *s = ds4_session_new(m, &sp, &err);
-    if (!s) { printf("FAIL session: %s\n", err ? err : "?"); exit(1); }
-    return s;
-}
-
-/* the logits after evaluating ids[0..n) in a new session */
-static float *logits_of(ds4_model *m, const int32_t *ids, int n, int nv) {
-    ds4_session *s = fresh(m);
-    CHECK(ds4_session_eval(s, ids, n, NULL, NULL) == DS4_OK, "eval %d", n);
-    float *l = malloc((size_t)nv * sizeof *l);
-    memcpy(l, ds4_session_logits(s), (size_t)nv * sizeof *l);
-    ds4_session_free(s);
-    return l;
-}
-
-static int same(const float *a, const float *b, int nv) {
-    return a && b && !memcmp(a, b, (size_t)nv * sizeof *a);
-}
+/* CHECK, fresh, logits_of, same: session_util.h */
 
 int main(int argc, char **argv) {
     const char *path = argc > 1 ? argv[1] : getenv("DS4_GLM_MODEL");
