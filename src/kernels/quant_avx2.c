@@ -1655,6 +1655,13 @@ static const ds4_kernels avx2_kernels = {
     .q2_K_q8_K = v_q2_K_q8_K,
     .q4_K_q8_K = v_q4_K_q8_K,
     .iq2_xxs_q8_K = v_iq2_xxs_q8_K,
+    /* Q3_K, Q5_K, Q6_K, IQ4_XS: the scalar references (the same bits by
+     * construction) until they have kernels here; the tiles are NULL, so
+     * callers run these row by row. */
+    .q3_K_q8_K = ds4_q3_K_q8_K_ref,
+    .q5_K_q8_K = ds4_q5_K_q8_K_ref,
+    .q6_K_q8_K = ds4_q6_K_q8_K_ref,
+    .iq4_xs_q8_K = ds4_iq4_xs_q8_K_ref,
     .f32_f32 = v_f32_f32,
     .f16_f32 = v_f16_f32,
     .bf16_f32 = v_bf16_f32,
@@ -1662,6 +1669,10 @@ static const ds4_kernels avx2_kernels = {
     .q2_K_f32 = v_q2_K_f32,
     .q4_K_f32 = v_q4_K_f32,
     .iq2_xxs_f32 = v_iq2_xxs_f32,
+    .q3_K_f32 = ds4_q3_K_f32_ref,
+    .q5_K_f32 = ds4_q5_K_f32_ref,
+    .q6_K_f32 = ds4_q6_K_f32_ref,
+    .iq4_xs_f32 = ds4_iq4_xs_f32_ref,
     .f16_to_f32_row = v_f16_to_f32_row,
     .q8_0_q8_0a_tile = v_q8_0_q8_0a_tile,
     .q8_0_q8_0a_tile_sym = v_q8_0_q8_0a_tile_sym,
