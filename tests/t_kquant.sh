@@ -57,7 +57,7 @@ bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 for b in ds4 ds4-synth; do
     [ -x "$BD/$b" ] || { echo "t_kquant: $BD/$b not built" >&2; exit 1; }
 done
-LIB="${DS4_BUILD:-build}/libds4.a"
+LIB="${DS4_BUILD_DIR:-build}/libds4.a"
 [ -f "$LIB" ] || { echo "t_kquant: $LIB not built" >&2; exit 1; }
 
 ENV=$(bench/llamacpp/setup.sh 2> "$T/setup.log")
