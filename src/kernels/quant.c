@@ -277,15 +277,28 @@ static inline int q3_K_q(const block_q3_K *b, int e)
     return q - ((b->hmask[gl] >> (4 * h + k)) & 1 ? 0 : 4);
 }
 
+/* All 256 codes at once, in loops a compiler vectorizes (q3_K_q is the
+ * definition; this is the same map, element e = 128 h + 32 k + gl). */
+static void q3_K_unpack(const block_q3_K *b, int8_t *q)
+{
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int gl = 0; gl < 32; gl++)
+                q[128 * h + 32 * k + gl] = (int8_t)(((b->qs[32 * h + gl] >> (2 * k)) & 3) -
+                                                    (((b->hmask[gl] >> (4 * h + k)) & 1) ? 0 : 4));
+}
+
 static void deq_q3_K_block(const block_q3_K *b, float *y)
 {
     float d = ds4_f16_to_f32(b->d);
     int s[16];
+    int8_t q[QK_K];
     q3_K_scales(b->scales, s);
+    q3_K_unpack(b, q);
     for (int j = 0; j < 16; j++) {
         float dl = d * (float)s[j];                 /* exact: 11 x 6 bits */
         for (int l = 0; l < 16; l++)
-            y[16 * j + l] = dl * (float)q3_K_q(b, 16 * j + l);
+            y[16 * j + l] = dl * (float)q[16 * j + l];
     }
 }
 
@@ -300,11 +313,26 @@ static inline int q6_K_q(const block_q6_K *b, int e)
     return (lo | (((b->qh[32 * h + l] >> (2 * k)) & 3) << 4)) - 32;
 }
 
+/* All 256 codes at once (q6_K_q's map, vectorizable loops). */
+static void q6_K_unpack(const block_q6_K *b, int8_t *q)
+{
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *ql = b->ql + 64 * h, qh = b->qh[32 * h + l];
+            q[128 * h + l] = (int8_t)(((ql[l] & 15) | ((qh & 3) << 4)) - 32);
+            q[128 * h + 32 + l] = (int8_t)(((ql[32 + l] & 15) | (((qh >> 2) & 3) << 4)) - 32);
+            q[128 * h + 64 + l] = (int8_t)(((ql[l] >> 4) | (((qh >> 4) & 3) << 4)) - 32);
+            q[128 * h + 96 + l] = (int8_t)(((ql[32 + l] >> 4) | (((qh >> 6) & 3) << 4)) - 32);
+        }
+}
+
 static void deq_q6_K_block(const block_q6_K *b, float *y)
 {
     float d = ds4_f16_to_f32(b->d);
+    int8_t q[QK_K];
+    q6_K_unpack(b, q);
     for (int e = 0; e < QK_K; e++)                  /* ggml: d * sc * q, left to right */
-        y[e] = d * (float)b->scales[e >> 4] * (float)q6_K_q(b, e);
+        y[e] = d * (float)b->scales[e >> 4] * (float)q[e];
 }
 
 /* IQ4_XS: group g (32 elements) has the 6-bit scale nibble g of scales_l
@@ -847,12 +875,18 @@ float ds4_q5_K_q8_K_ref(int n, const void *vw, const void *va)
         uint8_t sc[8], m[8];
         q4_K_scales(w[i].scales, sc, m);
         const int8_t *q8 = a[i].qs;
+        uint8_t q[QK_K];
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                q[64 * c + l] = (uint8_t)((w[i].qs[32 * c + l] & 15) | (((w[i].qh[l] >> (2 * c)) & 1) << 4));
+                q[64 * c + 32 + l] = (uint8_t)((w[i].qs[32 * c + l] >> 4) | (((w[i].qh[l] >> (2 * c + 1)) & 1) << 4));
+            }
         int32_t isum = 0, summ = 0;
         for (int c = 0; c < 4; c++) {
             int32_t s0 = 0, s1 = 0;
             for (int l = 0; l < 32; l++) {
-                s0 += q5_K_q(w + i, c, l, 0) * q8[64 * c + l];
-                s1 += q5_K_q(w + i, c, l, 1) * q8[64 * c + 32 + l];
+                s0 += q[64 * c + l] * q8[64 * c + l];
+                s1 += q[64 * c + 32 + l] * q8[64 * c + 32 + l];
             }
             isum += sc[2 * c] * s0 + sc[2 * c + 1] * s1;
         }
@@ -876,11 +910,13 @@ float ds4_q3_K_q8_K_ref(int n, const void *vw, const void *va)
     float sumf = 0.0f;
     for (int i = 0; i < n / QK_K; i++) {
         int s[16];
+        int8_t q[QK_K];
         q3_K_scales(w[i].scales, s);
+        q3_K_unpack(w + i, q);
         int32_t isum = 0;
         for (int j = 0; j < 16; j++) {
             int32_t sj = 0;
-            for (int l = 0; l < 16; l++) sj += q3_K_q(w + i, 16 * j + l) * a[i].qs[16 * j + l];
+            for (int l = 0; l < 16; l++) sj += q[16 * j + l] * a[i].qs[16 * j + l];
             isum += s[j] * sj;
         }
         sumf += (ds4_f16_to_f32(w[i].d) * a[i].d) * (float)isum;
@@ -894,10 +930,12 @@ float ds4_q6_K_q8_K_ref(int n, const void *vw, const void *va)
     const block_q8_K *a = va;
     float sumf = 0.0f;
     for (int i = 0; i < n / QK_K; i++) {
+        int8_t q[QK_K];
+        q6_K_unpack(w + i, q);
         int32_t isum = 0;
         for (int j = 0; j < 16; j++) {
             int32_t sj = 0;
-            for (int l = 0; l < 16; l++) sj += q6_K_q(w + i, 16 * j + l) * a[i].qs[16 * j + l];
+            for (int l = 0; l < 16; l++) sj += q[16 * j + l] * a[i].qs[16 * j + l];
             isum += w[i].scales[j] * sj;
         }
         sumf += (ds4_f16_to_f32(w[i].d) * a[i].d) * (float)isum;
