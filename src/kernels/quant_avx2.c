@@ -1802,8 +1802,137 @@ TGT static float v_iq4_xs_q8_K(int n, const void *vw, const void *va)
     return sumf;
 }
 
-/* Their tiles: the row kernels, one (row, token) at a time (the same bits
- * by construction; batched tiles are future work). */
+/* Q3_K / Q5_K / Q6_K tiles: each 256-block of a row is unpacked once (8
+ * vectors of 32 unsigned codes and the scale pair of each) and dotted
+ * with up to 8 tokens' activation blocks; every (row, token) keeps its own
+ * float sum in block order with the row kernel's expressions, and the
+ * integer sums are exact in any order, so the outputs are the row
+ * kernels' bits. */
+enum { KQ_Q3, KQ_Q5, KQ_Q6 };
+
+TGTI static void kq_unpack(int fmt, const uint8_t *blk, __m256i q[8], __m256i scv[8], int16_t gs[16],
+                           float *d, float *dmin, int *m)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    if (fmt == KQ_Q6) {
+        const block_q6_K *b = (const block_q6_K *)blk;
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            q[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+        }
+        for (int j = 0; j < 16; j++) gs[j] = b->scales[j];
+        *d = h2f(b->d);
+    } else if (fmt == KQ_Q3) {
+        const block_q3_K *b = (const block_q3_K *)blk;
+        for (int j = 0; j < 16; j++) {
+            int lo = j < 8 ? b->scales[j] & 15 : b->scales[j - 8] >> 4;
+            int hi = (b->scales[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+            gs[j] = (int16_t)((lo | (hi << 4)) - 32);
+        }
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), m3);
+                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one);
+                q[4 * h + k] = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+            }
+        }
+        *d = h2f(b->d);
+    } else {
+        const block_q5_K *b = (const block_q5_K *)blk;
+        const uint8_t *sb = b->scales;
+        int sc[8];
+        for (int j = 0; j < 4; j++) { sc[j] = sb[j] & 63; m[j] = sb[j + 4] & 63; }
+        for (int j = 4; j < 8; j++) {
+            sc[j] = (sb[j + 4] & 15) | ((sb[j - 4] >> 6) << 4);
+            m[j] = (sb[j + 4] >> 4) | ((sb[j] >> 6) << 4);
+        }
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
+        for (int c = 0; c < 4; c++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+            q[2 * c] = _mm256_or_si256(_mm256_and_si256(qs, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+            q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        }
+        for (int j = 0; j < 8; j++) gs[2 * j] = gs[2 * j + 1] = (int16_t)sc[j];
+        *d = h2f(b->d);
+        *dmin = h2f(b->dmin);
+    }
+    for (int c = 0; c < 8; c++)
+        scv[c] = _mm256_set_m128i(_mm_set1_epi16(gs[2 * c + 1]), _mm_set1_epi16(gs[2 * c]));
+}
+
+TGTI static void kq_tile(int fmt, size_t bbytes, int n, const void *w, size_t ws, int nrows,
+                         const void *const *a, int ntok, float *y, size_t ys)
+{
+    const int nb = n / QK_K;
+    for (int r = 0; r < nrows; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * ws;
+        for (int j0 = 0; j0 < ntok; j0 += 8) {
+            const int nt = ntok - j0 < 8 ? ntok - j0 : 8;
+            float sumf[8] = { 0 };
+            for (int i = 0; i < nb; i++) {
+                __m256i q[8], scv[8];
+                int16_t gs[16];
+                float d = 0.0f, dmin = 0.0f;
+                int m[8] = { 0 };
+                kq_unpack(fmt, row + (size_t)i * bbytes, q, scv, gs, &d, &dmin, m);
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_K *ab = (const block_q8_K *)a[j0 + t] + i;
+                    __m256i acc = _mm256_setzero_si256();
+                    for (int c = 0; c < 8; c++) {
+                        const __m256i p = _mm256_maddubs_epi16(q[c], _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * c)));
+                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scv[c]));
+                    }
+                    int32_t isum = hsum_i32x8(acc);
+                    if (fmt == KQ_Q5) {
+                        int32_t summ = 0;
+                        for (int j = 0; j < 8; j++) summ += m[j] * (ab->bsums[2 * j] + ab->bsums[2 * j + 1]);
+                        const float dd = d * ab->d, dm = dmin * ab->d;
+                        sumf[t] += dd * (float)isum - dm * (float)summ;
+                    } else {
+                        int32_t off = 0;
+                        for (int j = 0; j < 16; j++) off += gs[j] * ab->bsums[j];
+                        isum -= (fmt == KQ_Q6 ? 32 : 4) * off;
+                        sumf[t] += (d * ab->d) * (float)isum;
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) y[(size_t)(j0 + t) * ys + r] = sumf[t];
+        }
+    }
+}
+
+TGT static void v_q3_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    kq_tile(KQ_Q3, sizeof(block_q3_K), n, w, ws, nrows, a, ntok, y, ys);
+}
+
+TGT static void v_q5_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    kq_tile(KQ_Q5, sizeof(block_q5_K), n, w, ws, nrows, a, ntok, y, ys);
+}
+
+TGT static void v_q6_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    kq_tile(KQ_Q6, sizeof(block_q6_K), n, w, ws, nrows, a, ntok, y, ys);
+}
+
+/* IQ4_XS's tile: the row kernel, one (row, token) at a time (the same bits
+ * by construction). */
 #define ROW_TILE(name, dot)                                                     \
     TGT static void name(int n, const void *w, size_t ws, int nrows,           \
                          const void *const *a, int ntok, float *y, size_t ys)  \
@@ -1812,9 +1941,6 @@ TGT static float v_iq4_xs_q8_K(int n, const void *vw, const void *va)
             for (int j = 0; j < ntok; j++)                                      \
                 y[(size_t)j * ys + r] = dot(n, (const uint8_t *)w + (size_t)r * ws, a[j]); \
     }
-ROW_TILE(v_q3_K_q8_K_tile, v_q3_K_q8_K)
-ROW_TILE(v_q5_K_q8_K_tile, v_q5_K_q8_K)
-ROW_TILE(v_q6_K_q8_K_tile, v_q6_K_q8_K)
 ROW_TILE(v_iq4_xs_q8_K_tile, v_iq4_xs_q8_K)
 
 static const ds4_kernels avx2_kernels = {
