@@ -2,8 +2,8 @@
  * test_kernels.c -- tile kernels and the matmul driver.
  *
  * For every kernel table this CPU can run (scalar, avx2, avx512) and every
- * format with a tile (Q8_0 x Q8_0a, Q2_K / Q4_K / IQ2_XXS x Q8_K, F32 / F16
- * x float, MXFP4 x Q8_0a), on random data:
+ * format with a tile (Q8_0 x Q8_0a, Q2_K / Q3_K / Q4_K / Q5_K / Q6_K /
+ * IQ2_XXS / IQ4_XS x Q8_K, F32 / F16 x float, MXFP4 x Q8_0a), on random data:
  *   1. the tile over a whole (rows x tokens) block, and the same block cut
  *      into random sub-tiles, equal the table's single-row kernel BIT FOR
  *      BIT (the engine's prefill == decode rule), with odd row strides,
@@ -111,6 +111,56 @@ static void rand_row(uint32_t t, uint8_t *w, int n, int wild) {
         }
         break;
     }
+    case GGML_Q3_K: {
+        block_q3_K *b = (block_q3_K *)w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].hmask, 32);
+            rand_bytes(b[i].qs, 64);
+            rand_bytes(b[i].scales, 12);
+            if (rnd() % 8 == 0) { memset(b[i].qs, 0, 64); memset(b[i].hmask, 0, 32); }   /* all -4 */
+            if (rnd() % 8 == 0) memset(b[i].scales, rnd() % 2 ? 0xff : 0, 12);        /* scales 31 / -32 */
+            b[i].d = rand_scale(wild);
+        }
+        break;
+    }
+    case GGML_Q5_K: {
+        block_q5_K *b = (block_q5_K *)w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].scales, 12);
+            rand_bytes(b[i].qh, 32);
+            rand_bytes(b[i].qs, 128);
+            if (rnd() % 8 == 0) { memset(b[i].qs, 0xff, 128); memset(b[i].qh, 0xff, 32); }
+            if (rnd() % 8 == 0) memset(b[i].scales, 0xff, 12);
+            b[i].d = rand_scale(wild);
+            b[i].dmin = rand_scale(wild);
+        }
+        break;
+    }
+    case GGML_Q6_K: {
+        block_q6_K *b = (block_q6_K *)w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].ql, 128);
+            rand_bytes(b[i].qh, 64);
+            rand_bytes(b[i].scales, 16);
+            if (rnd() % 8 == 0) { memset(b[i].ql, 0, 128); memset(b[i].qh, 0, 64); }   /* all -32 */
+            if (rnd() % 8 == 0) { memset(b[i].ql, 0xff, 128); memset(b[i].qh, 0xff, 64); }
+            if (rnd() % 8 == 0) memset(b[i].scales, 0x80, 16);                          /* -128 */
+            b[i].d = rand_scale(wild);
+        }
+        break;
+    }
+    case GGML_IQ4_XS: {
+        block_iq4_xs *b = (block_iq4_xs *)w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].qs, 128);
+            rand_bytes(b[i].scales_l, 4);
+            b[i].scales_h = (uint16_t)rnd();
+            if (rnd() % 8 == 0) memset(b[i].qs, 0, 128);                                 /* all -127 */
+            if (rnd() % 8 == 0) { memset(b[i].scales_l, 0, 4); b[i].scales_h = 0; }     /* -32 */
+            b[i].d = rand_scale(wild);
+        }
+        break;
+    }
     case GGML_IQ2_XXS: {
         block_iq2_xxs *b = (block_iq2_xxs *)w;
         for (int i = 0; i < n / 256; i++) {
@@ -184,9 +234,13 @@ static const fmt FMTS[] = {
     { "iq2_xxs", GGML_IQ2_XXS, A_Q8_K, 256, 66 },
     { "f32", GGML_F32, A_F32, 1, 4 },
     { "f16", GGML_F16, A_F32, 1, 2 },
-    { "mxfp4", GGML_MXFP4, A_Q8_0A, 32, 17 },
+    { "q3_K", GGML_Q3_K, A_Q8_K, 256, 110 },
+    { "q5_K", GGML_Q5_K, A_Q8_K, 256, 176 },
+    { "q6_K", GGML_Q6_K, A_Q8_K, 256, 210 },
+    { "iq4_xs", GGML_IQ4_XS, A_Q8_K, 256, 136 },
+    { "mxfp4", GGML_MXFP4, A_Q8_0A, 32, 17 },   /* last: FMTS[NFMT - 1] below */
 };
-#define NFMT 7
+#define NFMT 11
 
 static size_t rb_of(const fmt *f, int n) { return (size_t)(n / f->blk) * (size_t)f->bytes; }
 
@@ -210,6 +264,10 @@ static row_fn row_of(const ds4_kernels *k, const fmt *f) {
     case GGML_Q2_K: return k->q2_K_q8_K;
     case GGML_Q4_K: return k->q4_K_q8_K;
     case GGML_IQ2_XXS: return k->iq2_xxs_q8_K;
+    case GGML_Q3_K: return k->q3_K_q8_K;
+    case GGML_Q5_K: return k->q5_K_q8_K;
+    case GGML_Q6_K: return k->q6_K_q8_K;
+    case GGML_IQ4_XS: return k->iq4_xs_q8_K;
     case GGML_MXFP4: return k->mxfp4_q8_0a;
     case GGML_F32: return (row_fn)(void (*)(void))k->f32_f32;
     default: return (row_fn)(void (*)(void))k->f16_f32;
@@ -227,6 +285,10 @@ static ds4_tile_fn tile_of(const ds4_kernels *k, const fmt *f) {
     case GGML_Q2_K: return k->q2_K_q8_K_tile;
     case GGML_Q4_K: return k->q4_K_q8_K_tile;
     case GGML_IQ2_XXS: return k->iq2_xxs_q8_K_tile;
+    case GGML_Q3_K: return k->q3_K_q8_K_tile;
+    case GGML_Q5_K: return k->q5_K_q8_K_tile;
+    case GGML_Q6_K: return k->q6_K_q8_K_tile;
+    case GGML_IQ4_XS: return k->iq4_xs_q8_K_tile;
     case GGML_MXFP4: return k->mxfp4_q8_0a_tile;
     case GGML_F32: return k->f32_f32_tile;
     default: return k->f16_f32_tile;

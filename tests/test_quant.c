@@ -208,10 +208,14 @@ static int fmt_index(uint32_t t)
     case GGML_Q2_K: return 1;
     case GGML_Q4_K: return 2;
     case GGML_IQ2_XXS: return 3;
+    case GGML_Q3_K: return 5;
+    case GGML_Q5_K: return 6;
+    case GGML_Q6_K: return 7;
+    case GGML_IQ4_XS: return 8;
     default: return 4;
     }
 }
-static const char *fmt_names[5] = { "Q8_0", "Q2_K", "Q4_K", "IQ2_XXS", "Q8_K" };
+static const char *fmt_names[9] = { "Q8_0", "Q2_K", "Q4_K", "IQ2_XXS", "Q8_K", "Q3_K", "Q5_K", "Q6_K", "IQ4_XS" };
 
 /* worst observed errors for the summary, [fmt][0 = int kernels / 1 = f32 act] */
 static double max_rel[5][2];
@@ -620,6 +624,47 @@ static void rand_weights(uint32_t t, void *w, int n)
         }
         break;
     }
+    case GGML_Q3_K: {
+        block_q3_K *b = w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].hmask, 32);
+            rand_bytes(b[i].qs, 64);
+            rand_bytes(b[i].scales, 12);
+            b[i].d = rand_scale();
+        }
+        break;
+    }
+    case GGML_Q5_K: {
+        block_q5_K *b = w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].scales, 12);
+            rand_bytes(b[i].qh, 32);
+            rand_bytes(b[i].qs, 128);
+            b[i].d = rand_scale();
+            b[i].dmin = rand_scale();
+        }
+        break;
+    }
+    case GGML_Q6_K: {
+        block_q6_K *b = w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].ql, 128);
+            rand_bytes(b[i].qh, 64);
+            rand_bytes(b[i].scales, 16);
+            b[i].d = rand_scale();
+        }
+        break;
+    }
+    case GGML_IQ4_XS: {
+        block_iq4_xs *b = w;
+        for (int i = 0; i < n / 256; i++) {
+            rand_bytes(b[i].qs, 128);
+            rand_bytes(b[i].scales_l, 4);
+            b[i].scales_h = (uint16_t)rnd();
+            b[i].d = rand_scale();
+        }
+        break;
+    }
     }
 }
 
@@ -648,12 +693,16 @@ static size_t row_bytes(uint32_t t, int n)
     case GGML_Q2_K: return (size_t)n / 256 * sizeof(block_q2_K);
     case GGML_Q4_K: return (size_t)n / 256 * sizeof(block_q4_K);
     case GGML_IQ2_XXS: return (size_t)n / 256 * sizeof(block_iq2_xxs);
+    case GGML_Q3_K: return (size_t)n / 256 * sizeof(block_q3_K);
+    case GGML_Q5_K: return (size_t)n / 256 * sizeof(block_q5_K);
+    case GGML_Q6_K: return (size_t)n / 256 * sizeof(block_q6_K);
+    case GGML_IQ4_XS: return (size_t)n / 256 * sizeof(block_iq4_xs);
     case GGML_F32: return (size_t)n * 4;
     default: return (size_t)n * 2;
     }
 }
 
-static double max_simd_rel[5];
+static double max_simd_rel[9];
 
 static void check_int(const ds4_kernels *s, const ds4_kernels *v, uint32_t t, int n,
                       const void *w, const void *a, int act_kind)
@@ -678,6 +727,10 @@ static void check_int(const ds4_kernels *s, const ds4_kernels *v, uint32_t t, in
         break;
     case GGML_Q2_K: ys = s->q2_K_q8_K(n, w, a); yv = v->q2_K_q8_K(n, w, a); break;
     case GGML_Q4_K: ys = s->q4_K_q8_K(n, w, a); yv = v->q4_K_q8_K(n, w, a); break;
+    case GGML_Q3_K: ys = s->q3_K_q8_K(n, w, a); yv = v->q3_K_q8_K(n, w, a); break;
+    case GGML_Q5_K: ys = s->q5_K_q8_K(n, w, a); yv = v->q5_K_q8_K(n, w, a); break;
+    case GGML_Q6_K: ys = s->q6_K_q8_K(n, w, a); yv = v->q6_K_q8_K(n, w, a); break;
+    case GGML_IQ4_XS: ys = s->iq4_xs_q8_K(n, w, a); yv = v->iq4_xs_q8_K(n, w, a); break;
     default: ys = s->iq2_xxs_q8_K(n, w, a); yv = v->iq2_xxs_q8_K(n, w, a); break;
     }
     int fi = fmt_index(t);
@@ -810,7 +863,8 @@ static void test_f16(const ds4_kernels *v)
 static void test_random(const ds4_kernels *v)
 {
     const ds4_kernels *s = ds4_kernels_scalar();
-    static const uint32_t kt[3] = { GGML_Q2_K, GGML_Q4_K, GGML_IQ2_XXS };
+    static const uint32_t kt[7] = { GGML_Q2_K, GGML_Q4_K, GGML_IQ2_XXS, GGML_Q3_K, GGML_Q5_K, GGML_Q6_K,
+                                    GGML_IQ4_XS };
     uint8_t *w = malloc(row_bytes(GGML_F32, 4096) + 64);
     float *x = malloc(sizeof(float) * 4096);
     block_q8_K *ak = malloc(sizeof(block_q8_K) * 16);
@@ -818,7 +872,7 @@ static void test_random(const ds4_kernels *v)
     block_q8_0a *aa = malloc(sizeof(block_q8_0a) * 128);
 
     /* K-quant kernels: every row length 256..4096 */
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 7; ti++) {
         for (int n = 256; n <= 4096; n += 256) {
             for (int rep = 0; rep < 6; rep++) {
                 rand_weights(kt[ti], w, n);
@@ -1109,8 +1163,8 @@ int main(void)
                fmt_names[f], max_rel[f][0], max_rel[f][1], max_ratio_f32[f],
                v ? "" : "");
     if (v)
-        for (int f = 0; f < 4; f++)
-            printf("info: %-7s random avx2 vs scalar max |diff|/abs: %.3g (tol 2e-6)\n", fmt_names[f],
+        for (int f = 0; f < 9; f++)
+            if (f != 4) printf("info: %-7s random avx2 vs scalar max |diff|/abs: %.3g (tol 2e-6)\n", fmt_names[f],
                    max_simd_rel[f]);
     if (v) printf("info: random f32act max error / tolerance: %.3f\n", max_simd_f32_ratio);
     printf("test_quant: %d checks, %d failures (%d deq arrays, tables: %s)\n", checks, failures,

@@ -33,7 +33,8 @@ act_kind act_kind_for(uint32_t wtype, int no_qat) {
     if (no_qat) return ACT_F32;
     switch (wtype) {
     case GGML_Q8_0: case GGML_MXFP4: return ACT_Q8_0A;   /* ggml pairs MXFP4 with Q8_0 */
-    case GGML_Q2_K: case GGML_Q4_K: case GGML_IQ2_XXS: return ACT_Q8_K;
+    case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+    case GGML_IQ2_XXS: case GGML_IQ4_XS: return ACT_Q8_K;
     default: return ACT_F32;
     }
 }
@@ -75,6 +76,10 @@ static dotq_fn pick_q(const ds4_kernels *k, uint32_t type, act_kind kind) {
         if (type == GGML_Q2_K) return k->q2_K_q8_K;
         if (type == GGML_Q4_K) return k->q4_K_q8_K;
         if (type == GGML_IQ2_XXS) return k->iq2_xxs_q8_K;
+        if (type == GGML_Q3_K) return k->q3_K_q8_K;
+        if (type == GGML_Q5_K) return k->q5_K_q8_K;
+        if (type == GGML_Q6_K) return k->q6_K_q8_K;
+        if (type == GGML_IQ4_XS) return k->iq4_xs_q8_K;
     }
     return NULL;
 }
@@ -88,6 +93,10 @@ static dotf_fn pick_f(const ds4_kernels *k, uint32_t type) {
     case GGML_Q2_K: return k->q2_K_f32;
     case GGML_Q4_K: return k->q4_K_f32;
     case GGML_IQ2_XXS: return k->iq2_xxs_f32;
+    case GGML_Q3_K: return k->q3_K_f32;
+    case GGML_Q5_K: return k->q5_K_f32;
+    case GGML_Q6_K: return k->q6_K_f32;
+    case GGML_IQ4_XS: return k->iq4_xs_f32;
     case GGML_MXFP4: return k->mxfp4_f32;
     }
     return NULL;
@@ -102,6 +111,10 @@ static ds4_tile_fn pick_tile(const ds4_kernels *k, mat_t W, act_kind kind) {
         if (type == GGML_Q2_K) return k->q2_K_q8_K_tile;
         if (type == GGML_Q4_K) return k->q4_K_q8_K_tile;
         if (type == GGML_IQ2_XXS) return k->iq2_xxs_q8_K_tile;
+        if (type == GGML_Q3_K) return k->q3_K_q8_K_tile;
+        if (type == GGML_Q5_K) return k->q5_K_q8_K_tile;
+        if (type == GGML_Q6_K) return k->q6_K_q8_K_tile;
+        if (type == GGML_IQ4_XS) return k->iq4_xs_q8_K_tile;
     }
     if (kind == ACT_F32) {
         if (type == GGML_F32) return k->f32_f32_tile;

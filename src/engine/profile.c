@@ -48,6 +48,10 @@ static const char *prof_type_name(int t) {
     case GGML_Q2_K: return "Q2_K";
     case GGML_Q4_K: return "Q4_K";
     case GGML_IQ2_XXS: return "IQ2_XXS";
+    case GGML_Q3_K: return "Q3_K";
+    case GGML_Q5_K: return "Q5_K";
+    case GGML_Q6_K: return "Q6_K";
+    case GGML_IQ4_XS: return "IQ4_XS";
     case GGML_MXFP4: return "MXFP4";
     default: return "other";
     }

@@ -28,7 +28,8 @@ enum {
 /* Tensor storage types used by ds4 files (ggml ids). */
 enum {
     GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8, GGML_Q2_K = 10,
-    GGML_Q4_K = 12, GGML_Q8_K = 15, GGML_IQ2_XXS = 16, GGML_I8 = 24,
+    GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14,
+    GGML_Q8_K = 15, GGML_IQ2_XXS = 16, GGML_IQ4_XS = 23, GGML_I8 = 24,
     GGML_I16 = 25, GGML_I32 = 26, GGML_I64 = 27, GGML_F64 = 28,
     GGML_BF16 = 30, GGML_MXFP4 = 39,
 };

@@ -462,16 +462,20 @@ uint32_t ds4_recipe_type(const ds4_recipe *r, int role) {
  * dequantization; position biases one value at a time, so no block
  * formats; matrices take every format the kernels implement; routed
  * experts may also be MXFP4 (the only place GGUF producers put it). */
+#define MATRIX_TYPES "one of F32, F16, BF16, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ4_XS"
 static int is_matrix_type(uint32_t t) {
     return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q2_K ||
-           t == GGML_Q4_K || t == GGML_IQ2_XXS;
+           t == GGML_Q3_K || t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K ||
+           t == GGML_IQ2_XXS || t == GGML_IQ4_XS;
 }
 
 int ds4_layout_type_ok(int role, uint32_t t) {
     switch (role) {
     case DS4_ROLE_VEC: return t == GGML_F32;
     case DS4_ROLE_I32: return t == GGML_I32;
-    case DS4_ROLE_EMBD: return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0;
+    /* llama.cpp's K-quant mixes store token_embd as Q6_K, Q4_K, ...: any
+     * block format ds4_dequantize_row knows (the rows are dequantized). */
+    case DS4_ROLE_EMBD: return is_matrix_type(t);
     case DS4_ROLE_ELEM: return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16;
     case DS4_ROLE_EXP_GU: case DS4_ROLE_EXP_DOWN: return is_matrix_type(t) || t == GGML_MXFP4;
     }
@@ -482,9 +486,9 @@ const char *ds4_layout_types_text(int role) {
     switch (role) {
     case DS4_ROLE_VEC: return "F32";
     case DS4_ROLE_I32: return "I32";
-    case DS4_ROLE_EMBD: return "one of F32, F16, BF16, Q8_0";
+    case DS4_ROLE_EMBD: return MATRIX_TYPES;
     case DS4_ROLE_ELEM: return "one of F32, F16, BF16";
-    case DS4_ROLE_EXP_GU: case DS4_ROLE_EXP_DOWN: return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, MXFP4";
+    case DS4_ROLE_EXP_GU: case DS4_ROLE_EXP_DOWN: return MATRIX_TYPES ", MXFP4";
     }
-    return "one of F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS";
+    return MATRIX_TYPES;
 }

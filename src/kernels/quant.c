@@ -231,6 +231,133 @@ static void deq_q4_K_block(const block_q4_K *b, float *y)
     }
 }
 
+/* Q5_K: Q4_K's scales and nibbles plus bit 2c (low nibble) / 2c + 1 (high
+ * nibble) of qh[l] for chunk c.  d1 * q is exact, so only the subtraction
+ * rounds, as in ggml. */
+static inline int q5_K_q(const block_q5_K *b, int c, int l, int hi)
+{
+    int lo4 = hi ? b->qs[c * 32 + l] >> 4 : b->qs[c * 32 + l] & 15;
+    return lo4 | (((b->qh[l] >> (2 * c + hi)) & 1) << 4);
+}
+
+static void deq_q5_K_block(const block_q5_K *b, float *y)
+{
+    float d = ds4_f16_to_f32(b->d), dmin = ds4_f16_to_f32(b->dmin);
+    uint8_t sc[8], m[8];
+    q4_K_scales(b->scales, sc, m);
+    for (int c = 0; c < 4; c++) {
+        float d1 = d * (float)sc[2 * c], m1 = dmin * (float)m[2 * c];
+        float d2 = d * (float)sc[2 * c + 1], m2 = dmin * (float)m[2 * c + 1];
+        for (int l = 0; l < 32; l++) {
+            y[c * 64 + l] = d1 * (float)q5_K_q(b, c, l, 0) - m1;
+            y[c * 64 + 32 + l] = d2 * (float)q5_K_q(b, c, l, 1) - m2;
+        }
+    }
+}
+
+/* Q3_K's sixteen 6-bit scales, minus 32: the low four bits of scale j are
+ * a nibble of byte j mod 8 (low for j < 8), the high two bits come from
+ * byte 8 + j mod 4, at bit 2 (j / 4). */
+static void q3_K_scales(const uint8_t *b, int *s)
+{
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? b[j] & 15 : b[j - 8] >> 4;
+        int hi = (b[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+        s[j] = (lo | (hi << 4)) - 32;
+    }
+}
+
+/* element e = 128 h + 32 k + 16 g + l (h < 2, k < 4, g < 2, l < 16): two
+ * bits of qs[32 h + 16 g + l] at 2k, minus 4 unless bit 4h + k of
+ * hmask[16 g + l] is set; its scale is group e / 16. */
+static inline int q3_K_q(const block_q3_K *b, int e)
+{
+    int h = e >> 7, k = (e >> 5) & 3, gl = e & 31;
+    int q = (b->qs[32 * h + gl] >> (2 * k)) & 3;
+    return q - ((b->hmask[gl] >> (4 * h + k)) & 1 ? 0 : 4);
+}
+
+/* All 256 codes at once, in loops a compiler vectorizes (q3_K_q is the
+ * definition; this is the same map, element e = 128 h + 32 k + gl). */
+static void q3_K_unpack(const block_q3_K *b, int8_t *q)
+{
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int gl = 0; gl < 32; gl++)
+                q[128 * h + 32 * k + gl] = (int8_t)(((b->qs[32 * h + gl] >> (2 * k)) & 3) -
+                                                    (((b->hmask[gl] >> (4 * h + k)) & 1) ? 0 : 4));
+}
+
+static void deq_q3_K_block(const block_q3_K *b, float *y)
+{
+    float d = ds4_f16_to_f32(b->d);
+    int s[16];
+    int8_t q[QK_K];
+    q3_K_scales(b->scales, s);
+    q3_K_unpack(b, q);
+    for (int j = 0; j < 16; j++) {
+        float dl = d * (float)s[j];                 /* exact: 11 x 6 bits */
+        for (int l = 0; l < 16; l++)
+            y[16 * j + l] = dl * (float)q[16 * j + l];
+    }
+}
+
+/* Q6_K: element e = 128 h + 32 k + l (k < 4, l < 32): the nibble of
+ * ql[64 h + 32 (k & 1) + l] (high for k >= 2) and bits 2k of
+ * qh[32 h + l] as bits 4-5, minus 32; group e / 16 holds its scale. */
+static inline int q6_K_q(const block_q6_K *b, int e)
+{
+    int h = e >> 7, k = (e >> 5) & 3, l = e & 31;
+    int ql = b->ql[64 * h + 32 * (k & 1) + l];
+    int lo = k < 2 ? ql & 15 : ql >> 4;
+    return (lo | (((b->qh[32 * h + l] >> (2 * k)) & 3) << 4)) - 32;
+}
+
+/* All 256 codes at once (q6_K_q's map, vectorizable loops). */
+static void q6_K_unpack(const block_q6_K *b, int8_t *q)
+{
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *ql = b->ql + 64 * h, qh = b->qh[32 * h + l];
+            q[128 * h + l] = (int8_t)(((ql[l] & 15) | ((qh & 3) << 4)) - 32);
+            q[128 * h + 32 + l] = (int8_t)(((ql[32 + l] & 15) | (((qh >> 2) & 3) << 4)) - 32);
+            q[128 * h + 64 + l] = (int8_t)(((ql[l] >> 4) | (((qh >> 4) & 3) << 4)) - 32);
+            q[128 * h + 96 + l] = (int8_t)(((ql[32 + l] >> 4) | (((qh >> 6) & 3) << 4)) - 32);
+        }
+}
+
+static void deq_q6_K_block(const block_q6_K *b, float *y)
+{
+    float d = ds4_f16_to_f32(b->d);
+    int8_t q[QK_K];
+    q6_K_unpack(b, q);
+    for (int e = 0; e < QK_K; e++)                  /* ggml: d * sc * q, left to right */
+        y[e] = d * (float)b->scales[e >> 4] * (float)q[e];
+}
+
+/* IQ4_XS: group g (32 elements) has the 6-bit scale nibble g of scales_l
+ * and bits 2g of scales_h, minus 32; element j < 16 of the group is the
+ * low nibble of qs[16 g + j], element 16 + j the high one. */
+const int8_t ds4_kvalues_iq4nl[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+
+static inline int iq4_xs_scale(const block_iq4_xs *b, int g)
+{
+    int ls = ((b->scales_l[g / 2] >> (4 * (g % 2))) & 15) | (((b->scales_h >> (2 * g)) & 3) << 4);
+    return ls - 32;
+}
+
+static void deq_iq4_xs_block(const block_iq4_xs *b, float *y)
+{
+    float d = ds4_f16_to_f32(b->d);
+    for (int g = 0; g < 8; g++) {
+        float dl = d * (float)iq4_xs_scale(b, g);  /* dl * kv exact: 11 + 6 + 7 bits */
+        for (int j = 0; j < 16; j++) {
+            y[32 * g + j] = dl * (float)ds4_kvalues_iq4nl[b->qs[16 * g + j] & 15];
+            y[32 * g + 16 + j] = dl * (float)ds4_kvalues_iq4nl[b->qs[16 * g + j] >> 4];
+        }
+    }
+}
+
 static void deq_iq2_xxs_block(const block_iq2_xxs *b, float *y)
 {
     float d = ds4_f16_to_f32(b->d);
@@ -316,6 +443,26 @@ int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
     case GGML_Q4_K: {
         const block_q4_K *b = src;
         for (int64_t i = 0; i < n / QK_K; i++) deq_q4_K_block(b + i, dst + i * QK_K);
+        return 0;
+    }
+    case GGML_Q3_K: {
+        const block_q3_K *b = src;
+        for (int64_t i = 0; i < n / QK_K; i++) deq_q3_K_block(b + i, dst + i * QK_K);
+        return 0;
+    }
+    case GGML_Q5_K: {
+        const block_q5_K *b = src;
+        for (int64_t i = 0; i < n / QK_K; i++) deq_q5_K_block(b + i, dst + i * QK_K);
+        return 0;
+    }
+    case GGML_Q6_K: {
+        const block_q6_K *b = src;
+        for (int64_t i = 0; i < n / QK_K; i++) deq_q6_K_block(b + i, dst + i * QK_K);
+        return 0;
+    }
+    case GGML_IQ4_XS: {
+        const block_iq4_xs *b = src;
+        for (int64_t i = 0; i < n / QK_K; i++) deq_iq4_xs_block(b + i, dst + i * QK_K);
         return 0;
     }
     case GGML_IQ2_XXS: {
@@ -657,8 +804,9 @@ static float s_q8_0_f32(int n, const void *vw, const float *x)
     return l32_finish(&s, NULL, NULL, 0);
 }
 
-#define S_KQ_F32(name, btype, deq)                                  \
-    static float name(int n, const void *vw, const float *x)       \
+#define S_KQ_F32(name, btype, deq) static S_KQ_F32_DEF(name, btype, deq)
+#define S_KQ_F32_DEF(name, btype, deq)                              \
+    float name(int n, const void *vw, const float *x)              \
     {                                                               \
         const btype *w = vw;                                        \
         float buf[QK_K];                                            \
@@ -674,6 +822,10 @@ static float s_q8_0_f32(int n, const void *vw, const float *x)
 S_KQ_F32(s_q2_K_f32, block_q2_K, deq_q2_K_block)
 S_KQ_F32(s_q4_K_f32, block_q4_K, deq_q4_K_block)
 S_KQ_F32(s_iq2_xxs_f32, block_iq2_xxs, deq_iq2_xxs_block)
+S_KQ_F32_DEF(ds4_q3_K_f32_ref, block_q3_K, deq_q3_K_block)
+S_KQ_F32_DEF(ds4_q5_K_f32_ref, block_q5_K, deq_q5_K_block)
+S_KQ_F32_DEF(ds4_q6_K_f32_ref, block_q6_K, deq_q6_K_block)
+S_KQ_F32_DEF(ds4_iq4_xs_f32_ref, block_iq4_xs, deq_iq4_xs_block)
 
 static void s_f16_to_f32_row(const uint16_t *src, float *dst, int n)
 {
@@ -709,6 +861,105 @@ float ds4_q4_K_q8_K_blockwise(int n, const void *vw, const void *va)
         float d = ds4_f16_to_f32(w[i].d) * a[i].d;
         float dmin = ds4_f16_to_f32(w[i].dmin) * a[i].d;
         sumf += d * (float)isum - dmin * (float)summ;
+    }
+    return sumf;
+}
+
+/* Q5_K x Q8_K: Q4_K's blockwise order with the 5-bit q (0..31). */
+float ds4_q5_K_q8_K_ref(int n, const void *vw, const void *va)
+{
+    const block_q5_K *w = vw;
+    const block_q8_K *a = va;
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        q4_K_scales(w[i].scales, sc, m);
+        const int8_t *q8 = a[i].qs;
+        uint8_t q[QK_K];
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                q[64 * c + l] = (uint8_t)((w[i].qs[32 * c + l] & 15) | (((w[i].qh[l] >> (2 * c)) & 1) << 4));
+                q[64 * c + 32 + l] = (uint8_t)((w[i].qs[32 * c + l] >> 4) | (((w[i].qh[l] >> (2 * c + 1)) & 1) << 4));
+            }
+        int32_t isum = 0, summ = 0;
+        for (int c = 0; c < 4; c++) {
+            int32_t s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += q[64 * c + l] * q8[64 * c + l];
+                s1 += q[64 * c + 32 + l] * q8[64 * c + 32 + l];
+            }
+            isum += sc[2 * c] * s0 + sc[2 * c + 1] * s1;
+        }
+        for (int j = 0; j < 8; j++)
+            summ += m[j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        float d = ds4_f16_to_f32(w[i].d) * a[i].d;
+        float dmin = ds4_f16_to_f32(w[i].dmin) * a[i].d;
+        sumf += d * (float)isum - dmin * (float)summ;
+    }
+    return sumf;
+}
+
+/* Q3_K / Q6_K x Q8_K: per block the exact isum = sum_j s_j * S_j over the
+ * 16 groups of 16 (|isum| < 256 * 32 * 128 * 127 < 2^31), then one float
+ * term.  ggml sums these in 8 float lanes; one integer sum per block is
+ * what every table can keep at every tile shape (as for Q4_K). */
+float ds4_q3_K_q8_K_ref(int n, const void *vw, const void *va)
+{
+    const block_q3_K *w = vw;
+    const block_q8_K *a = va;
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int s[16];
+        int8_t q[QK_K];
+        q3_K_scales(w[i].scales, s);
+        q3_K_unpack(w + i, q);
+        int32_t isum = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t sj = 0;
+            for (int l = 0; l < 16; l++) sj += q[16 * j + l] * a[i].qs[16 * j + l];
+            isum += s[j] * sj;
+        }
+        sumf += (ds4_f16_to_f32(w[i].d) * a[i].d) * (float)isum;
+    }
+    return sumf;
+}
+
+float ds4_q6_K_q8_K_ref(int n, const void *vw, const void *va)
+{
+    const block_q6_K *w = vw;
+    const block_q8_K *a = va;
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int8_t q[QK_K];
+        q6_K_unpack(w + i, q);
+        int32_t isum = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t sj = 0;
+            for (int l = 0; l < 16; l++) sj += q[16 * j + l] * a[i].qs[16 * j + l];
+            isum += w[i].scales[j] * sj;
+        }
+        sumf += (ds4_f16_to_f32(w[i].d) * a[i].d) * (float)isum;
+    }
+    return sumf;
+}
+
+/* IQ4_XS x Q8_K: the same over its 8 groups of 32 (|isum| < 2^31). */
+float ds4_iq4_xs_q8_K_ref(int n, const void *vw, const void *va)
+{
+    const block_iq4_xs *w = vw;
+    const block_q8_K *a = va;
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        const int8_t *q8 = a[i].qs;
+        int32_t isum = 0;
+        for (int g = 0; g < 8; g++) {
+            int32_t sg = 0;
+            for (int j = 0; j < 16; j++)
+                sg += ds4_kvalues_iq4nl[w[i].qs[16 * g + j] & 15] * q8[32 * g + j] +
+                      ds4_kvalues_iq4nl[w[i].qs[16 * g + j] >> 4] * q8[32 * g + 16 + j];
+            isum += iq4_xs_scale(w + i, g) * sg;
+        }
+        sumf += (ds4_f16_to_f32(w[i].d) * a[i].d) * (float)isum;
     }
     return sumf;
 }
@@ -765,6 +1016,10 @@ SCALAR_TILE(s_q8_0_q8_0a_tile, s_q8_0_q8_0a)
 SCALAR_TILE(s_q2_K_q8_K_tile, s_q2_K_q8_K)
 SCALAR_TILE(s_q4_K_q8_K_tile, s_q4_K_q8_K)
 SCALAR_TILE(s_iq2_xxs_q8_K_tile, s_iq2_xxs_q8_K)
+SCALAR_TILE(s_q3_K_q8_K_tile, ds4_q3_K_q8_K_ref)
+SCALAR_TILE(s_q5_K_q8_K_tile, ds4_q5_K_q8_K_ref)
+SCALAR_TILE(s_q6_K_q8_K_tile, ds4_q6_K_q8_K_ref)
+SCALAR_TILE(s_iq4_xs_q8_K_tile, ds4_iq4_xs_q8_K_ref)
 SCALAR_TILE(s_f32_f32_tile, s_f32_f32)
 SCALAR_TILE(s_f16_f32_tile, s_f16_f32)
 SCALAR_TILE(s_mxfp4_q8_0a_tile, s_mxfp4_q8_0a)
@@ -780,6 +1035,10 @@ static const ds4_kernels scalar_kernels = {
     .q2_K_q8_K = s_q2_K_q8_K,
     .q4_K_q8_K = s_q4_K_q8_K,
     .iq2_xxs_q8_K = s_iq2_xxs_q8_K,
+    .q3_K_q8_K = ds4_q3_K_q8_K_ref,
+    .q5_K_q8_K = ds4_q5_K_q8_K_ref,
+    .q6_K_q8_K = ds4_q6_K_q8_K_ref,
+    .iq4_xs_q8_K = ds4_iq4_xs_q8_K_ref,
     .f32_f32 = s_f32_f32,
     .f16_f32 = s_f16_f32,
     .bf16_f32 = s_bf16_f32,
@@ -787,11 +1046,19 @@ static const ds4_kernels scalar_kernels = {
     .q2_K_f32 = s_q2_K_f32,
     .q4_K_f32 = s_q4_K_f32,
     .iq2_xxs_f32 = s_iq2_xxs_f32,
+    .q3_K_f32 = ds4_q3_K_f32_ref,
+    .q5_K_f32 = ds4_q5_K_f32_ref,
+    .q6_K_f32 = ds4_q6_K_f32_ref,
+    .iq4_xs_f32 = ds4_iq4_xs_f32_ref,
     .f16_to_f32_row = s_f16_to_f32_row,
     .q8_0_q8_0a_tile = s_q8_0_q8_0a_tile,
     .q2_K_q8_K_tile = s_q2_K_q8_K_tile,
     .q4_K_q8_K_tile = s_q4_K_q8_K_tile,
     .iq2_xxs_q8_K_tile = s_iq2_xxs_q8_K_tile,
+    .q3_K_q8_K_tile = s_q3_K_q8_K_tile,
+    .q5_K_q8_K_tile = s_q5_K_q8_K_tile,
+    .q6_K_q8_K_tile = s_q6_K_q8_K_tile,
+    .iq4_xs_q8_K_tile = s_iq4_xs_q8_K_tile,
     .f32_f32_tile = s_f32_f32_tile,
     .f16_f32_tile = s_f16_f32_tile,
     .mxfp4_q8_0a = s_mxfp4_q8_0a,
@@ -817,6 +1084,10 @@ float ds4_dot_f32act(const ds4_kernels *k, uint32_t type, int n,
     case GGML_Q2_K: return k->q2_K_f32(n, w, x);
     case GGML_Q4_K: return k->q4_K_f32(n, w, x);
     case GGML_IQ2_XXS: return k->iq2_xxs_f32(n, w, x);
+    case GGML_Q3_K: return k->q3_K_f32(n, w, x);
+    case GGML_Q5_K: return k->q5_K_f32(n, w, x);
+    case GGML_Q6_K: return k->q6_K_f32(n, w, x);
+    case GGML_IQ4_XS: return k->iq4_xs_f32(n, w, x);
     case GGML_MXFP4: return k->mxfp4_f32(n, w, x);
     default: return 0.0f;
     }

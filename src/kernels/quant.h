@@ -1,7 +1,8 @@
 /*
  * quant.h -- quantization formats and their dot-product kernels.
  *
- * Owns: the block layouts of F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, MXFP4 and Q8_K,
+ * Owns: the block layouts of F16, BF16, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * IQ2_XXS, IQ4_XS, MXFP4 and Q8_K,
  * row dequantization, activation quantization (Q8_0 and Q8_K), and the dot
  * products of every weight format with quantized and with float
  * activations.  Every kernel has a portable scalar reference; SIMD versions
@@ -28,6 +29,24 @@ typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4];
 typedef struct { uint16_t d, dmin; uint8_t scales[12];
                  uint8_t qs[QK_K / 2]; } block_q4_K;                    /* 144 B */
 typedef struct { uint16_t d; uint16_t qs[QK_K / 8]; } block_iq2_xxs;    /* 66 B */
+/* The K-quants of llama.cpp's common mixes (Q3_K_M .. Q6_K; output and
+ * token_embd are often Q6_K), laid out exactly as ggml's block_q3_K,
+ * block_q5_K, block_q6_K, block_iq4_xs:
+ *  Q3_K: 16 groups of 16, q = ((qs >> 2j) & 3) - (hmask bit ? 0 : 4) in
+ *        -4..3, 6-bit group scales stored - 32, x = d * (s - 32) * q;
+ *  Q5_K: Q4_K plus one high bit per element (qh), x = d*sc*q - dmin*m;
+ *  Q6_K: 16 groups of 16, q = (ql nibble | 2 qh bits << 4) - 32, int8
+ *        group scales, x = d * s * q;
+ *  IQ4_XS: 8 groups of 32, 6-bit scales (- 32), 4-bit indices into the
+ *        non-linear table ds4_kvalues_iq4nl, x = d * (s - 32) * kv[q]. */
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4];
+                 uint8_t scales[12]; uint16_t d; } block_q3_K;          /* 110 B */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8];
+                 uint8_t qs[QK_K / 2]; } block_q5_K;                    /* 176 B */
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4];
+                 int8_t scales[QK_K / 16]; uint16_t d; } block_q6_K;    /* 210 B */
+typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64];
+                 uint8_t qs[QK_K / 2]; } block_iq4_xs;                  /* 136 B */
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K; /* 292 B */
 
 /* MXFP4 (OCP microscaling FP4, ggml type 39): 32 values = one E8M0 scale
@@ -43,6 +62,10 @@ _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0");
 _Static_assert(sizeof(block_q2_K) == 84, "block_q2_K");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K");
 _Static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs");
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K");
+_Static_assert(sizeof(block_q5_K) == 176, "block_q5_K");
+_Static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs");
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K");
 
 /* IQ2_XXS tables (format data, identical to ggml's). */
@@ -58,6 +81,8 @@ const uint8_t *ds4_iq2xxs_codes(void);
  * negatives (code 8 is -0, stored as 0).  Format data, as ggml's
  * kvalues_mxfp4. */
 extern const int8_t ds4_kvalues_mxfp4[16];
+/* IQ4_NL / IQ4_XS non-linear values (format data, as ggml's kvalues_iq4nl). */
+extern const int8_t ds4_kvalues_iq4nl[16];
 
 /* 2^(e - 128) as a float, i.e. half the E8M0 scale 2^(e - 127): e = 0 and
  * 1 give the subnormals 2^-128 and 2^-127, e = 255 gives 2^127 (ggml's
@@ -79,7 +104,8 @@ float ds4_bf16_to_f32(uint16_t h);
 static inline float ds4_f16_round(float x) { return ds4_f16_to_f32(ds4_f32_to_f16(x)); }
 
 /* Dequantize n elements (n a multiple of the block size) of a ggml type
- * (GGML_F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, MXFP4, Q8_K).  Bit-exact with
+ * (GGML_F32, F16, BF16, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ4_XS,
+ * MXFP4, Q8_K).  Bit-exact with
  * ggml.  Returns 0, or -1 for an unsupported type. */
 int ds4_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
@@ -141,6 +167,12 @@ typedef void (*ds4_tile_fn)(int n, const void *w, size_t w_stride, int nrows,
  *    summ = sum_j m_j * (bsum_2j + bsum_2j+1) in integers, then
  *    sumf += d*(float)isum - dmin*(float)summ with d, dmin = f16(w) * a.d,
  *    in block order (ds4_q4_K_q8_K_blockwise; not ggml's 8-lane order);
+ *    Q5_K x Q8_K the same with the 5-bit q;
+ *  - Q3_K, Q6_K x Q8_K: per 256-block isum = sum_j s_j * S_j over the 16
+ *    groups of 16 (s_j the signed group scale, S_j the exact sum of the
+ *    signed q times the activation), IQ4_XS x Q8_K the same over its 8
+ *    groups of 32 (kv[q] for q, ls - 32 for s), then
+ *    sumf += d * (float)isum with d = f16(w.d) * a.d, in block order;
  *  - float activations (F32/F16/BF16 weights, and the --no-qat kernels of
  *    the quantized formats on their exact dequantized weights): 32 lanes
  *    (element i in lane i mod 32) accumulated with FMA in element order,
@@ -156,6 +188,10 @@ typedef struct {
     float (*q2_K_q8_K)(int n, const void *w, const void *a);
     float (*q4_K_q8_K)(int n, const void *w, const void *a);
     float (*iq2_xxs_q8_K)(int n, const void *w, const void *a);
+    float (*q3_K_q8_K)(int n, const void *w, const void *a);
+    float (*q5_K_q8_K)(int n, const void *w, const void *a);
+    float (*q6_K_q8_K)(int n, const void *w, const void *a);
+    float (*iq4_xs_q8_K)(int n, const void *w, const void *a);
     /* float activations */
     float (*f32_f32)(int n, const void *w, const float *x);
     float (*f16_f32)(int n, const void *w, const float *x);
@@ -164,6 +200,10 @@ typedef struct {
     float (*q2_K_f32)(int n, const void *w, const float *x);
     float (*q4_K_f32)(int n, const void *w, const float *x);
     float (*iq2_xxs_f32)(int n, const void *w, const float *x);
+    float (*q3_K_f32)(int n, const void *w, const float *x);
+    float (*q5_K_f32)(int n, const void *w, const float *x);
+    float (*q6_K_f32)(int n, const void *w, const float *x);
+    float (*iq4_xs_f32)(int n, const void *w, const float *x);
     /* f16 row -> f32 row */
     void (*f16_to_f32_row)(const uint16_t *src, float *dst, int n);
     /* tiles (see ds4_tile_fn); NULL entries are run row by row by callers */
@@ -177,6 +217,10 @@ typedef struct {
     ds4_tile_fn q2_K_q8_K_tile;
     ds4_tile_fn q4_K_q8_K_tile;
     ds4_tile_fn iq2_xxs_q8_K_tile;
+    ds4_tile_fn q3_K_q8_K_tile;
+    ds4_tile_fn q5_K_q8_K_tile;
+    ds4_tile_fn q6_K_q8_K_tile;
+    ds4_tile_fn iq4_xs_q8_K_tile;
     ds4_tile_fn f32_f32_tile;
     ds4_tile_fn f16_f32_tile;
     /* MXFP4 weights (routed experts): with Q8_0a activations as ggml pairs
@@ -263,6 +307,18 @@ const ds4_kernels *ds4_kernels_best(void);
 /* Q4_K x Q8_K in the blockwise order of the avx512 table (see above);
  * the portable reference of that order. */
 float ds4_q4_K_q8_K_blockwise(int n, const void *w, const void *a);
+
+/* The scalar references of the Q3_K, Q5_K, Q6_K and IQ4_XS kernels (the
+ * orders above), named so that the SIMD tables can take them for the
+ * entries they have no kernel of their own for. */
+float ds4_q3_K_q8_K_ref(int n, const void *w, const void *a);
+float ds4_q5_K_q8_K_ref(int n, const void *w, const void *a);
+float ds4_q6_K_q8_K_ref(int n, const void *w, const void *a);
+float ds4_iq4_xs_q8_K_ref(int n, const void *w, const void *a);
+float ds4_q3_K_f32_ref(int n, const void *w, const float *x);
+float ds4_q5_K_f32_ref(int n, const void *w, const float *x);
+float ds4_q6_K_f32_ref(int n, const void *w, const float *x);
+float ds4_iq4_xs_f32_ref(int n, const void *w, const float *x);
 
 /* Float-activation dot for any supported weight type (dispatches through
  * the table); returns 0 for unsupported types. */

@@ -1648,6 +1648,301 @@ TGT static float v_mxfp4_f32(int n, const void *vw, const float *x)
     return finish4(a0, a1, a2, a3);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Q3_K, Q5_K, Q6_K, IQ4_XS x Q8_K (llama.cpp's mixes).  One row at a time:  */
+/* per block the exact integer isum of the scalar reference (quant.c), then */
+/* its float term, so the bits are the scalar table's.  The codes are made  */
+/* unsigned (Q3_K: q + 4, Q6_K: q + 32) for vpmaddubsw, and the offset is    */
+/* taken back through the activation's 16-element bsums, in integers.      */
+/* vpmaddubsw pairs stay below 2^15 (63 * 127 * 2); the per-group scale     */
+/* products and their sums stay far below 2^31 (quant.c).                  */
+/* ------------------------------------------------------------------------ */
+
+TGT static inline int32_t hsum_i32x8(__m256i v)
+{
+    return hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* 32 unsigned codes of two 16-groups times their 32 activations, each
+ * group's pair sums times its scale: 8 int32 lanes */
+TGT static inline __m256i kq_groups2(__m256i q, const int8_t *q8, int s0, int s1)
+{
+    const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)q8));
+    const __m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+    return _mm256_madd_epi16(p, sc);
+}
+
+TGT static float v_q6_K_q8_K(int n, const void *vw, const void *va)
+{
+    const block_q6_K *w = vw;
+    const block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        const int8_t *sc = w[i].scales;
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+            const int8_t *q8 = a[i].qs + 128 * h;
+            const int8_t *s = sc + 8 * h;
+            acc = _mm256_add_epi32(acc, kq_groups2(q0, q8, s[0], s[1]));
+            acc = _mm256_add_epi32(acc, kq_groups2(q1, q8 + 32, s[2], s[3]));
+            acc = _mm256_add_epi32(acc, kq_groups2(q2, q8 + 64, s[4], s[5]));
+            acc = _mm256_add_epi32(acc, kq_groups2(q3, q8 + 96, s[6], s[7]));
+        }
+        int32_t off = 0;
+        for (int j = 0; j < 16; j++) off += sc[j] * a[i].bsums[j];
+        const int32_t isum = hsum_i32x8(acc) - 32 * off;
+        sumf += (h2f(w[i].d) * a[i].d) * (float)isum;
+    }
+    return sumf;
+}
+
+TGT static float v_q3_K_q8_K(int n, const void *vw, const void *va)
+{
+    const block_q3_K *w = vw;
+    const block_q8_K *a = va;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        /* the sixteen scales minus 32 (quant.c's q3_K_scales) */
+        const uint8_t *b = w[i].scales;
+        int s[16];
+        for (int j = 0; j < 16; j++) {
+            int lo = j < 8 ? b[j] & 15 : b[j - 8] >> 4;
+            int hi = (b[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+            s[j] = (lo | (hi << 4)) - 32;
+        }
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask);
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                /* q + 4 = the two low bits + 4 * the hmask bit */
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), m3);
+                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one);
+                const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+                acc = _mm256_add_epi32(acc, kq_groups2(q, a[i].qs + 128 * h + 32 * k, s[8 * h + 2 * k],
+                                                       s[8 * h + 2 * k + 1]));
+            }
+        }
+        int32_t off = 0;
+        for (int j = 0; j < 16; j++) off += s[j] * a[i].bsums[j];
+        const int32_t isum = hsum_i32x8(acc) - 4 * off;
+        sumf += (h2f(w[i].d) * a[i].d) * (float)isum;
+    }
+    return sumf;
+}
+
+TGT static float v_q5_K_q8_K(int n, const void *vw, const void *va)
+{
+    const block_q5_K *w = vw;
+    const block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        /* the eight 6-bit (scale, min) pairs (quant.c's q4_K_scales) */
+        const uint8_t *b = w[i].scales;
+        int sc[8], m[8];
+        for (int j = 0; j < 4; j++) { sc[j] = b[j] & 63; m[j] = b[j + 4] & 63; }
+        for (int j = 4; j < 8; j++) {
+            sc[j] = (b[j + 4] & 15) | ((b[j - 4] >> 6) << 4);
+            m[j] = (b[j + 4] >> 4) | ((b[j] >> 6) << 4);
+        }
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(qs, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            acc = _mm256_add_epi32(acc, kq_groups2(lo, a[i].qs + 64 * c, sc[2 * c], sc[2 * c]));
+            acc = _mm256_add_epi32(acc, kq_groups2(hi, a[i].qs + 64 * c + 32, sc[2 * c + 1], sc[2 * c + 1]));
+        }
+        int32_t summ = 0;
+        for (int j = 0; j < 8; j++) summ += m[j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        const float d = h2f(w[i].d) * a[i].d, dmin = h2f(w[i].dmin) * a[i].d;
+        sumf += d * (float)hsum_i32x8(acc) - dmin * (float)summ;
+    }
+    return sumf;
+}
+
+TGT static float v_iq4_xs_q8_K(int n, const void *vw, const void *va)
+{
+    const block_iq4_xs *w = vw;
+    const block_q8_K *a = va;
+    const __m128i kv128 = _mm_loadu_si128((const __m128i *)ds4_kvalues_iq4nl);
+    const __m256i kv = _mm256_set_m128i(kv128, kv128), m4 = _mm256_set1_epi8(15);
+    float sumf = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) {
+            const __m128i q4 = _mm_loadu_si128((const __m128i *)(w[i].qs + 16 * g));
+            const __m256i q = _mm256_set_m128i(_mm_srli_epi16(q4, 4), q4);   /* low nibbles, then high */
+            const __m256i v = _mm256_shuffle_epi8(kv, _mm256_and_si256(q, m4));
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * g));
+            /* |v| * (y with v's sign): |v| <= 127, pairs <= 2 * 127 * 127 */
+            const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(y, v));
+            const int ls = (((w[i].scales_l[g / 2] >> (4 * (g % 2))) & 15) | (((w[i].scales_h >> (2 * g)) & 3) << 4)) - 32;
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)ls)));
+        }
+        sumf += (h2f(w[i].d) * a[i].d) * (float)hsum_i32x8(acc);
+    }
+    return sumf;
+}
+
+/* Q3_K / Q5_K / Q6_K tiles: each 256-block of a row is unpacked once (8
+ * vectors of 32 unsigned codes and the scale pair of each) and dotted
+ * with up to 8 tokens' activation blocks; every (row, token) keeps its own
+ * float sum in block order with the row kernel's expressions, and the
+ * integer sums are exact in any order, so the outputs are the row
+ * kernels' bits. */
+enum { KQ_Q3, KQ_Q5, KQ_Q6 };
+
+TGTI static void kq_unpack(int fmt, const uint8_t *blk, __m256i q[8], __m256i scv[8], int16_t gs[16],
+                           float *d, float *dmin, int *m)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    if (fmt == KQ_Q6) {
+        const block_q6_K *b = (const block_q6_K *)blk;
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            q[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+        }
+        for (int j = 0; j < 16; j++) gs[j] = b->scales[j];
+        *d = h2f(b->d);
+    } else if (fmt == KQ_Q3) {
+        const block_q3_K *b = (const block_q3_K *)blk;
+        for (int j = 0; j < 16; j++) {
+            int lo = j < 8 ? b->scales[j] & 15 : b->scales[j - 8] >> 4;
+            int hi = (b->scales[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+            gs[j] = (int16_t)((lo | (hi << 4)) - 32);
+        }
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), m3);
+                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one);
+                q[4 * h + k] = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+            }
+        }
+        *d = h2f(b->d);
+    } else {
+        const block_q5_K *b = (const block_q5_K *)blk;
+        const uint8_t *sb = b->scales;
+        int sc[8];
+        for (int j = 0; j < 4; j++) { sc[j] = sb[j] & 63; m[j] = sb[j + 4] & 63; }
+        for (int j = 4; j < 8; j++) {
+            sc[j] = (sb[j + 4] & 15) | ((sb[j - 4] >> 6) << 4);
+            m[j] = (sb[j + 4] >> 4) | ((sb[j] >> 6) << 4);
+        }
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
+        for (int c = 0; c < 4; c++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+            q[2 * c] = _mm256_or_si256(_mm256_and_si256(qs, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+            q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        }
+        for (int j = 0; j < 8; j++) gs[2 * j] = gs[2 * j + 1] = (int16_t)sc[j];
+        *d = h2f(b->d);
+        *dmin = h2f(b->dmin);
+    }
+    for (int c = 0; c < 8; c++)
+        scv[c] = _mm256_set_m128i(_mm_set1_epi16(gs[2 * c + 1]), _mm_set1_epi16(gs[2 * c]));
+}
+
+TGTI static void kq_tile(int fmt, size_t bbytes, int n, const void *w, size_t ws, int nrows,
+                         const void *const *a, int ntok, float *y, size_t ys)
+{
+    const int nb = n / QK_K;
+    for (int r = 0; r < nrows; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * ws;
+        for (int j0 = 0; j0 < ntok; j0 += 8) {
+            const int nt = ntok - j0 < 8 ? ntok - j0 : 8;
+            float sumf[8] = { 0 };
+            for (int i = 0; i < nb; i++) {
+                __m256i q[8], scv[8];
+                int16_t gs[16];
+                float d = 0.0f, dmin = 0.0f;
+                int m[8] = { 0 };
+                kq_unpack(fmt, row + (size_t)i * bbytes, q, scv, gs, &d, &dmin, m);
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_K *ab = (const block_q8_K *)a[j0 + t] + i;
+                    __m256i acc = _mm256_setzero_si256();
+                    for (int c = 0; c < 8; c++) {
+                        const __m256i p = _mm256_maddubs_epi16(q[c], _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * c)));
+                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scv[c]));
+                    }
+                    int32_t isum = hsum_i32x8(acc);
+                    if (fmt == KQ_Q5) {
+                        int32_t summ = 0;
+                        for (int j = 0; j < 8; j++) summ += m[j] * (ab->bsums[2 * j] + ab->bsums[2 * j + 1]);
+                        const float dd = d * ab->d, dm = dmin * ab->d;
+                        sumf[t] += dd * (float)isum - dm * (float)summ;
+                    } else {
+                        int32_t off = 0;
+                        for (int j = 0; j < 16; j++) off += gs[j] * ab->bsums[j];
+                        isum -= (fmt == KQ_Q6 ? 32 : 4) * off;
+                        sumf[t] += (d * ab->d) * (float)isum;
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) y[(size_t)(j0 + t) * ys + r] = sumf[t];
+        }
+    }
+}
+
+TGT static void v_q3_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    kq_tile(KQ_Q3, sizeof(block_q3_K), n, w, ws, nrows, a, ntok, y, ys);
+}
+
+TGT static void v_q5_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    kq_tile(KQ_Q5, sizeof(block_q5_K), n, w, ws, nrows, a, ntok, y, ys);
+}
+
+TGT static void v_q6_K_q8_K_tile(int n, const void *w, size_t ws, int nrows, const void *const *a, int ntok,
+                                 float *y, size_t ys)
+{
+    kq_tile(KQ_Q6, sizeof(block_q6_K), n, w, ws, nrows, a, ntok, y, ys);
+}
+
+/* IQ4_XS's tile: the row kernel, one (row, token) at a time (the same bits
+ * by construction). */
+#define ROW_TILE(name, dot)                                                     \
+    TGT static void name(int n, const void *w, size_t ws, int nrows,           \
+                         const void *const *a, int ntok, float *y, size_t ys)  \
+    {                                                                           \
+        for (int r = 0; r < nrows; r++)                                         \
+            for (int j = 0; j < ntok; j++)                                      \
+                y[(size_t)j * ys + r] = dot(n, (const uint8_t *)w + (size_t)r * ws, a[j]); \
+    }
+ROW_TILE(v_iq4_xs_q8_K_tile, v_iq4_xs_q8_K)
+
 static const ds4_kernels avx2_kernels = {
     .name = "avx2",
     .q8_0_q8_0 = v_q8_0_q8_0,
@@ -1655,6 +1950,10 @@ static const ds4_kernels avx2_kernels = {
     .q2_K_q8_K = v_q2_K_q8_K,
     .q4_K_q8_K = v_q4_K_q8_K,
     .iq2_xxs_q8_K = v_iq2_xxs_q8_K,
+    .q3_K_q8_K = v_q3_K_q8_K,
+    .q5_K_q8_K = v_q5_K_q8_K,
+    .q6_K_q8_K = v_q6_K_q8_K,
+    .iq4_xs_q8_K = v_iq4_xs_q8_K,
     .f32_f32 = v_f32_f32,
     .f16_f32 = v_f16_f32,
     .bf16_f32 = v_bf16_f32,
@@ -1662,12 +1961,21 @@ static const ds4_kernels avx2_kernels = {
     .q2_K_f32 = v_q2_K_f32,
     .q4_K_f32 = v_q4_K_f32,
     .iq2_xxs_f32 = v_iq2_xxs_f32,
+    /* --no-qat on Q3_K, Q5_K, Q6_K, IQ4_XS: the scalar references */
+    .q3_K_f32 = ds4_q3_K_f32_ref,
+    .q5_K_f32 = ds4_q5_K_f32_ref,
+    .q6_K_f32 = ds4_q6_K_f32_ref,
+    .iq4_xs_f32 = ds4_iq4_xs_f32_ref,
     .f16_to_f32_row = v_f16_to_f32_row,
     .q8_0_q8_0a_tile = v_q8_0_q8_0a_tile,
     .q8_0_q8_0a_tile_sym = v_q8_0_q8_0a_tile_sym,
     .q2_K_q8_K_tile = v_q2_K_q8_K_tile,
     .q4_K_q8_K_tile = v_q4_K_q8_K_tile,
     .iq2_xxs_q8_K_tile = v_iq2_xxs_q8_K_tile,
+    .q3_K_q8_K_tile = v_q3_K_q8_K_tile,
+    .q5_K_q8_K_tile = v_q5_K_q8_K_tile,
+    .q6_K_q8_K_tile = v_q6_K_q8_K_tile,
+    .iq4_xs_q8_K_tile = v_iq4_xs_q8_K_tile,
     .f32_f32_tile = v_f32_f32_tile,
     .f16_f32_tile = v_f16_f32_tile,
     .mxfp4_q8_0a = v_mxfp4_q8_0a,
