@@ -91,7 +91,7 @@ declare -A EST=(
     [debug/test_quant]=9 [debug/test_batch]=8
     [debug/t_ssd]=60 [debug/t_spec]=35 [debug/t_server_quality]=12
     [opt/t_realshape]=326 [opt/t_oracle]=290 [opt/test_mtp]=231
-    [opt/test_spec]=103 [opt/t_mpi]=86 [opt/t_eval]=70 [opt/t_agent_lookup]=59
+    [opt/test_spec]=103 [opt/t_mpi]=86 [opt/t_glm_mpi]=25 [opt/t_eval]=70 [opt/t_agent_lookup]=59
     [opt/t_server]=53 [opt/t_mtp]=53 [opt/t_agent_session]=53
     [opt/test_session]=53 [opt/t_agent]=50 [opt/t_quantize]=46 [opt/t_ssd]=42
     [opt/t_cli]=38 [opt/t_server_kv]=33 [opt/t_server_parallel]=32

@@ -187,8 +187,13 @@ static int split_main(int argc, char **argv) {
         gguf_close(gf);
         return r;
     }
-    int L = w.cfg.n_layer, P = (int)ranks, E = w.cfg.n_expert;
+    int L = w.cfg.n_layer, P = (int)ranks, E = w.cfg.n_expert, arch = w.cfg.arch;
     ds4_weights_free(&w);
+    if (experts && arch != DS4_ARCH_DEEPSEEK4) {
+        /* the GLM graphs run --dist pipeline only (models/graph.h caps) */
+        gguf_close(gf);
+        return fail("--dist experts: %s is a GLM model, which runs --dist pipeline only", in);
+    }
     if (experts) {
         int rc = experts_split(gf, E, P, prefix);
         gguf_close(gf);

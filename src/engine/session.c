@@ -78,6 +78,11 @@ ds4_session *ds4_session_new(ds4_model *m, const ds4_session_params *p, char **e
         ds4_set_err(err, DS4_EUNSUP, "--dist is not supported for %s models", g->name);
         return NULL;
     }
+    if (dist_on() && !(g->caps & DS4_GRAPH_DIST_EXPERTS) && dist_experts_mode(m->w.cfg.n_expert)) {
+        ds4_set_err(err, DS4_EUNSUP, "--dist experts is not supported for %s models yet: use --dist pipeline",
+                    g->name);
+        return NULL;
+    }
     ds4_session *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->m = m;

@@ -61,6 +61,21 @@ static inline int dist_recv_x(ds4_session *s, float *X, int n) {
 static inline int dist_send_x(ds4_session *s, const float *X, int n) {
     return DIST_T ? DIST_T->send_x(X, dist_x_count(s, n)) : DS4_EUNSUP;
 }
+/* any count of floats to the next rank / from the previous one, in the
+ * same order as the HC rows (the GLM graphs: glm-dsa's one residual
+ * stream, and the indexer selection that crosses a rank boundary) */
+static inline int dist_recv_floats(float *X, int count) {
+    return DIST_T ? DIST_T->recv_x(X, count) : DS4_EUNSUP;
+}
+static inline int dist_send_floats(const float *X, int count) {
+    return DIST_T ? DIST_T->send_x(X, count) : DS4_EUNSUP;
+}
+/* --dist experts: this rank holds only a share of n_expert routed experts */
+static inline int dist_experts_mode(int n_expert) {
+    int lo = 0, hi = n_expert;
+    if (DIST_T) DIST_T->expert_range(n_expert, &lo, &hi);
+    return lo > 0 || hi < n_expert;
+}
 static inline int dist_send_done(ds4_session *s) {
     (void)s;
     return DIST_T ? DIST_T->send_done() : DS4_EUNSUP;

@@ -990,8 +990,12 @@ static int bind_glm(gguf_file *gf, ds4_weights *w, problems *P, const char *pfx,
     w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
     if (!w->layers) { free(kinds); return DS4_ENOMEM; }
     binder B = {.p = P, .gf = gf, .n_layer = c->n_layer, .arch = a};
-    if (gguf_find(gf, "ds4.split.ranks") || gguf_find(gf, "ds4.split.experts"))
-        prob(P, "a split part of a %s model: --dist is not supported for %s", pfx, pfx);
+    /* a pipeline part holds its layers (the GLM graphs run --dist
+     * pipeline); the experts mode is V4's only */
+    if (gguf_find(gf, "ds4.split.experts"))
+        prob(P, "an experts split part of a %s model: --dist experts is not supported for %s", pfx, pfx);
+    else
+        B.part = part_of(P, gf, c->n_layer, &B.lo, &B.hi);
     const ds4_layout_hp hp = hp_of(c);
     bind_section(&B, &hp, DS4_SEC_HEAD, -1, NULL, w);
     bind_section(&B, &hp, DS4_SEC_TAIL, -1, NULL, w);

@@ -826,7 +826,8 @@ static void v4_stage_commit(ds4_session *s, int n_keep) {
 const ds4_graph ds4_graph_deepseek4 = {
     .name = "deepseek4",
     .arch = DS4_ARCH_DEEPSEEK4,
-    .caps = DS4_GRAPH_STEER | DS4_GRAPH_IMATRIX | DS4_GRAPH_HIDDEN | DS4_GRAPH_INDEXER | DS4_GRAPH_DIST,
+    .caps = DS4_GRAPH_STEER | DS4_GRAPH_IMATRIX | DS4_GRAPH_HIDDEN | DS4_GRAPH_INDEXER | DS4_GRAPH_DIST |
+             DS4_GRAPH_DIST_EXPERTS,
     .state_new = v4_state_new,
     .state_free = v4_state_free,
     .state_reset = v4_state_reset,

@@ -77,6 +77,7 @@ struct ds4_g5n_state {
     int selcap;
     float *sc;         /* [ctx] */
     float *logits;     /* [T][vocab] */
+    float *dsel;       /* --dist pipeline: [T][1 + selcap] a selection crossing a rank boundary */
     void *qs;          /* quantized activations */
 };
 
@@ -110,6 +111,7 @@ static void g5n_state_free(ds4_session *s) {
     glm_ffn_free(&g->ffn);
     free(g->pools); free(g->sel); free(g->nsel); free(g->sc); free(g->logits); free(g->qs);
     free(g->cat); free(g->nx); free(g->hn);
+    free(g->dsel);
     free(g);
     s->g5n = NULL;
 }
@@ -167,6 +169,7 @@ static int g5n_state_new(ds4_session *s) {
     A(g->qabs, T * H * R); A(g->lat, T * H * R); A(g->ao, T * H * (size_t)c->vmla);
     A(g->pools, (size_t)keep); A(g->sel, T * (size_t)g->selcap); A(g->nsel, T); A(g->sc, ctx);
     A(g->logits, T * (size_t)c->n_vocab);
+    if (dist_on()) A(g->dsel, T * ((size_t)g->selcap + 1));
 #undef A
     if (!(g->qs = malloc(T * qrow))) return DS4_ENOMEM;
     if (glm_ffn_new(&g->ffn, c, (int)T, s->m->xc != NULL)) return DS4_ENOMEM;
@@ -613,15 +616,34 @@ static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     const int64_t p0 = (int64_t)s->toks.n;
     if (T < 1 || T > s->chunk || p0 + T > s->ctx) return DS4_EINVAL;
     if (s->stg_on && T > g->stg_cap) return DS4_EINVAL;
-    for (int t = 0; t < T; t++) {
-        float *x = g->X + (size_t)t * ND;
-        if (ds4_dequantize_row(f.w->token_embd.type, f.w->token_embd.data + (size_t)toks[t] * f.w->token_embd.row_bytes,
-                               x, D))
-            return DS4_EFORMAT;
-        for (int b = 1; b < N; b++) memcpy(x + (size_t)b * D, x, (size_t)D * sizeof(float));
+    /* --dist pipeline (src/mpi/, docs/distributed.md): this rank's layers
+     * [lo, hi) only -- their KDA state and cached rows live here; the HC
+     * streams come from the previous rank and go to the next (with the
+     * selection when it crosses the boundary: glm_sel_crosses), the last
+     * rank runs the head and rank 0 gets the logits.  The whole chunk goes
+     * at once (no micro-batches).  Staged passes are refused: their
+     * rollback (stage_commit's replay) would have to reach every rank. */
+    int want_all = s->cap_logits || s->stg_on, lo = 0, hi = c->n_layer;
+    if (dist_on()) {
+        if (s->stg_on) return DS4_EUNSUP;
+        int rc = dist_chunk_begin(s, toks, T, &want_all, &lo, &hi);
+        if (rc) return rc;
     }
     const glm_ffn_ctx fx = { .cc = &f.cc, .no_qat = s->no_qat, .xc = m->xc, .c = c, .b = &g->ffn };
-    for (int il = 0; il < c->n_layer; il++) {
+    if (lo == 0) {
+        for (int t = 0; t < T; t++) {
+            float *x = g->X + (size_t)t * ND;
+            if (ds4_dequantize_row(f.w->token_embd.type,
+                                   f.w->token_embd.data + (size_t)toks[t] * f.w->token_embd.row_bytes, x, D))
+                return DS4_EFORMAT;
+            for (int b = 1; b < N; b++) memcpy(x + (size_t)b * D, x, (size_t)D * sizeof(float));
+        }
+    } else {
+        int rc = dist_recv_floats(g->X, T * ND);
+        if (!rc && glm_sel_crosses(f.w, lo)) rc = glm_sel_recv(g->sel, g->nsel, T, g->selcap, g->dsel);
+        if (rc) return rc;
+    }
+    for (int il = lo; il < hi; il++) {
         const ds4_layer_weights *lw = &f.w->layers[il];
         hc_pre(&f, &lw->hc_attn_fn, &lw->hc_attn_scale, &lw->hc_attn_base, T);
         glm_norm_rows(g->cur, (size_t)D, &lw->attn_norm, T, D, c->rms_eps, g->h, (size_t)D);
@@ -635,10 +657,29 @@ static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
         if (rc) return rc;
         hc_post(&f, T);
     }
+    if (hi < c->n_layer) {
+        int rc = dist_send_floats(g->X, T * ND);
+        if (!rc && glm_sel_crosses(f.w, hi)) rc = glm_sel_send(g->sel, g->nsel, T, g->selcap, g->dsel);
+        if (!rc) rc = dist_send_done(s);
+        if (rc) return rc;
+    }
     /* the head: the streams' mean (no HC head), every row when the caller
-     * captures them or a staged pass needs them, else the last; the normed
-     * rows of every position when the NextN block follows (its input) */
-    const int r0 = s->cap_logits || s->stg_on ? 0 : T - 1, nl = T - r0, rn = s->mtp ? 0 : r0, nn = T - rn;
+     * captures them or a staged pass needs them (under --dist: rank 0
+     * asked for them), else the last; the normed rows of every position
+     * when the NextN block follows (its input; never under --dist) */
+    const int r0 = want_all ? 0 : T - 1, nl = T - r0, rn = s->mtp ? 0 : r0, nn = T - rn;
+    if (hi < c->n_layer || (dist_on() && !dist_runs_head())) {
+        /* rank 0 takes the head rank's logits; the ranks between are done */
+        if (!dist_is_root()) return ds4_model_check(m);
+        dist_logits(s, g->logits, nl);
+        memcpy(s->logits, g->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
+        s->has_logits = 1;
+        if (s->cap_logits) {
+            int rc = ds4_buf_append(s->cap_logits, g->logits, (size_t)nl * c->n_vocab * sizeof(float));
+            if (rc) return rc;
+        }
+        return ds4_model_check(m);
+    }
     for (int t = 0; t < nn; t++) {
         const float *X = g->X + (size_t)(rn + t) * ND;
         float *x = g->cur + (size_t)t * D;
@@ -651,6 +692,11 @@ static int g5n_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     glm_norm_rows(g->cur, (size_t)D, &f.w->output_norm, nn, D, c->rms_eps, g->h, (size_t)D);
     const ds4_tensor *out = f.w->output.data ? &f.w->output : &f.w->token_embd;
     mm(&f, mat_of(out), g->h + (size_t)(r0 - rn) * D, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
+    if (dist_on()) {
+        /* the head rank (a worker): the rows go to rank 0 */
+        dist_logits(s, g->logits, nl);
+        return ds4_model_check(m);
+    }
     memcpy(s->logits, g->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
     if (s->cap_logits) {
@@ -806,6 +852,7 @@ static int g5n_checkpoint(ds4_session *s, int slot) {
     k->has_logits = s->has_logits;
     if (s->has_logits) memcpy(k->logits, s->logits, (size_t)s->m->w.cfg.n_vocab * sizeof(float));
     k->n = (int)s->toks.n;
+    dist_session_checkpoint(s, slot);   /* --dist: every rank keeps its layers' state */
     return DS4_OK;
 }
 
@@ -838,6 +885,7 @@ static int g5n_rewind(ds4_session *s, int n) {
     /* checkpoints above this point describe tokens that are gone */
     for (int i = 0; i < DS4_SESSION_CKPTS; i++)
         if (g->ck[i].n > n) g->ck[i].n = -1;
+    dist_session_rewind(s, n);   /* --dist: every rank to the same slot */
     return DS4_OK;
 }
 
@@ -983,6 +1031,7 @@ static int hzeros(hashed_writer *hw, size_t n) {
 }
 
 static int g5n_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
+    if (dist_on()) return DS4_EUNSUP;   /* the layers' state lives on several ranks */
     const ds4_config *c = &s->m->w.cfg;
     const struct ds4_g5n_state *g = s->g5n;
     const size_t n = s->toks.n;
@@ -1040,6 +1089,7 @@ static int g5n_restore(ds4_session *s, const void *data, size_t len, char **err)
     const uint8_t *p = data;
     uint32_t h[G5N_HDR], want[G5N_HDR], sh[G5N_SHAPE], wsh[G5N_SHAPE];
     if (err) *err = NULL;
+    if (dist_on()) return ds4_set_err(err, DS4_EUNSUP, "snapshot: not supported with --dist");
     if (len < sizeof h) return snap_fail(err, "truncated header");
     memcpy(h, p, sizeof h);
     if (h[0] != G5N_MAGIC) return snap_fail(err, "bad magic (not a glm5-next session snapshot)");
@@ -1145,7 +1195,7 @@ static int g5n_restore(ds4_session *s, const void *data, size_t len, char **err)
 const ds4_graph ds4_graph_glm5_next = {
     .name = "glm5-next",
     .arch = DS4_ARCH_GLM5_NEXT,
-    .caps = 0,
+    .caps = DS4_GRAPH_DIST,
     .state_new = g5n_state_new,
     .state_free = g5n_state_free,
     .state_reset = g5n_reset,

@@ -3,16 +3,19 @@
  * that both compute it with one expression and one order: the small
  * per-row steps (allocation helpers, RMSNorm over rows, the sigmoid and
  * the optionally clamped SwiGLU; static inline: the graphs' hot loops call
- * them per element), and glm_common.c's matmul wrapper and FFN layer
- * (dense SwiGLU, or the sigmoid MoE with its shared expert, resident or
- * streamed from the expert cache) with its scratch.  Must not: know either
- * graph's state or layout beyond a layer's FFN weights.
+ * them per element), the --dist pipeline steps both layer loops take at a
+ * rank boundary (the IndexShare selection that crosses it), and
+ * glm_common.c's matmul wrapper and FFN layer (dense SwiGLU, or the
+ * sigmoid MoE with its shared expert, resident or streamed from the expert
+ * cache) with its scratch.  Must not: know either graph's state or layout
+ * beyond a layer's FFN weights.
  */
 #ifndef DS4_MODELS_GLM_COMMON_H
 #define DS4_MODELS_GLM_COMMON_H
 
 #include <stdlib.h>
 
+#include "engine/transport.h"
 #include "models/graph.h"
 
 static inline void *glm_zalloc(size_t n) { return calloc(n ? n : 1, 1); }
@@ -91,5 +94,44 @@ typedef struct {
  * Returns DS4_OK or the expert cache's error (xc_error). */
 int glm_ffn(const glm_ffn_ctx *fx, const ds4_layer_weights *lw, int il, const float *x, int T, float clamp,
             float clamp_sh, float *out);
+/* --dist pipeline and IndexShare: a shared layer attends the rows its
+ * previous full layer selected, so a rank boundary b crosses a selection
+ * when the first attention (non-KDA) layer at or after b is a shared one
+ * -- then rank r hands the chunk's selection (nsel[T], sel[T][stride])
+ * to rank r+1 with the residual, and a rank whose layers before its first
+ * full layer are shared (or KDA only) takes it from rank r-1 (and a rank
+ * of KDA layers only passes it on untouched).  Sending it was chosen over
+ * recomputing it on the next rank: recomputing needs the full layer's
+ * indexer keys of every past position, i.e. that layer's input -- the
+ * previous rank's residual stream at that layer, for the whole context.
+ * Both ranks evaluate the same predicate on the same model, so the
+ * messages pair up. */
+static inline int glm_sel_crosses(const ds4_weights *w, int b) {
+    for (int il = b; il < w->cfg.n_layer; il++)
+        if (!w->layers[il].kda) return !w->layers[il].own_indexer;
+    return 0;
+}
+
+/* The selection as floats (exact: positions and counts are at most
+ * DS4_MAX_CTX = 2^24, which a float holds exactly), one row a token: nsel[t] then sel[t][0..stride)
+ * (a row of -1 sends its stale entries too: fixed size, never read). */
+static inline int glm_sel_send(const int *sel, const int *nsel, int T, int stride, float *buf) {
+    for (int t = 0; t < T; t++) {
+        float *row = buf + (size_t)t * (stride + 1);
+        row[0] = (float)nsel[t];
+        for (int i = 0; i < stride; i++) row[1 + i] = (float)sel[(size_t)t * stride + i];
+    }
+    return dist_send_floats(buf, T * (stride + 1));
+}
+static inline int glm_sel_recv(int *sel, int *nsel, int T, int stride, float *buf) {
+    int rc = dist_recv_floats(buf, T * (stride + 1));
+    if (rc) return rc;
+    for (int t = 0; t < T; t++) {
+        const float *row = buf + (size_t)t * (stride + 1);
+        nsel[t] = (int)row[0];
+        for (int i = 0; i < stride; i++) sel[(size_t)t * stride + i] = (int)row[1 + i];
+    }
+    return DS4_OK;
+}
 
 #endif

@@ -54,6 +54,7 @@ struct ds4_glm_state {
     mm_group *grp;     /* [n_head] one section's matmuls */
     float *isc;        /* [ctx] one token's indexer scores, split over the threads */
     float *logits;     /* [T][vocab] */
+    float *dsel;       /* --dist pipeline: [T][1 + top_k] a selection crossing a rank boundary */
     void *qs, *qx;     /* quantized activations: [T] rows; [T][H] head rows */
 };
 
@@ -72,6 +73,7 @@ static void glm_state_free(ds4_session *s) {
     free(g->qabs); free(g->lat); free(g->o); free(g->y);
     free(g->moe); free(g->rcs); free(g->rsn); free(g->sel); free(g->nsel); glm_ffn_free(&g->ffn); free(g->sc);
     free(g->kp); free(g->grp); free(g->isc); free(g->logits); free(g->qs); free(g->qx);
+    free(g->dsel);
     free(g);
     s->glm = NULL;
 }
@@ -115,6 +117,7 @@ static int glm_state_new(ds4_session *s) {
     A(g->sc, NT * VEC_HB * ctx); A(g->kp, NT * ctx); A(g->grp, H);
     A(g->isc, ctx);
     A(g->logits, T * (size_t)c->n_vocab);
+    if (dist_on()) A(g->dsel, T * (K + 1));
 #undef A
     if (!(g->qs = malloc(T * qrow)) || !(g->qx = malloc(glm_mx(T * qrow, T * qhead)))) return DS4_ENOMEM;
     if (glm_ffn_new(&g->ffn, c, (int)T, s->m->xc != NULL)) return DS4_ENOMEM;
@@ -488,22 +491,67 @@ static int glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
     const int D = c->n_embd;
     const int64_t p0 = (int64_t)s->toks.n;
     if (T < 1 || T > s->chunk || p0 + T > s->ctx) return DS4_EINVAL;
-    for (int t = 0; t < T; t++)
-        if (ds4_dequantize_row(f.w->token_embd.type, f.w->token_embd.data + (size_t)toks[t] * f.w->token_embd.row_bytes,
-                               g->x + (size_t)t * D, D))
-            return DS4_EFORMAT;
-    for (int il = 0; il < c->n_layer; il++) {
+    /* --dist pipeline (src/mpi/, docs/distributed.md): this rank's layers
+     * [lo, hi) only; the residual rows come from the previous rank and go
+     * to the next (with the selection when it crosses the boundary:
+     * glm_sel_crosses), the last rank runs the head and rank 0 gets the
+     * logits.  The whole chunk goes at once (no micro-batches: the ranks
+     * take turns, prefill does not overlap them).  Staged passes are
+     * refused: their rollback would have to reach every rank. */
+    int want_all = s->cap_logits || s->stg_on, lo = 0, hi = c->n_layer;
+    if (dist_on()) {
+        if (s->stg_on) return DS4_EUNSUP;
+        int rc = dist_chunk_begin(s, toks, T, &want_all, &lo, &hi);
+        if (rc) return rc;
+    }
+    const int K = c->idx_topk < s->ctx ? c->idx_topk : s->ctx;   /* g->sel's stride when it selects */
+    if (lo == 0) {
+        for (int t = 0; t < T; t++)
+            if (ds4_dequantize_row(f.w->token_embd.type,
+                                   f.w->token_embd.data + (size_t)toks[t] * f.w->token_embd.row_bytes,
+                                   g->x + (size_t)t * D, D))
+                return DS4_EFORMAT;
+    } else {
+        int rc = dist_recv_floats(g->x, T * D);
+        if (!rc && glm_sel_crosses(f.w, lo)) rc = glm_sel_recv(g->sel, g->nsel, T, K, g->dsel);
+        if (rc) return rc;
+    }
+    for (int il = lo; il < hi; il++) {
         int rc = layer(&f, &f.w->layers[il], il, p0, T, 0);
         if (rc) return rc;
     }
+    if (hi < c->n_layer) {
+        int rc = dist_send_floats(g->x, T * D);
+        if (!rc && glm_sel_crosses(f.w, hi)) rc = glm_sel_send(g->sel, g->nsel, T, K, g->dsel);
+        if (!rc) rc = dist_send_done(s);
+        if (rc) return rc;
+    }
     /* the head: every row when the caller captures them or a staged pass
-     * needs them (ds4_glm_logits), else the last; the normed rows of every
-     * position when the NextN block follows (its input) */
-    const int r0 = s->cap_logits || s->stg_on ? 0 : T - 1, nl = T - r0, rn = s->mtp ? 0 : r0;
+     * needs them (ds4_glm_logits; under --dist: rank 0 asked for them),
+     * else the last; the normed rows of every position when the NextN
+     * block follows (its input; never under --dist) */
+    const int r0 = want_all ? 0 : T - 1, nl = T - r0, rn = s->mtp ? 0 : r0;
+    if (hi < c->n_layer || (dist_on() && !dist_runs_head())) {
+        /* rank 0 takes the head rank's logits; the ranks between are done */
+        if (!dist_is_root()) return ds4_model_check(m);
+        dist_logits(s, g->logits, nl);
+        memcpy(s->logits, g->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
+        s->has_logits = 1;
+        if (s->cap_logits) {
+            int rc = ds4_buf_append(s->cap_logits, g->logits, (size_t)nl * c->n_vocab * sizeof(float));
+            if (rc) return rc;
+        }
+        return ds4_model_check(m);
+    }
     glm_norm_rows(g->x + (size_t)rn * D, (size_t)D, &f.w->output_norm, T - rn, D, c->rms_eps, g->cur + (size_t)rn * D,
               (size_t)D);
     const ds4_tensor *out = f.w->output.data ? &f.w->output : &f.w->token_embd;
     mm(&f, mat_of(out), g->cur + (size_t)r0 * D, (size_t)D, nl, g->logits, (size_t)c->n_vocab);
+    if (dist_on()) {
+        /* the head rank (a worker): the rows go to rank 0 */
+        dist_logits(s, g->logits, nl);
+        return ds4_model_check(m);
+    }
     memcpy(s->logits, g->logits + (size_t)(nl - 1) * c->n_vocab, (size_t)c->n_vocab * sizeof(float));
     s->has_logits = 1;
     if (s->cap_logits) {
@@ -633,12 +681,13 @@ static int glm_rewind_point(const ds4_session *s, int n) {
 }
 
 /* truncation: the rows below n are exactly what evaluating toks[0..n)
- * left */
+ * left (--dist: on every rank, for its layers) */
 static int glm_rewind(ds4_session *s, int n) {
     if (n <= 0 || n > (int)s->toks.n) return DS4_EINVAL;
     if (n < (int)s->toks.n) s->has_logits = 0;
     s->toks.n = (size_t)n;
     s->stg_n = 0;
+    dist_session_rewind(s, n);
     return DS4_OK;
 }
 
@@ -711,6 +760,7 @@ static void glm_snap_header(const ds4_session *s, uint32_t h[GLM_SNAP_HDR]) {
 /* Streams the snapshot through `w`: nothing of snapshot size is
  * allocated. */
 static int glm_snapshot_write(const ds4_session *s, ds4_write_fn w, void *ud) {
+    if (dist_on()) return DS4_EUNSUP;   /* the layers' rows live on several ranks */
     const ds4_config *c = &s->m->w.cfg;
     const struct ds4_glm_state *g = s->glm;
     const size_t n = s->toks.n;
@@ -763,6 +813,7 @@ static int glm_restore(ds4_session *s, const void *data, size_t len, char **err)
     struct ds4_glm_state *g = s->glm;
     const uint8_t *p = data;
     uint32_t h[GLM_SNAP_HDR], want[GLM_SNAP_HDR];
+    if (dist_on()) return ds4_set_err(err, DS4_EUNSUP, "snapshot: not supported with --dist");
     if (len < sizeof h) return snap_fail(err, "truncated header");
     memcpy(h, p, sizeof h);
     if (h[0] == GLM_SNAP_V4_MAGIC)
@@ -855,7 +906,7 @@ static int glm_restore(ds4_session *s, const void *data, size_t len, char **err)
 const ds4_graph ds4_graph_glm_dsa = {
     .name = "glm-dsa",
     .arch = DS4_ARCH_GLM_DSA,
-    .caps = 0,
+    .caps = DS4_GRAPH_DIST,
     .state_new = glm_state_new,
     .state_free = glm_state_free,
     .state_reset = glm_state_reset,

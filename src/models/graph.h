@@ -23,7 +23,8 @@ enum {
     DS4_GRAPH_IMATRIX = 1u << 1,   /* ds4_session_imatrix_begin */
     DS4_GRAPH_HIDDEN = 1u << 2,    /* hidden-row capture (else ignored) */
     DS4_GRAPH_INDEXER = 1u << 3,   /* indexer-row capture (else ignored) */
-    DS4_GRAPH_DIST = 1u << 4,      /* --dist (else the session is refused) */
+    DS4_GRAPH_DIST = 1u << 4,      /* --dist pipeline (else the session is refused) */
+    DS4_GRAPH_DIST_EXPERTS = 1u << 5,   /* --dist experts too (else refused) */
 };
 
 typedef struct ds4_graph {
