@@ -5,7 +5,8 @@
  * K = 128) stays in cache, in two passes over S per token instead of four:
  * row a is decayed and then added into u (u[b] += S[a][b] k[a], a
  * ascending, from +0: the order of the per-b dot it replaces), and row a
- * is updated and then added into o the same way.  Each element of S, u
+ * is updated and then added into o the same way; the columns in blocks
+ * whose sums stay in registers.  Each element of S, u
  * and o therefore sees exactly the old sequence of roundings (the build
  * has -ffp-contract=off), while the b loops vectorise.  Must not: reorder
  * any of those sums (the exactness contract, README).
@@ -23,6 +24,68 @@
  */
 #include "kernels/kda.h"
 
+/* The columns of S go in blocks of KDA_BW (u's and o's block then stays in
+ * registers across the rows, so each element of S costs one load and one
+ * store); within a block the rows go a = 0, 1, ... as before, so every
+ * element's sum is in the same order.  The last block may be narrower. */
+#define KDA_BW 64
+
+/* decay rows by e and u[b] = sum_a S[a][b] k[a] (from +0, a ascending) */
+static void decay_dot(float *restrict S, int K, const float *e, const float *k, float *restrict u) {
+    int b0 = 0;
+    for (; b0 + KDA_BW <= K; b0 += KDA_BW) {
+        float acc[KDA_BW];
+        for (int b = 0; b < KDA_BW; b++) acc[b] = 0.0f;
+        for (int a = 0; a < K; a++) {
+            float *restrict r = S + (size_t)a * K + b0;
+            const float ea = e[a], ka = k[a];
+            for (int b = 0; b < KDA_BW; b++) {
+                r[b] *= ea;
+                acc[b] += r[b] * ka;
+            }
+        }
+        for (int b = 0; b < KDA_BW; b++) u[b0 + b] = acc[b];
+    }
+    if (b0 == K) return;
+    for (int b = b0; b < K; b++) u[b] = 0.0f;
+    for (int a = 0; a < K; a++) {
+        float *restrict r = S + (size_t)a * K;
+        const float ea = e[a], ka = k[a];
+        for (int b = b0; b < K; b++) {
+            r[b] *= ea;
+            u[b] += r[b] * ka;
+        }
+    }
+}
+
+/* S[a][b] += k[a] u[b], then o[b] = sum_a S[a][b] q[a] (from +0) */
+static void update_dot(float *restrict S, int K, const float *k, const float *u, const float *q, float *restrict o) {
+    int b0 = 0;
+    for (; b0 + KDA_BW <= K; b0 += KDA_BW) {
+        float acc[KDA_BW], ub[KDA_BW];
+        for (int b = 0; b < KDA_BW; b++) { acc[b] = 0.0f; ub[b] = u[b0 + b]; }
+        for (int a = 0; a < K; a++) {
+            float *restrict r = S + (size_t)a * K + b0;
+            const float ka = k[a], qa = q[a];
+            for (int b = 0; b < KDA_BW; b++) {
+                r[b] += ka * ub[b];
+                acc[b] += r[b] * qa;
+            }
+        }
+        for (int b = 0; b < KDA_BW; b++) o[b0 + b] = acc[b];
+    }
+    if (b0 == K) return;
+    for (int b = b0; b < K; b++) o[b] = 0.0f;
+    for (int a = 0; a < K; a++) {
+        float *restrict r = S + (size_t)a * K;
+        const float ka = k[a], qa = q[a];
+        for (int b = b0; b < K; b++) {
+            r[b] += ka * u[b];
+            o[b] += r[b] * qa;
+        }
+    }
+}
+
 void kda_recurrent(float *S, int K, const kda_seq *x, int T, float *o, size_t os, float *scr,
                    const vec_kernels *vk) {
     if (!vk) vk = vec_kernels_scalar();
@@ -31,34 +94,16 @@ void kda_recurrent(float *S, int K, const kda_seq *x, int T, float *o, size_t os
         const float *k = x->k + (size_t)t * x->rs, *v = x->v + (size_t)t * x->rs;
         const float beta = x->beta[(size_t)t * x->bs];
         vk->exp(x->g + (size_t)t * x->rs, e, K);
-        for (int b = 0; b < K; b++) u[b] = 0.0f;
-        for (int a = 0; a < K; a++) {
-            float *restrict r = S + (size_t)a * K;
-            const float ea = e[a], ka = k[a];
-            for (int b = 0; b < K; b++) {
-                r[b] *= ea;
-                u[b] += r[b] * ka;
-            }
-        }
+        decay_dot(S, K, e, k, u);
         for (int b = 0; b < K; b++) u[b] = beta * (v[b] - u[b]);
-        if (!x->q) {
-            for (int a = 0; a < K; a++) {
-                float *restrict r = S + (size_t)a * K;
-                const float ka = k[a];
-                for (int b = 0; b < K; b++) r[b] += ka * u[b];
-            }
+        if (x->q) {
+            update_dot(S, K, k, u, x->q + (size_t)t * x->rs, o + (size_t)t * os);
             continue;
         }
-        const float *q = x->q + (size_t)t * x->rs;
-        float *restrict ot = o + (size_t)t * os;
-        for (int b = 0; b < K; b++) ot[b] = 0.0f;
         for (int a = 0; a < K; a++) {
             float *restrict r = S + (size_t)a * K;
-            const float ka = k[a], qa = q[a];
-            for (int b = 0; b < K; b++) {
-                r[b] += ka * u[b];
-                ot[b] += r[b] * qa;
-            }
+            const float ka = k[a];
+            for (int b = 0; b < K; b++) r[b] += ka * u[b];
         }
     }
 }
