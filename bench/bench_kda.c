@@ -51,7 +51,7 @@ static void old_step(float *S, const float *q, const float *k, const float *v, c
 typedef struct {
     float *S, *o, *scr;
     const float *q, *k, *v, *g, *beta;
-    int T, chunked;
+    int T, chunked, tb;   /* tb: tokens per block, all heads a block (0: all T per head) */
     size_t scr_n;
 } job;
 
@@ -60,12 +60,16 @@ static void task(void *ctx, int ith, int nth) {
     long h0, h1;
     ds4_split(H, ith, nth, &h0, &h1);
     const vec_kernels *vk = vec_kernels_best();
-    for (long h = h0; h < h1; h++) {
-        kda_seq x = { j->q + h * K, j->k + h * K, j->v + h * K, j->g + h * K, j->beta + h, (size_t)H * K, H };
-        float *S = j->S + (size_t)h * K * K, *o = j->o + h * K, *scr = j->scr + (size_t)ith * j->scr_n;
-        if (j->chunked) kda_chunked(S, K, &x, j->T, 64, o, (size_t)H * K, scr, vk);
-        else kda_recurrent(S, K, &x, j->T, o, (size_t)H * K, scr, vk);
-    }
+    const int TB = j->tb ? j->tb : j->T;
+    for (int t0 = 0; t0 < j->T; t0 += TB)
+        for (long h = h0; h < h1; h++) {
+            const size_t off = (size_t)t0 * H * K + h * K;
+            kda_seq x = { j->q + off, j->k + off, j->v + off, j->g + off, j->beta + (size_t)t0 * H + h, (size_t)H * K, H };
+            float *S = j->S + (size_t)h * K * K, *o = j->o + off, *scr = j->scr + (size_t)ith * j->scr_n;
+            const int n = j->T - t0 < TB ? j->T - t0 : TB;
+            if (j->chunked) kda_chunked(S, K, &x, n, 64, o, (size_t)H * K, scr, vk);
+            else kda_recurrent(S, K, &x, n, o, (size_t)H * K, scr, vk);
+        }
 }
 
 int main(int argc, char **argv) {
@@ -102,10 +106,10 @@ int main(int argc, char **argv) {
             for (int a = 0; a < K; a++) { q[i * K + a] /= (float)(sqrt(sq) * 11.3137); k[i * K + a] /= (float)sqrt(sk); }
             beta[i] = 0.5f;
         }
-        enum { NF = 5 };
+        enum { NF = 6 };
         const char *names[NF] = {"old (4 passes, token-major, 1 thread)", "kda_recurrent head-outer, 1 thread",
                                  "kda_recurrent head-outer, N threads", "kda_chunked(64) head-outer, 1 thread",
-                                 "kda_chunked(64) head-outer, N threads"};
+                                 "kda_chunked(64) head-outer, N threads", "kda_recurrent, blocks of 64 tokens, 1 thread"};
         double tm[NF][64], tc[NF][64];
         for (int rd = 0; rd < rounds; rd++)
             for (int f = 0; f < NF; f++) {
@@ -116,7 +120,7 @@ int main(int argc, char **argv) {
                         old_step(S, q + (size_t)t * H * K, k + (size_t)t * H * K, v + (size_t)t * H * K,
                                  g + (size_t)t * H * K, beta + (size_t)t * H, u, o + (size_t)t * H * K);
                 } else {
-                    job j = { S, o, scr, q, k, v, g, beta, T, f >= 3, scr_n };
+                    job j = { S, o, scr, q, k, v, g, beta, T, f == 3 || f == 4, f == 5 ? 64 : 0, scr_n };
                     ds4_pool_run(f == 2 || f == 4 ? pn : p1, task, &j);
                 }
                 tm[f][rd] = bench_now() - t0;
