@@ -139,7 +139,7 @@ endif
 
 BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
 
-.PHONY: all test test-opt test-suite test-real bench bench-ab bench-kernels bench-attn bench-tokenizer bench-llamacpp bench-glm install clean fuzz tests run FORCE
+.PHONY: all test test-opt test-suite test-real bench bench-ab bench-kernels bench-kda bench-attn bench-tokenizer bench-llamacpp bench-glm install clean fuzz tests run FORCE
 all: $(BIN_PATHS) tests
 
 # The MPI flags this build uses (tests/t_mpich.sh links against them).
@@ -263,6 +263,11 @@ bench: all
 bench-kernels: $(BUILD)/bench/bench_kernels
 	$(BUILD)/bench/bench_kernels $(BENCH_ARGS)
 
+# glm5-next's KDA recurrence at the GLM 5.3 Flash shape: old loop, recurrent
+# and chunked forms (bench/bench_kda.c); BENCH_KDA_ARGS="512 2048 -r 5 -t 2"
+bench-kda: $(BUILD)/bench/bench_kda
+	$(BUILD)/bench/bench_kda $(BENCH_KDA_ARGS)
+
 # attention score/value kernels at the Flash shape vs the fp32 FMA peak
 bench-attn: $(BUILD)/bench/bench_attn
 	$(BUILD)/bench/bench_attn $(BENCH_ATTN_ARGS)
@@ -310,6 +315,9 @@ $(BUILD)/bench/bench_tokenizer: $(BUILD)/bench/bench_tokenizer.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/bench/bench_kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/tools/probe.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/bench/bench_kda: $(BUILD)/bench/bench_kda.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/bench/bench_attn: $(BUILD)/bench/bench_attn.o $(BUILD)/tools/probe.o $(LIB)

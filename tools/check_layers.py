@@ -60,6 +60,7 @@ INTERNAL = {
     'tools/get_fetch.c': 'SHA-256 while downloading (base/hash.h is public; listed for the record)',
     'bench/bench_kernels.c': 'measures the kernels themselves',
     'bench/bench_attn.c': 'measures the attention kernels themselves',
+    'bench/bench_kda.c': 'measures the KDA recurrence kernels themselves',
     'bench/bench_ggml_ds4.c': 'measures the kernels beside ggml\'s',
 }
 INC = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -28,7 +28,8 @@
  * calls the table.  Must not: touch DeepSeek
  * V4's or glm-dsa's state or graph, or order anything by the chunk: every
  * row's numbers come from per-row kernels (cpu_matmul is bit-identical for
- * any row count) and per-token loops (the KDA recurrence token by token),
+ * any row count) and per-token loops (the KDA recurrence: kernels/kda.c's
+ * kda_recurrent, token by token within each head, heads over the pool),
  * so one prefill, token by token and uneven chunks agree bit for bit.
  * Float32 storage and accumulation; no storage roundings.
  */
@@ -37,6 +38,7 @@
 #include <string.h>
 
 #include "base/hash.h"
+#include "kernels/kda.h"
 #include "models/glm_common.h"
 
 /* a checkpoint slot: every KDA layer's recurrent state at n tokens */
@@ -69,7 +71,9 @@ struct ds4_g5n_state {
     int stg_cap;
     /* the chunk's scratch, T = s->chunk rows */
     float *X, *X2, *flat, *mix, *pre, *post, *comb, *cur, *h, *y;
-    float *pq, *pk, *pv, *fa, *gg, *bt, *ga, *gt, *o, *u, *cvt;
+    float *pq, *pk, *pv, *fa, *gg, *bt, *ga, *gt, *o;
+    float *ks;         /* [ks_nth][kda_scr_n] the KDA heads' per-thread scratch */
+    int ks_nth;
     float *qr, *q, *iq, *iw, *qabs, *lat, *ao;
     glm_ffn_buf ffn;   /* the FFN's scratch (glm_common.c) */
     int *pools;        /* [top_k / kpool] one token's kept pools */
@@ -85,6 +89,11 @@ struct ds4_g5n_state {
 static size_t di_of(const ds4_config *c) { return (size_t)c->n_head * (size_t)c->kda_dim; }
 static size_t rec_floats(const ds4_config *c) {
     return 3 * (size_t)(c->conv - 1) * di_of(c) + (size_t)c->n_head * c->kda_dim * c->kda_dim;
+}
+/* floats of one thread's KDA scratch: the transposed conv weights [R][K],
+ * the new tail [R-1][K], a row [K], the recurrence's [2K] */
+static size_t kda_scr_n(const ds4_config *c) {
+    return (2 * (size_t)c->conv + 2) * (size_t)c->kda_dim + kda_recurrent_scratch(c->kda_dim);
 }
 static size_t stg_row(const ds4_config *c) { return 6 * di_of(c) + (size_t)c->n_head; }
 
@@ -106,7 +115,7 @@ static void g5n_state_free(ds4_session *s) {
     free(g->X); free(g->X2); free(g->flat); free(g->mix); free(g->pre); free(g->post); free(g->comb);
     free(g->cur); free(g->h); free(g->y);
     free(g->pq); free(g->pk); free(g->pv); free(g->fa); free(g->gg); free(g->bt); free(g->ga); free(g->gt);
-    free(g->o); free(g->u); free(g->cvt);
+    free(g->o); free(g->ks);
     free(g->qr); free(g->q); free(g->iq); free(g->iw); free(g->qabs); free(g->lat); free(g->ao);
     glm_ffn_free(&g->ffn);
     free(g->pools); free(g->sel); free(g->nsel); free(g->sc); free(g->logits); free(g->qs);
@@ -164,7 +173,9 @@ static int g5n_state_new(ds4_session *s) {
     A(g->X, T * ND); A(g->X2, T * ND); A(g->flat, T * ND); A(g->mix, T * M); A(g->pre, T * N);
     A(g->post, T * N); A(g->comb, T * N * N); A(g->cur, T * E); A(g->h, T * E); A(g->y, T * E);
     A(g->pq, T * Di); A(g->pk, T * Di); A(g->pv, T * Di); A(g->fa, T * K); A(g->gg, T * Di);
-    A(g->bt, T * H); A(g->ga, T * K); A(g->gt, T * Di); A(g->o, T * Di); A(g->u, K); A(g->cvt, Di);
+    A(g->bt, T * H); A(g->ga, T * K); A(g->gt, T * Di); A(g->o, T * Di);
+    g->ks_nth = ds4_pool_size(s->m->pool);
+    A(g->ks, (size_t)g->ks_nth * kda_scr_n(c));
     A(g->qr, T * (size_t)c->q_lora); A(g->q, T * H * (size_t)c->kmla); A(g->iq, T * IH * ID); A(g->iw, T * IH);
     A(g->qabs, T * H * R); A(g->lat, T * H * R); A(g->ao, T * H * (size_t)c->vmla);
     A(g->pools, (size_t)keep); A(g->sel, T * (size_t)g->selcap); A(g->nsel, T); A(g->sc, ctx);
@@ -264,7 +275,6 @@ static void mm(g5n_fwd *f, mat_t W, const float *x, size_t xs, int T, float *y, 
 }
 
 
-static float siluf(float z) { return z / (1.0f + vec_expf(-z)); }
 
 
 /* The top-k selections (indexer pools, router) are glm_common.c's
@@ -327,59 +337,126 @@ static void conv_push(float *tail, const float *x, int R, int n) {
     memcpy(tail + (size_t)(R - 2) * n, x, (size_t)n * sizeof(float));
 }
 
-/* One token of the causal depthwise convolution: out = sum_j xx[j] w[:, j]
- * over the R-1 tail rows (oldest first) then x; the tail then drops its
- * oldest row and takes x. */
-static void conv_step(float *tail, const float *x, const float *w, int R, int n, float *out) {
-    for (int ch = 0; ch < n; ch++) {
-        const float *wc = w + (size_t)ch * R;
-        float acc = 0.0f;
-        for (int j = 0; j < R - 1; j++) acc += tail[(size_t)j * n + ch] * wc[j];
-        out[ch] = acc + x[ch] * wc[R - 1];
+typedef struct {
+    g5n_fwd *f;
+    const ds4_layer_weights *lw;
+    float *rec;
+    int T;
+} kda_job;
+
+/* One head of a KDA layer over T tokens from t0 (the state carries on from
+ * the block before): everything after the
+ * projections is per head (the convolutions are depthwise, the L2 and
+ * RMS norms per head, the gates per channel), so the heads split over
+ * threads with no effect on any number.  Per element the same operations
+ * in the same order as token by token: the convolution sums its taps
+ * oldest first from +0 and adds the current tap last; SiLU, the sigmoids
+ * and the L2 norm are the same expressions on vk's exp (the same bits as
+ * vec_expf) and vk's row sums of squares (one chain per row in element
+ * order, like l2's loop); rms_norm_rows is rms_norm's arithmetic. */
+static void kda_head(kda_job *j, int h, int t0, int T, float *scr) {
+    g5n_fwd *f = j->f;
+    const ds4_config *c = f->c;
+    struct ds4_g5n_state *g = f->g;
+    const ds4_layer_weights *lw = j->lw;
+    const vec_kernels *vk = f->s->m->vk;
+    const int H = c->n_head, K = c->kda_dim, R = c->conv, Di = H * K;
+    const size_t hK = (size_t)h * K, r0 = (size_t)t0 * Di;
+    float *wT = scr, *nt = wT + (size_t)R * K, *acc = nt + (size_t)(R > 1 ? R - 1 : 0) * K;
+    float *ex = acc + K, *rs = ex + K;
+    float *P[3] = {g->pq + r0 + hK, g->pk + r0 + hK, g->pv + r0 + hK};
+    const float *cw[3] = {(const float *)lw->conv_q.data, (const float *)lw->conv_k.data,
+                          (const float *)lw->conv_v.data};
+    /* the convolutions, in place from the last token down (token t reads
+     * the raw rows t-R+1..t, not yet overwritten), SiLU */
+    for (int i = 0; i < 3; i++) {
+        float *tail = j->rec + (size_t)i * (R - 1) * Di + hK, *p = P[i];
+        const float *w = cw[i] + hK * R;
+        for (int jj = 0; jj < R; jj++)
+            for (int ch = 0; ch < K; ch++) wT[(size_t)jj * K + ch] = w[(size_t)ch * R + jj];
+        /* the rows of [tail; projections] at T .. T+R-2: the new tail */
+        for (int m = 0; m < R - 1; m++) {
+            const int r = T + m;
+            const float *src = r >= R - 1 ? p + (size_t)(r - (R - 1)) * Di : tail + (size_t)r * Di;
+            memcpy(nt + (size_t)m * K, src, (size_t)K * sizeof(float));
+        }
+        for (int t = T - 1; t >= 0; t--) {
+            for (int ch = 0; ch < K; ch++) acc[ch] = 0.0f;
+            for (int jj = 0; jj < R - 1; jj++) {
+                const int r = t + jj;
+                const float *row = r >= R - 1 ? p + (size_t)(r - (R - 1)) * Di : tail + (size_t)r * Di;
+                const float *wj = wT + (size_t)jj * K;
+                for (int ch = 0; ch < K; ch++) acc[ch] += row[ch] * wj[ch];
+            }
+            float *xt = p + (size_t)t * Di;
+            const float *wl = wT + (size_t)(R - 1) * K;
+            for (int ch = 0; ch < K; ch++) {
+                acc[ch] = acc[ch] + xt[ch] * wl[ch];
+                ex[ch] = -acc[ch];
+            }
+            vk->exp(ex, ex, K);
+            for (int ch = 0; ch < K; ch++) xt[ch] = acc[ch] / (1.0f + ex[ch]);
+        }
+        for (int m = 0; m < R - 1; m++) memcpy(tail + (size_t)m * Di, nt + (size_t)m * K, (size_t)K * sizeof(float));
     }
-    conv_push(tail, x, R, n);
+    /* q, k L2-normed (q times 1/sqrt(K)): x / sqrt(sum x^2 + eps) * scale */
+    const float qscale = 1.0f / sqrtf((float)K);
+    for (int i = 0; i < 2; i++) {
+        const float scale = i ? 1.0f : qscale;
+        for (int tb = 0; tb < T; tb += 16) {
+            const int nb = T - tb < 16 ? T - tb : 16;
+            double ss[16];
+            vk->sumsq_rows(P[i] + (size_t)tb * Di, (size_t)Di, nb, K, ss);
+            for (int r = 0; r < nb; r++) {
+                float *xh = P[i] + (size_t)(tb + r) * Di;
+                const float rr = 1.0f / sqrtf((float)ss[r] + 1e-6f);
+                for (int ch = 0; ch < K; ch++) xh[ch] = xh[ch] * rr * scale;
+            }
+        }
+    }
+    /* the gate g = lb sigmoid(exp(A_log) (f_b f_a h + dt_bias)), beta */
+    const float *dt = (const float *)lw->ssm_dt_b.data + hK;
+    const float a = -((const float *)lw->ssm_a.data)[h];   /* ssm_a holds -exp(A_log) */
+    for (int t = 0; t < T; t++) {
+        float *gv = g->gg + r0 + (size_t)t * Di + hK;
+        for (int ch = 0; ch < K; ch++) ex[ch] = -(a * (gv[ch] + dt[ch]));
+        vk->exp(ex, ex, K);
+        for (int ch = 0; ch < K; ch++) gv[ch] = c->kda_lb * (1.0f / (1.0f + ex[ch]));
+        float *bt = g->bt + (size_t)(t0 + t) * H + h;
+        *bt = glm_sigmoid(*bt);
+    }
+    /* the recurrence, then the per-head RMSNorm times sigmoid(g_b g_a h) */
+    const kda_seq x = { .q = P[0], .k = P[1], .v = P[2], .g = g->gg + r0 + hK, .beta = g->bt + (size_t)t0 * H + h,
+                        .rs = (size_t)Di, .bs = (size_t)H };
+    float *o = g->o + r0 + hK;
+    kda_recurrent(j->rec + 3 * (size_t)(R - 1) * Di + hK * K, K, &x, T, o, (size_t)Di, rs, vk);
+    rms_norm_rows(vk, o, (size_t)Di, (const float *)lw->ssm_norm.data, T, K, c->rms_eps, o, (size_t)Di, 0);
+    const float *gt = g->gt + r0 + hK;
+    for (int t = 0; t < T; t++) {
+        float *oh = o + (size_t)t * Di;
+        const float *gh = gt + (size_t)t * Di;
+        for (int ch = 0; ch < K; ch++) ex[ch] = -gh[ch];
+        vk->exp(ex, ex, K);
+        for (int ch = 0; ch < K; ch++) oh[ch] *= 1.0f / (1.0f + ex[ch]);
+    }
 }
 
+/* Tokens per block: a block's rows of every head's inputs stay in cache
+ * while the heads go through it (a head's inputs are 512 B per token row
+ * of 32 KB: head by head over a whole 2048-token chunk they come from
+ * memory); S_h (64 KB) is reloaded once a block.  Bench (bench_kda, T
+ * 2048): 478 -> 344 ms CPU.  The blocks go in token order, so any block
+ * size gives the same bits. */
+#define KDA_TB 64
 
-/* The gated delta rule, one token on S [H][K][K] (key x value): per head
- * S <- S diag-scaled by exp(g) per key; u = S^T k; S += k (beta (v - u))^T;
- * then, with o, o = S^T q.  The one function the forward and a staged
- * pass's replay run, so both leave the same bits. */
-static void kda_step(float *S, const float *q, const float *k, const float *v, const float *g, const float *beta,
-                     int H, int K, float *u, float *o) {
-    for (int h = 0; h < H; h++) {
-        float *Sh = S + (size_t)h * K * K;
-        const float *kh = k + (size_t)h * K, *vh = v + (size_t)h * K, *gh = g + (size_t)h * K;
-        for (int a = 0; a < K; a++) {
-            const float e = vec_expf(gh[a]);
-            for (int b = 0; b < K; b++) Sh[(size_t)a * K + b] *= e;
-        }
-        for (int b = 0; b < K; b++) {
-            float acc = 0.0f;
-            for (int a = 0; a < K; a++) acc += Sh[(size_t)a * K + b] * kh[a];
-            u[b] = beta[h] * (vh[b] - acc);
-        }
-        for (int a = 0; a < K; a++)
-            for (int b = 0; b < K; b++) Sh[(size_t)a * K + b] += kh[a] * u[b];
-        if (!o) continue;
-        const float *qh = q + (size_t)h * K;
-        for (int b = 0; b < K; b++) {
-            float acc = 0.0f;
-            for (int a = 0; a < K; a++) acc += Sh[(size_t)a * K + b] * qh[a];
-            o[(size_t)h * K + b] = acc;
-        }
-    }
-}
-
-/* x / sqrt(sum x^2 + eps) * scale per head of K (FLA's l2norm) */
-static void l2_heads(float *x, int H, int K, float eps, float scale) {
-    for (int h = 0; h < H; h++) {
-        float *xh = x + (size_t)h * K;
-        double ss = 0.0;
-        for (int i = 0; i < K; i++) ss += (double)xh[i] * xh[i];
-        const float r = 1.0f / sqrtf((float)ss + eps);
-        for (int i = 0; i < K; i++) xh[i] = xh[i] * r * scale;
-    }
+static void kda_task(void *ctx, int ith, int nth) {
+    kda_job *j = ctx;
+    struct ds4_g5n_state *g = j->f->g;
+    long h0, h1;
+    ds4_split(j->f->c->n_head, ith, nth, &h0, &h1);
+    float *scr = g->ks + (size_t)ith * kda_scr_n(j->f->c);
+    for (int t0 = 0; t0 < j->T; t0 += KDA_TB)
+        for (long h = h0; h < h1; h++) kda_head(j, (int)h, t0, j->T - t0 < KDA_TB ? j->T - t0 : KDA_TB, scr);
 }
 
 static int kda_index(const ds4_weights *w, int il) {
@@ -391,7 +468,7 @@ static int kda_index(const ds4_weights *w, int il) {
 static void kda_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int T) {
     const ds4_config *c = f->c;
     struct ds4_g5n_state *g = f->g;
-    const int E = c->n_embd, H = c->n_head, K = c->kda_dim, R = c->conv, Di = H * K;
+    const int E = c->n_embd, H = c->n_head, K = c->kda_dim, Di = H * K;
     mm(f, mat_of(&lw->kda_q), g->h, (size_t)E, T, g->pq, (size_t)Di);
     mm(f, mat_of(&lw->kda_k), g->h, (size_t)E, T, g->pk, (size_t)Di);
     mm(f, mat_of(&lw->kda_v), g->h, (size_t)E, T, g->pv, (size_t)Di);
@@ -400,51 +477,24 @@ static void kda_layer(g5n_fwd *f, const ds4_layer_weights *lw, int il, int T) {
     mm(f, mat_of(&lw->ssm_beta), g->h, (size_t)E, T, g->bt, (size_t)H);
     mm(f, mat_of(&lw->ssm_g_a), g->h, (size_t)E, T, g->ga, (size_t)K);
     mm(f, mat_of(&lw->ssm_g_b), g->ga, (size_t)K, T, g->gt, (size_t)Di);
-    float *rec = g->rec[il], *S = rec + 3 * (size_t)(R - 1) * Di;
-    const float *cw[3] = {(const float *)lw->conv_q.data, (const float *)lw->conv_k.data,
-                          (const float *)lw->conv_v.data};
-    const float *dt = (const float *)lw->ssm_dt_b.data, *ssa = (const float *)lw->ssm_a.data;
-    const float *nw = (const float *)lw->ssm_norm.data;
-    const float qscale = 1.0f / sqrtf((float)K);
-    float *stg = f->s->stg_on ? g->stg_in + (size_t)kda_index(f->w, il) * g->stg_cap * stg_row(c) : NULL;
-    for (int t = 0; t < T; t++) {
-        float *p[3] = {g->pq + (size_t)t * Di, g->pk + (size_t)t * Di, g->pv + (size_t)t * Di};
-        if (stg) {
-            float *r = stg + (size_t)t * stg_row(c);
-            for (int i = 0; i < 3; i++) memcpy(r + (size_t)i * Di, p[i], (size_t)Di * sizeof(float));
+    const size_t row = stg_row(c);
+    float *stg = f->s->stg_on ? g->stg_in + (size_t)kda_index(f->w, il) * g->stg_cap * row : NULL;
+    if (stg)   /* the projections before the convolutions */
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < 3; i++)
+                memcpy(stg + (size_t)t * row + (size_t)i * Di, (i == 0 ? g->pq : i == 1 ? g->pk : g->pv) + (size_t)t * Di,
+                       (size_t)Di * sizeof(float));
+    kda_job j = { .f = f, .lw = lw, .rec = g->rec[il], .T = T };
+    if (ds4_pool_size(f->s->m->pool) <= g->ks_nth) ds4_pool_run(f->s->m->pool, kda_task, &j);
+    else kda_task(&j, 0, 1);
+    if (stg)   /* k, v, g after them, beta: the recurrence's inputs */
+        for (int t = 0; t < T; t++) {
+            float *r = stg + (size_t)t * row + 3 * (size_t)Di;
+            memcpy(r, g->pk + (size_t)t * Di, (size_t)Di * sizeof(float));
+            memcpy(r + Di, g->pv + (size_t)t * Di, (size_t)Di * sizeof(float));
+            memcpy(r + 2 * (size_t)Di, g->gg + (size_t)t * Di, (size_t)Di * sizeof(float));
+            memcpy(r + 3 * (size_t)Di, g->bt + (size_t)t * H, (size_t)H * sizeof(float));
         }
-        /* the convolutions (the tail keeps the projections), SiLU in place */
-        for (int i = 0; i < 3; i++) {
-            conv_step(rec + (size_t)i * (R - 1) * Di, p[i], cw[i], R, Di, g->cvt);
-            for (int ch = 0; ch < Di; ch++) p[i][ch] = siluf(g->cvt[ch]);
-        }
-        l2_heads(p[0], H, K, 1e-6f, qscale);
-        l2_heads(p[1], H, K, 1e-6f, 1.0f);
-        float *gv = g->gg + (size_t)t * Di, *beta = g->bt + (size_t)t * H;
-        for (int h = 0; h < H; h++) {
-            const float a = -ssa[h];   /* ssm_a holds -exp(A_log) */
-            for (int i = 0; i < K; i++) {
-                const int d = h * K + i;
-                gv[d] = c->kda_lb * glm_sigmoid(a * (gv[d] + dt[d]));
-            }
-            beta[h] = glm_sigmoid(beta[h]);
-        }
-        if (stg) {
-            float *r = stg + (size_t)t * stg_row(c) + 3 * (size_t)Di;
-            memcpy(r, p[1], (size_t)Di * sizeof(float));
-            memcpy(r + Di, p[2], (size_t)Di * sizeof(float));
-            memcpy(r + 2 * (size_t)Di, gv, (size_t)Di * sizeof(float));
-            memcpy(r + 3 * (size_t)Di, beta, (size_t)H * sizeof(float));
-        }
-        float *o = g->o + (size_t)t * Di;
-        kda_step(S, p[0], p[1], p[2], gv, beta, H, K, g->u, o);
-        const float *gt = g->gt + (size_t)t * Di;
-        for (int h = 0; h < H; h++) {
-            float *oh = o + (size_t)h * K;
-            rms_norm(oh, nw, K, c->rms_eps, oh);
-            for (int i = 0; i < K; i++) oh[i] *= glm_sigmoid(gt[h * K + i]);
-        }
-    }
     mm(f, mat_of(&lw->attn_output), g->o, (size_t)Di, T, g->y, (size_t)E);
 }
 
@@ -813,7 +863,7 @@ int ds4_g5n_mtp_step(ds4_session *s, int32_t tok, const float *hprev, int64_t p)
 /* of every token before, so a rewind needs it as it was at that count: a   */
 /* checkpoint slot holds every KDA layer's state, and a staged pass saves   */
 /* the state before it plus each token's recurrence inputs, restored and    */
-/* replayed through kda_step / conv_push (the forward's own functions) for  */
+/* replayed through kda_recurrent / conv_push (the forward's own ones) for */
 /* the kept tokens at the commit: bit-identical to never having seen the    */
 /* rejected ones.                                                            */
 /* ------------------------------------------------------------------------ */
@@ -921,11 +971,14 @@ static void g5n_stage_commit(ds4_session *s, int n_keep) {
         if (!g->rec[il]) continue;
         float *rec = g->rec[il], *S = rec + 3 * (size_t)(R - 1) * Di;
         const float *in = g->stg_in + (size_t)ik++ * g->stg_cap * stg_row(c);
-        for (int t = 0; t < n_keep; t++) {
-            const float *r = in + (size_t)t * stg_row(c);
-            for (int i = 0; i < 3; i++) conv_push(rec + (size_t)i * (R - 1) * Di, r + (size_t)i * Di, R, Di);
-            const float *kk = r + 3 * (size_t)Di;
-            kda_step(S, NULL, kk, kk + Di, kk + 2 * (size_t)Di, kk + 3 * (size_t)Di, H, K, g->u, NULL);
+        for (int t = 0; t < n_keep; t++)
+            for (int i = 0; i < 3; i++)
+                conv_push(rec + (size_t)i * (R - 1) * Di, in + (size_t)t * stg_row(c) + (size_t)i * Di, R, Di);
+        for (int h = 0; h < H; h++) {
+            const float *kk = in + 3 * (size_t)Di + (size_t)h * K;
+            const kda_seq x = { .k = kk, .v = kk + Di, .g = kk + 2 * (size_t)Di,
+                                .beta = in + 6 * (size_t)Di + h, .rs = stg_row(c), .bs = stg_row(c) };
+            kda_recurrent(S + (size_t)h * K * K, K, &x, n_keep, NULL, 0, g->ks, s->m->vk);
         }
     }
 }
