@@ -205,5 +205,12 @@ if [ -f "$T/badside.gguf" ]; then
     else bad "misshapen NextN block:"; cat "$T/bad.err"; fi
 fi
 
+# --inspect: the block (its nextn.* wiring and its decoder layer, blk.6.*)
+# is the MTP block's, not "tensors not used"
+if "$BD"/ds4 -m "$M" --inspect > "$T/insp.txt" 2>&1 && grep -q "^  MTP block *28 tensors" "$T/insp.txt" &&
+        grep -q "^MTP block: 28 tensors, used for drafts" "$T/insp.txt" && ! grep -q "not used by ds4" "$T/insp.txt"; then
+    ok "ds4 --inspect: the NextN block's 28 tensors as the MTP block, none unused"
+else bad "ds4 --inspect on a glm5-next file with its NextN block:"; sed -n '/^weights by kind/,/^memory/p' "$T/insp.txt"; fi
+
 [ $fail = 0 ] || { echo "t_g5n_mtp: $fail failed"; exit 1; }
 echo "t_g5n_mtp: all passed"

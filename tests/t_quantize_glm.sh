@@ -250,7 +250,8 @@ if "$BD/ds4-synth" --preset tiny --seed 7 --vocab "$SHARED/vocab/mini-vocab.gguf
         -o "$T/v4.gguf" > /dev/null 2>&1 && "$BD/ds4" -m "$T/v4.gguf" --inspect --ctx 1000 > "$T/v4.txt" 2>&1; then
     if grep -q "^  compressor *16 tensors" "$T/v4.txt" && grep -q "^  hyper-connections *36 tensors" "$T/v4.txt" &&
             grep -q "^  routed experts *18 tensors" "$T/v4.txt" && grep -q "^  MTP block *32 tensors" "$T/v4.txt" &&
-            ! grep -q "^  not in the layout\|KV per token" "$T/v4.txt"; then
+            grep -q "^MTP block: 32 tensors, used for drafts" "$T/v4.txt" &&
+            ! grep -q "^  not in the layout\|KV per token\|not used by ds4" "$T/v4.txt"; then
         ok "ds4 --inspect on DeepSeek V4 + MTP: weights by kind (compressor, HC, experts, the MTP block's 32)"
     else bad "ds4 --inspect on DeepSeek V4:"; sed -n '/^weights by kind/,/^$/p' "$T/v4.txt"; fi
 else bad "ds4-synth --mtp / ds4 --inspect"; fi

@@ -220,14 +220,17 @@ static int weight_kind(int id) {
     return WK_ATTN;   /* the attention projections, norms and sinks */
 }
 
-static int tensor_kind(const ds4_layout_arch *a, const char *name) {
+/* n_layer: the trunk's layers; a GLM NextN block is blk.<n_layer>.*, its
+ * wiring (nextn.*) and its decoder layer both the MTP block's */
+static int tensor_kind(const ds4_layout_arch *a, const char *name, int n_layer) {
     if (!strncmp(name, "mtp.0.", 6)) return WK_MTP;   /* its own rows and its layer's */
     const char *rest = name;
     if (!strncmp(name, "blk.", 4)) {
-        const char *d = strchr(name + 4, '.');
-        if (!d) return WK_OTHER;
+        char *d = NULL;
+        const long il = strtol(name + 4, &d, 10);
+        if (!d || *d != '.' || d == name + 4) return WK_OTHER;
         rest = d + 1;
-        if (!strncmp(rest, "nextn.", 6)) return WK_MTP;   /* a GLM NextN block's wiring */
+        if (!strncmp(rest, "nextn.", 6) || il >= n_layer) return WK_MTP;
     }
     for (int sec = 0; sec < DS4_SEC_COUNT; sec++) {
         if ((sec == DS4_SEC_LAYER) != (rest != name)) continue;
@@ -237,14 +240,16 @@ static int tensor_kind(const ds4_layout_arch *a, const char *name) {
     return WK_OTHER;
 }
 
-static void print_kinds(FILE *out, const gguf_file *gf, int arch) {
+/* prints the table; returns the MTP block's tensor count (bound apart
+ * from the trunk, by ds4_weights_bind_mtp, when drafts are asked for) */
+static uint64_t print_kinds(FILE *out, const gguf_file *gf, int arch, int n_layer) {
     const ds4_layout_arch *a = arch == DS4_ARCH_GLM_DSA     ? &ds4_layout_glm_dsa
                                : arch == DS4_ARCH_GLM5_NEXT ? &ds4_layout_glm5_next
                                                             : &ds4_layout_deepseek4;
     uint64_t cnt[WK_N] = {0}, bytes[WK_N] = {0}, types[WK_N] = {0};   /* types: bit per GGML type < 64 */
     for (uint64_t i = 0; i < gf->n_tensors; i++) {
         const gguf_tensor *t = &gf->tensors[i];
-        const int k = tensor_kind(a, t->name);
+        const int k = tensor_kind(a, t->name, n_layer);
         cnt[k]++;
         bytes[k] += t->nbytes;
         if (t->type < 64) types[k] |= 1ull << t->type;
@@ -259,6 +264,7 @@ static void print_kinds(FILE *out, const gguf_file *gf, int arch) {
             if (types[k] >> ty & 1) { fprintf(out, "%s%s", first ? "" : "/", ggml_type_name(ty)); first = 0; }
         fputc('\n', out);
     }
+    return cnt[WK_MTP];
 }
 
 static void print_histogram(FILE *out, const gguf_file *gf, uint64_t *total) {
@@ -332,10 +338,11 @@ int ds4_inspect_gguf(gguf_file *gf, FILE *out, char **err) {
     }
     print_shapes(out, &w.cfg);
     print_layers(out, &w);
-    print_kinds(out, gf, w.cfg.arch);
+    const uint64_t n_mtp = print_kinds(out, gf, w.cfg.arch, w.cfg.n_layer);
     fprintf(out, "\n");
-    if (w.n_bound < gf->n_tensors)
-        fprintf(out, "tensors not used by ds4: %" PRIu64 "\n", gf->n_tensors - w.n_bound);
+    if (n_mtp) fprintf(out, "MTP block: %" PRIu64 " tensors, used for drafts (--mtp-draft N)\n", n_mtp);
+    if (w.n_bound + n_mtp < gf->n_tensors)
+        fprintf(out, "tensors not used by ds4: %" PRIu64 "\n", gf->n_tensors - w.n_bound - n_mtp);
     uint64_t active = ds4_weights_active_bytes(&w);
     human(h, sizeof h, total);
     fprintf(out, "memory: weights (mmap'd, resident once touched) %s\n", h);
