@@ -103,7 +103,7 @@ declare -A EST=(
     [opt/t_glm_engine]=25 [debug/t_glm_engine]=60 [opt/t_glm_front]=25 [debug/t_glm_front]=170
     [opt/t_glm_synth]=10 [opt/t_quantize_glm]=18 [debug/t_quantize_glm]=80
     [opt/t_glm_mtp]=100 [debug/t_glm_mtp]=260 [opt/t_glm_kv]=45 [debug/t_glm_kv]=110
-    [opt/t_g5n_engine]=30 [debug/t_g5n_engine]=90 [opt/t_g5n_mtp]=100 [debug/t_g5n_mtp]=260
+    [opt/t_g5n_engine]=30 [debug/t_g5n_engine]=90 [opt/t_g5n_mtp]=100 [debug/t_g5n_mtp]=260 [opt/t_kquant]=45 [debug/t_kquant]=190
 )
 
 # the queue: one entry per (pass, test)

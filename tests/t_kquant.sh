@@ -74,7 +74,12 @@ LL="$LLAMA_LOGITS"
 GB="$GGML_BACKEND_DIR/libggml-base.so"
 
 # --- 1. dequantization against ggml's ------------------------------------
-if ${CC:-cc} -O1 -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Isrc -o "$T/kquant_ggml" tests/kquant_ggml.c \
+# the sanitizer pass's library needs its runtime linked in (the same flags)
+SAN=""
+if nm "$LIB" 2>/dev/null | grep -q "__asan_report"; then SAN="-fsanitize=address,undefined,float-cast-overflow"
+elif nm "$LIB" 2>/dev/null | grep -q "__ubsan_handle"; then SAN="-fsanitize=undefined,float-cast-overflow"; fi
+# shellcheck disable=SC2086
+if ${CC:-cc} -O1 $SAN -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Isrc -o "$T/kquant_ggml" tests/kquant_ggml.c \
         "$LIB" -ljansson -lm -pthread -ldl 2> "$T/cc.log"; then
     if "$T/kquant_ggml" "$GB" > "$T/kq.out" 2>&1; then
         sed 's/^/     /' "$T/kq.out"
