@@ -316,3 +316,21 @@ int glm_ffn(const glm_ffn_ctx *fx, const ds4_layer_weights *lw, int il, const fl
     glm_mm(fx->cc, fx->no_qat, b->qs, mat_of(&lw->ffn_down), b->g, (size_t)FF, T, out, (size_t)D);
     return DS4_OK;
 }
+
+int glm_mtp_input(const cpu_ctx *cc, int no_qat, void *qs, const ds4_weights *w, const int32_t *toks,
+                  const float *h0, const float *hrows, int T, float *tmp, float *cat, float *out) {
+    const ds4_config *c = &w->cfg;
+    const ds4_mtp_weights *mw = &w->mtp;
+    const int D = c->n_embd;
+    const ds4_tensor *E = mw->embd.data ? &mw->embd : &w->token_embd;
+    for (int t = 0; t < T; t++) {
+        float *e = cat + (size_t)t * 2 * D;
+        if (ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, tmp, D)) return DS4_EFORMAT;
+        rms_norm(tmp, (const float *)mw->enorm.data, D, c->rms_eps, e);
+        const float *h = t ? hrows + (size_t)(t - 1) * D : h0;
+        if (h) rms_norm(h, (const float *)mw->hnorm.data, D, c->rms_eps, e + D);
+        else memset(e + D, 0, (size_t)D * sizeof(float));
+    }
+    glm_mm(cc, no_qat, qs, mat_of(&mw->eh_proj), cat, 2 * (size_t)D, T, out, (size_t)D);
+    return DS4_OK;
+}

@@ -94,6 +94,14 @@ typedef struct {
  * Returns DS4_OK or the expert cache's error (xc_error). */
 int glm_ffn(const glm_ffn_ctx *fx, const ds4_layer_weights *lw, int il, const float *x, int T, float clamp,
             float clamp_sh, float *out);
+
+/* A GLM NextN block's input rows (both graphs; glm_ref.py mtp_input):
+ * out[t] = eh_proj [enorm(embed(toks[t])); hnorm(h_t)] with h_0 = h0 and
+ * h_t = hrows[t - 1] (stride n_embd) after it; a NULL h0 counts as zero
+ * (position 0, or a main state not held).  tmp: [n_embd], cat: [T][2
+ * n_embd] scratch; qs: glm_mm's. */
+int glm_mtp_input(const cpu_ctx *cc, int no_qat, void *qs, const ds4_weights *w, const int32_t *toks,
+                  const float *h0, const float *hrows, int T, float *tmp, float *cat, float *out);
 /* --dist pipeline and IndexShare: a shared layer attends the rows its
  * previous full layer selected, so a rank boundary b crosses a selection
  * when the first attention (non-KDA) layer at or after b is a shared one

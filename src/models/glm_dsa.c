@@ -569,25 +569,9 @@ static int glm_eval_chunk(ds4_session *s, const int32_t *toks, int T) {
 /* The NextN (MTP) block (docs/family.md, "MTP"; glm_ref.py GlmDsa.mtp)    */
 /* ---------------------------------------------------------------------- */
 
-/* The block's input rows into g->x: eh_proj [enorm(embed(tok_t));
- * hnorm(h_t)], h_0 = h0 and h_t = hrows[t - 1] (stride n_embd) after it;
- * a NULL h0 counts as zero (position 0, or a main state not held). */
+/* The block's input rows into g->x (glm_common.c's glm_mtp_input). */
 static int mtp_input(glm_fwd *f, const int32_t *toks, const float *h0, const float *hrows, int T) {
-    const ds4_config *c = f->c;
-    const ds4_mtp_weights *mw = &f->w->mtp;
-    struct ds4_glm_state *g = f->g;
-    const int D = c->n_embd;
-    const ds4_tensor *E = mw->embd.data ? &mw->embd : &f->w->token_embd;
-    for (int t = 0; t < T; t++) {
-        float *e = g->cat + (size_t)t * 2 * D;
-        if (ds4_dequantize_row(E->type, E->data + (size_t)toks[t] * E->row_bytes, g->y, D)) return DS4_EFORMAT;
-        rms_norm(g->y, (const float *)mw->enorm.data, D, c->rms_eps, e);
-        const float *h = t ? hrows + (size_t)(t - 1) * D : h0;
-        if (h) rms_norm(h, (const float *)mw->hnorm.data, D, c->rms_eps, e + D);
-        else memset(e + D, 0, (size_t)D * sizeof(float));
-    }
-    mm(f, mat_of(&mw->eh_proj), g->cat, 2 * (size_t)D, T, g->x, (size_t)D);
-    return DS4_OK;
+    return glm_mtp_input(&f->cc, f->s->no_qat, f->g->qs, f->w, toks, h0, hrows, T, f->g->y, f->g->cat, f->g->x);
 }
 
 /* After the main pass of toks[0..T) at p0 (normed rows in g->cur): the
