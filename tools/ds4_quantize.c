@@ -274,12 +274,12 @@ static void read_config(const char *dir, hcfg *c) {
     if (c->n_rot % 2 || c->n_rot > c->head_dim) die("%s: qk_rope_head_dim must be even and <= head_dim", path);
 }
 
-/* config.json of GlmMoeDsaForCausalLM -> the glm-dsa hparams (the keys of
- * llama.cpp's converter; docs/CHECKPOINT.md "GLM 5.2 / 5.3").  The NextN
- * (MTP) layers past num_hidden_layers are left out. */
-static void read_config_glm(json_t *r, const char *path, hcfg *c) {
+/* The MLA, MoE and indexer fields both GLM configurations name alike (GLM
+ * 5.2 / 5.3 and GLM 5.3 Flash); rot_required: qk_rope_head_dim must be
+ * there (glm-dsa; glm5-next is NoPE), dense_default: first_k_dense_replace
+ * when absent. */
+static void read_config_glm_shared(json_t *r, hcfg *c, int rot_required, int64_t dense_default) {
     const int64_t BIG = 1 << 24;
-    c->glm = G_DSA;
     c->n_vocab = cfg_int(r, K("vocab_size"), 1, 0, 1, BIG);
     c->n_embd = cfg_int(r, K("hidden_size"), 1, 0, 1, 65536);
     c->n_layer = cfg_int(r, K("num_hidden_layers"), 1, 0, 1, 1024);
@@ -287,17 +287,25 @@ static void read_config_glm(json_t *r, const char *path, hcfg *c) {
     c->q_lora = cfg_int(r, K("q_lora_rank"), 1, 0, 1, 65536);
     c->kv_lora = cfg_int(r, K("kv_lora_rank"), 1, 0, 1, 65536);
     c->nope = cfg_int(r, K("qk_nope_head_dim"), 1, 0, 1, 4096);
-    c->n_rot = cfg_int(r, K("qk_rope_head_dim"), 1, 0, 0, 4096);
+    c->n_rot = cfg_int(r, K("qk_rope_head_dim"), rot_required, 0, 0, 4096);
     c->vmla = cfg_int(r, K("v_head_dim"), 1, 0, 1, 4096);
     c->n_ff_dense = cfg_int(r, K("intermediate_size"), 1, 0, 1, 1 << 20);
     c->n_ff = cfg_int(r, K("moe_intermediate_size"), 1, 0, 1, 1 << 20);
     c->n_expert = cfg_int(r, K("n_routed_experts"), 1, 0, 1, 4096);
     c->n_used = cfg_int(r, K("num_experts_per_tok"), 1, 0, 1, 4096);
     c->n_shared = cfg_int(r, K("n_shared_experts"), 1, 0, 1, 64);
-    c->n_dense = cfg_int(r, K("first_k_dense_replace"), 0, 0, 0, 1024);
+    c->n_dense = cfg_int(r, K("first_k_dense_replace"), 0, dense_default, 0, 1024);
     c->idx_heads = cfg_int(r, K("index_n_heads"), 1, 0, 1, 4096);
     c->idx_dim = cfg_int(r, K("index_head_dim"), 1, 0, 1, 4096);
     c->idx_topk = cfg_int(r, K("index_topk"), 1, 0, 1, BIG);
+}
+
+/* config.json of GlmMoeDsaForCausalLM -> the glm-dsa hparams (the keys of
+ * llama.cpp's converter; docs/CHECKPOINT.md "GLM 5.2 / 5.3").  The NextN
+ * (MTP) layers past num_hidden_layers are left out. */
+static void read_config_glm(json_t *r, const char *path, hcfg *c) {
+    c->glm = G_DSA;
+    read_config_glm_shared(r, c, 1, 0);
     c->ctx = cfg_int(r, K("max_position_embeddings"), 1, 0, 1, UINT32_MAX);
     c->rms_eps = cfg_num(r, K("rms_norm_eps"), 1e-6);
     c->expert_scale = cfg_num(r, K("routed_scaling_factor"), 1.0);
@@ -398,30 +406,12 @@ static void cfg_must(json_t *r, const char *path, const char *key, int want, con
  * 4th from layer 3 DSA), checked against linear_attn_config.full_attn_layers
  * when both are there.  The NextN layer past num_hidden_layers is left out. */
 static void read_config_g5n(json_t *top, const char *path, hcfg *c) {
-    const int64_t BIG = 1 << 24;
     json_t *tc = json_object_get(top, "text_config");
     json_t *r = json_is_object(tc) ? tc : top;
     json_t *lc = json_object_get(r, "linear_attn_config");
     json_t *lin = json_is_object(lc) ? lc : NULL;
     c->glm = G_NEXT;
-    c->n_vocab = cfg_int(r, K("vocab_size"), 1, 0, 1, BIG);
-    c->n_embd = cfg_int(r, K("hidden_size"), 1, 0, 1, 65536);
-    c->n_layer = cfg_int(r, K("num_hidden_layers"), 1, 0, 1, 1024);
-    c->n_head = cfg_int(r, K("num_attention_heads"), 1, 0, 1, 4096);
-    c->q_lora = cfg_int(r, K("q_lora_rank"), 1, 0, 1, 65536);
-    c->kv_lora = cfg_int(r, K("kv_lora_rank"), 1, 0, 1, 65536);
-    c->nope = cfg_int(r, K("qk_nope_head_dim"), 1, 0, 1, 4096);
-    c->n_rot = cfg_int(r, K("qk_rope_head_dim"), 0, 0, 0, 4096);
-    c->vmla = cfg_int(r, K("v_head_dim"), 1, 0, 1, 4096);
-    c->n_ff_dense = cfg_int(r, K("intermediate_size"), 1, 0, 1, 1 << 20);
-    c->n_ff = cfg_int(r, K("moe_intermediate_size"), 1, 0, 1, 1 << 20);
-    c->n_expert = cfg_int(r, K("n_routed_experts"), 1, 0, 1, 4096);
-    c->n_used = cfg_int(r, K("num_experts_per_tok"), 1, 0, 1, 4096);
-    c->n_shared = cfg_int(r, K("n_shared_experts"), 1, 0, 1, 64);
-    c->n_dense = cfg_int(r, K("first_k_dense_replace"), 0, 3, 0, 1024);
-    c->idx_heads = cfg_int(r, K("index_n_heads"), 1, 0, 1, 4096);
-    c->idx_dim = cfg_int(r, K("index_head_dim"), 1, 0, 1, 4096);
-    c->idx_topk = cfg_int(r, K("index_topk"), 1, 0, 1, BIG);
+    read_config_glm_shared(r, c, 0, 3);
     c->kpool = cfg_int(r, K("index_kpool"), 0, 16, 1, 4096);
     c->ctx = cfg_int(r, K("max_position_embeddings"), 0, 1048576, 1, UINT32_MAX);
     c->rms_eps = cfg_num(r, K("rms_norm_eps"), 1e-5);
