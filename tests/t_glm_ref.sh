@@ -62,17 +62,8 @@ fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 
-ENV=$(bench/llamacpp/setup.sh 2> "$T/setup.log")
-rc=$?
-if [ $rc = 3 ]; then
-    echo "skip t_glm_ref: llama.cpp could not be installed from npm: $(tail -n 1 "$T/setup.log")"
-    exit 0
-elif [ $rc != 0 ]; then
-    cat "$T/setup.log"; echo "FAIL bench/llamacpp/setup.sh (exit $rc)"; exit 1
-fi
-eval "$ENV"
-export GGML_BACKEND_DIR
-LL="$LLAMA_LOGITS"
+. tests/lib/llamacpp.sh
+llamacpp_setup t_glm_ref "$T/setup.log"
 
 $PY -c "import random; r=random.Random(7); print(' '.join(str(r.randrange(10, 4090)) for _ in range(300)))" > "$T/ids300.txt"
 

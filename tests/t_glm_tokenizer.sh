@@ -15,15 +15,8 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/ds4-glmtok.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 [ -x "$BD/ds4" ] || { echo "t_glm_tokenizer: $BD/ds4 not built" >&2; exit 1; }
 
-ENV=$(bench/llamacpp/setup.sh 2> "$T/setup.log")
-rc=$?
-if [ $rc = 3 ]; then
-    echo "skip t_glm_tokenizer: llama.cpp could not be installed from npm: $(tail -n 1 "$T/setup.log")"
-    exit 0
-elif [ $rc != 0 ]; then
-    cat "$T/setup.log"; echo "FAIL bench/llamacpp/setup.sh (exit $rc)"; exit 1
-fi
-eval "$ENV"
+. tests/lib/llamacpp.sh
+llamacpp_setup t_glm_tokenizer "$T/setup.log"
 LLDIR=$(dirname "$(dirname "$LLAMA_LOGITS")")
 ${CC:-cc} -O1 -std=c11 -Wall -Wextra -I"$LLDIR/src/include" -I"$LLDIR/src/ggml/include" \
     -o "$T/llamacpp_tok" tests/llamacpp_tok.c -L"$GGML_BACKEND_DIR" -l:libllama.v0.5.0.so \

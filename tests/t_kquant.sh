@@ -60,17 +60,8 @@ done
 LIB="${DS4_BUILD_DIR:-build}/libds4.a"
 [ -f "$LIB" ] || { echo "t_kquant: $LIB not built" >&2; exit 1; }
 
-ENV=$(bench/llamacpp/setup.sh 2> "$T/setup.log")
-rc=$?
-if [ $rc = 3 ]; then
-    echo "skip t_kquant: llama.cpp could not be installed from npm: $(tail -n 1 "$T/setup.log")"
-    exit 0
-elif [ $rc != 0 ]; then
-    cat "$T/setup.log"; echo "FAIL bench/llamacpp/setup.sh (exit $rc)"; exit 1
-fi
-eval "$ENV"
-export GGML_BACKEND_DIR
-LL="$LLAMA_LOGITS"
+. tests/lib/llamacpp.sh
+llamacpp_setup t_kquant "$T/setup.log"
 GB="$GGML_BACKEND_DIR/libggml-base.so"
 
 # --- 1. dequantization against ggml's ------------------------------------

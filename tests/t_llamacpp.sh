@@ -37,17 +37,8 @@ for b in ds4 ds4-synth ds4-quantize ds4-gguf; do
     [ -x "$BD/$b" ] || { echo "t_llamacpp: $BD/$b not built" >&2; exit 1; }
 done
 
-ENV=$(bench/llamacpp/setup.sh 2> "$T/setup.log")
-rc=$?
-if [ $rc = 3 ]; then
-    echo "skip t_llamacpp: llama.cpp could not be installed from npm: $(tail -n 1 "$T/setup.log")"
-    exit 0
-elif [ $rc != 0 ]; then
-    cat "$T/setup.log"; echo "FAIL bench/llamacpp/setup.sh (exit $rc)"; exit 1
-fi
-eval "$ENV"
-export GGML_BACKEND_DIR
-LL="$LLAMA_LOGITS"
+. tests/lib/llamacpp.sh
+llamacpp_setup t_llamacpp "$T/setup.log"
 ok "llama.cpp from node-llama-cpp@3.22.1 ($GGML_BACKEND_DIR)"
 
 # deterministic token ids of the mini vocabulary (4096 tokens)
